@@ -1,0 +1,7 @@
+"""`spectower bench ...` (filled in by its issue)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="bench commands")

@@ -1,0 +1,261 @@
+"""Performance profiles: the JSON that drives the simulator and that a benchmark sweep writes.
+
+The format is DESIGN.md's: ascending ``concurrency``, aggregate ``output_tok_s.spec_off`` /
+``output_tok_s.spec_on`` at each concurrency, ``accept_length`` per concurrency, and scalar facts about
+the server. Between points the curves are interpolated with a monotone cubic (PCHIP) in log-concurrency,
+so a curve that rises between two points never overshoots, and a profile replays smoothly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+PROFILE_PACKAGE = "simulator.profiles"
+DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    count: int
+    name: str
+    memory_mib: float
+    power_limit_w: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    served_model_name: str
+    concurrency: tuple[float, ...]
+    spec_off_tok_s: tuple[float, ...]
+    spec_on_tok_s: tuple[float, ...]
+    accept_length: tuple[float, ...]
+    max_running_requests: int
+    speculative_num_steps: int
+    prefill_tok_s: float
+    noise_cv: float
+    gpus: GpuSpec
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def output_tok_s(self, concurrency: float, spec_on: bool) -> float:
+        """Aggregate output tokens/s at ``concurrency`` requests decoding together."""
+        curve = self.spec_on_tok_s if spec_on else self.spec_off_tok_s
+        if concurrency <= 0:
+            return 0.0
+        if concurrency < self.concurrency[0]:
+            # Below the first point each request keeps the first point's per-request rate.
+            return curve[0] / self.concurrency[0] * concurrency
+        return _pchip(self.concurrency, curve, concurrency)
+
+    def per_request_tok_s(self, concurrency: float, spec_on: bool) -> float:
+        """Output tokens/s one request sees when ``concurrency`` decode together."""
+        c = max(concurrency, 1e-9)
+        return self.output_tok_s(c, spec_on) / c
+
+    def accept_length_at(self, concurrency: float) -> float:
+        return _pchip(self.concurrency, self.accept_length, max(concurrency, self.concurrency[0]))
+
+    def speedup(self, concurrency: float) -> float:
+        return self.output_tok_s(concurrency, True) / self.output_tok_s(concurrency, False)
+
+    def crossover(self) -> float | None:
+        """The concurrency where spec-on stops beating spec-off (first sign change), or None."""
+        points = self.concurrency
+        ratios = [on / off for on, off in zip(self.spec_on_tok_s, self.spec_off_tok_s, strict=True)]
+        for i in range(1, len(points)):
+            if ratios[i - 1] >= 1.0 > ratios[i]:
+                lo, hi = points[i - 1], points[i]
+                for _ in range(60):  # bisection on the interpolated curves
+                    mid = math.sqrt(lo * hi)
+                    if self.speedup(mid) >= 1.0:
+                        lo = mid
+                    else:
+                        hi = mid
+                return (lo + hi) / 2
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.raw)
+        data.update(
+            {
+                "name": self.name,
+                "served_model_name": self.served_model_name,
+                "concurrency": list(self.concurrency),
+                "output_tok_s": {"spec_off": list(self.spec_off_tok_s), "spec_on": list(self.spec_on_tok_s)},
+                "accept_length": list(self.accept_length),
+                "max_running_requests": self.max_running_requests,
+                "speculative_num_steps": self.speculative_num_steps,
+                "prefill_tok_s": self.prefill_tok_s,
+                "noise_cv": self.noise_cv,
+                "gpus": {
+                    **dict(self.raw.get("gpus", {})),
+                    "count": self.gpus.count,
+                    "name": self.gpus.name,
+                    "memory_mib": self.gpus.memory_mib,
+                    "power_limit_w": self.gpus.power_limit_w,
+                },
+            }
+        )
+        return data
+
+
+def builtin_profile_names() -> list[str]:
+    root = resources.files(PROFILE_PACKAGE)
+    return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Load a shipped profile by name, or any profile JSON by path."""
+    text, source = _read_profile_text(str(name_or_path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_profile(data, source=source)
+
+
+def _read_profile_text(name_or_path: str) -> tuple[str, str]:
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists() or "/" in name_or_path:
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise ProfileError(f"profile {name_or_path!r}: cannot read ({exc.strerror})") from None
+    if name_or_path not in builtin_profile_names():
+        known = ", ".join(builtin_profile_names())
+        raise ProfileError(f"profile {name_or_path!r}: no such file and no shipped profile of that name ({known})")
+    resource = resources.files(PROFILE_PACKAGE).joinpath(f"{name_or_path}.json")
+    return resource.read_text(encoding="utf-8"), name_or_path
+
+
+def parse_profile(data: Any, source: str = "profile") -> Profile:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: a profile is a JSON object, got {type(data).__name__}")
+    concurrency = _series(data, "concurrency", source)
+    if any(b <= a for a, b in zip(concurrency, concurrency[1:], strict=False)):
+        raise ProfileError(f"{source}: 'concurrency' must be strictly ascending, got {list(concurrency)}")
+    if concurrency[0] <= 0:
+        raise ProfileError(f"{source}: 'concurrency' values must be > 0")
+    tok_s = _require(data, "output_tok_s", source)
+    if not isinstance(tok_s, dict):
+        raise ProfileError(f"{source}: 'output_tok_s' must be an object with 'spec_off' and 'spec_on'")
+    spec_off = _series(tok_s, "spec_off", source, prefix="output_tok_s.")
+    spec_on = _series(tok_s, "spec_on", source, prefix="output_tok_s.")
+    accept = _series(data, "accept_length", source)
+    for key, values in (("output_tok_s.spec_off", spec_off), ("output_tok_s.spec_on", spec_on),
+                        ("accept_length", accept)):
+        if len(values) != len(concurrency):
+            raise ProfileError(
+                f"{source}: '{key}' has {len(values)} values but 'concurrency' has {len(concurrency)}"
+            )
+        if any(v <= 0 for v in values):
+            raise ProfileError(f"{source}: '{key}' values must be > 0")
+    if any(a < 1.0 for a in accept):
+        raise ProfileError(f"{source}: 'accept_length' values must be >= 1 (the bonus token counts)")
+    gpus = _require(data, "gpus", source)
+    if not isinstance(gpus, dict):
+        raise ProfileError(f"{source}: 'gpus' must be an object")
+    gpu_count = _integer(gpus, "count", source, prefix="gpus.", minimum=1)
+    gpu_name = _require(gpus, "name", source, prefix="gpus.")
+    if not isinstance(gpu_name, str) or not gpu_name:
+        raise ProfileError(f"{source}: 'gpus.name' must be a non-empty string")
+    served = _require(data, "served_model_name", source)
+    if not isinstance(served, str) or not served:
+        raise ProfileError(f"{source}: 'served_model_name' must be a non-empty string")
+    noise_cv = _number(data, "noise_cv", source)
+    if noise_cv > 0.5:
+        raise ProfileError(f"{source}: 'noise_cv' must be between 0 and 0.5, got {noise_cv}")
+    default_name = Path(source).stem if source.endswith(".json") else source
+    return Profile(
+        name=str(data.get("name") or default_name),
+        served_model_name=served,
+        concurrency=concurrency,
+        spec_off_tok_s=spec_off,
+        spec_on_tok_s=spec_on,
+        accept_length=accept,
+        max_running_requests=_integer(data, "max_running_requests", source, minimum=1),
+        speculative_num_steps=_integer(data, "speculative_num_steps", source, minimum=1),
+        prefill_tok_s=_number(data, "prefill_tok_s", source, positive=True),
+        noise_cv=noise_cv,
+        gpus=GpuSpec(
+            count=gpu_count,
+            name=gpu_name,
+            memory_mib=_number(gpus, "memory_mib", source, prefix="gpus.", positive=True),
+            power_limit_w=_number(gpus, "power_limit_w", source, prefix="gpus.", positive=True),
+        ),
+        raw=dict(data),
+    )
+
+
+def _require(obj: dict[str, Any], key: str, source: str, prefix: str = "") -> Any:
+    if key not in obj:
+        raise ProfileError(f"{source}: missing key '{prefix}{key}'")
+    return obj[key]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(obj: dict[str, Any], key: str, source: str, prefix: str = "", positive: bool = False) -> float:
+    value = _require(obj, key, source, prefix)
+    if not _is_number(value) or not math.isfinite(value):
+        raise ProfileError(f"{source}: '{prefix}{key}' must be a finite number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ProfileError(f"{source}: '{prefix}{key}' must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def _integer(obj: dict[str, Any], key: str, source: str, prefix: str = "", minimum: int = 0) -> int:
+    value = _require(obj, key, source, prefix)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProfileError(f"{source}: '{prefix}{key}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _series(obj: dict[str, Any], key: str, source: str, prefix: str = "") -> tuple[float, ...]:
+    value = _require(obj, key, source, prefix)
+    if not isinstance(value, list) or not value:
+        raise ProfileError(f"{source}: '{prefix}{key}' must be a non-empty list of numbers")
+    for i, item in enumerate(value):
+        if not _is_number(item) or not math.isfinite(item):
+            raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must be a finite number, got {item!r}")
+        if item < 0:
+            raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must not be negative, got {item!r}")
+    return tuple(float(v) for v in value)
+
+
+def _pchip(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Monotone cubic (Fritsch-Carlson) interpolation in log(x); flat beyond the last point."""
+    if len(xs) == 1 or x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    lx = [math.log(v) for v in xs]
+    t = math.log(x)
+    n = len(xs)
+    h = [lx[i + 1] - lx[i] for i in range(n - 1)]
+    delta = [(ys[i + 1] - ys[i]) / h[i] for i in range(n - 1)]
+    slopes = [0.0] * n
+    slopes[0], slopes[-1] = delta[0], delta[-1]
+    for i in range(1, n - 1):
+        if delta[i - 1] * delta[i] <= 0:
+            slopes[i] = 0.0
+        else:
+            w1, w2 = 2 * h[i] + h[i - 1], h[i] + 2 * h[i - 1]
+            slopes[i] = (w1 + w2) / (w1 / delta[i - 1] + w2 / delta[i])
+    i = max(j for j in range(n - 1) if lx[j] <= t)
+    s = (t - lx[i]) / h[i]
+    h00, h10 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s
+    h01, h11 = -2 * s**3 + 3 * s**2, s**3 - s**2
+    return h00 * ys[i] + h10 * h[i] * slopes[i] + h01 * ys[i + 1] + h11 * h[i] * slopes[i + 1]

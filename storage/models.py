@@ -1,0 +1,242 @@
+"""The tables spectower keeps. Every timestamp is Unix seconds (UTC) as a float.
+
+One table per concept. Samples are narrow rows keyed by (source id, ts) so a chart reads one index
+range; nullable columns mean "the source did not report it", never zero.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class Meta(SQLModel, table=True):
+    """Key/value facts about the database itself (schema_version, ...)."""
+
+    __tablename__ = "meta"
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class Server(SQLModel, table=True):
+    __tablename__ = "server"
+    id: int | None = Field(default=None, primary_key=True)
+    url: str = Field(index=True, unique=True)
+    served_model_name: str | None = None
+    sglang_version: str | None = None
+    launch_command: str | None = None
+    max_running_requests: int | None = None
+    speculative_algorithm: str | None = None
+    first_seen: float
+    last_seen: float
+
+
+class ServerInfoSnapshot(SQLModel, table=True):
+    """A copy of /server_info, stored only when its stable part changes (hash)."""
+
+    __tablename__ = "server_info_snapshot"
+    id: int | None = Field(default=None, primary_key=True)
+    server_id: int = Field(foreign_key="server.id", index=True)
+    ts: float
+    info_hash: str
+    info_json: str
+
+
+class Gpu(SQLModel, table=True):
+    __tablename__ = "gpu"
+    __table_args__ = (UniqueConstraint("host", "uuid"),)
+    id: int | None = Field(default=None, primary_key=True)
+    host: str
+    index: int
+    uuid: str
+    name: str | None = None
+    memory_total_mib: float | None = None
+    power_limit_w: float | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    source: str = "nvml"  # nvml | dcgm | prometheus
+    first_seen: float
+    last_seen: float
+
+
+class EngineSample(SQLModel, table=True):
+    """One scrape of one SGLang server's DP rank."""
+
+    __tablename__ = "engine_sample"
+    __table_args__ = (Index("ix_engine_sample_server_ts", "server_id", "ts"),)
+    id: int | None = Field(default=None, primary_key=True)
+    server_id: int = Field(foreign_key="server.id")
+    dp_rank: int = 0
+    ts: float
+    num_running_reqs: float | None = None
+    num_queue_reqs: float | None = None
+    gen_throughput: float | None = None  # SGLang's own gauge, tok/s
+    output_tok_s: float | None = None  # rate of realtime_tokens_total{mode=decode} (or generation_tokens_total)
+    prefill_tok_s: float | None = None  # rate of realtime_tokens_total{mode=prefill_compute}
+    request_rate: float | None = None  # rate of num_requests_total
+    token_usage: float | None = None
+    cache_hit_rate: float | None = None
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    spec_num_steps: float | None = None  # active value (0 when gated)
+    spec_max_bs: int | None = None  # the spectower knob, from /server_info
+    batches_drafted: int | None = None
+    batches_gated: int | None = None
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p90_s: float | None = None
+    itl_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p90_s: float | None = None
+    e2e_p99_s: float | None = None
+
+
+class GpuSample(SQLModel, table=True):
+    __tablename__ = "gpu_sample"
+    __table_args__ = (Index("ix_gpu_sample_gpu_ts", "gpu_id", "ts"),)
+    id: int | None = Field(default=None, primary_key=True)
+    gpu_id: int = Field(foreign_key="gpu.id")
+    ts: float
+    lost: bool = False
+    gpu_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    pcie_tx_bytes_s: float | None = None
+    pcie_rx_bytes_s: float | None = None
+    nvlink_tx_bytes_s: float | None = None
+    nvlink_rx_bytes_s: float | None = None
+    throttle_reasons: int | None = None  # NVML clock-event reasons bitmask
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_errors: int | None = None
+
+
+class GpuProcessSample(SQLModel, table=True):
+    __tablename__ = "gpu_process_sample"
+    __table_args__ = (Index("ix_gpu_process_sample_gpu_ts", "gpu_id", "ts"),)
+    id: int | None = Field(default=None, primary_key=True)
+    gpu_id: int = Field(foreign_key="gpu.id")
+    ts: float
+    pid: int
+    process_name: str | None = None
+    used_memory_mib: float | None = None
+
+
+class ControlEvent(SQLModel, table=True):
+    """The audit trail: every attempt to move the knob, confirmed or not."""
+
+    __tablename__ = "control_event"
+    __table_args__ = (Index("ix_control_event_server_ts", "server_url", "ts"),)
+    id: int | None = Field(default=None, primary_key=True)
+    ts: float
+    actor: str  # "operator:<name>" or "policy:<mode>"
+    server_url: str
+    action: str  # set | auto-start | auto-stop | pause | release
+    old_max_bs: int | None = None
+    new_max_bs: int | None = None
+    reason: str
+    confirmed: bool = False
+    per_rank_json: str | None = None  # read-back per DP rank
+    error: str | None = None
+
+
+class BenchRun(SQLModel, table=True):
+    __tablename__ = "bench_run"
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: float
+    source: str  # "sweep" or "import:<file name>"
+    tag: str | None = None
+    server_url: str | None = None
+    backend: str | None = None
+    dataset_name: str | None = None
+    served_model_name: str | None = None
+    sglang_version: str | None = None
+    server_info_json: str | None = None
+    gpu_inventory_json: str | None = None
+    params_json: str | None = None  # sweep parameters (input/output len, api, warmup, ...)
+    crossover: float | None = None
+    crossover_lo: float | None = None
+    crossover_hi: float | None = None
+    best_max_bs: int | None = None
+
+
+class BenchPoint(SQLModel, table=True):
+    """One (concurrency, speculation on/off) measurement, in SGLang bench_serving's terms."""
+
+    __tablename__ = "bench_point"
+    __table_args__ = (Index("ix_bench_point_run", "run_id", "concurrency"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="bench_run.id")
+    concurrency: float | None = None  # max_concurrency (closed loop); None for open-loop imports
+    spec_on: bool | None = None  # None when an import cannot tell
+    request_rate: float | None = None
+    completed: int | None = None
+    duration_s: float | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: float | None = None
+    input_throughput: float | None = None
+    output_throughput: float | None = None
+    total_throughput: float | None = None
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    p90_e2e_latency_ms: float | None = None
+    p99_e2e_latency_ms: float | None = None
+    accept_length: float | None = None
+    ratio_ci_lo: float | None = None  # spec-on/spec-off ratio interval at this concurrency (sweeps)
+    ratio_ci_hi: float | None = None
+    extra_json: str | None = None  # every other key of the source line, so import->export is lossless
+
+
+class CollectionGap(SQLModel, table=True):
+    __tablename__ = "collection_gap"
+    id: int | None = Field(default=None, primary_key=True)
+    source: str  # sglang | nvml | dcgm | prometheus
+    target: str  # URL or host
+    start_ts: float
+    end_ts: float | None = None  # None while the outage lasts
+    reason: str
+
+
+class CollectorHealth(SQLModel, table=True):
+    __tablename__ = "collector_health"
+    __table_args__ = (UniqueConstraint("source", "target"),)
+    id: int | None = Field(default=None, primary_key=True)
+    source: str
+    target: str
+    updated_ts: float
+    last_success_ts: float | None = None
+    errors_total: int = 0
+    last_error: str | None = None
+    lag_s: float | None = None
+
+
+class PolicyState(SQLModel, table=True):
+    """What a policy learned, persisted so a restart does not start from nothing."""
+
+    __tablename__ = "policy_state"
+    server_url: str = Field(primary_key=True)
+    updated_ts: float
+    mode: str
+    paused_until: float | None = None  # a manual set pauses the policy
+    state_json: str
