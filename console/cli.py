@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from console.commands import bench, collect, control, demo, sim, store, ui
+from console.commands import bench, collect, control, demo, evaluate, sglang_config, sim, store, ui
 from console.errors import EXIT_USER_ERROR, is_user_error, stderr
 
 app = typer.Typer(
@@ -20,12 +20,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+sim.app.command("evaluate")(evaluate.evaluate)
 app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
 app.add_typer(control.app, name="control")
 app.add_typer(store.export_app, name="export")
 app.add_typer(store.import_app, name="import")
-app.command("sglang-config")(control.sglang_config)
+app.command("sglang-config")(sglang_config.sglang_config)
 app.command("collect")(collect.collect)
 app.command("console")(ui.console)
 app.command("demo")(demo.demo)
