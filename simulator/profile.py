@@ -8,6 +8,7 @@ so a curve that rises between two points never overshoots, and a profile replays
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -133,7 +134,9 @@ def _read_profile_text(name_or_path: str) -> tuple[str, str]:
             raise ProfileError(f"profile {name_or_path!r}: cannot read ({exc.strerror})") from None
     if name_or_path not in builtin_profile_names():
         known = ", ".join(builtin_profile_names())
-        raise ProfileError(f"profile {name_or_path!r}: no such file and no shipped profile of that name ({known})")
+        raise ProfileError(
+            f"profile {name_or_path!r}: no such file and no shipped profile of that name ({known})"
+        )
     resource = resources.files(PROFILE_PACKAGE).joinpath(f"{name_or_path}.json")
     return resource.read_text(encoding="utf-8"), name_or_path
 
@@ -142,7 +145,7 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: a profile is a JSON object, got {type(data).__name__}")
     concurrency = _series(data, "concurrency", source)
-    if any(b <= a for a, b in zip(concurrency, concurrency[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(concurrency)):
         raise ProfileError(f"{source}: 'concurrency' must be strictly ascending, got {list(concurrency)}")
     if concurrency[0] <= 0:
         raise ProfileError(f"{source}: 'concurrency' values must be > 0")
@@ -212,7 +215,8 @@ def _number(obj: dict[str, Any], key: str, source: str, prefix: str = "", positi
     if not _is_number(value) or not math.isfinite(value):
         raise ProfileError(f"{source}: '{prefix}{key}' must be a finite number, got {value!r}")
     if value < 0 or (positive and value == 0):
-        raise ProfileError(f"{source}: '{prefix}{key}' must be {'> 0' if positive else '>= 0'}, got {value!r}")
+        bound = "> 0" if positive else ">= 0"
+        raise ProfileError(f"{source}: '{prefix}{key}' must be {bound}, got {value!r}")
     return float(value)
 
 

@@ -6,7 +6,7 @@ range; nullable columns mean "the source did not report it", never zero.
 
 from __future__ import annotations
 
-from sqlalchemy import Index, UniqueConstraint
+from sqlalchemy import Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -71,7 +71,8 @@ class EngineSample(SQLModel, table=True):
     num_running_reqs: float | None = None
     num_queue_reqs: float | None = None
     gen_throughput: float | None = None  # SGLang's own gauge, tok/s
-    output_tok_s: float | None = None  # rate of realtime_tokens_total{mode=decode} (or generation_tokens_total)
+    # rate of realtime_tokens_total{mode=decode} (or of generation_tokens_total)
+    output_tok_s: float | None = None
     prefill_tok_s: float | None = None  # rate of realtime_tokens_total{mode=prefill_compute}
     request_rate: float | None = None  # rate of num_requests_total
     token_usage: float | None = None
@@ -134,7 +135,10 @@ class ControlEvent(SQLModel, table=True):
     """The audit trail: every attempt to move the knob, confirmed or not."""
 
     __tablename__ = "control_event"
-    __table_args__ = (Index("ix_control_event_server_ts", "server_url", "ts"),)
+    __table_args__ = (
+        Index("ix_control_event_server_ts", "server_url", "ts"),
+        Index("ix_control_event_ts", "ts"),  # schema v2: the audit page lists all servers by time
+    )
     id: int | None = Field(default=None, primary_key=True)
     ts: float
     actor: str  # "operator:<name>" or "policy:<mode>"
@@ -166,6 +170,8 @@ class BenchRun(SQLModel, table=True):
     crossover_lo: float | None = None
     crossover_hi: float | None = None
     best_max_bs: int | None = None
+    # schema v2: SHA-256 of an imported file, so importing the same file twice is noticed
+    source_sha256: str | None = Field(default=None, index=True)
 
 
 class BenchPoint(SQLModel, table=True):
@@ -240,3 +246,63 @@ class PolicyState(SQLModel, table=True):
     mode: str
     paused_until: float | None = None  # a manual set pauses the policy
     state_json: str
+
+
+# --- schema v2: rollups (min/mean/max per 1-minute and 1-hour bucket) -----------------------------
+# Wide tables (one row per source and bucket, four columns per metric) so one chart of 30 days reads
+# 720 hourly rows per source. The metric lists are frozen here: a new sample column needs a new
+# migration that adds its rollup columns too (storage/schema.py).
+
+ENGINE_ROLLUP_METRICS: tuple[str, ...] = (
+    "num_running_reqs", "num_queue_reqs", "gen_throughput", "output_tok_s", "prefill_tok_s",
+    "request_rate", "token_usage", "cache_hit_rate", "spec_accept_length", "spec_accept_rate",
+    "spec_num_steps", "spec_max_bs", "batches_drafted", "batches_gated",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+    "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
+)  # fmt: skip
+GPU_ROLLUP_METRICS: tuple[str, ...] = (
+    "gpu_util_pct", "mem_util_pct", "memory_used_mib", "memory_total_mib", "power_w", "power_limit_w",
+    "temperature_c", "sm_clock_mhz", "mem_clock_mhz", "pcie_tx_bytes_s", "pcie_rx_bytes_s",
+    "nvlink_tx_bytes_s", "nvlink_rx_bytes_s", "ecc_corrected", "ecc_uncorrected", "xid_errors",
+)  # fmt: skip
+
+
+def _metric_columns(metrics: tuple[str, ...]) -> list[Column]:  # type: ignore[type-arg,unused-ignore]
+    cols: list[Column] = []  # type: ignore[type-arg,unused-ignore]
+    for m in metrics:
+        cols += [Column(f"{m}_min", Float), Column(f"{m}_max", Float), Column(f"{m}_sum", Float),
+                 Column(f"{m}_n", Integer, nullable=False, server_default="0")]  # fmt: skip
+    return cols
+
+
+engine_rollup = Table(
+    "engine_rollup",
+    SQLModel.metadata,
+    Column("res_s", Integer, nullable=False),  # 60 or 3600
+    Column("server_id", Integer, nullable=False),
+    Column("dp_rank", Integer, nullable=False),
+    Column("bucket_ts", Float, nullable=False),  # start of the bucket, a multiple of res_s
+    Column("n", Integer, nullable=False),  # raw samples in the bucket
+    *_metric_columns(ENGINE_ROLLUP_METRICS),
+    # bucket_ts before dp_rank: a chart of all ranks of one server reads one index range
+    PrimaryKeyConstraint("res_s", "server_id", "bucket_ts", "dp_rank", name="pk_engine_rollup"),
+)
+
+gpu_rollup = Table(
+    "gpu_rollup",
+    SQLModel.metadata,
+    Column("res_s", Integer, nullable=False),
+    Column("gpu_id", Integer, nullable=False),
+    Column("bucket_ts", Float, nullable=False),
+    Column("n", Integer, nullable=False),
+    *_metric_columns(GPU_ROLLUP_METRICS),
+    PrimaryKeyConstraint("res_s", "gpu_id", "bucket_ts", name="pk_gpu_rollup"),
+)
+
+rollup_state = Table(
+    "rollup_state",
+    SQLModel.metadata,
+    Column("sample_table", String, primary_key=True),  # engine_sample | gpu_sample
+    Column("last_id", Integer, nullable=False),  # raw rows with id <= last_id are in the rollups
+    Column("updated_ts", Float, nullable=False),
+)

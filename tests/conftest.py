@@ -24,3 +24,32 @@ def real_data() -> Path:
     if not REAL_DATA.is_dir():
         pytest.fail(f"the real captures are missing: {REAL_DATA} (set SPECTOWER_SHARED)")
     return REAL_DATA
+
+
+# ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from tests.simulator_process import SimulatorProcess
+
+
+@pytest.fixture
+def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
+    """A callable ``(profile="glm5-nvfp4-8x-rtx-pro-6000", admin_key=None, api_key=None, **flags)`` that
+    starts a ``tests.simulator_process.SimulatorProcess`` (healthy on return); all are stopped at teardown."""
+    # Imported here: tests.simulator_process imports this module (free_port).
+    from tests.simulator_process import DEFAULT_PROFILE, SimulatorProcess
+
+    started: list[SimulatorProcess] = []
+
+    def factory(profile: str = DEFAULT_PROFILE, admin_key: str | None = None, api_key: str | None = None,
+                **flags: object) -> SimulatorProcess:
+        sim = SimulatorProcess(profile=profile, admin_key=admin_key, api_key=api_key, **flags)
+        started.append(sim)
+        return sim
+
+    yield factory
+    for sim in started:
+        sim.close()

@@ -1,7 +1,420 @@
-"""`spectower bench ...` (filled in by its issue)."""
+"""`spectower bench sweep` and `spectower bench compare`: measure where speculation stops paying."""
 
 from __future__ import annotations
 
+import asyncio
+import getpass
+import json
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="bench commands")
+if TYPE_CHECKING:
+    from collectors.bench.compare import Comparison
+    from collectors.bench.records import RequestRecord
+    from collectors.bench.sweep import PointResult, SweepResult
+
+app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
+
+DEFAULT_CONCURRENCY_TEXT = "1,2,4,8,16,32,64"
+EXIT_INTERRUPTED = 130
+
+
+class _AuditedKnob:
+    """The sweep's knob through ``control.knob.KnobClient``: every move audited as a control action."""
+
+    def __init__(self, server: str, admin_key: str | None, api_key: str | None, db: Any, actor: str) -> None:
+        from control.knob import KnobClient
+
+        self._client = KnobClient(server, admin_key, api_key=api_key)
+        self._db = db
+        self._actor = actor
+
+    async def read(self) -> list[int | None]:
+        state = await asyncio.to_thread(self._client.read)
+        return [rank.spec_max_bs for rank in state.ranks]
+
+    async def set(self, max_bs: int, reason: str) -> None:
+        from collectors.bench.errors import KnobError
+        from control.audit import apply_knob
+
+        result = await asyncio.to_thread(apply_knob, self._db, self._client, max_bs, reason, self._actor)
+        if not result.confirmed:
+            raise KnobError(
+                f"knob: {result.error or f'spectower_spec_max_bs={max_bs} not confirmed'} "
+                f"(per rank: {result.per_rank()})"
+            )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _RichProgress:
+    """Level, mode, requests done and live tok/s on stderr."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("[bold]C={task.fields[c]:<4}[/] spec {task.fields[mode]:<3}"),
+            BarColumn(),
+            TextColumn("{task.fields[done]} req done"),
+            TextColumn("{task.fields[tok_s]:>8.0f} tok/s"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self._task: Any = None
+        self._duration: float | None = None
+        self._done = 0
+
+    def __enter__(self) -> _RichProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def point_started(
+        self, concurrency: int, mode: str, total_requests: int | None, duration_s: float | None
+    ) -> None:
+        self._duration = duration_s
+        self._done = 0
+        total = float(total_requests) if total_requests is not None else duration_s
+        self._task = self.progress.add_task("", total=total, c=concurrency, mode=mode, done=0, tok_s=0.0)
+
+    def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None:
+        if self._task is None:
+            return
+        self._done += 1
+        completed = min(elapsed_s, self._duration) if self._duration is not None else self._done
+        self.progress.update(
+            self._task, completed=completed, done=self._done, tok_s=tokens_so_far / max(elapsed_s, 1e-9)
+        )
+
+    def point_finished(self, point: PointResult) -> None:
+        if self._task is None:
+            return
+        tok_s = point.steady_tok_s or point.figures.get("output_throughput") or 0.0
+        total = self.progress.tasks[-1].total or 0
+        self.progress.update(self._task, completed=total, tok_s=tok_s, done=point.figures.get("completed", 0))
+        self._task = None
+
+
+def _fmt(value: Any, spec: str = ".1f") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _out() -> Any:
+    """stdout; wide enough for the tables when it is not a terminal (a pipe, a file, a test)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def _print_result(result: SweepResult) -> None:
+    from rich.table import Table
+
+    out = _out()
+    ratios = {r.concurrency: r for r in result.ratios()}
+    table = Table(title=f"spectower bench sweep: {result.config.server}", title_justify="left")
+    for col in (
+        "C",
+        "on tok/s",
+        "off tok/s",
+        "on/off",
+        "95% CI",
+        "accept len",
+        "TTFT ms on/off",
+        "ITL ms on/off",
+    ):
+        table.add_column(col, justify="right")
+    for c in sorted({p.concurrency for p in result.points}):
+        on, off = result.point(c, "on"), result.point(c, "off")
+        r = ratios.get(c)
+
+        def pair(key: str, on: PointResult | None = on, off: PointResult | None = off) -> str:
+            return (
+                f"{_fmt(on.figures.get(key) if on else None)} / {_fmt(off.figures.get(key) if off else None)}"
+            )
+
+        table.add_row(
+            str(c),
+            _fmt(on.steady_tok_s if on else None),
+            _fmt(off.steady_tok_s if off else None),
+            _fmt(r.ratio if r else None, ".3f"),
+            f"{r.lo:.3f}-{r.hi:.3f}" if r else "-",
+            _fmt(on.accept_length if on else None, ".2f"),
+            pair("median_ttft_ms"),
+            pair("median_itl_ms"),
+        )
+    out.print(table)
+    cross = result.crossover()
+    out.print(f"crossover: {cross.describe() if cross else 'not measured (needs --modes on,off)'}")
+    if cross is not None and cross.bracket is not None:
+        out.print(f"  between measured levels {cross.bracket[0]:g} and {cross.bracket[1]:g}")
+    best = result.best_max_bs()
+    if best is not None:
+        out.print(
+            f"best knob: spectower_spec_max_bs = {best} (max_running_requests {result.max_running_requests})"
+        )
+    restored = "restored" if result.knob_restored else "NOT restored"
+    out.print(f"knob {restored} to {result.knob_before}")
+    if result.interrupted:
+        out.print(f"[yellow]interrupted: kept {len(result.points)} finished point(s)[/]")
+
+
+def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | None) -> dict[str, Any]:
+    cross = result.crossover()
+    points = []
+    for p in result.points:
+        figures = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in p.figures.items()
+        }
+        points.append(
+            {
+                "concurrency": p.concurrency,
+                "mode": p.mode,
+                "knob_value": p.knob_value,
+                "accept_length": p.accept_length,
+                "accept_length_source": p.accept_length_source,
+                **figures,
+            }
+        )
+    return {
+        "server": result.config.server,
+        "run_id": run_id,
+        "params": result.config.params(),
+        "sglang_version": result.server_info.get("version"),
+        "max_running_requests": result.max_running_requests,
+        "points": points,
+        "ratios": [
+            {"concurrency": r.concurrency, "ratio": r.ratio, "lo": r.lo, "hi": r.hi} for r in result.ratios()
+        ],
+        "crossover": None
+        if cross is None
+        else {
+            "status": cross.status,
+            "value": cross.value,
+            "lo": cross.lo,
+            "hi": cross.hi,
+            "bracket": list(cross.bracket) if cross.bracket else None,
+        },
+        "best_max_bs": result.best_max_bs(),
+        "knob_before": result.knob_before,
+        "knob_restored": result.knob_restored,
+        "interrupted": result.interrupted,
+        "profile_out": str(profile_out) if profile_out else None,
+    }
+
+
+@app.command("sweep")
+def sweep(
+    server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
+    concurrency: str = typer.Option(
+        DEFAULT_CONCURRENCY_TEXT, "--concurrency", help="Comma-separated levels."
+    ),
+    modes: str = typer.Option("on,off", "--modes", help="on (knob = max_running_requests), off (knob = 0)."),
+    requests_per_level: int | None = typer.Option(None, "--requests-per-level", help="Requests per point."),
+    duration_per_level: float | None = typer.Option(
+        None, "--duration-per-level", help="Seconds per point (default 20 unless --requests-per-level)."
+    ),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
+    output_len: int = typer.Option(256, "--output-len", help="Output tokens per request (ignore_eos)."),
+    api: str = typer.Option("openai", "--api", help="openai (/v1/completions) or generate (/generate)."),
+    warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before each point."),
+    tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
+    save: bool = typer.Option(False, "--save", help="Save the run (BenchRun + BenchPoints) in the database."),
+    db: str | None = typer.Option(
+        None, "--db", help="Database URL or path (default $SPECTOWER_DB, ./spectower.db)."
+    ),
+    profile_out: Path | None = typer.Option(None, "--profile-out", help="Write a replayable profile JSON."),
+    gpu_metrics: str | None = typer.Option(
+        None, "--gpu-metrics", help="dcgm-exporter /metrics URL of the server's host (GPU inventory)."
+    ),
+    rounds: int = typer.Option(
+        2, "--rounds", help="Measure each point in this many slices, alternating modes (load drift cancels)."
+    ),
+    seed: int = typer.Option(1, "--seed", help="Prompt seed."),
+    operator: str | None = typer.Option(
+        None, "--as", help="Operator name for the audit trail (default $USER)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+) -> None:
+    """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
+    from collectors.bench.gpu_inventory import dcgm_inventory, is_loopback_url, nvml_inventory
+    from collectors.bench.sweep import (
+        DEFAULT_DURATION_S,
+        SweepConfig,
+        parse_concurrency,
+        parse_modes,
+        run_sweep,
+    )
+    from console.errors import fail
+    from control.audit import operator_actor
+    from control.credentials import load_credentials
+    from control.knob import normalize_server_url
+    from storage import default_db_url, open_database
+
+    if requests_per_level is not None and duration_per_level is not None:
+        fail("--requests-per-level and --duration-per-level: give one, not both")
+    if requests_per_level is None and duration_per_level is None:
+        duration_per_level = DEFAULT_DURATION_S
+    config = SweepConfig(
+        server=normalize_server_url(server),
+        concurrency=parse_concurrency(concurrency),
+        modes=parse_modes(modes),
+        requests_per_level=requests_per_level,
+        duration_per_level=duration_per_level,
+        input_len=input_len,
+        output_len=output_len,
+        api=api,  # type: ignore[arg-type]
+        warmup=warmup,
+        tag=tag,
+        seed=seed,
+        rounds=rounds,
+    ).validate()
+    if profile_out is not None and profile_out.is_dir():
+        fail(f"--profile-out: {profile_out} is a directory; give a file name")
+    actor = operator_actor(operator or getpass.getuser() or "unknown")
+    creds = load_credentials()
+    inventory: list[dict[str, Any]] | None
+    if gpu_metrics:
+        inventory = dcgm_inventory(gpu_metrics)
+    else:
+        inventory = nvml_inventory() if is_loopback_url(config.server) else None
+    if profile_out is not None and not inventory:
+        fail(
+            "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "
+            "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
+        )
+    database = open_database(default_db_url(db))
+    knob = _AuditedKnob(config.server, creds.admin_key, creds.api_key, database, actor)
+    progress = _RichProgress()
+    try:
+        with progress:
+            result = asyncio.run(
+                run_sweep(
+                    config,
+                    knob_factory=lambda _client, _key: knob,
+                    progress=progress,  # type: ignore[arg-type]
+                    admin_key=creds.admin_key,
+                    api_key=creds.api_key,
+                    gpu_inventory=lambda: inventory,
+                )
+            )
+    except KeyboardInterrupt:  # a Ctrl-C before the sweep started (or a second one)
+        fail("interrupted", code=EXIT_INTERRUPTED)
+    finally:
+        knob.close()
+    run_id = _save(database, result) if save and result.points else None
+    written = None
+    if profile_out is not None and result.points:
+        from collectors.bench.profile_out import write_profile
+
+        write_profile(result, profile_out)
+        written = profile_out
+    database.close()
+    if as_json:
+        print(json.dumps(_result_json(result, run_id, written), indent=2))
+    else:
+        _print_result(result)
+        if run_id is not None:
+            print(f"saved as run {run_id} in {database.url}")
+        if written is not None:
+            print(f"profile written to {written}")
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _save(database: Any, result: SweepResult) -> int:
+    from collectors.bench.persist import to_models
+
+    run, points = to_models(result)
+    return int(database.save_bench_run(run, points))
+
+
+def _print_comparison(comp: Comparison) -> None:
+    from rich.table import Table
+
+    out = _out()
+    a, b = comp.a.run, comp.b.run
+    table = Table(title=f"run {a.id} ({a.tag or '-'}) vs run {b.id} ({b.tag or '-'})", title_justify="left")
+    for col in (
+        "C",
+        "on tok/s A|B",
+        "off tok/s A|B",
+        "on/off A|B",
+        "TTFT ms A|B",
+        "ITL ms A|B",
+        "e2e ms A|B",
+        "accept A|B",
+    ):
+        table.add_column(col, justify="right")
+
+    def ab(row: dict[str, Any], key: str, spec: str = ".1f", sub: str | None = None) -> str:
+        def get(side: dict[str, Any]) -> Any:
+            value = side.get(key)
+            if sub is not None and isinstance(value, dict):
+                value = value.get(sub, value.get("?"))
+            return value
+
+        return f"{_fmt(get(row['a']), spec)} | {_fmt(get(row['b']), spec)}"
+
+    for row in comp.rows:
+        table.add_row(
+            f"{row['concurrency']:g}",
+            ab(row, "on_tok_s"),
+            ab(row, "off_tok_s"),
+            ab(row, "ratio", ".3f"),
+            ab(row, "median_ttft_ms", sub="on"),
+            ab(row, "median_itl_ms", sub="on"),
+            ab(row, "median_e2e_latency_ms", sub="on"),
+            ab(row, "accept_length", ".2f"),
+        )
+    out.print(table)
+    out.print(
+        f"crossover: A {_fmt(a.crossover)} ({_fmt(a.crossover_lo)}-{_fmt(a.crossover_hi)}), "
+        f"B {_fmt(b.crossover)} ({_fmt(b.crossover_lo)}-{_fmt(b.crossover_hi)}); "
+        f"best knob A {a.best_max_bs}, B {b.best_max_bs}"
+    )
+    if not comp.stack:
+        out.print("stack: no difference (SGLang version, launch flags, GPUs)")
+        return
+    stack = Table(title="stack differences", title_justify="left")
+    for col in ("what", "A", "B"):
+        stack.add_column(col)
+    for d in comp.stack:
+        stack.add_row(d["what"], json.dumps(d["a"], default=str), json.dumps(d["b"], default=str))
+    out.print(stack)
+
+
+@app.command("compare")
+def compare(
+    run_a: int = typer.Argument(..., help="Id of the first saved run."),
+    run_b: int = typer.Argument(..., help="Id of the second saved run."),
+    db: str | None = typer.Option(
+        None, "--db", help="Database URL or path (default $SPECTOWER_DB, ./spectower.db)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Two saved runs side by side, and what differs in their stacks."""
+    from collectors.bench.compare import compare_runs, load_run
+    from storage import default_db_url, open_database
+
+    database = open_database(default_db_url(db))
+    try:
+        comp = compare_runs(load_run(database, run_a), load_run(database, run_b))
+    finally:
+        database.close()
+    if as_json:
+        json.dump(comp.to_json(), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        _print_comparison(comp)

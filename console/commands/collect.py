@@ -1,8 +1,65 @@
-"""`spectower collect` (filled in by the collectors issue)."""
+"""`spectower collect`: the collection daemon (collectors.daemon)."""
 
 from __future__ import annotations
 
+import typer
 
-def collect() -> None:
-    """Run the collection daemon."""
-    raise SystemExit(1)
+from console.errors import fail
+
+
+def collect(
+    server: list[str] = typer.Option(
+        [], "--server", help="SGLang server base URL (repeatable), e.g. http://127.0.0.1:30000"
+    ),
+    gpu: str = typer.Option(
+        "none", "--gpu", help="GPU source: nvml (local GPUs), dcgm=URL (dcgm-exporter), none"
+    ),
+    prometheus: str | None = typer.Option(
+        None, "--prometheus", help="Prometheus base URL: read SGLang and DCGM series of every instance"
+    ),
+    interval: str = typer.Option("1s", "--interval", help="Collection interval (1s, 500ms, 2m)"),
+    db: str | None = typer.Option(
+        None, "--db", help="Database URL or path (default: $SPECTOWER_DB or ./spectower.db)"
+    ),
+    duration: str | None = typer.Option(
+        None, "--duration", help="Stop after this long (default: until SIGTERM/SIGINT)"
+    ),
+    timeout: str | None = typer.Option(
+        None, "--timeout", help="Per-request timeout (default: 2 intervals, 0.5-5 s)"
+    ),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+) -> None:
+    """Run the collection daemon: scrape SGLang servers, GPUs and Prometheus into the database.
+
+    The API key of an --api-key server comes from SPECTOWER_API_KEY or the file named by
+    SPECTOWER_API_KEY_FILE (never the command line)."""
+    import asyncio
+    import logging
+
+    from collectors.auth import ApiKeyError, load_api_key
+    from collectors.daemon import Collector, DaemonConfig, parse_duration
+    from collectors.sink import StorageSink
+    from storage import default_db_url, open_database
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        fail(f"--log-level: unknown level {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = DaemonConfig(
+            servers=list(server),
+            gpu=gpu,
+            prometheus=prometheus,
+            interval_s=parse_duration(interval, "--interval"),
+            duration_s=parse_duration(duration, "--duration") if duration else None,
+            timeout_s=parse_duration(timeout, "--timeout") if timeout else None,
+            api_key=load_api_key(),
+        )
+    except (ValueError, ApiKeyError) as exc:
+        fail(str(exc))
+    database = open_database(default_db_url(db))
+    try:
+        sink = StorageSink(database)
+        asyncio.run(Collector(config, sink).run())
+    finally:
+        database.close()

@@ -1,8 +1,324 @@
-"""`spectower control ...` (filled in by its issue)."""
+"""`spectower control get|set|release|auto|events`: the speculation knob of a running SGLang server.
+
+Keys come from the environment or a file (SPECTOWER_ADMIN_KEY[_FILE], SPECTOWER_API_KEY[_FILE]), never from
+an argument. Heavy imports stay inside the commands so ``spectower --help`` is fast.
+"""
 
 from __future__ import annotations
 
+import functools
+import getpass
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec
+
 import typer
+from rich.console import Console
+from rich.markup import escape
 
-app = typer.Typer(no_args_is_help=True, help="control commands")
+from console.errors import fail, is_user_error
 
+if TYPE_CHECKING:
+    from control.knob import KnobClient, KnobState, SetResult
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Read and move the speculation knob (spectower_spec_max_bs) of a running SGLang server.",
+)
+out = Console(highlight=False)
+
+SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
+DB_HELP = "database URL or SQLite path (default: $SPECTOWER_DB, else ./spectower.db)"
+P = ParamSpec("P")
+MODES = ("threshold", "learn", "always-on", "always-off", "sglang-default")
+
+
+def _user_errors(command: Callable[P, None]) -> Callable[P, None]:
+    """Our refusals (bad key, no plugin, unreachable, bad value) end as one ``error:`` line, exit 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except Exception as exc:
+            if is_user_error(exc):
+                fail(str(exc))
+            raise
+
+    return wrapper
+
+
+def _say_plain(line: str) -> None:
+    out.print(line, markup=False, soft_wrap=True)
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
+
+
+def _client(server: str) -> KnobClient:
+    from control.credentials import load_credentials
+    from control.knob import KnobClient
+
+    creds = load_credentials()
+    return KnobClient(server, creds.admin_key, api_key=creds.api_key)
+
+
+def _open_db(db: str | None) -> Any:
+    from storage.database import default_db_url, open_database
+
+    return open_database(default_db_url(db))
+
+
+def _describe(value: int | None, max_running: int | None) -> str:
+    if value is None:
+        return "unknown"
+    if value == 0:
+        return "0 (off)"
+    if max_running is not None and value >= max_running:
+        return f"{value} (on)"
+    return f"{value} (draft while running batch <= {value})"
+
+
+def _print_state(state: KnobState) -> None:
+    out.print(f"server           {state.server_url}  (SGLang {state.server_version or '?'})")
+    out.print(
+        f"speculation      {state.speculative_algorithm or 'none'}, adaptive="
+        f"{'yes' if state.speculative_adaptive else 'no'}, bands allow 0="
+        f"{ {True: 'yes', False: 'no', None: 'unknown'}[state.bands_allow_zero] }"
+    )
+    out.print(f"max_running_reqs {state.max_running_requests}")
+    if not state.plugin_installed:
+        out.print("plugin           [bold red]not installed[/]")
+    else:
+        out.print(f"plugin           spectower {state.plugin_version or '(version not reported)'}")
+        knob = _describe(state.spec_max_bs, state.max_running_requests)
+        out.print(f"knob             {knob}, mode {state.mode}")
+    for rank in state.ranks:
+        out.print(
+            f"  dp_rank {rank.dp_rank}: spec_max_bs={rank.spec_max_bs} drafted={rank.batches_drafted} "
+            f"gated={rank.batches_gated} active_steps={rank.active_num_steps} accept_length="
+            f"{'-' if rank.accept_length is None else f'{rank.accept_length:.2f}'}"
+        )
+    for problem in state.problems():
+        out.print(f"[yellow]warning:[/] {escape(problem)}")
+
+
+@app.command("get")
+@_user_errors
+def get(
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Show the knob per DP rank, and whether this server can take it."""
+    with _client(server) as client:
+        state = client.read()
+    if as_json:
+        print(json.dumps(state.to_dict(), indent=2))
+        return
+    _print_state(state)
+
+
+def _print_result(result: SetResult) -> None:
+    for row in result.per_rank():
+        mark = "[green]confirmed[/]" if row["confirmed"] else "[bold red]NOT confirmed[/]"
+        out.print(
+            f"  dp_rank {row['dp_rank']}: {mark} (answered {row['accepted']}, reads {row['spec_max_bs']})"
+        )
+
+
+@app.command("set")
+@_user_errors
+def set_knob(
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    off: bool = typer.Option(False, "--off", help="switch speculation off (max_bs 0)"),
+    on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
+    max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
+    reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
+    as_name: str | None = typer.Option(None, "--as", help="operator name for the audit (default: login)"),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+) -> None:
+    """Set the knob, read it back per rank, audit it, and pause the server's policy until released."""
+    from control import audit
+    from control.knob import Target
+
+    flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
+    chosen = [flag for flag, given in flags if given]
+    if len(chosen) != 1:
+        got = f" (got {', '.join(chosen)})" if chosen else ""
+        fail(f"give exactly one of --off, --on, --max-bs N{got}")
+    target: Target = "off" if off else "on" if on else int(max_bs)  # type: ignore[arg-type]
+    actor = audit.operator_actor(as_name or getpass.getuser())
+    reason = audit.validate_reason(reason)
+    if not yes and not _stdin_is_tty():
+        fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
+
+    database = _open_db(db)
+    try:
+        with _client(server) as client:
+            state, new = audit.preview_knob(database, client, target, reason, actor)
+            limit = state.max_running_requests
+            old_text, new_text = _describe(state.spec_max_bs, limit), _describe(new, limit)
+            out.print(f"{client.base_url}: spec_max_bs {old_text} -> {new_text}")
+            if not yes and not typer.confirm("Apply?", default=False):
+                out.print("aborted: nothing was sent")
+                raise typer.Exit(1)
+            result = audit.apply_knob(database, client, target, reason, actor)
+    finally:
+        database.close()
+    _print_result(result)
+    if result.error:
+        out.print(f"[yellow]note:[/] {escape(result.error)}")
+    if not result.confirmed:
+        out.print("[bold red]not confirmed[/]: the server does not report the new value on every rank")
+        raise typer.Exit(1)
+    out.print(
+        f"[green]confirmed[/] on {len(result.per_rank())} rank(s); any policy for this server is paused "
+        "until `spectower control release`"
+    )
+
+
+@app.command("release")
+@_user_errors
+def release(
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
+    as_name: str | None = typer.Option(None, "--as", help="operator name for the audit (default: login)"),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Hand the server back to its policy after a manual set."""
+    from control import audit
+    from control.knob import normalize_server_url
+
+    actor = audit.operator_actor(as_name or getpass.getuser())
+    url = normalize_server_url(server)
+    database = _open_db(db)
+    try:
+        outcome = audit.release(database, url, actor, reason)
+    finally:
+        database.close()
+    if outcome.was_paused:
+        out.print(f"released: the policy for {url} acts again at its next interval")
+    else:
+        out.print(f"{url} was not paused; recorded the release anyway")
+
+
+@app.command("events")
+@_user_errors
+def events(
+    server: str | None = typer.Option(None, "--server", help="only this server"),
+    limit: int = typer.Option(20, "--limit", min=1, help="newest N events"),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list"),
+) -> None:
+    """The audit trail, newest first."""
+    import time
+
+    from control import audit
+
+    database = _open_db(db)
+    try:
+        rows = audit.list_events(database, server, limit=limit)
+    finally:
+        database.close()
+    if as_json:
+        print(json.dumps([row.model_dump() for row in rows], indent=2))
+        return
+    for row in rows:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.ts))
+        change = f" {row.old_max_bs} -> {row.new_max_bs}" if row.action == "set" else ""
+        status = "ok" if row.confirmed else "NOT confirmed"
+        error = f" error: {row.error}" if row.error else ""
+        line = f"{stamp} {row.actor} {row.action}{change} {status} {row.server_url}: {row.reason}{error}"
+        out.print(line, markup=False)
+
+
+@app.command("auto")
+@_user_errors
+def auto(
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    mode: str = typer.Option("learn", "--mode", help=f"one of {', '.join(MODES)}"),
+    max_bs: int | None = typer.Option(None, "--max-bs", help="the ceiling for --mode threshold"),
+    interval: str = typer.Option("5s", "--interval", help="decision interval (5s, 500ms, 1m)"),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    max_flips_per_hour: int | None = typer.Option(None, "--max-flips-per-hour", help="most sets per hour"),
+    stale_after: str = typer.Option("30s", "--stale-after", help="hold when the newest sample is older"),
+) -> None:
+    """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
+
+    It reads what `spectower collect` stores for the server, so run a collector for it too.
+    """
+    from control.knob import ServerUnreachableError, ensure_ready
+    from control.policy import make_policy
+    from control.runner import (
+        DEFAULT_MAX_FLIPS_PER_HOUR,
+        PolicyRunner,
+        RunnerConfig,
+        parse_duration,
+    )
+
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "threshold" and max_bs is None:
+        fail("--mode threshold needs --max-bs N")
+    if mode != "threshold" and max_bs is not None:
+        fail(f"--max-bs applies to --mode threshold only (got --mode {mode})")
+    config = RunnerConfig(
+        interval_s=parse_duration(interval, "--interval"),
+        stale_after_s=parse_duration(stale_after, "--stale-after"),
+        max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
+    )
+    database = _open_db(db)
+    client = _client(server)
+    try:
+        try:
+            state = client.read()
+            ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
+            max_running = state.max_running_requests
+        except ServerUnreachableError as exc:
+            max_running = _known_max_running(database, client.base_url)
+            if max_running is None:
+                raise
+            why = escape(str(exc))
+            out.print(f"[yellow]warning:[/] {why}; max_running_requests={max_running} from the database")
+        if max_running is None:
+            fail(f"{client.base_url} does not report max_running_requests")
+        if max_bs is not None and not 0 <= max_bs <= max_running:
+            fail(f"--max-bs must be in 0..{max_running} (the server's max_running_requests), got {max_bs}")
+        spec = f"threshold:{max_bs}" if mode == "threshold" else mode
+        options: dict[str, Any] = {}
+        if mode == "learn":
+            options["max_flips_per_hour"] = config.max_flips_per_hour
+        policy = make_policy(spec, max_running, **options)
+        runner = PolicyRunner(database, client, policy, mode=mode, config=config, say=_say_plain)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        out.print(f"policy {policy.name} on {client.base_url}, every {config.interval_s:g} s (Ctrl-C stops)")
+        try:
+            runner.run(stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        client.close()
+        database.close()
+
+
+def _known_max_running(database: Any, url: str) -> int | None:
+    from sqlmodel import select
+
+    from control.db import read_session
+    from storage.models import Server
+
+    with read_session(database) as session:
+        row = session.exec(select(Server).where(Server.url == url)).first()
+    return row.max_running_requests if row is not None else None

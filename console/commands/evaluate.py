@@ -1,10 +1,70 @@
-"""`spectower sim evaluate` (filled in by the control issue)."""
+"""`spectower sim evaluate`: score a speculation policy on a load trace, in virtual time."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from console.errors import fail
+
+out = Console(highlight=False)
+
+PROFILE_HELP = "a shipped profile name or a profile JSON path"
+TRACE_HELP = "a built-in trace (diurnal, bursty, ramp, step) or a JSON file of (t_seconds, concurrency) pairs"
+POLICY_HELP = "learn | threshold:N | always-on | always-off | sglang-default"
 
 
-def evaluate() -> None:
-    """Score a policy on a load trace in virtual time."""
-    raise typer.Exit(1)
+def evaluate(
+    profile: str = typer.Option(..., "--profile", help=PROFILE_HELP),
+    trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
+    policy: str = typer.Option("learn", "--policy", help=POLICY_HELP),
+    duration: float | None = typer.Option(
+        None, "--duration", help="virtual seconds (default: 3600 for a built-in trace, a file's own length)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="seed of the built-in trace and of the measurement noise"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+) -> None:
+    """Score a policy on a load trace in virtual time: efficiency = its tokens / the oracle's tokens."""
+    from simulator.harness import evaluate as run_evaluation
+    from simulator.profile import load_profile
+    from simulator.traces import load_trace
+
+    if duration is not None and not (duration >= 60 and duration <= 30 * 86400):
+        fail(f"--duration must be between 60 and 2592000 seconds, got {duration:g}")
+    if seed < 0:
+        fail(f"--seed must be >= 0, got {seed}")
+    prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line
+    load = load_trace(trace, duration_s=duration, seed=seed)
+    result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed)
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+        return
+    _print_table(result)
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    cross = result.get("crossover")
+    cross_text = f"{cross:.1f} running requests" if cross is not None else "none in the profile's range"
+    if cross is None and result.get("spec_pays_at_1") is not None:
+        cross_text = "none (spec always pays)" if result["spec_pays_at_1"] else "none (spec never pays)"
+    table = Table(
+        title=f"{result['policy']} on {result['profile']}, trace {result['trace']} "
+              f"({result['duration_s']:.0f} s virtual, seed {result['seed']}); crossover: {cross_text}",
+    )
+    table.add_column("policy")
+    table.add_column("efficiency", justify="right")
+    table.add_column("flips", justify="right")
+    table.add_row(f"[bold]{result['policy']}[/]", f"[bold]{result['efficiency']:.4f}[/]",
+                  str(result["flips"]))
+    for name, base in result["baselines"].items():
+        if name != result["policy"]:
+            table.add_row(name, f"{base['efficiency']:.4f}", str(base["flips"]))
+    out.print(table)
+    out.print(
+        f"tokens {result['tokens']:,.0f} of the oracle's {result['oracle_tokens']:,.0f}; "
+        f"drafting {result['spec_on_fraction']:.0%} of busy time; final ceiling {result['final_max_bs']}"
+    )

@@ -1,7 +1,13 @@
-"""`spectower sim ...` (filled in by its issue)."""
+"""`spectower sim ...`: ``sim serve`` runs the SGLang simulator (``simulator.cli.serve``).
+
+``sim evaluate`` (policy scoring) is registered on this same ``app`` by ``console.cli``.
+"""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="sim commands")
+from simulator.cli import serve
+
+app = typer.Typer(no_args_is_help=True, help="The SGLang simulator and policy scoring.")
+app.command("serve")(serve)

@@ -1,8 +1,150 @@
-"""`spectower export ...` and `spectower import ...` (filled in by the storage issue)."""
+"""`spectower export ...` and `spectower import ...`: benchmark runs and samples in and out."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
+
+from console.errors import fail, stderr
+
+if TYPE_CHECKING:
+    from storage import Database
 
 export_app = typer.Typer(no_args_is_help=True, help="Export benchmark runs and samples.")
 import_app = typer.Typer(no_args_is_help=True, help="Import benchmark histories.")
+
+DB_HELP = "Database URL or path (default: env SPECTOWER_DB, else ./spectower.db)."
+FORMAT_HELP = "csv, jsonl or parquet (default: from the --out file name)."
+_SUFFIX_FORMATS = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+}
+
+
+@contextmanager
+def _database(db_url: str | None) -> Iterator[Database]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage import default_db_url, open_database
+
+    try:
+        url = default_db_url(db_url)
+        db = open_database(url)
+    except ValueError as exc:
+        fail(str(exc))
+    except SQLAlchemyError as exc:
+        fail(f"--db: cannot open {db_url or url}: {getattr(exc, 'orig', exc)}")
+    try:
+        yield db
+    except (ValueError, LookupError) as exc:
+        fail(str(exc))
+    finally:
+        db.close()
+
+
+def _format(fmt: str | None, out: Path) -> str:
+    if fmt is None:
+        guessed = _SUFFIX_FORMATS.get(out.suffix.lower())
+        if guessed is None:
+            fail(f"--format: not given and {out.name!r} has no .csv/.jsonl/.parquet suffix to tell")
+        return guessed
+    from storage.export import check_format
+
+    try:
+        return check_format(fmt.lower())
+    except ValueError as exc:
+        fail(str(exc))
+
+
+@export_app.command("bench")
+def export_bench(
+    run_ids: list[str] = typer.Argument(..., metavar="RUN_ID...", help="Benchmark run ids."),
+    fmt: str | None = typer.Option(None, "--format", "-f", help=FORMAT_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Export benchmark runs (JSONL uses SGLang bench_serving's key names)."""
+    ids: list[int] = []
+    for raw in run_ids:
+        try:
+            ids.append(int(raw))
+        except ValueError:
+            fail(f"run id: {raw!r} is not an integer")
+    chosen = _format(fmt, out)
+    from storage.export import export_bench as do_export
+
+    with _database(db) as database:
+        n = do_export(database, ids, chosen, out)
+    stderr.print(
+        f"wrote {n} point(s) of run(s) {', '.join(map(str, ids))} to {out} ({chosen})", soft_wrap=True
+    )
+
+
+@export_app.command("samples")
+def export_samples(
+    kind: str = typer.Option(..., "--kind", "-k", help="engine, gpu or control."),
+    server: str | None = typer.Option(None, "--server", help="Only this server URL (engine, control)."),
+    host: str | None = typer.Option(None, "--host", help="Only the GPUs of this host (gpu)."),
+    start: str | None = typer.Option(None, "--start", help="ISO 8601, Unix seconds, or relative (-1h)."),
+    end: str | None = typer.Option(None, "--end", help="ISO 8601, Unix seconds, 'now', or relative."),
+    fmt: str | None = typer.Option(None, "--format", "-f", help=FORMAT_HELP),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Export engine samples, GPU samples or control events over a time range."""
+    from storage.export import SAMPLE_KINDS
+    from storage.export import export_samples as do_export
+    from storage.timeparse import parse_time
+
+    if kind not in SAMPLE_KINDS:
+        fail(f"--kind: {kind!r} is not one of {', '.join(SAMPLE_KINDS)}")
+    try:
+        t0 = parse_time(start, "--start") if start is not None else None
+        t1 = parse_time(end, "--end") if end is not None else None
+    except ValueError as exc:
+        fail(str(exc))
+    chosen = _format(fmt, out)
+    with _database(db) as database:
+        n = do_export(database, kind, chosen, out, server=server, host=host, start=t0, end=t1)
+    stderr.print(f"wrote {n} {kind} row(s) to {out} ({chosen})", soft_wrap=True)
+
+
+@import_app.command("bench-serving")
+def import_bench_serving(
+    files: list[Path] = typer.Argument(..., metavar="FILE...", help="bench_serving JSONL result files."),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    allow_duplicate: bool = typer.Option(
+        False, "--allow-duplicate", help="Import a file again even if the same bytes were imported before."
+    ),
+) -> None:
+    """Import SGLang bench_serving result files (every key-set version); one run per file."""
+    from storage.bench_serving import BenchImportError, import_file
+
+    failed = 0
+    with _database(db) as database:
+        for path in files:
+            try:
+                result = import_file(database, path, allow_duplicate=allow_duplicate)
+            except BenchImportError as exc:
+                failed += 1
+                stderr.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+                continue
+            for line_no, why in result.line_errors:
+                stderr.print(f"[yellow]warning:[/] {path}: line {line_no}: {why} (skipped)", soft_wrap=True)
+            if result.duplicate_of is not None:
+                stderr.print(
+                    f"{path}: already imported as run {result.duplicate_of} "
+                    "(skipped; --allow-duplicate imports it again)",
+                    soft_wrap=True,
+                )
+            else:
+                typer.echo(f"{path}: run {result.run_id}, {result.points} point(s)")
+    if failed:
+        fail(f"{failed} of {len(files)} file(s) could not be imported")

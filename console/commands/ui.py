@@ -1,8 +1,60 @@
-"""`spectower console` (filled in by the console issue)."""
+"""`spectower console`: serve the Streamlit console (bound to 127.0.0.1, headless, no usage stats)."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 
-def console() -> None:
-    """Serve the Streamlit console."""
-    raise SystemExit(1)
+import typer
+
+from console.errors import fail
+
+DEFAULT_PORT = 8501
+DEFAULT_HOST = "127.0.0.1"  # loopback unless the operator says otherwise (put a proxy with auth in front)
+APP_PATH = Path(__file__).resolve().parents[1] / "app.py"
+
+
+def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
+    """The `streamlit run` command line; every setting explicit so no user config turns telemetry on."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(app),
+        "--server.address", host,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.runOnSave", "false",
+        "--server.fileWatcherType", "none",
+        "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "minimal",
+        "--theme.base", "dark",
+    ]  # fmt: skip
+
+
+def console(
+    db: str | None = typer.Option(
+        None, "--db", help="Database URL or path (default: $SPECTOWER_DB or ./spectower.db)"
+    ),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port to serve on"),
+    host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (default loopback only)"),
+) -> None:
+    """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
+    SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
+    from storage import default_db_url
+
+    if not 1 <= port <= 65535:
+        fail(f"--port must be between 1 and 65535, got {port}")
+    if not host.strip():
+        fail("--host must not be empty")
+    try:
+        url = default_db_url(db)
+    except ValueError as exc:
+        fail(str(exc))
+    env = {
+        **os.environ,
+        "SPECTOWER_DB": url,
+        "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
+    }
+    typer.echo(f"spectower console on http://{host}:{port} reading {url}", err=True)
+    argv = streamlit_argv(APP_PATH, host, port)
+    # exec: the console process *is* streamlit, so a signal to it stops the server directly.
+    os.execve(sys.executable, argv, env)

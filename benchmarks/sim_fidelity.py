@@ -1,0 +1,234 @@
+"""Does the simulator deliver its profile? Measured from the client side, over loopback.
+
+For every concurrency of a profile and both knob settings (spec off: ``spectower_spec_max_bs = 0``;
+spec on: ``= max_running_requests``), C closed-loop clients stream ``/generate`` (``ignore_eos``, long
+outputs) and the aggregate output tokens/s received during a measurement window (after a warm-up) is
+compared with ``profile.output_tok_s(C, mode)``. Tokens are counted from each SSE event's
+``meta_info.completion_tokens`` (events split on the blank line, per the SSE spec, not on
+``str.splitlines``).
+
+    python benchmarks/sim_fidelity.py [--profile NAME|PATH] [--window 10] [--warmup 3] [--url URL]
+
+Without ``--url`` it starts the simulator itself (a subprocess on a free loopback port) and stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from simulator.profile import Profile, load_profile  # noqa: E402
+
+DEFAULT_WINDOW_S = 10.0
+DEFAULT_WARMUP_S = 3.0
+# Each request should last about this long, so the closed loop's between-request gaps are negligible.
+TARGET_REQUEST_S = 15.0
+_COMPLETION = b'"completion_tokens":'
+_DIGITS = re.compile(rb"\d+")
+
+
+def completion_tokens(event: bytes) -> int | None:
+    """``meta_info.completion_tokens`` of one /generate SSE event, without parsing the whole JSON."""
+    at = event.rfind(_COMPLETION)
+    if at < 0:
+        return None
+    m = _DIGITS.match(event, at + len(_COMPLETION))
+    return int(m.group()) if m else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    concurrency: int
+    spec_on: bool
+    measured_tok_s: float
+    profile_tok_s: float
+    window_s: float
+    tokens: int
+
+    @property
+    def error(self) -> float:
+        return self.measured_tok_s / self.profile_tok_s - 1.0
+
+
+def max_new_tokens_for(profile: Profile, concurrency: int, spec_on: bool) -> int:
+    per_request = profile.output_tok_s(concurrency, spec_on) / concurrency
+    return max(64, int(per_request * TARGET_REQUEST_S))
+
+
+async def set_knob(client: httpx.AsyncClient, base_url: str, value: int, headers: dict[str, str]) -> None:
+    r = await client.post(
+        f"{base_url}/set_internal_state",
+        json={"server_args": {"spectower_spec_max_bs": value}},
+        headers=headers,
+    )
+    r.raise_for_status()
+    if not all(r.json()):
+        raise RuntimeError(f"knob refused: {r.text}")
+
+
+class TokenClock:
+    """Token arrivals (monotonic time, count) from every stream, for windowed rates."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, int]] = []
+
+    def add(self, n: int) -> None:
+        self.events.append((time.monotonic(), n))
+
+    def tokens_between(self, t0: float, t1: float) -> int:
+        return sum(n for t, n in self.events if t0 <= t < t1)
+
+
+async def stream_worker(
+    client: httpx.AsyncClient,
+    base_url: str,
+    max_new_tokens: int,
+    clock: TokenClock,
+    stop_at: float,
+    headers: dict[str, str],
+) -> None:
+    body = {
+        "text": "Explain speculative decoding in one paragraph.",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0},
+    }
+    while time.monotonic() < stop_at:
+        seen = 0
+        async with client.stream("POST", f"{base_url}/generate", json=body, headers=headers) as resp:
+            resp.raise_for_status()
+            buf = b""
+            async for raw in resp.aiter_raw():
+                buf += raw
+                # SSE events end with a blank line; only LF (or CR/CRLF) ends a line, never U+2028.
+                while b"\n\n" in buf:
+                    event, buf = buf.split(b"\n\n", 1)
+                    n = completion_tokens(event)
+                    if n is not None and n > seen:
+                        clock.add(n - seen)
+                        seen = n
+                if time.monotonic() >= stop_at:
+                    return
+
+
+async def measure(
+    base_url: str,
+    profile: Profile,
+    concurrency: int,
+    spec_on: bool,
+    window_s: float,
+    warmup_s: float,
+    headers: dict[str, str] | None = None,
+    max_running_requests: int | None = None,
+) -> Measurement:
+    headers = headers or {}
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as client:
+        await set_knob(
+            client,
+            base_url,
+            (max_running_requests or profile.max_running_requests) if spec_on else 0,
+            headers,
+        )
+        clock = TokenClock()
+        start = time.monotonic()
+        t0 = start + warmup_s
+        t1 = t0 + window_s
+        n_tokens = max_new_tokens_for(profile, concurrency, spec_on)
+        tasks = [
+            asyncio.create_task(stream_worker(client, base_url, n_tokens, clock, t1, headers))
+            for _ in range(concurrency)
+        ]
+        await asyncio.gather(*tasks)
+    tokens = clock.tokens_between(t0, t1)
+    return Measurement(
+        concurrency, spec_on, tokens / window_s, profile.output_tok_s(concurrency, spec_on), window_s, tokens
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (
+        f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load avg {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="glm5-nvfp4-8x-rtx-pro-6000")
+    ap.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, help="measurement window per point (s)")
+    ap.add_argument("--warmup", type=float, default=DEFAULT_WARMUP_S, help="warm-up per point (s)")
+    ap.add_argument("--url", default=None, help="an already running simulator (default: start one)")
+    ap.add_argument("--concurrency", default=None, help="comma-separated subset (default: the profile's)")
+    args = ap.parse_args(argv)
+    profile = load_profile(args.profile)
+    proc = None
+    base_url = args.url
+    if base_url is None:
+        port = _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "simulator", "serve", "--profile", args.profile, "--port", str(port)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_SIM_")},
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+    levels = (
+        [int(c) for c in args.concurrency.split(",")]
+        if args.concurrency
+        else [int(c) for c in profile.concurrency]
+    )
+    print(f"simulator fidelity: profile {profile.name}; {machine()}")
+    print(
+        f"window {args.window:.0f} s after {args.warmup:.0f} s warm-up per point; "
+        "client and server on one box"
+    )
+    print(f"{'C':>4} {'mode':>8} {'profile tok/s':>14} {'measured tok/s':>15} {'error':>8}")
+    worst = 0.0
+    try:
+        for c in levels:
+            for spec_on in (False, True):
+                m = asyncio.run(measure(base_url, profile, c, spec_on, args.window, args.warmup))
+                worst = max(worst, abs(m.error))
+                print(
+                    f"{c:>4} {'spec_on' if spec_on else 'spec_off':>8} {m.profile_tok_s:>14.1f} "
+                    f"{m.measured_tok_s:>15.1f} {m.error * 100:>7.2f}%",
+                    flush=True,
+                )
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+    print(f"worst |error|: {worst * 100:.2f}%  ({machine()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Spec-on / spec-off throughput ratio per concurrency, the crossover, and the knob value to use.
+
+The ratio's interval comes from the repeated windows of each point: a t-interval on log(mean_on/mean_off)
+with the delta-method standard error, so it is symmetric on a log scale and never goes negative.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_CONFIDENCE = 0.95
+# Two-sided 95% Student t quantiles by degrees of freedom (no scipy in the product).
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+    60: 2.000,
+}
+
+
+def t95(df: int) -> float:
+    if df < 1:
+        return math.inf
+    keys = [k for k in sorted(_T95) if k <= df]
+    return _T95[keys[-1]] if df < 120 else 1.96
+
+
+@dataclass(frozen=True)
+class RatioPoint:
+    concurrency: float
+    ratio: float
+    lo: float
+    hi: float
+
+
+def ratio_interval(on: Sequence[float], off: Sequence[float]) -> tuple[float, float, float]:
+    """(ratio, lo, hi) of mean(on)/mean(off) from repeated window throughputs."""
+    if not on or not off:
+        raise ValueError("ratio needs at least one window in each mode")
+    m_on, m_off = statistics.fmean(on), statistics.fmean(off)
+    if m_on <= 0 or m_off <= 0:
+        raise ValueError("ratio needs positive throughput in both modes")
+    ratio = m_on / m_off
+    if len(on) < 2 or len(off) < 2:
+        return ratio, ratio, ratio
+    var = statistics.variance(on) / (len(on) * m_on**2) + statistics.variance(off) / (len(off) * m_off**2)
+    half = t95(min(len(on), len(off)) - 1) * math.sqrt(var)
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half)
+
+
+CrossoverStatus = Literal["found", "none_in_range", "below_range"]
+
+
+@dataclass(frozen=True)
+class Crossover:
+    status: CrossoverStatus
+    value: float | None = None  # interpolated concurrency where the ratio falls through 1
+    lo: float | None = None
+    hi: float | None = None
+    bracket: tuple[float, float] | None = None  # the two measured levels around it
+
+    def describe(self) -> str:
+        if self.status == "none_in_range":
+            return "none in range (speculation pays at every measured concurrency)"
+        if self.status == "below_range":
+            return "below range (speculation loses even at the lowest measured concurrency)"
+        assert self.value is not None
+        return f"{self.value:.1f} (interval {self.lo:.1f}-{self.hi:.1f})"
+
+
+def _first_fall(cs: Sequence[float], rs: Sequence[float]) -> float | None:
+    """Where ``rs`` first falls from >= 1 to < 1, linear in log(concurrency); None if it never does."""
+    for i in range(1, len(cs)):
+        if rs[i - 1] >= 1.0 > rs[i]:
+            a, b = math.log(cs[i - 1]), math.log(cs[i])
+            frac = (rs[i - 1] - 1.0) / (rs[i - 1] - rs[i])
+            return math.exp(a + frac * (b - a))
+    return None
+
+
+def find_crossover(points: Sequence[RatioPoint]) -> Crossover:
+    pts = sorted(points, key=lambda p: p.concurrency)
+    if not pts:
+        raise ValueError("no points to find a crossover in")
+    cs = [p.concurrency for p in pts]
+    rs = [p.ratio for p in pts]
+    if rs[0] < 1.0:
+        return Crossover(status="below_range")
+    value = _first_fall(cs, rs)
+    if value is None:
+        return Crossover(status="none_in_range")
+    # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
+    lo = _first_fall(cs, [p.lo for p in pts])
+    hi = _first_fall(cs, [p.hi for p in pts])
+    lo = min(value, lo if lo is not None else cs[0])
+    hi = max(value, hi if hi is not None else cs[-1])
+    i = next(i for i in range(1, len(cs)) if rs[i - 1] >= 1.0 > rs[i])
+    return Crossover(status="found", value=value, lo=lo, hi=hi, bracket=(cs[i - 1], cs[i]))
+
+
+def best_knob(crossover: Crossover, max_running_requests: int) -> int:
+    """The ``spectower_spec_max_bs`` that drafts exactly where speculation pays."""
+    if crossover.status == "none_in_range":
+        return max_running_requests
+    if crossover.status == "below_range":
+        return 0
+    assert crossover.value is not None
+    return max(0, min(max_running_requests, math.floor(crossover.value)))

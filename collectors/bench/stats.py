@@ -1,0 +1,119 @@
+"""The figures of one measured point, under the names SGLang's benchmark client writes (reference §6).
+
+Throughput is counted two ways. ``output_throughput`` is SGLang's: output tokens received in the phase /
+the phase's wall time, ramp-up and tail included. The ``steady_*`` figures count only the tokens that
+arrived while exactly C requests were in flight (``LoopResult.steady_*``), split into equal windows: their
+mean is the point's throughput for the curve, and their spread gives the ratio's confidence interval.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from collectors.bench.loadgen import LoopResult
+from collectors.bench.records import RequestRecord
+
+DEFAULT_WINDOWS = 5
+LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, which SGLang's client uses)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize_ms(name: str, values_s: Iterable[float]) -> dict[str, float | None]:
+    values = [v * 1000.0 for v in values_s]
+    if not values:
+        return {f"{stat}_{name}": None for stat in LATENCY_STATS}
+    return {
+        f"mean_{name}": statistics.fmean(values),
+        f"median_{name}": percentile(values, 50),
+        f"std_{name}": statistics.pstdev(values),
+        f"p90_{name}": percentile(values, 90),
+        f"p95_{name}": percentile(values, 95),
+        f"p99_{name}": percentile(values, 99),
+    }
+
+
+def tokens_between(records: Iterable[RequestRecord], a: float, b: float) -> int:
+    total = 0
+    for rec in records:
+        for t, n in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
+            if a <= t < b:
+                total += n
+    return total
+
+
+def window_throughputs(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[float]:
+    """Output tok/s in ``windows`` equal slices of the steady interval."""
+    span = loop.steady_s
+    if span <= 0 or windows < 1:
+        return []
+    width = span / windows
+    edges = [loop.steady_start + i * width for i in range(windows + 1)]
+    counts = [0] * windows
+    for rec in loop.records:
+        for t, n in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
+            if loop.steady_start <= t < loop.steady_end:
+                counts[min(int((t - loop.steady_start) / width), windows - 1)] += n
+    return [c / (edges[i + 1] - edges[i]) for i, c in enumerate(counts)]
+
+
+def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
+    """bench_serving's keys for one point (one or several slices of it), plus the steady-state figures."""
+    parts = [loops] if isinstance(loops, LoopResult) else list(loops)
+    if not parts:
+        raise ValueError("point_figures needs at least one loop")
+    recs = [r for loop in parts for r in loop.records if not r.warmup]
+    done = [r for r in recs if r.success]
+    duration = max(sum(loop.phase_end - loop.phase_start for loop in parts), 1e-9)
+    out_tokens = sum(r.output_tokens for r in recs)
+    in_tokens = sum(r.input_tokens for r in recs if r.output_tokens > 0)
+    itls = [x for r in recs for x in r.itl_s]
+    tpots = [t for r in done if (t := r.tpot_s) is not None]
+    win = [w for loop in parts for w in window_throughputs(loop, windows)]
+    figures: dict[str, Any] = {
+        "max_concurrency": parts[0].concurrency,
+        "request_rate": math.inf,
+        "duration": duration,
+        "completed": len(done),
+        "failed": sum(1 for r in recs if r.error is not None),
+        "aborted": sum(1 for r in recs if r.aborted),
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(done) / duration,
+        "input_throughput": in_tokens / duration,
+        "output_throughput": out_tokens / duration,
+        "total_throughput": (in_tokens + out_tokens) / duration,
+        "concurrency": sum(r.e2e_s for r in done if r.e2e_s is not None) / duration,
+        "max_output_tokens_per_s": _max_per_second(recs),
+        "max_concurrent_requests": parts[0].concurrency,
+        "steady_output_throughput": statistics.fmean(win) if win else None,
+        "steady_duration": sum(loop.steady_s for loop in parts),
+        "steady_windows": win,
+    }
+    figures.update(summarize_ms("ttft_ms", [r.ttft_s for r in recs if r.ttft_s is not None]))
+    figures.update(summarize_ms("tpot_ms", tpots))
+    figures.update(summarize_ms("itl_ms", itls))
+    figures.update(summarize_ms("e2e_latency_ms", [r.e2e_s for r in done if r.e2e_s is not None]))
+    errors = [r.error for r in recs if r.error]
+    figures["first_error"] = errors[0] if errors else None
+    return figures
+
+
+def _max_per_second(records: Sequence[RequestRecord]) -> float:
+    buckets: dict[int, int] = {}
+    for rec in records:
+        for t, n in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
+            buckets[int(t)] = buckets.get(int(t), 0) + n
+    return float(max(buckets.values())) if buckets else 0.0

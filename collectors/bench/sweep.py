@@ -1,0 +1,420 @@
+"""The sweep: for each concurrency and each mode, set the knob, warm up, hold C in flight, measure.
+
+The knob is restored to its value before the sweep whatever happens (error, Ctrl-C). A cancelled sweep
+(Ctrl-C cancels the asyncio task) returns the points finished so far with ``interrupted=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from collectors.bench import server as srv
+from collectors.bench.errors import BenchError, KnobError
+from collectors.bench.knob import HttpKnob, Knob
+from collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
+from collectors.bench.prompts import DEFAULT_SEED, PromptFactory
+from collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
+from collectors.bench.records import RequestRecord
+from collectors.bench.stats import DEFAULT_WINDOWS, point_figures
+from collectors.bench.stream import API_CHOICES, Api, RequestShape
+
+Mode = Literal["on", "off"]
+MODE_CHOICES: tuple[Mode, ...] = ("on", "off")
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_INPUT_LEN = 128
+DEFAULT_OUTPUT_LEN = 256
+DEFAULT_DURATION_S = 20.0
+DEFAULT_WARMUP = 2
+DEFAULT_ROUNDS = 2  # each point in this many slices, modes alternating
+DEFAULT_WARMUP_OUTPUT_LEN = 16  # warm-up only needs connections and the batch size's graphs, not length
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+MAX_CONCURRENCY = 4096
+KNOB_REASON = "bench sweep"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    server: str
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    modes: tuple[Mode, ...] = MODE_CHOICES
+    requests_per_level: int | None = None
+    duration_per_level: float | None = DEFAULT_DURATION_S
+    input_len: int = DEFAULT_INPUT_LEN
+    output_len: int = DEFAULT_OUTPUT_LEN
+    api: Api = "openai"
+    warmup: int = DEFAULT_WARMUP
+    tag: str | None = None
+    seed: int = DEFAULT_SEED
+    windows: int = DEFAULT_WINDOWS
+    rounds: int = DEFAULT_ROUNDS
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+
+    def validate(self) -> SweepConfig:
+        if not self.server.startswith(("http://", "https://")):
+            raise BenchError(f"--server: expected an http(s):// URL, got {self.server!r}")
+        if not self.concurrency:
+            raise BenchError("--concurrency: give at least one level")
+        if any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
+            raise BenchError(f"--concurrency: every level must be between 1 and {MAX_CONCURRENCY}")
+        if not self.modes or any(m not in MODE_CHOICES for m in self.modes):
+            raise BenchError(
+                f"--modes: expected a list of {', '.join(MODE_CHOICES)}, got {','.join(self.modes)!r}"
+            )
+        if (self.requests_per_level is None) == (self.duration_per_level is None):
+            raise BenchError("--requests-per-level / --duration-per-level: give exactly one")
+        if self.requests_per_level is not None and self.requests_per_level < 1:
+            raise BenchError("--requests-per-level: must be >= 1")
+        if self.duration_per_level is not None and not (
+            math.isfinite(self.duration_per_level) and self.duration_per_level > 0
+        ):
+            raise BenchError("--duration-per-level: must be a positive number of seconds")
+        if self.input_len < 1:
+            raise BenchError("--input-len: must be >= 1")
+        if self.output_len < 2:
+            raise BenchError("--output-len: must be >= 2 (inter-token latency needs two tokens)")
+        if self.api not in API_CHOICES:
+            raise BenchError(f"--api: expected one of {', '.join(API_CHOICES)}, got {self.api!r}")
+        if self.warmup < 0:
+            raise BenchError("--warmup: must be >= 0")
+        if self.rounds < 1:
+            raise BenchError("--rounds: must be >= 1")
+        if self.windows < 2:
+            raise BenchError("windows: need at least 2 for a confidence interval")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "concurrency": list(self.concurrency),
+            "modes": list(self.modes),
+            "requests_per_level": self.requests_per_level,
+            "duration_per_level": self.duration_per_level,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "api": self.api,
+            "warmup": self.warmup,
+            "rounds": self.rounds,
+            "seed": self.seed,
+            "windows": self.windows,
+        }
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4), sorted and de-duplicated; a bad item is named."""
+    levels: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            raise BenchError(f"--concurrency: {item!r} is not an integer (expected e.g. 1,2,4,8)") from None
+        if value < 1 or value > MAX_CONCURRENCY:
+            raise BenchError(f"--concurrency: {value} is out of range (1..{MAX_CONCURRENCY})")
+        levels.add(value)
+    if not levels:
+        raise BenchError("--concurrency: empty list (expected e.g. 1,2,4,8)")
+    return tuple(sorted(levels))
+
+
+def parse_modes(text: str) -> tuple[Mode, ...]:
+    modes: list[Mode] = []
+    for item in (s.strip().lower() for s in text.split(",")):
+        if item not in MODE_CHOICES:
+            raise BenchError(f"--modes: {item!r} is not one of {', '.join(MODE_CHOICES)}")
+        if item not in modes:
+            modes.append(item)
+    return tuple(modes)
+
+
+@dataclass
+class PointResult:
+    concurrency: int
+    mode: Mode
+    knob_value: int
+    figures: dict[str, Any]
+    accept_length: float | None
+    accept_length_source: str | None
+    started_at: float
+
+    @property
+    def steady_tok_s(self) -> float | None:
+        value = self.figures.get("steady_output_throughput")
+        return float(value) if value is not None else None
+
+
+@dataclass
+class SweepResult:
+    config: SweepConfig
+    server_info: dict[str, Any]
+    max_running_requests: int
+    started_at: float
+    points: list[PointResult] = field(default_factory=list)
+    knob_before: list[int | None] = field(default_factory=list)
+    knob_restored: bool = False
+    interrupted: bool = False
+    error: str | None = None
+    gpu_inventory: list[dict[str, Any]] | None = None
+
+    def point(self, concurrency: int, mode: Mode) -> PointResult | None:
+        return next((p for p in self.points if p.concurrency == concurrency and p.mode == mode), None)
+
+    def ratios(self) -> list[RatioPoint]:
+        out = []
+        for c in sorted({p.concurrency for p in self.points}):
+            on, off = self.point(c, "on"), self.point(c, "off")
+            if on is None or off is None:
+                continue
+            w_on, w_off = on.figures.get("steady_windows") or [], off.figures.get("steady_windows") or []
+            try:
+                r, lo, hi = ratio_interval(w_on, w_off)
+            except ValueError:
+                continue
+            out.append(RatioPoint(concurrency=c, ratio=r, lo=lo, hi=hi))
+        return out
+
+    def crossover(self) -> Crossover | None:
+        ratios = self.ratios()
+        return find_crossover(ratios) if ratios else None
+
+    def best_max_bs(self) -> int | None:
+        cross = self.crossover()
+        return best_knob(cross, self.max_running_requests) if cross is not None else None
+
+
+class SweepProgress:
+    """Callbacks the sweep makes; the CLI draws a rich progress bar from them (no-ops by default)."""
+
+    def point_started(
+        self, concurrency: int, mode: Mode, total_requests: int | None, duration_s: float | None
+    ) -> None: ...
+
+    def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None: ...
+
+    def point_finished(self, point: PointResult) -> None: ...
+
+
+def _mode_value(mode: Mode, max_running: int) -> int:
+    return max_running if mode == "on" else 0
+
+
+async def run_sweep(
+    config: SweepConfig,
+    *,
+    knob_factory: Callable[[httpx.AsyncClient, str | None], Knob] | None = None,
+    progress: SweepProgress | None = None,
+    admin_key: str | None = None,
+    api_key: str | None = None,
+    gpu_inventory: Callable[[], list[dict[str, Any]] | None] | None = None,
+    on_start: Callable[[SweepResult], None] | None = None,
+) -> SweepResult:
+    config.validate()
+    progress = progress or SweepProgress()
+    top = max(config.concurrency)
+    limits = httpx.Limits(max_connections=top + 8, max_keepalive_connections=top + 8)
+    timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(
+        base_url=config.server, limits=limits, timeout=timeout, headers=headers
+    ) as client:
+        info = await srv.get_server_info(client)
+        result = SweepResult(
+            config=config,
+            server_info=info,
+            max_running_requests=srv.max_running_requests(info),
+            started_at=time.time(),
+        )
+        result.gpu_inventory = gpu_inventory() if gpu_inventory is not None else None
+        knob = (knob_factory or HttpKnob)(client, admin_key)
+        result.knob_before = await knob.read()
+        if not result.knob_before or any(v is None for v in result.knob_before):
+            raise KnobError(
+                "knob: /server_info reports no internal_states[i].spectower.spec_max_bs; "
+                "the spectower plugin is not installed on this server"
+            )
+        if on_start is not None:
+            on_start(result)
+        model = str(info.get("served_model_name") or "default")
+        shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
+        prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
+        next_index = 0
+        try:
+            for c in config.concurrency:
+                # Modes alternate within a level (on, off, on, off, ...): a change in the machine's load
+                # then hits both modes alike, which the ratio needs more than absolute accuracy.
+                slices: dict[Mode, list[_Slice]] = {m: [] for m in config.modes}
+                for _ in range(config.rounds):
+                    for mode in config.modes:
+                        sl, used = await _measure_point(
+                            client, knob, config, shape, prompts, c, mode, result.max_running_requests,
+                            admin_key, next_index, progress,
+                        )  # fmt: skip
+                        next_index += used
+                        slices[mode].append(sl)
+                for mode in config.modes:
+                    point = _point_from_slices(
+                        c, mode, _mode_value(mode, result.max_running_requests), slices[mode], config.windows
+                    )
+                    result.points.append(point)
+                    progress.point_finished(point)
+        except asyncio.CancelledError:
+            result.interrupted = True
+        finally:
+            result.knob_restored = await _restore(knob, result.knob_before)
+        return result
+
+
+async def _restore(knob: Knob, before: list[int | None]) -> bool:
+    original = next((v for v in before if v is not None), None)
+    if original is None:
+        return False
+    try:
+        await knob.set(original, KNOB_REASON + " (restore)")
+    except Exception:  # restoring must never mask the error that ended the sweep
+        return False
+    return True
+
+
+@dataclass
+class _Slice:
+    """One uninterrupted stretch of one mode at one level (a point is ``rounds`` of them)."""
+
+    loop: LoopResult
+    started_at: float
+    server_decode_tok_s: float | None
+    accept_tokens: float | None  # counter deltas (tokens, verify calls) over the slice
+    accept_calls: float | None
+    accept_value: float | None  # when counters are missing: flush + avg, or per-request meta_info
+    accept_source: str | None
+
+
+async def _measure_point(
+    client: httpx.AsyncClient,
+    knob: Knob,
+    config: SweepConfig,
+    shape: RequestShape,
+    prompts: PromptFactory,
+    c: int,
+    mode: Mode,
+    max_running: int,
+    admin_key: str | None,
+    first_index: int,
+    progress: SweepProgress,
+) -> tuple[_Slice, int]:
+    value = _mode_value(mode, max_running)
+    await knob.set(value, KNOB_REASON)
+    warm = await run_warmup(
+        client,
+        prompts,
+        shape,
+        config.warmup,
+        c,
+        min(config.output_len, DEFAULT_WARMUP_OUTPUT_LEN),
+        first_index,
+    )
+    failed = [r for r in warm if not r.success]
+    if failed and len(failed) == len(warm):
+        raise BenchError(f"warm-up at concurrency {c}: every request failed ({failed[0].error})")
+    first_index += len(warm)
+    before = await srv.read_spec_counters(client)
+    flushed = before is None and await srv.flush_cache(client, admin_key)
+    started_at = time.time()
+    per_round_requests = (
+        math.ceil(config.requests_per_level / config.rounds)
+        if config.requests_per_level is not None
+        else None
+    )
+    per_round_s = config.duration_per_level / config.rounds if config.duration_per_level is not None else None
+    progress.point_started(c, mode, per_round_requests, per_round_s)
+    t0 = time.perf_counter()
+    tokens = 0
+
+    def done(rec: RequestRecord) -> None:
+        nonlocal tokens
+        tokens += rec.output_tokens
+        progress.request_done(rec, tokens, time.perf_counter() - t0)
+
+    sampler = srv.DecodeSampler(client)
+    sampling = asyncio.create_task(sampler.run())
+    try:
+        loop: LoopResult = await run_closed_loop(
+            client,
+            prompts,
+            shape,
+            c,
+            num_requests=per_round_requests,
+            duration_s=per_round_s,
+            first_index=first_index,
+            on_done=done,
+        )
+    finally:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
+    tokens_delta = calls_delta = accept_value = None
+    source: str | None = None
+    after = await srv.read_spec_counters(client) if before is not None else None
+    if before is not None and after is not None and after.verify_calls > before.verify_calls:
+        tokens_delta = after.generation_tokens - before.generation_tokens
+        calls_delta = after.verify_calls - before.verify_calls
+        source = "metrics counters"
+    else:
+        accept_value, source = await _fallback_accept_length(client, loop, flushed)
+    # The server's own decode rate over the steady interval: when the client keeps up, the client's steady
+    # throughput matches it (plus the first token of each request, which prefill produces).
+    server_rate = sampler.rate_between(loop.steady_start, loop.steady_end)
+    sl = _Slice(loop, started_at, server_rate, tokens_delta, calls_delta, accept_value, source)
+    return sl, len(warm) + len(loop.records)
+
+
+def _point_from_slices(c: int, mode: Mode, value: int, slices: list[_Slice], windows: int) -> PointResult:
+    figures = point_figures([s.loop for s in slices], windows)
+    if figures["total_output_tokens"] == 0:
+        raise BenchError(
+            f"concurrency {c}, spec {mode}: no output tokens received "
+            f"({figures.get('first_error') or 'no error'})"
+        )
+    rates = [(s.server_decode_tok_s, s.loop.steady_s) for s in slices if s.server_decode_tok_s is not None]
+    span = sum(w for _, w in rates)
+    figures["server_decode_tok_s"] = sum(r * w for r, w in rates) / span if rates and span > 0 else None
+    figures["rounds"] = len(slices)
+    calls = sum(s.accept_calls or 0 for s in slices)
+    accept: float | None
+    if calls > 0 and all(s.accept_calls for s in slices):
+        accept = sum(s.accept_tokens or 0 for s in slices) / calls
+    else:
+        values = [s.accept_value for s in slices if s.accept_value is not None]
+        accept = sum(values) / len(values) if values else None
+    return PointResult(
+        concurrency=c,
+        mode=mode,
+        knob_value=value,
+        figures=figures,
+        accept_length=accept,
+        accept_length_source=next((s.accept_source for s in slices if s.accept_source), None),
+        started_at=slices[0].started_at,
+    )
+
+
+async def _fallback_accept_length(
+    client: httpx.AsyncClient, loop: LoopResult, flushed: bool
+) -> tuple[float | None, str | None]:
+    if flushed:
+        value = srv.avg_accept_length(await srv.get_server_info(client))
+        if value is not None:
+            return value, "flush_cache + server_info"
+    done = [r for r in loop.records if r.success and r.spec_verify_ct]
+    if done:
+        return (
+            sum(r.output_tokens for r in done) / sum(r.spec_verify_ct or 0 for r in done),
+            "per-request meta_info",
+        )
+    return None, None

@@ -1,0 +1,1 @@
+"""GPU sources: NVML (local) and dcgm-exporter (remote)."""

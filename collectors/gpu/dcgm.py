@@ -1,0 +1,151 @@
+"""GPUs through a dcgm-exporter ``/metrics`` (hosts where NVML is not local) → ``GpuReading``s.
+
+dcgm-exporter labels each series with ``gpu`` (index), ``UUID``, ``modelName``, ``Hostname`` (+ ``device``,
+``pci_bus_id``, pod labels). Gauges map one to one; ``DCGM_FI_PROF_PCIE_*_BYTES`` are already rates
+(bytes/s); ``DCGM_FI_DEV_PCIE_*_THROUGHPUT`` (KB/s) is the older fallback. The reading's host is the
+``Hostname`` label when present, else the exporter's host:port.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from collectors.gpu.reading import GpuFacts, GpuReading
+from collectors.promtext import MetricsParseError, PromSample, parse_prometheus_text
+
+DEFAULT_TIMEOUT_S = 5.0
+
+# dcgm field -> (GpuReading attribute, scale)
+FIELD_MAP: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util_pct", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_util_pct", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("memory_used_mib", 1.0),  # MiB
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MEM_CLOCK": ("mem_clock_mhz", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_s", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_s", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_s", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_s", 1.0),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle_reasons", 1.0),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_corrected", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_uncorrected", 1.0),
+    "DCGM_FI_DEV_XID_ERRORS": ("xid_errors", 1.0),
+}
+FALLBACKS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx_bytes_s", 1000.0),  # KB/s
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx_bytes_s", 1000.0),
+}
+INT_ATTRS = frozenset({"throttle_reasons", "ecc_corrected", "ecc_uncorrected", "xid_errors"})
+
+
+class DcgmError(ConnectionError):
+    """One scrape of a dcgm-exporter failed (connection, timeout, HTTP error, unparsable body)."""
+
+
+def exporter_host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc or url
+
+
+def readings_from_samples(
+    samples: list[PromSample], ts: float, default_host: str
+) -> tuple[list[GpuReading], list[GpuFacts]]:
+    by_gpu: dict[tuple[str, str], GpuReading] = {}
+    facts: dict[tuple[str, str], dict[str, object]] = {}
+    fb_free: dict[tuple[str, str], float] = {}
+    primary_seen: set[tuple[tuple[str, str], str]] = set()
+    for s in samples:
+        if not s.name.startswith("DCGM_FI_"):
+            continue
+        uuid = s.labels.get("UUID") or s.labels.get("uuid")
+        gpu = s.labels.get("gpu")
+        if not uuid or gpu is None:
+            continue
+        try:
+            index = int(gpu)
+        except ValueError:
+            continue
+        host = s.labels.get("Hostname") or default_host
+        key = (host, uuid)
+        r = by_gpu.get(key)
+        if r is None:
+            r = by_gpu[key] = GpuReading(host=host, index=index, uuid=uuid, ts=ts)
+            facts[key] = {"name": s.labels.get("modelName")}
+        if s.name == "DCGM_FI_DEV_FB_FREE":
+            fb_free[key] = s.value
+            continue
+        if s.name in FIELD_MAP:
+            attr, scale = FIELD_MAP[s.name]
+            primary_seen.add((key, attr))
+        elif s.name in FALLBACKS:
+            attr, scale = FALLBACKS[s.name]
+            if (key, attr) in primary_seen:
+                continue
+        else:
+            continue
+        value = s.value * scale
+        setattr(r, attr, int(value) if attr in INT_ATTRS else float(value))
+    out_facts: list[GpuFacts] = []
+    for key, r in by_gpu.items():
+        if r.memory_used_mib is not None and key in fb_free:
+            r.memory_total_mib = r.memory_used_mib + fb_free[key]
+        name = facts[key].get("name")
+        out_facts.append(
+            GpuFacts(
+                host=r.host,
+                index=r.index,
+                uuid=r.uuid,
+                name=name if isinstance(name, str) else None,
+                memory_total_mib=r.memory_total_mib,
+                power_limit_w=r.power_limit_w,
+                source="dcgm",
+            )
+        )
+    order = sorted(by_gpu, key=lambda k: (k[0], by_gpu[k].index))
+    return [by_gpu[k] for k in order], sorted(out_facts, key=lambda f: (f.host, f.index))
+
+
+def parse_dcgm(text: str, ts: float, default_host: str) -> tuple[list[GpuReading], list[GpuFacts]]:
+    return readings_from_samples(parse_prometheus_text(text), ts, default_host)
+
+
+class DcgmScraper:
+    source = "dcgm"
+
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url.rstrip("/")
+        if not self.url.endswith("/metrics"):
+            self.url += "/metrics"
+        self._client = client
+        self._timeout = httpx.Timeout(timeout_s)
+        self._clock = clock
+        self.host = exporter_host(url)
+
+    async def scrape(self) -> tuple[list[GpuReading], list[GpuFacts]]:
+        try:
+            resp = await self._client.get(self.url, timeout=self._timeout)
+        except httpx.TimeoutException:
+            raise DcgmError(f"{self.url}: timed out after {self._timeout.read}s") from None
+        except httpx.HTTPError as exc:
+            raise DcgmError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise DcgmError(f"{self.url}: HTTP {resp.status_code}")
+        try:
+            return parse_dcgm(resp.text, self._clock(), self.host)
+        except MetricsParseError as exc:
+            raise DcgmError(f"{self.url}: {exc}") from None

@@ -1,0 +1,1 @@
+"""SGLang: /metrics, /server_info and /v1/loads into engine samples."""

@@ -1,0 +1,149 @@
+"""Scrape one SGLang server over HTTP: ``/metrics`` every time, ``/server_info`` every few seconds,
+``/v1/loads`` when ``/metrics`` is off. Any failure (connection, timeout, HTTP error, a body that does not
+parse) raises ``ScrapeError`` and nothing of that scrape is used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from collectors.auth import auth_headers
+from collectors.promtext import MetricsParseError
+from collectors.sglang.engine import EngineDeriver, EngineReading
+from collectors.sglang.loads import Loads, LoadsError, parse_loads_json
+from collectors.sglang.metrics import MetricsSnapshot, parse_metrics
+from collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 5.0
+# /server_info asks every scheduler for its internal state: cheap, but not free; the knob and accept
+# length it carries change at most every decode_log_interval steps anyway.
+DEFAULT_SERVER_INFO_EVERY_S = 5.0
+
+
+class ScrapeError(ConnectionError):
+    """One scrape of one server failed; the message says which endpoint and why (never the key)."""
+
+
+@dataclass
+class ScrapeResult:
+    ts: float
+    readings: list[EngineReading]
+    info: ServerInfo | None  # a fresh /server_info when one was fetched this time, else None
+    restarted: bool
+    duration_s: float
+    metrics_enabled: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+
+class SglangScraper:
+    """Stateful (rates need the previous scrape): one per server URL."""
+
+    source = "sglang"
+
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        server_info_every_s: float = DEFAULT_SERVER_INFO_EVERY_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._client = client
+        self._headers = auth_headers(api_key)
+        self._timeout = httpx.Timeout(timeout_s)
+        self._info_every = server_info_every_s
+        self._clock = clock
+        self.deriver = EngineDeriver()
+        self.info: ServerInfo | None = None
+        self._info_ts = -1e18
+        self._failed_since_last_ok = False
+
+    async def _get(self, path: str) -> httpx.Response:
+        try:
+            resp = await self._client.get(self.url + path, headers=self._headers, timeout=self._timeout)
+        except httpx.TimeoutException:
+            raise ScrapeError(f"{self.url}{path}: timed out after {self._timeout.read}s") from None
+        except httpx.HTTPError as exc:
+            raise ScrapeError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from None
+        return resp
+
+    async def _metrics(self) -> MetricsSnapshot | None:
+        resp = await self._get("/metrics")
+        if resp.status_code == 404:
+            return None  # launched without --enable-metrics: /v1/loads has to do
+        if resp.status_code != 200:
+            raise ScrapeError(f"{self.url}/metrics: HTTP {resp.status_code}")
+        try:
+            return parse_metrics(resp.text)
+        except MetricsParseError as exc:
+            raise ScrapeError(f"{self.url}/metrics: {exc}") from None
+
+    async def _server_info(self) -> ServerInfo:
+        resp = await self._get("/server_info")
+        if resp.status_code == 404:
+            resp = await self._get("/get_server_info")  # releases before the rename
+        if resp.status_code in (401, 403):
+            raise ScrapeError(
+                f"{self.url}/server_info: HTTP {resp.status_code} (set SPECTOWER_API_KEY or "
+                "SPECTOWER_API_KEY_FILE for an --api-key server)"
+            )
+        if resp.status_code != 200:
+            raise ScrapeError(f"{self.url}/server_info: HTTP {resp.status_code}")
+        try:
+            return parse_server_info(json.loads(resp.text))
+        except (ValueError, ServerInfoError) as exc:
+            raise ScrapeError(f"{self.url}/server_info: {exc}") from None
+
+    async def _loads(self) -> Loads:
+        resp = await self._get("/v1/loads?include=core,spec&format=json")
+        if resp.status_code != 200:
+            raise ScrapeError(f"{self.url}/v1/loads: HTTP {resp.status_code}")
+        try:
+            return parse_loads_json(json.loads(resp.text))
+        except (ValueError, LoadsError) as exc:
+            raise ScrapeError(f"{self.url}/v1/loads: {exc}") from None
+
+    async def scrape(self) -> ScrapeResult:
+        t0 = time.monotonic()
+        if self._failed_since_last_ok:
+            # After an outage, rates across it would average over the gap (or over a restart we could
+            # not see): start clean; the next scrape has rates again.
+            self.deriver.rates.forget()
+            self.deriver.prev_hist.clear()
+            self.deriver.prev_counters.clear()
+        try:
+            snapshot = await self._metrics()
+            ts = self._clock()
+            fresh: ServerInfo | None = None
+            if ts - self._info_ts >= self._info_every or self.info is None:
+                fresh = await self._server_info()
+                self.info = fresh
+                self._info_ts = ts
+            loads = await self._loads() if snapshot is None else None
+        except ScrapeError:
+            self._failed_since_last_ok = True
+            raise
+        restarts_before = self.deriver.restarts
+        if fresh is not None and fresh.startup_fingerprint is not None:
+            self.deriver.note_fingerprint("server_info", fresh.startup_fingerprint)
+        readings = self.deriver.derive(ts, snapshot, self.info, loads)
+        self._failed_since_last_ok = False
+        return ScrapeResult(
+            ts=ts,
+            readings=readings,
+            info=fresh,
+            restarted=self.deriver.restarts > restarts_before,
+            duration_s=time.monotonic() - t0,
+            metrics_enabled=snapshot is not None,
+        )

@@ -1,0 +1,170 @@
+"""SGLang ``/server_info`` → ``ServerInfo``: server facts, per-rank state and the spectower knob.
+
+``/server_info`` is the flat, resolved server args plus ``internal_states`` (one dict per DP rank, with
+runtime overrides applied). The spectower plugin adds ``internal_states[i]["spectower"] = {plugin_version,
+spec_max_bs, batches_drafted, batches_gated}``. Secrets (``api_key``, ``admin_api_key``, key passwords,
+``--api-key`` in ``launch_command``) are redacted before anything is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+REDACTED = "<redacted>"
+SECRET_KEY_RE = re.compile(r"(^|_)(api_key|password|secret|token_secret|auth_token)$")
+SECRET_FLAG_RE = re.compile(r"(--(?:admin-)?api-key|--ssl-keyfile-password)(=|\s+)(\S+)")
+# Fields that change on their own while the server runs: left out of the hash that decides whether a
+# new snapshot is stored (so a snapshot is written when the configuration changes, not every scrape).
+VOLATILE_KEYS = frozenset(
+    {"internal_states", "last_gen_throughput", "avg_spec_accept_length", "memory_usage", "status", "load", "timestamp"}
+)
+
+
+class ServerInfoError(ValueError):
+    """/server_info answered something that is not a server_info object."""
+
+
+@dataclass
+class RankState:
+    dp_rank: int
+    speculative_num_steps: int | None = None  # the active adaptive tier (runtime override applied)
+    avg_spec_accept_length: float | None = None  # cumulative since start / flush
+    last_gen_throughput: float | None = None
+    spec_max_bs: int | None = None
+    batches_drafted: int | None = None
+    batches_gated: int | None = None
+    plugin_version: str | None = None
+
+
+@dataclass
+class ServerInfo:
+    version: str | None
+    served_model_name: str | None
+    launch_command: str | None
+    max_running_requests: int | None
+    speculative_algorithm: str | None
+    speculative_num_steps: int | None
+    speculative_adaptive: bool | None
+    decode_log_interval: int | None
+    tp_size: int | None
+    dp_size: int | None
+    enable_metrics: bool | None
+    enable_metrics_for_all_schedulers: bool | None
+    startup_fingerprint: str | None
+    ranks: list[RankState] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)  # the redacted document
+    info_hash: str = ""
+
+    @property
+    def knob(self) -> int | None:
+        """The spectower knob if every rank agrees, else None (see ``ranks`` for the per-rank values)."""
+        values = {r.spec_max_bs for r in self.ranks}
+        return values.pop() if len(values) == 1 else None
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    return None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def redact(obj: Any) -> Any:
+    """A copy with every secret value replaced (keys named like api_key/password; --api-key flags)."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and SECRET_KEY_RE.search(k) and v not in (None, "", [], {}):
+                out[k] = REDACTED
+            elif k == "launch_command" and isinstance(v, str):
+                out[k] = SECRET_FLAG_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", v)
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def _stable_hash(info: dict[str, Any]) -> str:
+    def strip(o: Any) -> Any:
+        if isinstance(o, dict):
+            return {k: strip(v) for k, v in o.items() if k not in VOLATILE_KEYS}
+        if isinstance(o, list):
+            return [strip(v) for v in o]
+        return o
+
+    blob = json.dumps(strip(info), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def parse_server_info(doc: Any) -> ServerInfo:
+    """Parse a decoded /server_info JSON document. Raises ServerInfoError for anything else."""
+    if not isinstance(doc, dict):
+        raise ServerInfoError(f"/server_info: expected a JSON object, got {type(doc).__name__}")
+    if "internal_states" not in doc and "version" not in doc:
+        raise ServerInfoError("/server_info: neither 'version' nor 'internal_states' present")
+    info = redact(doc)
+    states = info.get("internal_states")
+    if states is not None and not isinstance(states, list):
+        raise ServerInfoError("/server_info: 'internal_states' is not a list")
+    ranks: list[RankState] = []
+    for i, st in enumerate(states or []):
+        if not isinstance(st, dict):
+            raise ServerInfoError(f"/server_info: internal_states[{i}] is not an object")
+        raw_knob = st.get("spectower")
+        knob: dict[str, Any] = raw_knob if isinstance(raw_knob, dict) else {}
+        ranks.append(
+            RankState(
+                dp_rank=_int(st.get("dp_rank")) if _int(st.get("dp_rank")) is not None else i,  # type: ignore[arg-type]
+                speculative_num_steps=_int(st.get("speculative_num_steps")),
+                avg_spec_accept_length=_float(st.get("avg_spec_accept_length")),
+                last_gen_throughput=_float(st.get("last_gen_throughput")),
+                spec_max_bs=_int(knob.get("spec_max_bs")),
+                batches_drafted=_int(knob.get("batches_drafted")),
+                batches_gated=_int(knob.get("batches_gated")),
+                plugin_version=_str(knob.get("plugin_version")),
+            )
+        )
+    startup = info.get("startup_time")
+    return ServerInfo(
+        version=_str(info.get("version")),
+        served_model_name=_str(info.get("served_model_name")),
+        launch_command=_str(info.get("launch_command")),
+        max_running_requests=_int(info.get("max_running_requests")),
+        speculative_algorithm=_str(info.get("speculative_algorithm")),
+        speculative_num_steps=_int(info.get("speculative_num_steps")),
+        speculative_adaptive=_bool(info.get("speculative_adaptive")),
+        decode_log_interval=_int(info.get("decode_log_interval")),
+        tp_size=_int(info.get("tp_size")),
+        dp_size=_int(info.get("dp_size")),
+        enable_metrics=_bool(info.get("enable_metrics")),
+        enable_metrics_for_all_schedulers=_bool(info.get("enable_metrics_for_all_schedulers")),
+        startup_fingerprint=json.dumps(startup, sort_keys=True) if startup is not None else None,
+        ranks=ranks,
+        info=info,
+        info_hash=_stable_hash(info),
+    )

@@ -1,0 +1,5 @@
+"""The control page (drawn by console.views.control)."""
+
+from console.views import control
+
+control.render()

@@ -1,0 +1,1 @@
+"""One module per console page; each exposes ``render()``. Page scripts in console/pages/ call them."""

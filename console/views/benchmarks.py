@@ -1,0 +1,215 @@
+"""Benchmarks: runs, one run's curves, two runs compared, start a sweep, export and import."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from console import bench_io, charts, data, estimate, settings, sweeps
+from storage import Database
+from console.views import common
+
+RUN_COLUMNS = [
+    "id",
+    "created_at",
+    "source",
+    "tag",
+    "server_url",
+    "served_model_name",
+    "sglang_version",
+    "points",
+    "crossover",
+    "best_max_bs",
+]
+STACK_KEYS = ("sglang_version", "served_model_name", "backend", "dataset_name", "server_url")
+
+
+def render() -> None:
+    st.title("Benchmarks")
+    eng = common.engine()
+    if eng is None or not data.has_schema(eng):
+        common.no_data_notice(eng, "benchmark runs")
+        return
+    runs = data.bench_runs(eng)
+    tab_runs, tab_cmp, tab_sweep, tab_io = st.tabs(
+        ["Runs", "Compare two runs", "Start a sweep", "Export / import"]
+    )
+    with tab_runs:
+        _runs(eng, runs)
+    with tab_cmp:
+        _compare(eng, runs)
+    with tab_sweep:
+        sweeps.render_sweep_form()
+    with tab_io:
+        _export(eng, runs)
+        _import(eng)
+
+
+def _label(runs: pd.DataFrame, rid: int) -> str:
+    r = runs[runs["id"] == rid].iloc[0]
+    return f"#{rid} {common.text_or(r['tag'], str(r['source']))} · {common.text_or(r['served_model_name'], '?')} · {common.clock(r['created_at'])[:16]}"
+
+
+def _runs(eng: Any, runs: pd.DataFrame) -> None:
+    if runs.empty:
+        st.info("No benchmark runs yet. Start a sweep (next tab) or import SGLang bench_serving JSONL files.")
+        st.code(
+            "spectower bench sweep --server http://127.0.0.1:30000 --db " + settings.db_url(), language="bash"
+        )
+        return
+    shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
+    shown["created_at"] = [common.clock(t) for t in shown["created_at"]]
+    st.dataframe(shown, width="stretch", hide_index=True)
+    rid = st.selectbox(
+        "Run", list(runs["id"].astype(int)), format_func=lambda i: _label(runs, i), key="bench_run"
+    )
+    points = data.bench_points(eng, [rid])
+    curve = estimate.bench_speedup(points)
+    stored = runs[runs["id"] == rid].iloc[0]["crossover"]
+    cross = (
+        float(stored)
+        if not pd.isna(stored)
+        else (
+            estimate.crossover(list(curve["concurrency"]), list(curve["speedup"]))
+            if not curve.empty
+            else None
+        )
+    )
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Crossover", common.fmt(cross, 1), help="concurrency where spec on stops beating spec off")
+    c2.metric("Best speedup", "—" if curve.empty else f"×{curve['speedup'].max():.2f}")
+    c3.metric("Points", str(len(points)))
+    left, right = st.columns(2)
+    left.plotly_chart(charts.bench_curves({f"#{rid}": points}), width="stretch", key="bench_tok")
+    right.plotly_chart(
+        charts.bench_speedups({f"#{rid}": curve}, {f"#{rid}": cross}), width="stretch", key="bench_speed"
+    )
+    lat = st.selectbox(
+        "Latency",
+        [
+            "median_ttft_ms",
+            "p99_ttft_ms",
+            "median_itl_ms",
+            "p99_itl_ms",
+            "median_e2e_latency_ms",
+            "p99_e2e_latency_ms",
+        ],
+        key="bench_lat",
+    )
+    st.plotly_chart(charts.bench_curves({f"#{rid}": points}, lat), width="stretch", key="bench_latency")
+    with st.expander("Points"):
+        st.dataframe(points.drop(columns=["extra_json"], errors="ignore"), width="stretch", hide_index=True)
+
+
+def _stack(run: pd.Series) -> dict[str, Any]:
+    """The software/hardware stack a run was measured on, flattened for a side-by-side diff."""
+    stack: dict[str, Any] = {k: run.get(k) for k in STACK_KEYS}
+    for col, prefix in (
+        ("server_info_json", "server"),
+        ("gpu_inventory_json", "gpu"),
+        ("params_json", "params"),
+    ):
+        raw = run.get(col)
+        if isinstance(raw, str) and raw:
+            try:
+                stack.update(_flatten(json.loads(raw), prefix))
+            except ValueError:
+                stack[prefix] = raw
+    return stack
+
+
+def _flatten(obj: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}"))
+        return out
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: json.dumps(obj) if isinstance(obj, list) else obj}
+
+
+def stack_difference(a: pd.Series, b: pd.Series) -> pd.DataFrame:
+    sa, sb = _stack(a), _stack(b)
+    rows = [(k, sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if str(sa.get(k)) != str(sb.get(k))]
+    return pd.DataFrame(rows, columns=["what", f"run #{a['id']}", f"run #{b['id']}"])
+
+
+def _compare(eng: Any, runs: pd.DataFrame) -> None:
+    if len(runs) < 2:
+        st.info("Comparing needs two runs; there are " + str(len(runs)) + ".")
+        return
+    ids = list(runs["id"].astype(int))
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("Run A", ids, index=1, format_func=lambda i: _label(runs, i), key="cmp_a")
+    b = c2.selectbox("Run B", ids, index=0, format_func=lambda i: _label(runs, i), key="cmp_b")
+    points = data.bench_points(eng, [a, b])
+    pa, pb = points[points["run_id"] == a], points[points["run_id"] == b]
+    ca, cb = estimate.bench_speedup(pa), estimate.bench_speedup(pb)
+    xa = estimate.crossover(list(ca["concurrency"]), list(ca["speedup"])) if not ca.empty else None
+    xb = estimate.crossover(list(cb["concurrency"]), list(cb["speedup"])) if not cb.empty else None
+    m1, m2 = st.columns(2)
+    m1.metric(f"Crossover A (#{a})", common.fmt(xa, 1))
+    m2.metric(
+        f"Crossover B (#{b})",
+        common.fmt(xb, 1),
+        delta=None if xa is None or xb is None else f"{xb - xa:+.1f}",
+    )
+    left, right = st.columns(2)
+    left.plotly_chart(charts.bench_curves({f"A #{a}": pa, f"B #{b}": pb}), width="stretch", key="cmp_tok")
+    right.plotly_chart(
+        charts.bench_speedups({f"A #{a}": ca, f"B #{b}": cb}, {f"A #{a}": xa, f"B #{b}": xb}),
+        width="stretch",
+        key="cmp_speed",
+    )
+    st.markdown("**Stack difference** (what changed between the two runs)")
+    diff = stack_difference(runs[runs["id"] == a].iloc[0], runs[runs["id"] == b].iloc[0])
+    if diff.empty:
+        st.caption("Same recorded stack.")
+    else:
+        st.dataframe(diff.astype(str), width="stretch", hide_index=True)
+
+
+def _export(eng: Any, runs: pd.DataFrame) -> None:
+    st.subheader("Export")
+    if runs.empty:
+        st.caption("Nothing to export yet.")
+        return
+    ids = st.multiselect(
+        "Runs",
+        list(runs["id"].astype(int)),
+        default=list(runs["id"].astype(int))[:1],
+        format_func=lambda i: _label(runs, i),
+        key="exp_runs",
+    )
+    fmt = st.radio("Format", bench_io.FORMATS, horizontal=True, key="exp_fmt")
+    if ids:
+        payload, mime, name = bench_io.export_runs(eng, ids, fmt)
+        st.download_button(f"Download {fmt}", payload, name, mime, key="exp_dl")
+
+
+def _import(eng: Database) -> None:
+    st.subheader("Import SGLang bench_serving results")
+    files = st.file_uploader(
+        "bench_serving JSONL files (one result object per line)", type=["jsonl", "json"],
+        accept_multiple_files=True, key="imp_files",
+    )  # fmt: skip
+    if files and st.button("Import", key="imp_go"):
+        for f in files:
+            try:
+                got = bench_io.import_upload(eng, f.name, f.getvalue())
+            except ValueError as exc:
+                st.error(f"{f.name}: {exc}")
+                continue
+            if got.duplicate_of is not None:
+                st.info(f"{got.name}: already imported as run #{got.duplicate_of}; nothing written.")
+                continue
+            st.success(f"{got.name}: imported as run #{got.run_id} ({got.points} points)")
+            for line, why in got.line_errors[:10]:
+                st.warning(f"{got.name} line {line} skipped: {why}")

@@ -1,0 +1,121 @@
+"""GPUs: per-GPU history (utilisation, memory, power, temperature, clocks, links), health, processes."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from console import charts, data, settings
+from console.views import common
+
+GPU_PAGE_MAX_POINTS = 300
+# NVML clock-event reasons worth an operator's attention (nvmlClocksEventReason* bits).
+THROTTLE_BITS = {
+    0x2: "applications clocks",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "HW power brake",
+}
+HISTORY = {
+    "Utilisation": ({"gpu_util_pct": "SM %", "mem_util_pct": "memory bw %"}, "%"),
+    "Memory": ({"memory_used_mib": "used", "memory_total_mib": "total"}, "MiB"),
+    "Power": ({"power_w": "power", "power_limit_w": "limit"}, "W"),
+    "Temperature": ({"temperature_c": "temperature"}, "°C"),
+    "Clocks": ({"sm_clock_mhz": "SM", "mem_clock_mhz": "memory"}, "MHz"),
+    "PCIe": ({"pcie_tx_bytes_s": "tx", "pcie_rx_bytes_s": "rx"}, "B/s"),
+    "NVLink": ({"nvlink_tx_bytes_s": "tx", "nvlink_rx_bytes_s": "rx"}, "B/s"),
+}
+
+
+def throttle_text(mask: float | int | None) -> str:
+    if mask is None or pd.isna(mask):
+        return "—"
+    names = [name for bit, name in THROTTLE_BITS.items() if int(mask) & bit]
+    return ", ".join(names) if names else "none"
+
+
+def render() -> None:
+    st.title("GPUs")
+    eng = common.engine()
+    if eng is None or not data.has_schema(eng):
+        common.no_data_notice(eng, "GPU samples")
+        return
+    inventory = data.latest_gpu(eng)
+    if inventory.empty:
+        st.info(
+            "No GPU source is collected yet. Add `--gpu nvml` (on the GPU host) or `--gpu dcgm=URL` to the "
+            "collector, e.g.:"
+        )
+        st.code(settings.collect_hint().replace("--gpu nvml", "--gpu nvml"), language="bash")
+        return
+    labels = {
+        int(r.gpu_id): f"{r.host} #{r.gpu_index} {r.name or ''}".strip() for r in inventory.itertuples()
+    }
+    chosen = st.multiselect(
+        "GPUs", list(labels), default=list(labels), format_func=lambda i: labels[i], key="gpu_ids"
+    )
+    st.fragment(run_every=settings.refresh_s() * 2)(_live)(tuple(chosen))
+
+
+def _live(gpu_ids: tuple[int, ...]) -> None:
+    eng = common.store()
+    win = common.window()
+    inventory = data.latest_gpu(eng)
+    inventory = inventory[inventory["gpu_id"].isin(gpu_ids)]
+    if inventory.empty:
+        st.info("Pick at least one GPU.")
+        return
+    now_rows = []
+    for r in inventory.itertuples():
+        stale = common.is_stale(r.ts)
+        now_rows.append(
+            {
+                "GPU": f"{r.host} #{r.gpu_index}",
+                "name": r.name,
+                "source": r.source,
+                "status": "LOST" if bool(r.lost) else ("STALE" if stale else "ok"),
+                "last sample": common.ago(r.ts),
+                "util %": None if stale else r.gpu_util_pct,
+                "mem used MiB": None if stale else r.memory_used_mib,
+                "power W": None if stale else r.power_w,
+                "temp °C": None if stale else r.temperature_c,
+                "throttle": throttle_text(r.throttle_reasons),
+                "ECC corr/uncorr": f"{_i(r.ecc_corrected)}/{_i(r.ecc_uncorrected)}",
+                "XID": _i(r.xid_errors),
+            }
+        )
+    now = pd.DataFrame(now_rows)
+    if (now["status"] != "ok").any():
+        bad = ", ".join(now[now["status"] != "ok"]["GPU"])
+        st.error(f"**STALE / LOST GPUs: {bad}** — their values are blanked, not drawn as current.")
+    st.dataframe(now, width="stretch", hide_index=True)
+
+    labels = {int(r.gpu_id): f"{r.host} #{r.gpu_index}" for r in inventory.itertuples()}
+    # one metric group at a time: each chart is one small multiple per GPU, and only what is looked at is read
+    name = st.radio("History", list(HISTORY), horizontal=True, key="gpu_metric")
+    metrics, unit = HISTORY[name]
+    series = data.gpu_series(eng, list(labels), win.t0, win.t1, list(metrics), GPU_PAGE_MAX_POINTS)
+    for metric, label in metrics.items():
+        if series.empty or metric not in series or series[metric].isna().all():
+            st.caption(f"{name} · {label}: the GPU source does not report it.")
+            continue
+        st.plotly_chart(charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit),
+                        width="stretch", key=f"gpu_{metric}")
+    health = data.gpu_series(eng, list(labels), win.t0, win.t1, ["xid_errors"], 60)
+    if not health.empty and "xid_errors_max" in health and (health["xid_errors_max"].fillna(0) > 0).any():
+        st.error("XID errors were reported in this range (see the table's XID column).")
+    procs = data.gpu_processes(eng, list(labels), win.t0)
+    st.subheader("Processes")
+    if procs.empty:
+        st.caption("The GPU source reports no per-process memory (NVML on the GPU host does; DCGM does not).")
+    else:
+        procs["GPU"] = procs["gpu_id"].map(labels)
+        st.dataframe(
+            procs[["GPU", "pid", "process_name", "used_memory_mib"]], width="stretch", hide_index=True
+        )
+
+
+def _i(v: float | int | None) -> str:
+    return "—" if v is None or pd.isna(v) else str(int(v))

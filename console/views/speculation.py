@@ -1,0 +1,187 @@
+"""Speculation: is it paying off at today's load? Live estimate vs benchmark curves, accept length, policy."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+from storage import Database
+
+from console import charts, data, estimate, settings
+from console.views import common
+
+SPEC_MAX_POINTS = 400
+BENCH_RUNS_DEFAULT = 2  # benchmark curves drawn by default (the newest runs)
+
+
+def render() -> None:
+    st.title("Speculation")
+    eng = common.engine()
+    if common.no_data_notice(eng) or eng is None:
+        return
+    servers = data.servers(eng)
+    server = common.server_choice(servers, key="spec_server")
+    runs = data.bench_runs(eng)
+    chosen = _bench_choice(runs, server)
+    st.fragment(run_every=settings.refresh_s() * 5)(_live)(int(server["id"]), tuple(chosen))
+
+
+def _bench_choice(runs: pd.DataFrame, server: pd.Series) -> list[int]:
+    if runs.empty:
+        return []
+    labels = {int(r.id): _run_label(r) for r in runs.itertuples()}
+    same = runs[
+        (runs["server_url"] == server["url"]) | (runs["served_model_name"] == server["served_model_name"])
+    ]
+    default = list((same if not same.empty else runs)["id"].astype(int))[:BENCH_RUNS_DEFAULT]
+    return st.multiselect(
+        "Benchmark curves", list(labels), default=default, format_func=lambda i: labels[i], key="spec_runs"
+    )
+
+
+def _run_label(r: object) -> str:
+    tag = common.text_or(getattr(r, "tag", None), str(getattr(r, "source", "")))
+    return f"#{getattr(r, 'id', '?')} {tag} ({common.clock(getattr(r, 'created_at', None))[:16]})"
+
+
+def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
+    eng = common.store()
+    win = common.window()
+    servers = data.servers(eng)
+    server = servers[servers["id"] == server_id].iloc[0]
+    max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
+    latest = data.latest_engine(eng, server_id)
+    stale = latest is None or common.is_stale(latest["ts"])
+
+    live = data.speedup_bins(eng, server_id, win.t0, win.t1, max_running)
+    live_ok = live.table.dropna(subset=["speedup"])
+    curves, crossovers = _bench_curves(eng, run_ids)
+    live_x = (
+        estimate.crossover(list(live_ok["concurrency"]), list(live_ok["speedup"]))
+        if not live_ok.empty
+        else None
+    )
+    crossovers = {"live": live_x, **crossovers}
+
+    op, verdict = _operating_point(latest, live_ok, curves, max_running)
+    cols = st.columns([2, 1, 1, 1])
+    with cols[0]:
+        if latest is None:
+            common.big_number("Speedup now", "—", "no engine samples yet", stale=True)
+        else:
+            common.big_number(
+                "Speedup now (spec on / off)",
+                verdict[0],
+                ("STALE — " if stale else "") + verdict[1],
+                stale=stale,
+            )
+    cols[1].metric("Crossover (live)", common.fmt(live_x, 1), help="where the live estimate falls below 1.0")
+    first_bench = next((x for k, x in crossovers.items() if k != "live" and x is not None), None)
+    cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
+    knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
+    cols[3].metric("Knob", estimate.knob_label(knob, max_running), help=f"spec_max_bs = {knob}")
+    if stale and latest is not None:
+        common.stale_banner(str(server["url"]), latest["ts"])
+
+    st.plotly_chart(
+        charts.speedup_chart(live.table, curves, crossovers, op, max_running),
+        width="stretch",
+        key="spec_speedup",
+    )
+    n_on, n_off = int(live.table["n_on"].sum()), int(live.table["n_off"].sum())
+    st.caption(
+        f"Live estimate over the last {win.label}: engine samples binned by running requests "
+        f"(bin width {live.bin_width:g}); 'spec active' = running ≤ spec_max_bs and active steps > 0. "
+        f"{n_on} samples with speculation active, {n_off} without; a bin is drawn when both sides have "
+        f"≥ {data.DEFAULT_MIN_BIN_SAMPLES}."
+        + (
+            ""
+            if not live_ok.empty
+            else " Not enough of both yet: the live curve appears once traffic has "
+            "run with the knob both on and off at similar load (a threshold, or the learning policy)."
+        )
+    )
+
+    series = data.engine_series(
+        eng,
+        server_id,
+        win.t0,
+        win.t1,
+        ["spec_accept_length", "spec_accept_rate", "num_running_reqs", "spec_max_bs"],
+        SPEC_MAX_POINTS,
+    )
+    left, right = st.columns(2)
+    left.plotly_chart(
+        charts.timeseries(
+            series, {"spec_accept_length": "accept length"}, "Accept length", "tokens/step", stale=stale
+        ),
+        width="stretch",
+        key="spec_al",
+    )
+    right.plotly_chart(
+        charts.timeseries(
+            series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction", stale=stale
+        ),
+        width="stretch",
+        key="spec_ar",
+    )
+    events = data.control_events(eng, server_url=str(server["url"]), t0=win.t0, actor_prefix="policy:")
+    st.plotly_chart(charts.policy_timeline(series, events, max_running), width="stretch", key="spec_policy")
+    if events.empty:
+        st.caption("No policy decisions in this range (start one with `spectower control auto`).")
+    with st.expander("Live bins"):
+        st.dataframe(live.table, width="stretch", hide_index=True)
+
+
+def _bench_curves(
+    eng: Database, run_ids: tuple[int, ...]
+) -> tuple[dict[str, pd.DataFrame], dict[str, float | None]]:
+    curves: dict[str, pd.DataFrame] = {}
+    crossovers: dict[str, float | None] = {}
+    if not run_ids:
+        return curves, crossovers
+    points = data.bench_points(eng, list(run_ids))
+    runs = data.bench_runs(eng).set_index("id")
+    for rid in run_ids:
+        curve = estimate.bench_speedup(points[points["run_id"] == rid])
+        label = (
+            f"#{rid} {runs.loc[rid, 'tag'] or runs.loc[rid, 'source']}" if rid in runs.index else f"#{rid}"
+        )
+        curves[label] = curve
+        stored = runs.loc[rid, "crossover"] if rid in runs.index else None
+        crossovers[label] = (
+            float(stored)
+            if stored is not None and not pd.isna(stored)
+            else estimate.crossover(list(curve["concurrency"]), list(curve["speedup"]))
+            if not curve.empty
+            else None
+        )
+    return curves, crossovers
+
+
+def _operating_point(
+    latest: dict[str, object] | None,
+    live: pd.DataFrame,
+    curves: dict[str, pd.DataFrame],
+    max_running: int | None,
+) -> tuple[tuple[float, float, str] | None, tuple[str, str]]:
+    """Where today's load sits on the speedup chart, and the verdict in words."""
+    if latest is None or latest.get("num_running_reqs") is None:
+        return None, ("—", "no load reading")
+    c = float(latest["num_running_reqs"])  # type: ignore[arg-type]
+    knob = latest.get("spec_max_bs")
+    knob_text = estimate.knob_label(None if knob is None else int(knob), max_running)  # type: ignore[call-overload]
+    y, source = None, ""
+    if not live.empty:
+        y, source = estimate.interpolate(c, list(live["concurrency"]), list(live["speedup"])), "live estimate"
+    if y is None:
+        for label, curve in curves.items():
+            if not curve.empty:
+                y = estimate.interpolate(c, list(curve["concurrency"]), list(curve["speedup"]))
+                if y is not None:
+                    source = f"benchmark {label}"
+                    break
+    text = f"now: {c:.0f} running, knob {knob_text}"
+    if y is None:
+        return None, ("?", f"at {c:.0f} running requests: no estimate yet ({text})")
+    word = "paying off" if y >= 1.0 else "costing throughput"
+    return (c, y, text), (f"×{y:.2f}", f"at {c:.0f} running requests speculation is {word} ({source})")

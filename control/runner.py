@@ -1,0 +1,346 @@
+"""The live policy loop behind ``spectower control auto``.
+
+Every interval: build an ``Observation`` from what the collector stored for the server (EngineSamples,
+summed over DP ranks) plus the knob's read-back, ask the policy, and move the knob through
+``control.audit.apply_knob`` (actor ``policy:<mode>``) only when the decision changes it. Safety rails that
+hold whatever the policy says: stale metrics or an unreachable server hold; a manual set pauses the loop
+until released; no more than ``max_flips_per_hour`` sets per rolling hour. The policy's state is persisted
+after every decision and reloaded on start. On stop the server keeps its last ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import col, select
+
+from control import audit
+from control.db import read_session, write_session
+from control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
+from control.policy import Decision, Observation, Policy
+from storage.models import ControlEvent, EngineSample, PolicyState, Server
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_STALE_AFTER_S = 30.0  # a few missed scrapes at the collector's default 1-5 s cadence
+DEFAULT_MAX_FLIPS_PER_HOUR = 60  # the learn policy explores within the same budget
+FLIP_WINDOW_S = 3600.0
+
+Clock = Callable[[], float]
+Say = Callable[[str], None]
+
+
+class RunnerConfigError(ValueError):
+    """A bad runner option; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    interval_s: float = DEFAULT_INTERVAL_S
+    stale_after_s: float = DEFAULT_STALE_AFTER_S
+    max_flips_per_hour: int = DEFAULT_MAX_FLIPS_PER_HOUR
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.interval_s) and self.interval_s > 0):
+            raise RunnerConfigError(f"--interval must be a positive duration, got {self.interval_s}")
+        if not (math.isfinite(self.stale_after_s) and self.stale_after_s > 0):
+            raise RunnerConfigError(f"--stale-after must be a positive duration, got {self.stale_after_s}")
+        if isinstance(self.max_flips_per_hour, bool) or self.max_flips_per_hour < 1:
+            raise RunnerConfigError(f"--max-flips-per-hour must be >= 1, got {self.max_flips_per_hour}")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one iteration did: ``set``, ``hold``, ``paused``, ``rate-limited`` or ``error``."""
+
+    ts: float
+    action: str
+    reason: str
+    observation: Observation | None = None
+    decision: Decision | None = None
+    result: SetResult | None = None
+
+
+def parse_duration(text: str, flag: str = "--interval") -> float:
+    """``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds (``2.5``)."""
+    raw = (text or "").strip().lower()
+    number, scale = raw, 1.0
+    # longest suffix first, so "ms" is not read as "m" + "s"
+    for suffix, unit in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if raw.endswith(suffix):
+            number, scale = raw[: -len(suffix)], unit
+            break
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise RunnerConfigError(f"{flag} must be a duration like 5s, 500ms or 2m, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise RunnerConfigError(f"{flag} must be a positive duration, got {text!r}")
+    return value
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def observe_storage(
+    db: Any, server_url: str, now: float, interval_s: float, stale_after_s: float
+) -> tuple[dict[str, float | None], str | None]:
+    """Aggregate the collector's samples for ``server_url``: per rank, the mean over the last interval
+    (or the rank's latest sample when none fell in it), then summed over ranks (accept length averaged).
+
+    Returns (metrics, why_stale); why_stale is None when the data is fresh enough to act on.
+    """
+    urls = {server_url, server_url + "/"}
+    with read_session(db) as session:
+        server_ids = list(session.exec(select(Server.id).where(col(Server.url).in_(urls))).all())
+        if not server_ids:
+            return {}, f"no samples: the collector has not recorded {server_url} (run `spectower collect`)"
+        latest = session.exec(
+            select(func.max(EngineSample.ts)).where(col(EngineSample.server_id).in_(server_ids))
+        ).one()
+        if latest is None:
+            return {}, f"no samples yet for {server_url}"
+        age = now - float(latest)
+        if age > stale_after_s:
+            return {}, f"metrics stale: newest sample is {age:.0f} s old (--stale-after {stale_after_s:g} s)"
+        rows = session.exec(
+            select(EngineSample)
+            .where(col(EngineSample.server_id).in_(server_ids), EngineSample.ts >= now - stale_after_s)
+            .order_by(col(EngineSample.ts))
+        ).all()
+    by_rank: dict[int, list[EngineSample]] = {}
+    for row in rows:
+        by_rank.setdefault(row.dp_rank, []).append(row)
+    running = queued = 0.0
+    tok_s: list[float] = []
+    accept: list[float] = []
+    have_running = False
+    for samples in by_rank.values():
+        window = [s for s in samples if s.ts >= now - interval_s] or samples[-1:]
+        r = _mean([s.num_running_reqs for s in window if s.num_running_reqs is not None])
+        q = _mean([s.num_queue_reqs for s in window if s.num_queue_reqs is not None])
+        t = _mean([s.output_tok_s for s in window if s.output_tok_s is not None])
+        a = _mean([s.spec_accept_length for s in window if s.spec_accept_length is not None])
+        if r is not None:
+            running += r
+            have_running = True
+        queued += q or 0.0
+        if t is not None:
+            tok_s.append(t)
+        if a is not None:
+            accept.append(a)
+    if not have_running:
+        return {}, "metrics incomplete: no num_running_reqs in the recent samples"
+    metrics: dict[str, float | None] = {
+        "num_running_reqs": running,
+        "num_queue_reqs": queued,
+        "output_tok_s": sum(tok_s) if tok_s else None,
+        "accept_length": _mean(accept),
+    }
+    return metrics, None
+
+
+class PolicyRunner:
+    """Drives one server's knob with one policy. ``step()`` is one iteration; ``run()`` loops."""
+
+    def __init__(
+        self,
+        db: Any,
+        client: KnobClient,
+        policy: Policy,
+        *,
+        mode: str,
+        config: RunnerConfig | None = None,
+        clock: Clock = time.time,
+        say: Say | None = None,
+    ) -> None:
+        self.db = db
+        self.client = client
+        self.policy = policy
+        self.server_url = client.base_url
+        self.actor = audit.validate_actor(f"policy:{mode}")
+        self.config = config or RunnerConfig()
+        self.clock = clock
+        self._say = say
+        self._last_said: tuple[str, str] | None = None
+        # Until the server answers, the policy's own figure (from `auto`'s start-up read or the database).
+        initial = getattr(policy, "max_running_requests", None)
+        self.max_running_requests: int | None = initial if isinstance(initial, int) else None
+
+    # -- reporting
+
+    def say(self, outcome: StepOutcome) -> None:
+        """Report an outcome once (repeats of the same hold are not re-printed every interval)."""
+        key = (outcome.action, outcome.reason)
+        if key == self._last_said and outcome.action != "set":
+            return
+        self._last_said = key
+        stamp = time.strftime("%H:%M:%S", time.localtime(outcome.ts))
+        line = f"{stamp} {outcome.action}: {outcome.reason}"
+        log.info(line)
+        if self._say is not None:
+            self._say(line)
+
+    # -- state
+
+    def load_state(self) -> bool:
+        """Restore the policy's persisted estimates if they were written by the same policy."""
+        state = audit.get_policy_state(self.db, self.server_url)
+        if state is None or state.mode != self.policy.name or not state.state_json:
+            return False
+        try:
+            saved = json.loads(state.state_json)
+            if not isinstance(saved, dict) or not saved:
+                return False
+            self.policy.load_state(saved)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("ignoring unusable saved state for %s: %s", self.server_url, exc)
+            return False
+        return True
+
+    def save_state(self) -> None:
+        now = self.clock()
+        blob = json.dumps(self.policy.state(), sort_keys=True)
+        with write_session(self.db) as session:
+            row = session.get(PolicyState, self.server_url)
+            if row is None:
+                row = PolicyState(
+                    server_url=self.server_url, updated_ts=now, mode=self.policy.name, state_json=blob
+                )
+            else:  # keep paused_until: only a set or a release changes it
+                row.updated_ts, row.mode, row.state_json = now, self.policy.name, blob
+            session.add(row)
+
+    def flips_in_last_hour(self, now: float) -> int:
+        with read_session(self.db) as session:
+            count = session.exec(
+                select(func.count())
+                .select_from(ControlEvent)
+                .where(
+                    ControlEvent.server_url == self.server_url,
+                    ControlEvent.actor == self.actor,
+                    ControlEvent.action == "set",
+                    ControlEvent.ts > now - FLIP_WINDOW_S,
+                )
+            ).one()
+        return int(count)
+
+    # -- one iteration
+
+    def observe(self, now: float) -> tuple[Observation, str | None]:
+        why_stale: str | None = None
+        knob: KnobState | None = None
+        try:
+            knob = self.client.read()
+            ensure_ready(knob)
+        except KnobError as exc:  # unreachable, or the knob cannot work there: hold and say why
+            why_stale = f"knob not usable: {exc}"
+        if knob is not None and knob.max_running_requests:
+            self.max_running_requests = knob.max_running_requests
+        metrics, storage_stale = observe_storage(
+            self.db, self.server_url, now, self.config.interval_s, self.config.stale_after_s
+        )
+        why_stale = why_stale or storage_stale
+        obs = Observation(
+            ts=now,
+            num_running_reqs=float(metrics.get("num_running_reqs") or 0.0),
+            num_queue_reqs=float(metrics.get("num_queue_reqs") or 0.0),
+            output_tok_s=metrics.get("output_tok_s"),
+            accept_length=metrics.get("accept_length"),
+            spec_max_bs=knob.spec_max_bs if knob is not None and knob.plugin_installed else None,
+            max_running_requests=self.max_running_requests or 0,
+            stale=why_stale is not None,
+        )
+        return obs, why_stale
+
+    def step(self) -> StepOutcome:
+        now = self.clock()
+        resume = audit.paused_until(self.db, self.server_url, now)
+        if resume is not None:
+            until = "until released" if resume >= audit.PAUSE_UNTIL_RELEASED else f"until {resume:.0f}"
+            return StepOutcome(
+                now, "paused", f"a manual set paused the policy {until} (`spectower control release`)"
+            )
+        obs, why_stale = self.observe(now)
+        decision = self.policy.decide(obs)
+        self.save_state()
+        if why_stale is not None:  # hold whatever the policy said: never act on stale data
+            return StepOutcome(now, "hold", why_stale, obs, decision)
+        if decision.max_bs is None:
+            return StepOutcome(now, "hold", decision.reason, obs, decision)
+        if decision.max_bs == obs.spec_max_bs:
+            return StepOutcome(now, "hold", f"knob already at {decision.max_bs}", obs, decision)
+        flips = self.flips_in_last_hour(now)
+        if flips >= self.config.max_flips_per_hour:
+            return StepOutcome(
+                now, "rate-limited",
+                f"wanted {obs.spec_max_bs} -> {decision.max_bs} ({decision.reason}) but {flips} sets in the "
+                f"last hour reached --max-flips-per-hour {self.config.max_flips_per_hour}",
+                obs, decision,
+            )  # fmt: skip
+        try:
+            result = audit.apply_knob(self.db, self.client, decision.max_bs, decision.reason, self.actor,
+                                      clock=self.clock)  # fmt: skip
+        except audit.PolicyPaused as exc:  # a manual set landed while this step was deciding
+            return StepOutcome(now, "paused", f"{exc} (`spectower control release`)", obs, decision)
+        except KnobError as exc:  # audited by apply_knob; the loop keeps going
+            return StepOutcome(now, "error", f"set {decision.max_bs} failed: {exc}", obs, decision)
+        state = "confirmed" if result.confirmed else f"NOT confirmed ({result.error or 'read-back differs'})"
+        reason = f"{result.old_max_bs} -> {result.requested} {state}: {decision.reason}"
+        return StepOutcome(now, "set", reason, obs, decision, result)
+
+    # -- the loop
+
+    def start(self) -> None:
+        restored = self.load_state()
+        audit.record_event(
+            self.db, actor=self.actor, server_url=self.server_url, action="auto-start",
+            reason=(f"policy {self.policy.name} started: interval {self.config.interval_s:g} s, stale after "
+                    f"{self.config.stale_after_s:g} s, max {self.config.max_flips_per_hour} flips/h"
+                    + ("; restored saved state" if restored else "")),
+            confirmed=True, ts=self.clock(),
+        )  # fmt: skip
+
+    def stop(self, why: str) -> None:
+        try:
+            self.save_state()
+        finally:
+            audit.record_event(
+                self.db, actor=self.actor, server_url=self.server_url, action="auto-stop",
+                reason=f"policy {self.policy.name} stopped ({why}); the server keeps its last ceiling",
+                confirmed=True, ts=self.clock(),
+            )  # fmt: skip
+
+    def run(self, stop: threading.Event, *, max_steps: int | None = None) -> None:
+        """Loop until ``stop`` is set (a signal handler sets it); each step is reported via ``say``."""
+        self.start()
+        steps = 0
+        why = "stopped"
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    outcome = self.step()
+                except Exception as exc:  # a database hiccup must not end the loop
+                    log.exception("policy step failed")
+                    outcome = StepOutcome(self.clock(), "error", f"{type(exc).__name__}: {exc}")
+                self.say(outcome)
+                steps += 1
+                if max_steps is not None and steps >= max_steps:
+                    why = f"after {steps} steps"
+                    break
+                stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
+            else:
+                why = "signal"
+        finally:
+            self.stop(why)

@@ -1,0 +1,459 @@
+"""spectower's SGLang plugin: a live ceiling on the batch size at which EAGLE speculation drafts.
+
+Runs INSIDE SGLang's processes (entry point group ``sglang.srt.plugins``; ``load_plugins()`` calls
+``register()`` in the launcher and in every scheduler process), so it imports only the standard library and
+sglang, and sglang only lazily. Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
+same signatures in both.
+
+The knob (DESIGN.md, "The speculation knob"): ``POST /set_internal_state {"server_args":
+{"spectower_spec_max_bs": N}}``. A decode batch drafts only while its running batch size is <= N; N = 0 turns
+speculation off; until the first set the ceiling is unlimited ("always on", reported as the scheduler's
+``max_running_requests``, which DESIGN.md defines as always on).
+
+AROUND hooks through SGLang's ``HookRegistry``:
+
+- ``Scheduler.set_internal_state``: a request carrying our key is validated (a non-negative ``int``; bools,
+  floats and negatives are refused with ``updated=False`` and nothing changes). Mixed requests are
+  all-or-nothing, like SGLang's own handling of several keys: our value is validated first, the remaining
+  keys go to SGLang's own handler (0.5.17: the inline allow-list; 0.5.23:
+  ``SchedulerInternalStateController``) and our value is applied only when SGLang accepted the rest. A
+  request without our key is SGLang's alone.
+- ``Scheduler.get_internal_state``: adds ``"spectower": {"plugin_version", "spec_max_bs", "batches_drafted",
+  "batches_gated", "refused", "gate"}`` (the first four are the contract; ``refused`` is null or why the
+  gate is inactive; ``gate`` shows the hysteresis settings and whether it is closed now).
+- ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps.
+- ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
+  forced zeros never drag down the band's acceptance EMA (nor count toward its update interval).
+
+Hysteresis: every step switch appends an entry to SGLang's runtime-context override log
+(``EAGLEWorkerV2.apply_runtime_state`` -> ``get_context().override("adaptive_spec.restore", ...)``), which is
+never trimmed; a gate flipping on every batch as the load hovers at the ceiling would grow it without
+bound. The gate therefore closes at once when a batch exceeds N (the contract's guarantee: no drafting above
+N), but opens again only when the batch size is <= N - margin AND it has stayed closed for at least
+``min_dwell`` batches. margin defaults to 10% of N (at least 1, at most N - 1, so N = 1 can reopen);
+``SPECTOWER_GATE_MARGIN`` (batches) and ``SPECTOWER_GATE_MIN_DWELL`` (batches, default 16) override it in
+the SGLang process's environment. Worst case: 2 switches per min_dwell + 1 batches; a load hovering within
+the margin: no switch at all after the first.
+
+Refusal (loud warning, server unharmed): if any target is missing, ``register()`` registers nothing. If the
+server runs without ``--speculative-adaptive`` (or SGLang fell back from adaptive, or a band of its adaptive
+config lacks step 0, so a forced 0 would have no runtime state / CUDA graph), the hooks pass everything
+through to SGLang, ``set_internal_state`` answers ``updated=False`` for our key, and ``get_internal_state``
+says why under ``spectower.refused``. No hook ever raises into SGLang: an unexpected error inside our own
+logic is logged once and the original method's answer is returned.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import importlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+PLUGIN_VERSION = "0.1.0"
+KNOB_KEY = "spectower_spec_max_bs"
+
+# What the four hooks wrap: (module, class, method).
+TARGETS: dict[str, tuple[str, str, str]] = {
+    "set_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "set_internal_state"),
+    "get_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "get_internal_state"),
+    "get_steps_for_batch": (
+        "sglang.srt.speculative.adaptive_spec_params",
+        "AdaptiveSpeculativeParams",
+        "get_steps_for_batch",
+    ),
+    "on_verify_complete": (
+        "sglang.srt.speculative.adaptive_spec_params",
+        "AdaptiveSpeculativeParams",
+        "on_verify_complete",
+    ),
+}
+
+ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
+ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
+DEFAULT_GATE_MARGIN_FRACTION = 0.10
+DEFAULT_GATE_MIN_DWELL = 16
+# Reported as the ceiling before the first set when the scheduler's max_running_requests is unknown.
+DEFAULT_UNLIMITED_REPORT = 1 << 20
+# Verify results arrive after the next batch was launched (overlap scheduling): remember this many recent
+# gate decisions to match each verify result with the decision for its own batch.
+DEFAULT_DECISION_MEMORY = 8
+
+logger = logging.getLogger(__name__)
+
+
+def validate_spec_max_bs(value: object) -> str | None:
+    """Why ``value`` is not a valid ceiling, or None. Only a non-negative int (not a bool) is valid."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{KNOB_KEY} must be a non-negative integer, got {value!r} ({type(value).__name__})"
+    if value < 0:
+        return f"{KNOB_KEY} must be a non-negative integer, got {value}"
+    return None
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        logger.warning("spectower: ignoring %s=%r (must be a non-negative integer)", name, raw)
+        return None
+    return value
+
+
+class Gate:
+    """The per-process gate: the ceiling, the hysteresis state and the counters. Pure logic, no sglang."""
+
+    def __init__(self, margin: int | None = None, min_dwell: int = DEFAULT_GATE_MIN_DWELL) -> None:
+        self.ceiling: int | None = None  # None: unlimited until the first set
+        self.margin_override = margin
+        self.min_dwell = min_dwell
+        self.closed = False
+        self.closed_batches = 0  # gated batches since the gate last closed
+        self.batches_drafted = 0
+        self.batches_gated = 0
+        self.verifies_dropped = 0
+        self.switches = 0
+        self._decisions: collections.deque[tuple[int, bool]] = collections.deque(
+            maxlen=DEFAULT_DECISION_MEMORY
+        )
+        self._lock = threading.Lock()
+
+    def margin(self) -> int:
+        if self.ceiling is None or self.ceiling <= 1:
+            return 0
+        wanted = self.margin_override
+        if wanted is None:
+            wanted = max(1, round(self.ceiling * DEFAULT_GATE_MARGIN_FRACTION))
+        return min(wanted, self.ceiling - 1)
+
+    def set_ceiling(self, value: int) -> None:
+        with self._lock:
+            self.ceiling = value
+            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell.
+            self.closed = False
+            self.closed_batches = 0
+
+    def decide(self, batch_size: int) -> bool:
+        """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis."""
+        ceiling = self.ceiling
+        if ceiling is None:
+            closed = False
+        elif not self.closed:
+            closed = batch_size > ceiling
+            if closed:
+                self.closed_batches = 0
+        else:
+            self.closed_batches += 1
+            reopen = batch_size <= ceiling - self.margin() and self.closed_batches >= self.min_dwell
+            closed = not reopen
+        if closed != self.closed:
+            self.switches += 1
+        self.closed = closed
+        self._decisions.append((batch_size, closed))
+        return closed
+
+    def count(self, gated: bool, steps: int) -> None:
+        if gated:
+            self.batches_gated += 1
+        elif steps > 0:
+            self.batches_drafted += 1
+
+    def verify_was_gated(self, batch_size: int, num_correct: list[int]) -> bool:
+        """Whether a verify result belongs to a batch this gate forced to 0 steps.
+
+        Matches the oldest remembered decision for the same batch size (results arrive in launch order, at
+        most a batch or two late); decisions that never got a verify are dropped on the way. Without a
+        match, a result is the gate's when the gate is closed now and no draft was accepted.
+        """
+        while self._decisions:
+            size, gated = self._decisions.popleft()
+            if size == batch_size:
+                return gated
+        return self.closed and not any(num_correct)
+
+    def report(self, unlimited_as: int) -> dict[str, Any]:
+        return {
+            "plugin_version": PLUGIN_VERSION,
+            "spec_max_bs": unlimited_as if self.ceiling is None else self.ceiling,
+            "batches_drafted": self.batches_drafted,
+            "batches_gated": self.batches_gated,
+            "gate": {
+                "closed": self.closed,
+                "margin": self.margin(),
+                "min_dwell": self.min_dwell,
+                "switches": self.switches,
+                "verifies_dropped": self.verifies_dropped,
+                "ceiling_set": self.ceiling is not None,
+            },
+        }
+
+
+class _PluginState:
+    def __init__(self) -> None:
+        dwell = _env_int(ENV_GATE_MIN_DWELL)
+        self.gate = Gate(
+            margin=_env_int(ENV_GATE_MARGIN),
+            min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
+        )
+        self.refusal: str | None = None
+        self.refusal_checked = False
+        self.warned: set[str] = set()
+
+
+_STATE: _PluginState | None = None
+
+
+def _state() -> _PluginState:
+    global _STATE
+    if _STATE is None:
+        _STATE = _PluginState()
+    return _STATE
+
+
+def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
+    state = _state()
+    if key not in state.warned:
+        state.warned.add(key)
+        logger.warning(message, *args, exc_info=exc_info)
+
+
+# --------------------------------------------------------------------------------------- refusal checks
+
+
+def _bands_of(config_path: str | None) -> dict[str, Any]:
+    """The adaptive config's batch-size bands, as SGLang loads them (its default when no file is given)."""
+    if config_path:
+        with open(config_path) as fh:
+            cfg = json.load(fh)
+    else:
+        from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
+
+        cfg = DEFAULT_ADAPTIVE_CONFIG
+    return {key: entry for key, entry in cfg.items() if str(key).isdigit()}
+
+
+def _launch_args(scheduler: object | None) -> tuple[dict[str, Any], Any]:
+    """The resolved launch arguments as a dict, and the ServerArgs object (None when unknown).
+
+    The resolved dict (``get_context().resolved_server_args_dict()``, what ``/server_info`` reports per rank)
+    is authoritative: a field can be resolved without being set on the raw ServerArgs struct.
+    """
+    server_args = getattr(scheduler, "server_args", None) if scheduler is not None else None
+    try:
+        from sglang.srt.runtime_context import get_context
+
+        resolved = dict(get_context().resolved_server_args_dict())
+        if server_args is None:
+            server_args = get_context().server_args
+    except Exception:
+        if server_args is None:
+            raise
+        resolved = {
+            name: getattr(server_args, name, None)
+            for name in ("speculative_adaptive", "speculative_adaptive_config", "speculative_algorithm")
+        }
+    return resolved, server_args
+
+
+def refusal_reason(resolved: dict[str, Any], server_args: Any = None) -> str | None:
+    """Why the gate cannot work on a server launched with these arguments, or None when it can."""
+    if not resolved.get("speculative_adaptive"):
+        return "the server was launched without --speculative-adaptive"
+    if server_args is not None:
+        try:
+            from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
+
+            unsupported = adaptive_unsupported_reason(server_args)
+        except Exception as exc:  # a version without it, or args it cannot read: judge by the bands alone
+            logger.debug("spectower: adaptive_unsupported_reason unavailable: %s", exc)
+            unsupported = None
+        if unsupported:
+            return f"SGLang disabled adaptive speculation: {unsupported}"
+    try:
+        bands = _bands_of(resolved.get("speculative_adaptive_config"))
+    except (OSError, ValueError) as exc:
+        return f"cannot read the adaptive config: {exc}"
+    lacking = sorted(
+        (key for key, entry in bands.items() if 0 not in (entry.get("candidate_steps") or [])), key=int
+    )
+    if lacking:
+        which = f"band {lacking[0]} does" if len(lacking) == 1 else f"bands {', '.join(lacking)} do"
+        return (
+            f"adaptive {which} not allow step 0 (relaunch with the config that `spectower sglang-config` "
+            "writes)"
+        )
+    return None
+
+
+def _check_refusal(scheduler: object | None) -> str | None:
+    state = _state()
+    if not state.refusal_checked:
+        try:
+            state.refusal = refusal_reason(*_launch_args(scheduler))
+        except Exception as exc:  # no published server args yet: decide at the next call
+            logger.debug("spectower: cannot judge the server yet: %s", exc)
+            return None
+        state.refusal_checked = True
+        if state.refusal:
+            logger.warning(
+                "spectower plugin %s: REFUSING to gate speculation: %s. The server runs unchanged; "
+                "%s is answered updated=False.",
+                PLUGIN_VERSION,
+                state.refusal,
+                KNOB_KEY,
+            )
+    return state.refusal
+
+
+# ------------------------------------------------------------------------------------------------ hooks
+
+
+def _set_internal_state_output(updated: bool) -> Any:
+    from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+
+    return SetInternalStateReqOutput(updated=updated)
+
+
+def hook_set_internal_state(
+    original: Callable[..., Any], scheduler: Any, recv_req: Any, *args: Any, **kwargs: Any
+) -> Any:
+    requested = getattr(recv_req, "server_args", None)
+    if not isinstance(requested, dict) or KNOB_KEY not in requested:
+        return original(scheduler, recv_req, *args, **kwargs)
+    value = requested[KNOB_KEY]
+    problem = validate_spec_max_bs(value) or _check_refusal(scheduler)
+    if problem:
+        logger.warning("spectower: %s refused: %s", KNOB_KEY, problem)
+        return _set_internal_state_output(False)
+    rest = {key: val for key, val in requested.items() if key != KNOB_KEY}
+    if rest:
+        # SGLang's keys first, through its own handler; ours only if it accepted them (all-or-nothing).
+        sub_request = copy.copy(recv_req)
+        sub_request.server_args = rest
+        answer = original(scheduler, sub_request, *args, **kwargs)
+        if not getattr(answer, "updated", False):
+            logger.warning(
+                "spectower: %s not applied: SGLang refused the other keys %s", KNOB_KEY, sorted(rest)
+            )
+            return answer
+    else:
+        answer = _set_internal_state_output(True)
+    gate = _state().gate
+    old = gate.ceiling
+    gate.set_ceiling(value)
+    logger.info("spectower: %s %s -> %s (pid %d)", KNOB_KEY, old, value, os.getpid())
+    return answer
+
+
+def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+    answer = original(scheduler, *args, **kwargs)
+    try:
+        state = getattr(answer, "internal_state", None)
+        if isinstance(state, dict):
+            refusal = _check_refusal(scheduler)
+            max_running = getattr(scheduler, "max_running_requests", None)
+            unlimited_as = max_running if isinstance(max_running, int) else DEFAULT_UNLIMITED_REPORT
+            block = _state().gate.report(unlimited_as)
+            block["refused"] = refusal
+            state["spectower"] = block
+    except Exception:
+        logger.exception("spectower: could not add its state to get_internal_state")
+    return answer
+
+
+def hook_get_steps_for_batch(
+    original: Callable[..., Any], params: Any, batch_size: int, *args: Any, **kwargs: Any
+) -> int:
+    steps = original(params, batch_size, *args, **kwargs)
+    try:
+        state = _state()
+        gate = state.gate
+        if _check_refusal(None) is not None:
+            return steps
+        if 0 not in getattr(params, "candidate_steps", ()):
+            # Without a step-0 runtime state, switching to 0 would raise inside SGLang: never force it.
+            _warn_once("no-zero", "spectower: no adaptive band allows step 0; the gate stays open")
+            return steps
+        gated = gate.decide(int(batch_size))
+        gate.count(gated, steps)
+        return 0 if gated else steps
+    except Exception:
+        _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)
+        return steps
+
+
+def hook_on_verify_complete(
+    original: Callable[..., Any],
+    params: Any,
+    num_correct_drafts_per_req: list[int],
+    batch_size: int = 0,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    try:
+        gate = _state().gate
+        if gate.verify_was_gated(int(batch_size), list(num_correct_drafts_per_req)):
+            gate.verifies_dropped += 1
+            return None  # no EMA update, no step change requested
+    except Exception:
+        _warn_once("verify-error", "spectower: verify matching error; passing it to SGLang", exc_info=True)
+    return original(params, num_correct_drafts_per_req, batch_size, *args, **kwargs)
+
+
+HOOKS: dict[str, Callable[..., Any]] = {
+    "set_internal_state": hook_set_internal_state,
+    "get_internal_state": hook_get_internal_state,
+    "get_steps_for_batch": hook_get_steps_for_batch,
+    "on_verify_complete": hook_on_verify_complete,
+}
+
+
+def missing_targets() -> list[str]:
+    """The targets this SGLang lacks ("module.Class.method"), empty when all four exist."""
+    missing = []
+    for module_name, class_name, method in TARGETS.values():
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+            if not callable(getattr(cls, method)):
+                raise AttributeError(method)
+        except (ImportError, AttributeError):
+            missing.append(f"{module_name}.{class_name}.{method}")
+    return missing
+
+
+def register() -> None:
+    """The entry point SGLang's ``load_plugins()`` calls (zero arguments) in each of its processes."""
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError as exc:
+        logger.warning("spectower plugin %s: NOT hooking: no SGLang HookRegistry (%s)", PLUGIN_VERSION, exc)
+        return
+    missing = missing_targets()
+    if missing:
+        logger.warning(
+            "spectower plugin %s: NOT hooking this SGLang (missing %s); the server runs unchanged and %s "
+            "is refused like any unknown key",
+            PLUGIN_VERSION,
+            ", ".join(missing),
+            KNOB_KEY,
+        )
+        return
+    _state()
+    hooked = []
+    for name, (module_name, class_name, method) in TARGETS.items():
+        target = f"{module_name}.{class_name}.{method}"
+        HookRegistry.register(target, HOOKS[name], HookType.AROUND)
+        hooked.append(f"{class_name}.{method}")
+    logger.info(
+        "spectower plugin %s: AROUND hooks on %s (pid %d)", PLUGIN_VERSION, ", ".join(hooked), os.getpid()
+    )

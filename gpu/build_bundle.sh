@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds, from the package registries, the one-file bundle that runs a real SGLang 0.5.17 + EAGLE-3 server
+# on the lent H200 (Python 3.12, torch 2.11.0 already there). Nothing third-party is committed: the
+# bundle lands in gpu/bundle/ (git-ignored) and travels with `carry`.
+#
+# Why 0.5.17: the newest release whose torch pin matches the GPU machine's torch 2.11.0.
+# Slimmed: sglang-kernel without its FlashAttention-3 library (serve with --attention-backend triton),
+# xgrammar without its static library; the GPU image already has torch, transformers, numpy, triton, ...
+set -euo pipefail
+cd "$(dirname "$0")"
+out=bundle
+wheels=$out/wheels
+site=$out/site
+rm -rf "$site" "$wheels"
+mkdir -p "$wheels"
+
+plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+      --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux_2_31_x86_64
+      --platform any)
+pkgs=(
+  sglang==0.5.17 sglang-kernel==0.4.5 flashinfer-python==0.6.15.post1 apache-tvm-ffi==0.1.11 xgrammar==0.2.1
+  fastapi starlette uvicorn python-multipart opentelemetry-api pydantic pydantic-core typing-inspection
+  annotated-types jiter distro sniffio jsonschema jsonschema-specifications referencing rpds-py
+  pyzmq orjson msgspec pybase64 setproctitle partial-json-parser gguf dill compressed-tensors loguru
+  zstandard soundfile==0.13.1 cffi pycparser openai==2.6.1
+  # spectower's own needs on that machine (collect, bench, control): storage + SSE parsing
+  sqlmodel sqlalchemy greenlet httpx-sse
+)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${plat[@]}" -d "$wheels" "${pkgs[@]}"
+python3 -m pip install -q --no-deps --no-compile --target "$site" --only-binary=:all: --python-version 3.12 \
+  --implementation cp "${plat[@]}" "$wheels"/*.whl
+
+# Slim: FA3 (342 MB compressed) is not used with --attention-backend triton; xgrammar's static lib is a build input.
+find "$site" -name 'flash_ops*.so' -delete
+find "$site" -path '*xgrammar*' -name '*.a' -delete
+# Not loaded on an H200 (sm90) with the flags gpu/run_check.sh uses: Blackwell kernels, the InfLLM-V2
+# attention backend, zstandard's optional cffi backend (the C backend is the default).
+rm -rf "$site/sgl_kernel/sm100" "$site"/sgl_kernel/infllm_ops*.so "$site"/zstandard/_cffi*.so
+find "$site" -name '__pycache__' -prune -exec rm -rf {} +
+rm -rf "$site"/bin
+
+# transformers 5.17 (the GPU image's) already defines configs that sglang 0.5.17 registers again
+# ("'qwen3_asr' is already used"): register those with exist_ok=True.
+grep -rl 'AutoConfig.register(' "$site/sglang/srt/configs" | while read -r f; do
+  sed -i -E 's/AutoConfig\.register\(("[^"]+"), ([A-Za-z0-9_]+)\)/AutoConfig.register(\1, \2, exist_ok=True)/' "$f"
+done
+
+# Stand-ins and shims (see gpu/README.md)
+mkdir -p "$site/IPython" "$site/deep_gemm"
+cat > "$site/IPython/__init__.py" <<'PY'
+"""Stand-in: sglang only imports IPython.display.HTML/display for notebooks."""
+PY
+cat > "$site/IPython/display.py" <<'PY'
+def HTML(*args, **kwargs):  # noqa: N802 - the real name
+    return None
+
+
+def display(*args, **kwargs):
+    return None
+PY
+cat > "$site/deep_gemm/__init__.py" <<'PY'
+"""Stand-in: imported at module level by the draft CUDA-graph capture path, never called here."""
+PY
+XZ_OPT="-9 -T2" tar -C "$site" -cJf "$out/sglang-0.5.17-py312.tar.xz" .
+du -sh "$site" "$out/sglang-0.5.17-py312.tar.xz" >&2

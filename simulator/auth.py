@@ -1,0 +1,70 @@
+"""SGLang's HTTP auth rules (reference §4), as one pure decision function plus an ASGI wrapper.
+
+- Always open: ``/health``, ``/health_generate``, ``/ready``, ``/metrics``.
+- Inference and read endpoints (NORMAL): need ``--api-key`` when it is set.
+- ADMIN_OPTIONAL endpoints (``/set_internal_state``, ``/flush_cache``, ...): open when no key is
+  configured; need the api key when only it is set; need the admin key when that is set.
+Keys travel as ``Authorization: Bearer KEY``. A refusal is HTTP 401 ``{"error": "Unauthorized"}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from enum import Enum
+
+OPEN_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
+ADMIN_OPTIONAL_PATHS = frozenset(
+    {
+        "/set_internal_state",
+        "/flush_cache",
+        "/pause_generation",
+        "/continue_generation",
+        "/start_profile",
+        "/stop_profile",
+        "/abort_request",
+    }
+)
+UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
+
+
+class AuthLevel(Enum):
+    OPEN = "open"
+    NORMAL = "normal"
+    ADMIN_OPTIONAL = "admin_optional"
+
+
+def auth_level(path: str) -> AuthLevel:
+    if path in OPEN_PATHS:
+        return AuthLevel.OPEN
+    if path in ADMIN_OPTIONAL_PATHS:
+        return AuthLevel.ADMIN_OPTIONAL
+    return AuthLevel.NORMAL
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _matches(token: str | None, key: str) -> bool:
+    return token is not None and hmac.compare_digest(token.encode(), key.encode())
+
+
+def is_allowed(path: str, authorization: str | None, api_key: str | None, admin_api_key: str | None) -> bool:
+    level = auth_level(path)
+    if level is AuthLevel.OPEN:
+        return True
+    token = bearer_token(authorization)
+    if level is AuthLevel.ADMIN_OPTIONAL:
+        if admin_api_key:
+            return _matches(token, admin_api_key)
+        if api_key:
+            return _matches(token, api_key)
+        return True
+    if api_key:
+        return _matches(token, api_key)
+    return True

@@ -1,0 +1,87 @@
+"""The ``serve`` command of the simulator, shared by ``spectower sim serve`` and ``python -m simulator``.
+
+Keys come from files (``--admin-api-key-file``, ``--api-key-file``) or the environment
+(``SPECTOWER_SIM_ADMIN_API_KEY``, ``SPECTOWER_SIM_API_KEY``), never from the command line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+EXIT_USER_ERROR = 2
+_stderr = Console(stderr=True, highlight=False)
+
+
+def fail(message: str) -> NoReturn:
+    """One clear ``error:`` line on stderr, exit 2 (console.errors.fail's convention)."""
+    _stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    raise typer.Exit(EXIT_USER_ERROR)
+
+
+def _read_key(path: Path | None, env: str, what: str) -> str | None:
+    if path is not None:
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            fail(f"{what} file {str(path)!r}: cannot read ({exc.strerror})")
+        if not key:
+            fail(f"{what} file {str(path)!r} is empty")
+        return key
+    value = os.environ.get(env, "").strip()
+    return value or None
+
+
+def serve(
+    profile: str = typer.Option(..., "--profile", help="A shipped profile name or a path to a profile JSON."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(30000, "--port", help="SGLang API port."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the noise and the generated text."),
+    admin_api_key_file: Path | None = typer.Option(
+        None, "--admin-api-key-file", help="File holding the admin key (or env SPECTOWER_SIM_ADMIN_API_KEY)."
+    ),
+    api_key_file: Path | None = typer.Option(
+        None, "--api-key-file", help="File holding the API key (or env SPECTOWER_SIM_API_KEY)."
+    ),
+    gpu_metrics_port: int | None = typer.Option(
+        None, "--gpu-metrics-port", help="Serve dcgm-exporter style GPU metrics on this port."
+    ),
+    decode_log_interval: int = typer.Option(
+        40, "--decode-log-interval", help="Refresh the gauges every N decode steps (SGLang's default 40)."
+    ),
+    dp_size: int = typer.Option(1, "--dp-size", help="Data-parallel ranks (each a copy of the profile)."),
+    max_running_requests: int | None = typer.Option(
+        None, "--max-running-requests", help="Override the profile's max_running_requests."
+    ),
+) -> None:
+    """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
+    from simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
+    from simulator.profile import ProfileError, load_profile
+    from simulator.server import run
+
+    try:
+        loaded = load_profile(profile)
+    except ProfileError as exc:
+        fail(str(exc))
+    admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
+    api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
+    try:
+        config = SimConfig(
+            profile=loaded,
+            host=host,
+            port=port,
+            seed=seed,
+            admin_api_key=admin_key,
+            api_key=api_key,
+            gpu_metrics_port=gpu_metrics_port,
+            decode_log_interval=decode_log_interval,
+            dp_size=dp_size,
+            max_running_requests=max_running_requests,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    run(config)

@@ -1,0 +1,500 @@
+"""The simulated SGLang scheduler: continuous batching in real time, driven by a performance profile.
+
+One ``RankScheduler`` per data-parallel rank runs an asyncio loop that alternates, as SGLang's does,
+between prefill batches (admitting waiting requests while fewer than ``max_running_requests`` run) and
+decode steps over the running batch:
+
+- prefill of ``n`` prompt tokens takes ``n / prefill_tok_s`` seconds and yields each admitted request's
+  first token;
+- a decode step over ``B`` running requests is *drafted* when ``B <= spec_max_bs`` (the knob), otherwise
+  gated. Gated: every request gets 1 token. Drafted: every request gets ``accept_length(B)`` tokens on
+  average (stochastic integer rounding around a per-step value with ``noise_cv`` noise, seeded). The step
+  lasts ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
+  concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
+
+Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
+not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
+its deadline to now instead of bursting. Each request receives one update per step it takes part in, and
+streaming handlers turn each update into one chunk, like SGLang with ``stream_interval=1``.
+
+Profile semantics under ``--dp-size N``: each DP rank is a full copy of the profiled server (its own
+batch, its own curve); requests are spread round-robin (SGLang's default ``load_balance_method``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+from simulator.config import SimConfig
+from simulator.profile import Profile
+from simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
+from simulator.textgen import TokenStream
+
+# Falling further behind than this (seconds) resets the step clock instead of catching up in a burst.
+MAX_LAG_S = 0.5
+# A prefill forward never takes less than this (kernel launch + scheduling overhead), seconds.
+MIN_PREFILL_S = 0.001
+# SGLang's default --max-prefill-tokens: one prefill batch admits at most this many prompt tokens.
+MAX_PREFILL_TOKENS = 16384
+# After this long without a decode step, gen_throughput reads 0 (SGLang's idle decay, reference §5).
+GEN_THROUGHPUT_IDLE_RESET_S = 30.0
+# KV cache bytes per token of a large model in bf16 (sizes the simulated token pool from GPU memory).
+KV_BYTES_PER_TOKEN = 131072
+# Share of GPU memory SGLang's --mem-fraction-static leaves to weights / KV cache / CUDA graphs.
+WEIGHT_MEMORY_SHARE = 0.45
+KV_MEMORY_SHARE = 0.40
+GRAPH_MEMORY_SHARE = 0.02
+# Streaming updates are ints (the request's cumulative output length); this one means "aborted".
+ABORTED = -1
+
+
+@dataclass(frozen=True)
+class MemoryLayout:
+    weight_gb: float
+    kv_cache_gb: float
+    graph_gb: float
+    max_total_num_tokens: int
+    startup_available_gb: float
+
+
+def memory_layout(profile: Profile) -> MemoryLayout:
+    gib_per_gpu = profile.gpus.memory_mib / 1024.0
+    kv_gb = gib_per_gpu * KV_MEMORY_SHARE
+    # Tensor parallel over all GPUs: each GPU holds 1/count of every token's KV.
+    tokens = int(kv_gb * profile.gpus.count * 1024**3 / KV_BYTES_PER_TOKEN)
+    return MemoryLayout(
+        weight_gb=round(gib_per_gpu * WEIGHT_MEMORY_SHARE, 3),
+        kv_cache_gb=round(kv_gb, 3),
+        graph_gb=round(gib_per_gpu * GRAPH_MEMORY_SHARE, 3),
+        max_total_num_tokens=tokens,
+        startup_available_gb=round(gib_per_gpu * 0.97, 3),
+    )
+
+
+class SimRequest:
+    """One generate request inside the simulator."""
+
+    __slots__ = (
+        "aborted",
+        "created_mono",
+        "created_wall",
+        "done",
+        "dp_rank",
+        "finish_reason",
+        "finished",
+        "first_token_mono",
+        "forward_entry_wall",
+        "index",
+        "last_token_mono",
+        "max_new_tokens",
+        "output",
+        "prefill_finished_wall",
+        "prompt_tokens",
+        "queue_time",
+        "rid",
+        "spec_accepted_drafts",
+        "spec_proposed_drafts",
+        "spec_verify_ct",
+        "streaming",
+        "tokens",
+        "updates",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        streaming: bool,
+        seed: int,
+        rid: str | None = None,
+    ) -> None:
+        self.rid = rid or uuid.uuid4().hex
+        self.index = index
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max(1, max_new_tokens)
+        self.streaming = streaming
+        self.tokens = TokenStream(seed, index)
+        self.output: list[int] = []  # vocabulary indexes (see simulator.textgen)
+        self.updates: asyncio.Queue[int] = asyncio.Queue()
+        self.done: asyncio.Event = asyncio.Event()
+        self.created_mono = time.monotonic()
+        self.created_wall = time.time()
+        self.forward_entry_wall: float | None = None
+        self.prefill_finished_wall: float | None = None
+        self.first_token_mono: float | None = None
+        self.last_token_mono: float | None = None
+        self.queue_time = 0.0
+        self.finished = False
+        self.aborted = False
+        self.finish_reason: str | None = None
+        self.dp_rank = 0
+        self.spec_verify_ct = 0
+        self.spec_accepted_drafts = 0
+        self.spec_proposed_drafts = 0
+
+    def _push(self, n: int) -> list[int]:
+        take = min(n, self.max_new_tokens - len(self.output))
+        stream = self.tokens
+        new = [stream.next_index() for _ in range(take)]
+        self.output.extend(new)
+        return new
+
+
+class RankScheduler:
+    """One DP rank: waiting queue, running batch, the knob, and the accounting SGLang reports."""
+
+    def __init__(self, engine: Engine, dp_rank: int) -> None:
+        self.engine = engine
+        self.dp_rank = dp_rank
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.spec_max_bs = engine.max_running_requests  # initial knob: always on
+        self.batches_drafted = 0
+        self.batches_gated = 0
+        self.active_steps = engine.profile.speculative_num_steps
+        self.gauges = SchedulerGauges(
+            spec_num_steps=self.active_steps, spec_num_draft_tokens=self.active_steps + 1
+        )
+        # Cumulative since start / last /flush_cache (avg_spec_accept_length).
+        self.cum_accept_tokens = 0
+        self.cum_verify_ct = 0
+        # Since the last decode log (the gauges' window).
+        self._win_steps = 0
+        self._win_tokens = 0
+        self._win_verify = 0
+        self._win_accepted = 0
+        self._win_proposed = 0
+        self._win_start = time.monotonic()
+        self.last_decode_mono: float | None = None
+        self.last_gen_throughput = 0.0
+        # Totals for /v1/loads, counters and the virtual GPUs.
+        self.total_decode_tokens = 0
+        self.total_prefill_tokens = 0
+        self.total_prefill_busy_s = 0.0
+        self.busy_s = 0.0
+        self.decode_passes = 0
+        self.prefill_passes = 0
+        self.queue_hist = Hist(QUEUE_TIME_BUCKETS)
+        self._wake = asyncio.Event()
+        self._rng = random.Random(engine.seed * 7919 + dp_rank)
+
+    # ---- what clients see -------------------------------------------------------------------------
+    @property
+    def num_used_tokens(self) -> int:
+        return sum(r.prompt_tokens + len(r.output) for r in self.running)
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        return self.cum_accept_tokens / self.cum_verify_ct if self.cum_verify_ct else None
+
+    def current_gen_throughput(self) -> float:
+        if self.running or self.waiting:
+            return self.gauges.gen_throughput
+        if (
+            self.last_decode_mono is None
+            or time.monotonic() - self.last_decode_mono > GEN_THROUGHPUT_IDLE_RESET_S
+        ):
+            return 0.0
+        return self.gauges.gen_throughput
+
+    def flush(self) -> None:
+        self.cum_accept_tokens = 0
+        self.cum_verify_ct = 0
+
+    def submit(self, req: SimRequest) -> None:
+        req.dp_rank = self.dp_rank
+        self.waiting.append(req)
+        self._wake.set()
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        deadline = time.monotonic()
+        while True:
+            self._drop_aborted()
+            if not self.running and not self.waiting:
+                self._publish_idle()
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = time.monotonic()
+                continue
+            capacity = self.engine.max_running_requests - len(self.running)
+            if self.waiting and capacity > 0:
+                deadline = await self._prefill(capacity, deadline)
+            elif self.running:
+                deadline = await self._decode(deadline)
+
+    async def _sleep_until(self, deadline: float) -> float:
+        now = time.monotonic()
+        if deadline > now:
+            await asyncio.sleep(deadline - now)
+            return deadline
+        if now - deadline > MAX_LAG_S:
+            return now  # overloaded: give up the debt rather than burst
+        await asyncio.sleep(0)  # let handlers run even when catching up
+        return deadline
+
+    def _drop_aborted(self) -> None:
+        if any(r.aborted for r in self.running):
+            self.running = [r for r in self.running if not r.aborted]
+        if any(r.aborted for r in self.waiting):
+            self.waiting = deque(r for r in self.waiting if not r.aborted)
+
+    async def _prefill(self, capacity: int, deadline: float) -> float:
+        batch: list[SimRequest] = []
+        tokens = 0
+        while self.waiting and len(batch) < capacity:
+            nxt = self.waiting[0]
+            if batch and tokens + nxt.prompt_tokens > MAX_PREFILL_TOKENS:
+                break
+            batch.append(self.waiting.popleft())
+            tokens += nxt.prompt_tokens
+        wall = time.time()
+        for r in batch:
+            r.forward_entry_wall = wall
+            r.queue_time = max(0.0, time.monotonic() - r.created_mono)
+            self.queue_hist.observe(r.queue_time)
+        duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_tok_s)
+        deadline = await self._sleep_until(deadline + duration)
+        self.busy_s += duration
+        self.total_prefill_busy_s += duration
+        self.total_prefill_tokens += tokens
+        self.prefill_passes += 1
+        self.engine.on_prefill_tokens(tokens)
+        now = time.monotonic()
+        wall = time.time()
+        for r in batch:
+            if r.aborted:
+                continue
+            r.prefill_finished_wall = wall
+            r.first_token_mono = now
+            r.last_token_mono = now
+            r._push(1)
+            self.running.append(r)
+            self.engine.on_first_token(r, now)
+            self._emit(r)
+        self._publish(now, prefill=True)
+        return deadline
+
+    async def _decode(self, deadline: float) -> float:
+        batch = len(self.running)
+        drafted = batch <= self.spec_max_bs
+        profile = self.engine.profile
+        steps = profile.speculative_num_steps
+        accept = profile.accept_length_at(batch) if drafted else 1.0
+        rate = profile.output_tok_s(batch, drafted)
+        step = batch * accept / rate
+        cv = profile.noise_cv
+        if cv > 0:
+            step *= min(2.0, max(0.5, 1.0 + cv * self._rng.gauss(0.0, 1.0)))
+        deadline = await self._sleep_until(deadline + step)
+        self.busy_s += step
+        self.decode_passes += 1
+        self.active_steps = steps if drafted else 0
+        if drafted:
+            self.batches_drafted += 1
+            mean = accept * (1.0 + cv * self._rng.gauss(0.0, 1.0)) if cv > 0 else accept
+            mean = min(float(steps + 1), max(1.0, mean))
+        else:
+            self.batches_gated += 1
+            mean = 1.0
+        base = int(mean)
+        frac = mean - base
+        rnd = self._rng.random
+        now = time.monotonic()
+        produced = 0
+        finished: list[SimRequest] = []
+        for r in self.running:
+            if r.aborted:
+                continue
+            k = base + 1 if frac > 0 and rnd() < frac else base
+            new = r._push(k)
+            n = len(new)
+            produced += n
+            r.spec_verify_ct += 1
+            if drafted:
+                r.spec_accepted_drafts += k - 1
+                r.spec_proposed_drafts += steps
+            if r.last_token_mono is not None and n:
+                self.engine.tokenizer.itl.observe((now - r.last_token_mono) / n, n)
+            r.last_token_mono = now
+            if len(r.output) >= r.max_new_tokens:
+                finished.append(r)
+            self._emit(r)
+        live = batch
+        self.cum_accept_tokens += produced
+        self.cum_verify_ct += live
+        self.total_decode_tokens += produced
+        self._win_steps += 1
+        self._win_tokens += produced
+        self._win_verify += live
+        if drafted:
+            self._win_accepted += produced - live
+            self._win_proposed += live * steps
+        self.last_decode_mono = now
+        self.engine.on_decode(produced, live, drafted)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for r in finished:
+                self.engine.on_finish(r, now)
+        if self._win_steps >= self.engine.config.decode_log_interval:
+            self._publish(now, prefill=False)
+        return deadline
+
+    def _emit(self, r: SimRequest) -> None:
+        if len(r.output) >= r.max_new_tokens and not r.finished:
+            r.finished = True
+            r.finish_reason = "length"
+            r.done.set()
+        if r.streaming:
+            r.updates.put_nowait(len(r.output))
+
+    # ---- SGLang's log_prefill_stats / log_decode_stats ----------------------------------------------
+    def _publish(self, now: float, prefill: bool) -> None:
+        g = self.gauges
+        g.num_running_reqs = len(self.running)
+        g.num_queue_reqs = len(self.waiting)
+        used = self.num_used_tokens
+        g.num_used_tokens = used
+        g.token_usage = used / self.engine.memory.max_total_num_tokens
+        g.decode_sum_seq_lens = used
+        g.cache_hit_rate = 0.0
+        g.utilization = min(1.0, len(self.running) / self.engine.max_running_requests)
+        g.new_token_ratio = 0.0
+        g.is_cuda_graph = 1.0
+        g.published_at = now
+        if prefill:
+            return
+        elapsed = max(1e-9, now - self._win_start)
+        g.gen_throughput = self._win_tokens / elapsed
+        self.last_gen_throughput = g.gen_throughput
+        g.spec_accept_length = self._win_tokens / self._win_verify if self._win_verify else 0.0
+        g.spec_accept_rate = self._win_accepted / self._win_proposed if self._win_proposed else 0.0
+        g.spec_num_steps = self.active_steps
+        g.spec_num_draft_tokens = self.active_steps + 1
+        self._win_steps = self._win_tokens = self._win_verify = self._win_accepted = self._win_proposed = 0
+        self._win_start = now
+
+    def _publish_idle(self) -> None:
+        g = self.gauges
+        g.num_running_reqs = 0
+        g.num_queue_reqs = 0
+        g.num_used_tokens = 0
+        g.token_usage = 0.0
+        g.utilization = 0.0
+        # The next busy period's first window starts when work arrives, not now.
+        self._win_steps = self._win_tokens = self._win_verify = self._win_accepted = self._win_proposed = 0
+        self._win_start = time.monotonic()
+
+
+class Engine:
+    """All DP ranks plus the tokenizer-side accounting, shared by the HTTP routes."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.seed = config.seed
+        self.max_running_requests = config.effective_max_running_requests
+        self.memory = memory_layout(self.profile)
+        self.tokenizer = TokenizerStats()
+        self.realtime_tokens = {"prefill_compute": 0, "prefill_cache": 0, "decode": 0}
+        self.started_wall = time.time()
+        self.started_mono = time.monotonic()
+        self.ready = False
+        self._index = itertools.count()
+        self._rr = itertools.count()
+        self.ranks = [RankScheduler(self, i) for i in range(config.dp_size)]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(r.run(), name=f"sim-rank-{r.dp_rank}") for r in self.ranks]
+        self.ready = True
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def new_request(
+        self, prompt_tokens: int, max_new_tokens: int, streaming: bool, rid: str | None = None
+    ) -> SimRequest:
+        return SimRequest(next(self._index), prompt_tokens, max_new_tokens, streaming, self.seed, rid)
+
+    def submit(self, req: SimRequest) -> None:
+        rank = self.ranks[next(self._rr) % len(self.ranks)]
+        rank.submit(req)
+
+    def abort(self, req: SimRequest) -> None:
+        if req.finished or req.aborted:
+            return
+        req.aborted = True
+        req.finished = True
+        req.finish_reason = "abort"
+        self.tokenizer.num_aborted += 1
+        req.updates.put_nowait(ABORTED)
+        req.done.set()
+
+    @property
+    def idle(self) -> bool:
+        return all(not r.running and not r.waiting for r in self.ranks)
+
+    # ---- the knob ---------------------------------------------------------------------------------
+    def set_spec_max_bs(self, value: int) -> list[bool]:
+        for r in self.ranks:
+            r.spec_max_bs = value
+        return [True for _ in self.ranks]
+
+    def flush_cache(self) -> bool:
+        if not self.idle:
+            return False
+        for r in self.ranks:
+            r.flush()
+        return True
+
+    # ---- accounting hooks (tokenizer side) --------------------------------------------------------
+    def on_prefill_tokens(self, tokens: int) -> None:
+        self.realtime_tokens["prefill_compute"] += tokens
+
+    def on_first_token(self, req: SimRequest, now: float) -> None:
+        self.tokenizer.ttft[_s(req.streaming)].observe(now - req.created_mono)
+
+    def on_decode(self, produced: int, verify_calls: int, drafted: bool) -> None:
+        self.realtime_tokens["decode"] += produced
+        self.tokenizer.spec_verify_calls += verify_calls
+
+    def on_finish(self, req: SimRequest, now: float) -> None:
+        t = self.tokenizer
+        key = _s(req.streaming)
+        n_out = len(req.output)
+        t.prompt_tokens[key] += req.prompt_tokens
+        t.generation_tokens[key] += n_out
+        t.num_requests[key] += 1
+        e2e = now - req.created_mono
+        t.e2e[key].observe(e2e)
+        if n_out > 1 and req.first_token_mono is not None:
+            t.tpot[key].observe((now - req.first_token_mono) / (n_out - 1))
+        t.prompt_hist.observe(req.prompt_tokens)
+        t.uncached_prompt_hist.observe(req.prompt_tokens)
+        t.generation_hist.observe(n_out)
+
+    # ---- derived ----------------------------------------------------------------------------------
+    def busy_seconds(self) -> float:
+        return sum(r.busy_s for r in self.ranks)
+
+    def running_total(self) -> int:
+        return sum(len(r.running) for r in self.ranks)
+
+
+def _s(flag: bool) -> str:
+    return "true" if flag else "false"

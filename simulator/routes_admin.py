@@ -1,0 +1,255 @@
+"""Read and admin endpoints: ``/server_info``, ``/model_info``, ``/v1/loads``, health, ``/flush_cache``,
+``/metrics`` and the speculation knob ``/set_internal_state``.
+
+The knob contract (DESIGN.md): ``{"server_args": {"spectower_spec_max_bs": N}}`` answers one boolean per
+DP rank. The body is validated like SGLang's ``SetInternalStateReq`` (``server_args: Dict[str,
+Union[int, float]]``) so non-numbers get SGLang's 400; an unknown key answers ``[false]`` for every rank
+("Updating {key} is not supported."); a negative or non-integer N answers ``[false]``; nothing is applied
+unless every key is valid.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from simulator.config import SGLANG_VERSION
+from simulator.engine import Engine, RankScheduler
+from simulator.errors import bad_request
+from simulator.http_metrics import HttpCounters
+from simulator.metrics import CONTENT_TYPE, build_registry, render
+from simulator.server_info import ServerInfo
+
+logger = logging.getLogger("simulator")
+
+KNOB_KEY = "spectower_spec_max_bs"
+# Keys SGLang 0.5.23's SchedulerInternalStateController accepts; the simulator stores them.
+SGLANG_STATE_KEYS = (
+    "pp_max_micro_batch_size",
+    "speculative_accept_threshold_single",
+    "speculative_accept_threshold_acc",
+    "dspark_force_budget_frac",
+    "dspark_clear_info_records",
+)
+FLUSH_MESSAGE = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+    "waiting requests, the operation will not be performed.)\n"
+)
+LOAD_SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues")
+
+
+class SetInternalStateReq(BaseModel):
+    """Mirror of SGLang's ``SetInternalStateReq`` body (numbers only)."""
+
+    server_args: dict[str, int | float]
+
+
+def _validate_knob(value: int | float) -> int | None:
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            return None
+        value = int(value)
+    return value if value >= 0 else None
+
+
+def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRouter:
+    router = APIRouter()
+    registry = build_registry(engine, http)
+
+    @router.get("/health")
+    @router.get("/health_generate")
+    async def health() -> Response:
+        return Response(status_code=200 if engine.ready else 503)
+
+    @router.get("/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if engine.ready else 503)
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(render(registry), media_type=CONTENT_TYPE)
+
+    @router.get("/server_info")
+    async def server_info() -> dict[str, Any]:
+        return info.server_info()
+
+    @router.get("/get_server_info")
+    async def get_server_info() -> dict[str, Any]:
+        logger.warning(
+            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+            "Please use '/server_info' instead."
+        )
+        return info.server_info()
+
+    @router.get("/model_info")
+    async def model_info() -> dict[str, Any]:
+        return info.model_info()
+
+    @router.get("/get_model_info")
+    async def get_model_info() -> dict[str, Any]:
+        logger.warning(
+            "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+            "Please use '/model_info' instead."
+        )
+        return info.model_info()
+
+    @router.get("/v1/loads")
+    async def loads(include: str | None = None, format: str = "json", dp_rank: int | None = None) -> Response:
+        started = time.perf_counter()
+        sections = _parse_include(include)
+        if sections is None:
+            return bad_request(f"invalid include: {include!r} (choose from all, {', '.join(LOAD_SECTIONS)})")
+        ranks = [r for r in engine.ranks if dp_rank is None or r.dp_rank == dp_rank]
+        payload = [_load(engine, r, sections) for r in ranks]
+        engine.tokenizer.get_loads.observe(time.perf_counter() - started)
+        if format == "prometheus":
+            return PlainTextResponse(_loads_prometheus(payload), media_type=CONTENT_TYPE)
+        if format != "json":
+            return bad_request(f"invalid format: {format!r} (json or prometheus)")
+        return JSONResponse(
+            {
+                "timestamp": datetime.now(UTC).isoformat(),
+                "version": SGLANG_VERSION,
+                "accelerator": engine.profile.gpus.name,
+                "num_accelerators": engine.profile.gpus.count,
+                "loads": payload,
+            }
+        )
+
+    @router.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        ok = engine.flush_cache()
+        return PlainTextResponse(FLUSH_MESSAGE, status_code=200 if ok else 400)
+
+    @router.api_route("/set_internal_state", methods=["POST", "PUT"])
+    async def set_internal_state(request: Request) -> Response:
+        try:
+            raw = await request.json()
+        except ValueError:
+            return bad_request("the request body is not valid JSON")
+        try:
+            body = SetInternalStateReq.model_validate(raw)
+        except ValidationError as exc:
+            return bad_request(str(exc))
+        ok = True
+        staged: dict[str, int | float] = {}
+        for key, value in body.server_args.items():
+            if key == KNOB_KEY:
+                checked = _validate_knob(value)
+                if checked is None:
+                    logger.warning("Invalid %s=%r: a non-negative integer is required.", key, value)
+                    ok = False
+                else:
+                    staged[key] = checked
+            elif key in SGLANG_STATE_KEYS:
+                staged[key] = value
+            else:
+                logger.warning("Updating %s is not supported.", key)
+                ok = False
+        if ok and staged:
+            for key, value in staged.items():
+                if key == KNOB_KEY:
+                    engine.set_spec_max_bs(int(value))
+                else:
+                    info.overrides[key] = value
+                    if key.startswith("speculative_accept_threshold"):
+                        for r in engine.ranks:
+                            r.flush()
+        return JSONResponse([bool(ok and staged) for _ in engine.ranks])
+
+    return router
+
+
+def _parse_include(include: str | None) -> set[str] | None:
+    if include is None or include == "":
+        return {"core"}
+    parts = {p.strip() for p in include.split(",") if p.strip()}
+    if "all" in parts:
+        return set(LOAD_SECTIONS)
+    if not parts <= set(LOAD_SECTIONS):
+        return None
+    return parts | {"core"}
+
+
+def _load(engine: Engine, r: RankScheduler, sections: set[str]) -> dict[str, Any]:
+    g = r.gauges
+    used = r.num_used_tokens
+    total = engine.memory.max_total_num_tokens
+    load: dict[str, Any] = {
+        "timestamp": time.time(),
+        "dp_rank": r.dp_rank,
+        "num_running_reqs": len(r.running),
+        "num_waiting_reqs": len(r.waiting),
+        "num_waiting_uncached_tokens": sum(q.prompt_tokens for q in r.waiting),
+        "num_used_tokens": used,
+        "num_total_tokens": used + sum(q.prompt_tokens for q in r.waiting),
+        "num_active_tokens": used,
+        "max_total_num_tokens": total,
+        "max_running_requests": engine.max_running_requests,
+        "token_usage": used / total,
+        "gen_throughput": r.current_gen_throughput(),
+        "cache_hit_rate": g.cache_hit_rate,
+        "utilization": min(1.0, len(r.running) / engine.max_running_requests),
+        "total_prefill_uncached_tokens": r.total_prefill_tokens,
+        "total_prefill_busy_us": int(r.total_prefill_busy_s * 1e6),
+    }
+    if "memory" in sections:
+        mem = engine.memory
+        load["memory"] = {
+            "weight_gb": mem.weight_gb,
+            "kv_cache_gb": mem.kv_cache_gb,
+            "graph_gb": mem.graph_gb,
+            "token_capacity": total,
+        }
+    if "spec" in sections and r.avg_spec_accept_length is not None:
+        load["speculative"] = {"accept_length": r.avg_spec_accept_length, "accept_rate": g.spec_accept_rate}
+    if "disagg" in sections:
+        load["disaggregation"] = {
+            "mode": "null",
+            "prefill_bootstrap_queue_reqs": 0,
+            "prefill_inflight_queue_reqs": 0,
+            "decode_prealloc_queue_reqs": 0,
+            "decode_transfer_queue_reqs": 0,
+            "decode_retracted_queue_reqs": 0,
+            "kv_transfer_speed_gb_s": 0.0,
+            "kv_transfer_latency_ms": 0.0,
+        }
+    if "queues" in sections:
+        load["queues"] = {
+            "waiting": len(r.waiting),
+            "grammar": 0,
+            "paused": 0,
+            "retracted": 0,
+            "prealloc_ready": 0,
+        }
+    return load
+
+
+def _loads_prometheus(loads: list[dict[str, Any]]) -> str:
+    """``/v1/loads?format=prometheus``: ``sglang_*`` gauges per ``dp_rank``; nested keys joined by ``_``."""
+    series: dict[str, list[tuple[int, Any]]] = {}
+    prefixes = {"speculative": "spec", "disaggregation": "disagg"}
+    for load in loads:
+        rank = load["dp_rank"]
+        for key, value in load.items():
+            if key == "dp_rank":
+                continue
+            if isinstance(value, dict):
+                prefix = prefixes.get(key, key)
+                for sub, v in value.items():
+                    if isinstance(v, int | float) and not isinstance(v, bool):
+                        series.setdefault(f"{prefix}_{sub}", []).append((rank, v))
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                series.setdefault(key, []).append((rank, value))
+    lines: list[str] = []
+    for key, values in series.items():
+        lines.append(f"# TYPE sglang_{key} gauge")
+        lines.extend(f'sglang_{key}{{dp_rank="{rank}"}} {v}' for rank, v in values)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,243 @@
+"""OpenAI-compatible ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/models``, as SGLang answers.
+
+Streaming sends one ``data: {chunk}\\n\\n`` per decode step with the new text as a delta (OpenAI style,
+not cumulative), then, when ``stream_options.include_usage`` is true, a final chunk with empty
+``choices`` and the ``usage``, then ``data: [DONE]\\n\\n``. Chat prompts are "tokenized" by the estimate
+of ``simulator.textgen`` over the concatenated message contents plus a small chat-template overhead.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from simulator.engine import ABORTED, Engine, SimRequest
+from simulator.errors import bad_request, error_response
+from simulator.routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
+from simulator.textgen import estimate_prompt_tokens, piece
+
+DEFAULT_MAX_TOKENS = 128
+# Tokens a chat template adds around each message (role markers, separators).
+CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4
+MAX_MODEL_LEN = 131072
+
+
+def _max_tokens(body: dict[str, Any]) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        return DEFAULT_MAX_TOKENS
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"max_tokens must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _chat_prompt_tokens(messages: Any) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    total = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            raise ValueError("each message must be an object")
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        total += estimate_prompt_tokens(str(content or "")) + CHAT_TEMPLATE_TOKENS_PER_MESSAGE
+    return total
+
+
+def _completion_prompt_tokens(prompt: Any) -> int:
+    if isinstance(prompt, str):
+        return estimate_prompt_tokens(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+        return len(prompt)
+    raise ValueError("prompt must be a string or a list of token ids (batched prompts are not simulated)")
+
+
+def _usage(req: SimRequest) -> dict[str, Any]:
+    n = len(req.output)
+    return {
+        "prompt_tokens": req.prompt_tokens,
+        "total_tokens": req.prompt_tokens + n,
+        "completion_tokens": n,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+    }
+
+
+def build_router(engine: Engine, served_model_name: str) -> APIRouter:
+    router = APIRouter()
+    created_at = int(engine.started_wall)
+
+    @router.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": served_model_name,
+                    "object": "model",
+                    "created": created_at,
+                    "owned_by": "sglang",
+                    "root": served_model_name,
+                    "parent": None,
+                    "max_model_len": MAX_MODEL_LEN,
+                }
+            ],
+        }
+
+    async def _body(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ValueError("the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ValueError("the request body must be a JSON object")
+        return body
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            prompt = _chat_prompt_tokens(body.get("messages"))
+            max_tokens = _max_tokens(body)
+        except ValueError as exc:
+            return bad_request(str(exc))
+        return await _serve(engine, body, prompt, max_tokens, chat=True)
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        try:
+            body = await _body(request)
+            prompt = _completion_prompt_tokens(body.get("prompt"))
+            max_tokens = _max_tokens(body)
+        except ValueError as exc:
+            return bad_request(str(exc))
+        return await _serve(engine, body, prompt, max_tokens, chat=False)
+
+    return router
+
+
+async def _serve(engine: Engine, body: dict[str, Any], prompt: int, max_tokens: int, chat: bool) -> Response:
+    model = str(body.get("model") or "default")
+    stream = bool(body.get("stream", False))
+    opts = body.get("stream_options") or {}
+    include_usage = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+    req = engine.new_request(prompt, max_tokens, stream)
+    engine.submit(req)
+    rid = uuid.uuid4().hex
+    created = int(time.time())
+    if stream:
+        gen = _chat_stream if chat else _completion_stream
+        return StreamingResponse(
+            gen(engine, req, rid, created, model, include_usage),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+    try:
+        await req.done.wait()
+    finally:
+        engine.abort(req)
+    if req.aborted:
+        return error_response("request aborted", 400)
+    text = "".join(piece(i) for i in req.output)
+    if chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
+            "logprobs": None,
+            "finish_reason": req.finish_reason,
+            "matched_stop": None,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": req.finish_reason,
+            "matched_stop": None,
+        }
+        obj = "text_completion"
+    return JSONResponse(
+        {
+            "id": rid,
+            "object": obj,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(req),
+            "metadata": {"weight_version": WEIGHT_VERSION},
+        }
+    )
+
+
+async def _deltas(req: SimRequest) -> AsyncIterator[tuple[str, bool]]:
+    sent = 0
+    while True:
+        n = await req.updates.get()
+        if n == ABORTED:
+            return
+        text = "".join(piece(i) for i in req.output[sent:n])
+        sent = n
+        final = req.finished and n >= len(req.output)
+        yield text, final
+        if final:
+            return
+
+
+async def _chat_stream(
+    engine: Engine, req: SimRequest, rid: str, created: int, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    head = (
+        f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{dumps(model)},'
+    )
+    try:
+        first = True
+        async for text, final in _deltas(req):
+            delta: dict[str, Any] = (
+                {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+                if first
+                else {"content": text}
+            )
+            first = False
+            choice = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": req.finish_reason if final else None,
+                "matched_stop": None,
+            }
+            yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
+            if final:
+                if include_usage:
+                    yield (head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode()
+                yield b"data: [DONE]\n\n"
+    finally:
+        engine.abort(req)
+
+
+async def _completion_stream(
+    engine: Engine, req: SimRequest, rid: str, created: int, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{dumps(model)},'
+    try:
+        async for text, final in _deltas(req):
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": req.finish_reason if final else None,
+                "matched_stop": None,
+            }
+            yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
+            if final:
+                if include_usage:
+                    yield (head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode()
+                yield b"data: [DONE]\n\n"
+    finally:
+        engine.abort(req)

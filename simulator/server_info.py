@@ -1,0 +1,262 @@
+"""``/server_info`` and ``/model_info`` bodies: SGLang's resolved args with the profile's facts and the
+live per-rank state (the knob's read-back included).
+
+``internal_states[i]`` holds the scheduler's copy of the args with runtime overrides applied, so its
+``speculative_num_steps`` is the *active* value (0 while the last decode batch was gated), plus
+``avg_spec_accept_length`` (absent until a decode step ran), ``last_gen_throughput``, ``memory_usage`` and
+``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}`` (DESIGN.md).
+
+The server reports ``speculative_adaptive: true`` and an adaptive config whose every band allows step 0
+and the working step (what ``spectower sglang-config`` generates); the config is also written to the file
+named by ``speculative_adaptive_config`` so a client on the same host can read it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from simulator.config import SGLANG_VERSION, SimConfig
+from simulator.engine import Engine, RankScheduler
+from simulator.server_args import internal_only_template, server_args_template
+
+PLUGIN_VERSION = "0.1.0"
+ADAPTIVE_BANDS = (1, 8, 32, 64)
+STARTUP_TIME = {
+    "load_weight": 41.3,
+    "kv_cache_allocation": 2.4,
+    "scheduler_e2e": 96.0,
+    "cuda_graph": {
+        "prefill": 6.1,
+        "decode": 0.0,
+        "target_verify": 4.2,
+        "draft_prefill": 2.3,
+        "draft_decode": 2.0,
+        "draft_extend": 3.4,
+    },
+    "tokenizer_e2e": 118.5,
+}
+
+# What a generative (non-embedding) model reports under /model_info "embedding" (0.5.17 capture).
+EMBEDDING_INFO: dict[str, Any] = {
+    "family": "none",
+    "task": "none",
+    "execution": "none",
+    "attention": "none",
+    "pooling": "model_defined",
+    "normalize": False,
+    "postprocessor": "none",
+    "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False,
+    "supports_token_embeddings": False,
+    "supports_multimodal": False,
+    "requires_embedding_flag": False,
+    "auto_enable_embedding": False,
+    "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False,
+    "safe_disable_radix_cache": False,
+    "safe_disable_chunked_prefill": False,
+    "enabled": False,
+    "matryoshka_dimensions": [],
+    "bcg": {
+        "prefill_backend": "breakable",
+        "enabled": True,
+        "capture_token_budget": 8192,
+        "capture_batch_sizes": [
+            4,
+            8,
+            12,
+            16,
+            20,
+            24,
+            28,
+            32,
+            48,
+            64,
+            80,
+            96,
+            112,
+            128,
+            144,
+            160,
+            176,
+            192,
+            208,
+            224,
+            240,
+            256,
+            288,
+            320,
+            352,
+            384,
+            416,
+            448,
+            480,
+            512,
+            576,
+            640,
+            704,
+            768,
+            832,
+            896,
+            960,
+            1024,
+            1280,
+            1536,
+            1792,
+            2048,
+            2304,
+            2560,
+            2816,
+            3072,
+            3328,
+            3584,
+            3840,
+            4096,
+            4608,
+            5120,
+            5632,
+            6144,
+            6656,
+            7168,
+            7680,
+            8192,
+        ],
+    },
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
+
+
+def adaptive_config(steps: int) -> dict[str, dict[str, list[int]]]:
+    """Every band allows 0 (gated) and the working step: what the spectower gate needs."""
+    return {str(band): {"candidate_steps": [0, steps]} for band in ADAPTIVE_BANDS}
+
+
+class ServerInfo:
+    def __init__(self, config: SimConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.overrides: dict[str, int | float] = {}
+        profile = config.profile
+        steps = profile.speculative_num_steps
+        self.adaptive_config = adaptive_config(steps)
+        self._config_dir = tempfile.TemporaryDirectory(prefix="spectower-sim-")
+        self.adaptive_config_path = Path(self._config_dir.name) / "adaptive.json"
+        self.adaptive_config_path.write_text(json.dumps(self.adaptive_config))
+        args = server_args_template()
+        model_path = str(profile.raw.get("model_path") or profile.served_model_name)
+        launch = [sys.executable, "-m", "simulator", "--profile", profile.name, "--port", str(config.port)]
+        args.update(
+            {
+                "model_path": model_path,
+                "tokenizer_path": model_path,
+                "load_format": "auto",
+                "served_model_name": profile.served_model_name,
+                "host": config.host,
+                "port": config.port,
+                "random_seed": config.seed,
+                "tp_size": profile.gpus.count,
+                "dp_size": config.dp_size,
+                "max_running_requests": config.effective_max_running_requests,
+                "mem_fraction_static": 0.87,
+                "enable_metrics": True,
+                "decode_log_interval": config.decode_log_interval,
+                "speculative_algorithm": str(profile.raw.get("speculative_algorithm") or "EAGLE3"),
+                "speculative_draft_model_path": f"{model_path}-eagle3",
+                "speculative_num_steps": steps,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": steps + 1,
+                "speculative_adaptive": True,
+                "speculative_adaptive_config": str(self.adaptive_config_path),
+                # Secrets are never echoed: SGLang prints them, the simulator does not.
+                "api_key": None,
+                "admin_api_key": None,
+                "launch_command": " ".join(launch),
+                "frontend": "simulator",
+            }
+        )
+        self.args = args
+
+    def close(self) -> None:
+        self._config_dir.cleanup()
+
+    def _internal_state(self, rank: RankScheduler) -> dict[str, Any]:
+        engine = self.engine
+        state = dict(self.args)
+        state.pop("custom_sigquit_handler", None)
+        state.update(self.overrides)
+        state.update(internal_only_template())
+        state["max_speculative_num_draft_tokens"] = self.args["speculative_num_draft_tokens"]
+        state["speculative_num_steps"] = rank.active_steps
+        state["speculative_num_draft_tokens"] = rank.active_steps + 1
+        mem = engine.memory
+        state["last_gen_throughput"] = rank.last_gen_throughput
+        state["memory_usage"] = {
+            "weight": mem.weight_gb,
+            "kvcache": mem.kv_cache_gb,
+            "startup_available": mem.startup_available_gb,
+            "token_capacity": mem.max_total_num_tokens,
+            "token_capacity_swa": None,
+            "graph": {
+                "prefill": mem.graph_gb / 2,
+                "decode": 0.0,
+                "target_verify": mem.graph_gb / 4,
+                "draft_prefill": mem.graph_gb / 8,
+                "draft_decode": mem.graph_gb / 16,
+                "draft_extend": mem.graph_gb / 16,
+            },
+        }
+        state["startup_time"] = STARTUP_TIME
+        state["effective_max_running_requests_per_dp"] = engine.max_running_requests
+        avg = rank.avg_spec_accept_length
+        if avg is not None:
+            state["avg_spec_accept_length"] = avg
+        state["spectower"] = {
+            "plugin_version": PLUGIN_VERSION,
+            "spec_max_bs": rank.spec_max_bs,
+            "batches_drafted": rank.batches_drafted,
+            "batches_gated": rank.batches_gated,
+        }
+        return state
+
+    def server_info(self) -> dict[str, Any]:
+        info = dict(self.args)
+        info.update(self.overrides)
+        engine = self.engine
+        info.update(
+            {
+                "status": "ready" if engine.ready else "starting",
+                "max_total_num_tokens": engine.memory.max_total_num_tokens,
+                "max_req_input_len": 131072 - 6,
+                "startup_time": STARTUP_TIME,
+                "internal_states": [self._internal_state(r) for r in engine.ranks],
+                "version": SGLANG_VERSION,
+                "kv_events": None,
+            }
+        )
+        return info
+
+    def model_info(self) -> dict[str, Any]:
+        path = self.args["model_path"]
+        llama = "llama" in self.config.profile.served_model_name.lower()
+        arch = self.config.profile.raw.get("architectures") or (
+            ["LlamaForCausalLM"] if llama else ["GlmMoeDsaForCausalLM"]
+        )
+        model_type = self.config.profile.raw.get("model_type") or ("llama" if llama else "glm_moe_dsa")
+        return {
+            "model_path": path,
+            "tokenizer_path": path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": str(model_type),
+            "architectures": list(arch),
+            "served_model_name": self.config.profile.served_model_name,
+            "embedding": copy.deepcopy(EMBEDDING_INFO),
+        }

@@ -1,0 +1,192 @@
+"""Load traces: concurrency over time, for scoring policies in virtual time.
+
+A trace is a list of ``(t_seconds, concurrency)`` points, read piecewise-linearly; two points at the same
+``t`` make a step. A trace file is JSON ``[[t_seconds, concurrency], ...]``. The built-in traces are
+deterministic per seed and sweep 1 .. ~90 concurrent requests, so they cross every shipped profile's
+crossover region and reach past ``max_running_requests`` (the excess queues).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DURATION_S = 3600.0
+BUILTIN_TRACES = ("diurnal", "bursty", "ramp", "step")
+PEAK_CONCURRENCY = 90.0
+STEP_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 90)
+MAX_TRACE_POINTS = 1_000_000
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.times[-1]
+
+    def concurrency_at(self, t: float) -> float:
+        """Concurrency at ``t``: linear between points, the later value at a step, held beyond the ends."""
+        i = bisect.bisect_right(self.times, t)
+        if i == 0:
+            return self.values[0]
+        if i >= len(self.times):
+            return self.values[-1]
+        t0, t1 = self.times[i - 1], self.times[i]
+        v0, v1 = self.values[i - 1], self.values[i]
+        if t1 <= t0:
+            return v1
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+    def to_json(self) -> list[list[float]]:
+        return [[t, v] for t, v in zip(self.times, self.values, strict=True)]
+
+
+def parse_trace(data: Any, source: str = "trace") -> Trace:
+    if not isinstance(data, list) or not data:
+        raise TraceError(f"{source}: a trace is a non-empty JSON list of [t_seconds, concurrency] pairs")
+    if len(data) > MAX_TRACE_POINTS:
+        raise TraceError(f"{source}: too many points ({len(data)} > {MAX_TRACE_POINTS})")
+    times: list[float] = []
+    values: list[float] = []
+    for i, item in enumerate(data):
+        if not isinstance(item, list | tuple) or len(item) != 2:
+            raise TraceError(f"{source}: point [{i}] must be a pair [t_seconds, concurrency], got {item!r}")
+        t, c = item
+        for label, v in (("t_seconds", t), ("concurrency", c)):
+            if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+                raise TraceError(f"{source}: point [{i}] {label} must be a finite number, got {v!r}")
+            if v < 0:
+                raise TraceError(f"{source}: point [{i}] {label} must be >= 0, got {v!r}")
+        if times and t < times[-1]:
+            raise TraceError(f"{source}: point [{i}] t_seconds {t} goes back in time (previous {times[-1]})")
+        times.append(float(t))
+        values.append(float(c))
+    if times[-1] <= 0:
+        raise TraceError(f"{source}: the trace must span some time (last t_seconds is {times[-1]})")
+    return Trace(Path(source).stem if source.endswith(".json") else source, tuple(times), tuple(values))
+
+
+def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0) -> Trace:
+    """A built-in trace by name (``duration_s`` long, default an hour), or a trace JSON file by path."""
+    if name_or_path in BUILTIN_TRACES:
+        return builtin_trace(name_or_path, duration_s or DEFAULT_DURATION_S, seed)
+    path = Path(name_or_path)
+    if not (path.suffix == ".json" or path.exists() or "/" in name_or_path):
+        raise TraceError(f"trace {name_or_path!r}: no such file and no built-in trace of that name "
+                         f"({', '.join(BUILTIN_TRACES)})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"trace {name_or_path!r}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_trace(data, source=str(path))
+
+
+def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, seed: int = 0) -> Trace:
+    if name not in _BUILDERS:
+        raise TraceError(f"unknown built-in trace {name!r} ({', '.join(BUILTIN_TRACES)})")
+    if not math.isfinite(duration_s) or duration_s < 60:
+        raise TraceError(f"duration must be at least 60 s, got {duration_s!r}")
+    points = _BUILDERS[name](duration_s, random.Random(f"{name}:{seed}"), seed)
+    return parse_trace([[round(t, 3), round(max(c, 0.0), 3)] for t, c in points], source=name)
+
+
+def _jitter(rng: random.Random, n: int, sd: float, keep: float) -> list[float]:
+    """An AR(1) multiplicative jitter: short-term wobble around the trend."""
+    out, e = [], 0.0
+    for _ in range(n):
+        e = keep * e + math.sqrt(1 - keep * keep) * rng.gauss(0.0, sd)
+        out.append(math.exp(e))
+    return out
+
+
+def _diurnal(duration: float, rng: random.Random, seed: int) -> list[tuple[float, float]]:
+    """One compressed day: a quiet night near 1, a morning climb, a peak near 90, an evening fall."""
+    step = 10.0
+    n = int(duration // step) + 1
+    phase = rng.uniform(-0.03, 0.03)
+    wobble = _jitter(rng, n, 0.12, 0.9)
+    pts = []
+    for i in range(n):
+        t = min(i * step, duration)
+        day = (1 - math.cos(2 * math.pi * (t / duration + phase))) / 2
+        pts.append((t, max(1.0, (1 + (PEAK_CONCURRENCY - 1) * day**1.5) * wobble[i])))
+    return pts
+
+
+def _bursty(duration: float, rng: random.Random, seed: int) -> list[tuple[float, float]]:
+    """A light baseline (1-4) with bursts: every size from 16 to 90 appears, in a seeded order."""
+    peaks = [16.0, 24.0, 32.0, 48.0, 64.0, 90.0]
+    rng.shuffle(peaks)
+    pts: list[tuple[float, float]] = [(0.0, rng.uniform(1, 4))]
+    t = 0.0
+    k = 0
+    mean_gap = duration / (2 * len(peaks))
+    while t < duration:
+        gap = rng.uniform(0.5, 1.5) * mean_gap
+        t_burst = t + gap
+        length = rng.uniform(0.4, 1.0) * mean_gap
+        peak = peaks[k % len(peaks)] * rng.uniform(0.85, 1.15)
+        base = rng.uniform(1, 4)
+        edge = min(5.0, length / 4)  # seconds to ramp into and out of a burst
+        tail = peak * rng.uniform(0.8, 1.1)
+        after = rng.uniform(1, 4)
+        for tt, c in ((t + gap / 2, base), (t_burst, base), (t_burst + edge, peak),
+                      (t_burst + length - edge, tail), (t_burst + length, after)):
+            if tt <= duration:
+                pts.append((tt, c))
+        t = t_burst + length
+        k += 1
+    if pts[-1][0] < duration:
+        pts.append((duration, pts[-1][1]))
+    return pts
+
+
+def _ramp(duration: float, rng: random.Random, seed: int) -> list[tuple[float, float]]:
+    """Up from 1 to the peak over the first 60 % of the run, then back down, with a little wobble."""
+    step = 10.0
+    n = int(duration // step) + 1
+    wobble = _jitter(rng, n, 0.06, 0.8)
+    pts = []
+    for i in range(n):
+        t = min(i * step, duration)
+        u = t / duration
+        shape = u / 0.6 if u <= 0.6 else (1 - u) / 0.4
+        pts.append((t, max(1.0, (1 + (PEAK_CONCURRENCY - 1) * shape) * wobble[i])))
+    return pts
+
+
+def _step(duration: float, rng: random.Random, seed: int) -> list[tuple[float, float]]:
+    """Held levels 1 .. 90: ascending for seed 0, a seeded order otherwise."""
+    order = list(STEP_LEVELS) if seed == 0 else rng.sample(list(STEP_LEVELS), len(STEP_LEVELS))
+    hold = duration / len(order)
+    pts: list[tuple[float, float]] = []
+    for i, c in enumerate(order):
+        pts.append((i * hold, float(c)))
+        pts.append(((i + 1) * hold, float(c)))
+    return pts
+
+
+_BUILDERS: dict[str, Callable[[float, random.Random, int], list[tuple[float, float]]]] = {
+    "diurnal": _diurnal,
+    "bursty": _bursty,
+    "ramp": _ramp,
+    "step": _step,
+}

@@ -1,0 +1,28 @@
+"""Benchmark runs: saving a run with its points atomically."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from storage import models
+
+if TYPE_CHECKING:
+    from storage.database import Database
+
+
+def save_bench_run(db: Database, run: models.BenchRun, points: list[models.BenchPoint]) -> int:
+    """Insert ``run`` and ``points`` (their run_id is set here) in one transaction; returns the run id.
+    On any error nothing is written."""
+    if run.created_at is None:
+        raise ValueError("bench run: created_at is required")
+    if not run.source:
+        raise ValueError("bench run: source is required")
+    with db.session(write=True) as s:
+        s.add(run)
+        s.flush()
+        assert run.id is not None
+        for p in points:
+            p.run_id = run.id
+            s.add(p)
+        s.flush()
+        return int(run.id)

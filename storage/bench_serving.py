@@ -1,0 +1,264 @@
+"""SGLang bench_serving result files (JSON Lines) <-> BenchRun / BenchPoint.
+
+Reads every key-set version the client has written (2024's 18 keys without percentiles or server_info
+up to 0.5.x with ``server_info``, ``--output-details`` arrays, ``tag``), including the non-strict
+tokens Python's json module writes (``NaN``, ``Infinity``, ``-Infinity``).
+
+Lossless by construction: a key that maps to a BenchPoint column is stored there; every other key,
+and every value a column cannot hold exactly (an int in a float column, NaN, a string), is kept in
+``extra_json`` with the original key order (``SOURCE_KEYS``). ``point_to_line`` rebuilds the exact line.
+One file is one run, written in one transaction; a line that cannot be read is reported with its line
+number and the others still import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from storage import models
+from storage.database import Database
+
+# bench_serving key -> BenchPoint column
+POINT_KEYS: dict[str, str] = {
+    "max_concurrency": "concurrency",
+    "request_rate": "request_rate",
+    "completed": "completed",
+    "duration": "duration_s",
+    "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "request_throughput": "request_throughput",
+    "input_throughput": "input_throughput",
+    "output_throughput": "output_throughput",
+    "total_throughput": "total_throughput",
+    **{
+        f"{stat}_{metric}_ms": f"{stat}_{metric}_ms"
+        for metric in ("ttft", "tpot", "itl", "e2e_latency")
+        for stat in ("mean", "median", "p90", "p99")
+    },
+    "accept_length": "accept_length",
+    # written by spectower's own export, so a sweep survives export -> import
+    "spectower_spec_on": "spec_on",
+    "spectower_ratio_ci_lo": "ratio_ci_lo",
+    "spectower_ratio_ci_hi": "ratio_ci_hi",
+}
+RUN_KEYS: tuple[str, ...] = ("tag", "backend", "dataset_name", "server_info")
+INT_COLUMNS = frozenset({"completed", "total_input_tokens", "total_output_tokens"})
+BOOL_COLUMNS = frozenset({"spec_on"})
+SOURCE_KEYS = "spectower_source_keys"  # in extra_json: the key order of the source line
+# Keys that say "this is a bench_serving result line" (every version has at least one).
+SIGNATURE_KEYS = frozenset({"completed", "duration", "output_throughput", "request_throughput"})
+
+# The key order of a 0.5.x result line (reference §6), used for points spectower measured itself.
+V05_KEY_ORDER: tuple[str, ...] = (
+    "tag", "backend", "dataset_name", "request_rate", "max_concurrency", "sharegpt_output_len",
+    "random_input_len", "random_output_len", "random_range_ratio", "server_info", "duration", "completed",
+    "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput",
+    "output_throughput", "total_throughput",
+    *(f"{s}_{m}_ms" for m in ("e2e_latency", "ttft", "tpot", "itl")
+      for s in ("mean", "median", "p90", "p99")),
+    "accept_length",
+)  # fmt: skip
+
+
+class BenchImportError(ValueError):
+    """A bench_serving file could not be imported at all (unreadable, no result line)."""
+
+
+@dataclass
+class ImportResult:
+    path: str
+    run_id: int | None = None
+    points: int = 0
+    line_errors: list[tuple[int, str]] = field(default_factory=list)
+    duplicate_of: int | None = None  # the run this exact file was already imported as
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _split_value(column: str, v: Any) -> tuple[Any, bool]:
+    """(value for the column, whether the original must also be kept in extra_json)."""
+    if v is None:
+        return None, False
+    if column in BOOL_COLUMNS:
+        return (v, False) if isinstance(v, bool) else (None, True)
+    if not _is_number(v):
+        return None, True
+    if column in INT_COLUMNS:
+        if isinstance(v, int):
+            return v, False
+        return (int(v), True) if math.isfinite(v) and float(v).is_integer() else (None, True)
+    if isinstance(v, float) and math.isnan(v):
+        return None, True  # SQLite stores NaN as NULL
+    return float(v), not isinstance(v, float)
+
+
+def line_to_point(obj: dict[str, Any], run_values: dict[str, Any]) -> models.BenchPoint:
+    """One parsed result line -> BenchPoint (run_id unset). ``run_values``: the run's tag, backend,
+    dataset_name and server_info; a line that differs from them keeps its own in extra_json."""
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {SOURCE_KEYS: list(obj)}
+    for key, v in obj.items():
+        column = POINT_KEYS.get(key)
+        if column is not None:
+            values[column], keep = _split_value(column, v)
+            if keep:
+                extra[key] = v
+        elif key in RUN_KEYS:
+            if v != run_values.get(key):
+                extra[key] = v
+        else:
+            extra[key] = v
+    if "spec_on" not in values or values["spec_on"] is None:
+        info = obj.get("server_info")  # the line's own: a line without one says nothing
+        if isinstance(info, dict) and "speculative_algorithm" in info:
+            values["spec_on"] = info["speculative_algorithm"] not in (None, "", "NONE")
+    return models.BenchPoint(**values, extra_json=json.dumps(extra, allow_nan=True))
+
+
+def point_to_line(point: models.BenchPoint, run: models.BenchRun) -> dict[str, Any]:
+    """BenchPoint -> one bench_serving result line (the original line for imported points)."""
+    extra: dict[str, Any] = json.loads(point.extra_json) if point.extra_json else {}
+    order: list[str] | None = extra.pop(SOURCE_KEYS, None)
+    run_values = run_level_values(run)
+    reverse = {c: k for k, c in POINT_KEYS.items()}
+
+    def value(key: str) -> Any:
+        if key in extra:
+            return extra[key]
+        if key in POINT_KEYS:
+            return getattr(point, POINT_KEYS[key])
+        if key in run_values:
+            return run_values[key]
+        return None
+
+    if order is not None:
+        return {k: value(k) for k in order}
+    # a point spectower measured: the 0.5.x key set, plus what only spectower knows
+    params = json.loads(run.params_json) if run.params_json else {}
+    line: dict[str, Any] = {}
+    for key in V05_KEY_ORDER:
+        line[key] = params[key] if key in params and key not in POINT_KEYS else value(key)
+    for column in ("spec_on", "ratio_ci_lo", "ratio_ci_hi"):
+        if getattr(point, column) is not None:
+            line[reverse[column]] = getattr(point, column)
+    line.update({k: v for k, v in extra.items() if k not in line})
+    return line
+
+
+def run_level_values(run: models.BenchRun) -> dict[str, Any]:
+    return {
+        "tag": run.tag,
+        "backend": run.backend,
+        "dataset_name": run.dataset_name,
+        "server_info": json.loads(run.server_info_json) if run.server_info_json else None,
+    }
+
+
+def parse_lines(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """(line number, object) for every readable result line, and (line number, why) for the others."""
+    good: list[tuple[int, dict[str, Any]]] = []
+    bad: list[tuple[int, str]] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)  # accepts NaN / Infinity / -Infinity, as the client writes them
+        except json.JSONDecodeError as exc:
+            bad.append((n, f"not JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            bad.append((n, f"a JSON {type(obj).__name__}, not an object"))
+            continue
+        if not SIGNATURE_KEYS & obj.keys():
+            bad.append((n, f"not a bench_serving result (none of {', '.join(sorted(SIGNATURE_KEYS))})"))
+            continue
+        good.append((n, obj))
+    return good, bad
+
+
+def build_run(
+    lines: list[dict[str, Any]], *, source: str, sha256: str | None, created_at: float
+) -> tuple[models.BenchRun, list[models.BenchPoint]]:
+    first = lines[0]
+    info = first.get("server_info") if isinstance(first.get("server_info"), dict) else None
+    run_values = {k: first.get(k) for k in RUN_KEYS}
+    run = models.BenchRun(
+        created_at=created_at,
+        source=source,
+        tag=first.get("tag") if isinstance(first.get("tag"), str) else None,
+        backend=first.get("backend") if isinstance(first.get("backend"), str) else None,
+        dataset_name=first.get("dataset_name") if isinstance(first.get("dataset_name"), str) else None,
+        served_model_name=_str(info.get("served_model_name")) if info else None,
+        sglang_version=_str(info.get("version")) if info else None,
+        server_info_json=json.dumps(info, allow_nan=True) if info is not None else None,
+        source_sha256=sha256,
+    )
+    # what the run columns hold is what a point's line is compared with
+    stored = run_level_values(run)
+    for key in RUN_KEYS:
+        if run_values.get(key) != stored.get(key):
+            stored[key] = object()  # unrepresentable at run level: every point keeps its own
+    points = [line_to_point(obj, stored) for obj in lines]
+    return run, points
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def import_file(db: Database, path: str | Path, *, allow_duplicate: bool = False) -> ImportResult:
+    """Import one bench_serving JSONL file as one run (one transaction)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BenchImportError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchImportError(f"{p}: not UTF-8 text (byte {exc.start})") from exc
+    result = ImportResult(path=str(p))
+    sha = hashlib.sha256(data).hexdigest()
+    if not allow_duplicate:
+        with db.session() as s:
+            br = models.BenchRun
+            prior = s.exec(select(br.id).where(br.source_sha256 == sha).order_by(col(br.id))).first()
+        if prior is not None:
+            result.duplicate_of = prior
+            return result
+    good, bad = parse_lines(text)
+    result.line_errors = bad
+    if not good:
+        why = f"; line {bad[0][0]}: {bad[0][1]}" if bad else " (the file is empty)"
+        raise BenchImportError(f"{p}: no bench_serving result line could be read{why}")
+    run, points = build_run(
+        [o for _, o in good], source=f"import:{p.name}", sha256=sha, created_at=time.time()
+    )
+    result.run_id = db.save_bench_run(run, points)
+    result.points = len(points)
+    return result
+
+
+def import_files(
+    db: Database, paths: Iterable[str | Path], *, allow_duplicate: bool = False
+) -> list[ImportResult]:
+    return [import_file(db, p, allow_duplicate=allow_duplicate) for p in paths]
+
+
+def export_lines(db: Database, run_id: int) -> list[dict[str, Any]]:
+    """A run as bench_serving result lines (one per point, in stored order)."""
+    from storage import queries
+
+    run = queries.bench_run(db, run_id)
+    return [point_to_line(pt, run) for pt in queries.bench_points(db, run_id)]

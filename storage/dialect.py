@@ -1,0 +1,97 @@
+"""Every piece of SQL that differs between SQLite and PostgreSQL lives here, nowhere else.
+
+The rest of ``storage`` speaks SQLAlchemy Core/ORM and calls these helpers for the few places where
+the dialects disagree: connection pragmas, transaction locking, integer bucketing of a float time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import BigInteger, Engine, event, func, literal_column
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+
+def is_sqlite(engine_or_conn: Engine | Connection) -> bool:
+    return engine_or_conn.dialect.name == "sqlite"
+
+
+def engine_kwargs(url: str) -> dict[str, Any]:
+    """Extra ``create_engine`` arguments for a URL."""
+    if url.startswith("sqlite"):
+        # Threads share the pool (the writer thread, reader threads of the console).
+        return {"connect_args": {"check_same_thread": False}}
+    return {"pool_pre_ping": True}
+
+
+def install(engine: Engine, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+    """Per-connection setup: on SQLite WAL (readers never blocked by the writer), a busy timeout,
+    foreign keys, and our own BEGIN so a writer can take the write lock up front (``BEGIN IMMEDIATE``)
+    instead of failing to upgrade a read lock halfway through a transaction."""
+    if not is_sqlite(engine):
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
+        cur = dbapi_conn.cursor()
+        if engine.url.database not in (None, "", ":memory:"):
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        # WAL + NORMAL: a process crash (even SIGKILL) loses no committed transaction; only an OS crash
+        # or power cut may lose the last few. That is the right trade for 1 Hz samples.
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def write_options(engine: Engine) -> dict[str, Any]:
+    """Execution options for a connection that is going to write (take the lock at BEGIN)."""
+    return {"sqlite_begin": "IMMEDIATE"} if is_sqlite(engine) else {}
+
+
+def lock_schema(conn: Connection) -> None:
+    """Serialise schema creation/migration between processes opening the same database at once.
+    SQLite: the connection was begun IMMEDIATE (``write_options``). PostgreSQL: an advisory lock."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7403112)")
+
+
+def bucket_index(dialect: str, ts: ColumnElement[Any], origin: float, width: float) -> ColumnElement[Any]:
+    """floor((ts - origin) / width) as an integer, for ``ts >= origin``.
+
+    SQLite's CAST(x AS INTEGER) truncates (= floor for x >= 0); PostgreSQL's CAST rounds, so it
+    needs an explicit FLOOR first."""
+    # Numbers inlined (they are ours, never user text) so that the same expression in SELECT and
+    # GROUP BY compares equal on PostgreSQL, which cannot match two separate bound parameters.
+    expr = (ts - literal_column(repr(float(origin)))) / literal_column(repr(float(width)))
+    if dialect == "postgresql":
+        expr = func.floor(expr)
+    return expr.cast(BigInteger())
+
+
+def file_size_bytes(conn: Connection) -> int | None:
+    """Bytes the database occupies (SQLite main file; PostgreSQL the current database)."""
+    if conn.dialect.name == "sqlite":
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+        size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        return int(pages) * int(size)
+    if conn.dialect.name == "postgresql":
+        return int(conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar_one())
+    return None
+
+
+def integrity_check(conn: Connection) -> str:
+    """'ok' or the problems the database reports (SQLite only; other servers check themselves)."""
+    if conn.dialect.name == "sqlite":
+        rows = conn.exec_driver_sql("PRAGMA integrity_check").scalars().all()
+        return "; ".join(str(r) for r in rows)
+    return "ok"

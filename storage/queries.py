@@ -1,0 +1,435 @@
+"""What the console and control read: latest values, downsampled series, audit, benchmarks, health.
+
+Series come back as at most ``max_points`` buckets with min / mean / max each, computed by the database
+(GROUP BY bucket). The tier read depends on the bucket width the range needs, so that a bucket never
+summarises more than ``DEFAULT_MAX_ROWS_PER_BUCKET`` stored rows: raw samples for short ranges, 1-minute
+rollups for days, 1-hour rollups for months. Raw rows not yet folded into the rollups (past the
+watermark) are added to the rollup buckets, so the newest minutes are never missing from a long chart.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import and_, func, literal_column, or_
+from sqlalchemy import select as sa_select
+from sqlmodel import SQLModel, col, select
+
+from storage import dialect, models, rollups
+from storage.retention import horizons
+
+if TYPE_CHECKING:
+    from storage.database import Database
+
+SeriesKind = Literal["engine", "gpu"]
+DEFAULT_MAX_POINTS = 500
+DEFAULT_MAX_ROWS_PER_BUCKET = 16
+DEFAULT_LATEST_SCAN_ROWS = 256  # newest rows of a server scanned to find the latest sample of each DP rank
+DEFAULT_EVENT_LIMIT = 500
+NOMINAL_RAW_RES_S = 1.0  # collectors sample at ~1 Hz
+
+
+@dataclass(frozen=True)
+class Bucket:
+    ts: float  # bucket start (Unix s)
+    min: float | None
+    mean: float | None
+    max: float | None
+    n: int  # samples with a value in the bucket
+
+
+@dataclass(frozen=True)
+class Series:
+    kind: SeriesKind
+    source_id: int
+    metric: str
+    start: float
+    end: float
+    bucket_s: float
+    tier: str  # raw | 1m | 1h
+    rows_read: int  # stored rows the database aggregated
+    points: list[Bucket]
+
+
+def _spec(kind: str) -> rollups.RollupSpec:
+    if kind == "engine":
+        return rollups.ENGINE
+    if kind == "gpu":
+        return rollups.GPU
+    raise ValueError(f"kind: must be 'engine' or 'gpu', got {kind!r}")
+
+
+def _choose_tier(need_s: float, start: float, hz: dict[str | int, float]) -> int:
+    """0 = raw, else a rollup resolution in seconds."""
+    tiers: list[int] = [0, rollups.MINUTE_S, rollups.HOUR_S]
+    for tier in tiers:
+        res = NOMINAL_RAW_RES_S if tier == 0 else tier
+        covered = start >= hz.get("raw" if tier == 0 else tier, -math.inf)
+        if covered and need_s / res <= DEFAULT_MAX_ROWS_PER_BUCKET:
+            return tier
+    # too coarse for every tier's bound: the hour tier (its buckets are then wider than asked for)
+    return rollups.HOUR_S
+
+
+def series(
+    db: Database,
+    kind: SeriesKind,
+    source_id: int,
+    metric: str,
+    start: float,
+    end: float,
+    max_points: int = DEFAULT_MAX_POINTS,
+    *,
+    dp_rank: int | None = None,
+) -> Series:
+    """One metric of one source (server for ``engine``, GPU for ``gpu``) over [start, end],
+    as <= ``max_points`` buckets aligned to multiples of the bucket width. Buckets without a value are
+    omitted. From the rollup tiers, the first and last buckets cover whole 1-minute / 1-hour rollup
+    buckets that overlap [start, end] (so they may include samples just outside it).
+    ``dp_rank`` (engine only): None pools every rank of the server."""
+    spec = _spec(kind)
+    if metric not in spec.metrics:
+        raise ValueError(f"metric: {metric!r} is not a {kind} metric; one of: {', '.join(spec.metrics)}")
+    if not (isinstance(max_points, int) and max_points >= 2):
+        raise ValueError(f"max_points: must be an integer >= 2, got {max_points!r}")
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
+    span = max(end - start, 1e-6)
+    need = span / (max_points - 1)
+    tier = _choose_tier(need, start, horizons(db))
+    if tier == 0:
+        width = need
+        return _raw_series(db, spec, kind, source_id, metric, start, end, width, dp_rank)
+    # rollup rows may start up to one tier bucket before `start`: widen so the count bound holds
+    width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
+    return _rollup_series(db, spec, kind, source_id, metric, start, end, width, tier, dp_rank)
+
+
+def _source_where(table: Any, spec: rollups.RollupSpec, source_id: int, dp_rank: int | None) -> list[Any]:
+    where = [table.c[spec.source_cols[0]] == source_id]
+    if dp_rank is not None:
+        if spec is not rollups.ENGINE:
+            raise ValueError("dp_rank: only engine series have DP ranks")
+        where.append(table.c.dp_rank == dp_rank)
+    return where
+
+
+def _raw_series(
+    db: Database,
+    spec: rollups.RollupSpec,
+    kind: SeriesKind,
+    source_id: int,
+    metric: str,
+    start: float,
+    end: float,
+    width: float,
+    dp_rank: int | None,
+) -> Series:
+    t = spec.sample
+    b = dialect.bucket_index(db.dialect_name, t.c.ts, 0.0, width)
+    m = t.c[metric]
+    stmt = (
+        sa_select(b, func.min(m), func.avg(m), func.max(m), func.count(m), func.count())
+        .where(and_(*_source_where(t, spec, source_id, dp_rank), t.c.ts >= start, t.c.ts <= end))
+        .group_by(b)
+        .order_by(b)
+    )
+    with db.engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    points = [
+        Bucket(ts=int(i) * width, min=_f(lo), mean=_f(avg), max=_f(hi), n=int(n))
+        for i, lo, avg, hi, n, _ in rows
+        if n
+    ]
+    return Series(kind, source_id, metric, start, end, width, "raw", sum(int(r[5]) for r in rows), points)
+
+
+def _rollup_series(
+    db: Database,
+    spec: rollups.RollupSpec,
+    kind: SeriesKind,
+    source_id: int,
+    metric: str,
+    start: float,
+    end: float,
+    width: float,
+    tier: int,
+    dp_rank: int | None,
+) -> Series:
+    r = spec.rollup
+    b = dialect.bucket_index(db.dialect_name, r.c.bucket_ts, 0.0, width)
+    lo_ts = math.floor(start / tier) * tier
+    stmt = (
+        sa_select(
+            b,
+            func.min(r.c[f"{metric}_min"]),
+            func.sum(r.c[f"{metric}_sum"]),
+            func.max(r.c[f"{metric}_max"]),
+            func.sum(r.c[f"{metric}_n"]),
+            func.count(),
+        )
+        .where(
+            and_(
+                r.c.res_s == tier,
+                *_source_where(r, spec, source_id, dp_rank),
+                r.c.bucket_ts >= lo_ts,
+                r.c.bucket_ts <= end,
+            )
+        )
+        .group_by(b)
+    )
+    # Raw rows past the watermark: found by primary key range; `+ 0` keeps the planner off the
+    # (source, ts) index, which would walk the whole range instead of the few new rows.
+    t = spec.sample
+    tb = dialect.bucket_index(db.dialect_name, t.c.ts, 0.0, width)
+    m = t.c[metric]
+    src_col = t.c[spec.source_cols[0]] + literal_column("0")
+    with db.engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+        last_id = rollups.watermark(conn, spec)
+        tail_where = [t.c.id > last_id, src_col == source_id, t.c.ts >= start, t.c.ts <= end]
+        if dp_rank is not None:
+            tail_where.append(t.c.dp_rank + literal_column("0") == dp_rank)
+        tail = conn.execute(
+            sa_select(tb, func.min(m), func.sum(m), func.max(m), func.count(m), func.count())
+            .where(and_(*tail_where))
+            .group_by(tb)
+        ).all()
+    acc: dict[int, list[Any]] = {}
+    for i, lo, total, hi, n, _ in (*rows, *tail):
+        cur = acc.setdefault(int(i), [None, 0.0, None, 0])
+        if n:
+            cur[0] = lo if cur[0] is None else min(cur[0], lo)
+            cur[2] = hi if cur[2] is None else max(cur[2], hi)
+            cur[1] += float(total)
+            cur[3] += int(n)
+    points = [
+        Bucket(
+            ts=i * width,
+            min=_f(v[0]),
+            mean=(v[1] / v[3]) if v[3] else None,
+            max=_f(v[2]),
+            n=v[3],
+        )
+        for i, v in sorted(acc.items())
+        if v[3]
+    ]
+    rows_read = len(rows) + sum(int(x[5]) for x in tail)
+    return Series(
+        kind,
+        source_id,
+        metric,
+        start,
+        end,
+        width,
+        f"{tier // 60}m" if tier < 3600 else "1h",
+        rows_read,
+        points,
+    )
+
+
+def _f(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+# --- latest values ----------------------------------------------------------------------------------
+def latest_engine_samples(db: Database, server_id: int | None = None) -> list[models.EngineSample]:
+    """The newest sample of every (server, DP rank) (of one server if ``server_id`` is given)."""
+    es = models.EngineSample
+    out: list[models.EngineSample] = []
+    with db.session() as s:
+        ids = [server_id] if server_id is not None else list(s.exec(select(models.Server.id)))
+        for sid in ids:
+            rows = s.exec(
+                select(es)
+                .where(es.server_id == sid)
+                .order_by(col(es.ts).desc())
+                .limit(DEFAULT_LATEST_SCAN_ROWS)
+            )
+            seen: set[int] = set()
+            for row in rows:
+                if row.dp_rank not in seen:
+                    seen.add(row.dp_rank)
+                    out.append(row)
+    return sorted(out, key=lambda r: (r.server_id, r.dp_rank))
+
+
+def latest_gpu_samples(db: Database, host: str | None = None) -> list[models.GpuSample]:
+    """The newest sample of every GPU (of one host if given)."""
+    gs = models.GpuSample
+    out: list[models.GpuSample] = []
+    with db.session() as s:
+        for g in gpus(db, host=host):
+            row = s.exec(select(gs).where(gs.gpu_id == g.id).order_by(col(gs.ts).desc()).limit(1)).first()
+            if row is not None:
+                out.append(row)
+    return out
+
+
+# --- inventories -------------------------------------------------------------------------------------
+def servers(db: Database) -> list[models.Server]:
+    with db.session() as s:
+        return list(s.exec(select(models.Server).order_by(models.Server.url)))
+
+
+def server_by_url(db: Database, url: str) -> models.Server:
+    with db.session() as s:
+        row = s.exec(select(models.Server).where(models.Server.url == url)).first()
+    if row is None:
+        raise LookupError(f"server: no server {url!r} in the database")
+    return row
+
+
+def gpus(db: Database, host: str | None = None) -> list[models.Gpu]:
+    stmt = select(models.Gpu).order_by(col(models.Gpu.host), col(models.Gpu.index))
+    if host is not None:
+        stmt = stmt.where(models.Gpu.host == host)
+    with db.session() as s:
+        return list(s.exec(stmt))
+
+
+def server_info_snapshots(db: Database, server_id: int, limit: int = 20) -> list[models.ServerInfoSnapshot]:
+    snap = models.ServerInfoSnapshot
+    with db.session() as s:
+        stmt = select(snap).where(snap.server_id == server_id).order_by(col(snap.ts).desc()).limit(limit)
+        return list(s.exec(stmt))
+
+
+# --- audit ---------------------------------------------------------------------------------------------
+def control_events(
+    db: Database,
+    *,
+    server_url: str | None = None,
+    actor: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    limit: int = DEFAULT_EVENT_LIMIT,
+) -> list[models.ControlEvent]:
+    """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto")."""
+    ce = models.ControlEvent
+    stmt = select(ce)
+    if server_url is not None:
+        stmt = stmt.where(ce.server_url == server_url)
+    if actor is not None:
+        stmt = stmt.where(or_(col(ce.actor) == actor, col(ce.actor).startswith(actor + ":", autoescape=True)))
+    if start is not None:
+        stmt = stmt.where(ce.ts >= start)
+    if end is not None:
+        stmt = stmt.where(ce.ts <= end)
+    stmt = stmt.order_by(col(ce.ts).desc(), col(ce.id).desc()).limit(limit)
+    with db.session() as s:
+        return list(s.exec(stmt))
+
+
+# --- benchmarks ----------------------------------------------------------------------------------------
+def bench_runs(db: Database, limit: int = 200) -> list[models.BenchRun]:
+    br = models.BenchRun
+    with db.session() as s:
+        return list(s.exec(select(br).order_by(col(br.created_at).desc(), col(br.id).desc()).limit(limit)))
+
+
+def bench_run(db: Database, run_id: int) -> models.BenchRun:
+    with db.session() as s:
+        run = s.get(models.BenchRun, run_id)
+    if run is None:
+        raise LookupError(f"run id: no benchmark run {run_id} in the database")
+    return run
+
+
+def bench_points(db: Database, run_id: int) -> list[models.BenchPoint]:
+    """Points of a run in the order they were stored (import order = file order)."""
+    bp = models.BenchPoint
+    with db.session() as s:
+        return list(s.exec(select(bp).where(bp.run_id == run_id).order_by(col(bp.id))))
+
+
+# --- collection health ---------------------------------------------------------------------------------
+def gaps(
+    db: Database,
+    *,
+    source: str | None = None,
+    target: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    open_only: bool = False,
+) -> list[models.CollectionGap]:
+    """Gaps overlapping [start, end], oldest first."""
+    g = models.CollectionGap
+    stmt = select(g)
+    if source is not None:
+        stmt = stmt.where(g.source == source)
+    if target is not None:
+        stmt = stmt.where(g.target == target)
+    if end is not None:
+        stmt = stmt.where(g.start_ts <= end)
+    if start is not None:
+        stmt = stmt.where(or_(col(g.end_ts).is_(None), col(g.end_ts) >= start))
+    if open_only:
+        stmt = stmt.where(col(g.end_ts).is_(None))
+    with db.session() as s:
+        return list(s.exec(stmt.order_by(col(g.start_ts))))
+
+
+def open_gap(db: Database, source: str, target: str, start_ts: float, reason: str) -> int:
+    """Record the start of an outage (or return the id of the one already open for source+target)."""
+    g = models.CollectionGap
+    with db.session(write=True) as s:
+        existing = s.exec(
+            select(g).where(g.source == source, g.target == target, col(g.end_ts).is_(None))
+        ).first()
+        if existing is not None and existing.id is not None:
+            return existing.id
+        gap = g(source=source, target=target, start_ts=start_ts, reason=reason)
+        s.add(gap)
+        s.flush()
+        return int(gap.id)  # type: ignore[arg-type]
+
+
+def close_gap(db: Database, gap_id: int, end_ts: float) -> None:
+    with db.session(write=True) as s:
+        gap = s.get(models.CollectionGap, gap_id)
+        if gap is None:
+            raise LookupError(f"gap id: no collection gap {gap_id}")
+        gap.end_ts = end_ts
+        s.add(gap)
+
+
+def upsert_collector_health(
+    db: Database,
+    source: str,
+    target: str,
+    *,
+    ok: bool,
+    ts: float | None = None,
+    error: str | None = None,
+    lag_s: float | None = None,
+) -> None:
+    """One collection attempt's outcome: success refreshes last_success_ts, failure counts an error."""
+    now = time.time() if ts is None else ts
+    h = models.CollectorHealth
+    with db.session(write=True) as s:
+        row = s.exec(select(h).where(h.source == source, h.target == target)).first()
+        if row is None:
+            row = h(source=source, target=target, updated_ts=now)
+        row.updated_ts = now
+        if ok:
+            row.last_success_ts = now
+        else:
+            row.errors_total = (row.errors_total or 0) + 1
+            row.last_error = error
+        if lag_s is not None:
+            row.lag_s = lag_s
+        s.add(row)
+
+
+def collector_health(db: Database) -> list[models.CollectorHealth]:
+    h = models.CollectorHealth
+    with db.session() as s:
+        return list(s.exec(select(h).order_by(h.source, h.target)))
+
+
+def all_tables() -> list[str]:
+    return sorted(SQLModel.metadata.tables)

@@ -1,0 +1,91 @@
+"""Retention: raw samples for a few days, 1-minute rollups for months, 1-hour rollups for years.
+
+Rollups are brought up to date before raw rows go, so nothing reaches the bin unsummarised. The
+horizons reached are written to ``meta`` (``retention_<tier>_before``) so queries know which tier still
+covers a range. Audit rows (control events), gaps and benchmark runs are never deleted here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy import and_, select
+from sqlmodel import SQLModel
+
+from storage import dialect, schema
+from storage.rollups import HOUR_S, MINUTE_S, SPECS
+
+if TYPE_CHECKING:
+    from storage.database import Database
+
+DEFAULT_RAW_DAYS = 14.0
+DEFAULT_ROLLUP_DAYS = 180.0  # 1-minute rollups
+DEFAULT_HOURLY_DAYS = 3650.0  # 1-hour rollups
+DAY_S = 86_400.0
+HORIZON_KEYS: dict[str | int, str] = {
+    "raw": "retention_raw_before",
+    MINUTE_S: "retention_minute_before",
+    HOUR_S: "retention_hour_before",
+}
+
+
+def _check_days(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or value != value or value <= 0:
+        raise ValueError(f"{name}: must be a positive number of days, got {value!r}")
+    return float(value)
+
+
+def apply_retention(
+    db: Database,
+    *,
+    raw_days: float | None = None,
+    rollup_days: float | None = None,
+    hourly_days: float | None = None,
+    now: float | None = None,
+) -> dict[str, int]:
+    """Delete what is past its horizon; returns rows deleted per table (and tier)."""
+    raw_days = _check_days("raw_days", DEFAULT_RAW_DAYS if raw_days is None else raw_days)
+    rollup_days = _check_days("rollup_days", DEFAULT_ROLLUP_DAYS if rollup_days is None else rollup_days)
+    hourly_days = _check_days("hourly_days", DEFAULT_HOURLY_DAYS if hourly_days is None else hourly_days)
+    if not raw_days <= rollup_days <= hourly_days:
+        raise ValueError("retention: raw_days <= rollup_days <= hourly_days is required")
+    now = time.time() if now is None else now
+    db.update_rollups(now=now)
+    raw_cut = now - raw_days * DAY_S
+    cuts = {MINUTE_S: now - rollup_days * DAY_S, HOUR_S: now - hourly_days * DAY_S}
+    deleted: dict[str, int] = {}
+    tables = SQLModel.metadata.tables
+    with db.engine.connect().execution_options(**dialect.write_options(db.engine)) as conn, conn.begin():
+        # per source, so each DELETE walks the (source, ts) index instead of the whole table
+        for spec in SPECS:
+            sample = spec.sample
+            parent = tables["server" if spec.sample_table == "engine_sample" else "gpu"]
+            sources = conn.execute(select(parent.c.id)).all()
+            n = 0
+            for (src,) in sources:
+                col = sample.c[spec.source_cols[0]]
+                n += conn.execute(sample.delete().where(and_(col == src, sample.c.ts < raw_cut))).rowcount
+            deleted[spec.sample_table] = n
+            for res, cut in cuts.items():
+                r = spec.rollup
+                deleted[f"{r.name}_{res}s"] = conn.execute(
+                    r.delete().where(and_(r.c.res_s == res, r.c.bucket_ts < cut))
+                ).rowcount
+        proc = tables["gpu_process_sample"]
+        deleted["gpu_process_sample"] = conn.execute(proc.delete().where(proc.c.ts < raw_cut)).rowcount
+        for key, value in ((HORIZON_KEYS["raw"], raw_cut), *((HORIZON_KEYS[r], c) for r, c in cuts.items())):
+            schema._stamp(conn, key, repr(value))
+    return deleted
+
+
+def horizons(db: Database) -> dict[str | int, float]:
+    """The oldest timestamp each tier still covers (absent: nothing deleted yet)."""
+    meta = SQLModel.metadata.tables["meta"]
+    with db.engine.connect() as conn:
+        rows = dict(conn.execute(select(meta.c.key, meta.c.value)).all())
+    out: dict[str | int, float] = {}
+    for tier, key in HORIZON_KEYS.items():
+        if key in rows:
+            out[tier] = float(rows[key])
+    return out

@@ -1,0 +1,173 @@
+"""Rollups: min / max / sum / count per metric per 1-minute and 1-hour bucket, kept incrementally.
+
+Raw samples newer than the watermark (``rollup_state.last_id``, the highest sample id already folded
+in) are found by primary key, so each maintenance run reads only what arrived since the last one. The
+(source, hour) buckets those rows touch are recomputed whole from raw (minute rollups) and from the
+minute rollups (hour rollups), so a late sample (a collector flushing its buffer after an outage)
+lands in the right bucket instead of being lost.
+
+Caveat for PostgreSQL: ids from a sequence can commit out of order under concurrent writers; spectower
+has one writer per database, so the watermark is exact there too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table, and_, func, literal_column, select
+from sqlalchemy.engine import Connection
+from sqlmodel import SQLModel
+
+from storage import dialect, models
+
+if TYPE_CHECKING:
+    from storage.database import Database
+
+MINUTE_S = 60
+HOUR_S = 3600
+ROLLUP_RESOLUTIONS_S: tuple[int, ...] = (MINUTE_S, HOUR_S)
+
+
+@dataclass(frozen=True)
+class RollupSpec:
+    sample_table: str
+    rollup: Table
+    source_cols: tuple[str, ...]  # identify one series source
+    metrics: tuple[str, ...]
+
+    @property
+    def sample(self) -> Table:
+        return SQLModel.metadata.tables[self.sample_table]
+
+
+ENGINE = RollupSpec(
+    "engine_sample", models.engine_rollup, ("server_id", "dp_rank"), models.ENGINE_ROLLUP_METRICS
+)
+GPU = RollupSpec("gpu_sample", models.gpu_rollup, ("gpu_id",), models.GPU_ROLLUP_METRICS)
+SPECS: tuple[RollupSpec, ...] = (ENGINE, GPU)
+
+
+def watermark(conn: Connection, spec: RollupSpec) -> int:
+    st = models.rollup_state
+    value = conn.execute(
+        select(st.c.last_id).where(st.c.sample_table == spec.sample_table)
+    ).scalar_one_or_none()
+    return int(value or 0)
+
+
+def _set_watermark(conn: Connection, spec: RollupSpec, last_id: int, now: float) -> None:
+    st = models.rollup_state
+    where = st.c.sample_table == spec.sample_table
+    if not conn.execute(st.update().where(where).values(last_id=last_id, updated_ts=now)).rowcount:
+        conn.execute(st.insert().values(sample_table=spec.sample_table, last_id=last_id, updated_ts=now))
+
+
+def _ranges(hours: list[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of hour indexes -> [(first_hour, last_hour_exclusive)]."""
+    out: list[tuple[int, int]] = []
+    for h in sorted(set(hours)):
+        if out and out[-1][1] == h:
+            out[-1] = (out[-1][0], h + 1)
+        else:
+            out.append((h, h + 1))
+    return out
+
+
+def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: float, hi: float) -> None:
+    """Recompute the minute and hour rollups of one source over [lo, hi) (hour-aligned)."""
+    name = conn.dialect.name
+    sample, rollup = spec.sample, spec.rollup
+    src_where = [sample.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
+    roll_where = [rollup.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
+    metric_cols = [f"{m}_{agg}" for m in spec.metrics for agg in ("min", "max", "sum", "n")]
+    cols = ["res_s", *spec.source_cols, "bucket_ts", "n", *metric_cols]
+
+    for res in ROLLUP_RESOLUTIONS_S:
+        conn.execute(
+            rollup.delete().where(
+                and_(rollup.c.res_s == res, *roll_where, rollup.c.bucket_ts >= lo, rollup.c.bucket_ts < hi)
+            )
+        )
+
+    # minute buckets from raw samples
+    bucket = dialect.bucket_index(name, sample.c.ts, 0.0, MINUTE_S)
+    aggs: list[Any] = []
+    for m in spec.metrics:
+        c = sample.c[m]
+        aggs += [func.min(c), func.max(c), func.sum(c), func.count(c)]
+    minute_sel = (
+        select(
+            literal_column(str(MINUTE_S)),
+            *[sample.c[c] for c in spec.source_cols],
+            bucket * MINUTE_S,
+            func.count(),
+            *aggs,
+        )
+        .where(and_(*src_where, sample.c.ts >= lo, sample.c.ts < hi))
+        .group_by(*[sample.c[c] for c in spec.source_cols], bucket)
+    )
+    conn.execute(rollup.insert().from_select(cols, minute_sel))
+
+    # hour buckets from the minute buckets just written
+    hbucket = dialect.bucket_index(name, rollup.c.bucket_ts, 0.0, HOUR_S)
+    haggs: list[Any] = []
+    for m in spec.metrics:
+        haggs += [
+            func.min(rollup.c[f"{m}_min"]),
+            func.max(rollup.c[f"{m}_max"]),
+            func.sum(rollup.c[f"{m}_sum"]),
+            func.sum(rollup.c[f"{m}_n"]),
+        ]
+    hour_sel = (
+        select(
+            literal_column(str(HOUR_S)),
+            *[rollup.c[c] for c in spec.source_cols],
+            hbucket * HOUR_S,
+            func.sum(rollup.c.n),
+            *haggs,
+        )
+        .where(
+            and_(rollup.c.res_s == MINUTE_S, *roll_where, rollup.c.bucket_ts >= lo, rollup.c.bucket_ts < hi)
+        )
+        .group_by(*[rollup.c[c] for c in spec.source_cols], hbucket)
+    )
+    conn.execute(rollup.insert().from_select(cols, hour_sel))
+
+
+def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
+    """Fold the raw rows of one sample table past the watermark; returns how many were new."""
+    sample = spec.sample
+    last_id = watermark(conn, spec)
+    max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
+    if max_id is None or max_id <= last_id:
+        return 0
+    hour = dialect.bucket_index(conn.dialect.name, sample.c.ts, 0.0, HOUR_S)
+    new_rows = and_(sample.c.id > last_id, sample.c.id <= max_id)
+    touched = conn.execute(
+        select(*[sample.c[c] for c in spec.source_cols], hour, func.count())
+        .where(new_rows)
+        .group_by(*[sample.c[c] for c in spec.source_cols], hour)
+    ).all()
+    per_source: dict[tuple[Any, ...], list[int]] = {}
+    n_new = 0
+    for row in touched:
+        *src, h, n = row
+        per_source.setdefault(tuple(src), []).append(int(h))
+        n_new += int(n)
+    for source, hours in per_source.items():
+        for h0, h1 in _ranges(hours):
+            _rebuild(conn, spec, source, float(h0 * HOUR_S), float(h1 * HOUR_S))
+    _set_watermark(conn, spec, int(max_id), now)
+    return n_new
+
+
+def update_rollups(db: Database, now: float | None = None) -> int:
+    """Bring every rollup up to date (one transaction per sample table); returns raw rows folded in."""
+    now = time.time() if now is None else now
+    total = 0
+    for spec in SPECS:
+        with db.engine.connect().execution_options(**dialect.write_options(db.engine)) as conn, conn.begin():
+            total += update_spec(conn, spec, now)
+    return total

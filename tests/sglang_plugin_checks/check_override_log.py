@@ -1,0 +1,61 @@
+"""How much SGLang's runtime-context override log grows while the load hovers at the ceiling.
+
+Every step switch goes through EAGLEWorkerV2.apply_runtime_state, which appends an
+("adaptive_spec.restore", {...}) entry to get_context()'s override log, and nothing trims it. Drives the
+real controller for BATCHES decode rounds, verify results included, with the ceiling at CEILING.
+
+Arguments: config path, pattern ("alternate": CEILING, CEILING+1, ...; "noisy": uniform in
+[CEILING-3, CEILING+3], seeded), batches. Hysteresis settings come from the environment
+(SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL), as in a real server.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import sys
+
+import _harness
+
+CEILING = 32
+SEED = 7
+
+
+def main() -> None:
+    config_path, pattern, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    plugin = _harness.load_plugin()
+    server_args = _harness.publish_context(config_path)
+    scheduler = _harness.make_scheduler(server_args)
+    controller, _params, worker = _harness.make_controller(config_path)
+    from sglang.srt.runtime_context import get_context
+
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": CEILING})
+    rng = random.Random(SEED)
+    start = len(get_context().overrides_log())
+    drafted_rounds = 0
+    for i in range(batches):
+        size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
+        controller.activate_step_by_batch(size)
+        steps = worker.speculative_num_steps
+        drafted_rounds += steps > 0
+        controller.on_verify_complete([2] * size if steps > 0 else [0] * size, batch_size=size)
+    log = get_context().overrides_log()
+    grown = log[start:]
+    spectower = _harness.get_state(scheduler).get("spectower")
+    _harness.emit(
+        {
+            "plugin_loaded": plugin is not None,
+            "pattern": pattern,
+            "batches": batches,
+            "ceiling": CEILING,
+            "log_growth": len(grown),
+            "log_growth_bytes_pickled": len(pickle.dumps(grown)),
+            "sources": sorted({source for source, _fields in grown}),
+            "drafted_rounds": drafted_rounds,
+            "spectower": spectower,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Ratio intervals, the crossover and the best knob value."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from collectors.bench.ratio import RatioPoint, best_knob, find_crossover, ratio_interval
+
+
+def test_ratio_interval_contains_the_ratio_and_narrows_with_more_windows() -> None:
+    rng = random.Random(0)
+    on = [110 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(5)]
+    off = [100 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(5)]
+    r, lo, hi = ratio_interval(on, off)
+    assert lo < r < hi
+    assert r == pytest.approx(sum(on) / sum(off))
+    on20 = [110 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(20)]
+    off20 = [100 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(20)]
+    _, lo20, hi20 = ratio_interval(on20, off20)
+    assert hi20 - lo20 < hi - lo
+
+
+def test_ratio_interval_coverage_is_about_95_percent() -> None:
+    rng = random.Random(1)
+    hits = 0
+    trials = 400
+    for _ in range(trials):
+        on = [120 * (1 + 0.1 * rng.gauss(0, 1)) for _ in range(6)]
+        off = [100 * (1 + 0.1 * rng.gauss(0, 1)) for _ in range(6)]
+        _, lo, hi = ratio_interval(on, off)
+        hits += lo <= 1.2 <= hi
+    assert 0.88 <= hits / trials <= 0.995
+
+
+def test_ratio_interval_refuses_empty_or_zero() -> None:
+    with pytest.raises(ValueError):
+        ratio_interval([], [1.0])
+    with pytest.raises(ValueError):
+        ratio_interval([0.0, 0.0], [1.0, 1.0])
+
+
+def _pts(cs, rs, half=0.02):
+    return [RatioPoint(c, r, r * (1 - half), r * (1 + half)) for c, r in zip(cs, rs, strict=True)]
+
+
+def test_crossover_interpolates_in_log_concurrency() -> None:
+    cs = [1, 2, 4, 8, 16, 32]
+    rs = [1.07, 1.07, 1.06, 1.034, 0.995, 0.9]
+    cross = find_crossover(_pts(cs, rs))
+    assert cross.status == "found" and cross.bracket == (8, 16)
+    expected = math.exp(math.log(8) + (0.034 / 0.039) * math.log(2))
+    assert cross.value == pytest.approx(expected)
+    assert cross.lo is not None and cross.hi is not None
+    assert cross.lo <= cross.value <= cross.hi
+    assert cross.lo >= 8 and cross.hi <= 32
+    assert best_knob(cross, 64) == math.floor(expected)
+
+
+def test_no_crossover_in_range_means_always_on() -> None:
+    cross = find_crossover(_pts([1, 8, 64], [2.3, 2.1, 1.38]))
+    assert cross.status == "none_in_range" and cross.value is None
+    assert "none in range" in cross.describe()
+    assert best_knob(cross, 48) == 48
+
+
+def test_losing_everywhere_means_off() -> None:
+    cross = find_crossover(_pts([1, 8], [0.9, 0.8]))
+    assert cross.status == "below_range"
+    assert best_knob(cross, 48) == 0
+
+
+def test_crossover_order_does_not_matter() -> None:
+    pts = _pts([16, 1, 8], [0.9, 1.1, 1.05])
+    assert find_crossover(pts).bracket == (8, 16)

@@ -1,0 +1,88 @@
+"""bench_serving's figures and the steady-state windows from synthetic records."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.bench.errors import BenchError
+from collectors.bench.loadgen import LoopResult, _mark_steady
+from collectors.bench.records import RequestRecord
+from collectors.bench.stats import percentile, point_figures, summarize_ms, window_throughputs
+from collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
+
+
+def test_percentile_matches_numpy_linear() -> None:
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 90) == pytest.approx(7.6)
+    assert percentile(values, 99) == pytest.approx(9.76)
+    assert percentile([5.0], 99) == 5.0
+    s = summarize_ms("ttft_ms", [0.001, 0.003])
+    assert s["mean_ttft_ms"] == pytest.approx(2.0) and s["p99_ttft_ms"] == pytest.approx(2.98)
+
+
+def _rec(index: int, start: float, rate: float, n: int, ttft: float = 0.1) -> RequestRecord:
+    """A request emitting one token every 1/rate s after its TTFT."""
+    times = [start + ttft + i / rate for i in range(n)]
+    return RequestRecord(index=index, start=start, input_tokens=8, output_tokens=n, ttft_s=ttft,
+                         e2e_s=times[-1] - start, chunk_times=times, chunk_tokens=[1] * n, success=True)
+
+
+def test_closed_loop_figures() -> None:
+    # two requests in flight, each 10 tok/s, back to back for 3 rounds: 20 tok/s aggregate
+    recs = []
+    for slot in range(2):
+        t = 0.0
+        for k in range(3):
+            r = _rec(k * 2 + slot, t, 10.0, 20)  # indices in issue order
+            recs.append(r)
+            t = r.start + (r.e2e_s or 0)
+    end = max(r.start + (r.e2e_s or 0) for r in recs)
+    loop = LoopResult(concurrency=2, records=recs, phase_start=0.0, phase_end=end)
+    last_issue = max(r.start for r in recs)
+    _mark_steady(loop, last_issue, None)
+    assert loop.steady_start == pytest.approx(0.1)
+    fig = point_figures(loop, windows=4)
+    assert fig["completed"] == 6 and fig["total_output_tokens"] == 120
+    assert fig["steady_output_throughput"] == pytest.approx(20.0, rel=0.08)
+    assert len(fig["steady_windows"]) == 4
+    assert fig["median_itl_ms"] == pytest.approx(100.0)
+    assert fig["median_ttft_ms"] == pytest.approx(100.0)
+    assert fig["mean_tpot_ms"] == pytest.approx(100.0)
+    assert fig["max_concurrency"] == 2
+    assert fig["output_throughput"] == pytest.approx(120 / loop.phase_end)
+
+
+def test_windows_count_only_the_steady_interval() -> None:
+    rec = _rec(0, 0.0, 100.0, 100, ttft=0.0)  # 100 tokens over 1 s
+    loop = LoopResult(concurrency=1, records=[rec], steady_start=0.5, steady_end=1.0)
+    w = window_throughputs(loop, windows=5)
+    assert len(w) == 5 and sum(w) / 5 == pytest.approx(100.0, rel=0.05)
+
+
+def test_concurrency_and_modes_parsing_names_the_flag() -> None:
+    assert parse_concurrency("8, 1,2,2") == (1, 2, 8)
+    for bad in ("", "1,x", "0", "1,-4", "99999"):
+        with pytest.raises(BenchError, match="--concurrency"):
+            parse_concurrency(bad)
+    assert parse_modes("off,on,off") == ("off", "on")
+    with pytest.raises(BenchError, match="--modes"):
+        parse_modes("on,maybe")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"server": "localhost:30000"}, "--server"),
+        ({"requests_per_level": 10}, "--requests-per-level"),
+        ({"duration_per_level": -1.0}, "--duration-per-level"),
+        ({"input_len": 0}, "--input-len"),
+        ({"output_len": 1}, "--output-len"),
+        ({"api": "grpc"}, "--api"),
+        ({"warmup": -1}, "--warmup"),
+    ],
+)
+def test_config_validation_names_the_field(kwargs: dict, field: str) -> None:
+    base = {"server": "http://127.0.0.1:1"} | kwargs
+    with pytest.raises(BenchError, match=field):
+        SweepConfig(**base).validate()

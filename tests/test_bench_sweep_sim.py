@@ -1,0 +1,131 @@
+"""`spectower bench sweep` end to end against the simulator (a real subprocess) with each shipped profile.
+
+The measured curve must match the profile within 5% at every level, the crossover must land in the right
+interval, the knob must come back to its value before the sweep, the run is saved (with its audit rows),
+and the profile written with --profile-out replays in `spectower sim serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlmodel import select
+
+from simulator.profile import load_profile
+from storage import open_database
+from storage.models import BenchPoint, BenchRun, ControlEvent
+from tests.conftest import REPO_ROOT
+
+LEVELS = (1, 2, 4, 8, 16, 32, 64)
+TOLERANCE = 0.05
+ADMIN_KEY = "bench-admin-key"
+START_KNOB = 7  # neither "on" nor "off": proves the sweep restores what was there
+
+
+def _sweep(sim, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SPECTOWER_ADMIN_KEY=ADMIN_KEY)
+    argv = [
+        sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url,
+        "--concurrency", ",".join(map(str, LEVELS)), "--modes", "on,off",
+        "--duration-per-level", "2.5", "--input-len", "8", "--output-len", "64", "--warmup", "1",
+        "--db", str(tmp_path / "spectower.db"), "--as", "tester", "--json", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def _set_knob(sim, value: int) -> None:
+    r = httpx.post(f"{sim.base_url}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": value}},
+                   headers=sim.admin_headers)
+    assert r.json() == [True]
+
+
+def _knob(sim) -> int:
+    return httpx.get(f"{sim.base_url}/server_info").json()["internal_states"][0]["spectower"]["spec_max_bs"]
+
+
+def _check_curve(out: dict, profile_name: str) -> list[str]:
+    profile = load_profile(profile_name)
+    misses = []
+    for p in out["points"]:
+        expected = profile.output_tok_s(p["concurrency"], p["mode"] == "on")
+        got = p["steady_output_throughput"]
+        if abs(got / expected - 1) > TOLERANCE:
+            misses.append(f"C={p['concurrency']} spec {p['mode']}: {got:.1f} vs profile {expected:.1f} "
+                          f"({got / expected - 1:+.1%})")
+    return misses
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path) -> None:
+    name = "glm5-nvfp4-8x-rtx-pro-6000"
+    sim = simulator_factory(profile=name, admin_key=ADMIN_KEY)
+    _set_knob(sim, START_KNOB)
+    profile_out = tmp_path / "measured.json"
+    proc = _sweep(sim, tmp_path, "--save", "--tag", "glm5", "--profile-out", str(profile_out),
+                  "--gpu-metrics", sim.gpu_metrics_url)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+
+    assert len(out["points"]) == 2 * len(LEVELS)
+    assert all(p["failed"] == 0 and p["completed"] > 0 for p in out["points"])
+    misses = _check_curve(out, name)
+    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)
+
+    cross = out["crossover"]
+    assert cross["status"] == "found"
+    assert cross["bracket"] == [8, 16] and 8 <= cross["value"] <= 16
+    assert cross["lo"] <= cross["value"] <= cross["hi"]
+    assert 8 <= out["best_max_bs"] <= 16
+    on_accept = [p["accept_length"] for p in out["points"] if p["mode"] == "on"]
+    assert all(2.3 <= a <= 2.8 for a in on_accept), on_accept  # the profile's 2.45-2.6, per point
+
+    # the knob is back where it was, and every move was audited as a control action
+    assert out["knob_restored"] and _knob(sim) == START_KNOB
+    db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
+    with db.session() as s:
+        events = s.exec(select(ControlEvent)).all()
+        runs = s.exec(select(BenchRun)).all()
+        points = s.exec(select(BenchPoint)).all()
+    db.close()
+    assert len(events) == 2 * len(LEVELS) + 1
+    assert {e.actor for e in events} == {"operator:tester"}
+    assert all(e.confirmed and e.reason.startswith("bench sweep") for e in events)
+    assert events[-1].new_max_bs == START_KNOB
+    assert len(runs) == 1 and runs[0].id == out["run_id"] and runs[0].tag == "glm5"
+    assert runs[0].sglang_version and json.loads(runs[0].server_info_json)["served_model_name"] == "glm-5-nvfp4"
+    assert len(json.loads(runs[0].gpu_inventory_json)) == 8
+    assert runs[0].crossover == pytest.approx(cross["value"])
+    assert len(points) == 2 * len(LEVELS)
+    assert all(p.ratio_ci_lo is not None and p.ratio_ci_lo <= p.ratio_ci_hi for p in points)
+
+    # the written profile loads, and `spectower sim serve` replays it
+    measured = load_profile(profile_out)
+    assert list(measured.concurrency) == list(LEVELS)
+    assert measured.crossover() is not None and 8 <= measured.crossover() <= 16
+    replay = simulator_factory(profile=str(profile_out))
+    info = httpx.get(f"{replay.base_url}/server_info").json()
+    assert info["served_model_name"] == "glm-5-nvfp4"
+    assert info["max_running_requests"] == 64
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_llama_curve_and_no_crossover(simulator_factory, tmp_path: Path) -> None:
+    name = "llama31-8b-1x-h100"
+    sim = simulator_factory(profile=name, admin_key=ADMIN_KEY)
+    proc = _sweep(sim, tmp_path, "--api", "generate")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    misses = _check_curve(out, name)
+    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)
+    assert out["crossover"]["status"] == "none_in_range"
+    assert out["best_max_bs"] == 64
+    assert out["knob_restored"] and _knob(sim) == 64
+    assert all(r["ratio"] > 1.2 for r in out["ratios"])

@@ -1,0 +1,98 @@
+"""`spectower collect` (console/commands/collect.py) as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _spectower(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from console.cli import main; main()", "collect", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _count(db: Path, table: str) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute(f"select count(*) from {table}").fetchone()[0])
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--server", "http://127.0.0.1:1", "--interval", "soon"], "--interval: not a duration"),
+        (["--server", "127.0.0.1:1"], "--server must be an http(s) URL"),
+        (["--gpu", "amd"], "--gpu must be nvml, dcgm=URL or none"),
+        ([], "nothing to collect"),
+    ],
+)
+def test_bad_arguments_one_clear_line(args: list[str], message: str, tmp_path: Path) -> None:
+    p = _spectower(*args, "--db", str(tmp_path / "x.db"))
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 2
+    assert f"error: {message}" in out and "Traceback" not in out
+
+
+def test_missing_key_file_is_a_clear_error(tmp_path: Path) -> None:
+    p = _spectower("--server", "http://127.0.0.1:1", env={"SPECTOWER_API_KEY_FILE": str(tmp_path / "nope")})
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 2 and "SPECTOWER_API_KEY_FILE: cannot read" in out and "Traceback" not in out
+
+
+def test_no_nvml_gpu_source_off_others_go_on(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory()
+    db = tmp_path / "c.db"
+    p = _spectower("--server", sim.base_url, "--gpu", "nvml", "--interval", "500ms", "--duration", "3s", "--db", str(db))
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode == 0, out
+    assert "NVML is not usable on this host" in out and "GPU source is off" in out
+    assert "Traceback" not in out
+    assert _count(db, "engine_sample") >= 3
+    assert "below NVML's own refresh" in out  # 500 ms < NVML's ~1 s averaging: warned, allowed
+
+
+def test_sigterm_flushes_and_exits_cleanly(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory()
+    db = tmp_path / "t.db"
+    p = _spectower("--server", sim.base_url, "--gpu", f"dcgm={sim.gpu_metrics_url}", "--db", str(db))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if db.exists() and _count(db, "gpu_sample") >= 16:
+                break
+            time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out
+    assert "collector stopped" in out and "0 buffered left" in out
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("pragma integrity_check").fetchone()[0] == "ok"
+        n_engine = con.execute("select count(*) from engine_sample").fetchone()[0]
+        last = con.execute("select max(ts) from engine_sample").fetchone()[0]
+    finally:
+        con.close()
+    assert n_engine >= 2 and last is not None

@@ -1,0 +1,241 @@
+"""AppTest over every console page, on a real SQLite file filled through storage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+from streamlit.testing.v1 import AppTest
+
+from console import synthetic
+from storage import open_database
+from storage.models import ControlEvent
+
+APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
+PAGES = ("overview", "speculation", "gpus", "control", "benchmarks")
+PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+TIMEOUT = 120  # a loaded 2-core machine renders slowly; assertions are on content, not speed
+
+
+def _url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(autouse=True)
+def _no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("SPECTOWER_ADMIN_KEY", "SPECTOWER_ADMIN_KEY_FILE", "SPECTOWER_OPERATOR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _fill(path: Path, *, servers: int = 1, gpus: int = 2, bench: bool = True, age_s: float = 0.0) -> None:
+    now = time.time() - age_s
+    with open_database(_url(path)) as db:
+        synthetic.fill(db, t0=now - 1800, t1=now, servers=servers, gpus=gpus, step_s=2.0, knob_period_s=300)
+        if bench:
+            synthetic.add_bench_run(db, PROFILE, now - 86400, "cuda12", scale_on=0.8)
+            synthetic.add_bench_run(db, PROFILE, now - 3600, "cuda13")
+        synthetic.add_policy_events(db, "http://10.0.0.1:30000", now - 1800, now, 300, 64)
+
+
+def _app(path: Path, monkeypatch: pytest.MonkeyPatch, page: str | None = None) -> AppTest:
+    monkeypatch.setenv("SPECTOWER_DB", _url(path))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    if page is not None and page != "overview":
+        at.switch_page(f"pages/{page}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _text(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [m.value for m in at.caption] + [m.value for m in at.info]
+    parts += [m.value for m in at.warning] + [m.value for m in at.error] + [m.value for m in at.success]
+    parts += [c.value for c in at.code] + [t.value for t in at.title] + [s.value for s in at.subheader]
+    return "\n".join(str(p) for p in parts)
+
+
+def _charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_with_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, page)
+    assert "STALE" not in _text(at)
+    if page in ("overview", "speculation", "gpus", "benchmarks"):
+        assert _charts(at) >= 1
+
+
+def test_overview_shows_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch)
+    labels = {m.label: m.value for m in at.metric}
+    for label in ("Running requests", "Queued requests", "Accept length", "Accept rate", "Knob (spec_max_bs)"):
+        assert label in labels and labels[label] != "—", (label, labels)
+    text = _text(at)
+    assert "Output tok/s" in text and "http://10.0.0.1:30000" in text
+    assert _charts(at) == 1 + 1  # the server's tok/s line, then the GPU small multiples
+    at.radio(key="ov_gpu_metric").set_value("Temperature").run()
+    assert not at.exception and _charts(at) == 2
+    assert at.sidebar.selectbox[0].label == "Time range"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_database_says_what_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
+    at = _app(tmp_path / "missing.db", monkeypatch, page)
+    text = _text(at)
+    if page == "benchmarks":
+        assert "spectower collect" in text or "No benchmark runs" in text
+    else:
+        assert "spectower collect" in text
+    assert _charts(at) == 0
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_empty_database_says_what_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
+    db = tmp_path / "empty.db"
+    open_database(_url(db)).close()
+    at = _app(db, monkeypatch, page)
+    text = _text(at)
+    assert "spectower collect" in text or "No benchmark runs" in text or "No GPU source" in text
+    assert _charts(at) == 0
+
+
+def test_many_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, servers=3)
+    at = _app(db, monkeypatch)
+    text = _text(at)
+    for i in (1, 2, 3):
+        assert f"http://10.0.0.{i}:30000" in text
+    assert sum(m.label == "Running requests" for m in at.metric) == 3
+    at.switch_page("pages/speculation.py")
+    at.run()
+    assert not at.exception
+    box = at.selectbox(key="spec_server")
+    assert len(box.options) == 3
+    box.select("http://10.0.0.3:30000").run()
+    assert not at.exception
+    assert "Speedup now" in _text(at)
+    at.switch_page("pages/control.py")
+    at.run()
+    assert len(at.selectbox(key="ctl_server").options) == 3
+
+
+def test_no_gpu_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, gpus=0)
+    at = _app(db, monkeypatch)
+    assert "No GPU source" in _text(at)
+    assert _charts(at) == 1  # the server's line is there, no GPU grids
+    at.switch_page("pages/gpus.py")
+    at.run()
+    assert not at.exception
+    assert "No GPU source" in _text(at) and "--gpu" in _text(at)
+
+
+def test_stale_data_is_marked_and_not_drawn_as_current(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, age_s=1200)  # the collector stopped 20 minutes ago
+    at = _app(db, monkeypatch)
+    text = _text(at)
+    assert "STALE" in text
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Running requests"] == "—" and labels["Accept length"] == "—"
+    at.switch_page("pages/gpus.py")
+    at.run()
+    assert "STALE" in _text(at)
+    at.switch_page("pages/speculation.py")
+    at.run()
+    assert "STALE" in _text(at)
+
+
+def test_time_range_bounds_every_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch)
+    at.sidebar.selectbox[0].select("15 min").run()
+    assert not at.exception
+    assert "range 15 min" in _text(at)
+
+
+def test_speculation_page_live_estimate_and_crossovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, "speculation")
+    labels = {m.label: m.value for m in at.metric}
+    # the profile's curves cross between 8 and 16; live traffic (alternating knob) finds it too
+    assert 8 <= float(labels["Crossover (benchmark)"]) <= 24, labels
+    assert labels["Crossover (live)"] != "—"
+    assert 6 <= float(labels["Crossover (live)"]) <= 30, labels
+    assert "speculation is" in _text(at)
+    assert _charts(at) == 4  # speedup, accept length, accept rate, policy timeline
+
+
+def test_benchmarks_compare_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, "benchmarks")
+    text = _text(at)
+    assert "Stack difference" in text
+    assert len(at.dataframe) >= 2  # runs list + stack difference
+    assert any(m.label.startswith("Crossover B") for m in at.metric)
+    at.radio(key="exp_fmt").set_value("JSONL").run()
+    assert not at.exception
+
+
+def test_control_read_only_without_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, "control")
+    assert any("Read-only" in w.value and "SPECTOWER_ADMIN_KEY" in w.value for w in at.warning)
+    assert not [b for b in at.button if b.key in ("ctl_review", "ctl_confirm")]
+    assert len(at.radio) == 0
+    assert "Audit trail" in _text(at)
+    assert len(at.dataframe) >= 1  # the policy's events are listed
+
+
+def test_control_credentials_from_streamlit_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    key = tmp_path / "admin.key"
+    key.write_text("s3cret\n")
+    monkeypatch.setenv("SPECTOWER_DB", _url(db))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.secrets["spectower"] = {"admin_key_file": str(key), "operator": "dana"}
+    at.run()
+    at.switch_page("pages/control.py")
+    at.run()
+    assert not at.exception
+    assert any("operator:dana" in s.value for s in at.success)
+    assert "s3cret" not in _text(at)
+
+
+def test_control_refuses_missing_reason_and_bad_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    monkeypatch.setenv("SPECTOWER_ADMIN_KEY", "k")
+    monkeypatch.setenv("SPECTOWER_OPERATOR", "erin")
+    at = _app(db, monkeypatch, "control")
+    at.radio(key="ctl_mode").set_value("off").run()
+    at.button(key="ctl_review").click().run()
+    assert any("Reason" in e.value for e in at.error)
+    assert not [b for b in at.button if b.key == "ctl_confirm"]
+    # N is bounded by the server's max_running_requests (64 in the profile)
+    at.radio(key="ctl_mode").set_value("threshold N").run()
+    assert at.number_input(key="ctl_n").max == 64
+    at.text_input(key="ctl_reason").input("incident 42").run()
+    at.button(key="ctl_review").click().run()
+    assert [b for b in at.button if b.key == "ctl_confirm"]
+    assert any("Confirm" in w.value and "incident 42" in w.value for w in at.warning)
+    at.button(key="ctl_cancel").click().run()
+    assert not [b for b in at.button if b.key == "ctl_confirm"]
+    with open_database(_url(db)) as store, store.session() as s:
+        operator_rows = s.exec(select(ControlEvent).where(ControlEvent.actor.startswith("operator:"))).all()
+    assert operator_rows == []  # a cancelled change writes nothing and touches no server

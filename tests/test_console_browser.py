@@ -1,0 +1,206 @@
+"""The console in a real browser: headless Debian Chromium driven by playwright, against `spectower console`
+over a database filled by the simulator and `spectower collect` running for real.
+
+Saves docs/screenshots/<page>.png (used by the README).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlmodel import select
+
+from storage import open_database
+from storage.bench_serving import import_file
+from storage.models import ControlEvent
+from tests.conftest import REAL_DATA, REPO_ROOT, free_port
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+ADMIN_KEY = "browser-test-admin-key"
+OPERATOR = "browser-test"
+COLLECT_S = 15.0  # load after the sweep, before the browser looks
+SWEEP = ["--concurrency", "1,4,16,48", "--duration-per-level", "2", "--output-len", "64", "--warmup", "1"]
+SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
+PAGES = {"overview": "", "speculation": "speculation", "gpus": "gpus", "control": "control",
+         "benchmarks": "benchmarks"}  # fmt: skip
+LOAD_STAGES = (2, 12, 40)  # concurrent clients, stepped up while collecting
+BROWSING_LOAD = 6  # clients kept running while the browser looks, so the data stays live
+
+
+def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    fh = open(log, "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+class Load:
+    """Closed-loop clients on the simulator's OpenAI endpoint; the client count follows LOAD_STAGES."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.target = 0
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def _client(self, i: int) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=60) as http:
+            while not self.stop.is_set():
+                if i >= self.target:
+                    time.sleep(0.2)
+                    continue
+                try:
+                    http.post("/v1/completions", json={"model": "m", "prompt": "hello " * 32, "max_tokens": 96})
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+
+    def run(self, seconds: float) -> None:
+        self.threads = [threading.Thread(target=self._client, args=(i,), daemon=True)
+                        for i in range(max(LOAD_STAGES))]  # fmt: skip
+        for t in self.threads:
+            t.start()
+        per = seconds / len(LOAD_STAGES)
+        for n in LOAD_STAGES:
+            self.target = n
+            time.sleep(per)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(70)
+
+
+def _wait_http(url: str, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not come up within {timeout_s} s")
+
+
+def _knob(sim: Any) -> int:
+    info = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()
+    return int(info["internal_states"][0]["spectower"]["spec_max_bs"])
+
+
+@pytest.fixture
+def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, Any, str]]:
+    sim = simulator_factory(admin_key=ADMIN_KEY)
+    db_url = f"sqlite:///{tmp_path / 'browser.db'}"
+    with open_database(db_url) as db:  # real bench_serving captures for the Benchmarks page
+        for f in sorted(REAL_DATA.glob("bench_serving/*.jsonl")):
+            import_file(db, f)
+    collector = _spawn(
+        [sys.executable, "-m", "console.cli", "collect", "--server", sim.base_url, "--gpu",
+         f"dcgm={sim.gpu_metrics_url}", "--db", db_url, "--interval", "1s"],
+        tmp_path / "collect.log",
+    )  # fmt: skip
+    load = Load(sim.base_url)
+    port = free_port()
+    console = None
+    key_env = {"SPECTOWER_ADMIN_KEY": ADMIN_KEY}
+    try:
+        # a real sweep (spec on and off at each level, saved) while the collector records the traffic
+        sweep = subprocess.run(
+            [sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url, *SWEEP, "--save",
+             "--db", db_url, "--tag", "browser-sweep", "--as", "sweep-bot"],
+            cwd=REPO_ROOT, env={**os.environ, **key_env}, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
+        load.run(COLLECT_S)
+        load.target = BROWSING_LOAD
+        assert collector.poll() is None, (tmp_path / "collect.log").read_text()[-3000:]
+        console = _spawn(
+            [sys.executable, "-m", "console.cli", "console", "--db", db_url, "--port", str(port)],
+            tmp_path / "console.log",
+            {**key_env, "SPECTOWER_OPERATOR": OPERATOR},
+        )
+        _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
+        yield f"http://127.0.0.1:{port}", sim, db_url
+    finally:
+        load.close()
+        if console is not None:
+            _stop(console)
+        _stop(collector)
+
+
+def _wait_charts(page: Any, n: int = 1) -> None:
+    page.wait_for_function(
+        f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n}", timeout=90_000
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base, sim, db_url = live_console
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(90_000)
+        try:
+            page.goto(base + "/")
+            page.get_by_text("Output tok/s").first.wait_for(timeout=90_000)
+            _wait_charts(page, 2)
+            assert page.get_by_text("STALE").count() == 0  # the collector is running: data is current
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True, timeout=120_000)
+
+            for name in ("speculation", "gpus", "benchmarks"):
+                page.goto(f"{base}/{PAGES[name]}")
+                _wait_charts(page, 1)
+                page.wait_for_timeout(1500)
+                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, timeout=120_000)
+
+            # Control: flip speculation off, confirm, see the read-back and the audit row
+            before = _knob(sim)
+            assert before > 0
+            page.goto(f"{base}/control")
+            page.get_by_text(f"operator:{OPERATOR}").first.wait_for(timeout=60_000)
+            page.get_by_text("off", exact=True).first.click()
+            page.get_by_label("Reason (required, recorded in the audit trail)").fill("browser test: flip off")
+            page.keyboard.press("Enter")
+            page.get_by_role("button", name="Review change").click()
+            page.get_by_role("button", name="Confirm").click()
+            page.get_by_text("Confirmed by read-back").wait_for(timeout=60_000)
+            assert _knob(sim) == 0
+            latest = page.get_by_text("Latest:").first
+            latest.wait_for(timeout=30_000)
+            assert f"operator:{OPERATOR}" in latest.inner_text() and "browser test: flip off" in latest.inner_text()
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(SCREENSHOTS / "control.png"), full_page=True, timeout=120_000)
+        finally:
+            browser.close()
+    with open_database(db_url) as db, db.session() as s:
+        rows = list(s.exec(select(ControlEvent).where(ControlEvent.actor == f"operator:{OPERATOR}",
+                                                      ControlEvent.action == "set")))  # fmt: skip
+    assert [(r.old_max_bs, r.new_max_bs, r.confirmed) for r in rows] == [(before, 0, True)]
+    assert rows[0].reason == "browser test: flip off"

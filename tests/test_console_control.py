@@ -1,0 +1,134 @@
+"""The Control page against the REAL simulator subprocess: confirm, read-back shown, audit row written."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlmodel import select
+from streamlit.testing.v1 import AppTest
+
+from storage import open_database
+from storage.models import ControlEvent, EngineSample
+
+APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
+ADMIN_KEY = "console-test-admin-key"
+TIMEOUT = 120
+
+
+def _server_knob(sim: Any) -> int:
+    info = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()
+    values = {state["spectower"]["spec_max_bs"] for state in info["internal_states"]}
+    assert len(values) == 1
+    return int(values.pop())
+
+
+@pytest.fixture
+def sim_db(tmp_path: Path, simulator_factory: Any) -> tuple[Any, str]:
+    sim = simulator_factory(admin_key=ADMIN_KEY)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    now = time.time()
+    with open_database(url) as db:
+        sid = db.server_id(sim.base_url, ts=now, max_running_requests=64, served_model_name="glm-5-nvfp4",
+                           speculative_algorithm="EAGLE3")  # fmt: skip
+        with db.session() as s:
+            s.add(EngineSample(server_id=sid, ts=now, num_running_reqs=3, num_queue_reqs=0, output_tok_s=250,
+                               spec_max_bs=_server_knob(sim), spec_num_steps=3))  # fmt: skip
+    return sim, url
+
+
+def _control(url: str, monkeypatch: pytest.MonkeyPatch, key: str | None, operator: str | None) -> AppTest:
+    monkeypatch.setenv("SPECTOWER_DB", url)
+    for var, value in (("SPECTOWER_ADMIN_KEY", key), ("SPECTOWER_OPERATOR", operator)):
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, value)
+    monkeypatch.delenv("SPECTOWER_ADMIN_KEY_FILE", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/control.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _events(url: str) -> list[ControlEvent]:
+    with open_database(url) as db, db.session() as s:
+        return list(s.exec(select(ControlEvent).where(ControlEvent.action == "set").order_by(ControlEvent.id)))
+
+
+def _confirm(at: AppTest, mode: str, reason: str, n: int | None = None) -> None:
+    at.radio(key="ctl_mode").set_value(mode).run()
+    if n is not None:
+        at.number_input(key="ctl_n").set_value(n).run()
+    at.text_input(key="ctl_reason").input(reason).run()
+    at.button(key="ctl_review").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.button(key="ctl_confirm").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.mark.integration
+def test_operator_flips_speculation_off_and_sees_read_back(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim, url = sim_db
+    before = _server_knob(sim)
+    assert before > 0
+    at = _control(url, monkeypatch, ADMIN_KEY, "alice")
+    assert any("operator:alice" in s.value for s in at.success)
+    _confirm(at, "off", "incident 7: p99 ITL too high at peak")
+    # the page shows the server's read-back ...
+    assert any("Confirmed by read-back" in s.value and "**0**" in s.value for s in at.success), [
+        s.value for s in at.success
+    ]
+    # ... which is what the simulator really holds now ...
+    assert _server_knob(sim) == 0
+    # ... and the audit row is written, and listed under the form
+    events = _events(url)
+    assert len(events) == 1
+    ev = events[0]
+    assert (ev.actor, ev.old_max_bs, ev.new_max_bs, ev.confirmed) == ("operator:alice", before, 0, True)
+    assert ev.reason == "incident 7: p99 ITL too high at peak"
+    assert ADMIN_KEY not in (ev.per_rank_json or "") + (ev.error or "") + ev.reason
+    audit = at.dataframe[-1].value
+    assert "operator:alice" in set(audit["actor"])
+
+
+@pytest.mark.integration
+def test_operator_sets_a_threshold(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    sim, url = sim_db
+    at = _control(url, monkeypatch, ADMIN_KEY, "bob")
+    _confirm(at, "threshold N", "crossover moved after the CUDA upgrade", n=24)
+    assert _server_knob(sim) == 24
+    assert any("Confirmed by read-back" in s.value and "**24**" in s.value for s in at.success)
+    assert [(e.new_max_bs, e.confirmed) for e in _events(url)] == [(24, True)]
+
+
+@pytest.mark.integration
+def test_wrong_key_is_refused_shown_and_audited(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    sim, url = sim_db
+    before = _server_knob(sim)
+    at = _control(url, monkeypatch, "not-the-key", "mallory")
+    _confirm(at, "off", "testing a wrong key")
+    assert any("Not confirmed" in e.value for e in at.error), [e.value for e in at.error]
+    assert _server_knob(sim) == before  # nothing applied
+    events = _events(url)
+    assert len(events) == 1 and events[0].confirmed is False and events[0].error
+    assert "not-the-key" not in events[0].error
+
+
+@pytest.mark.integration
+def test_read_only_mode_cannot_act(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    sim, url = sim_db
+    at = _control(url, monkeypatch, None, None)
+    assert any("Read-only" in w.value for w in at.warning)
+    assert not [b for b in at.button if b.key in ("ctl_review", "ctl_confirm")]
+    # reading the live value is still allowed (no key needed for /server_info)
+    at.button(key="ctl_read").click().run()
+    assert any(m.label == "Live spec_max_bs" and m.value == str(_server_knob(sim)) for m in at.metric)
+    assert _events(url) == []

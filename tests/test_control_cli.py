@@ -1,0 +1,293 @@
+"""`spectower control ...` against the REAL simulator subprocess, with a real SQLite audit trail.
+
+The last test is the end-to-end one: `spectower control auto` as its own process moves the knob, a manual
+`set` pauses it, `release` resumes it, SIGTERM stops it and the server keeps its ceiling.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from console.cli import app
+from control import audit
+from storage.database import open_database
+from storage.models import EngineSample
+from tests.conftest import REPO_ROOT, free_port
+
+ADMIN_KEY = "adm-7e41c0d9b2"
+
+
+@pytest.fixture(scope="module")
+def shared_sim() -> Iterator[Any]:
+    """One simulator for the quick CLI cases (start-up costs seconds on a loaded machine)."""
+    from tests.simulator_process import SimulatorProcess
+
+    with SimulatorProcess(admin_key=ADMIN_KEY, dp_size=2) as process:
+        yield process
+
+
+@pytest.fixture
+def sim(shared_sim: Any) -> Any:
+    """The shared simulator with its knob back at the launch value (always on)."""
+    max_running = httpx.get(f"{shared_sim.base_url}/server_info", timeout=5).json()["max_running_requests"]
+    body = {"server_args": {"spectower_spec_max_bs": max_running}}
+    url = f"{shared_sim.base_url}/set_internal_state"
+    answer = httpx.post(url, json=body, headers=shared_sim.admin_headers, timeout=5)
+    assert answer.json() == [True, True]
+    return shared_sim
+
+
+def knob_values(sim: Any) -> list[int]:
+    info = httpx.get(f"{sim.base_url}/server_info", timeout=5).json()
+    return [state["spectower"]["spec_max_bs"] for state in info["internal_states"]]
+
+
+def run_cli(args: list[str], *, key: str | None = ADMIN_KEY, **env: str) -> Any:
+    environ = {"SPECTOWER_ADMIN_KEY": key or "", "SPECTOWER_ADMIN_KEY_FILE": "", **env}
+    return CliRunner().invoke(app, ["control", *args], env=environ)
+
+
+def events(db_path: Path) -> list[Any]:
+    with open_database(db_path) as db:
+        return list(reversed(audit.list_events(db, limit=1000)))
+
+
+def test_get_json_reports_every_rank(sim: Any) -> None:
+    result = run_cli(["get", "--server", sim.base_url, "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    state = json.loads(result.stdout)
+    assert state["plugin_installed"] and state["speculative_adaptive"] and state["bands_allow_zero"]
+    assert [r["dp_rank"] for r in state["ranks"]] == [0, 1]
+    assert state["spec_max_bs"] == state["max_running_requests"] and state["mode"] == "on"
+    human = run_cli(["get", "--server", sim.base_url])
+    assert "dp_rank 1" in human.stdout and "mode on" in human.stdout
+
+
+def test_set_off_n_on_confirmed_and_audited(sim: Any, tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+    base = ["set", "--server", sim.base_url, "--db", str(db), "--yes", "--as", "alice"]
+    result = run_cli([*base, "--off", "--reason", "incident 7"])
+    assert result.exit_code == 0, result.output
+    assert "-> 0 (off)" in result.stdout and result.stdout.count("confirmed") >= 2
+    assert knob_values(sim) == [0, 0]
+    assert run_cli([*base, "--max-bs", "8", "--reason", "partial"]).exit_code == 0
+    assert knob_values(sim) == [8, 8]
+    on = run_cli([*base, "--on", "--reason", "back to normal"])
+    assert on.exit_code == 0, on.output
+    max_running = httpx.get(f"{sim.base_url}/server_info").json()["max_running_requests"]
+    assert knob_values(sim) == [max_running, max_running]
+    sets = [e for e in events(db) if e.action == "set"]
+    assert [(e.old_max_bs, e.new_max_bs, e.confirmed) for e in sets] == [
+        (max_running, 0, True), (0, 8, True), (8, max_running, True)]  # fmt: skip
+    assert all(e.actor == "operator:alice" and e.server_url == sim.base_url for e in sets)
+    assert ADMIN_KEY.encode() not in db.read_bytes()
+
+    released = run_cli(
+        ["release", "--server", sim.base_url, "--db", str(db), "--reason", "done", "--as", "alice"]
+    )
+    assert released.exit_code == 0 and "released" in released.stdout
+    listed = run_cli(["events", "--db", str(db), "--server", sim.base_url])
+    assert "operator:alice release" in listed.stdout and "0 -> 8 ok" in listed.stdout
+
+
+def test_refusals_are_clean_audited_and_change_nothing(sim: Any, tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+    start = knob_values(sim)
+    base = ["set", "--server", sim.base_url, "--db", str(db), "--reason", "test"]
+
+    wrong = run_cli([*base, "--off", "--yes"], key="not-the-admin-key")
+    assert wrong.exit_code == 2 and "error:" in wrong.stderr and "wrong key" in wrong.stderr
+    assert "not-the-admin-key" not in wrong.output and "Traceback" not in wrong.output
+    missing = run_cli([*base, "--off", "--yes"], key=None)
+    assert missing.exit_code == 2 and "none is set" in missing.stderr
+    too_big = run_cli([*base, "--max-bs", "100000", "--yes"])
+    assert too_big.exit_code == 2 and "exceeds the server's max_running_requests" in too_big.stderr
+    dead = f"http://127.0.0.1:{free_port()}"
+    unknown = run_cli(["set", "--server", dead, "--db", str(db), "--reason", "test", "--off", "--yes"])
+    assert unknown.exit_code == 2 and "cannot reach" in unknown.stderr
+    assert knob_values(sim) == start
+    rows = events(db)
+    assert len(rows) == 4 and not any(r.confirmed for r in rows)
+    assert [(r.error or "").split(":")[0] for r in rows] == [
+        "KnobAuthError", "KnobAuthError", "KnobValueError", "ServerUnreachableError"]  # fmt: skip
+
+    # Input mistakes never reach the server or the database.
+    no_tty = run_cli([*base, "--off"])
+    assert no_tty.exit_code == 2 and "pass --yes" in no_tty.stderr
+    both = run_cli([*base, "--off", "--on", "--yes"])
+    assert both.exit_code == 2 and "exactly one of" in both.stderr
+    empty = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--reason", " ", "--off", "--yes"])
+    assert empty.exit_code == 2 and "--reason is required" in empty.stderr
+    assert len(events(db)) == 4 and knob_values(sim) == start
+
+
+def test_interactive_confirmation(sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from console.commands import control as control_cli
+
+    monkeypatch.setattr(control_cli, "_stdin_is_tty", lambda: True)
+    db = tmp_path / "cli.db"
+    args = ["control", "set", "--server", sim.base_url, "--db", str(db), "--reason", "x", "--max-bs", "3"]
+    env = {"SPECTOWER_ADMIN_KEY": ADMIN_KEY}
+    declined = CliRunner().invoke(app, args, input="n\n", env=env)
+    assert declined.exit_code == 1 and "nothing was sent" in declined.stdout
+    assert knob_values(sim) != [3, 3] and events(db) == []
+    accepted = CliRunner().invoke(app, args, input="y\n", env=env)
+    assert accepted.exit_code == 0, accepted.output
+    assert knob_values(sim) == [3, 3]
+
+
+def test_key_file(sim: Any, tmp_path: Path) -> None:
+    key_file = tmp_path / "admin.key"
+    key_file.write_text(ADMIN_KEY + "\n")
+    result = CliRunner().invoke(
+        app,
+        ["control", "set", "--server", sim.base_url, "--db", str(tmp_path / "k.db"), "--reason", "file",
+         "--off", "--yes"],
+        env={"SPECTOWER_ADMIN_KEY": "", "SPECTOWER_ADMIN_KEY_FILE": str(key_file)},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert knob_values(sim) == [0, 0]
+
+
+def test_api_key_protected_server(simulator_factory: Callable[..., Any], tmp_path: Path) -> None:
+    sim = simulator_factory(api_key="api-5d1e")
+    refused = run_cli(["get", "--server", sim.base_url], key=None)
+    assert refused.exit_code == 2 and "SPECTOWER_API_KEY" in refused.stderr
+    allowed = run_cli(["get", "--server", sim.base_url, "--json"], key=None, SPECTOWER_API_KEY="api-5d1e")
+    assert allowed.exit_code == 0, allowed.output
+    # Without an admin key SGLang takes the API key on admin endpoints too.
+    done = run_cli(["set", "--server", sim.base_url, "--db", str(tmp_path / "a.db"), "--off", "--yes",
+                    "--reason", "api key only"], key=None, SPECTOWER_API_KEY="api-5d1e")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert httpx.get(f"{sim.base_url}/server_info", headers={"Authorization": "Bearer api-5d1e"}).json()[
+        "internal_states"][0]["spectower"]["spec_max_bs"] == 0  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- end to end
+
+
+class SampleFeeder:
+    """Writes fresh EngineSamples for a server as the collector would, until stopped."""
+
+    def __init__(self, db_path: Path, url: str, running: float) -> None:
+        self.db_path, self.url, self.running = db_path, url, running
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with open_database(self.db_path) as db:
+            server_id = db.server_id(self.url)
+            while not self._stop.is_set():
+                now = time.time()
+                with db.session(write=True) as session:
+                    for rank in (0, 1):
+                        session.add(EngineSample(server_id=server_id, dp_rank=rank, ts=now,
+                                                 num_running_reqs=self.running / 2, num_queue_reqs=0,
+                                                 output_tok_s=900.0, spec_accept_length=2.4))  # fmt: skip
+                self._stop.wait(0.25)
+
+    def __enter__(self) -> SampleFeeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+class OutputReader:
+    """Collects a child's output lines as they come, so a test can wait for one without blocking."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line)
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "".join(self.lines)
+
+
+@pytest.fixture
+def auto_process(sim: Any, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    db = tmp_path / "auto.db"
+    open_database(db).close()
+    env = {**os.environ, "SPECTOWER_ADMIN_KEY": ADMIN_KEY, "PYTHONUNBUFFERED": "1"}
+    env.pop("SPECTOWER_ADMIN_KEY_FILE", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "control", "auto", "--server", sim.base_url, "--db", str(db),
+         "--mode", "threshold", "--max-bs", "12", "--interval", "300ms", "--stale-after", "5s"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    yield proc, db
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.integration
+def test_auto_end_to_end_threshold_pause_release_sigterm(
+    sim: Any, tmp_path: Path, auto_process: tuple[subprocess.Popen[str], Path]
+) -> None:
+    proc, db = auto_process
+    output = OutputReader(proc)
+    policy_sets = lambda: [e for e in events(db) if e.actor == "policy:threshold" and e.action == "set"]  # noqa: E731
+    # Stale first: nothing collected yet, so the runner holds and the knob stays where it was.
+    assert wait_for(lambda: any(e.action == "auto-start" for e in events(db)))
+    time.sleep(1.0)
+    assert policy_sets() == [] and knob_values(sim) != [12, 12]
+    with SampleFeeder(db, sim.base_url, running=20):
+        assert wait_for(lambda: knob_values(sim) == [12, 12]), output.text()
+        assert [(e.new_max_bs, e.confirmed) for e in policy_sets()] == [(12, True)]
+
+        manual = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--off", "--yes", "--reason",
+                          "operator takes over", "--as", "bob"])  # fmt: skip
+        assert manual.exit_code == 0, manual.output
+        assert wait_for(lambda: output.has("paused")), output.text()
+        time.sleep(1.0)  # a few more intervals: the paused runner must not undo the manual value
+        assert knob_values(sim) == [0, 0] and len(policy_sets()) == 1
+
+        released = run_cli(["release", "--server", sim.base_url, "--db", str(db), "--reason", "hand back"])
+        assert released.exit_code == 0
+        assert wait_for(lambda: knob_values(sim) == [12, 12])
+        assert len(policy_sets()) == 2
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, output.text()
+    assert "SIGTERM" in output.text() and "stale" not in output.text().split("paused")[-1]
+    assert knob_values(sim) == [12, 12]  # the server keeps the last ceiling
+    actions = [(e.actor.split(":")[0], e.action) for e in events(db)]
+    assert actions[0] == ("policy", "auto-start") and actions[-1] == ("policy", "auto-stop")
+    assert ("operator", "pause") in actions and ("operator", "release") in actions
+    assert ADMIN_KEY not in output.text()

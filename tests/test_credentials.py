@@ -1,0 +1,34 @@
+"""control.credentials: keys from the environment or a file, errors that name the variable, not the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from control.credentials import CredentialError, load_admin_key, load_api_key, load_credentials
+
+
+def test_env_value_wins_over_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "admin.key"
+    key_file.write_text("from-file\n")
+    env = {"SPECTOWER_ADMIN_KEY": "from-env", "SPECTOWER_ADMIN_KEY_FILE": str(key_file)}
+    assert load_admin_key(env) == "from-env"
+    assert load_admin_key({"SPECTOWER_ADMIN_KEY_FILE": str(key_file)}) == "from-file"
+    assert load_admin_key({}) is None
+    assert load_api_key({"SPECTOWER_API_KEY": " api "}) == "api"
+
+
+def test_bad_key_files_name_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(CredentialError, match="SPECTOWER_ADMIN_KEY_FILE names a file that does not exist"):
+        load_admin_key({"SPECTOWER_ADMIN_KEY_FILE": str(tmp_path / "missing")})
+    empty = tmp_path / "empty"
+    empty.write_text("  \n")
+    with pytest.raises(CredentialError, match=r"SPECTOWER_API_KEY_FILE: the key file .* is empty"):
+        load_api_key({"SPECTOWER_API_KEY_FILE": str(empty)})
+
+
+def test_repr_never_shows_a_key() -> None:
+    creds = load_credentials({"SPECTOWER_ADMIN_KEY": "top-secret", "SPECTOWER_API_KEY": "also-secret"})
+    assert creds.admin_key == "top-secret"
+    assert "secret" not in repr(creds) and "admin_key=set" in repr(creds)

@@ -1,0 +1,331 @@
+"""collectors.daemon against the simulator subprocess: restarts, slow and broken responses, a locked
+database, an --api-key server. Real SQLite files, real HTTP over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from collectors.daemon import Collector, DaemonConfig, parse_duration
+from collectors.sink import StorageSink
+from simulator.profile import load_profile
+from storage import open_database
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+class Proxy:
+    """A tiny HTTP proxy in front of the simulator that can delay, truncate or garble /metrics."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.mode = "pass"  # pass | delay | truncate | garble
+        self.delay_s = 0.0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                try:
+                    r = httpx.get(proxy.upstream + self.path, headers=dict(self.headers), timeout=10)
+                except httpx.HTTPError:
+                    self.send_error(502)
+                    return
+                body = r.content
+                if self.path.startswith("/metrics"):
+                    if proxy.mode == "delay":
+                        time.sleep(proxy.delay_s)
+                    elif proxy.mode == "truncate":
+                        body = body[: len(body) // 2]
+                    elif proxy.mode == "garble":
+                        body = body.replace(b"} ", b"} x", 3)
+                try:
+                    self.send_response(r.status_code)
+                    self.send_header("Content-Type", r.headers.get("content-type", "text/plain"))
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Load:
+    """Closed-loop /generate clients in a thread, so the counters move."""
+
+    def __init__(self, url: str, concurrency: int = 8, max_new_tokens: int = 64) -> None:
+        self.url, self.c, self.n = url, concurrency, max_new_tokens
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        async def worker(client: httpx.AsyncClient) -> None:
+            while not self._stop.is_set():
+                try:
+                    await client.post(
+                        self.url + "/generate",
+                        json={"text": "hello", "sampling_params": {"max_new_tokens": self.n}},
+                    )
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.2)
+
+        async def main() -> None:
+            async with httpx.AsyncClient(timeout=30) as client:
+                await asyncio.gather(*[worker(client) for _ in range(self.c)])
+
+        asyncio.run(main())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=40)
+
+
+def run_collector(
+    config: DaemonConfig, db_path: Path, chaos: Callable[[Collector], Awaitable[None]]
+) -> dict[str, Any]:
+    db = open_database(str(db_path))
+    sink = StorageSink(db)
+    collector = Collector(config, sink)
+
+    async def main() -> None:
+        task = asyncio.create_task(collector.run())
+        try:
+            await chaos(collector)
+        finally:
+            collector.stop()
+            await asyncio.wait_for(task, timeout=60)
+
+    asyncio.run(main())
+    stats = sink.writer.stats()
+    db.close()
+    return {"collector": collector, "stats": stats}
+
+
+def rows(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(db_path)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        await asyncio.sleep(step)
+    return pred()
+
+
+# -- tests -----------------------------------------------------------------------------------------------
+def test_parse_duration() -> None:
+    assert parse_duration("1s", "--interval") == 1.0
+    assert parse_duration("500ms", "--interval") == 0.5
+    assert parse_duration("2m", "--duration") == 120.0
+    assert parse_duration("0.25", "--interval") == 0.25
+    with pytest.raises(ValueError, match="--interval: not a duration"):
+        parse_duration("fast", "--interval")
+    with pytest.raises(ValueError, match="positive"):
+        parse_duration("0s", "--interval")
+
+
+def test_config_errors_name_the_flag() -> None:
+    with pytest.raises(ValueError, match="--gpu"):
+        DaemonConfig(servers=["http://x"], gpu="rocm")
+    with pytest.raises(ValueError, match="--server"):
+        DaemonConfig(servers=["localhost:30000"])
+    with pytest.raises(ValueError, match="nothing to collect"):
+        DaemonConfig()
+
+
+def test_killed_and_restarted_mid_run(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory(profile=PROFILE, decode_log_interval=10)
+    load = Load(sim.base_url)
+    interval = 0.5
+    marks: dict[str, float] = {}
+    db_path = tmp_path / "c.db"
+
+    async def chaos(c: Collector) -> None:
+        await asyncio.sleep(4.0)
+        marks["kill"] = time.time()
+        await asyncio.to_thread(sim.kill)
+        await asyncio.sleep(2.5)
+        await asyncio.to_thread(sim.start)
+        marks["up"] = time.time()
+        await asyncio.sleep(5.0)
+
+    try:
+        run_collector(DaemonConfig(servers=[sim.base_url], interval_s=interval), db_path, chaos)
+    finally:
+        load.stop()
+    gaps = rows(db_path, "select source, target, start_ts, end_ts, reason from collection_gap")
+    assert len(gaps) == 1
+    source, target, start, end, reason = gaps[0]
+    assert (source, target) == ("sglang", sim.base_url)
+    assert marks["kill"] <= start <= marks["kill"] + 2 * interval + 1.0
+    assert end is not None and marks["up"] - 0.5 <= end
+    # resumes within two intervals of the server answering again (plus scheduling slack)
+    after = rows(db_path, f"select min(ts) from engine_sample where ts > {marks['up'] - 0.5}")[0][0]
+    assert after is not None and after - marks["up"] <= 2 * interval + 0.5
+    samples = rows(
+        db_path, "select ts, output_tok_s, request_rate, prefill_tok_s, ttft_p50_s from engine_sample order by ts"
+    )
+    assert not [s for s in samples if start < s[0] < end]  # nothing stored during the outage
+    # never negative, never a double count: no rate above the profile's best throughput (with noise)
+    best = max(max(load_profile(PROFILE).spec_on_tok_s), max(load_profile(PROFILE).spec_off_tok_s))
+    rates = [s[1] for s in samples if s[1] is not None]
+    assert rates and all(0 <= r <= 2 * best for r in rates)
+    assert all((s[2] or 0) >= 0 and (s[3] or 0) >= 0 for s in samples)
+    first_after = next(s for s in samples if s[0] > end - 0.01)
+    assert first_after[1] is None  # the first scrape after the restart has no rate (new baseline)
+    assert any(s[1] is not None for s in samples if s[0] > end)  # and the next ones do
+    health = rows(db_path, "select source, errors_total, last_success_ts from collector_health")
+    assert health[0][0] == "sglang" and health[0][1] >= 1 and health[0][2] >= end - 0.01
+
+
+def test_slow_responses_time_out_then_recover(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory(profile=PROFILE)
+    proxy = Proxy(sim.base_url)
+    db_path = tmp_path / "slow.db"
+    marks: dict[str, float] = {}
+
+    async def chaos(c: Collector) -> None:
+        await asyncio.sleep(2.0)
+        proxy.mode, proxy.delay_s = "delay", 3.0
+        marks["slow"] = time.time()
+        await asyncio.sleep(3.5)
+        proxy.mode = "pass"
+        marks["fast"] = time.time()
+        await asyncio.sleep(3.0)
+
+    try:
+        cfg = DaemonConfig(servers=[proxy.url], interval_s=0.5, timeout_s=0.8)
+        run_collector(cfg, db_path, chaos)
+    finally:
+        proxy.close()
+    gaps = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
+    assert len(gaps) == 1
+    start, end, reason = gaps[0]
+    assert "timed out" in reason and "0.8" in reason
+    assert end is not None and end >= marks["fast"] - 0.5
+    n_after = rows(db_path, f"select count(*) from engine_sample where ts > {end}")[0][0]
+    assert n_after >= 3
+
+
+@pytest.mark.parametrize(("mode", "word"), [("truncate", "truncated"), ("garble", "not Prometheus text")])
+def test_broken_metrics_bodies_store_nothing(simulator_factory: Any, tmp_path: Path, mode: str, word: str) -> None:
+    sim = simulator_factory(profile=PROFILE)
+    proxy = Proxy(sim.base_url)
+    proxy.mode = mode
+    db_path = tmp_path / f"{mode}.db"
+
+    async def chaos(c: Collector) -> None:
+        await asyncio.sleep(2.5)
+        proxy.mode = "pass"
+        await asyncio.sleep(2.0)
+
+    try:
+        run_collector(DaemonConfig(servers=[proxy.url], interval_s=0.5), db_path, chaos)
+    finally:
+        proxy.close()
+    [(start, end, reason)] = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
+    assert word in reason
+    assert rows(db_path, f"select count(*) from engine_sample where ts < {end}")[0][0] == 0
+    assert rows(db_path, f"select count(*) from engine_sample where ts >= {end}")[0][0] >= 2
+
+
+def test_database_locked_by_another_writer(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory(profile=PROFILE)
+    db_path = tmp_path / "locked.db"
+    open_database(str(db_path)).close()  # schema in place before the other writer takes the lock
+    marks: dict[str, float] = {}
+
+    async def chaos(c: Collector) -> None:
+        await asyncio.sleep(1.5)
+        other = sqlite3.connect(db_path, timeout=0.1, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        marks["locked"] = time.time()
+        await asyncio.sleep(4.0)
+        marks["unlocked"] = time.time()
+        other.execute("ROLLBACK")
+        other.close()
+        await asyncio.sleep(2.5)
+
+    out = run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5), db_path, chaos)
+    during = rows(
+        db_path,
+        f"select count(*) from engine_sample where ts > {marks['locked']} and ts < {marks['unlocked']}",
+    )[0][0]
+    assert during >= 5  # taken while the database was locked, buffered, written afterwards
+    assert out["stats"].dropped == 0
+    ts = [r[0] for r in rows(db_path, "select ts from engine_sample order by ts")]
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    assert max(gaps) < 1.6  # no hole in the series where the lock was
+
+
+def test_api_key_server(simulator_factory: Any, tmp_path: Path) -> None:
+    key = "sim-api-key-938"
+    sim = simulator_factory(profile=PROFILE, api_key=key)
+
+    async def short(c: Collector) -> None:
+        await asyncio.sleep(2.0)
+
+    ok_db = tmp_path / "ok.db"
+    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5, api_key=key), ok_db, short)
+    assert rows(ok_db, "select served_model_name from server")[0][0]
+    assert rows(ok_db, "select count(*) from collection_gap")[0][0] == 0
+    no_db = tmp_path / "nokey.db"
+    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5), no_db, short)
+    [(reason,)] = rows(no_db, "select reason from collection_gap")
+    assert "401" in reason and "SPECTOWER_API_KEY" in reason
+    for path in (ok_db, no_db):
+        assert key.encode() not in path.read_bytes()
+
+
+def test_dcgm_source_eight_gpus(simulator_factory: Any, tmp_path: Path) -> None:
+    sim = simulator_factory(profile=PROFILE)
+    load = Load(sim.base_url, concurrency=4)
+
+    async def run(c: Collector) -> None:
+        await asyncio.sleep(3.0)
+
+    db_path = tmp_path / "dcgm.db"
+    try:
+        run_collector(DaemonConfig(gpu=f"dcgm={sim.gpu_metrics_url}", interval_s=0.5), db_path, run)
+    finally:
+        load.stop()
+    gpus = rows(db_path, "select host, idx, uuid, name, source from (select host, `index` as idx, uuid, name, source from gpu)")
+    assert len(gpus) == 8 and sorted(g[1] for g in gpus) == list(range(8))
+    assert all(g[4] == "dcgm" and g[2].startswith("GPU-") and "RTX PRO 6000" in g[3] for g in gpus)
+    samples = rows(db_path, "select gpu_util_pct, power_w, memory_used_mib, memory_total_mib, pcie_tx_bytes_s from gpu_sample")
+    assert len(samples) >= 8 * 4
+    for util, power, used, total, tx in samples:
+        assert 0 <= util <= 100 and power > 0 and 0 < used <= total and tx >= 0
+        assert not any(math.isnan(v) for v in (util, power, used, total, tx))

@@ -1,0 +1,74 @@
+"""`spectower sim evaluate`, run as the real command line in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+GLM = "glm5-nvfp4-8x-rtx-pro-6000"
+
+
+def spectower(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "console.cli", "sim", "evaluate", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_json_prints_one_object_with_the_scores_and_baselines() -> None:
+    run = spectower("--profile", GLM, "--trace", "step", "--policy", "learn", "--duration", "1800",
+                    "--seed", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)  # exactly one JSON document
+    assert isinstance(out, dict)
+    for key in ("efficiency", "tokens", "oracle_tokens", "flips", "baselines"):
+        assert key in out
+    assert out["policy"] == "learn" and out["seed"] == 2 and out["duration_s"] == 1800
+    assert set(out["baselines"]) == {"always-on", "always-off", "threshold:30", "sglang-default"}
+    assert 0 < out["efficiency"] <= 1 and out["tokens"] <= out["oracle_tokens"]
+    assert out["efficiency"] > out["baselines"]["always-on"]["efficiency"]
+
+
+def test_table_output_names_policy_and_baselines() -> None:
+    run = spectower("--profile", "llama31-8b-1x-h100", "--trace", "ramp", "--policy", "threshold:30",
+                    "--duration", "600")
+    assert run.returncode == 0, run.stderr
+    for word in ("threshold:30", "always-on", "always-off", "sglang-default", "efficiency", "flips"):
+        assert word in run.stdout
+
+
+def test_a_trace_file_and_a_profile_path(tmp_path: Path) -> None:
+    trace = tmp_path / "mine.json"
+    trace.write_text(json.dumps([[0, 1], [300, 60], [600, 2]]))
+    profile = REPO_ROOT / "simulator" / "profiles" / f"{GLM}.json"
+    run = spectower("--profile", str(profile), "--trace", str(trace), "--policy", "always-off", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["trace"] == "mine" and out["duration_s"] == 600 and out["flips"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "nope", "--trace", "step"], "profile 'nope'"),
+    (["--profile", GLM, "--trace", "weekly"], "trace 'weekly'"),
+    (["--profile", GLM, "--trace", "step", "--policy", "threshold:x"], "threshold:x"),
+    (["--profile", GLM, "--trace", "step", "--policy", "magic"], "unknown policy 'magic'"),
+    (["--profile", GLM, "--trace", "step", "--duration", "5"], "--duration"),
+    (["--profile", GLM, "--trace", "step", "--seed", "-1"], "--seed"),
+])
+def test_bad_inputs_give_one_clear_error(args: list[str], message: str) -> None:
+    run = spectower(*args)
+    assert run.returncode == 2
+    assert "error:" in run.stderr and message in run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_bad_trace_file_names_the_point(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.json"
+    trace.write_text(json.dumps([[0, 1], [10, 5], [5, 3]]))
+    run = spectower("--profile", GLM, "--trace", str(trace))
+    assert run.returncode == 2
+    assert "point [2]" in run.stderr and "Traceback" not in run.stderr

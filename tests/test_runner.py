@@ -1,0 +1,246 @@
+"""control.runner: observations from a real SQLite store, the safety rails, pause/release, persistence.
+
+Fast cases drive the unit-level knob fake (MockTransport) with a controlled clock; the end-to-end case
+drives the real simulator subprocess (tests/test_control_cli.py has the CLI one).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from control import audit
+from control.knob import KnobClient
+from control.policy import make_policy
+from control.runner import PolicyRunner, RunnerConfig, RunnerConfigError, observe_storage, parse_duration
+from storage.database import Database, open_database
+from storage.models import EngineSample
+from tests.conftest import free_port
+from tests.fake_knob_server import FakeKnobServer
+
+URL = "http://10.1.2.3:30000"
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_database(tmp_path / "runner.db")
+    yield database
+    database.close()
+
+
+def add_samples(db: Database, url: str, ts: float, running: float, *, rank: int = 0, n: int = 3,
+                tok_s: float | None = 1000.0, accept: float | None = 2.5, queued: float = 0.0) -> None:
+    """Write what the collector would: one EngineSample per second up to ``ts``."""
+    server_id = db.server_id(url, ts=ts)
+    with db.session(write=True) as session:
+        for i in range(n):
+            session.add(EngineSample(server_id=server_id, dp_rank=rank, ts=ts - (n - 1 - i),
+                                     num_running_reqs=running, num_queue_reqs=queued, output_tok_s=tok_s,
+                                     spec_accept_length=accept))  # fmt: skip
+
+
+def make_runner(db: Database, fake: FakeKnobServer, clock: Clock, spec: str = "threshold:20",
+                **config: float) -> PolicyRunner:  # fmt: skip
+    client = KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0)
+    mode = spec.split(":")[0]
+    policy = make_policy(spec, 48)
+    return PolicyRunner(db, client, policy, mode=mode, config=RunnerConfig(**config), clock=clock)  # type: ignore[arg-type]
+
+
+def test_observation_sums_ranks_over_the_interval(db: Database) -> None:
+    add_samples(db, URL, T0, 10, rank=0, tok_s=500, accept=2.0, queued=1)
+    add_samples(db, URL, T0, 30, rank=1, tok_s=700, accept=3.0, queued=2)
+    metrics, stale = observe_storage(db, URL, T0 + 1, interval_s=5, stale_after_s=30)
+    assert stale is None
+    assert metrics == {"num_running_reqs": 40, "num_queue_reqs": 3, "output_tok_s": 1200,
+                       "accept_length": 2.5}  # fmt: skip
+    _, stale = observe_storage(db, URL, T0 + 100, interval_s=5, stale_after_s=30)
+    assert stale is not None and "stale" in stale
+    _, none = observe_storage(db, "http://127.0.0.1:1", T0, interval_s=5, stale_after_s=30)
+    assert none is not None and "spectower collect" in none
+
+
+def test_threshold_moves_the_knob_once_and_audits_it(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    outcome = runner.step()
+    assert outcome.action == "set" and outcome.result is not None and outcome.result.confirmed
+    assert fake.values() == [20]
+    (row,) = audit.list_events(db, URL)
+    assert (row.actor, row.action, row.old_max_bs, row.new_max_bs, row.confirmed) == (
+        "policy:threshold", "set", 0, 20, True)  # fmt: skip
+    clock.now += 5
+    add_samples(db, URL, clock.now, 12)
+    assert runner.step().action == "hold"
+    assert len(audit.list_events(db, URL)) == 1  # no re-set, no new audit row
+
+
+def test_stale_data_and_unreachable_server_hold(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock, stale_after_s=10)
+    outcome = runner.step()  # nothing collected yet
+    assert outcome.action == "hold" and "spectower collect" in outcome.reason
+    add_samples(db, URL, T0 - 60, 12)  # a minute old
+    outcome = runner.step()
+    assert outcome.action == "hold" and "stale" in outcome.reason
+    assert outcome.observation is not None and outcome.observation.stale
+    assert fake.posts == [] and audit.list_events(db) == []
+
+    dead = KnobClient(f"http://127.0.0.1:{free_port()}", timeout=1.0)
+    runner = PolicyRunner(db, dead, make_policy("threshold:20", 48), mode="threshold", clock=clock)
+    add_samples(db, dead.base_url, T0, 12)
+    outcome = runner.step()
+    assert outcome.action == "hold" and "cannot reach" in outcome.reason
+    assert audit.list_events(db) == []
+
+
+def test_manual_set_pauses_the_runner_and_release_resumes(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    assert runner.step().action == "set"
+    with KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0) as operator:
+        audit.apply_knob(db, operator, "off", "incident: drafts misbehave", "operator:alice", clock=clock)
+    for _ in range(2):
+        clock.now += 5
+        add_samples(db, URL, clock.now, 12)
+        outcome = runner.step()
+        assert outcome.action == "paused" and "release" in outcome.reason
+    assert fake.values() == [0]  # the manual value stands
+    audit.release(db, URL, "operator:alice", "incident over", clock=clock)
+    clock.now += 5
+    add_samples(db, URL, clock.now, 12)
+    outcome = runner.step()
+    assert outcome.action == "set" and fake.values() == [20]
+    actions = [(e.actor, e.action) for e in reversed(audit.list_events(db, URL))]
+    assert actions == [("policy:threshold", "set"), ("operator:alice", "set"), ("operator:alice", "pause"),
+                       ("operator:alice", "release"), ("policy:threshold", "set")]  # fmt: skip
+
+
+def test_manual_pause_between_decision_and_set_wins(db: Database) -> None:
+    """The operator pauses after the runner decided but before it sent: the runner must not send."""
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    gets = []
+
+    def operator_acts(request: httpx.Request) -> None:
+        if request.method == "GET":
+            gets.append(request)
+            if len(gets) == 2:  # the read inside apply_knob, after the runner's own observation
+                audit.pause_policy(db, URL, actor="operator:alice", reason="took over", clock=clock)
+
+    fake.on_request = operator_acts
+    outcome = runner.step()
+    assert outcome.action == "paused" and "paused by a manual set" in outcome.reason
+    assert fake.posts == [] and fake.values() == [0]
+    assert [e.action for e in audit.list_events(db, URL)] == ["pause"]
+
+
+def test_flip_rate_is_capped_per_rolling_hour(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock, max_flips_per_hour=1)
+    add_samples(db, URL, T0, 12)
+    assert runner.step().action == "set"
+    fake.info["internal_states"][0]["spectower"]["spec_max_bs"] = 0  # moved behind the policy's back
+    clock.now += 60
+    add_samples(db, URL, clock.now, 12)
+    outcome = runner.step()
+    assert outcome.action == "rate-limited" and "--max-flips-per-hour 1" in outcome.reason
+    assert fake.values() == [0]
+    clock.now += 3600
+    add_samples(db, URL, clock.now, 12)
+    assert runner.step().action == "set" and fake.values() == [20]
+
+
+def test_learn_state_is_persisted_and_restored(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock, spec="learn")
+    for i in range(6):
+        clock.now = T0 + 5 * i
+        add_samples(db, URL, clock.now, 4 + i, tok_s=200.0 * (4 + i))
+        runner.step()
+    saved = audit.get_policy_state(db, URL)
+    assert saved is not None and saved.mode == "learn"
+    assert json.loads(saved.state_json) == json.loads(json.dumps(runner.policy.state(), sort_keys=True))
+    fresh = make_runner(db, fake, clock, spec="learn")
+    assert fresh.load_state()
+    assert fresh.policy.state() == runner.policy.state()
+    other = make_runner(db, fake, clock, spec="threshold:8")  # a different policy does not load it
+    assert not other.load_state()
+
+
+def test_run_loop_records_start_and_stop_and_leaves_the_ceiling(db: Database) -> None:
+    fake = FakeKnobServer()
+    add_samples(db, URL, time.time(), 12)
+    runner = PolicyRunner(db, KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0),
+                          make_policy("threshold:20", 48), mode="threshold",
+                          config=RunnerConfig(interval_s=0.05))  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    thread.join(timeout=1.0)
+    stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    actions = [e.action for e in reversed(audit.list_events(db, URL))]
+    assert actions[0] == "auto-start" and actions[-1] == "auto-stop" and "set" in actions
+    assert fake.values() == [20]  # stopping does not touch the knob
+    assert "keeps its last ceiling" in audit.list_events(db, URL, limit=1)[0].reason
+
+
+def test_bad_runner_options_name_the_flag() -> None:
+    with pytest.raises(RunnerConfigError, match="--interval"):
+        parse_duration("soon")
+    with pytest.raises(RunnerConfigError, match="--stale-after"):
+        RunnerConfig(stale_after_s=0)
+    with pytest.raises(RunnerConfigError, match="--max-flips-per-hour"):
+        RunnerConfig(max_flips_per_hour=0)
+    assert parse_duration("250ms") == 0.25 and parse_duration("2m") == 120
+
+
+def test_no_plugin_holds_and_sends_nothing(db: Database) -> None:
+    fake, clock = FakeKnobServer(plugin=False), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    outcome = runner.step()
+    assert outcome.action == "hold" and "plugin is not installed" in outcome.reason
+    assert fake.posts == [] and audit.list_events(db) == []
+
+
+@pytest.mark.integration
+def test_runner_drives_the_real_simulator(db: Database, simulator_factory: Any) -> None:
+    sim = simulator_factory(admin_key="adm-key-1", dp_size=2)
+    client = KnobClient(sim.base_url, "adm-key-1")
+    runner = PolicyRunner(db, client, make_policy("threshold:6", 64), mode="threshold")
+    add_samples(db, sim.base_url, time.time(), 5, rank=0)
+    add_samples(db, sim.base_url, time.time(), 7, rank=1)
+    outcome = runner.step()
+    assert outcome.observation is not None and outcome.observation.num_running_reqs == 12
+    assert outcome.action == "set" and outcome.result is not None and outcome.result.confirmed
+    assert [r.spec_max_bs for r in client.read().ranks] == [6, 6]
+    assert runner.step().action == "hold"
+    (row,) = audit.list_events(db, sim.base_url)
+    assert (row.actor, row.new_max_bs, row.confirmed) == ("policy:threshold", 6, True)
+    assert [r["confirmed"] for r in json.loads(row.per_rank_json or "[]")] == [True, True]
+    sim.stop()  # the server goes away: the runner holds and says why
+    outcome = runner.step()
+    assert outcome.action == "hold" and "cannot reach" in outcome.reason
+    client.close()

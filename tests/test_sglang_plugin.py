@@ -1,0 +1,282 @@
+"""The SGLang plugin against SGLang 0.5.23's real classes.
+
+Each check runs in its own process (``HookRegistry.reset()`` does not undo patches) with the python of the
+SGLang venv (``SPECTOWER_SGLANG_PYTHON``, from ``tests/sglang_env.sh``): ``tests/sglang_plugin_checks/
+<check>.py`` prints one JSON object that the tests assert on. The checkout under test reaches SGLang the way
+an installed spectower would: the checkout and a ``spectower-*.dist-info`` holding the entry point declared
+in pyproject.toml are put on ``PYTHONPATH``, and SGLang's own ``load_plugins()`` discovers it. What is real
+and what is constructed inside the checks: ``tests/sglang_plugin_checks/_harness.py``.
+
+Without ``SPECTOWER_SGLANG_PYTHON`` the tests skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from control.sglang_config import build_adaptive_config, write_config
+from tests.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.sglang]
+
+CHECKS = REPO_ROOT / "tests" / "sglang_plugin_checks"
+STEPS = 3  # must match _harness.N_STEPS
+CHECK_TIMEOUT_S = 420  # a check imports SGLang (~10-30 s on a loaded 2-core machine)
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> str:
+    python = os.environ.get("SPECTOWER_SGLANG_PYTHON", "")
+    if not python:
+        message = "SPECTOWER_SGLANG_PYTHON is not set (tests/run sets it from tests/sglang_env.sh)"
+        if os.environ.get("SPECTOWER_REQUIRE_SGLANG") == "1":
+            pytest.fail(message + " and SPECTOWER_REQUIRE_SGLANG=1")
+        pytest.skip(message)
+    if not Path(python).is_file():
+        pytest.fail(f"SPECTOWER_SGLANG_PYTHON={python} does not exist")
+    return python
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding spectower's .dist-info with the entry point pyproject.toml declares."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    group = project["entry-points"]["sglang.srt.plugins"]
+    site = tmp_path_factory.mktemp("plugin-site")
+    dist = site / f"spectower-{project['version']}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: spectower\nVersion: {project['version']}\n")
+    lines = ["[sglang.srt.plugins]", *(f"{name} = {value}" for name, value in group.items())]
+    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return site
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The adaptive config `spectower sglang-config --steps 3 --max-bs 48` writes (bands 1, 8, 32)."""
+    return write_config(tmp_path_factory.mktemp("cfg") / "adaptive.json", build_adaptive_config(STEPS, 48))
+
+
+def run_check(
+    python: str, site: Path, check: str, *args: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SPECTOWER_GATE"))}
+    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO_ROOT)])
+    environ.update(env or {})
+    proc = subprocess.run(
+        [python, str(CHECKS / f"{check}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_S,
+        env=environ,
+        cwd=site,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"{check} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert result.get("plugin_loaded", True), f"{check}: load_plugins() did not load the plugin"
+    return result
+
+
+def test_load_plugins_discovers_the_entry_point(sglang_python: str, plugin_site: Path) -> None:
+    result = run_check(sglang_python, plugin_site, "check_load_plugins")
+    assert {"name": "spectower", "value": "control.sglang_plugin:register", "dist": "spectower"} in result[
+        "entry_points"
+    ]
+    assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "control" / "sglang_plugin.py").resolve()
+    targets = result["targets"]
+    assert set(targets) == {
+        "sglang.srt.managers.scheduler.Scheduler.set_internal_state",
+        "sglang.srt.managers.scheduler.Scheduler.get_internal_state",
+        "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.get_steps_for_batch",
+        "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams.on_verify_complete",
+    }
+    for target, info in targets.items():
+        assert info["hook_types"] == ["around"], target
+        assert info["sources"] == ["spectower"], target  # registered while load_plugins ran our entry point
+        assert info["hooks_are_ours"] == [True] and info["patched"] and info["wrapped"], target
+    hooked_logs = [m for m in result["plugin_logs"] if "AROUND hooks on" in m]
+    assert len(hooked_logs) == 1, result["plugin_logs"]
+
+
+def test_knob_accepted_refused_and_passed_through(
+    sglang_python: str, plugin_site: Path, config_path: Path
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_knob", str(config_path))
+    assert result["initial_has_sglang_fields"]
+    initial = result["initial_spectower"]
+    # Before any set: always on, reported as max_running_requests (DESIGN.md: N >= that keeps it on).
+    assert initial["spec_max_bs"] == result["max_running_requests"] == 48
+    assert initial["plugin_version"] and initial["batches_drafted"] == initial["batches_gated"] == 0
+    assert initial["refused"] is None
+    rows = {json.dumps(r["request"], sort_keys=True): r for r in result["rows"]}
+
+    def row(**request: Any) -> dict[str, Any]:
+        return rows[json.dumps(request, sort_keys=True)]
+
+    assert row(spectower_spec_max_bs=8)["updated"] is True
+    assert row(spectower_spec_max_bs=8)["spectower"]["spec_max_bs"] == 8
+    assert row(spectower_spec_max_bs=8)["new_overrides"] == []  # our key is not a server arg
+    for bad in (-1, 2.5, 4.0, True):
+        bad_row = row(spectower_spec_max_bs=bad)
+        assert bad_row["updated"] is False, bad
+        assert bad_row["spectower"]["spec_max_bs"] == 8, bad  # unchanged
+    assert row(spectower_unknown=3)["updated"] is False  # SGLang's own refusal of an unknown key
+    # SGLang's own keys reach SGLang's handler and its validation.
+    threshold = row(speculative_accept_threshold_single=0.5)
+    assert threshold["updated"] is True and threshold["speculative_accept_threshold_single"] == 0.5
+    assert threshold["new_overrides"] == [
+        ["update_server_args", {"speculative_accept_threshold_single": 0.5}]
+    ]
+    assert row(pp_max_micro_batch_size=10_000)["updated"] is False
+    # Mixed, all valid: both applied; SGLang's key through SGLang (its override), ours by the plugin.
+    mixed = row(spectower_spec_max_bs=0, speculative_accept_threshold_acc=0.7)
+    assert mixed["updated"] is True
+    assert mixed["spectower"]["spec_max_bs"] == 0 and mixed["speculative_accept_threshold_acc"] == 0.7
+    assert mixed["new_overrides"] == [["update_server_args", {"speculative_accept_threshold_acc": 0.7}]]
+    # Mixed with a key SGLang refuses: nothing applied, ours included.
+    refused = row(spectower_spec_max_bs=5, no_such_sglang_key=1)
+    assert refused["updated"] is False and refused["spectower"]["spec_max_bs"] == 0
+    # Mixed with a bad value of ours: nothing applied, SGLang's key included.
+    bad_mixed = row(spectower_spec_max_bs=-3, speculative_accept_threshold_single=0.9)
+    assert bad_mixed["updated"] is False and bad_mixed["new_overrides"] == []
+    assert bad_mixed["speculative_accept_threshold_single"] == 0.5
+    assert row(spectower_spec_max_bs=100)["spectower"]["spec_max_bs"] == 100  # above max_running_requests
+    assert any("spectower_spec_max_bs must be a non-negative integer" in w for w in result["warnings"])
+    assert any("Updating spectower_unknown is not supported" in w for w in result["warnings"])
+
+
+def test_per_batch_gating_at_the_ceiling(sglang_python: str, plugin_site: Path, config_path: Path) -> None:
+    result = run_check(sglang_python, plugin_site, "check_gating", str(config_path))
+    assert all(result["answers"].values())
+    assert result["candidate_steps"] == [0, STEPS]
+    phases: dict[str, list[int]] = {}
+    for entry in result["trace"]:
+        phases.setdefault(entry["phase"], []).append(entry["steps"])
+    assert phases["unset"] == [STEPS] * 4  # always on before any set
+    assert phases["ceiling8_below"] == [STEPS] * 3  # 1, 4, 8 <= 8 draft
+    assert phases["ceiling8_above"] == [0, 0]  # 9, 16 > 8 are gated
+    gate = result["spectower"]["gate"]
+    # Hysteresis (margin 1 at N = 8): after closing, 8 (<= N but > N - margin) stays gated...
+    assert phases["ceiling8_hover_at"] == [0] * 5
+    # ...and 7 (<= N - margin) reopens once the gate has been closed min_dwell batches.
+    below = phases["ceiling8_below_margin"]
+    closed_so_far = 2 + 5  # gated batches before this phase
+    reopen_at = max(0, gate["min_dwell"] - closed_so_far)  # reopens after min_dwell gated batches
+    assert below[:reopen_at] == [0] * reopen_at and below[reopen_at:] == [STEPS] * (20 - reopen_at)
+    assert phases["ceiling0"] == [0, 0, 0]
+    assert phases["ceiling100"] == [STEPS] * 3
+    spectower = result["spectower"]
+    assert spectower["spec_max_bs"] == 100
+    assert spectower["batches_gated"] == sum(1 for e in result["trace"] if e["steps"] == 0)
+    assert spectower["batches_drafted"] == sum(1 for e in result["trace"] if e["steps"] > 0)
+    # The worker's active step is what the runtime context reports per rank.
+    assert result["resolved_speculative_num_steps"] == STEPS
+
+
+def test_gated_batches_leave_the_ema_alone(sglang_python: str, plugin_site: Path, config_path: Path) -> None:
+    result = run_check(
+        sglang_python, plugin_site, "check_ema", str(config_path), env={"SPECTOWER_GATE_MIN_DWELL": "0"}
+    )
+    gated = result["gated"]
+    assert gated["worker_steps"] == 0
+    assert gated["after"] == gated["before"]  # EMA, update counter and steps untouched by 55 gated verifies
+    twin = result["unhooked_twin"]
+    # What the gate prevents: SGLang's own method drags the EMA down and drops the band to 0 steps.
+    assert twin["after"]["ema"] < twin["before"]["ema"] - 1.0
+    assert twin["after"]["steps"] == 0 and twin["after"]["count"] == 55
+    drafted = result["drafted"]
+    assert drafted["after"]["count"] == drafted["before"]["count"] + 3
+    assert drafted["after"]["ema"] != drafted["before"]["ema"]
+    for lag in result["lag"]:
+        steps_by_size = dict(zip(lag["order"], lag["steps"], strict=True))
+        assert steps_by_size == {4: STEPS, 12: 0}, lag
+        band1_before, band1_after = lag["band1"]
+        band8_before, band8_after = lag["band8"]
+        assert band1_after["count"] == band1_before["count"] + 1, lag  # the drafted batch fed band 1
+        assert band8_after == band8_before, lag  # the gated batch did not feed band 8
+    assert result["spectower"]["gate"]["verifies_dropped"] == 55 + 2
+
+
+def test_refused_without_speculative_adaptive(
+    sglang_python: str, plugin_site: Path, config_path: Path
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_refusal", "no-adaptive", str(config_path))
+    assert result["knob_updated"] is False
+    assert result["sglang_key_updated"] is True and result["threshold_after"] == 0.5  # SGLang unharmed
+    assert "without --speculative-adaptive" in result["spectower"]["refused"]
+    assert result["steps_for_40"] == STEPS  # no gating: SGLang's own steps
+    assert any("REFUSING" in w and "--speculative-adaptive" in w for w in result["warnings"])
+
+
+def test_refused_when_a_band_lacks_step_zero(sglang_python: str, plugin_site: Path, tmp_path: Path) -> None:
+    cfg = write_config(
+        tmp_path / "nozero.json", {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 3]}}
+    )
+    result = run_check(sglang_python, plugin_site, "check_refusal", "no-zero-band", str(cfg))
+    assert result["knob_updated"] is False and result["sglang_key_updated"] is True
+    assert "band 1 does not allow step 0" in result["spectower"]["refused"]
+    assert result["steps_for_40"] == STEPS
+
+
+def test_refuses_to_hook_when_a_target_is_missing(
+    sglang_python: str, plugin_site: Path, config_path: Path
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_refusal", "missing-target", str(config_path))
+    assert result["hooked_targets"] == [] and result["set_internal_state_wrapped"] is False
+    assert result["spectower"] is None
+    assert result["knob_updated"] is False and result["sglang_key_updated"] is True
+    assert any("NOT hooking" in w and "on_verify_complete" in w for w in result["warnings"])
+
+
+OVERRIDE_BATCHES = 4000
+
+
+@pytest.mark.slow
+def test_override_log_growth_is_bounded_by_hysteresis(
+    sglang_python: str, plugin_site: Path, config_path: Path
+) -> None:
+    figures = {}
+    for label, env in (
+        ("hysteresis", {}),
+        ("none", {"SPECTOWER_GATE_MARGIN": "0", "SPECTOWER_GATE_MIN_DWELL": "0"}),
+    ):
+        for pattern in ("alternate", "noisy"):
+            result = run_check(
+                sglang_python,
+                plugin_site,
+                "check_override_log",
+                str(config_path),
+                pattern,
+                str(OVERRIDE_BATCHES),
+                env=env,
+            )
+            assert result["sources"] in ([], ["adaptive_spec.restore"])
+            figures[(label, pattern)] = result
+    print(
+        "override-log growth over",
+        OVERRIDE_BATCHES,
+        "batches:",
+        {f"{k[0]}/{k[1]}": (v["log_growth"], v["log_growth_bytes_pickled"]) for k, v in figures.items()},
+        file=sys.stderr,
+    )
+    # Without hysteresis every batch at the ceiling flips the gate: one entry per batch.
+    assert figures[("none", "alternate")]["log_growth"] >= OVERRIDE_BATCHES - 2
+    # With it, a load hovering within the margin costs a constant (one close), whatever the duration.
+    assert figures[("hysteresis", "alternate")]["log_growth"] <= 2
+    # A noisier load (+-3 around the ceiling) flips at most twice per min_dwell + 1 batches.
+    dwell = figures[("hysteresis", "noisy")]["spectower"]["gate"]["min_dwell"]
+    assert figures[("hysteresis", "noisy")]["log_growth"] <= 2 * OVERRIDE_BATCHES / (dwell + 1) + 2
+    assert figures[("hysteresis", "noisy")]["log_growth"] * 4 < figures[("none", "noisy")]["log_growth"]
+    # Each log entry is a gate switch the plugin counted (no other switches in these runs).
+    for result in figures.values():
+        assert result["log_growth"] == result["spectower"]["gate"]["switches"]

@@ -1,0 +1,117 @@
+"""`spectower sim serve` / `python -m simulator`: start-up line, clean errors, clean shutdown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from simulator.profile import load_profile
+from tests.conftest import REPO_ROOT, free_port
+
+SPECTOWER = shutil.which("spectower")
+
+
+def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _bad_profile(tmp_path: Path, mutate: str) -> Path:
+    data = load_profile("glm5-nvfp4-8x-rtx-pro-6000").to_json()
+    if mutate == "missing":
+        del data["prefill_tok_s"]
+    elif mutate == "unsorted":
+        data["concurrency"] = [1, 2, 8, 4, 16, 32, 64]
+    elif mutate == "length":
+        data["accept_length"] = data["accept_length"][:3]
+    path = tmp_path / f"{mutate}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key"),
+    [("missing", "prefill_tok_s"), ("unsorted", "concurrency"), ("length", "accept_length")],
+)
+@pytest.mark.parametrize("entry", ["spectower", "module"])
+def test_malformed_profile_one_clear_error_exit_2(tmp_path: Path, mutate: str, key: str, entry: str) -> None:
+    path = _bad_profile(tmp_path, mutate)
+    cmd = (
+        [SPECTOWER or "spectower", "sim", "serve"]
+        if entry == "spectower"
+        else [sys.executable, "-m", "simulator", "serve"]
+    )
+    res = _run([*cmd, "--profile", str(path), "--port", str(free_port())])
+    assert res.returncode == 2, res
+    assert "Traceback" not in res.stderr + res.stdout
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert key in lines[0]
+
+
+def test_unknown_profile_name_and_bad_flags(tmp_path: Path) -> None:
+    res = _run([sys.executable, "-m", "simulator", "--profile", "nope", "--port", str(free_port())])
+    assert res.returncode == 2 and "nope" in res.stderr and "Traceback" not in res.stderr
+    res = _run([sys.executable, "-m", "simulator", "--profile", "llama31-8b-1x-h100", "--dp-size", "0"])
+    assert res.returncode == 2 and "dp-size" in res.stderr and "Traceback" not in res.stderr
+    res = _run(
+        [
+            sys.executable,
+            "-m",
+            "simulator",
+            "--profile",
+            "llama31-8b-1x-h100",
+            "--admin-api-key-file",
+            str(tmp_path / "missing.key"),
+        ]
+    )
+    assert res.returncode == 2 and "admin API key file" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_no_key_flags_on_the_command_line() -> None:
+    res = _run([sys.executable, "-m", "simulator", "--help"])
+    assert res.returncode == 0
+    assert "--admin-api-key-file" in res.stdout
+    assert "--admin-api-key " not in res.stdout and "--api-key " not in res.stdout
+
+
+@pytest.mark.skipif(SPECTOWER is None, reason="the spectower console script is not installed")
+def test_serve_prints_urls_and_stops_on_sigterm() -> None:
+    port, gpu_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            SPECTOWER or "",
+            "sim",
+            "serve",
+            "--profile",
+            "llama31-8b-1x-h100",
+            "--port",
+            str(port),
+            "--gpu-metrics-port",
+            str(gpu_port),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}" in line and f"http://127.0.0.1:{gpu_port}/metrics" in line
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - t0 < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,148 @@
+"""The speculation knob over HTTP: /set_internal_state semantics, read-back, and a mid-run flip."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from benchmarks.sim_fidelity import TokenClock, stream_worker
+from simulator.profile import load_profile
+from tests.simulator_process import SimulatorFactory, SimulatorProcess
+
+KNOB = "spectower_spec_max_bs"
+
+
+def _set(sim: SimulatorProcess, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(f"{sim.base_url}/set_internal_state", json=body, headers=headers or {}, timeout=10)
+
+
+def _state(sim: SimulatorProcess) -> dict[str, Any]:
+    return httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["internal_states"][0]
+
+
+def test_knob_set_and_read_back(simulator_factory: SimulatorFactory) -> None:
+    sim = simulator_factory()
+    assert _state(sim)["spectower"]["spec_max_bs"] == 64
+    r = _set(sim, {"server_args": {KNOB: 8}})
+    assert r.status_code == 200 and r.json() == [True]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 8
+    assert httpx.put(
+        f"{sim.base_url}/set_internal_state", json={"server_args": {KNOB: 0}}, timeout=10
+    ).json() == [True]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 0
+    # an integral float is an integer
+    assert _set(sim, {"server_args": {KNOB: 5.0}}).json() == [True]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 5
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, -0.5])
+def test_negative_or_fractional_refused_and_unchanged(simulator_factory: SimulatorFactory, value: float) -> None:
+    sim = simulator_factory()
+    _set(sim, {"server_args": {KNOB: 7}})
+    r = _set(sim, {"server_args": {KNOB: value}})
+    assert r.status_code == 200 and r.json() == [False]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 7
+
+
+def test_unknown_key_false_and_nothing_applied(simulator_factory: SimulatorFactory) -> None:
+    sim = simulator_factory()
+    _set(sim, {"server_args": {KNOB: 7}})
+    assert _set(sim, {"server_args": {"no_such_key": 3}}).json() == [False]
+    # one bad key in the body: nothing of it is applied
+    assert _set(sim, {"server_args": {KNOB: 9, "no_such_key": 3}}).json() == [False]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 7
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"server_args": {KNOB: "abc"}},
+        {"server_args": {KNOB: None}},
+        {"server_args": {KNOB: [1]}},
+        {"server_args": "x"},
+        {"nothing": 1},
+        [1, 2],
+    ],
+)
+def test_non_numbers_get_sglangs_400(simulator_factory: SimulatorFactory, body: Any) -> None:
+    sim = simulator_factory()
+    r = _set(sim, body)
+    assert r.status_code == 400
+    assert r.json()["object"] == "error"
+    assert _state(sim)["spectower"]["spec_max_bs"] == 64
+
+
+def test_one_boolean_per_dp_rank(simulator_factory: SimulatorFactory) -> None:
+    sim = simulator_factory(dp_size=3)
+    assert _set(sim, {"server_args": {KNOB: 4}}).json() == [True, True, True]
+    assert _set(sim, {"server_args": {"bogus": 4}}).json() == [False, False, False]
+    states = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["internal_states"]
+    assert [s["spectower"]["spec_max_bs"] for s in states] == [4, 4, 4]
+
+
+def test_gate_applies_by_batch_size(simulator_factory: SimulatorFactory) -> None:
+    sim = simulator_factory(decode_log_interval=5)
+    _set(sim, {"server_args": {KNOB: 2}})
+
+    async def load(c: int, seconds: float) -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            clock = TokenClock()
+            stop = time.monotonic() + seconds
+            await asyncio.gather(
+                *(stream_worker(client, sim.base_url, 2000, clock, stop, {}) for _ in range(c))
+            )
+
+    before = _state(sim)["spectower"]
+    asyncio.run(load(4, 2.0))  # batch 4 > 2: gated
+    mid = _state(sim)["spectower"]
+    assert mid["batches_gated"] > before["batches_gated"]
+    asyncio.run(load(2, 2.0))  # batch 2 <= 2: drafted
+    after = _state(sim)["spectower"]
+    assert after["batches_drafted"] - mid["batches_drafted"] > 10
+
+
+@pytest.mark.slow
+def test_knob_flip_mid_run_moves_throughput_within_a_second(simulator_factory: SimulatorFactory) -> None:
+    """C=32 on glm5: spec on 1290 tok/s, off 1420 tok/s. Flip mid-run; the next second is on the new curve."""
+    profile = load_profile("glm5-nvfp4-8x-rtx-pro-6000")
+    c = 32
+    on, off = profile.output_tok_s(c, True), profile.output_tok_s(c, False)
+    sim = simulator_factory(decode_log_interval=10)
+    headers: dict[str, str] = {}
+    results: dict[str, Any] = {}
+
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=c + 4)) as client:
+            clock = TokenClock()
+            start = time.monotonic()
+            flip_at = start + 8.0
+            stop = flip_at + 7.0
+            workers = [
+                asyncio.create_task(stream_worker(client, sim.base_url, 4000, clock, stop, headers))
+                for _ in range(c)
+            ]
+            await asyncio.sleep(flip_at - time.monotonic())
+            r = await client.post(f"{sim.base_url}/set_internal_state", json={"server_args": {KNOB: 0}})
+            flipped = time.monotonic()
+            info = (await client.get(f"{sim.base_url}/server_info")).json()["internal_states"][0]
+            results["ack"] = r.json()
+            results["read_back"] = info["spectower"]["spec_max_bs"]
+            await asyncio.sleep(1.5)
+            info2 = (await client.get(f"{sim.base_url}/server_info")).json()["internal_states"][0]
+            results["active_steps_after"] = info2["speculative_num_steps"]
+            await asyncio.gather(*workers)
+            results["before"] = clock.tokens_between(flipped - 5.0, flipped) / 5.0
+            results["after"] = clock.tokens_between(flipped + 1.0, flipped + 6.0) / 5.0
+            results["first_second"] = clock.tokens_between(flipped, flipped + 1.0)
+
+    asyncio.run(run())
+    assert results["ack"] == [True] and results["read_back"] == 0
+    assert results["active_steps_after"] == 0
+    assert results["before"] == pytest.approx(on, rel=0.06), results
+    assert results["after"] == pytest.approx(off, rel=0.06), results
+    # The switch itself is immediate: the whole second after the flip is already near the new curve.
+    assert results["first_second"] > on * 0.9, results

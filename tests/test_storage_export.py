@@ -1,0 +1,184 @@
+"""Export: bench_serving JSONL round trip, CSV neutralising, Parquet, sample ranges, atomic output."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from storage import Database, open_database, queries
+from storage.bench_serving import import_file
+from storage.export import export_bench, export_samples, neutralise_cell
+from storage.models import BenchPoint, BenchRun, ControlEvent, EngineSample, GpuSample
+
+FILES = (
+    "Scicom-AI-Enterprise-Organization__llm-benchmaq__H200_tp8_dp1_in1024_out128_p100_c100_38769a.jsonl",
+    "TonyLi15__sglang-benchmark__agg_n100_in512_out128_c8.jsonl",
+    "datacrunch-research__h200-benchmarks__llama_3_3_70b_online_output.jsonl",
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    d = open_database(tmp_path / "db.sqlite")
+    yield d  # type: ignore[misc]
+    d.close()
+
+
+def point_facts(db: Database, run_id: int, skip: tuple[str, ...] = ()) -> list[dict[str, object]]:
+    drop = ("id", "run_id", *skip)
+    return [
+        {k: v for k, v in p.model_dump().items() if k not in drop} for p in queries.bench_points(db, run_id)
+    ]
+
+
+def test_import_export_import_is_lossless(db: Database, real_data: Path, tmp_path: Path) -> None:
+    first = [import_file(db, real_data / "bench_serving" / f).run_id or 0 for f in FILES]
+    out = tmp_path / "all.jsonl"
+    assert export_bench(db, first, "jsonl", out) == 9
+    again = import_file(db, out)
+    assert again.points == 9 and again.line_errors == []
+    # every point, column by column (three runs became one, so where the run-level facts live differs)
+    cols = point_facts(db, again.run_id or 0, skip=("extra_json",))
+    assert cols == [p for rid in first for p in point_facts(db, rid, skip=("extra_json",))]
+    # one run out and back in: identical down to extra_json
+    single = tmp_path / "one.jsonl"
+    export_bench(db, [first[0]], "jsonl", single)
+    assert point_facts(db, import_file(db, single).run_id or 0) == point_facts(db, first[0])
+    # and a second export is byte-identical to the first
+    out2 = tmp_path / "again.jsonl"
+    export_bench(db, [again.run_id or 0], "jsonl", out2)
+    assert out2.read_bytes() == out.read_bytes()
+
+
+def test_sweep_run_exports_bench_serving_keys(db: Database, tmp_path: Path) -> None:
+    info = {"version": "0.5.23", "speculative_algorithm": "EAGLE3", "cuda_graph_max_bs": 48}
+    rid = db.save_bench_run(
+        BenchRun(
+            created_at=1.0,
+            source="sweep",
+            backend="sglang",
+            server_info_json=json.dumps(info),
+            params_json=json.dumps({"random_input_len": 1024, "random_output_len": 256}),
+        ),
+        [
+            BenchPoint(concurrency=1, spec_on=True, output_throughput=96.1, mean_ttft_ms=50.0, completed=32),
+            BenchPoint(
+                concurrency=1, spec_on=False, output_throughput=89.5, ratio_ci_lo=1.02, ratio_ci_hi=1.12
+            ),
+        ],
+    )
+    out = tmp_path / "sweep.jsonl"
+    export_bench(db, [rid], "jsonl", out)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["max_concurrency"] == 1 and lines[0]["output_throughput"] == 96.1
+    assert lines[0]["mean_ttft_ms"] == 50.0 and lines[0]["completed"] == 32
+    assert lines[0]["server_info"] == info  # nested, as the client writes it
+    assert lines[0]["random_input_len"] == 1024 and lines[0]["backend"] == "sglang"
+    assert lines[0]["spectower_spec_on"] is True and lines[1]["spectower_ratio_ci_lo"] == 1.02
+    # re-imported, the sweep keeps its spectower-only facts
+    back = import_file(db, out)
+    pts = queries.bench_points(db, back.run_id or 0)
+    assert [(p.spec_on, p.output_throughput, p.ratio_ci_hi) for p in pts] == [
+        (True, 96.1, None),
+        (False, 89.5, 1.12),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cell", "safe"),
+    [
+        ('=HYPERLINK("http://x")', '\'=HYPERLINK("http://x")'),
+        ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("-3.5", "-3.5"),
+        ("-1e-3", "-1e-3"),
+        ("plain", "plain"),
+        (-3.5, -3.5),
+        (7, 7),
+    ],
+)
+def test_neutralise_cell(cell: object, safe: object) -> None:
+    assert neutralise_cell(cell) == safe
+
+
+def test_csv_export_neutralises_but_keeps_numbers(db: Database, tmp_path: Path) -> None:
+    rid = db.save_bench_run(
+        BenchRun(created_at=1.0, source="import:x", tag="=cmd|' /C calc'!A0"),
+        [BenchPoint(concurrency=4, output_throughput=-12.5, extra_json='{"note": "@evil"}')],
+    )
+    out = tmp_path / "run.csv"
+    export_bench(db, [rid], "csv", out)
+    (row,) = list(csv.DictReader(out.open(newline="")))
+    assert row["run_tag"] == "'=cmd|' /C calc'!A0"
+    assert row["output_throughput"] == "-12.5"  # a number stays a number
+    assert row["concurrency"] == "4.0"
+    assert row["extra_json"] == '{"note": "@evil"}'  # starts with "{": left as is
+
+
+def test_parquet_export(db: Database, real_data: Path, tmp_path: Path) -> None:
+    rid = import_file(db, real_data / "bench_serving" / FILES[2]).run_id or 0
+    out = tmp_path / "run.parquet"
+    assert export_bench(db, [rid], "parquet", out) == 7
+    table = pq.read_table(out)
+    assert table.column("request_rate").to_pylist() == [1.0, 2.0, 4.0, 8.0, 16.0, 4.0, 8.0]
+    assert table.column("completed").type == "int64"
+
+
+def test_export_samples_by_kind_server_and_time(db: Database, tmp_path: Path) -> None:
+    a, b = db.server_id("http://a"), db.server_id("http://b")
+    g = db.gpu_id("host1", 3, "GPU-x")
+    w = db.writer(maintenance=None)
+    w.put(
+        *[
+            EngineSample(server_id=s, ts=100.0 + i, num_running_reqs=float(i))
+            for s in (a, b)
+            for i in range(10)
+        ]
+    )
+    w.put(*[GpuSample(gpu_id=g, ts=100.0 + i, power_w=-1.0 if i == 0 else 300.0) for i in range(5)])
+    w.put(ControlEvent(ts=105.0, actor="operator:=x", server_url="http://a", action="set", reason="-rm"))
+    assert w.flush(30)
+    out = tmp_path / "e.jsonl"
+    assert export_samples(db, "engine", "jsonl", out, server="http://a", start=103.0, end=106.0) == 4
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["ts"] for r in rows] == [103.0, 104.0, 105.0, 106.0]
+    assert {r["server_url"] for r in rows} == {"http://a"}
+    out = tmp_path / "g.csv"
+    assert export_samples(db, "gpu", "csv", out, host="host1") == 5
+    rows2 = list(csv.DictReader(out.open(newline="")))
+    assert (rows2[0]["gpu_index"], rows2[0]["uuid"], rows2[0]["power_w"]) == ("3", "GPU-x", "-1.0")
+    out = tmp_path / "c.csv"
+    assert export_samples(db, "control", "csv", out) == 1
+    (ev,) = list(csv.DictReader(out.open(newline="")))
+    assert (ev["actor"], ev["reason"]) == ("operator:=x", "'-rm")
+    out = tmp_path / "e.parquet"
+    assert export_samples(db, "engine", "parquet", out) == 20
+    assert pq.read_table(out).num_rows == 20
+
+
+def test_errors_name_the_field_and_leave_no_file(db: Database, tmp_path: Path) -> None:
+    out = tmp_path / "x.csv"
+    with pytest.raises(LookupError, match="run id: no benchmark run 42"):
+        export_bench(db, [42], "csv", out)
+    with pytest.raises(ValueError, match="--format"):
+        export_bench(db, [1], "xlsx", out)
+    with pytest.raises(ValueError, match="--kind"):
+        export_samples(db, "cpu", "csv", out)
+    with pytest.raises(LookupError, match="server"):
+        export_samples(db, "engine", "csv", out, server="http://nope")
+    with pytest.raises(ValueError, match="--end"):
+        export_samples(db, "gpu", "csv", out, start=10.0, end=5.0)
+    assert (
+        list(tmp_path.iterdir())
+        == [tmp_path / "db.sqlite", tmp_path / "db.sqlite-wal", tmp_path / "db.sqlite-shm"]
+        or not out.exists()
+    )
+    assert not out.exists()
+    assert not list(tmp_path.glob("*.part"))

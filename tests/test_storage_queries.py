@@ -1,0 +1,156 @@
+"""Downsampled series (bounded buckets, exact min/mean/max), latest values, audit filters."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from storage import Database, open_database, queries
+from storage.models import ControlEvent, EngineSample, GpuSample
+
+T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    d = open_database(tmp_path / "db.sqlite")
+    yield d  # type: ignore[misc]
+    d.close()
+
+
+def fill_gpu(db: Database, gid: int, seconds: int, seed: int = 1) -> list[tuple[float, float | None]]:
+    rnd = random.Random(seed)
+    data: list[tuple[float, float | None]] = []
+    for i in range(seconds):
+        v = None if i % 97 == 13 else round(rnd.uniform(-50, 100), 3)  # gaps in the metric too
+        data.append((T0 + i + 0.25, v))
+    with db.engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO gpu_sample (gpu_id, ts, lost, gpu_util_pct) VALUES (:g, :ts, 0, :v)"),
+            [{"g": gid, "ts": ts, "v": v} for ts, v in data],
+        )
+    return data
+
+
+def expected(
+    data: list[tuple[float, float | None]], width: float, start: float, end: float
+) -> dict[int, tuple]:
+    acc: dict[int, list[float]] = defaultdict(list)
+    for ts, v in data:
+        if start <= ts <= end and v is not None:
+            acc[math.floor(ts / width)].append(v)
+    return {k: (min(v), sum(v) / len(v), max(v), len(v)) for k, v in acc.items()}
+
+
+@pytest.mark.parametrize("max_points", [2, 7, 50, 500])
+def test_raw_series_buckets_are_bounded_and_exact(db: Database, max_points: int) -> None:
+    gid = db.gpu_id("h", 0, "U")
+    data = fill_gpu(db, gid, 600)
+    start, end = T0 + 10, T0 + 100  # short range: the raw tier
+    s = queries.series(db, "gpu", gid, "gpu_util_pct", start, end, max_points)
+    assert len(s.points) <= max_points
+    if s.tier == "raw":
+        exp = expected(data, s.bucket_s, start, end)
+        assert len(s.points) == len(exp)
+        for b in s.points:
+            lo, mean, hi, n = exp[round(b.ts / s.bucket_s)]
+            assert (b.min, b.max, b.n) == (lo, hi, n)
+            assert b.mean == pytest.approx(mean, rel=1e-9)
+        assert s.rows_read == sum(1 for ts, _ in data if start <= ts <= end)
+
+
+@pytest.mark.parametrize("max_points", [3, 10, 24, 100, 1000])
+def test_rollup_series_match_raw_aggregation(db: Database, max_points: int) -> None:
+    gid = db.gpu_id("h", 0, "U")
+    data = fill_gpu(db, gid, 6 * 3600)  # six hours
+    assert db.update_rollups() == len(data)
+    start, end = T0, T0 + 6 * 3600
+    s = queries.series(db, "gpu", gid, "gpu_util_pct", start, end, max_points)
+    assert 1 <= len(s.points) <= max_points
+    assert s.tier in ("raw", "1m", "1h")
+    if s.tier != "raw":
+        assert s.bucket_s % (60 if s.tier == "1m" else 3600) == 0
+        assert s.rows_read <= queries.DEFAULT_MAX_ROWS_PER_BUCKET * max_points + 2
+    exp = expected(data, s.bucket_s, start, end)
+    assert {round(b.ts / s.bucket_s) for b in s.points} == set(exp)
+    for b in s.points:
+        lo, mean, hi, n = exp[round(b.ts / s.bucket_s)]
+        assert (b.min, b.max, b.n) == (lo, hi, n)
+        assert b.mean == pytest.approx(mean, rel=1e-9)
+
+
+def test_rows_past_the_rollup_watermark_are_included(db: Database) -> None:
+    gid = db.gpu_id("h", 0, "U")
+    fill_gpu(db, gid, 3 * 3600)
+    db.update_rollups()
+    # new rows arrive after maintenance: a late one inside an old bucket, and fresh ones
+    w = db.writer(maintenance=None)
+    w.put(GpuSample(gpu_id=gid, ts=T0 + 5, gpu_util_pct=1000.0))
+    w.put(*[GpuSample(gpu_id=gid, ts=T0 + 3 * 3600 + i, gpu_util_pct=-70.0) for i in range(120)])
+    assert w.flush(30)
+    s = queries.series(db, "gpu", gid, "gpu_util_pct", T0, T0 + 4 * 3600, 20)
+    assert s.tier != "raw"
+    assert max(b.max for b in s.points if b.max is not None) == 1000.0
+    assert s.points[-1].min == -70.0
+    assert sum(b.n for b in s.points) == 3 * 3600 - sum(1 for i in range(3 * 3600) if i % 97 == 13) + 1 + 120
+    # and after maintenance the same answer comes from the rollups alone
+    db.update_rollups()
+    s2 = queries.series(db, "gpu", gid, "gpu_util_pct", T0, T0 + 4 * 3600, 20)
+    assert [(b.ts, b.min, b.max, b.n) for b in s2.points] == [(b.ts, b.min, b.max, b.n) for b in s.points]
+
+
+def test_engine_series_per_rank_and_pooled(db: Database) -> None:
+    sid = db.server_id("http://s")
+    w = db.writer(maintenance=None)
+    w.put(*[EngineSample(server_id=sid, dp_rank=r, ts=T0 + i, num_running_reqs=float(10 * r + i % 3))
+            for i in range(300) for r in (0, 1)])  # fmt: skip
+    assert w.flush(30)
+    pooled = queries.series(db, "engine", sid, "num_running_reqs", T0, T0 + 299, 2)
+    rank1 = queries.series(db, "engine", sid, "num_running_reqs", T0, T0 + 299, 2, dp_rank=1)
+    assert sum(b.n for b in pooled.points) == 600
+    assert min(b.min for b in pooled.points) == 0.0 and max(b.max for b in pooled.points) == 12.0
+    assert min(b.min for b in rank1.points) == 10.0
+
+
+def test_series_input_errors_name_the_field(db: Database) -> None:
+    with pytest.raises(ValueError, match="metric"):
+        queries.series(db, "gpu", 1, "gpu_util_pct; DROP TABLE gpu", 0, 1)
+    with pytest.raises(ValueError, match="max_points"):
+        queries.series(db, "gpu", 1, "gpu_util_pct", 0, 1, 1)
+    with pytest.raises(ValueError, match="kind"):
+        queries.series(db, "cpu", 1, "x", 0, 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="start/end"):
+        queries.series(db, "gpu", 1, "gpu_util_pct", 10, 1)
+
+
+def test_latest_samples(db: Database) -> None:
+    a, b = db.server_id("http://a"), db.server_id("http://b")
+    w = db.writer(maintenance=None)
+    for i in range(50):
+        w.put(*[EngineSample(server_id=a, dp_rank=r, ts=T0 + i, num_running_reqs=float(i)) for r in (0, 1)])
+    w.put(EngineSample(server_id=b, ts=T0, num_queue_reqs=3.0))
+    g = db.gpu_id("h", 0, "U")
+    w.put(GpuSample(gpu_id=g, ts=T0, power_w=100.0), GpuSample(gpu_id=g, ts=T0 + 1, power_w=200.0))
+    assert w.flush(30)
+    latest = queries.latest_engine_samples(db)
+    assert [(r.server_id, r.dp_rank, r.ts) for r in latest] == [(a, 0, T0 + 49), (a, 1, T0 + 49), (b, 0, T0)]
+    assert [r.power_w for r in queries.latest_gpu_samples(db)] == [200.0]
+
+
+def test_control_events_filters(db: Database) -> None:
+    with db.session(write=True) as s:
+        s.add(ControlEvent(ts=1.0, actor="operator:ann", server_url="http://a", action="set", reason="r1"))
+        s.add(ControlEvent(ts=2.0, actor="policy:auto", server_url="http://a", action="set", reason="r2"))
+        s.add(ControlEvent(ts=3.0, actor="policy:auto", server_url="http://b", action="set", reason="r3"))
+        s.add(ControlEvent(ts=4.0, actor="policyx", server_url="http://b", action="set", reason="r4"))
+    reasons = lambda evs: [e.reason for e in evs]  # noqa: E731
+    assert reasons(queries.control_events(db)) == ["r4", "r3", "r2", "r1"]
+    assert reasons(queries.control_events(db, actor="policy")) == ["r3", "r2"]
+    assert reasons(queries.control_events(db, server_url="http://a")) == ["r2", "r1"]
+    assert reasons(queries.control_events(db, start=2.0, end=3.0)) == ["r3", "r2"]
+    assert reasons(queries.control_events(db, limit=1)) == ["r4"]

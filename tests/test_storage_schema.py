@@ -1,0 +1,127 @@
+"""Schema versions: a v1 file (the first released schema) is migrated forward on open, with its data;
+a newer or foreign database is refused with a clear error; nothing is ever recreated."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, text
+
+from storage import SCHEMA_VERSION, SchemaError, open_database, queries
+from storage.models import BenchPoint, BenchRun
+from tests.conftest import REPO_ROOT
+
+V1_DDL = REPO_ROOT / "storage" / "schema_v1_sqlite.sql"
+
+
+def make_v1_file(path: Path) -> None:
+    con = sqlite3.connect(path)
+    con.executescript(V1_DDL.read_text())
+    con.executescript(
+        """
+        INSERT INTO meta VALUES ('schema_version', '1');
+        INSERT INTO server (id, url, first_seen, last_seen) VALUES (1, 'http://old:30000', 100.0, 200.0);
+        INSERT INTO gpu (id, host, "index", uuid, source, first_seen, last_seen)
+            VALUES (1, 'h', 0, 'GPU-old', 'nvml', 100.0, 200.0);
+        INSERT INTO bench_run (id, created_at, source, tag) VALUES (1, 50.0, 'sweep', 'old-run');
+        INSERT INTO bench_point (run_id, concurrency, output_throughput) VALUES (1, 8, 123.5);
+        INSERT INTO control_event (ts, actor, server_url, action, reason, confirmed)
+            VALUES (150.0, 'operator:ann', 'http://old:30000', 'set', 'incident', 1);
+        """
+    )
+    # 10 minutes of 1 Hz samples written by the old version
+    con.executemany(
+        "INSERT INTO gpu_sample (gpu_id, ts, lost, gpu_util_pct) VALUES (1, ?, 0, ?)",
+        [(3600.0 + i, float(i % 10)) for i in range(600)],
+    )
+    con.commit()
+    con.close()
+
+
+def schema_of(url: str) -> dict[str, object]:
+    db = open_database(url)
+    try:
+        insp = inspect(db.engine)
+        return {
+            t: (
+                sorted(c["name"] for c in insp.get_columns(t)),
+                sorted(str(i["name"]) for i in insp.get_indexes(t)),
+            )
+            for t in insp.get_table_names()
+        }
+    finally:
+        db.close()
+
+
+def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_file(path)
+    db = open_database(path)
+    try:
+        assert db.schema_version == SCHEMA_VERSION == 2
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "2"
+            cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
+            assert "source_sha256" in cols
+            assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
+        # old rows are all still there and usable through the new code
+        assert queries.bench_run(db, 1).tag == "old-run"
+        assert queries.bench_points(db, 1)[0].output_throughput == 123.5
+        assert [e.reason for e in queries.control_events(db, actor="operator")] == ["incident"]
+        # the new rollups fold in the samples the old version wrote
+        assert db.update_rollups() == 600
+        s = queries.series(db, "gpu", 1, "gpu_util_pct", 3600.0, 4199.0, max_points=5)
+        assert s.tier == "1m"
+        assert sum(b.n for b in s.points) == 600
+        assert min(b.min for b in s.points if b.min is not None) == 0.0
+        # and new writes use the new column
+        run_id = db.save_bench_run(BenchRun(created_at=1.0, source="x", source_sha256="abc"), [BenchPoint()])
+        assert queries.bench_run(db, run_id).source_sha256 == "abc"
+    finally:
+        db.close()
+    # a copy of the v1 file was kept before migrating
+    backup = tmp_path / "old.db.schema-v1.bak"
+    assert backup.exists()
+    con = sqlite3.connect(backup)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+    con.close()
+
+
+def test_migrated_schema_equals_a_fresh_one(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    make_v1_file(old)
+    assert schema_of(f"sqlite:///{old}") == schema_of(f"sqlite:///{tmp_path / 'fresh.db'}")
+
+
+def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    open_database(path).close()
+    db = open_database(path)
+    db.close()
+    assert not list(tmp_path.glob("*.bak"))
+
+
+def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    open_database(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(SchemaError, match="newer than this spectower"):
+        open_database(path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("99",)
+    con.close()
+
+
+def test_foreign_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    con.commit()
+    con.close()
+    with pytest.raises(SchemaError, match="not a spectower database"):
+        open_database(path)
