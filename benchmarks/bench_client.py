@@ -24,22 +24,27 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.bench.loadgen import run_closed_loop  # noqa: E402
-from collectors.bench.prompts import PromptFactory  # noqa: E402
-from collectors.bench.stats import point_figures  # noqa: E402
-from collectors.bench.stream import RequestShape  # noqa: E402
-from simulator.profile import load_profile  # noqa: E402
-from tests.simulator_process import SimulatorProcess  # noqa: E402
+from collectors.bench.loadgen import run_closed_loop
+from collectors.bench.prompts import PromptFactory
+from collectors.bench.stats import point_figures
+from collectors.bench.stream import RequestShape
+from simulator.profile import load_profile
+from tests.simulator_process import SimulatorProcess
 
 DEFAULT_PROFILE = "llama31-8b-1x-h100"  # the fastest shipped profile: the most chunks per second
 
 
 async def drive(base_url: str, args: argparse.Namespace, admin_headers: dict[str, str]) -> dict:
-    limits = httpx.Limits(max_connections=args.concurrency + 8, max_keepalive_connections=args.concurrency + 8)
+    limits = httpx.Limits(
+        max_connections=args.concurrency + 8, max_keepalive_connections=args.concurrency + 8
+    )
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600.0) as client:
         knob = 1_000_000 if args.mode == "on" else 0
-        r = await client.post("/set_internal_state", json={"server_args": {"spectower_spec_max_bs": knob}},
-                              headers=admin_headers)
+        r = await client.post(
+            "/set_internal_state",
+            json={"server_args": {"spectower_spec_max_bs": knob}},
+            headers=admin_headers,
+        )
         r.raise_for_status()
         prompts = PromptFactory(args.input_len, as_text=args.api == "openai", seed=7)
         shape = RequestShape(api=args.api, output_len=args.output_len)
@@ -65,7 +70,9 @@ def main() -> None:
     args = ap.parse_args()
 
     profile = load_profile(args.profile)
-    with SimulatorProcess(profile=args.profile, admin_key="bench", max_running_requests=args.concurrency) as sim:
+    with SimulatorProcess(
+        profile=args.profile, admin_key="bench", max_running_requests=args.concurrency
+    ) as sim:
         sim_proc = psutil.Process(sim.pid)
         sim_cpu0 = sim_proc.cpu_times()
         figures = asyncio.run(drive(sim.base_url, args, sim.admin_headers))
@@ -74,17 +81,27 @@ def main() -> None:
     wall = figures["wall_s"]
     expected = profile.output_tok_s(args.concurrency, args.mode == "on")
     steady = figures["steady_output_throughput"] or 0.0
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}, python {platform.python_version()}")
-    print(f"profile {args.profile}, spec {args.mode}, api {args.api}, {args.concurrency} concurrent streams, "
-          f"input {args.input_len} / output {args.output_len} tokens, {args.duration:g} s")
-    print(f"requests completed: {figures['completed']}, failed: {figures['failed']}, "
-          f"steady interval {figures['steady_duration']:.1f} s of {wall:.1f} s")
-    print(f"client CPU: {figures['client_cpu_s']:.1f} s over {wall:.1f} s = "
-          f"{100 * figures['client_cpu_s'] / wall:.0f}% of one core")
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}, python {platform.python_version()}"
+    )
+    print(
+        f"profile {args.profile}, spec {args.mode}, api {args.api}, {args.concurrency} concurrent streams, "
+        f"input {args.input_len} / output {args.output_len} tokens, {args.duration:g} s"
+    )
+    print(
+        f"requests completed: {figures['completed']}, failed: {figures['failed']}, "
+        f"steady interval {figures['steady_duration']:.1f} s of {wall:.1f} s"
+    )
+    print(
+        f"client CPU: {figures['client_cpu_s']:.1f} s over {wall:.1f} s = "
+        f"{100 * figures['client_cpu_s'] / wall:.0f}% of one core"
+    )
     print(f"simulator CPU: {sim_cpu:.1f} s = {100 * sim_cpu / wall:.0f}% of one core")
-    print(f"throughput: achieved {steady:.0f} tok/s (steady), {figures['output_throughput']:.0f} tok/s "
-          f"(whole phase); profile {expected:.0f} tok/s; achieved/profile = {steady / expected:.3f}")
+    print(
+        f"throughput: achieved {steady:.0f} tok/s (steady), {figures['output_throughput']:.0f} tok/s "
+        f"(whole phase); profile {expected:.0f} tok/s; achieved/profile = {steady / expected:.3f}"
+    )
     print(f"median TTFT {figures['median_ttft_ms']:.0f} ms, median ITL {figures['median_itl_ms']:.1f} ms")
 
 

@@ -67,7 +67,8 @@ import asyncio, sys, httpx
 async def worker(c):
     while True:
         try:
-            await c.post(sys.argv[1] + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 64}})
+            body = {"text": "hi", "sampling_params": {"max_new_tokens": 64}}
+            await c.post(sys.argv[1] + "/generate", json=body)
         except httpx.HTTPError:
             await asyncio.sleep(0.1)
 async def main():
@@ -151,8 +152,13 @@ def main() -> int:
         proc.wait(timeout=15)
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}, "
           f"Python {platform.python_version()}")  # fmt: skip
-    print(f"setup: 1 SGLang server (simulator, {PROFILE}, 8 concurrent requests) + {n_gpu} GPUs via dcgm-exporter")
-    print(f"back-to-back: {n} cycles, CPU {per_cycle * 1000:.1f} ms per cycle (scrape + parse + rows + SQLite)")
+    print(
+        f"setup: 1 SGLang server (simulator, {PROFILE}, 8 concurrent requests) + {n_gpu} GPUs "
+        "via dcgm-exporter"
+    )
+    print(
+        f"back-to-back: {n} cycles, CPU {per_cycle * 1000:.1f} ms per cycle (scrape + parse + rows + SQLite)"
+    )
     per = cpu / max(cycles, 1)
     print(
         f"daemon at 1 Hz for {args.seconds:g} s: {cycles} cycles, CPU {cpu:.3f} s total, "

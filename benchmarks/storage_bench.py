@@ -19,6 +19,7 @@ import argparse
 import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -41,7 +42,7 @@ def machine() -> str:
     load = os.getloadavg()
     return (
         f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"SQLite {__import__('sqlite3').sqlite_version}, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}"
+        f"SQLite {sqlite3.sqlite_version}, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}"
     )
 
 
@@ -139,8 +140,12 @@ def part2_fill(path: Path, gpus: int, days: int) -> tuple[float, float]:
         n = conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar_one()
         n += conn.execute(text("SELECT count(*) FROM engine_sample")).scalar_one()
     per_day = n / days
-    print(f"[2] filled {days} days: {n:,} raw samples ({per_day:,.0f}/day), {n / fill_s:,.0f} rows/s generated; "
-          f"rollup maintenance {roll_s / days:.1f} s per day of data ({per_day * days / roll_s:,.0f} samples/s)")  # fmt: skip
+    print(
+        f"[2] filled {days} days: {n:,} raw samples ({per_day:,.0f}/day), {n / fill_s:,.0f} rows/s generated;"
+    )
+    print(
+        f"    rollup maintenance {roll_s / days:.1f} s per day of data ({n / roll_s:,.0f} samples/s folded)"
+    )
     db.close()
     return start, T0
 
@@ -171,7 +176,7 @@ def part3_read(path: Path, gpus: int, start: float, end: float, max_points: int)
     # one engine series too
     t = time.perf_counter()
     s = queries.series(db, "engine", 1, "output_tok_s", start, end, max_points)
-    print(f"    engine series (output_tok_s, 30 days): {(time.perf_counter() - t) * 1000:.0f} ms, "
+    print(f"    engine series (output_tok_s, same range): {(time.perf_counter() - t) * 1000:.0f} ms, "
           f"{s.rows_read:,} rows read, {len(s.points)} points")  # fmt: skip
     # what the same chart would cost straight from the raw table (one GPU)
     t = time.perf_counter()
@@ -179,10 +184,10 @@ def part3_read(path: Path, gpus: int, start: float, end: float, max_points: int)
         width = (end - start) / (max_points - 1)
         n = conn.execute(
             text(
-                "SELECT count(*) FROM (SELECT CAST(ts / :w AS INTEGER) AS b, min(gpu_util_pct), avg(gpu_util_pct),"
-                " max(gpu_util_pct), count(*) AS n FROM gpu_sample WHERE gpu_id = :g AND ts BETWEEN :a AND :z"
-                " GROUP BY b)"
-            ),  # fmt: skip
+                "SELECT count(*) FROM (SELECT CAST(ts / :w AS INTEGER) AS b, min(gpu_util_pct),"
+                " avg(gpu_util_pct), max(gpu_util_pct), count(*) AS n FROM gpu_sample"
+                " WHERE gpu_id = :g AND ts BETWEEN :a AND :z GROUP BY b)"
+            ),
             {"w": width, "g": gids[0], "a": start, "z": end},
         ).scalar_one()
     raw_s = time.perf_counter() - t
@@ -205,8 +210,10 @@ def part4_size(path: Path, days: int) -> None:
             pages = {}
     db.close()
     size = path.stat().st_size
-    print(f"[4] database size: {size / 2**30:.2f} GiB for {days} days = {size / days / 2**20:,.0f} MiB per day "
-          f"(raw 1 Hz + 1-minute + 1-hour rollups, 1 server + GPUs)")  # fmt: skip
+    print(
+        f"[4] database size: {size / 2**30:.2f} GiB for {days} days = {size / days / 2**20:,.0f} MiB per day"
+    )
+    print("    (raw 1 Hz samples of 1 server + the GPUs, their indexes, 1-minute and 1-hour rollups)")
     if pages:
         print("    largest objects: " + ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in pages.items()))
 

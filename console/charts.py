@@ -146,8 +146,15 @@ def speedup_chart(
         fig.update_xaxes(range=[0, max_running * 1.05])
     if not fig.data:  # nothing measured yet: still draw a readable frame around break-even
         fig.update_yaxes(range=[0.5, 1.5])
-        fig.add_annotation(text="no speedup measured yet", showarrow=False, x=0.5, y=0.5, xref="paper",
-                           yref="paper", font={"size": 16, "color": "#999"})
+        fig.add_annotation(
+            text="no speedup measured yet",
+            showarrow=False,
+            x=0.5,
+            y=0.5,
+            xref="paper",
+            yref="paper",
+            font={"size": 16, "color": "#999"},
+        )
     fig.update_xaxes(title_text="concurrency (running requests)")
     return _layout(fig, "Speedup from speculation vs load", "spec on / spec off", height=420)
 

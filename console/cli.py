@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from console.commands import bench, collect, control, demo, evaluate, sglang_config, sim, store, ui
+from console.commands import bench, collect, control, demo, evaluate, load, sglang_config, sim, store, ui
 from console.errors import EXIT_USER_ERROR, is_user_error, stderr
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 sim.app.command("evaluate")(evaluate.evaluate)
 app.add_typer(sim.app, name="sim")
+bench.app.command("load")(load.load)
 app.add_typer(bench.app, name="bench")
 app.add_typer(control.app, name="control")
 app.add_typer(store.export_app, name="export")

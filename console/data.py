@@ -8,9 +8,9 @@ of 1 Hz data up to the index range scan.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -142,8 +142,15 @@ def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     return row
 
 
-def _series_frame(db: Database, kind: queries.SeriesKind, source_id: int, columns: Sequence[str],
-                  t0: float, t1: float, max_points: int) -> pd.DataFrame:
+def _series_frame(
+    db: Database,
+    kind: queries.SeriesKind,
+    source_id: int,
+    columns: Sequence[str],
+    t0: float,
+    t1: float,
+    max_points: int,
+) -> pd.DataFrame:
     """storage.queries.series per metric (raw or rollup tier, <= max_points buckets), joined on ts."""
     frames = []
     for c in columns:
@@ -250,7 +257,9 @@ def gpu_series(
     cols = [c for c in columns if c in GPU_COLUMNS]
     if not gpu_ids or not cols:
         return pd.DataFrame(columns=["gpu_id", "ts", *cols])
-    parts = [_series_frame(db, "gpu", int(g), cols, t0, t1, max_points).assign(gpu_id=int(g)) for g in gpu_ids]
+    parts = [
+        _series_frame(db, "gpu", int(g), cols, t0, t1, max_points).assign(gpu_id=int(g)) for g in gpu_ids
+    ]
     return pd.concat(parts, ignore_index=True)
 
 

@@ -120,7 +120,11 @@ def fill(
             speculative_algorithm="EAGLE3",
         )  # fmt: skip
         sids.append(sid)
-        n_eng += _bulk(db, SQLModel.metadata.tables["engine_sample"], engine_rows(sid, profile, t0, t1, step_s, knob_period_s, i))
+        n_eng += _bulk(
+            db,
+            SQLModel.metadata.tables["engine_sample"],
+            engine_rows(sid, profile, t0, t1, step_s, knob_period_s, i),
+        )
     for g in range(gpus):
         gid = db.gpu_id("gpu-host-1", g, f"GPU-{g:08d}", ts=t0, name=profile.gpus.name,
                         memory_total_mib=float(profile.gpus.memory_mib), source="nvml")  # fmt: skip
@@ -142,13 +146,25 @@ def add_bench_run(db: Database, profile_name: str, created_at: float, tag: str, 
     for c in profile.concurrency:
         for on in (True, False):
             tok = profile.output_tok_s(c, on) * (scale_on if on else 1.0)
-            points.append(BenchPoint(run_id=0, concurrency=float(c), spec_on=on, output_throughput=tok, completed=100,
-                                     median_ttft_ms=200 + c * 3, p99_ttft_ms=400 + c * 6,
-                                     median_itl_ms=11 + c / 4, accept_length=profile.accept_length_at(c)))
+            points.append(
+                BenchPoint(
+                    run_id=0,
+                    concurrency=float(c),
+                    spec_on=on,
+                    output_throughput=tok,
+                    completed=100,
+                    median_ttft_ms=200 + c * 3,
+                    p99_ttft_ms=400 + c * 6,
+                    median_itl_ms=11 + c / 4,
+                    accept_length=profile.accept_length_at(c),
+                )
+            )
     return db.save_bench_run(run, points)
 
 
-def add_policy_events(db: Database, server_url: str, t0: float, t1: float, every_s: float, max_bs: int) -> int:
+def add_policy_events(
+    db: Database, server_url: str, t0: float, t1: float, every_s: float, max_bs: int
+) -> int:
     rows, t, flip = [], t0, False
     while t <= t1:
         new = max_bs if flip else 0

@@ -220,6 +220,11 @@ def _state() -> _PluginState:
     return _STATE
 
 
+def gate_state() -> Gate:
+    """This process's gate (its ceiling, hysteresis state and counters)."""
+    return _state().gate
+
+
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
     state = _state()
     if key not in state.warned:

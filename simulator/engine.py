@@ -310,10 +310,12 @@ class RankScheduler:
         rnd = self._rng.random
         now = time.monotonic()
         produced = 0
+        live = 0
         finished: list[SimRequest] = []
         for r in self.running:
             if r.aborted:
                 continue
+            live += 1
             k = base + 1 if frac > 0 and rnd() < frac else base
             new = r._push(k)
             n = len(new)
@@ -328,7 +330,6 @@ class RankScheduler:
             if len(r.output) >= r.max_new_tokens:
                 finished.append(r)
             self._emit(r)
-        live = batch
         self.cum_accept_tokens += produced
         self.cum_verify_ct += live
         self.total_decode_tokens += produced

@@ -11,6 +11,8 @@ Effects the real server has that the harness reproduces:
 - SGLang refreshes its throughput / accept-length gauges once every ``gauge_log_interval_steps`` decode
   steps (40 by default), so a gauge describes the last finished window, not this instant; an idle server's
   throughput gauge decays to 0 after 30 s;
+- the accept-length gauge averages over every decode step of its window, a 0-step (gated) batch counting
+  1.0, as SGLang's metrics reporter does (accept tokens / forward count, whether or not a batch drafted);
 - optionally, a share of intervals arrive stale (``stale_probability``), as when a scrape fails;
 - the runner polls the gauges every tick and averages them over the decision interval; that average then
   carries noise with the profile's coefficient of variation (pessimistic on purpose: real polls of one

@@ -279,10 +279,10 @@ class SGLangCollector(Collector):
             ("generation_tokens", "Number of generation tokens processed.", t.generation_tokens),
             ("num_requests", "Number of requests processed.", t.num_requests),
         ):
-            fam = CounterMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "is_streaming"])
+            counter = CounterMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "is_streaming"])
             for flag in ("false", "true"):
-                fam.add_metric([*t_vals, flag], float(data[flag]))
-            yield fam
+                counter.add_metric([*t_vals, flag], float(data[flag]))
+            yield counter
         verify = CounterMetricFamily(
             "sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels=t_names
         )

@@ -23,6 +23,9 @@ from simulator.engine import Engine
 from simulator.gpus import SAMPLE_INTERVAL_S, VirtualGpus
 from simulator.server_info import ServerInfo
 
+# On SIGTERM, open streams get this long to finish before their connections are closed.
+GRACEFUL_SHUTDOWN_S = 2
+
 
 class _Server(uvicorn.Server):
     """uvicorn server that leaves signal handling to us (two servers share one loop)."""
@@ -53,6 +56,7 @@ async def serve(config: SimConfig) -> None:
                 access_log=False,
                 lifespan="off",
                 timeout_keep_alive=30,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             )
         )
     ]
@@ -67,6 +71,7 @@ async def serve(config: SimConfig) -> None:
                     log_level="warning",
                     access_log=False,
                     lifespan="off",
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                 )
             )
         )

@@ -217,7 +217,7 @@ def _rollup_series(
         for i, v in sorted(acc.items())
         if v[3]
     ]
-    rows_read = len(rows) + sum(int(x[5]) for x in tail)
+    rows_read = sum(int(x[5]) for x in rows) + sum(int(x[5]) for x in tail)
     return Series(
         kind,
         source_id,

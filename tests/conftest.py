@@ -27,7 +27,7 @@ def real_data() -> Path:
 
 
 # ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------
-from typing import TYPE_CHECKING  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -45,7 +45,7 @@ def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
     started: list[SimulatorProcess] = []
 
     def factory(profile: str = DEFAULT_PROFILE, admin_key: str | None = None, api_key: str | None = None,
-                **flags: object) -> SimulatorProcess:
+                **flags: Any) -> SimulatorProcess:
         sim = SimulatorProcess(profile=profile, admin_key=admin_key, api_key=api_key, **flags)
         started.append(sim)
         return sim

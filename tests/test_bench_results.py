@@ -17,28 +17,73 @@ from console.cli import app
 from simulator.profile import load_profile
 from storage import open_database
 
-GPUS = [{"index": i, "name": "NVIDIA H200", "memory_total_mib": 143771.0, "power_usage_w": 300.0 + i,
-         "driver_version": "580.159", "uuid": f"GPU-{i}"} for i in range(2)]
+GPUS = [
+    {
+        "index": i,
+        "name": "NVIDIA H200",
+        "memory_total_mib": 143771.0,
+        "power_usage_w": 300.0 + i,
+        "driver_version": "580.159",
+        "uuid": f"GPU-{i}",
+    }
+    for i in range(2)
+]
 
 
-def _result(on: dict[int, float], off: dict[int, float], *, version: str = "0.5.23",
-            cuda_graph_max_bs: int = 128, gpus: list | None = GPUS) -> SweepResult:
-    info = {"version": version, "served_model_name": "m", "speculative_num_steps": 3,
-            "speculative_algorithm": "EAGLE3", "cuda_graph_max_bs": cuda_graph_max_bs, "port": 1,
-            "max_running_requests": 48, "internal_states": [{"spectower": {"spec_max_bs": 48}}]}
-    res = SweepResult(config=SweepConfig(server="http://127.0.0.1:1", concurrency=tuple(sorted(on))),
-                      server_info=info, max_running_requests=48, started_at=1.0e9, knob_before=[48],
-                      knob_restored=True, gpu_inventory=gpus)
+def _result(
+    on: dict[int, float],
+    off: dict[int, float],
+    *,
+    version: str = "0.5.23",
+    cuda_graph_max_bs: int = 128,
+    gpus: list | None = GPUS,
+) -> SweepResult:
+    info = {
+        "version": version,
+        "served_model_name": "m",
+        "speculative_num_steps": 3,
+        "speculative_algorithm": "EAGLE3",
+        "cuda_graph_max_bs": cuda_graph_max_bs,
+        "port": 1,
+        "max_running_requests": 48,
+        "internal_states": [{"spectower": {"spec_max_bs": 48}}],
+    }
+    res = SweepResult(
+        config=SweepConfig(server="http://127.0.0.1:1", concurrency=tuple(sorted(on))),
+        server_info=info,
+        max_running_requests=48,
+        started_at=1.0e9,
+        knob_before=[48],
+        knob_restored=True,
+        gpu_inventory=gpus,
+    )
     for c in sorted(on):
         for mode, tok in (("on", on[c]), ("off", off[c])):
             windows = [tok * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)]
-            figures = {"steady_output_throughput": tok, "steady_windows": windows, "output_throughput": tok * 0.97,
-                       "completed": 10, "total_input_tokens": 1280, "total_output_tokens": 2560,
-                       "median_ttft_ms": 50.0 * c, "median_itl_ms": 1000.0 * c / tok, "request_rate": float("inf"),
-                       "duration": 10.0, "p95_ttft_ms": 60.0}
-            res.points.append(PointResult(concurrency=c, mode=mode, knob_value=48 if mode == "on" else 0,  # type: ignore[arg-type]
-                                          figures=figures, accept_length=2.5 if mode == "on" else 1.0,
-                                          accept_length_source="metrics counters", started_at=1.0e9 + c))
+            figures = {
+                "steady_output_throughput": tok,
+                "steady_windows": windows,
+                "output_throughput": tok * 0.97,
+                "completed": 10,
+                "total_input_tokens": 1280,
+                "total_output_tokens": 2560,
+                "median_ttft_ms": 50.0 * c,
+                "median_itl_ms": 1000.0 * c / tok,
+                "request_rate": float("inf"),
+                "duration": 10.0,
+                "p95_ttft_ms": 60.0,
+            }
+            res.points.append(
+                PointResult(
+                    concurrency=c,
+                    mode=mode,
+                    knob_value=48 if mode == "on" else 0,  # type: ignore[arg-type]
+                    figures=figures,
+                    accept_length=2.5 if mode == "on" else 1.0,
+                    accept_length_source="metrics counters",
+                    started_at=1.0e9 + c,
+                )
+            )
     return res
 
 
@@ -73,14 +118,18 @@ def test_profile_out_refuses_without_both_modes_or_gpus(tmp_path: Path) -> None:
 def test_rows_keep_sglang_names_and_the_extras() -> None:
     run, points = to_models(_result(ON, OFF))
     assert run.source == "sweep" and run.backend == "sglang-oai" and run.dataset_name == "random"
-    assert run.sglang_version == "0.5.23" and 8 < (run.crossover or 0) < 16 and run.best_max_bs in range(8, 17)
+    assert (
+        run.sglang_version == "0.5.23" and 8 < (run.crossover or 0) < 16 and run.best_max_bs in range(8, 17)
+    )
     assert json.loads(run.params_json or "{}")["knob_before"] == [48]
     on8 = next(p for p in points if p.concurrency == 8 and p.spec_on)
     assert on8.output_throughput == pytest.approx(610.0 * 0.97)
     assert on8.median_ttft_ms == 400.0 and on8.accept_length == 2.5 and on8.request_rate is None
     assert on8.ratio_ci_lo is not None and on8.ratio_ci_lo < 610 / 590 < (on8.ratio_ci_hi or 0)
     extra = json.loads(on8.extra_json or "{}")
-    assert extra["steady_output_throughput"] == 610.0 and extra["p95_ttft_ms"] == 60.0 and extra["mode"] == "on"
+    assert (
+        extra["steady_output_throughput"] == 610.0 and extra["p95_ttft_ms"] == 60.0 and extra["mode"] == "on"
+    )
 
 
 def _save_two(tmp_path: Path) -> tuple[str, int, int]:
@@ -89,7 +138,9 @@ def _save_two(tmp_path: Path) -> tuple[str, int, int]:
     a = db.save_bench_run(*to_models(_result(ON, OFF)))
     newer_gpus = [dict(g, driver_version="590.10", cuda_version="13.1") for g in GPUS]
     on_b = {c: v * 1.1 for c, v in ON.items()}
-    b = db.save_bench_run(*to_models(_result(on_b, OFF, version="0.5.24", cuda_graph_max_bs=512, gpus=newer_gpus)))
+    b = db.save_bench_run(
+        *to_models(_result(on_b, OFF, version="0.5.24", cuda_graph_max_bs=512, gpus=newer_gpus))
+    )
     db.close()
     return url, a, b
 
@@ -124,7 +175,7 @@ def test_compare_cli_json_and_table(tmp_path: Path) -> None:
 
 
 def test_compare_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
-    url, a, _ = _save_two(tmp_path)
+    url, _, _ = _save_two(tmp_path)
     from console.cli import main  # noqa: F401  (the CLI's own error path is exercised in test_bench_cli)
 
     db = open_database(url)

@@ -24,8 +24,17 @@ def test_percentile_matches_numpy_linear() -> None:
 def _rec(index: int, start: float, rate: float, n: int, ttft: float = 0.1) -> RequestRecord:
     """A request emitting one token every 1/rate s after its TTFT."""
     times = [start + ttft + i / rate for i in range(n)]
-    return RequestRecord(index=index, start=start, input_tokens=8, output_tokens=n, ttft_s=ttft,
-                         e2e_s=times[-1] - start, chunk_times=times, chunk_tokens=[1] * n, success=True)
+    return RequestRecord(
+        index=index,
+        start=start,
+        input_tokens=8,
+        output_tokens=n,
+        ttft_s=ttft,
+        e2e_s=times[-1] - start,
+        chunk_times=times,
+        chunk_tokens=[1] * n,
+        success=True,
+    )
 
 
 def test_closed_loop_figures() -> None:

@@ -79,11 +79,18 @@ async def test_generate_counts_several_tokens_per_chunk() -> None:
 @pytest.mark.anyio
 async def test_openai_with_continuous_usage() -> None:
     def chunk(text: str, done: int) -> dict:
-        return {"choices": [{"index": 0, "text": text, "finish_reason": None}],
-                "usage": {"prompt_tokens": 9, "completion_tokens": done}}
+        return {
+            "choices": [{"index": 0, "text": text, "finish_reason": None}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": done},
+        }
 
-    events = [chunk("x", 1), chunk("yy\u2028", 3), chunk("z", 5),
-              {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5}}, "[DONE]"]
+    events = [
+        chunk("x", 1),
+        chunk("yy\u2028", 3),
+        chunk("z", 5),
+        {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5}},
+        "[DONE]",
+    ]
     seen: list = []
     rec = await _run(_sse(events), RequestShape(api="openai", output_len=5, model="m"), seen=seen)
     assert rec.success

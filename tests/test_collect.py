@@ -62,7 +62,9 @@ def test_missing_key_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_no_nvml_gpu_source_off_others_go_on(simulator_factory: Any, tmp_path: Path) -> None:
     sim = simulator_factory()
     db = tmp_path / "c.db"
-    p = _spectower("--server", sim.base_url, "--gpu", "nvml", "--interval", "500ms", "--duration", "3s", "--db", str(db))
+    p = _spectower(
+        "--server", sim.base_url, "--gpu", "nvml", "--interval", "500ms", "--duration", "3s", "--db", str(db)
+    )
     out, _ = p.communicate(timeout=90)
     assert p.returncode == 0, out
     assert "NVML is not usable on this host" in out and "GPU source is off" in out

@@ -71,7 +71,9 @@ class Load:
                     time.sleep(0.2)
                     continue
                 try:
-                    http.post("/v1/completions", json={"model": "m", "prompt": "hello " * 32, "max_tokens": 96})
+                    http.post(
+                        "/v1/completions", json={"model": "m", "prompt": "hello " * 32, "max_tokens": 96}
+                    )
                 except httpx.HTTPError:
                     time.sleep(0.5)
 
@@ -194,7 +196,10 @@ def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
             assert _knob(sim) == 0
             latest = page.get_by_text("Latest:").first
             latest.wait_for(timeout=30_000)
-            assert f"operator:{OPERATOR}" in latest.inner_text() and "browser test: flip off" in latest.inner_text()
+            assert (
+                f"operator:{OPERATOR}" in latest.inner_text()
+                and "browser test: flip off" in latest.inner_text()
+            )
             page.wait_for_timeout(1000)
             page.screenshot(path=str(SCREENSHOTS / "control.png"), full_page=True, timeout=120_000)
         finally:

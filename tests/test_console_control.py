@@ -58,7 +58,9 @@ def _control(url: str, monkeypatch: pytest.MonkeyPatch, key: str | None, operato
 
 def _events(url: str) -> list[ControlEvent]:
     with open_database(url) as db, db.session() as s:
-        return list(s.exec(select(ControlEvent).where(ControlEvent.action == "set").order_by(ControlEvent.id)))
+        return list(
+            s.exec(select(ControlEvent).where(ControlEvent.action == "set").order_by(ControlEvent.id))
+        )
 
 
 def _confirm(at: AppTest, mode: str, reason: str, n: int | None = None) -> None:
@@ -110,7 +112,9 @@ def test_operator_sets_a_threshold(sim_db: tuple[Any, str], monkeypatch: pytest.
 
 
 @pytest.mark.integration
-def test_wrong_key_is_refused_shown_and_audited(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_key_is_refused_shown_and_audited(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     sim, url = sim_db
     before = _server_knob(sim)
     at = _control(url, monkeypatch, "not-the-key", "mallory")

@@ -4,6 +4,7 @@ database, an --api-key server. Real SQLite files, real HTTP over loopback."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import sqlite3
 import threading
@@ -187,7 +188,7 @@ def test_killed_and_restarted_mid_run(simulator_factory: Any, tmp_path: Path) ->
         load.stop()
     gaps = rows(db_path, "select source, target, start_ts, end_ts, reason from collection_gap")
     assert len(gaps) == 1
-    source, target, start, end, reason = gaps[0]
+    source, target, start, end, _reason = gaps[0]
     assert (source, target) == ("sglang", sim.base_url)
     assert marks["kill"] <= start <= marks["kill"] + 2 * interval + 1.0
     assert end is not None and marks["up"] - 0.5 <= end
@@ -195,7 +196,8 @@ def test_killed_and_restarted_mid_run(simulator_factory: Any, tmp_path: Path) ->
     after = rows(db_path, f"select min(ts) from engine_sample where ts > {marks['up'] - 0.5}")[0][0]
     assert after is not None and after - marks["up"] <= 2 * interval + 0.5
     samples = rows(
-        db_path, "select ts, output_tok_s, request_rate, prefill_tok_s, ttft_p50_s from engine_sample order by ts"
+        db_path,
+        "select ts, output_tok_s, request_rate, prefill_tok_s, ttft_p50_s from engine_sample order by ts",
     )
     assert not [s for s in samples if start < s[0] < end]  # nothing stored during the outage
     # never negative, never a double count: no rate above the profile's best throughput (with noise)
@@ -232,7 +234,7 @@ def test_slow_responses_time_out_then_recover(simulator_factory: Any, tmp_path: 
         proxy.close()
     gaps = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
     assert len(gaps) == 1
-    start, end, reason = gaps[0]
+    _start, end, reason = gaps[0]
     assert "timed out" in reason and "0.8" in reason
     assert end is not None and end >= marks["fast"] - 0.5
     n_after = rows(db_path, f"select count(*) from engine_sample where ts > {end}")[0][0]
@@ -240,7 +242,9 @@ def test_slow_responses_time_out_then_recover(simulator_factory: Any, tmp_path: 
 
 
 @pytest.mark.parametrize(("mode", "word"), [("truncate", "truncated"), ("garble", "not Prometheus text")])
-def test_broken_metrics_bodies_store_nothing(simulator_factory: Any, tmp_path: Path, mode: str, word: str) -> None:
+def test_broken_metrics_bodies_store_nothing(
+    simulator_factory: Any, tmp_path: Path, mode: str, word: str
+) -> None:
     sim = simulator_factory(profile=PROFILE)
     proxy = Proxy(sim.base_url)
     proxy.mode = mode
@@ -255,7 +259,7 @@ def test_broken_metrics_bodies_store_nothing(simulator_factory: Any, tmp_path: P
         run_collector(DaemonConfig(servers=[proxy.url], interval_s=0.5), db_path, chaos)
     finally:
         proxy.close()
-    [(start, end, reason)] = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
+    [(_start, end, reason)] = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
     assert word in reason
     assert rows(db_path, f"select count(*) from engine_sample where ts < {end}")[0][0] == 0
     assert rows(db_path, f"select count(*) from engine_sample where ts >= {end}")[0][0] >= 2
@@ -286,7 +290,7 @@ def test_database_locked_by_another_writer(simulator_factory: Any, tmp_path: Pat
     assert during >= 5  # taken while the database was locked, buffered, written afterwards
     assert out["stats"].dropped == 0
     ts = [r[0] for r in rows(db_path, "select ts from engine_sample order by ts")]
-    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(ts)]
     assert max(gaps) < 1.6  # no hole in the series where the lock was
 
 
@@ -321,10 +325,16 @@ def test_dcgm_source_eight_gpus(simulator_factory: Any, tmp_path: Path) -> None:
         run_collector(DaemonConfig(gpu=f"dcgm={sim.gpu_metrics_url}", interval_s=0.5), db_path, run)
     finally:
         load.stop()
-    gpus = rows(db_path, "select host, idx, uuid, name, source from (select host, `index` as idx, uuid, name, source from gpu)")
+    gpus = rows(
+        db_path,
+        "select host, `index`, uuid, name, source from gpu",
+    )
     assert len(gpus) == 8 and sorted(g[1] for g in gpus) == list(range(8))
     assert all(g[4] == "dcgm" and g[2].startswith("GPU-") and "RTX PRO 6000" in g[3] for g in gpus)
-    samples = rows(db_path, "select gpu_util_pct, power_w, memory_used_mib, memory_total_mib, pcie_tx_bytes_s from gpu_sample")
+    samples = rows(
+        db_path,
+        "select gpu_util_pct, power_w, memory_used_mib, memory_total_mib, pcie_tx_bytes_s from gpu_sample",
+    )
     assert len(samples) >= 8 * 4
     for util, power, used, total, tx in samples:
         assert 0 <= util <= 100 and power > 0 and 0 < used <= total and tx >= 0

@@ -100,7 +100,9 @@ def test_prometheus_reads_back_what_the_direct_scraper_read(prometheus: tuple[st
         while time.time() < t_end:
             snap = parse_metrics(httpx.get(f"{sim.base_url}/metrics", timeout=5).text)
             r = snap.ranks[0]
-            direct.append((time.time(), r.counters["realtime_tokens_total:decode"], r.gauges["max_total_num_tokens"]))
+            direct.append(
+                (time.time(), r.counters["realtime_tokens_total:decode"], r.gauges["max_total_num_tokens"])
+            )
             time.sleep(0.2)
         at = direct[-1][0]
         per_inst = src.sglang_samples(at=at)
@@ -129,7 +131,7 @@ def test_prometheus_reads_back_what_the_direct_scraper_read(prometheus: tuple[st
         assert 0.5 * direct_rate <= r2.output_tok_s <= 2.0 * direct_rate
 
         # DCGM through Prometheus: the same 8 GPUs as the exporter itself lists.
-        prom_gpus, prom_facts = src.dcgm()
+        prom_gpus, _prom_facts = src.dcgm()
         direct_gpus, _ = parse_dcgm(httpx.get(sim.gpu_metrics_url, timeout=5).text, time.time(), "x")
         assert sorted(g.uuid for g in prom_gpus) == sorted(g.uuid for g in direct_gpus)
         assert len(prom_gpus) == 8

@@ -20,7 +20,8 @@ def _bump(text: str, name_re: str, add: float) -> str:
         return f"{m.group(1)} {float(m.group(2)) + add}"
 
     return "\n".join(
-        re.sub(r"^(.*\}) (\S+)$", repl, line) if re.match(name_re, line) else line for line in text.split("\n")
+        re.sub(r"^(.*\}) (\S+)$", repl, line) if re.match(name_re, line) else line
+        for line in text.split("\n")
     )
 
 
@@ -51,9 +52,28 @@ def test_rates_and_percentiles_between_two_real_scrapes(real_data: Path) -> None
     later = _bump(later, r"^sglang:realtime_tokens_total\{.*mode=\"prefill_compute\"", 500)
     later = _bump(later, r"^sglang:num_requests_total\{.*is_streaming=\"true\"", 10)
     # 10 more requests, all with TTFT in (0.2, 0.4]: buckets le>=0.4 and +Inf/_count grow by 10.
-    for le in ("0.4", "0.6", "0.8", "1.0", "2.0", "4.0", "6.0", "8.0", "10.0", "20.0", "40.0", "60.0", "80.0",
-               "100.0", "200.0", "400.0", r"\+Inf"):
-        later = _bump(later, rf'^sglang:time_to_first_token_seconds_bucket\{{.*is_streaming="true",le="{le}"', 10)
+    for le in (
+        "0.4",
+        "0.6",
+        "0.8",
+        "1.0",
+        "2.0",
+        "4.0",
+        "6.0",
+        "8.0",
+        "10.0",
+        "20.0",
+        "40.0",
+        "60.0",
+        "80.0",
+        "100.0",
+        "200.0",
+        "400.0",
+        r"\+Inf",
+    ):
+        later = _bump(
+            later, rf'^sglang:time_to_first_token_seconds_bucket\{{.*is_streaming="true",le="{le}"', 10
+        )
     d = EngineDeriver()
     [first] = d.derive(1000.0, parse_metrics(text))
     assert first.output_tok_s is None and first.ttft_p50_s is None  # no baseline yet
@@ -61,7 +81,8 @@ def test_rates_and_percentiles_between_two_real_scrapes(real_data: Path) -> None
     assert r.output_tok_s == pytest.approx(1000.0)
     assert r.prefill_tok_s == pytest.approx(250.0)
     assert r.request_rate == pytest.approx(5.0)
-    assert 0.2 < r.ttft_p50_s <= 0.4 and r.ttft_p50_s == pytest.approx(0.3)
+    assert r.ttft_p50_s is not None and 0.2 < r.ttft_p50_s <= 0.4
+    assert r.ttft_p50_s == pytest.approx(0.3)
     assert r.ttft_p99_s == pytest.approx(0.398)
     assert r.itl_p50_s is None  # no ITL observed in between: no percentile rather than a stale one
     assert r.spec_accept_length == 1.0 and r.num_running_reqs == 0.0

@@ -74,7 +74,11 @@ def test_old_release_model_name_only(real_data: Path) -> None:
 def test_v051_label_set(real_data: Path) -> None:
     snap = parse_metrics(_read(real_data, "metrics/sglang_issue13485_v0.5.1_Qwen-32B_excerpt.txt"))
     assert snap.model_name == "Qwen-32B"
-    assert snap.ranks[0].gauges == {"num_running_reqs": 1.0, "token_usage": 0.0, "gen_throughput": 0.8371284457403783}
+    assert snap.ranks[0].gauges == {
+        "num_running_reqs": 1.0,
+        "token_usage": 0.0,
+        "gen_throughput": 0.8371284457403783,
+    }
 
 
 def _series(name: str, value: float, **labels: str) -> str:
@@ -127,7 +131,11 @@ def test_garbage_is_an_error() -> None:
         parse_prometheus_text("x" * 100, max_bytes=10)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(cut=st.integers(min_value=0, max_value=71955), junk=st.binary(max_size=40))
 def test_property_cut_or_garbled_real_scrape_never_crashes(real_data: Path, cut: int, junk: bytes) -> None:
     text = _read(real_data, "sglang-0.5.17-h200/metrics_after.txt")

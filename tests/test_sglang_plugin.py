@@ -25,7 +25,8 @@ import pytest
 from control.sglang_config import build_adaptive_config, write_config
 from tests.conftest import REPO_ROOT
 
-pytestmark = [pytest.mark.sglang]
+# Each check starts a python that imports SGLang: 10-40 s apiece on a loaded 2-core machine.
+pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
 
 CHECKS = REPO_ROOT / "tests" / "sglang_plugin_checks"
 STEPS = 3  # must match _harness.N_STEPS
@@ -250,22 +251,23 @@ def test_override_log_growth_is_bounded_by_hysteresis(
         ("hysteresis", {}),
         ("none", {"SPECTOWER_GATE_MARGIN": "0", "SPECTOWER_GATE_MIN_DWELL": "0"}),
     ):
-        for pattern in ("alternate", "noisy"):
-            result = run_check(
-                sglang_python,
-                plugin_site,
-                "check_override_log",
-                str(config_path),
-                pattern,
-                str(OVERRIDE_BATCHES),
-                env=env,
-            )
-            assert result["sources"] in ([], ["adaptive_spec.restore"])
-            figures[(label, pattern)] = result
+        result = run_check(
+            sglang_python,
+            plugin_site,
+            "check_override_log",
+            str(config_path),
+            str(OVERRIDE_BATCHES),
+            "alternate",
+            "noisy",
+            env=env,
+        )
+        for pattern, figure in result["patterns"].items():
+            assert figure["sources"] in ([], ["adaptive_spec.restore"])
+            figures[(label, pattern)] = {**figure, "gate": result["spectower"]["gate"]}
     print(
-        "override-log growth over",
+        "override-log growth (entries, pickled bytes) over",
         OVERRIDE_BATCHES,
-        "batches:",
+        "batches at ceiling 32:",
         {f"{k[0]}/{k[1]}": (v["log_growth"], v["log_growth_bytes_pickled"]) for k, v in figures.items()},
         file=sys.stderr,
     )
@@ -274,9 +276,9 @@ def test_override_log_growth_is_bounded_by_hysteresis(
     # With it, a load hovering within the margin costs a constant (one close), whatever the duration.
     assert figures[("hysteresis", "alternate")]["log_growth"] <= 2
     # A noisier load (+-3 around the ceiling) flips at most twice per min_dwell + 1 batches.
-    dwell = figures[("hysteresis", "noisy")]["spectower"]["gate"]["min_dwell"]
+    dwell = figures[("hysteresis", "noisy")]["gate"]["min_dwell"]
     assert figures[("hysteresis", "noisy")]["log_growth"] <= 2 * OVERRIDE_BATCHES / (dwell + 1) + 2
     assert figures[("hysteresis", "noisy")]["log_growth"] * 4 < figures[("none", "noisy")]["log_growth"]
-    # Each log entry is a gate switch the plugin counted (no other switches in these runs).
-    for result in figures.values():
-        assert result["log_growth"] == result["spectower"]["gate"]["switches"]
+    # Each log entry is a gate switch the plugin counted (the bands' own EMA never switched here).
+    for figure in figures.values():
+        assert figure["log_growth"] == figure["gate_switches"]

@@ -89,11 +89,13 @@ def _mutate(text: str, cut: int | None, junk: str, value: str, line_no: int) -> 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cut=st.none() | st.integers(min_value=0, max_value=80_000),
-    junk=st.sampled_from(["", "\n", "garbage\n", "sglang:x{a=\"1\"} 1 2 3\n", "\x00\xff", "# TYPE\n"]),
+    junk=st.sampled_from(["", "\n", "garbage\n", 'sglang:x{a="1"} 1 2 3\n', "\x00\xff", "# TYPE\n"]),
     value=st.sampled_from(["NaN", "+Inf", "-Inf", "-5", "1e308", "0", "abc", "7"]),
     line_no=st.integers(min_value=0, max_value=700),
 )
-def test_property_hostile_bodies_never_store_invalid(cut: int | None, junk: str, value: str, line_no: int) -> None:
+def test_property_hostile_bodies_never_store_invalid(
+    cut: int | None, junk: str, value: str, line_no: int
+) -> None:
     bad = _mutate(BASE, cut, junk, value, line_no)
     results = asyncio.run(_scrape_all([BASE, bad, BASE]))
     with tempfile.TemporaryDirectory() as tmp:

@@ -65,19 +65,28 @@ def test_secrets_redacted(real_data: Path) -> None:
     doc["api_key"] = "sk-live-123"
     doc["admin_api_key"] = "adm-456"
     doc["ssl_keyfile_password"] = "pw"
-    doc["launch_command"] = "python -m sglang.launch_server --api-key sk-live-123 --admin-api-key=adm-456 --port 1"
+    doc["launch_command"] = (
+        "python -m sglang.launch_server --api-key sk-live-123 --admin-api-key=adm-456 --port 1"
+    )
     doc["internal_states"][0]["api_key"] = "sk-live-123"
     info = parse_server_info(doc)
     blob = json.dumps(info.info)
     assert "sk-live-123" not in blob and "adm-456" not in blob and '"pw"' not in blob
     assert info.info["api_key"] == REDACTED and info.info["admin_api_key"] == REDACTED
-    assert info.launch_command == f"python -m sglang.launch_server --api-key {REDACTED} --admin-api-key={REDACTED} --port 1"
+    assert (
+        info.launch_command
+        == f"python -m sglang.launch_server --api-key {REDACTED} --admin-api-key={REDACTED} --port 1"
+    )
     assert info.info["max_total_num_tokens"] == 6463684  # "token" in a name is not a secret
 
 
 @pytest.mark.parametrize(
     ("doc", "msg"),
-    [([], "expected a JSON object"), ({"x": 1}, "neither"), ({"version": "1", "internal_states": {}}, "not a list")],
+    [
+        ([], "expected a JSON object"),
+        ({"x": 1}, "neither"),
+        ({"version": "1", "internal_states": {}}, "not a list"),
+    ],
 )
 def test_bad_documents(doc: object, msg: str) -> None:
     with pytest.raises(ServerInfoError, match=msg):

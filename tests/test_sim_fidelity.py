@@ -24,7 +24,9 @@ WARMUP_S = 3.0
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("concurrency", [1, 8, 32])
-def test_client_side_throughput_matches_profile(simulator_factory: SimulatorFactory, concurrency: int) -> None:
+def test_client_side_throughput_matches_profile(
+    simulator_factory: SimulatorFactory, concurrency: int
+) -> None:
     profile = load_profile(PROFILE)
     sim = simulator_factory(profile=PROFILE)
     for spec_on in (False, True):

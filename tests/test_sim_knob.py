@@ -40,7 +40,9 @@ def test_knob_set_and_read_back(simulator_factory: SimulatorFactory) -> None:
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, -0.5])
-def test_negative_or_fractional_refused_and_unchanged(simulator_factory: SimulatorFactory, value: float) -> None:
+def test_negative_or_fractional_refused_and_unchanged(
+    simulator_factory: SimulatorFactory, value: float
+) -> None:
     sim = simulator_factory()
     _set(sim, {"server_args": {KNOB: 7}})
     r = _set(sim, {"server_args": {KNOB: value}})

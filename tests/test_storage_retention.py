@@ -11,6 +11,7 @@ from storage import open_database, queries
 from storage.retention import DAY_S, horizons
 
 NOW = 1_764_000_000.0
+ENGINE_INSERT = "INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (:s, 0, :t, 1.0)"
 
 
 def test_raw_deleted_rollups_kept_and_series_still_answers(tmp_path: Path) -> None:
@@ -26,7 +27,7 @@ def test_raw_deleted_rollups_kept_and_series_still_answers(tmp_path: Path) -> No
                 [{"g": gid, "t": t, "v": float((t - ts[0]) // DAY_S)} for t in ts],
             )
             conn.execute(
-                text("INSERT INTO engine_sample (server_id, ts, num_running_reqs) VALUES (:s, :t, 1.0)"),
+                text(ENGINE_INSERT),
                 [{"s": sid, "t": t} for t in ts],
             )
         deleted = db.apply_retention(raw_days=2, rollup_days=5, hourly_days=30, now=NOW)

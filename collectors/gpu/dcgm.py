@@ -113,8 +113,11 @@ def readings_from_samples(
     return [by_gpu[k] for k in order], sorted(out_facts, key=lambda f: (f.host, f.index))
 
 
+FAMILIES = frozenset({*FIELD_MAP, *FALLBACKS, "DCGM_FI_DEV_FB_FREE"})
+
+
 def parse_dcgm(text: str, ts: float, default_host: str) -> tuple[list[GpuReading], list[GpuFacts]]:
-    return readings_from_samples(parse_prometheus_text(text), ts, default_host)
+    return readings_from_samples(parse_prometheus_text(text, families=FAMILIES), ts, default_host)
 
 
 class DcgmScraper:

@@ -94,9 +94,20 @@ def _sched_key(labels: dict[str, str]) -> tuple[int, int, int]:
     return (_int_label(labels, "tp_rank"), _int_label(labels, "pp_rank"), _int_label(labels, "moe_ep_rank"))
 
 
+def _families() -> frozenset[str]:
+    names = {f"{PREFIX}{g}" for g in GAUGES}
+    names |= {f"{PREFIX}{c}" for c in COUNTERS} | {f"{PREFIX}{c.removesuffix('_total')}" for c in COUNTERS}
+    names |= {f"{PREFIX}{h}" for h in (*HISTOGRAMS, *HISTOGRAM_FALLBACKS)}
+    names.add(f"{PREFIX}startup_time_seconds")
+    return frozenset(names)
+
+
+FAMILIES = _families()
+
+
 def parse_metrics(text: str) -> MetricsSnapshot:
-    """Parse one scrape. Raises collectors.promtext.MetricsParseError for a body that is not one."""
-    return snapshot_from_samples(parse_prometheus_text(text))
+    """Parse one scrape (only the families spectower reads). Raises MetricsParseError for a bad body."""
+    return snapshot_from_samples(parse_prometheus_text(text, families=FAMILIES))
 
 
 def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:

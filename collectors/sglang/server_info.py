@@ -20,7 +20,15 @@ SECRET_FLAG_RE = re.compile(r"(--(?:admin-)?api-key|--ssl-keyfile-password)(=|\s
 # Fields that change on their own while the server runs: left out of the hash that decides whether a
 # new snapshot is stored (so a snapshot is written when the configuration changes, not every scrape).
 VOLATILE_KEYS = frozenset(
-    {"internal_states", "last_gen_throughput", "avg_spec_accept_length", "memory_usage", "status", "load", "timestamp"}
+    {
+        "internal_states",
+        "last_gen_throughput",
+        "avg_spec_accept_length",
+        "memory_usage",
+        "status",
+        "load",
+        "timestamp",
+    }
 )
 
 

@@ -7,6 +7,7 @@ import getpass
 import json
 import math
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,9 @@ class _AuditedKnob:
         self._client = KnobClient(server, admin_key, api_key=api_key)
         self._db = db
         self._actor = actor
+        # A set runs in a worker thread; Ctrl-C cancels the await, not the thread. The lock makes the
+        # restore wait for a set still in flight, so the restore is always the last word.
+        self._lock = threading.Lock()
 
     async def read(self) -> list[int | None]:
         state = await asyncio.to_thread(self._client.read)
@@ -41,7 +45,11 @@ class _AuditedKnob:
         from collectors.bench.errors import KnobError
         from control.audit import apply_knob
 
-        result = await asyncio.to_thread(apply_knob, self._db, self._client, max_bs, reason, self._actor)
+        def locked_set() -> Any:
+            with self._lock:
+                return apply_knob(self._db, self._client, max_bs, reason, self._actor)
+
+        result = await asyncio.to_thread(locked_set)
         if not result.confirmed:
             raise KnobError(
                 f"knob: {result.error or f'spectower_spec_max_bs={max_bs} not confirmed'} "
@@ -177,14 +185,16 @@ def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | No
         figures = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in p.figures.items()
         }
+        # bench_serving's "concurrency" is the mean number in flight; "concurrency" here is the level.
+        figures["mean_concurrency"] = figures.pop("concurrency", None)
         points.append(
             {
+                **figures,
                 "concurrency": p.concurrency,
                 "mode": p.mode,
                 "knob_value": p.knob_value,
                 "accept_length": p.accept_length,
                 "accept_length_source": p.accept_length_source,
-                **figures,
             }
         )
     return {

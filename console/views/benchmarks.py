@@ -9,8 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from console import bench_io, charts, data, estimate, settings, sweeps
-from storage import Database
 from console.views import common
+from storage import Database
 
 RUN_COLUMNS = [
     "id",

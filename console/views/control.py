@@ -96,8 +96,12 @@ def _policy_status(eng: Any, url: str, where: Any) -> None:
         paused = not pd.isna(r["paused_until"]) and float(r["paused_until"]) > now
         status = "paused" if paused else ("in control" if running else "not running")
         mode = common.text_or(r["mode"], "none")
-        st.metric("Policy", status, help=f"mode {mode}; state written {common.ago(r['updated_ts'])}"
-                  + ("; a manual set paused it: release it under 'learn'" if paused else ""))
+        st.metric(
+            "Policy",
+            status,
+            help=f"mode {mode}; state written {common.ago(r['updated_ts'])}"
+            + ("; a manual set paused it: release it under 'learn'" if paused else ""),
+        )
 
 
 def _target(mode: str, n: int | None, max_running: int | None) -> tuple[int | None, str | None]:
@@ -189,8 +193,11 @@ def _learn(url: str) -> None:
     operator = settings.operator_credentials(secrets=_secrets()).operator
     states = data.policy_states(common.store())
     row = None if states.empty else states[states["server_url"] == url]
-    paused = row is not None and not row.empty and not pd.isna(row.iloc[0]["paused_until"]) and (
-        float(row.iloc[0]["paused_until"]) > time.time()
+    paused = (
+        row is not None
+        and not row.empty
+        and not pd.isna(row.iloc[0]["paused_until"])
+        and (float(row.iloc[0]["paused_until"]) > time.time())
     )
     if not paused:
         st.caption("The policy is not paused: nothing to release.")

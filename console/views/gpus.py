@@ -101,8 +101,11 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         if series.empty or metric not in series or series[metric].isna().all():
             st.caption(f"{name} · {label}: the GPU source does not report it.")
             continue
-        st.plotly_chart(charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit),
-                        width="stretch", key=f"gpu_{metric}")
+        st.plotly_chart(
+            charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit),
+            width="stretch",
+            key=f"gpu_{metric}",
+        )
     health = data.gpu_series(eng, list(labels), win.t0, win.t1, ["xid_errors"], 60)
     if not health.empty and "xid_errors_max" in health and (health["xid_errors_max"].fillna(0) > 0).any():
         st.error("XID errors were reported in this range (see the table's XID column).")

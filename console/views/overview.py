@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from storage import Database
 
 from console import charts, data, estimate, settings
 from console.views import common
+from storage import Database
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
 GPU_MAX_POINTS = 120  # each GPU small multiple: at most this many buckets

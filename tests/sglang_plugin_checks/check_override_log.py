@@ -4,8 +4,8 @@ Every step switch goes through EAGLEWorkerV2.apply_runtime_state, which appends 
 ("adaptive_spec.restore", {...}) entry to get_context()'s override log, and nothing trims it. Drives the
 real controller for BATCHES decode rounds, verify results included, with the ceiling at CEILING.
 
-Arguments: config path, pattern ("alternate": CEILING, CEILING+1, ...; "noisy": uniform in
-[CEILING-3, CEILING+3], seeded), batches. Hysteresis settings come from the environment
+Arguments: config path, batches, then the patterns to run one after the other ("alternate": CEILING,
+CEILING+1, ...; "noisy": uniform in [CEILING-3, CEILING+3], seeded). Hysteresis settings come from the environment
 (SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL), as in a real server.
 """
 
@@ -22,37 +22,45 @@ SEED = 7
 
 
 def main() -> None:
-    config_path, pattern, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    config_path, batches, patterns = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     plugin = _harness.load_plugin()
     server_args = _harness.publish_context(config_path)
     scheduler = _harness.make_scheduler(server_args)
     controller, _params, worker = _harness.make_controller(config_path)
     from sglang.srt.runtime_context import get_context
 
-    _harness.set_state(scheduler, {"spectower_spec_max_bs": CEILING})
-    rng = random.Random(SEED)
-    start = len(get_context().overrides_log())
-    drafted_rounds = 0
-    for i in range(batches):
-        size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
-        controller.activate_step_by_batch(size)
-        steps = worker.speculative_num_steps
-        drafted_rounds += steps > 0
-        controller.on_verify_complete([2] * size if steps > 0 else [0] * size, batch_size=size)
-    log = get_context().overrides_log()
-    grown = log[start:]
-    spectower = _harness.get_state(scheduler).get("spectower")
-    _harness.emit(
-        {
-            "plugin_loaded": plugin is not None,
-            "pattern": pattern,
-            "batches": batches,
-            "ceiling": CEILING,
+    gate = plugin.gate_state() if plugin is not None else None
+    results = {}
+    for pattern in patterns:
+        # A fresh start per pattern: set the ceiling (the gate reopens) and let one batch at the ceiling
+        # bring the worker back to its drafting step before measuring.
+        _harness.set_state(scheduler, {"spectower_spec_max_bs": CEILING})
+        controller.activate_step_by_batch(CEILING)
+        rng = random.Random(SEED)
+        start = len(get_context().overrides_log())
+        switches_before = gate.switches if gate is not None else 0
+        drafted_rounds = 0
+        for i in range(batches):
+            size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
+            controller.activate_step_by_batch(size)
+            steps = worker.speculative_num_steps
+            drafted_rounds += steps > 0
+            controller.on_verify_complete([2] * size if steps > 0 else [0] * size, batch_size=size)
+        grown = get_context().overrides_log()[start:]
+        results[pattern] = {
             "log_growth": len(grown),
             "log_growth_bytes_pickled": len(pickle.dumps(grown)),
             "sources": sorted({source for source, _fields in grown}),
             "drafted_rounds": drafted_rounds,
-            "spectower": spectower,
+            "gate_switches": (gate.switches if gate is not None else 0) - switches_before,
+        }
+    _harness.emit(
+        {
+            "plugin_loaded": plugin is not None,
+            "batches": batches,
+            "ceiling": CEILING,
+            "patterns": results,
+            "spectower": _harness.get_state(scheduler).get("spectower"),
         }
     )
 

@@ -1,0 +1,303 @@
+"""The load walker behind ``spectower bench load``: closed-loop streaming clients whose number follows a
+pattern over time, so a server (or the simulator) visits both sides of its speculation crossover.
+
+Each client is a worker with a slot number k: it sends one streamed request after another (the same
+``stream_request`` the sweep uses) while ``k < target(t)``, and retires after its current request once the
+target falls below it. Requests are never cut: a lower target takes effect as requests finish.
+
+Patterns (``parse_pattern``), all deterministic given the seed:
+
+- ``day``: a day compressed into ``period``: night (1-2), morning ramp, a midday plateau at 60% of the
+  maximum, an afternoon dip, an evening peak at the maximum, a decline; plus short random bursts.
+- ``ramp``: a triangle 1 -> maximum -> 1 over one period.
+- ``hover:N``: wanders among N-2..N+2 (a new value every few seconds).
+- ``steps:1,8,32``: each level for period/len(levels), in order, repeating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from collectors.bench.errors import BenchError
+from collectors.bench.prompts import PromptFactory
+from collectors.bench.records import RequestRecord
+from collectors.bench.server import get_server_info
+from collectors.bench.stream import Api, RequestShape, stream_request
+
+DEFAULT_PERIOD_S = 300.0
+DEFAULT_MAX_CONCURRENCY = 48
+DEFAULT_OUTPUT_LEN = 128
+DEFAULT_INPUT_LEN = 128
+DEFAULT_STATUS_EVERY_S = 5.0
+DEFAULT_SEED = 1
+HOVER_SPREAD = 2  # hover:N visits N-2..N+2
+HOVER_HOLD_S = 5.0  # each hover value holds this long
+TICK_S = 0.25  # how often the walker re-reads the target
+ERROR_BACKOFF_S = 1.0  # a failed request waits this long before its worker tries again
+REQUEST_TIMEOUT_S = 600.0
+
+# The day's shape: (fraction of the period, fraction of the maximum); straight lines in between, smoothed.
+DAY_KNOTS: tuple[tuple[float, float], ...] = (
+    (0.00, 0.0),  # midnight: "night" means 1-2 clients, see NIGHT_LEVEL
+    (0.18, 0.0),
+    (0.35, 0.60),  # morning ramp up to the midday plateau
+    (0.55, 0.60),
+    (0.62, 0.45),  # afternoon dip
+    (0.72, 0.65),
+    (0.80, 1.00),  # evening peak
+    (0.86, 1.00),
+    (1.00, 0.0),  # decline into the night
+)
+NIGHT_LEVEL = 1.5
+BURST_SLOTS = 12  # per period: each slot may hold one burst
+BURST_PROBABILITY = 0.35
+BURST_HEIGHT = 0.30  # of the maximum
+BURST_LENGTH = 0.35  # of a slot
+
+Pattern = Callable[[float], float]
+
+
+def _smooth(x: float) -> float:
+    """Smoothstep: a straight line between two knots with flat ends, so the curve has no corners."""
+    return x * x * (3.0 - 2.0 * x)
+
+
+def day_base(phase: float, max_concurrency: int) -> float:
+    """The day curve without bursts at ``phase`` in [0, 1)."""
+    phase = phase % 1.0
+    top = float(max_concurrency)
+    for (x0, y0), (x1, y1) in zip(DAY_KNOTS, DAY_KNOTS[1:], strict=False):
+        if x0 <= phase <= x1:
+            frac = 0.0 if x1 == x0 else _smooth((phase - x0) / (x1 - x0))
+            level = y0 + (y1 - y0) * frac
+            return max(NIGHT_LEVEL, level * top)
+    return NIGHT_LEVEL
+
+
+def day_pattern(period_s: float, max_concurrency: int, seed: int = DEFAULT_SEED) -> Pattern:
+    slot_s = period_s / BURST_SLOTS
+
+    def burst(t: float) -> float:
+        slot = math.floor(t / slot_s)
+        rng = random.Random(seed * 7_919 + slot)
+        if rng.random() >= BURST_PROBABILITY:
+            return 0.0
+        start = rng.uniform(0.0, 1.0 - BURST_LENGTH) * slot_s
+        offset = t - slot * slot_s
+        return BURST_HEIGHT * max_concurrency if start <= offset < start + BURST_LENGTH * slot_s else 0.0
+
+    def target(t: float) -> float:
+        return min(float(max_concurrency), day_base(t / period_s, max_concurrency) + burst(t))
+
+    return target
+
+
+def ramp_pattern(period_s: float, max_concurrency: int) -> Pattern:
+    def target(t: float) -> float:
+        phase = (t / period_s) % 1.0
+        tri = 2.0 * phase if phase < 0.5 else 2.0 * (1.0 - phase)
+        return 1.0 + tri * (max_concurrency - 1)
+
+    return target
+
+
+def hover_pattern(center: int, seed: int = DEFAULT_SEED, hold_s: float = HOVER_HOLD_S) -> Pattern:
+    def target(t: float) -> float:
+        rng = random.Random(seed * 104_729 + math.floor(t / hold_s))
+        return float(max(1, center + rng.randint(-HOVER_SPREAD, HOVER_SPREAD)))
+
+    return target
+
+
+def steps_pattern(levels: tuple[int, ...], period_s: float) -> Pattern:
+    each = period_s / len(levels)
+
+    def target(t: float) -> float:
+        return float(levels[math.floor(t / each) % len(levels)])
+
+    return target
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    text: str
+    pattern: Pattern
+    ceiling: int  # the most clients it can ask for
+
+    def target(self, t: float) -> int:
+        """Whole clients at ``t`` seconds after the start (at least 1)."""
+        return max(1, min(self.ceiling, round(self.pattern(t))))
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BenchError(f"--pattern {what}: {text!r} is not a whole number") from None
+    if value < 1:
+        raise BenchError(f"--pattern {what}: must be >= 1, got {value}")
+    return value
+
+
+def parse_pattern(
+    text: str, period_s: float = DEFAULT_PERIOD_S, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    seed: int = DEFAULT_SEED,
+) -> PatternSpec:  # fmt: skip
+    """``day``, ``ramp``, ``hover:N`` or ``steps:A,B,...``; errors name ``--pattern`` / ``--period``."""
+    if not (math.isfinite(period_s) and period_s > 0):
+        raise BenchError(f"--period must be a positive duration, got {period_s}")
+    if max_concurrency < 1:
+        raise BenchError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+    raw = (text or "").strip().lower()
+    name, _, arg = raw.partition(":")
+    if name == "day" and not arg:
+        return PatternSpec(raw, day_pattern(period_s, max_concurrency, seed), max_concurrency)
+    if name == "ramp" and not arg:
+        return PatternSpec(raw, ramp_pattern(period_s, max_concurrency), max_concurrency)
+    if name == "hover":
+        center = _positive_int(arg, "hover:N")
+        return PatternSpec(raw, hover_pattern(center, seed), center + HOVER_SPREAD)
+    if name == "steps":
+        parts = [p.strip() for p in arg.split(",") if p.strip()]
+        if not parts:
+            raise BenchError("--pattern steps: give levels, e.g. steps:1,8,32")
+        levels = tuple(_positive_int(p, "steps") for p in parts)
+        return PatternSpec(raw, steps_pattern(levels, period_s), max(levels))
+    raise BenchError(f"--pattern must be day, ramp, hover:N or steps:A,B,..., got {text!r}")
+
+
+@dataclass
+class WalkStats:
+    """Counters the status line and the final summary read (one event loop: no locks needed)."""
+
+    started: float = field(default_factory=time.monotonic)
+    target: int = 0
+    workers: int = 0
+    in_flight: dict[int, RequestRecord] = field(default_factory=dict)
+    done: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    finished_tokens: int = 0
+
+    def tokens(self) -> int:
+        """Output tokens received so far, including the partial ones of requests still streaming."""
+        return self.finished_tokens + sum(r.output_tokens for r in self.in_flight.values())
+
+
+@dataclass(frozen=True)
+class WalkConfig:
+    server: str
+    pattern: PatternSpec
+    duration_s: float | None = None
+    api: Api = "generate"
+    output_len: int = DEFAULT_OUTPUT_LEN
+    input_len: int = DEFAULT_INPUT_LEN
+    seed: int = DEFAULT_SEED
+    status_every_s: float = DEFAULT_STATUS_EVERY_S
+
+    def validate(self) -> WalkConfig:
+        if not self.server.startswith(("http://", "https://")):
+            raise BenchError(f"--server must be an http(s) URL, got {self.server!r}")
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise BenchError(f"--duration must be a positive duration, got {self.duration_s}")
+        if self.api not in ("generate", "openai"):
+            raise BenchError(f"--api must be generate or openai, got {self.api!r}")
+        if self.output_len < 1:
+            raise BenchError(f"--output-len must be >= 1, got {self.output_len}")
+        return self
+
+
+StatusFn = Callable[[str], None]
+
+
+def status_line(stats: WalkStats, tok_s: float) -> str:
+    elapsed = time.monotonic() - stats.started
+    line = (
+        f"t={elapsed:6.0f}s  target C={stats.target:<3d} in flight {len(stats.in_flight):<3d} "
+        f"tok/s {tok_s:8.1f}  done {stats.done}  errors {stats.errors}"
+    )
+    if stats.last_error:
+        line += f"  last error: {stats.last_error[:120]}"
+    return line
+
+
+async def walk(
+    config: WalkConfig,
+    *,
+    api_key: str | None = None,
+    stop: asyncio.Event | None = None,
+    on_status: StatusFn | None = None,
+) -> WalkStats:
+    """Run until ``duration_s`` passes or ``stop`` is set; in-flight requests are then cancelled."""
+    config.validate()
+    stop = stop or asyncio.Event()
+    stats = WalkStats()
+    ceiling = config.pattern.ceiling
+    limits = httpx.Limits(max_connections=ceiling + 4, max_keepalive_connections=ceiling + 4)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(
+        base_url=config.server, limits=limits, timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0),
+        headers=headers,
+    ) as client:  # fmt: skip
+        info = await get_server_info(client)  # unreachable / not SGLang: a clear error before any load
+        model = str(info.get("served_model_name") or "default")
+        shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
+        prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
+        issued = 0
+        workers: dict[int, asyncio.Task[None]] = {}
+
+        async def worker(slot: int) -> None:
+            nonlocal issued
+            while slot < stats.target and not stop.is_set():
+                index = issued
+                issued += 1
+                rec = RequestRecord(index=index, start=time.perf_counter())
+                stats.in_flight[index] = rec
+                try:
+                    await stream_request(client, prompts(index), shape, record=rec)
+                finally:
+                    stats.in_flight.pop(index, None)
+                    stats.finished_tokens += rec.output_tokens
+                if rec.error is not None:
+                    stats.errors += 1
+                    stats.last_error = rec.error
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+                else:
+                    stats.done += 1
+
+        start = time.monotonic()
+        last_status, last_tokens = start, 0
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                t = now - start
+                if config.duration_s is not None and t >= config.duration_s:
+                    break
+                stats.target = config.pattern.target(t)
+                for slot in [s for s, task in workers.items() if task.done()]:
+                    workers.pop(slot)
+                for slot in range(stats.target):
+                    if slot not in workers:
+                        workers[slot] = asyncio.create_task(worker(slot))
+                stats.workers = len(workers)
+                if on_status is not None and now - last_status >= config.status_every_s:
+                    tokens = stats.tokens()
+                    on_status(status_line(stats, (tokens - last_tokens) / (now - last_status)))
+                    last_status, last_tokens = now, tokens
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=TICK_S)
+        finally:
+            # Stop now: cancel what is streaming (the server aborts those requests), no task outlives us.
+            for task in workers.values():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*workers.values(), return_exceptions=True)
+    return stats

@@ -1,0 +1,72 @@
+"""`spectower bench load`: walk a server's concurrency through a pattern (collectors.bench.walk)."""
+
+from __future__ import annotations
+
+import typer
+
+from console.errors import fail
+
+
+def load(
+    server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
+    pattern: str = typer.Option(
+        "day", "--pattern", help="day, ramp, hover:N (N-2..N+2) or steps:1,8,32 (each for period/levels)."
+    ),
+    period: str = typer.Option("300s", "--period", help="Length of one day / ramp / steps cycle (300s, 5m)."),
+    duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
+    max_concurrency: int = typer.Option(
+        48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
+    ),
+    output_len: int = typer.Option(128, "--output-len", help="Output tokens per request (ignore_eos)."),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
+    api: str = typer.Option("generate", "--api", help="generate (/generate) or openai (/v1/completions)."),
+    seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
+    status_every: str = typer.Option("5s", "--status-every", help="Print a status line this often."),
+) -> None:
+    """Closed-loop streaming clients whose number follows a pattern over time (Ctrl-C stops).
+
+    The API key of an --api-key server comes from SPECTOWER_API_KEY or the file named by
+    SPECTOWER_API_KEY_FILE (never the command line)."""
+    import asyncio
+    import signal
+    import sys
+
+    from collectors.bench.errors import BenchError, ServerUnreachable
+    from collectors.bench.secrets import API_KEY_ENV, read_secret
+    from collectors.bench.walk import WalkConfig, parse_pattern, walk
+    from collectors.daemon import parse_duration
+
+    try:
+        period_s = parse_duration(period, "--period")
+        duration_s = parse_duration(duration, "--duration") if duration else None
+        status_s = parse_duration(status_every, "--status-every")
+        spec = parse_pattern(pattern, period_s, max_concurrency, seed)
+        config = WalkConfig(
+            server=server.rstrip("/"), pattern=spec, duration_s=duration_s, api=api,  # type: ignore[arg-type]
+            output_len=output_len, input_len=input_len, seed=seed, status_every_s=status_s,
+        ).validate()  # fmt: skip
+        api_key = read_secret(API_KEY_ENV)
+    except ValueError as exc:
+        fail(str(exc))
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        say(
+            f"bench load on {config.server}: pattern {spec.text}, period {period_s:g} s, up to {spec.ceiling} "
+            f"clients, {config.api} API, {config.output_len} output tokens (Ctrl-C stops)"
+        )
+        stats = await walk(config, api_key=api_key, stop=stop, on_status=say)
+        why = "signal" if stop.is_set() else "duration reached"
+        say(f"stopped ({why}): {stats.done} requests done, {stats.errors} errors, {stats.tokens()} tokens")
+
+    try:
+        asyncio.run(main())
+    except (ServerUnreachable, BenchError) as exc:
+        fail(str(exc))
+    sys.stdout.flush()
