@@ -53,6 +53,7 @@ async def drive(base_url: str, args: argparse.Namespace, admin_headers: dict[str
         loop = await run_closed_loop(client, prompts, shape, args.concurrency, duration_s=args.duration)
         cpu1, t1 = me.cpu_times(), time.perf_counter()
     figures = point_figures(loop)
+    figures["chunks"] = sum(len(r.chunk_times) for r in loop.records)
     figures["client_cpu_s"] = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     figures["wall_s"] = t1 - t0
     return figures
@@ -96,6 +97,11 @@ def main() -> None:
     print(
         f"client CPU: {figures['client_cpu_s']:.1f} s over {wall:.1f} s = "
         f"{100 * figures['client_cpu_s'] / wall:.0f}% of one core"
+    )
+    per_chunk_us = 1e6 * figures["client_cpu_s"] / max(1, figures["chunks"])
+    print(
+        f"client CPU per streamed chunk: {per_chunk_us:.0f} us ({figures['chunks']} chunks) -> one core "
+        f"parses about {1e6 / per_chunk_us:,.0f} chunks/s"
     )
     print(f"simulator CPU: {sim_cpu:.1f} s = {100 * sim_cpu / wall:.0f}% of one core")
     print(

@@ -62,7 +62,8 @@ def main() -> None:
     os.environ["SPECTOWER_DB"] = url
     from streamlit.testing.v1 import AppTest
 
-    print(f"machine: {platform.node()} · {platform.processor() or platform.machine()} · {os.cpu_count()} CPUs · "
+    cpu = platform.processor() or platform.machine()
+    print(f"machine: {platform.node()} · {cpu} · {os.cpu_count()} CPUs · "
           f"load {os.getloadavg()[0]:.1f} · python {platform.python_version()}")  # fmt: skip
     at = AppTest.from_file(APP, default_timeout=600)
     t = time.perf_counter()

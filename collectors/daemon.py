@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from collectors.gpu.dcgm import DcgmScraper
-from collectors.gpu.nvml import NvmlSampler, NvmlUnavailableError
+from collectors.gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
 from collectors.sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
 from collectors.sink import StorageBusyError, StorageSink
 
@@ -220,6 +220,16 @@ class Collector:
 
         return once
 
+    async def _pcie_poll_loop(self, sampler: NvmlSampler) -> None:
+        """Between samples, read the 32-bit PCIe byte counters often enough to see every wrap."""
+        while not self._stop.is_set():
+            try:
+                await asyncio.to_thread(sampler.poll_pcie)
+            except Exception as exc:  # a poll never takes the NVML source down; the next sample reports it
+                log.debug("PCIe poll failed: %s", exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_PCIE_POLL_S)
+
     async def _storage_loop(self) -> None:
         last_warn = 0.0
         while not self._stop.is_set():
@@ -291,6 +301,8 @@ class Collector:
                     tasks.append(
                         asyncio.create_task(self._source_loop("nvml", sampler.host, self._nvml_once(sampler)))
                     )
+                    if cfg.interval_s > DEFAULT_PCIE_POLL_S:
+                        tasks.append(asyncio.create_task(self._pcie_poll_loop(sampler)))
                 except NvmlUnavailableError as exc:
                     log.error("%s", exc)
                     self.sink.health("nvml", sampler.host, ok=False, ts=self.clock(), error=str(exc))

@@ -21,11 +21,15 @@ SUFFIX = {"CSV": "csv", "JSONL": "jsonl", "Parquet": "parquet"}
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 
 
+def export_name(run_ids: Sequence[int], fmt: str) -> str:
+    return f"spectower-bench-{'-'.join(str(int(i)) for i in run_ids)}.{SUFFIX.get(fmt, 'out')}"
+
+
 def export_runs(db: Database, run_ids: Sequence[int], fmt: str) -> tuple[bytes, str, str]:
     """(payload, mime type, file name) for st.download_button."""
     if fmt not in FORMATS:
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    name = f"spectower-bench-{'-'.join(str(int(i)) for i in run_ids)}.{SUFFIX[fmt]}"
+    name = export_name(run_ids, fmt)
     with tempfile.TemporaryDirectory(prefix="spectower-export-") as tmp:
         out = Path(tmp) / name
         export_bench(db, list(run_ids), fmt.lower(), out)

@@ -66,6 +66,9 @@ GPU_COLUMNS = (
 )
 DEFAULT_MIN_BIN_SAMPLES = 5  # a live speedup bin needs this many samples on each side to be drawn
 DEFAULT_AUDIT_LIMIT = 500
+# The live estimate scans every sample in its window (it splits by knob state, which the rollups do not),
+# so its window is capped: a refresh stays bounded whatever time range the operator picks.
+DEFAULT_LIVE_ESTIMATE_MAX_S = 6 * 3600.0
 _REQUIRED_TABLES = ("server", "engine_sample")
 
 
@@ -73,9 +76,9 @@ def open_store(url: str) -> Database | None:
     """The storage Database at ``url``, or None when a SQLite file does not exist yet (it is not created:
     a mistyped --db must not silently start an empty database)."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).is_file():
-            return None
+    is_file_db = parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+    if is_file_db and not Path(str(parsed.database)).is_file():
+        return None
     return open_database(url)
 
 
@@ -142,27 +145,26 @@ def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     return row
 
 
+def _series_rows(
+    db: Database, kind: queries.SeriesKind, source_id: int, columns: Sequence[str], t0: float, t1: float,
+    max_points: int,
+) -> dict[float, dict[str, float | None]]:
+    """storage.queries.series per metric (raw or rollup tier, <= max_points buckets), keyed by bucket ts."""
+    rows: dict[float, dict[str, float | None]] = {}
+    for c in columns:
+        for p in queries.series(db, kind, source_id, c, t0, t1, max(2, max_points)).points:
+            row = rows.setdefault(p.ts, {"ts": p.ts})
+            row[c], row[f"{c}_min"], row[f"{c}_max"] = p.mean, p.min, p.max
+    return rows
+
+
 def _series_frame(
-    db: Database,
-    kind: queries.SeriesKind,
-    source_id: int,
-    columns: Sequence[str],
-    t0: float,
-    t1: float,
+    db: Database, kind: queries.SeriesKind, source_id: int, columns: Sequence[str], t0: float, t1: float,
     max_points: int,
 ) -> pd.DataFrame:
-    """storage.queries.series per metric (raw or rollup tier, <= max_points buckets), joined on ts."""
-    frames = []
-    for c in columns:
-        s = queries.series(db, kind, source_id, c, t0, t1, max(2, max_points))
-        frames.append(
-            pd.DataFrame(
-                [(p.ts, p.mean, p.min, p.max) for p in s.points], columns=["ts", c, f"{c}_min", f"{c}_max"]
-            ).set_index("ts")
-        )
-    if not frames:
-        return pd.DataFrame(columns=["ts"])
-    return pd.concat(frames, axis=1).sort_index().reset_index()
+    names = ["ts", *[f"{c}{x}" for c in columns for x in ("", "_min", "_max")]]
+    rows = _series_rows(db, kind, source_id, columns, t0, t1, max_points)
+    return pd.DataFrame([rows[k] for k in sorted(rows)], columns=names)
 
 
 def engine_series(
@@ -202,6 +204,7 @@ def speedup_bins(
     (``num_running_reqs <= spec_max_bs``) and the engine reported a non-zero active step count.
     """
     width = max(1.0, math.ceil((max_running or 64) / n_bins))
+    t0 = max(t0, t1 - DEFAULT_LIVE_ESTIMATE_MAX_S)
     df = _frame(
         db.engine,
         "SELECT CAST(num_running_reqs / :w AS INTEGER) AS bin, "
@@ -308,7 +311,8 @@ def control_events(
 def last_setter(db: Database, server_url: str) -> dict[str, Any] | None:
     df = _frame(
         db.engine,
-        "SELECT * FROM control_event WHERE server_url = :u AND confirmed = 1 ORDER BY ts DESC, id DESC LIMIT 1",
+        "SELECT * FROM control_event WHERE server_url = :u AND action = 'set' AND confirmed = 1 "
+        "ORDER BY ts DESC, id DESC LIMIT 1",
         {"u": server_url},
     )
     return None if df.empty else df.iloc[0].to_dict()

@@ -18,7 +18,7 @@ ENV_ADMIN_KEY_FILE = "SPECTOWER_ADMIN_KEY_FILE"
 ENV_OPERATOR = "SPECTOWER_OPERATOR"
 ENV_REFRESH_S = "SPECTOWER_CONSOLE_REFRESH_S"
 
-DEFAULT_REFRESH_S = 2.0  # live fragments re-read storage this often
+DEFAULT_REFRESH_S = 5.0  # live fragments re-read storage this often (the collector samples at ~1 Hz)
 DEFAULT_STALE_AFTER_S = 15.0  # a newest sample older than this is shown as stale, not as "now"
 DEFAULT_MAX_POINTS = 600  # every time-series chart reads at most this many buckets per line
 DEFAULT_TIME_RANGE = "1 h"

@@ -78,7 +78,7 @@ def start_sweep(
     server: str, levels: str, duration_s: int, tag: str | None, db_url: str, operator: str | None = None
 ) -> SweepJob:
     n_levels = len([x for x in levels.split(",") if x.strip()])
-    log = tempfile.NamedTemporaryFile(prefix="spectower-sweep-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile(prefix="spectower-sweep-", suffix=".log", delete=False)  # noqa: SIM115
     argv = sweep_argv(server, levels, duration_s, tag, db_url, operator)
     # The admin key travels in the environment (it is already there for the console), never in argv.
     proc = subprocess.Popen(

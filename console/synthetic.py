@@ -60,7 +60,8 @@ def engine_rows(
             "num_queue_reqs": float(max(0, c - max_running + 2)), "gen_throughput": tok, "output_tok_s": tok,
             "prefill_tok_s": 900.0, "request_rate": c / 20.0, "token_usage": min(1.0, c / max_running),
             "cache_hit_rate": 0.4, "spec_accept_length": profile.accept_length_at(c) if active else 1.0,
-            "spec_accept_rate": (profile.accept_length_at(c) - 1) / profile.speculative_num_steps if active else 0,
+            "spec_accept_rate": (profile.accept_length_at(c) - 1) / profile.speculative_num_steps
+            if active else 0.0,
             "spec_num_steps": float(profile.speculative_num_steps if active else 0), "spec_max_bs": knob,
             "ttft_p50_s": 0.2 + c / 400, "ttft_p90_s": 0.4 + c / 200, "ttft_p99_s": 0.8 + c / 100,
             "itl_p50_s": 0.011 + c / 4000, "itl_p90_s": 0.015 + c / 3000, "itl_p99_s": 0.03 + c / 2000,
@@ -76,8 +77,9 @@ def gpu_rows(gpu_id: int, t0: float, t1: float, step_s: float, seed: int) -> Ite
         u = 100 * _load(t, 64) / 64
         yield {
             "gpu_id": gpu_id, "ts": t, "lost": False, "gpu_util_pct": u, "mem_util_pct": u * 0.6,
-            "memory_used_mib": 88000.0, "memory_total_mib": 97887.0, "power_w": 150 + 4 * u + rng.random() * 5,
-            "power_limit_w": 600.0, "temperature_c": 40 + u / 3, "sm_clock_mhz": 2400.0, "mem_clock_mhz": 14000.0,
+            "memory_used_mib": 88000.0, "memory_total_mib": 97887.0,
+            "power_w": 150 + 4 * u + rng.random() * 5, "power_limit_w": 600.0, "temperature_c": 40 + u / 3,
+            "sm_clock_mhz": 2400.0, "mem_clock_mhz": 14000.0,
             "pcie_tx_bytes_s": 1e9 * u / 100, "pcie_rx_bytes_s": 8e8 * u / 100, "throttle_reasons": 0,
             "ecc_corrected": 0, "ecc_uncorrected": 0, "xid_errors": 0,
         }  # fmt: skip

@@ -296,7 +296,9 @@ class ReleaseResult:
     was_paused: bool
 
 
-def release(db: Any, server_url: str, actor: str, reason: str, *, clock: Clock = time.time) -> ReleaseResult:
+def release(
+    db: Any, server_url: str, actor: str, reason: str, *, clock: Clock = time.time
+) -> ReleaseResult:
     """Lift a manual pause so the server's policy (if one runs) acts again; audited either way."""
     actor = validate_actor(actor)
     reason = validate_reason(reason)

@@ -487,7 +487,9 @@ class KnobClient:
         key = self._admin_key or self._api_key  # SGLang: admin key if configured, else the API key
         response = self._request("POST", SET_PATH, key=key, body={"server_args": {KNOB_KEY: value}})
         if response.status_code in (401, 403):
-            raise self._auth_error(response, SET_PATH, key, "SPECTOWER_ADMIN_KEY or SPECTOWER_ADMIN_KEY_FILE")
+            raise self._auth_error(
+                response, SET_PATH, key, "SPECTOWER_ADMIN_KEY or SPECTOWER_ADMIN_KEY_FILE"
+            )
         if response.status_code in (400, 422):
             raise KnobValueError(f"{self.base_url} refused {KNOB_KEY}={value}: HTTP {response.status_code}")
         if response.status_code != 200:

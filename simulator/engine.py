@@ -51,7 +51,7 @@ KV_BYTES_PER_TOKEN = 131072
 WEIGHT_MEMORY_SHARE = 0.45
 KV_MEMORY_SHARE = 0.40
 GRAPH_MEMORY_SHARE = 0.02
-# Streaming updates are ints (the request's cumulative output length); this one means "aborted".
+# A request's published state is its cumulative output length; this value means "aborted".
 ABORTED = -1
 
 
@@ -82,6 +82,7 @@ class SimRequest:
     """One generate request inside the simulator."""
 
     __slots__ = (
+        "_waiter",
         "aborted",
         "created_mono",
         "created_wall",
@@ -97,6 +98,7 @@ class SimRequest:
         "output",
         "prefill_finished_wall",
         "prompt_tokens",
+        "published",
         "queue_time",
         "rid",
         "spec_accepted_drafts",
@@ -104,7 +106,6 @@ class SimRequest:
         "spec_verify_ct",
         "streaming",
         "tokens",
-        "updates",
     )
 
     def __init__(
@@ -123,7 +124,11 @@ class SimRequest:
         self.streaming = streaming
         self.tokens = TokenStream(seed, index)
         self.output: list[int] = []  # vocabulary indexes (see simulator.textgen)
-        self.updates: asyncio.Queue[int] = asyncio.Queue()
+        # Streaming: the newest published output length, and the handler waiting for a newer one.
+        # A handler that falls behind skips to the newest state (SGLang's tokenizer manager does the
+        # same with its cumulative outputs), so a starved machine sends fewer, larger chunks.
+        self.published = 0
+        self._waiter: asyncio.Future[None] | None = None
         self.done: asyncio.Event = asyncio.Event()
         self.created_mono = time.monotonic()
         self.created_wall = time.time()
@@ -139,6 +144,22 @@ class SimRequest:
         self.spec_verify_ct = 0
         self.spec_accepted_drafts = 0
         self.spec_proposed_drafts = 0
+
+    def publish(self, n: int) -> None:
+        self.published = n
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next_update(self, seen: int) -> int:
+        """Wait until the published state differs from ``seen``; return it (``ABORTED`` on abort)."""
+        while self.published == seen:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            await waiter
+        return self.published
 
     def _push(self, n: int) -> list[int]:
         take = min(n, self.max_new_tokens - len(self.output))
@@ -356,7 +377,7 @@ class RankScheduler:
             r.finish_reason = "length"
             r.done.set()
         if r.streaming:
-            r.updates.put_nowait(len(r.output))
+            r.publish(len(r.output))
 
     # ---- SGLang's log_prefill_stats / log_decode_stats ----------------------------------------------
     def _publish(self, now: float, prefill: bool) -> None:
@@ -443,7 +464,7 @@ class Engine:
         req.finished = True
         req.finish_reason = "abort"
         self.tokenizer.num_aborted += 1
-        req.updates.put_nowait(ABORTED)
+        req.publish(ABORTED)
         req.done.set()
 
     @property

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from simulator.engine import ABORTED, Engine, SimRequest
 from simulator.errors import bad_request
-from simulator.textgen import escaped_piece, piece, prompt_tokens_of, token_id
+from simulator.textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
 
 DEFAULT_MAX_NEW_TOKENS = 128
 WEIGHT_VERSION = "default"
@@ -43,8 +43,8 @@ def parse_sampling(body: dict[str, Any]) -> int:
     return value
 
 
-def meta_info(req: SimRequest, final: bool, first: bool = False) -> dict[str, Any]:
-    n = len(req.output)
+def meta_info(req: SimRequest, final: bool, first: bool = False, n: int | None = None) -> dict[str, Any]:
+    n = len(req.output) if n is None else n
     meta: dict[str, Any] = {
         "id": req.rid,
         "finish_reason": (
@@ -102,28 +102,36 @@ def meta_info(req: SimRequest, final: bool, first: bool = False) -> dict[str, An
 class _Cumulative:
     """Cumulative JSON pieces of one request, extended per step.
 
-    Each chunk repeats the whole output so far (SGLang's format), so the pieces are kept as two growing
-    strings: a chunk costs one copy of them, not a re-encoding of every token.
+    Each chunk repeats the whole output so far (SGLang's format), so the escaped text and the id list
+    are kept as growing byte buffers: a chunk costs one copy of them, not a re-encoding of every token.
     """
 
     __slots__ = ("ids", "sent", "text")
 
     def __init__(self) -> None:
-        self.text = ""
-        self.ids = ""
+        self.text = bytearray()
+        self.ids = bytearray()
         self.sent = 0
 
     def advance(self, req: SimRequest, upto: int) -> None:
-        new = req.output[self.sent : upto]
-        if new:
-            self.text += "".join(escaped_piece(i) for i in new)
-            ids = ",".join(str(token_id(i)) for i in new)
-            self.ids = f"{self.ids},{ids}" if self.ids else ids
+        for i in req.output[self.sent : upto]:
+            self.text += escaped_piece_bytes(i)
+            if self.ids:
+                self.ids += b","
+            self.ids += b"%d" % token_id(i)
         self.sent = upto
 
-    def chunk(self, meta: dict[str, Any]) -> bytes:
-        return (
-            f'data: {{"text":"{self.text}","output_ids":[{self.ids}],"meta_info":{dumps(meta)}}}\n\n'.encode()
+    def chunk(self, meta_json: str) -> bytes:
+        return b"".join(
+            (
+                b'data: {"text":"',
+                self.text,
+                b'","output_ids":[',
+                self.ids,
+                b'],"meta_info":',
+                meta_json.encode(),
+                b"}\n\n",
+            )
         )
 
 
@@ -186,17 +194,40 @@ def generate_result(req: SimRequest) -> dict[str, Any]:
     }
 
 
+class _MetaCache:
+    """The JSON of an intermediate chunk's meta_info, built once: only completion_tokens changes."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, req: SimRequest) -> None:
+        meta = meta_info(req, final=False, n=0)
+        text = dumps(meta)
+        marker = '"completion_tokens":0,'
+        at = text.index(marker)
+        self.head = text[: at + len(marker) - 2]
+        self.tail = text[at + len(marker) - 1 :]
+
+    def render(self, n: int) -> str:
+        return f"{self.head}{n}{self.tail}"
+
+
 async def _stream(engine: Engine, req: SimRequest) -> AsyncIterator[bytes]:
     acc = _Cumulative()
     first = True
+    cache: _MetaCache | None = None
     try:
         while True:
-            n = await req.updates.get()
+            n = await req.next_update(acc.sent)
             if n == ABORTED:
                 return
             acc.advance(req, n)
             final = req.finished and n >= len(req.output)
-            yield acc.chunk(meta_info(req, final=final, first=first))
+            if first or final:
+                meta = dumps(meta_info(req, final=final, first=first, n=n))
+            else:
+                cache = cache or _MetaCache(req)
+                meta = cache.render(n)
+            yield acc.chunk(meta)
             first = False
             if final:
                 yield b"data: [DONE]\n\n"

@@ -179,7 +179,7 @@ async def _serve(engine: Engine, body: dict[str, Any], prompt: int, max_tokens: 
 async def _deltas(req: SimRequest) -> AsyncIterator[tuple[str, bool]]:
     sent = 0
     while True:
-        n = await req.updates.get()
+        n = await req.next_update(sent)
         if n == ABORTED:
             return
         text = "".join(piece(i) for i in req.output[sent:n])

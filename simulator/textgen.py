@@ -185,6 +185,7 @@ _PLAIN_IDS = len(VOCAB) - 2
 TOKEN_ID_OFFSET = 1000
 # Pieces already JSON-escaped (without quotes): streaming builds cumulative JSON strings by appending.
 _ESCAPED: tuple[str, ...] = tuple(json.dumps(p, ensure_ascii=False)[1:-1] for p in VOCAB)
+_ESCAPED_BYTES: tuple[bytes, ...] = tuple(p.encode() for p in _ESCAPED)
 
 
 def estimate_prompt_tokens(text: str) -> int:
@@ -223,3 +224,7 @@ def piece(index: int) -> str:
 
 def escaped_piece(index: int) -> str:
     return _ESCAPED[index]
+
+
+def escaped_piece_bytes(index: int) -> bytes:
+    return _ESCAPED_BYTES[index]

@@ -3,16 +3,18 @@
 Core API::
 
     from storage import open_database, Database, BatchWriter, default_db_url
-    db = open_database("sqlite:///path/spectower.db")   # or a plain path, or None (= default_db_url())
-        # creates the file; on SQLite sets WAL, busy_timeout, foreign keys; creates or migrates the
-        # schema forward (schema_version in table meta; a newer schema -> SchemaError, a ValueError)
+    db = open_database("sqlite:///path/spectower.db")   # or a plain path, or None (= default_db_url()),
+        # or any SQLAlchemy URL (postgresql+psycopg://...). Creates the file; on SQLite sets WAL,
+        # busy_timeout (busy_timeout_ms=10000), foreign keys; creates or migrates the schema forward
+        # (schema_version in table meta; a newer or foreign schema -> SchemaError, a ValueError)
     db.url; db.engine                 # the SQLAlchemy URL and engine (readers: own connections)
     with db.session() as s: ...       # sqlmodel Session; commits at the end of the block, rolls back
                                       # on error; db.session(write=True) for read-then-write transactions
     db.server_id(url, ts=None, **facts) -> int       # get-or-create Server; facts = Server columns
     db.gpu_id(host, index, uuid, ts=None, **facts) -> int   # get-or-create Gpu (unique host+uuid)
     db.record_server_info(server_id, info, ts) -> bool      # snapshot only when the stable part changed
-    w = db.writer()                   # the one BatchWriter of this Database (a thread fed by a queue)
+    w = db.writer()                   # the one BatchWriter of this Database (a thread fed by a queue;
+                                      # it also folds new samples into the rollups once a minute)
     w.put(*rows)                      # SQLModel rows (EngineSample, GpuSample, CollectionGap, ...)
     w.flush(timeout=None) -> bool     # wait until everything put so far is committed
     w.stats() -> WriterStats          # written / dropped / rejected / retries / pending / last_error
@@ -21,11 +23,22 @@ Core API::
     db.update_rollups(); db.apply_retention(raw_days=..., rollup_days=..., hourly_days=...)
     db.close()
 
-Queries (``storage.queries``): latest_engine_samples, engine_series / gpu_series (downsampled to
-<= max_points buckets with min/mean/max), control_events, bench_runs, bench_points, gaps,
-collector_health, servers, gpus, open_gap / close_gap / upsert_collector_health.
-Export/import: ``storage.export``, ``storage.bench_serving``. Default database: ``default_db_url()``
-(``--db``, else env ``SPECTOWER_DB``, else ``./spectower.db``).
+Queries (``storage.queries``)::
+
+    series(db, "engine"|"gpu", source_id, metric, start, end, max_points=500, dp_rank=None) -> Series
+        # <= max_points Buckets(ts, min, mean, max, n), from raw / 1-minute / 1-hour tiers so that a
+        # 30-day chart reads ~720 rows; Series.rows_read says how many stored rows were aggregated
+    latest_engine_samples(db, server_id=None); latest_gpu_samples(db, host=None)
+    servers(db); server_by_url(db, url); gpus(db, host=None); server_info_snapshots(db, server_id)
+    control_events(db, server_url=, actor=, start=, end=, limit=)   # newest first; actor prefix "policy"
+    bench_runs(db); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
+    gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)
+    upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)
+
+Export/import: ``storage.export`` (export_bench, export_samples, neutralise_cell),
+``storage.bench_serving`` (import_file, export_lines). Times typed by users: ``storage.timeparse``.
+Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTOWER_DB``, else
+``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py``.
 
 Every timestamp is Unix seconds (float, UTC).
 """

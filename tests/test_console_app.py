@@ -95,6 +95,7 @@ def test_overview_shows_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("page", PAGES)
 def test_no_database_says_what_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
     at = _app(tmp_path / "missing.db", monkeypatch, page)
+    assert not (tmp_path / "missing.db").exists()  # looking does not create an empty database
     text = _text(at)
     if page == "benchmarks":
         assert "spectower collect" in text or "No benchmark runs" in text

@@ -27,7 +27,8 @@ from tests.conftest import REAL_DATA, REPO_ROOT, free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]  # fmt: skip
 ADMIN_KEY = "browser-test-admin-key"
 OPERATOR = "browser-test"
 COLLECT_S = 15.0  # load after the sweep, before the browser looks
@@ -41,7 +42,8 @@ BROWSING_LOAD = 6  # clients kept running while the browser looks, so the data s
 
 def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     fh = open(log, "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL,
                             env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
 
 
@@ -129,7 +131,8 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
     try:
         # a real sweep (spec on and off at each level, saved) while the collector records the traffic
         sweep = subprocess.run(
-            [sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url, *SWEEP, "--save",
+            [sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url, *SWEEP,
+             "--save",
              "--db", db_url, "--tag", "browser-sweep", "--as", "sweep-bot"],
             cwd=REPO_ROOT, env={**os.environ, **key_env}, capture_output=True, text=True, timeout=240,
         )  # fmt: skip
@@ -140,7 +143,8 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
         console = _spawn(
             [sys.executable, "-m", "console.cli", "console", "--db", db_url, "--port", str(port)],
             tmp_path / "console.log",
-            {**key_env, "SPECTOWER_OPERATOR": OPERATOR},
+            # a slow refresh keeps the live charts still while a full-page screenshot is taken
+            {**key_env, "SPECTOWER_OPERATOR": OPERATOR, "SPECTOWER_CONSOLE_REFRESH_S": "30"},
         )
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
         yield f"http://127.0.0.1:{port}", sim, db_url
@@ -174,12 +178,14 @@ def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
             _wait_charts(page, 2)
             assert page.get_by_text("STALE").count() == 0  # the collector is running: data is current
             page.wait_for_timeout(1500)
+            _wait_charts(page, 2)
             page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True, timeout=120_000)
 
             for name in ("speculation", "gpus", "benchmarks"):
                 page.goto(f"{base}/{PAGES[name]}")
                 _wait_charts(page, 1)
                 page.wait_for_timeout(1500)
+                _wait_charts(page, 1)
                 page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, timeout=120_000)
 
             # Control: flip speculation off, confirm, see the read-back and the audit row

@@ -292,3 +292,86 @@ def test_driver_not_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pynvml, "nvmlInit", init)
     with pytest.raises(NvmlUnavailableError, match="driver_not_loaded"):
         NvmlSampler().start()
+
+
+def test_pcie_polling_sees_every_wrap(monkeypatch: pytest.MonkeyPatch, h200: dict[str, Any]) -> None:
+    # 12 GB/s host->device: 12 GB per 1 s sample is ~2.8 wraps of the 32-bit counter. Without polls the
+    # rate aliases; with poll_pcie every 0.1 s (as the daemon does) it is exact.
+    replay = Replay(monkeypatch, h200)
+    state = {"t": 1000.0}
+    rate = 12e9
+
+    def fields(h: int, ids: list[tuple[int, int]]) -> Any:
+        arr = (pynvml.c_nvmlFieldValue_t * len(ids))()
+        for k, (fid, scope) in enumerate(ids):
+            arr[k].fieldId, arr[k].scopeId, arr[k].timestamp = fid, scope, int(state["t"] * 1e6)
+            if fid == pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
+                arr[k].nvmlReturn = 0
+                arr[k].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                arr[k].value.ullVal = int(rate * state["t"]) % 2**32
+            else:
+                arr[k].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return arr
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", fields)
+    for poll in (False, True):
+        sampler = NvmlSampler(host="h")
+        sampler.start()
+        replay.i = 30
+        state["t"] = 1000.0
+        sampler.sample()
+        for _ in range(10):
+            state["t"] += 0.1
+            if poll:
+                sampler.poll_pcie()
+        [r] = sampler.sample()
+        if poll:
+            assert r.pcie_rx_bytes_s == pytest.approx(rate, rel=1e-6)
+        else:
+            assert r.pcie_rx_bytes_s is not None and abs(r.pcie_rx_bytes_s - rate) > 1e9  # aliased
+
+
+def test_daemon_nvml_source_writes_rows(
+    monkeypatch: pytest.MonkeyPatch, h200: dict[str, Any], tmp_path: Path
+) -> None:
+    import asyncio
+    import sqlite3
+
+    from collectors.daemon import Collector, DaemonConfig
+    from collectors.sink import StorageSink
+    from storage import open_database
+
+    replay = Replay(monkeypatch, h200)
+    replay.i = 30  # under load
+    db = open_database(str(tmp_path / "n.db"))
+    collector = Collector(DaemonConfig(gpu="nvml", interval_s=0.5), StorageSink(db))
+
+    async def main() -> None:
+        task = asyncio.create_task(collector.run())
+        await asyncio.sleep(2.0)
+        collector.stop()
+        await task
+
+    asyncio.run(main())
+    db.close()
+    con = sqlite3.connect(tmp_path / "n.db")
+    try:
+        [(_host, uuid, name, mem, limit, source)] = con.execute(
+            "select host, uuid, name, memory_total_mib, power_limit_w, source from gpu"
+        ).fetchall()
+        samples = con.execute(
+            "select gpu_util_pct, power_w, temperature_c, throttle_reasons, lost from gpu_sample"
+        ).fetchall()
+        procs = con.execute("select pid, used_memory_mib from gpu_process_sample").fetchall()
+    finally:
+        con.close()
+    assert (uuid, name, mem, limit, source) == (
+        "GPU-d34c3f73-d1a4-a2b1-5017-63f3ecd6feec",
+        "NVIDIA H200",
+        143771.0,
+        700.0,
+        "nvml",
+    )
+    assert len(samples) >= 3
+    assert all(u >= 99 and p > 650 and t >= 55 and th == 4 and lost == 0 for u, p, t, th, lost in samples)
+    assert procs and all(pid == 425 and m == pytest.approx(1514.0) for pid, m in procs)

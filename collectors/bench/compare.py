@@ -86,8 +86,11 @@ def load_run(db: Any, run_id: int) -> LoadedRun:
 def point_tok_s(p: BenchPoint) -> float | None:
     """The steady-state throughput where a sweep measured it, else SGLang's output_throughput."""
     extra = _json(p.extra_json) or {}
-    steady = extra.get("steady_output_throughput")
-    return float(steady) if isinstance(steady, int | float) else p.output_throughput
+    for key in ("steady_output_throughput",):
+        value = extra.get(key)
+        if isinstance(value, int | float):
+            return float(value)
+    return p.output_throughput
 
 
 def _by_level(run: LoadedRun) -> dict[float, dict[str, BenchPoint]]:

@@ -25,9 +25,9 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
         c
         for c in {p.concurrency for p in result.points}
         if (on := result.point(c, "on")) is not None
-        and on.steady_tok_s
+        and on.tok_s
         and (off := result.point(c, "off")) is not None
-        and off.steady_tok_s
+        and off.tok_s
     )
     if not levels:
         raise BenchError("--profile-out: no concurrency was measured in both modes (needs --modes on,off)")
@@ -44,7 +44,7 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
     cvs = [
         statistics.pstdev(w) / statistics.fmean(w)
         for p in result.points
-        if len(w := p.figures.get("steady_windows") or []) >= 2 and statistics.fmean(w) > 0
+        if len(w := p.windows) >= 2 and statistics.fmean(w) > 0
     ]
     steps = info.get("speculative_num_steps")
     return {
@@ -84,8 +84,8 @@ def write_profile(result: SweepResult, path: Path, name: str | None = None) -> d
 
 def _point_tok_s(result: SweepResult, c: int, mode: str) -> float:
     point = result.point(c, mode)  # type: ignore[arg-type]
-    assert point is not None and point.steady_tok_s is not None
-    return round(point.steady_tok_s, 3)
+    assert point is not None and point.tok_s is not None
+    return round(point.tok_s, 3)
 
 
 def _accept(result: SweepResult, c: int) -> float:

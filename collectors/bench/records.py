@@ -36,6 +36,18 @@ class RequestRecord:
         return [b - a for a, b in itertools.pairwise(times)]
 
     @property
+    def decode_rate(self) -> float | None:
+        """Output tokens/s of this request between its first and its last chunk, the last chunk left out.
+
+        The last chunk of a speculative request carries only what was left to reach max_tokens (a capped
+        step), so counting it would make every short request look slower than the server decodes."""
+        times, tokens = self.chunk_times, self.chunk_tokens
+        if not self.success or len(times) < 3 or times[-2] <= times[0]:
+            tpot = self.tpot_s
+            return 1.0 / tpot if tpot else None
+        return sum(tokens[1:-1]) / (times[-2] - times[0])
+
+    @property
     def tpot_s(self) -> float | None:
         if self.ttft_s is None or self.e2e_s is None or self.output_tokens <= 1:
             return None

@@ -1,9 +1,13 @@
 """The figures of one measured point, under the names SGLang's benchmark client writes (reference §6).
 
-Throughput is counted two ways. ``output_throughput`` is SGLang's: output tokens received in the phase /
+Throughput is counted three ways. ``output_throughput`` is SGLang's: output tokens received in the phase /
 the phase's wall time, ramp-up and tail included. The ``steady_*`` figures count only the tokens that
-arrived while exactly C requests were in flight (``LoopResult.steady_*``), split into equal windows: their
-mean is the point's throughput for the curve, and their spread gives the ratio's confidence interval.
+arrived while exactly C requests were in flight (``LoopResult.steady_*``), in equal windows.
+The steady figure is the point's throughput for the curve, the ratio and the crossover, and its windows
+give the ratio's interval. ``decode_throughput`` (C x the mean per-request decode rate,
+``RequestRecord.decode_rate``) is kept as a diagnostic: it leaves out the client's gap between one request
+and the next, but overstates the aggregate when requests finish at different times (a smaller batch
+decodes faster per request).
 """
 
 from __future__ import annotations
@@ -69,6 +73,25 @@ def window_throughputs(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list
     return [c / (edges[i + 1] - edges[i]) for i, c in enumerate(counts)]
 
 
+def decode_windows(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[float]:
+    """C x the mean per-request decode rate of the requests finishing in each of ``windows``
+    equal slices of the phase: the aggregate decode throughput with C requests decoding together.
+
+    Unlike counting tokens per window, this does not depend on where chunk boundaries fall (a speculative
+    chunk carries several tokens) nor on the client's gap between one request's end and the next one's
+    first token, so short measurements on a busy machine still measure the server."""
+    done = [(r.start + (r.e2e_s or 0.0), rate) for r in loop.records
+            if r.success and not r.warmup and (rate := r.decode_rate)]  # fmt: skip
+    if not done:
+        return []
+    span = max(loop.phase_end - loop.phase_start, 1e-9)
+    buckets: list[list[float]] = [[] for _ in range(max(1, windows))]
+    for end, rate in done:
+        i = min(int((end - loop.phase_start) / span * len(buckets)), len(buckets) - 1)
+        buckets[max(i, 0)].append(rate)
+    return [loop.concurrency * statistics.fmean(b) for b in buckets if b]
+
+
 def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
     """bench_serving's keys for one point (one or several slices of it), plus the steady-state figures."""
     parts = [loops] if isinstance(loops, LoopResult) else list(loops)
@@ -82,6 +105,8 @@ def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAU
     itls = [x for r in recs for x in r.itl_s]
     tpots = [t for r in done if (t := r.tpot_s) is not None]
     win = [w for loop in parts for w in window_throughputs(loop, windows)]
+    dec = [w for loop in parts for w in decode_windows(loop, windows)]
+    rates = [rate for r in done if (rate := r.decode_rate)]
     figures: dict[str, Any] = {
         "max_concurrency": parts[0].concurrency,
         "request_rate": math.inf,
@@ -101,6 +126,8 @@ def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAU
         "steady_output_throughput": statistics.fmean(win) if win else None,
         "steady_duration": sum(loop.steady_s for loop in parts),
         "steady_windows": win,
+        "decode_throughput": parts[0].concurrency * statistics.fmean(rates) if rates else None,
+        "decode_windows": dec,
     }
     figures.update(summarize_ms("ttft_ms", [r.ttft_s for r in recs if r.ttft_s is not None]))
     figures.update(summarize_ms("tpot_ms", tpots))

@@ -34,7 +34,7 @@ DEFAULT_OUTPUT_LEN = 256
 DEFAULT_DURATION_S = 20.0
 DEFAULT_WARMUP = 2
 DEFAULT_ROUNDS = 2  # each point in this many slices, modes alternating
-DEFAULT_WARMUP_OUTPUT_LEN = 16  # warm-up only needs connections and the batch size's graphs, not length
+DEFAULT_WARMUP_OUTPUT_LEN = 4  # warm-up only needs connections and the batch size's graphs, not length
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 MAX_CONCURRENCY = 4096
 KNOB_REASON = "bench sweep"
@@ -146,9 +146,14 @@ class PointResult:
     started_at: float
 
     @property
-    def steady_tok_s(self) -> float | None:
+    def tok_s(self) -> float | None:
+        """The point's throughput for the curve: output tokens/s while exactly C requests were in flight."""
         value = self.figures.get("steady_output_throughput")
         return float(value) if value is not None else None
+
+    @property
+    def windows(self) -> list[float]:
+        return list(self.figures.get("steady_windows") or [])
 
 
 @dataclass
@@ -173,7 +178,7 @@ class SweepResult:
             on, off = self.point(c, "on"), self.point(c, "off")
             if on is None or off is None:
                 continue
-            w_on, w_off = on.figures.get("steady_windows") or [], off.figures.get("steady_windows") or []
+            w_on, w_off = on.windows, off.windows
             try:
                 r, lo, hi = ratio_interval(w_on, w_off)
             except ValueError:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +36,12 @@ UINT_MAX = 0xFFFFFFFF
 # A scopeId of UINT_MAX asks NVML for the NVLink counter summed over all links.
 NVLINK_ALL_LINKS = UINT_MAX
 # The PCIe byte-counter fields are 32-bit on the H200 with driver 580.159.04 (recorded fixture: the values
-# wrap at 2**32, every ~0.5 s at 8 GB/s host->device). A decrease is taken as one wrap; above ~4.29 GB per
-# sampling interval the rate aliases, so sample the GPU source at 1 s or faster.
+# wrap at 2**32, every ~0.5 s at 8 GB/s host->device). More than one wrap between two reads cannot be
+# seen, so the daemon also polls just these two fields every DEFAULT_PCIE_POLL_S (``poll_pcie``) and keeps
+# an unwrapped running total: correct up to 2**32 B / 0.1 s ~ 43 GB/s per direction. A saturated PCIe Gen5
+# x16 link (~63 GB/s) would still alias; lower the poll period on hosts that move that much.
 PCIE_COUNTER_MODULUS = float(2**32)
+DEFAULT_PCIE_POLL_S = 0.1
 # Power limit can be changed at runtime (nvidia-smi -pl): re-read the cached facts this often.
 DEFAULT_FACTS_REFRESH_S = 60.0
 
@@ -72,6 +76,23 @@ UNAVAILABLE_CODES = frozenset(
         pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
     }
 )
+
+
+class _Unwrapped:
+    """A wrapping hardware counter made monotonic: each read adds (new - old) mod modulus."""
+
+    def __init__(self, modulus: float) -> None:
+        self.modulus = modulus
+        self.last_raw: float | None = None
+        self.total = 0.0
+
+    def feed(self, raw: float) -> float:
+        if self.last_raw is None:
+            self.total = raw
+        else:
+            self.total += (raw - self.last_raw) % self.modulus
+        self.last_raw = raw
+        return self.total
 
 
 class NvmlUnavailableError(RuntimeError):
@@ -157,6 +178,10 @@ class NvmlSampler:
         self._facts_refresh_s = facts_refresh_s
         self._devices: list[_Device] = []
         self._rates = CounterRates()
+        self._unwrapped: dict[tuple[int, str], _Unwrapped] = {}
+        # Field reads and their unwrapping happen under one lock: a poll and a sample must feed the
+        # unwrapper in the order NVML answered them.
+        self._pcie_lock = threading.Lock()
         self._started = False
         self.driver_version: str | None = None
         self.cuda_version: str | None = None
@@ -374,6 +399,9 @@ class NvmlSampler:
             reading.missing["all"] = _error_name(exc.code)
             self._rates.forget((dev.index, "pcie_tx"))
             self._rates.forget((dev.index, "pcie_rx"))
+            with self._pcie_lock:
+                self._unwrapped.pop((dev.index, "pcie_tx"), None)
+                self._unwrapped.pop((dev.index, "pcie_rx"), None)
             self._rates.forget((dev.index, "nvlink_tx"))
             self._rates.forget((dev.index, "nvlink_rx"))
         return reading
@@ -406,9 +434,10 @@ class NvmlSampler:
         r.mem_clock_mhz = float(memclk) if memclk is not None else None
         reasons = self._read(dev, r, "clock_event_reasons", lambda: self._clock_events(h))
         r.throttle_reasons = int(reasons) if reasons is not None else None
-        fields = self._read(dev, r, "fields", lambda: self._fields_raw(h))
-        if fields is not None:
-            self._apply_fields(dev, r, fields)
+        with self._pcie_lock:
+            fields = self._read(dev, r, "fields", lambda: self._fields_raw(h))
+            if fields is not None:
+                self._apply_fields(dev, r, fields)
         corrected = self._read(
             dev,
             r,
@@ -461,8 +490,32 @@ class NvmlSampler:
                 continue
             # NVML stamps each field value (µs); prefer it to our clock so scheduling jitter cancels out.
             ts = ts_us / 1e6 if ts_us > 0 else r.ts
-            rate = self._rates.update((dev.index, key), ts, float(value), modulus=modulus)
+            counter = float(value)
+            if modulus is not None:
+                counter = self._unwrapped.setdefault((dev.index, key), _Unwrapped(modulus)).feed(counter)
+            rate = self._rates.update((dev.index, key), ts, counter)
             setattr(r, attr, rate * scale if rate is not None else None)
+
+    def poll_pcie(self) -> None:
+        """Read only the PCIe byte counters (cheap) so that the 32-bit counters are seen before they wrap
+        twice; the daemon calls this every DEFAULT_PCIE_POLL_S between samples."""
+        for dev in self._devices:
+            if dev.lost:
+                continue
+            with self._pcie_lock:
+                try:
+                    values = self._call(
+                        "nvmlDeviceGetFieldValues", dev.handle, [(FI_PCIE_TX, 0), (FI_PCIE_RX, 0)]
+                    )
+                except (_NotAvailable, GpuLostError):
+                    continue  # the next full sample says what is wrong
+                for fv in values:
+                    v = field_value(fv)
+                    key = "pcie_tx" if int(fv.fieldId) == FI_PCIE_TX else "pcie_rx"
+                    if v is not None:
+                        self._unwrapped.setdefault((dev.index, key), _Unwrapped(PCIE_COUNTER_MODULUS)).feed(
+                            float(v)
+                        )
 
     def _proc_name(self, dev: _Device, pid: int) -> str | None:
         if pid in dev.proc_names:

@@ -107,7 +107,7 @@ class _RichProgress:
     def point_finished(self, point: PointResult) -> None:
         if self._task is None:
             return
-        tok_s = point.steady_tok_s or point.figures.get("output_throughput") or 0.0
+        tok_s = point.tok_s or point.figures.get("output_throughput") or 0.0
         total = self.progress.tasks[-1].total or 0
         self.progress.update(self._task, completed=total, tok_s=tok_s, done=point.figures.get("completed", 0))
         self._task = None
@@ -154,8 +154,8 @@ def _print_result(result: SweepResult) -> None:
 
         table.add_row(
             str(c),
-            _fmt(on.steady_tok_s if on else None),
-            _fmt(off.steady_tok_s if off else None),
+            _fmt(on.tok_s if on else None),
+            _fmt(off.tok_s if off else None),
             _fmt(r.ratio if r else None, ".3f"),
             f"{r.lo:.3f}-{r.hi:.3f}" if r else "-",
             _fmt(on.accept_length if on else None, ".2f"),

@@ -45,6 +45,8 @@ def collect(
     if not isinstance(level, int):
         fail(f"--log-level: unknown level {log_level!r}")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: at 1 Hz per source that drowns the collector's own health lines.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
     try:
         config = DaemonConfig(
             servers=list(server),

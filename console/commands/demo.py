@@ -1,8 +1,47 @@
-"""`spectower demo` (filled in by the demo issue)."""
+"""`spectower demo`: the simulator, collector, learning policy, load walker and console on one machine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
-def demo() -> None:
-    """Run the whole thing locally against the simulator."""
-    raise SystemExit(1)
+import typer
+
+from console.errors import fail
+
+
+def demo(
+    profile: str = typer.Option(
+        "glm5-nvfp4-8x-rtx-pro-6000", "--profile", help="Simulator profile: a shipped name or a JSON path."
+    ),
+    port: int = typer.Option(8501, "--port", help="Console port (the next free one if taken)."),
+    db: Path = typer.Option(
+        Path("spectower-demo/spectower.db"), "--db",
+        help="SQLite file; logs, pids and the demo's admin key go in its folder. A second run reuses it.",
+    ),  # fmt: skip
+    duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
+) -> None:
+    """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
+    from collectors.daemon import parse_duration
+    from console.demo.ports import PortError
+    from console.demo.run import DemoConfig, run_demo
+    from simulator.profile import ProfileError, load_profile
+
+    try:
+        load_profile(profile)  # a bad profile is refused here, not as a dead child
+        duration_s = parse_duration(duration, "--duration") if duration else None
+    except (ProfileError, ValueError) as exc:
+        fail(str(exc))
+    if "://" in str(db):
+        fail(f"--db: the demo takes a SQLite file path, got {str(db)!r}")
+    if db.exists() and db.is_dir():
+        fail(f"--db: {str(db)!r} is a folder; give a file path such as {db / 'spectower.db'}")
+    config = DemoConfig(profile=profile, console_port=port, db_path=db, duration_s=duration_s)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        code = run_demo(config, say, cwd=Path(__file__).resolve().parents[2])
+    except (PortError, OSError) as exc:
+        fail(str(exc))
+    raise typer.Exit(code)

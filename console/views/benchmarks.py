@@ -50,7 +50,9 @@ def render() -> None:
 
 def _label(runs: pd.DataFrame, rid: int) -> str:
     r = runs[runs["id"] == rid].iloc[0]
-    return f"#{rid} {common.text_or(r['tag'], str(r['source']))} · {common.text_or(r['served_model_name'], '?')} · {common.clock(r['created_at'])[:16]}"
+    tag = common.text_or(r["tag"], str(r["source"]))
+    model = common.text_or(r["served_model_name"], "?")
+    return f"#{rid} {tag} · {model} · {common.clock(r['created_at'])[:16]}"
 
 
 def _runs(eng: Any, runs: pd.DataFrame) -> None:
@@ -190,8 +192,12 @@ def _export(eng: Any, runs: pd.DataFrame) -> None:
     )
     fmt = st.radio("Format", bench_io.FORMATS, horizontal=True, key="exp_fmt")
     if ids:
-        payload, mime, name = bench_io.export_runs(eng, ids, fmt)
-        st.download_button(f"Download {fmt}", payload, name, mime, key="exp_dl")
+        name = bench_io.export_name(ids, fmt)
+        # deferred: the file is written only when the button is clicked, never on a page refresh
+        st.download_button(
+            f"Download {fmt}", lambda: bench_io.export_runs(eng, ids, fmt)[0], name, bench_io.MIME[fmt],
+            key="exp_dl", on_click="ignore",
+        )  # fmt: skip
 
 
 def _import(eng: Database) -> None:

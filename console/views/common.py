@@ -78,6 +78,10 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return f"{s / 86400:.1f} days ago"
 
 
+def span_text(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:g} h"
+
+
 def clock(ts: float | None) -> str:
     if ts is None or pd.isna(ts):
         return "—"

@@ -255,7 +255,8 @@ def _audit_trail(url: str) -> None:
     sets = events[events["action"] == "set"]
     last = (sets if not sets.empty else events).iloc[0]
     st.markdown(
-        f"Latest: **{common.clock(last['ts'])}** · `{last['actor']}` · {last['action']} on {last['server_url']} · "
+        f"Latest: **{common.clock(last['ts'])}** · `{last['actor']}` · {last['action']} "
+        f"on {last['server_url']} · "
         f"{_num(last['old_max_bs'])} → {_num(last['new_max_bs'])} · "
         + ("confirmed" if bool(last["confirmed"]) else f"NOT confirmed ({last['error']})")
         + f" · _{last['reason']}_"
@@ -266,9 +267,13 @@ def _audit_trail(url: str) -> None:
     st.dataframe(shown, width="stretch", hide_index=True)
     d1, d2, _ = st.columns([1, 1, 4])
     d1.download_button(
-        "Export CSV", events.to_csv(index=False).encode(), "spectower-audit.csv", "text/csv", key="audit_csv"
+        "Export CSV", lambda: events.to_csv(index=False).encode(), "spectower-audit.csv", "text/csv", key="audit_csv"
     )
-    jsonl = "\n".join(json.dumps(r, default=str) for r in events.to_dict(orient="records")) + "\n"
+
+    def jsonl() -> bytes:
+        rows = events.astype(object).where(events.notna(), None).to_dict(orient="records")
+        return ("\n".join(json.dumps(r, default=str) for r in rows) + "\n").encode()
+
     d2.download_button(
-        "Export JSONL", jsonl.encode(), "spectower-audit.jsonl", "application/jsonl", key="audit_jsonl"
+        "Export JSONL", jsonl, "spectower-audit.jsonl", "application/jsonl", key="audit_jsonl"
     )

@@ -89,7 +89,8 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
     )
     n_on, n_off = int(live.table["n_on"].sum()), int(live.table["n_off"].sum())
     st.caption(
-        f"Live estimate over the last {win.label}: engine samples binned by running requests "
+        f"Live estimate over the last {common.span_text(min(win.span_s, data.DEFAULT_LIVE_ESTIMATE_MAX_S))}: "
+        "engine samples binned by running requests "
         f"(bin width {live.bin_width:g}); 'spec active' = running ≤ spec_max_bs and active steps > 0. "
         f"{n_on} samples with speculation active, {n_off} without; a bin is drawn when both sides have "
         f"≥ {data.DEFAULT_MIN_BIN_SAMPLES}."

@@ -28,11 +28,8 @@ def make_policy(spec: str, max_running_requests: int, **options: Any) -> Policy:
 
     A bad spec or option raises PolicyError (a ValueError) naming it.
     """
-    if (
-        not isinstance(max_running_requests, int)
-        or isinstance(max_running_requests, bool)
-        or max_running_requests < 1
-    ):
+    if not isinstance(max_running_requests, int) or isinstance(max_running_requests, bool) \
+            or max_running_requests < 1:
         raise PolicyError(f"max_running_requests must be an integer >= 1, got {max_running_requests!r}")
     text = spec.strip() if isinstance(spec, str) else spec
     if text == "learn":

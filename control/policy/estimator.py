@@ -50,9 +50,8 @@ class Cell:
 
     def decayed(self, now: float, memory_s: float) -> Cell:
         k = math.exp(-max(0.0, now - self.ts) / memory_s)
-        return Cell(
-            now, self.w * k, self.sx * k, self.sy * k, self.sxx * k, self.sxy * k, self.syy * k, self.n_total
-        )
+        return Cell(now, self.w * k, self.sx * k, self.sy * k, self.sxx * k, self.sxy * k, self.syy * k,
+                    self.n_total)
 
     def add(self, now: float, x: float, y: float, memory_s: float) -> None:
         d = self.decayed(max(now, self.ts), memory_s)
@@ -66,13 +65,9 @@ class Cell:
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> Cell:
-        if (
-            not isinstance(value, list)
-            or len(value) != 8
-            or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value
-            )
-        ):
+        if (not isinstance(value, list) or len(value) != 8
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                           for v in value)):
             raise ValueError(f"policy state: {where} must be a list of 8 finite numbers")
         ts, w, sx, sy, sxx, sxy, syy, n = value
         if w < 0:
@@ -104,9 +99,8 @@ class BenefitEstimator:
 
     def add(self, now: float, running: float, tok_s: float, mode: str) -> int:
         b = self.bin_of(running)
-        self.cells.setdefault((b, mode), Cell(ts=now)).add(
-            now, math.log(running), math.log(tok_s), self.memory_s
-        )
+        self.cells.setdefault((b, mode), Cell(ts=now)).add(now, math.log(running), math.log(tok_s),
+                                                           self.memory_s)
         return b
 
     def weight(self, b: int, mode: str, now: float) -> float:
@@ -159,9 +153,8 @@ class BenefitEstimator:
         in log-concurrency between them, flat below them (the benefit only grows there, so that is the
         cautious guess), falling along their trend above them, and kept inside each bin's bounds."""
         measured = sorted(est)
-        iso = _isotonic_decreasing(
-            [est[b].g for b in measured], [1 / max(est[b].se, 1e-6) ** 2 for b in measured]
-        )
+        iso = _isotonic_decreasing([est[b].g for b in measured], [1 / max(est[b].se, 1e-6) ** 2
+                                                                   for b in measured])
         trend = self._trend(measured, iso)
         out: dict[int, float] = {}
         for b in bins:
@@ -210,14 +203,8 @@ class BenefitEstimator:
 def _centred(c: Cell) -> tuple[float, float, float, float, float, float]:
     """(w, mean x, mean y, Sxx, Sxy, Syy) about the cell's means."""
     mx, my = c.sx / c.w, c.sy / c.w
-    return (
-        c.w,
-        mx,
-        my,
-        max(c.sxx - c.w * mx * mx, 0.0),
-        c.sxy - c.w * mx * my,
-        max(c.syy - c.w * my * my, 0.0),
-    )
+    return (c.w, mx, my, max(c.sxx - c.w * mx * mx, 0.0), c.sxy - c.w * mx * my,
+            max(c.syy - c.w * my * my, 0.0))
 
 
 def _isotonic_decreasing(values: list[float], weights: list[float]) -> list[float]:

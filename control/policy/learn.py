@@ -94,9 +94,8 @@ class LearnPolicy:
         memory_s = _option(options, "memory_s")
         if memory_s <= 0:
             raise PolicyError("learn option 'memory_s' must be > 0")
-        self.est = BenefitEstimator(
-            bin_ratio=bin_ratio, memory_s=memory_s, max_slope=_option(options, "max_slope")
-        )
+        self.est = BenefitEstimator(bin_ratio=bin_ratio, memory_s=memory_s,
+                                    max_slope=_option(options, "max_slope"))
         self.flip_times: deque[float] = deque()
         self.knob: int | None = None  # what we last saw (or set)
         self.prev_knob: int | None = None  # the read-back one observation earlier
@@ -168,32 +167,23 @@ class LearnPolicy:
             other = "off" if on_now else "on"
             mine = "on" if on_now else "off"
             # Measure the mode the load is already in first (free), then flip once for the other one.
-            if (
-                undecided
-                and self.est.weight(b, mine, now) >= 1.0
-                and self.est.weight(b, other, now) < FRESH_TOLERANCE * self.fresh_samples
-            ):
+            if (undecided and self.est.weight(b, mine, now) >= 1.0
+                    and self.est.weight(b, other, now) < FRESH_TOLERANCE * self.fresh_samples):
                 if on_now:  # switch the load's bin (and everything above) off
                     new = min(self._ceiling_through(b - 1), max(math.ceil(running) - 1, 0))
                 else:  # switch the load's bin (and everything below) on
                     new = max(self._ceiling_through(b), math.ceil(running))
                 if new != self.knob:
                     self.explore_until, self.explore_bin = now + self.explore_s, b
-                    return self._set(
-                        now,
-                        new,
-                        f"explore: bin {b} (~{running:.0f} running) is undecided "
-                        f"(benefit in [{lo:+.3f}, {hi:+.3f}]), measuring spec-{other}",
-                    )
+                    return self._set(now, new, f"explore: bin {b} (~{running:.0f} running) is undecided "
+                                               f"(benefit in [{lo:+.3f}, {hi:+.3f}]), measuring spec-{other}")
 
         if target == self.knob:
             return self._hold(f"hold: ceiling {self.knob} is at the estimated crossover")
         if not self._may_flip(now, need=1):
-            return self._hold(
-                f"hold: would move the ceiling {self.knob} -> {target}, but the flip-rate "
-                f"limit (min dwell {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}/h) "
-                "applies"
-            )
+            return self._hold(f"hold: would move the ceiling {self.knob} -> {target}, but the flip-rate "
+                              f"limit (min dwell {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}/h) "
+                              "applies")
         return self._set(now, target, f"move the ceiling {self.knob} -> {target}: {self._describe(pred)}")
 
     def _target(self, bins: list[int], pred: dict[int, float]) -> int:
@@ -216,20 +206,14 @@ class LearnPolicy:
         if not pays:
             return "speculation is not predicted to pay at any load"
         last = max(pays)
-        return (
-            f"speculation predicted to pay up to ~{self.est.bin_ratio**last:.0f} running "
-            f"(benefit {pred[last]:+.1%} there)"
-        )
+        return (f"speculation predicted to pay up to ~{self.est.bin_ratio ** last:.0f} running "
+                f"(benefit {pred[last]:+.1%} there)")
 
     def _learn(self, obs: Observation) -> None:
         knob = obs.spec_max_bs if obs.spec_max_bs is not None else self.knob
-        if (
-            knob is None
-            or obs.output_tok_s is None
-            or obs.output_tok_s <= 0
-            or obs.num_running_reqs < 1.0
-            or (self.prev_knob is not None and self.prev_knob != obs.spec_max_bs)
-        ):
+        if (knob is None or obs.output_tok_s is None or obs.output_tok_s <= 0
+                or obs.num_running_reqs < 1.0
+                or (self.prev_knob is not None and self.prev_knob != obs.spec_max_bs)):
             return  # nothing to file, or the first interval after a knob change (lagging gauges)
         prev = self.prev_running
         if prev is not None and (prev < 1.0 or abs(math.log(obs.num_running_reqs / prev)) > LOAD_JUMP):
@@ -247,11 +231,8 @@ class LearnPolicy:
                 if self.accept_on is not None and (acc - 1.0) < MIXED_HIGH * (self.accept_on - 1.0):
                     return  # drafted only part of the interval
                 self.accept_on = acc if self.accept_on is None else 0.8 * self.accept_on + 0.2 * acc
-            elif (
-                mode == "off"
-                and self.accept_on is not None
-                and (acc - 1.0) > MIXED_LOW * (self.accept_on - 1.0)
-            ):
+            elif mode == "off" and self.accept_on is not None and \
+                    (acc - 1.0) > MIXED_LOW * (self.accept_on - 1.0):
                 return  # still drafting part of the interval
         self.est.add(obs.ts, running, obs.output_tok_s, mode)
 
@@ -292,19 +273,14 @@ class LearnPolicy:
         if not isinstance(state, dict):
             raise PolicyError("learn state must be an object")
         if state.get("policy") != self.name or state.get("version") != STATE_VERSION:
-            raise PolicyError(
-                f"learn state: not a version-{STATE_VERSION} learn state "
-                f"(policy={state.get('policy')!r}, version={state.get('version')!r})"
-            )
+            raise PolicyError(f"learn state: not a version-{STATE_VERSION} learn state "
+                              f"(policy={state.get('policy')!r}, version={state.get('version')!r})")
         if state.get("bin_ratio") != self.est.bin_ratio:
-            raise PolicyError(
-                f"learn state: saved with bin_ratio {state.get('bin_ratio')!r}, "
-                f"this policy uses {self.est.bin_ratio}"
-            )
+            raise PolicyError(f"learn state: saved with bin_ratio {state.get('bin_ratio')!r}, "
+                              f"this policy uses {self.est.bin_ratio}")
         flips = state.get("flip_times", [])
-        if not isinstance(flips, list) or not all(
-            isinstance(t, int | float) and not isinstance(t, bool) for t in flips
-        ):
+        if not isinstance(flips, list) or not all(isinstance(t, int | float) and not isinstance(t, bool)
+                                                  for t in flips):
             raise PolicyError("learn state: 'flip_times' must be a list of numbers")
         accept_on = state.get("accept_on")
         if accept_on is not None and (not isinstance(accept_on, int | float) or isinstance(accept_on, bool)):

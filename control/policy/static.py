@@ -20,11 +20,7 @@ SGLANG_EMA_ALPHA = 0.2
 # Decode CUDA-graph batch sizes SGLang captures when speculation is on (arg_groups/cuda_graph_hook.py):
 # a running batch is padded up to the next one before it is mapped to a band.
 SGLANG_SPEC_CUDA_GRAPH_BS: tuple[int, ...] = (
-    *range(1, 9),
-    *range(10, 33, 2),
-    *range(40, 65, 4),
-    *range(72, 257, 8),
-    *range(272, 1025, 16),
+    *range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, 1025, 16)
 )
 
 
@@ -105,26 +101,21 @@ class SglangDefaultPolicy:
         # SGLang's EMA only sees drafted batches. An interval's accept-length gauge also averages in 0-step
         # batches, so feed it only from intervals that sat well inside the drafting region, under a knob
         # that had not just changed (the gauge lags).
-        drafted = (
-            obs.spec_max_bs is not None
-            and obs.spec_max_bs == self.last_knob
-            and 1.0 <= obs.num_running_reqs <= obs.spec_max_bs - 1
-        )
+        drafted = (obs.spec_max_bs is not None and obs.spec_max_bs == self.last_knob
+                   and 1.0 <= obs.num_running_reqs <= obs.spec_max_bs - 1)
         self.last_knob = obs.spec_max_bs
         if drafted and obs.accept_length is not None and obs.accept_length > 1.0:
             self.ema_accepted_drafts = (
-                1 - SGLANG_EMA_ALPHA
-            ) * self.ema_accepted_drafts + SGLANG_EMA_ALPHA * (obs.accept_length - 1.0)
+                (1 - SGLANG_EMA_ALPHA) * self.ema_accepted_drafts
+                + SGLANG_EMA_ALPHA * (obs.accept_length - 1.0)
+            )
         drafts_pay = self.ema_accepted_drafts > SGLANG_ZERO_STEP_EMA
         want = self.high_ceiling if drafts_pay else self.low_ceiling
         if obs.spec_max_bs == want:
             return Decision(None, f"hold: knob already at {want}")
         ema = f"accepted-draft EMA {self.ema_accepted_drafts:.2f}"
-        why = (
-            f"{ema} > {SGLANG_ZERO_STEP_EMA}: bands 1-32 draft"
-            if drafts_pay
-            else f"{ema} <= {SGLANG_ZERO_STEP_EMA}: only band 1 drafts"
-        )
+        why = (f"{ema} > {SGLANG_ZERO_STEP_EMA}: bands 1-32 draft" if drafts_pay
+               else f"{ema} <= {SGLANG_ZERO_STEP_EMA}: only band 1 drafts")
         return Decision(want, f"sglang-default: {why}, ceiling {want}")
 
     def state(self) -> dict[str, Any]:

@@ -16,11 +16,16 @@ What is real and what is constructed:
   target workers holding the attributes ``apply_runtime_state`` assigns). ``SpecRuntimeState`` objects carry
   no attention backends or CUDA graphs (there is no GPU); switching between them is otherwise SGLang's path.
 
+The same harness also runs against SGLang 0.5.17's classes (its differences: no
+SchedulerInternalStateController, AdaptiveController builds its own params) when a 0.5.17 package is put
+first on PYTHONPATH; CI runs 0.5.23 only.
+
 Each check prints ONE JSON object on its last stdout line; SGLang's logging goes to stderr.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -72,7 +77,6 @@ def publish_context(config_path: str | None, *, adaptive: bool = True, max_runni
 def make_scheduler(server_args: Any, max_running_requests: int = 48) -> Any:
     """A Scheduler built without __init__: only the attributes the internal-state methods read."""
     from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     scheduler = object.__new__(Scheduler)
@@ -97,7 +101,14 @@ def make_scheduler(server_args: Any, max_running_requests: int = 48) -> Any:
     scheduler.startup_time = 0.0
     scheduler.rust_server = None
     scheduler.disaggregation_mode = None
-    scheduler.internal_state = SchedulerInternalStateController(scheduler=scheduler, record_step_time=False)
+    try:  # 0.5.23 delegates both methods to this controller; 0.5.17 keeps them inline in Scheduler
+        from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
+    except ImportError:
+        scheduler.ps = types.SimpleNamespace(pp_size=1)  # 0.5.17's inline pp_max_micro_batch_size check
+    else:
+        scheduler.internal_state = SchedulerInternalStateController(
+            scheduler=scheduler, record_step_time=False
+        )
     return scheduler
 
 
@@ -132,8 +143,12 @@ def make_controller(config_path: str) -> tuple[Any, Any, Any]:
     worker._target_worker = types.SimpleNamespace(
         model_runner=types.SimpleNamespace(attn_backend=None, decode_cuda_graph_runner=None)
     )
-    params = AdaptiveSpeculativeParams(initial_steps=N_STEPS, cfg_path=config_path)
-    controller = AdaptiveController(worker, params)
+    if "policy" in inspect.signature(AdaptiveController).parameters:  # 0.5.23: the policy is injected
+        params = AdaptiveSpeculativeParams(initial_steps=N_STEPS, cfg_path=config_path)
+        controller = AdaptiveController(worker, params)
+    else:  # 0.5.17: the controller builds its AdaptiveSpeculativeParams from the config path
+        controller = AdaptiveController(worker, config_path)
+        params = controller.params
     for steps in params.candidate_steps:
         controller.register(
             SpecRuntimeState(

@@ -5,8 +5,8 @@ Every step switch goes through EAGLEWorkerV2.apply_runtime_state, which appends 
 real controller for BATCHES decode rounds, verify results included, with the ceiling at CEILING.
 
 Arguments: config path, batches, then the patterns to run one after the other ("alternate": CEILING,
-CEILING+1, ...; "noisy": uniform in [CEILING-3, CEILING+3], seeded). Hysteresis settings come from the environment
-(SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL), as in a real server.
+CEILING+1, ...; "noisy": uniform in [CEILING-3, CEILING+3], seeded). Hysteresis settings come from the
+environment (SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL), as in a real server.
 """
 
 from __future__ import annotations

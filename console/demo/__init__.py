@@ -1,0 +1,1 @@
+"""`spectower demo`: the whole product on one machine against the simulator, as child processes it owns."""

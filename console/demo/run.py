@@ -1,0 +1,250 @@
+"""What `spectower demo` starts, in which order, with which settings, and how it stops.
+
+Children (each `python -m ...` of this same interpreter, so the demo works from a plain checkout):
+
+1. ``sim``: the simulator with its dcgm-exporter style GPU metrics, the admin key from a 0600 file;
+2. ``collect``: engine samples every second and the simulated GPUs through the dcgm endpoint;
+3. ``policy``: ``control auto --mode learn`` (admin key through SPECTOWER_ADMIN_KEY_FILE, never argv);
+4. ``load``: ``bench load --pattern day``, a compressed day with bursts;
+5. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from console.demo.ports import choose_port
+from console.demo.supervisor import Child, Supervisor
+
+DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+DEFAULT_DIR = Path("spectower-demo")
+DEFAULT_DB_NAME = "spectower.db"
+DEFAULT_CONSOLE_PORT = 8501
+DEFAULT_SIM_PORT = 30000
+DEFAULT_GPU_METRICS_PORT = 9400  # dcgm-exporter's port
+# The demo's tuning: a day compressed into 4 minutes (night, ramp, plateau above the glm5 crossover of
+# about 15, evening peak, bursts); the policy decides every 5 s so its first exploration shows in ~30 s.
+DEMO_PERIOD = "240s"
+DEMO_MAX_CONCURRENCY = 40
+DEMO_OUTPUT_LEN = 128
+COLLECT_INTERVAL = "1s"
+POLICY_INTERVAL = "5s"
+OPERATOR = "demo-operator"
+KEY_FILE_NAME = "admin_key"
+PIDS_FILE_NAME = "pids.json"
+START_TIMEOUT_S = 90.0
+POLL_S = 0.5
+# Stop the traffic and the decisions first, then the readers/writers, the simulator last.
+STOP_ORDER = (("load", "policy"), ("collect", "console"), ("sim",))
+# Inherited variables that would override the demo's own key or database.
+SCRUBBED_ENV = (
+    "SPECTOWER_ADMIN_KEY", "SPECTOWER_ADMIN_KEY_FILE", "SPECTOWER_API_KEY", "SPECTOWER_API_KEY_FILE",
+    "SPECTOWER_SIM_ADMIN_API_KEY", "SPECTOWER_SIM_API_KEY", "SPECTOWER_DB", "SPECTOWER_OPERATOR",
+)  # fmt: skip
+
+Say = Callable[[str], None]
+
+
+class DemoError(RuntimeError):
+    """A child died or never came up; the message names it and its log."""
+
+
+@dataclass
+class DemoConfig:
+    profile: str = DEFAULT_PROFILE
+    console_port: int = DEFAULT_CONSOLE_PORT
+    db_path: Path = DEFAULT_DIR / DEFAULT_DB_NAME
+    duration_s: float | None = None
+    sim_port: int = DEFAULT_SIM_PORT
+    gpu_metrics_port: int = DEFAULT_GPU_METRICS_PORT
+    period: str = DEMO_PERIOD
+    policy_interval: str = POLICY_INTERVAL
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return self.db_path.parent
+
+    @property
+    def sim_url(self) -> str:
+        return f"http://127.0.0.1:{self.sim_port}"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"
+
+    @property
+    def key_file(self) -> Path:
+        return self.folder / KEY_FILE_NAME
+
+    @property
+    def pids_file(self) -> Path:
+        return self.folder / PIDS_FILE_NAME
+
+    def assign_ports(self) -> None:
+        """Each port as asked if free, else the next free one (noted). PortError when none is near."""
+        taken: set[int] = set()
+        for attr, what in (("console_port", "console (--port)"), ("sim_port", "simulator"),
+                           ("gpu_metrics_port", "simulator GPU metrics")):  # fmt: skip
+            choice = choose_port(getattr(self, attr), what, taken)
+            setattr(self, attr, choice.port)
+            taken.add(choice.port)
+            if choice.note:
+                self.notes.append(choice.note)
+
+
+def write_key_file(path: Path) -> None:
+    """A fresh random admin key, readable by this user only (created 0600, never world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def build_children(config: DemoConfig) -> list[Child]:
+    db = str(config.db_path.resolve())
+    folder = config.folder.resolve()
+    py = sys.executable
+    cli = [py, "-m", "console.cli"]
+    base = _base_env()
+    base["SPECTOWER_DB"] = db
+    key_env = {**base, "SPECTOWER_ADMIN_KEY_FILE": str(config.key_file.resolve())}
+
+    def child(name: str, argv: list[str], env: dict[str, str]) -> Child:
+        return Child(name=name, argv=argv, env=env, log_path=folder / f"{name}.log")
+
+    return [
+        child("sim", [py, "-m", "simulator", "serve", "--profile", config.profile, "--host", "127.0.0.1",
+                      "--port", str(config.sim_port), "--gpu-metrics-port", str(config.gpu_metrics_port),
+                      "--admin-api-key-file", str(config.key_file.resolve())], base),
+        child("collect", [*cli, "collect", "--server", config.sim_url,
+                          "--gpu", f"dcgm=http://127.0.0.1:{config.gpu_metrics_port}/metrics",
+                          "--interval", COLLECT_INTERVAL, "--db", db, "--log-level", "WARNING"], base),
+        child("policy", [*cli, "control", "auto", "--server", config.sim_url, "--mode", "learn",
+                         "--interval", config.policy_interval, "--db", db], key_env),
+        child("load", [*cli, "bench", "load", "--server", config.sim_url, "--pattern", "day",
+                       "--period", config.period, "--max-concurrency", str(DEMO_MAX_CONCURRENCY),
+                       "--output-len", str(DEMO_OUTPUT_LEN)], base),
+        child("console", [*cli, "console", "--db", db, "--port", str(config.console_port)],
+              {**key_env, "SPECTOWER_OPERATOR": OPERATOR}),
+    ]  # fmt: skip
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _wait_healthy(sup: Supervisor, child: Child, url: str, stop: threading.Event) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and not stop.is_set():
+        _check_alive(sup)
+        if _healthy(url):
+            return
+        time.sleep(POLL_S)
+    if not stop.is_set():
+        raise DemoError(f"{child.name} did not answer {url} within {START_TIMEOUT_S:g} s; see {child.log_path}")
+
+
+def _check_alive(sup: Supervisor) -> None:
+    dead = sup.first_dead()
+    if dead is not None:
+        raise DemoError(
+            f"{dead.name} exited early (code {dead.returncode()}); its log is {dead.log_path}:\n"
+            f"{dead.log_tail()}"
+        )
+
+
+def what_to_look_at(config: DemoConfig) -> str:
+    return "\n".join([
+        f"spectower demo is up: open {config.console_url}",
+        f"  simulated SGLang server {config.sim_url} (profile {config.profile}), GPU metrics on port "
+        f"{config.gpu_metrics_port}",
+        f"  database {config.db_path.resolve()}; logs and pids in {config.folder.resolve()}/",
+        "What to look at:",
+        "  Overview     throughput, running requests and the knob over time as the load walks through a day",
+        f"               compressed into {config.period} (night, morning ramp, midday plateau, evening peak).",
+        "  Speculation  spec-on vs spec-off throughput by concurrency: the crossover (about 15 on glm5) and",
+        "               where the knob sits.",
+        "  Control      the policy's decisions (actor policy:learn, with its reasons) and the flip buttons:",
+        f"               you are pre-authorised as operator '{OPERATOR}'; a manual flip pauses the policy",
+        "               until you release it there.",
+        "  GPUs         the simulated GPUs from the dcgm-exporter style endpoint.",
+        "From a shell (the admin key is in the demo folder, never on a command line):",
+        f"  SPECTOWER_ADMIN_KEY_FILE={config.key_file.resolve()} spectower control set --server "
+        f"{config.sim_url} --off --reason 'demo' --db {config.db_path.resolve()} --yes",
+        "Ctrl-C stops everything; running the demo again reuses the database.",
+    ])  # fmt: skip
+
+
+def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
+    """Start everything, wait for Ctrl-C / SIGTERM / ``duration_s``, stop everything. Returns the exit code."""
+    from storage import open_database
+
+    config.folder.mkdir(parents=True, exist_ok=True)
+    config.assign_ports()
+    for note in config.notes:
+        say(f"note: {note}")
+    # Create (or migrate) the schema once here, so the children never race to create tables.
+    open_database(str(config.db_path.resolve())).close()
+    write_key_file(config.key_file)
+
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    sup = Supervisor(cwd, config.pids_file)
+    children = {c.name: c for c in build_children(config)}
+    code = 0
+    try:
+        say(f"starting the simulator ({config.profile}) on {config.sim_url} ...")
+        sup.start(children["sim"])
+        _wait_healthy(sup, children["sim"], f"{config.sim_url}/health", stop)
+        for name in ("collect", "policy", "load", "console"):
+            if not stop.is_set():
+                sup.start(children[name])
+        say(f"starting the console on {config.console_url} ...")
+        _wait_healthy(sup, children["console"], f"{config.console_url}/_stcore/health", stop)
+        if not stop.is_set():
+            say(what_to_look_at(config))
+        deadline = None if config.duration_s is None else time.monotonic() + config.duration_s
+        while not stop.is_set():
+            _check_alive(sup)
+            if deadline is not None and time.monotonic() >= deadline:
+                say(f"--duration reached ({config.duration_s:g} s)")
+                break
+            stop.wait(POLL_S)
+    except DemoError as exc:
+        say(f"error: {exc}")
+        code = 1
+    finally:
+        why = f" ({received[0]})" if received else ""
+        say(f"stopping every child{why} ...")
+        sup.stop_all(STOP_ORDER)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        say(f"stopped; the database stays at {config.db_path.resolve()}")
+    return code

@@ -1,0 +1,51 @@
+"""Speedup curves and crossovers (console.estimate)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from console.estimate import bench_speedup, crossover, interpolate, knob_label
+from simulator.profile import load_profile
+
+
+def test_crossover_interpolates_where_speedup_falls_through_one() -> None:
+    assert crossover([1, 2, 4, 8], [1.2, 1.1, 0.9, 0.8]) == pytest.approx(3.0)
+    assert crossover([1, 2], [1.2, 1.1]) is None  # never falls: no crossover
+    assert crossover([], []) is None
+
+
+def test_crossover_matches_the_profile() -> None:
+    p = load_profile("glm5-nvfp4-8x-rtx-pro-6000")
+    cs = list(p.concurrency)
+    ss = [p.output_tok_s(c, True) / p.output_tok_s(c, False) for c in cs]
+    x = crossover(cs, ss)
+    assert x is not None and 8 < x < 16  # the measured points cross between 8 and 16
+
+
+def test_interpolate_inside_only() -> None:
+    assert interpolate(3, [1, 5], [1.0, 2.0]) == pytest.approx(1.5)
+    assert interpolate(6, [1, 5], [1.0, 2.0]) is None
+    assert interpolate(1, [], []) is None
+
+
+def test_bench_speedup_pairs_on_and_off_points() -> None:
+    pts = pd.DataFrame(
+        {
+            "concurrency": [1, 1, 8, 8, 16],
+            "spec_on": [True, False, True, False, True],
+            "output_throughput": [110.0, 100.0, 500.0, 625.0, 900.0],
+        }
+    )
+    got = bench_speedup(pts)
+    assert list(got["concurrency"]) == [1, 8]  # 16 has no spec-off partner
+    assert list(got["speedup"]) == pytest.approx([1.1, 0.8])
+    assert bench_speedup(pd.DataFrame()).empty
+
+
+@pytest.mark.parametrize(
+    ("max_bs", "max_running", "label"),
+    [(0, 64, "off"), (64, 64, "on"), (100, 64, "on"), (24, 64, "threshold 24"), (None, 64, "unknown")],
+)
+def test_knob_label(max_bs: int | None, max_running: int, label: str) -> None:
+    assert knob_label(max_bs, max_running) == label

@@ -1,0 +1,51 @@
+"""`spectower console`: argument checks, and a real launch bound to loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from console.commands.ui import APP_PATH, streamlit_argv
+from tests.conftest import REPO_ROOT, free_port
+
+
+def test_argv_is_headless_loopback_without_usage_stats() -> None:
+    argv = streamlit_argv(APP_PATH, "127.0.0.1", 8502)
+    joined = " ".join(argv)
+    assert "--server.address 127.0.0.1" in joined and "--server.port 8502" in joined
+    assert "--server.headless true" in joined and "--browser.gatherUsageStats false" in joined
+    assert APP_PATH.is_file()
+
+
+def test_bad_port_is_a_clear_error() -> None:
+    out = subprocess.run([sys.executable, "-m", "console.cli", "console", "--port", "70000"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2
+    assert "--port" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serves_on_loopback(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "console", "--db", str(tmp_path / "x.db"), "--port", str(port)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).text == "ok":
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the console did not come up")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)

@@ -1,0 +1,42 @@
+"""tests/simulator_process.py itself: start, kill, restart on the same ports, stop."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.simulator_process import SimulatorFactory
+
+
+def test_kill_restart_same_ports_stop(simulator_factory: SimulatorFactory) -> None:
+    sim = simulator_factory(profile="llama31-8b-1x-h100", admin_key="k", seed=3)
+    base, gpu = sim.base_url, sim.gpu_metrics_url
+    first_pid = sim.pid
+    assert sim.running
+    assert httpx.post(f"{base}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}},
+                      headers=sim.admin_headers, timeout=10).json() == [True]
+    sim.kill()
+    assert not sim.running
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{base}/health", timeout=2)
+    sim.restart()
+    assert sim.running and sim.pid != first_pid
+    assert (sim.base_url, sim.gpu_metrics_url) == (base, gpu)
+    assert httpx.get(f"{base}/health", timeout=5).status_code == 200
+    assert httpx.get(gpu, timeout=5).status_code == 200
+    # a restarted server starts from its launch state, like a restarted SGLang (the knob is not persisted)
+    state = httpx.get(f"{base}/server_info", timeout=5).json()["internal_states"][0]
+    assert state["spectower"]["spec_max_bs"] == 64
+    # keys survive the restart
+    assert httpx.post(f"{base}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}},
+                      timeout=10).status_code == 401
+    sim.stop()
+    assert not sim.running and sim.returncode == 0
+
+
+def test_context_manager_stops(simulator_factory: SimulatorFactory) -> None:
+    from tests.simulator_process import SimulatorProcess
+
+    with SimulatorProcess(profile="llama31-8b-1x-h100") as sim:
+        assert httpx.get(f"{sim.base_url}/health", timeout=5).status_code == 200
+    assert not sim.running

@@ -1,0 +1,122 @@
+"""The same storage code on PostgreSQL (dialect-specific SQL lives only in storage/dialect.py).
+
+Runs against ``SPECTOWER_TEST_POSTGRES_URL`` if set, else starts a throwaway PostgreSQL server on a free
+127.0.0.1 port when the binaries and psycopg (``pip install -e .[postgres]``) are present; skipped
+otherwise, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage import Database, open_database, queries
+from storage.bench_serving import export_lines, import_file
+from storage.models import ControlEvent, EngineSample, GpuSample
+from tests.conftest import free_port
+
+T0 = 1_764_000_000.0
+
+
+def _bin(name: str) -> str | None:
+    for d in ("/usr/local/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin"):
+        if os.path.exists(f"{d}/{name}"):
+            return f"{d}/{name}"
+    return shutil.which(name)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e .[postgres])")
+    if os.environ.get("SPECTOWER_TEST_POSTGRES_URL"):
+        yield os.environ["SPECTOWER_TEST_POSTGRES_URL"]
+        return
+    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    as_user: list[str] = []
+    # not under pytest's tmp dir: that one is private to root, and the server runs as another user
+    root = Path(tempfile.mkdtemp(prefix="spectower-pg-"))
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        if not shutil.which("runuser"):
+            pytest.skip("running as root without runuser: cannot start PostgreSQL")
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    data, port = root / "data", free_port()
+    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Database]:
+    # a fresh schema per test: a new database in the same server
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    base = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    d = open_database(pg_url.rsplit("/", 1)[0] + f"/{name}")
+    yield d
+    d.close()
+
+
+def test_core_api_series_and_rollups_on_postgres(db: Database) -> None:
+    assert db.dialect_name == "postgresql" and db.schema_version == 2
+    sid = db.server_id("http://a", served_model_name="m")
+    assert db.server_id("http://a") == sid
+    gid = db.gpu_id("h", 0, "U")
+    assert db.record_server_info(sid, {"v": 1}, 1.0) and not db.record_server_info(sid, {"v": 1}, 2.0)
+    w = db.writer(maintenance=None)
+    w.put(*[GpuSample(gpu_id=gid, ts=T0 + i, gpu_util_pct=float(i % 100)) for i in range(7200)])
+    w.put(
+        *[
+            EngineSample(server_id=sid, dp_rank=i % 2, ts=T0 + i // 2, num_running_reqs=1.0)
+            for i in range(400)
+        ]
+    )
+    assert w.flush(120)
+    raw = queries.series(db, "gpu", gid, "gpu_util_pct", T0 + 10, T0 + 110, 500)
+    assert raw.tier == "raw" and sum(b.n for b in raw.points) == 101
+    assert db.update_rollups() == 7600
+    s = queries.series(db, "gpu", gid, "gpu_util_pct", T0, T0 + 7200, 20)
+    assert s.tier == "1m" and len(s.points) <= 20 and sum(b.n for b in s.points) == 7200
+    assert (min(b.min for b in s.points), max(b.max for b in s.points)) == (0.0, 99.0)
+    mean = sum((b.mean or 0) * b.n for b in s.points) / 7200
+    assert mean == pytest.approx(49.5)
+    # a late row past the watermark is merged in
+    w.put(GpuSample(gpu_id=gid, ts=T0 + 5, gpu_util_pct=1000.0))
+    assert w.flush(30)
+    assert (
+        max(b.max for b in queries.series(db, "gpu", gid, "gpu_util_pct", T0, T0 + 7200, 20).points) == 1000
+    )
+    assert [r.dp_rank for r in queries.latest_engine_samples(db)] == [0, 1]
+    with db.session(write=True) as s2:
+        s2.add(ControlEvent(ts=1.0, actor="policy:auto", server_url="http://a", action="set", reason="r"))
+    assert [e.reason for e in queries.control_events(db, actor="policy")] == ["r"]
+    deleted = db.apply_retention(raw_days=1, rollup_days=2, hourly_days=3, now=T0 + 1.5 * 86400)
+    assert deleted["gpu_sample"] == 7201
+
+
+def test_bench_serving_round_trip_on_postgres(db: Database, real_data: Path) -> None:
+    for f in sorted((real_data / "bench_serving").glob("*.jsonl")):
+        r = import_file(db, f)
+        original = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        assert [json.dumps(x) for x in export_lines(db, r.run_id or 0)] == [json.dumps(x) for x in original]

@@ -1,0 +1,167 @@
+"""The load walker (collectors/bench/walk.py): its patterns, and a short real run against the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from collectors.bench.errors import BenchError
+from collectors.bench.walk import (
+    DEFAULT_MAX_CONCURRENCY,
+    HOVER_SPREAD,
+    WalkConfig,
+    day_base,
+    parse_pattern,
+    walk,
+)
+from simulator.profile import load_profile
+from tests.conftest import REPO_ROOT
+
+GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
+
+
+def _targets(text: str, period_s: float, max_c: int = DEFAULT_MAX_CONCURRENCY, step: float = 0.5,
+             seed: int = 1) -> list[int]:  # fmt: skip
+    spec = parse_pattern(text, period_s, max_c, seed)
+    return [spec.target(i * step) for i in range(int(period_s / step))]
+
+
+def test_day_visits_both_sides_of_the_glm5_crossover_within_one_period() -> None:
+    crossover = load_profile(GLM5).crossover()
+    assert crossover is not None
+    targets = _targets("day", 240.0, 40)
+    assert min(targets) <= 2  # the night
+    assert max(targets) == 40  # the evening peak
+    above = sum(t > crossover * 1.4 for t in targets) / len(targets)
+    below = sum(t < crossover / 1.4 for t in targets) / len(targets)
+    assert above > 0.25 and below > 0.25, (above, below)
+
+
+def test_day_base_shape_night_plateau_peak() -> None:
+    assert day_base(0.05, 40) < 2.0
+    assert day_base(0.45, 40) == pytest.approx(24.0)  # midday plateau: 60% of the maximum
+    assert day_base(0.83, 40) == pytest.approx(40.0)  # evening peak
+    assert day_base(0.30, 40) > day_base(0.22, 40)  # the morning ramp rises
+    assert day_base(0.95, 40) < day_base(0.88, 40)  # the evening declines
+
+
+def test_day_has_bursts_that_depend_on_the_seed() -> None:
+    period = 240.0
+    base = [max(1, min(40, round(day_base(i * 0.5 / period, 40)))) for i in range(int(period / 0.5))]
+    with_bursts = _targets("day", period, 40)
+    assert any(b > a for a, b in zip(base, with_bursts, strict=True))
+    assert all(b >= a for a, b in zip(base, with_bursts, strict=True))
+    assert _targets("day", period, 40, seed=1) == _targets("day", period, 40, seed=1)
+    assert _targets("day", period, 40, seed=1) != _targets("day", period, 40, seed=2)
+
+
+def test_hover_stays_within_two_of_its_centre_and_moves() -> None:
+    targets = _targets("hover:20", 300.0)
+    assert set(targets) <= set(range(20 - HOVER_SPREAD, 20 + HOVER_SPREAD + 1))
+    assert len(set(targets)) >= 3
+    assert min(_targets("hover:1", 300.0)) == 1  # never below one client
+
+
+def test_steps_and_ramp() -> None:
+    steps = _targets("steps:1,8,32", 30.0, step=1.0)
+    assert steps[:10] == [1] * 10 and steps[10:20] == [8] * 10 and steps[20:] == [32] * 10
+    ramp = _targets("ramp", 100.0, 33, step=1.0)
+    assert ramp[0] == 1 and max(ramp) == 33 and ramp[50] == 33 and ramp[-1] <= 2
+
+
+@pytest.mark.parametrize(
+    ("text", "period", "max_c", "names"),
+    [
+        ("weekly", 300.0, 48, "--pattern"),
+        ("hover:x", 300.0, 48, "hover:N"),
+        ("hover:0", 300.0, 48, "hover:N"),
+        ("steps:", 300.0, 48, "steps"),
+        ("steps:1,-2", 300.0, 48, "steps"),
+        ("day", 0.0, 48, "--period"),
+        ("day", 300.0, 0, "--max-concurrency"),
+    ],
+)
+def test_bad_pattern_input_names_the_flag(text: str, period: float, max_c: int, names: str) -> None:
+    with pytest.raises(BenchError, match=names):
+        parse_pattern(text, period, max_c)
+
+
+def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", "bench", "load", "--server", "http://127.0.0.1:9",
+         "--pattern", "hover:abc"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "error:" in proc.stderr and "hover:N" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "console.cli", "bench", "load", "--server", "http://127.0.0.1:9",
+         "--duration", "5s"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "unreachable" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.integration
+def test_walk_follows_the_target_against_the_simulator(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = simulator_factory(profile=GLM5, api_key="walk-key")
+    statuses: list[str] = []
+    config = WalkConfig(
+        server=sim.base_url, pattern=parse_pattern("steps:2,12", 8.0), duration_s=8.0, output_len=32,
+        status_every_s=1.0,
+    )  # fmt: skip
+    stats = asyncio.run(walk(config, api_key="walk-key", on_status=statuses.append))
+    assert stats.errors == 0, stats.last_error
+    assert stats.done > 10 and stats.tokens() > 0
+    assert not stats.in_flight  # nothing left streaming after the stop
+    targets = {int(line.split("target C=")[1].split()[0]) for line in statuses}
+    assert {2, 12} <= targets
+    # at some status line while the target was 12, more than 2 requests were streaming at once
+    in_flight = [int(line.split("in flight")[1].split()[0]) for line in statuses if "target C=12" in line]
+    assert max(in_flight) > 2
+
+
+@pytest.mark.integration
+def test_walk_without_the_api_key_reports_errors_not_a_crash(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+    sim = simulator_factory(profile=GLM5, api_key="walk-key")
+    config = WalkConfig(server=sim.base_url, pattern=parse_pattern("hover:3", 10.0), duration_s=2.0)
+    with pytest.raises(ConnectionError, match="401"):
+        asyncio.run(walk(config))  # /server_info refuses: one clear error before any load
+
+
+@pytest.mark.integration
+def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import time
+
+    sim = simulator_factory(profile=GLM5)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "bench", "load", "--server", sim.base_url, "--pattern",
+         "hover:4", "--status-every", "1s", "--output-len", "16"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        lines: list[str] = []
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "target C=" in line and "tok/s" in line:
+                break
+        assert any("target C=" in line for line in lines), "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, rest
+    assert "stopped (signal)" in rest and "Traceback" not in rest
