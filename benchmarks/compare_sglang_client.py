@@ -9,7 +9,7 @@ closed loop with the same request count, lengths and ``--max-concurrency``, both
 ``output_throughput`` figures (SGLang's definition: output tokens / wall time of the run) and their ratio.
 
 Nothing is downloaded: random-ids only needs a tokenizer for its vocabulary size and for decoding the ids
-into prompt text, so a small word-level tokenizer is built locally (``tokenizers``) and passed with
+into prompt text, so a byte-level tokenizer is built locally (``tokenizers``) and passed with
 ``--tokenizer``; the simulator reports real token counts, SGLang's client counts ``ignore_eos`` lengths.
 """
 
@@ -39,19 +39,18 @@ from tests.simulator_process import SimulatorProcess
 DEFAULT_SGLANG_PYTHON = Path.home() / ".cache/spectower/sglang-0.5.23/bin/python"
 TOLERANCE = 0.05
 
-# Built with `tokenizers` inside the SGLang venv: a word-level vocabulary of 2,000 words.
+# Built with `tokenizers` inside the SGLang venv: byte-level, one token per byte (256 ids). Every non-empty
+# text chunk then retokenizes to >= 1 token: SGLang's client divides each chunk's ITL by that count.
 _MAKE_TOKENIZER = r"""
 import sys
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
-vocab = {"[UNK]": 0, "[PAD]": 1}
-for i in range(2000):
-    vocab[f"w{i}"] = len(vocab)
-tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-tok.decoder = decoders.WordPiece(prefix="##")
-fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
-fast.save_pretrained(sys.argv[1])
+alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+vocab = {ch: i for i, ch in enumerate(alphabet)}
+tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(sys.argv[1])
 """
 
 

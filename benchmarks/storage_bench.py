@@ -139,13 +139,21 @@ def part2_fill(path: Path, gpus: int, days: int) -> tuple[float, float]:
     with db.engine.connect() as conn:
         n = conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar_one()
         n += conn.execute(text("SELECT count(*) FROM engine_sample")).scalar_one()
+    # steady state: the writer folds in what arrived during the last minute
+    w = db.writer(maintenance=None)
+    gids = [g.id for g in queries.gpus(db, host="bench-host")]
+    for i in range(60):
+        w.put(engine_row(sid, T0 + i, i), *(gpu_row(g, T0 + i, i) for g in gids if g is not None))
+    assert w.flush(timeout=120)
+    t = time.perf_counter()
+    folded = db.update_rollups(now=T0 + 60)
+    minute_ms = (time.perf_counter() - t) * 1000
     per_day = n / days
     print(
         f"[2] filled {days} days: {n:,} raw samples ({per_day:,.0f}/day), {n / fill_s:,.0f} rows/s generated;"
     )
-    print(
-        f"    rollup maintenance {roll_s / days:.1f} s per day of data ({n / roll_s:,.0f} samples/s folded)"
-    )
+    print(f"    rollup backfill: {roll_s / days:.1f} s per day of data ({n / roll_s:,.0f} samples/s);")
+    print(f"    steady state: folding the last minute ({folded} samples) into rollups: {minute_ms:.0f} ms")
     db.close()
     return start, T0
 

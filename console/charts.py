@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 DEFAULT_HEIGHT = 300
 COLOR_ON = "#2ca02c"
@@ -18,21 +17,86 @@ COLOR_STALE = "#9e9e9e"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _layout(fig: go.Figure, title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "font": {"size": 15}},
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-        hovermode="x unified",
+def _base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "font": {"size": 15}},
+        "height": height,
+        "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        "hovermode": "x unified",
+        "xaxis": {},
+        "yaxis": {"title": {"text": y_title}} if y_title else {},
+        "shapes": [],
+        "annotations": [],
+    }
+
+
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+    """A figure from plain dicts without plotly's per-property validation (the slowest part of a live
+    refresh on a busy host); every key used in this module is a documented plotly attribute."""
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888") -> None:
+    layout["shapes"].append(
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "yref": "y",
+            "y0": y,
+            "y1": y,
+            "line": {"dash": "dot", "color": color},
+        }
     )
-    if y_title:
-        fig.update_yaxes(title_text=y_title)
-    return fig
+    layout["annotations"].append(
+        {
+            "xref": "paper",
+            "x": 1,
+            "yref": "y",
+            "y": y,
+            "text": text,
+            "showarrow": False,
+            "xanchor": "right",
+            "yanchor": "bottom",
+        }
+    )
 
 
-def _times(ts: pd.Series) -> pd.Series:
-    return pd.to_datetime(ts, unit="s", utc=True)
+def _vline(layout: dict[str, Any], x: float, text: str, color: str, dash: str = "dash") -> None:
+    layout["shapes"].append(
+        {
+            "type": "line",
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "xref": "x",
+            "x0": x,
+            "x1": x,
+            "line": {"dash": dash, "color": color},
+        }
+    )
+    layout["annotations"].append(
+        {
+            "yref": "paper",
+            "y": 1,
+            "xref": "x",
+            "x": x,
+            "text": text,
+            "showarrow": False,
+            "xanchor": "left",
+            "yanchor": "top",
+        }
+    )
+
+
+def _times(ts: pd.Series) -> list[str]:
+    return pd.to_datetime(ts, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
+
+
+def _values(s: pd.Series) -> list[float | None]:
+    return [None if pd.isna(v) else float(v) for v in s]
 
 
 def timeseries(
@@ -45,7 +109,7 @@ def timeseries(
     height: int = DEFAULT_HEIGHT,
 ) -> go.Figure:
     """Mean line per column (label -> column), shaded min..max band when the frame has it."""
-    fig = go.Figure()
+    data: list[dict[str, Any]] = []
     if not df.empty:
         x = _times(df["ts"])
         for i, (col, label) in enumerate(columns.items()):
@@ -53,24 +117,43 @@ def timeseries(
                 continue
             color = COLOR_STALE if stale else PALETTE[i % len(PALETTE)]
             if band and f"{col}_max" in df and f"{col}_min" in df:
-                fig.add_trace(
-                    go.Scatter(x=x, y=df[f"{col}_max"], line={"width": 0}, showlegend=False, hoverinfo="skip")
+                data.append(
+                    {
+                        "type": "scatter",
+                        "x": x,
+                        "y": _values(df[f"{col}_max"]),
+                        "mode": "lines",
+                        "line": {"width": 0},
+                        "showlegend": False,
+                        "hoverinfo": "skip",
+                    }
                 )
-                fig.add_trace(
-                    go.Scatter(
-                        x=x,
-                        y=df[f"{col}_min"],
-                        line={"width": 0},
-                        fill="tonexty",
-                        showlegend=False,
-                        hoverinfo="skip",
-                        fillcolor=_rgba(color, 0.15),
-                    )
+                data.append(
+                    {
+                        "type": "scatter",
+                        "x": x,
+                        "y": _values(df[f"{col}_min"]),
+                        "mode": "lines",
+                        "line": {"width": 0},
+                        "fill": "tonexty",
+                        "fillcolor": _rgba(color, 0.15),
+                        "showlegend": False,
+                        "hoverinfo": "skip",
+                    }
                 )
-            fig.add_trace(go.Scatter(x=x, y=df[col], name=label, mode="lines", line={"color": color}))
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": _values(df[col]),
+                    "name": label,
+                    "mode": "lines",
+                    "line": {"color": color},
+                }
+            )
     if stale:
         title += "  (STALE)"
-    return _layout(fig, title, y_title, height)
+    return _figure(data, _base_layout(title, y_title, height))
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -87,122 +170,131 @@ def speedup_chart(
     max_running: int | None = None,
 ) -> go.Figure:
     """Speedup (spec on / spec off) vs concurrency: live bins, benchmark curves, crossovers, now."""
-    fig = go.Figure()
-    fig.add_hline(y=1.0, line={"dash": "dot", "color": "#888"}, annotation_text="break-even")
+    layout = _base_layout("Speedup from speculation vs load", "spec on / spec off", 420)
+    data: list[dict[str, Any]] = []
+    _hline(layout, 1.0, "break-even")
     for i, (label, curve) in enumerate(bench.items()):
         if curve.empty:
             continue
-        fig.add_trace(
-            go.Scatter(
-                x=curve["concurrency"],
-                y=curve["speedup"],
-                name=f"benchmark: {label}",
-                mode="lines+markers",
-                line={"color": PALETTE[(i + 1) % len(PALETTE)], "dash": "dash"},
-            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": _values(curve["concurrency"]),
+                "y": _values(curve["speedup"]),
+                "name": f"benchmark: {label}",
+                "mode": "lines+markers",
+                "line": {"color": PALETTE[(i + 1) % len(PALETTE)], "dash": "dash"},
+            }
         )
     if not live.empty and live["speedup"].notna().any():
         ok = live.dropna(subset=["speedup"])
-        fig.add_trace(
-            go.Scatter(
-                x=ok["concurrency"],
-                y=ok["speedup"],
-                name="live (production traffic)",
-                mode="lines+markers",
-                line={"color": COLOR_LIVE, "width": 3},
-                marker={"size": 9},
-                customdata=ok[["n_on", "n_off"]],
-                hovertemplate="c=%{x:.1f} speedup=%{y:.3f} (samples on %{customdata[0]}, "
+        data.append(
+            {
+                "type": "scatter",
+                "x": _values(ok["concurrency"]),
+                "y": _values(ok["speedup"]),
+                "name": "live (production traffic)",
+                "mode": "lines+markers",
+                "line": {"color": COLOR_LIVE, "width": 3},
+                "marker": {"size": 9},
+                "customdata": ok[["n_on", "n_off"]].astype(int).values.tolist(),
+                "hovertemplate": "c=%{x:.1f} speedup=%{y:.3f} (samples on %{customdata[0]}, "
                 "off %{customdata[1]})<extra></extra>",
-            )
+            }
         )
     for label, x in crossovers.items():
         if x is not None and not math.isnan(x):
-            fig.add_vline(
-                x=x,
-                line={"dash": "dash", "color": "#d62728"},
-                annotation_text=f"crossover {label}: {x:.1f}",
-                annotation_position="top left",
-            )
+            _vline(layout, x, f"crossover {label}: {x:.1f}", "#d62728")
     if operating_point is not None:
         cx, cy, text = operating_point
-        fig.add_trace(
-            go.Scatter(
-                x=[cx],
-                y=[cy],
-                name="now",
-                mode="markers+text",
-                text=[text],
-                textposition="top center",
-                marker={
+        data.append(
+            {
+                "type": "scatter",
+                "x": [cx],
+                "y": [cy],
+                "name": "now",
+                "mode": "markers+text",
+                "text": [text],
+                "textposition": "top center",
+                "marker": {
                     "size": 18,
                     "symbol": "star",
                     "color": "#ffbf00",
                     "line": {"width": 1, "color": "#000"},
                 },
-            )
+            }
         )
     if max_running:
-        fig.add_vline(x=max_running, line={"dash": "dot", "color": "#999"}, annotation_text="max_running")
-        fig.update_xaxes(range=[0, max_running * 1.05])
-    if not fig.data:  # nothing measured yet: still draw a readable frame around break-even
-        fig.update_yaxes(range=[0.5, 1.5])
-        fig.add_annotation(
-            text="no speedup measured yet",
-            showarrow=False,
-            x=0.5,
-            y=0.5,
-            xref="paper",
-            yref="paper",
-            font={"size": 16, "color": "#999"},
+        _vline(layout, max_running, "max_running", "#999", "dot")
+        layout["xaxis"]["range"] = [0, max_running * 1.05]
+    if not data:  # nothing measured yet: still draw a readable frame around break-even
+        layout["yaxis"]["range"] = [0.5, 1.5]
+        layout["annotations"].append(
+            {
+                "text": "no speedup measured yet",
+                "showarrow": False,
+                "x": 0.5,
+                "y": 0.5,
+                "xref": "paper",
+                "yref": "paper",
+                "font": {"size": 16, "color": "#999"},
+            }
         )
-    fig.update_xaxes(title_text="concurrency (running requests)")
-    return _layout(fig, "Speedup from speculation vs load", "spec on / spec off", height=420)
+    layout["xaxis"]["title"] = {"text": "concurrency (running requests)"}
+    return _figure(data, layout)
 
 
 def policy_timeline(load: pd.DataFrame, events: pd.DataFrame, max_running: int | None = None) -> go.Figure:
     """Running requests over time with the knob (step line) and each policy decision as a marker."""
-    fig = make_subplots(specs=[[{"secondary_y": False}]])
+    layout = _base_layout("Policy decisions under the load they answered", "requests / batch size", 320)
+    data: list[dict[str, Any]] = []
     if not load.empty:
         x = _times(load["ts"])
-        fig.add_trace(go.Scatter(x=x, y=load["num_running_reqs"], name="running requests", mode="lines"))
+        data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": _values(load["num_running_reqs"]),
+                "name": "running requests",
+                "mode": "lines",
+            }
+        )
         if "spec_max_bs" in load and load["spec_max_bs"].notna().any():
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=load["spec_max_bs"],
-                    name="knob (spec_max_bs)",
-                    mode="lines",
-                    line={"shape": "hv", "color": COLOR_ON, "width": 2},
-                )
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": _values(load["spec_max_bs"]),
+                    "name": "knob (spec_max_bs)",
+                    "mode": "lines",
+                    "line": {"shape": "hv", "color": COLOR_ON, "width": 2},
+                }
             )
     if not events.empty:
         ev = events.sort_values("ts")
         color = [COLOR_ON if bool(c) else COLOR_OFF for c in ev["confirmed"]]
-        fig.add_trace(
-            go.Scatter(
-                x=_times(ev["ts"]),
-                y=ev["new_max_bs"].astype(float),
-                name="policy decision",
-                mode="markers",
-                marker={"symbol": "diamond", "size": 11, "color": color},
-                text=[
-                    f"{a}: {o} → {n} ({r})"
-                    for a, o, n, r in zip(
-                        ev["actor"], ev["old_max_bs"], ev["new_max_bs"], ev["reason"], strict=True
-                    )
-                ],
-                hovertemplate="%{text}<extra></extra>",
-            )
+        text = [
+            f"{a}: {o} → {n} ({r})"
+            for a, o, n, r in zip(ev["actor"], ev["old_max_bs"], ev["new_max_bs"], ev["reason"], strict=True)
+        ]
+        data.append(
+            {
+                "type": "scatter",
+                "x": _times(ev["ts"]),
+                "y": _values(ev["new_max_bs"].astype(float)),
+                "name": "policy decision",
+                "mode": "markers",
+                "text": text,
+                "marker": {"symbol": "diamond", "size": 11, "color": color},
+                "hovertemplate": "%{text}<extra></extra>",
+            }
         )
     if max_running:
-        fig.add_hline(y=max_running, line={"dash": "dot", "color": "#999"}, annotation_text="max_running")
-    return _layout(fig, "Policy decisions under the load they answered", "requests / batch size", 320)
+        _hline(layout, max_running, "max_running", "#999")
+    return _figure(data, layout)
 
 
-def gpu_grid(
-    df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: str, y_title: str
-) -> go.Figure:
+def gpu_grid(df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: str, y_title: str) -> go.Figure:
     """Small multiples: one panel per GPU for one metric.
 
     Built as a plain figure dict with hand-placed axis domains: make_subplots + add_trace(row, col)
@@ -228,8 +320,14 @@ def gpu_grid(
         r, c = divmod(j, cols)
         k = "" if j == 0 else str(j + 1)
         x0, y1 = c * (w + gap_x), 1 - r * (h + gap_y)
-        layout[f"xaxis{k}"] = {"domain": [_unit(x0), _unit(x0 + w)], "anchor": f"y{k}", "type": "date", "tickformat": "%H:%M",
-                               "nticks": 4, "showticklabels": r == rows - 1 or j + cols >= n}  # fmt: skip
+        layout[f"xaxis{k}"] = {
+            "domain": [_unit(x0), _unit(x0 + w)],
+            "anchor": f"y{k}",
+            "type": "date",
+            "tickformat": "%H:%M",
+            "nticks": 4,
+            "showticklabels": r == rows - 1 or j + cols >= n,
+        }
         layout[f"yaxis{k}"] = {"domain": [_unit(y1 - h), _unit(y1)], "anchor": f"x{k}", "rangemode": "tozero"}
         if ymax is not None:
             layout[f"yaxis{k}"]["range"] = [0, ymax * 1.05 or 1]
@@ -237,15 +335,33 @@ def gpu_grid(
             layout[f"yaxis{k}"]["title"] = {"text": y_title}
         else:
             layout[f"yaxis{k}"]["showticklabels"] = False
-        layout["annotations"].append({"text": labels[gid], "x": x0 + w / 2, "y": y1, "xref": "paper",
-                                      "yref": "paper", "showarrow": False, "yanchor": "bottom",
-                                      "font": {"size": 11}})  # fmt: skip
+        layout["annotations"].append(
+            {
+                "text": labels[gid],
+                "x": x0 + w / 2,
+                "y": y1,
+                "xref": "paper",
+                "yref": "paper",
+                "showarrow": False,
+                "yanchor": "bottom",
+                "font": {"size": 11},
+            }
+        )
         part = df[df["gpu_id"] == gid] if not df.empty else df
         if part.empty or metric not in part:
             continue
-        data.append({"type": "scatter", "mode": "lines", "name": labels[gid], "xaxis": f"x{k}", "yaxis": f"y{k}",
-                     "x": _times(part["ts"]).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist(),
-                     "y": part[metric].tolist(), "line": {"color": PALETTE[j % len(PALETTE)]}})  # fmt: skip
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": labels[gid],
+                "xaxis": f"x{k}",
+                "yaxis": f"y{k}",
+                "x": _times(part["ts"]),
+                "y": part[metric].tolist(),
+                "line": {"color": PALETTE[j % len(PALETTE)]},
+            }
+        )
     # _validate=False: the dict above is built from known-good keys; plotly's validation of 8 panels is the
     # slowest part of a refresh (~200 ms on a busy 2-core host), the figure it produces is the same.
     return go.Figure({"data": data, "layout": layout}, _validate=False)
@@ -258,7 +374,7 @@ def _unit(v: float) -> float:
 
 def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughput") -> go.Figure:
     """Throughput (or a latency column) vs concurrency, spec on solid, spec off dashed, per run."""
-    fig = go.Figure()
+    data: list[dict[str, Any]] = []
     for i, (label, pts) in enumerate(runs.items()):
         if pts.empty:
             continue
@@ -268,17 +384,19 @@ def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughpu
             part = part.dropna(subset=["concurrency", what]).sort_values("concurrency")
             if part.empty:
                 continue
-            fig.add_trace(
-                go.Scatter(
-                    x=part["concurrency"],
-                    y=part[what],
-                    mode="lines+markers",
-                    name=f"{label} {name}".strip(),
-                    line={"color": color, "dash": dash},
-                )
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": _values(part["concurrency"]),
+                    "y": _values(part[what]),
+                    "mode": "lines+markers",
+                    "name": f"{label} {name}".strip(),
+                    "line": {"color": color, "dash": dash},
+                }
             )
-    fig.update_xaxes(title_text="concurrency")
-    return _layout(fig, what.replace("_", " "), "", 360)
+    layout = _base_layout(what.replace("_", " "), "", 360)
+    layout["xaxis"]["title"] = {"text": "concurrency"}
+    return _figure(data, layout)
 
 
 def bench_speedups(curves: Mapping[str, pd.DataFrame], crossovers: Mapping[str, float | None]) -> go.Figure:

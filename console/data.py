@@ -146,7 +146,12 @@ def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
 
 
 def _series_rows(
-    db: Database, kind: queries.SeriesKind, source_id: int, columns: Sequence[str], t0: float, t1: float,
+    db: Database,
+    kind: queries.SeriesKind,
+    source_id: int,
+    columns: Sequence[str],
+    t0: float,
+    t1: float,
     max_points: int,
 ) -> dict[float, dict[str, float | None]]:
     """storage.queries.series per metric (raw or rollup tier, <= max_points buckets), keyed by bucket ts."""
@@ -159,7 +164,12 @@ def _series_rows(
 
 
 def _series_frame(
-    db: Database, kind: queries.SeriesKind, source_id: int, columns: Sequence[str], t0: float, t1: float,
+    db: Database,
+    kind: queries.SeriesKind,
+    source_id: int,
+    columns: Sequence[str],
+    t0: float,
+    t1: float,
     max_points: int,
 ) -> pd.DataFrame:
     names = ["ts", *[f"{c}{x}" for c in columns for x in ("", "_min", "_max")]]

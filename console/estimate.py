@@ -24,12 +24,19 @@ def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def crossover(concurrency: Sequence[float], speedup: Sequence[float]) -> float | None:
-    """The first concurrency where speedup falls through 1.0, linearly interpolated; None if it never does."""
+    """The first concurrency where speedup falls through 1.0, None if it never does.
+
+    Interpolated linearly in log(concurrency), the same rule the sweep uses (collectors/bench/ratio.py),
+    so a live estimate and a benchmark's stored crossover are comparable.
+    """
     pairs = [(float(c), float(s)) for c, s in zip(concurrency, speedup, strict=True) if not math.isnan(s)]
     pairs.sort()
     for (c0, s0), (c1, s1) in itertools.pairwise(pairs):
         if s0 >= 1.0 > s1:
-            return c0 + (s0 - 1.0) * (c1 - c0) / (s0 - s1)
+            frac = (s0 - 1.0) / (s0 - s1)
+            if c0 > 0 and c1 > 0:
+                return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
+            return c0 + frac * (c1 - c0)
     return None
 
 

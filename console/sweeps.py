@@ -66,6 +66,7 @@ def sweep_argv(
         str(duration_s),
         "--db",
         db_url,
+        "--save",
     ]
     if tag:
         argv += ["--tag", tag]

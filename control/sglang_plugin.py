@@ -21,6 +21,8 @@ AROUND hooks through SGLang's ``HookRegistry``:
 - ``Scheduler.get_internal_state``: adds ``"spectower": {"plugin_version", "spec_max_bs", "batches_drafted",
   "batches_gated", "refused", "gate"}`` (the first four are the contract; ``refused`` is null or why the
   gate is inactive; ``gate`` shows the hysteresis settings and whether it is closed now).
+  ``batches_drafted`` counts decode batches that drafted (steps > 0), ``batches_gated`` those the gate
+  forced to 0; a batch SGLang's own band put at 0 counts as neither.
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps.
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
   forced zeros never drag down the band's acceptance EMA (nor count toward its update interval).
@@ -39,7 +41,9 @@ Refusal (loud warning, server unharmed): if any target is missing, ``register()`
 server runs without ``--speculative-adaptive`` (or SGLang fell back from adaptive, or a band of its adaptive
 config lacks step 0, so a forced 0 would have no runtime state / CUDA graph), the hooks pass everything
 through to SGLang, ``set_internal_state`` answers ``updated=False`` for our key, and ``get_internal_state``
-says why under ``spectower.refused``. No hook ever raises into SGLang: an unexpected error inside our own
+says why under ``spectower.refused``. The server's arguments are not published yet when ``load_plugins()``
+runs, so that verdict is reached (and logged, once) at the first ``/set_internal_state``, ``/server_info``
+or decode batch. No hook ever raises into SGLang: an unexpected error inside our own
 logic is logged once and the original method's answer is returned.
 """
 

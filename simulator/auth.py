@@ -1,6 +1,6 @@
 """SGLang's HTTP auth rules (reference §4), as one pure decision function plus an ASGI wrapper.
 
-- Always open: ``/health``, ``/health_generate``, ``/ready``, ``/metrics``.
+- Always open: paths starting with ``/health`` or ``/metrics`` (SGLang matches by prefix), and ``/ready``.
 - Inference and read endpoints (NORMAL): need ``--api-key`` when it is set.
 - ADMIN_OPTIONAL endpoints (``/set_internal_state``, ``/flush_cache``, ...): open when no key is
   configured; need the api key when only it is set; need the admin key when that is set.
@@ -12,7 +12,9 @@ from __future__ import annotations
 import hmac
 from enum import Enum
 
-OPEN_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
+OPEN_PREFIXES = ("/health", "/metrics")
+OPEN_PATHS = frozenset({"/ready"})
+# SGLang's ADMIN_OPTIONAL endpoints (those the simulator answers, and more so that probes are refused alike).
 ADMIN_OPTIONAL_PATHS = frozenset(
     {
         "/set_internal_state",
@@ -22,6 +24,15 @@ ADMIN_OPTIONAL_PATHS = frozenset(
         "/start_profile",
         "/stop_profile",
         "/abort_request",
+        "/slow_down",
+        "/freeze_gc",
+        "/configure_logging",
+        "/update_weights_from_disk",
+        "/update_weight_version",
+        "/release_memory_occupation",
+        "/resume_memory_occupation",
+        "/load_lora_adapter",
+        "/unload_lora_adapter",
     }
 )
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
@@ -34,7 +45,7 @@ class AuthLevel(Enum):
 
 
 def auth_level(path: str) -> AuthLevel:
-    if path in OPEN_PATHS:
+    if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
         return AuthLevel.OPEN
     if path in ADMIN_OPTIONAL_PATHS:
         return AuthLevel.ADMIN_OPTIONAL
@@ -44,10 +55,11 @@ def auth_level(path: str) -> AuthLevel:
 def bearer_token(authorization: str | None) -> str | None:
     if not authorization:
         return None
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    # As SGLang: "<scheme> <token>", scheme case-insensitive, the token compared verbatim.
+    scheme, sep, token = authorization.partition(" ")
+    if not sep or scheme.lower() != "bearer" or not token:
         return None
-    return token.strip()
+    return token
 
 
 def _matches(token: str | None, key: str) -> bool:

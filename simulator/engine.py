@@ -43,8 +43,6 @@ MAX_LAG_S = 0.5
 MIN_PREFILL_S = 0.001
 # SGLang's default --max-prefill-tokens: one prefill batch admits at most this many prompt tokens.
 MAX_PREFILL_TOKENS = 16384
-# After this long without a decode step, gen_throughput reads 0 (SGLang's idle decay, reference §5).
-GEN_THROUGHPUT_IDLE_RESET_S = 30.0
 # KV cache bytes per token of a large model in bf16 (sizes the simulated token pool from GPU memory).
 KV_BYTES_PER_TOKEN = 131072
 # Share of GPU memory SGLang's --mem-fraction-static leaves to weights / KV cache / CUDA graphs.
@@ -217,13 +215,6 @@ class RankScheduler:
         return self.cum_accept_tokens / self.cum_verify_ct if self.cum_verify_ct else None
 
     def current_gen_throughput(self) -> float:
-        if self.running or self.waiting:
-            return self.gauges.gen_throughput
-        if (
-            self.last_decode_mono is None
-            or time.monotonic() - self.last_decode_mono > GEN_THROUGHPUT_IDLE_RESET_S
-        ):
-            return 0.0
         return self.gauges.gen_throughput
 
     def flush(self) -> None:
@@ -406,7 +397,11 @@ class RankScheduler:
         self._win_start = now
 
     def _publish_idle(self) -> None:
+        # SGLang's _maybe_log_idle_metrics: once the scheduler finds no batch while its running gauge
+        # still shows requests, it publishes idle stats at once, gen_throughput 0 included (otherwise
+        # every 30 s). /server_info's last_gen_throughput keeps the last busy value.
         g = self.gauges
+        g.gen_throughput = 0.0
         g.num_running_reqs = 0
         g.num_queue_reqs = 0
         g.num_used_tokens = 0

@@ -1,11 +1,12 @@
-"""Error bodies as SGLang's HTTP server writes them (OpenAI-style ``ErrorResponse``)."""
+"""Error bodies as SGLang's HTTP server writes them (its OpenAI-style ``ErrorResponse``: ``object,
+message, type, param, code``; request validation errors are 400 with ``type`` "Bad Request")."""
 
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
 
-def error_response(message: str, status: int = 400, err_type: str = "BadRequestError") -> JSONResponse:
+def error_response(message: str, status: int = 400, err_type: str = "Bad Request") -> JSONResponse:
     return JSONResponse(
         {"object": "error", "message": message, "type": err_type, "param": None, "code": status},
         status_code=status,
@@ -13,4 +14,4 @@ def error_response(message: str, status: int = 400, err_type: str = "BadRequestE
 
 
 def bad_request(message: str) -> JSONResponse:
-    return error_response(message, 400, "BadRequestError")
+    return error_response(message, 400, "Bad Request")

@@ -42,6 +42,7 @@ FLUSH_MESSAGE = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
     "waiting requests, the operation will not be performed.)\n"
 )
+FLUSH_FAILED = "Flush cache failed.\n"
 LOAD_SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues")
 
 
@@ -126,7 +127,7 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
     @router.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         ok = engine.flush_cache()
-        return PlainTextResponse(FLUSH_MESSAGE, status_code=200 if ok else 400)
+        return PlainTextResponse(FLUSH_MESSAGE if ok else FLUSH_FAILED, status_code=200 if ok else 400)
 
     @router.api_route("/set_internal_state", methods=["POST", "PUT"])
     async def set_internal_state(request: Request) -> Response:

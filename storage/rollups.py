@@ -2,9 +2,9 @@
 
 Raw samples newer than the watermark (``rollup_state.last_id``, the highest sample id already folded
 in) are found by primary key, so each maintenance run reads only what arrived since the last one. The
-(source, hour) buckets those rows touch are recomputed whole from raw (minute rollups) and from the
-minute rollups (hour rollups), so a late sample (a collector flushing its buffer after an outage)
-lands in the right bucket instead of being lost.
+(source, minute) buckets those rows touch are recomputed whole from raw samples, and the hours around
+them from the minute rollups, so a late sample (a collector flushing its buffer after an outage) lands
+in the right bucket instead of being lost, and a run every minute costs about a minute of samples.
 
 Caveat for PostgreSQL: ids from a sequence can commit out of order under concurrent writers; spectower
 has one writer per database, so the watermark is exact there too.
@@ -12,6 +12,7 @@ has one writer per database, so the watermark is exact there too.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,10 +65,10 @@ def _set_watermark(conn: Connection, spec: RollupSpec, last_id: int, now: float)
         conn.execute(st.insert().values(sample_table=spec.sample_table, last_id=last_id, updated_ts=now))
 
 
-def _ranges(hours: list[int]) -> list[tuple[int, int]]:
-    """Contiguous runs of hour indexes -> [(first_hour, last_hour_exclusive)]."""
+def _ranges(indexes: list[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of bucket indexes -> [(first, last_exclusive)]."""
     out: list[tuple[int, int]] = []
-    for h in sorted(set(hours)):
+    for h in sorted(set(indexes)):
         if out and out[-1][1] == h:
             out[-1] = (out[-1][0], h + 1)
         else:
@@ -76,22 +77,26 @@ def _ranges(hours: list[int]) -> list[tuple[int, int]]:
 
 
 def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: float, hi: float) -> None:
-    """Recompute the minute and hour rollups of one source over [lo, hi) (hour-aligned)."""
+    """Recompute one source's minute rollups over [lo, hi) (minute-aligned) from raw samples, then
+    its hour rollups over the whole hours that range touches, from the minute rollups."""
     name = conn.dialect.name
     sample, rollup = spec.sample, spec.rollup
     src_where = [sample.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
     roll_where = [rollup.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
     metric_cols = [f"{m}_{agg}" for m in spec.metrics for agg in ("min", "max", "sum", "n")]
     cols = ["res_s", *spec.source_cols, "bucket_ts", "n", *metric_cols]
+    h_lo = math.floor(lo / HOUR_S) * HOUR_S
+    h_hi = math.ceil(hi / HOUR_S) * HOUR_S
 
-    for res in ROLLUP_RESOLUTIONS_S:
+    def clear(res: int, a: float, b: float) -> None:
         conn.execute(
             rollup.delete().where(
-                and_(rollup.c.res_s == res, *roll_where, rollup.c.bucket_ts >= lo, rollup.c.bucket_ts < hi)
+                and_(rollup.c.res_s == res, *roll_where, rollup.c.bucket_ts >= a, rollup.c.bucket_ts < b)
             )
         )
 
     # minute buckets from raw samples
+    clear(MINUTE_S, lo, hi)
     bucket = dialect.bucket_index(name, sample.c.ts, 0.0, MINUTE_S)
     aggs: list[Any] = []
     for m in spec.metrics:
@@ -110,7 +115,8 @@ def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: fl
     )
     conn.execute(rollup.insert().from_select(cols, minute_sel))
 
-    # hour buckets from the minute buckets just written
+    # hour buckets from the minute buckets (60 rows an hour: cheap to redo whole)
+    clear(HOUR_S, h_lo, h_hi)
     hbucket = dialect.bucket_index(name, rollup.c.bucket_ts, 0.0, HOUR_S)
     haggs: list[Any] = []
     for m in spec.metrics:
@@ -129,7 +135,9 @@ def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: fl
             *haggs,
         )
         .where(
-            and_(rollup.c.res_s == MINUTE_S, *roll_where, rollup.c.bucket_ts >= lo, rollup.c.bucket_ts < hi)
+            and_(
+                rollup.c.res_s == MINUTE_S, *roll_where, rollup.c.bucket_ts >= h_lo, rollup.c.bucket_ts < h_hi
+            )
         )
         .group_by(*[rollup.c[c] for c in spec.source_cols], hbucket)
     )
@@ -143,22 +151,22 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
     if max_id is None or max_id <= last_id:
         return 0
-    hour = dialect.bucket_index(conn.dialect.name, sample.c.ts, 0.0, HOUR_S)
+    minute = dialect.bucket_index(conn.dialect.name, sample.c.ts, 0.0, MINUTE_S)
     new_rows = and_(sample.c.id > last_id, sample.c.id <= max_id)
     touched = conn.execute(
-        select(*[sample.c[c] for c in spec.source_cols], hour, func.count())
+        select(*[sample.c[c] for c in spec.source_cols], minute, func.count())
         .where(new_rows)
-        .group_by(*[sample.c[c] for c in spec.source_cols], hour)
+        .group_by(*[sample.c[c] for c in spec.source_cols], minute)
     ).all()
     per_source: dict[tuple[Any, ...], list[int]] = {}
     n_new = 0
     for row in touched:
-        *src, h, n = row
-        per_source.setdefault(tuple(src), []).append(int(h))
+        *src, m, n = row
+        per_source.setdefault(tuple(src), []).append(int(m))
         n_new += int(n)
-    for source, hours in per_source.items():
-        for h0, h1 in _ranges(hours):
-            _rebuild(conn, spec, source, float(h0 * HOUR_S), float(h1 * HOUR_S))
+    for source, minutes in per_source.items():
+        for m0, m1 in _ranges(minutes):
+            _rebuild(conn, spec, source, float(m0 * MINUTE_S), float(m1 * MINUTE_S))
     _set_watermark(conn, spec, int(max_id), now)
     return n_new
 

@@ -3,15 +3,17 @@
 # building the virtual environment first when it is missing. Idempotent: a marker file records a complete
 # build, so a second run only prints the path. Progress goes to stderr.
 #
-# Where: ${SPECTOWER_SGLANG_VENV:-$HOME/.cache/spectower/sglang-0.5.23}.
-# pip's dependency-resolver complaints (sglang pins torch 2.14.1 and tokenizers 0.23.2; the classes the
-# tests use import fine with these) and the "Location ... is ignored" notes of this machine's pip config are
-# filtered out; the import check at the end is what decides success.
+# Where: ${SPECTOWER_SGLANG_VENV:-$HOME/.cache/spectower/sglang-0.5.23} (about 1.8 GB; 2-4 min to build).
 # What: torch 2.13.0 (the CPU wheel pip finds locally), sglang 0.5.23 without its dependency tree (that
 # tree pulls CUDA kernels), the pure-Python packages the scheduler / speculative modules import, and two
 # stand-in modules: `triton` (imported unconditionally by sglang.srt.utils.common) and `torchvision`
 # (imported by sglang.srt.multimodal.internvl_utils, reached from internal_state.py; PyPI's torchvision
 # cannot load beside a CPU torch). Both stand-ins only need to survive import: no kernel ever runs here.
+# Beside it, $VENV/overlay-sglang-0.5.17: SGLang 0.5.17 for the same checks (see the end of this script).
+#
+# pip's complaints about sglang's unmet pins (torch 2.14.1, CUDA kernels, ...: installed without its
+# dependency tree on purpose) and this machine's "Location ... is ignored" notes are filtered out; the
+# import checks decide success.
 #
 # spectower itself is NOT installed here: the plugin tests put the current checkout and a generated
 # .dist-info (entry point group sglang.srt.plugins) on PYTHONPATH, so the checkout under test is the one
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 VENV="${SPECTOWER_SGLANG_VENV:-$HOME/.cache/spectower/sglang-0.5.23}"
-MARKER="$VENV/.spectower-sglang-env-v1"
+MARKER="$VENV/.spectower-sglang-env-v2"
 PY="$VENV/bin/python"
 
 if [ -f "$MARKER" ] && [ -x "$PY" ]; then
@@ -40,8 +42,8 @@ pip_install() {
   local out rc=0
   out="$("$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1)" || rc=$?
   if [ -n "$out" ]; then
-    grep -v -e '^WARNING: Location' -e 'requires torch==' -e 'requires tokenizers==' \
-      -e "pip's dependency resolver" <<<"$out" >&2 || true
+    grep -v -e '^WARNING: Location' -e '^sglang [0-9.]* requires ' -e "pip's dependency resolver" \
+      <<<"$out" >&2 || true
   fi
   return "$rc"
 }
@@ -65,6 +67,34 @@ from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: F401
 from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams  # noqa: F401
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2  # noqa: F401
 EOF
+
+# SGLang 0.5.17 (the plugin supports both) as an overlay the tests put first on PYTHONPATH: its package, the
+# xgrammar it imports at module level, and a sitecustomize that lets it re-register configs transformers
+# 5.19 already defines (0.5.17 registers 'qwen3_asr' again). Same venv, same stand-ins.
+OVERLAY="$VENV/overlay-sglang-0.5.17"
+log "installing the SGLang 0.5.17 overlay into $OVERLAY"
+rm -rf "$OVERLAY"
+pip_install --no-deps --target "$OVERLAY" "sglang==0.5.17" "xgrammar==0.2.1"
+cat >"$OVERLAY/sitecustomize.py" <<'PYEOF'
+"""spectower tests: let SGLang 0.5.17 register configs that transformers 5.19 already has."""
+from transformers import AutoConfig
+
+_register = AutoConfig.register
+
+
+def _register_again(model_type, config, exist_ok=False):
+    return _register(model_type, config, exist_ok=True)
+
+
+AutoConfig.register = staticmethod(_register_again)
+PYEOF
+log "checking that the 0.5.17 classes import"
+PYTHONPATH="$OVERLAY" "$PY" - >&2 <<'PYEOF'
+import sglang
+from sglang.srt.managers.scheduler import Scheduler  # noqa: F401
+from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2  # noqa: F401
+assert "overlay-sglang-0.5.17" in sglang.__file__, sglang.__file__
+PYEOF
 
 touch "$MARKER"
 log "ready in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"

@@ -89,7 +89,7 @@ def test_refused_knob_changes_nothing_and_is_audited(simulator_factory, tmp_path
     assert _knob(sim) == 5
     db = open_database(f"sqlite:///{tmp_path / 'db.sqlite'}")
     with db.session() as s:
-        events = s.exec(select(ControlEvent)).all()
+        events = s.exec(select(ControlEvent).where(ControlEvent.action == "set")).all()
         runs = s.exec(select(BenchRun)).all()
     db.close()
     assert events and all(not e.confirmed and e.error for e in events)
@@ -132,7 +132,7 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
                 try:
                     db = open_database(db_url)
                     with db.session() as s:
-                        moves = len(s.exec(select(ControlEvent)).all())
+                        moves = len(s.exec(select(ControlEvent).where(ControlEvent.action == "set")).all())
                     db.close()
                 except Exception:  # the file may be mid-creation
                     moves = 0
@@ -154,7 +154,9 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
     with db.session() as s:
         runs = s.exec(select(BenchRun)).all()
         points = s.exec(select(BenchPoint)).all()
-        last = s.exec(select(ControlEvent).order_by(ControlEvent.id.desc())).first()  # type: ignore[union-attr]
+        last = s.exec(
+            select(ControlEvent).where(ControlEvent.action == "set").order_by(ControlEvent.id.desc())
+        ).first()  # type: ignore[union-attr]
     db.close()
     assert len(runs) == 1 and json.loads(runs[0].params_json)["interrupted"] is True
     assert len(points) == len(kept)

@@ -30,18 +30,22 @@ TOLERANCE = 0.05
 # agreed with the client). Each level's on and off figures are scaled by the same factor, so every on/off
 # ratio, hence the crossover and the best knob, is exactly the shipped profile's. Noise is off because
 # glm5's ratio at 16 is 0.995: only a noise-free run places its crossover (~15) inside [8, 16] every time.
-# SPECTOWER_BENCH_MAX_CHUNKS_S raises the cap (a large value replays the shipped speeds).
+# Per request, the rate is capped too: a closed loop loses the client-server round trip between one request
+# and the next (~20 ms on this box under load), which is 10% of a 64-token request at llama's 325 tok/s
+# per request, and 1% of one that lasts two seconds. SPECTOWER_BENCH_MAX_CHUNKS_S / _MAX_REQUEST_TOK_S raise
+# the caps (large values replay the shipped speeds).
 MAX_CHUNKS_S = float(os.environ.get("SPECTOWER_BENCH_MAX_CHUNKS_S", "800"))
+MAX_REQUEST_TOK_S = float(os.environ.get("SPECTOWER_BENCH_MAX_REQUEST_TOK_S", "32"))
 
 
 def _test_profile(name: str, tmp_path: Path) -> Path:
     shipped = load_profile(name)
     data = shipped.to_json()
     scaled_on, scaled_off = [], []
-    for on, off, accept in zip(shipped.spec_on_tok_s, shipped.spec_off_tok_s,
+    for c, on, off, accept in zip(shipped.concurrency, shipped.spec_on_tok_s, shipped.spec_off_tok_s,
                                   shipped.accept_length, strict=True):  # fmt: skip
         chunks_s = max(on / accept, off)  # one SSE chunk per request per decode step
-        factor = min(1.0, MAX_CHUNKS_S / chunks_s)
+        factor = min(1.0, MAX_CHUNKS_S / chunks_s, MAX_REQUEST_TOK_S * c / max(on, off))
         scaled_on.append(on * factor)
         scaled_off.append(off * factor)
     data["output_tok_s"] = {"spec_on": scaled_on, "spec_off": scaled_off}
@@ -61,7 +65,7 @@ def _sweep(sim, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]
     argv = [
         sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url,
         "--concurrency", ",".join(map(str, LEVELS)), "--modes", "on,off",
-        "--duration-per-level", "2", "--rounds", "1",
+        "--duration-per-level", "3", "--rounds", "1",
         "--input-len", "8", "--output-len", "64", "--warmup", "1",
         "--db", str(tmp_path / "spectower.db"), "--as", "tester", "--json", *extra,
     ]  # fmt: skip
@@ -81,7 +85,14 @@ def _knob(sim) -> int:
     return httpx.get(f"{sim.base_url}/server_info").json()["internal_states"][0]["spectower"]["spec_max_bs"]
 
 
-def _check_curve(out: dict, profile_path: Path, tolerance: float = TOLERANCE) -> list[str]:
+def _check_curve(out: dict, profile_path: Path) -> list[str]:
+    """Every level within 5% of the profile, unless the simulator itself fell short there.
+
+    On a box shared by 8 engineers the simulator process is sometimes starved and produces less than its
+    profile; its own decode counter (``sglang:realtime_tokens_total{mode="decode"}``, refreshed every step
+    with ``--decode-log-interval 1``) shows it. Such a level passes only if the client measured what the
+    server produced (within 5%), i.e. the client is not the bottleneck; it is printed as a simulator
+    shortfall. Anything else (a client that miscounts or lags) fails."""
     profile = load_profile(profile_path)
     misses = []
     for p in out["points"]:
@@ -90,11 +101,14 @@ def _check_curve(out: dict, profile_path: Path, tolerance: float = TOLERANCE) ->
         server = p.get("server_decode_tok_s")
         line = (
             f"C={p['concurrency']} spec {p['mode']}: {got:.1f} vs profile {expected:.1f} "
-            f"({got / expected - 1:+.1%}); simulator's own decode counter {server or 0:.1f}, "
-            f"per-request decode x C {p.get('decode_throughput') or 0:.1f}"
+            f"({got / expected - 1:+.1%}); simulator's own decode counter {server or 0:.1f}"
         )
-        print(line)
-        if abs(got / expected - 1) > tolerance:
+        if abs(got / expected - 1) <= TOLERANCE:
+            print(line)
+        elif server and server / expected < 1 - TOLERANCE and abs(got / server - 1) <= TOLERANCE:
+            print(line + "  <- simulator shortfall (the client got what the server produced)")
+        else:
+            print(line + "  <- MISS")
             misses.append(line)
     return misses
 
@@ -104,7 +118,7 @@ def _check_curve(out: dict, profile_path: Path, tolerance: float = TOLERANCE) ->
 def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path) -> None:
     name = "glm5-nvfp4-8x-rtx-pro-6000"
     path = _test_profile(name, tmp_path)
-    sim = simulator_factory(profile=str(path), admin_key=ADMIN_KEY)
+    sim = simulator_factory(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1)
     _set_knob(sim, START_KNOB)
     profile_out = tmp_path / "measured.json"
     proc = _sweep(
@@ -123,8 +137,7 @@ def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path)
 
     assert len(out["points"]) == 2 * len(LEVELS)
     assert all(p["failed"] == 0 and p["completed"] > 0 for p in out["points"])
-    misses = _check_curve(out, path)
-    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)
+    misses = _check_curve(out, path)  # asserted last: every other behaviour is checked first
 
     cross = out["crossover"]
     print(f"crossover {cross} (profile's own: {load_profile(name).crossover():.1f})")
@@ -139,7 +152,7 @@ def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path)
     assert out["knob_restored"] and _knob(sim) == START_KNOB
     db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
     with db.session() as s:
-        events = s.exec(select(ControlEvent)).all()
+        events = s.exec(select(ControlEvent).where(ControlEvent.action == "set")).all()
         runs = s.exec(select(BenchRun)).all()
         points = s.exec(select(BenchPoint)).all()
     db.close()
@@ -171,6 +184,7 @@ def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path)
         timeout=30,
     ).json()
     assert replayed["meta_info"]["completion_tokens"] == 4
+    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)
 
 
 @pytest.mark.slow
@@ -178,13 +192,13 @@ def test_glm5_curve_crossover_save_and_replay(simulator_factory, tmp_path: Path)
 def test_llama_curve_and_no_crossover(simulator_factory, tmp_path: Path) -> None:
     name = "llama31-8b-1x-h100"
     path = _test_profile(name, tmp_path)
-    sim = simulator_factory(profile=str(path), admin_key=ADMIN_KEY)
+    sim = simulator_factory(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1)
     proc = _sweep(sim, tmp_path, "--api", "generate")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     misses = _check_curve(out, path)
-    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)
     assert out["crossover"]["status"] == "none_in_range"
     assert out["best_max_bs"] == 64
     assert out["knob_restored"] and _knob(sim) == 64
     assert all(r["ratio"] > 1.2 for r in out["ratios"])
+    assert not misses, "measured curve off the profile by more than 5%:\n" + "\n".join(misses)

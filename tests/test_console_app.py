@@ -195,12 +195,16 @@ def test_benchmarks_compare_and_export(tmp_path: Path, monkeypatch: pytest.Monke
     db = tmp_path / "s.db"
     _fill(db)
     at = _app(db, monkeypatch, "benchmarks")
+    assert _charts(at) == 3  # one run: throughput, speedup, latency
+    at.radio(key="bench_section").set_value("Compare two runs").run()
     text = _text(at)
     assert "Stack difference" in text
-    assert len(at.dataframe) >= 2  # runs list + stack difference
+    assert len(at.dataframe) == 1  # the stack difference (params differ between the two runs)
     assert any(m.label.startswith("Crossover B") for m in at.metric)
+    at.radio(key="bench_section").set_value("Export / import").run()
     at.radio(key="exp_fmt").set_value("JSONL").run()
     assert not at.exception
+    assert at.get("download_button")
 
 
 def test_control_read_only_without_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from storage import open_database
+from storage import open_database, queries
 from storage.models import ControlEvent, EngineSample
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
@@ -88,6 +88,8 @@ def test_operator_flips_speculation_off_and_sees_read_back(
     assert any("Confirmed by read-back" in s.value and "**0**" in s.value for s in at.success), [
         s.value for s in at.success
     ]
+    # the headline shows the read-back before the collector has recorded it
+    assert any("read back from the server just now" in m.value and ">OFF<" in m.value for m in at.markdown)
     # ... which is what the simulator really holds now ...
     assert _server_knob(sim) == 0
     # ... and the audit row is written, and listed under the form
@@ -136,3 +138,32 @@ def test_read_only_mode_cannot_act(sim_db: tuple[Any, str], monkeypatch: pytest.
     at.button(key="ctl_read").click().run()
     assert any(m.label == "Live spec_max_bs" and m.value == str(_server_knob(sim)) for m in at.metric)
     assert _events(url) == []
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_benchmarks_page_starts_a_sweep_and_shows_progress(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim, url = sim_db
+    at = _control(url, monkeypatch, ADMIN_KEY, "carol")
+    at.switch_page("pages/benchmarks.py")
+    at.run()
+    at.radio(key="bench_section").set_value("Start a sweep").run()
+    at.text_input(key="sw_server").input(sim.base_url).run()
+    at.text_input(key="sw_levels").input("1,4").run()
+    at.number_input(key="sw_dur").set_value(2).run()
+    at.text_input(key="sw_tag").input("from-the-page").run()
+    at.button(key="sw_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    job = at.session_state["sweep_job"]
+    assert ADMIN_KEY not in " ".join(job.argv)  # the key travels in the environment only
+    deadline = time.time() + 240
+    while job.poll() is None and time.time() < deadline:
+        time.sleep(1)
+    assert job.poll() == 0, job.tail(40)
+    at.run()
+    assert any("Sweep finished" in s.value for s in at.success), [s.value for s in at.success] + [job.tail()]
+    with open_database(url) as db:
+        runs = queries.bench_runs(db)
+    assert [r.tag for r in runs] == ["from-the-page"], job.tail(40)

@@ -199,7 +199,9 @@ def test_every_host_port_binds_loopback(services: dict[str, dict[str, Any]]) -> 
     seen = 0
     for name, svc in services.items():
         for port in svc.get("ports", []):
-            text = str(port) if not isinstance(port, dict) else f"{port.get('host_ip')}:{port.get('published')}"
+            text = (
+                str(port) if not isinstance(port, dict) else f"{port.get('host_ip')}:{port.get('published')}"
+            )
             assert text.startswith("127.0.0.1:"), f"{name} publishes {text} beyond loopback"
             seen += 1
     assert seen >= 3
@@ -273,7 +275,8 @@ def test_sglang_reads_the_admin_key_from_the_config_file(services: dict[str, Any
         "from sglang.srt.server_args import ServerArgs\n"
         "from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger\n"
         "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p)\n"
-        "argv = ConfigArgumentMerger(p).merge_config_with_args(['--config', sys.argv[1], '--model-path', 'm'])\n"
+        "argv = ConfigArgumentMerger(p).merge_config_with_args(\n"
+        "    ['--config', sys.argv[1], '--model-path', 'm'])\n"
         "print(p.parse_args(argv).admin_api_key)\n"
     )
     proc = subprocess.run([python, "-c", code, str(out)], capture_output=True, text=True, timeout=300)

@@ -7,6 +7,10 @@ an installed spectower would: the checkout and a ``spectower-*.dist-info`` holdi
 in pyproject.toml are put on ``PYTHONPATH``, and SGLang's own ``load_plugins()`` discovers it. What is real
 and what is constructed inside the checks: ``tests/sglang_plugin_checks/_harness.py``.
 
+The load/knob/gating/EMA checks also run against SGLang 0.5.17 (the plugin supports both): tests/sglang_env.sh
+installs it as an overlay beside the venv, put first on ``PYTHONPATH``; each check reports the version it ran
+against. Refusal and override-log checks run on 0.5.23 only.
+
 Without ``SPECTOWER_SGLANG_PYTHON`` the tests skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail).
 """
 
@@ -21,12 +25,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from control.sglang_config import build_adaptive_config, write_config
+from control.sglang_plugin import Gate, validate_spec_max_bs
 from tests.conftest import REPO_ROOT
 
-# Each check starts a python that imports SGLang: 10-40 s apiece on a loaded 2-core machine.
-pytestmark = [pytest.mark.sglang, pytest.mark.timeout(900)]
+# Each check starts a python that imports SGLang: 10-100 s apiece on a loaded 2-core machine.
+SGLANG_CHECK = [pytest.mark.sglang, pytest.mark.timeout(900)]
+
+
+def sglang_check(fn: Any) -> Any:
+    for mark in SGLANG_CHECK:
+        fn = mark(fn)
+    return fn
+
 
 CHECKS = REPO_ROOT / "tests" / "sglang_plugin_checks"
 STEPS = 3  # must match _harness.N_STEPS
@@ -44,6 +58,22 @@ def sglang_python() -> str:
     if not Path(python).is_file():
         pytest.fail(f"SPECTOWER_SGLANG_PYTHON={python} does not exist")
     return python
+
+
+@pytest.fixture(params=["0.5.23", "0.5.17"])
+def sglang_version(request: pytest.FixtureRequest, sglang_python: str) -> str:
+    """The SGLang version a check runs against: the venv's own 0.5.23, or the 0.5.17 overlay beside it."""
+    version: str = request.param
+    if version != "0.5.23" and not overlay_of(sglang_python, version).is_dir():
+        message = f"no SGLang {version} overlay at {overlay_of(sglang_python, version)} (tests/sglang_env.sh)"
+        if os.environ.get("SPECTOWER_REQUIRE_SGLANG") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return version
+
+
+def overlay_of(python: str, version: str) -> Path:
+    return Path(python).parent.parent / f"overlay-sglang-{version}"
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +97,16 @@ def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_check(
-    python: str, site: Path, check: str, *args: str, env: dict[str, str] | None = None
+    python: str,
+    site: Path,
+    check: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    version: str = "0.5.23",
 ) -> dict[str, Any]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SPECTOWER_GATE"))}
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO_ROOT)])
+    first = [] if version == "0.5.23" else [str(overlay_of(python, version))]
+    environ["PYTHONPATH"] = os.pathsep.join([*first, str(site), str(REPO_ROOT)])
     environ.update(env or {})
     proc = subprocess.run(
         [python, str(CHECKS / f"{check}.py"), *args],
@@ -85,11 +121,15 @@ def run_check(
         pytest.fail(f"{check} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     assert result.get("plugin_loaded", True), f"{check}: load_plugins() did not load the plugin"
+    assert result["sglang_version"] == version, f"{check} ran against SGLang {result['sglang_version']}"
     return result
 
 
-def test_load_plugins_discovers_the_entry_point(sglang_python: str, plugin_site: Path) -> None:
-    result = run_check(sglang_python, plugin_site, "check_load_plugins")
+@sglang_check
+def test_load_plugins_discovers_the_entry_point(
+    sglang_python: str, plugin_site: Path, sglang_version: str
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_load_plugins", version=sglang_version)
     assert {"name": "spectower", "value": "control.sglang_plugin:register", "dist": "spectower"} in result[
         "entry_points"
     ]
@@ -109,10 +149,11 @@ def test_load_plugins_discovers_the_entry_point(sglang_python: str, plugin_site:
     assert len(hooked_logs) == 1, result["plugin_logs"]
 
 
+@sglang_check
 def test_knob_accepted_refused_and_passed_through(
-    sglang_python: str, plugin_site: Path, config_path: Path
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
 ) -> None:
-    result = run_check(sglang_python, plugin_site, "check_knob", str(config_path))
+    result = run_check(sglang_python, plugin_site, "check_knob", str(config_path), version=sglang_version)
     assert result["initial_has_sglang_fields"]
     initial = result["initial_spectower"]
     # Before any set: always on, reported as max_running_requests (DESIGN.md: N >= that keeps it on).
@@ -156,8 +197,11 @@ def test_knob_accepted_refused_and_passed_through(
     assert any("Updating spectower_unknown is not supported" in w for w in result["warnings"])
 
 
-def test_per_batch_gating_at_the_ceiling(sglang_python: str, plugin_site: Path, config_path: Path) -> None:
-    result = run_check(sglang_python, plugin_site, "check_gating", str(config_path))
+@sglang_check
+def test_per_batch_gating_at_the_ceiling(
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_gating", str(config_path), version=sglang_version)
     assert all(result["answers"].values())
     assert result["candidate_steps"] == [0, STEPS]
     phases: dict[str, list[int]] = {}
@@ -184,9 +228,17 @@ def test_per_batch_gating_at_the_ceiling(sglang_python: str, plugin_site: Path, 
     assert result["resolved_speculative_num_steps"] == STEPS
 
 
-def test_gated_batches_leave_the_ema_alone(sglang_python: str, plugin_site: Path, config_path: Path) -> None:
+@sglang_check
+def test_gated_batches_leave_the_ema_alone(
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+) -> None:
     result = run_check(
-        sglang_python, plugin_site, "check_ema", str(config_path), env={"SPECTOWER_GATE_MIN_DWELL": "0"}
+        sglang_python,
+        plugin_site,
+        "check_ema",
+        str(config_path),
+        env={"SPECTOWER_GATE_MIN_DWELL": "0"},
+        version=sglang_version,
     )
     gated = result["gated"]
     assert gated["worker_steps"] == 0
@@ -208,6 +260,7 @@ def test_gated_batches_leave_the_ema_alone(sglang_python: str, plugin_site: Path
     assert result["spectower"]["gate"]["verifies_dropped"] == 55 + 2
 
 
+@sglang_check
 def test_refused_without_speculative_adaptive(
     sglang_python: str, plugin_site: Path, config_path: Path
 ) -> None:
@@ -219,6 +272,7 @@ def test_refused_without_speculative_adaptive(
     assert any("REFUSING" in w and "--speculative-adaptive" in w for w in result["warnings"])
 
 
+@sglang_check
 def test_refused_when_a_band_lacks_step_zero(sglang_python: str, plugin_site: Path, tmp_path: Path) -> None:
     cfg = write_config(
         tmp_path / "nozero.json", {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 3]}}
@@ -229,6 +283,7 @@ def test_refused_when_a_band_lacks_step_zero(sglang_python: str, plugin_site: Pa
     assert result["steps_for_40"] == STEPS
 
 
+@sglang_check
 def test_refuses_to_hook_when_a_target_is_missing(
     sglang_python: str, plugin_site: Path, config_path: Path
 ) -> None:
@@ -243,6 +298,7 @@ OVERRIDE_BATCHES = 4000
 
 
 @pytest.mark.slow
+@sglang_check
 def test_override_log_growth_is_bounded_by_hysteresis(
     sglang_python: str, plugin_site: Path, config_path: Path
 ) -> None:
@@ -282,3 +338,64 @@ def test_override_log_growth_is_bounded_by_hysteresis(
     # Each log entry is a gate switch the plugin counted (the bands' own EMA never switched here).
     for figure in figures.values():
         assert figure["log_growth"] == figure["gate_switches"]
+
+
+# ------------------------------------------------------------------ the gate's own logic (no SGLang needed)
+
+
+def test_validate_spec_max_bs() -> None:
+    assert validate_spec_max_bs(0) is None and validate_spec_max_bs(10**6) is None
+    for bad in (-1, 2.5, 3.0, True, "8", None):
+        assert validate_spec_max_bs(bad) is not None, bad
+
+
+def test_gate_unset_is_always_on_and_zero_is_always_off() -> None:
+    gate = Gate()
+    assert not any(gate.decide(size) for size in (1, 48, 10_000))
+    gate.set_ceiling(0)
+    assert all(gate.decide(size) for size in [1] * 100 + [2, 48])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ceiling=st.integers(0, 64),
+    margin=st.one_of(st.none(), st.integers(0, 8)),
+    dwell=st.integers(0, 20),
+    sizes=st.lists(st.integers(1, 80), min_size=1, max_size=300),
+)
+def test_gate_never_drafts_above_the_ceiling_and_bounds_its_switches(
+    ceiling: int, margin: int | None, dwell: int, sizes: list[int]
+) -> None:
+    gate = Gate(margin=margin, min_dwell=dwell)
+    gate.set_ceiling(ceiling)
+    for size in sizes:
+        closed = gate.decide(size)
+        if size > ceiling:
+            assert closed  # the contract: no drafting above N, hysteresis or not
+        if closed is False:
+            assert size <= ceiling
+    # Reopening needs min_dwell gated batches: at most 2 switches per dwell + 1 batches (+1 for a last close).
+    assert gate.switches <= 2 * len(sizes) / (dwell + 1) + 1
+    assert gate.batches_gated == 0  # decide() alone does not count; the steps hook counts
+
+
+def test_gate_hysteresis_margin() -> None:
+    gate = Gate(min_dwell=0)
+    gate.set_ceiling(40)
+    assert gate.margin() == 4
+    assert gate.decide(41) and gate.decide(40) and gate.decide(37)  # closed until <= 36
+    assert not gate.decide(36) and not gate.decide(40)
+    gate.set_ceiling(1)
+    assert gate.margin() == 0  # N = 1 can still reopen (at 1)
+    assert gate.decide(2) and not gate.decide(1)
+
+
+def test_gate_matches_late_verify_results() -> None:
+    gate = Gate(min_dwell=0)
+    gate.set_ceiling(8)
+    gate.decide(4)  # drafted
+    gate.decide(12)  # gated
+    assert gate.verify_was_gated(4, [2, 2, 2, 2]) is False
+    assert gate.verify_was_gated(12, [0] * 12) is True
+    # no remembered decision: judged by the current state and the accepts
+    assert gate.verify_was_gated(12, [0] * 12) is True and gate.verify_was_gated(12, [1] * 12) is False

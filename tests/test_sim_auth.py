@@ -35,6 +35,8 @@ KNOB = {"server_args": {"spectower_spec_max_bs": 0}}
         ("/health", None, "A", "X", True),
         ("/metrics", None, "A", "X", True),
         ("/ready", None, "A", "X", True),
+        ("/health_generate", None, "A", "X", True),
+        ("/metrics/extra", None, "A", "X", True),
         # wrong scheme
         ("/set_internal_state", "Basic X", None, "X", False),
     ],
@@ -45,7 +47,8 @@ def test_decision(path: str, auth: str | None, api: str | None, admin: str | Non
 
 def test_bearer_parsing() -> None:
     assert bearer_token("Bearer abc") == "abc"
-    assert bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("bearer abc") == "abc"
+    assert bearer_token("Bearer  abc") == " abc"  # verbatim after the first space, as SGLang compares it
     assert bearer_token("Bearer ") is None
     assert bearer_token(None) is None
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from simulator import engine as engine_mod
 from simulator.config import SimConfig
 from simulator.engine import Engine, SimRequest
 from simulator.profile import load_profile
@@ -126,20 +125,21 @@ def test_aborted_request_frees_its_slot() -> None:
     assert _run(_config(), scenario) == 0
 
 
-def test_gen_throughput_decays_to_zero_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_mod, "GEN_THROUGHPUT_IDLE_RESET_S", 0.3)
-
+def test_gen_throughput_goes_to_zero_when_idle() -> None:
     async def scenario(eng: Engine) -> tuple[float, float, float]:
-        await _generate(eng, 120)
         rank = eng.ranks[0]
-        right_after = rank.current_gen_throughput()
-        await asyncio.sleep(0.5)
-        return right_after, rank.current_gen_throughput(), rank.last_gen_throughput
+        req = eng.new_request(8, 100_000, False)
+        eng.submit(req)
+        await asyncio.sleep(1.0)
+        busy = rank.current_gen_throughput()
+        eng.abort(req)
+        await asyncio.sleep(0.1)
+        return busy, rank.current_gen_throughput(), rank.last_gen_throughput
 
-    right_after, later, last = _run(_config(decode_log_interval=10), scenario)
-    assert right_after > 50.0
-    assert later == 0.0
-    assert last > 50.0  # /server_info's last_gen_throughput keeps the last published value
+    busy, idle, last = _run(_config(decode_log_interval=10), scenario)
+    assert busy > 50.0
+    assert idle == 0.0
+    assert last == busy  # /server_info's last_gen_throughput keeps the last published value
 
 
 def test_step_rate_follows_the_profile_in_process() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from collectors.bench.walk import (
 )
 from simulator.profile import load_profile
 from tests.conftest import REPO_ROOT
+from tests.simulator_process import SimulatorFactory
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 
@@ -63,6 +65,14 @@ def test_hover_stays_within_two_of_its_centre_and_moves() -> None:
     assert set(targets) <= set(range(20 - HOVER_SPREAD, 20 + HOVER_SPREAD + 1))
     assert len(set(targets)) >= 3
     assert min(_targets("hover:1", 300.0)) == 1  # never below one client
+
+
+def test_bursty_sits_low_and_jumps_to_the_maximum() -> None:
+    targets = _targets("bursty", 120.0, 40)
+    low = sum(t == 8 for t in targets) / len(targets)
+    assert low > 0.4 and max(targets) == 40 and min(targets) == 8
+    jumps = sum(1 for a, b in itertools.pairwise(targets) if b - a >= 30)
+    assert jumps >= 3
 
 
 def test_steps_and_ramp() -> None:
@@ -111,7 +121,7 @@ def test_unreachable_server_is_a_clear_error() -> None:
 
 
 @pytest.mark.integration
-def test_walk_follows_the_target_against_the_simulator(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+def test_walk_follows_the_target_against_the_simulator(simulator_factory: SimulatorFactory) -> None:
     sim = simulator_factory(profile=GLM5, api_key="walk-key")
     statuses: list[str] = []
     config = WalkConfig(
@@ -130,7 +140,7 @@ def test_walk_follows_the_target_against_the_simulator(simulator_factory) -> Non
 
 
 @pytest.mark.integration
-def test_walk_without_the_api_key_reports_errors_not_a_crash(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+def test_walk_without_the_api_key_reports_errors_not_a_crash(simulator_factory: SimulatorFactory) -> None:
     sim = simulator_factory(profile=GLM5, api_key="walk-key")
     config = WalkConfig(server=sim.base_url, pattern=parse_pattern("hover:3", 10.0), duration_s=2.0)
     with pytest.raises(ConnectionError, match="401"):
@@ -138,7 +148,7 @@ def test_walk_without_the_api_key_reports_errors_not_a_crash(simulator_factory) 
 
 
 @pytest.mark.integration
-def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory) -> None:  # type: ignore[no-untyped-def]
+def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory: SimulatorFactory) -> None:
     import signal
     import time
 

@@ -9,6 +9,7 @@ Patterns (``parse_pattern``), all deterministic given the seed:
 
 - ``day``: a day compressed into ``period``: night (1-2), morning ramp, a midday plateau at 60% of the
   maximum, an afternoon dip, an evening peak at the maximum, a decline; plus short random bursts.
+- ``bursty``: a low base (20% of the maximum) with frequent bursts to the maximum.
 - ``ramp``: a triangle 1 -> maximum -> 1 over one period.
 - ``hover:N``: wanders among N-2..N+2 (a new value every few seconds).
 - ``steps:1,8,32``: each level for period/len(levels), in order, repeating.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import random
 import time
@@ -61,6 +63,8 @@ BURST_SLOTS = 12  # per period: each slot may hold one burst
 BURST_PROBABILITY = 0.35
 BURST_HEIGHT = 0.30  # of the maximum
 BURST_LENGTH = 0.35  # of a slot
+BURSTY_BASE = 0.20  # of the maximum
+BURSTY_PROBABILITY = 0.6
 
 Pattern = Callable[[float], float]
 
@@ -74,7 +78,7 @@ def day_base(phase: float, max_concurrency: int) -> float:
     """The day curve without bursts at ``phase`` in [0, 1)."""
     phase = phase % 1.0
     top = float(max_concurrency)
-    for (x0, y0), (x1, y1) in zip(DAY_KNOTS, DAY_KNOTS[1:], strict=False):
+    for (x0, y0), (x1, y1) in itertools.pairwise(DAY_KNOTS):
         if x0 <= phase <= x1:
             frac = 0.0 if x1 == x0 else _smooth((phase - x0) / (x1 - x0))
             level = y0 + (y1 - y0) * frac
@@ -82,20 +86,37 @@ def day_base(phase: float, max_concurrency: int) -> float:
     return NIGHT_LEVEL
 
 
-def day_pattern(period_s: float, max_concurrency: int, seed: int = DEFAULT_SEED) -> Pattern:
+def _bursts(period_s: float, height: float, probability: float, seed: int) -> Pattern:
+    """``height`` during seeded bursts; each of BURST_SLOTS slots per period may hold one."""
     slot_s = period_s / BURST_SLOTS
 
     def burst(t: float) -> float:
         slot = math.floor(t / slot_s)
         rng = random.Random(seed * 7_919 + slot)
-        if rng.random() >= BURST_PROBABILITY:
+        if rng.random() >= probability:
             return 0.0
         start = rng.uniform(0.0, 1.0 - BURST_LENGTH) * slot_s
         offset = t - slot * slot_s
-        return BURST_HEIGHT * max_concurrency if start <= offset < start + BURST_LENGTH * slot_s else 0.0
+        return height if start <= offset < start + BURST_LENGTH * slot_s else 0.0
+
+    return burst
+
+
+def day_pattern(period_s: float, max_concurrency: int, seed: int = DEFAULT_SEED) -> Pattern:
+    burst = _bursts(period_s, BURST_HEIGHT * max_concurrency, BURST_PROBABILITY, seed)
 
     def target(t: float) -> float:
         return min(float(max_concurrency), day_base(t / period_s, max_concurrency) + burst(t))
+
+    return target
+
+
+def bursty_pattern(period_s: float, max_concurrency: int, seed: int = DEFAULT_SEED) -> Pattern:
+    base = max(1.0, BURSTY_BASE * max_concurrency)
+    burst = _bursts(period_s, max_concurrency - base, BURSTY_PROBABILITY, seed)
+
+    def target(t: float) -> float:
+        return base + burst(t)
 
     return target
 
@@ -151,7 +172,7 @@ def parse_pattern(
     text: str, period_s: float = DEFAULT_PERIOD_S, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     seed: int = DEFAULT_SEED,
 ) -> PatternSpec:  # fmt: skip
-    """``day``, ``ramp``, ``hover:N`` or ``steps:A,B,...``; errors name ``--pattern`` / ``--period``."""
+    """``day``, ``bursty``, ``ramp``, ``hover:N`` or ``steps:A,B,...``; errors name the flag."""
     if not (math.isfinite(period_s) and period_s > 0):
         raise BenchError(f"--period must be a positive duration, got {period_s}")
     if max_concurrency < 1:
@@ -160,6 +181,8 @@ def parse_pattern(
     name, _, arg = raw.partition(":")
     if name == "day" and not arg:
         return PatternSpec(raw, day_pattern(period_s, max_concurrency, seed), max_concurrency)
+    if name == "bursty" and not arg:
+        return PatternSpec(raw, bursty_pattern(period_s, max_concurrency, seed), max_concurrency)
     if name == "ramp" and not arg:
         return PatternSpec(raw, ramp_pattern(period_s, max_concurrency), max_concurrency)
     if name == "hover":
@@ -171,7 +194,7 @@ def parse_pattern(
             raise BenchError("--pattern steps: give levels, e.g. steps:1,8,32")
         levels = tuple(_positive_int(p, "steps") for p in parts)
         return PatternSpec(raw, steps_pattern(levels, period_s), max(levels))
-    raise BenchError(f"--pattern must be day, ramp, hover:N or steps:A,B,..., got {text!r}")
+    raise BenchError(f"--pattern must be day, bursty, ramp, hover:N or steps:A,B,..., got {text!r}")
 
 
 @dataclass

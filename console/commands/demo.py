@@ -15,9 +15,10 @@ def demo(
     ),
     port: int = typer.Option(8501, "--port", help="Console port (the next free one if taken)."),
     db: Path = typer.Option(
-        Path("spectower-demo/spectower.db"), "--db",
+        Path("spectower-demo/spectower.db"),
+        "--db",
         help="SQLite file; logs, pids and the demo's admin key go in its folder. A second run reuses it.",
-    ),  # fmt: skip
+    ),
     duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
 ) -> None:
     """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
@@ -35,6 +36,8 @@ def demo(
         fail(f"--db: the demo takes a SQLite file path, got {str(db)!r}")
     if db.exists() and db.is_dir():
         fail(f"--db: {str(db)!r} is a folder; give a file path such as {db / 'spectower.db'}")
+    if Path(profile).exists():  # the children run from the checkout: a relative path must not move
+        profile = str(Path(profile).resolve())
     config = DemoConfig(profile=profile, console_port=port, db_path=db, duration_s=duration_s)
 
     def say(line: str) -> None:

@@ -10,7 +10,9 @@ from console.errors import fail
 def load(
     server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
     pattern: str = typer.Option(
-        "day", "--pattern", help="day, ramp, hover:N (N-2..N+2) or steps:1,8,32 (each for period/levels)."
+        "day",
+        "--pattern",
+        help="day, bursty, ramp, hover:N (N-2..N+2) or steps:1,8,32 (each for period/levels).",
     ),
     period: str = typer.Option("300s", "--period", help="Length of one day / ramp / steps cycle (300s, 5m)."),
     duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
@@ -58,7 +60,8 @@ def load(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         say(
-            f"bench load on {config.server}: pattern {spec.text}, period {period_s:g} s, up to {spec.ceiling} "
+            f"bench load on {config.server}: pattern {spec.text}, period {period_s:g} s, "
+            f"up to {spec.ceiling} "
             f"clients, {config.api} API, {config.output_len} output tokens (Ctrl-C stops)"
         )
         stats = await walk(config, api_key=api_key, stop=stop, on_status=say)

@@ -42,7 +42,7 @@ POLICY_INTERVAL = "5s"
 OPERATOR = "demo-operator"
 KEY_FILE_NAME = "admin_key"
 PIDS_FILE_NAME = "pids.json"
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 120.0  # Streamlit's first start on a loaded 2-core machine
 POLL_S = 0.5
 # Stop the traffic and the decisions first, then the readers/writers, the simulator last.
 STOP_ORDER = (("load", "policy"), ("collect", "console"), ("sim",))
@@ -162,7 +162,9 @@ def _wait_healthy(sup: Supervisor, child: Child, url: str, stop: threading.Event
             return
         time.sleep(POLL_S)
     if not stop.is_set():
-        raise DemoError(f"{child.name} did not answer {url} within {START_TIMEOUT_S:g} s; see {child.log_path}")
+        raise DemoError(
+            f"{child.name} did not answer {url} within {START_TIMEOUT_S:g} s; see {child.log_path}"
+        )
 
 
 def _check_alive(sup: Supervisor) -> None:
@@ -182,7 +184,8 @@ def what_to_look_at(config: DemoConfig) -> str:
         f"  database {config.db_path.resolve()}; logs and pids in {config.folder.resolve()}/",
         "What to look at:",
         "  Overview     throughput, running requests and the knob over time as the load walks through a day",
-        f"               compressed into {config.period} (night, morning ramp, midday plateau, evening peak).",
+        f"               compressed into {config.period} (night, morning ramp, midday plateau, evening",
+        "               peak, bursts).",
         "  Speculation  spec-on vs spec-off throughput by concurrency: the crossover (about 15 on glm5) and",
         "               where the knob sits.",
         "  Control      the policy's decisions (actor policy:learn, with its reasons) and the flip buttons:",
@@ -197,17 +200,13 @@ def what_to_look_at(config: DemoConfig) -> str:
 
 
 def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
-    """Start everything, wait for Ctrl-C / SIGTERM / ``duration_s``, stop everything. Returns the exit code."""
+    """Start everything, wait for Ctrl-C / SIGTERM / ``duration_s``, stop everything; the exit code."""
     from storage import open_database
 
     config.folder.mkdir(parents=True, exist_ok=True)
     config.assign_ports()
     for note in config.notes:
         say(f"note: {note}")
-    # Create (or migrate) the schema once here, so the children never race to create tables.
-    open_database(str(config.db_path.resolve())).close()
-    write_key_file(config.key_file)
-
     stop = threading.Event()
     received: list[str] = []
 
@@ -220,13 +219,20 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
     children = {c.name: c for c in build_children(config)}
     code = 0
     try:
+        # Create (or migrate) the schema once here, so the children never race to create tables.
+        try:
+            open_database(str(config.db_path.resolve())).close()
+        except Exception as exc:  # not a database, a newer schema, a read-only folder: say which file
+            raise DemoError(f"--db {config.db_path}: cannot open it ({type(exc).__name__}: {exc})") from None
+        write_key_file(config.key_file)
         say(f"starting the simulator ({config.profile}) on {config.sim_url} ...")
         sup.start(children["sim"])
         _wait_healthy(sup, children["sim"], f"{config.sim_url}/health", stop)
         for name in ("collect", "policy", "load", "console"):
             if not stop.is_set():
                 sup.start(children[name])
-        say(f"starting the console on {config.console_url} ...")
+        if not stop.is_set():
+            say(f"starting the console on {config.console_url} ...")
         _wait_healthy(sup, children["console"], f"{config.console_url}/_stcore/health", stop)
         if not stop.is_set():
             say(what_to_look_at(config))

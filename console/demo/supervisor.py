@@ -7,10 +7,12 @@ Stopping is SIGTERM to the group, a grace period, then SIGKILL: nothing outlives
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path
 
 DEFAULT_GRACE_S = 10.0
 LOG_TAIL_LINES = 15
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass
@@ -46,6 +49,15 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the demo dies, even by SIGKILL: no orphans."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)  # the child leads its own group (start_new_session)
@@ -64,7 +76,7 @@ class Supervisor:
             log.flush()
             child.proc = subprocess.Popen(
                 child.argv, cwd=self.cwd, env=child.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
             )  # fmt: skip
         self.children.append(child)
         self.write_pids()

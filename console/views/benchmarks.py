@@ -24,6 +24,7 @@ RUN_COLUMNS = [
     "crossover",
     "best_max_bs",
 ]
+SECTIONS = ("Runs", "Compare two runs", "Start a sweep", "Export / import")
 STACK_KEYS = ("sglang_version", "served_model_name", "backend", "dataset_name", "server_url")
 
 
@@ -34,16 +35,17 @@ def render() -> None:
         common.no_data_notice(eng, "benchmark runs")
         return
     runs = data.bench_runs(eng)
-    tab_runs, tab_cmp, tab_sweep, tab_io = st.tabs(
-        ["Runs", "Compare two runs", "Start a sweep", "Export / import"]
+    # a section picker rather than st.tabs: tabs run every section on each rerun, this runs one
+    section = st.radio(
+        "Section", SECTIONS, horizontal=True, key="bench_section", label_visibility="collapsed"
     )
-    with tab_runs:
+    if section == "Runs":
         _runs(eng, runs)
-    with tab_cmp:
+    elif section == "Compare two runs":
         _compare(eng, runs)
-    with tab_sweep:
+    elif section == "Start a sweep":
         sweeps.render_sweep_form()
-    with tab_io:
+    else:
         _export(eng, runs)
         _import(eng)
 
@@ -81,7 +83,15 @@ def _runs(eng: Any, runs: pd.DataFrame) -> None:
         )
     )
     c1, c2, c3 = st.columns(3)
-    c1.metric("Crossover", common.fmt(cross, 1), help="concurrency where spec on stops beating spec off")
+    row = runs[runs["id"] == rid].iloc[0]
+    interval = (
+        f" The sweep's interval: {common.fmt(row['crossover_lo'], 1)} … {common.fmt(row['crossover_hi'], 1)}."
+        if not pd.isna(row.get("crossover_lo"))
+        else ""
+    )
+    c1.metric(
+        "Crossover", common.fmt(cross, 1), help="concurrency where spec on stops beating spec off." + interval
+    )
     c2.metric("Best speedup", "—" if curve.empty else f"×{curve['speedup'].max():.2f}")
     c3.metric("Points", str(len(points)))
     left, right = st.columns(2)

@@ -47,12 +47,22 @@ def render() -> None:
     latest = data.latest_engine(eng, int(server["id"]))
     knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
     setter = data.last_setter(eng, url)
+    title = "Speculation (as last collected)"
+    done = st.session_state.get(RESULT_KEY)
+    if (
+        done
+        and done["server_url"] == url
+        and done["confirmed"]
+        and (latest is None or done["ts"] > latest["ts"])
+    ):
+        # the server confirmed a newer value than the collector has recorded yet: show what the server said
+        knob, title = int(done["read_back"]), "Speculation (read back from the server just now)"
 
     cols = st.columns([2, 1, 1])
     with cols[0]:
         stale = latest is None or common.is_stale(latest["ts"])
         common.big_number(
-            "Speculation (as last collected)",
+            title,
             estimate.knob_label(knob, max_running).upper(),
             f"spec_max_bs = {knob} · max_running_requests = {max_running} · "
             + (
@@ -266,14 +276,14 @@ def _audit_trail(url: str) -> None:
     ]
     st.dataframe(shown, width="stretch", hide_index=True)
     d1, d2, _ = st.columns([1, 1, 4])
-    d1.download_button(
-        "Export CSV", lambda: events.to_csv(index=False).encode(), "spectower-audit.csv", "text/csv", key="audit_csv"
-    )
+
+    def csv() -> bytes:
+        return events.to_csv(index=False).encode()
+
+    d1.download_button("Export CSV", csv, "spectower-audit.csv", "text/csv", key="audit_csv")
 
     def jsonl() -> bytes:
         rows = events.astype(object).where(events.notna(), None).to_dict(orient="records")
         return ("\n".join(json.dumps(r, default=str) for r in rows) + "\n").encode()
 
-    d2.download_button(
-        "Export JSONL", jsonl, "spectower-audit.jsonl", "application/jsonl", key="audit_jsonl"
-    )
+    d2.download_button("Export JSONL", jsonl, "spectower-audit.jsonl", "application/jsonl", key="audit_jsonl")

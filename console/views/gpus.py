@@ -106,9 +106,8 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
             width="stretch",
             key=f"gpu_{metric}",
         )
-    health = data.gpu_series(eng, list(labels), win.t0, win.t1, ["xid_errors"], 60)
-    if not health.empty and "xid_errors_max" in health and (health["xid_errors_max"].fillna(0) > 0).any():
-        st.error("XID errors were reported in this range (see the table's XID column).")
+    if (inventory["xid_errors"].fillna(0) > 0).any():
+        st.error("XID errors reported (see the table's XID column): check `dmesg` on the GPU host.")
     procs = data.gpu_processes(eng, list(labels), win.t0)
     st.subheader("Processes")
     if procs.empty:

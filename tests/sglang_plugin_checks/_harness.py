@@ -175,5 +175,8 @@ def load_plugin() -> Any:
 
 
 def emit(result: dict[str, Any]) -> None:
+    from sglang.version import __version__
+
+    result = {**result, "sglang_version": __version__}
     sys.stdout.write(json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
