@@ -7,6 +7,7 @@ Keys come from files (``--admin-api-key-file``, ``--api-key-file``) or the envir
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import NoReturn
 
@@ -84,4 +85,25 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
+    for what, value in (("--port", port), ("--gpu-metrics-port", gpu_metrics_port)):
+        if value:
+            problem = _cannot_bind(host, value)
+            if problem:
+                fail(f"{what}: cannot listen on {host}:{value} ({problem})")
     run(config)
+
+
+def _cannot_bind(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None (checked up front for a one-line error)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            return str(exc.strerror or exc)
+    return None

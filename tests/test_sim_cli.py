@@ -115,3 +115,18 @@ def test_serve_prints_urls_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_port_in_use_is_one_clear_error() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = _run(
+            [sys.executable, "-m", "simulator", "--profile", "llama31-8b-1x-h100", "--port", str(port)]
+        )
+    assert res.returncode == 2, res
+    assert "Traceback" not in res.stderr
+    assert f"--port: cannot listen on 127.0.0.1:{port}" in res.stderr
