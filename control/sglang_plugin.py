@@ -374,10 +374,24 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             unlimited_as = max_running if isinstance(max_running, int) else DEFAULT_UNLIMITED_REPORT
             block = _state().gate.report(unlimited_as)
             block["refused"] = refusal
+            block["override_log_len"] = _override_log_len()
             state["spectower"] = block
     except Exception:
         logger.exception("spectower: could not add its state to get_internal_state")
     return answer
+
+
+def _override_log_len() -> int | None:
+    """Length of SGLang's runtime-context override log (every step switch appends to it), or None.
+
+    Reported so an operator (and the GPU check) can watch the gate's cost on a running server.
+    """
+    try:
+        from sglang.srt.runtime_context import get_context
+
+        return len(get_context().overrides_log())
+    except Exception:
+        return None
 
 
 def hook_get_steps_for_batch(
@@ -435,7 +449,9 @@ def missing_targets() -> list[str]:
             cls = getattr(importlib.import_module(module_name), class_name)
             if not callable(getattr(cls, method)):
                 raise AttributeError(method)
-        except (ImportError, AttributeError):
+        except ImportError as exc:  # the module exists but failed to import: say why, not just "missing"
+            missing.append(f"{module_name}.{class_name}.{method} (import failed: {exc})")
+        except AttributeError:
             missing.append(f"{module_name}.{class_name}.{method}")
     return missing
 

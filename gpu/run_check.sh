@@ -22,6 +22,7 @@ DB=sqlite:///$OUT/collect.db
 SWEEP_SECONDS=${SWEEP_SECONDS:-6}
 LEARN_SECONDS=${LEARN_SECONDS:-100}
 HOVER_SECONDS=${HOVER_SECONDS:-90}
+TP=${TP:-1}
 SPEC_STEPS=3
 MAX_RUNNING=48
 t0=$(date +%s)
@@ -34,8 +35,11 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   [ -n "${SERVER_PID:-}" ] && { kill -TERM -- -"$SERVER_PID" 2>/dev/null; sleep 2; kill -KILL -- -"$SERVER_PID" 2>/dev/null; }
   cp "$WORK/server.log" "$OUT/server.log" 2>/dev/null
+  # every intermediate answer (read-backs, sweep JSON, hover server_info, policy log) in one file
+  tar -C "$WORK" -czf "$OUT/work.tgz" --exclude=site --exclude=models . 2>/dev/null
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 say "unpacking the SGLang 0.5.17 bundle"
 rm -rf "$WORK" && mkdir -p "$SITE"
@@ -47,6 +51,11 @@ printf '[sglang.srt.plugins]\nspectower = control.sglang_plugin:register\n' \
   > "$SITE/spectower-0.1.0.dist-info/entry_points.txt"
 export PYTHONPATH=$SITE:$REPO
 export PYTHONUNBUFFERED=1
+# The bundle's deep_gemm is an empty stand-in (imported by the draft CUDA-graph capture, never called):
+# keep SGLang's JIT DeepGEMM path off so it does not reach for the real package's submodules.
+export SGLANG_ENABLE_JIT_DEEPGEMM=0
+# Several GPUs: NVLink multicast stays off (it can take a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -c 'import sglang, torch, pynvml; print("sglang", sglang.__version__, "torch", torch.__version__)'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
@@ -65,6 +74,7 @@ setsid python3 -m sglang.launch_server \
   --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json" \
   --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
   --mem-fraction-static 0.25 --max-running-requests $MAX_RUNNING --enable-metrics --decode-log-interval 10 \
+  --tp-size "$TP" $( [ "$TP" -gt 1 ] && echo --enable-metrics-for-all-schedulers ) \
   --host 127.0.0.1 --port $PORT --admin-api-key "$(cat "$WORK/admin_key")" > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 240); do
@@ -121,7 +131,7 @@ st control set --server "$URL" --on --reason "gpu check: done" --as gpu-check --
 
 say "stopping the collector; summary"
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-wait
+wait "${pids[@]}" 2>/dev/null
 python3 - "$WORK" "$OUT/summary.json" "$OUT/collect.db" <<'PY'
 import json, sqlite3, sys
 from pathlib import Path

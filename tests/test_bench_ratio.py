@@ -75,3 +75,19 @@ def test_losing_everywhere_means_off() -> None:
 def test_crossover_order_does_not_matter() -> None:
     pts = _pts([16, 1, 8], [0.9, 1.1, 1.05])
     assert find_crossover(pts).bracket == (8, 16)
+
+
+def test_one_noisy_low_point_is_not_the_crossover() -> None:
+    """Ratios from a real H200 sweep (6 s windows): a noisy dip at C=2 must not be reported as the crossover."""
+    from collectors.bench.ratio import RatioPoint, find_crossover, monotone_decreasing
+
+    measured = [
+        (1, 1.0895, 1.0261, 1.1567), (2, 0.9387, 0.8215, 1.0726), (4, 1.0434, 0.9743, 1.1174),
+        (8, 1.0959, 0.9222, 1.3025), (16, 0.9577, 0.7524, 1.2190), (32, 0.7670, 0.6522, 0.9021),
+    ]
+    found = find_crossover([RatioPoint(c, r, lo, hi) for c, r, lo, hi in measured])
+    assert found.status == "found"
+    assert found.bracket == (8, 16)
+    assert 8 < (found.value or 0) < 16
+    fitted = monotone_decreasing([3.0, 1.0, 2.0, 0.5], [1.0, 1.0, 1.0, 1.0])
+    assert fitted == [3.0, 1.5, 1.5, 0.5]

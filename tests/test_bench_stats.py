@@ -95,3 +95,11 @@ def test_config_validation_names_the_field(kwargs: dict, field: str) -> None:
     base = {"server": "http://127.0.0.1:1"} | kwargs
     with pytest.raises(BenchError, match=field):
         SweepConfig(**base).validate()
+
+
+def test_decode_rate_leaves_out_the_capped_last_chunk() -> None:
+    # 1 token at t=0 (prefill), then 3 tokens every 0.1 s, and a last capped chunk of 1 token
+    rec = RequestRecord(index=0, start=0.0, output_tokens=11, ttft_s=0.0, e2e_s=0.4, success=True,
+                        chunk_times=[0.0, 0.1, 0.2, 0.3, 0.4], chunk_tokens=[1, 3, 3, 3, 1])  # fmt: skip
+    assert rec.decode_rate == pytest.approx(30.0)  # 9 tokens over 0.3 s
+    assert 1.0 / (rec.tpot_s or 1) == pytest.approx(25.0)  # TPOT counts the capped step: slower

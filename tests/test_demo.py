@@ -90,22 +90,27 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
     pids: dict[str, int] = {}
     try:
         started = time.monotonic()
-        deadline = started + BOUND_S + 60  # + start-up (imports, Streamlit) on a loaded machine
-        answered = False
+        deadline = started + BOUND_S + 90  # + start-up (imports, Streamlit) on a loaded machine
+        up_at: float | None = None  # when the console first answered: the two minutes count from there
         counts = _counts(db)
         while time.monotonic() < deadline and proc.poll() is None:
-            answered = answered or _console_answers(port)
+            if up_at is None and _console_answers(port):
+                up_at = time.monotonic()
             counts = _counts(db) if db.exists() else counts
-            if answered and counts["engine"] and counts["gpu"] and counts["decisions"]:
+            if up_at is not None and counts["engine"] and counts["gpu"] and counts["decisions"]:
+                break
+            if up_at is not None and time.monotonic() - up_at > BOUND_S:
                 break
             time.sleep(2)
-        took = time.monotonic() - started
+        answered = up_at is not None
+        took = time.monotonic() - (up_at or started)
         if pids_file.exists():
             pids = json.loads(pids_file.read_text())
         assert proc.poll() is None, f"the demo exited early:\n{proc.stdout.read() if proc.stdout else ''}"
         assert answered, "the console never answered /_stcore/health"
         assert counts["engine"] > 0 and counts["gpu"] > 0, counts
-        assert counts["decisions"] >= 1, f"no policy decision after {took:.0f}s: {counts}"
+        assert counts["decisions"] >= 1, f"no policy decision {took:.0f}s after the console was up: {counts}"
+        assert took <= BOUND_S + 5, f"data and a decision took {took:.0f}s after the console answered"
         assert set(pids) == {"sim", "collect", "policy", "load", "console"}
         out = _stop(proc)
     finally:

@@ -93,20 +93,55 @@ def _first_fall(cs: Sequence[float], rs: Sequence[float]) -> float | None:
     return None
 
 
+def monotone_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """Weighted least-squares fit of a non-increasing sequence (pool adjacent violators).
+
+    Speculation's relative benefit falls as load rises, so the measured ratios are noisy samples of a
+    non-increasing curve: fitting that shape first keeps one noisy low point at small concurrency from
+    being reported as the crossover (seen on a real H200 sweep with 6 s windows).
+    """
+    blocks: list[list[float]] = []  # [weighted mean, total weight, count]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    fitted: list[float] = []
+    for value, _weight, count in blocks:
+        fitted.extend([value] * int(count))
+    return fitted
+
+
+def _weights(pts: Sequence[RatioPoint]) -> list[float]:
+    """Inverse variance in log-ratio space from each point's interval (tight points count more)."""
+    out = []
+    for p in pts:
+        half = (math.log(p.hi) - math.log(p.lo)) / 2 if p.lo > 0 and p.hi > 0 else 0.0
+        out.append(1.0 / max(half, 1e-3) ** 2)
+    return out
+
+
+def _fit(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    logs = monotone_decreasing([math.log(max(v, 1e-12)) for v in values], weights)
+    return [math.exp(v) for v in logs]
+
+
 def find_crossover(points: Sequence[RatioPoint]) -> Crossover:
     pts = sorted(points, key=lambda p: p.concurrency)
     if not pts:
         raise ValueError("no points to find a crossover in")
     cs = [p.concurrency for p in pts]
-    rs = [p.ratio for p in pts]
+    weights = _weights(pts)
+    rs = _fit([p.ratio for p in pts], weights)
     if rs[0] < 1.0:
         return Crossover(status="below_range")
     value = _first_fall(cs, rs)
     if value is None:
         return Crossover(status="none_in_range")
     # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
-    lo = _first_fall(cs, [p.lo for p in pts])
-    hi = _first_fall(cs, [p.hi for p in pts])
+    lo = _first_fall(cs, _fit([p.lo for p in pts], weights))
+    hi = _first_fall(cs, _fit([p.hi for p in pts], weights))
     lo = min(value, lo if lo is not None else cs[0])
     hi = max(value, hi if hi is not None else cs[-1])
     i = next(i for i in range(1, len(cs)) if rs[i - 1] >= 1.0 > rs[i])

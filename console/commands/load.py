@@ -6,6 +6,23 @@ import typer
 
 from console.errors import fail
 
+# glibc raises its mmap threshold after the first large free, so asyncio's 256 KiB receive buffers then come
+# from the heap and, shrunk to the bytes received, fragment it: at 40 streams the walker's RSS grew ~9 MiB/min
+# while Python's own memory stayed flat. A fixed threshold keeps those buffers mmapped and returned on free.
+MMAP_THRESHOLD_BYTES = 128 * 1024
+M_MMAP_THRESHOLD = -3  # malloc.h
+
+
+def _fix_mmap_threshold() -> None:
+    import contextlib
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to tune
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
 
 def load(
     server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
@@ -50,6 +67,8 @@ def load(
         api_key = read_secret(API_KEY_ENV)
     except ValueError as exc:
         fail(str(exc))
+
+    _fix_mmap_threshold()
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from console.commands.load import MMAP_THRESHOLD_BYTES
 from console.demo.ports import choose_port
 from console.demo.supervisor import Child, Supervisor
 
@@ -115,6 +116,9 @@ def write_key_file(path: Path) -> None:
 def _base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
     env["PYTHONUNBUFFERED"] = "1"
+    # Long-running asyncio servers and clients: keep glibc's mmap threshold fixed so 256 KiB receive buffers
+    # do not fragment the heap (see console/commands/load.py); the soak's memory figures depend on it.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD_BYTES))
     return env
 
 
