@@ -55,6 +55,7 @@ import importlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -479,6 +480,15 @@ def register() -> None:
         target = f"{module_name}.{class_name}.{method}"
         HookRegistry.register(target, HOOKS[name], HookType.AROUND)
         hooked.append(f"{class_name}.{method}")
-    logger.info(
+    _announce(
         "spectower plugin %s: AROUND hooks on %s (pid %d)", PLUGIN_VERSION, ", ".join(hooked), os.getpid()
     )
+
+
+def _announce(message: str, *args: object) -> None:
+    """SGLang runs plugins before it configures logging, so an INFO record would be dropped (seen on a
+    real 0.5.17 server): print the one line that says what was hooked when no handler would show it."""
+    if logger.isEnabledFor(logging.INFO) and logging.getLogger().handlers:
+        logger.info(message, *args)
+    else:
+        print(message % args, file=sys.stderr, flush=True)

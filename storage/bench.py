@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from storage import models
+from storage.redact import redact_json_text
 
 if TYPE_CHECKING:
     from storage.database import Database
@@ -17,6 +18,7 @@ def save_bench_run(db: Database, run: models.BenchRun, points: list[models.Bench
         raise ValueError("bench run: created_at is required")
     if not run.source:
         raise ValueError("bench run: source is required")
+    run.server_info_json = redact_json_text(run.server_info_json)  # SGLang's /server_info holds its keys
     with db.session(write=True) as s:
         s.add(run)
         s.flush()

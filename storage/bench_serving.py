@@ -26,6 +26,7 @@ from sqlmodel import col, select
 
 from storage import models
 from storage.database import Database
+from storage.redact import redact
 
 # bench_serving key -> BenchPoint column
 POINT_KEYS: dict[str, str] = {
@@ -201,7 +202,7 @@ def build_run(
         dataset_name=first.get("dataset_name") if isinstance(first.get("dataset_name"), str) else None,
         served_model_name=_str(info.get("served_model_name")) if info else None,
         sglang_version=_str(info.get("version")) if info else None,
-        server_info_json=json.dumps(info, allow_nan=True) if info is not None else None,
+        server_info_json=json.dumps(redact(info), allow_nan=True) if info is not None else None,
         source_sha256=sha256,
     )
     # what the run columns hold is what a point's line is compared with

@@ -18,6 +18,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
 from storage import dialect, models, schema
+from storage.redact import redact
 from storage.writer import BatchWriter
 
 DB_ENV_VAR = "SPECTOWER_DB"
@@ -183,6 +184,7 @@ class Database:
         if not isinstance(info, dict):
             raise ValueError("record_server_info: info must be the /server_info JSON object")
         now = time.time() if ts is None else ts
+        info = redact(info)  # SGLang's /server_info lists its own api keys
         digest = stable_server_info_hash(info)
         snap = models.ServerInfoSnapshot
         with self.session(write=True) as s:

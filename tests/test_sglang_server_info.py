@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.sglang.server_info import REDACTED, ServerInfoError, parse_server_info
+from collectors.sglang.server_info import ServerInfoError, parse_server_info
+from storage.redact import REDACTED
 
 
 def _load(real_data: Path, name: str) -> dict:

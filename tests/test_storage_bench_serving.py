@@ -130,3 +130,28 @@ def test_same_file_twice_is_noticed(db: Database, real_data: Path) -> None:
     assert again.duplicate_of == first.run_id and again.run_id is None
     forced = import_file(db, path, allow_duplicate=True)
     assert forced.run_id not in (None, first.run_id)
+
+
+def test_server_keys_never_reach_the_database(tmp_path) -> None:
+    """A real SGLang /server_info lists admin_api_key and api_key: every stored copy is redacted."""
+    import json as _json
+    import time as _time
+
+    from storage import open_database
+    from storage.models import BenchRun
+
+    secret = "apMVnpAwx-6DV8Nyp3vkYxOCXi-SpPcK"
+    info = {"admin_api_key": secret, "api_key": secret, "version": "0.5.17",
+            "launch_command": f"python -m sglang.launch_server --admin-api-key {secret} --port 1"}
+    db = open_database(tmp_path / "s.db")
+    run = BenchRun(created_at=_time.time(), source="sweep", server_info_json=_json.dumps(info))
+    db.save_bench_run(run, [])
+    db.record_server_info(db.server_id("http://127.0.0.1:1"), info, _time.time())
+    db.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
+    assert secret.encode() not in raw
+    db = open_database(tmp_path / "s.db")
+    from storage import queries
+
+    run = queries.bench_runs(db)[0]
+    assert _json.loads(run.server_info_json)["version"] == "0.5.17"

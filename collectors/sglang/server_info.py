@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-REDACTED = "<redacted>"
-SECRET_KEY_RE = re.compile(r"(^|_)(api_key|password|secret|token_secret|auth_token)$")
-SECRET_FLAG_RE = re.compile(r"(--(?:admin-)?api-key|--ssl-keyfile-password)(=|\s+)(\S+)")
+from storage.redact import redact
+
 # Fields that change on their own while the server runs: left out of the hash that decides whether a
 # new snapshot is stored (so a snapshot is written when the configuration changes, not every scrape).
 VOLATILE_KEYS = frozenset(
@@ -98,23 +96,6 @@ def _str(v: Any) -> str | None:
 
 def _bool(v: Any) -> bool | None:
     return v if isinstance(v, bool) else None
-
-
-def redact(obj: Any) -> Any:
-    """A copy with every secret value replaced (keys named like api_key/password; --api-key flags)."""
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            if isinstance(k, str) and SECRET_KEY_RE.search(k) and v not in (None, "", [], {}):
-                out[k] = REDACTED
-            elif k == "launch_command" and isinstance(v, str):
-                out[k] = SECRET_FLAG_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", v)
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
 
 
 def _stable_hash(info: dict[str, Any]) -> str:
