@@ -22,4 +22,5 @@ def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
 def is_user_error(exc: BaseException) -> bool:
     """Errors our packages raise on purpose for bad input or an unreachable peer."""
     module = type(exc).__module__.split(".")[0]
-    return module in OUR_PACKAGES and isinstance(exc, ValueError | ConnectionError | LookupError | PermissionError)
+    user_error_types = ValueError | ConnectionError | LookupError | PermissionError
+    return module in OUR_PACKAGES and isinstance(exc, user_error_types)

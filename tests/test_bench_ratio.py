@@ -78,7 +78,7 @@ def test_crossover_order_does_not_matter() -> None:
 
 
 def test_one_noisy_low_point_is_not_the_crossover() -> None:
-    """Ratios from a real H200 sweep (6 s windows): a noisy dip at C=2 must not be reported as the crossover."""
+    """Ratios from a real H200 sweep (6 s windows): a noisy dip at C=2 is not the crossover."""
     from collectors.bench.ratio import RatioPoint, find_crossover, monotone_decreasing
 
     measured = [
