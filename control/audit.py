@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import col, select
+from sqlmodel import select
 
 from control.db import read_session, write_session
 from control.knob import (
@@ -29,6 +29,7 @@ from control.knob import (
     normalize_server_url,
     resolve_target,
 )
+from storage import queries
 from storage.models import ControlEvent, PolicyState
 
 # "Until released", as a float every SQL backend stores exactly (9999-12-31T23:59:59Z); inf is not portable.
@@ -331,18 +332,13 @@ def list_events(
     action: str | None = None,
     limit: int = 100,
 ) -> list[ControlEvent]:
-    """Audit rows, newest first."""
-    query = select(ControlEvent)
-    if server_url is not None:
-        query = query.where(ControlEvent.server_url == normalize_server_url(server_url))
-    if since is not None:
-        query = query.where(ControlEvent.ts >= since)
-    if until is not None:
-        query = query.where(ControlEvent.ts <= until)
-    if actor_prefix is not None:
-        query = query.where(col(ControlEvent.actor).startswith(actor_prefix))
-    if action is not None:
-        query = query.where(ControlEvent.action == action)
-    query = query.order_by(col(ControlEvent.ts).desc(), col(ControlEvent.id).desc()).limit(limit)
-    with read_session(db) as session:
-        return list(session.exec(query).all())
+    """Audit rows, newest first (storage's query, with the URL normalised as the client writes it)."""
+    return queries.control_events(
+        db,
+        server_url=normalize_server_url(server_url) if server_url is not None else None,
+        start=since,
+        end=until,
+        actor_prefix=actor_prefix,
+        action=action,
+        limit=limit,
+    )

@@ -306,15 +306,22 @@ def control_events(
     actor: str | None = None,
     start: float | None = None,
     end: float | None = None,
+    actor_prefix: str | None = None,
+    action: str | None = None,
     limit: int = DEFAULT_EVENT_LIMIT,
 ) -> list[models.ControlEvent]:
-    """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto")."""
+    """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto");
+    ``actor_prefix`` is a plain string prefix; ``action`` is exact (set, pause, release, ...)."""
     ce = models.ControlEvent
     stmt = select(ce)
     if server_url is not None:
         stmt = stmt.where(ce.server_url == server_url)
     if actor is not None:
         stmt = stmt.where(or_(col(ce.actor) == actor, col(ce.actor).startswith(actor + ":", autoescape=True)))
+    if actor_prefix is not None:
+        stmt = stmt.where(col(ce.actor).startswith(actor_prefix, autoescape=True))
+    if action is not None:
+        stmt = stmt.where(ce.action == action)
     if start is not None:
         stmt = stmt.where(ce.ts >= start)
     if end is not None:
