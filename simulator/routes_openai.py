@@ -214,11 +214,18 @@ async def _chat_stream(
             }
             yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
             if final:
-                if include_usage:
-                    yield (head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode()
-                yield b"data: [DONE]\n\n"
+                for chunk in _closing_chunks(head, req, include_usage):
+                    yield chunk
     finally:
         engine.abort(req)
+
+
+def _closing_chunks(head: str, req: SimRequest, include_usage: bool) -> list[bytes]:
+    """How SGLang ends an OpenAI stream: the usage chunk (when asked for), then [DONE]."""
+    done = b"data: [DONE]\n\n"
+    if not include_usage:
+        return [done]
+    return [(head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode(), done]
 
 
 async def _completion_stream(
@@ -236,8 +243,7 @@ async def _completion_stream(
             }
             yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
             if final:
-                if include_usage:
-                    yield (head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode()
-                yield b"data: [DONE]\n\n"
+                for chunk in _closing_chunks(head, req, include_usage):
+                    yield chunk
     finally:
         engine.abort(req)
