@@ -29,10 +29,18 @@ def _no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-def _fill(path: Path, *, servers: int = 1, gpus: int = 2, bench: bool = True, age_s: float = 0.0) -> None:
+def _fill(
+    path: Path,
+    *,
+    servers: int = 1,
+    gpus: int = 2,
+    bench: bool = True,
+    age_s: float = 0.0,
+    span_s: float = 1800.0,
+) -> None:
     now = time.time() - age_s
     with open_database(_url(path)) as db:
-        synthetic.fill(db, t0=now - 1800, t1=now, servers=servers, gpus=gpus, step_s=2.0, knob_period_s=300)
+        synthetic.fill(db, t0=now - span_s, t1=now, servers=servers, gpus=gpus, step_s=2.0, knob_period_s=300)
         if bench:
             synthetic.add_bench_run(db, PROFILE, now - 86400, "cuda12", scale_on=0.8)
             synthetic.add_bench_run(db, PROFILE, now - 3600, "cuda13")
@@ -180,7 +188,9 @@ def test_speculation_page_live_estimate_and_crossovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "s.db"
-    _fill(db)
+    # a whole hour: enough knob on/off periods in every load bin whatever the clock's phase (half an hour
+    # left the live estimate empty about one run in four)
+    _fill(db, span_s=3600)
     at = _app(db, monkeypatch, "speculation")
     labels = {m.label: m.value for m in at.metric}
     # the profile's curves cross between 8 and 16; live traffic (alternating knob) finds it too
