@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from collectors.bench.errors import BenchError
@@ -103,3 +105,33 @@ def test_decode_rate_leaves_out_the_capped_last_chunk() -> None:
                         chunk_times=[0.0, 0.1, 0.2, 0.3, 0.4], chunk_tokens=[1, 3, 3, 3, 1])  # fmt: skip
     assert rec.decode_rate == pytest.approx(30.0)  # 9 tokens over 0.3 s
     assert 1.0 / (rec.tpot_s or 1) == pytest.approx(25.0)  # TPOT counts the capped step: slower
+
+
+def _spec_rec(index: int, start: float, first: float, step: float, per_step: int, steps: int,
+              jitter: float = 0.0) -> RequestRecord:  # fmt: skip
+    """A speculative request: its first token at ``first``, then ``per_step`` tokens every ``step`` s."""
+    times = [first] + [first + (k + 1) * step + jitter for k in range(steps)]
+    tokens = [1] + [per_step] * steps
+    return RequestRecord(index=index, start=start, output_tokens=sum(tokens), ttft_s=first - start,
+                         e2e_s=times[-1] - start, chunk_times=times, chunk_tokens=tokens, success=True)  # fmt: skip
+
+
+def test_window_edges_on_a_speculative_step_do_not_lose_it() -> None:
+    # C=1, 4 tokens per 0.1 s step (40 tok/s): the steady interval runs from the first token to the last
+    # chunk, the edges fall exactly on chunks; whole-chunk counting dropped one step in the 25 (-4%).
+    rec = _spec_rec(0, 0.0, 0.05, 0.1, 4, 25)
+    loop = LoopResult(concurrency=1, records=[rec], phase_start=0.0, phase_end=rec.chunk_times[-1])
+    _mark_steady(loop, last_issue=0.0, cut_at=None)
+    fig = point_figures(loop, windows=5)
+    assert fig["steady_output_throughput"] == pytest.approx(40.0, rel=1e-9)
+
+
+def test_a_step_burst_split_by_the_edge_counts_whole() -> None:
+    # C=8: each step's 8 chunks reach the client 0..7 ms apart; the interval ends on request 3's last
+    # chunk, in the middle of the burst. Every request decodes 5 tokens per 50 ms step: 800 tok/s.
+    recs = [_spec_rec(i, 0.0, 0.01, 0.05, 5, 40 if i != 3 else 30, jitter=i * 0.001) for i in range(8)]
+    loop = LoopResult(concurrency=8, records=recs, phase_start=0.0, phase_end=2.1)
+    _mark_steady(loop, last_issue=0.0, cut_at=None)
+    assert loop.steady_end == pytest.approx(recs[3].chunk_times[-1])
+    w = window_throughputs(loop, windows=5)
+    assert statistics.fmean(w) == pytest.approx(800.0, rel=0.01)

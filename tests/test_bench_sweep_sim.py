@@ -24,19 +24,18 @@ from tests.conftest import REPO_ROOT
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 TOLERANCE = 0.05
-# The shipped profiles' curves, replayed without per-step noise and, above a chunk rate this shared 2-core
-# box can stream while 8 engineers work, slowed down: at full speed the llama profile asks for ~5,400 SSE
-# chunks/s at C=64, and the simulator, starved of CPU, then produced half of that (its own decode counter
-# agreed with the client). Each level's on and off figures are scaled by the same factor, so every on/off
-# ratio, hence the crossover and the best knob, is exactly the shipped profile's. Noise is off because
-# glm5's ratio at 16 is 0.995: only a noise-free run places its crossover (~15) inside [8, 16] every time.
-# Per request, the rate is capped too: a closed loop loses the client-server round trip between one request
-# and the next (~20 ms on this box under load), which is 10% of a 64-token request at llama's 325 tok/s
-# per request, and 0.5% of one that lasts four seconds (128 tokens at 32 tok/s). Speculative requests end
-# at scattered steps, so spec on pays that gap (and a prefill pass that stalls the batch) more often.
-# SPECTOWER_BENCH_MAX_CHUNKS_S / _MAX_REQUEST_TOK_S raise the caps (large values replay shipped speeds).
-MAX_CHUNKS_S = float(os.environ.get("SPECTOWER_BENCH_MAX_CHUNKS_S", "800"))
-MAX_REQUEST_TOK_S = float(os.environ.get("SPECTOWER_BENCH_MAX_REQUEST_TOK_S", "32"))
+# The shipped profiles' curves, replayed at full speed (llama asks for ~5,400 SSE chunks/s at C=64 spec off)
+# without per-step noise: glm5's ratio at 16 is 0.995, and only a noise-free run places its crossover (~15)
+# inside [8, 16] every time. 256-token requests keep the closed loop's own losses small: the round trip
+# between one request and the next, and the last speculative step, capped at max_tokens, which costs a full
+# step for ~1 token (with 128 tokens, spec on measured 2-3% under its profile for those reasons alone).
+# Unloaded 2-core VM, 2026-11-30: worst level -2.2% (llama C=1 spec on), glm5 crossover 8-16.
+# On a box whose CPU is shared the simulator falls behind at the highest chunk rates (seen: half the profile
+# with 8 engineers on 2 cores); SPECTOWER_BENCH_MAX_CHUNKS_S / _MAX_REQUEST_TOK_S then slow each level's on
+# and off figures by the same factor, so every on/off ratio, the crossover and the best knob stay the
+# shipped profile's (800 and 32 are what that box sustained).
+MAX_CHUNKS_S = float(os.environ.get("SPECTOWER_BENCH_MAX_CHUNKS_S", "inf"))
+MAX_REQUEST_TOK_S = float(os.environ.get("SPECTOWER_BENCH_MAX_REQUEST_TOK_S", "inf"))
 
 
 def _test_profile(name: str, tmp_path: Path) -> Path:
@@ -67,7 +66,7 @@ def _sweep(sim, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]
         sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url,
         "--concurrency", ",".join(map(str, LEVELS)), "--modes", "on,off",
         "--duration-per-level", "3", "--rounds", "1",
-        "--input-len", "8", "--output-len", "128", "--warmup", "1",
+        "--input-len", "8", "--output-len", "256", "--warmup", "1",
         "--db", str(tmp_path / "spectower.db"), "--as", "tester", "--json", *extra,
     ]  # fmt: skip
     return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)

@@ -12,6 +12,7 @@ decodes faster per request).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -58,19 +59,42 @@ def tokens_between(records: Iterable[RequestRecord], a: float, b: float) -> int:
     return total
 
 
+def tokens_by(rec: RequestRecord, t: float) -> float:
+    """Output tokens ``rec`` had produced by time ``t``, linear between chunk arrivals (and from 0 at the
+    request's start to its first chunk).
+
+    Counting whole chunks makes a window's total jump by a whole step at its edges: a speculative chunk
+    carries ~4 tokens, and a step's C chunks reach the client spread over a few ms, so an edge that falls
+    on a step (the steady interval ends at a completion, which is a step) takes some of them and not
+    others. On a 3 s window at C=1 that is 1 step in 25 (-4%); at C=64, a step's burst split at the edge
+    (-3%). Interpolating makes the count a continuous function of the edges, so those losses vanish."""
+    times, tokens = rec.chunk_times, rec.chunk_tokens
+    if not times or t <= rec.start:
+        return 0.0
+    i = bisect.bisect_right(times, t)
+    done = float(sum(tokens[:i]))
+    if i == len(times):
+        return done
+    prev = times[i - 1] if i else rec.start
+    span = times[i] - prev
+    return done + (tokens[i] * (t - prev) / span if span > 0 else 0.0)
+
+
 def window_throughputs(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[float]:
-    """Output tok/s in ``windows`` equal slices of the steady interval."""
+    """Output tok/s in ``windows`` equal slices of the steady interval (tokens interpolated, ``tokens_by``)."""
     span = loop.steady_s
     if span <= 0 or windows < 1:
         return []
     width = span / windows
     edges = [loop.steady_start + i * width for i in range(windows + 1)]
-    counts = [0] * windows
+    counts = [0.0] * windows
     for rec in loop.records:
-        for t, n in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
-            if loop.steady_start <= t < loop.steady_end:
-                counts[min(int((t - loop.steady_start) / width), windows - 1)] += n
-    return [c / (edges[i + 1] - edges[i]) for i, c in enumerate(counts)]
+        if not rec.chunk_times or rec.chunk_times[-1] <= edges[0] or rec.start >= edges[-1]:
+            continue
+        cum = [tokens_by(rec, e) for e in edges]
+        for i in range(windows):
+            counts[i] += cum[i + 1] - cum[i]
+    return [c / width for c in counts]
 
 
 def decode_windows(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[float]:
