@@ -112,8 +112,16 @@ def _spec_rec(index: int, start: float, first: float, step: float, per_step: int
     """A speculative request: its first token at ``first``, then ``per_step`` tokens every ``step`` s."""
     times = [first] + [first + (k + 1) * step + jitter for k in range(steps)]
     tokens = [1] + [per_step] * steps
-    return RequestRecord(index=index, start=start, output_tokens=sum(tokens), ttft_s=first - start,
-                         e2e_s=times[-1] - start, chunk_times=times, chunk_tokens=tokens, success=True)  # fmt: skip
+    return RequestRecord(
+        index=index,
+        start=start,
+        output_tokens=sum(tokens),
+        ttft_s=first - start,
+        e2e_s=times[-1] - start,
+        chunk_times=times,
+        chunk_tokens=tokens,
+        success=True,
+    )
 
 
 def test_window_edges_on_a_speculative_step_do_not_lose_it() -> None:

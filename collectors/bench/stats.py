@@ -81,7 +81,7 @@ def tokens_by(rec: RequestRecord, t: float) -> float:
 
 
 def window_throughputs(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[float]:
-    """Output tok/s in ``windows`` equal slices of the steady interval (tokens interpolated, ``tokens_by``)."""
+    """Output tok/s in ``windows`` equal slices of the steady interval (``tokens_by``)."""
     span = loop.steady_s
     if span <= 0 or windows < 1:
         return []
