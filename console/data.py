@@ -145,35 +145,26 @@ def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     return row
 
 
-def _series_rows(
-    db: Database,
-    kind: queries.SeriesKind,
-    source_id: int,
-    columns: Sequence[str],
-    t0: float,
-    t1: float,
-    max_points: int,
-) -> dict[float, dict[str, float | None]]:
-    """storage.queries.series per metric (raw or rollup tier, <= max_points buckets), keyed by bucket ts."""
-    rows: dict[float, dict[str, float | None]] = {}
-    for c in columns:
-        for p in queries.series(db, kind, source_id, c, t0, t1, max(2, max_points)).points:
-            row = rows.setdefault(p.ts, {"ts": p.ts})
-            row[c], row[f"{c}_min"], row[f"{c}_max"] = p.mean, p.min, p.max
-    return rows
-
-
 def _series_frame(
     db: Database,
     kind: queries.SeriesKind,
-    source_id: int,
+    source_ids: Sequence[int],
     columns: Sequence[str],
     t0: float,
     t1: float,
     max_points: int,
+    *,
+    dp_rank: int | None = None,
 ) -> pd.DataFrame:
-    names = ["ts", *[f"{c}{x}" for c in columns for x in ("", "_min", "_max")]]
-    rows = _series_rows(db, kind, source_id, columns, t0, t1, max_points)
+    """``source_id, ts, <col>, <col>_min, <col>_max``: storage.queries.series_many (raw or rollup tier,
+    <= max_points buckets per source), one row per source and bucket."""
+    names = ["source_id", "ts", *[f"{c}{x}" for c in columns for x in ("", "_min", "_max")]]
+    got = queries.series_many(db, kind, source_ids, columns, t0, t1, max(2, max_points), dp_rank=dp_rank)
+    rows: dict[tuple[int, float], dict[str, float | None]] = {}
+    for (src, c), s in got.items():
+        for p in s.points:
+            row = rows.setdefault((src, p.ts), {"source_id": src, "ts": p.ts})
+            row[c], row[f"{c}_min"], row[f"{c}_max"] = p.mean, p.min, p.max
     return pd.DataFrame([rows[k] for k in sorted(rows)], columns=names)
 
 
@@ -188,7 +179,32 @@ def engine_series(
     """Bucketed engine samples: ``ts`` plus ``<col>`` (mean), ``<col>_min``, ``<col>_max`` per column,
     at most ``max_points`` rows (storage picks raw samples or the 1-minute / 1-hour rollups)."""
     cols = [c for c in columns if c in ENGINE_COLUMNS]
-    return _series_frame(db, "engine", server_id, cols, t0, t1, max_points)
+    ranks = _dp_ranks(db, server_id, t0, t1)
+    if len(ranks) <= 1:
+        return _series_frame(db, "engine", [server_id], cols, t0, t1, max_points).drop(columns="source_id")
+    # Several DP ranks: each reports its own batch, so a server's tok/s or running requests is the sum
+    # over ranks (pooling their samples would give the mean, 1/dp of it); the rest is averaged.
+    # Summed min / max make a band that holds the sum (sum of the ranks' minima <= min of the sum).
+    frames = [
+        _series_frame(db, "engine", [server_id], cols, t0, t1, max_points, dp_rank=r) for r in ranks
+    ]
+    stacked = pd.concat(frames, ignore_index=True).drop(columns="source_id")
+    how = {
+        f"{c}{x}": ("sum" if c in ADDITIVE_ENGINE_COLUMNS else "mean")
+        for c in cols
+        for x in ("", "_min", "_max")
+    }
+    return stacked.groupby("ts", as_index=False).agg(how) if how else stacked[["ts"]].drop_duplicates()
+
+
+def _dp_ranks(db: Database, server_id: int, t0: float, t1: float) -> list[int]:
+    """The DP ranks that reported in [t0, t1] (the newest hour of it: ranks are fixed per launch)."""
+    df = _frame(
+        db.engine,
+        "SELECT DISTINCT dp_rank FROM engine_sample WHERE server_id = :s AND ts >= :a AND ts <= :b",
+        {"s": server_id, "a": max(t0, t1 - 3600.0), "b": t1},
+    )
+    return sorted(int(r) for r in df["dp_rank"].dropna())
 
 
 @dataclass(frozen=True)
@@ -270,10 +286,8 @@ def gpu_series(
     cols = [c for c in columns if c in GPU_COLUMNS]
     if not gpu_ids or not cols:
         return pd.DataFrame(columns=["gpu_id", "ts", *cols])
-    parts = [
-        _series_frame(db, "gpu", int(g), cols, t0, t1, max_points).assign(gpu_id=int(g)) for g in gpu_ids
-    ]
-    return pd.concat(parts, ignore_index=True)
+    frame = _series_frame(db, "gpu", [int(g) for g in gpu_ids], cols, t0, t1, max_points)
+    return frame.rename(columns={"source_id": "gpu_id"})
 
 
 def gpu_processes(db: Database, gpu_ids: Sequence[int], since: float) -> pd.DataFrame:

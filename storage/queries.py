@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import and_, func, literal_column, or_
+from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import SQLModel, col, select
 
@@ -90,145 +91,157 @@ def series(
     omitted. From the rollup tiers, the first and last buckets cover whole 1-minute / 1-hour rollup
     buckets that overlap [start, end] (so they may include samples just outside it).
     ``dp_rank`` (engine only): None pools every rank of the server."""
+    got = series_many(db, kind, [source_id], [metric], start, end, max_points, dp_rank=dp_rank)
+    return got[(source_id, metric)]
+
+
+def series_many(
+    db: Database,
+    kind: SeriesKind,
+    source_ids: Sequence[int],
+    metrics: Sequence[str],
+    start: float,
+    end: float,
+    max_points: int = DEFAULT_MAX_POINTS,
+    *,
+    dp_rank: int | None = None,
+) -> dict[tuple[int, str], Series]:
+    """``series`` for every (source, metric) pair, keyed so, in one grouped statement per tier.
+
+    A page of 8 GPUs x 2 metrics is then 1-2 statements that read each stored row once, instead of 16-32
+    that each read it again (the GPUs page spent most of its refresh there)."""
     spec = _spec(kind)
-    if metric not in spec.metrics:
-        raise ValueError(f"metric: {metric!r} is not a {kind} metric; one of: {', '.join(spec.metrics)}")
+    for metric in metrics:
+        if metric not in spec.metrics:
+            raise ValueError(f"metric: {metric!r} is not a {kind} metric; one of: {', '.join(spec.metrics)}")
     if not (isinstance(max_points, int) and max_points >= 2):
         raise ValueError(f"max_points: must be an integer >= 2, got {max_points!r}")
     if not (math.isfinite(start) and math.isfinite(end)) or end < start:
         raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
+    if dp_rank is not None and spec is not rollups.ENGINE:
+        raise ValueError("dp_rank: only engine series have DP ranks")
+    ids = sorted({int(i) for i in source_ids})
+    metrics = list(dict.fromkeys(metrics))
+    if not ids or not metrics:
+        return {}
     span = max(end - start, 1e-6)
     need = span / (max_points - 1)
     tier = _choose_tier(need, start, horizons(db))
+    q = _SeriesQuery(db, spec, ids, metrics, start, end, dp_rank)
     if tier == 0:
-        width = need
-        return _raw_series(db, spec, kind, source_id, metric, start, end, width, dp_rank)
-    # rollup rows may start up to one tier bucket before `start`: widen so the count bound holds
-    width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
-    return _rollup_series(db, spec, kind, source_id, metric, start, end, width, tier, dp_rank)
+        width, tier_name = need, "raw"
+        acc = q.raw(width)
+    else:
+        # rollup rows may start up to one tier bucket before `start`: widen so the count bound holds
+        width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
+        tier_name = f"{tier // 60}m" if tier < 3600 else "1h"
+        acc = q.rollup(width, tier)
+    out: dict[tuple[int, str], Series] = {}
+    for src in ids:
+        cells = sorted((i, cell) for (s, i), cell in acc.cells.items() if s == src)
+        for k, metric in enumerate(metrics):
+            points = [_bucket(i * width, cell.aggs[k]) for i, cell in cells if cell.aggs[k][3]]
+            rows_read = acc.rows.get(src, 0)
+            out[(src, metric)] = Series(kind, src, metric, start, end, width, tier_name, rows_read, points)
+    return out
 
 
-def _source_where(table: Any, spec: rollups.RollupSpec, source_id: int, dp_rank: int | None) -> list[Any]:
-    where = [table.c[spec.source_cols[0]] == source_id]
-    if dp_rank is not None:
-        if spec is not rollups.ENGINE:
-            raise ValueError("dp_rank: only engine series have DP ranks")
-        where.append(table.c.dp_rank == dp_rank)
-    return where
+@dataclass
+class _Cell:
+    """One (source, bucket): per metric [min, sum, max, n]."""
+
+    aggs: list[list[Any]]
 
 
-def _raw_series(
-    db: Database,
-    spec: rollups.RollupSpec,
-    kind: SeriesKind,
-    source_id: int,
-    metric: str,
-    start: float,
-    end: float,
-    width: float,
-    dp_rank: int | None,
-) -> Series:
-    t = spec.sample
-    b = dialect.bucket_index(db.dialect_name, t.c.ts, 0.0, width)
-    m = t.c[metric]
-    stmt = (
-        sa_select(b, func.min(m), func.avg(m), func.max(m), func.count(m), func.count())
-        .where(and_(*_source_where(t, spec, source_id, dp_rank), t.c.ts >= start, t.c.ts <= end))
-        .group_by(b)
-        .order_by(b)
-    )
-    with db.engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-    points = [
-        Bucket(ts=int(i) * width, min=_f(lo), mean=_f(avg), max=_f(hi), n=int(n))
-        for i, lo, avg, hi, n, _ in rows
-        if n
-    ]
-    return Series(kind, source_id, metric, start, end, width, "raw", sum(int(r[5]) for r in rows), points)
+@dataclass
+class _Acc:
+    cells: dict[tuple[int, int], _Cell]
+    rows: dict[int, int]  # stored rows aggregated, per source
 
-
-def _rollup_series(
-    db: Database,
-    spec: rollups.RollupSpec,
-    kind: SeriesKind,
-    source_id: int,
-    metric: str,
-    start: float,
-    end: float,
-    width: float,
-    tier: int,
-    dp_rank: int | None,
-) -> Series:
-    r = spec.rollup
-    b = dialect.bucket_index(db.dialect_name, r.c.bucket_ts, 0.0, width)
-    lo_ts = math.floor(start / tier) * tier
-    stmt = (
-        sa_select(
-            b,
-            func.min(r.c[f"{metric}_min"]),
-            func.sum(r.c[f"{metric}_sum"]),
-            func.max(r.c[f"{metric}_max"]),
-            func.sum(r.c[f"{metric}_n"]),
-            func.count(),
-        )
-        .where(
-            and_(
-                r.c.res_s == tier,
-                *_source_where(r, spec, source_id, dp_rank),
-                r.c.bucket_ts >= lo_ts,
-                r.c.bucket_ts <= end,
-            )
-        )
-        .group_by(b)
-    )
-    # Raw rows past the watermark: found by primary key range; `+ 0` keeps the planner off the
-    # (source, ts) index, which would walk the whole range instead of the few new rows.
-    t = spec.sample
-    tb = dialect.bucket_index(db.dialect_name, t.c.ts, 0.0, width)
-    m = t.c[metric]
-    src_col = t.c[spec.source_cols[0]] + literal_column("0")
-    with db.engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-        last_id = rollups.watermark(conn, spec)
-        tail_where = [t.c.id > last_id, src_col == source_id, t.c.ts >= start, t.c.ts <= end]
-        if dp_rank is not None:
-            tail_where.append(t.c.dp_rank + literal_column("0") == dp_rank)
-        tail = conn.execute(
-            sa_select(tb, func.min(m), func.sum(m), func.max(m), func.count(m), func.count())
-            .where(and_(*tail_where))
-            .group_by(tb)
-        ).all()
-    acc: dict[int, list[Any]] = {}
-    for i, lo, total, hi, n, _ in (*rows, *tail):
-        cur = acc.setdefault(int(i), [None, 0.0, None, 0])
-        if n:
+    def add(self, src: int, bucket: int, values: Sequence[Any], n_metrics: int) -> None:
+        cell = self.cells.setdefault((src, bucket), _Cell([[None, 0.0, None, 0] for _ in range(n_metrics)]))
+        for k in range(n_metrics):
+            lo, total, hi, n = values[4 * k : 4 * k + 4]
+            if not n:
+                continue
+            cur = cell.aggs[k]
             cur[0] = lo if cur[0] is None else min(cur[0], lo)
             cur[2] = hi if cur[2] is None else max(cur[2], hi)
             cur[1] += float(total)
             cur[3] += int(n)
-    points = [
-        Bucket(
-            ts=i * width,
-            min=_f(v[0]),
-            mean=(v[1] / v[3]) if v[3] else None,
-            max=_f(v[2]),
-            n=v[3],
-        )
-        for i, v in sorted(acc.items())
-        if v[3]
-    ]
-    rows_read = sum(int(x[5]) for x in rows) + sum(int(x[5]) for x in tail)
-    return Series(
-        kind,
-        source_id,
-        metric,
-        start,
-        end,
-        width,
-        f"{tier // 60}m" if tier < 3600 else "1h",
-        rows_read,
-        points,
-    )
+        self.rows[src] = self.rows.get(src, 0) + int(values[4 * n_metrics])
+
+
+def _bucket(ts: float, agg: list[Any]) -> Bucket:
+    lo, total, hi, n = agg
+    return Bucket(ts=ts, min=_f(lo), mean=total / n, max=_f(hi), n=n)
+
+
+@dataclass
+class _SeriesQuery:
+    db: Database
+    spec: rollups.RollupSpec
+    ids: list[int]
+    metrics: list[str]
+    start: float
+    end: float
+    dp_rank: int | None
+
+    def raw(self, width: float) -> _Acc:
+        acc = _Acc({}, {})
+        with self.db.engine.connect() as conn:
+            self._sample_rows(conn, acc, width, after_id=None)
+        return acc
+
+    def rollup(self, width: float, tier: int) -> _Acc:
+        r = self.spec.rollup
+        src = r.c[self.spec.source_cols[0]]
+        b = dialect.bucket_index(self.db.dialect_name, r.c.bucket_ts, 0.0, width)
+        aggs = []
+        for m in self.metrics:
+            aggs += [
+                func.min(r.c[f"{m}_min"]),
+                func.sum(r.c[f"{m}_sum"]),
+                func.max(r.c[f"{m}_max"]),
+                func.sum(r.c[f"{m}_n"]),
+            ]
+        where = [r.c.res_s == tier, src.in_(self.ids), r.c.bucket_ts >= math.floor(self.start / tier) * tier]
+        where.append(r.c.bucket_ts <= self.end)
+        if self.dp_rank is not None:
+            where.append(r.c.dp_rank == self.dp_rank)
+        stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
+        acc = _Acc({}, {})
+        with self.db.engine.connect() as conn:
+            for row in conn.execute(stmt):
+                acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
+            # raw rows not yet folded into the rollups, so the newest minutes are never missing
+            self._sample_rows(conn, acc, width, after_id=rollups.watermark(conn, self.spec))
+        return acc
+
+    def _sample_rows(self, conn: Any, acc: _Acc, width: float, after_id: int | None) -> None:
+        t = self.spec.sample
+        b = dialect.bucket_index(self.db.dialect_name, t.c.ts, 0.0, width)
+        aggs = []
+        for name in self.metrics:
+            m = t.c[name]
+            aggs += [func.min(m), func.sum(m), func.max(m), func.count(m)]
+        src = t.c[self.spec.source_cols[0]]
+        rank: ColumnElement[Any] | None = t.c.dp_rank if self.dp_rank is not None else None
+        if after_id is not None:
+            # Past the watermark: found by primary key range; `+ 0` keeps the planner off the
+            # (source, ts) index, which would walk the whole range instead of the few new rows.
+            src_match, where = src + literal_column("0"), [t.c.id > after_id]
+            rank = None if rank is None else rank + literal_column("0")
+        else:
+            src_match, where = src, []
+        where += [src_match.in_(self.ids), t.c.ts >= self.start, t.c.ts <= self.end]
+        if rank is not None:
+            where.append(rank == self.dp_rank)
+        # Grouped by the expression, not the column: grouping by the bare source column lets SQLite walk
+        # the whole (source, ts) index to get its order for free (4.8 M rows: 280 ms) on the tail query.
+        stmt = sa_select(src_match, b, *aggs, func.count()).where(and_(*where)).group_by(src_match, b)
+        for row in conn.execute(stmt):
+            acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
 
 
 def _f(v: Any) -> float | None:

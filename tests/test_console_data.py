@@ -71,3 +71,20 @@ def test_control_events_filters(db: Database) -> None:
     assert len(ev) == 6 and set(ev["actor"]) == {"policy:learn"}
     assert data.control_events(db, actor_prefix="operator:").empty
     assert len(data.control_events(db, t0=now - 250)) == 3
+
+
+def test_engine_series_sums_dp_ranks(tmp_path: Path) -> None:
+    store = open_database(f"sqlite:///{tmp_path / 'dp.db'}")
+    now = time.time()
+    sid = store.server_id("http://dp")
+    with store.session() as s:
+        for i in range(120):
+            for rank in (0, 1):
+                tok_s, accept = 100.0 * (rank + 1), 2.0 + rank
+                s.add(EngineSample(server_id=sid, dp_rank=rank, ts=now - 120 + i, output_tok_s=tok_s,
+                                   spec_accept_length=accept))  # fmt: skip
+    series = data.engine_series(store, sid, now - 120, now, ["output_tok_s", "spec_accept_length"], 20)
+    store.close()
+    assert len(series) >= 2
+    assert series["output_tok_s"].tolist() == pytest.approx([300.0] * len(series))  # 100 + 200, not 150
+    assert series["spec_accept_length"].tolist() == pytest.approx([2.5] * len(series))

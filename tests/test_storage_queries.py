@@ -154,3 +154,32 @@ def test_control_events_filters(db: Database) -> None:
     assert reasons(queries.control_events(db, server_url="http://a")) == ["r2", "r1"]
     assert reasons(queries.control_events(db, start=2.0, end=3.0)) == ["r3", "r2"]
     assert reasons(queries.control_events(db, limit=1)) == ["r4"]
+
+
+@pytest.mark.parametrize("hours", [0.05, 6])  # the raw tier, then rollups plus rows past the watermark
+def test_series_many_is_series_for_every_pair(db: Database, hours: float) -> None:
+    gids = [db.gpu_id("h", i, f"U{i}") for i in range(3)]
+    for k, gid in enumerate(gids[:2]):  # the third GPU has no samples: its series come back empty
+        fill_gpu(db, gid, int(hours * 3600), seed=k)
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE gpu_sample SET power_w = gpu_util_pct * 2 + gpu_id"))
+    db.update_rollups()
+    w = db.writer(maintenance=None)
+    w.put(*[GpuSample(gpu_id=gids[0], ts=T0 + hours * 3600 + i, gpu_util_pct=-99.0) for i in range(30)])
+    assert w.flush(30)
+    end = T0 + hours * 3600 + 60
+    many = queries.series_many(db, "gpu", gids, ["gpu_util_pct", "power_w"], T0, end, 40)
+    assert set(many) == {(g, m) for g in gids for m in ("gpu_util_pct", "power_w")}
+    for (gid, metric), got in many.items():
+        one = queries.series(db, "gpu", gid, metric, T0, end, 40)
+        assert (got.tier, got.bucket_s, got.source_id, got.metric) == (one.tier, one.bucket_s, gid, metric)
+        assert [(b.ts, b.min, b.max, b.n) for b in got.points] == [(b.ts, b.min, b.max, b.n) for b in one.points]
+        assert [b.mean for b in got.points] == pytest.approx([b.mean for b in one.points], rel=1e-12)
+    assert many[(gids[2], "power_w")].points == []
+    assert many[(gids[0], "gpu_util_pct")].points[-1].min == -99.0  # the unfolded tail is there
+    power = many[(gids[1], "power_w")].points
+    util = {b.ts: b for b in many[(gids[1], "gpu_util_pct")].points}
+    assert all(b.mean == pytest.approx(util[b.ts].mean * 2 + gids[1]) for b in power)
+    with pytest.raises(ValueError, match="metric"):
+        queries.series_many(db, "gpu", gids, ["power_w", "watts"], T0, end)
+    assert queries.series_many(db, "gpu", [], ["power_w"], T0, end) == {}
