@@ -173,7 +173,8 @@ def test_series_many_is_series_for_every_pair(db: Database, hours: float) -> Non
     for (gid, metric), got in many.items():
         one = queries.series(db, "gpu", gid, metric, T0, end, 40)
         assert (got.tier, got.bucket_s, got.source_id, got.metric) == (one.tier, one.bucket_s, gid, metric)
-        assert [(b.ts, b.min, b.max, b.n) for b in got.points] == [(b.ts, b.min, b.max, b.n) for b in one.points]
+        exact = [(b.ts, b.min, b.max, b.n) for b in one.points]
+        assert [(b.ts, b.min, b.max, b.n) for b in got.points] == exact
         assert [b.mean for b in got.points] == pytest.approx([b.mean for b in one.points], rel=1e-12)
     assert many[(gids[2], "power_w")].points == []
     assert many[(gids[0], "gpu_util_pct")].points[-1].min == -99.0  # the unfolded tail is there
