@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -19,7 +20,10 @@ from sqlmodel import Session, SQLModel, col, select
 
 from storage import dialect, models, schema
 from storage.redact import redact
+from storage.retention import RetentionPolicy
 from storage.writer import BatchWriter
+
+log = logging.getLogger(__name__)
 
 DB_ENV_VAR = "SPECTOWER_DB"
 DEFAULT_DB_PATH = "spectower.db"
@@ -87,6 +91,9 @@ class Database:
         self._writer: BatchWriter | None = None
         self._server_cache: dict[str, tuple[int, dict[str, Any], float]] = {}
         self._gpu_cache: dict[tuple[str, str], tuple[int, dict[str, Any], float]] = {}
+        # None: nothing is deleted automatically (a collector sets one; see maintain()).
+        self.retention: RetentionPolicy | None = None
+        self._retention_due = 0.0  # time.monotonic() of the next automatic retention pass
 
     def __repr__(self) -> str:
         return f"Database({self.engine.url.render_as_string(hide_password=True)!r})"
@@ -203,10 +210,10 @@ class Database:
     # --- writing samples -----------------------------------------------------------------------
     def writer(self, **options: Any) -> BatchWriter:
         """The database's single BatchWriter (created on first call; ``options`` apply then only).
-        It also runs rollup maintenance every minute."""
+        It also runs ``maintain`` every minute, on its own thread (the one writer)."""
         with self._lock:
             if self._writer is None or not self._writer.alive:
-                options.setdefault("maintenance", self.update_rollups)
+                options.setdefault("maintenance", self.maintain)
                 self._writer = BatchWriter(self.engine, **options)
             return self._writer
 
@@ -216,6 +223,20 @@ class Database:
         from storage.rollups import update_rollups
 
         return update_rollups(self, now=now)
+
+    def maintain(self) -> None:
+        """Fold new samples into the rollups; with ``retention`` set, also delete what is past its
+        horizon, at most once per ``DEFAULT_RETENTION_INTERVAL_S`` (the first call does it)."""
+        self.update_rollups()
+        policy = self.retention
+        if policy is None or time.monotonic() < self._retention_due:
+            return
+        from storage.retention import DEFAULT_RETENTION_INTERVAL_S
+
+        self._retention_due = time.monotonic() + DEFAULT_RETENTION_INTERVAL_S
+        deleted = self.apply_retention(policy.raw_days, policy.rollup_days, policy.hourly_days)
+        if any(deleted.values()):
+            log.info("retention: deleted %s", ", ".join(f"{k}={v}" for k, v in deleted.items() if v))
 
     def apply_retention(
         self,

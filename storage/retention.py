@@ -8,6 +8,7 @@ covers a range. Audit rows (control events), gaps and benchmark runs are never d
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, select
@@ -28,6 +29,25 @@ HORIZON_KEYS: dict[str | int, str] = {
     MINUTE_S: "retention_minute_before",
     HOUR_S: "retention_hour_before",
 }
+
+
+DEFAULT_RETENTION_INTERVAL_S = 3600.0  # how often the writer's maintenance applies a RetentionPolicy
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long each tier is kept; ``Database.retention`` set to one makes the writer apply it hourly."""
+
+    raw_days: float = DEFAULT_RAW_DAYS
+    rollup_days: float = DEFAULT_ROLLUP_DAYS
+    hourly_days: float = DEFAULT_HOURLY_DAYS
+
+    def __post_init__(self) -> None:
+        _check_days("raw_days", self.raw_days)
+        _check_days("rollup_days", self.rollup_days)
+        _check_days("hourly_days", self.hourly_days)
+        if not self.raw_days <= self.rollup_days <= self.hourly_days:
+            raise ValueError("retention: raw_days <= rollup_days <= hourly_days is required")
 
 
 def _check_days(name: str, value: float) -> float:

@@ -44,6 +44,8 @@ def _count(db: Path, table: str) -> int:
         (["--server", "127.0.0.1:1"], "--server must be an http(s) URL"),
         (["--gpu", "amd"], "--gpu must be nvml, dcgm=URL or none"),
         ([], "nothing to collect"),
+        (["--server", "http://127.0.0.1:1", "--raw-days", "0"], "--raw-days: must be a positive number"),
+        (["--server", "http://127.0.0.1:1", "--raw-days", "200"], "retention: --raw-days <= --rollup-days"),
     ],
 )
 def test_bad_arguments_one_clear_line(args: list[str], message: str, tmp_path: Path) -> None:
@@ -98,3 +100,33 @@ def test_sigterm_flushes_and_exits_cleanly(simulator_factory: Any, tmp_path: Pat
     finally:
         con.close()
     assert n_engine >= 2 and last is not None
+
+
+def test_old_samples_go_by_the_retention_flags(simulator_factory: Any, tmp_path: Path) -> None:
+    from storage import open_database
+    from storage.models import EngineSample
+
+    db = tmp_path / "r.db"
+    store = open_database(db)
+    sid = store.server_id("http://old")
+    now = time.time()
+    with store.session() as s:  # one sample a day for 40 days
+        s.add_all([EngineSample(server_id=sid, dp_rank=0, ts=now - d * 86400, num_running_reqs=1.0)
+                   for d in range(1, 41)])  # fmt: skip
+    store.close()
+    sim = simulator_factory()
+    p = _spectower("--server", sim.base_url, "--duration", "2s", "--raw-days", "10", "--rollup-days", "30",
+                   "--db", str(db))  # fmt: skip
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode == 0, out
+    con = sqlite3.connect(db)
+    try:
+        old = con.execute("select min(ts) from engine_sample where server_id = ?", (sid,)).fetchone()[0]
+        minute = con.execute("select min(bucket_ts) from engine_rollup where res_s = 60").fetchone()[0]
+        hourly = con.execute("select min(bucket_ts) from engine_rollup where res_s = 3600").fetchone()[0]
+    finally:
+        con.close()
+    assert old == now - 9 * 86400  # raw: the newest 10 days (day 10 is just past the horizon)
+    assert now - 30 * 86400 - 60 < minute <= now - 29 * 86400  # 1-minute rollups: 30 days
+    assert hourly < now - 39 * 86400  # 1-hour rollups: all 40 days kept
+    assert "retention: deleted" in out

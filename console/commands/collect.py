@@ -28,11 +28,15 @@ def collect(
         None, "--timeout", help="Per-request timeout (default: 2 intervals, 0.5-5 s)"
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+    raw_days: float = typer.Option(14.0, "--raw-days", help="Keep raw (1 Hz) samples this many days"),
+    rollup_days: float = typer.Option(180.0, "--rollup-days", help="Keep 1-minute rollups this many days"),
+    hourly_days: float = typer.Option(3650.0, "--hourly-days", help="Keep 1-hour rollups this many days"),
 ) -> None:
     """Run the collection daemon: scrape SGLang servers, GPUs and Prometheus into the database.
 
     The API key of an --api-key server comes from SPECTOWER_API_KEY or the file named by
-    SPECTOWER_API_KEY_FILE (never the command line)."""
+    SPECTOWER_API_KEY_FILE (never the command line). Older samples are deleted hourly per --raw-days /
+    --rollup-days / --hourly-days (audit rows, gaps and benchmark runs are kept)."""
     import asyncio
     import logging
 
@@ -40,6 +44,7 @@ def collect(
     from collectors.daemon import Collector, DaemonConfig, parse_duration
     from collectors.sink import StorageSink
     from storage import default_db_url, open_database
+    from storage.retention import RetentionPolicy
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -57,11 +62,21 @@ def collect(
             timeout_s=parse_duration(timeout, "--timeout") if timeout else None,
             api_key=load_api_key(),
         )
+        retention = RetentionPolicy(raw_days, rollup_days, hourly_days)
     except (ValueError, ApiKeyError) as exc:
-        fail(str(exc))
+        fail(_flag_names(str(exc)))
     database = open_database(default_db_url(db))
+    database.retention = retention
     try:
+        database.maintain()  # old samples go now, not an hour into the run (then hourly, on the writer)
         sink = StorageSink(database)
         asyncio.run(Collector(config, sink).run())
     finally:
         database.close()
+
+
+def _flag_names(message: str) -> str:
+    """storage names retention fields as Python does; the user typed flags."""
+    for field in ("raw_days", "rollup_days", "hourly_days"):
+        message = message.replace(field, "--" + field.replace("_", "-"))
+    return message
