@@ -21,6 +21,7 @@ Core API::
     w.close()
     db.save_bench_run(run, points) -> int            # one transaction
     db.update_rollups(); db.apply_retention(raw_days=..., rollup_days=..., hourly_days=...)
+    db.retention = RetentionPolicy(...)  # storage.retention; the writer's maintenance then applies it hourly
     db.close()
 
 Queries (``storage.queries``)::
@@ -28,6 +29,8 @@ Queries (``storage.queries``)::
     series(db, "engine"|"gpu", source_id, metric, start, end, max_points=500, dp_rank=None) -> Series
         # <= max_points Buckets(ts, min, mean, max, n), from raw / 1-minute / 1-hour tiers so that a
         # 30-day chart reads ~720 rows; Series.rows_read says how many stored rows were aggregated
+    series_many(db, kind, source_ids, metrics, start, end, ...) -> {(source_id, metric): Series}
+        # the same for many sources x metrics in one grouped statement per tier (a page of 8 GPUs)
     latest_engine_samples(db, server_id=None); latest_gpu_samples(db, host=None)
     servers(db); server_by_url(db, url); gpus(db, host=None); server_info_snapshots(db, server_id)
     control_events(db, server_url=, actor=, start=, end=, limit=)   # newest first; actor prefix "policy"
