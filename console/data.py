@@ -17,53 +17,15 @@ import pandas as pd
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine, make_url
 
-from storage import Database, open_database, queries
+from storage import Database, open_database, queries, rollups
 
-ENGINE_COLUMNS = (
-    "num_running_reqs",
-    "num_queue_reqs",
-    "gen_throughput",
-    "output_tok_s",
-    "prefill_tok_s",
-    "request_rate",
-    "token_usage",
-    "cache_hit_rate",
-    "spec_accept_length",
-    "spec_accept_rate",
-    "spec_num_steps",
-    "spec_max_bs",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "itl_p50_s",
-    "itl_p90_s",
-    "itl_p99_s",
-    "e2e_p50_s",
-    "e2e_p90_s",
-    "e2e_p99_s",
-)
+# The numeric sample columns storage keeps series (and rollups) of: one list, owned by storage.
+ENGINE_COLUMNS = rollups.ENGINE.metrics
 # Summed over DP ranks when a server has several; everything else is averaged.
 ADDITIVE_ENGINE_COLUMNS = frozenset(
     {"num_running_reqs", "num_queue_reqs", "gen_throughput", "output_tok_s", "prefill_tok_s", "request_rate"}
 )
-GPU_COLUMNS = (
-    "gpu_util_pct",
-    "mem_util_pct",
-    "memory_used_mib",
-    "memory_total_mib",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pcie_tx_bytes_s",
-    "pcie_rx_bytes_s",
-    "nvlink_tx_bytes_s",
-    "nvlink_rx_bytes_s",
-    "ecc_corrected",
-    "ecc_uncorrected",
-    "xid_errors",
-)
+GPU_COLUMNS = rollups.GPU.metrics
 DEFAULT_MIN_BIN_SAMPLES = 5  # a live speedup bin needs this many samples on each side to be drawn
 DEFAULT_AUDIT_LIMIT = 500
 # The live estimate scans every sample in its window (it splits by knob state, which the rollups do not),

@@ -7,7 +7,7 @@ report it", never zero.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -67,24 +67,7 @@ class GpuReading:
         return asdict(self)
 
 
-# The GpuSample columns a reading fills (the storage mapping copies exactly these).
-SAMPLE_FIELDS: tuple[str, ...] = (
-    "lost",
-    "gpu_util_pct",
-    "mem_util_pct",
-    "memory_used_mib",
-    "memory_total_mib",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pcie_tx_bytes_s",
-    "pcie_rx_bytes_s",
-    "nvlink_tx_bytes_s",
-    "nvlink_rx_bytes_s",
-    "throttle_reasons",
-    "ecc_corrected",
-    "ecc_uncorrected",
-    "xid_errors",
-)
+# The GpuSample columns a reading fills (the storage mapping copies exactly these): every field but the
+# identity (host, index, uuid, ts) and what is not a sample column (processes, missing).
+_NOT_SAMPLE = frozenset({"host", "index", "uuid", "ts", "processes", "missing"})
+SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GpuReading) if f.name not in _NOT_SAMPLE)
