@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from collectors.bench.ratio import monotone_decreasing
+
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
     """One run's points -> ``concurrency, tok_s_on, tok_s_off, speedup`` (rows where both sides exist)."""
@@ -23,21 +25,54 @@ def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
     return both.reset_index().rename(columns={"index": "concurrency"})[cols].sort_values("concurrency")
 
 
-def crossover(concurrency: Sequence[float], speedup: Sequence[float]) -> float | None:
-    """The first concurrency where speedup falls through 1.0, None if it never does.
+def crossover(
+    concurrency: Sequence[float], speedup: Sequence[float], weights: Sequence[float] | None = None
+) -> float | None:
+    """Where speedup falls through 1.0, None if it never does (or is below 1.0 from the start).
 
-    Interpolated linearly in log(concurrency), the same rule the sweep uses (collectors/bench/ratio.py),
-    so a live estimate and a benchmark's stored crossover are comparable.
-    """
-    pairs = [(float(c), float(s)) for c, s in zip(concurrency, speedup, strict=True) if not math.isnan(s)]
-    pairs.sort()
-    for (c0, s0), (c1, s1) in itertools.pairwise(pairs):
+    The sweep's rule (collectors/bench/ratio.py), so a live estimate and a benchmark's stored crossover
+    are comparable: fit a non-increasing curve to the speedups first (``weights``: how much each point
+    counts, e.g. its samples), then interpolate linearly in log(concurrency) where the fit crosses 1.0.
+    Without the fit, one noisy bin below 1.0 at low load would be reported as the crossover."""
+    fitted = _fitted(concurrency, speedup, weights)
+    for (c0, s0), (c1, s1) in itertools.pairwise(fitted):
         if s0 >= 1.0 > s1:
             frac = (s0 - 1.0) / (s0 - s1)
             if c0 > 0 and c1 > 0:
                 return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
             return c0 + frac * (c1 - c0)
     return None
+
+
+def crossover_label(
+    concurrency: Sequence[float], speedup: Sequence[float], weights: Sequence[float] | None = None
+) -> str:
+    """The crossover as an operator reads it: ``15.2``, ``< 16`` (speculation loses at every load seen),
+    ``> 57`` (it wins at every load seen) or ``—`` (nothing measured)."""
+    fitted = _fitted(concurrency, speedup, weights)
+    if not fitted:
+        return "—"
+    x = crossover(concurrency, speedup, weights)
+    if x is not None:
+        return f"{x:.1f}"
+    if fitted[0][1] < 1.0:
+        return f"< {fitted[0][0]:.0f}"
+    return f"> {fitted[-1][0]:.0f}"
+
+
+def _fitted(
+    concurrency: Sequence[float], speedup: Sequence[float], weights: Sequence[float] | None
+) -> list[tuple[float, float]]:
+    w = [1.0] * len(speedup) if weights is None else list(weights)
+    rows = sorted(
+        (float(c), float(s), float(wt))
+        for c, s, wt in zip(concurrency, speedup, w, strict=True)
+        if not math.isnan(s) and s > 0 and wt > 0
+    )
+    if not rows:
+        return []
+    logs = monotone_decreasing([math.log(s) for _, s, _ in rows], [wt for _, _, wt in rows])
+    return [(c, math.exp(v)) for (c, _, _), v in zip(rows, logs, strict=True)]
 
 
 def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -37,11 +37,12 @@ SWEEP_PERIOD_S = 433.0  # a load ramp 1 -> max_running -> 1, incommensurate with
 
 
 def _load(t: float, max_running: int) -> float:
-    """A daily wave plus a fast triangle ramp, so any half hour covers every load level."""
+    """A fast triangle ramp from 1 up to a peak that follows a daily wave (60-100 % of max_running), so
+    any half hour covers every load from 1 to 60 % of max_running, whatever the time of day."""
     day = 0.5 + 0.5 * math.sin(2 * math.pi * (t % 86400) / 86400)
     phase = (t % SWEEP_PERIOD_S) / SWEEP_PERIOD_S
     ramp = 1 - abs(2 * phase - 1)
-    return max(1.0, min(max_running, (0.35 * day + 0.65 * ramp) * max_running))
+    return 1.0 + ramp * (max_running - 1) * (0.6 + 0.4 * day)
 
 
 def engine_rows(

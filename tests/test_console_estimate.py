@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from console.estimate import bench_speedup, crossover, interpolate, knob_label
+from console.estimate import bench_speedup, crossover, crossover_label, interpolate, knob_label
 from simulator.profile import load_profile
 
 
@@ -14,6 +14,21 @@ def test_crossover_interpolates_where_speedup_falls_through_one() -> None:
     assert crossover([1, 2, 4, 8], [1.2, 1.1, 0.9, 0.8]) == pytest.approx(8**0.5)
     assert crossover([1, 2], [1.2, 1.1]) is None  # never falls: no crossover
     assert crossover([], []) is None
+
+
+def test_one_noisy_low_bin_is_not_the_crossover() -> None:
+    # live bins: a thin bin at 2 dips below 1.0; the well-sampled ones fall through 1.0 between 12 and 16
+    cs, ss, n = [1, 2, 4, 8, 12, 16, 24], [1.3, 0.97, 1.2, 1.1, 1.02, 0.97, 0.9], [50, 3, 60, 60, 60, 60, 60]
+    x = crossover(cs, ss, n)
+    assert x is not None and 12 < x < 16
+    assert crossover(cs, ss, [1] * 7) is not None  # unweighted the fit still pools the dip away
+    assert crossover_label(cs, ss, n) == f"{x:.1f}"
+
+
+def test_crossover_label_says_which_side_of_the_range() -> None:
+    assert crossover_label([16, 24, 32], [0.99, 0.95, 0.9]) == "< 16"  # loses at every load seen
+    assert crossover_label([1, 2, 4], [1.5, 1.4, 1.3]) == "> 4"  # wins at every load seen
+    assert crossover_label([], []) == "—"
 
 
 def test_crossover_matches_the_profile() -> None:

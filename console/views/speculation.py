@@ -55,11 +55,13 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
     live = data.speedup_bins(eng, server_id, win.t0, win.t1, max_running)
     live_ok = live.table.dropna(subset=["speedup"])
     curves, crossovers = _bench_curves(eng, run_ids)
-    live_x = (
-        estimate.crossover(list(live_ok["concurrency"]), list(live_ok["speedup"]))
-        if not live_ok.empty
-        else None
+    # each bin counts by its samples on the thinner side (harmonic mean of the two counts)
+    live_args = (
+        list(live_ok["concurrency"]),
+        list(live_ok["speedup"]),
+        list(1.0 / (1.0 / live_ok["n_on"] + 1.0 / live_ok["n_off"])),
     )
+    live_x = estimate.crossover(*live_args)
     crossovers = {"live": live_x, **crossovers}
 
     op, verdict = _operating_point(latest, live_ok, curves, max_running)
@@ -74,7 +76,12 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
                 ("STALE — " if stale else "") + verdict[1],
                 stale=stale,
             )
-    cols[1].metric("Crossover (live)", common.fmt(live_x, 1), help="where the live estimate falls below 1.0")
+    cols[1].metric(
+        "Crossover (live)",
+        estimate.crossover_label(*live_args),
+        help="where the live estimate falls below 1.0 ('< N': below 1.0 at every load seen, from N up;"
+        " '> N': above 1.0 at every load seen, up to N)",
+    )
     first_bench = next((x for k, x in crossovers.items() if k != "live" and x is not None), None)
     cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
     knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
