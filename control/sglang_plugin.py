@@ -128,6 +128,12 @@ class Gate:
         self.batches_gated = 0
         self.verifies_dropped = 0
         self.switches = 0
+        # Where step changes come from (each one SGLang applies appends to its override log): changes of
+        # the bands' own answer (SGLang's batch-size bands and acceptance EMA) vs of the answer returned.
+        self.band_changes = 0
+        self.step_changes = 0
+        self._last_band_steps: int | None = None
+        self._last_steps: int | None = None
         self._decisions: collections.deque[tuple[int, bool]] = collections.deque(
             maxlen=DEFAULT_DECISION_MEMORY
         )
@@ -172,6 +178,12 @@ class Gate:
             self.batches_gated += 1
         elif steps > 0:
             self.batches_drafted += 1
+        final = 0 if gated else steps
+        if self._last_band_steps is not None and steps != self._last_band_steps:
+            self.band_changes += 1
+        if self._last_steps is not None and final != self._last_steps:
+            self.step_changes += 1
+        self._last_band_steps, self._last_steps = steps, final
 
     def verify_was_gated(self, batch_size: int, num_correct: list[int]) -> bool:
         """Whether a verify result belongs to a batch this gate forced to 0 steps.
@@ -197,6 +209,8 @@ class Gate:
                 "margin": self.margin(),
                 "min_dwell": self.min_dwell,
                 "switches": self.switches,
+                "band_changes": self.band_changes,
+                "step_changes": self.step_changes,
                 "verifies_dropped": self.verifies_dropped,
                 "ceiling_set": self.ceiling is not None,
             },

@@ -335,9 +335,11 @@ def test_override_log_growth_is_bounded_by_hysteresis(
     dwell = figures[("hysteresis", "noisy")]["gate"]["min_dwell"]
     assert figures[("hysteresis", "noisy")]["log_growth"] <= 2 * OVERRIDE_BATCHES / (dwell + 1) + 2
     assert figures[("hysteresis", "noisy")]["log_growth"] * 4 < figures[("none", "noisy")]["log_growth"]
-    # Each log entry is a gate switch the plugin counted (the bands' own EMA never switched here).
+    # Each log entry is a gate switch the plugin counted (the bands' own EMA never switched here), and the
+    # plugin's attribution agrees: every step change is the gate's, none the bands'.
     for figure in figures.values():
-        assert figure["log_growth"] == figure["gate_switches"]
+        assert figure["log_growth"] == figure["gate_switches"] == figure["step_changes"]
+        assert figure["band_changes"] == 0
 
 
 # ------------------------------------------------------------------ the gate's own logic (no SGLang needed)

@@ -39,6 +39,7 @@ def main() -> None:
         rng = random.Random(SEED)
         start = len(get_context().overrides_log())
         switches_before = gate.switches if gate is not None else 0
+        changes_before = (gate.step_changes, gate.band_changes) if gate is not None else (0, 0)
         drafted_rounds = 0
         for i in range(batches):
             size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
@@ -53,6 +54,8 @@ def main() -> None:
             "sources": sorted({source for source, _fields in grown}),
             "drafted_rounds": drafted_rounds,
             "gate_switches": (gate.switches if gate is not None else 0) - switches_before,
+            "step_changes": (gate.step_changes if gate is not None else 0) - changes_before[0],
+            "band_changes": (gate.band_changes if gate is not None else 0) - changes_before[1],
         }
     _harness.emit(
         {
