@@ -84,7 +84,8 @@ for _ in $(seq 1 240); do
 done
 curl -fsS "$URL/health" >/dev/null || { say "SGLang not healthy"; tail -50 "$WORK/server.log"; exit 1; }
 say "SGLang healthy"
-grep -i "spectower" "$WORK/server.log" | head -5
+# the plugin's own lines only: SGLang's server_args line also names spectower's paths, and holds the admin key
+grep -E "spectower plugin|spectower:" "$WORK/server.log" | grep -v "server_args=" | head -5
 
 say "knob: get, then off / max-bs 4 / on, each confirmed by read-back"
 st control get --server "$URL" --json > "$WORK/get.json"; cat "$WORK/get.json"

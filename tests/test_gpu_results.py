@@ -61,3 +61,17 @@ def test_console_shows_the_real_run(tp2_db: Path, monkeypatch: pytest.MonkeyPatc
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.get("plotly_chart")) >= 1
+
+
+def test_the_second_one_gpu_sweep_reads_back(tmp_path: Path) -> None:
+    # 2026-11-30, one H200: the sweep counted with tokens interpolated between chunks (stats.tokens_by)
+    copy = tmp_path / "h200-tp1.db"
+    shutil.copy(RESULTS / "h200-1gpu-tp1-2026-11-30" / "collect.db", copy)
+    with open_database(copy) as db:
+        (run,) = queries.bench_runs(db)
+        points = queries.bench_points(db, run.id)
+        assert sorted({p.concurrency for p in points}) == [1, 2, 4, 8, 16, 32]
+        assert run.crossover is not None and 8 <= run.crossover <= 16
+        assert "<redacted>" in (run.server_info_json or "")
+        sets = [e for e in queries.control_events(db, actor="operator") if e.action == "set"]
+        assert sets and all(e.confirmed for e in sets)
