@@ -65,11 +65,12 @@ def apply_retention(
     now: float | None = None,
 ) -> dict[str, int]:
     """Delete what is past its horizon; returns rows deleted per table (and tier)."""
-    raw_days = _check_days("raw_days", DEFAULT_RAW_DAYS if raw_days is None else raw_days)
-    rollup_days = _check_days("rollup_days", DEFAULT_ROLLUP_DAYS if rollup_days is None else rollup_days)
-    hourly_days = _check_days("hourly_days", DEFAULT_HOURLY_DAYS if hourly_days is None else hourly_days)
-    if not raw_days <= rollup_days <= hourly_days:
-        raise ValueError("retention: raw_days <= rollup_days <= hourly_days is required")
+    policy = RetentionPolicy(  # validates (ValueError naming the field)
+        DEFAULT_RAW_DAYS if raw_days is None else raw_days,
+        DEFAULT_ROLLUP_DAYS if rollup_days is None else rollup_days,
+        DEFAULT_HOURLY_DAYS if hourly_days is None else hourly_days,
+    )
+    raw_days, rollup_days, hourly_days = policy.raw_days, policy.rollup_days, policy.hourly_days
     now = time.time() if now is None else now
     db.update_rollups(now=now)
     raw_cut = now - raw_days * DAY_S
