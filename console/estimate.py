@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from collectors.bench.ratio import monotone_decreasing
+from collectors.bench.ratio import first_fall, fit_ratios
 
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
@@ -34,14 +34,8 @@ def crossover(
     are comparable: fit a non-increasing curve to the speedups first (``weights``: how much each point
     counts, e.g. its samples), then interpolate linearly in log(concurrency) where the fit crosses 1.0.
     Without the fit, one noisy bin below 1.0 at low load would be reported as the crossover."""
-    fitted = _fitted(concurrency, speedup, weights)
-    for (c0, s0), (c1, s1) in itertools.pairwise(fitted):
-        if s0 >= 1.0 > s1:
-            frac = (s0 - 1.0) / (s0 - s1)
-            if c0 > 0 and c1 > 0:
-                return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
-            return c0 + frac * (c1 - c0)
-    return None
+    cs, fitted = _fitted(concurrency, speedup, weights)
+    return first_fall(cs, fitted)
 
 
 def crossover_label(
@@ -49,30 +43,28 @@ def crossover_label(
 ) -> str:
     """The crossover as an operator reads it: ``15.2``, ``< 16`` (speculation loses at every load seen),
     ``> 57`` (it wins at every load seen) or ``—`` (nothing measured)."""
-    fitted = _fitted(concurrency, speedup, weights)
+    cs, fitted = _fitted(concurrency, speedup, weights)
     if not fitted:
         return "—"
-    x = crossover(concurrency, speedup, weights)
+    x = first_fall(cs, fitted)
     if x is not None:
         return f"{x:.1f}"
-    if fitted[0][1] < 1.0:
-        return f"< {fitted[0][0]:.0f}"
-    return f"> {fitted[-1][0]:.0f}"
+    if fitted[0] < 1.0:
+        return f"< {cs[0]:.0f}"
+    return f"> {cs[-1]:.0f}"
 
 
 def _fitted(
     concurrency: Sequence[float], speedup: Sequence[float], weights: Sequence[float] | None
-) -> list[tuple[float, float]]:
+) -> tuple[list[float], list[float]]:
+    """The measured concurrencies in order and the fitted speedups there (positive, non-NaN points)."""
     w = [1.0] * len(speedup) if weights is None else list(weights)
     rows = sorted(
         (float(c), float(s), float(wt))
         for c, s, wt in zip(concurrency, speedup, w, strict=True)
         if not math.isnan(s) and s > 0 and wt > 0
     )
-    if not rows:
-        return []
-    logs = monotone_decreasing([math.log(s) for _, s, _ in rows], [wt for _, _, wt in rows])
-    return [(c, math.exp(v)) for (c, _, _), v in zip(rows, logs, strict=True)]
+    return [c for c, _, _ in rows], fit_ratios([s for _, s, _ in rows], [wt for _, _, wt in rows])
 
 
 def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -83,13 +83,16 @@ class Crossover:
         return f"{self.value:.1f} (interval {self.lo:.1f}-{self.hi:.1f})"
 
 
-def _first_fall(cs: Sequence[float], rs: Sequence[float]) -> float | None:
-    """Where ``rs`` first falls from >= 1 to < 1, linear in log(concurrency); None if it never does."""
+def first_fall(cs: Sequence[float], rs: Sequence[float]) -> float | None:
+    """Where ``rs`` first falls from >= 1 to < 1, linear in log(concurrency) (linear in concurrency where
+    one side is not positive, as a live bin starting at 0 can be); None if it never does."""
     for i in range(1, len(cs)):
         if rs[i - 1] >= 1.0 > rs[i]:
-            a, b = math.log(cs[i - 1]), math.log(cs[i])
+            c0, c1 = cs[i - 1], cs[i]
             frac = (rs[i - 1] - 1.0) / (rs[i - 1] - rs[i])
-            return math.exp(a + frac * (b - a))
+            if c0 > 0 and c1 > 0:
+                return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
+            return c0 + frac * (c1 - c0)
     return None
 
 
@@ -122,7 +125,9 @@ def _weights(pts: Sequence[RatioPoint]) -> list[float]:
     return out
 
 
-def _fit(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+def fit_ratios(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """``monotone_decreasing`` of on/off ratios, fitted in log space (a ratio halving and doubling weigh
+    the same)."""
     logs = monotone_decreasing([math.log(max(v, 1e-12)) for v in values], weights)
     return [math.exp(v) for v in logs]
 
@@ -133,15 +138,15 @@ def find_crossover(points: Sequence[RatioPoint]) -> Crossover:
         raise ValueError("no points to find a crossover in")
     cs = [p.concurrency for p in pts]
     weights = _weights(pts)
-    rs = _fit([p.ratio for p in pts], weights)
+    rs = fit_ratios([p.ratio for p in pts], weights)
     if rs[0] < 1.0:
         return Crossover(status="below_range")
-    value = _first_fall(cs, rs)
+    value = first_fall(cs, rs)
     if value is None:
         return Crossover(status="none_in_range")
     # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
-    lo = _first_fall(cs, _fit([p.lo for p in pts], weights))
-    hi = _first_fall(cs, _fit([p.hi for p in pts], weights))
+    lo = first_fall(cs, fit_ratios([p.lo for p in pts], weights))
+    hi = first_fall(cs, fit_ratios([p.hi for p in pts], weights))
     lo = min(value, lo if lo is not None else cs[0])
     hi = max(value, hi if hi is not None else cs[-1])
     i = next(i for i in range(1, len(cs)) if rs[i - 1] >= 1.0 > rs[i])
