@@ -50,15 +50,6 @@ def summarize_ms(name: str, values_s: Iterable[float]) -> dict[str, float | None
     }
 
 
-def tokens_between(records: Iterable[RequestRecord], a: float, b: float) -> int:
-    total = 0
-    for rec in records:
-        for t, n in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
-            if a <= t < b:
-                total += n
-    return total
-
-
 def tokens_by(rec: RequestRecord, t: float) -> float:
     """Output tokens ``rec`` had produced by time ``t``, linear between chunk arrivals (and from 0 at the
     request's start to its first chunk).
