@@ -136,35 +136,29 @@ def series_many(
         width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
         tier_name = f"{tier // 60}m" if tier < 3600 else "1h"
         acc = q.rollup(width, tier)
-    out: dict[tuple[int, str], Series] = {}
-    for src in ids:
-        cells = sorted((i, cell) for (s, i), cell in acc.cells.items() if s == src)
-        for k, metric in enumerate(metrics):
-            points = [_bucket(i * width, cell.aggs[k]) for i, cell in cells if cell.aggs[k][3]]
-            rows_read = acc.rows.get(src, 0)
-            out[(src, metric)] = Series(kind, src, metric, start, end, width, tier_name, rows_read, points)
-    return out
-
-
-@dataclass
-class _Cell:
-    """One (source, bucket): per metric [min, sum, max, n]."""
-
-    aggs: list[list[Any]]
+    points: dict[tuple[int, str], list[Bucket]] = {(src, m): [] for src in ids for m in metrics}
+    for (src, i), aggs in sorted(acc.cells.items()):
+        for metric, agg in zip(metrics, aggs, strict=True):
+            if agg[3]:
+                points[(src, metric)].append(_bucket(i * width, agg))
+    return {
+        (src, m): Series(kind, src, m, start, end, width, tier_name, acc.rows.get(src, 0), pts)
+        for (src, m), pts in points.items()
+    }
 
 
 @dataclass
 class _Acc:
-    cells: dict[tuple[int, int], _Cell]
+    cells: dict[tuple[int, int], list[list[Any]]]  # (source, bucket) -> per metric [min, sum, max, n]
     rows: dict[int, int]  # stored rows aggregated, per source
 
     def add(self, src: int, bucket: int, values: Sequence[Any], n_metrics: int) -> None:
-        cell = self.cells.setdefault((src, bucket), _Cell([[None, 0.0, None, 0] for _ in range(n_metrics)]))
+        aggs = self.cells.setdefault((src, bucket), [[None, 0.0, None, 0] for _ in range(n_metrics)])
         for k in range(n_metrics):
             lo, total, hi, n = values[4 * k : 4 * k + 4]
             if not n:
                 continue
-            cur = cell.aggs[k]
+            cur = aggs[k]
             cur[0] = lo if cur[0] is None else min(cur[0], lo)
             cur[2] = hi if cur[2] is None else max(cur[2], hi)
             cur[1] += float(total)
@@ -205,8 +199,8 @@ class _SeriesQuery:
                 func.max(r.c[f"{m}_max"]),
                 func.sum(r.c[f"{m}_n"]),
             ]
-        where = [r.c.res_s == tier, src.in_(self.ids), r.c.bucket_ts >= math.floor(self.start / tier) * tier]
-        where.append(r.c.bucket_ts <= self.end)
+        lo_ts = math.floor(self.start / tier) * tier
+        where = [r.c.res_s == tier, src.in_(self.ids), r.c.bucket_ts >= lo_ts, r.c.bucket_ts <= self.end]
         if self.dp_rank is not None:
             where.append(r.c.dp_rank == self.dp_rank)
         stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
@@ -225,21 +219,21 @@ class _SeriesQuery:
         for name in self.metrics:
             m = t.c[name]
             aggs += [func.min(m), func.sum(m), func.max(m), func.count(m)]
-        src = t.c[self.spec.source_cols[0]]
-        rank: ColumnElement[Any] | None = t.c.dp_rank if self.dp_rank is not None else None
-        if after_id is not None:
-            # Past the watermark: found by primary key range; `+ 0` keeps the planner off the
-            # (source, ts) index, which would walk the whole range instead of the few new rows.
-            src_match, where = src + literal_column("0"), [t.c.id > after_id]
-            rank = None if rank is None else rank + literal_column("0")
-        else:
-            src_match, where = src, []
-        where += [src_match.in_(self.ids), t.c.ts >= self.start, t.c.ts <= self.end]
-        if rank is not None:
-            where.append(rank == self.dp_rank)
-        # Grouped by the expression, not the column: grouping by the bare source column lets SQLite walk
-        # the whole (source, ts) index to get its order for free (4.8 M rows: 280 ms) on the tail query.
-        stmt = sa_select(src_match, b, *aggs, func.count()).where(and_(*where)).group_by(src_match, b)
+        tail = after_id is not None
+
+        def match(column: ColumnElement[Any]) -> ColumnElement[Any]:
+            # Past the watermark: rows found by primary key range; `+ 0` keeps the planner off the
+            # (source, ts) index, which would walk the whole range instead of the few new rows. Grouping
+            # by that expression too: grouping by the bare column lets SQLite walk the whole (source, ts)
+            # index to get its order for free (4.8 M rows: 280 ms).
+            return column + literal_column("0") if tail else column
+
+        src = match(t.c[self.spec.source_cols[0]])
+        where = [t.c.id > after_id] if after_id is not None else []
+        where += [src.in_(self.ids), t.c.ts >= self.start, t.c.ts <= self.end]
+        if self.dp_rank is not None:
+            where.append(match(t.c.dp_rank) == self.dp_rank)
+        stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
         for row in conn.execute(stmt):
             acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
 
