@@ -20,7 +20,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 from storage import dialect, models, schema
 from storage.redact import redact
-from storage.retention import RetentionPolicy
+from storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
 from storage.writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -227,13 +227,12 @@ class Database:
     def maintain(self) -> None:
         """Fold new samples into the rollups; with ``retention`` set, also delete what is past its
         horizon, at most once per ``DEFAULT_RETENTION_INTERVAL_S`` (the first call does it)."""
-        self.update_rollups()
         policy = self.retention
         if policy is None or time.monotonic() < self._retention_due:
+            self.update_rollups()
             return
-        from storage.retention import DEFAULT_RETENTION_INTERVAL_S
-
         self._retention_due = time.monotonic() + DEFAULT_RETENTION_INTERVAL_S
+        # apply_retention folds the rollups first, so nothing is deleted unsummarised
         deleted = self.apply_retention(policy.raw_days, policy.rollup_days, policy.hourly_days)
         if any(deleted.values()):
             log.info("retention: deleted %s", ", ".join(f"{k}={v}" for k, v in deleted.items() if v))
