@@ -130,3 +130,19 @@ def test_old_samples_go_by_the_retention_flags(simulator_factory: Any, tmp_path:
     assert now - 30 * 86400 - 60 < minute <= now - 29 * 86400  # 1-minute rollups: 30 days
     assert hourly < now - 39 * 86400  # 1-hour rollups: all 40 days kept
     assert "retention: deleted" in out
+
+
+def test_retention_flag_defaults_are_storage_defaults() -> None:
+    # the CLI spells the numbers out (importing storage would slow every command's start-up)
+    import inspect
+
+    from console.commands.collect import collect
+    from storage import retention
+
+    params = inspect.signature(collect).parameters
+    defaults = {name: params[name].default.default for name in ("raw_days", "rollup_days", "hourly_days")}
+    assert defaults == {
+        "raw_days": retention.DEFAULT_RAW_DAYS,
+        "rollup_days": retention.DEFAULT_ROLLUP_DAYS,
+        "hourly_days": retention.DEFAULT_HOURLY_DAYS,
+    }
