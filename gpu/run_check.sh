@@ -34,9 +34,11 @@ cleanup() {
   sleep 3
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   [ -n "${SERVER_PID:-}" ] && { kill -TERM -- -"$SERVER_PID" 2>/dev/null; sleep 2; kill -KILL -- -"$SERVER_PID" 2>/dev/null; }
-  cp "$WORK/server.log" "$OUT/server.log" 2>/dev/null
+  # SGLang's server_args line holds the admin key: it stays on the GPU machine, as does the key file
+  sed '/server_args=/d' "$WORK/server.log" > "$OUT/server.log" 2>/dev/null
   # every intermediate answer (read-backs, sweep JSON, hover server_info, policy log) in one file
-  tar -C "$WORK" -czf "$OUT/work.tgz" --exclude=site --exclude=models . 2>/dev/null
+  tar -C "$WORK" -czf "$OUT/work.tgz" --exclude=site --exclude=models --exclude=admin_key \
+    --exclude=server.log . 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
