@@ -2,6 +2,7 @@
 FROM python:3.11-slim
 WORKDIR /opt/spectower
 COPY pyproject.toml README.md ./
+COPY spectower ./spectower
 COPY collectors ./collectors
 COPY storage ./storage
 COPY control ./control

@@ -24,11 +24,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.bench.loadgen import run_closed_loop
-from collectors.bench.prompts import PromptFactory
-from collectors.bench.stats import point_figures
-from collectors.bench.stream import RequestShape
-from simulator.profile import load_profile
+from spectower.collectors.bench.loadgen import run_closed_loop
+from spectower.collectors.bench.prompts import PromptFactory
+from spectower.collectors.bench.stats import point_figures
+from spectower.collectors.bench.stream import RequestShape
+from spectower.simulator.profile import load_profile
+
 from tests.simulator_process import SimulatorProcess
 
 DEFAULT_PROFILE = "llama31-8b-1x-h100"  # the fastest shipped profile: the most chunks per second

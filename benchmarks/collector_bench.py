@@ -28,11 +28,11 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from collectors.daemon import Collector, DaemonConfig  # noqa: E402
-from collectors.gpu.dcgm import DcgmScraper  # noqa: E402
-from collectors.sglang.scraper import SglangScraper  # noqa: E402
-from collectors.sink import StorageSink  # noqa: E402
-from storage import open_database  # noqa: E402
+from spectower.collectors.daemon import Collector, DaemonConfig  # noqa: E402
+from spectower.collectors.gpu.dcgm import DcgmScraper  # noqa: E402
+from spectower.collectors.sglang.scraper import SglangScraper  # noqa: E402
+from spectower.collectors.sink import StorageSink  # noqa: E402
+from spectower.storage import open_database  # noqa: E402
 
 PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 

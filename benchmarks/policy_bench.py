@@ -29,10 +29,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from control.policy import make_policy  # noqa: E402
-from simulator.harness import BASELINES, simulate  # noqa: E402
-from simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile  # noqa: E402
-from simulator.traces import BUILTIN_TRACES, DEFAULT_DURATION_S, load_trace  # noqa: E402
+from spectower.control.policy import make_policy  # noqa: E402
+from spectower.simulator.harness import BASELINES, simulate  # noqa: E402
+from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile  # noqa: E402
+from spectower.simulator.traces import BUILTIN_TRACES, DEFAULT_DURATION_S, load_trace  # noqa: E402
 
 POLICIES = ("learn", *BASELINES)
 DEFAULT_SEEDS = 3

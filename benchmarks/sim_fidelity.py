@@ -34,7 +34,7 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from simulator.profile import Profile, load_profile  # noqa: E402
+from spectower.simulator.profile import Profile, load_profile  # noqa: E402
 
 DEFAULT_WINDOW_S = 10.0
 DEFAULT_WARMUP_S = 3.0

@@ -173,7 +173,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
     with (folder / "demo.out").open("wb") as out:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "console.cli", "demo", "--profile", args.profile, "--port", str(port),
+            [sys.executable, "-m", "spectower.console.cli", "demo", "--profile", args.profile,
+             "--port", str(port),
              "--db", str(db)],
             cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

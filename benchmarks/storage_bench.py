@@ -25,10 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from spectower.storage import open_database, queries
+from spectower.storage.models import EngineSample, GpuSample
 from sqlalchemy import text
-
-from storage import open_database, queries
-from storage.models import EngineSample, GpuSample
 
 DEFAULT_DAYS = 30
 DEFAULT_GPUS = 8

@@ -21,11 +21,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
-
-from collectors.gpu.dcgm import DcgmScraper
-from collectors.gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
-from collectors.sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
-from collectors.sink import StorageBusyError, StorageSink
+from spectower.collectors.gpu.dcgm import DcgmScraper
+from spectower.collectors.gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
+from spectower.collectors.sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
+from spectower.collectors.sink import StorageBusyError, StorageSink
 
 log = logging.getLogger("spectower.collect")
 
@@ -310,7 +309,7 @@ class Collector:
                 dcgm = DcgmScraper(cfg.gpu[5:], client, timeout_s=cfg.request_timeout_s, clock=self.clock)
                 tasks.append(asyncio.create_task(self._source_loop("dcgm", dcgm.url, self._dcgm_once(dcgm))))
             if cfg.prometheus:
-                from collectors.prometheus import PrometheusSource
+                from spectower.collectors.prometheus import PrometheusSource
 
                 prom = PrometheusSource(cfg.prometheus, timeout_s=cfg.request_timeout_s, clock=self.clock)
                 tasks.append(
@@ -342,7 +341,7 @@ class Collector:
         )
 
     def _prom_once(self, prom: object) -> Callable[[], Awaitable[None]]:
-        from collectors.prometheus import PrometheusSource
+        from spectower.collectors.prometheus import PrometheusSource
 
         assert isinstance(prom, PrometheusSource)
 

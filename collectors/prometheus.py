@@ -19,14 +19,19 @@ from typing import Any
 
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.exceptions import RequestException
+from spectower.collectors.gpu.dcgm import readings_from_samples
+from spectower.collectors.gpu.reading import GpuFacts, GpuReading
+from spectower.collectors.promtext import PromSample
+from spectower.collectors.sglang.engine import EngineDeriver
+from spectower.collectors.sglang.metrics import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAM_FALLBACKS,
+    HISTOGRAMS,
+    snapshot_from_samples,
+)
+from spectower.collectors.sglang.scraper import ScrapeResult
 from urllib3.util.retry import Retry
-
-from collectors.gpu.dcgm import readings_from_samples
-from collectors.gpu.reading import GpuFacts, GpuReading
-from collectors.promtext import PromSample
-from collectors.sglang.engine import EngineDeriver
-from collectors.sglang.metrics import COUNTERS, GAUGES, HISTOGRAM_FALLBACKS, HISTOGRAMS, snapshot_from_samples
-from collectors.sglang.scraper import ScrapeResult
 
 DEFAULT_TIMEOUT_S = 10.0
 # Labels Prometheus adds that are not SGLang's: they identify the target, not the rank.

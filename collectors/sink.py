@@ -17,12 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectower.collectors.gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
+from spectower.collectors.sglang.scraper import ScrapeResult
+from spectower.storage import Database, queries
+from spectower.storage.models import EngineSample, GpuProcessSample, GpuSample
 from sqlalchemy.exc import SQLAlchemyError
-
-from collectors.gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
-from collectors.sglang.scraper import ScrapeResult
-from storage import Database, queries
-from storage.models import EngineSample, GpuProcessSample, GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from console import settings
+from spectower.console import settings
 
 DEFAULT_ACTION_TIMEOUT_S = 5.0
 
@@ -31,7 +31,7 @@ class ActionResult:
 
 def read_live(server_url: str, operator: settings.Operator | None) -> dict[str, Any]:
     """Ask the server for its knob now (an explicit operator action, never on a refresh)."""
-    from control.knob import KnobClient
+    from spectower.control.knob import KnobClient
 
     with KnobClient(
         server_url, admin_key=operator.admin_key if operator else None, timeout=DEFAULT_ACTION_TIMEOUT_S
@@ -43,9 +43,9 @@ def apply_knob(
     db_url: str, server_url: str, new_max_bs: int, reason: str, operator: settings.Operator
 ) -> ActionResult:
     """Set, read back and audit through control.audit.apply_knob; errors come back as a result, not raised."""
-    from control.audit import apply_knob as audited_apply
-    from control.knob import KnobClient, KnobError
-    from storage import open_database
+    from spectower.control.audit import apply_knob as audited_apply
+    from spectower.control.knob import KnobClient, KnobError
+    from spectower.storage import open_database
 
     db = open_database(db_url)
     try:
@@ -85,9 +85,9 @@ def _result(server_url: str, requested: int, outcome: Any) -> ActionResult:
 
 
 def release_policy(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> str:
-    """Lift a manual pause so the learning policy acts again (audited by control.audit.release)."""
-    from control.audit import release
-    from storage import open_database
+    """Lift a manual pause so the learning policy acts again (audited by spectower.control.audit.release)."""
+    from spectower.control.audit import release
+    from spectower.storage import open_database
 
     with open_database(db_url) as db:
         result = release(db, server_url, operator.actor, reason)

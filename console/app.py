@@ -7,9 +7,8 @@ through console/views/<page>.py.
 from __future__ import annotations
 
 import streamlit as st
-
-from console import settings
-from console.views import common
+from spectower.console import settings
+from spectower.console.views import common
 
 st.set_page_config(page_title="spectower", page_icon=":material/speed:", layout="wide")
 

@@ -9,9 +9,54 @@ from __future__ import annotations
 import sys
 
 import typer
+import typer.core
+from spectower.console.commands import (
+    bench,
+    collect,
+    control,
+    demo,
+    evaluate,
+    load,
+    sglang_config,
+    sim,
+    store,
+    ui,
+)
+from spectower.console.errors import EXIT_USER_ERROR, is_user_error, stderr
 
-from console.commands import bench, collect, control, demo, evaluate, load, sglang_config, sim, store, ui
-from console.errors import EXIT_USER_ERROR, is_user_error, stderr
+from spectower import __version__
+
+_TYPE_WORDS = {"int": "INTEGER", "str": "TEXT", "float": "FLOAT", "Path": "PATH", "bool": "BOOLEAN"}
+
+
+def _option_type_label(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """What the help shows beside an option: nothing for a flag (``--yes``, not ``--yes <bool>``), the
+    metavar where one is given, else the type as command-line tools print it (``INTEGER``, ``TEXT``);
+    typer's default shows Python type names (``<list[str]>``)."""
+    if self.is_flag:
+        return None
+    if self.metavar:
+        return self.metavar
+    if self.type_descriptor.is_choice:
+        return typer.core.TyperOption.display_type(self, ctx)
+    bare = self.bare_type().removeprefix("list[").removesuffix("]")
+    return _TYPE_WORDS.get(bare, bare.upper())
+
+
+def _argument_type_label(self: typer.core.TyperArgument, ctx: typer.Context) -> str | None:
+    """An argument's name column already says what it takes (``RUN_ID...``)."""
+    return None
+
+
+typer.core.TyperOption.display_type_rich = _option_type_label  # type: ignore[method-assign,assignment]
+typer.core.TyperArgument.display_type_rich = _argument_type_label  # type: ignore[method-assign,assignment]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"spectower {__version__}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="spectower",
@@ -20,6 +65,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Observability and live control of SGLang servers running EAGLE-3 speculative decoding."""
 sim.app.command("evaluate")(evaluate.evaluate)
 app.add_typer(sim.app, name="sim")
 bench.app.command("load")(load.load)

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from spectower.storage import Database, open_database, queries, rollups
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine, make_url
-
-from storage import Database, open_database, queries, rollups
 
 # The numeric sample columns storage keeps series (and rollups) of: one list, owned by storage.
 ENGINE_COLUMNS = rollups.ENGINE.metrics

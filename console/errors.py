@@ -9,7 +9,6 @@ from rich.console import Console
 
 stderr = Console(stderr=True, highlight=False)
 
-OUR_PACKAGES = ("collectors", "storage", "control", "simulator", "console")
 EXIT_USER_ERROR = 2
 
 
@@ -21,6 +20,6 @@ def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
 
 def is_user_error(exc: BaseException) -> bool:
     """Errors our packages raise on purpose for bad input or an unreachable peer."""
-    module = type(exc).__module__.split(".")[0]
+    ours = type(exc).__module__.split(".")[0] == "spectower"
     user_error_types = ValueError | ConnectionError | LookupError | PermissionError
-    return module in OUR_PACKAGES and isinstance(exc, user_error_types)
+    return ours and isinstance(exc, user_error_types)

@@ -7,8 +7,7 @@ import math
 from collections.abc import Sequence
 
 import pandas as pd
-
-from collectors.bench.ratio import first_fall, fit_ratios
+from spectower.collectors.bench.ratio import first_fall, fit_ratios
 
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:

@@ -37,7 +37,7 @@ def db_url() -> str:
 
     Same rule as every other command (storage.default_db_url): plain paths become sqlite URLs.
     """
-    from storage import default_db_url
+    from spectower.storage import default_db_url
 
     return default_db_url(os.environ.get(ENV_DB_URL) or None)
 

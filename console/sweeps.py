@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
-
-from console import settings
+from spectower.console import settings
 
 DEFAULT_LEVELS = "1,2,4,8,16,32,64"
 DEFAULT_DURATION_S = 20
@@ -55,7 +54,7 @@ def sweep_argv(
     argv = [
         sys.executable,
         "-m",
-        "console.cli",
+        "spectower.console.cli",
         "bench",
         "sweep",
         "--server",

@@ -13,12 +13,11 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from spectower.simulator.profile import Profile, load_profile
+from spectower.storage import Database
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlalchemy import insert
 from sqlmodel import SQLModel
-
-from simulator.profile import Profile, load_profile
-from storage import Database
-from storage.models import BenchPoint, BenchRun, ControlEvent
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_KNOB_PERIOD_S = 600.0

@@ -15,10 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import select
-
-from control.db import read_session, write_session
-from control.knob import (
+from spectower.control.db import read_session, write_session
+from spectower.control.knob import (
     KnobClient,
     KnobError,
     KnobState,
@@ -29,8 +27,9 @@ from control.knob import (
     normalize_server_url,
     resolve_target,
 )
-from storage import queries
-from storage.models import ControlEvent, PolicyState
+from spectower.storage import queries
+from spectower.storage.models import ControlEvent, PolicyState
+from sqlmodel import select
 
 # "Until released", as a float every SQL backend stores exactly (9999-12-31T23:59:59Z); inf is not portable.
 PAUSE_UNTIL_RELEASED = 253402300799.0

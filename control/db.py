@@ -25,7 +25,7 @@ def engine_of(db: Any) -> Engine:
 
 def _write_options(engine: Engine) -> dict[str, Any]:
     try:
-        from storage.dialect import write_options
+        from spectower.storage.dialect import write_options
     except ImportError:  # pragma: no cover - storage always ships it; keep control importable alone
         return {}
     return write_options(engine)

@@ -1,4 +1,4 @@
-"""The client for spectower's speculation knob on a running SGLang server (DESIGN.md, "The speculation knob").
+"""The client for spectower's speculation knob on a running SGLang server (docs/design.md, "The knob").
 
 ``read()`` parses ``GET /server_info``; ``set(N)`` posts ``{"server_args": {"spectower_spec_max_bs": N}}`` to
 ``/set_internal_state`` with the admin key and reads ``/server_info`` back to confirm the value per DP rank.
@@ -18,8 +18,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
-
-from control.sglang_config import server_info_problems
+from spectower.control.sglang_config import server_info_problems
 
 DEFAULT_TIMEOUT = 5.0  # seconds; /server_info and /set_internal_state answer in milliseconds when healthy
 DEFAULT_READBACK_ATTEMPTS = 3  # a DP rank may report the new value one scheduler tick late
@@ -28,7 +27,7 @@ KNOB_KEY = "spectower_spec_max_bs"
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's deprecated alias
 SET_PATH = "/set_internal_state"
 
-# SGLang's built-in bands when --speculative-adaptive-config is not given (reference §1): band 1 has no 0,
+# SGLang's bands without --speculative-adaptive-config (docs/sglang-reference.md §1): band 1 has no 0,
 # so a server on the defaults has no CUDA graph for "no drafting" at small batch sizes.
 SGLANG_DEFAULT_BANDS: dict[str, list[int]] = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
 

@@ -19,14 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spectower.control import audit
+from spectower.control.db import read_session, write_session
+from spectower.control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
+from spectower.control.policy import Decision, Observation, Policy
+from spectower.storage.models import ControlEvent, EngineSample, PolicyState, Server
 from sqlalchemy import func
 from sqlmodel import col, select
-
-from control import audit
-from control.db import read_session, write_session
-from control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
-from control.policy import Decision, Observation, Policy
-from storage.models import ControlEvent, EngineSample, PolicyState, Server
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The SGLang launch configuration spectower's knob needs, and the check that a running server has it.
 
-The knob (DESIGN.md) can only choose among the steps the launch config made capturable at each batch size:
+The knob (docs/design.md) can only pick among the steps the launch config made capturable at each batch size:
 SGLang captures CUDA graphs per (step, batch size) only where a band of ``--speculative-adaptive-config``
 lists that step. So every band must allow 0 (gated: no drafting) and the working step N. This module writes
 that config, lists the launch flags that go with it, and reads a server's ``/server_info`` for what the knob
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from control.sglang_plugin import KNOB_KEY
+from spectower.control.sglang_plugin import KNOB_KEY
 
 # SGLang's default adaptive band keys (speculative/adaptive_spec_params.py, DEFAULT_ADAPTIVE_CONFIG, 0.5.17
 # and 0.5.23): batch sizes are mapped to the largest key <= the (padded) running batch size.
@@ -54,14 +54,14 @@ def band_keys(max_bs: int) -> list[int]:
 def build_adaptive_config(steps: int, max_bs: int = DEFAULT_MAX_BS) -> dict[str, dict[str, list[int]]]:
     """The ``--speculative-adaptive-config`` document: every band allows 0 and ``steps``."""
     _check_int("--steps", steps, 1, MAX_STEPS)
-    _check_int("--max-bs", max_bs, 1, MAX_BS_LIMIT)
+    _check_int("--max-running-requests", max_bs, 1, MAX_BS_LIMIT)
     return {str(key): {"candidate_steps": [0, steps]} for key in band_keys(max_bs)}
 
 
 def launch_flags(steps: int, max_bs: int, config_path: str | os.PathLike[str]) -> list[str]:
     """The SGLang launch flags that go with the config (model and draft paths are the operator's)."""
     _check_int("--steps", steps, 1, MAX_STEPS)
-    _check_int("--max-bs", max_bs, 1, MAX_BS_LIMIT)
+    _check_int("--max-running-requests", max_bs, 1, MAX_BS_LIMIT)
     return [
         "--speculative-algorithm", "EAGLE3",
         "--speculative-adaptive",

@@ -5,10 +5,10 @@ Runs INSIDE SGLang's processes (entry point group ``sglang.srt.plugins``; ``load
 sglang, and sglang only lazily. Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
 same signatures in both.
 
-The knob (DESIGN.md, "The speculation knob"): ``POST /set_internal_state {"server_args":
+The knob (docs/design.md, "The speculation knob"): ``POST /set_internal_state {"server_args":
 {"spectower_spec_max_bs": N}}``. A decode batch drafts only while its running batch size is <= N; N = 0 turns
 speculation off; until the first set the ceiling is unlimited ("always on", reported as the scheduler's
-``max_running_requests``, which DESIGN.md defines as always on).
+``max_running_requests``, which docs/design.md defines as always on).
 
 AROUND hooks through SGLang's ``HookRegistry``:
 

@@ -27,7 +27,7 @@ SPEC_STEPS=3
 MAX_RUNNING=48
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-st() { python3 -m console.cli "$@"; }
+st() { python3 -m spectower.console.cli "$@"; }
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -47,11 +47,13 @@ say "unpacking the SGLang 0.5.17 bundle"
 rm -rf "$WORK" && mkdir -p "$SITE"
 tar -C "$SITE" -xJf gpu/bundle/sglang-0.5.17-py312.tar.xz || { say "no bundle: run gpu/build_bundle.sh here first"; exit 2; }
 # spectower's entry point for SGLang's plugin loader (group sglang.srt.plugins), the code from this checkout
+# laid out as installed (spectower.<folder>, links into the checkout)
+python3 tests/namespace_tree.py "$SITE" >/dev/null
 mkdir -p "$SITE/spectower-0.1.0.dist-info"
 printf 'Metadata-Version: 2.1\nName: spectower\nVersion: 0.1.0\n' > "$SITE/spectower-0.1.0.dist-info/METADATA"
-printf '[sglang.srt.plugins]\nspectower = control.sglang_plugin:register\n' \
+printf '[sglang.srt.plugins]\nspectower = spectower.control.sglang_plugin:register\n' \
   > "$SITE/spectower-0.1.0.dist-info/entry_points.txt"
-export PYTHONPATH=$SITE:$REPO
+export PYTHONPATH=$SITE
 export PYTHONUNBUFFERED=1
 # The bundle's deep_gemm is an empty stand-in (imported by the draft CUDA-graph capture, never called):
 # keep SGLang's JIT DeepGEMM path off so it does not reach for the real package's submodules.
@@ -63,7 +65,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 say "models (random weights) and spectower's adaptive config"
 python3 gpu/make_models.py "$WORK/models"
-st sglang-config --steps $SPEC_STEPS --max-bs $MAX_RUNNING --out "$WORK/adaptive.json"
+st sglang-config --steps $SPEC_STEPS --max-running-requests $MAX_RUNNING --out "$WORK/adaptive.json"
 cat "$WORK/adaptive.json"; echo
 python3 -c 'import secrets; print(secrets.token_urlsafe(24))' > "$WORK/admin_key" && chmod 600 "$WORK/admin_key"
 export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
@@ -117,7 +119,7 @@ PY
 
 say "learn policy under a load that crosses the crossover"
 st control release --server "$URL" --reason "gpu check: let the policy act" --as gpu-check --db "$DB"
-st control auto --server "$URL" --mode learn --interval 2s --db "$DB" > "$WORK/learn.log" 2>&1 &
+st control auto --server "$URL" --policy learn --interval 2s --db "$DB" > "$WORK/learn.log" 2>&1 &
 LEARN_PID=$!; pids+=($LEARN_PID)
 st bench load --server "$URL" --pattern steps:2,32,4,32,2 --period "$LEARN_SECONDS" --duration "$LEARN_SECONDS" \
   --output-len 256 --api generate > "$WORK/load_learn.log" 2>&1

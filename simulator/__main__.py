@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
-
-from simulator.cli import serve
+from spectower.simulator.cli import serve
 
 
 def main() -> None:

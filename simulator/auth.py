@@ -1,4 +1,4 @@
-"""SGLang's HTTP auth rules (reference §4), as one pure decision function plus an ASGI wrapper.
+"""SGLang's HTTP auth rules (docs/sglang-reference.md §4), as one pure decision function plus an ASGI wrapper.
 
 - Always open: paths starting with ``/health`` or ``/metrics`` (SGLang matches by prefix), and ``/ready``.
 - Inference and read endpoints (NORMAL): need ``--api-key`` when it is set.

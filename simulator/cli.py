@@ -19,7 +19,7 @@ _stderr = Console(stderr=True, highlight=False)
 
 
 def fail(message: str) -> NoReturn:
-    """One clear ``error:`` line on stderr, exit 2 (console.errors.fail's convention)."""
+    """One clear ``error:`` line on stderr, exit 2 (spectower.console.errors.fail's convention)."""
     _stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
     raise typer.Exit(EXIT_USER_ERROR)
 
@@ -60,9 +60,9 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
-    from simulator.profile import ProfileError, load_profile
-    from simulator.server import run
+    from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
+    from spectower.simulator.profile import ProfileError, load_profile
+    from spectower.simulator.server import run
 
     try:
         loaded = load_profile(profile)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.profile import Profile
+from spectower.simulator.profile import Profile
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000

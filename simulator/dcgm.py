@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.responses import Response
-
-from simulator.gpus import GpuReading, VirtualGpus
+from spectower.simulator.gpus import GpuReading, VirtualGpus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DRIVER_VERSION = "580.95.05"

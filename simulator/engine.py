@@ -32,10 +32,10 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
-from simulator.config import SimConfig
-from simulator.profile import Profile
-from simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
-from simulator.textgen import TokenStream
+from spectower.simulator.config import SimConfig
+from spectower.simulator.profile import Profile
+from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
+from spectower.simulator.textgen import TokenStream
 
 # Falling further behind than this (seconds) resets the step clock instead of catching up in a burst.
 MAX_LAG_S = 0.5
@@ -121,7 +121,7 @@ class SimRequest:
         self.max_new_tokens = max(1, max_new_tokens)
         self.streaming = streaming
         self.tokens = TokenStream(seed, index)
-        self.output: list[int] = []  # vocabulary indexes (see simulator.textgen)
+        self.output: list[int] = []  # vocabulary indexes (see spectower.simulator.textgen)
         # Streaming: the newest published output length, and the handler waiting for a newer one.
         # A handler that falls behind skips to the newest state (SGLang's tokenizer manager does the
         # same with its cumulative outputs), so a starved machine sends fewer, larger chunks.

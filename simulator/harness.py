@@ -29,9 +29,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from control.policy import Observation, Policy, make_policy
-from simulator.profile import Profile
-from simulator.traces import Trace
+from spectower.control.policy import Observation, Policy, make_policy
+from spectower.simulator.profile import Profile
+from spectower.simulator.traces import Trace
 
 DEFAULT_DECISION_INTERVAL_S = 5.0
 DEFAULT_TICK_S = 0.5

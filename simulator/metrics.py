@@ -6,7 +6,7 @@ metrics carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`` (+ ``dp
 ``--dp-size > 1``, one series per rank); tokenizer-side ones carry ``model_name, engine_type``. The gauges
 show what the scheduler last published (on each prefill batch and every ``decode_log_interval`` decode
 steps), not live values, as in SGLang. Names and label sets are checked against
-``shared/reference/sglang-0.5.23-metrics.tsv`` by ``tests/test_sim_metrics.py``.
+``tests/fixtures/reference/sglang-0.5.23-metrics.tsv`` by ``tests/test_sim_metrics.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-
-from simulator.engine import Engine, RankScheduler
-from simulator.http_metrics import HttpCounters
-from simulator.stats import Hist
+from spectower.simulator.engine import Engine, RankScheduler
+from spectower.simulator.http_metrics import HttpCounters
+from spectower.simulator.stats import Hist
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENGINE_TYPE = "unified"

@@ -1,6 +1,6 @@
 """Performance profiles: the JSON that drives the simulator and that a benchmark sweep writes.
 
-The format is DESIGN.md's: ascending ``concurrency``, aggregate ``output_tok_s.spec_off`` /
+The format is docs/design.md's: ascending ``concurrency``, aggregate ``output_tok_s.spec_off`` /
 ``output_tok_s.spec_on`` at each concurrency, ``accept_length`` per concurrency, and scalar facts about
 the server. Between points the curves are interpolated with a monotone cubic (PCHIP) in log-concurrency,
 so a curve that rises between two points never overshoots, and a profile replays smoothly.
@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PROFILE_PACKAGE = "simulator.profiles"
+PROFILE_PACKAGE = "spectower.simulator.profiles"
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 
 

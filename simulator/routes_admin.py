@@ -1,7 +1,7 @@
 """Read and admin endpoints: ``/server_info``, ``/model_info``, ``/v1/loads``, health, ``/flush_cache``,
 ``/metrics`` and the speculation knob ``/set_internal_state``.
 
-The knob contract (DESIGN.md): ``{"server_args": {"spectower_spec_max_bs": N}}`` answers one boolean per
+The knob contract (docs/design.md): ``{"server_args": {"spectower_spec_max_bs": N}}`` answers one boolean per
 DP rank. The body is validated like SGLang's ``SetInternalStateReq`` (``server_args: Dict[str,
 Union[int, float]]``) so non-numbers get SGLang's 400; an unknown key answers ``[false]`` for every rank
 ("Updating {key} is not supported."); a negative or non-integer N answers ``[false]``; nothing is applied
@@ -19,13 +19,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
-
-from simulator.config import SGLANG_VERSION
-from simulator.engine import Engine, RankScheduler
-from simulator.errors import bad_request
-from simulator.http_metrics import HttpCounters
-from simulator.metrics import CONTENT_TYPE, build_registry, render
-from simulator.server_info import ServerInfo
+from spectower.simulator.config import SGLANG_VERSION
+from spectower.simulator.engine import Engine, RankScheduler
+from spectower.simulator.errors import bad_request
+from spectower.simulator.http_metrics import HttpCounters
+from spectower.simulator.metrics import CONTENT_TYPE, build_registry, render
+from spectower.simulator.server_info import ServerInfo
 
 logger = logging.getLogger("simulator")
 

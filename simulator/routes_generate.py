@@ -2,7 +2,7 @@
 
 Like SGLang 0.5.x without ``--incremental-streaming-output``, every streamed chunk carries the cumulative
 ``text`` and ``output_ids`` so far; the last chunk's ``meta_info`` adds the finish reason, latency and the
-speculative-decoding statistics. Shapes follow ``shared/data/real/sglang-0.5.17-h200/generate_stream.txt``.
+speculative-decoding statistics. Shapes follow ``tests/fixtures/real/sglang-0.5.17-h200/generate_stream.txt``.
 The simulated model always generates ``max_new_tokens`` (SGLang's default 128) tokens: there is no EOS,
 so ``ignore_eos`` is accepted and changes nothing.
 """
@@ -16,10 +16,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-
-from simulator.engine import ABORTED, Engine, SimRequest
-from simulator.errors import bad_request
-from simulator.textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
+from spectower.simulator.engine import ABORTED, Engine, SimRequest
+from spectower.simulator.errors import bad_request
+from spectower.simulator.textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
 
 DEFAULT_MAX_NEW_TOKENS = 128
 WEIGHT_VERSION = "default"

@@ -3,7 +3,7 @@
 Streaming sends one ``data: {chunk}\\n\\n`` per decode step with the new text as a delta (OpenAI style,
 not cumulative), then, when ``stream_options.include_usage`` is true, a final chunk with empty
 ``choices`` and the ``usage``, then ``data: [DONE]\\n\\n``. Chat prompts are "tokenized" by the estimate
-of ``simulator.textgen`` over the concatenated message contents plus a small chat-template overhead.
+of ``spectower.simulator.textgen`` over the concatenated message contents plus a small chat-template overhead.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-
-from simulator.engine import ABORTED, Engine, SimRequest
-from simulator.errors import bad_request, error_response
-from simulator.routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
-from simulator.textgen import estimate_prompt_tokens, piece
+from spectower.simulator.engine import ABORTED, Engine, SimRequest
+from spectower.simulator.errors import bad_request, error_response
+from spectower.simulator.routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
+from spectower.simulator.textgen import estimate_prompt_tokens, piece
 
 DEFAULT_MAX_TOKENS = 128
 # Tokens a chat template adds around each message (role markers, separators).

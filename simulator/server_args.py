@@ -1,6 +1,6 @@
 """SGLang's resolved server args, as a real 0.5.17 server reports them in ``/server_info``.
 
-Generated once from ``shared/data/real/sglang-0.5.17-h200/server_info_idle.json`` (a capture, not code):
+Generated once from ``tests/fixtures/real/sglang-0.5.17-h200/server_info_idle.json`` (a capture, not code):
 the simulator starts from these and overrides what its profile and flags decide, so every key a client
 may read exists with SGLang's type. ``INTERNAL_ONLY`` are the keys that appear only inside
 ``internal_states[i]`` (the scheduler's copy of the args).

@@ -4,7 +4,7 @@ live per-rank state (the knob's read-back included).
 ``internal_states[i]`` holds the scheduler's copy of the args with runtime overrides applied, so its
 ``speculative_num_steps`` is the *active* value (0 while the last decode batch was gated), plus
 ``avg_spec_accept_length`` (absent until a decode step ran), ``last_gen_throughput``, ``memory_usage`` and
-``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}`` (DESIGN.md).
+``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}`` (docs/design.md).
 
 The server reports ``speculative_adaptive: true`` and an adaptive config whose every band allows step 0
 and the working step (what ``spectower sglang-config`` generates); the config is also written to the file
@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from simulator.config import SGLANG_VERSION, SimConfig
-from simulator.engine import Engine, RankScheduler
-from simulator.server_args import internal_only_template, server_args_template
+from spectower.simulator.config import SGLANG_VERSION, SimConfig
+from spectower.simulator.engine import Engine, RankScheduler
+from spectower.simulator.server_args import internal_only_template, server_args_template
 
 PLUGIN_VERSION = "0.1.0"
 ADAPTIVE_BANDS = (1, 8, 32, 64)
@@ -149,7 +149,8 @@ class ServerInfo:
         self.adaptive_config_path.write_text(json.dumps(self.adaptive_config))
         args = server_args_template()
         model_path = str(profile.raw.get("model_path") or profile.served_model_name)
-        launch = [sys.executable, "-m", "simulator", "--profile", profile.name, "--port", str(config.port)]
+        launch = [sys.executable, "-m", "spectower.simulator", "--profile", profile.name,
+                  "--port", str(config.port)]
         args.update(
             {
                 "model_path": model_path,

@@ -3,7 +3,7 @@
 The simulator does not use prometheus_client's metric objects on its hot path (one decode step touches
 every running request); it keeps its own numbers here and ``simulator.metrics`` renders them through a
 prometheus_client custom collector. Bucket boundaries are SGLang's defaults, as a real 0.5.17 server
-exposed them (``shared/data/real/sglang-0.5.17-h200/metrics_after.txt``).
+exposed them (``tests/fixtures/real/sglang-0.5.17-h200/metrics_after.txt``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DURATION_S = 3600.0
-BUILTIN_TRACES = ("diurnal", "bursty", "ramp", "step")
+BUILTIN_TRACES = ("day", "bursty", "ramp", "steps")
+# Earlier names, still accepted: the live load patterns (`bench load --pattern`) say day and steps.
+TRACE_ALIASES = {"diurnal": "day", "step": "steps"}
 PEAK_CONCURRENCY = 90.0
 STEP_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 90)
 MAX_TRACE_POINTS = 1_000_000
@@ -82,7 +84,7 @@ def parse_trace(data: Any, source: str = "trace") -> Trace:
 
 def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0) -> Trace:
     """A built-in trace by name (``duration_s`` long, default an hour), or a trace JSON file by path."""
-    if name_or_path in BUILTIN_TRACES:
+    if name_or_path in BUILTIN_TRACES or name_or_path in TRACE_ALIASES:
         return builtin_trace(name_or_path, duration_s or DEFAULT_DURATION_S, seed)
     path = Path(name_or_path)
     if not (path.suffix == ".json" or path.exists() or "/" in name_or_path):
@@ -100,6 +102,7 @@ def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0
 
 
 def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, seed: int = 0) -> Trace:
+    name = TRACE_ALIASES.get(name, name)
     if name not in _BUILDERS:
         raise TraceError(f"unknown built-in trace {name!r} ({', '.join(BUILTIN_TRACES)})")
     if not math.isfinite(duration_s) or duration_s < 60:
@@ -185,8 +188,8 @@ def _step(duration: float, rng: random.Random, seed: int) -> list[tuple[float, f
 
 
 _BUILDERS: dict[str, Callable[[float, random.Random, int], list[tuple[float, float]]]] = {
-    "diurnal": _diurnal,
+    "day": _diurnal,
     "bursty": _bursty,
     "ramp": _ramp,
-    "step": _step,
+    "steps": _step,
 }

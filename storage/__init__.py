@@ -2,7 +2,7 @@
 
 Core API::
 
-    from storage import open_database, Database, BatchWriter, default_db_url
+    from spectower.storage import open_database, Database, BatchWriter, default_db_url
     db = open_database("sqlite:///path/spectower.db")   # or a plain path, or None (= default_db_url()),
         # or any SQLAlchemy URL (postgresql+psycopg://...). Creates the file; on SQLite sets WAL,
         # busy_timeout (busy_timeout_ms=10000), foreign keys; creates or migrates the schema forward
@@ -24,7 +24,7 @@ Core API::
     db.retention = RetentionPolicy(...)  # storage.retention; the writer's maintenance then applies it hourly
     db.close()
 
-Queries (``storage.queries``)::
+Queries (``spectower.storage.queries``)::
 
     series(db, "engine"|"gpu", source_id, metric, start, end, max_points=500, dp_rank=None) -> Series
         # <= max_points Buckets(ts, min, mean, max, n), from raw / 1-minute / 1-hour tiers so that a
@@ -38,7 +38,7 @@ Queries (``storage.queries``)::
     gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)
     upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)
 
-Export/import: ``storage.export`` (export_bench, export_samples, neutralise_cell),
+Export/import: ``spectower.storage.export`` (export_bench, export_samples, neutralise_cell),
 ``storage.bench_serving`` (import_file, export_lines). Times typed by users: ``storage.timeparse``.
 Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTOWER_DB``, else
 ``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py``.
@@ -46,9 +46,9 @@ Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTO
 Every timestamp is Unix seconds (float, UTC).
 """
 
-from storage.database import Database, DatabaseURLError, default_db_url, open_database
-from storage.schema import SCHEMA_VERSION, SchemaError
-from storage.writer import BatchWriter, WriterStats
+from spectower.storage.database import Database, DatabaseURLError, default_db_url, open_database
+from spectower.storage.schema import SCHEMA_VERSION, SchemaError
+from spectower.storage.writer import BatchWriter, WriterStats
 
 __all__ = [
     "SCHEMA_VERSION",

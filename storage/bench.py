@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage import models
-from storage.redact import redact_json_text
+from spectower.storage import models
+from spectower.storage.redact import redact_json_text
 
 if TYPE_CHECKING:
-    from storage.database import Database
+    from spectower.storage.database import Database
 
 
 def save_bench_run(db: Database, run: models.BenchRun, points: list[models.BenchPoint]) -> int:

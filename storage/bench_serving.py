@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spectower.storage import models
+from spectower.storage.database import Database
+from spectower.storage.redact import redact
 from sqlmodel import col, select
-
-from storage import models
-from storage.database import Database
-from storage.redact import redact
 
 # bench_serving key -> BenchPoint column
 POINT_KEYS: dict[str, str] = {
@@ -58,7 +57,7 @@ SOURCE_KEYS = "spectower_source_keys"  # in extra_json: the key order of the sou
 # Keys that say "this is a bench_serving result line" (every version has at least one).
 SIGNATURE_KEYS = frozenset({"completed", "duration", "output_throughput", "request_throughput"})
 
-# The key order of a 0.5.x result line (reference §6), used for points spectower measured itself.
+# The key order of a 0.5.x result line (docs/sglang-reference.md §6), for points spectower measured itself.
 V05_KEY_ORDER: tuple[str, ...] = (
     "tag", "backend", "dataset_name", "request_rate", "max_concurrency", "sharegpt_output_len",
     "random_input_len", "random_output_len", "random_range_ratio", "server_info", "duration", "completed",
@@ -259,7 +258,7 @@ def import_files(
 
 def export_lines(db: Database, run_id: int) -> list[dict[str, Any]]:
     """A run as bench_serving result lines (one per point, in stored order)."""
-    from storage import queries
+    from spectower.storage import queries
 
     run = queries.bench_run(db, run_id)
     return [point_to_line(pt, run) for pt in queries.bench_points(db, run_id)]

@@ -13,15 +13,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from spectower.storage import dialect, models, schema
+from spectower.storage.redact import redact
+from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
+from spectower.storage.writer import BatchWriter
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError
 from sqlmodel import Session, SQLModel, col, select
-
-from storage import dialect, models, schema
-from storage.redact import redact
-from storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
-from storage.writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +219,7 @@ class Database:
     # --- maintenance (implemented in storage.rollups / storage.retention) ------------------------
     def update_rollups(self, now: float | None = None) -> int:
         """Fold raw samples written since the last call into the 1-minute and 1-hour rollups."""
-        from storage.rollups import update_rollups
+        from spectower.storage.rollups import update_rollups
 
         return update_rollups(self, now=now)
 
@@ -245,8 +244,8 @@ class Database:
         now: float | None = None,
     ) -> dict[str, int]:
         """Delete raw samples older than ``raw_days``, 1-minute rollups older than ``rollup_days``,
-        1-hour rollups older than ``hourly_days`` (None: the DEFAULT_* of storage.retention)."""
-        from storage.retention import apply_retention
+        1-hour rollups older than ``hourly_days`` (None: the DEFAULT_* of spectower.storage.retention)."""
+        from spectower.storage.retention import apply_retention
 
         return apply_retention(
             self, raw_days=raw_days, rollup_days=rollup_days, hourly_days=hourly_days, now=now
@@ -254,7 +253,7 @@ class Database:
 
     def save_bench_run(self, run: models.BenchRun, points: list[models.BenchPoint]) -> int:
         """Insert a run and its points in one transaction; returns the run id."""
-        from storage.bench import save_bench_run
+        from spectower.storage.bench import save_bench_run
 
         return save_bench_run(self, run, points)
 

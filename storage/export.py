@@ -22,12 +22,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from spectower.storage import queries
+from spectower.storage.bench_serving import export_lines
+from spectower.storage.database import Database
 from sqlalchemy import Boolean, Float, Integer, select
 from sqlmodel import SQLModel
-
-from storage import queries
-from storage.bench_serving import export_lines
-from storage.database import Database
 
 Format = Literal["csv", "jsonl", "parquet"]
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")

@@ -15,15 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from spectower.storage import dialect, models, rollups
+from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import SQLModel, col, select
 
-from storage import dialect, models, rollups
-from storage.retention import horizons
-
 if TYPE_CHECKING:
-    from storage.database import Database
+    from spectower.storage.database import Database
 
 SeriesKind = Literal["engine", "gpu"]
 DEFAULT_MAX_POINTS = 500

@@ -11,14 +11,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spectower.storage import dialect, schema
+from spectower.storage.rollups import HOUR_S, MINUTE_S, SPECS
 from sqlalchemy import and_, select
 from sqlmodel import SQLModel
 
-from storage import dialect, schema
-from storage.rollups import HOUR_S, MINUTE_S, SPECS
-
 if TYPE_CHECKING:
-    from storage.database import Database
+    from spectower.storage.database import Database
 
 DEFAULT_RAW_DAYS = 14.0
 DEFAULT_ROLLUP_DAYS = 180.0  # 1-minute rollups

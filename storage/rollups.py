@@ -17,14 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spectower.storage import dialect, models
 from sqlalchemy import Table, and_, func, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-from storage import dialect, models
-
 if TYPE_CHECKING:
-    from storage.database import Database
+    from spectower.storage.database import Database
 
 MINUTE_S = 60
 HOUR_S = 3600

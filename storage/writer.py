@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from spectower.storage import dialect
 from sqlalchemy import Engine, Table
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import SQLModel
-
-from storage import dialect
 
 log = logging.getLogger(__name__)
 

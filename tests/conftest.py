@@ -1,16 +1,19 @@
-"""Shared test fixtures: where the real captures live, free ports."""
+"""Shared test fixtures: where the real captures live (tests/fixtures/), free ports."""
 
 from __future__ import annotations
 
-import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SPECTOWER_SHARED", REPO_ROOT.parent / "shared"))
-REAL_DATA = SHARED / "data" / "real"
+# The installed CLI, run as a module so tests need no `spectower` on PATH.
+SPECTOWER_CLI = (sys.executable, "-m", "spectower.console.cli")
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+# Files real tools wrote (SGLang servers, its benchmark client, NVML), byte for byte: real/SOURCES.md.
+REAL_DATA = FIXTURES / "real"
 
 
 def free_port() -> int:
@@ -21,8 +24,6 @@ def free_port() -> int:
 
 @pytest.fixture
 def real_data() -> Path:
-    if not REAL_DATA.is_dir():
-        pytest.fail(f"the real captures are missing: {REAL_DATA} (set SPECTOWER_SHARED)")
     return REAL_DATA
 
 

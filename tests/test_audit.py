@@ -1,4 +1,4 @@
-"""control.audit on a real SQLite file: every attempt is a row; manual sets pause; release resumes.
+"""spectower.control.audit on a real SQLite file: every attempt is a row; manual sets pause; release resumes.
 
 The knob side is the unit-level fake (MockTransport); the real simulator runs in test_control_cli.py.
 """
@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spectower.control import audit
+from spectower.control.knob import KnobAuthError, KnobClient, PluginMissingError, ServerUnreachableError
+from spectower.storage.database import Database, open_database
 
-from control import audit
-from control.knob import KnobAuthError, KnobClient, PluginMissingError, ServerUnreachableError
-from storage.database import Database, open_database
 from tests.conftest import free_port
 from tests.fake_knob_server import FakeKnobServer
 

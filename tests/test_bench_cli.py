@@ -6,17 +6,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from spectower.storage import open_database
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
-from storage import open_database
-from storage.models import BenchPoint, BenchRun, ControlEvent
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 ADMIN_KEY = "cli-admin-key"
 
@@ -29,7 +28,7 @@ def _env(admin_key: str | None) -> dict[str, str]:
 
 
 def _argv(server: str, tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "console.cli", "bench", "sweep", "--server", server,
+    return [*SPECTOWER_CLI, "bench", "sweep", "--server", server,
             "--db", str(tmp_path / "db.sqlite"), "--as", "tester", *extra]  # fmt: skip
 
 

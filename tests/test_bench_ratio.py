@@ -6,8 +6,7 @@ import math
 import random
 
 import pytest
-
-from collectors.bench.ratio import RatioPoint, best_knob, find_crossover, ratio_interval
+from spectower.collectors.bench.ratio import RatioPoint, best_knob, find_crossover, ratio_interval
 
 
 def test_ratio_interval_contains_the_ratio_and_narrows_with_more_windows() -> None:
@@ -79,7 +78,7 @@ def test_crossover_order_does_not_matter() -> None:
 
 def test_one_noisy_low_point_is_not_the_crossover() -> None:
     """Ratios from a real H200 sweep (6 s windows): a noisy dip at C=2 is not the crossover."""
-    from collectors.bench.ratio import RatioPoint, find_crossover, monotone_decreasing
+    from spectower.collectors.bench.ratio import RatioPoint, find_crossover, monotone_decreasing
 
     measured = [
         (1, 1.0895, 1.0261, 1.1567), (2, 0.9387, 0.8215, 1.0726), (4, 1.0434, 0.9743, 1.1174),

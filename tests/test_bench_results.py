@@ -6,16 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from spectower.collectors.bench.compare import compare_runs, load_run
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.persist import to_models
+from spectower.collectors.bench.profile_out import build_profile, write_profile
+from spectower.collectors.bench.sweep import PointResult, SweepConfig, SweepResult
+from spectower.console.cli import app
+from spectower.simulator.profile import load_profile
+from spectower.storage import open_database
 from typer.testing import CliRunner
-
-from collectors.bench.compare import compare_runs, load_run
-from collectors.bench.errors import BenchError
-from collectors.bench.persist import to_models
-from collectors.bench.profile_out import build_profile, write_profile
-from collectors.bench.sweep import PointResult, SweepConfig, SweepResult
-from console.cli import app
-from simulator.profile import load_profile
-from storage import open_database
 
 GPUS = [
     {
@@ -176,7 +175,7 @@ def test_compare_cli_json_and_table(tmp_path: Path) -> None:
 
 def test_compare_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
     url, _, _ = _save_two(tmp_path)
-    from console.cli import main  # noqa: F401  (the CLI's own error path is exercised in test_bench_cli)
+    from spectower.console.cli import main  # noqa: F401  (the CLI's own error path is exercised in test_bench_cli)
 
     db = open_database(url)
     with pytest.raises(LookupError, match="RUN 999"):

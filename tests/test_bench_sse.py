@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-
-from collectors.bench.sse import StreamFormatError, aiter_json_events
+from spectower.collectors.bench.sse import StreamFormatError, aiter_json_events
 
 # Generated text a real server streamed unescaped (orjson leaves these as raw characters).
 TRICKY_TEXTS = ["a\u2028b", "c\u0085d", "\u2029e\u000bf\u000cg\u001c", "plain", "é\u2028ü"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import statistics
 
 import pytest
-
-from collectors.bench.errors import BenchError
-from collectors.bench.loadgen import LoopResult, _mark_steady
-from collectors.bench.records import RequestRecord
-from collectors.bench.stats import percentile, point_figures, summarize_ms, window_throughputs
-from collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.loadgen import LoopResult, _mark_steady
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.stats import percentile, point_figures, summarize_ms, window_throughputs
+from spectower.collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
 
 
 def test_percentile_matches_numpy_linear() -> None:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from collectors.bench.prompts import PromptFactory
-from collectors.bench.stream import RequestShape, request_body, stream_request
+from spectower.collectors.bench.prompts import PromptFactory
+from spectower.collectors.bench.stream import RequestShape, request_body, stream_request
 
 
 @pytest.fixture

@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from spectower.simulator.profile import load_profile
+from spectower.storage import open_database
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
-from simulator.profile import load_profile
-from storage import open_database
-from storage.models import BenchPoint, BenchRun, ControlEvent
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+
+# throughput against the wall clock: tests/run runs these alone, after the parallel part
+pytestmark = pytest.mark.timing
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 TOLERANCE = 0.05
@@ -63,7 +65,7 @@ START_KNOB = 7  # neither "on" nor "off": proves the sweep restores what was the
 def _sweep(sim, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, SPECTOWER_ADMIN_KEY=ADMIN_KEY)
     argv = [
-        sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url,
+        *SPECTOWER_CLI, "bench", "sweep", "--server", sim.base_url,
         "--concurrency", ",".join(map(str, LEVELS)), "--modes", "on,off",
         "--duration-per-level", "3", "--rounds", "1",
         "--input-len", "8", "--output-len", "256", "--warmup", "1",

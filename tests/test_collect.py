@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 def _spectower(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from console.cli import main; main()", "collect", *args],
+        [sys.executable, "-c", "from spectower.console.cli import main; main()", "collect", *args],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -103,8 +103,8 @@ def test_sigterm_flushes_and_exits_cleanly(simulator_factory: Any, tmp_path: Pat
 
 
 def test_old_samples_go_by_the_retention_flags(simulator_factory: Any, tmp_path: Path) -> None:
-    from storage import open_database
-    from storage.models import EngineSample
+    from spectower.storage import open_database
+    from spectower.storage.models import EngineSample
 
     db = tmp_path / "r.db"
     store = open_database(db)
@@ -136,8 +136,8 @@ def test_retention_flag_defaults_are_storage_defaults() -> None:
     # the CLI spells the numbers out (importing storage would slow every command's start-up)
     import inspect
 
-    from console.commands.collect import collect
-    from storage import retention
+    from spectower.console.commands.collect import collect
+    from spectower.storage import retention
 
     params = inspect.signature(collect).parameters
     defaults = {name: params[name].default.default for name in ("raw_days", "rollup_days", "hourly_days")}

@@ -6,12 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
+from spectower.console import synthetic
+from spectower.storage import open_database
+from spectower.storage.models import ControlEvent
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
-
-from console import synthetic
-from storage import open_database
-from storage.models import ControlEvent
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 PAGES = ("overview", "speculation", "gpus", "control", "benchmarks")

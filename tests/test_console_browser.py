@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.storage import open_database
+from spectower.storage.bench_serving import import_file
+from spectower.storage.models import ControlEvent
 from sqlmodel import select
 
-from storage import open_database
-from storage.bench_serving import import_file
-from storage.models import ControlEvent
-from tests.conftest import REAL_DATA, REPO_ROOT, free_port
+from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -33,7 +32,9 @@ ADMIN_KEY = "browser-test-admin-key"
 OPERATOR = "browser-test"
 COLLECT_S = 15.0  # load after the sweep, before the browser looks
 SWEEP = ["--concurrency", "1,4,16,48", "--duration-per-level", "2", "--output-len", "64", "--warmup", "1"]
-SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
+# The screenshots land in an ignored folder, so a test run leaves the checkout clean; the README's pictures
+# are refreshed on purpose: SPECTOWER_SCREENSHOTS=docs/screenshots ./tests/run tests/test_console_browser.py
+SCREENSHOTS = REPO_ROOT / os.environ.get("SPECTOWER_SCREENSHOTS", "out/screenshots")
 PAGES = {"overview": "", "speculation": "speculation", "gpus": "gpus", "control": "control",
          "benchmarks": "benchmarks"}  # fmt: skip
 LOAD_STAGES = (2, 12, 40)  # concurrent clients, stepped up while collecting
@@ -120,7 +121,7 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
         for f in sorted(REAL_DATA.glob("bench_serving/*.jsonl")):
             import_file(db, f)
     collector = _spawn(
-        [sys.executable, "-m", "console.cli", "collect", "--server", sim.base_url, "--gpu",
+        [*SPECTOWER_CLI, "collect", "--server", sim.base_url, "--gpu",
          f"dcgm={sim.gpu_metrics_url}", "--db", db_url, "--interval", "1s"],
         tmp_path / "collect.log",
     )  # fmt: skip
@@ -131,7 +132,7 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
     try:
         # a real sweep (spec on and off at each level, saved) while the collector records the traffic
         sweep = subprocess.run(
-            [sys.executable, "-m", "console.cli", "bench", "sweep", "--server", sim.base_url, *SWEEP,
+            [*SPECTOWER_CLI, "bench", "sweep", "--server", sim.base_url, *SWEEP,
              "--save",
              "--db", db_url, "--tag", "browser-sweep", "--as", "sweep-bot"],
             cwd=REPO_ROOT, env={**os.environ, **key_env}, capture_output=True, text=True, timeout=240,
@@ -141,7 +142,7 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
         load.target = BROWSING_LOAD
         assert collector.poll() is None, (tmp_path / "collect.log").read_text()[-3000:]
         console = _spawn(
-            [sys.executable, "-m", "console.cli", "console", "--db", db_url, "--port", str(port)],
+            [*SPECTOWER_CLI, "console", "--db", db_url, "--port", str(port)],
             tmp_path / "console.log",
             # a slow refresh keeps the live charts still while a full-page screenshot is taken
             {**key_env, "SPECTOWER_OPERATOR": OPERATOR, "SPECTOWER_CONSOLE_REFRESH_S": "30"},

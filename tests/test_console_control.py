@@ -8,11 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.storage import open_database, queries
+from spectower.storage.models import ControlEvent, EngineSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
-
-from storage import open_database, queries
-from storage.models import ControlEvent, EngineSample
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 ADMIN_KEY = "console-test-admin-key"

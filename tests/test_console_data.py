@@ -1,4 +1,4 @@
-"""The console's reads (console.data) on a real SQLite file filled through storage."""
+"""The console's reads (spectower.console.data) on a real SQLite file filled through storage."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from console import data, synthetic
-from storage import Database, open_database
-from storage.models import EngineSample
+from spectower.console import data, synthetic
+from spectower.storage import Database, open_database
+from spectower.storage.models import EngineSample
 
 
 @pytest.fixture

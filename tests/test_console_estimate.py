@@ -1,12 +1,11 @@
-"""Speedup curves and crossovers (console.estimate)."""
+"""Speedup curves and crossovers (spectower.console.estimate)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from console.estimate import bench_speedup, crossover, crossover_label, interpolate, knob_label
-from simulator.profile import load_profile
+from spectower.console.estimate import bench_speedup, crossover, crossover_label, interpolate, knob_label
+from spectower.simulator.profile import load_profile
 
 
 def test_crossover_interpolates_where_speedup_falls_through_one() -> None:

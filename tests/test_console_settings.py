@@ -1,10 +1,10 @@
-"""Operator credentials and the database URL (console.settings)."""
+"""Operator credentials and the database URL (spectower.console.settings)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from console.settings import operator_credentials
+from spectower.console.settings import operator_credentials
 
 
 def test_env_key_and_operator() -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
+from spectower.console.commands.ui import APP_PATH, streamlit_argv
 
-from console.commands.ui import APP_PATH, streamlit_argv
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 
 def test_argv_is_headless_loopback_without_usage_stats() -> None:
@@ -24,7 +23,7 @@ def test_argv_is_headless_loopback_without_usage_stats() -> None:
 
 
 def test_bad_port_is_a_clear_error() -> None:
-    out = subprocess.run([sys.executable, "-m", "console.cli", "console", "--port", "70000"], cwd=REPO_ROOT,
+    out = subprocess.run([*SPECTOWER_CLI, "console", "--port", "70000"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 2
     assert "--port" in out.stderr and "Traceback" not in out.stderr
@@ -33,7 +32,7 @@ def test_bad_port_is_a_clear_error() -> None:
 def test_serves_on_loopback(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "console", "--db", str(tmp_path / "x.db"), "--port", str(port)],
+        [*SPECTOWER_CLI, "console", "--db", str(tmp_path / "x.db"), "--port", str(port)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,13 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.console.cli import app
+from spectower.control import audit
+from spectower.storage.database import open_database
+from spectower.storage.models import EngineSample
 from typer.testing import CliRunner
 
-from console.cli import app
-from control import audit
-from storage.database import open_database
-from storage.models import EngineSample
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 ADMIN_KEY = "adm-7e41c0d9b2"
 
@@ -136,7 +135,7 @@ def test_refusals_are_clean_audited_and_change_nothing(sim: Any, tmp_path: Path)
 
 
 def test_interactive_confirmation(sim: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from console.commands import control as control_cli
+    from spectower.console.commands import control as control_cli
 
     monkeypatch.setattr(control_cli, "_stdin_is_tty", lambda: True)
     db = tmp_path / "cli.db"
@@ -246,8 +245,8 @@ def auto_process(sim: Any, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[st
     env = {**os.environ, "SPECTOWER_ADMIN_KEY": ADMIN_KEY, "PYTHONUNBUFFERED": "1"}
     env.pop("SPECTOWER_ADMIN_KEY_FILE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "control", "auto", "--server", sim.base_url, "--db", str(db),
-         "--mode", "threshold", "--max-bs", "12", "--interval", "300ms", "--stale-after", "5s"],
+        [*SPECTOWER_CLI, "control", "auto", "--server", sim.base_url, "--db", str(db),
+         "--policy", "threshold:12", "--interval", "300ms", "--stale-after", "5s"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     yield proc, db

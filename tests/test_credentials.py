@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from control.credentials import CredentialError, load_admin_key, load_api_key, load_credentials
+from spectower.control.credentials import CredentialError, load_admin_key, load_api_key, load_credentials
 
 
 def test_env_value_wins_over_file(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""collectors.daemon against the simulator subprocess: restarts, slow and broken responses, a locked
+"""spectower.collectors.daemon against the simulator subprocess: restarts, slow and broken responses, a locked
 database, an --api-key server. Real SQLite files, real HTTP over loopback."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.collectors.daemon import Collector, DaemonConfig, parse_duration
+from spectower.collectors.sink import StorageSink
+from spectower.simulator.profile import load_profile
+from spectower.storage import open_database
 
-from collectors.daemon import Collector, DaemonConfig, parse_duration
-from collectors.sink import StorageSink
-from simulator.profile import load_profile
-from storage import open_database
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -343,8 +343,8 @@ def test_dcgm_source_eight_gpus(simulator_factory: Any, tmp_path: Path) -> None:
 
 
 def test_a_gpu_reading_fills_every_gpu_sample_column() -> None:
-    from collectors.gpu.reading import SAMPLE_FIELDS
-    from storage.models import GpuSample
+    from spectower.collectors.gpu.reading import SAMPLE_FIELDS
+    from spectower.storage.models import GpuSample
 
     columns = set(GpuSample.model_fields) - {"id", "gpu_id", "ts"}
     assert set(SAMPLE_FIELDS) == columns

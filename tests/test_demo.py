@@ -10,7 +10,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 BOUND_S = 120.0  # the issue's bound: data and a policy decision within two minutes
 STOP_TIMEOUT_S = 60.0
@@ -27,7 +26,7 @@ STOP_TIMEOUT_S = 60.0
 def _start(db: Path, port: int, *extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
     return subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "demo", "--port", str(port), "--db", str(db), *extra],
+        [*SPECTOWER_CLI, "demo", "--port", str(port), "--db", str(db), *extra],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
@@ -153,7 +152,7 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
 @pytest.mark.integration
 def test_demo_bad_profile_is_one_error_line(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "console.cli", "demo", "--profile", "no-such-profile", "--db",
+        [*SPECTOWER_CLI, "demo", "--profile", "no-such-profile", "--db",
          str(tmp_path / "d" / "x.db")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -165,7 +164,7 @@ def test_demo_bad_profile_is_one_error_line(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_demo_names_a_child_that_dies(tmp_path: Path) -> None:
     """A child that exits early is named with its log; the others are stopped."""
-    from console.demo.run import DemoConfig, run_demo
+    from spectower.console.demo.run import DemoConfig, run_demo
 
     broken = tmp_path / "broken.json"
     broken.write_text((REPO_ROOT / "simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json").read_text())

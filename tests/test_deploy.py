@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import typer.main
 import yaml
+from spectower.console import cli
 
-from console import cli
 from tests.conftest import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
@@ -177,7 +177,8 @@ def test_sglang_launch_flags(services: dict[str, dict[str, Any]]) -> None:
     script = _sglang_script(services)
     assert '--speculative-num-steps "${SPEC_STEPS}"' in script
     assert _flag_value(init, "--steps") == services["sglang"]["environment"]["SPEC_STEPS"]
-    assert _flag_value(init, "--max-bs") == services["sglang"]["environment"]["MAX_RUNNING_REQUESTS"]
+    max_running = services["sglang"]["environment"]["MAX_RUNNING_REQUESTS"]
+    assert _flag_value(init, "--max-running-requests") == max_running
 
 
 def test_sglang_command_is_valid_bash(services: dict[str, dict[str, Any]]) -> None:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 GLM = "glm5-nvfp4-8x-rtx-pro-6000"
 
 
 def spectower(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "console.cli", "sim", "evaluate", *args], cwd=REPO_ROOT,
+    return subprocess.run([*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=240)
 
 

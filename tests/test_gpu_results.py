@@ -11,11 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from spectower.storage import open_database, queries
+from spectower.storage.models import EngineSample, Gpu, GpuSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
-
-from storage import open_database, queries
-from storage.models import EngineSample, Gpu, GpuSample
 
 RESULTS = Path(__file__).resolve().parents[1] / "gpu" / "results"
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")

@@ -6,11 +6,10 @@ import statistics
 from typing import Any
 
 import pytest
-
-from control.policy import Decision, Observation, make_policy
-from simulator.harness import BASELINES, HarnessConfig, HarnessError, evaluate, simulate
-from simulator.profile import builtin_profile_names, load_profile
-from simulator.traces import BUILTIN_TRACES, load_trace, parse_trace
+from spectower.control.policy import Decision, Observation, make_policy
+from spectower.simulator.harness import BASELINES, HarnessConfig, HarnessError, evaluate, simulate
+from spectower.simulator.profile import builtin_profile_names, load_profile
+from spectower.simulator.traces import BUILTIN_TRACES, load_trace, parse_trace
 
 GLM = "glm5-nvfp4-8x-rtx-pro-6000"
 LLAMA = "llama31-8b-1x-h100"

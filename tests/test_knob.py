@@ -10,8 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from control.knob import (
+from spectower.control.knob import (
     DEFAULT_TIMEOUT,
     INSTALL_HINT,
     KnobAuthError,
@@ -25,6 +24,7 @@ from control.knob import (
     check_target,
     parse_server_info,
 )
+
 from tests.conftest import free_port
 from tests.fake_knob_server import FakeKnobServer, real_server_info
 

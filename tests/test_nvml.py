@@ -1,6 +1,6 @@
 """collectors.gpu.nvml against real H200 readings, replayed through nvidia-ml-py's own functions and errors.
 
-``tests/fixtures/nvml/h200_run.json`` was recorded by ``collectors.gpu.record_run`` on the lent H200
+``tests/fixtures/nvml/h200_run.json`` was recorded by ``spectower.collectors.gpu.record_run`` on the lent H200
 (driver 580.159.04) while a bf16 matmul + host->device copy loop ran: for each sample, every NVML read's
 plain value. Here each ``pynvml.nvmlDeviceGet*`` is patched to hand those values back in pynvml's own
 shapes (ctypes field-value structs, friendly objects, NVMLError subclasses), and the sampler's readings
@@ -16,8 +16,7 @@ from typing import Any
 
 import pynvml
 import pytest
-
-from collectors.gpu.nvml import (
+from spectower.collectors.gpu.nvml import (
     PCIE_COUNTER_MODULUS,
     NvmlSampler,
     NvmlUnavailableError,
@@ -179,7 +178,7 @@ def test_real_capture_nvml_samples(real_data: Path) -> None:
     assert first["mem_total"] == 150754820096 and first["power_limit_mw"] == 700000
     ids = {f[0] for f in first["fields"]}
     assert {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES} <= ids
-    from collectors.rates import CounterRates
+    from spectower.collectors.rates import CounterRates
 
     rates = CounterRates()
     out = []
@@ -337,9 +336,9 @@ def test_daemon_nvml_source_writes_rows(
     import asyncio
     import sqlite3
 
-    from collectors.daemon import Collector, DaemonConfig
-    from collectors.sink import StorageSink
-    from storage import open_database
+    from spectower.collectors.daemon import Collector, DaemonConfig
+    from spectower.collectors.sink import StorageSink
+    from spectower.storage import open_database
 
     replay = Replay(monkeypatch, h200)
     replay.i = 30  # under load

@@ -13,10 +13,9 @@ import random
 from collections.abc import Callable, Sequence
 
 import pytest
-
-from control.policy import Decision, Observation, Policy, PolicyError, make_policy
-from control.policy.learn import PENDING_WAITS, LearnPolicy
-from control.policy.static import sglang_default_ceiling
+from spectower.control.policy import Decision, Observation, Policy, PolicyError, make_policy
+from spectower.control.policy.learn import PENDING_WAITS, LearnPolicy
+from spectower.control.policy.static import sglang_default_ceiling
 
 MRR = 64
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from simulator.profile import ProfileError, builtin_profile_names, load_profile, parse_profile
+from spectower.simulator.profile import ProfileError, builtin_profile_names, load_profile, parse_profile
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 LLAMA = "llama31-8b-1x-h100"

@@ -1,4 +1,4 @@
-"""collectors.prometheus against a REAL Prometheus (/usr/bin/prometheus) scraping the simulator: the
+"""spectower.collectors.prometheus against a REAL Prometheus (/usr/bin/prometheus) scraping the simulator: the
 Prometheus source reads back what the direct scraper read, within one scrape."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.collectors.gpu.dcgm import parse_dcgm
+from spectower.collectors.prometheus import PrometheusSource, PrometheusSourceError, instance_url
+from spectower.collectors.sglang.metrics import parse_metrics
 
-from collectors.gpu.dcgm import parse_dcgm
-from collectors.prometheus import PrometheusSource, PrometheusSourceError, instance_url
-from collectors.sglang.metrics import parse_metrics
 from tests.conftest import free_port
 from tests.test_daemon import Load
 
@@ -112,7 +112,7 @@ def test_prometheus_reads_back_what_the_direct_scraper_read(prometheus: tuple[st
         inst = f"127.0.0.1:{sim.port}"
         assert inst in per_inst
         prom_snap_ts, samples = per_inst[inst]
-        from collectors.sglang.metrics import snapshot_from_samples
+        from spectower.collectors.sglang.metrics import snapshot_from_samples
 
         prom = snapshot_from_samples(samples).ranks[0]
         c_prom = prom.counters["realtime_tokens_total:decode"]
@@ -161,7 +161,8 @@ def test_unreachable_prometheus_is_a_clear_error() -> None:
 
 
 def test_daemon_with_prometheus_source(prometheus: tuple[str, Any], tmp_path: Path) -> None:
-    from collectors.daemon import DaemonConfig
+    from spectower.collectors.daemon import DaemonConfig
+
     from tests.test_daemon import rows, run_collector
 
     url, sim = prometheus

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import typer.main
+from spectower.console import cli
 
-from console import cli
 from tests.conftest import REPO_ROOT
 from tests.test_deploy import check_options, resolve_command
 

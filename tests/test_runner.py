@@ -15,13 +15,19 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.control import audit
+from spectower.control.knob import KnobClient
+from spectower.control.policy import make_policy
+from spectower.control.runner import (
+    PolicyRunner,
+    RunnerConfig,
+    RunnerConfigError,
+    observe_storage,
+    parse_duration,
+)
+from spectower.storage.database import Database, open_database
+from spectower.storage.models import EngineSample
 
-from control import audit
-from control.knob import KnobClient
-from control.policy import make_policy
-from control.runner import PolicyRunner, RunnerConfig, RunnerConfigError, observe_storage, parse_duration
-from storage.database import Database, open_database
-from storage.models import EngineSample
 from tests.conftest import free_port
 from tests.fake_knob_server import FakeKnobServer
 

@@ -10,15 +10,12 @@ import copy
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
-from console.cli import app
-from control.sglang_config import (
+from spectower.console.cli import app
+from spectower.control.sglang_config import (
     SGLANG_DEFAULT_BAND_KEYS,
     SglangConfigError,
     adaptive_config_problems,
@@ -28,6 +25,9 @@ from control.sglang_config import (
     server_info_problems,
     write_config,
 )
+from typer.testing import CliRunner
+
+from tests.conftest import SPECTOWER_CLI
 
 runner = CliRunner()
 
@@ -48,8 +48,8 @@ def test_every_band_allows_zero_and_the_working_step() -> None:
         (0, 48, "--steps"),
         (-1, 48, "--steps"),
         (33, 48, "--steps"),
-        (3, 0, "--max-bs"),
-        (3, 10**6, "--max-bs"),
+        (3, 0, "--max-running-requests"),
+        (3, 10**6, "--max-running-requests"),
     ],
 )
 def test_bad_input_names_the_option(steps: int, max_bs: int, option: str) -> None:
@@ -62,7 +62,7 @@ def test_bad_input_names_the_option(steps: int, max_bs: int, option: str) -> Non
 def test_non_integers_are_refused() -> None:
     with pytest.raises(SglangConfigError, match="--steps must be an integer"):
         build_adaptive_config(True, 48)
-    with pytest.raises(SglangConfigError, match="--max-bs must be an integer"):
+    with pytest.raises(SglangConfigError, match="--max-running-requests must be an integer"):
         build_adaptive_config(3, 4.0)  # type: ignore[arg-type]
 
 
@@ -95,7 +95,8 @@ def test_write_config_is_atomic_and_checks_the_folder(tmp_path: Path) -> None:
 
 def test_command_writes_the_config_and_prints_flags(tmp_path: Path) -> None:
     out = tmp_path / "adaptive.json"
-    result = runner.invoke(app, ["sglang-config", "--steps", "3", "--max-bs", "48", "--out", str(out)])
+    args = ["sglang-config", "--steps", "3", "--max-running-requests", "48", "--out", str(out)]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text()) == build_adaptive_config(3, 48)
     flag_line = [line for line in result.output.splitlines() if not line.startswith("#")]
@@ -119,7 +120,7 @@ def test_command_default_max_bs(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--steps", "0"], "--steps must be between 1 and"),
-        (["--steps", "3", "--max-bs", "-4"], "--max-bs must be between 1 and"),
+        (["--steps", "3", "--max-running-requests", "-4"], "--max-running-requests must be between 1 and"),
         (
             ["--steps", "3", "--out", "/nonexistent-dir/x.json"],
             "--out: folder /nonexistent-dir does not exist",
@@ -128,7 +129,7 @@ def test_command_default_max_bs(tmp_path: Path) -> None:
 )
 def test_command_errors_are_one_clear_line(args: list[str], message: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "console.cli", "sglang-config", *args],
+        [*SPECTOWER_CLI, "sglang-config", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""collectors.sglang.engine (+ rates, histograms): rates, bucket-delta percentiles, restarts."""
+"""spectower.collectors.sglang.engine (+ rates, histograms): rates, bucket-delta percentiles, restarts."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from collectors.histograms import bucket_delta, quantile
-from collectors.rates import CounterRates
-from collectors.sglang.engine import EngineDeriver
-from collectors.sglang.metrics import parse_metrics
+from spectower.collectors.histograms import bucket_delta, quantile
+from spectower.collectors.rates import CounterRates
+from spectower.collectors.sglang.engine import EngineDeriver
+from spectower.collectors.sglang.metrics import parse_metrics
 
 
 def _bump(text: str, name_re: str, add: float) -> str:

@@ -1,4 +1,4 @@
-"""collectors.sglang.loads: /v1/loads in both formats, from the real 0.5.17 server."""
+"""spectower.collectors.sglang.loads: /v1/loads in both formats, from the real 0.5.17 server."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from collectors.sglang.loads import LoadsError, parse_loads_json, parse_loads_prometheus
+from spectower.collectors.sglang.loads import LoadsError, parse_loads_json, parse_loads_prometheus
 
 
 def test_json(real_data: Path) -> None:

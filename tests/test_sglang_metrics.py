@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from collectors.promtext import MetricsParseError, parse_prometheus_text
-from collectors.sglang.metrics import parse_metrics
+from spectower.collectors.promtext import MetricsParseError, parse_prometheus_text
+from spectower.collectors.sglang.metrics import parse_metrics
 
 
 def _read(real_data: Path, rel: str) -> str:

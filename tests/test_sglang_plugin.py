@@ -27,10 +27,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spectower.control.sglang_config import build_adaptive_config, write_config
+from spectower.control.sglang_plugin import Gate, validate_spec_max_bs
 
-from control.sglang_config import build_adaptive_config, write_config
-from control.sglang_plugin import Gate, validate_spec_max_bs
 from tests.conftest import REPO_ROOT
+from tests.namespace_tree import link_tree
 
 # Each check starts a python that imports SGLang: 10-100 s apiece on a loaded 2-core machine.
 SGLANG_CHECK = [pytest.mark.sglang, pytest.mark.timeout(900)]
@@ -78,10 +79,11 @@ def overlay_of(python: str, version: str) -> Path:
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding spectower's .dist-info with the entry point pyproject.toml declares."""
+    """A folder holding spectower (links into this checkout, laid out as installed) and its .dist-info with
+    the entry point pyproject.toml declares."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     group = project["entry-points"]["sglang.srt.plugins"]
-    site = tmp_path_factory.mktemp("plugin-site")
+    site = link_tree(tmp_path_factory.mktemp("plugin-site"))
     dist = site / f"spectower-{project['version']}.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: spectower\nVersion: {project['version']}\n")
@@ -92,7 +94,7 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The adaptive config `spectower sglang-config --steps 3 --max-bs 48` writes (bands 1, 8, 32)."""
+    """The adaptive config `sglang-config --steps 3 --max-running-requests 48` writes (bands 1, 8, 32)."""
     return write_config(tmp_path_factory.mktemp("cfg") / "adaptive.json", build_adaptive_config(STEPS, 48))
 
 
@@ -106,7 +108,7 @@ def run_check(
 ) -> dict[str, Any]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SPECTOWER_GATE"))}
     first = [] if version == "0.5.23" else [str(overlay_of(python, version))]
-    environ["PYTHONPATH"] = os.pathsep.join([*first, str(site), str(REPO_ROOT)])
+    environ["PYTHONPATH"] = os.pathsep.join([*first, str(site)])
     environ.update(env or {})
     proc = subprocess.run(
         [python, str(CHECKS / f"{check}.py"), *args],
@@ -130,7 +132,8 @@ def test_load_plugins_discovers_the_entry_point(
     sglang_python: str, plugin_site: Path, sglang_version: str
 ) -> None:
     result = run_check(sglang_python, plugin_site, "check_load_plugins", version=sglang_version)
-    assert {"name": "spectower", "value": "control.sglang_plugin:register", "dist": "spectower"} in result[
+    entry = {"name": "spectower", "value": "spectower.control.sglang_plugin:register", "dist": "spectower"}
+    assert entry in result[
         "entry_points"
     ]
     assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "control" / "sglang_plugin.py").resolve()
@@ -156,7 +159,7 @@ def test_knob_accepted_refused_and_passed_through(
     result = run_check(sglang_python, plugin_site, "check_knob", str(config_path), version=sglang_version)
     assert result["initial_has_sglang_fields"]
     initial = result["initial_spectower"]
-    # Before any set: always on, reported as max_running_requests (DESIGN.md: N >= that keeps it on).
+    # Before any set: always on, reported as max_running_requests (docs/design.md: N >= that keeps it on).
     assert initial["spec_max_bs"] == result["max_running_requests"] == 48
     assert initial["plugin_version"] and initial["batches_drafted"] == initial["batches_gated"] == 0
     assert initial["refused"] is None

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spectower.collectors.sglang.scraper import ScrapeError, SglangScraper
+from spectower.collectors.sink import StorageSink
+from spectower.storage import open_database
 
-from collectors.sglang.scraper import ScrapeError, SglangScraper
-from collectors.sink import StorageSink
-from storage import open_database
 from tests.conftest import REAL_DATA
 
 BASE = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_text()

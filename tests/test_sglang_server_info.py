@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from collectors.sglang.server_info import ServerInfoError, parse_server_info
-from storage.redact import REDACTED
+from spectower.collectors.sglang.server_info import ServerInfoError, parse_server_info
+from spectower.storage.redact import REDACTED
 
 
 def _load(real_data: Path, name: str) -> dict:

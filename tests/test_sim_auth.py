@@ -1,4 +1,4 @@
-"""SGLang's auth rules (reference §4): the pure decision, then over HTTP against the real process."""
+"""SGLang's auth rules (docs/sglang-reference.md §4): the pure decision, then over HTTP, the real process."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from spectower.simulator.auth import bearer_token, is_allowed
 
-from simulator.auth import bearer_token, is_allowed
 from tests.simulator_process import SimulatorFactory
 
 KNOB = {"server_args": {"spectower_spec_max_bs": 0}}

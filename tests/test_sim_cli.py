@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from spectower.simulator.profile import load_profile
 
-from simulator.profile import load_profile
 from tests.conftest import REPO_ROOT, free_port
 
 SPECTOWER = shutil.which("spectower")

@@ -8,11 +8,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-
-from simulator.config import SimConfig
-from simulator.engine import Engine, SimRequest
-from simulator.profile import load_profile
-from simulator.textgen import AWKWARD_EVERY, TokenStream, piece
+from spectower.simulator.config import SimConfig
+from spectower.simulator.engine import Engine, SimRequest
+from spectower.simulator.profile import load_profile
+from spectower.simulator.textgen import AWKWARD_EVERY, TokenStream, piece
 
 
 def _run(config: SimConfig, scenario: Callable[[Engine], Awaitable[Any]]) -> Any:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import measure
-from simulator.profile import load_profile
 from tests.simulator_process import SimulatorFactory
+
+# throughput against the wall clock: tests/run runs these alone, after the parallel part
+pytestmark = pytest.mark.timing
 
 PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 TOLERANCE = 0.05

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
-from simulator.profile import load_profile
 from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 KNOB = "spectower_spec_max_bs"

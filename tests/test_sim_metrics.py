@@ -13,13 +13,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
-TSV = SHARED / "reference" / "sglang-0.5.23-metrics.tsv"
+TSV = FIXTURES / "reference" / "sglang-0.5.23-metrics.tsv"
 BASE_S = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"}
 BASE_T = {"model_name", "engine_type"}
-# Reference §5: the metrics spectower relies on; every one must be served.
+# docs/sglang-reference.md §5: the metrics spectower relies on; every one must be served.
 SECTION5 = {
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",

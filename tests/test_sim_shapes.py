@@ -14,7 +14,7 @@ from httpx_sse import connect_sse
 
 from tests.simulator_process import SimulatorProcess
 
-# Keys 0.5.23 reports that the 0.5.17 capture lacks (reference §3).
+# Keys 0.5.23 reports that the 0.5.17 capture lacks (docs/sglang-reference.md §3).
 NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}
 

@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-
-from storage import Database, open_database, queries
-from storage.bench_serving import BenchImportError, export_lines, import_file
+from spectower.storage import Database, open_database, queries
+from spectower.storage.bench_serving import BenchImportError, export_lines, import_file
 
 SCICOM = "Scicom-AI-Enterprise-Organization__llm-benchmaq__H200_tp8_dp1_in1024_out128_p100_c100_38769a.jsonl"
 TONYLI = "TonyLi15__sglang-benchmark__agg_n100_in512_out128_c8.jsonl"
@@ -137,8 +136,8 @@ def test_server_keys_never_reach_the_database(tmp_path) -> None:
     import json as _json
     import time as _time
 
-    from storage import open_database
-    from storage.models import BenchRun
+    from spectower.storage import open_database
+    from spectower.storage.models import BenchRun
 
     secret = "apMVnpAwx-6DV8Nyp3vkYxOCXi-SpPcK"
     info = {"admin_api_key": secret, "api_key": secret, "version": "0.5.17",
@@ -151,7 +150,7 @@ def test_server_keys_never_reach_the_database(tmp_path) -> None:
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
     assert secret.encode() not in raw
     db = open_database(tmp_path / "s.db")
-    from storage import queries
+    from spectower.storage import queries
 
     run = queries.bench_runs(db)[0]
     assert _json.loads(run.server_info_json)["version"] == "0.5.17"

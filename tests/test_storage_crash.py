@@ -10,15 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+from spectower.storage import open_database
 from sqlalchemy import text
 
-from storage import open_database
 from tests.conftest import REPO_ROOT
 
 WRITER = r"""
 import sys, time
-from storage import open_database
-from storage.models import EngineSample
+from spectower.storage import open_database
+from spectower.storage.models import EngineSample
 db = open_database(sys.argv[1])
 sid = db.server_id("http://127.0.0.1:1")
 w = db.writer(batch_size=2000, max_delay_s=0.05, maintenance=None)
@@ -72,7 +72,7 @@ def test_sigkill_mid_ingestion_keeps_every_flushed_row_and_a_sound_file(tmp_path
         assert lo == 0 and hi == n - 1
         # and the file still takes writes
         w = db.writer(maintenance=None)
-        from storage.models import EngineSample
+        from spectower.storage.models import EngineSample
 
         w.put(EngineSample(server_id=1, ts=1.0))
         assert w.flush(30)

@@ -6,9 +6,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from storage import DatabaseURLError, default_db_url, open_database, queries
-from storage.models import BenchPoint, BenchRun
+from spectower.storage import DatabaseURLError, default_db_url, open_database, queries
+from spectower.storage.models import BenchPoint, BenchRun
 
 
 def test_open_creates_file_with_wal_and_foreign_keys(tmp_path: Path) -> None:

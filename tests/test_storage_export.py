@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from storage import Database, open_database, queries
-from storage.bench_serving import import_file
-from storage.export import export_bench, export_samples, neutralise_cell
-from storage.models import BenchPoint, BenchRun, ControlEvent, EngineSample, GpuSample
+from spectower.storage import Database, open_database, queries
+from spectower.storage.bench_serving import import_file
+from spectower.storage.export import export_bench, export_samples, neutralise_cell
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent, EngineSample, GpuSample
 
 FILES = (
     "Scicom-AI-Enterprise-Organization__llm-benchmaq__H200_tp8_dp1_in1024_out128_p100_c100_38769a.jsonl",

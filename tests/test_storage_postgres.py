@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spectower.storage import Database, open_database, queries
+from spectower.storage.bench_serving import export_lines, import_file
+from spectower.storage.models import ControlEvent, EngineSample, GpuSample
 
-from storage import Database, open_database, queries
-from storage.bench_serving import export_lines, import_file
-from storage.models import ControlEvent, EngineSample, GpuSample
 from tests.conftest import free_port
 
 T0 = 1_764_000_000.0

@@ -8,10 +8,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from spectower.storage import Database, open_database, queries
+from spectower.storage.models import ControlEvent, EngineSample, GpuSample
 from sqlalchemy import text
-
-from storage import Database, open_database, queries
-from storage.models import ControlEvent, EngineSample, GpuSample
 
 T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spectower.storage import open_database, queries
+from spectower.storage.retention import DAY_S, horizons
 from sqlalchemy import text
-
-from storage import open_database, queries
-from storage.retention import DAY_S, horizons
 
 NOW = 1_764_000_000.0
 ENGINE_INSERT = "INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (:s, 0, :t, 1.0)"

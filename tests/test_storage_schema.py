@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from spectower.storage import SCHEMA_VERSION, SchemaError, open_database, queries
+from spectower.storage.models import BenchPoint, BenchRun
 from sqlalchemy import inspect, text
 
-from storage import SCHEMA_VERSION, SchemaError, open_database, queries
-from storage.models import BenchPoint, BenchRun
 from tests.conftest import REPO_ROOT
 
 V1_DDL = REPO_ROOT / "storage" / "schema_v1_sqlite.sql"

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from storage.timeparse import parse_time
+from spectower.storage.timeparse import parse_time
 
 NOW = 1_764_000_000.0
 

@@ -7,10 +7,9 @@ import threading
 import time
 from pathlib import Path
 
+from spectower.storage import open_database
+from spectower.storage.models import EngineSample, GpuSample
 from sqlalchemy import text
-
-from storage import open_database
-from storage.models import EngineSample, GpuSample
 
 BATCHES = 12
 

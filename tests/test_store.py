@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from spectower.console.cli import app
 from typer.testing import CliRunner
-
-from console.cli import app
 
 runner = CliRunner()
 BENCH = "bench_serving"
@@ -76,12 +75,12 @@ def test_errors_are_one_line_naming_the_field(tmp_path: Path, args: list[str], m
 
 
 def test_installed_command_shows_no_traceback(tmp_path: Path) -> None:
-    # the real console script path (console.cli:main), not only the typer app
+    # the real console script path (spectower.console.cli:main), not only the typer app
     proc = subprocess.run(
         [
             sys.executable,
             "-c",
-            "from console.cli import main; main()",
+            "from spectower.console.cli import main; main()",
             "export",
             "bench",
             "5",
@@ -103,7 +102,7 @@ def test_installed_command_shows_no_traceback(tmp_path: Path) -> None:
 def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
     import sqlite3
 
-    from storage import open_database
+    from spectower.storage import open_database
 
     path = tmp_path / "n.db"
     open_database(path).close()

@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-
-from simulator.profile import builtin_profile_names, load_profile
-from simulator.traces import BUILTIN_TRACES, TraceError, builtin_trace, load_trace, parse_trace
+from spectower.simulator.profile import builtin_profile_names, load_profile
+from spectower.simulator.traces import BUILTIN_TRACES, TraceError, builtin_trace, load_trace, parse_trace
 
 
 def samples(trace_name: str, seed: int, duration: float = 3600.0) -> list[float]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import subprocess
-import sys
 
 import pytest
-
-from collectors.bench.errors import BenchError
-from collectors.bench.walk import (
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.walk import (
     DEFAULT_MAX_CONCURRENCY,
     HOVER_SPREAD,
     WalkConfig,
@@ -18,8 +16,9 @@ from collectors.bench.walk import (
     parse_pattern,
     walk,
 )
-from simulator.profile import load_profile
-from tests.conftest import REPO_ROOT
+from spectower.simulator.profile import load_profile
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 from tests.simulator_process import SimulatorFactory
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
@@ -101,7 +100,7 @@ def test_bad_pattern_input_names_the_flag(text: str, period: float, max_c: int, 
 
 def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "console.cli", "bench", "load", "--server", "http://127.0.0.1:9",
+        [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9",
          "--pattern", "hover:abc"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -112,7 +111,7 @@ def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
 
 def test_unreachable_server_is_a_clear_error() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "console.cli", "bench", "load", "--server", "http://127.0.0.1:9",
+        [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9",
          "--duration", "5s"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -154,7 +153,7 @@ def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory: SimulatorF
 
     sim = simulator_factory(profile=GLM5)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "bench", "load", "--server", sim.base_url, "--pattern",
+        [*SPECTOWER_CLI, "bench", "load", "--server", sim.base_url, "--pattern",
          "hover:4", "--status-every", "1s", "--output-len", "16"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -6,9 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectower.storage.models import BenchPoint, BenchRun
 from sqlmodel import select
-
-from storage.models import BenchPoint, BenchRun
 
 # server_info keys that change from one launch to the next without changing the stack.
 VOLATILE_KEYS = frozenset(

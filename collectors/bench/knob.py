@@ -1,4 +1,4 @@
-"""Setting and reading the speculation knob (DESIGN.md's contract), behind a small protocol.
+"""Setting and reading the speculation knob (docs/design.md's contract), behind a small protocol.
 
 The CLI hands the sweep a knob backed by ``control.knob.KnobClient`` (audited); ``HttpKnob`` is the plain
 HTTP implementation the sweep uses on its own (collectors may not import control).
@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import httpx
-
-from collectors.bench.errors import KnobError, ServerUnreachable
-from collectors.bench.server import SERVER_INFO_PATH, auth_headers
+from spectower.collectors.bench.errors import KnobError, ServerUnreachable
+from spectower.collectors.bench.server import SERVER_INFO_PATH, auth_headers
 
 SET_PATH = "/set_internal_state"
 KNOB_KEY = "spectower_spec_max_bs"

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-
-from collectors.bench.prompts import PromptFactory
-from collectors.bench.records import RequestRecord
-from collectors.bench.stream import RequestShape, stream_request
+from spectower.collectors.bench.prompts import PromptFactory
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.stream import RequestShape, stream_request
 
 ProgressFn = Callable[[RequestRecord], None]
 

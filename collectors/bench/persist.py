@@ -10,8 +10,8 @@ import json
 import math
 from typing import Any
 
-from collectors.bench.sweep import PointResult, SweepResult
-from storage.models import BenchPoint, BenchRun
+from spectower.collectors.bench.sweep import PointResult, SweepResult
+from spectower.storage.models import BenchPoint, BenchRun
 
 SOURCE = "sweep"
 _COLUMNS = {

@@ -1,7 +1,7 @@
-"""A finished sweep as a performance profile (DESIGN.md's format), so ``spectower sim serve`` replays it.
+"""A finished sweep as a performance profile (docs/design.md's format), so ``spectower sim serve`` replays it.
 
 Plain JSON built here (collectors may not import the simulator); a test checks that
-``simulator.profile.load_profile`` accepts what this writes.
+``spectower.simulator.profile.load_profile`` accepts what this writes.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from collectors.bench.errors import BenchError
-from collectors.bench.sweep import SweepResult
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.sweep import SweepResult
 
 MAX_NOISE_CV = 0.5
 

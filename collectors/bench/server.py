@@ -9,8 +9,7 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
-from collectors.bench.errors import ServerUnreachable
+from spectower.collectors.bench.errors import ServerUnreachable
 
 SERVER_INFO_PATH = "/server_info"
 METRICS_PATH = "/metrics"

@@ -1,4 +1,4 @@
-"""The figures of one measured point, under the names SGLang's benchmark client writes (reference §6).
+"""One measured point's figures, named as SGLang's benchmark client names them (docs/sglang-reference.md §6).
 
 Throughput is counted three ways. ``output_throughput`` is SGLang's: output tokens received in the phase /
 the phase's wall time, ramp-up and tail included. The ``steady_*`` figures count only the tokens that
@@ -18,8 +18,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from collectors.bench.loadgen import LoopResult
-from collectors.bench.records import RequestRecord
+from spectower.collectors.bench.loadgen import LoopResult
+from spectower.collectors.bench.records import RequestRecord
 
 DEFAULT_WINDOWS = 5
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")

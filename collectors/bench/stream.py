@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-
-from collectors.bench.prompts import Prompt
-from collectors.bench.records import RequestRecord
-from collectors.bench.sse import aiter_json_events
+from spectower.collectors.bench.prompts import Prompt
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.sse import aiter_json_events
 
 Api = Literal["openai", "generate"]
 API_CHOICES: tuple[Api, ...] = ("openai", "generate")

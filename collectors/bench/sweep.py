@@ -15,16 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
-
-from collectors.bench import server as srv
-from collectors.bench.errors import BenchError, KnobError
-from collectors.bench.knob import HttpKnob, Knob
-from collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
-from collectors.bench.prompts import DEFAULT_SEED, PromptFactory
-from collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
-from collectors.bench.records import RequestRecord
-from collectors.bench.stats import DEFAULT_WINDOWS, point_figures
-from collectors.bench.stream import API_CHOICES, Api, RequestShape
+from spectower.collectors.bench import server as srv
+from spectower.collectors.bench.errors import BenchError, KnobError
+from spectower.collectors.bench.knob import HttpKnob, Knob
+from spectower.collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
+from spectower.collectors.bench.prompts import DEFAULT_SEED, PromptFactory
+from spectower.collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.stats import DEFAULT_WINDOWS, point_figures
+from spectower.collectors.bench.stream import API_CHOICES, Api, RequestShape
 
 Mode = Literal["on", "off"]
 MODE_CHOICES: tuple[Mode, ...] = ("on", "off")

@@ -27,12 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-
-from collectors.bench.errors import BenchError
-from collectors.bench.prompts import PromptFactory
-from collectors.bench.records import RequestRecord
-from collectors.bench.server import get_server_info
-from collectors.bench.stream import Api, RequestShape, stream_request
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.prompts import PromptFactory
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.server import get_server_info
+from spectower.collectors.bench.stream import Api, RequestShape, stream_request
 
 DEFAULT_PERIOD_S = 300.0
 DEFAULT_MAX_CONCURRENCY = 48

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
-
-from collectors.gpu.reading import GpuFacts, GpuReading
-from collectors.promtext import MetricsParseError, PromSample, parse_prometheus_text
+from spectower.collectors.gpu.reading import GpuFacts, GpuReading
+from spectower.collectors.promtext import MetricsParseError, PromSample, parse_prometheus_text
 
 DEFAULT_TIMEOUT_S = 5.0
 

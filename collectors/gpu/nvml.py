@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
-
-from collectors.gpu.reading import GpuFacts, GpuReading, ProcessReading
-from collectors.rates import CounterRates
+from spectower.collectors.gpu.reading import GpuFacts, GpuReading, ProcessReading
+from spectower.collectors.rates import CounterRates
 
 log = logging.getLogger(__name__)
 

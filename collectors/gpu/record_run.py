@@ -1,6 +1,6 @@
 """Record the NVML source on a real GPU under load: the source of ``tests/fixtures/nvml/h200_run.json``.
 
-    python3 -m collectors.gpu.record_run --seconds 60 --interval 0.5 --out OUT.json [--load-cmd CMD]
+    python3 -m spectower.collectors.gpu.record_run --seconds 60 --interval 0.5 --out OUT.json [--load-cmd CMD]
 
 Writes, per sample, every read's plain value (or its error) and the readings the sampler made of them, so
 the tests can replay the raw values through patched ``pynvml`` functions and check the parsed readings.
@@ -18,8 +18,7 @@ import time
 from typing import Any
 
 import pynvml
-
-from collectors.gpu.nvml import FI_NVLINK_RX, FI_NVLINK_TX, NvmlSampler, field_value
+from spectower.collectors.gpu.nvml import FI_NVLINK_RX, FI_NVLINK_TX, NvmlSampler, field_value
 
 # A bf16 matmul loop plus host->device copies, so both SM load and PCIe traffic show.
 DEFAULT_LOAD = (

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.promtext import parse_prometheus_text
+from spectower.collectors.promtext import parse_prometheus_text
 
 
 class LoadsError(ValueError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from collectors.promtext import PromSample, parse_prometheus_text
+from spectower.collectors.promtext import PromSample, parse_prometheus_text
 
 PREFIX = "sglang:"
 SCHEDULER_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")

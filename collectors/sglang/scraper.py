@@ -12,13 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-
-from collectors.auth import auth_headers
-from collectors.promtext import MetricsParseError
-from collectors.sglang.engine import EngineDeriver, EngineReading
-from collectors.sglang.loads import Loads, LoadsError, parse_loads_json
-from collectors.sglang.metrics import MetricsSnapshot, parse_metrics
-from collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
+from spectower.collectors.auth import auth_headers
+from spectower.collectors.promtext import MetricsParseError
+from spectower.collectors.sglang.engine import EngineDeriver, EngineReading
+from spectower.collectors.sglang.loads import Loads, LoadsError, parse_loads_json
+from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
+from spectower.collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.redact import redact
+from spectower.storage.redact import redact
 
 # Fields that change on their own while the server runs: left out of the hash that decides whether a
 # new snapshot is stored (so a snapshot is written when the configuration changes, not every scrape).

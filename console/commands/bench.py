@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from spectower.console.commands.options import API_DEFAULT, API_HELP, AS_HELP, DB_HELP, SERVER_HELP
 
 if TYPE_CHECKING:
-    from collectors.bench.compare import Comparison
-    from collectors.bench.records import RequestRecord
-    from collectors.bench.sweep import PointResult, SweepResult
+    from spectower.collectors.bench.compare import Comparison
+    from spectower.collectors.bench.records import RequestRecord
+    from spectower.collectors.bench.sweep import PointResult, SweepResult
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
 
@@ -28,7 +29,7 @@ class _AuditedKnob:
     """The sweep's knob through ``control.knob.KnobClient``: every move audited as a control action."""
 
     def __init__(self, server: str, admin_key: str | None, api_key: str | None, db: Any, actor: str) -> None:
-        from control.knob import KnobClient
+        from spectower.control.knob import KnobClient
 
         self._client = KnobClient(server, admin_key, api_key=api_key)
         self._db = db
@@ -42,8 +43,8 @@ class _AuditedKnob:
         return [rank.spec_max_bs for rank in state.ranks]
 
     async def set(self, max_bs: int, reason: str) -> None:
-        from collectors.bench.errors import KnobError
-        from control.audit import apply_knob
+        from spectower.collectors.bench.errors import KnobError
+        from spectower.control.audit import apply_knob
 
         def locked_set() -> Any:
             with self._lock:
@@ -226,7 +227,7 @@ def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | No
 
 @app.command("sweep")
 def sweep(
-    server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
     concurrency: str = typer.Option(
         DEFAULT_CONCURRENCY_TEXT, "--concurrency", help="Comma-separated levels."
     ),
@@ -237,12 +238,12 @@ def sweep(
     ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     output_len: int = typer.Option(256, "--output-len", help="Output tokens per request (ignore_eos)."),
-    api: str = typer.Option("openai", "--api", help="openai (/v1/completions) or generate (/generate)."),
+    api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before each point."),
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
     save: bool = typer.Option(False, "--save", help="Save the run (BenchRun + BenchPoints) in the database."),
     db: str | None = typer.Option(
-        None, "--db", help="Database URL or path (default $SPECTOWER_DB, ./spectower.db)."
+        None, "--db", help=DB_HELP
     ),
     profile_out: Path | None = typer.Option(None, "--profile-out", help="Write a replayable profile JSON."),
     gpu_metrics: str | None = typer.Option(
@@ -253,24 +254,24 @@ def sweep(
     ),
     seed: int = typer.Option(1, "--seed", help="Prompt seed."),
     operator: str | None = typer.Option(
-        None, "--as", help="Operator name for the audit trail (default $USER)."
+        None, "--as", help=AS_HELP
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
-    from collectors.bench.gpu_inventory import dcgm_inventory, is_loopback_url, nvml_inventory
-    from collectors.bench.sweep import (
+    from spectower.collectors.bench.gpu_inventory import dcgm_inventory, is_loopback_url, nvml_inventory
+    from spectower.collectors.bench.sweep import (
         DEFAULT_DURATION_S,
         SweepConfig,
         parse_concurrency,
         parse_modes,
         run_sweep,
     )
-    from console.errors import fail
-    from control.audit import operator_actor
-    from control.credentials import load_credentials
-    from control.knob import normalize_server_url
-    from storage import default_db_url, open_database
+    from spectower.console.errors import fail
+    from spectower.control.audit import operator_actor
+    from spectower.control.credentials import load_credentials
+    from spectower.control.knob import normalize_server_url
+    from spectower.storage import default_db_url, open_database
 
     if requests_per_level is not None and duration_per_level is not None:
         fail("--requests-per-level and --duration-per-level: give one, not both")
@@ -326,7 +327,7 @@ def sweep(
     run_id = _save(database, result) if save and result.points else None
     written = None
     if profile_out is not None and result.points:
-        from collectors.bench.profile_out import write_profile
+        from spectower.collectors.bench.profile_out import write_profile
 
         write_profile(result, profile_out)
         written = profile_out
@@ -344,7 +345,7 @@ def sweep(
 
 
 def _save(database: Any, result: SweepResult) -> int:
-    from collectors.bench.persist import to_models
+    from spectower.collectors.bench.persist import to_models
 
     run, points = to_models(result)
     return int(database.save_bench_run(run, points))
@@ -410,13 +411,13 @@ def compare(
     run_a: int = typer.Argument(..., help="Id of the first saved run."),
     run_b: int = typer.Argument(..., help="Id of the second saved run."),
     db: str | None = typer.Option(
-        None, "--db", help="Database URL or path (default $SPECTOWER_DB, ./spectower.db)."
+        None, "--db", help=DB_HELP
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Two saved runs side by side, and what differs in their stacks."""
-    from collectors.bench.compare import compare_runs, load_run
-    from storage import default_db_url, open_database
+    from spectower.collectors.bench.compare import compare_runs, load_run
+    from spectower.storage import default_db_url, open_database
 
     database = open_database(default_db_url(db))
     try:

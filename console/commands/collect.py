@@ -1,10 +1,10 @@
-"""`spectower collect`: the collection daemon (collectors.daemon)."""
+"""`spectower collect`: the collection daemon (spectower.collectors.daemon)."""
 
 from __future__ import annotations
 
 import typer
-
-from console.errors import fail
+from spectower.console.commands.options import DB_HELP
+from spectower.console.errors import fail
 
 
 def collect(
@@ -19,7 +19,7 @@ def collect(
     ),
     interval: str = typer.Option("1s", "--interval", help="Collection interval (1s, 500ms, 2m)"),
     db: str | None = typer.Option(
-        None, "--db", help="Database URL or path (default: $SPECTOWER_DB or ./spectower.db)"
+        None, "--db", help=DB_HELP
     ),
     duration: str | None = typer.Option(
         None, "--duration", help="Stop after this long (default: until SIGTERM/SIGINT)"
@@ -40,11 +40,11 @@ def collect(
     import asyncio
     import logging
 
-    from collectors.auth import ApiKeyError, load_api_key
-    from collectors.daemon import Collector, DaemonConfig, parse_duration
-    from collectors.sink import StorageSink
-    from storage import default_db_url, open_database
-    from storage.retention import RetentionPolicy
+    from spectower.collectors.auth import ApiKeyError, load_api_key
+    from spectower.collectors.daemon import Collector, DaemonConfig, parse_duration
+    from spectower.collectors.sink import StorageSink
+    from spectower.storage import default_db_url, open_database
+    from spectower.storage.retention import RetentionPolicy
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):

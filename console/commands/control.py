@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
-
-from console.errors import fail, is_user_error
+from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SERVER_HELP
+from spectower.console.errors import fail, is_user_error
 
 if TYPE_CHECKING:
-    from control.knob import KnobClient, KnobState, SetResult
+    from spectower.control.knob import KnobClient, KnobState, SetResult
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -30,10 +30,7 @@ app = typer.Typer(
 )
 out = Console(highlight=False)
 
-SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
-DB_HELP = "database URL or SQLite path (default: $SPECTOWER_DB, else ./spectower.db)"
 P = ParamSpec("P")
-MODES = ("threshold", "learn", "always-on", "always-off", "sglang-default")
 
 
 def _user_errors(command: Callable[P, None]) -> Callable[P, None]:
@@ -60,15 +57,15 @@ def _stdin_is_tty() -> bool:
 
 
 def _client(server: str) -> KnobClient:
-    from control.credentials import load_credentials
-    from control.knob import KnobClient
+    from spectower.control.credentials import load_credentials
+    from spectower.control.knob import KnobClient
 
     creds = load_credentials()
     return KnobClient(server, creds.admin_key, api_key=creds.api_key)
 
 
 def _open_db(db: str | None) -> Any:
-    from storage.database import default_db_url, open_database
+    from spectower.storage.database import default_db_url, open_database
 
     return open_database(default_db_url(db))
 
@@ -138,13 +135,13 @@ def set_knob(
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
-    as_name: str | None = typer.Option(None, "--as", help="operator name for the audit (default: login)"),
+    as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
     """Set the knob, read it back per rank, audit it, and pause the server's policy until released."""
-    from control import audit
-    from control.knob import Target
+    from spectower.control import audit
+    from spectower.control.knob import Target
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
@@ -187,12 +184,12 @@ def set_knob(
 def release(
     server: str = typer.Option(..., "--server", help=SERVER_HELP),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
-    as_name: str | None = typer.Option(None, "--as", help="operator name for the audit (default: login)"),
+    as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Hand the server back to its policy after a manual set."""
-    from control import audit
-    from control.knob import normalize_server_url
+    from spectower.control import audit
+    from spectower.control.knob import normalize_server_url
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     url = normalize_server_url(server)
@@ -218,7 +215,7 @@ def events(
     """The audit trail, newest first."""
     import time
 
-    from control import audit
+    from spectower.control import audit
 
     database = _open_db(db)
     try:
@@ -241,8 +238,9 @@ def events(
 @_user_errors
 def auto(
     server: str = typer.Option(..., "--server", help=SERVER_HELP),
-    mode: str = typer.Option("learn", "--mode", help=f"one of {', '.join(MODES)}"),
-    max_bs: int | None = typer.Option(None, "--max-bs", help="the ceiling for --mode threshold"),
+    policy_spec: str = typer.Option("learn", "--policy", help=POLICY_HELP),
+    mode: str | None = typer.Option(None, "--mode", hidden=True, help="old name of --policy"),
+    max_bs: int | None = typer.Option(None, "--max-bs", hidden=True, help="old: --mode threshold --max-bs N"),
     interval: str = typer.Option("5s", "--interval", help="decision interval (5s, 500ms, 1m)"),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     max_flips_per_hour: int | None = typer.Option(None, "--max-flips-per-hour", help="most sets per hour"),
@@ -252,21 +250,17 @@ def auto(
 
     It reads what `spectower collect` stores for the server, so run a collector for it too.
     """
-    from control.knob import ServerUnreachableError, ensure_ready
-    from control.policy import make_policy
-    from control.runner import (
+    from spectower.control.knob import ServerUnreachableError, ensure_ready
+    from spectower.control.policy import make_policy
+    from spectower.control.runner import (
         DEFAULT_MAX_FLIPS_PER_HOUR,
         PolicyRunner,
         RunnerConfig,
         parse_duration,
     )
 
-    if mode not in MODES:
-        fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "threshold" and max_bs is None:
-        fail("--mode threshold needs --max-bs N")
-    if mode != "threshold" and max_bs is not None:
-        fail(f"--max-bs applies to --mode threshold only (got --mode {mode})")
+    spec = _policy_spec(policy_spec, mode, max_bs)
+    kind = spec.split(":", 1)[0]
     config = RunnerConfig(
         interval_s=parse_duration(interval, "--interval"),
         stale_after_s=parse_duration(stale_after, "--stale-after"),
@@ -287,14 +281,13 @@ def auto(
             out.print(f"[yellow]warning:[/] {why}; max_running_requests={max_running} from the database")
         if max_running is None:
             fail(f"{client.base_url} does not report max_running_requests")
-        if max_bs is not None and not 0 <= max_bs <= max_running:
-            fail(f"--max-bs must be in 0..{max_running} (the server's max_running_requests), got {max_bs}")
-        spec = f"threshold:{max_bs}" if mode == "threshold" else mode
+        if kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
+            fail(f"--policy {spec}: N must be in 0..{max_running} (the server's max_running_requests)")
         options: dict[str, Any] = {}
-        if mode == "learn":
+        if kind == "learn":
             options["max_flips_per_hour"] = config.max_flips_per_hour
         policy = make_policy(spec, max_running, **options)
-        runner = PolicyRunner(database, client, policy, mode=mode, config=config, say=_say_plain)
+        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain)
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -313,11 +306,33 @@ def auto(
         database.close()
 
 
-def _known_max_running(database: Any, url: str) -> int | None:
-    from sqlmodel import select
+def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
+    """The policy as ``sim evaluate --policy`` names it; the old ``--mode X [--max-bs N]`` still works."""
+    from spectower.control.policy import POLICY_SPECS, PolicyError, make_policy
 
-    from control.db import read_session
-    from storage.models import Server
+    if mode is not None:
+        if mode == "threshold":
+            if max_bs is None:
+                fail("--mode threshold needs --max-bs N (or use --policy threshold:N)")
+            policy_spec = f"threshold:{max_bs}"
+        elif max_bs is not None:
+            fail(f"--max-bs applies to --mode threshold only (got --mode {mode})")
+        else:
+            policy_spec = mode
+    elif max_bs is not None:
+        fail("--max-bs goes with --mode threshold; use --policy threshold:N")
+    spec = policy_spec.strip()
+    try:
+        make_policy(spec, 1 << 20)  # the spelling only; the bound on N is checked against the server
+    except PolicyError:
+        fail(f"--policy must be one of {', '.join(POLICY_SPECS)}, got {policy_spec!r}")
+    return spec
+
+
+def _known_max_running(database: Any, url: str) -> int | None:
+    from spectower.control.db import read_session
+    from spectower.storage.models import Server
+    from sqlmodel import select
 
     with read_session(database) as session:
         row = session.exec(select(Server).where(Server.url == url)).first()

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-
-from console.errors import fail
+from spectower.console.errors import fail
 
 
 def demo(
@@ -22,10 +21,10 @@ def demo(
     duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
 ) -> None:
     """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
-    from collectors.daemon import parse_duration
-    from console.demo.ports import PortError
-    from console.demo.run import DemoConfig, run_demo
-    from simulator.profile import ProfileError, load_profile
+    from spectower.collectors.daemon import parse_duration
+    from spectower.console.demo.ports import PortError
+    from spectower.console.demo.run import DemoConfig, run_demo
+    from spectower.simulator.profile import ProfileError, load_profile
 
     try:
         load_profile(profile)  # a bad profile is refused here, not as a dead child

@@ -8,14 +8,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from console.errors import fail
+from spectower.console.commands.options import POLICY_HELP, TRACE_HELP
+from spectower.console.errors import fail
 
 out = Console(highlight=False)
 
 PROFILE_HELP = "a shipped profile name or a profile JSON path"
-TRACE_HELP = "a built-in trace (diurnal, bursty, ramp, step) or a JSON file of (t_seconds, concurrency) pairs"
-POLICY_HELP = "learn | threshold:N | always-on | always-off | sglang-default"
 
 
 def evaluate(
@@ -29,9 +27,9 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
 ) -> None:
     """Score a policy on a load trace in virtual time: efficiency = its tokens / the oracle's tokens."""
-    from simulator.harness import evaluate as run_evaluation
-    from simulator.profile import load_profile
-    from simulator.traces import load_trace
+    from spectower.simulator.harness import evaluate as run_evaluation
+    from spectower.simulator.profile import load_profile
+    from spectower.simulator.traces import load_trace
 
     if duration is not None and not (duration >= 60 and duration <= 30 * 86400):
         fail(f"--duration must be between 60 and 2592000 seconds, got {duration:g}")

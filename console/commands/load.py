@@ -1,10 +1,10 @@
-"""`spectower bench load`: walk a server's concurrency through a pattern (collectors.bench.walk)."""
+"""`spectower bench load`: walk a server's concurrency through a pattern (spectower.collectors.bench.walk)."""
 
 from __future__ import annotations
 
 import typer
-
-from console.errors import fail
+from spectower.console.commands.options import API_DEFAULT, API_HELP, SERVER_HELP
+from spectower.console.errors import fail
 
 # glibc raises its mmap threshold after the first large free, so asyncio's 256 KiB receive buffers then come
 # from the heap and, shrunk to the bytes received, fragment it: at 40 streams the walker's RSS grew ~9 MiB/min
@@ -25,7 +25,7 @@ def _fix_mmap_threshold() -> None:
 
 
 def load(
-    server: str = typer.Option(..., "--server", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
+    server: str = typer.Option(..., "--server", help=SERVER_HELP),
     pattern: str = typer.Option(
         "day",
         "--pattern",
@@ -38,7 +38,7 @@ def load(
     ),
     output_len: int = typer.Option(128, "--output-len", help="Output tokens per request (ignore_eos)."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
-    api: str = typer.Option("generate", "--api", help="generate (/generate) or openai (/v1/completions)."),
+    api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
     status_every: str = typer.Option("5s", "--status-every", help="Print a status line this often."),
 ) -> None:
@@ -50,10 +50,10 @@ def load(
     import signal
     import sys
 
-    from collectors.bench.errors import BenchError, ServerUnreachable
-    from collectors.bench.secrets import API_KEY_ENV, read_secret
-    from collectors.bench.walk import WalkConfig, parse_pattern, walk
-    from collectors.daemon import parse_duration
+    from spectower.collectors.bench.errors import BenchError, ServerUnreachable
+    from spectower.collectors.bench.secrets import API_KEY_ENV, read_secret
+    from spectower.collectors.bench.walk import WalkConfig, parse_pattern, walk
+    from spectower.collectors.daemon import parse_duration
 
     try:
         period_s = parse_duration(period, "--period")

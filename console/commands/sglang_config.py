@@ -6,21 +6,23 @@ import shlex
 from pathlib import Path
 
 import typer
-
-from console.errors import fail
+from spectower.console.errors import fail
 
 
 def sglang_config(
     steps: int = typer.Option(..., "--steps", help="The working draft step N (drafting runs N steps)."),
     max_bs: int = typer.Option(
-        48, "--max-bs", help="--max-running-requests for SGLang; bands up to it (EAGLE's default is 48)."
+        48, "--max-running-requests", help="SGLang's --max-running-requests; bands up to it (EAGLE's default: 48)."
+    ),
+    old_max_bs: int | None = typer.Option(
+        None, "--max-bs", hidden=True, help="old name of --max-running-requests"
     ),
     out: Path = typer.Option(
         Path("spectower-adaptive-config.json"), "--out", help="Where to write the adaptive config JSON."
     ),
 ) -> None:
     """Write SGLang's --speculative-adaptive-config for spectower and print the launch flags."""
-    from control.sglang_config import (
+    from spectower.control.sglang_config import (
         PLUGIN_INSTALL_HINT,
         SglangConfigError,
         band_keys,
@@ -30,6 +32,8 @@ def sglang_config(
         write_config,
     )
 
+    if old_max_bs is not None:  # --max-bs is the knob everywhere else; kept here for old scripts
+        max_bs = old_max_bs
     try:
         config = build_adaptive_config(steps, max_bs)
         flags = launch_flags(steps, max_bs, out.resolve())

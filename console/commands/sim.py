@@ -1,13 +1,12 @@
-"""`spectower sim ...`: ``sim serve`` runs the SGLang simulator (``simulator.cli.serve``).
+"""`spectower sim ...`: ``sim serve`` runs the SGLang simulator (``spectower.simulator.cli.serve``).
 
-``sim evaluate`` (policy scoring) is registered on this same ``app`` by ``console.cli``.
+``sim evaluate`` (policy scoring) is registered on this same ``app`` by ``spectower.console.cli``.
 """
 
 from __future__ import annotations
 
 import typer
-
-from simulator.cli import serve
+from spectower.simulator.cli import serve
 
 app = typer.Typer(no_args_is_help=True, help="The SGLang simulator and policy scoring.")
 app.command("serve")(serve)

@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-
-from console.errors import fail, stderr
+from spectower.console.commands.options import DB_HELP
+from spectower.console.errors import fail, stderr
 
 if TYPE_CHECKING:
-    from storage import Database
+    from spectower.storage import Database
 
 export_app = typer.Typer(no_args_is_help=True, help="Export benchmark runs and samples.")
 import_app = typer.Typer(no_args_is_help=True, help="Import benchmark histories.")
 
-DB_HELP = "Database URL or path (default: env SPECTOWER_DB, else ./spectower.db)."
 FORMAT_HELP = "csv, jsonl or parquet (default: from the --out file name)."
 _SUFFIX_FORMATS = {
     ".csv": "csv",
@@ -30,9 +29,8 @@ _SUFFIX_FORMATS = {
 
 @contextmanager
 def _database(db_url: str | None) -> Iterator[Database]:
+    from spectower.storage import default_db_url, open_database
     from sqlalchemy.exc import SQLAlchemyError
-
-    from storage import default_db_url, open_database
 
     try:
         url = default_db_url(db_url)
@@ -55,7 +53,7 @@ def _format(fmt: str | None, out: Path) -> str:
         if guessed is None:
             fail(f"--format: not given and {out.name!r} has no .csv/.jsonl/.parquet suffix to tell")
         return guessed
-    from storage.export import check_format
+    from spectower.storage.export import check_format
 
     try:
         return check_format(fmt.lower())
@@ -65,7 +63,7 @@ def _format(fmt: str | None, out: Path) -> str:
 
 @export_app.command("bench")
 def export_bench(
-    run_ids: list[str] = typer.Argument(..., metavar="RUN_ID...", help="Benchmark run ids."),
+    run_ids: list[str] = typer.Argument(..., metavar="RUN_ID", help="Benchmark run ids."),
     fmt: str | None = typer.Option(None, "--format", "-f", help=FORMAT_HELP),
     out: Path = typer.Option(..., "--out", "-o", help="Output file."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
@@ -78,7 +76,7 @@ def export_bench(
         except ValueError:
             fail(f"run id: {raw!r} is not an integer")
     chosen = _format(fmt, out)
-    from storage.export import export_bench as do_export
+    from spectower.storage.export import export_bench as do_export
 
     with _database(db) as database:
         n = do_export(database, ids, chosen, out)
@@ -99,9 +97,9 @@ def export_samples(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Export engine samples, GPU samples or control events over a time range."""
-    from storage.export import SAMPLE_KINDS
-    from storage.export import export_samples as do_export
-    from storage.timeparse import parse_time
+    from spectower.storage.export import SAMPLE_KINDS
+    from spectower.storage.export import export_samples as do_export
+    from spectower.storage.timeparse import parse_time
 
     if kind not in SAMPLE_KINDS:
         fail(f"--kind: {kind!r} is not one of {', '.join(SAMPLE_KINDS)}")
@@ -118,14 +116,14 @@ def export_samples(
 
 @import_app.command("bench-serving")
 def import_bench_serving(
-    files: list[Path] = typer.Argument(..., metavar="FILE...", help="bench_serving JSONL result files."),
+    files: list[Path] = typer.Argument(..., metavar="FILE", help="bench_serving JSONL result files."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     allow_duplicate: bool = typer.Option(
         False, "--allow-duplicate", help="Import a file again even if the same bytes were imported before."
     ),
 ) -> None:
     """Import SGLang bench_serving result files (every key-set version); one run per file."""
-    from storage.bench_serving import BenchImportError, import_file
+    from spectower.storage.bench_serving import BenchImportError, import_file
 
     failed = 0
     with _database(db) as database:

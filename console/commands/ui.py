@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import typer
-
-from console.errors import fail
+from spectower.console.commands.options import DB_HELP
+from spectower.console.errors import fail
 
 DEFAULT_PORT = 8501
 DEFAULT_HOST = "127.0.0.1"  # loopback unless the operator says otherwise (put a proxy with auth in front)
@@ -32,14 +32,14 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
 
 def console(
     db: str | None = typer.Option(
-        None, "--db", help="Database URL or path (default: $SPECTOWER_DB or ./spectower.db)"
+        None, "--db", help=DB_HELP
     ),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Port to serve on"),
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (default loopback only)"),
 ) -> None:
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
     SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
-    from storage import default_db_url
+    from spectower.storage import default_db_url
 
     if not 1 <= port <= 65535:
         fail(f"--port must be between 1 and 65535, got {port}")

@@ -4,7 +4,7 @@ Children (each `python -m ...` of this same interpreter, so the demo works from 
 
 1. ``sim``: the simulator with its dcgm-exporter style GPU metrics, the admin key from a 0600 file;
 2. ``collect``: engine samples every second and the simulated GPUs through the dcgm endpoint;
-3. ``policy``: ``control auto --mode learn`` (admin key through SPECTOWER_ADMIN_KEY_FILE, never argv);
+3. ``policy``: ``control auto --policy learn`` (admin key through SPECTOWER_ADMIN_KEY_FILE, never argv);
 4. ``load``: ``bench load --pattern day``, a compressed day with bursts;
 5. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file).
 """
@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
-from console.commands.load import MMAP_THRESHOLD_BYTES
-from console.demo.ports import choose_port
-from console.demo.supervisor import Child, Supervisor
+from spectower.console.commands.load import MMAP_THRESHOLD_BYTES
+from spectower.console.demo.ports import choose_port
+from spectower.console.demo.supervisor import Child, Supervisor
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_DIR = Path("spectower-demo")
@@ -126,7 +125,7 @@ def build_children(config: DemoConfig) -> list[Child]:
     db = str(config.db_path.resolve())
     folder = config.folder.resolve()
     py = sys.executable
-    cli = [py, "-m", "console.cli"]
+    cli = [py, "-m", "spectower.console.cli"]
     base = _base_env()
     base["SPECTOWER_DB"] = db
     key_env = {**base, "SPECTOWER_ADMIN_KEY_FILE": str(config.key_file.resolve())}
@@ -141,7 +140,7 @@ def build_children(config: DemoConfig) -> list[Child]:
         child("collect", [*cli, "collect", "--server", config.sim_url,
                           "--gpu", f"dcgm=http://127.0.0.1:{config.gpu_metrics_port}/metrics",
                           "--interval", COLLECT_INTERVAL, "--db", db, "--log-level", "WARNING"], base),
-        child("policy", [*cli, "control", "auto", "--server", config.sim_url, "--mode", "learn",
+        child("policy", [*cli, "control", "auto", "--server", config.sim_url, "--policy", "learn",
                          "--interval", config.policy_interval, "--db", db], key_env),
         child("load", [*cli, "bench", "load", "--server", config.sim_url, "--pattern", "day",
                        "--period", config.period, "--max-concurrency", str(DEMO_MAX_CONCURRENCY),
@@ -205,7 +204,7 @@ def what_to_look_at(config: DemoConfig) -> str:
 
 def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
     """Start everything, wait for Ctrl-C / SIGTERM / ``duration_s``, stop everything; the exit code."""
-    from storage import open_database
+    from spectower.storage import open_database
 
     config.folder.mkdir(parents=True, exist_ok=True)
     config.assign_ports()

@@ -1,5 +1,5 @@
-"""The benchmarks page (drawn by console.views.benchmarks)."""
+"""The benchmarks page (drawn by spectower.console.views.benchmarks)."""
 
-from console.views import benchmarks
+from spectower.console.views import benchmarks
 
 benchmarks.render()

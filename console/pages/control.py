@@ -1,5 +1,5 @@
-"""The control page (drawn by console.views.control)."""
+"""The control page (drawn by spectower.console.views.control)."""
 
-from console.views import control
+from spectower.console.views import control
 
 control.render()

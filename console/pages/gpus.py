@@ -1,5 +1,5 @@
-"""The gpus page (drawn by console.views.gpus)."""
+"""The gpus page (drawn by spectower.console.views.gpus)."""
 
-from console.views import gpus
+from spectower.console.views import gpus
 
 gpus.render()

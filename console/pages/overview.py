@@ -1,5 +1,5 @@
-"""The overview page (drawn by console.views.overview)."""
+"""The overview page (drawn by spectower.console.views.overview)."""
 
-from console.views import overview
+from spectower.console.views import overview
 
 overview.render()

@@ -1,5 +1,5 @@
-"""The speculation page (drawn by console.views.speculation)."""
+"""The speculation page (drawn by spectower.console.views.speculation)."""
 
-from console.views import speculation
+from spectower.console.views import speculation
 
 speculation.render()

@@ -7,10 +7,9 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-
-from console import bench_io, charts, data, estimate, settings, sweeps
-from console.views import common
-from storage import Database
+from spectower.console import bench_io, charts, data, estimate, settings, sweeps
+from spectower.console.views import common
+from spectower.storage import Database
 
 RUN_COLUMNS = [
     "id",

@@ -8,9 +8,8 @@ from datetime import UTC, datetime
 
 import pandas as pd
 import streamlit as st
-
-from console import data, settings
-from storage import Database
+from spectower.console import data, settings
+from spectower.storage import Database
 
 TIME_RANGE_KEY = "time_range"
 

@@ -9,9 +9,8 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-
-from console import actions, data, estimate, settings
-from console.views import common
+from spectower.console import actions, data, estimate, settings
+from spectower.console.views import common
 
 MODES = ("off", "on", "threshold N", "learn")
 PENDING_KEY = "ctl_pending"

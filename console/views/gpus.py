@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
-from console import charts, data, settings
-from console.views import common
+from spectower.console import charts, data, settings
+from spectower.console.views import common
 
 GPU_PAGE_MAX_POINTS = 300
 # NVML clock-event reasons worth an operator's attention (nvmlClocksEventReason* bits).

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
-from console import charts, data, estimate, settings
-from console.views import common
-from storage import Database
+from spectower.console import charts, data, estimate, settings
+from spectower.console.views import common
+from spectower.storage import Database
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
 GPU_MAX_POINTS = 120  # each GPU small multiple: at most this many buckets

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
-from console import charts, data, estimate, settings
-from console.views import common
-from storage import Database
+from spectower.console import charts, data, estimate, settings
+from spectower.console.views import common
+from spectower.storage import Database
 
 SPEC_MAX_POINTS = 400
 BENCH_RUNS_DEFAULT = 2  # benchmark curves drawn by default (the newest runs)

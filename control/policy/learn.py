@@ -27,8 +27,8 @@ import math
 from collections import deque
 from typing import Any
 
-from control.policy.base import Decision, Observation, PolicyError
-from control.policy.estimator import DEFAULT_BIN_RATIO, DEFAULT_MEMORY_S, BenefitEstimator
+from spectower.control.policy.base import Decision, Observation, PolicyError
+from spectower.control.policy.estimator import DEFAULT_BIN_RATIO, DEFAULT_MEMORY_S, BenefitEstimator
 
 STATE_VERSION = 1
 DEFAULT_MIN_DWELL_S = 15.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control.policy.base import Decision, Observation, PolicyError
+from spectower.control.policy.base import Decision, Observation, PolicyError
 
 # SGLang 0.5.23's default --speculative-adaptive bands (speculative/adaptive_spec_params.py):
 # band key (padded batch size) -> candidate steps.

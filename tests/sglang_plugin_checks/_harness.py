@@ -45,7 +45,9 @@ class LogCapture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
 
-    def messages(self, name_prefix: str = "control.sglang_plugin", level: int = logging.INFO) -> list[str]:
+    def messages(
+        self, name_prefix: str = "spectower.control.sglang_plugin", level: int = logging.INFO
+    ) -> list[str]:
         return [r.getMessage() for r in self.records if r.name.startswith(name_prefix) and r.levelno >= level]
 
 
@@ -171,7 +173,7 @@ def load_plugin() -> Any:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    return sys.modules.get("control.sglang_plugin")
+    return sys.modules.get("spectower.control.sglang_plugin")
 
 
 def emit(result: dict[str, Any]) -> None:
