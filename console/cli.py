@@ -48,6 +48,14 @@ def _argument_type_label(self: typer.core.TyperArgument, ctx: typer.Context) -> 
     return None
 
 
+def _argument_usage(self: typer.core.TyperArgument) -> str:
+    """``RUN_ID...`` on the usage line, ``[RUN_ID]...`` when optional, as click prints them (typer 0.29
+    braces required ones: ``{RUN_ID}...``)."""
+    name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+typer.core.TyperArgument._usage_display_name = _argument_usage  # type: ignore[method-assign]
 typer.core.TyperOption.display_type_rich = _option_type_label  # type: ignore[method-assign,assignment]
 typer.core.TyperArgument.display_type_rich = _argument_type_label  # type: ignore[method-assign,assignment]
 

@@ -63,8 +63,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 python3 -c 'import sglang, torch, pynvml; print("sglang", sglang.__version__, "torch", torch.__version__)'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-say "models (random weights) and spectower's adaptive config"
-python3 gpu/make_models.py "$WORK/models"
+say "models (the constructed 8B-shaped pair, gpu/README.md) and spectower's adaptive config"
+python3 gpu/make_models.py write "$WORK/models" --shape 8b --fixed-share "${FIXED_SHARE:-0.5}" || exit 1
+# what a load of bench prompts (input ids 10..999, 256 new tokens) should show as accept length
+python3 gpu/make_models.py mix --shape 8b --fixed-share "${FIXED_SHARE:-0.5}" --ids 10:1000 --max-new-tokens 256
 st sglang-config --steps $SPEC_STEPS --max-running-requests $MAX_RUNNING --out "$WORK/adaptive.json"
 cat "$WORK/adaptive.json"; echo
 python3 -c 'import secrets; print(secrets.token_urlsafe(24))' > "$WORK/admin_key" && chmod 600 "$WORK/admin_key"
@@ -72,7 +74,7 @@ export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
 
 say "launching SGLang (the admin key goes through SGLang's own flag, from the file)"
 setsid python3 -m sglang.launch_server \
-  --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" --load-format dummy \
+  --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
   --speculative-algorithm EAGLE3 --speculative-draft-model-path "$WORK/models/draft" \
   --speculative-num-steps $SPEC_STEPS --speculative-eagle-topk 1 --speculative-num-draft-tokens $((SPEC_STEPS + 1)) \
   --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json" \

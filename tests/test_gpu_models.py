@@ -1,0 +1,226 @@
+"""gpu/make_models.py: the constructed EAGLE-3 pair the GPU check serves (issue #12).
+
+The fast tests run the construction here (numpy only): the 8B table has Llama-3.1-8B's tensors, the files are
+valid sparse safetensors, and ``expect()`` says what the construction claims. The ``sglang`` tests write the
+tiny pair inside the SGLang venv and check it with real model code (tests/gpu_model_checks/check_pair.py says
+what is real there): transformers' LlamaForCausalLM decodes each prompt greedily as ``expect()`` says, and
+SGLang's own LlamaForCausalLMEagle3 (0.5.23, and the 0.5.17 the GPU bundle carries) loads every draft tensor
+and guesses what the construction says, so a speculative loop over the two accepts what ``expect()`` says.
+Without ``SPECTOWER_SGLANG_PYTHON`` those skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail): the
+plugin tests' fixtures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_sglang_plugin as plugin_tests
+from tests.conftest import REPO_ROOT
+
+# The SGLang venv's python and version (skip / fail rules, the 0.5.17 overlay): the plugin tests' fixtures.
+sglang_python = plugin_tests.sglang_python
+sglang_version = plugin_tests.sglang_version
+
+CHECK = REPO_ROOT / "tests" / "gpu_model_checks" / "check_pair.py"
+CHECK_TIMEOUT_S = 300
+
+
+def load_make_models() -> Any:
+    spec = importlib.util.spec_from_file_location("make_models", REPO_ROOT / "gpu" / "make_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_models"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mm = load_make_models()
+
+
+def read_header(path: Path) -> tuple[int, dict[str, Any]]:
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        return 8 + length, json.loads(f.read(length))
+
+
+# ---- the construction, without SGLang --------------------------------------------------------------------
+
+
+def test_8b_target_has_llama_31_8b_tensors() -> None:
+    pair = mm.Pair(mm.SHAPES["8b"])
+    tensors = {t.name: t.shape for t in mm.target_tensors(pair)}
+    count = 0
+    for shape in tensors.values():
+        n = 1
+        for dim in shape:
+            n *= dim
+        count += n
+    assert count == 8_030_261_248  # Llama-3.1-8B's parameter count
+    assert tensors["model.embed_tokens.weight"] == (128256, 4096)
+    assert tensors["model.layers.31.self_attn.k_proj.weight"] == (1024, 4096)
+    assert tensors["model.layers.0.mlp.down_proj.weight"] == (4096, 14336)
+    assert len(tensors) == 3 + 32 * 9
+
+
+def test_8b_draft_is_in_the_public_eagle3_format() -> None:
+    pair = mm.Pair(mm.SHAPES["8b"])
+    tensors = {t.name: (t.dtype, t.shape) for t in mm.draft_tensors(pair)}
+    assert tensors["fc.weight"] == ("BF16", (4096, 3 * 4096))
+    assert tensors["midlayer.self_attn.q_proj.weight"] == ("BF16", (4096, 2 * 4096))
+    assert tensors["midlayer.self_attn.k_proj.weight"] == ("BF16", (1024, 2 * 4096))
+    assert tensors["midlayer.hidden_norm.weight"] == ("BF16", (4096,))
+    assert tensors["lm_head.weight"] == ("BF16", (32000, 4096))
+    assert tensors["d2t"] == ("I64", (32000,))
+    assert tensors["t2d"] == ("BOOL", (128256,))
+    assert "model.embed_tokens.weight" not in tensors  # SGLang hands the draft the target's embedding
+
+
+def test_8b_draft_file_is_sparse(tmp_path: Path) -> None:
+    path = tmp_path / "draft.safetensors"
+    mm.write_safetensors(path, mm.draft_tensors(mm.Pair(mm.SHAPES["8b"])))
+    base, header = read_header(path)
+    stat = path.stat()
+    assert stat.st_size == base + max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    assert stat.st_size > 800e6
+    assert stat.st_blocks * 512 < 0.05 * stat.st_size  # the zero tensors are holes
+
+
+def test_tiny_files_hold_the_construction(tmp_path: Path) -> None:
+    """Parse the written safetensors by hand: contiguous layout, the one-hot embedding, heads, fc, d2t."""
+    import numpy as np
+
+    pair = mm.Pair(mm.SHAPES["tiny"], 0.5)
+    s = pair.shape
+    path = tmp_path / "t.safetensors"
+    # the target's tensors and two of the draft's in one file (the draft's names prefixed to stay unique)
+    extra = [dataclasses.replace(t, name="draft." + t.name) for t in mm.draft_tensors(pair)
+             if t.name in {"fc.weight", "d2t"}]
+    mm.write_safetensors(path, mm.target_tensors(pair) + extra)
+    base, header = read_header(path)
+    assert header.pop("__metadata__") == {"format": "pt"}
+    offsets = [v["data_offsets"] for v in header.values()]
+    assert offsets[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(offsets))
+    raw = path.read_bytes()
+
+    def array(name: str) -> np.ndarray:
+        meta = header[name]
+        lo, hi = meta["data_offsets"]
+        data = raw[base + lo: base + hi]
+        if meta["dtype"] == "BF16":
+            bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
+            return bits.view(np.float32).reshape(meta["shape"])
+        return np.frombuffer(data, dtype="<i8").reshape(meta["shape"])
+
+    embed = array("model.embed_tokens.weight")
+    assert (embed != 0).sum(axis=1).tolist() == [1] * s.vocab
+    assert embed.argmax(axis=1).tolist() == pair.routes().tolist()
+    head = array("lm_head.weight")
+    assert sorted(map(tuple, np.argwhere(head).tolist())) == sorted(
+        (tok, route) for route, tok in pair.route_target().items())
+    assert not array("model.layers.2.mlp.up_proj.weight").any()
+    assert array("model.layers.2.input_layernorm.weight").tolist() == [1.0] * s.hidden
+    fc = array("draft.fc.weight")
+    assert np.array_equal(fc[:, : s.hidden], np.eye(s.hidden)) and not fc[:, s.hidden:].any()
+    d2t = array("draft.d2t")
+    assert (d2t + np.arange(s.draft_vocab)).tolist() == pair.draft_vocab()
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 0.9, 1.0])
+def test_fixed_share_sets_the_share_of_fixed_point_ids(share: float) -> None:
+    pair = mm.Pair(mm.SHAPES["8b"], share)
+    routes = pair.routes()
+    assert [pair.route(t) for t in range(0, 128256, 97)] == routes[::97].tolist()
+    assert abs(pair.realized_share() - share) < 0.002
+    bench_ids = range(10, 1000)  # what spectower bench sends as input_ids
+    assert abs(sum(pair.route(t) == mm.TO_FIX for t in bench_ids) / len(bench_ids) - share) < 0.02
+
+
+def test_expect_fixed_point_and_cycle() -> None:
+    pair = mm.Pair(mm.SHAPES["8b"], 0.5)
+    s = pair.shape
+    fixed = pair.expect([7, s.fix], 24)
+    assert fixed["continuation"] == [s.fix] * 24
+    assert fixed["correct_drafts"] == [3] * 6 and fixed["tokens_per_verify"] == [4, 4, 4, 4, 4, 3]
+    assert fixed["spec_verify_ct"] == 6 and fixed["spec_accept_length"] == 4.0
+    cycle = pair.expect([7, s.cyc_a], 24)
+    assert cycle["continuation"] == [s.cyc_b, s.cyc_a] * 12
+    assert cycle["correct_drafts"] == [1] * 12 and cycle["tokens_per_verify"] == [2] * 11 + [1]
+    assert cycle["spec_verify_ct"] == 12 and cycle["spec_accept_length"] == 2.0
+    entering = next(t for t in range(10, 100) if pair.route(t) == mm.TO_A)
+    assert pair.expect([entering], 5)["continuation"] == [s.cyc_a, s.cyc_b, s.cyc_a, s.cyc_b, s.cyc_a]
+    assert mm.encode("t7 t90001 t0 t1 t0003 hello t128256", 128256) == [7, 90001, 0, 0, 0, 0, 0]
+
+
+def test_mix_gives_the_load_figure() -> None:
+    # half the requests accept 4 per verify, half 2: the server gauge is 1 / (0.5/4 + 0.5/2) = 2.67
+    mix = mm.Pair(mm.SHAPES["8b"], 0.5).mix(range(10, 1000), 256)
+    assert mix["server_spec_accept_length"] == pytest.approx(2.67, abs=0.02)
+    assert mm.Pair(mm.SHAPES["8b"], 1.0).mix(range(10, 1000), 256)["server_spec_accept_length"] == 4.0
+
+
+# ---- against transformers and SGLang's own draft class ----------------------------------------------------
+
+
+def run_check(python: str, version: str, out: Path, share: float) -> dict[str, Any]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    environ.pop("PYTHONPATH", None)
+    if version != "0.5.23":
+        environ["PYTHONPATH"] = str(plugin_tests.overlay_of(python, version))
+    proc = subprocess.run([python, str(CHECK), str(REPO_ROOT), str(out), str(share)], capture_output=True,
+                          text=True, timeout=CHECK_TIMEOUT_S, env=environ, cwd=out.parent)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"check_pair: rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert result["sglang_version"] == version
+    return result
+
+
+@plugin_tests.sglang_check
+def test_pair_decodes_and_drafts_as_constructed(
+    sglang_python: str, sglang_version: str, tmp_path: Path
+) -> None:
+    share = 0.5 if sglang_version == "0.5.23" else 0.3
+    result = run_check(sglang_python, sglang_version, tmp_path / "models", share)
+    pair = mm.Pair(mm.SHAPES["tiny"], share)
+    s = pair.shape
+
+    # the folders load: no missing / unexpected target tensors, every draft tensor reaches its parameter
+    assert result["target_loading"] == {}
+    assert result["draft_not_loaded"] == []
+    assert result["hot_token_id"]["got"] == result["hot_token_id"]["expected"] == pair.draft_vocab()
+    tok = result["tokenizer"]
+    assert tok["ids"] == tok["expected"] and tok["decoded"] == tok["text"]
+    assert result["aux_is_embedding"]  # zero layers: the residual stream is the embedding at every depth
+
+    # the draft's first guess after every possible previous token is the token two steps on
+    assert result["first_guess_mismatches"] == []
+
+    cases = result["cases"]
+    for name, case in cases.items():
+        expected = case["expected"]
+        assert expected == pair.expect(case["prompt"], len(expected["continuation"])), name
+        # (a) the target's greedy decoding is the construction's
+        assert case["greedy"] == expected["continuation"], name
+        # (b) with SGLang's draft and the target in EAGLE's loop: the same tokens, accepted as expected
+        spec = case["speculative"]
+        for key in ("continuation", "spec_verify_ct", "correct_drafts", "tokens_per_verify"):
+            assert spec[key] == expected[key], (name, key)
+    assert cases["fixed point"]["greedy"] == [s.fix] * 14
+    assert cases["fixed point"]["speculative"]["correct_drafts"] == [3] * 4
+    assert cases["into the fixed point"]["speculative"]["correct_drafts"] == [3] * 4
+    assert cases["2-cycle at a"]["greedy"] == [s.cyc_b, s.cyc_a] * 7
+    assert cases["into the 2-cycle"]["greedy"] == [s.cyc_a, s.cyc_b] * 7
+    for name in ("2-cycle at a", "2-cycle at b", "into the 2-cycle"):
+        assert cases[name]["speculative"]["correct_drafts"] == [1] * 7, name

@@ -1,0 +1,95 @@
+"""What `pip install spectower` puts on a machine: one `spectower` namespace, the plugin's entry point, the
+data files, and a plugin module that imports with the standard library alone (it runs inside SGLang)."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.namespace_tree import package_dirs
+
+FOLDERS = ("collectors", "storage", "control", "simulator", "console")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
+         "-q", "-w", str(out), str(REPO_ROOT)],
+        check=True, capture_output=True, timeout=300, env={"TMPDIR": str(build), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    (path,) = out.glob("spectower-*.whl")
+    return path
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    listed = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"spectower"} | {
+        "spectower." + ".".join(init.parent.relative_to(REPO_ROOT).parts)
+        for folder in FOLDERS
+        for init in (REPO_ROOT / folder).rglob("__init__.py")
+    }
+    assert found == listed
+    assert set(package_dirs()) == {"spectower", *(f"spectower.{f}" for f in FOLDERS)}
+
+
+def test_the_wheel_installs_one_namespace_with_its_data_and_entry_points(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"spectower", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert "spectower/control/sglang_plugin.py" in names
+    assert "spectower/simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json" in names
+    assert "spectower/console/pages/overview.py" in names
+    dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(zipfile.ZipFile(wheel).read(dist).decode())
+    assert entry_points["sglang.srt.plugins"]["spectower"] == "spectower.control.sglang_plugin:register"
+    assert entry_points["console_scripts"]["spectower"] == "spectower.console.cli:main"
+
+
+def test_the_plugin_imports_from_the_wheel_with_the_standard_library_alone(wheel: Path, tmp_path: Path) -> None:
+    # As the README installs it into SGLang's environment: --no-deps, nothing else of ours beside it.
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    probe = (
+        "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p and p != '']; "
+        f"sys.path.insert(0, {str(tmp_path)!r}); "
+        "import spectower.control.sglang_plugin as m; print(m.__file__)"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(tmp_path / "spectower" / "control"))
+
+
+def test_version_and_help_read_like_a_command_line_tool() -> None:
+    version = subprocess.run([*SPECTOWER_CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("spectower ")
+    helps = [
+        subprocess.run([*SPECTOWER_CLI, *cmd, "--help"], capture_output=True, text=True, timeout=60,
+                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}).stdout  # fmt: skip
+        for cmd in (["control", "set"], ["export", "bench"], ["bench", "sweep"], ["sim", "evaluate"])
+    ]
+    for text in helps:
+        assert "--help" in text
+        assert "<bool>" not in text and "<str>" not in text and "list[" not in text and "{" not in text
+
+
+def test_nothing_reads_outside_the_repository() -> None:
+    # A fresh clone has nothing beside it: no code, test or script may reach for ../shared.
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.sh", "*.toml", "tests/run", ".ci/run"],
+                             cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    offenders = [
+        name for name in tracked
+        if name != "tests/test_packaging.py"
+        and any(s in (REPO_ROOT / name).read_text(errors="replace") for s in ("../shared", "SPECTOWER_SHARED"))
+    ]
+    assert offenders == []
