@@ -30,13 +30,14 @@ MAX_RUNNING=64
 PROF_STEPS=12
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-st() { python3 -m spectower.console.cli "$@"; }
+# -P: the checkout's own spectower/ folder (cwd) must not shadow the installed-layout tree on PYTHONPATH
+st() { python3 -P -m spectower.console.cli "$@"; }
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_ENABLE_JIT_DEEPGEMM=0
 export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
 
 start_server() {  # name port mem_fraction extra-flags...: starts it, returns at once
   local name=$1 port=$2 fraction=$3; shift 3
-  setsid python3 -m sglang.launch_server --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
+  setsid python3 -P -m sglang.launch_server --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
     --attention-backend "$ATTN" --sampling-backend pytorch --cuda-graph-max-bs $MAX_RUNNING \
     --mem-fraction-static "$fraction" --max-running-requests $MAX_RUNNING --context-length 4096 --enable-metrics \
     --host 127.0.0.1 --port "$port" --admin-api-key "$(cat "$WORK/admin_key")" "$@" > "$WORK/$name.log" 2>&1 &

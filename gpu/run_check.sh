@@ -27,7 +27,8 @@ SPEC_STEPS=3
 MAX_RUNNING=48
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-st() { python3 -m spectower.console.cli "$@"; }
+# -P: the checkout's own spectower/ folder (cwd) must not shadow the installed-layout tree on PYTHONPATH
+st() { python3 -P -m spectower.console.cli "$@"; }
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -73,7 +74,7 @@ python3 -c 'import secrets; print(secrets.token_urlsafe(24))' > "$WORK/admin_key
 export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
 
 say "launching SGLang (the admin key goes through SGLang's own flag, from the file)"
-setsid python3 -m sglang.launch_server \
+setsid python3 -P -m sglang.launch_server \
   --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
   --speculative-algorithm EAGLE3 --speculative-draft-model-path "$WORK/models/draft" \
   --speculative-num-steps $SPEC_STEPS --speculative-eagle-topk 1 --speculative-num-draft-tokens $((SPEC_STEPS + 1)) \
