@@ -61,11 +61,7 @@ do_launch() {
   fi
   rm -rf "$WORK" && mkdir -p "$SITE"
   tar -C "$SITE" -xJf gpu/bundle/sglang-0.5.17-py312.tar.xz || { say "no bundle: run gpu/build_bundle.sh"; exit 2; }
-  python3 tests/namespace_tree.py "$SITE" >/dev/null
-  mkdir -p "$SITE/spectower-0.1.0.dist-info"
-  printf 'Metadata-Version: 2.1\nName: spectower\nVersion: 0.1.0\n' > "$SITE/spectower-0.1.0.dist-info/METADATA"
-  printf '[sglang.srt.plugins]\nspectower = spectower.control.sglang_plugin:register\n' \
-    > "$SITE/spectower-0.1.0.dist-info/entry_points.txt"
+  python3 tests/namespace_tree.py --dist-info "$SITE" >/dev/null
   python3 -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)'
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   say "models: the 8B-shaped pair whose drafts land (fixed share 0.5)"

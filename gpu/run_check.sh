@@ -49,11 +49,7 @@ rm -rf "$WORK" && mkdir -p "$SITE"
 tar -C "$SITE" -xJf gpu/bundle/sglang-0.5.17-py312.tar.xz || { say "no bundle: run gpu/build_bundle.sh here first"; exit 2; }
 # spectower's entry point for SGLang's plugin loader (group sglang.srt.plugins), the code from this checkout
 # laid out as installed (spectower.<folder>, links into the checkout)
-python3 tests/namespace_tree.py "$SITE" >/dev/null
-mkdir -p "$SITE/spectower-0.1.0.dist-info"
-printf 'Metadata-Version: 2.1\nName: spectower\nVersion: 0.1.0\n' > "$SITE/spectower-0.1.0.dist-info/METADATA"
-printf '[sglang.srt.plugins]\nspectower = spectower.control.sglang_plugin:register\n' \
-  > "$SITE/spectower-0.1.0.dist-info/entry_points.txt"
+python3 tests/namespace_tree.py --dist-info "$SITE" >/dev/null
 export PYTHONPATH=$SITE
 export PYTHONUNBUFFERED=1
 # The bundle's deep_gemm is an empty stand-in (imported by the draft CUDA-graph capture, never called):

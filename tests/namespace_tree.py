@@ -5,7 +5,9 @@ there; the plugin tests put this tree on ``PYTHONPATH``) and mypy (it reads file
 The layout is the one pyproject.toml's package-dir mapping installs: ``spectower/<folder>`` for each
 top-level folder, so what runs is the checkout under test, wherever it was cloned.
 
-    python3 tests/namespace_tree.py DEST      # writes DEST/spectower
+    python3 tests/namespace_tree.py DEST               # writes DEST/spectower
+    python3 tests/namespace_tree.py --dist-info DEST   # and DEST/spectower-<version>.dist-info, whose
+                                                       # entry points SGLang's plugin loader reads
 """
 
 from __future__ import annotations
@@ -39,7 +41,25 @@ def link_tree(dest: Path) -> Path:
     return dest
 
 
+def write_dist_info(dest: Path) -> Path:
+    """``dest/spectower-<version>.dist-info`` with the ``sglang.srt.plugins`` entry points pyproject.toml
+    declares, so SGLang's ``load_plugins()`` finds the checkout's plugins as it finds an installed copy's."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    dist = dest / f"spectower-{project['version']}.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: spectower\nVersion: {project['version']}\n")
+    group = project["entry-points"]["sglang.srt.plugins"]
+    lines = ["[sglang.srt.plugins]", *(f"{name} = {value}" for name, value in group.items())]
+    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return dist
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: namespace_tree.py DEST")
-    print(link_tree(Path(sys.argv[1])))
+    args = sys.argv[1:]
+    with_dist_info = "--dist-info" in args
+    args = [a for a in args if a != "--dist-info"]
+    if len(args) != 1:
+        sys.exit("usage: namespace_tree.py [--dist-info] DEST")
+    print(link_tree(Path(args[0])))
+    if with_dist_info:
+        print(write_dist_info(Path(args[0])))

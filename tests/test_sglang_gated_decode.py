@@ -1,0 +1,62 @@
+"""Off means off (issue #12): the gated-decode plugin, loaded by SGLang's real load_plugins() from its entry
+point, against SGLang's own classes (0.5.23 and 0.5.17): a gated batch's one-token verify on the 0-step
+backend is planned and run as a decode batch; drafting verifies, draft extends and prefills pass through.
+What is real and what is constructed: tests/sglang_plugin_checks/check_gated_decode.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests import test_sglang_plugin as plugin_tests
+
+sglang_python = plugin_tests.sglang_python
+sglang_version = plugin_tests.sglang_version
+plugin_site = plugin_tests.plugin_site
+
+ENTRY = "spectower-gated-decode"
+
+
+def _check(python: str, site: Path, version: str, **env: str) -> dict[str, Any]:
+    return plugin_tests.run_check(python, site, "check_gated_decode", version=version, env=env)
+
+
+@plugin_tests.sglang_check
+def test_a_gated_verify_is_planned_and_run_as_decode(sglang_python: str, plugin_site: Path,
+                                                      sglang_version: str) -> None:  # fmt: skip
+    result = _check(sglang_python, plugin_site, sglang_version)
+    assert all(ENTRY in sources for sources in result["targets"].values()), result["targets"]
+    gated = result["cases"]["gated_verify"]
+    planned = [c for c in gated["calls"] if c["method"].startswith("init_forward_metadata")]
+    # the backend plans a decode batch whose lengths count the verify token, without spec info
+    assert [c["mode"] for c in planned] == ["DECODE", "DECODE"]
+    assert all(c["seq_lens"] == [6, 10] and c["seq_lens_cpu"] == [6, 10] for c in planned)
+    assert all(c["seq_lens_sum"] == 16 and c["spec_info"] is None for c in planned)
+    assert planned[1]["in_capture"] is True
+    # attention runs the decode kernel on the caller's own batch, with the caller's arguments
+    assert gated["returned"] == "decode"
+    assert [c["method"] for c in gated["calls"]][-1] == "forward_decode"
+    assert gated["calls"][-1]["mode"] == "TARGET_VERIFY" and gated["calls"][-1]["save_kv_cache"] is False
+    # the caller's batch is left as it was
+    assert gated["batch_after"]["mode"] == "TARGET_VERIFY" and gated["batch_after"]["seq_lens"] == [5, 9]
+    assert gated["batch_after"]["spec_info"] == "EagleVerifyInput"
+
+
+@plugin_tests.sglang_check
+def test_drafting_and_other_modes_pass_through(sglang_python: str, plugin_site: Path,
+                                               sglang_version: str) -> None:  # fmt: skip
+    result = _check(sglang_python, plugin_site, sglang_version)
+    passing = (("drafting_verify", "TARGET_VERIFY"), ("draft_extend_on_gated_backend", "DRAFT_EXTEND_V2"),
+               ("prefill_on_gated_backend", "EXTEND"))  # fmt: skip
+    for name, mode in passing:
+        case = result["cases"][name]
+        assert case["returned"] == "extend", name
+        assert [c["mode"] for c in case["calls"]] == [mode] * 3, name
+        assert all(c["seq_lens"] == [5, 9] for c in case["calls"]), name
+
+
+@plugin_tests.sglang_check
+def test_switched_off_by_its_environment_variable(sglang_python: str, plugin_site: Path) -> None:
+    result = _check(sglang_python, plugin_site, "0.5.23", SPECTOWER_GATED_DECODE="0")
+    assert all(ENTRY not in sources for sources in result["targets"].values())
+    assert result["cases"]["gated_verify"]["returned"] == "extend"
