@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain")
     parser.add_argument("--fixed-share", type=float, default=0.5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--gated", action="store_true",
+                        help="the knob is at 0: the same tokens, one per verify step (no draft lands)")
     args = parser.parse_args(argv)
     pair = Pair(SHAPES["8b"], args.fixed_share)
     # prompts ending on a fixed-point route and on the 2-cycle route, plus the cycle's own tokens
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     with httpx.Client() as client:
         for prompt in prompts:
             want = pair.expect(prompt, MAX_NEW_TOKENS)
+            if args.gated:  # prefill gives the first token, then each one-token verify one more
+                want = {**want, "spec_verify_ct": MAX_NEW_TOKENS - 1}
             got = generate(client, args.server, prompt)
             meta = got.get("meta_info", {})
             row = {"prompt": prompt, "want_tokens": want["continuation"], "got_tokens": got.get("output_ids"),

@@ -3,7 +3,7 @@
 # with spectower's plugin, both serving the constructed 8B-shaped pair (gpu/make_models.py) on one GPU, so
 # the knob's off state is measured against what the same model serves without speculation.
 #
-#   PHASES="launch accept profile" bash gpu/measure_off.sh   # one ~9 min call
+#   PHASES="launch accept gated profile" bash gpu/measure_off.sh   # one ~9 min call
 #   PHASES="launch sweep" bash gpu/measure_off.sh            # another
 #
 # launch: bundle, models, both servers (setsid: a later call on the same warm machine reuses them; launch is
@@ -86,6 +86,16 @@ do_accept() {
   # reported, not fatal: the measurements below are worth having either way
   python3 gpu/check_acceptance.py --server "$SPEC_URL" --plain "$PLAIN_URL" --out "$OUT/accept.json" \
     || say "acceptance differs from the construction (see above)"
+}
+
+do_gated() {
+  say "gated: knob at 0 (every batch a one-token verify), then back on: tokens as constructed both ways"
+  st control set --server "$SPEC_URL" --off --reason "off-means-off check" --as gpu-check --yes >/dev/null
+  python3 gpu/check_acceptance.py --server "$SPEC_URL" --gated --out "$OUT/accept_gated.json" \
+    || say "gated answers differ from the construction (see above)"
+  st control set --server "$SPEC_URL" --on --reason "off-means-off check" --as gpu-check --yes >/dev/null
+  python3 gpu/check_acceptance.py --server "$SPEC_URL" --out "$OUT/accept_back_on.json" \
+    || say "answers after switching back on differ from the construction (see above)"
 }
 
 do_sweep() {
