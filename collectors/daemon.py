@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -233,11 +234,14 @@ class Collector:
         last_warn = 0.0
         while not self._stop.is_set():
             try:
+                self.sink.note_storage_health(self.clock())
                 await asyncio.to_thread(self.sink.drain)
             except StorageBusyError as exc:
                 if time.monotonic() - last_warn > 10:
                     last_warn = time.monotonic()
                     log.warning("%s; %d item(s) buffered", exc, self.sink.pending)
+            except Exception as exc:  # the storage loop outlives anything (drain quarantines per item)
+                log.exception("storage loop: %s", exc)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_DRAIN_EVERY_S)
 
@@ -256,18 +260,41 @@ class Collector:
                     f"{h.last_success_ts:.1f}" if h.last_success_ts else "never",
                     f" last_error={h.last_error}" if h.in_gap else "",
                 )
-            stats = self.sink.writer.stats()
+            c = self.sink.summary()
             log.info(
-                "storage: written=%d pending=%d buffered=%d dropped=%d rejected=%d",
-                stats.written,
-                stats.pending,
-                self.sink.pending,
-                stats.dropped + self.sink.dropped,
-                stats.rejected,
+                "storage: written=%d pending=%d buffered=%d dropped=%d quarantined=%d lost=%d",
+                c["written"],
+                c["pending"],
+                c["buffered"],
+                c["dropped"],
+                c["rejected"],
+                c["lost"],
             )
 
     # -- run ------------------------------------------------------------------------------------------
+    def sources(self) -> list[tuple[str, str]]:
+        """The (source, target) pairs this collector owns (as its gaps and health rows name them)."""
+        cfg = self.config
+        out = [("sglang", url.rstrip("/")) for url in cfg.servers]
+        if cfg.gpu == "nvml":
+            out.append(("nvml", socket.gethostname()))
+        elif cfg.gpu.startswith("dcgm="):
+            dcgm_url = cfg.gpu[5:].rstrip("/")
+            out.append(("dcgm", dcgm_url if dcgm_url.endswith("/metrics") else dcgm_url + "/metrics"))
+        if cfg.prometheus:
+            out.append(("prometheus", cfg.prometheus.rstrip("/")))
+        return out
+
     async def run(self) -> None:
+        """Collect until stopped. Raises storage's ``CollectorConflictError`` at once when another
+        collector already writes to the database (SQLite) or owns one of the sources (PostgreSQL)."""
+        self.sink.claim(self.sources(), self.clock())
+        try:
+            await self._run()
+        finally:
+            self.sink.release()
+
+    async def _run(self) -> None:
         cfg = self.config
         for w in interval_warnings(cfg.interval_s, nvml=cfg.gpu == "nvml"):
             log.warning(w)
@@ -331,12 +358,16 @@ class Collector:
                 # The outage is still on at exit: leave the gap open (end unknown) but record the health.
                 log.info("%s %s still failing at exit: %s", h.source, h.target, h.last_error)
         ok = await asyncio.to_thread(self.sink.close)
-        stats = self.sink.writer.stats()
+        self.sink.note_storage_health(self.clock())  # what the last flush refused is recorded too
+        ok = await asyncio.to_thread(self.sink.close, 5.0) and ok
+        c = self.sink.summary()
         log.info(
-            "collector stopped: %d row(s) written, %d buffered left, %d dropped%s",
-            stats.written,
-            self.sink.pending,
-            stats.dropped + self.sink.dropped,
+            "collector stopped: %d row(s) written, %d buffered left, %d dropped, %d quarantined, %d lost%s",
+            c["written"],
+            c["buffered"] + c["pending"],
+            c["dropped"],
+            c["rejected"],
+            c["lost"],
             "" if ok else " (database did not take everything before the exit timeout)",
         )
 

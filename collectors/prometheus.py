@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.exceptions import RequestException
 from spectower.collectors.gpu.dcgm import readings_from_samples
@@ -34,6 +35,42 @@ from spectower.collectors.sglang.scraper import ScrapeResult
 from urllib3.util.retry import Retry
 
 DEFAULT_TIMEOUT_S = 10.0
+# An instant query over a fleet answers far less than this; a runaway answer is cut here.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class BoundedSession(requests.Session):
+    """requests' timeout is per network read: a server that trickles never times out, and the whole
+    body is held in memory. This session streams every answer under one deadline for the whole read
+    (checked between chunks, so at most one read timeout late) and stops past ``max_bytes``."""
+
+    def __init__(self, deadline_s: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        super().__init__()
+        self.deadline_s = deadline_s
+        self.max_bytes = max_bytes
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
+        kwargs["stream"] = True
+        start = time.monotonic()
+        resp = super().request(method, url, *args, **kwargs)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in resp.iter_content(chunk_size=256 * 1024):
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise requests.exceptions.ContentDecodingError(
+                        f"{url!s}: answer over the {self.max_bytes} byte limit"
+                    )
+                if time.monotonic() - start > self.deadline_s:
+                    raise requests.exceptions.Timeout(
+                        f"{url!s}: timed out: no complete answer within {self.deadline_s:g}s"
+                    )
+                chunks.append(chunk)
+        finally:
+            resp.close()
+        resp._content = b"".join(chunks)
+        return resp
 # Labels Prometheus adds that are not SGLang's: they identify the target, not the rank.
 TARGET_LABELS = ("instance", "job")
 
@@ -99,7 +136,13 @@ class PrometheusSource:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._clock = clock
-        self._prom = PrometheusConnect(url=self.url, headers=headers, retry=Retry(total=0), timeout=timeout_s)
+        self._prom = PrometheusConnect(
+            url=self.url,
+            headers=headers,
+            retry=Retry(total=0),
+            timeout=timeout_s,
+            session=BoundedSession(deadline_s=timeout_s),
+        )
         self._derivers: dict[str, EngineDeriver] = {}
 
     # -- raw queries ----------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ hands them to storage's BatchWriter, and writes gaps and health. When the databa
 item that failed goes back to the head of the queue and ``drain`` raises ``StorageBusyError``: nothing is
 lost, order is kept, and the next drain picks up where this one stopped. The queue is bounded; past the
 bound the oldest SAMPLE items are dropped (and counted), never gap or health records.
+
+An item the database refuses for what it holds (a constraint, a value out of range, a bug in a parser)
+is quarantined: counted per kind in ``quarantined``, logged once per kind, and the items after it go on.
+``storage_problems`` says what the writer and the sink refused so far (the daemon records it as the
+health of source ``storage``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from spectower.collectors.gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
 from spectower.collectors.sglang.scraper import ScrapeResult
 from spectower.storage import Database, queries
 from spectower.storage.models import EngineSample, GpuProcessSample, GpuSample
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,11 @@ DEFAULT_HEALTH_EVERY_S = 5.0
 
 class StorageBusyError(RuntimeError):
     """The database refused or timed out; the pending items stay queued."""
+
+
+_STALE_NOTE = "collector stopped; closed at restart"
+# The database is busy, locked, full or gone: the item is fine, try it again later.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError)
 
 
 @dataclass
@@ -62,6 +73,31 @@ class StorageSink:
         self._open_gaps: dict[tuple[str, str], int] = {}
         self.dropped = 0
         self.rows_put = 0
+        self.quarantined: dict[str, int] = {}  # "<item kind>: <error type>" -> items refused
+        self._lost_writer_rows = 0  # rows a writer that died took with it
+        self._reported_problems = 0
+        self._claim: Any = None
+        self._retired = {"written": 0, "dropped": 0, "rejected": 0}  # counts of writers that died
+
+    # -- ownership ------------------------------------------------------------------------------------
+    def claim(self, sources: list[tuple[str, str]], ts: float) -> None:
+        """Claim ``sources`` in the database (raises storage's ``CollectorConflictError`` when another
+        collector holds them) and close the gaps a collector that stopped left open on them, so an
+        outage of this run is never merged into one of an earlier run."""
+        self._claim = self.db.claim_collector(sources)
+        for source, target in sources:
+            try:
+                n = queries.close_stale_gaps(self.db, source, target, ts, _STALE_NOTE)
+            except TRANSIENT_ERRORS:  # busy now: queued, applied before anything of this run
+                self._push(_Item("close_stale", {"source": source, "target": target, "ts": ts}))
+                continue
+            if n:
+                log.info("%s %s: closed %d gap(s) left open by a collector that stopped", source, target, n)
+
+    def release(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     # -- producer side (never blocks on the database) --------------------------------------------------
     def _push(self, item: _Item) -> None:
@@ -128,12 +164,85 @@ class StorageSink:
                 item = self._q.popleft()
             try:
                 self._apply(item)
-            except SQLAlchemyError as exc:
+            except TRANSIENT_ERRORS as exc:
                 with self._lock:
                     self._q.appendleft(item)
-                raise StorageBusyError(f"database busy or unavailable: {type(exc).__name__}: {exc}") from None
+                raise StorageBusyError(
+                    f"database busy or unavailable: {type(exc).__name__}: {_first_line(exc)}"
+                ) from None
+            except Exception as exc:  # this item is at fault (constraint, range, parser bug): not the rest
+                self._quarantine(item, exc)
             done += 1
         return done
+
+    def _quarantine(self, item: _Item, exc: BaseException) -> None:
+        orig = getattr(exc, "orig", None) if isinstance(exc, SQLAlchemyError) else None
+        kind = f"{item.kind}: {type(orig or exc).__name__}"
+        with self._lock:
+            first = kind not in self.quarantined
+            self.quarantined[kind] = self.quarantined.get(kind, 0) + 1
+        if first:
+            log.warning(
+                "quarantined a %s item the database refused: %s (the rest goes on; further %s items "
+                "are counted, not logged)",
+                item.kind,
+                _first_line(exc),
+                kind,
+            )
+
+    def _writer(self) -> Any:
+        """The live BatchWriter (a new one if the thread died: what it held is counted as lost)."""
+        if not self.writer.alive:
+            st = self.writer.stats()
+            self._lost_writer_rows += st.pending + st.lost
+            for k in self._retired:  # what the dead writer did still counts in the summary
+                self._retired[k] += getattr(st, k)
+            log.error("the database writer thread died; starting a new one (%d row(s) lost)", st.pending)
+            self.writer = self.db.writer()
+        return self.writer
+
+    def storage_problems(self) -> tuple[int, str | None]:
+        """(rows/items refused or lost so far, a one-line summary or None when there were none)."""
+        st = self.writer.stats()
+        kinds = dict(st.rejected_by_kind)
+        with self._lock:
+            for k, n in self.quarantined.items():
+                kinds[k] = kinds.get(k, 0) + n
+        unexplained = st.rejected - sum(st.rejected_by_kind.values())
+        if unexplained > 0:
+            kinds["rejected"] = kinds.get("rejected", 0) + unexplained
+        lost = self._lost_writer_rows + st.lost
+        if lost:
+            kinds["lost with a dead writer"] = lost
+        total = sum(kinds.values())
+        if not total:
+            return 0, None
+        detail = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+        return total, f"{total} row(s)/item(s) quarantined or lost: {detail}; last: {st.last_error}"
+
+    def note_storage_health(self, ts: float) -> None:
+        """Queue a ``storage`` health record when the writer or the sink refused something new."""
+        total, detail = self.storage_problems()
+        if total and total != self._reported_problems:
+            self._reported_problems = total
+            target = self.db.engine.url.render_as_string(hide_password=True)
+            self.health("storage", target, ok=False, ts=ts, error=detail)
+
+    def summary(self) -> dict[str, int]:
+        """The shutdown figures, every row accounted for."""
+        st = self.writer.stats()
+        with self._lock:
+            quarantined_items = sum(self.quarantined.values())
+            buffered = len(self._q)
+        old = self._retired
+        return {
+            "written": old["written"] + st.written,
+            "buffered": buffered,
+            "pending": st.pending,
+            "dropped": old["dropped"] + st.dropped + self.dropped,
+            "rejected": old["rejected"] + st.rejected + quarantined_items,
+            "lost": self._lost_writer_rows + st.lost,
+        }
 
     def _apply(self, item: _Item) -> None:
         p = item.payload
@@ -149,6 +258,8 @@ class StorageSink:
             gap_id = self._open_gaps.pop(key, None)
             if gap_id is not None:
                 queries.close_gap(self.db, gap_id, p["ts"])
+        elif item.kind == "close_stale":
+            queries.close_stale_gaps(self.db, p["source"], p["target"], p["ts"], _STALE_NOTE)
         elif item.kind == "health":
             queries.upsert_collector_health(
                 self.db, p["source"], p["target"], ok=p["ok"], ts=p["ts"], error=p["error"], lag_s=p["lag"]
@@ -173,7 +284,7 @@ class StorageSink:
             self.db.record_server_info(sid, info.info, result.ts)
             self._server_info_hash[url] = info.info_hash
         rows = [EngineSample(server_id=sid, **r.as_row()) for r in result.readings]
-        self.writer.put(*rows)
+        self._writer().put(*rows)
         self.rows_put += len(rows)
 
     def _gpu_id(self, facts: GpuFacts) -> int:
@@ -212,7 +323,7 @@ class StorageSink:
                         used_memory_mib=p.used_memory_mib,
                     )
                 )
-        self.writer.put(*rows)
+        self._writer().put(*rows)
         self.rows_put += len(rows)
 
     def close(self, timeout: float = 30.0) -> bool:
@@ -224,5 +335,10 @@ class StorageSink:
             except StorageBusyError as exc:
                 log.warning("%s; retrying before exit", exc)
                 time.sleep(0.2)
-        ok = self.writer.flush(timeout=max(0.1, deadline - time.monotonic()))
+        ok = self._writer().flush(timeout=max(0.1, deadline - time.monotonic()))
         return ok and not self.pending
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc) or type(exc).__name__
+    return text.splitlines()[0][:300]

@@ -5,6 +5,7 @@ Kept apart from the views so the page code never builds HTTP requests or audit r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -27,20 +28,32 @@ class ActionResult:
     per_rank: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     ts: float = field(default_factory=time.time)
+    outcome: str = "unknown"  # confirmed / not applied / unknown
+    action: str = "set"  # set / release
+    owner: str | None = None  # who holds the knob after it, as the server reports
 
 
-def read_live(server_url: str, operator: settings.Operator | None) -> dict[str, Any]:
-    """Ask the server for its knob now (an explicit operator action, never on a refresh)."""
+def read_live(
+    server_url: str, operator: settings.Operator | None, timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+) -> dict[str, Any]:
+    """The knob as the server reports it now: value per rank, owner, lock, last writer, policy's last."""
+    from spectower.control.credentials import load_api_key
     from spectower.control.knob import KnobClient
 
     with KnobClient(
-        server_url, admin_key=operator.admin_key if operator else None, timeout=DEFAULT_ACTION_TIMEOUT_S
-    ) as client:
+        server_url, admin_key=operator.admin_key if operator else None, api_key=load_api_key(),
+        timeout=timeout_s,
+    ) as client:  # fmt: skip
         return client.read().to_dict()
 
 
 def apply_knob(
-    db_url: str, server_url: str, new_max_bs: int, reason: str, operator: settings.Operator
+    db_url: str,
+    server_url: str,
+    new_max_bs: int,
+    reason: str,
+    operator: settings.Operator,
+    hold_s: float | None = None,
 ) -> ActionResult:
     """Set, read back and audit through control.audit.apply_knob; errors come back as a result, not raised."""
     from spectower.control.audit import apply_knob as audited_apply
@@ -51,9 +64,11 @@ def apply_knob(
     try:
         with KnobClient(server_url, admin_key=operator.admin_key, timeout=DEFAULT_ACTION_TIMEOUT_S) as client:
             try:
-                outcome = audited_apply(db, client, new_max_bs, reason, operator.actor)
+                outcome = audited_apply(db, client, new_max_bs, reason, operator.actor, hold_s=hold_s)
             except (KnobError, ValueError, ConnectionError, PermissionError, LookupError) as exc:
-                return ActionResult(server_url, new_max_bs, None, False, None, [], str(exc))
+                return ActionResult(
+                    server_url, new_max_bs, None, False, None, [], str(exc), outcome="not applied"
+                )
     finally:
         close = getattr(db, "close", None) or getattr(db, "dispose", None)
         if callable(close):
@@ -61,7 +76,7 @@ def apply_knob(
     return _result(server_url, new_max_bs, outcome)
 
 
-def _result(server_url: str, requested: int, outcome: Any) -> ActionResult:
+def _result(server_url: str, requested: int | None, outcome: Any) -> ActionResult:
     """Read the outcome of control.audit.apply_knob (a SetResult, or an object/ControlEvent like it)."""
     per_rank: list[dict[str, Any]] = []
     if callable(getattr(outcome, "per_rank", None)):
@@ -81,14 +96,26 @@ def _result(server_url: str, requested: int, outcome: Any) -> ActionResult:
         read_back=read_back,
         per_rank=per_rank,
         error=getattr(outcome, "error", None),
+        outcome=str(getattr(outcome, "outcome", "unknown")),
+        owner=getattr(after, "owner", None) if after is not None else None,
     )
 
 
-def release_policy(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> str:
-    """Lift a manual pause so the learning policy acts again (audited by spectower.control.audit.release)."""
+def release_lock(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> ActionResult:
+    """Clear the server's lock (manual or sweep) so a policy acts again; read back and audited."""
     from spectower.control.audit import release
+    from spectower.control.knob import KnobClient, KnobError
     from spectower.storage import open_database
 
-    with open_database(db_url) as db:
-        result = release(db, server_url, operator.actor, reason)
-    return "released: the policy acts again" if result.was_paused else "the policy was not paused"
+    db = open_database(db_url)
+    try:
+        with KnobClient(server_url, admin_key=operator.admin_key, timeout=DEFAULT_ACTION_TIMEOUT_S) as client:
+            try:
+                outcome = release(db, client, operator.actor, reason)
+            except (KnobError, ValueError, ConnectionError, PermissionError, LookupError) as exc:
+                return ActionResult(server_url, None, None, False, None, [], str(exc), outcome="not applied",
+                                    action="release")  # fmt: skip
+    finally:
+        db.close()
+    result = _result(server_url, None, outcome.result)
+    return dataclasses.replace(result, action="release")

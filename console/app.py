@@ -21,8 +21,10 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
+common.page_style()
 with st.sidebar:
     st.markdown("### spectower")
     st.caption(f"Database: `{settings.db_url()}`")
 common.time_range_selector()
+common.mark_routed()
 page.run()

@@ -15,6 +15,24 @@ COLOR_OFF = "#d62728"
 COLOR_LIVE = "#1f77b4"
 COLOR_STALE = "#9e9e9e"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+CONCURRENCY_TITLE = "concurrency (concurrent requests)"
+# Time tick labels that stay readable at every range: seconds only when ticks are seconds apart, the date
+# once ticks are a day or more apart (plotly picks the stop from the tick spacing it chose).
+TIME_TICK_STOPS = [
+    {"dtickrange": [None, 60_000], "value": "%H:%M:%S"},
+    {"dtickrange": [60_000, 86_400_000], "value": "%H:%M"},
+    {"dtickrange": [86_400_000, None], "value": "%b %d"},
+]
+# Benchmark columns an axis can show, with their unit.
+BENCH_UNITS = {
+    "output_throughput": ("output throughput", "tok/s"),
+    "median_ttft_ms": ("median TTFT", "ms"),
+    "p99_ttft_ms": ("p99 TTFT", "ms"),
+    "median_itl_ms": ("median ITL", "ms"),
+    "p99_itl_ms": ("p99 ITL", "ms"),
+    "median_e2e_latency_ms": ("median end-to-end latency", "ms"),
+    "p99_e2e_latency_ms": ("p99 end-to-end latency", "ms"),
+}
 
 
 def _base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) -> dict[str, Any]:
@@ -22,7 +40,8 @@ def _base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) ->
         "title": {"text": title, "font": {"size": 15}},
         "height": height,
         "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        # under the plot: a legend above it wraps into the title on a narrow column
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0.0},
         "hovermode": "x unified",
         "xaxis": {},
         "yaxis": {"title": {"text": y_title}} if y_title else {},
@@ -37,7 +56,7 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
-def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888") -> None:
+def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888", side: str = "right") -> None:
     layout["shapes"].append(
         {
             "type": "line",
@@ -53,18 +72,36 @@ def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888") -> 
     layout["annotations"].append(
         {
             "xref": "paper",
-            "x": 1,
+            "x": 1 if side == "right" else 0,
             "yref": "y",
             "y": y,
             "text": text,
             "showarrow": False,
-            "xanchor": "right",
+            "xanchor": side,
             "yanchor": "bottom",
         }
     )
 
 
-def _vline(layout: dict[str, Any], x: float, text: str, color: str, dash: str = "dash") -> None:
+def time_axis(t0: float | None = None, t1: float | None = None) -> dict[str, Any]:
+    """A UTC time axis over the selected window (not just where data is), labels never overlapping."""
+    axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICK_STOPS, "nticks": 6,
+                            "ticklabeloverflow": "hide past domain"}  # fmt: skip
+    if t0 is not None and t1 is not None:
+        axis["range"] = _times(pd.Series([t0, t1]))
+    return axis
+
+
+def _vline(
+    layout: dict[str, Any],
+    x: float,
+    text: str,
+    color: str,
+    dash: str = "dash",
+    side: str = "left",
+    y: float = 1,
+) -> None:
+    """A vertical line labelled on ``side`` of it (the side with room: a label never leaves the plot)."""
     layout["shapes"].append(
         {
             "type": "line",
@@ -80,13 +117,14 @@ def _vline(layout: dict[str, Any], x: float, text: str, color: str, dash: str = 
     layout["annotations"].append(
         {
             "yref": "paper",
-            "y": 1,
+            "y": y,
             "xref": "x",
             "x": x,
             "text": text,
             "showarrow": False,
-            "xanchor": "left",
+            "xanchor": "right" if side == "left" else "left",
             "yanchor": "top",
+            "bgcolor": "rgba(128,128,128,0.15)",
         }
     )
 
@@ -107,8 +145,10 @@ def timeseries(
     band: bool = True,
     stale: bool = False,
     height: int = DEFAULT_HEIGHT,
+    x_range: tuple[float, float] | None = None,
 ) -> go.Figure:
-    """Mean line per column (label -> column), shaded min..max band when the frame has it."""
+    """Mean line per column (label -> column), shaded min..max band when the frame has it; ``x_range``:
+    the selected window, so a chart shows the whole range even where nothing was collected."""
     data: list[dict[str, Any]] = []
     if not df.empty:
         x = _times(df["ts"])
@@ -147,13 +187,78 @@ def timeseries(
                     "x": x,
                     "y": _values(df[col]),
                     "name": label,
-                    "mode": "lines",
+                    "mode": _line_mode(len(x)),
                     "line": {"color": color},
                 }
             )
     if stale:
         title += "  (STALE)"
-    return _figure(data, _base_layout(title, y_title, height))
+    layout = _base_layout(title, y_title, height)
+    layout["xaxis"] = time_axis(*(x_range or (None, None)))
+    if not data:
+        _no_data(layout, "no data in this range")
+    return _figure(data, layout)
+
+
+def _no_data(layout: dict[str, Any], text: str) -> None:
+    layout["annotations"].append(
+        {"text": text, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+         "font": {"size": 15, "color": "#999"}}
+    )  # fmt: skip
+
+
+def load_and_knob(
+    df: pd.DataFrame,
+    events: pd.DataFrame,
+    max_running: int | None,
+    x_range: tuple[float, float] | None = None,
+    stale: bool = False,
+    height: int = 260,
+) -> go.Figure:
+    """Running and queued requests with the knob (spec_max_bs, a step line) on the same axis, since the
+    knob is a running-requests threshold; each confirmed change is a marker naming who set it."""
+    layout = _base_layout("Requests and the knob" + ("  (STALE)" if stale else ""), "requests", height)
+    layout["xaxis"] = time_axis(*(x_range or (None, None)))
+    data: list[dict[str, Any]] = []
+    if not df.empty:
+        x = _times(df["ts"])
+        for col, name, color in (("num_running_reqs", "running", PALETTE[0]),
+                                 ("num_queue_reqs", "queued", PALETTE[1])):  # fmt: skip
+            if col in df and df[col].notna().any():
+                line = {"color": COLOR_STALE if stale else color}
+                data.append({"type": "scatter", "x": x, "y": _values(df[col]), "name": name,
+                             "mode": "lines", "line": line})  # fmt: skip
+        if "spec_max_bs" in df and df["spec_max_bs"].notna().any():
+            knob = df["spec_max_bs"].clip(upper=max_running) if max_running else df["spec_max_bs"]
+            data.append({"type": "scatter", "x": x, "y": _values(knob), "name": "knob (spec_max_bs)",
+                         "mode": "lines", "line": {"shape": "hv", "color": COLOR_ON, "width": 2,
+                                                   "dash": "dot"}})  # fmt: skip
+    if not events.empty:
+        ev = events.sort_values("ts")
+        ys = ev["new_max_bs"].astype(float)
+        if max_running:
+            ys = ys.clip(upper=max_running)
+        text = [f"{a}: {_knob_word(o)} → {_knob_word(n)}<br>{r}" for a, o, n, r in
+                zip(ev["actor"], ev["old_max_bs"], ev["new_max_bs"], ev["reason"], strict=True)]  # fmt: skip
+        data.append({"type": "scatter", "x": _times(ev["ts"]), "y": _values(ys), "name": "knob set by",
+                     "mode": "markers", "text": text, "hovertemplate": "%{text}<extra></extra>",
+                     "marker": {"symbol": "diamond", "size": 9, "color": COLOR_ON}})  # fmt: skip
+    if max_running:
+        _hline(layout, max_running, f"max_running_requests {max_running}", "#999")
+    if not data:
+        _no_data(layout, "no data in this range")
+    return _figure(data, layout)
+
+
+def _knob_word(v: object) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "?"
+    return "off" if int(v) <= 0 else str(int(v))  # type: ignore[call-overload]
+
+
+def _line_mode(n_points: int) -> str:
+    """Lines, with markers when there are too few points for a line to show (a long range, a new source)."""
+    return "lines+markers" if n_points <= 3 else "lines"
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -172,10 +277,20 @@ def speedup_chart(
     """Speedup (spec on / spec off) vs concurrency: live bins, benchmark curves, crossovers, now."""
     layout = _base_layout("Speedup from speculation vs load", "spec on / spec off", 420)
     data: list[dict[str, Any]] = []
-    _hline(layout, 1.0, "break-even")
+    _hline(layout, 1.0, "break-even", side="left")
     for i, (label, curve) in enumerate(bench.items()):
         if curve.empty:
             continue
+        color = PALETTE[(i + 1) % len(PALETTE)]
+        if {"ci_lo", "ci_hi"} <= set(curve.columns) and curve["ci_lo"].notna().any():
+            ci = curve.dropna(subset=["ci_lo", "ci_hi"])
+            data.append({"type": "scatter", "x": _values(ci["concurrency"]), "y": _values(ci["ci_hi"]),
+                         "mode": "lines", "line": {"width": 0}, "showlegend": False, "hoverinfo": "skip",
+                         "legendgroup": label})  # fmt: skip
+            data.append({"type": "scatter", "x": _values(ci["concurrency"]), "y": _values(ci["ci_lo"]),
+                         "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                         "fillcolor": _rgba(color, 0.18), "name": f"95% interval: {label}",
+                         "legendgroup": label, "hoverinfo": "skip"})  # fmt: skip
         data.append(
             {
                 "type": "scatter",
@@ -183,7 +298,8 @@ def speedup_chart(
                 "y": _values(curve["speedup"]),
                 "name": f"benchmark: {label}",
                 "mode": "lines+markers",
-                "line": {"color": PALETTE[(i + 1) % len(PALETTE)], "dash": "dash"},
+                "legendgroup": label,
+                "line": {"color": color, "dash": "dash"},
             }
         )
     if not live.empty and live["speedup"].notna().any():
@@ -202,9 +318,12 @@ def speedup_chart(
                 "off %{customdata[1]})<extra></extra>",
             }
         )
-    for label, x in crossovers.items():
+    x_hi = _x_extent(bench, live, max_running, crossovers)
+    for k, (label, x) in enumerate(crossovers.items()):
         if x is not None and not math.isnan(x):
-            _vline(layout, x, f"crossover {label}: {x:.1f}", "#d62728")
+            # each label on the side of its line with room, stacked so two crossovers never overlap
+            side = "left" if x > 0.5 * x_hi else "right"
+            _vline(layout, x, f"crossover {label}: {x:.1f}", "#d62728", side=side, y=1 - 0.09 * k)
     if operating_point is not None:
         cx, cy, text = operating_point
         data.append(
@@ -215,7 +334,8 @@ def speedup_chart(
                 "name": "now",
                 "mode": "markers+text",
                 "text": [text],
-                "textposition": "top center",
+                "textposition": "top right" if cx < 0.5 * x_hi else "top left",
+                "cliponaxis": False,
                 "marker": {
                     "size": 18,
                     "symbol": "star",
@@ -225,7 +345,7 @@ def speedup_chart(
             }
         )
     if max_running:
-        _vline(layout, max_running, "max_running", "#999", "dot")
+        _vline(layout, max_running, f"max_running_requests {max_running}", "#999", "dot", y=0.12)
         layout["xaxis"]["range"] = [0, max_running * 1.05]
     if not data:  # nothing measured yet: still draw a readable frame around break-even
         layout["yaxis"]["range"] = [0.5, 1.5]
@@ -240,13 +360,35 @@ def speedup_chart(
                 "font": {"size": 16, "color": "#999"},
             }
         )
-    layout["xaxis"]["title"] = {"text": "concurrency (running requests)"}
+    layout["xaxis"]["title"] = {"text": CONCURRENCY_TITLE}
     return _figure(data, layout)
 
 
-def policy_timeline(load: pd.DataFrame, events: pd.DataFrame, max_running: int | None = None) -> go.Figure:
+def _x_extent(
+    bench: Mapping[str, pd.DataFrame],
+    live: pd.DataFrame,
+    max_running: int | None,
+    crossovers: Mapping[str, float | None],
+) -> float:
+    """The right end of the speedup chart's x axis (what plotly will show), to pick label sides."""
+    if max_running:
+        return max_running * 1.05
+    xs = [float(c["concurrency"].max()) for c in bench.values() if not c.empty]
+    if not live.empty and "concurrency" in live and live["concurrency"].notna().any():
+        xs.append(float(live["concurrency"].max()))
+    xs += [float(x) for x in crossovers.values() if x is not None and not math.isnan(x)]
+    return max(xs) if xs else 1.0
+
+
+def policy_timeline(
+    load: pd.DataFrame,
+    events: pd.DataFrame,
+    max_running: int | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> go.Figure:
     """Running requests over time with the knob (step line) and each policy decision as a marker."""
     layout = _base_layout("Policy decisions under the load they answered", "requests / batch size", 320)
+    layout["xaxis"] = time_axis(*(x_range or (None, None)))
     data: list[dict[str, Any]] = []
     if not load.empty:
         x = _times(load["ts"])
@@ -290,11 +432,18 @@ def policy_timeline(load: pd.DataFrame, events: pd.DataFrame, max_running: int |
             }
         )
     if max_running:
-        _hline(layout, max_running, "max_running", "#999")
+        _hline(layout, max_running, f"max_running_requests {max_running}", "#999")
     return _figure(data, layout)
 
 
-def gpu_grid(df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: str, y_title: str) -> go.Figure:
+def gpu_grid(
+    df: pd.DataFrame,
+    metric: str,
+    labels: Mapping[int, str],
+    title: str,
+    y_title: str,
+    x_range: tuple[float, float] | None = None,
+) -> go.Figure:
     """Small multiples: one panel per GPU for one metric.
 
     Built as a plain figure dict with hand-placed axis domains: make_subplots + add_trace(row, col)
@@ -304,7 +453,7 @@ def gpu_grid(df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: st
     n = max(1, len(ids))
     cols = min(4, n)
     rows = math.ceil(n / cols)
-    gap_x, gap_y = 0.03, 0.22 / rows
+    gap_x, gap_y = 0.05, 0.22 / rows
     w, h = (1 - gap_x * (cols - 1)) / cols, (1 - gap_y * (rows - 1)) / rows
     layout: dict[str, Any] = {
         "title": {"text": title, "font": {"size": 15}},
@@ -320,11 +469,11 @@ def gpu_grid(df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: st
         r, c = divmod(j, cols)
         k = "" if j == 0 else str(j + 1)
         x0, y1 = c * (w + gap_x), 1 - r * (h + gap_y)
+        # every panel over the same window, three ticks, labels that would spill into the next panel hidden
         layout[f"xaxis{k}"] = {
+            **time_axis(*(x_range or (None, None))),
             "domain": [_unit(x0), _unit(x0 + w)],
             "anchor": f"y{k}",
-            "type": "date",
-            "tickformat": "%H:%M",
             "nticks": 4,
             "showticklabels": r == rows - 1 or j + cols >= n,
         }
@@ -353,7 +502,7 @@ def gpu_grid(df: pd.DataFrame, metric: str, labels: Mapping[int, str], title: st
         data.append(
             {
                 "type": "scatter",
-                "mode": "lines",
+                "mode": _line_mode(len(part)),
                 "name": labels[gid],
                 "xaxis": f"x{k}",
                 "yaxis": f"y{k}",
@@ -394,8 +543,11 @@ def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughpu
                     "line": {"color": color, "dash": dash},
                 }
             )
-    layout = _base_layout(what.replace("_", " "), "", 360)
-    layout["xaxis"]["title"] = {"text": "concurrency"}
+    name, unit = BENCH_UNITS.get(what, (what.replace("_", " "), ""))
+    layout = _base_layout(f"{name[0].upper()}{name[1:]} vs load", f"{name} ({unit})" if unit else name, 360)
+    layout["xaxis"]["title"] = {"text": CONCURRENCY_TITLE}
+    if not data:
+        _no_data(layout, f"this run has no {name}")
     return _figure(data, layout)
 
 

@@ -22,6 +22,7 @@ from spectower.console.commands import (
     store,
     ui,
 )
+from spectower.console.commands.options import EXAMPLES
 from spectower.console.errors import EXIT_USER_ERROR, is_user_error, stderr
 
 from spectower import __version__
@@ -93,6 +94,21 @@ app.command("sglang-config")(sglang_config.sglang_config)
 app.command("collect")(collect.collect)
 app.command("console")(ui.console)
 app.command("demo")(demo.demo)
+
+
+def _attach_examples(root: typer.Typer) -> None:
+    """End each main command's --help with a worked example (console/commands/options.EXAMPLES)."""
+    groups = [("", root), *((g.name or "", g.typer_instance) for g in root.registered_groups)]
+    for prefix, group in groups:
+        if group is None:
+            continue
+        for command in group.registered_commands:
+            name = f"{prefix} {command.name}".strip()
+            if name in EXAMPLES:
+                command.epilog = f"Example: {EXAMPLES[name]}"
+
+
+_attach_examples(app)
 
 
 def main() -> None:

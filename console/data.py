@@ -146,9 +146,7 @@ def engine_series(
     # Several DP ranks: each reports its own batch, so a server's tok/s or running requests is the sum
     # over ranks (pooling their samples would give the mean, 1/dp of it); the rest is averaged.
     # Summed min / max make a band that holds the sum (sum of the ranks' minima <= min of the sum).
-    frames = [
-        _series_frame(db, "engine", [server_id], cols, t0, t1, max_points, dp_rank=r) for r in ranks
-    ]
+    frames = [_series_frame(db, "engine", [server_id], cols, t0, t1, max_points, dp_rank=r) for r in ranks]
     stacked = pd.concat(frames, ignore_index=True).drop(columns="source_id")
     how = {
         f"{c}{x}": ("sum" if c in ADDITIVE_ENGINE_COLUMNS else "mean")

@@ -12,7 +12,7 @@ from spectower.collectors.bench.ratio import first_fall, fit_ratios
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
     """One run's points -> ``concurrency, tok_s_on, tok_s_off, speedup`` (rows where both sides exist)."""
-    cols = ["concurrency", "tok_s_on", "tok_s_off", "speedup"]
+    cols = ["concurrency", "tok_s_on", "tok_s_off", "speedup", "ci_lo", "ci_hi"]
     if points.empty or "spec_on" not in points:
         return pd.DataFrame(columns=cols)
     p = points.dropna(subset=["concurrency", "output_throughput", "spec_on"])
@@ -21,6 +21,11 @@ def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
     both = pd.concat([on.rename("tok_s_on"), off.rename("tok_s_off")], axis=1).dropna()
     both = both[both["tok_s_off"] > 0]
     both["speedup"] = both["tok_s_on"] / both["tok_s_off"]
+    # the sweep's interval on the ratio at each level (stored on its points; imports have none)
+    for side in ("lo", "hi"):
+        col = f"ratio_ci_{side}"
+        ci = p.groupby("concurrency")[col].mean() if col in p else pd.Series(dtype=float)
+        both[f"ci_{side}"] = ci.reindex(both.index).astype(float)
     return both.reset_index().rename(columns={"index": "concurrency"})[cols].sort_values("concurrency")
 
 

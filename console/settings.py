@@ -7,6 +7,7 @@ Streamlit secrets; nothing secret is ever read from a command line argument or w
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,16 @@ ENV_ADMIN_KEY = "SPECTOWER_ADMIN_KEY"
 ENV_ADMIN_KEY_FILE = "SPECTOWER_ADMIN_KEY_FILE"
 ENV_OPERATOR = "SPECTOWER_OPERATOR"
 ENV_REFRESH_S = "SPECTOWER_CONSOLE_REFRESH_S"
+# Who clicked: "shared" (SPECTOWER_OPERATOR, the local default), "oidc" (Streamlit's st.login / st.user,
+# configured under [auth] in .streamlit/secrets.toml) or "header" (a trusted reverse proxy's header).
+ENV_IDENTITY = "SPECTOWER_CONSOLE_IDENTITY"
+ENV_IDENTITY_HEADER = "SPECTOWER_IDENTITY_HEADER"
+ENV_OIDC_PROVIDER = "SPECTOWER_OIDC_PROVIDER"
+ENV_ALLOWED_HOSTS = "SPECTOWER_CONSOLE_ALLOWED_HOSTS"
+IDENTITY_MODES = ("shared", "oidc", "header")
+DEFAULT_IDENTITY_HEADER = "X-Forwarded-User"
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_NOT_ACTOR_CHARS = re.compile(r"[^A-Za-z0-9_.@+:-]")
 
 DEFAULT_REFRESH_S = 5.0  # live fragments re-read storage this often (the collector samples at ~1 Hz)
 DEFAULT_STALE_AFTER_S = 15.0  # a newest sample older than this is shown as stale, not as "now"
@@ -73,6 +84,65 @@ class Operator:
 class CredentialStatus:
     operator: Operator | None
     why_not: str  # empty when operator is set
+    login_needed: bool = False  # OIDC: nobody is signed in yet (the page offers st.login)
+    identity: str = "shared"  # how the operator was identified
+
+
+def allowed_hosts(bind_host: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The Host header values the console accepts (Streamlit's ``server.allowedHosts``): loopback, the
+    address it binds (unless a wildcard), and ``SPECTOWER_CONSOLE_ALLOWED_HOSTS`` (comma-separated, for the
+    name a reverse proxy serves it under). Anything else (a DNS-rebinding page) is refused."""
+    env = os.environ if env is None else env
+    hosts = list(LOOPBACK_HOSTS)
+    if bind_host.strip() not in ("", "0.0.0.0", "::", "*"):
+        hosts.append(bind_host.strip().strip("[]"))
+    hosts.extend(h.strip() for h in (env.get(ENV_ALLOWED_HOSTS) or "").split(",") if h.strip())
+    return list(dict.fromkeys(hosts))
+
+
+def actor_name(raw: str) -> str:
+    """An identity (an e-mail, a proxy's user name) as an audit actor name: 1-64 of ``A-Za-z0-9_.@+:-``."""
+    return _NOT_ACTOR_CHARS.sub("_", raw.strip())[:64]
+
+
+def identity_mode(env: Mapping[str, str], section: Mapping[str, Any]) -> str:
+    mode = str(env.get(ENV_IDENTITY) or section.get("identity") or "shared").strip().lower()
+    if mode not in IDENTITY_MODES:
+        raise ValueError(f"{ENV_IDENTITY} must be one of {', '.join(IDENTITY_MODES)}, got {mode!r}")
+    return mode
+
+
+def _who(
+    mode: str,
+    env: Mapping[str, str],
+    section: Mapping[str, Any],
+    user: Mapping[str, Any] | None,
+    headers: Mapping[str, str] | None,
+) -> tuple[str | None, str, bool]:
+    """(name, why not, login needed) for the configured identity mode."""
+    if mode == "oidc":
+        if not user or not user.get("is_logged_in"):
+            return None, "sign in (OpenID Connect) to act; until then the page is read-only", True
+        raw = user.get("email") or user.get("preferred_username") or user.get("sub") or user.get("name")
+        if not raw:
+            return None, "the identity provider returned no email, preferred_username or sub", False
+        return actor_name(str(raw)), "", False
+    if mode == "header":
+        header = str(
+            env.get(ENV_IDENTITY_HEADER) or section.get("identity_header") or DEFAULT_IDENTITY_HEADER
+        )
+        value = None
+        for key, val in (headers or {}).items():
+            if key.lower() == header.lower():
+                value = val
+        if not value or not str(value).strip():
+            return None, f"the trusted proxy sent no {header} header (who is acting is unknown)", False
+        return actor_name(str(value)), "", False
+    name = env.get(ENV_OPERATOR) or section.get("operator") or None
+    if not name:
+        why = f"no operator name: set {ENV_OPERATOR} (or [spectower] operator in Streamlit secrets)"
+        return None, why, False
+    return str(name), "", False
 
 
 def _secrets_section(secrets: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -86,14 +156,24 @@ def _secrets_section(secrets: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def operator_credentials(
-    env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None
+    env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, Any] | None = None,
+    *,
+    user: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> CredentialStatus:
-    """The operator identity and admin key, from env first, then ``[spectower]`` in Streamlit secrets.
+    """Who acts, and the admin key, from env first, then ``[spectower]`` in Streamlit secrets.
 
-    Secrets keys: ``admin_key`` or ``admin_key_file``, and ``operator``.
+    Secrets keys: ``admin_key`` or ``admin_key_file``, ``operator``, ``identity`` (shared / oidc / header)
+    and ``identity_header``. ``user`` is Streamlit's ``st.user`` (OIDC), ``headers`` the request's headers
+    (``st.context.headers``, for a trusted reverse proxy's identity header).
     """
     env = os.environ if env is None else env
     section = _secrets_section(secrets)
+    try:
+        mode = identity_mode(env, section)
+    except ValueError as exc:
+        return CredentialStatus(None, str(exc))
     key = env.get(ENV_ADMIN_KEY) or None
     key_file = env.get(ENV_ADMIN_KEY_FILE) or None
     if key is None and key_file is None:
@@ -112,9 +192,7 @@ def operator_credentials(
             f"no admin key: set {ENV_ADMIN_KEY_FILE} (or {ENV_ADMIN_KEY}) and {ENV_OPERATOR} before "
             "`spectower console`, or add [spectower] admin_key_file / operator to .streamlit/secrets.toml",
         )
-    name = env.get(ENV_OPERATOR) or section.get("operator") or None
+    name, why, login = _who(mode, env, section, user, headers)
     if not name:
-        return CredentialStatus(
-            None, f"no operator name: set {ENV_OPERATOR} (or [spectower] operator in Streamlit secrets)"
-        )
-    return CredentialStatus(Operator(name=str(name), admin_key=key), "")
+        return CredentialStatus(None, why, login_needed=login, identity=mode)
+    return CredentialStatus(Operator(name=name, admin_key=key), "", identity=mode)

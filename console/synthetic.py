@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from spectower.simulator.profile import Profile, load_profile
 from spectower.storage import Database
-from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent, GpuProcessSample
 from sqlalchemy import insert
 from sqlmodel import SQLModel
 
@@ -111,13 +111,16 @@ def fill(
     profile_name: str = DEFAULT_PROFILE,
     knob_period_s: float = DEFAULT_KNOB_PERIOD_S,
     port0: int = 30000,
+    urls: list[str] | None = None,
 ) -> Fill:
-    """Write ``servers`` servers with samples every ``step_s`` over [t0, t1], and ``gpus`` GPUs (0: none)."""
+    """Write ``servers`` servers with samples every ``step_s`` over [t0, t1], and ``gpus`` GPUs (0: none).
+    ``urls``: the servers (default http://10.0.0.<i>:<port0>), e.g. a live server's, to give it a past."""
     profile = load_profile(profile_name)
     sids, gids, n_eng, n_gpu = [], [], 0, 0
-    for i in range(servers):
+    names = urls or [f"http://10.0.0.{i + 1}:{port0}" for i in range(servers)]
+    for i, url in enumerate(names):
         sid = db.server_id(
-            f"http://10.0.0.{i + 1}:{port0}", ts=t0, served_model_name=profile.served_model_name,
+            url, ts=t0, served_model_name=profile.served_model_name,
             sglang_version="0.5.23", max_running_requests=profile.max_running_requests,
             speculative_algorithm="EAGLE3",
         )  # fmt: skip
@@ -132,6 +135,13 @@ def fill(
                         memory_total_mib=float(profile.gpus.memory_mib), source="nvml")  # fmt: skip
         gids.append(gid)
         n_gpu += _bulk(db, SQLModel.metadata.tables["gpu_sample"], gpu_rows(gid, t0, t1, step_s, 100 + g))
+    if gids:  # what NVML lists per GPU: the SGLang scheduler of that TP rank, and a small helper on GPU 0
+        procs = [GpuProcessSample(gpu_id=gid, ts=t1, pid=4100 + g, process_name=f"sglang::scheduler_TP{g}",
+                                  used_memory_mib=86500.0) for g, gid in enumerate(gids)]  # fmt: skip
+        procs.append(GpuProcessSample(gpu_id=gids[0], ts=t1, pid=4099, process_name="python3",
+                                      used_memory_mib=1200.0))  # fmt: skip
+        with db.session() as s:
+            s.add_all(procs)
     return Fill(sids, gids, n_eng, n_gpu)
 
 
@@ -148,6 +158,7 @@ def add_bench_run(db: Database, profile_name: str, created_at: float, tag: str, 
     for c in profile.concurrency:
         for on in (True, False):
             tok = profile.output_tok_s(c, on) * (scale_on if on else 1.0)
+            ratio = profile.output_tok_s(c, True) * scale_on / profile.output_tok_s(c, False)
             points.append(
                 BenchPoint(
                     run_id=0,
@@ -159,6 +170,8 @@ def add_bench_run(db: Database, profile_name: str, created_at: float, tag: str, 
                     p99_ttft_ms=400 + c * 6,
                     median_itl_ms=11 + c / 4,
                     accept_length=profile.accept_length_at(c),
+                    ratio_ci_lo=ratio * 0.96,  # the sweep stores its interval on the ratio with each point
+                    ratio_ci_hi=ratio * 1.04,
                 )
             )
     return db.save_bench_run(run, points)

@@ -1,8 +1,11 @@
 """The audit trail of the speculation knob, and the one function every caller uses to move it.
 
-Every attempt, confirmed or refused, becomes a ``ControlEvent`` row (who, when, old -> new, why, the
-per-rank read-back, the error). ``apply_knob`` is what the CLI, the console and the policy runner call; a
-manual (``operator:``) set also pauses that server's policy until ``release``.
+Every attempt becomes a ``ControlEvent`` row (who, when, old -> new, why, the per-rank read-back, the
+outcome). ``apply_knob`` is what the CLI, the console and the policy runner call. Who holds the knob is NOT
+kept here: the server keeps it (control/knob_contract.py), so a manual set holds against a policy whatever
+database, URL spelling, host or console each of them uses. ``confirmed`` is true only when the read-back
+shows this very request applied on every rank; otherwise ``error`` starts with ``not applied:`` or
+``outcome unknown:``.
 """
 
 from __future__ import annotations
@@ -10,8 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,7 @@ from spectower.control.knob import (
     KnobState,
     SetResult,
     Target,
+    Writer,
     check_target,
     ensure_ready,
     normalize_server_url,
@@ -29,10 +32,7 @@ from spectower.control.knob import (
 )
 from spectower.storage import queries
 from spectower.storage.models import ControlEvent, PolicyState
-from sqlmodel import select
 
-# "Until released", as a float every SQL backend stores exactly (9999-12-31T23:59:59Z); inf is not portable.
-PAUSE_UNTIL_RELEASED = 253402300799.0
 MAX_REASON_CHARS = 1000
 ACTOR_KINDS = ("operator", "policy")
 _ACTOR_NAME = re.compile(r"^[A-Za-z0-9_.@+:-]{1,64}$")
@@ -119,7 +119,7 @@ def record_failure(
     """Audit a set that was refused or failed (the message of our errors never holds a key)."""
     return record_event(
         db, actor=actor, server_url=server_url, action="set", reason=reason, old_max_bs=old,
-        new_max_bs=new, confirmed=False, error=f"{type(exc).__name__}: {exc}", ts=clock(),
+        new_max_bs=new, confirmed=False, error=f"not applied: {type(exc).__name__}: {exc}", ts=clock(),
     )  # fmt: skip
 
 
@@ -139,7 +139,8 @@ def preview_knob(
         ensure_ready(state)
         return state, resolve_target(state, target)
     except KnobError as exc:
-        old = state.spec_max_bs if state is not None else None
+        notes: list[str] = []
+        old = _db_int(state.spec_max_bs if state is not None else None, "old value", notes)
         record_failure(db, client.base_url, actor, reason, exc, old=old, new=_static_new(target), clock=clock)
         raise
 
@@ -149,37 +150,48 @@ def _static_new(target: Target) -> int | None:
 
 
 class PolicyPaused(Exception):
-    """A policy's set was not sent: a manual set paused the server's policy (raised by ``apply_knob``)."""
+    """A policy's set was not applied: the server's lock (a manual set or a sweep) holds the knob."""
 
-    def __init__(self, server_url: str, until: float) -> None:
-        self.server_url, self.until = server_url, until
-        when = "until released" if until >= PAUSE_UNTIL_RELEASED else f"until {until:.0f}"
-        super().__init__(f"the policy for {server_url} is paused by a manual set {when}")
-
-
-def _ensure_policy_row(db: Any, url: str, now: float) -> None:
-    with write_session(db) as session:
-        if session.get(PolicyState, url) is None:
-            session.add(PolicyState(server_url=url, updated_ts=now, mode="", state_json="{}"))
+    def __init__(self, server_url: str, why: str) -> None:
+        self.server_url, self.why = server_url, why
+        super().__init__(f"the policy for {server_url} is paused: {why}")
 
 
-@contextmanager
-def knob_lock(db: Any, server_url: str, now: float) -> Iterator[PolicyState]:
-    """The server's PolicyState row, locked for writing until the block ends (then committed).
+# SQL INTEGER (SQLite, PostgreSQL BIGINT): a server value beyond it is audited as NULL with a note, never
+# a crash after the change was applied.
+DB_INT_MIN, DB_INT_MAX = -(2**63), 2**63 - 1
 
-    A policy's "not paused? then set" and an operator's "set, then pause" each run inside this lock, so they
-    cannot interleave: either the policy's set lands first and the operator's overrides it, or the policy
-    sees the pause. SQLite: the transaction began IMMEDIATE; PostgreSQL: the row is SELECTed FOR UPDATE.
-    The lock is held for one set and its read-back (milliseconds on a healthy server, at most the client's
-    timeouts); other writers wait within their busy timeout. Write nothing else to the database inside it.
-    """
-    _ensure_policy_row(db, server_url, now)
-    with write_session(db) as session:
-        row = session.exec(
-            select(PolicyState).where(PolicyState.server_url == server_url).with_for_update()
-        ).one()
-        yield row
-        session.add(row)
+
+def _db_int(value: int | None, what: str, notes: list[str]) -> int | None:
+    if value is None or DB_INT_MIN <= value <= DB_INT_MAX:
+        return value
+    notes.append(f"{what} {value} is beyond the database's INTEGER range (recorded as empty)")
+    return None
+
+
+def lock_text(state: KnobState) -> str:
+    """``manual lock until released`` / ``sweep lock, 540 s left`` / ``no lock`` (from the server)."""
+    if not state.ownership_supported:
+        return "ownership not reported (plugin predates server-side locks)"
+    if not state.locked:
+        return "no lock: the policy may act"
+    left = state.lock_left_s()
+    return f"{state.owner} lock " + ("until released" if left is None else f"for {_duration(left)} more")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds} s"
+
+
+def _writer_of(actor: str, writer: Writer | None) -> Writer:
+    if writer is not None:
+        return writer
+    return "manual" if is_manual(actor) else "policy"
 
 
 def apply_knob(
@@ -189,22 +201,28 @@ def apply_knob(
     reason: str,
     actor: str,
     *,
+    writer: Writer | None = None,
+    hold_s: float | None = None,
+    force: bool = False,
     clock: Clock = time.time,
 ) -> SetResult:
-    """Read the old value, set, read back, audit; a manual actor also pauses the server's policy.
+    """Set, settle the outcome by read-back, audit it. Returns the result whatever the outcome.
 
-    Bad input (actor, reason, a negative or non-integer value) is refused before anything is sent or
-    written. Every attempt past that is audited, and a refused one re-raises the knob error. A policy
-    actor's set is not sent while the server's policy is paused (``PolicyPaused``, not audited: nothing
-    was attempted); the pause check and the set are atomic against a manual set (``knob_lock``).
+    Bad input (actor, reason, a negative, non-integer or too large value) is refused before anything is
+    sent or written. Who may write is the server's decision (control/knob_contract.py): a manual set takes
+    the server's lock (``hold_s`` seconds, or until released); a policy's set is refused while a lock holds
+    (audited as not applied, then ``PolicyPaused`` is raised). The old value is the one the server itself
+    recorded as replaced by this very request (atomic with the write), not an earlier read.
     """
     actor = validate_actor(actor)
     reason = validate_reason(reason)
     target = check_target(new_max_bs)
     url = client.base_url
-    manual = is_manual(actor)
+    kind = _writer_of(actor, writer)
 
     def audit_failure(exc: KnobError, old: int | None, new: int | None) -> None:
+        notes: list[str] = []
+        old, new = _db_int(old, "old value", notes), _db_int(new, "new value", notes)
         record_failure(db, url, actor, reason, exc, old=old, new=new, clock=clock)
 
     try:
@@ -213,39 +231,38 @@ def apply_knob(
         audit_failure(exc, None, _static_new(target))
         raise
     try:
-        new_value: int | None = resolve_target(before, target)
-    except KnobError:
-        new_value = _static_new(target)
-    paused_now = False
-    try:
-        with knob_lock(db, url, clock()) as row:
-            now = clock()
-            if not manual and row.paused_until is not None and row.paused_until > now:
-                raise PolicyPaused(url, row.paused_until)
-            result = client.set(target, before=before)
-            if manual and any(result.accepted):  # a manual set always wins: pause in the same lock
-                row.paused_until, row.updated_ts = PAUSE_UNTIL_RELEASED, now
-                paused_now = True
+        result = client.set(target, before=before, writer=kind, hold_s=hold_s, force=force)
     except KnobError as exc:
+        try:
+            new_value: int | None = resolve_target(before, target)
+        except KnobError:
+            new_value = _static_new(target)
         audit_failure(exc, before.spec_max_bs, new_value)
         raise
-
-    error = result.error
-    if error is None and not result.confirmed:
-        seen = [row["spec_max_bs"] for row in result.per_rank()]
-        error = f"not confirmed: read-back per rank {seen}, requested {result.requested}"
-    record_event(
-        db, actor=actor, server_url=url, action="set", reason=reason, old_max_bs=result.old_max_bs,
-        new_max_bs=result.requested, confirmed=result.confirmed, per_rank=result.per_rank(), error=error,
-        ts=clock(),
-    )  # fmt: skip
-    if paused_now:
-        record_event(db, actor=actor, server_url=url, action="pause", reason=f"manual set: {reason}",
-                     confirmed=True, ts=clock())  # fmt: skip
+    _audit_result(db, actor, reason, "set", result, clock)
+    if kind == "policy" and result.refused_by_lock:
+        raise PolicyPaused(url, result.refused_why or "a lock holds")
     return result
 
 
-# ------------------------------------------------------------------------------- pause / release
+def _audit_result(
+    db: Any, actor: str, reason: str, action: str, result: SetResult, clock: Clock
+) -> ControlEvent:
+    notes: list[str] = []
+    old = _db_int(result.old_max_bs, "old value", notes)
+    new = _db_int(result.requested if result.requested is not None else result.old_max_bs, "new value", notes)
+    error = result.error
+    if result.confirmed and result.after is not None and result.writer == "manual" and action == "set":
+        notes.append(lock_text(result.after))
+    if notes:
+        error = "; ".join([*([error] if error else []), *notes])
+    return record_event(
+        db, actor=actor, server_url=result.server_url, action=action, reason=reason, old_max_bs=old,
+        new_max_bs=new, confirmed=result.confirmed, per_rank=result.per_rank(), error=error, ts=clock(),
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- release
 
 
 def get_policy_state(db: Any, server_url: str) -> PolicyState | None:
@@ -253,69 +270,34 @@ def get_policy_state(db: Any, server_url: str) -> PolicyState | None:
         return session.get(PolicyState, normalize_server_url(server_url))
 
 
-def paused_until(db: Any, server_url: str, now: float | None = None) -> float | None:
-    """When the server's policy resumes (``PAUSE_UNTIL_RELEASED`` = on release), or None if not paused."""
-    state = get_policy_state(db, server_url)
-    if state is None or state.paused_until is None:
-        return None
-    current = time.time() if now is None else now
-    return state.paused_until if state.paused_until > current else None
-
-
-def pause_policy(
-    db: Any,
-    server_url: str,
-    *,
-    actor: str,
-    reason: str,
-    until: float = PAUSE_UNTIL_RELEASED,
-    clock: Clock = time.time,
-) -> ControlEvent:
-    """Pause the server's policy (a manual set always wins) and audit it."""
-    url = normalize_server_url(server_url)
-    now = clock()
-    with write_session(db) as session:
-        state = session.get(PolicyState, url)
-        if state is None:
-            # No policy has run yet: the row still carries the pause for the one that starts later.
-            session.add(
-                PolicyState(server_url=url, updated_ts=now, mode="", paused_until=until, state_json="{}")
-            )
-        else:
-            state.paused_until = until
-            state.updated_ts = now
-            session.add(state)
-    return record_event(
-        db, actor=actor, server_url=url, action="pause", reason=reason, confirmed=True, ts=now
-    )
-
-
 @dataclass(frozen=True)
 class ReleaseResult:
     event: ControlEvent
-    was_paused: bool
+    was_locked: bool  # a lock held when the release was sent
+    result: SetResult
+
+    @property
+    def was_paused(self) -> bool:  # the old name
+        return self.was_locked
 
 
 def release(
-    db: Any, server_url: str, actor: str, reason: str, *, clock: Clock = time.time
+    db: Any, client: KnobClient, actor: str, reason: str, *, clock: Clock = time.time
 ) -> ReleaseResult:
-    """Lift a manual pause so the server's policy (if one runs) acts again; audited either way."""
+    """Clear the server's lock so a policy (wherever it runs, whatever database it uses) acts again;
+    read back and audited whatever the outcome."""
     actor = validate_actor(actor)
     reason = validate_reason(reason)
-    url = normalize_server_url(server_url)
-    now = clock()
-    with write_session(db) as session:
-        state = session.get(PolicyState, url)
-        was_paused = state is not None and state.paused_until is not None and state.paused_until > now
-        if state is not None and state.paused_until is not None:
-            state.paused_until = None
-            state.updated_ts = now
-            session.add(state)
-    event = record_event(
-        db, actor=actor, server_url=url, action="release", reason=reason, confirmed=True,
-        error=None if was_paused else "the policy was not paused", ts=now,
-    )  # fmt: skip
-    return ReleaseResult(event, was_paused)
+    url = client.base_url
+    try:
+        before = client.read()
+        result = client.release(before=before, writer="manual")
+    except KnobError as exc:
+        record_event(db, actor=actor, server_url=url, action="release", reason=reason, confirmed=False,
+                     error=f"{type(exc).__name__}: {exc}", ts=clock())  # fmt: skip
+        raise
+    event = _audit_result(db, actor, reason, "release", result, clock)
+    return ReleaseResult(event, before.locked, result)
 
 
 # ------------------------------------------------------------------------------------------ queries

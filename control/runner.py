@@ -2,10 +2,12 @@
 
 Every interval: build an ``Observation`` from what the collector stored for the server (EngineSamples,
 summed over DP ranks) plus the knob's read-back, ask the policy, and move the knob through
-``control.audit.apply_knob`` (actor ``policy:<mode>``) only when the decision changes it. Safety rails that
-hold whatever the policy says: stale metrics or an unreachable server hold; a manual set pauses the loop
-until released; no more than ``max_flips_per_hour`` sets per rolling hour. The policy's state is persisted
-after every decision and reloaded on start. On stop the server keeps its last ceiling.
+``control.audit.apply_knob`` (actor ``policy:<mode>``, writer class policy) only when the decision changes
+it. Safety rails that hold whatever the policy says: stale metrics or an unreachable server hold; while the
+server reports a lock (a manual set, or a sweep) the loop is paused, and the server itself refuses a
+policy write that races a new lock; no more than ``max_flips_per_hour`` sets per rolling hour. The
+policy's state is persisted after every decision and reloaded on start. On stop the server keeps its
+last ceiling.
 """
 
 from __future__ import annotations
@@ -175,6 +177,7 @@ class PolicyRunner:
         # Until the server answers, the policy's own figure (from `auto`'s start-up read or the database).
         initial = getattr(policy, "max_running_requests", None)
         self.max_running_requests: int | None = initial if isinstance(initial, int) else None
+        self.last_knob: KnobState | None = None
 
     # -- reporting
 
@@ -216,7 +219,7 @@ class PolicyRunner:
                 row = PolicyState(
                     server_url=self.server_url, updated_ts=now, mode=self.policy.name, state_json=blob
                 )
-            else:  # keep paused_until: only a set or a release changes it
+            else:
                 row.updated_ts, row.mode, row.state_json = now, self.policy.name, blob
             session.add(row)
 
@@ -239,11 +242,18 @@ class PolicyRunner:
     def observe(self, now: float) -> tuple[Observation, str | None]:
         why_stale: str | None = None
         knob: KnobState | None = None
+        self.last_knob = None
         try:
             knob = self.client.read()
             ensure_ready(knob)
+            self.last_knob = knob
         except KnobError as exc:  # unreachable, or the knob cannot work there: hold and say why
             why_stale = f"knob not usable: {exc}"
+        if knob is not None and why_stale is None and not knob.ownership_supported:
+            why_stale = (
+                f"knob not usable by a policy: the plugin {knob.plugin_version or '?'} predates server-side "
+                "locks, so a manual set could not hold against this policy; upgrade the plugin"
+            )
         if knob is not None and knob.max_running_requests:
             self.max_running_requests = knob.max_running_requests
         metrics, storage_stale = observe_storage(
@@ -262,15 +272,25 @@ class PolicyRunner:
         )
         return obs, why_stale
 
+    def _paused_reason(self, knob: KnobState) -> str:
+        lock = knob.lock or {}
+        expires = lock.get("expires_at")
+        until = (
+            "until released"
+            if not isinstance(expires, int | float)
+            else "until " + time.strftime("%H:%M:%S", time.localtime(float(expires)))
+        )
+        return (
+            f"the server's {knob.owner} lock holds the knob {until} "
+            f"(`spectower control release --server {self.server_url}`)"
+        )
+
     def step(self) -> StepOutcome:
         now = self.clock()
-        resume = audit.paused_until(self.db, self.server_url, now)
-        if resume is not None:
-            until = "until released" if resume >= audit.PAUSE_UNTIL_RELEASED else f"until {resume:.0f}"
-            return StepOutcome(
-                now, "paused", f"a manual set paused the policy {until} (`spectower control release`)"
-            )
         obs, why_stale = self.observe(now)
+        knob = self.last_knob
+        if knob is not None and knob.locked:  # the server says who holds the knob: not us, now
+            return StepOutcome(now, "paused", self._paused_reason(knob), obs)
         decision = self.policy.decide(obs)
         self.save_state()
         if why_stale is not None:  # hold whatever the policy said: never act on stale data
@@ -289,12 +309,13 @@ class PolicyRunner:
             )  # fmt: skip
         try:
             result = audit.apply_knob(self.db, self.client, decision.max_bs, decision.reason, self.actor,
-                                      clock=self.clock)  # fmt: skip
-        except audit.PolicyPaused as exc:  # a manual set landed while this step was deciding
-            return StepOutcome(now, "paused", f"{exc} (`spectower control release`)", obs, decision)
+                                      writer="policy", clock=self.clock)  # fmt: skip
+        except audit.PolicyPaused as exc:  # a lock was taken while this step decided: the server refused
+            hint = f"`spectower control release --server {self.server_url}`"
+            return StepOutcome(now, "paused", f"{exc} ({hint})", obs, decision)
         except KnobError as exc:  # audited by apply_knob; the loop keeps going
             return StepOutcome(now, "error", f"set {decision.max_bs} failed: {exc}", obs, decision)
-        state = "confirmed" if result.confirmed else f"NOT confirmed ({result.error or 'read-back differs'})"
+        state = "confirmed" if result.confirmed else f"{result.outcome.upper()} ({result.error or '?'})"
         reason = f"{result.old_max_bs} -> {result.requested} {state}: {decision.reason}"
         return StepOutcome(now, "set", reason, obs, decision, result)
 

@@ -1,8 +1,9 @@
 """spectower's SGLang plugin: a live ceiling on the batch size at which EAGLE speculation drafts.
 
 Runs INSIDE SGLang's processes (entry point group ``sglang.srt.plugins``; ``load_plugins()`` calls
-``register()`` in the launcher and in every scheduler process), so it imports only the standard library and
-sglang, and sglang only lazily. Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
+``register()`` in the launcher and in every scheduler process), so it imports only the standard library,
+sglang (lazily) and ``spectower.control.knob_contract`` (the wire contract, itself standard library only).
+Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
 same signatures in both.
 
 The knob (docs/design.md, "The speculation knob"): ``POST /set_internal_state {"server_args":
@@ -12,20 +13,28 @@ speculation off; until the first set the ceiling is unlimited ("always on", repo
 
 AROUND hooks through SGLang's ``HookRegistry``:
 
-- ``Scheduler.set_internal_state``: a request carrying our key is validated (a non-negative ``int``; bools,
-  floats and negatives are refused with ``updated=False`` and nothing changes). Mixed requests are
-  all-or-nothing, like SGLang's own handling of several keys: our value is validated first, the remaining
-  keys go to SGLang's own handler (0.5.17: the inline allow-list; 0.5.23:
-  ``SchedulerInternalStateController``) and our value is applied only when SGLang accepted the rest. A
-  request without our key is SGLang's alone.
+- ``Scheduler.set_internal_state``: a request carrying any ``spectower_*`` key is judged by the wire
+  contract (``control/knob_contract.py``: the value, the writer class manual / policy / sweep, hold,
+  release, force, request id). A malformed request, or a write the lock forbids (a policy while a manual or
+  sweep lock holds; a sweep while a manual lock holds, unless forced), answers ``updated=False`` and
+  changes nothing (recorded as ``last_refused``). Mixed requests are all-or-nothing, like SGLang's own
+  handling of several keys: ours are validated and judged first, the remaining keys go to SGLang's own
+  handler (0.5.17: the inline allow-list; 0.5.23: ``SchedulerInternalStateController``) and ours are applied
+  only when SGLang accepted the rest. A request without our keys is SGLang's alone.
 - ``Scheduler.get_internal_state``: adds ``"spectower": {"plugin_version", "spec_max_bs", "batches_drafted",
-  "batches_gated", "refused", "gate"}`` (the first four are the contract; ``refused`` is null or why the
-  gate is inactive; ``gate`` shows the hysteresis settings and whether it is closed now).
+  "batches_gated", "refused", "gate"}`` plus the ownership block of the contract (``owner``, ``lock``,
+  ``last_write``, ``last_refused``, ``policy_last``, ``server_time``, ``contract_version``); ``refused`` is
+  null or why the gate is inactive; ``gate`` shows the hysteresis settings and whether it is closed now.
   ``batches_drafted`` counts decode batches that drafted (steps > 0), ``batches_gated`` those the gate
-  forced to 0; a batch SGLang's own band put at 0 counts as neither.
-- ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps.
+  forced to 0; a batch SGLang's own band put at 0 counts as neither. ``counters``: per batch-size bin
+  (powers of two up to ``max_running_requests``), for drafted (steps > 0) and gated (0 steps, whoever chose
+  it) decode steps, the steps, output tokens and step time (``control/engine_counters.py`` documents the
+  shape and what the step time includes); counted on every decode batch, refused or not.
+- ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
+  step starts here for the counters (``EngineCounters.begin``).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
-  forced zeros never drag down the band's acceptance EMA (nor count toward its update interval).
+  forced zeros never drag down the band's acceptance EMA (nor count toward its update interval). Every
+  verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``).
 
 Hysteresis: every step switch appends an entry to SGLang's runtime-context override log
 (``EAGLEWorkerV2.apply_runtime_state`` -> ``get_context().override("adaptive_spec.restore", ...)``), which is
@@ -57,11 +66,16 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-PLUGIN_VERSION = "0.1.0"
-KNOB_KEY = "spectower_spec_max_bs"
+# The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
+# library only, the modules of ours the plugin imports, shared with the simulator (and the client).
+from spectower.control import engine_counters, knob_contract
+
+PLUGIN_VERSION = "0.2.0"
+KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -224,6 +238,9 @@ class _PluginState:
             margin=_env_int(ENV_GATE_MARGIN),
             min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
         )
+        self.owner = knob_contract.KnobOwner()
+        # Per batch-size bin, drafted vs gated: steps, output tokens, step time (control/engine_counters.py).
+        self.counters = engine_counters.EngineCounters()
         self.refusal: str | None = None
         self.refusal_checked = False
         self.warned: set[str] = set()
@@ -242,6 +259,11 @@ def _state() -> _PluginState:
 def gate_state() -> Gate:
     """This process's gate (its ceiling, hysteresis state and counters)."""
     return _state().gate
+
+
+def engine_counters_state() -> engine_counters.EngineCounters:
+    """This process's decode counters (per batch-size bin, drafted vs gated)."""
+    return _state().counters
 
 
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
@@ -348,34 +370,66 @@ def _set_internal_state_output(updated: bool) -> Any:
     return SetInternalStateReqOutput(updated=updated)
 
 
+def _reported_ceiling(scheduler: Any) -> int:
+    """The ceiling as /server_info reports it (unset = the scheduler's max_running_requests)."""
+    ceiling = _state().gate.ceiling
+    if ceiling is not None:
+        return ceiling
+    max_running = getattr(scheduler, "max_running_requests", None)
+    return max_running if isinstance(max_running, int) else DEFAULT_UNLIMITED_REPORT
+
+
 def hook_set_internal_state(
     original: Callable[..., Any], scheduler: Any, recv_req: Any, *args: Any, **kwargs: Any
 ) -> Any:
     requested = getattr(recv_req, "server_args", None)
-    if not isinstance(requested, dict) or KNOB_KEY not in requested:
+    if not isinstance(requested, dict) or not knob_contract.ours(requested):
         return original(scheduler, recv_req, *args, **kwargs)
-    value = requested[KNOB_KEY]
-    problem = validate_spec_max_bs(value) or _check_refusal(scheduler)
-    if problem:
-        logger.warning("spectower: %s refused: %s", KNOB_KEY, problem)
+    state = _state()
+    owner = state.owner
+    request: knob_contract.KnobRequest | None = None
+    problem: str | None = None
+    try:
+        request = knob_contract.parse_request(requested)
+    except knob_contract.ContractError as exc:
+        problem = str(exc)
+    problem = problem or _check_refusal(scheduler)
+    if problem or request is None:
+        why = problem or "no spectower request"
+        owner.refuse(requested, why)
+        logger.warning("spectower: %s refused: %s", KNOB_KEY, why)
         return _set_internal_state_output(False)
-    rest = {key: val for key, val in requested.items() if key != KNOB_KEY}
-    if rest:
-        # SGLang's keys first, through its own handler; ours only if it accepted them (all-or-nothing).
-        sub_request = copy.copy(recv_req)
-        sub_request.server_args = rest
-        answer = original(scheduler, sub_request, *args, **kwargs)
-        if not getattr(answer, "updated", False):
-            logger.warning(
-                "spectower: %s not applied: SGLang refused the other keys %s", KNOB_KEY, sorted(rest)
-            )
-            return answer
-    else:
-        answer = _set_internal_state_output(True)
-    gate = _state().gate
-    old = gate.ceiling
-    gate.set_ceiling(value)
-    logger.info("spectower: %s %s -> %s (pid %d)", KNOB_KEY, old, value, os.getpid())
+    with owner.lock:  # check, SGLang's keys, apply: one step, so nothing interleaves
+        now = time.time()
+        locked_out = owner.check(request, now)
+        if locked_out:
+            owner.refuse(requested, locked_out, now)
+            logger.warning("spectower: %s write refused: %s", request.writer_name, locked_out)
+            return _set_internal_state_output(False)
+        rest = {key: val for key, val in requested.items() if key not in knob_contract.ours(requested)}
+        if rest:
+            # SGLang's keys first, through its own handler; ours only if it accepted them (all-or-nothing).
+            sub_request = copy.copy(recv_req)
+            sub_request.server_args = rest
+            answer = original(scheduler, sub_request, *args, **kwargs)
+            if not getattr(answer, "updated", False):
+                owner.refuse(requested, f"SGLang refused the other keys {sorted(rest)}", now)
+                logger.warning(
+                    "spectower: %s not applied: SGLang refused the other keys %s", KNOB_KEY, sorted(rest)
+                )
+                return answer
+        else:
+            answer = _set_internal_state_output(True)
+        previous = _reported_ceiling(scheduler)
+        if request.value is not None:
+            state.gate.set_ceiling(request.value)
+        owner.commit(request, previous, now)
+    lock = owner.report(now)["lock"]
+    logger.info(
+        "spectower: %s %s -> %s by %s%s, lock %s (pid %d)", KNOB_KEY, previous,
+        request.value if request.value is not None else previous, request.writer_name,
+        " (release)" if request.release else "", lock, os.getpid(),
+    )  # fmt: skip
     return answer
 
 
@@ -388,8 +442,13 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             max_running = getattr(scheduler, "max_running_requests", None)
             unlimited_as = max_running if isinstance(max_running, int) else DEFAULT_UNLIMITED_REPORT
             block = _state().gate.report(unlimited_as)
+            block.update(_state().owner.report())
             block["refused"] = refusal
             block["override_log_len"] = _override_log_len()
+            counters = _state().counters
+            if isinstance(max_running, int):
+                counters.ensure(max_running)  # bins up to max_running_requests from the first report on
+            block["counters"] = counters.snapshot()
             state["spectower"] = block
     except Exception:
         logger.exception("spectower: could not add its state to get_internal_state")
@@ -413,21 +472,27 @@ def hook_get_steps_for_batch(
     original: Callable[..., Any], params: Any, batch_size: int, *args: Any, **kwargs: Any
 ) -> int:
     steps = original(params, batch_size, *args, **kwargs)
+    final = steps
     try:
         state = _state()
         gate = state.gate
         if _check_refusal(None) is not None:
-            return steps
-        if 0 not in getattr(params, "candidate_steps", ()):
+            pass
+        elif 0 not in getattr(params, "candidate_steps", ()):
             # Without a step-0 runtime state, switching to 0 would raise inside SGLang: never force it.
             _warn_once("no-zero", "spectower: no adaptive band allows step 0; the gate stays open")
-            return steps
-        gated = gate.decide(int(batch_size))
-        gate.count(gated, steps)
-        return 0 if gated else steps
+        else:
+            gated = gate.decide(int(batch_size))
+            gate.count(gated, steps)
+            final = 0 if gated else steps
     except Exception:
         _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)
-        return steps
+        final = steps
+    try:
+        _state().counters.begin(int(batch_size), final > 0)
+    except Exception:
+        _warn_once("counters-begin", "spectower: decode counter error (begin)", exc_info=True)
+    return final
 
 
 def hook_on_verify_complete(
@@ -438,6 +503,10 @@ def hook_on_verify_complete(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
+    try:
+        _state().counters.end(int(batch_size), num_correct_drafts_per_req)
+    except Exception:
+        _warn_once("counters-end", "spectower: decode counter error (end)", exc_info=True)
     try:
         gate = _state().gate
         if gate.verify_was_gated(int(batch_size), list(num_correct_drafts_per_req)):

@@ -96,13 +96,31 @@ do_gated() {
   st control set --server "$SPEC_URL" --on --reason "off-means-off check" --as gpu-check --yes >/dev/null
   python3 gpu/check_acceptance.py --server "$SPEC_URL" --out "$OUT/accept_back_on.json" \
     || say "answers after switching back on differ from the construction (see above)"
+  st control release --server "$SPEC_URL" --reason "off-means-off check done" --as gpu-check >/dev/null
+}
+
+do_lock() {
+  say "the lock lives on the server: a manual --off holds against a policy's write until released"
+  st control set --server "$SPEC_URL" --off --hold 10m --reason "incident drill" --as gpu-check --yes
+  # a policy's write, as `control auto` sends it (writer 2): the plugin itself must refuse it
+  curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
+    -d '{"server_args": {"spectower_spec_max_bs": 64, "spectower_writer": 2}}' "$SPEC_URL/set_internal_state"
+  echo " <- policy write while the manual lock holds (want false)"
+  st control get --server "$SPEC_URL" --json > "$OUT/lock_held.json"; python3 - "$OUT/lock_held.json" <<'PY'
+import json, sys
+print(json.dumps(json.load(open(sys.argv[1])), indent=1)[:1500])
+PY
+  st control release --server "$SPEC_URL" --reason "incident drill over" --as gpu-check
+  curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
+    -d '{"server_args": {"spectower_spec_max_bs": 64, "spectower_writer": 2}}' "$SPEC_URL/set_internal_state"
+  echo " <- policy write after release (want true)"
 }
 
 do_sweep() {
   local DB=sqlite:///$OUT/bench.db
   say "three curves, one client: knob on, knob off (spectower_spec_max_bs 0), plain server; C=$LEVELS"
 st bench sweep --server "$SPEC_URL" --plain-server "$PLAIN_URL" --concurrency "$LEVELS" --modes on,off \
-  --duration-per-level "$SWEEP_SECONDS" --warmup 4 --output-len 256 --input-len 64 --api generate \
+  --duration-per-level "$SWEEP_SECONDS" --rounds "${ROUNDS:-2}" --warmup 4 --output-len 256 --input-len 64 --api generate \
   --tag "h200-sglang-0.5.17-$ATTN-8b-pair" --save --db "$DB" --profile-out "$OUT/profile.json" --as gpu-check \
   --json > "$OUT/sweep.json"
 say "sweep exit $?"
@@ -136,6 +154,7 @@ for c in $PROF_LEVELS; do
   traces+=("knob-off@C$c=$WORK/prof/off-c$c" "knob-on@C$c=$WORK/prof/on-c$c" "plain@C$c=$WORK/prof/plain-c$c")
   say "profiled C=$c"
 done
+st control release --server "$SPEC_URL" --reason "off-means-off profile done" --as gpu-check >/dev/null
 python3 gpu/profile_table.py --steps $PROF_STEPS --json "$OUT/kernels.json" "${traces[@]}"
 }
 

@@ -58,6 +58,12 @@ def serve(
     max_running_requests: int | None = typer.Option(
         None, "--max-running-requests", help="Override the profile's max_running_requests."
     ),
+    no_speculation: bool = typer.Option(
+        False,
+        "--no-speculation",
+        help="Be the same server launched without speculation: the profile's plain curve "
+        "(output_tok_s.plain, else spec_off), no speculative_algorithm, no spectower knob.",
+    ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
@@ -68,6 +74,8 @@ def serve(
         loaded = load_profile(profile)
     except ProfileError as exc:
         fail(str(exc))
+    if no_speculation:
+        loaded = loaded.without_speculation()
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
     try:

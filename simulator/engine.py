@@ -7,10 +7,15 @@ decode steps over the running batch:
 - prefill of ``n`` prompt tokens takes ``n / prefill_tok_s`` seconds and yields each admitted request's
   first token;
 - a decode step over ``B`` running requests is *drafted* when ``B <= spec_max_bs`` (the knob), otherwise
-  gated. Gated: every request gets 1 token. Drafted: every request gets ``accept_length(B)`` tokens on
-  average (stochastic integer rounding around a per-step value with ``noise_cv`` noise, seeded). The step
-  lasts ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
+  gated. Gated: every request gets 1 token, at the profile's knob-off curve (``spec_off``), which on a real
+  server is slower than a server without speculation (``plain``); a profile without speculation
+  (``Profile.speculative`` False, ``sim serve --no-speculation``) never drafts and runs its plain curve.
+  Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
+  a per-step value with ``noise_cv`` noise, seeded). The step lasts
+  ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
+  Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
+  modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
 
 Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
 not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
@@ -32,6 +37,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
+from spectower.control.engine_counters import EngineCounters
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
@@ -178,7 +184,9 @@ class RankScheduler:
         self.spec_max_bs = engine.max_running_requests  # initial knob: always on
         self.batches_drafted = 0
         self.batches_gated = 0
-        self.active_steps = engine.profile.speculative_num_steps
+        # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
+        self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
+        self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
         self.gauges = SchedulerGauges(
             spec_num_steps=self.active_steps, spec_num_draft_tokens=self.active_steps + 1
         )
@@ -297,8 +305,10 @@ class RankScheduler:
 
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)
-        drafted = batch <= self.spec_max_bs
         profile = self.engine.profile
+        # A gated batch runs at the profile's knob-off curve (spec_off: SGLang verifies it as a 1-token
+        # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
+        drafted = profile.speculative and batch <= self.spec_max_bs
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
         rate = profile.output_tok_s(batch, drafted)
@@ -353,6 +363,8 @@ class RankScheduler:
             self._win_proposed += live * steps
         self.last_decode_mono = now
         self.engine.on_decode(produced, live, drafted)
+        if live:
+            self.counters.record(live, drafted, produced, step)
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]

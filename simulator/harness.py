@@ -19,7 +19,11 @@ Effects the real server has that the harness reproduces:
   gauge window are correlated, and a profile's ``noise_cv`` is its run-to-run spread).
 
 Efficiency = tokens under the policy / tokens under the oracle that, at every instant, knows the profile
-and picks the better of spec-on and spec-off for the current concurrency.
+and picks the better of spec-on and spec-off for the current concurrency. "Off" is what the knob can do: the
+profile's ``spec_off`` curve (the knob at 0, gated batches verified one token at a time), never a server
+launched without speculation; where a profile has that curve too (``output_tok_s.plain``), the result
+reports ``plain_tokens`` (a plain server under the same trace) beside the oracle's, so a knob that cannot
+match a plain server shows as ``plain_vs_oracle`` > 1.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class RunResult:
     duration_s: float
     tokens: float
     oracle_tokens: float
+    plain_tokens: float  # a server without speculation (the profile's plain curve) under the same trace
     flips: int  # knob changes that took effect
     decisions: int
     spec_on_fraction: float  # share of busy time spent drafting
@@ -103,6 +108,7 @@ class RunResult:
             "efficiency": round(self.efficiency, 6),
             "tokens": round(self.tokens, 1),
             "oracle_tokens": round(self.oracle_tokens, 1),
+            "plain_tokens": round(self.plain_tokens, 1),
             "flips": self.flips,
             "decisions": self.decisions,
             "spec_on_fraction": round(self.spec_on_fraction, 4),
@@ -115,15 +121,17 @@ class _Tables:
     """The profile at every integer batch size 0..max_running_requests (the harness never asks more)."""
 
     on: tuple[float, ...]
-    off: tuple[float, ...]
+    off: tuple[float, ...]  # the knob at 0 (spec_off), not a plain server
+    plain: tuple[float, ...]
     accept: tuple[float, ...]
 
     @classmethod
     def of(cls, profile: Profile) -> _Tables:
-        n = profile.max_running_requests
+        n = profile.max_running_requests  # bounded by profile.MAX_RUNNING_REQUESTS
         return cls(
             on=tuple(profile.output_tok_s(c, True) for c in range(n + 1)),
             off=tuple(profile.output_tok_s(c, False) for c in range(n + 1)),
+            plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
             accept=tuple(profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)),
         )
 
@@ -149,7 +157,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
 
     knob = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
     pending: list[tuple[int, int]] = []  # (tick at which it applies, value)
-    tokens = oracle = 0.0
+    tokens = oracle = plain = 0.0
     flips = decisions = 0
     busy_ticks = drafting_ticks = 0
     # gauge state: the window being accumulated, and the last published values
@@ -177,6 +185,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         best = max(tables.on[running], tables.off[running])
         tokens += rate * tick
         oracle += best * tick
+        plain += tables.plain[running] * tick
         if running:
             busy_ticks += 1
             drafting_ticks += drafting
@@ -247,6 +256,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         duration_s=n_ticks * tick,
         tokens=tokens,
         oracle_tokens=oracle,
+        plain_tokens=plain,
         flips=flips,
         decisions=decisions,
         spec_on_fraction=drafting_ticks / busy_ticks if busy_ticks else 0.0,
@@ -265,6 +275,9 @@ def evaluate(profile: Profile, trace: Trace, policy_spec: str, duration_s: float
     out = result.to_json()
     out["crossover"] = profile.crossover()
     out["spec_pays_at_1"] = profile.speedup(profile.concurrency[0]) >= 1.0  # tells a None crossover apart
+    out["has_plain_curve"] = profile.plain_tok_s is not None
+    oracle = result.oracle_tokens
+    out["plain_vs_oracle"] = round(result.plain_tokens / oracle, 6) if oracle else None
     out["baselines"] = {}
     for spec in baselines:
         base = result if spec == policy_spec else simulate(profile, trace, make_policy(spec, mrr), duration_s,

@@ -1,24 +1,50 @@
 """Performance profiles: the JSON that drives the simulator and that a benchmark sweep writes.
 
-The format is docs/design.md's: ascending ``concurrency``, aggregate ``output_tok_s.spec_off`` /
-``output_tok_s.spec_on`` at each concurrency, ``accept_length`` per concurrency, and scalar facts about
-the server. Between points the curves are interpolated with a monotone cubic (PCHIP) in log-concurrency,
-so a curve that rises between two points never overshoots, and a profile replays smoothly.
+The format is docs/design.md's: ascending ``concurrency``, aggregate ``output_tok_s.spec_on`` (knob on),
+``output_tok_s.spec_off`` (the knob at 0: a speculative server whose batches are gated, which SGLang runs as
+1-token TARGET_VERIFY steps) and, optionally, ``output_tok_s.plain`` (a server launched without speculation)
+at each concurrency, ``accept_length`` per concurrency, and scalar facts about the server. Without ``plain``,
+``spec_off`` stands for both (the older profiles' assumption, which a real H200 sweep contradicts: knob-off
+served 0.51-0.67 of a plain server at 16-64 requests). ``speculative_algorithm: null`` makes the profile a
+server without speculation (its curve is ``plain``, else ``spec_off``; no knob).
+
+Between points the curves are interpolated with a monotone cubic (PCHIP) in log-concurrency, so a curve that
+rises between two points never overshoots, and a profile replays smoothly.
+
+Every field is bounded (the ``MAX_*`` constants) so that what the simulator and the harness allocate and
+compute stays proportional to what a real server could have; a value out of bounds is one error line naming
+the key.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 PROFILE_PACKAGE = "spectower.simulator.profiles"
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+
+# Upper bounds of a profile's fields: generous for any real server, small enough that `sim evaluate` (a table
+# per batch size up to max_running_requests) and `sim serve` stay within a few MB and a second of set-up.
+MAX_POINTS = 128  # points of a curve
+MAX_CONCURRENCY = 65536.0  # a curve's concurrency axis
+MAX_RUNNING_REQUESTS = 4096  # SGLang's per-rank batch; the harness tabulates every size up to it
+MAX_SPEC_STEPS = 64
+MAX_ACCEPT_LENGTH = MAX_SPEC_STEPS + 1
+MAX_TOK_S = 1e8  # aggregate output or prefill tokens/s
+MAX_GPUS = 1024
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
+MAX_POWER_W = 100_000.0
+MAX_NAME_CHARS = 256
+MAX_PROFILE_BYTES = 1 << 20  # a profile file (JSON text)
 
 
 class ProfileError(ValueError):
@@ -38,7 +64,7 @@ class Profile:
     name: str
     served_model_name: str
     concurrency: tuple[float, ...]
-    spec_off_tok_s: tuple[float, ...]
+    spec_off_tok_s: tuple[float, ...]  # the knob at 0 (gated batches), as measured where a sweep measured it
     spec_on_tok_s: tuple[float, ...]
     accept_length: tuple[float, ...]
     max_running_requests: int
@@ -47,16 +73,40 @@ class Profile:
     noise_cv: float
     gpus: GpuSpec
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    plain_tok_s: tuple[float, ...] | None = None  # a server without speculation; None: spec_off stands for it
+    speculative: bool = True  # False: this profile is a server without speculation (no drafting, no knob)
+
+    @property
+    def plain_curve(self) -> tuple[float, ...]:
+        """A server without speculation: ``plain`` where the profile has it, else ``spec_off``."""
+        return self.plain_tok_s if self.plain_tok_s is not None else self.spec_off_tok_s
 
     def output_tok_s(self, concurrency: float, spec_on: bool) -> float:
-        """Aggregate output tokens/s at ``concurrency`` requests decoding together."""
-        curve = self.spec_on_tok_s if spec_on else self.spec_off_tok_s
+        """Aggregate output tokens/s at ``concurrency`` requests decoding together: knob on (``spec_on``) or
+        the knob at 0 (``spec_off``); a profile without speculation has one curve, ``plain_curve``."""
+        if not self.speculative:
+            curve = self.plain_curve
+        else:
+            curve = self.spec_on_tok_s if spec_on else self.spec_off_tok_s
+        return self._at(curve, concurrency)
+
+    def plain_output_tok_s(self, concurrency: float) -> float:
+        """Aggregate output tokens/s of a server without speculation (``plain_curve``)."""
+        return self._at(self.plain_curve, concurrency)
+
+    def _at(self, curve: Sequence[float], concurrency: float) -> float:
         if concurrency <= 0:
             return 0.0
         if concurrency < self.concurrency[0]:
             # Below the first point each request keeps the first point's per-request rate.
             return curve[0] / self.concurrency[0] * concurrency
         return _pchip(self.concurrency, curve, concurrency)
+
+    def without_speculation(self) -> Profile:
+        """The same server launched without speculation: the plain curve, no drafting, no knob."""
+        raw = dict(self.raw)
+        raw["speculative_algorithm"] = None
+        return replace(self, speculative=False, raw=raw)
 
     def per_request_tok_s(self, concurrency: float, spec_on: bool) -> float:
         """Output tokens/s one request sees when ``concurrency`` decode together."""
@@ -92,7 +142,11 @@ class Profile:
                 "name": self.name,
                 "served_model_name": self.served_model_name,
                 "concurrency": list(self.concurrency),
-                "output_tok_s": {"spec_off": list(self.spec_off_tok_s), "spec_on": list(self.spec_on_tok_s)},
+                "output_tok_s": {
+                    "spec_off": list(self.spec_off_tok_s),
+                    "spec_on": list(self.spec_on_tok_s),
+                    **({"plain": list(self.plain_tok_s)} if self.plain_tok_s is not None else {}),
+                },
                 "accept_length": list(self.accept_length),
                 "max_running_requests": self.max_running_requests,
                 "speculative_num_steps": self.speculative_num_steps,
@@ -129,6 +183,10 @@ def _read_profile_text(name_or_path: str) -> tuple[str, str]:
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists() or "/" in name_or_path:
         try:
+            if path.is_file() and path.stat().st_size > MAX_PROFILE_BYTES:
+                raise ProfileError(
+                    f"{path}: {path.stat().st_size} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes"
+                )
             return path.read_text(encoding="utf-8"), str(path)
         except OSError as exc:
             raise ProfileError(f"profile {name_or_path!r}: cannot read ({exc.strerror})") from None
@@ -144,7 +202,7 @@ def _read_profile_text(name_or_path: str) -> tuple[str, str]:
 def parse_profile(data: Any, source: str = "profile") -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: a profile is a JSON object, got {type(data).__name__}")
-    concurrency = _series(data, "concurrency", source)
+    concurrency = _series(data, "concurrency", source, maximum=MAX_CONCURRENCY)
     if any(b <= a for a, b in itertools.pairwise(concurrency)):
         raise ProfileError(f"{source}: 'concurrency' must be strictly ascending, got {list(concurrency)}")
     if concurrency[0] <= 0:
@@ -152,11 +210,25 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     tok_s = _require(data, "output_tok_s", source)
     if not isinstance(tok_s, dict):
         raise ProfileError(f"{source}: 'output_tok_s' must be an object with 'spec_off' and 'spec_on'")
-    spec_off = _series(tok_s, "spec_off", source, prefix="output_tok_s.")
-    spec_on = _series(tok_s, "spec_on", source, prefix="output_tok_s.")
-    accept = _series(data, "accept_length", source)
-    for key, values in (("output_tok_s.spec_off", spec_off), ("output_tok_s.spec_on", spec_on),
-                        ("accept_length", accept)):
+    unknown = sorted(set(tok_s) - {"spec_off", "spec_on", "plain"})
+    if unknown:
+        raise ProfileError(
+            f"{source}: 'output_tok_s.{unknown[0]}' is not a curve (expected spec_on, spec_off, plain)"
+        )
+    spec_off = _series(tok_s, "spec_off", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
+    spec_on = _series(tok_s, "spec_on", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
+    plain = None
+    if "plain" in tok_s:
+        plain = _series(tok_s, "plain", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
+    accept = _series(data, "accept_length", source, maximum=MAX_ACCEPT_LENGTH)
+    curves: list[tuple[str, tuple[float, ...]]] = [
+        ("output_tok_s.spec_off", spec_off),
+        ("output_tok_s.spec_on", spec_on),
+        ("accept_length", accept),
+    ]
+    if plain is not None:
+        curves.append(("output_tok_s.plain", plain))
+    for key, values in curves:
         if len(values) != len(concurrency):
             raise ProfileError(
                 f"{source}: '{key}' has {len(values)} values but 'concurrency' has {len(concurrency)}"
@@ -168,16 +240,20 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     gpus = _require(data, "gpus", source)
     if not isinstance(gpus, dict):
         raise ProfileError(f"{source}: 'gpus' must be an object")
-    gpu_count = _integer(gpus, "count", source, prefix="gpus.", minimum=1)
-    gpu_name = _require(gpus, "name", source, prefix="gpus.")
-    if not isinstance(gpu_name, str) or not gpu_name:
-        raise ProfileError(f"{source}: 'gpus.name' must be a non-empty string")
-    served = _require(data, "served_model_name", source)
-    if not isinstance(served, str) or not served:
-        raise ProfileError(f"{source}: 'served_model_name' must be a non-empty string")
+    gpu_count = _integer(gpus, "count", source, prefix="gpus.", minimum=1, maximum=MAX_GPUS)
+    gpu_name = _text(gpus, "name", source, prefix="gpus.")
+    served = _text(data, "served_model_name", source)
+    if "name" in data and data["name"] is not None:
+        _text(data, "name", source)
     noise_cv = _number(data, "noise_cv", source)
     if noise_cv > 0.5:
         raise ProfileError(f"{source}: 'noise_cv' must be between 0 and 0.5, got {noise_cv}")
+    algorithm = data.get("speculative_algorithm", "EAGLE3")
+    if algorithm is not None and (not isinstance(algorithm, str) or len(algorithm) > MAX_NAME_CHARS):
+        raise ProfileError(
+            f"{source}: 'speculative_algorithm' must be a name (e.g. EAGLE3) or null (no speculation), "
+            f"got {_short(algorithm)}"
+        )
     default_name = Path(source).stem if source.endswith(".json") else source
     return Profile(
         name=str(data.get("name") or default_name),
@@ -186,18 +262,34 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         spec_off_tok_s=spec_off,
         spec_on_tok_s=spec_on,
         accept_length=accept,
-        max_running_requests=_integer(data, "max_running_requests", source, minimum=1),
-        speculative_num_steps=_integer(data, "speculative_num_steps", source, minimum=1),
-        prefill_tok_s=_number(data, "prefill_tok_s", source, positive=True),
+        max_running_requests=_integer(
+            data, "max_running_requests", source, minimum=1, maximum=MAX_RUNNING_REQUESTS
+        ),
+        speculative_num_steps=_integer(
+            data, "speculative_num_steps", source, minimum=1, maximum=MAX_SPEC_STEPS
+        ),
+        prefill_tok_s=_number(data, "prefill_tok_s", source, positive=True, maximum=MAX_TOK_S),
         noise_cv=noise_cv,
         gpus=GpuSpec(
             count=gpu_count,
             name=gpu_name,
-            memory_mib=_number(gpus, "memory_mib", source, prefix="gpus.", positive=True),
-            power_limit_w=_number(gpus, "power_limit_w", source, prefix="gpus.", positive=True),
+            memory_mib=_number(
+                gpus, "memory_mib", source, prefix="gpus.", positive=True, maximum=MAX_GPU_MEMORY_MIB
+            ),
+            power_limit_w=_number(
+                gpus, "power_limit_w", source, prefix="gpus.", positive=True, maximum=MAX_POWER_W
+            ),
         ),
         raw=dict(data),
+        plain_tok_s=plain,
+        speculative=algorithm is not None,
     )
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to one short line (an error message never echoes a megabyte of input)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _require(obj: dict[str, Any], key: str, source: str, prefix: str = "") -> Any:
@@ -210,32 +302,61 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _number(obj: dict[str, Any], key: str, source: str, prefix: str = "", positive: bool = False) -> float:
+def _text(obj: dict[str, Any], key: str, source: str, prefix: str = "") -> str:
     value = _require(obj, key, source, prefix)
-    if not _is_number(value) or not math.isfinite(value):
-        raise ProfileError(f"{source}: '{prefix}{key}' must be a finite number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ProfileError(f"{source}: '{prefix}{key}' must be {bound}, got {value!r}")
-    return float(value)
-
-
-def _integer(obj: dict[str, Any], key: str, source: str, prefix: str = "", minimum: int = 0) -> int:
-    value = _require(obj, key, source, prefix)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ProfileError(f"{source}: '{prefix}{key}' must be an integer >= {minimum}, got {value!r}")
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ProfileError(
+            f"{source}: '{prefix}{key}' must be a non-empty string of at most {MAX_NAME_CHARS} characters, "
+            f"got {_short(value)}"
+        )
     return value
 
 
-def _series(obj: dict[str, Any], key: str, source: str, prefix: str = "") -> tuple[float, ...]:
+def _number(
+    obj: dict[str, Any],
+    key: str,
+    source: str,
+    prefix: str = "",
+    positive: bool = False,
+    maximum: float | None = None,
+) -> float:
+    value = _require(obj, key, source, prefix)
+    if not _is_number(value) or not math.isfinite(value):
+        raise ProfileError(f"{source}: '{prefix}{key}' must be a finite number, got {_short(value)}")
+    if value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ProfileError(f"{source}: '{prefix}{key}' must be {bound}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ProfileError(f"{source}: '{prefix}{key}' must be <= {maximum:g}, got {value!r}")
+    return float(value)
+
+
+def _integer(
+    obj: dict[str, Any], key: str, source: str, prefix: str = "", minimum: int = 0, maximum: int | None = None
+) -> int:
+    value = _require(obj, key, source, prefix)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProfileError(f"{source}: '{prefix}{key}' must be an integer >= {minimum}, got {_short(value)}")
+    if maximum is not None and value > maximum:
+        raise ProfileError(f"{source}: '{prefix}{key}' must be an integer <= {maximum}, got {value!r}")
+    return value
+
+
+def _series(
+    obj: dict[str, Any], key: str, source: str, prefix: str = "", maximum: float | None = None
+) -> tuple[float, ...]:
     value = _require(obj, key, source, prefix)
     if not isinstance(value, list) or not value:
         raise ProfileError(f"{source}: '{prefix}{key}' must be a non-empty list of numbers")
+    if len(value) > MAX_POINTS:
+        raise ProfileError(f"{source}: '{prefix}{key}' has {len(value)} points; at most {MAX_POINTS}")
     for i, item in enumerate(value):
         if not _is_number(item) or not math.isfinite(item):
-            raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must be a finite number, got {item!r}")
+            raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must be a finite number, got {_short(item)}")
         if item < 0:
             raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must not be negative, got {item!r}")
+        if maximum is not None and item > maximum:
+            raise ProfileError(f"{source}: '{prefix}{key}[{i}]' must be <= {maximum:g}, got {item!r}")
     return tuple(float(v) for v in value)
 
 
@@ -245,21 +366,38 @@ def _pchip(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
         return ys[0]
     if x >= xs[-1]:
         return ys[-1]
-    lx = [math.log(v) for v in xs]
-    t = math.log(x)
-    n = len(xs)
-    h = [lx[i + 1] - lx[i] for i in range(n - 1)]
-    delta = [(ys[i + 1] - ys[i]) / h[i] for i in range(n - 1)]
-    slopes = [0.0] * n
-    slopes[0], slopes[-1] = delta[0], delta[-1]
-    for i in range(1, n - 1):
-        if delta[i - 1] * delta[i] <= 0:
-            slopes[i] = 0.0
-        else:
-            w1, w2 = 2 * h[i] + h[i - 1], h[i] + 2 * h[i - 1]
-            slopes[i] = (w1 + w2) / (w1 / delta[i - 1] + w2 / delta[i])
-    i = max(j for j in range(n - 1) if lx[j] <= t)
-    s = (t - lx[i]) / h[i]
-    h00, h10 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s
-    h01, h11 = -2 * s**3 + 3 * s**2, s**3 - s**2
-    return h00 * ys[i] + h10 * h[i] * slopes[i] + h01 * ys[i + 1] + h11 * h[i] * slopes[i + 1]
+    return _interpolator(tuple(xs), tuple(ys))(x)
+
+
+class _Pchip:
+    """One curve's knots and slopes, computed once: each lookup is a bisection and one cubic, so tabulating
+    a curve at every batch size up to ``MAX_RUNNING_REQUESTS`` stays in the milliseconds."""
+
+    def __init__(self, xs: tuple[float, ...], ys: tuple[float, ...]) -> None:
+        lx = [math.log(v) for v in xs]
+        n = len(xs)
+        h = [lx[i + 1] - lx[i] for i in range(n - 1)]
+        delta = [(ys[i + 1] - ys[i]) / h[i] for i in range(n - 1)]
+        slopes = [0.0] * n
+        slopes[0], slopes[-1] = delta[0], delta[-1]
+        for i in range(1, n - 1):
+            if delta[i - 1] * delta[i] <= 0:
+                slopes[i] = 0.0
+            else:
+                w1, w2 = 2 * h[i] + h[i - 1], h[i] + 2 * h[i - 1]
+                slopes[i] = (w1 + w2) / (w1 / delta[i - 1] + w2 / delta[i])
+        self.lx, self.ys, self.h, self.slopes = lx, ys, h, slopes
+
+    def __call__(self, x: float) -> float:
+        t = math.log(x)
+        i = min(bisect.bisect_right(self.lx, t) - 1, len(self.h) - 1)
+        ys, h, slopes = self.ys, self.h, self.slopes
+        s = (t - self.lx[i]) / h[i]
+        h00, h10 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s
+        h01, h11 = -2 * s**3 + 3 * s**2, s**3 - s**2
+        return h00 * ys[i] + h10 * h[i] * slopes[i] + h01 * ys[i + 1] + h11 * h[i] * slopes[i + 1]
+
+
+@functools.lru_cache(maxsize=64)
+def _interpolator(xs: tuple[float, ...], ys: tuple[float, ...]) -> _Pchip:
+    return _Pchip(xs, ys)

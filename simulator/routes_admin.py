@@ -1,17 +1,17 @@
 """Read and admin endpoints: ``/server_info``, ``/model_info``, ``/v1/loads``, health, ``/flush_cache``,
 ``/metrics`` and the speculation knob ``/set_internal_state``.
 
-The knob contract (docs/design.md): ``{"server_args": {"spectower_spec_max_bs": N}}`` answers one boolean per
-DP rank. The body is validated like SGLang's ``SetInternalStateReq`` (``server_args: Dict[str,
-Union[int, float]]``) so non-numbers get SGLang's 400; an unknown key answers ``[false]`` for every rank
-("Updating {key} is not supported."); a negative or non-integer N answers ``[false]``; nothing is applied
-unless every key is valid.
+The knob contract (docs/design.md, control/knob_contract.py): ``{"server_args": {"spectower_spec_max_bs": N,
+"spectower_writer": W, ...}}`` answers one boolean per DP rank. The body is validated like SGLang's
+``SetInternalStateReq`` (``server_args: Dict[str, Union[int, float]]``) so non-numbers get SGLang's 400; an
+unknown key answers ``[false]`` for every rank ("Updating {key} is not supported."); a malformed spectower
+key, or a write the knob's lock forbids, answers ``[false]``; nothing is applied unless every key is valid
+and allowed. Ownership (locks, last writer) is the contract's ``KnobOwner``, as in the SGLang plugin.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
+from spectower.control import knob_contract
+from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.errors import bad_request
@@ -28,7 +30,7 @@ from spectower.simulator.server_info import ServerInfo
 
 logger = logging.getLogger("simulator")
 
-KNOB_KEY = "spectower_spec_max_bs"
+KNOB_KEY = knob_contract.KNOB_KEY
 # Keys SGLang 0.5.23's SchedulerInternalStateController accepts; the simulator stores them.
 SGLANG_STATE_KEYS = (
     "pp_max_micro_batch_size",
@@ -49,14 +51,6 @@ class SetInternalStateReq(BaseModel):
     """Mirror of SGLang's ``SetInternalStateReq`` body (numbers only)."""
 
     server_args: dict[str, int | float]
-
-
-def _validate_knob(value: int | float) -> int | None:
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            return None
-        value = int(value)
-    return value if value >= 0 else None
 
 
 def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRouter:
@@ -138,31 +132,51 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
             body = SetInternalStateReq.model_validate(raw)
         except ValidationError as exc:
             return bad_request(str(exc))
+        args = body.server_args
+        owner = knob_state.owner_of(engine)
+        knob_req: knob_contract.KnobRequest | None = None
         ok = True
+        if knob_contract.ours(args) and not engine.profile.speculative:
+            # a server without speculation has no knob: SGLang answers an unknown key with updated=False
+            logger.warning("Updating %s is not supported.", KNOB_KEY)
+            return JSONResponse([False for _ in engine.ranks])
+        if knob_contract.ours(args):
+            try:
+                knob_req = knob_contract.parse_request(args)
+            except knob_contract.ContractError as exc:
+                logger.warning("spectower: %s refused: %s", KNOB_KEY, exc)
+                owner.refuse(args, str(exc))
+                return JSONResponse([False for _ in engine.ranks])
         staged: dict[str, int | float] = {}
-        for key, value in body.server_args.items():
-            if key == KNOB_KEY:
-                checked = _validate_knob(value)
-                if checked is None:
-                    logger.warning("Invalid %s=%r: a non-negative integer is required.", key, value)
-                    ok = False
-                else:
-                    staged[key] = checked
-            elif key in SGLANG_STATE_KEYS:
+        for key, value in args.items():
+            if key.startswith(knob_contract.KEY_PREFIX):
+                continue
+            if key in SGLANG_STATE_KEYS:
                 staged[key] = value
             else:
                 logger.warning("Updating %s is not supported.", key)
                 ok = False
-        if ok and staged:
+        with owner.lock:  # judge, then apply everything or nothing
+            if knob_req is not None:
+                rest = sorted(k for k in args if not k.startswith(knob_contract.KEY_PREFIX))
+                why = owner.check(knob_req) if ok else f"SGLang refused the other keys {rest}"
+                if why is not None:
+                    logger.warning("spectower: %s write refused: %s", knob_req.writer_name, why)
+                    owner.refuse(args, why)
+                    return JSONResponse([False for _ in engine.ranks])
+            if not ok:
+                return JSONResponse([False for _ in engine.ranks])
             for key, value in staged.items():
-                if key == KNOB_KEY:
-                    engine.set_spec_max_bs(int(value))
-                else:
-                    info.overrides[key] = value
-                    if key.startswith("speculative_accept_threshold"):
-                        for r in engine.ranks:
-                            r.flush()
-        return JSONResponse([bool(ok and staged) for _ in engine.ranks])
+                info.overrides[key] = value
+                if key.startswith("speculative_accept_threshold"):
+                    for r in engine.ranks:
+                        r.flush()
+            if knob_req is not None:
+                previous = knob_state.current_value(engine)
+                if knob_req.value is not None:
+                    engine.set_spec_max_bs(knob_req.value)
+                owner.commit(knob_req, previous)
+        return JSONResponse([True for _ in engine.ranks])
 
     return router
 

@@ -4,7 +4,8 @@ live per-rank state (the knob's read-back included).
 ``internal_states[i]`` holds the scheduler's copy of the args with runtime overrides applied, so its
 ``speculative_num_steps`` is the *active* value (0 while the last decode batch was gated), plus
 ``avg_spec_accept_length`` (absent until a decode step ran), ``last_gen_throughput``, ``memory_usage`` and
-``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}`` (docs/design.md).
+``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters", ...}``
+(docs/design.md; ``counters``: control/engine_counters.py, from the simulator's modelled step times).
 
 The server reports ``speculative_adaptive: true`` and an adaptive config whose every band allows step 0
 and the working step (what ``spectower sglang-config`` generates); the config is also written to the file
@@ -20,11 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION, SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.server_args import internal_only_template, server_args_template
 
-PLUGIN_VERSION = "0.1.0"
+PLUGIN_VERSION = "0.2.0"
 ADAPTIVE_BANDS = (1, 8, 32, 64)
 STARTUP_TIME = {
     "load_weight": 41.3,
@@ -131,6 +133,19 @@ EMBEDDING_INFO: dict[str, Any] = {
 }
 
 
+# What SGLang reports for a server launched without --speculative-algorithm.
+PLAIN_SPECULATIVE_ARGS: dict[str, Any] = {
+    "speculative_algorithm": None,
+    "speculative_draft_model_path": None,
+    "speculative_draft_model_revision": None,
+    "speculative_num_steps": None,
+    "speculative_eagle_topk": None,
+    "speculative_num_draft_tokens": None,
+    "speculative_adaptive": False,
+    "speculative_adaptive_config": None,
+}
+
+
 def adaptive_config(steps: int) -> dict[str, dict[str, list[int]]]:
     """Every band allows 0 (gated) and the working step: what the spectower gate needs."""
     return {str(band): {"candidate_steps": [0, steps]} for band in ADAPTIVE_BANDS}
@@ -180,6 +195,11 @@ class ServerInfo:
                 "frontend": "simulator",
             }
         )
+        if not profile.speculative:
+            # A server launched without speculation: SGLang's defaults, and no spectower plugin state.
+            args.update(PLAIN_SPECULATIVE_ARGS)
+            launch.append("--no-speculation")
+            args["launch_command"] = " ".join(launch)
         self.args = args
 
     def close(self) -> None:
@@ -191,9 +211,10 @@ class ServerInfo:
         state.pop("custom_sigquit_handler", None)
         state.update(self.overrides)
         state.update(internal_only_template())
+        speculative = self.config.profile.speculative
         state["max_speculative_num_draft_tokens"] = self.args["speculative_num_draft_tokens"]
-        state["speculative_num_steps"] = rank.active_steps
-        state["speculative_num_draft_tokens"] = rank.active_steps + 1
+        state["speculative_num_steps"] = rank.active_steps if speculative else None
+        state["speculative_num_draft_tokens"] = rank.active_steps + 1 if speculative else None
         mem = engine.memory
         state["last_gen_throughput"] = rank.last_gen_throughput
         state["memory_usage"] = {
@@ -214,6 +235,8 @@ class ServerInfo:
         state["startup_time"] = STARTUP_TIME
         state["effective_max_running_requests_per_dp"] = engine.max_running_requests
         avg = rank.avg_spec_accept_length
+        if not speculative:
+            return state  # no drafting, no spectower plugin: no accept length, no knob
         if avg is not None:
             state["avg_spec_accept_length"] = avg
         state["spectower"] = {
@@ -221,6 +244,8 @@ class ServerInfo:
             "spec_max_bs": rank.spec_max_bs,
             "batches_drafted": rank.batches_drafted,
             "batches_gated": rank.batches_gated,
+            "counters": rank.counters.snapshot(),
+            **knob_state.report(engine),
         }
         return state
 

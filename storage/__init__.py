@@ -17,8 +17,13 @@ Core API::
                                       # it also folds new samples into the rollups once a minute)
     w.put(*rows)                      # SQLModel rows (EngineSample, GpuSample, CollectionGap, ...)
     w.flush(timeout=None) -> bool     # wait until everything put so far is committed
-    w.stats() -> WriterStats          # written / dropped / rejected / retries / pending / last_error
+    w.stats() -> WriterStats          # written / dropped / rejected (+ rejected_by_kind) / retries /
+                                      # pending / last_error / lost; a row the database refuses is
+                                      # quarantined (counted, logged once per kind), the thread never dies
     w.close()
+    db.claim_collector([(source, target), ...]) -> CollectorClaim   # SQLite: one collector per file
+                                      # (a lock file); PostgreSQL: one collector per source (advisory
+                                      # locks); CollectorConflictError (a ValueError) names the holder
     db.save_bench_run(run, points) -> int            # one transaction
     db.update_rollups(); db.apply_retention(raw_days=..., rollup_days=..., hourly_days=...)
     db.retention = RetentionPolicy(...)  # storage.retention; the writer's maintenance then applies it hourly
@@ -36,10 +41,13 @@ Queries (``spectower.storage.queries``)::
     control_events(db, server_url=, actor=, start=, end=, limit=)   # newest first; actor prefix "policy"
     bench_runs(db); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
     gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)
+    close_stale_gaps(db, source, target, end_ts, note)   # a restarted collector closes what a crash left open
     upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)
 
 Export/import: ``spectower.storage.export`` (export_bench, export_samples, neutralise_cell),
-``storage.bench_serving`` (import_file, export_lines). Times typed by users: ``storage.timeparse``.
+``storage.bench_serving`` (import_file, export_lines), ``storage.gpu_csv`` (import_gpu_csv: nvidia-smi CSV
+logs). Integers from outside are range-checked with ``storage.models.int_or_none``. Times typed by users:
+``storage.timeparse``.
 Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTOWER_DB``, else
 ``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py``.
 

@@ -28,3 +28,22 @@ def save_bench_run(db: Database, run: models.BenchRun, points: list[models.Bench
             s.add(p)
         s.flush()
         return int(run.id)
+
+
+def save_bench_runs(db: Database, runs: list[tuple[models.BenchRun, list[models.BenchPoint]]]) -> list[int]:
+    """Several runs with their points in one transaction (a file holding several runs); their ids."""
+    ids: list[int] = []
+    with db.session(write=True) as s:
+        for run, points in runs:
+            if not run.source:
+                raise ValueError("bench run: source is required")
+            run.server_info_json = redact_json_text(run.server_info_json)
+            s.add(run)
+            s.flush()
+            assert run.id is not None
+            for p in points:
+                p.run_id = run.id
+                s.add(p)
+            s.flush()
+            ids.append(int(run.id))
+    return ids

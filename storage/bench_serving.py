@@ -7,8 +7,17 @@ tokens Python's json module writes (``NaN``, ``Infinity``, ``-Infinity``).
 Lossless by construction: a key that maps to a BenchPoint column is stored there; every other key,
 and every value a column cannot hold exactly (an int in a float column, NaN, a string), is kept in
 ``extra_json`` with the original key order (``SOURCE_KEYS``). ``point_to_line`` rebuilds the exact line.
-One file is one run, written in one transaction; a line that cannot be read is reported with its line
-number and the others still import.
+A plain bench_serving file is one run, written in one transaction; a line that cannot be read is
+reported with its line number and the others still import. A value of the wrong type (``"fast"`` as a
+throughput, ``[1, 2]``, a negative count) is named per line in ``ImportResult.warnings`` (kept in
+``extra_json``, its column left empty).
+
+spectower's own export adds ``spectower_run`` to each line of a sweep (and of every run when several
+are exported to one file): the run's id, source, time, server URL, parameters, crossover and best knob.
+Import restores those, and a file holding several runs comes back as as many runs.
+
+A PD router's ``server_info`` (``{"prefill": [...], "decode": [...]}``) is read through its decode workers
+(``effective_server_info``): they run the speculation, and they report version and model.
 """
 
 from __future__ import annotations
@@ -51,6 +60,13 @@ POINT_KEYS: dict[str, str] = {
     "spectower_ratio_ci_hi": "ratio_ci_hi",
 }
 RUN_KEYS: tuple[str, ...] = ("tag", "backend", "dataset_name", "server_info")
+RUN_META_KEY = "spectower_run"  # a line's run facts, written by spectower's export
+# columns no valid result holds a negative value in
+NON_NEGATIVE_COLUMNS = frozenset(
+    {"completed", "total_input_tokens", "total_output_tokens", "duration_s", "concurrency", "request_rate",
+     "request_throughput", "input_throughput", "output_throughput", "total_throughput", "accept_length"}
+    | {c for c in POINT_KEYS.values() if c.endswith("_ms")}
+)  # fmt: skip
 INT_COLUMNS = frozenset({"completed", "total_input_tokens", "total_output_tokens"})
 BOOL_COLUMNS = frozenset({"spec_on"})
 SOURCE_KEYS = "spectower_source_keys"  # in extra_json: the key order of the source line
@@ -76,10 +92,61 @@ class BenchImportError(ValueError):
 @dataclass
 class ImportResult:
     path: str
-    run_id: int | None = None
+    run_id: int | None = None  # the first run of the file
     points: int = 0
-    line_errors: list[tuple[int, str]] = field(default_factory=list)
+    line_errors: list[tuple[int, str]] = field(default_factory=list)  # lines skipped, and why
     duplicate_of: int | None = None  # the run this exact file was already imported as
+    run_ids: list[int] = field(default_factory=list)  # every run of the file (several: a spectower export)
+    warnings: list[tuple[int, str]] = field(default_factory=list)  # values not taken, per line
+
+
+def effective_server_info(info: Any) -> Any:
+    """The server_info whose facts describe the serving engine. A PD router answers
+    ``{"prefill": [worker infos], "decode": [worker infos]}`` (no version, model or speculation of its
+    own): the decode workers run the speculation, so their first one's facts are taken, with the
+    ``internal_states`` of every decode worker (one per DP rank, in order). Anything else: as is."""
+    if not isinstance(info, dict) or "version" in info or "internal_states" in info:
+        return info
+    decode = info.get("decode")
+    workers = [w for w in decode if isinstance(w, dict)] if isinstance(decode, list) else []
+    if not workers:
+        return info
+    merged = dict(workers[0])
+    states: list[Any] = []
+    for w in workers:
+        ws = w.get("internal_states")
+        if isinstance(ws, list):
+            states.extend(ws)
+    if len(workers) > 1:  # ranks of several workers: numbered across them, so they stay apart
+        states = [{**st, "dp_rank": i} if isinstance(st, dict) else st for i, st in enumerate(states)]
+    if states:
+        merged["internal_states"] = states
+    merged["pd_decode_workers"] = len(workers)
+    if isinstance(info.get("prefill"), list):
+        merged["pd_prefill_workers"] = len(info["prefill"])
+    return merged
+
+
+def value_warning(key: str, column: str, v: Any) -> str | None:
+    """Why a line's value does not go into its column (None: it does, or it is simply absent)."""
+    if v is None:
+        return None
+    if column in BOOL_COLUMNS:
+        return None if isinstance(v, bool) else f"{key}: {v!r} is not true/false"
+    if isinstance(v, float) and math.isnan(v):
+        return None  # the client writes NaN for "no value"
+    if not _is_number(v):
+        return f"{key}: {_shown(v)} is not a number"
+    if column in INT_COLUMNS and not (isinstance(v, int) or (math.isfinite(v) and float(v).is_integer())):
+        return f"{key}: {v!r} is not a whole number"
+    if column in NON_NEGATIVE_COLUMNS and v < 0:
+        return f"{key}: {v!r} is negative"
+    return None
+
+
+def _shown(v: Any) -> str:
+    text = json.dumps(v, allow_nan=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_number(v: Any) -> bool:
@@ -94,10 +161,14 @@ def _split_value(column: str, v: Any) -> tuple[Any, bool]:
         return (v, False) if isinstance(v, bool) else (None, True)
     if not _is_number(v):
         return None, True
+    if column in NON_NEGATIVE_COLUMNS and v < 0:
+        return None, True  # completed: -5 is no count (named in ImportResult.warnings)
     if column in INT_COLUMNS:
-        if isinstance(v, int):
-            return v, False
-        return (int(v), True) if math.isfinite(v) and float(v).is_integer() else (None, True)
+        # beyond every backend's INTEGER (or not whole): kept in extra_json only
+        fits = models.int_or_none(v, lo=0, hi=models.INT32_MAX)
+        if fits is None:
+            return None, True
+        return fits, not isinstance(v, int)
     if isinstance(v, float) and math.isnan(v):
         return None, True  # SQLite stores NaN as NULL
     return float(v), not isinstance(v, float)
@@ -109,6 +180,8 @@ def line_to_point(obj: dict[str, Any], run_values: dict[str, Any]) -> models.Ben
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {SOURCE_KEYS: list(obj)}
     for key, v in obj.items():
+        if key == RUN_META_KEY:
+            continue  # the run's facts: restored on the run, written again by the export
         column = POINT_KEYS.get(key)
         if column is not None:
             values[column], keep = _split_value(column, v)
@@ -120,10 +193,28 @@ def line_to_point(obj: dict[str, Any], run_values: dict[str, Any]) -> models.Ben
         else:
             extra[key] = v
     if "spec_on" not in values or values["spec_on"] is None:
-        info = obj.get("server_info")  # the line's own: a line without one says nothing
+        info = effective_server_info(obj.get("server_info"))  # the line's own: without one, nothing
         if isinstance(info, dict) and "speculative_algorithm" in info:
             values["spec_on"] = info["speculative_algorithm"] not in (None, "", "NONE")
     return models.BenchPoint(**values, extra_json=json.dumps(extra, allow_nan=True))
+
+
+def run_meta(run: models.BenchRun) -> dict[str, Any]:
+    """The run facts a bench_serving line has no key for (``spectower_run`` of an exported line)."""
+    return {
+        "id": run.id,
+        "source": run.source,
+        "created_at": run.created_at,
+        "server_url": run.server_url,
+        "served_model_name": run.served_model_name,
+        "sglang_version": run.sglang_version,
+        "params": json.loads(run.params_json) if run.params_json else None,
+        "gpu_inventory": json.loads(run.gpu_inventory_json) if run.gpu_inventory_json else None,
+        "crossover": run.crossover,
+        "crossover_lo": run.crossover_lo,
+        "crossover_hi": run.crossover_hi,
+        "best_max_bs": run.best_max_bs,
+    }
 
 
 def point_to_line(point: models.BenchPoint, run: models.BenchRun) -> dict[str, Any]:
@@ -187,21 +278,40 @@ def parse_lines(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple
     return good, bad
 
 
+def _json_text(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, allow_nan=True)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if _is_number(v) and math.isfinite(v) else None
+
+
 def build_run(
     lines: list[dict[str, Any]], *, source: str, sha256: str | None, created_at: float
 ) -> tuple[models.BenchRun, list[models.BenchPoint]]:
     first = lines[0]
     info = first.get("server_info") if isinstance(first.get("server_info"), dict) else None
+    facts = effective_server_info(info) if info is not None else None
+    raw_meta = first.get(RUN_META_KEY)
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     run_values = {k: first.get(k) for k in RUN_KEYS}
     run = models.BenchRun(
-        created_at=created_at,
-        source=source,
+        created_at=_num(meta.get("created_at")) or created_at,
+        source=_str(meta.get("source")) or source,
         tag=first.get("tag") if isinstance(first.get("tag"), str) else None,
+        server_url=_str(meta.get("server_url")),
         backend=first.get("backend") if isinstance(first.get("backend"), str) else None,
         dataset_name=first.get("dataset_name") if isinstance(first.get("dataset_name"), str) else None,
-        served_model_name=_str(info.get("served_model_name")) if info else None,
-        sglang_version=_str(info.get("version")) if info else None,
+        served_model_name=_str(meta.get("served_model_name"))
+        or (_str(facts.get("served_model_name")) if facts else None),
+        sglang_version=_str(meta.get("sglang_version")) or (_str(facts.get("version")) if facts else None),
         server_info_json=json.dumps(redact(info), allow_nan=True) if info is not None else None,
+        params_json=_json_text(meta.get("params")),
+        gpu_inventory_json=_json_text(meta.get("gpu_inventory")),
+        crossover=_num(meta.get("crossover")),
+        crossover_lo=_num(meta.get("crossover_lo")),
+        crossover_hi=_num(meta.get("crossover_hi")),
+        best_max_bs=models.int_or_none(meta.get("best_max_bs")),
         source_sha256=sha256,
     )
     # what the run columns hold is what a point's line is compared with
@@ -242,12 +352,34 @@ def import_file(db: Database, path: str | Path, *, allow_duplicate: bool = False
     if not good:
         why = f"; line {bad[0][0]}: {bad[0][1]}" if bad else " (the file is empty)"
         raise BenchImportError(f"{p}: no bench_serving result line could be read{why}")
-    run, points = build_run(
-        [o for _, o in good], source=f"import:{p.name}", sha256=sha, created_at=time.time()
-    )
-    result.run_id = db.save_bench_run(run, points)
-    result.points = len(points)
+    for n, obj in good:
+        for key, v in obj.items():
+            column = POINT_KEYS.get(key)
+            warning = value_warning(key, column, v) if column is not None else None
+            if warning is not None:
+                result.warnings.append((n, f"{warning} (kept in the point's extra fields, not as {column})"))
+    now = time.time()
+    runs = [
+        build_run([o for _, o in group], source=f"import:{p.name}", sha256=sha, created_at=now)
+        for group in _group_runs(good)
+    ]
+    from spectower.storage.bench import save_bench_runs
+
+    result.run_ids = save_bench_runs(db, runs)  # one transaction for the whole file
+    result.run_id = result.run_ids[0]
+    result.points = sum(len(points) for _, points in runs)
     return result
+
+
+def _group_runs(good: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
+    """Lines per run: by ``spectower_run.id`` (a spectower export of several runs), in file order; lines
+    without one form one run (a plain bench_serving file is one run)."""
+    groups: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
+    for n, obj in good:
+        meta = obj.get(RUN_META_KEY)
+        key = ("run", json.dumps(meta.get("id"))) if isinstance(meta, dict) and "id" in meta else ("file",)
+        groups.setdefault(key, []).append((n, obj))
+    return list(groups.values())
 
 
 def import_files(
@@ -256,9 +388,17 @@ def import_files(
     return [import_file(db, p, allow_duplicate=allow_duplicate) for p in paths]
 
 
-def export_lines(db: Database, run_id: int) -> list[dict[str, Any]]:
-    """A run as bench_serving result lines (one per point, in stored order)."""
+def export_lines(db: Database, run_id: int, *, with_run: bool | None = None) -> list[dict[str, Any]]:
+    """A run as bench_serving result lines (one per point, in stored order). ``with_run``: add
+    ``spectower_run`` (the run facts) to every line; default: for runs spectower measured, not for
+    imported files (whose lines come back byte for byte as they were)."""
     from spectower.storage import queries
 
     run = queries.bench_run(db, run_id)
-    return [point_to_line(pt, run) for pt in queries.bench_points(db, run_id)]
+    if with_run is None:
+        with_run = not run.source.startswith("import:")
+    lines = [point_to_line(pt, run) for pt in queries.bench_points(db, run_id)]
+    if with_run:
+        meta = run_meta(run)
+        lines = [{**line, RUN_META_KEY: meta} for line in lines]
+    return lines

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionP
 from spectower.storage.writer import BatchWriter
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, select
 
 log = logging.getLogger(__name__)
@@ -43,11 +46,69 @@ class DatabaseURLError(ValueError):
     """The --db / SPECTOWER_DB value is not a usable database URL or path."""
 
 
+class CollectorConflictError(ValueError):
+    """Another collector already writes to this database (SQLite) or collects this source (PostgreSQL)."""
+
+
+# PostgreSQL advisory locks: (namespace, crc32 of "source target") per collected source.
+_PG_SOURCE_LOCK_NAMESPACE = 7403113
+
+
+class CollectorClaim:
+    """What one collector holds while it runs: on SQLite an exclusive lock on ``<db>.collector.lock``
+    (one collector per file; the OS drops it when the process dies, kill -9 included); on PostgreSQL a
+    session advisory lock per source on a connection of its own (several collectors, each owning its
+    sources). ``release()`` (or the end of the process) lets go."""
+
+    def __init__(self, fd: int | None = None, conn: Any = None) -> None:
+        self._fd = fd
+        self._conn = conn
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import fcntl
+
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.exec_driver_sql("SELECT pg_advisory_unlock_all()")
+            with contextlib.suppress(Exception):
+                self._conn.invalidate()  # never back to the pool with a lock held
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> CollectorClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def default_db_url(explicit: str | None = None) -> str:
     """The database every command uses: ``explicit`` (``--db``), else env ``SPECTOWER_DB``, else
     ``./spectower.db``. Plain paths become ``sqlite:///<absolute path>``."""
-    value = explicit or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_PATH
-    return normalize_url(value)
+    if explicit is not None:
+        value = explicit
+        if not value.strip():
+            raise DatabaseURLError("--db: empty database URL or path (leave --db out for ./spectower.db)")
+    else:
+        value = os.environ.get(DB_ENV_VAR) or DEFAULT_DB_PATH
+    url = normalize_url(value)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise DatabaseURLError(
+            f"--db: {value!r} is an in-memory SQLite database: nothing would be kept; give a file path"
+        )
+    return url
+
+
+# SQLAlchemy backends spectower runs on, and the driver a bare scheme gets.
+_BARE_SCHEMES = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+_SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 
 
 def normalize_url(value: str) -> str:
@@ -55,13 +116,29 @@ def normalize_url(value: str) -> str:
     if not value:
         raise DatabaseURLError("--db: empty database URL")
     if "://" in value:
+        scheme, rest = value.split("://", 1)
+        # postgresql:// means SQLAlchemy's psycopg2 driver; spectower ships psycopg (3)
+        value = f"{_BARE_SCHEMES.get(scheme.lower(), scheme)}://{rest}"
         try:
-            make_url(value)
+            parsed = make_url(value)
         except ArgumentError as exc:
-            raise DatabaseURLError(f"--db: not a database URL: {value!r} ({exc})") from exc
+            raise DatabaseURLError(f"--db: not a database URL: {_shown(value)} ({exc})") from None
+        if parsed.get_backend_name() not in _SUPPORTED_BACKENDS:
+            raise DatabaseURLError(
+                f"--db: unknown database scheme {scheme!r} in {_shown(value)}; use a file path, "
+                "sqlite:///PATH or postgresql://USER@HOST/DB"
+            )
         return value
     path = Path(value).expanduser().resolve()
     return f"sqlite:///{path}"
+
+
+def _shown(url: str) -> str:
+    """A URL fit for an error message (no password)."""
+    try:
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except ArgumentError:
+        return repr(url)
 
 
 def stable_server_info_hash(info: dict[str, Any]) -> str:
@@ -78,14 +155,36 @@ class Database:
     ) -> None:
         self.url = normalize_url(url)
         parsed = make_url(self.url)
+        shown = _shown(self.url)
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             parent = Path(parsed.database).parent
             if not parent.is_dir():
                 raise DatabaseURLError(f"--db: folder {parent} does not exist")
-        self.engine: Engine = create_engine(self.url, echo=echo, **dialect.engine_kwargs(self.url))
+        try:
+            self.engine: Engine = create_engine(self.url, echo=echo, **dialect.engine_kwargs(self.url))
+        except ModuleNotFoundError as exc:
+            pg = parsed.get_backend_name() == "postgresql"
+            extra = " (pip install 'spectower[postgres]')" if pg else ""
+            raise DatabaseURLError(
+                f"--db: {shown} needs the {exc.name} driver, which is not installed{extra}"
+            ) from None
+        except (ArgumentError, NoSuchModuleError) as exc:
+            raise DatabaseURLError(f"--db: cannot use {shown}: {exc}") from None
         dialect.install(self.engine, busy_timeout_ms)
         self.dialect_name: str = self.engine.dialect.name
-        self.schema_version = schema.ensure_schema(self.engine)
+        try:
+            self.schema_version = schema.ensure_schema(self.engine)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            self.engine.dispose()
+            why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            hint = ""
+            if parsed.get_backend_name() == "sqlite" and parsed.database:
+                folder = Path(parsed.database).parent
+                if not os.access(folder, os.W_OK) or (
+                    Path(parsed.database).exists() and not os.access(parsed.database, os.W_OK)
+                ):
+                    hint = f" (no write permission on {folder} or the file: SQLite needs both)"
+            raise DatabaseURLError(f"--db: cannot open {shown}: {why}{hint}") from None
         self._lock = threading.Lock()
         self._writer: BatchWriter | None = None
         self._server_cache: dict[str, tuple[int, dict[str, Any], float]] = {}
@@ -206,6 +305,37 @@ class Database:
             s.add(snap(server_id=server_id, ts=now, info_hash=digest, info_json=blob))
         return True
 
+    # --- collectors ----------------------------------------------------------------------------
+    def claim_collector(self, sources: Sequence[tuple[str, str]]) -> CollectorClaim:
+        """Claim the right to collect ``sources`` ((source, target) pairs) into this database, or raise
+        ``CollectorConflictError`` saying who holds it. SQLite: one collector per database file.
+        PostgreSQL: one collector per source; several collectors with different sources work side by
+        side. Other backends (and in-memory SQLite): nothing to claim."""
+        parsed = make_url(self.url)
+        if self.dialect_name == "sqlite":
+            if parsed.database in (None, "", ":memory:"):
+                return CollectorClaim()
+            return _claim_sqlite_file(Path(parsed.database))
+        if self.dialect_name != "postgresql":
+            return CollectorClaim()
+        conn = self.engine.connect()
+        try:
+            for source, target in sorted(set(sources)):
+                key = zlib.crc32(f"{source} {target}".encode()) - 2**31  # int4 range
+                got = conn.exec_driver_sql(
+                    f"SELECT pg_try_advisory_lock({_PG_SOURCE_LOCK_NAMESPACE}, {int(key)})"
+                ).scalar_one()
+                if not got:
+                    raise CollectorConflictError(
+                        f"another collector already collects {source} {target} into {self!r}; "
+                        "each source belongs to one collector (stop the other one, or drop this source)"
+                    )
+            conn.commit()
+        except BaseException:
+            CollectorClaim(conn=conn).release()
+            raise
+        return CollectorClaim(conn=conn)
+
     # --- writing samples -----------------------------------------------------------------------
     def writer(self, **options: Any) -> BatchWriter:
         """The database's single BatchWriter (created on first call; ``options`` apply then only).
@@ -280,6 +410,30 @@ class Database:
         self.close()
 
 
+def _claim_sqlite_file(db_path: Path) -> CollectorClaim:
+    import fcntl
+
+    lock_path = Path(f"{db_path}.collector.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise CollectorConflictError(
+            f"--db: cannot create the collector lock {lock_path}: {exc.strerror}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise CollectorConflictError(
+            f"another collector (pid {holder}) is already writing to {db_path}: one collector per SQLite "
+            "database (stop it first; for several collectors use PostgreSQL)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return CollectorClaim(fd=fd)
+
+
 def open_database(
     url: str | os.PathLike[str] | None = None,
     *,
@@ -289,6 +443,6 @@ def open_database(
     """Open (create, migrate) the database at ``url`` (SQLAlchemy URL or plain path; None: the default).
     ``busy_timeout_ms``: how long one statement waits for another writer's lock before the BatchWriter
     backs off and retries (SQLite)."""
-    return Database(
-        default_db_url(None if url is None else os.fspath(url)), echo=echo, busy_timeout_ms=busy_timeout_ms
-    )
+    # an explicit URL may be anything SQLAlchemy takes (sqlite:// in memory too); None is the CLI default
+    resolved = default_db_url() if url is None else normalize_url(os.fspath(url))
+    return Database(resolved, echo=echo, busy_timeout_ms=busy_timeout_ms)

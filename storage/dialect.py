@@ -65,6 +65,19 @@ def lock_schema(conn: Connection) -> None:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7403112)")
 
 
+def lock_for_rollup(conn: Connection, sample_table: str) -> None:
+    """Make the sample table's highest id a safe rollup watermark for the rest of the transaction.
+
+    PostgreSQL hands out ids from a sequence when a row is inserted, but the rows commit in any order:
+    with several writers (collectors), id 101 may be visible while id 100 is still uncommitted, and a
+    watermark of 101 would skip row 100 for ever. ``EXCLUSIVE`` waits for every open insert into the
+    table to finish (an insert holds ``ROW EXCLUSIVE`` from before it draws its id) and holds new ones
+    off until the rollup commits, so every id up to max(id) is then committed. SQLite: the rollup
+    transaction began IMMEDIATE (``write_options``), which already excludes every other writer."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f'LOCK TABLE "{sample_table}" IN EXCLUSIVE MODE')
+
+
 def bucket_index(dialect: str, ts: ColumnElement[Any], origin: float, width: float) -> ColumnElement[Any]:
     """floor((ts - origin) / width) as an integer, for ``ts >= origin``.
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -65,9 +66,22 @@ def _csv_value(v: Any) -> Any:
 
 # --- atomic output ----------------------------------------------------------------------------
 def check_out(out: str | Path) -> Path:
+    """``out`` as a Path, if it is a new file or an existing regular file (never a symlink, a device,
+    a FIFO or a socket: the rename that completes an export would replace those)."""
     dest = Path(out)
-    if dest.is_dir():
-        raise ValueError(f"--out: {dest} is a folder, not a file")
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ValueError(f"--out: cannot use {dest}: {exc.strerror}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"--out: {dest} is a folder, not a file")
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"--out: {dest} is a symbolic link; give the real file (it is not replaced)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"--out: {dest} is not a regular file (a device, FIFO or socket); not replaced")
     if not dest.parent.is_dir():
         raise ValueError(f"--out: folder {dest.parent} does not exist")
     return dest
@@ -76,11 +90,19 @@ def check_out(out: str | Path) -> Path:
 @contextlib.contextmanager
 def _atomic_path(out: str | Path) -> Iterator[Path]:
     dest = check_out(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    except OSError as exc:
+        raise ValueError(f"--out: cannot write in {dest.parent}: {exc.strerror}") from None
     os.close(fd)
     try:
         yield Path(tmp)
+        check_out(dest)  # still not a link/device (it may have changed while the export ran)
         os.replace(tmp, dest)
+    except OSError as exc:  # full disk, read-only file system, quota: one line naming the file
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise ValueError(f"--out: cannot write {dest}: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -175,7 +197,14 @@ def export_bench(db: Database, run_ids: Sequence[int], fmt: str, out: str | Path
         raise ValueError("run id: give at least one benchmark run id")
     runs = [queries.bench_run(db, rid) for rid in run_ids]  # LookupError naming a missing id, before writing
     if fmt == "jsonl":
-        lines = [line for run in runs if run.id is not None for line in export_lines(db, run.id)]
+        # several runs in one file: every line says its run (spectower_run), so import splits them again
+        several = len({r.id for r in runs}) > 1
+        lines = [
+            line
+            for run in runs
+            if run.id is not None
+            for line in export_lines(db, run.id, with_run=True if several else None)
+        ]
         with _atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
             for line in lines:
                 _write_jsonl(fh, line)

@@ -401,6 +401,20 @@ def open_gap(db: Database, source: str, target: str, start_ts: float, reason: st
         return int(gap.id)  # type: ignore[arg-type]
 
 
+def close_stale_gaps(db: Database, source: str, target: str, end_ts: float, note: str) -> int:
+    """Close the gaps of source+target that a collector which stopped (crashed) left open, at ``end_ts``
+    (the restart: nothing was collected in between either), so the next outage is a gap of its own.
+    Returns how many were closed."""
+    g = models.CollectionGap
+    with db.session(write=True) as s:
+        stale = list(s.exec(select(g).where(g.source == source, g.target == target, col(g.end_ts).is_(None))))
+        for gap in stale:
+            gap.end_ts = max(end_ts, gap.start_ts)
+            gap.reason = f"{gap.reason} [{note}]"
+            s.add(gap)
+        return len(stale)
+
+
 def close_gap(db: Database, gap_id: int, end_ts: float) -> None:
     with db.session(write=True) as s:
         gap = s.get(models.CollectionGap, gap_id)

@@ -11,8 +11,15 @@ import re
 from typing import Any
 
 REDACTED = "<redacted>"
-SECRET_KEY_RE = re.compile(r"(^|_)(api_key|password|secret|token_secret|auth_token)$")
-SECRET_FLAG_RE = re.compile(r"(--(?:admin-)?api-key|--ssl-keyfile-password)(=|\s+)(\S+)")
+SECRET_KEY_RE = re.compile(
+    r"(^|_)(api_key|password|passphrase|secret|token_secret|auth_token|private_key)$", re.IGNORECASE
+)
+# keys whose string value is a token (hf_token, access_token, token): numbers under such names are counts
+SECRET_TOKEN_KEY_RE = re.compile(r"(^|_)token$", re.IGNORECASE)
+_FLAGS = r"--(?:admin-)?api-key|--ssl-keyfile-password|--hf-token|--token|--access-token|--password"
+# the value: a quoted string (spaces and escaped quotes inside), or everything up to the next space
+SECRET_FLAG_RE = re.compile(rf"({_FLAGS})(=|\s+)('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\S+)")
+SECRET_FLAG_NAMES = frozenset(_FLAGS.replace("(?:admin-)?", "").split("|")) | {"--admin-api-key"}
 
 
 def redact(obj: Any) -> Any:
@@ -20,16 +27,34 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, dict):
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            if isinstance(k, str) and SECRET_KEY_RE.search(k) and v not in (None, "", [], {}):
+            if _is_secret(k, v):
                 out[k] = REDACTED
-            elif k == "launch_command" and isinstance(v, str):
-                out[k] = redact_flags(v)
+            elif isinstance(v, str):
+                out[k] = redact_flags(v)  # launch_command, or any other string carrying a command line
             else:
                 out[k] = redact(v)
         return out
     if isinstance(obj, list):
-        return [redact(v) for v in obj]
+        # an argv list: ["--api-key", "KEY"] / ["--api-key=KEY"]
+        items: list[Any] = []
+        hide_next = False
+        for v in obj:
+            if hide_next and isinstance(v, str):
+                items.append(REDACTED)
+                hide_next = False
+                continue
+            hide_next = isinstance(v, str) and v in SECRET_FLAG_NAMES
+            items.append(redact_flags(v) if isinstance(v, str) else redact(v))
+        return items
     return obj
+
+
+def _is_secret(key: Any, value: Any) -> bool:
+    if not isinstance(key, str):
+        return False
+    if SECRET_KEY_RE.search(key) and value not in (None, "", [], {}):
+        return True
+    return bool(SECRET_TOKEN_KEY_RE.search(key) and isinstance(value, str) and value)
 
 
 def redact_flags(command: str) -> str:

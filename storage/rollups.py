@@ -6,8 +6,9 @@ in) are found by primary key, so each maintenance run reads only what arrived si
 them from the minute rollups, so a late sample (a collector flushing its buffer after an outage) lands
 in the right bucket instead of being lost, and a run every minute costs about a minute of samples.
 
-Caveat for PostgreSQL: ids from a sequence can commit out of order under concurrent writers; spectower
-has one writer per database, so the watermark is exact there too.
+PostgreSQL with several collectors: ids from a sequence can commit out of order under concurrent
+writers, so each fold first locks the sample table against inserts (``dialect.lock_for_rollup``) and
+only then reads max(id): every row up to the new watermark is committed, none is skipped.
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: fl
 def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     """Fold the raw rows of one sample table past the watermark; returns how many were new."""
     sample = spec.sample
+    dialect.lock_for_rollup(conn, spec.sample_table)  # before reading the watermark and max(id)
     last_id = watermark(conn, spec)
     max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
     if max_id is None or max_id <= last_id:

@@ -9,8 +9,13 @@ and inserts each table's rows with one executemany. Consequences:
 - a locked/busy database (another writer, a long checkpoint) is retried with backoff while the rows
   stay queued; the queue is bounded (``max_buffered``): past it the OLDEST rows are dropped and counted
   in ``stats().dropped`` so an outage of the database never exhausts memory;
-- a row the database rejects (NOT NULL, foreign key) is found by retrying its batch row by row; only
-  that row is dropped (``stats().rejected``, ``stats().last_error``), the rest are written.
+- a row the database rejects (NOT NULL, foreign key, an integer too large for the column, any other
+  per-row error) is found by retrying its batch row by row; only that row is quarantined
+  (``stats().rejected``, per kind in ``stats().rejected_by_kind``, logged once per kind,
+  ``stats().last_error``), the rest are written;
+- the thread never dies of an error: anything unexpected is logged, the batch is retried row by row,
+  and the loop goes on. ``stats().lost`` counts rows accepted by ``put`` that were neither written,
+  dropped, rejected nor are still pending (rows a dead writer took with it; 0 in a healthy run).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spectower.storage import dialect
 from sqlalchemy import Engine, Table
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import OperationalError
 from sqlmodel import SQLModel
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,14 @@ class WriterStats:
     batches: int  # transactions committed
     pending: int  # rows queued or in flight now
     last_error: str | None
+    # rejected rows per kind ("<table>: <error type>"), e.g. {"engine_sample: OverflowError": 3}
+    rejected_by_kind: dict[str, int] = field(default_factory=dict)
+    accepted: int = 0  # rows ever accepted by put()
+
+    @property
+    def lost(self) -> int:
+        """Rows accepted but neither written, dropped, rejected nor pending (0 unless the thread died)."""
+        return max(0, self.accepted - self.written - self.dropped - self.rejected - self.pending)
 
 
 class BatchWriter:
@@ -77,6 +90,7 @@ class BatchWriter:
         self._inflight = 0
         self._written = self._dropped = self._rejected = self._retries = self._batches = 0
         self._last_error: str | None = None
+        self._rejected_by_kind: dict[str, int] = {}
         self._flush_waiters = 0
         self._stopping = False
         self._closed = False
@@ -148,6 +162,8 @@ class BatchWriter:
                 batches=self._batches,
                 pending=len(self._buf) + self._inflight,
                 last_error=self._last_error,
+                rejected_by_kind=dict(self._rejected_by_kind),
+                accepted=self._put_seq,
             )
 
     @property
@@ -181,7 +197,12 @@ class BatchWriter:
         while True:
             batch = self._next_batch()
             if batch:
-                self._write_with_retry(batch)
+                try:
+                    self._write_with_retry(batch)
+                except Exception as exc:  # never let one bad batch take the writer (and every later row) down
+                    log.exception("writer: unexpected error on a batch of %d rows: %s", len(batch), exc)
+                    written, rejected = self._write_one_by_one(batch)
+                    self._finish(batch, written=written, rejected=rejected)
             due = time.monotonic() - last_maint >= self._maintenance_interval_s
             if self._maintenance is not None and due:
                 last_maint = time.monotonic()
@@ -205,12 +226,15 @@ class BatchWriter:
                     stopping = self._stopping
                 if stopping and delay >= DEFAULT_RETRY_MAX_S:
                     log.error("giving up on %d rows at shutdown: %s", len(batch), _short(exc))
+                    with self._cond:
+                        kind = "shutdown: database unavailable"
+                        self._rejected_by_kind[kind] = self._rejected_by_kind.get(kind, 0) + len(batch)
                     self._finish(batch, written=0, rejected=len(batch))
                     return
                 time.sleep(delay)
                 delay = min(delay * 2, DEFAULT_RETRY_MAX_S)
                 continue
-            except (DBAPIError, SQLAlchemyError, ValueError, TypeError):
+            except Exception:  # constraint, overflow, bad type, ...: find the row(s) at fault
                 written, rejected = self._write_one_by_one(batch)
                 self._finish(batch, written=written, rejected=rejected)
                 return
@@ -220,15 +244,44 @@ class BatchWriter:
     def _write_one_by_one(self, batch: list[SQLModel]) -> tuple[int, int]:
         written = rejected = 0
         for row in batch:
-            try:
-                _insert(self._engine, [row])
-                written += 1
-            except (DBAPIError, SQLAlchemyError, ValueError, TypeError) as exc:
-                rejected += 1
-                with self._cond:
-                    self._last_error = f"{type(row).__name__}: {_short(exc)}"
-                log.warning("row rejected by the database: %s: %s", type(row).__name__, _short(exc))
+            delay = DEFAULT_RETRY_INITIAL_S
+            while True:
+                try:
+                    _insert(self._engine, [row])
+                    written += 1
+                except OperationalError as exc:  # the database went busy/away mid-way: wait, keep the row
+                    with self._cond:
+                        self._retries += 1
+                        self._last_error = _short(exc)
+                        stopping = self._stopping
+                    if not (stopping and delay >= DEFAULT_RETRY_MAX_S):
+                        time.sleep(delay)
+                        delay = min(delay * 2, DEFAULT_RETRY_MAX_S)
+                        continue
+                    rejected += 1
+                    self._quarantine(row, exc)
+                except Exception as exc:
+                    rejected += 1
+                    self._quarantine(row, exc)
+                break
         return written, rejected
+
+    def _quarantine(self, row: SQLModel, exc: BaseException) -> None:
+        """Count a row the database would not take; log the first of each kind (table + error type)."""
+        table = getattr(type(row), "__tablename__", type(row).__name__)
+        orig = getattr(exc, "orig", None) or exc
+        kind = f"{table}: {type(orig).__name__}"
+        with self._cond:
+            first = kind not in self._rejected_by_kind
+            self._rejected_by_kind[kind] = self._rejected_by_kind.get(kind, 0) + 1
+            self._last_error = f"{kind}: {_short(exc)}"
+        if first:
+            log.warning(
+                "row quarantined (%s): %s; the other rows go on (further %s rows are counted, not logged)",
+                kind,
+                _short(exc),
+                kind,
+            )
 
     def _finish(self, batch: list[SQLModel], *, written: int, rejected: int) -> None:
         with self._cond:

@@ -54,3 +54,89 @@ def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
     yield factory
     for sim in started:
         sim.close()
+
+
+# ---- PostgreSQL: one throwaway server per test session (= per pytest-xdist worker) ---------------------
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import uuid  # noqa: E402
+
+REQUIRE_POSTGRES_ENV = "SPECTOWER_REQUIRE_POSTGRES"
+
+
+def _postgres_unavailable(why: str) -> None:
+    """Skip, saying why; under SPECTOWER_REQUIRE_POSTGRES=1 (tests/run installed it) FAIL instead."""
+    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+        pytest.fail(f"PostgreSQL required ({REQUIRE_POSTGRES_ENV}=1) but unavailable: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def _pg_bin(name: str) -> str | None:
+    for d in ("/usr/local/bin", *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)):
+        if os.path.exists(f"{d}/{name}"):
+            return f"{d}/{name}"
+    return shutil.which(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The base URL (``postgresql+psycopg://postgres@127.0.0.1:PORT``) of a PostgreSQL server: env
+    ``SPECTOWER_TEST_POSTGRES_URL`` (its database part is dropped) or a throwaway server on a free
+    127.0.0.1 port (runuser -u postgres when run as root), stopped at the end of the session."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _postgres_unavailable("psycopg not installed (pip install -e .[postgres])")
+    if os.environ.get("SPECTOWER_TEST_POSTGRES_URL"):
+        yield os.environ["SPECTOWER_TEST_POSTGRES_URL"].rsplit("/", 1)[0]
+        return
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        _postgres_unavailable("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    as_user: list[str] = []
+    # not under pytest's tmp dir: that one is private to root, and the server runs as another user
+    root = Path(tempfile.mkdtemp(prefix="spectower-pg-"))
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        if not shutil.which("runuser"):
+            _postgres_unavailable("running as root without runuser: cannot start PostgreSQL")
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    data, port = root / "data", free_port()
+    try:
+        subprocess.run([*as_user, str(initdb), "-D", str(data), "-A", "trust", "-U", "postgres"],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        subprocess.run([*as_user, str(pg_ctl), "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w",
+                        "start"], check=True, capture_output=True, timeout=120)  # fmt: skip
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        detail = getattr(exc, "stderr", b"") or b""
+        _postgres_unavailable(f"could not start PostgreSQL: {exc} {detail.decode(errors='replace')[-300:]}")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    finally:
+        subprocess.run([*as_user, str(pg_ctl), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (one per test)."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    base = postgres_server.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{postgres_server}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The same test on both backends: an SQLite file in tmp_path, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'spectower.db'}"
+    return str(request.getfixturevalue("postgres_url"))

@@ -1,4 +1,5 @@
-"""spectower.control.audit on a real SQLite file: every attempt is a row; manual sets pause; release resumes.
+"""spectower.control.audit on a real SQLite file: every attempt is a row with its outcome; the lock is the
+server's (a manual set takes it, a policy is refused under it, release clears it).
 
 The knob side is the unit-level fake (MockTransport); the real simulator runs in test_control_cli.py.
 """
@@ -9,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from spectower.control import audit
 from spectower.control.knob import KnobAuthError, KnobClient, PluginMissingError, ServerUnreachableError
@@ -32,36 +34,87 @@ def client_for(fake: FakeKnobServer, key: str | None = KEY) -> KnobClient:
     return KnobClient(URL, key, transport=fake.transport(), readback_delay_s=0.0)
 
 
-def test_manual_set_is_audited_and_pauses_the_policy(db: Database) -> None:
+def test_manual_set_is_audited_and_locks_the_server(db: Database) -> None:
     fake = FakeKnobServer(admin_key=KEY)
     with client_for(fake) as client:
         result = audit.apply_knob(db, client, 16, "incident 42: p99 latency", "operator:alice")
-    assert result.confirmed
-    events = audit.list_events(db, URL)
-    assert [e.action for e in events] == ["pause", "set"]
-    set_row = events[1]
-    assert (set_row.actor, set_row.old_max_bs, set_row.new_max_bs) == ("operator:alice", 0, 16)
-    assert set_row.confirmed and set_row.error is None
-    assert set_row.reason == "incident 42: p99 latency"
-    assert json.loads(set_row.per_rank_json or "[]") == [
-        {"dp_rank": 0, "accepted": True, "spec_max_bs": 16, "confirmed": True}
-    ]
-    assert audit.paused_until(db, URL) == audit.PAUSE_UNTIL_RELEASED
+        assert result.confirmed and client.read().owner == "manual"
+        (set_row,) = audit.list_events(db, URL)  # one row: the lock is the server's, not a second row
+        assert (set_row.actor, set_row.action, set_row.old_max_bs, set_row.new_max_bs) == (
+            "operator:alice", "set", 0, 16)  # fmt: skip
+        assert set_row.confirmed and set_row.error == "manual lock until released"
+        assert set_row.reason == "incident 42: p99 latency"
+        assert json.loads(set_row.per_rank_json or "[]") == [
+            {"dp_rank": 0, "accepted": True, "spec_max_bs": 16, "owner": "manual", "confirmed": True,
+             "outcome": "applied"}
+        ]  # fmt: skip
 
-    released = audit.release(db, URL, "operator:alice", "incident over")
-    assert released.was_paused and audit.paused_until(db, URL) is None
-    assert audit.list_events(db, URL, limit=1)[0].action == "release"
-    again = audit.release(db, URL, "operator:alice", "twice")
-    assert not again.was_paused and again.event.error == "the policy was not paused"
+        released = audit.release(db, client, "operator:alice", "incident over")
+        assert released.was_locked and released.result.confirmed and client.read().owner == "policy"
+        row = audit.list_events(db, URL, limit=1)[0]
+        assert (row.action, row.confirmed, row.old_max_bs, row.new_max_bs) == ("release", True, 16, 16)
+        again = audit.release(db, client, "operator:alice", "twice")
+        assert not again.was_locked and again.result.confirmed
 
 
-def test_policy_set_does_not_pause(db: Database) -> None:
+def test_policy_set_takes_no_lock_and_is_refused_under_one(db: Database) -> None:
     fake = FakeKnobServer()
     with client_for(fake) as client:
         audit.apply_knob(db, client, "on", "learn: crossover at 30", "policy:learn")
-    assert audit.paused_until(db, URL) is None
+        assert client.read().owner == "policy"
+        (row,) = audit.list_events(db, URL)
+        assert (row.actor, row.new_max_bs, row.confirmed) == ("policy:learn", 48, True)
+        audit.apply_knob(db, client, "off", "incident", "operator:bob", hold_s=3600)
+        with pytest.raises(audit.PolicyPaused, match="locked by a manual write until"):
+            audit.apply_knob(db, client, 20, "learn: explore", "policy:learn")
+    refused = audit.list_events(db, URL, limit=1)[0]
+    assert (refused.actor, refused.confirmed, refused.old_max_bs, refused.new_max_bs) == (
+        "policy:learn", False, 0, 20)  # fmt: skip
+    assert refused.error and refused.error.startswith("not applied: the server refused it")
+    assert fake.values() == [0]
+
+
+def test_every_outcome_is_recorded_lost_answers_included(db: Database) -> None:
+    fake = FakeKnobServer(lose_answers=1)
+    with KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0, settle_s=2.0) as client:
+        result = audit.apply_knob(db, client, 0, "incident", "operator:alice")
+        assert result.confirmed and fake.values() == [0]
+        fake.lose_answers, fake.lose_before_apply = 1, True
+        client.settle_s = 0.1
+        lost = audit.apply_knob(db, client, 7, "lost on the way", "operator:alice")
+    assert lost.outcome == "unknown"
+    newest, first = audit.list_events(db, URL)
+    assert first.confirmed and first.error == "manual lock until released"
+    assert not newest.confirmed and newest.error and newest.error.startswith("outcome unknown:")
+    assert (newest.old_max_bs, newest.new_max_bs) == (0, 7)
+
+
+def test_old_value_is_the_one_the_server_replaced(db: Database) -> None:
+    """Another writer moves the knob between our read and our set: the audit's old value is the server's."""
+    fake = FakeKnobServer()
+
+    def race(request: httpx.Request) -> None:
+        if request.method == "POST" and len(fake.posts) == 1:  # just before the server handles our set
+            fake.apply({"spectower_writer": 2, "spectower_spec_max_bs": 30})
+
+    fake.on_request = race
+    with client_for(fake) as client:
+        result = audit.apply_knob(db, client, 5, "incident", "operator:alice")
+    assert result.before.spec_max_bs == 0 and result.old_max_bs == 30
+    assert audit.list_events(db, URL)[0].old_max_bs == 30
+
+
+def test_a_server_value_no_database_can_hold_is_audited_without_a_crash(db: Database) -> None:
+    fake = FakeKnobServer()
+    for state in fake.info["internal_states"]:
+        state["spectower"]["spec_max_bs"] = 10**30  # a broken plugin or a hand-made request
+    fake.owner.last_write = None
+    with client_for(fake) as client:
+        result = audit.apply_knob(db, client, 0, "incident", "operator:alice")
+    assert result.confirmed
     (row,) = audit.list_events(db, URL)
-    assert (row.actor, row.new_max_bs, row.confirmed) == ("policy:learn", 48, True)
+    assert row.old_max_bs is None and row.new_max_bs == 0
+    assert row.error and "beyond the database's INTEGER range" in row.error
 
 
 def test_refused_attempts_are_audited_and_reraised(db: Database, tmp_path: Path) -> None:
@@ -76,12 +129,11 @@ def test_refused_attempts_are_audited_and_reraised(db: Database, tmp_path: Path)
     rows = audit.list_events(db)
     assert len(rows) == 3 and not any(r.confirmed for r in rows)
     by_reason = {r.reason: r for r in rows}
-    assert by_reason["try with a wrong key"].error.startswith("KnobAuthError")  # type: ignore[union-attr]
+    assert by_reason["try with a wrong key"].error.startswith("not applied: KnobAuthError")  # type: ignore[union-attr]
     assert by_reason["try with a wrong key"].new_max_bs == 0
-    assert by_reason["no plugin there"].error.startswith("PluginMissingError")  # type: ignore[union-attr]
+    assert by_reason["no plugin there"].error.startswith("not applied: PluginMissingError")  # type: ignore[union-attr]
     assert by_reason["server is down"].server_url == dead
-    assert fake.values() == [0]
-    assert audit.paused_until(db, URL) is None  # nothing reached the server: nothing paused
+    assert fake.values() == [0] and fake.owner.owner() == "policy"  # nothing reached the server: no lock
     # The admin key is in no row (nor anywhere in the file).
     db.close()
     assert b"not-the-key" not in (tmp_path / "audit.db").read_bytes()

@@ -181,3 +181,27 @@ def test_compare_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(LookupError, match="RUN 999"):
         load_run(db, 999)
     db.close()
+
+
+def test_compare_shows_request_rate_runs_and_both_sides_latencies(tmp_path: Path) -> None:
+    # An old bench_serving request-rate sweep (no max_concurrency) beside one of ours: its levels are
+    # request rates, labelled as such, and spec-off latencies show beside spec-on ones.
+    from spectower.storage.bench_serving import import_file
+
+    from tests.conftest import REAL_DATA
+
+    url, a, _ = _save_two(tmp_path)
+    db = open_database(url)
+    name = "datacrunch-research__h200-benchmarks__llama_3_3_70b_online_output.jsonl"
+    rate_run = import_file(db, REAL_DATA / "bench_serving" / name)
+    comp = compare_runs(load_run(db, a), load_run(db, rate_run.run_id or 0))
+    db.close()
+    rates = [r for r in comp.rows if r["request_rate"] is not None]
+    assert [r["level"] for r in rates][:3] == ["1 req/s", "2 req/s", "4 req/s"]
+    assert all(r["concurrency"] is None and r["b"]["tok_s"] for r in rates)
+    res = CliRunner().invoke(app, ["bench", "compare", str(a), str(rate_run.run_id), "--db", url])
+    assert res.exit_code == 0, res.output
+    assert "16 req/s" in res.output and "537.4?" in res.output
+    row8 = next(r for r in comp.rows if r["concurrency"] == 8)
+    on_ttft, off_ttft = row8["a"]["median_ttft_ms"]["on"], row8["a"]["median_ttft_ms"]["off"]
+    assert f"{on_ttft:.1f}/{off_ttft:.1f}" in res.output

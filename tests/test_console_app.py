@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 from spectower.console import synthetic
+from spectower.console.views import common
 from spectower.storage import open_database
-from spectower.storage.models import ControlEvent
+from spectower.storage.models import ControlEvent, EngineSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
@@ -86,14 +90,16 @@ def test_overview_shows_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for label in (
         "Running requests",
         "Queued requests",
+        "Input tok/s",
         "Accept length",
         "Accept rate",
-        "Knob (spec_max_bs)",
+        "Draft steps",
+        "KV cache used",
     ):
-        assert label in labels and labels[label] != "—", (label, labels)
+        assert label in labels and labels[label] not in ("—", "no data"), (label, labels)
     text = _text(at)
-    assert "Output tok/s" in text and "http://10.0.0.1:30000" in text
-    assert _charts(at) == 1 + 1  # the server's tok/s line, then the GPU small multiples
+    assert "Output tok/s" in text and "http://10.0.0.1:30000" in text and "SPECULATION" not in text
+    assert _charts(at) == 2 + 1  # the server's throughput and requests/knob, then the GPU small multiples
     assert at.sidebar.selectbox[0].label == "Time range"
     at.radio(key="ov_gpu_metric").set_value("Temperature").run()
     assert not at.exception and _charts(at) >= 1
@@ -149,7 +155,7 @@ def test_no_gpu_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fill(db, gpus=0)
     at = _app(db, monkeypatch)
     assert "No GPU source" in _text(at)
-    assert _charts(at) == 1  # the server's line is there, no GPU grids
+    assert _charts(at) == 2  # the server's two charts are there, no GPU grids
     at.switch_page("pages/gpus.py")
     at.run()
     assert not at.exception
@@ -265,3 +271,169 @@ def test_control_refuses_missing_reason_and_bad_n(tmp_path: Path, monkeypatch: p
     with open_database(_url(db)) as store, store.session() as s:
         operator_rows = s.exec(select(ControlEvent).where(ControlEvent.actor.startswith("operator:"))).all()
     assert operator_rows == []  # a cancelled change writes nothing and touches no server
+
+
+# ------------------------------------------------ issue #18: the console as operators expect it
+
+
+def _newest_sample(path: Path, **values: float) -> None:
+    """One engine sample newer than the synthetic history, copying its newest row but for ``values``."""
+    with open_database(_url(path)) as db, db.session() as s:
+        row = s.exec(select(EngineSample).order_by(EngineSample.ts.desc())).first()  # type: ignore[attr-defined]
+        assert row is not None
+        fields = {k: v for k, v in row.model_dump().items() if k != "id"}
+        fields.update(ts=time.time() + 1, **values)
+        s.add(EngineSample(**fields))
+
+
+def _figures(at: AppTest) -> list[dict[str, Any]]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _trace_names(fig: dict[str, Any]) -> set[str]:
+    return {str(t.get("name")) for t in fig.get("data", []) if t.get("name")}
+
+
+def test_overview_charts_throughput_requests_and_knob_with_units(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch)
+    figs = _figures(at)
+    throughput = next(f for f in figs if f["layout"]["title"]["text"].startswith("Throughput"))
+    assert {"output", "input (prefill)"} <= _trace_names(throughput)
+    assert throughput["layout"]["yaxis"]["title"]["text"] == "tok/s"
+    knob = next(f for f in figs if f["layout"]["title"]["text"].startswith("Requests and the knob"))
+    assert {"running", "queued", "knob (spec_max_bs)", "knob set by"} <= _trace_names(knob)
+    assert knob["layout"]["yaxis"]["title"]["text"] == "requests"
+    setters = next(t for t in knob["data"] if t.get("name") == "knob set by")
+    assert all(text.startswith("policy:learn:") for text in setters["text"])  # who set it, on every marker
+    # every x axis spans the selected range (1 h by default), not just where data is
+    t0, t1 = (pd.Timestamp(x).timestamp() for x in throughput["layout"]["xaxis"]["range"])
+    assert t1 - t0 == pytest.approx(3600, abs=2)
+
+
+def test_overview_says_why_a_number_does_not_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    _newest_sample(db, spec_max_bs=8, num_running_reqs=30, spec_num_steps=0, spec_accept_rate=0.0,
+                   token_usage=0.0031, prefill_tok_s=None)  # fmt: skip
+    at = _app(db, monkeypatch)
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Accept rate"] == "gated" and labels["Accept length"] == "gated"
+    assert "Speculation is gated: 30 running requests > knob 8" in _text(at)
+    assert labels["Input tok/s"] == "no data"
+    assert labels["KV cache used"] == "0.31 %"  # a small share still reads, not 0.00
+    _newest_sample(db, spec_max_bs=64, num_running_reqs=10, spec_num_steps=3, spec_accept_rate=0.5)
+    at = _app(db, monkeypatch)
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Accept rate"] == "0.50" and "gated" not in _text(at)
+
+
+@pytest.mark.parametrize("page", ["overview", "speculation", "gpus", "benchmarks"])
+def test_every_chart_downloads_as_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, page)
+    csv = [b for b in at.get("download_button") if str(b.proto.id).endswith("_csv") or "CSV" in b.proto.label]
+    assert _charts(at) >= 1 and len(csv) == _charts(at), (len(csv), _charts(at))
+
+
+def test_csv_has_readable_times() -> None:
+    frame = pd.DataFrame({"ts": [0.0, 60.0], "output_tok_s": [1.0, 2.0]})
+    text = common.csv_bytes(frame).decode()
+    assert text.splitlines()[0] == "time_utc,ts,output_tok_s"
+    assert "1970-01-01T00:01:00Z" in text
+
+
+def test_the_url_carries_server_and_time_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, servers=3)
+    monkeypatch.setenv("SPECTOWER_DB", _url(db))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"range": "6h", "server": "http://10.0.0.2:30000"})
+    at.run()
+    assert at.sidebar.selectbox[0].value == "6 h"
+    # (AppTest runs a page script on its own after the first run: no sidebar, the session's range holds)
+    at.switch_page("pages/speculation.py")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="spec_server").value == "http://10.0.0.2:30000"
+    assert "Live estimate over the last 6 h" in _text(at)
+    assert at.query_params["server"] in ("http://10.0.0.2:30000", ["http://10.0.0.2:30000"])
+    # a pasted link opens a new session: the page it names, its range and server
+    fresh = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    fresh.query_params.update({"range": "15m", "server": "http://10.0.0.3:30000"})
+    fresh.run()
+    assert fresh.sidebar.selectbox[0].value == "15 min"
+    assert fresh.selectbox(key="ov_server").value == "http://10.0.0.3:30000"
+    assert sum(m.label == "Running requests" for m in fresh.metric) == 1  # only that server
+    assert fresh.query_params["range"] in ("15m", ["15m"])
+
+
+def test_a_pinned_end_is_a_fixed_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    monkeypatch.setenv("SPECTOWER_DB", _url(db))
+    end = time.time() - 900
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"range": "15m", "end": common.end_text(end)})
+    at.run()
+    assert not at.exception
+    assert "pinned" in _text(at) and common.clock(end)[:16] in _text(at)
+    fig = _figures(at)[0]
+    t1 = pd.Timestamp(fig["layout"]["xaxis"]["range"][1]).timestamp()
+    assert t1 == pytest.approx(int(end), abs=1)
+    assert [b.key for b in at.sidebar.button] == ["unpin_end"]  # "Back to live"
+
+
+def test_parse_end_and_range_slugs() -> None:
+    assert common.parse_end("1970-01-01T00:01:00Z") == 60.0
+    assert common.parse_end("120") == 120.0
+    assert common.parse_end("yesterday") is None and common.parse_end(None) is None
+    assert common.RANGE_SLUGS == {"15m": "15 min", "1h": "1 h", "6h": "6 h", "24h": "24 h", "7d": "7 d"}
+
+
+def test_gpus_compact_picker_processes_and_axes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, gpus=8)
+    at = _app(db, monkeypatch, "gpus")
+    picker = at.get("button_group")
+    assert picker, "the GPU picker is a row of short chips"
+    assert "8 GPUs on gpu-host-1" in _text(at)
+    procs = at.dataframe[-1].value
+    assert list(procs.columns) == ["GPU", "PID", "process", "GPU memory", "share of GPU"]
+    assert procs.iloc[0]["PID"] == 4100 and procs.iloc[0]["share of GPU"] > 80  # biggest first, per GPU
+    for fig in _figures(at):
+        axes = [v for k, v in fig["layout"].items() if k.startswith("xaxis")]
+        assert axes and all(
+            a["tickformatstops"] and a["ticklabeloverflow"] == "hide past domain" for a in axes
+        )
+        ranges = {tuple(a["range"]) for a in axes}
+        assert len(ranges) == 1  # every panel over the same window
+
+
+def test_benchmark_charts_have_units_and_intervals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    at = _app(db, monkeypatch, "benchmarks")
+    for fig in _figures(at):
+        assert "(" in fig["layout"]["yaxis"]["title"]["text"] or fig["layout"]["yaxis"]["title"]["text"] in (
+            "spec on / spec off",
+        )
+        assert fig["layout"]["xaxis"]["title"]["text"] == "concurrency (concurrent requests)"
+    speed = next(f for f in _figures(at) if "Speedup" in f["layout"]["title"]["text"])
+    assert any(str(t.get("name", "")).startswith("95% interval") for t in speed["data"])
+    tok = next(f for f in _figures(at) if "throughput" in f["layout"]["title"]["text"].lower())
+    assert tok["layout"]["yaxis"]["title"]["text"] == "output throughput (tok/s)"
+
+
+def test_benchmarks_empty_state_suggests_a_saved_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    _fill(db, bench=False)
+    at = _app(db, monkeypatch, "benchmarks")
+    code = [c.value for c in at.code]
+    assert any("bench sweep" in c and "--save" in c and _url(db) in c for c in code), code

@@ -1,11 +1,17 @@
 """The console in a real browser: headless Debian Chromium driven by playwright, against `spectower console`
-over a database filled by the simulator and `spectower collect` running for real.
+over a database filled by the simulator and `spectower collect` running for real, with three hours of
+synthetic history behind the live samples (every time range has something to draw).
 
-Saves docs/screenshots/<page>.png (used by the README).
+At 1920x1080 and 1280x800 it measures every page: no metric label or value truncated or broken mid-word,
+no chart text outside its chart, no overlapping tick labels, no table cut by the page
+(tests/console_layout.py).
+Saves full-page screenshots <page>.png (1920 px) and <page>-1280.png under out/screenshots, or
+$SPECTOWER_SCREENSHOTS (docs/screenshots for the README's pictures).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,12 +23,14 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.console import synthetic
 from spectower.storage import open_database
 from spectower.storage.bench_serving import import_file
 from spectower.storage.models import ControlEvent
 from sqlmodel import select
 
 from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.console_layout import full_page_screenshot, layout_problems
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -37,6 +45,10 @@ SWEEP = ["--concurrency", "1,4,16,48", "--duration-per-level", "2", "--output-le
 SCREENSHOTS = REPO_ROOT / os.environ.get("SPECTOWER_SCREENSHOTS", "out/screenshots")
 PAGES = {"overview": "", "speculation": "speculation", "gpus": "gpus", "control": "control",
          "benchmarks": "benchmarks"}  # fmt: skip
+# Charts each page draws once it is ready (control draws none).
+PAGE_CHARTS = {"overview": 3, "speculation": 4, "gpus": 2, "control": 0, "benchmarks": 3}
+VIEWPORTS = ((1920, 1080), (1280, 800))
+HISTORY_S = 3 * 3600.0  # synthetic past of the simulated server, before the collector's live samples
 LOAD_STAGES = (2, 12, 40)  # concurrent clients, stepped up while collecting
 BROWSING_LOAD = 6  # clients kept running while the browser looks, so the data stays live
 
@@ -120,6 +132,8 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
     with open_database(db_url) as db:  # real bench_serving captures for the Benchmarks page
         for f in sorted(REAL_DATA.glob("bench_serving/*.jsonl")):
             import_file(db, f)
+        now = time.time()  # hours of fast synthetic load behind the live samples, for every time range
+        synthetic.fill(db, t0=now - HISTORY_S, t1=now - 30, gpus=0, step_s=5.0, urls=[sim.base_url])
     collector = _spawn(
         [*SPECTOWER_CLI, "collect", "--server", sim.base_url, "--gpu",
          f"dcgm={sim.gpu_metrics_url}", "--db", db_url, "--interval", "1s"],
@@ -145,7 +159,12 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
             [*SPECTOWER_CLI, "console", "--db", db_url, "--port", str(port)],
             tmp_path / "console.log",
             # a slow refresh keeps the live charts still while a full-page screenshot is taken
-            {**key_env, "SPECTOWER_OPERATOR": OPERATOR, "SPECTOWER_CONSOLE_REFRESH_S": "30"},
+            {
+                **key_env,
+                "SPECTOWER_OPERATOR": OPERATOR,
+                "SPECTOWER_CONSOLE_REFRESH_S": "30",
+                "SPECTOWER_SWEEP_DIR": str(tmp_path / "sweeps"),
+            },
         )
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
         yield f"http://127.0.0.1:{port}", sim, db_url
@@ -156,10 +175,66 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
         _stop(collector)
 
 
-def _wait_charts(page: Any, n: int = 1) -> None:
-    page.wait_for_function(
-        f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n}", timeout=90_000
-    )
+# Ready: the page's charts drawn, its script run finished (no stale elements, no running indicator).
+READY_JS = """n => document.querySelectorAll('.js-plotly-plot .main-svg').length >= n
+  && document.querySelector('[data-testid="stAppViewContainer"] h1') !== null
+  && document.querySelectorAll('[data-stale="true"]').length === 0
+  && !document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningIcon"]')"""
+
+
+def _open(page: Any, url: str, charts: int) -> None:
+    page.goto(url)
+    page.wait_for_function(READY_JS, arg=charts, timeout=120_000)
+
+
+def _check_pages(page: Any, base: str) -> list[str]:
+    """Every page at every viewport: measured, and photographed whole."""
+    problems: list[str] = []
+    for width, height in VIEWPORTS:
+        page.set_viewport_size({"width": width, "height": height})
+        for name, path in PAGES.items():
+            _open(page, f"{base}/{path}", PAGE_CHARTS[name])
+            problems += [f"{name} @{width}: {p}" for p in layout_problems(page)]
+            suffix = "" if width == VIEWPORTS[0][0] else f"-{width}"
+            full_page_screenshot(page, SCREENSHOTS / f"{name}{suffix}.png")
+    # the GPU charts' time axes at every range (each range is also the page's link)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    for slug in ("15m", "1h", "6h", "24h", "7d"):
+        _open(page, f"{base}/gpus?range={slug}", PAGE_CHARTS["gpus"])
+        assert f"range={slug}" in page.url
+        problems += [f"gpus ?range={slug}: {p}" for p in layout_problems(page)]
+    return problems
+
+
+def _sweep_from_the_console(browser: Any, base: str, sweep_dir: Path, server: str) -> None:
+    """One session starts a sweep; a second one, already open, sees it run (overall progress, time left)
+    and its result; the console reaps the child the moment it ends."""
+    second = browser.new_page(viewport={"width": 1280, "height": 800})  # another browser session
+    _open(second, f"{base}/benchmarks", PAGE_CHARTS["benchmarks"])
+    second.get_by_text("Start a sweep").first.click()
+    second.get_by_text("No sweep started from a console").wait_for(timeout=60_000)
+    first = browser.new_page(viewport={"width": 1280, "height": 800})
+    _open(first, f"{base}/benchmarks", PAGE_CHARTS["benchmarks"])
+    first.get_by_text("Start a sweep").first.click()
+    assert first.get_by_label("Server URL").input_value() == server  # the collected server, offered first
+    for label, value in (("Concurrency levels", "4,8"), ("Seconds per level and mode", "4")):
+        first.get_by_label(label).fill(value)
+        first.get_by_label(label).press("Enter")
+    first.get_by_text("Even while the server serves traffic").click()  # the browsing load keeps running
+    first.get_by_role("button", name="Start sweep").click()
+    bar = second.locator('[data-testid="stProgress"]').first  # the second session's panel polls
+    bar.wait_for(timeout=60_000)
+    assert "slice" in bar.inner_text() and "left" in bar.inner_text()
+    done = second.get_by_text("finished in").first
+    done.wait_for(timeout=180_000)
+    assert "run #" in done.inner_text()
+    second.wait_for_function(READY_JS, arg=1, timeout=60_000)  # the result's speedup chart
+    full_page_screenshot(second, SCREENSHOTS / "benchmarks-sweep-done.png")
+    (state,) = [json.loads(f.read_text()) for f in sweep_dir.glob("*.json")]
+    assert state["status"] == "finished" and state["run_id"] is not None
+    assert not Path(f"/proc/{state['pid']}").exists()  # reaped, not a zombie until the console stops
+    first.close()
+    second.close()
 
 
 @pytest.mark.integration
@@ -171,23 +246,21 @@ def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page = browser.new_page(viewport={"width": 1920, "height": 1080})
         page.set_default_timeout(90_000)
         try:
-            page.goto(base + "/")
+            # the console's first session opens a pasted link: the page it names, its range, the sidebar
+            _open(page, base + "/speculation?range=6h", PAGE_CHARTS["speculation"])
+            assert page.get_by_text("Time range", exact=True).count() == 1 and "range=6h" in page.url
+            assert page.get_by_test_id("stSidebar").get_by_label("Time range").input_value() == "6 h"
+            assert "Live estimate over the last 6 h" in page.locator('[data-testid="stMain"]').inner_text()
+            _open(page, base + "/", PAGE_CHARTS["overview"])
             page.get_by_text("Output tok/s").first.wait_for(timeout=90_000)
-            _wait_charts(page, 2)
             assert page.get_by_text("STALE").count() == 0  # the collector is running: data is current
-            page.wait_for_timeout(1500)
-            _wait_charts(page, 2)
-            page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True, timeout=120_000)
-
-            for name in ("speculation", "gpus", "benchmarks"):
-                page.goto(f"{base}/{PAGES[name]}")
-                _wait_charts(page, 1)
-                page.wait_for_timeout(1500)
-                _wait_charts(page, 1)
-                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, timeout=120_000)
+            problems = _check_pages(page, base)
+            assert not problems, "\n".join(problems)
+            sweep_dir = Path(db_url.removeprefix("sqlite:///")).parent / "sweeps"
+            _sweep_from_the_console(browser, base, sweep_dir, sim.base_url)
 
             # Control: flip speculation off, confirm, see the read-back and the audit row
             before = _knob(sim)
@@ -207,8 +280,7 @@ def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
                 f"operator:{OPERATOR}" in latest.inner_text()
                 and "browser test: flip off" in latest.inner_text()
             )
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(SCREENSHOTS / "control.png"), full_page=True, timeout=120_000)
+            full_page_screenshot(page, SCREENSHOTS / "control-after-flip.png")
         finally:
             browser.close()
     with open_database(db_url) as db, db.session() as s:

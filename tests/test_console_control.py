@@ -166,3 +166,67 @@ def test_benchmarks_page_starts_a_sweep_and_shows_progress(
     with open_database(url) as db:
         runs = queries.bench_runs(db)
     assert [r.tag for r in runs] == ["from-the-page"], job.tail(40)
+
+
+def _post(sim: Any, args: dict[str, Any]) -> list[bool]:
+    url = f"{sim.base_url}/set_internal_state"
+    return httpx.post(url, json={"server_args": args}, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                      timeout=10).json()  # fmt: skip
+
+
+@pytest.mark.integration
+def test_the_page_shows_the_servers_truth_and_release_clears_the_lock(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock taken elsewhere (another database, another console) is shown from the server; the form starts
+    at the server's state; Release is offered and the page shows the new state at once; yes/no booleans."""
+    sim, url = sim_db
+    held = {"spectower_writer": 1, "spectower_spec_max_bs": 24, "spectower_hold_s": 7200}
+    assert _post(sim, held) == [True]
+    assert _post(sim, {"spectower_writer": 2, "spectower_spec_max_bs": 3}) == [False]  # a policy refused
+    at = _control(url, monkeypatch, ADMIN_KEY, "dana")
+    text = " ".join(m.value for m in at.markdown)
+    assert "manual lock since" in text and "left" in text, text
+    assert "Policy's last decision:** set 3" in text and "refused by the server" in text
+    assert any(m.label == "Owner" and m.value == "manual" for m in at.metric)
+    assert at.radio(key="ctl_mode").value == "threshold N" and at.number_input(key="ctl_n").value == 24
+    at.text_input(key="ctl_release_reason").input("incident over").run()
+    at.button(key="ctl_release").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Released, confirmed by read-back" in s.value and "**policy**" in s.value for s in at.success)
+    assert any(m.label == "Owner" and m.value == "policy" for m in at.metric)  # no reload needed
+    assert not [b for b in at.button if b.key == "ctl_release"]  # no lock: nothing to release
+    audit = at.dataframe[-1].value
+    assert list(audit["action"])[:1] == ["release"] and set(audit["confirmed"]) <= {"yes", "no"}
+
+
+@pytest.mark.integration
+def test_the_suggested_policy_command_runs_as_printed(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+
+    from spectower.console.views.control import policy_command
+
+    sim, url = sim_db
+    key_file = tmp_path / "admin key"  # a path with a space: the command must quote it
+    key_file.write_text(ADMIN_KEY + "\n")
+    key_file.chmod(0o600)
+    at = _control(url, monkeypatch, ADMIN_KEY, "erin")
+    monkeypatch.setenv("SPECTOWER_ADMIN_KEY_FILE", str(key_file))  # the console's own key file
+    at.radio(key="ctl_mode").set_value("learn").run()
+    (shown,) = [c.value for c in at.code]
+    assert shown == policy_command(sim.base_url, url, str(key_file))
+    assert "--policy learn" in shown and ADMIN_KEY not in shown
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
+    proc = subprocess.Popen(["bash", "-c", shown], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the runner announces itself once it has read the server
+        assert f"policy learn on {sim.base_url}" in first, first + proc.stdout.read(2000)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

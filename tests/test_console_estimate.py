@@ -64,3 +64,18 @@ def test_bench_speedup_pairs_on_and_off_points() -> None:
 )
 def test_knob_label(max_bs: int | None, max_running: int, label: str) -> None:
     assert knob_label(max_bs, max_running) == label
+
+
+def test_bench_speedup_carries_the_sweeps_interval() -> None:
+    points = pd.DataFrame(
+        {
+            "concurrency": [1, 1, 8, 8],
+            "spec_on": [True, False, True, False],
+            "output_throughput": [120.0, 100.0, 400.0, 500.0],
+            "ratio_ci_lo": [1.1, 1.1, None, None],
+            "ratio_ci_hi": [1.3, 1.3, None, None],
+        }
+    )
+    curve = bench_speedup(points)
+    assert list(curve["ci_lo"].isna()) == [False, True]  # an imported run has no interval: none is drawn
+    assert curve.iloc[0][["speedup", "ci_lo", "ci_hi"]].tolist() == pytest.approx([1.2, 1.1, 1.3])

@@ -1,7 +1,8 @@
 """`spectower control ...` against the REAL simulator subprocess, with a real SQLite audit trail.
 
 The last test is the end-to-end one: `spectower control auto` as its own process moves the knob, a manual
-`set` pauses it, `release` resumes it, SIGTERM stops it and the server keeps its ceiling.
+`set` (another database, another spelling of the URL) pauses it through the server's lock, `release`
+resumes it, SIGTERM stops it and the server keeps its ceiling.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def shared_sim() -> Iterator[Any]:
 def sim(shared_sim: Any) -> Any:
     """The shared simulator with its knob back at the launch value (always on)."""
     max_running = httpx.get(f"{shared_sim.base_url}/server_info", timeout=5).json()["max_running_requests"]
-    body = {"server_args": {"spectower_spec_max_bs": max_running}}
+    # value and release in one request: back to always on, no lock left from an earlier test
+    release = {"spectower_writer": 1, "spectower_release": 1}
+    body = {"server_args": {"spectower_spec_max_bs": max_running, **release}}
     url = f"{shared_sim.base_url}/set_internal_state"
     answer = httpx.post(url, json=body, headers=shared_sim.admin_headers, timeout=5)
     assert answer.json() == [True, True]
@@ -121,7 +124,8 @@ def test_refusals_are_clean_audited_and_change_nothing(sim: Any, tmp_path: Path)
     assert knob_values(sim) == start
     rows = events(db)
     assert len(rows) == 4 and not any(r.confirmed for r in rows)
-    assert [(r.error or "").split(":")[0] for r in rows] == [
+    assert all((r.error or "").startswith("not applied: ") for r in rows)
+    assert [(r.error or "").split(": ")[1] for r in rows] == [
         "KnobAuthError", "KnobAuthError", "KnobValueError", "ServerUnreachableError"]  # fmt: skip
 
     # Input mistakes never reach the server or the database.
@@ -270,15 +274,19 @@ def test_auto_end_to_end_threshold_pause_release_sigterm(
         assert wait_for(lambda: knob_values(sim) == [12, 12]), output.text()
         assert [(e.new_max_bs, e.confirmed) for e in policy_sets()] == [(12, True)]
 
-        manual = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--off", "--yes", "--reason",
+        # The operator uses another database and another spelling of the server: the lock is the server's.
+        other_db = tmp_path / "operator.db"
+        localhost = sim.base_url.replace("127.0.0.1", "localhost")
+        manual = run_cli(["set", "--server", localhost, "--db", str(other_db), "--off", "--yes", "--reason",
                           "operator takes over", "--as", "bob"])  # fmt: skip
         assert manual.exit_code == 0, manual.output
         assert wait_for(lambda: output.has("paused")), output.text()
-        time.sleep(1.0)  # a few more intervals: the paused runner must not undo the manual value
+        time.sleep(1.0)  # a few more intervals (absence has no event): the runner must not undo the value
         assert knob_values(sim) == [0, 0] and len(policy_sets()) == 1
 
-        released = run_cli(["release", "--server", sim.base_url, "--db", str(db), "--reason", "hand back"])
-        assert released.exit_code == 0
+        released = run_cli(["release", "--server", localhost, "--db", str(other_db), "--reason", "hand back",
+                            "--as", "bob"])  # fmt: skip
+        assert released.exit_code == 0, released.output
         assert wait_for(lambda: knob_values(sim) == [12, 12])
         assert len(policy_sets()) == 2
 
@@ -288,5 +296,46 @@ def test_auto_end_to_end_threshold_pause_release_sigterm(
     assert knob_values(sim) == [12, 12]  # the server keeps the last ceiling
     actions = [(e.actor.split(":")[0], e.action) for e in events(db)]
     assert actions[0] == ("policy", "auto-start") and actions[-1] == ("policy", "auto-stop")
-    assert ("operator", "pause") in actions and ("operator", "release") in actions
+    assert not any(actor == "operator" for actor, _ in actions)  # the operator audited in their own db
+    assert [(e.actor, e.action) for e in events(tmp_path / "operator.db")] == [
+        ("operator:bob", "set"), ("operator:bob", "release")]  # fmt: skip
     assert ADMIN_KEY not in output.text()
+
+
+def test_get_shows_the_servers_owner_lock_expiry_and_policy_decision(sim: Any, tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+    held = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--as", "alice",
+                    "--max-bs", "6", "--hold", "2h", "--reason", "incident 9"])  # fmt: skip
+    assert held.exit_code == 0, held.output
+    assert "manual lock for 2 h 0 min more" in held.stdout or "manual lock for 1 h 59 min more" in held.stdout
+    url = f"{sim.base_url}/set_internal_state"
+    body = {"server_args": {"spectower_writer": 2, "spectower_spec_max_bs": 30}}
+    refused = httpx.post(url, json=body, headers=sim.admin_headers, timeout=5).json()
+    assert refused == [False, False]  # a policy's write, refused by the server under the lock
+    import json
+
+    got = run_cli(["get", "--server", sim.base_url, "--json"])
+    assert got.exit_code == 0, got.output
+    state = json.loads(got.stdout)
+    assert state["owner"] == "manual" and [r["spec_max_bs"] for r in state["ranks"]] == [6, 6]
+    assert [r["owner"] for r in state["ranks"]] == ["manual", "manual"]
+    assert 7100 < state["lock_left_s"] <= 7200 and state["lock"]["expires_at"] is not None
+    assert state["last_write"]["writer"] == "manual" and state["last_write"]["value"] == 6
+    assert state["policy_last"] == {**state["policy_last"], "value": 30, "applied": False}
+    human = run_cli(["get", "--server", sim.base_url])
+    assert "owner            manual (manual lock for" in human.stdout, human.stdout
+    assert "policy's last    set 30" in human.stdout and "REFUSED" in human.stdout
+    assert "dp_rank 1: spec_max_bs=6 owner=manual" in human.stdout
+    bad = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--off", "--hold", "soon",
+                   "--reason", "x"])  # fmt: skip
+    assert bad.exit_code == 2 and "--hold must be a duration" in bad.stderr and "Traceback" not in bad.output
+    released = run_cli(["release", "--server", sim.base_url, "--db", str(db), "--reason", "done"])
+    assert released.exit_code == 0 and "released: no lock" in released.stdout
+    assert json.loads(run_cli(["get", "--server", sim.base_url, "--json"]).stdout)["owner"] == "policy"
+
+
+def test_a_server_value_beyond_the_database_is_one_line_not_a_traceback(sim: Any, tmp_path: Path) -> None:
+    too_big = run_cli(["set", "--server", sim.base_url, "--db", str(tmp_path / "c.db"), "--yes",
+                       "--max-bs", str(2**70), "--reason", "x"])  # fmt: skip
+    assert too_big.exit_code == 2 and "Traceback" not in too_big.output
+    assert len(too_big.stderr.strip().splitlines()) == 1 and "max_bs" in too_big.stderr

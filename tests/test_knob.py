@@ -15,6 +15,7 @@ from spectower.control.knob import (
     INSTALL_HINT,
     KnobAuthError,
     KnobClient,
+    KnobProtocolError,
     KnobUnsupportedError,
     KnobValueError,
     NotSGLangServerError,
@@ -32,7 +33,8 @@ URL = "http://10.1.2.3:30000"
 
 
 def client_for(fake: FakeKnobServer, key: str | None = None, **kw: object) -> KnobClient:
-    return KnobClient(URL, key, transport=fake.transport(), readback_delay_s=0.0, **kw)  # type: ignore[arg-type]
+    options: dict[str, object] = {"readback_delay_s": 0.0, **kw}
+    return KnobClient(URL, key, transport=fake.transport(), **options)  # type: ignore[arg-type]
 
 
 def test_parse_the_real_capture() -> None:
@@ -76,10 +78,15 @@ def test_read_and_set_off_on_n_confirmed() -> None:
         result = client.set("on")
         assert result.requested == 48 and result.confirmed and result.old_max_bs == 0
         assert fake.posts[-1].headers["authorization"] == "Bearer s3cret"
-        assert json.loads(fake.posts[-1].content) == {"server_args": {"spectower_spec_max_bs": 48}}
+        sent = json.loads(fake.posts[-1].content)["server_args"]
+        assert sent["spectower_spec_max_bs"] == 48 and sent["spectower_writer"] == 1  # manual
+        assert 1 <= sent["spectower_request_id"] < 2**53 and set(sent) == {
+            "spectower_spec_max_bs", "spectower_writer", "spectower_request_id"}  # fmt: skip
+        assert result.outcome == "confirmed" and result.after is not None and result.after.owner == "manual"
         result = client.set(12)
         assert (result.old_max_bs, result.requested, result.confirmed) == (48, 12, True)
-        assert result.per_rank() == [{"dp_rank": 0, "accepted": True, "spec_max_bs": 12, "confirmed": True}]
+        assert result.per_rank() == [{"dp_rank": 0, "accepted": True, "spec_max_bs": 12, "owner": "manual",
+                                      "confirmed": True, "outcome": "applied"}]  # fmt: skip
         assert client.read().mode == "threshold"
         result = client.set("off")
         assert result.requested == 0 and result.confirmed
@@ -191,3 +198,73 @@ def test_api_key_is_sent_on_reads() -> None:
     with KnobClient(URL, api_key="api-k", transport=fake.transport()) as client:
         client.read()
     assert fake.requests[-1].headers["authorization"] == "Bearer api-k"
+
+
+# ------------------------------------------------------------------ ownership and outcomes (issue #13)
+
+
+def test_a_lost_answer_is_settled_by_read_back() -> None:
+    """The server applied the set but its answer never arrived: the read-back finds this request applied."""
+    fake = FakeKnobServer(lose_answers=1)
+    with client_for(fake, settle_s=5.0) as client:
+        result = client.set(0, hold_s=7200)
+    assert result.outcome == "confirmed" and result.confirmed and result.accepted == ()
+    assert result.answer_lost and "did not answer /set_internal_state" in result.answer_lost
+    assert result.old_max_bs == 0 and result.after is not None and result.after.owner == "manual"
+    assert result.after.lock_left_s() == 7200
+
+
+def test_a_request_that_never_reached_the_server_is_unknown_not_failed() -> None:
+    fake = FakeKnobServer(lose_answers=1, lose_before_apply=True)
+    with client_for(fake, settle_s=0.2) as client:
+        result = client.set(5)
+    assert result.outcome == "unknown" and not result.confirmed
+    assert result.error and result.error.startswith("outcome unknown:") and "did not answer" in result.error
+    assert fake.values() == [0]
+
+
+def test_policy_write_is_refused_by_the_server_while_a_manual_lock_holds() -> None:
+    fake = FakeKnobServer()
+    with client_for(fake) as client:
+        assert client.set(0).confirmed  # manual: takes the lock
+        refused = client.set(20, writer="policy")
+        assert refused.outcome == "not applied" and refused.refused_by_lock
+        assert refused.error and "locked by a manual write until released" in refused.error
+        state = client.read()
+        assert state.owner == "manual" and state.spec_max_bs == 0
+        assert state.policy_last is not None and state.policy_last["applied"] is False
+        released = client.release()
+        assert released.confirmed and released.after is not None and released.after.owner == "policy"
+        assert client.set(20, writer="policy").confirmed
+    assert fake.values() == [20]
+
+
+def test_old_plugin_takes_only_a_plain_manual_set() -> None:
+    fake = FakeKnobServer(ownership=False)
+    with client_for(fake) as client:
+        assert not client.read().ownership_supported
+        with pytest.raises(KnobUnsupportedError, match="predates server-side locks"):
+            client.set(4, writer="policy")
+        with pytest.raises(KnobUnsupportedError, match="predates"):
+            client.set(4, hold_s=60)
+        result = client.set(4)
+        assert result.confirmed and json.loads(fake.posts[-1].content) == {"server_args": {KNOB: 4}}
+
+
+def test_values_no_database_can_hold_are_refused_with_one_line() -> None:
+    with pytest.raises(KnobValueError, match="at most 2147483647"):
+        check_target(10**30)
+    fake = FakeKnobServer()
+    fake.info["max_running_requests"] = 10**30
+    with client_for(fake) as client, pytest.raises(KnobValueError, match="beyond any valid ceiling"):
+        client.set("on")
+    assert fake.posts == []
+
+
+def test_answers_are_capped_in_size() -> None:
+    huge = httpx.MockTransport(lambda r: httpx.Response(200, content=b"[" + b"1," * 10_000_000 + b"1]"))
+    with KnobClient(URL, transport=huge) as client, pytest.raises(KnobProtocolError, match="more than"):
+        client.read()
+
+
+KNOB = "spectower_spec_max_bs"

@@ -56,7 +56,7 @@ def test_the_wheel_installs_one_namespace_with_its_data_and_entry_points(wheel: 
     assert entry_points["console_scripts"]["spectower"] == "spectower.console.cli:main"
 
 
-def test_the_plugin_imports_from_the_wheel_with_the_standard_library_alone(wheel: Path, tmp_path: Path) -> None:
+def test_the_plugin_imports_from_the_wheel_with_the_stdlib_alone(wheel: Path, tmp_path: Path) -> None:
     # As the README installs it into SGLang's environment: --no-deps, nothing else of ours beside it.
     zipfile.ZipFile(wheel).extractall(tmp_path)
     probe = (
@@ -73,23 +73,27 @@ def test_the_plugin_imports_from_the_wheel_with_the_standard_library_alone(wheel
 def test_version_and_help_read_like_a_command_line_tool() -> None:
     version = subprocess.run([*SPECTOWER_CLI, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("spectower ")
-    helps = [
-        subprocess.run([*SPECTOWER_CLI, *cmd, "--help"], capture_output=True, text=True, timeout=60,
-                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}).stdout  # fmt: skip
-        for cmd in (["control", "set"], ["export", "bench"], ["bench", "sweep"], ["sim", "evaluate"])
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    commands = (["control", "set"], ["export", "bench"], ["bench", "sweep"], ["sim", "evaluate"])
+    runs = [
+        subprocess.run([*SPECTOWER_CLI, *c, "--help"], capture_output=True, text=True, timeout=60, env=env)
+        for c in commands
     ]
+    helps = [run.stdout for run in runs]
     for text in helps:
-        assert "--help" in text
+        assert "--help" in text and "Example: spectower " in text
         assert "<bool>" not in text and "<str>" not in text and "list[" not in text and "{" not in text
 
 
 def test_nothing_reads_outside_the_repository() -> None:
     # A fresh clone has nothing beside it: no code, test or script may reach for ../shared.
-    tracked = subprocess.run(["git", "ls-files", "*.py", "*.sh", "*.toml", "tests/run", ".ci/run"],
-                             cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    listing = ["git", "ls-files", "*.py", "*.sh", "*.toml", "tests/run", ".ci/run"]
+    tracked = subprocess.run(listing, cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    tracked = tracked.split()
+    needles = ("../shared", "SPECTOWER_SHARED")
     offenders = [
         name for name in tracked
         if name != "tests/test_packaging.py"
-        and any(s in (REPO_ROOT / name).read_text(errors="replace") for s in ("../shared", "SPECTOWER_SHARED"))
+        and any(n in (REPO_ROOT / name).read_text(errors="replace") for n in needles)
     ]
     assert offenders == []

@@ -117,47 +117,64 @@ def test_stale_data_and_unreachable_server_hold(db: Database) -> None:
     assert audit.list_events(db) == []
 
 
-def test_manual_set_pauses_the_runner_and_release_resumes(db: Database) -> None:
+def test_manual_set_pauses_the_runner_and_release_resumes(db: Database, tmp_path: Path) -> None:
+    """The operator uses ANOTHER database and another spelling of the URL: the lock is the server's, so the
+    runner still pauses, and resumes after the release."""
     fake, clock = FakeKnobServer(), Clock()
     runner = make_runner(db, fake, clock)
     add_samples(db, URL, T0, 12)
     assert runner.step().action == "set"
-    with KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0) as operator:
-        audit.apply_knob(db, operator, "off", "incident: drafts misbehave", "operator:alice", clock=clock)
-    for _ in range(2):
-        clock.now += 5
-        add_samples(db, URL, clock.now, 12)
-        outcome = runner.step()
-        assert outcome.action == "paused" and "release" in outcome.reason
-    assert fake.values() == [0]  # the manual value stands
-    audit.release(db, URL, "operator:alice", "incident over", clock=clock)
+    elsewhere = open_database(tmp_path / "operators-own.db")
+    with KnobClient(URL + "/", transport=fake.transport(), readback_delay_s=0.0) as operator:
+        why = "incident: drafts misbehave"
+        audit.apply_knob(elsewhere, operator, "off", why, "operator:alice", clock=clock)
+        for _ in range(2):
+            clock.now += 5
+            add_samples(db, URL, clock.now, 12)
+            outcome = runner.step()
+            assert outcome.action == "paused"
+            assert "manual lock holds the knob until released" in outcome.reason
+            assert "spectower control release --server" in outcome.reason
+        assert fake.values() == [0] and len(fake.posts) == 2  # the manual value stands; no policy write
+        audit.release(elsewhere, operator, "operator:alice", "incident over", clock=clock)
     clock.now += 5
     add_samples(db, URL, clock.now, 12)
     outcome = runner.step()
     assert outcome.action == "set" and fake.values() == [20]
-    actions = [(e.actor, e.action) for e in reversed(audit.list_events(db, URL))]
-    assert actions == [("policy:threshold", "set"), ("operator:alice", "set"), ("operator:alice", "pause"),
-                       ("operator:alice", "release"), ("policy:threshold", "set")]  # fmt: skip
+    assert [(e.actor, e.action) for e in reversed(audit.list_events(db, URL))] == [
+        ("policy:threshold", "set"), ("policy:threshold", "set")]  # fmt: skip
+    assert [(e.actor, e.action) for e in reversed(audit.list_events(elsewhere, URL))] == [
+        ("operator:alice", "set"), ("operator:alice", "release")]  # fmt: skip
+    elsewhere.close()
 
 
-def test_manual_pause_between_decision_and_set_wins(db: Database) -> None:
-    """The operator pauses after the runner decided but before it sent: the runner must not send."""
+def test_a_lock_taken_between_decision_and_set_wins(db: Database) -> None:
+    """The operator sets after the runner decided but before its set arrived: the server refuses the
+    policy's write, the runner reports paused, and the refusal is audited as not applied."""
     fake, clock = FakeKnobServer(), Clock()
     runner = make_runner(db, fake, clock)
     add_samples(db, URL, T0, 12)
-    gets = []
 
     def operator_acts(request: httpx.Request) -> None:
-        if request.method == "GET":
-            gets.append(request)
-            if len(gets) == 2:  # the read inside apply_knob, after the runner's own observation
-                audit.pause_policy(db, URL, actor="operator:alice", reason="took over", clock=clock)
+        if request.method == "POST" and len(fake.posts) == 1:  # just before the policy's set lands
+            fake.apply({"spectower_writer": 1, "spectower_spec_max_bs": 0})
 
     fake.on_request = operator_acts
     outcome = runner.step()
-    assert outcome.action == "paused" and "paused by a manual set" in outcome.reason
-    assert fake.posts == [] and fake.values() == [0]
-    assert [e.action for e in audit.list_events(db, URL)] == ["pause"]
+    assert outcome.action == "paused" and "locked by a manual write" in outcome.reason
+    assert fake.values() == [0] and fake.owner.owner() == "manual"
+    (row,) = audit.list_events(db, URL)
+    assert (row.actor, row.confirmed, row.new_max_bs) == ("policy:threshold", False, 20)
+    assert row.error and row.error.startswith("not applied:")
+
+
+def test_a_sweep_lock_pauses_the_runner_too(db: Database) -> None:
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    fake.apply({"spectower_writer": 3, "spectower_spec_max_bs": 48})
+    outcome = runner.step()
+    assert outcome.action == "paused" and "sweep lock" in outcome.reason and fake.posts == []
 
 
 def test_flip_rate_is_capped_per_rolling_hour(db: Database) -> None:

@@ -7,9 +7,9 @@ an installed spectower would: the checkout and a ``spectower-*.dist-info`` holdi
 in pyproject.toml are put on ``PYTHONPATH``, and SGLang's own ``load_plugins()`` discovers it. What is real
 and what is constructed inside the checks: ``tests/sglang_plugin_checks/_harness.py``.
 
-The load/knob/gating/EMA checks also run against SGLang 0.5.17 (the plugin supports both): tests/sglang_env.sh
-installs it as an overlay beside the venv, put first on ``PYTHONPATH``; each check reports the version it ran
-against. Refusal and override-log checks run on 0.5.23 only.
+The load/knob/gating/EMA/counter checks also run against SGLang 0.5.17 (the plugin supports both):
+tests/sglang_env.sh installs it as an overlay beside the venv, put first on ``PYTHONPATH``; each check reports
+the version it ran against. Refusal and override-log checks run on 0.5.23 only.
 
 Without ``SPECTOWER_SGLANG_PYTHON`` the tests skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail).
 """
@@ -28,7 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.control.sglang_plugin import Gate, validate_spec_max_bs
+from spectower.control.sglang_plugin import TARGETS, Gate, validate_spec_max_bs
 
 from tests.conftest import REPO_ROOT
 from tests.namespace_tree import link_tree
@@ -196,8 +196,19 @@ def test_knob_accepted_refused_and_passed_through(
     assert bad_mixed["updated"] is False and bad_mixed["new_overrides"] == []
     assert bad_mixed["speculative_accept_threshold_single"] == 0.5
     assert row(spectower_spec_max_bs=100)["spectower"]["spec_max_bs"] == 100  # above max_running_requests
-    assert any("spectower_spec_max_bs must be a non-negative integer" in w for w in result["warnings"])
-    assert any("Updating spectower_unknown is not supported" in w for w in result["warnings"])
+    assert any("spectower_spec_max_bs must be an integer in 0.." in w for w in result["warnings"])
+    assert any("unknown spectower key spectower_unknown" in w for w in result["warnings"])
+
+
+@sglang_check
+def test_ownership_contract_in_sglang(
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+) -> None:
+    """The lock lives on the server: manual / policy / sweep writes, holds, expiry, release, refusals and
+    the read-back fields, through SGLang's real Scheduler methods (the same scenario the simulator plays)."""
+    result = run_check(sglang_python, plugin_site, "check_contract", str(config_path), version=sglang_version)
+    assert result["mismatches"] == [], result["mismatches"]
+    assert any("locked by a manual write" in w for w in result["warnings"])
 
 
 @sglang_check
@@ -291,7 +302,8 @@ def test_refuses_to_hook_when_a_target_is_missing(
     sglang_python: str, plugin_site: Path, config_path: Path
 ) -> None:
     result = run_check(sglang_python, plugin_site, "check_refusal", "missing-target", str(config_path))
-    assert result["hooked_targets"] == [] and result["set_internal_state_wrapped"] is False
+    ours = {".".join(target) for target in TARGETS.values()}  # another plugin (gated decode) may hook others
+    assert not ours & set(result["hooked_targets"]) and result["set_internal_state_wrapped"] is False
     assert result["spectower"] is None
     assert result["knob_updated"] is False and result["sglang_key_updated"] is True
     assert any("NOT hooking" in w and "on_verify_complete" in w for w in result["warnings"])
@@ -404,3 +416,32 @@ def test_gate_matches_late_verify_results() -> None:
     assert gate.verify_was_gated(12, [0] * 12) is True
     # no remembered decision: judged by the current state and the accepts
     assert gate.verify_was_gated(12, [0] * 12) is True and gate.verify_was_gated(12, [1] * 12) is False
+
+
+@sglang_check
+def test_decode_counters_per_bin_drafted_and_gated(
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+) -> None:
+    """Batches driven through the real AdaptiveController move the published counters (fake clock)."""
+    result = run_check(sglang_python, plugin_site, "check_counters", str(config_path), version=sglang_version)
+    assert result["steps_drafted"] == STEPS and result["steps_gated"] == 0
+    phases = result["phases"]
+    bins = [1, 2, 4, 8, 16, 32, 64]  # powers of two up to max_running_requests 48
+    zeros = [0] * len(bins)
+    start = phases["start"]
+    assert start["bins"] == bins and start["version"] == 1 and start["clock"] == "perf_counter"
+    assert start["drafted"] == start["gated"] == {"steps": zeros, "tokens": zeros, "time_s": zeros}
+    drafted = phases["drafted"]
+    # Bin 4 holds the batch of 4 (5 ms, 12 tokens) and the two overlapped batches of 3 (9 ms launch ->
+    # result, then 6 ms result -> result; 7 + 3 tokens); idle time is never counted.
+    assert drafted["drafted"]["steps"] == [0, 0, 3, 0, 0, 0, 0]
+    assert drafted["drafted"]["tokens"] == [0, 0, 12 + 7 + 3, 0, 0, 0, 0]
+    assert drafted["drafted"]["time_s"][2] == pytest.approx(0.005 + 0.009 + 0.006)
+    assert drafted["gated"]["steps"] == zeros
+    gated = phases["gated"]
+    assert gated["drafted"] == drafted["drafted"]
+    assert gated["gated"]["steps"] == [0, 0, 0, 0, 0, 1, 0]
+    assert gated["gated"]["tokens"] == [0, 0, 0, 0, 0, 20, 0]
+    assert gated["gated"]["time_s"][5] == pytest.approx(0.004)
+    assert gated["unmatched"] == 1 and gated["dropped"] == 0
+    assert result["spectower"]["batches_gated"] == 1 and result["spectower"]["batches_drafted"] == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
+from tests.conftest import REPO_ROOT
 from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 KNOB = "spectower_spec_max_bs"
@@ -34,12 +36,41 @@ def test_knob_set_and_read_back(simulator_factory: SimulatorFactory) -> None:
         f"{sim.base_url}/set_internal_state", json={"server_args": {KNOB: 0}}, timeout=10
     ).json() == [True]
     assert _state(sim)["spectower"]["spec_max_bs"] == 0
-    # an integral float is an integer
-    assert _set(sim, {"server_args": {KNOB: 5.0}}).json() == [True]
-    assert _state(sim)["spectower"]["spec_max_bs"] == 5
+    # a float is not a ceiling, integral or not: refused, as the SGLang plugin refuses it
+    assert _set(sim, {"server_args": {KNOB: 5.0}}).json() == [False]
+    assert _state(sim)["spectower"]["spec_max_bs"] == 0
 
 
-@pytest.mark.parametrize("value", [-1, 2.5, -0.5])
+def _scenario() -> Any:
+    path = REPO_ROOT / "tests" / "sglang_plugin_checks" / "contract_scenario.py"
+    spec = importlib.util.spec_from_file_location("contract_scenario", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ownership_contract_matches_the_plugin(simulator_factory: SimulatorFactory) -> None:
+    """The scenario tests/test_sglang_plugin.py plays inside SGLang, over the simulator's HTTP surface."""
+    scenario = _scenario()
+    sim = simulator_factory(max_running_requests=48, dp_size=2)
+
+    def set_state(request: dict[str, Any]) -> bool:
+        answer = _set(sim, {"server_args": request}).json()
+        assert len(answer) == 2 and len(set(answer)) == 1, answer  # every rank answers alike
+        return bool(answer[0])
+
+    def get_spectower() -> dict[str, Any]:
+        states = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["internal_states"]
+        owners = {s["spectower"]["owner"] for s in states}
+        assert len(owners) == 1, owners
+        return dict(states[0]["spectower"])
+
+    rows = scenario.run(set_state, get_spectower)
+    assert scenario.mismatches(rows) == []
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, -0.5, 2**31])
 def test_negative_or_fractional_refused_and_unchanged(
     simulator_factory: SimulatorFactory, value: float
 ) -> None:

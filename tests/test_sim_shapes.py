@@ -11,12 +11,17 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import connect_sse
+from spectower.control.knob_contract import KnobOwner
 
 from tests.simulator_process import SimulatorProcess
 
 # Keys 0.5.23 reports that the 0.5.17 capture lacks (docs/sglang-reference.md §3).
 NEWER_TOP_LEVEL = {"launch_command", "frontend"}
-SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated"}
+# The plugin's block: the knob (the first contract), the engine counters, and who holds the knob (the
+# ownership report both the plugin and the simulator take from control/knob_contract.py).
+SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters"} | set(
+    KnobOwner().report()
+)
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,10 @@ def test_non_strict_tokens_and_bad_lines(db: Database, tmp_path: Path) -> None:
     assert pts[0].mean_ttft_ms is None and math.isnan(json.loads(pts[0].extra_json or "")["mean_ttft_ms"])
     assert pts[0].request_rate == math.inf
     assert json.loads(pts[0].extra_json or "")["std_itl_ms"] == -math.inf
-    assert (pts[1].concurrency, pts[1].output_throughput) == (8, -1.5)
+    # a negative throughput is no measurement: column empty, the value kept, the line named
+    assert (pts[1].concurrency, pts[1].output_throughput) == (8, None)
+    assert json.loads(pts[1].extra_json or "")["output_throughput"] == -1.5
+    assert r.warnings and r.warnings[0][0] == 6 and "output_throughput: -1.5 is negative" in r.warnings[0][1]
     lines = export_lines(db, r.run_id or 0)
     assert math.isnan(lines[0]["mean_ttft_ms"]) and lines[0]["request_rate"] == math.inf
 

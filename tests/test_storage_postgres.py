@@ -1,18 +1,13 @@
 """The same storage code on PostgreSQL (dialect-specific SQL lives only in storage/dialect.py).
 
-Runs against ``SPECTOWER_TEST_POSTGRES_URL`` if set, else starts a throwaway PostgreSQL server on a free
-127.0.0.1 port when the binaries and psycopg (``pip install -e .[postgres]``) are present; skipped
-otherwise, saying why.
+Runs against ``SPECTOWER_TEST_POSTGRES_URL`` if set, else the throwaway PostgreSQL server of
+tests/conftest.py (``postgres_server``: one per session/worker); skipped when the binaries or psycopg are
+missing, saying why, except under SPECTOWER_REQUIRE_POSTGRES=1 (tests/run), where that is a failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,59 +16,13 @@ from spectower.storage import Database, open_database, queries
 from spectower.storage.bench_serving import export_lines, import_file
 from spectower.storage.models import ControlEvent, EngineSample, GpuSample
 
-from tests.conftest import free_port
-
 T0 = 1_764_000_000.0
 
 
-def _bin(name: str) -> str | None:
-    for d in ("/usr/local/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin"):
-        if os.path.exists(f"{d}/{name}"):
-            return f"{d}/{name}"
-    return shutil.which(name)
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    pytest.importorskip("psycopg", reason="psycopg not installed (pip install -e .[postgres])")
-    if os.environ.get("SPECTOWER_TEST_POSTGRES_URL"):
-        yield os.environ["SPECTOWER_TEST_POSTGRES_URL"]
-        return
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    if not (initdb and pg_ctl):
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    as_user: list[str] = []
-    # not under pytest's tmp dir: that one is private to root, and the server runs as another user
-    root = Path(tempfile.mkdtemp(prefix="spectower-pg-"))
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        if not shutil.which("runuser"):
-            pytest.skip("running as root without runuser: cannot start PostgreSQL")
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres")
-    data, port = root / "data", free_port()
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)  # fmt: skip
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.fixture
-def db(pg_url: str) -> Iterator[Database]:
-    # a fresh schema per test: a new database in the same server
-    import psycopg
-
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    base = pg_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    d = open_database(pg_url.rsplit("/", 1)[0] + f"/{name}")
+def db(postgres_url: str) -> Iterator[Database]:
+    # a fresh database per test on the session's server (tests/conftest.py: postgres_server)
+    d = open_database(postgres_url)
     yield d
     d.close()
 
@@ -120,3 +69,15 @@ def test_bench_serving_round_trip_on_postgres(db: Database, real_data: Path) -> 
         r = import_file(db, f)
         original = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
         assert [json.dumps(x) for x in export_lines(db, r.run_id or 0)] == [json.dumps(x) for x in original]
+
+
+def test_missing_postgres_fails_when_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/run sets SPECTOWER_REQUIRE_POSTGRES=1: an unavailable PostgreSQL then fails, never skips."""
+    from tests.conftest import _postgres_unavailable
+
+    monkeypatch.setenv("SPECTOWER_REQUIRE_POSTGRES", "1")
+    with pytest.raises(pytest.fail.Exception, match="PostgreSQL required"):
+        _postgres_unavailable("no initdb")
+    monkeypatch.delenv("SPECTOWER_REQUIRE_POSTGRES")
+    with pytest.raises(pytest.skip.Exception, match="no initdb"):
+        _postgres_unavailable("no initdb")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from spectower.storage import Database, open_database, queries
@@ -16,8 +15,9 @@ T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Database:
-    d = open_database(tmp_path / "db.sqlite")
+def db(db_url: str) -> Database:
+    # every test here runs on SQLite and on PostgreSQL (tests/conftest.py: db_url)
+    d = open_database(db_url)
     yield d  # type: ignore[misc]
     d.close()
 
@@ -30,7 +30,7 @@ def fill_gpu(db: Database, gid: int, seconds: int, seed: int = 1) -> list[tuple[
         data.append((T0 + i + 0.25, v))
     with db.engine.begin() as conn:
         conn.execute(
-            text("INSERT INTO gpu_sample (gpu_id, ts, lost, gpu_util_pct) VALUES (:g, :ts, 0, :v)"),
+            text("INSERT INTO gpu_sample (gpu_id, ts, lost, gpu_util_pct) VALUES (:g, :ts, false, :v)"),
             [{"g": gid, "ts": ts, "v": v} for ts, v in data],
         )
     return data

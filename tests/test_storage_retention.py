@@ -13,8 +13,8 @@ NOW = 1_764_000_000.0
 ENGINE_INSERT = "INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (:s, 0, :t, 1.0)"
 
 
-def test_raw_deleted_rollups_kept_and_series_still_answers(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "db.sqlite")
+def test_raw_deleted_rollups_kept_and_series_still_answers(db_url: str) -> None:
+    db = open_database(db_url)  # SQLite and PostgreSQL
     try:
         gid = db.gpu_id("h", 0, "U")
         sid = db.server_id("http://s")
@@ -22,7 +22,7 @@ def test_raw_deleted_rollups_kept_and_series_still_answers(tmp_path: Path) -> No
         ts = [NOW - 10 * DAY_S + 60 * i for i in range(10 * 24 * 60)]
         with db.engine.begin() as conn:
             conn.execute(
-                text("INSERT INTO gpu_sample (gpu_id, ts, lost, power_w) VALUES (:g, :t, 0, :v)"),
+                text("INSERT INTO gpu_sample (gpu_id, ts, lost, power_w) VALUES (:g, :t, false, :v)"),
                 [{"g": gid, "t": t, "v": float((t - ts[0]) // DAY_S)} for t in ts],
             )
             conn.execute(

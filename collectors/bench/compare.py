@@ -67,6 +67,7 @@ class Comparison:
                 "crossover_lo": r.run.crossover_lo,
                 "crossover_hi": r.run.crossover_hi,
                 "best_max_bs": r.run.best_max_bs,
+                "crossover_vs_plain": (_json(r.run.params_json) or {}).get("crossover_vs_plain"),
             }
 
         return {"a": head(self.a), "b": head(self.b), "rows": self.rows, "stack_differences": self.stack}
@@ -92,24 +93,49 @@ def point_tok_s(p: BenchPoint) -> float | None:
     return p.output_throughput
 
 
-def _by_level(run: LoadedRun) -> dict[float, dict[str, BenchPoint]]:
-    out: dict[float, dict[str, BenchPoint]] = {}
+# A level of a run: ("C", max_concurrency) for closed-loop points, ("rate", request_rate) for open-loop ones
+# (bench_serving's request-rate sweeps), so runs of either kind can be compared.
+Level = tuple[str, float]
+
+
+def _by_level(run: LoadedRun) -> dict[Level, dict[str, BenchPoint]]:
+    out: dict[Level, dict[str, BenchPoint]] = {}
     for p in run.points:
-        if p.concurrency is None:
+        if p.concurrency is not None:
+            level: Level = ("C", p.concurrency)
+        elif p.request_rate is not None:
+            level = ("rate", p.request_rate)
+        else:
             continue
-        key = "on" if p.spec_on else "off" if p.spec_on is False else "?"
-        out.setdefault(p.concurrency, {})[key] = p
+        key = "on" if p.spec_on else "off" if p.spec_on is False else _mode(p)
+        out.setdefault(level, {})[key] = p
     return out
 
 
+def level_label(level: Level) -> str:
+    kind, value = level
+    return f"{value:g}" if kind == "C" else f"{value:g} req/s"
+
+
+def _mode(p: BenchPoint) -> str:
+    """``plain`` for a sweep's --plain-server row (spec_on NULL, extra_json mode), else ``?``."""
+    extra = _json(p.extra_json) or {}
+    return "plain" if extra.get("mode") == "plain" else "?"
+
+
 def _side(points: dict[str, BenchPoint]) -> dict[str, Any]:
-    on, off = points.get("on"), points.get("off")
+    on, off, plain = points.get("on"), points.get("off"), points.get("plain")
     on_tok, off_tok = (point_tok_s(on) if on else None), (point_tok_s(off) if off else None)
+    plain_tok = point_tok_s(plain) if plain else None
     ref = on or off or points.get("?")
     return {
+        "tok_s": point_tok_s(ref) if ref else None,  # whatever the point's speculation state
         "on_tok_s": on_tok,
         "off_tok_s": off_tok,
+        "plain_tok_s": plain_tok,
         "ratio": on_tok / off_tok if on_tok and off_tok else None,
+        "off_plain": off_tok / plain_tok if off_tok and plain_tok else None,
+        "on_plain": on_tok / plain_tok if on_tok and plain_tok else None,
         "ratio_ci": [on.ratio_ci_lo, on.ratio_ci_hi] if on and on.ratio_ci_lo is not None else None,
         "median_ttft_ms": {k: p.median_ttft_ms for k, p in points.items()},
         "median_itl_ms": {k: p.median_itl_ms for k, p in points.items()},
@@ -121,8 +147,15 @@ def _side(points: dict[str, BenchPoint]) -> dict[str, Any]:
 def compare_runs(a: LoadedRun, b: LoadedRun) -> Comparison:
     comp = Comparison(a, b)
     la, lb = _by_level(a), _by_level(b)
-    for c in sorted(set(la) | set(lb)):
-        comp.rows.append({"concurrency": c, "a": _side(la.get(c, {})), "b": _side(lb.get(c, {}))})
+    for level in sorted(set(la) | set(lb)):
+        kind, value = level
+        comp.rows.append({
+            "concurrency": value if kind == "C" else None,
+            "request_rate": value if kind == "rate" else None,
+            "level": level_label(level),
+            "a": _side(la.get(level, {})),
+            "b": _side(lb.get(level, {})),
+        })
     comp.stack = stack_differences(a, b)
     return comp
 

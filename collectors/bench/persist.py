@@ -2,6 +2,12 @@
 
 Points use SGLang's benchmark-client names; what has no column (std/p95 figures, the steady windows, the
 knob value, where the accept length came from) goes to ``extra_json`` so nothing measured is lost.
+
+``extra_json["mode"]`` is ``on``, ``off`` (the knob at 0) or ``plain`` (``--plain-server``, a server without
+speculation). A plain row has ``spec_on`` NULL: it is neither side of the knob, and a reader that pairs
+``spec_on`` true/false rows (the on/off speedup) must not take it for the knob-off side. Every row of a level
+carries that level's ``ratio_off_plain`` / ``ratio_on_plain`` (with ``_lo`` / ``_hi``) in ``extra_json``, and
+the run's ``params_json`` the plain server, its facts and ``crossover_vs_plain``.
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ import json
 import math
 from typing import Any
 
-from spectower.collectors.bench.sweep import PointResult, SweepResult
+from spectower.collectors.bench.ratio import Crossover, RatioPoint
+from spectower.collectors.bench.sweep import PLAIN, PointResult, SweepResult
 from spectower.storage.models import BenchPoint, BenchRun
 
 SOURCE = "sweep"
@@ -49,9 +56,17 @@ def to_models(result: SweepResult) -> tuple[BenchRun, list[BenchPoint]]:
         "interrupted": result.interrupted,
         "knob_before": result.knob_before,
         "knob_restored": result.knob_restored,
+        # the knob's per-slice moves live in the run, not the audit (two audit rows per sweep)
+        "knob_found": result.knob_found,
+        "knob_note": result.knob_note,
+        "knob_moves": result.knob_moves,
         "max_running_requests": result.max_running_requests,
         "crossover_status": cross.status if cross else None,
     }
+    if cfg.plain_server is not None:
+        plain_info = result.plain_server_info or {}
+        params["plain_server_info"] = {k: plain_info.get(k) for k in PLAIN_INFO_KEYS}
+        params["crossover_vs_plain"] = _crossover_json(result.crossover_vs_plain())
     run = BenchRun(
         created_at=result.started_at,
         source=SOURCE,
@@ -70,11 +85,42 @@ def to_models(result: SweepResult) -> tuple[BenchRun, list[BenchPoint]]:
         best_max_bs=result.best_max_bs(),
     )
     ratios = {r.concurrency: r for r in result.ratios()}
-    points = [_point(p, ratios.get(p.concurrency)) for p in result.points]
+    vs_plain = {
+        "ratio_off_plain": {r.concurrency: r for r in result.ratios("off", PLAIN)},
+        "ratio_on_plain": {r.concurrency: r for r in result.ratios("on", PLAIN)},
+    }
+    points = []
+    for p in result.points:
+        point = _point(p, ratios.get(p.concurrency))
+        extra = json.loads(point.extra_json or "{}")
+        for name, by_level in vs_plain.items():
+            r = by_level.get(p.concurrency)
+            if r is not None:
+                extra.update({name: r.ratio, f"{name}_lo": r.lo, f"{name}_hi": r.hi})
+        point.extra_json = json.dumps(extra, default=str)
+        points.append(point)
     return run, points
 
 
-def _point(p: PointResult, ratio: Any) -> BenchPoint:
+# What a run keeps of --plain-server's /server_info (the full one of --server is server_info_json).
+PLAIN_INFO_KEYS = (
+    "served_model_name",
+    "model_path",
+    "version",
+    "max_running_requests",
+    "tp_size",
+    "dp_size",
+    "speculative_algorithm",
+)
+
+
+def _crossover_json(cross: Crossover | None) -> dict[str, Any] | None:
+    if cross is None:
+        return None
+    return {"status": cross.status, "value": cross.value, "lo": cross.lo, "hi": cross.hi}
+
+
+def _point(p: PointResult, ratio: RatioPoint | None) -> BenchPoint:
     figures = p.figures
     columns = {k: _finite(figures.get(k)) for k in _COLUMNS if k in figures}
     extra = {k: v for k, v in figures.items() if k not in _COLUMNS}
@@ -91,7 +137,7 @@ def _point(p: PointResult, ratio: Any) -> BenchPoint:
     extra.pop("request_rate", None)
     return BenchPoint(
         concurrency=float(p.concurrency),
-        spec_on=p.mode == "on",
+        spec_on=None if p.mode == PLAIN else p.mode == "on",
         request_rate=None,  # closed loop: no arrival rate (SGLang's client writes inf)
         duration_s=figures.get("duration"),
         accept_length=p.accept_length,

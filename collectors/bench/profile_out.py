@@ -20,7 +20,8 @@ MAX_NOISE_CV = 0.5
 
 
 def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any]:
-    """The profile of every concurrency measured in both modes."""
+    """The profile of every concurrency measured in both modes: ``spec_off`` is the knob at 0 as measured;
+    ``plain`` (a server without speculation, ``--plain-server``) is added when every level has it."""
     levels = sorted(
         c
         for c in {p.concurrency for p in result.points}
@@ -40,6 +41,9 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
     info = result.server_info
     spec_on = [_point_tok_s(result, c, "on") for c in levels]
     spec_off = [_point_tok_s(result, c, "off") for c in levels]
+    curves = {"spec_off": spec_off, "spec_on": spec_on}
+    if all((plain := result.point(c, "plain")) is not None and plain.tok_s for c in levels):
+        curves["plain"] = [_point_tok_s(result, c, "plain") for c in levels]
     accept = [_accept(result, c) for c in levels]
     cvs = [
         statistics.pstdev(w) / statistics.fmean(w)
@@ -51,7 +55,13 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
         "name": name or f"measured-{info.get('served_model_name') or 'server'}",
         "description": f"Measured by spectower bench sweep against {result.config.server} "
         f"(SGLang {info.get('version', '?')}), input {result.config.input_len} / "
-        f"output {result.config.output_len} tokens, api {result.config.api}.",
+        f"output {result.config.output_len} tokens, api {result.config.api}."
+        + (
+            f" spec_off: the knob at 0; plain: {result.config.plain_server}, a server without speculation "
+            f"(SGLang {(result.plain_server_info or {}).get('version', '?')}), measured in the same rounds."
+            if "plain" in curves
+            else " spec_off: the knob at 0."
+        ),
         "measured": True,
         "gpus": _gpus(gpus),
         "served_model_name": str(info.get("served_model_name") or "default"),
@@ -59,7 +69,7 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
         "speculative_num_steps": steps if isinstance(steps, int) and steps >= 1 else 1,
         "max_running_requests": result.max_running_requests,
         "concurrency": levels,
-        "output_tok_s": {"spec_off": spec_off, "spec_on": spec_on},
+        "output_tok_s": curves,
         "accept_length": accept,
         "prefill_tok_s": _prefill_tok_s(result),
         "noise_cv": min(MAX_NOISE_CV, statistics.median(cvs)) if cvs else 0.0,

@@ -1,6 +1,7 @@
 """The sweep: for each concurrency and each mode, set the knob, warm up, hold C in flight, measure.
 
-The knob is restored to its value before the sweep whatever happens (error, Ctrl-C). A cancelled sweep
+The sweep borrows the knob (a sweep lock on the server, collectors/bench/knob.py) and gives back the value
+and the owner it found whatever happens (error, Ctrl-C). A cancelled sweep
 (Ctrl-C cancels the asyncio task) returns the points finished so far with ``interrupted=True``.
 """
 
@@ -25,8 +26,9 @@ from spectower.collectors.bench.records import RequestRecord
 from spectower.collectors.bench.stats import DEFAULT_WINDOWS, point_figures
 from spectower.collectors.bench.stream import API_CHOICES, Api, RequestShape
 
-Mode = Literal["on", "off"]
-MODE_CHOICES: tuple[Mode, ...] = ("on", "off")
+Mode = Literal["on", "off", "plain"]
+MODE_CHOICES: tuple[Mode, ...] = ("on", "off")  # the knob's modes (--modes)
+PLAIN: Mode = "plain"  # a second server launched without speculation (--plain-server); it has no knob
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_INPUT_LEN = 128
 DEFAULT_OUTPUT_LEN = 256
@@ -55,10 +57,24 @@ class SweepConfig:
     windows: int = DEFAULT_WINDOWS
     rounds: int = DEFAULT_ROUNDS
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    plain_server: str | None = None  # measured beside on/off at every level, in the same rounds
+
+    @property
+    def measured_modes(self) -> tuple[Mode, ...]:
+        """Every mode a round measures, in order: the knob's modes, then the plain server's."""
+        return (*self.modes, PLAIN) if self.plain_server else self.modes
 
     def validate(self) -> SweepConfig:
         if not self.server.startswith(("http://", "https://")):
             raise BenchError(f"--server: expected an http(s):// URL, got {self.server!r}")
+        if self.plain_server is not None:
+            if not self.plain_server.startswith(("http://", "https://")):
+                raise BenchError(f"--plain-server: expected an http(s):// URL, got {self.plain_server!r}")
+            if self.plain_server.rstrip("/") == self.server.rstrip("/"):
+                raise BenchError(
+                    "--plain-server: the same URL as --server; give a second server launched without "
+                    "speculation"
+                )
         if not self.concurrency:
             raise BenchError("--concurrency: give at least one level")
         if any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
@@ -102,6 +118,7 @@ class SweepConfig:
             "rounds": self.rounds,
             "seed": self.seed,
             "windows": self.windows,
+            "plain_server": self.plain_server,
         }
 
 
@@ -138,7 +155,7 @@ def parse_modes(text: str) -> tuple[Mode, ...]:
 class PointResult:
     concurrency: int
     mode: Mode
-    knob_value: int
+    knob_value: int | None  # None for the plain server (no knob)
     figures: dict[str, Any]
     accept_length: float | None
     accept_length_source: str | None
@@ -164,29 +181,39 @@ class SweepResult:
     points: list[PointResult] = field(default_factory=list)
     knob_before: list[int | None] = field(default_factory=list)
     knob_restored: bool = False
+    knob_found: str | None = None  # what the sweep found before borrowing the knob (value, owner, lock)
+    knob_note: str | None = None  # how it was given back (or why not)
+    knob_moves: list[dict[str, Any]] = field(default_factory=list)  # one per slice: ts, value, previous
     interrupted: bool = False
     error: str | None = None
     gpu_inventory: list[dict[str, Any]] | None = None
+    plain_server_info: dict[str, Any] | None = None  # --plain-server's /server_info
 
     def point(self, concurrency: int, mode: Mode) -> PointResult | None:
         return next((p for p in self.points if p.concurrency == concurrency and p.mode == mode), None)
 
-    def ratios(self) -> list[RatioPoint]:
+    def ratios(self, numerator: Mode = "on", denominator: Mode = "off") -> list[RatioPoint]:
+        """``numerator`` / ``denominator`` throughput per level with its interval (on/off by default)."""
         out = []
         for c in sorted({p.concurrency for p in self.points}):
-            on, off = self.point(c, "on"), self.point(c, "off")
-            if on is None or off is None:
+            num, den = self.point(c, numerator), self.point(c, denominator)
+            if num is None or den is None:
                 continue
-            w_on, w_off = on.windows, off.windows
             try:
-                r, lo, hi = ratio_interval(w_on, w_off)
+                r, lo, hi = ratio_interval(num.windows, den.windows)
             except ValueError:
                 continue
             out.append(RatioPoint(concurrency=c, ratio=r, lo=lo, hi=hi))
         return out
 
     def crossover(self) -> Crossover | None:
+        """Where the knob's on stops beating the knob's off (what ``spectower_spec_max_bs`` can choose)."""
         ratios = self.ratios()
+        return find_crossover(ratios) if ratios else None
+
+    def crossover_vs_plain(self) -> Crossover | None:
+        """Where speculation (knob on) stops beating a server without speculation (--plain-server)."""
+        ratios = self.ratios("on", PLAIN)
         return find_crossover(ratios) if ratios else None
 
     def best_max_bs(self) -> int | None:
@@ -206,8 +233,25 @@ class SweepProgress:
     def point_finished(self, point: PointResult) -> None: ...
 
 
-def _mode_value(mode: Mode, max_running: int) -> int:
+def _mode_value(mode: Mode, max_running: int) -> int | None:
+    if mode == PLAIN:
+        return None  # the plain server has no knob
     return max_running if mode == "on" else 0
+
+
+async def _plain_server_info(client: httpx.AsyncClient) -> dict[str, Any]:
+    """--plain-server's /server_info; refused when that server runs speculation (it would not be plain)."""
+    try:
+        info = await srv.get_server_info(client)
+    except BenchError as exc:
+        raise BenchError(str(exc).replace("--server", "--plain-server", 1)) from None
+    algorithm = info.get("speculative_algorithm")
+    if algorithm not in (None, "", "NONE"):
+        raise BenchError(
+            f"--plain-server {client.base_url}: runs speculation (speculative_algorithm {algorithm}); "
+            "give a server launched without --speculative-algorithm"
+        )
+    return info
 
 
 async def run_sweep(
@@ -226,9 +270,10 @@ async def run_sweep(
     limits = httpx.Limits(max_connections=top + 8, max_keepalive_connections=top + 8)
     timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(
-        base_url=config.server, limits=limits, timeout=timeout, headers=headers
-    ) as client:
+    async with (
+        httpx.AsyncClient(base_url=config.server, limits=limits, timeout=timeout, headers=headers) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
         info = await srv.get_server_info(client)
         result = SweepResult(
             config=config,
@@ -237,6 +282,14 @@ async def run_sweep(
             started_at=time.time(),
         )
         result.gpu_inventory = gpu_inventory() if gpu_inventory is not None else None
+        plain_client: httpx.AsyncClient | None = None
+        if config.plain_server is not None:  # checked before the knob is touched; its own knob never is
+            plain_client = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    base_url=config.plain_server, limits=limits, timeout=timeout, headers=headers
+                )
+            )
+            result.plain_server_info = await _plain_server_info(plain_client)
         knob = (knob_factory or HttpKnob)(client, admin_key)
         result.knob_before = await knob.read()
         if not result.knob_before or any(v is None for v in result.knob_before):
@@ -249,21 +302,32 @@ async def run_sweep(
         model = str(info.get("served_model_name") or "default")
         shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
+        plain_model = str((result.plain_server_info or {}).get("served_model_name") or "default")
+        plain_shape = RequestShape(api=config.api, output_len=config.output_len, model=plain_model)
         next_index = 0
         try:
+            # Borrow the knob (a sweep lock on the server; refused while others use the server or an
+            # operator holds the knob, unless --force); given back with its owner in the finally below.
+            result.knob_found = (await knob.borrow()).describe()
             for c in config.concurrency:
-                # Modes alternate within a level (on, off, on, off, ...): a change in the machine's load
-                # then hits both modes alike, which the ratio needs more than absolute accuracy.
-                slices: dict[Mode, list[_Slice]] = {m: [] for m in config.modes}
+                # Modes alternate within a level (on, off[, plain], on, off[, plain], ...): a change in
+                # the machine's load then hits every mode alike, which the ratios need more than accuracy.
+                slices: dict[Mode, list[_Slice]] = {m: [] for m in config.measured_modes}
                 for _ in range(config.rounds):
-                    for mode in config.modes:
-                        sl, used = await _measure_point(
-                            client, knob, config, shape, prompts, c, mode, result.max_running_requests,
-                            admin_key, next_index, progress,
-                        )  # fmt: skip
+                    for mode in config.measured_modes:
+                        if mode == PLAIN and plain_client is not None:
+                            sl, used = await _measure_point(
+                                plain_client, None, config, plain_shape, prompts, c, mode,
+                                result.max_running_requests, None, next_index, progress,
+                            )  # fmt: skip
+                        else:
+                            sl, used = await _measure_point(
+                                client, knob, config, shape, prompts, c, mode, result.max_running_requests,
+                                admin_key, next_index, progress,
+                            )  # fmt: skip
                         next_index += used
                         slices[mode].append(sl)
-                for mode in config.modes:
+                for mode in config.measured_modes:
                     point = _point_from_slices(
                         c, mode, _mode_value(mode, result.max_running_requests), slices[mode], config.windows
                     )
@@ -272,19 +336,19 @@ async def run_sweep(
         except asyncio.CancelledError:
             result.interrupted = True
         finally:
-            result.knob_restored = await _restore(knob, result.knob_before)
+            result.knob_restored = await _restore(knob, result)
         return result
 
 
-async def _restore(knob: Knob, before: list[int | None]) -> bool:
-    original = next((v for v in before if v is not None), None)
-    if original is None:
-        return False
+async def _restore(knob: Knob, result: SweepResult) -> bool:
+    """Give the knob back (value and owner found); the per-slice moves go into the run's own record."""
+    result.knob_moves = list(knob.moves)
     try:
-        await knob.set(original, KNOB_REASON + " (restore)")
-    except Exception:  # restoring must never mask the error that ended the sweep
+        restored, result.knob_note = await knob.give_back()
+    except Exception as exc:  # restoring must never mask the error that ended the sweep
+        result.knob_note = f"not restored: {type(exc).__name__}: {exc}"
         return False
-    return True
+    return restored
 
 
 @dataclass
@@ -302,7 +366,7 @@ class _Slice:
 
 async def _measure_point(
     client: httpx.AsyncClient,
-    knob: Knob,
+    knob: Knob | None,
     config: SweepConfig,
     shape: RequestShape,
     prompts: PromptFactory,
@@ -313,8 +377,10 @@ async def _measure_point(
     first_index: int,
     progress: SweepProgress,
 ) -> tuple[_Slice, int]:
+    """One slice of ``mode`` at level ``c``; ``knob`` None: a server without one (--plain-server)."""
     value = _mode_value(mode, max_running)
-    await knob.set(value, KNOB_REASON)
+    if knob is not None and value is not None:
+        await knob.set(value, KNOB_REASON)
     warm = await run_warmup(
         client,
         prompts,
@@ -328,8 +394,9 @@ async def _measure_point(
     if failed and len(failed) == len(warm):
         raise BenchError(f"warm-up at concurrency {c}: every request failed ({failed[0].error})")
     first_index += len(warm)
-    before = await srv.read_spec_counters(client)
-    flushed = before is None and await srv.flush_cache(client, admin_key)
+    speculative = mode != PLAIN
+    before = await srv.read_spec_counters(client) if speculative else None
+    flushed = speculative and before is None and await srv.flush_cache(client, admin_key)
     started_at = time.time()
     per_round_requests = (
         math.ceil(config.requests_per_level / config.rounds)
@@ -370,7 +437,7 @@ async def _measure_point(
         tokens_delta = after.generation_tokens - before.generation_tokens
         calls_delta = after.verify_calls - before.verify_calls
         source = "metrics counters"
-    else:
+    elif speculative:
         accept_value, source = await _fallback_accept_length(client, loop, flushed)
     # The server's own decode rate over the steady interval: when the client keeps up, the client's steady
     # throughput matches it (plus the first token of each request, which prefill produces).
@@ -379,12 +446,14 @@ async def _measure_point(
     return sl, len(warm) + len(loop.records)
 
 
-def _point_from_slices(c: int, mode: Mode, value: int, slices: list[_Slice], windows: int) -> PointResult:
+def _point_from_slices(
+    c: int, mode: Mode, value: int | None, slices: list[_Slice], windows: int
+) -> PointResult:
     figures = point_figures([s.loop for s in slices], windows)
     if figures["total_output_tokens"] == 0:
+        what = "plain server" if mode == PLAIN else f"spec {mode}"
         raise BenchError(
-            f"concurrency {c}, spec {mode}: no output tokens received "
-            f"({figures.get('first_error') or 'no error'})"
+            f"concurrency {c}, {what}: no output tokens received ({figures.get('first_error') or 'no error'})"
         )
     rates = [(s.server_decode_tok_s, s.loop.steady_s) for s in slices if s.server_decode_tok_s is not None]
     span = sum(w for _, w in rates)

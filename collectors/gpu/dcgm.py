@@ -8,13 +8,16 @@ dcgm-exporter labels each series with ``gpu`` (index), ``UUID``, ``modelName``, 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
 from spectower.collectors.gpu.reading import GpuFacts, GpuReading
+from spectower.collectors.http import BoundedReadError, get_bounded
 from spectower.collectors.promtext import MetricsParseError, PromSample, parse_prometheus_text
+from spectower.storage.models import int_or_none
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -91,7 +94,10 @@ def readings_from_samples(
         else:
             continue
         value = s.value * scale
-        setattr(r, attr, int(value) if attr in INT_ATTRS else float(value))
+        if attr in INT_ATTRS:
+            setattr(r, attr, int_or_none(value, lo=0))  # range-checked where it enters
+        else:
+            setattr(r, attr, float(value) if math.isfinite(value) else None)
     out_facts: list[GpuFacts] = []
     for key, r in by_gpu.items():
         if r.memory_used_mib is not None and key in fb_free:
@@ -134,17 +140,15 @@ class DcgmScraper:
         if not self.url.endswith("/metrics"):
             self.url += "/metrics"
         self._client = client
-        self._timeout = httpx.Timeout(timeout_s)
+        self._timeout_s = timeout_s
         self._clock = clock
         self.host = exporter_host(url)
 
     async def scrape(self) -> tuple[list[GpuReading], list[GpuFacts]]:
         try:
-            resp = await self._client.get(self.url, timeout=self._timeout)
-        except httpx.TimeoutException:
-            raise DcgmError(f"{self.url}: timed out after {self._timeout.read}s") from None
-        except httpx.HTTPError as exc:
-            raise DcgmError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+            resp = await get_bounded(self._client, self.url, timeout_s=self._timeout_s)
+        except BoundedReadError as exc:
+            raise DcgmError(str(exc)) from None
         if resp.status_code != 200:
             raise DcgmError(f"{self.url}: HTTP {resp.status_code}")
         try:

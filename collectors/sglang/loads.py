@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectower.collectors.promtext import parse_prometheus_text
+from spectower.storage.models import int_or_none
 
 
 class LoadsError(ValueError):
@@ -59,7 +60,10 @@ _NUMERIC = (
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond float range
+        return None
     return f if math.isfinite(f) else None
 
 
@@ -71,8 +75,8 @@ def parse_loads_json(doc: Any) -> Loads:
         if not isinstance(item, dict):
             raise LoadsError(f"/v1/loads: loads[{i}] is not an object")
         dp = item.get("dp_rank", i)
-        if isinstance(dp, bool) or not isinstance(dp, int):
-            raise LoadsError(f"/v1/loads: loads[{i}].dp_rank is not an integer")
+        if isinstance(dp, bool) or not isinstance(dp, int) or int_or_none(dp, lo=0) is None:
+            raise LoadsError(f"/v1/loads: loads[{i}].dp_rank is not a DP rank (an integer >= 0)")
         r = RankLoad(dp_rank=dp, **{k: _num(item.get(k)) for k in _NUMERIC})
         spec = item.get("speculative")
         if isinstance(spec, dict):
@@ -97,6 +101,8 @@ def parse_loads_prometheus(text: str) -> Loads:
             dp = int(s.labels["dp_rank"])
         except ValueError:
             raise LoadsError(f"/v1/loads: dp_rank {s.labels['dp_rank']!r} is not an integer") from None
+        if int_or_none(dp, lo=0) is None:
+            raise LoadsError(f"/v1/loads: dp_rank {dp} is not a DP rank")
         r = by_rank.setdefault(dp, RankLoad(dp_rank=dp))
         field = s.name[len("sglang_") :]
         if field in _NUMERIC:

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from spectower.collectors.promtext import PromSample, parse_prometheus_text
+from spectower.storage.models import int_or_none
 
 PREFIX = "sglang:"
 SCHEDULER_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")
@@ -81,9 +82,10 @@ def _int_label(labels: dict[str, str], key: str) -> int:
     if raw is None or raw == "":
         return 0
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         return 0
+    return value if int_or_none(value, lo=0) is not None else 0  # a rank no column holds: rank 0
 
 
 def _is_scheduler(labels: dict[str, str]) -> bool:

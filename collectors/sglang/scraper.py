@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 from spectower.collectors.auth import auth_headers
+from spectower.collectors.http import DEFAULT_MAX_BODY_BYTES, BoundedReadError, BoundedResponse, get_bounded
 from spectower.collectors.promtext import MetricsParseError
 from spectower.collectors.sglang.engine import EngineDeriver, EngineReading
 from spectower.collectors.sglang.loads import Loads, LoadsError, parse_loads_json
@@ -56,11 +57,13 @@ class SglangScraper:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         server_info_every_s: float = DEFAULT_SERVER_INFO_EVERY_S,
         clock: Callable[[], float] = time.time,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
         self._client = client
         self._headers = auth_headers(api_key)
-        self._timeout = httpx.Timeout(timeout_s)
+        self._timeout_s = timeout_s
+        self._max_bytes = max_body_bytes
         self._info_every = server_info_every_s
         self._clock = clock
         self.deriver = EngineDeriver()
@@ -68,14 +71,19 @@ class SglangScraper:
         self._info_ts = -1e18
         self._failed_since_last_ok = False
 
-    async def _get(self, path: str) -> httpx.Response:
+    async def _get(self, path: str) -> BoundedResponse:
+        # one deadline for the whole read and a byte cap: a trickling or endless body cannot hold the
+        # scrape (or memory) past timeout_s / max_body_bytes
         try:
-            resp = await self._client.get(self.url + path, headers=self._headers, timeout=self._timeout)
-        except httpx.TimeoutException:
-            raise ScrapeError(f"{self.url}{path}: timed out after {self._timeout.read}s") from None
-        except httpx.HTTPError as exc:
-            raise ScrapeError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from None
-        return resp
+            return await get_bounded(
+                self._client,
+                self.url + path,
+                headers=self._headers,
+                timeout_s=self._timeout_s,
+                max_bytes=self._max_bytes,
+            )
+        except BoundedReadError as exc:
+            raise ScrapeError(str(exc)) from None
 
     async def _metrics(self) -> MetricsSnapshot | None:
         resp = await self._get("/metrics")
@@ -84,9 +92,14 @@ class SglangScraper:
         if resp.status_code != 200:
             raise ScrapeError(f"{self.url}/metrics: HTTP {resp.status_code}")
         try:
-            return parse_metrics(resp.text)
+            snapshot = parse_metrics(resp.text)
         except MetricsParseError as exc:
             raise ScrapeError(f"{self.url}/metrics: {exc}") from None
+        if not snapshot.sample_count:
+            # garbage that happens to parse, another engine (vLLM's vllm: series), an exporter: an
+            # error of this source, never a successful scrape of an all-empty row
+            raise ScrapeError(f"{self.url}/metrics: not an SGLang server / no sglang: series in the answer")
+        return snapshot
 
     async def _server_info(self) -> ServerInfo:
         resp = await self._get("/server_info")

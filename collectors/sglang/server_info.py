@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectower.storage.bench_serving import effective_server_info
+from spectower.storage.models import int_or_none
 from spectower.storage.redact import redact
 
 # Fields that change on their own while the server runs: left out of the hash that decides whether a
@@ -73,20 +76,19 @@ class ServerInfo:
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return None
+    # range-checked here, where it enters: spec_max_bs 1e20 is not a value any database column holds
+    return int_or_none(v)
 
 
 def _float(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, int | float):
-        return float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # an integer beyond float range
+            return None
+        return f if math.isfinite(f) else None
     return None
 
 
@@ -114,10 +116,15 @@ def parse_server_info(doc: Any) -> ServerInfo:
     """Parse a decoded /server_info JSON document. Raises ServerInfoError for anything else."""
     if not isinstance(doc, dict):
         raise ServerInfoError(f"/server_info: expected a JSON object, got {type(doc).__name__}")
-    if "internal_states" not in doc and "version" not in doc:
-        raise ServerInfoError("/server_info: neither 'version' nor 'internal_states' present")
-    info = redact(doc)
-    states = info.get("internal_states")
+    # a PD router answers {"prefill": [...], "decode": [...]}: the decode workers' facts and ranks
+    engine = effective_server_info(doc)
+    if "internal_states" not in engine and "version" not in engine:
+        raise ServerInfoError(
+            "/server_info: neither 'version' nor 'internal_states' present (nor a PD router's decode workers)"
+        )
+    info = redact(doc)  # the document as it came (redacted) is what is kept
+    facts = redact(engine)
+    states = facts.get("internal_states")
     if states is not None and not isinstance(states, list):
         raise ServerInfoError("/server_info: 'internal_states' is not a list")
     ranks: list[RankState] = []
@@ -138,20 +145,20 @@ def parse_server_info(doc: Any) -> ServerInfo:
                 plugin_version=_str(knob.get("plugin_version")),
             )
         )
-    startup = info.get("startup_time")
+    startup = facts.get("startup_time")
     return ServerInfo(
-        version=_str(info.get("version")),
-        served_model_name=_str(info.get("served_model_name")),
-        launch_command=_str(info.get("launch_command")),
-        max_running_requests=_int(info.get("max_running_requests")),
-        speculative_algorithm=_str(info.get("speculative_algorithm")),
-        speculative_num_steps=_int(info.get("speculative_num_steps")),
-        speculative_adaptive=_bool(info.get("speculative_adaptive")),
-        decode_log_interval=_int(info.get("decode_log_interval")),
-        tp_size=_int(info.get("tp_size")),
-        dp_size=_int(info.get("dp_size")),
-        enable_metrics=_bool(info.get("enable_metrics")),
-        enable_metrics_for_all_schedulers=_bool(info.get("enable_metrics_for_all_schedulers")),
+        version=_str(facts.get("version")),
+        served_model_name=_str(facts.get("served_model_name")),
+        launch_command=_str(facts.get("launch_command")),
+        max_running_requests=_int(facts.get("max_running_requests")),
+        speculative_algorithm=_str(facts.get("speculative_algorithm")),
+        speculative_num_steps=_int(facts.get("speculative_num_steps")),
+        speculative_adaptive=_bool(facts.get("speculative_adaptive")),
+        decode_log_interval=_int(facts.get("decode_log_interval")),
+        tp_size=_int(facts.get("tp_size")),
+        dp_size=_int(facts.get("dp_size")),
+        enable_metrics=_bool(facts.get("enable_metrics")),
+        enable_metrics_for_all_schedulers=_bool(facts.get("enable_metrics_for_all_schedulers")),
         startup_fingerprint=json.dumps(startup, sort_keys=True) if startup is not None else None,
         ranks=ranks,
         info=info,

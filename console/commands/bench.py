@@ -7,7 +7,6 @@ import getpass
 import json
 import math
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,42 +24,6 @@ DEFAULT_CONCURRENCY_TEXT = "1,2,4,8,16,32,64"
 EXIT_INTERRUPTED = 130
 
 
-class _AuditedKnob:
-    """The sweep's knob through ``control.knob.KnobClient``: every move audited as a control action."""
-
-    def __init__(self, server: str, admin_key: str | None, api_key: str | None, db: Any, actor: str) -> None:
-        from spectower.control.knob import KnobClient
-
-        self._client = KnobClient(server, admin_key, api_key=api_key)
-        self._db = db
-        self._actor = actor
-        # A set runs in a worker thread; Ctrl-C cancels the await, not the thread. The lock makes the
-        # restore wait for a set still in flight, so the restore is always the last word.
-        self._lock = threading.Lock()
-
-    async def read(self) -> list[int | None]:
-        state = await asyncio.to_thread(self._client.read)
-        return [rank.spec_max_bs for rank in state.ranks]
-
-    async def set(self, max_bs: int, reason: str) -> None:
-        from spectower.collectors.bench.errors import KnobError
-        from spectower.control.audit import apply_knob
-
-        def locked_set() -> Any:
-            with self._lock:
-                return apply_knob(self._db, self._client, max_bs, reason, self._actor)
-
-        result = await asyncio.to_thread(locked_set)
-        if not result.confirmed:
-            raise KnobError(
-                f"knob: {result.error or f'spectower_spec_max_bs={max_bs} not confirmed'} "
-                f"(per rank: {result.per_rank()})"
-            )
-
-    def close(self) -> None:
-        self._client.close()
-
-
 class _RichProgress:
     """Level, mode, requests done and live tok/s on stderr."""
 
@@ -69,7 +32,7 @@ class _RichProgress:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(
-            TextColumn("[bold]C={task.fields[c]:<4}[/] spec {task.fields[mode]:<3}"),
+            TextColumn("[bold]C={task.fields[c]:<4}[/] {task.fields[mode]:<8}"),
             BarColumn(),
             TextColumn("{task.fields[done]} req done"),
             TextColumn("{task.fields[tok_s]:>8.0f} tok/s"),
@@ -94,7 +57,8 @@ class _RichProgress:
         self._duration = duration_s
         self._done = 0
         total = float(total_requests) if total_requests is not None else duration_s
-        self._task = self.progress.add_task("", total=total, c=concurrency, mode=mode, done=0, tok_s=0.0)
+        label = "plain" if mode == "plain" else f"spec {mode}"
+        self._task = self.progress.add_task("", total=total, c=concurrency, mode=label, done=0, tok_s=0.0)
 
     def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None:
         if self._task is None:
@@ -132,11 +96,19 @@ def _print_result(result: SweepResult) -> None:
 
     out = _out()
     ratios = {r.concurrency: r for r in result.ratios()}
-    table = Table(title=f"spectower bench sweep: {result.config.server}", title_justify="left")
+    plain = result.config.plain_server is not None
+    off_plain = {r.concurrency: r for r in result.ratios("off", "plain")}
+    on_plain = {r.concurrency: r for r in result.ratios("on", "plain")}
+    title = f"spectower bench sweep: {result.config.server}"
+    if plain:
+        title += f" (plain: {result.config.plain_server})"
+    table = Table(title=title, title_justify="left")
+    plain_cols = ("plain tok/s", "off/plain", "on/plain") if plain else ()
     for col in (
         "C",
         "on tok/s",
         "off tok/s",
+        *plain_cols,
         "on/off",
         "95% CI",
         "accept len",
@@ -153,10 +125,18 @@ def _print_result(result: SweepResult) -> None:
                 f"{_fmt(on.figures.get(key) if on else None)} / {_fmt(off.figures.get(key) if off else None)}"
             )
 
+        pl, op, np_ = result.point(c, "plain"), off_plain.get(c), on_plain.get(c)
+        plain_cells = (
+            (_fmt(pl.tok_s if pl else None), _fmt(op.ratio if op else None, ".3f"),
+             _fmt(np_.ratio if np_ else None, ".3f"))
+            if plain
+            else ()
+        )  # fmt: skip
         table.add_row(
             str(c),
             _fmt(on.tok_s if on else None),
             _fmt(off.tok_s if off else None),
+            *plain_cells,
             _fmt(r.ratio if r else None, ".3f"),
             f"{r.lo:.3f}-{r.hi:.3f}" if r else "-",
             _fmt(on.accept_length if on else None, ".2f"),
@@ -168,13 +148,29 @@ def _print_result(result: SweepResult) -> None:
     out.print(f"crossover: {cross.describe() if cross else 'not measured (needs --modes on,off)'}")
     if cross is not None and cross.bracket is not None:
         out.print(f"  between measured levels {cross.bracket[0]:g} and {cross.bracket[1]:g}")
+    if plain:
+        vs_plain = result.crossover_vs_plain()
+        out.print(
+            "crossover vs plain server (on / plain): "
+            + (vs_plain.describe() if vs_plain else "not measured (needs spec on and the plain server)")
+        )
+        spec_model = result.server_info.get("served_model_name")
+        plain_model = (result.plain_server_info or {}).get("served_model_name")
+        if spec_model != plain_model:
+            out.print(f"[yellow]note: the plain server serves {plain_model!r}, --server {spec_model!r}[/]")
+        worst = min(off_plain.values(), key=lambda r: r.ratio, default=None)
+        if worst is not None:
+            out.print(
+                f"knob off serves {worst.ratio:.2f} of the plain server at C={worst.concurrency:g} "
+                "(the lowest off/plain measured)"
+            )
     best = result.best_max_bs()
     if best is not None:
         out.print(
             f"best knob: spectower_spec_max_bs = {best} (max_running_requests {result.max_running_requests})"
         )
-    restored = "restored" if result.knob_restored else "NOT restored"
-    out.print(f"knob {restored} to {result.knob_before}")
+    given_back = result.knob_note or "not given back"
+    out.print(f"knob: found {result.knob_found or result.knob_before}; {given_back}")
     if result.interrupted:
         out.print(f"[yellow]interrupted: kept {len(result.points)} finished point(s)[/]")
 
@@ -208,20 +204,38 @@ def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | No
         "ratios": [
             {"concurrency": r.concurrency, "ratio": r.ratio, "lo": r.lo, "hi": r.hi} for r in result.ratios()
         ],
-        "crossover": None
-        if cross is None
+        "crossover": _crossover_json(cross),
+        "plain_server": result.config.plain_server,
+        "ratios_vs_plain": None
+        if result.config.plain_server is None
         else {
-            "status": cross.status,
-            "value": cross.value,
-            "lo": cross.lo,
-            "hi": cross.hi,
-            "bracket": list(cross.bracket) if cross.bracket else None,
+            f"{num}_plain": [
+                {"concurrency": r.concurrency, "ratio": r.ratio, "lo": r.lo, "hi": r.hi}
+                for r in result.ratios(num, "plain")
+            ]
+            for num in ("off", "on")
         },
+        "crossover_vs_plain": _crossover_json(result.crossover_vs_plain()),
         "best_max_bs": result.best_max_bs(),
         "knob_before": result.knob_before,
         "knob_restored": result.knob_restored,
+        "knob_found": result.knob_found,
+        "knob_note": result.knob_note,
+        "knob_moves": result.knob_moves,
         "interrupted": result.interrupted,
         "profile_out": str(profile_out) if profile_out else None,
+    }
+
+
+def _crossover_json(cross: Any) -> dict[str, Any] | None:
+    if cross is None:
+        return None
+    return {
+        "status": cross.status,
+        "value": cross.value,
+        "lo": cross.lo,
+        "hi": cross.hi,
+        "bracket": list(cross.bracket) if cross.bracket else None,
     }
 
 
@@ -257,6 +271,17 @@ def sweep(
         None, "--as", help=AS_HELP
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    force: bool = typer.Option(
+        False, "--force", help="Borrow the knob even while the server serves other requests or an operator's "
+        "lock holds (the lock and value found are given back at the end)."
+    ),
+    plain_server: str | None = typer.Option(
+        None,
+        "--plain-server",
+        help="A second SGLang server launched without speculation (same model, same GPU model): measured "
+        "the same way at every level, interleaved with on/off, saved in the same run; its knob is never "
+        "touched. Adds off/plain, on/plain and the crossover vs plain.",
+    ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
     from spectower.collectors.bench.gpu_inventory import dcgm_inventory, is_loopback_url, nvml_inventory
@@ -267,10 +292,11 @@ def sweep(
         parse_modes,
         run_sweep,
     )
-    from spectower.console.errors import fail
+    from spectower.console.errors import fail, strict_json
     from spectower.control.audit import operator_actor
     from spectower.control.credentials import load_credentials
     from spectower.control.knob import normalize_server_url
+    from spectower.control.sweep_audit import audited_sweep_knob
     from spectower.storage import default_db_url, open_database
 
     if requests_per_level is not None and duration_per_level is not None:
@@ -290,6 +316,7 @@ def sweep(
         tag=tag,
         seed=seed,
         rounds=rounds,
+        plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
     if profile_out is not None and profile_out.is_dir():
         fail(f"--profile-out: {profile_out} is a directory; give a file name")
@@ -306,14 +333,16 @@ def sweep(
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
     database = open_database(default_db_url(db))
-    knob = _AuditedKnob(config.server, creds.admin_key, creds.api_key, database, actor)
     progress = _RichProgress()
     try:
         with progress:
             result = asyncio.run(
                 run_sweep(
                     config,
-                    knob_factory=lambda _client, _key: knob,
+                    # one audit row when the sweep borrows the knob, one when it gives it back (control/)
+                    knob_factory=lambda client, key: audited_sweep_knob(
+                        client, key, database, actor, force=force
+                    ),
                     progress=progress,  # type: ignore[arg-type]
                     admin_key=creds.admin_key,
                     api_key=creds.api_key,
@@ -322,8 +351,6 @@ def sweep(
             )
     except KeyboardInterrupt:  # a Ctrl-C before the sweep started (or a second one)
         fail("interrupted", code=EXIT_INTERRUPTED)
-    finally:
-        knob.close()
     run_id = _save(database, result) if save and result.points else None
     written = None
     if profile_out is not None and result.points:
@@ -333,7 +360,7 @@ def sweep(
         written = profile_out
     database.close()
     if as_json:
-        print(json.dumps(_result_json(result, run_id, written), indent=2))
+        print(strict_json(_result_json(result, run_id, written)))
     else:
         _print_result(result)
         if run_id is not None:
@@ -358,38 +385,49 @@ def _print_comparison(comp: Comparison) -> None:
     a, b = comp.a.run, comp.b.run
     table = Table(title=f"run {a.id} ({a.tag or '-'}) vs run {b.id} ({b.tag or '-'})", title_justify="left")
     for col in (
-        "C",
+        "C or rate",
         "on tok/s A|B",
         "off tok/s A|B",
         "on/off A|B",
-        "TTFT ms A|B",
-        "ITL ms A|B",
-        "e2e ms A|B",
+        "TTFT ms on/off A|B",
+        "ITL ms on/off A|B",
+        "e2e ms on/off A|B",
         "accept A|B",
     ):
         table.add_column(col, justify="right")
 
-    def ab(row: dict[str, Any], key: str, spec: str = ".1f", sub: str | None = None) -> str:
-        def get(side: dict[str, Any]) -> Any:
-            value = side.get(key)
-            if sub is not None and isinstance(value, dict):
-                value = value.get(sub, value.get("?"))
-            return value
+    def tok(side: dict[str, Any]) -> str:
+        # a point of unknown speculation state (an imported run) shows in the on column, marked "?"
+        if side.get("on_tok_s") is None and side.get("off_tok_s") is None and side.get("tok_s") is not None:
+            return f"{_fmt(side['tok_s'])}?"
+        return _fmt(side.get("on_tok_s"))
 
-        return f"{_fmt(get(row['a']), spec)} | {_fmt(get(row['b']), spec)}"
+    def latency(side: dict[str, Any], key: str) -> str:
+        by_mode = side.get(key) or {}
+        on, off = by_mode.get("on", by_mode.get("?")), by_mode.get("off")
+        return _fmt(on) if off is None else f"{_fmt(on)}/{_fmt(off)}"
+
+    def ab(row: dict[str, Any], key: str, spec: str = ".1f") -> str:
+        return f"{_fmt(row['a'].get(key), spec)} | {_fmt(row['b'].get(key), spec)}"
+
+    def ab_latency(row: dict[str, Any], key: str) -> str:
+        return f"{latency(row['a'], key)} | {latency(row['b'], key)}"
 
     for row in comp.rows:
         table.add_row(
-            f"{row['concurrency']:g}",
-            ab(row, "on_tok_s"),
+            row["level"],
+            f"{tok(row['a'])} | {tok(row['b'])}",
             ab(row, "off_tok_s"),
             ab(row, "ratio", ".3f"),
-            ab(row, "median_ttft_ms", sub="on"),
-            ab(row, "median_itl_ms", sub="on"),
-            ab(row, "median_e2e_latency_ms", sub="on"),
+            ab_latency(row, "median_ttft_ms"),
+            ab_latency(row, "median_itl_ms"),
+            ab_latency(row, "median_e2e_latency_ms"),
             ab(row, "accept_length", ".2f"),
         )
     out.print(table)
+    if any(side.get("tok_s") is not None and side.get("on_tok_s") is None and side.get("off_tok_s") is None
+           for row in comp.rows for side in (row["a"], row["b"])):  # fmt: skip
+        out.print("? = an imported run: whether speculation was on is not known")
     out.print(
         f"crossover: A {_fmt(a.crossover)} ({_fmt(a.crossover_lo)}-{_fmt(a.crossover_hi)}), "
         f"B {_fmt(b.crossover)} ({_fmt(b.crossover_lo)}-{_fmt(b.crossover_hi)}); "
@@ -425,7 +463,8 @@ def compare(
     finally:
         database.close()
     if as_json:
-        json.dump(comp.to_json(), sys.stdout, indent=2, default=str)
-        print()
+        from spectower.console.errors import strict_json
+
+        print(strict_json(comp.to_json()))  # valid JSON always: NaN / Infinity become null
     else:
         _print_comparison(comp)

@@ -65,12 +65,23 @@ def collect(
         retention = RetentionPolicy(raw_days, rollup_days, hourly_days)
     except (ValueError, ApiKeyError) as exc:
         fail(_flag_names(str(exc)))
-    database = open_database(default_db_url(db))
+    from spectower.storage.database import CollectorConflictError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        database = open_database(default_db_url(db))
+    except ValueError as exc:  # DatabaseURLError, SchemaError: one line naming the --db value
+        fail(str(exc))
     database.retention = retention
     try:
         database.maintain()  # old samples go now, not an hour into the run (then hourly, on the writer)
         sink = StorageSink(database)
         asyncio.run(Collector(config, sink).run())
+    except CollectorConflictError as exc:
+        fail(str(exc))
+    except SQLAlchemyError as exc:
+        why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        fail(f"--db: {database!r}: {why}")
     finally:
         database.close()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import getpass
-import json
 import signal
 import sys
 import threading
@@ -19,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SERVER_HELP
-from spectower.console.errors import fail, is_user_error
+from spectower.console.errors import fail, is_user_error, strict_json
 
 if TYPE_CHECKING:
     from spectower.control.knob import KnobClient, KnobState, SetResult
@@ -94,14 +93,48 @@ def _print_state(state: KnobState) -> None:
         out.print(f"plugin           spectower {state.plugin_version or '(version not reported)'}")
         knob = _describe(state.spec_max_bs, state.max_running_requests)
         out.print(f"knob             {knob}, mode {state.mode}")
+        _print_ownership(state)
     for rank in state.ranks:
+        owner = f" owner={rank.owner}" if rank.owner else ""
         out.print(
-            f"  dp_rank {rank.dp_rank}: spec_max_bs={rank.spec_max_bs} drafted={rank.batches_drafted} "
+            f"  dp_rank {rank.dp_rank}: spec_max_bs={rank.spec_max_bs}{owner} drafted={rank.batches_drafted} "
             f"gated={rank.batches_gated} active_steps={rank.active_num_steps} accept_length="
-            f"{'-' if rank.accept_length is None else f'{rank.accept_length:.2f}'}"
+            f"{'-' if rank.accept_length is None else f'{rank.accept_length:.2f}'}",
+            markup=False,
         )
     for problem in state.problems():
         out.print(f"[yellow]warning:[/] {escape(problem)}")
+
+
+def _when(ts: Any) -> str:
+    import time
+
+    if not isinstance(ts, int | float):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts)))
+
+
+def _print_ownership(state: KnobState) -> None:
+    """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them."""
+    from spectower.control.audit import lock_text
+
+    say = functools.partial(out.print, markup=False, soft_wrap=True)
+    say(f"owner            {state.owner or 'unknown'} ({lock_text(state)})")
+    lock = state.lock
+    if lock:
+        expires = lock.get("expires_at")
+        say(f"lock             {lock.get('writer')} since {_when(lock.get('since'))}, expires "
+            + ("never (until released)" if expires is None else _when(expires)))  # fmt: skip
+    write = state.last_write
+    if write:
+        what = "release" if write.get("release") else f"{write.get('previous')} -> {write.get('value')}"
+        say(f"last writer      {write.get('writer')} at {_when(write.get('ts'))}: {what}")
+    decision = state.policy_last
+    if decision:
+        applied = "applied" if decision.get("applied") else "REFUSED (a lock held)"
+        say(f"policy's last    set {decision.get('value')} at {_when(decision.get('ts'))}: {applied}")
+    elif state.ownership_supported:
+        say("policy's last    none since the server started")
 
 
 @app.command("get")
@@ -114,7 +147,7 @@ def get(
     with _client(server) as client:
         state = client.read()
     if as_json:
-        print(json.dumps(state.to_dict(), indent=2))
+        print(strict_json(state.to_dict()))
         return
     _print_state(state)
 
@@ -122,8 +155,10 @@ def get(
 def _print_result(result: SetResult) -> None:
     for row in result.per_rank():
         mark = "[green]confirmed[/]" if row["confirmed"] else "[bold red]NOT confirmed[/]"
+        owner = f", owner {row['owner']}" if row.get("owner") else ""
         out.print(
-            f"  dp_rank {row['dp_rank']}: {mark} (answered {row['accepted']}, reads {row['spec_max_bs']})"
+            f"  dp_rank {row['dp_rank']}: {mark} (answered {row['accepted']}, reads {row['spec_max_bs']}"
+            f"{owner})"
         )
 
 
@@ -135,13 +170,19 @@ def set_knob(
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
+    hold: str | None = typer.Option(
+        None, "--hold", help="the manual lock expires after this long (30m, 2h); default: until released"
+    ),
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
-    """Set the knob, read it back per rank, audit it, and pause the server's policy until released."""
+    """Set the knob, read it back per rank, audit it; the server locks it against any policy until
+    `control release` (or --hold expires)."""
     from spectower.control import audit
     from spectower.control.knob import Target
+    from spectower.control.knob_contract import MAX_HOLD_S
+    from spectower.control.runner import parse_duration
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
@@ -149,6 +190,9 @@ def set_knob(
         got = f" (got {', '.join(chosen)})" if chosen else ""
         fail(f"give exactly one of --off, --on, --max-bs N{got}")
     target: Target = "off" if off else "on" if on else int(max_bs)  # type: ignore[arg-type]
+    hold_s = parse_duration(hold, "--hold") if hold is not None else None
+    if hold_s is not None and hold_s > MAX_HOLD_S:
+        fail(f"--hold must be at most {MAX_HOLD_S / 86400:g} days, got {hold}")
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
@@ -160,22 +204,31 @@ def set_knob(
             state, new = audit.preview_knob(database, client, target, reason, actor)
             limit = state.max_running_requests
             old_text, new_text = _describe(state.spec_max_bs, limit), _describe(new, limit)
-            out.print(f"{client.base_url}: spec_max_bs {old_text} -> {new_text}")
+            lock = "until released" if hold_s is None else f"for {hold}"
+            out.print(
+                f"{client.base_url}: spec_max_bs {old_text} -> {new_text}, locked against any policy {lock}"
+            )
+            if state.locked:
+                out.print(f"(the server now has a {audit.lock_text(state)}; this set replaces it)")
             if not yes and not typer.confirm("Apply?", default=False):
                 out.print("aborted: nothing was sent")
                 raise typer.Exit(1)
-            result = audit.apply_knob(database, client, target, reason, actor)
+            result = audit.apply_knob(database, client, target, reason, actor, hold_s=hold_s)
     finally:
         database.close()
     _print_result(result)
     if result.error:
         out.print(f"[yellow]note:[/] {escape(result.error)}")
     if not result.confirmed:
-        out.print("[bold red]not confirmed[/]: the server does not report the new value on every rank")
+        out.print(
+            f"[bold red]{result.outcome}[/]: see the note above; `spectower control get` shows the server now"
+        )
         raise typer.Exit(1)
+    after = result.after
+    lock_now = audit.lock_text(after) if after is not None else "lock unknown"
     out.print(
-        f"[green]confirmed[/] on {len(result.per_rank())} rank(s); any policy for this server is paused "
-        "until `spectower control release`"
+        f"[green]confirmed[/] on {len(result.per_rank())} rank(s); {escape(lock_now)}; "
+        f"`spectower control release --server {result.server_url}` hands it back"
     )
 
 
@@ -187,21 +240,26 @@ def release(
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Hand the server back to its policy after a manual set."""
+    """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again."""
     from spectower.control import audit
-    from spectower.control.knob import normalize_server_url
 
     actor = audit.operator_actor(as_name or getpass.getuser())
-    url = normalize_server_url(server)
+    reason = audit.validate_reason(reason)
     database = _open_db(db)
     try:
-        outcome = audit.release(database, url, actor, reason)
+        with _client(server) as client:
+            outcome = audit.release(database, client, actor, reason)
     finally:
         database.close()
-    if outcome.was_paused:
-        out.print(f"released: the policy for {url} acts again at its next interval")
+    result = outcome.result
+    url = result.server_url
+    if not result.confirmed:
+        out.print(f"[bold red]release {result.outcome}[/]: {escape(result.error or '')}")
+        raise typer.Exit(1)
+    if outcome.was_locked:
+        out.print(f"released: no lock on {url} now; its policy acts again at its next interval")
     else:
-        out.print(f"{url} was not paused; recorded the release anyway")
+        out.print(f"{url} held no lock (the policy was free to act); recorded the release anyway")
 
 
 @app.command("events")
@@ -223,7 +281,7 @@ def events(
     finally:
         database.close()
     if as_json:
-        print(json.dumps([row.model_dump() for row in rows], indent=2))
+        print(strict_json([row.model_dump() for row in rows]))
         return
     for row in rows:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.ts))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from spectower.console.commands.options import POLICY_HELP, TRACE_HELP
-from spectower.console.errors import fail
+from spectower.console.errors import fail, strict_json
 
 out = Console(highlight=False)
 
@@ -39,7 +38,7 @@ def evaluate(
     load = load_trace(trace, duration_s=duration, seed=seed)
     result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed)
     if as_json:
-        print(json.dumps(result, sort_keys=True))
+        print(strict_json(result, indent=None))
         return
     _print_table(result)
 

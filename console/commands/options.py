@@ -11,3 +11,23 @@ TRACE_HELP = "a built-in trace (day, bursty, ramp, steps) or a JSON file of (t_s
 # Both load generators speak the same API unless told otherwise.
 API_DEFAULT = "openai"
 API_HELP = "openai (/v1/completions) or generate (/generate)"
+
+# `--help` ends with a worked example for the commands operators reach for first (cli.py attaches them).
+EXAMPLES = {
+    "demo": "spectower demo --profile llama31-8b-1x-h100 --port 8600",
+    "collect": "spectower collect --server http://127.0.0.1:30000 --gpu nvml --interval 1s "
+               "--db /var/lib/spectower/spectower.db",
+    "console": "spectower console --db /var/lib/spectower/spectower.db --port 8501",
+    "control get": "spectower control get --server http://127.0.0.1:30000 --json",
+    "control set": "spectower control set --server http://127.0.0.1:30000 --off --hold 2h "
+                   '--reason "TTFT over SLO"',
+    "control release": 'spectower control release --server http://127.0.0.1:30000 --reason "incident over"',
+    "control auto": "spectower control auto --server http://127.0.0.1:30000 --policy learn --interval 5s",
+    "bench sweep": "spectower bench sweep --server http://127.0.0.1:30000 "
+                   "--plain-server http://127.0.0.1:30001 --concurrency 1,4,16,64 --save",
+    "bench compare": "spectower bench compare 1 2",
+    "bench load": "spectower bench load --server http://127.0.0.1:30000 --pattern day --period 10m",
+    "export bench": "spectower export bench 1 2 --out runs.jsonl",
+    "import bench-serving": "spectower import bench-serving results.jsonl",
+    "sim evaluate": "spectower sim evaluate --profile glm5-nvfp4-8x-rtx-pro-6000 --trace day --policy learn",
+}

@@ -12,7 +12,7 @@ from spectower.console.errors import fail
 def sglang_config(
     steps: int = typer.Option(..., "--steps", help="The working draft step N (drafting runs N steps)."),
     max_bs: int = typer.Option(
-        48, "--max-running-requests", help="SGLang's --max-running-requests; bands up to it (EAGLE's default: 48)."
+        48, "--max-running-requests", help="SGLang's --max-running-requests; the bands reach up to it."
     ),
     old_max_bs: int | None = typer.Option(
         None, "--max-bs", hidden=True, help="old name of --max-running-requests"

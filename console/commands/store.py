@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from spectower.console.commands.options import DB_HELP
 from spectower.console.errors import fail, stderr
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from spectower.storage import Database
 
 export_app = typer.Typer(no_args_is_help=True, help="Export benchmark runs and samples.")
-import_app = typer.Typer(no_args_is_help=True, help="Import benchmark histories.")
+import_app = typer.Typer(no_args_is_help=True, help="Import benchmark histories and GPU logs.")
 
 FORMAT_HELP = "csv, jsonl or parquet (default: from the --out file name)."
 _SUFFIX_FORMATS = {
@@ -135,14 +136,59 @@ def import_bench_serving(
                 stderr.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
                 continue
             for line_no, why in result.line_errors:
-                stderr.print(f"[yellow]warning:[/] {path}: line {line_no}: {why} (skipped)", soft_wrap=True)
+                stderr.print(
+                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)} (skipped)",
+                    soft_wrap=True,
+                )
+            for line_no, why in result.warnings:
+                stderr.print(
+                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)}", soft_wrap=True
+                )
             if result.duplicate_of is not None:
                 stderr.print(
-                    f"{path}: already imported as run {result.duplicate_of} "
+                    f"{escape(str(path))}: already imported as run {result.duplicate_of} "
                     "(skipped; --allow-duplicate imports it again)",
                     soft_wrap=True,
                 )
+            elif len(result.run_ids) > 1:
+                ids = ", ".join(map(str, result.run_ids))
+                typer.echo(f"{path}: runs {ids}, {result.points} point(s)")
             else:
                 typer.echo(f"{path}: run {result.run_id}, {result.points} point(s)")
+    if failed:
+        fail(f"{failed} of {len(files)} file(s) could not be imported")
+
+
+@import_app.command("gpu-csv")
+def import_gpu_csv(
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE", help="nvidia-smi --query-gpu ... --format=csv logs."
+    ),
+    host: str = typer.Option(..., "--host", help="The host the log was written on (GPUs are per host)."),
+    utc_offset: float = typer.Option(
+        0.0,
+        "--utc-offset",
+        help="Hours the log's local timestamps are ahead of UTC (nvidia-smi writes no zone).",
+    ),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty)."""
+    from spectower.storage.gpu_csv import GpuCsvError
+    from spectower.storage.gpu_csv import import_gpu_csv as do_import
+
+    failed = 0
+    with _database(db) as database:
+        for path in files:
+            try:
+                result = do_import(database, path, host=host, utc_offset_h=utc_offset)
+            except GpuCsvError as exc:
+                failed += 1
+                stderr.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+                continue
+            for line_no, why in result.warnings:
+                stderr.print(
+                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)}", soft_wrap=True
+                )
+            typer.echo(f"{path}: {result.samples} sample(s) of {len(result.gpus)} GPU(s) on {host}")
     if failed:
         fail(f"{failed} of {len(files)} file(s) could not be imported")

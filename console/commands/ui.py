@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from spectower.console.commands.options import DB_HELP
 from spectower.console.errors import fail
+from spectower.console.settings import allowed_hosts
 
 DEFAULT_PORT = 8501
 DEFAULT_HOST = "127.0.0.1"  # loopback unless the operator says otherwise (put a proxy with auth in front)
@@ -27,6 +28,10 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
         "--browser.gatherUsageStats", "false",
         "--client.toolbarMode", "minimal",
         "--theme.base", "dark",
+        # A foreign Host header (a DNS-rebinding page) is refused: Streamlit's allow-list, checked on the
+        # WebSocket every page needs (403 instead of 101); SPECTOWER_CONSOLE_ALLOWED_HOSTS adds a proxy's
+        # name.
+        *(arg for name in allowed_hosts(host) for arg in ("--server.allowedHosts", name)),
     ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The gpus page (drawn by spectower.console.views.gpus)."""
 
-from spectower.console.views import gpus
+from spectower.console.views import common, gpus
 
+common.route()
 gpus.render()

@@ -1,5 +1,6 @@
 """The overview page (drawn by spectower.console.views.overview)."""
 
-from spectower.console.views import overview
+from spectower.console.views import common, overview
 
+common.route()
 overview.render()

@@ -1,5 +1,6 @@
 """The speculation page (drawn by spectower.console.views.speculation)."""
 
-from spectower.console.views import speculation
+from spectower.console.views import common, speculation
 
+common.route()
 speculation.render()

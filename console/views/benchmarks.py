@@ -43,7 +43,8 @@ def render() -> None:
     elif section == "Compare two runs":
         _compare(eng, runs)
     elif section == "Start a sweep":
-        sweeps.render_sweep_form()
+        servers = data.servers(eng)
+        sweeps.render_sweep_form(None if servers.empty else str(servers["url"].iloc[0]))
     else:
         _export(eng, runs)
         _import(eng)
@@ -56,16 +57,38 @@ def _label(runs: pd.DataFrame, rid: int) -> str:
     return f"#{rid} {tag} · {model} · {common.clock(r['created_at'])[:16]}"
 
 
+def sweep_hint(db_url: str) -> str:
+    """The command the empty page suggests: saved (--save) into the database this page reads."""
+    return f"spectower bench sweep --server http://127.0.0.1:30000 --save --db {db_url}"
+
+
+# The runs table's columns, short headers, sized so the table fits a 1280 px page (wider: it scrolls inside).
+RUN_TABLE_CONFIG = {
+    "id": st.column_config.NumberColumn("run", width="small", format="#%d"),
+    "created_at": st.column_config.TextColumn("created (UTC)", width="medium"),
+    "source": st.column_config.TextColumn("source", width="small"),
+    "tag": st.column_config.TextColumn("tag", width="medium"),
+    "server_url": st.column_config.TextColumn("server", width="medium"),
+    "served_model_name": st.column_config.TextColumn("model", width="medium"),
+    "sglang_version": st.column_config.TextColumn("SGLang", width="small"),
+    "points": st.column_config.NumberColumn("points", width="small"),
+    "crossover": st.column_config.NumberColumn("crossover", width="small", format="%.1f"),
+    "best_max_bs": st.column_config.NumberColumn("best knob", width="small"),
+}
+
+
+def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
+    shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
+    shown["created_at"] = [common.clock(t)[:16] for t in shown["created_at"]]
+    return shown
+
+
 def _runs(eng: Any, runs: pd.DataFrame) -> None:
     if runs.empty:
         st.info("No benchmark runs yet. Start a sweep (next tab) or import SGLang bench_serving JSONL files.")
-        st.code(
-            "spectower bench sweep --server http://127.0.0.1:30000 --db " + settings.db_url(), language="bash"
-        )
+        st.code(sweep_hint(settings.db_url()), language="bash")
         return
-    shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
-    shown["created_at"] = [common.clock(t) for t in shown["created_at"]]
-    st.dataframe(shown, width="stretch", hide_index=True)
+    st.dataframe(runs_table(runs), width="stretch", hide_index=True, column_config=RUN_TABLE_CONFIG)
     rid = st.selectbox(
         "Run", list(runs["id"].astype(int)), format_func=lambda i: _label(runs, i), key="bench_run"
     )
@@ -94,10 +117,14 @@ def _runs(eng: Any, runs: pd.DataFrame) -> None:
     c2.metric("Best speedup", "—" if curve.empty else f"×{curve['speedup'].max():.2f}")
     c3.metric("Points", str(len(points)))
     left, right = st.columns(2)
-    left.plotly_chart(charts.bench_curves({f"#{rid}": points}), width="stretch", key="bench_tok")
-    right.plotly_chart(
-        charts.bench_speedups({f"#{rid}": curve}, {f"#{rid}": cross}), width="stretch", key="bench_speed"
-    )
+    with left:
+        common.chart(charts.bench_curves({f"#{rid}": points}), _point_columns(points), "bench_tok",
+                     f"run{rid}-throughput")  # fmt: skip
+    with right:
+        common.chart(charts.bench_speedups({f"#{rid}": curve}, {f"#{rid}": cross}), curve, "bench_speed",
+                     f"run{rid}-speedup")  # fmt: skip
+    if not curve.empty and curve["ci_lo"].isna().all():
+        st.caption("This run stores no interval on its speedups (imported results have none; sweeps do).")
     lat = st.selectbox(
         "Latency",
         [
@@ -110,9 +137,15 @@ def _runs(eng: Any, runs: pd.DataFrame) -> None:
         ],
         key="bench_lat",
     )
-    st.plotly_chart(charts.bench_curves({f"#{rid}": points}, lat), width="stretch", key="bench_latency")
+    common.chart(charts.bench_curves({f"#{rid}": points}, lat), _point_columns(points, lat), "bench_latency",
+                 f"run{rid}-{lat}")  # fmt: skip
     with st.expander("Points"):
         st.dataframe(points.drop(columns=["extra_json"], errors="ignore"), width="stretch", hide_index=True)
+
+
+def _point_columns(points: pd.DataFrame, what: str = "output_throughput") -> pd.DataFrame:
+    cols = [c for c in ("run_id", "concurrency", "spec_on", what) if c in points]
+    return points[cols]
 
 
 def _stack(run: pd.Series) -> dict[str, Any]:
@@ -173,12 +206,13 @@ def _compare(eng: Any, runs: pd.DataFrame) -> None:
         delta=None if xa is None or xb is None else f"{xb - xa:+.1f}",
     )
     left, right = st.columns(2)
-    left.plotly_chart(charts.bench_curves({f"A #{a}": pa, f"B #{b}": pb}), width="stretch", key="cmp_tok")
-    right.plotly_chart(
-        charts.bench_speedups({f"A #{a}": ca, f"B #{b}": cb}, {f"A #{a}": xa, f"B #{b}": xb}),
-        width="stretch",
-        key="cmp_speed",
-    )
+    with left:
+        common.chart(charts.bench_curves({f"A #{a}": pa, f"B #{b}": pb}), _point_columns(points), "cmp_tok",
+                     f"runs{a}-{b}-throughput")  # fmt: skip
+    with right:
+        fig = charts.bench_speedups({f"A #{a}": ca, f"B #{b}": cb}, {f"A #{a}": xa, f"B #{b}": xb})
+        both = pd.concat([ca.assign(run=a), cb.assign(run=b)], ignore_index=True)
+        common.chart(fig, both, "cmp_speed", f"runs{a}-{b}-speedup")
     st.markdown("**Stack difference** (what changed between the two runs)")
     diff = stack_difference(runs[runs["id"] == a].iloc[0], runs[runs["id"] == b].iloc[0])
     if diff.empty:

@@ -1,10 +1,14 @@
-"""What every page shares: the engine, the time range, staleness, the "nothing collected yet" notice."""
+"""What every page shares: the engine, the time range, staleness, the "nothing collected yet" notice,
+the page's link (server and time range in the URL), and charts that download as CSV."""
 
 from __future__ import annotations
 
+import html
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -12,6 +16,31 @@ from spectower.console import data, settings
 from spectower.storage import Database
 
 TIME_RANGE_KEY = "time_range"
+END_KEY = "time_end"
+# The URL of every page carries what it shows, so an operator can paste it into an incident channel:
+# ?server=<url>&range=1h[&end=2026-11-30T14:15:00Z] (end pins the window; without it the page is live).
+SERVER_PARAM = "server"
+RANGE_PARAM = "range"
+END_PARAM = "end"
+_END_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+# Streamlit truncates st.metric labels and values with an ellipsis; an operator must read them whole.
+# Labels wrap between words (never inside one), values never wrap and are sized to fit their column;
+# the browser test measures every metric's text against its container at 1280 and 1920 px.
+PAGE_CSS = """
+<style>
+[data-testid="stMetricLabel"] .stMarkdownEllipsis, [data-testid="stMetricLabel"] p {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  word-break: normal !important; overflow-wrap: normal !important; hyphens: none !important;
+}
+[data-testid="stMetricValue"] { font-size: clamp(1.25rem, 1.75vw, 2.1rem) !important; }
+[data-testid="stMetricValue"] .stMarkdownEllipsis, [data-testid="stMetricValue"] p {
+  overflow: visible !important; text-overflow: clip !important; white-space: nowrap !important;
+}
+.spectower-big { container-type: inline-size; width: 100%; }
+.spectower-big-value { white-space: nowrap; font-weight: 700; line-height: 1.1; }
+</style>
+"""
 
 
 @st.cache_resource(show_spinner=False)
@@ -49,19 +78,92 @@ def store() -> Database:
     return db
 
 
+ROUTED_KEY = "_spectower_routed"
+
+
+def mark_routed() -> None:
+    """app.py ran in this session (st.navigation owns the pages): see ``route``."""
+    st.session_state[ROUTED_KEY] = True
+
+
+def route() -> None:
+    """Called first by every page script. Streamlit runs a ``pages/`` folder's script on its own (its old
+    multipage mode) when the very first session of a console process opens a page's URL directly, before
+    any run of app.py has called st.navigation: no sidebar, no time range, the link's parameters ignored.
+    Such a run switches Streamlit to st.navigation (what that call would do) and reruns through app.py."""
+    if st.session_state.get(ROUTED_KEY):
+        return
+    from streamlit.runtime.pages_manager import PagesManager
+
+    PagesManager.uses_pages_directory = False
+    st.rerun()
+
+
+def page_style() -> None:
+    """The console's CSS (once per run, from app.py; style-only HTML takes no room on the page)."""
+    st.html(PAGE_CSS)
+
+
+def range_slug(label: str) -> str:
+    """A time range as the URL spells it: ``15 min`` -> ``15m``, ``1 h`` -> ``1h``, ``7 d`` -> ``7d``."""
+    return label.replace(" ", "").replace("min", "m")
+
+
+RANGE_SLUGS = {range_slug(label): label for label in settings.TIME_RANGES_S}
+
+
+def parse_end(text: str | None) -> float | None:
+    """The URL's ``end`` (``2026-11-30T14:15:00Z`` or epoch seconds), None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.strptime(text, _END_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def end_text(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime(_END_FORMAT)
+
+
 def time_range_selector() -> None:
-    """The sidebar's time range (shared by every page through session state)."""
+    """The sidebar's time range (shared by every page through session state, mirrored in the URL)."""
     options = list(settings.TIME_RANGES_S)
-    if TIME_RANGE_KEY not in st.session_state:
-        st.session_state[TIME_RANGE_KEY] = settings.DEFAULT_TIME_RANGE
+    if TIME_RANGE_KEY not in st.session_state:  # a new session: the link it was opened with wins
+        wanted = RANGE_SLUGS.get(str(st.query_params.get(RANGE_PARAM, "")), settings.DEFAULT_TIME_RANGE)
+        st.session_state[TIME_RANGE_KEY] = wanted
+        st.session_state[END_KEY] = parse_end(st.query_params.get(END_PARAM))
     st.sidebar.selectbox("Time range", options, key=TIME_RANGE_KEY)
+    st.query_params[RANGE_PARAM] = range_slug(st.session_state[TIME_RANGE_KEY])
+    end = st.session_state.get(END_KEY)
+    if end is None:
+        st.query_params.pop(END_PARAM, None)
+        if st.sidebar.button("Pin this range for a link", key="pin_end", icon=":material/push_pin:"):
+            st.session_state[END_KEY] = time.time()
+            st.rerun()
+    else:
+        st.query_params[END_PARAM] = end_text(end)
+        st.sidebar.caption(f"Pinned: the window ends {clock(end)} (not live).")
+        if st.sidebar.button("Back to live", key="unpin_end", icon=":material/play_arrow:"):
+            st.session_state[END_KEY] = None
+            st.rerun()
+    st.sidebar.caption("The address bar is this view's link (server and time range).")
 
 
 def window(now: float | None = None) -> Window:
     label = st.session_state.get(TIME_RANGE_KEY, settings.DEFAULT_TIME_RANGE)
     span = settings.TIME_RANGES_S.get(label, settings.TIME_RANGES_S[settings.DEFAULT_TIME_RANGE])
-    t1 = time.time() if now is None else now
+    pinned = st.session_state.get(END_KEY)
+    t1 = float(pinned) if pinned is not None else (time.time() if now is None else now)
     return Window(t1 - span, t1, label)
+
+
+def is_pinned() -> bool:
+    return st.session_state.get(END_KEY) is not None
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
@@ -130,23 +232,63 @@ def fmt(value: float | None, digits: int = 1, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
+BIG_MAX_REM = 3.4
+_BIG_EM_PER_CHAR = 0.68  # a bold capital is about this wide; the value shrinks so it fits on one line
+
+
 def big_number(label: str, value: str, caption: str = "", stale: bool = False) -> None:
-    """The one number an operator reads first, much bigger than st.metric."""
+    """The one number an operator reads first, much bigger than st.metric, on one line: its size follows
+    the column's width (container query units), so ``THRESHOLD 13`` never wraps or breaks mid-word."""
     color = "#9e9e9e" if stale else "inherit"
     strike = "text-decoration: line-through;" if stale else ""
+    fit = 100.0 / (_BIG_EM_PER_CHAR * max(4, len(value)))
     st.markdown(
-        f"<div style='font-size:0.95rem;opacity:0.8'>{label}</div>"
-        f"<div style='font-size:3.4rem;font-weight:700;line-height:1.05;color:{color};{strike}'>{value}</div>"
-        f"<div style='font-size:0.9rem;opacity:0.8'>{caption}</div>",
+        f"<div class='spectower-big' data-testid='spectowerBigNumber'>"
+        f"<div style='font-size:0.95rem;opacity:0.8'>{html.escape(label)}</div>"
+        f"<div class='spectower-big-value' style='font-size:min({BIG_MAX_REM}rem, {fit:.2f}cqi);"
+        f"color:{color};{strike}'>{html.escape(value)}</div>"
+        f"<div style='font-size:0.9rem;opacity:0.8'>{html.escape(caption)}</div></div>",
         unsafe_allow_html=True,
     )
 
 
 def server_choice(servers: pd.DataFrame, key: str) -> pd.Series:
-    """One server: a selectbox when there are several."""
+    """One server: a selectbox when there are several; the choice is the URL's ``server``."""
     urls = list(servers["url"])
     if len(urls) == 1:
         st.caption(f"Server: `{urls[0]}`")
+        st.query_params[SERVER_PARAM] = urls[0]
         return servers.iloc[0]
+    if key not in st.session_state and st.query_params.get(SERVER_PARAM) in urls:
+        st.session_state[key] = st.query_params[SERVER_PARAM]
     url = st.selectbox("Server", urls, key=key)
+    st.query_params[SERVER_PARAM] = url
     return servers[servers["url"] == url].iloc[0]
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    """A chart's data as CSV: epoch ``ts`` columns get a readable UTC time beside them."""
+    out = frame.copy()
+    if "ts" in out and "time_utc" not in out:
+        out.insert(0, "time_utc", pd.to_datetime(out["ts"], unit="s", utc=True).dt.strftime(_END_FORMAT))
+    return out.to_csv(index=False).encode("utf-8")
+
+
+def csv_button(frame: pd.DataFrame | Callable[[], pd.DataFrame], key: str, name: str) -> None:
+    """Download a chart's data as CSV; built only when clicked, never on a live refresh."""
+
+    def build() -> bytes:
+        return csv_bytes(frame() if callable(frame) else frame)
+
+    st.download_button(
+        "CSV", build, f"spectower-{name}.csv", "text/csv", key=f"{key}_csv", on_click="ignore",
+        type="tertiary", icon=":material/download:", help="Download this chart's data as CSV",
+    )  # fmt: skip
+
+
+def chart(
+    fig: Any, frame: pd.DataFrame | Callable[[], pd.DataFrame], key: str, name: str | None = None
+) -> None:
+    """A plotly chart with its data downloadable as CSV."""
+    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+    csv_button(frame, key, name or key)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
+import os
+import shlex
 from typing import Any
 
 import pandas as pd
@@ -15,7 +16,8 @@ from spectower.console.views import common
 MODES = ("off", "on", "threshold N", "learn")
 PENDING_KEY = "ctl_pending"
 RESULT_KEY = "ctl_result"
-POLICY_STALE_S = 60.0  # a policy runner that has not written its state for this long is not running
+LIVE_TIMEOUT_S = 3.0  # the page reads the server on every render; never hang the page on it
+FORM_KEYS = ("ctl_mode", "ctl_n", "ctl_reason", "ctl_hold", "ctl_release_reason")
 
 
 def _secrets() -> Any:
@@ -25,18 +27,65 @@ def _secrets() -> Any:
         return None
 
 
+def _user() -> Any:
+    try:
+        return st.user
+    except Exception:  # no auth configured: st.user is still readable, but never fail the page on it
+        return None
+
+
+def _headers() -> Any:
+    try:
+        return st.context.headers
+    except Exception:
+        return None
+
+
+def _live(url: str, operator: settings.Operator | None) -> dict[str, Any]:
+    """The server's own account of the knob (value per rank, owner, lock, last writer, policy's last
+    decision), read on every render with a short deadline; ``{"error": ...}`` when it cannot be read."""
+    try:
+        return actions.read_live(url, operator, timeout_s=LIVE_TIMEOUT_S)
+    except Exception as exc:  # an unreachable server is shown, not raised
+        return {"error": str(exc)}
+
+
+def _yes_no(value: object) -> str:
+    return "yes" if bool(value) and not pd.isna(value) else "no"
+
+
+def _when(ts: object) -> str:
+    return common.clock(float(ts)) if isinstance(ts, int | float) else "—"
+
+
+def _lock_text(live: dict[str, Any]) -> str:
+    lock = live.get("lock")
+    if not live.get("ownership_supported"):
+        return "not reported (the plugin predates server-side locks)"
+    if not lock:
+        return "none: the policy may act"
+    left = live.get("lock_left_s")
+    until = "until released" if lock.get("expires_at") is None else f"expires {_when(lock['expires_at'])}"
+    more = "" if left is None else f" ({common.span_text(float(left))} left)"
+    return f"{lock.get('writer')} lock since {_when(lock.get('since'))}, {until}{more}"
+
+
 def render() -> None:
     st.title("Control")
     eng = common.engine()
     if common.no_data_notice(eng) or eng is None:
         return
-    creds = settings.operator_credentials(secrets=_secrets())
+    creds = settings.operator_credentials(secrets=_secrets(), user=_user(), headers=_headers())
     operator = creds.operator
     if operator is None:
         st.warning(f"**Read-only.** {creds.why_not}.", icon=":material/lock:")
+        if creds.login_needed and st.button("Sign in", key="ctl_login"):
+            provider = os.environ.get(settings.ENV_OIDC_PROVIDER)
+            st.login(provider) if provider else st.login()
     else:
         st.success(
-            f"Acting as **{operator.actor}**. Every change is confirmed, read back and audited.",
+            f"Acting as **{operator.actor}** ({creds.identity} identity). Every change is confirmed, read "
+            "back and audited.",
             icon=":material/verified_user:",
         )
     servers = data.servers(eng)
@@ -44,73 +93,76 @@ def render() -> None:
     url = str(server["url"])
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     latest = data.latest_engine(eng, int(server["id"]))
-    knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
-    setter = data.last_setter(eng, url)
-    title = "Speculation (as last collected)"
-    done = st.session_state.get(RESULT_KEY)
-    if (
-        done
-        and done["server_url"] == url
-        and done["confirmed"]
-        and (latest is None or done["ts"] > latest["ts"])
-    ):
-        # the server confirmed a newer value than the collector has recorded yet: show what the server said
-        knob, title = int(done["read_back"]), "Speculation (read back from the server just now)"
+    live = _live(url, operator)
+    if "error" not in live and live.get("max_running_requests"):
+        max_running = int(live["max_running_requests"])
+    if "error" in live:
+        knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
+        title = "Speculation (as last collected: the server cannot be read now)"
+        stale = latest is None or common.is_stale(latest["ts"])
+    else:
+        knob, stale = live.get("spec_max_bs"), False
+        title = "Speculation (read back from the server just now)"
 
     cols = st.columns([2, 1, 1])
     with cols[0]:
-        stale = latest is None or common.is_stale(latest["ts"])
         common.big_number(
             title,
             estimate.knob_label(knob, max_running).upper(),
-            f"spec_max_bs = {knob} · max_running_requests = {max_running} · "
-            + (
-                f"set by {setter['actor']} {common.ago(setter['ts'])}"
-                if setter
-                else "never set via spectower"
-            )
+            f"spec_max_bs = {knob} · max_running_requests = {max_running}"
             + (f" · STALE: collected {common.ago(latest['ts'] if latest else None)}" if stale else ""),
             stale=stale,
         )
-    _policy_status(eng, url, cols[1])
+    with cols[1]:
+        owner = live.get("owner") if "error" not in live else None
+        st.metric("Owner", owner or "unknown", help="who holds the knob, as the server reports it")
     with cols[2]:
         if st.button("Read live value from the server", key="ctl_read"):
-            try:
-                st.session_state["ctl_live"] = actions.read_live(url, operator)
-            except Exception as exc:  # an unreachable server is shown, not raised
-                st.session_state["ctl_live"] = {"error": str(exc)}
-        live = st.session_state.get("ctl_live")
-        if live:
-            if "error" in live:
-                st.error(live["error"])
+            st.session_state["ctl_live"] = live
+        shown = st.session_state.get("ctl_live")
+        if shown:
+            if "error" in shown:
+                st.error(shown["error"])
             else:
-                st.metric("Live spec_max_bs", str(live.get("spec_max_bs")), help=str(live.get("mode")))
+                st.metric("Live spec_max_bs", str(shown.get("spec_max_bs")), help=str(shown.get("mode")))
+    if "error" in live:
+        st.error(f"The server's own state cannot be read: {live['error']}", icon=":material/cloud_off:")
+    else:
+        _server_state(live)
 
     if operator is not None:
-        _change_form(url, knob, max_running, operator)
+        _change_form(url, knob, max_running, operator, live)
+        if live.get("lock"):
+            _release_form(url, live, operator)
     _show_result()
     _audit_trail(url)
 
 
-def _policy_status(eng: Any, url: str, where: Any) -> None:
-    states = data.policy_states(eng)
-    with where:
-        row = None if states.empty else states[states["server_url"] == url]
-        if row is None or row.empty:
-            st.metric("Policy", "not running")
-            return
-        r = row.iloc[0]
-        now = time.time()
-        running = now - float(r["updated_ts"]) < POLICY_STALE_S and bool(r["mode"])
-        paused = not pd.isna(r["paused_until"]) and float(r["paused_until"]) > now
-        status = "paused" if paused else ("in control" if running else "not running")
-        mode = common.text_or(r["mode"], "none")
-        st.metric(
-            "Policy",
-            status,
-            help=f"mode {mode}; state written {common.ago(r['updated_ts'])}"
-            + ("; a manual set paused it: release it under 'learn'" if paused else ""),
+def _server_state(live: dict[str, Any]) -> None:
+    """Value per DP rank, owner, lock and expiry, last writer and the policy's last decision."""
+    write = live.get("last_write") or {}
+    decision = live.get("policy_last") or {}
+    lines = [f"**Lock:** {_lock_text(live)}"]
+    if write:
+        change = "release" if write.get("release") else f"{write.get('previous')} → {write.get('value')}"
+        lines.append(f"**Last writer:** {write.get('writer')} at {_when(write.get('ts'))} ({change})")
+    if decision:
+        applied = "applied" if decision.get("applied") else "refused by the server (a lock held)"
+        lines.append(
+            f"**Policy's last decision:** set {decision.get('value')} at {_when(decision.get('ts'))}, "
+            + applied
         )
+    else:
+        lines.append("**Policy's last decision:** none since the server started")
+    st.markdown("  \n".join(lines))
+    ranks = [
+        {"dp_rank": r.get("dp_rank"), "spec_max_bs": r.get("spec_max_bs"), "owner": r.get("owner"),
+         "lock expires": "—" if not r.get("lock") else (
+             "until released" if (r.get("lock") or {}).get("expires_at") is None
+             else _when((r.get("lock") or {}).get("expires_at")))}
+        for r in live.get("ranks") or []
+    ]  # fmt: skip
+    st.dataframe(pd.DataFrame(ranks), width="stretch", hide_index=True)
 
 
 def _target(mode: str, n: int | None, max_running: int | None) -> tuple[int | None, str | None]:
@@ -135,27 +187,42 @@ def _target(mode: str, n: int | None, max_running: int | None) -> tuple[int | No
     return None, None
 
 
-def _change_form(url: str, knob: int | None, max_running: int | None, operator: settings.Operator) -> None:
+def _mode_of(live: dict[str, Any]) -> str:
+    return {"off": "off", "on": "on", "threshold": "threshold N"}.get(str(live.get("mode")), "off")
+
+
+def _change_form(
+    url: str, knob: int | None, max_running: int | None, operator: settings.Operator, live: dict[str, Any]
+) -> None:
     st.subheader("Change the knob")
+    if "ctl_mode" not in st.session_state and "error" not in live:  # the form starts where the server is
+        st.session_state["ctl_mode"] = _mode_of(live)
     mode = st.radio("Speculation", MODES, horizontal=True, key="ctl_mode")
     n: int | None = None
     if mode == "threshold N":
+        fits = isinstance(knob, int) and 1 <= knob <= (max_running or knob)
+        start = knob if fits and knob is not None else min(max_running or 32, 32)
         n = st.number_input(
             f"N — speculation drafts while running requests ≤ N (1 … {max_running or '?'})",
             min_value=1,
             max_value=max_running,
-            value=min(max_running or 32, 32),
+            value=start,
             step=1,
             key="ctl_n",
         )
     if mode == "learn":
-        _learn(url)
+        _learn(url, live)
         return
+    hold = st.text_input(
+        "Hold (the manual lock expires after this long, e.g. 30m or 2h; empty = until released)",
+        key="ctl_hold",
+    )
     reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_reason")
     if st.button("Review change", type="primary", key="ctl_review"):
         value, error = _target(mode, n, max_running)
-        if error:
-            st.error(error)
+        hold_s, hold_error = _hold(hold)
+        if error or hold_error:
+            st.error(error or hold_error)
         elif not reason.strip():
             st.error(
                 "Reason: required — say why you are changing speculation (it goes into the audit trail)."
@@ -167,76 +234,119 @@ def _change_form(url: str, knob: int | None, max_running: int | None, operator: 
                 "new": value,
                 "mode": mode,
                 "reason": reason.strip(),
+                "hold_s": hold_s,
+                "hold": hold.strip() or "until released",
             }
             st.session_state.pop(RESULT_KEY, None)
     pending = st.session_state.get(PENDING_KEY)
     if pending and pending["url"] == url:
         st.warning(
             f"**Confirm:** set `{url}` spec_max_bs **{pending['old']} → {pending['new']}** "
-            f"({estimate.knob_label(pending['new'], max_running)}) as **{operator.actor}**. "
-            f"Reason: _{pending['reason']}_",
+            f"({estimate.knob_label(pending['new'], max_running)}) as **{operator.actor}**, locked against "
+            f"any policy ({pending['hold']}). Reason: _{pending['reason']}_",
             icon=":material/warning:",
         )
         ok, cancel = st.columns([1, 6])
         if ok.button("Confirm", type="primary", key="ctl_confirm"):
             with st.spinner("Setting and reading back…"):
                 result = actions.apply_knob(
-                    settings.db_url(), url, int(pending["new"]), pending["reason"], operator
-                )
-            st.session_state[RESULT_KEY] = dataclasses.asdict(result)
-            st.session_state.pop(PENDING_KEY, None)
-            st.rerun()
+                    settings.db_url(), url, int(pending["new"]), pending["reason"], operator,
+                    hold_s=pending.get("hold_s"),
+                )  # fmt: skip
+            _done(result)
         if cancel.button("Cancel", key="ctl_cancel"):
             st.session_state.pop(PENDING_KEY, None)
             st.rerun()
 
 
-def _learn(url: str) -> None:
+def _hold(text: str) -> tuple[float | None, str | None]:
+    if not text.strip():
+        return None, None
+    from spectower.control.knob_contract import MAX_HOLD_S
+    from spectower.control.runner import RunnerConfigError, parse_duration
+
+    try:
+        seconds = parse_duration(text, "Hold")
+    except RunnerConfigError as exc:
+        return None, str(exc)
+    if seconds > MAX_HOLD_S:
+        return None, f"Hold must be at most {MAX_HOLD_S / 86400:g} days, got {text.strip()}"
+    return seconds, None
+
+
+def _done(result: actions.ActionResult) -> None:
+    """Keep the outcome, let the form start again from the server's new state, and re-render at once."""
+    st.session_state[RESULT_KEY] = dataclasses.asdict(result)
+    st.session_state.pop(PENDING_KEY, None)
+    st.session_state.pop("ctl_live", None)
+    for key in FORM_KEYS:
+        st.session_state.pop(key, None)
+    st.rerun()
+
+
+def _release_form(url: str, live: dict[str, Any], operator: settings.Operator) -> None:
+    """Offered whenever a lock holds (a manual set's, or a sweep's that outlived its sweep)."""
+    st.subheader("Release the lock")
+    st.info(f"The server reports a lock: {_lock_text(live)}. Releasing lets the policy act again.")
+    reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_release_reason")
+    if st.button("Release", type="primary", key="ctl_release"):
+        if not reason.strip():
+            st.error("Reason: required — say why the policy may act again.")
+            return
+        with st.spinner("Releasing and reading back…"):
+            result = actions.release_lock(settings.db_url(), url, reason.strip(), operator)
+        _done(result)
+
+
+def policy_command(url: str, db_url: str, key_file: str | None) -> str:
+    """The command that starts the learn policy, runnable exactly as printed."""
+    prefix = f"SPECTOWER_ADMIN_KEY_FILE={shlex.quote(key_file)} " if key_file else ""
+    return (
+        f"{prefix}spectower control auto --server {shlex.quote(url)} --policy learn "
+        f"--db {shlex.quote(db_url)}"
+    )
+
+
+def _learn(url: str, live: dict[str, Any]) -> None:
     """learn = the load-aware policy owns the knob. It runs as its own process (`spectower control auto`)
-    so it keeps working with no browser open; from here the operator releases a manual pause."""
+    so it keeps working with no browser open; it acts whenever no lock holds on the server."""
     st.info(
         "**learn** hands the knob to the load-aware policy. It runs as its own process so it keeps working "
         "when nobody has this page open; start it (once) with:"
     )
-    st.code(f"spectower control auto --server {url} --policy learn --db {settings.db_url()}", language="bash")
-    operator = settings.operator_credentials(secrets=_secrets()).operator
-    states = data.policy_states(common.store())
-    row = None if states.empty else states[states["server_url"] == url]
-    paused = (
-        row is not None
-        and not row.empty
-        and not pd.isna(row.iloc[0]["paused_until"])
-        and (float(row.iloc[0]["paused_until"]) > time.time())
-    )
-    if not paused:
-        st.caption("The policy is not paused: nothing to release.")
-        return
-    st.warning("A manual set paused the policy on this server. Release it to let the policy act again.")
-    reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_release_reason")
-    if operator is not None and st.button("Release to the policy", type="primary", key="ctl_release"):
-        if not reason.strip():
-            st.error("Reason: required — say why the policy may act again.")
-            return
-        try:
-            st.success(actions.release_policy(settings.db_url(), url, reason.strip(), operator))
-        except ValueError as exc:
-            st.error(str(exc))
+    key_file = os.environ.get(settings.ENV_ADMIN_KEY_FILE)
+    st.code(policy_command(url, settings.db_url(), key_file), language="bash")
+    if not key_file:
+        st.caption(
+            f"Set {settings.ENV_ADMIN_KEY_FILE} to the file holding the server's admin key first (spectower "
+            "never takes a key on the command line)."
+        )
+    if not live.get("lock"):
+        st.caption("No lock holds on the server: the policy (if one runs) is free to act.")
 
 
 def _show_result() -> None:
     result = st.session_state.get(RESULT_KEY)
     if not result:
         return
-    if result["confirmed"]:
+    if result["confirmed"] and result.get("action") == "release":
+        st.success(
+            f"**Released, confirmed by read-back:** {result['server_url']} now reports owner "
+            f"**{result.get('owner')}** and spec_max_bs = **{result['read_back']}**. Audit row written.",
+            icon=":material/check_circle:",
+        )
+    elif result["confirmed"]:
         st.success(
             f"**Confirmed by read-back:** {result['server_url']} now reports spec_max_bs = "
-            f"**{result['read_back']}** (was {result['old_max_bs']}). Audit row written.",
+            f"**{result['read_back']}** (was {result['old_max_bs']}), owner **{result.get('owner')}**. "
+            "Audit row written.",
             icon=":material/check_circle:",
         )
     else:
         st.error(
-            f"**Not confirmed:** requested {result['requested']} on {result['server_url']}; read back "
-            f"{result['read_back']}. {result['error'] or ''}",
+            f"**Not confirmed ({result.get('outcome', 'unknown')}):** {result.get('action', 'set')} "
+            f"{'' if result['requested'] is None else result['requested']} on {result['server_url']}; read "
+            f"back {result['read_back']}. {result['error'] or ''}",
             icon=":material/error:",
         )
     if result["per_rank"]:
@@ -270,9 +380,9 @@ def _audit_trail(url: str) -> None:
         + ("confirmed" if bool(last["confirmed"]) else f"NOT confirmed ({last['error']})")
         + f" · _{last['reason']}_"
     )
-    shown = events.assign(when=[common.clock(t) for t in events["ts"]])[
-        ["when", "actor", "server_url", "action", "old_max_bs", "new_max_bs", "confirmed", "reason", "error"]
-    ]
+    shown = events.assign(
+        when=[common.clock(t) for t in events["ts"]], confirmed=[_yes_no(v) for v in events["confirmed"]]
+    )[["when", "actor", "server_url", "action", "old_max_bs", "new_max_bs", "confirmed", "reason", "error"]]
     st.dataframe(shown, width="stretch", hide_index=True)
     d1, d2, _ = st.columns([1, 1, 4])
 

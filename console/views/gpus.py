@@ -49,13 +49,25 @@ def render() -> None:
         )
         st.code(settings.collect_hint().replace("--gpu nvml", "--gpu nvml"), language="bash")
         return
-    labels = {
-        int(r.gpu_id): f"{r.host} #{r.gpu_index} {r.name or ''}".strip() for r in inventory.itertuples()
+    labels = short_labels(inventory)
+    names = sorted({str(n) for n in inventory["name"].dropna()})
+    hosts = sorted({str(h) for h in inventory["host"].dropna()})
+    st.caption(f"{len(labels)} GPUs on {', '.join(hosts)}: {', '.join(names) or 'model not reported'}")
+    # compact: one short chip per GPU (the model is said once above), all picked by default
+    chosen = st.pills(
+        "GPUs", list(labels), selection_mode="multi", default=list(labels), format_func=lambda i: labels[i],
+        key="gpu_ids",
+    )  # fmt: skip
+    st.fragment(run_every=settings.refresh_s() * 2)(_live)(tuple(chosen or ()))
+
+
+def short_labels(inventory: pd.DataFrame) -> dict[int, str]:
+    """``#3`` on one host, ``host #3`` when there are several."""
+    one_host = inventory["host"].nunique() <= 1
+    return {
+        int(r.gpu_id): f"#{r.gpu_index}" if one_host else f"{r.host} #{r.gpu_index}"
+        for r in inventory.itertuples()
     }
-    chosen = st.multiselect(
-        "GPUs", list(labels), default=list(labels), format_func=lambda i: labels[i], key="gpu_ids"
-    )
-    st.fragment(run_every=settings.refresh_s() * 2)(_live)(tuple(chosen))
 
 
 def _live(gpu_ids: tuple[int, ...]) -> None:
@@ -72,7 +84,6 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         now_rows.append(
             {
                 "GPU": f"{r.host} #{r.gpu_index}",
-                "name": r.name,
                 "source": r.source,
                 "status": "LOST" if bool(r.lost) else ("STALE" if stale else "ok"),
                 "last sample": common.ago(r.ts),
@@ -91,7 +102,7 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         st.error(f"**STALE / LOST GPUs: {bad}** — their values are blanked, not drawn as current.")
     st.dataframe(now, width="stretch", hide_index=True)
 
-    labels = {int(r.gpu_id): f"{r.host} #{r.gpu_index}" for r in inventory.itertuples()}
+    labels = short_labels(inventory)
     # one metric group at a time: each chart is one small multiple per GPU, and only what is looked at is read
     name = st.radio("History", list(HISTORY), horizontal=True, key="gpu_metric")
     metrics, unit = HISTORY[name]
@@ -100,22 +111,48 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         if series.empty or metric not in series or series[metric].isna().all():
             st.caption(f"{name} · {label}: the GPU source does not report it.")
             continue
-        st.plotly_chart(
-            charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit),
-            width="stretch",
-            key=f"gpu_{metric}",
-        )
+        fig = charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit, (win.t0, win.t1))
+        cols = ["gpu_id", "ts", metric, f"{metric}_min", f"{metric}_max"]
+        frame = series[cols].assign(gpu=series["gpu_id"].map(labels))
+        common.chart(fig, frame, f"gpu_{metric}", f"gpu-{metric}")
     if (inventory["xid_errors"].fillna(0) > 0).any():
         st.error("XID errors reported (see the table's XID column): check `dmesg` on the GPU host.")
     procs = data.gpu_processes(eng, list(labels), win.t0)
     st.subheader("Processes")
     if procs.empty:
-        st.caption("The GPU source reports no per-process memory (NVML on the GPU host does; DCGM does not).")
-    else:
-        procs["GPU"] = procs["gpu_id"].map(labels)
-        st.dataframe(
-            procs[["GPU", "pid", "process_name", "used_memory_mib"]], width="stretch", hide_index=True
+        st.caption(
+            "The GPU source reports no per-process memory in this range (`--gpu nvml` on the GPU host does; "
+            "DCGM and Prometheus do not)."
         )
+    else:
+        st.dataframe(
+            process_table(procs, inventory, labels), width="stretch", hide_index=True,
+            column_config={
+                "GPU memory": st.column_config.NumberColumn(format="%.0f MiB"),
+                "share of GPU": st.column_config.ProgressColumn(format="%.1f %%", min_value=0, max_value=100),
+            },
+        )  # fmt: skip
+        st.caption(
+            f"Per-process GPU memory as NVML reports it (newest sample {common.ago(procs['ts'].max())}); "
+            "the source records PID, process name and memory, not user, SM % or CPU."
+        )
+
+
+def process_table(procs: pd.DataFrame, inventory: pd.DataFrame, labels: dict[int, str]) -> pd.DataFrame:
+    """nvitop's process list from what storage keeps: per GPU, each PID's memory and its share of the GPU,
+    biggest first."""
+    total = inventory.set_index("gpu_id")["memory_total_mib"]
+    out = pd.DataFrame(
+        {
+            "GPU": procs["gpu_id"].map(labels),
+            "PID": procs["pid"].astype(int),
+            "process": procs["process_name"].fillna("?"),
+            "GPU memory": procs["used_memory_mib"],
+            "share of GPU": 100.0 * procs["used_memory_mib"] / procs["gpu_id"].map(total),
+            "_gpu": procs["gpu_id"],
+        }
+    )
+    return out.sort_values(["_gpu", "GPU memory"], ascending=[True, False]).drop(columns="_gpu")
 
 
 def _i(v: float | int | None) -> str:

@@ -18,25 +18,61 @@ GPU_METRICS = {
 }
 
 
+ALL_SERVERS = "All servers"
+
+
 def render() -> None:
     st.title("Overview")
     eng = common.engine()
     if common.no_data_notice(eng) or eng is None:
         return
-    st.fragment(run_every=settings.refresh_s())(_live)()
+    urls = list(data.servers(eng)["url"])
+    only = None
+    if len(urls) > 1:  # the URL's ?server= narrows the page to one server
+        key = "ov_server"
+        if key not in st.session_state:
+            wanted = st.query_params.get(common.SERVER_PARAM)
+            st.session_state[key] = wanted if wanted in urls else ALL_SERVERS
+        only = st.selectbox("Server", [ALL_SERVERS, *urls], key=key)
+        if only == ALL_SERVERS:
+            only = None
+            st.query_params.pop(common.SERVER_PARAM, None)
+        else:
+            st.query_params[common.SERVER_PARAM] = only
+    elif urls:
+        st.query_params[common.SERVER_PARAM] = urls[0]
+    st.fragment(run_every=settings.refresh_s())(_live)(only)
 
 
-def _live() -> None:
+def _live(only: str | None = None) -> None:
     eng = common.store()
     win = common.window()
     servers = data.servers(eng)
-    st.caption(
-        f"Live · refreshes every {settings.refresh_s():g} s · range {win.label} · {common.clock(win.t1)}"
-    )
+    if only is not None:
+        servers = servers[servers["url"] == only]
+    mode = "pinned" if common.is_pinned() else f"Live · refreshes every {settings.refresh_s():g} s"
+    st.caption(f"{mode} · range {win.label} · {common.clock(win.t0)} → {common.clock(win.t1)}")
     for _, server in servers.iterrows():
         with st.container(border=True):
             server_panel(eng, server, win)
     gpu_panel(eng, win)
+
+
+def _num(v: object) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
+
+
+def gated_reason(latest: dict[str, object]) -> str | None:
+    """Why speculation drafts nothing right now (accept length and rate do not apply), or None."""
+    knob, running = _num(latest.get("spec_max_bs")), _num(latest.get("num_running_reqs"))
+    steps = _num(latest.get("spec_num_steps"))
+    if knob is not None and knob <= 0:
+        return "the knob is off (spec_max_bs = 0)"
+    if knob is not None and running is not None and running > knob:
+        return f"{running:.0f} running requests > knob {knob:.0f}, so batches run without drafting"
+    if steps is not None and steps == 0:
+        return "the engine reports 0 active draft steps"
+    return None
 
 
 def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
@@ -56,32 +92,69 @@ def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
     knob_int = None if knob is None else int(knob)
     setter = data.last_setter(eng, str(server["url"]))
     who = f"set by {setter['actor']} {common.ago(setter['ts'])}" if setter else "never set through spectower"
+    gated = None if stale else gated_reason(latest)
 
     def show(v: float | None, digits: int = 1, unit: str = "") -> str:
-        return "—" if stale else common.fmt(v, digits, unit)
+        if stale:
+            return "—"
+        return "no data" if v is None or pd.isna(v) else common.fmt(v, digits, unit)
 
-    top = st.columns([2.2, 1, 1, 1])
+    def spec(v: float | None, digits: int) -> str:
+        return "gated" if gated and not stale else show(v, digits)
+
+    top = st.columns([1.4, 1.4, 1, 1])
     with top[0]:
         caption = (
             f"last known {common.fmt(latest['output_tok_s'], 0)} tok/s" if stale else "output, all DP ranks"
         )
-        common.big_number("Output tok/s", common.fmt(latest["output_tok_s"], 0), caption, stale=stale)
+        value = common.fmt(latest["output_tok_s"], 0) if latest["output_tok_s"] is not None else "no data"
+        common.big_number("Output tok/s", value, caption, stale=stale)
     with top[1]:
         label = estimate.knob_label(knob_int, max_running)
-        common.big_number("Speculation", label.upper() if not stale else label, who, stale=stale)
-    top[2].metric("Running requests", show(latest["num_running_reqs"], 0))
+        knob_text = "no reading" if knob_int is None else f"spec_max_bs = {knob_int}"
+        common.big_number("Speculation", label.upper(), f"{knob_text} · {who}", stale=stale)
+    top[2].metric("Running requests", show(latest["num_running_reqs"], 0), help=f"max {max_running}")
     top[3].metric("Queued requests", show(latest["num_queue_reqs"], 0))
     row = st.columns(6)
-    row[0].metric("Accept length", show(latest["spec_accept_length"], 2))
-    row[1].metric("Accept rate", show(latest["spec_accept_rate"], 2))
-    row[2].metric("Active steps", show(latest["spec_num_steps"], 0))
-    row[3].metric(
-        "Knob (spec_max_bs)",
-        "—" if stale or knob_int is None else str(knob_int),
-        help=f"max_running_requests = {max_running}",
+    row[0].metric("Input tok/s", show(latest["prefill_tok_s"], 0), help="prefill tokens per second")
+    gate_help = f"Gated: {gated}; the accept figures apply only while drafting." if gated else None
+    row[1].metric("Accept length", spec(latest["spec_accept_length"], 2), help=gate_help or "tokens per step")
+    row[2].metric("Accept rate", spec(latest["spec_accept_rate"], 2), help=gate_help or "accepted / drafted")
+    row[3].metric("Draft steps", show(latest["spec_num_steps"], 0), help="active speculative steps now")
+    usage = latest.get("token_usage")
+    row[4].metric(
+        "KV cache used",
+        show(None if usage is None else usage * 100.0, 1 if (usage or 0) >= 0.1 else 2, "%"),
+        help="SGLang token_usage: the share of the KV cache's tokens in use",
     )
-    row[4].metric("Gen throughput (SGLang)", show(latest["gen_throughput"], 0))
-    row[5].metric("Token usage", show(latest["token_usage"], 2))
+    row[5].metric("SGLang gen tok/s", show(latest["gen_throughput"], 0), help="SGLang's own gen_throughput")
+    if gated:
+        st.caption(f"Speculation is gated: {gated}. Accept length and rate apply only while drafting.")
+
+    series = data.engine_series(
+        eng, int(server["id"]), win.t0, win.t1,
+        ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs"],
+        OVERVIEW_MAX_POINTS,
+    )  # fmt: skip
+    events = data.control_events(eng, server_url=str(server["url"]), t0=win.t0)
+    if not events.empty:
+        events = events[
+            (events["action"] == "set") & events["confirmed"].astype(bool) & (events["ts"] <= win.t1)
+        ]
+    sid = int(server["id"])
+    left, right = st.columns(2)
+    with left:
+        fig = charts.timeseries(
+            series, {"output_tok_s": "output", "prefill_tok_s": "input (prefill)"}, "Throughput", "tok/s",
+            stale=stale, height=260, x_range=(win.t0, win.t1),
+        )  # fmt: skip
+        common.chart(fig, series[["ts", *[c for c in series if c.startswith(("output_tok", "prefill_tok"))]]],
+                     f"ov_tok_{sid}", f"throughput-server{sid}")  # fmt: skip
+    with right:
+        fig = charts.load_and_knob(series, events, max_running, (win.t0, win.t1), stale=stale)
+        knob_cols = ["ts", "num_running_reqs", "num_queue_reqs", "spec_max_bs"]
+        common.chart(fig, lambda: _with_events(series[knob_cols], events), f"ov_knob_{sid}",
+                     f"requests-knob-server{sid}")  # fmt: skip
     lat = pd.DataFrame(
         {
             name: [common.fmt(_ms(latest.get(f"{key}_{p}_s")), 0, "ms") for p in ("p50", "p90", "p99")]
@@ -89,23 +162,18 @@ def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
         },
         index=["p50", "p90", "p99"],
     )
-    left, right = st.columns([1, 3])
-    with left:
-        st.markdown("**Latency**" + (" (stale)" if stale else ""))
-        st.dataframe(lat, width="stretch")
-    with right:
-        series = data.engine_series(
-            eng,
-            int(server["id"]),
-            win.t0,
-            win.t1,
-            ["output_tok_s", "num_running_reqs", "num_queue_reqs"],
-            OVERVIEW_MAX_POINTS,
-        )
-        fig = charts.timeseries(
-            series, {"output_tok_s": "output tok/s"}, "Output tok/s", "tok/s", stale=stale, height=230
-        )
-        st.plotly_chart(fig, width="stretch", key=f"ov_tok_{server['id']}")
+    st.markdown("**Latency now**" + (" (stale)" if stale else ""))
+    st.dataframe(lat, width="content")
+
+
+def _with_events(series: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """The requests/knob series with each knob change (who, old -> new, why) as extra rows."""
+    if events.empty:
+        return series
+    ev = events[["ts", "actor", "old_max_bs", "new_max_bs", "reason"]].rename(
+        columns={"actor": "knob_set_by", "old_max_bs": "knob_old", "new_max_bs": "knob_new", "reason": "why"}
+    )
+    return pd.concat([series, ev], ignore_index=True).sort_values("ts")
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -129,5 +197,5 @@ def gpu_panel(eng: Database, win: common.Window) -> None:
     chosen = st.radio("GPU metric", list(names), horizontal=True, key="ov_gpu_metric")
     metric = names[chosen]
     series = data.gpu_series(eng, list(labels), win.t0, win.t1, [metric], GPU_MAX_POINTS)
-    fig = charts.gpu_grid(series, metric, labels, chosen, GPU_METRICS[metric][1])
-    st.plotly_chart(fig, width="stretch", key="ov_gpu_grid")
+    fig = charts.gpu_grid(series, metric, labels, chosen, GPU_METRICS[metric][1], (win.t0, win.t1))
+    common.chart(fig, lambda: series.assign(gpu=series["gpu_id"].map(labels)), "ov_gpu_grid", f"gpu-{metric}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 from spectower.console import charts, data, estimate, settings
@@ -93,6 +95,7 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         width="stretch",
         key="spec_speedup",
     )
+    common.csv_button(live.table, "spec_speedup", "speedup-live-bins")
     n_on, n_off = int(live.table["n_on"].sum()), int(live.table["n_off"].sum())
     st.caption(
         f"Live estimate over the last {common.span_text(min(win.span_s, data.DEFAULT_LIVE_ESTIMATE_MAX_S))}: "
@@ -117,26 +120,31 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         SPEC_MAX_POINTS,
     )
     left, right = st.columns(2)
-    left.plotly_chart(
-        charts.timeseries(
-            series, {"spec_accept_length": "accept length"}, "Accept length", "tokens/step", stale=stale
-        ),
-        width="stretch",
-        key="spec_al",
-    )
-    right.plotly_chart(
-        charts.timeseries(
-            series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction", stale=stale
-        ),
-        width="stretch",
-        key="spec_ar",
-    )
+    span = (win.t0, win.t1)
+    with left:
+        fig = charts.timeseries(series, {"spec_accept_length": "accept length"}, "Accept length",
+                                "tokens/step", stale=stale, x_range=span)  # fmt: skip
+        common.chart(fig, series.filter(regex="^(ts|spec_accept_length)"), "spec_al", "accept-length")
+    with right:
+        fig = charts.timeseries(series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction",
+                                stale=stale, x_range=span)  # fmt: skip
+        common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
     events = data.control_events(eng, server_url=str(server["url"]), t0=win.t0, actor_prefix="policy:")
-    st.plotly_chart(charts.policy_timeline(series, events, max_running), width="stretch", key="spec_policy")
+    common.chart(charts.policy_timeline(series, events, max_running, x_range=span),
+                 lambda: pd.concat([series, events], ignore_index=True), "spec_policy", "policy")  # fmt: skip
     if events.empty:
         st.caption("No policy decisions in this range (start one with `spectower control auto`).")
     with st.expander("Live bins"):
         st.dataframe(live.table, width="stretch", hide_index=True)
+    three = _three_curves(eng, run_ids)
+    if not three.empty:
+        with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):
+            st.dataframe(three, width="stretch", hide_index=True)
+            st.caption(
+                "knob off = spectower_spec_max_bs 0 (gated batches verified one token at a time); plain = a "
+                "second server launched without speculation, measured in the same sweep (--plain-server). "
+                "The speedup chart's 'vs plain' curve is on / plain."
+            )
 
 
 def _bench_curves(
@@ -162,7 +170,45 @@ def _bench_curves(
             if not curve.empty
             else None
         )
+        vs_plain = _by_mode(points[points["run_id"] == rid])
+        if {"on", "plain"} <= set(vs_plain.columns):
+            both = vs_plain.dropna(subset=["on", "plain"])
+            both = both[both["plain"] > 0]
+            if not both.empty:
+                curve = pd.DataFrame({"concurrency": both.index, "speedup": list(both["on"] / both["plain"])})
+                curves[f"{label} on / plain"] = curve
+                crossovers[f"{label} vs plain"] = estimate.crossover(
+                    list(curve["concurrency"]), list(curve["speedup"])
+                )
     return curves, crossovers
+
+
+def _by_mode(points: pd.DataFrame) -> pd.DataFrame:
+    """One run's output tok/s per concurrency (index) and mode (columns on, off, plain): a sweep's plain
+    points (--plain-server) have spec_on NULL and ``mode: plain`` in extra_json."""
+    if points.empty or "extra_json" not in points:
+        return pd.DataFrame()
+    modes = points["extra_json"].map(lambda t: json.loads(t).get("mode") if isinstance(t, str) else None)
+    p = points.assign(mode=modes).dropna(subset=["concurrency", "output_throughput", "mode"])
+    return p.pivot_table(index="concurrency", columns="mode", values="output_throughput", aggfunc="mean")
+
+
+def _three_curves(eng: Database, run_ids: tuple[int, ...]) -> pd.DataFrame:
+    """Runs measured with a plain server: on / knob off / plain tok/s and off/plain, on/plain per level."""
+    if not run_ids:
+        return pd.DataFrame()
+    points = data.bench_points(eng, list(run_ids))
+    rows = []
+    for rid in run_ids:
+        t = _by_mode(points[points["run_id"] == rid])
+        if "plain" not in t.columns:
+            continue
+        for c, r in t.iterrows():
+            on, off, plain = (r.get(m) for m in ("on", "off", "plain"))
+            rows.append({"run": f"#{rid}", "concurrency": c, "on tok/s": on, "knob off tok/s": off,
+                         "plain tok/s": plain, "off / plain": off / plain if plain else None,
+                         "on / plain": on / plain if plain else None})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def _operating_point(

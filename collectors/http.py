@@ -1,0 +1,66 @@
+"""One bounded HTTP GET for every collector: a total deadline and a byte cap, streamed.
+
+httpx's timeouts apply per network read, so a server that trickles a byte every second never times out,
+and ``response.text`` holds the whole body however large it is. ``get_bounded`` streams the body under
+one deadline for the whole exchange (connect, headers, body) and stops reading past ``max_bytes``, so a
+collector's memory per read is bounded by the cap whatever the peer does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BoundedReadError(ConnectionError):
+    """The read failed, took longer than its deadline, or the body passed the cap (message says which)."""
+
+
+@dataclass(frozen=True)
+class BoundedResponse:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+
+async def get_bounded(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    headers: dict[str, str] | None = None,
+) -> BoundedResponse:
+    """GET ``url``: at most ``timeout_s`` seconds in all, at most ``max_bytes`` of body.
+    Raises ``BoundedReadError`` naming the URL and what went wrong."""
+    # identity: the cap then bounds what is held in memory (a compressed body could expand past it)
+    hdrs = {"Accept-Encoding": "identity", **(headers or {})}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("GET", url, headers=hdrs, timeout=httpx.Timeout(timeout_s)) as resp:
+                declared = resp.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                    raise BoundedReadError(
+                        f"{url}: body of {int(declared)} bytes is over the {max_bytes} byte limit"
+                    )
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise BoundedReadError(f"{url}: body is over the {max_bytes} byte limit")
+                    chunks.append(chunk)
+                return BoundedResponse(resp.status_code, b"".join(chunks))
+    except TimeoutError:
+        raise BoundedReadError(f"{url}: timed out: no complete answer within {timeout_s:g}s") from None
+    except httpx.TimeoutException:
+        raise BoundedReadError(f"{url}: timed out after {timeout_s:g}s") from None
+    except httpx.HTTPError as exc:
+        raise BoundedReadError(f"{url}: {type(exc).__name__}: {exc}") from None

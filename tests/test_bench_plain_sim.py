@@ -1,0 +1,196 @@
+"""`spectower bench sweep --plain-server`: three curves (knob on, knob off, a server without speculation) from
+one client in one run, against two simulator processes speaking SGLang's wire format.
+
+The speculative simulator serves the profile's measured knob-off curve at knob 0; the second one is the same
+profile launched with ``--no-speculation`` (its ``plain`` curve, no ``speculative_algorithm``, no knob). The
+profile is shaped like the H200 measurement of issue #12: knob-off well under plain at load, so the
+crossover against knob-off and the crossover against plain differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from spectower.simulator.profile import load_profile
+from spectower.storage import open_database
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
+from sqlmodel import select
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+
+ADMIN_KEY = "plain-admin-key"
+LEVELS = (1, 4, 16)
+# on/off: 2.26, 1.79, 1.15 (speculation beats knob-off everywhere: no crossover in range);
+# on/plain: 1.90, 1.13, 0.63 (crossover between 4 and 16); off/plain: 0.84, 0.63, 0.54 (issue #12's shape).
+THREE_CURVES = {
+    "name": "three-curves",
+    "description": "test profile: knob-off measured apart from a plain server",
+    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
+    "served_model_name": "eight-b-shaped",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "max_running_requests": 64,
+    "concurrency": list(LEVELS),
+    "output_tok_s": {
+        "spec_on": [95.0, 215.0, 375.0],
+        "spec_off": [42.0, 120.0, 325.0],
+        "plain": [50.0, 190.0, 600.0],
+    },
+    "accept_length": [2.0, 2.0, 1.9],
+    "prefill_tok_s": 40000.0,
+    "noise_cv": 0.0,
+}
+# Rates kept low (at most 600 SSE chunks/s, the plain server at 16) so two simulators and the client fit on a
+# shared 2-core box; the off/plain ratios asserted are 0.84, 0.63, 0.54, and a 12% tolerance still tells
+# knob-off from plain (which would read 1.0) at every level.
+RATIO_TOLERANCE = 0.12
+
+
+def _profile(tmp_path: Path) -> Path:
+    path = tmp_path / "three-curves.json"
+    path.write_text(json.dumps(THREE_CURVES))
+    return path
+
+
+def _sweep(spec_url: str, plain_url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SPECTOWER_ADMIN_KEY=ADMIN_KEY)
+    argv = [
+        *SPECTOWER_CLI, "bench", "sweep", "--server", spec_url, "--plain-server", plain_url,
+        "--concurrency", ",".join(map(str, LEVELS)), "--duration-per-level", "3", "--rounds", "1",
+        "--input-len", "8", "--output-len", "64", "--warmup", "1", "--api", "generate",
+        "--db", str(tmp_path / "spectower.db"), "--as", "tester", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_no_speculation_simulator_speaks_a_plain_servers_wire_format(
+    simulator_factory, tmp_path: Path
+) -> None:
+    plain = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY, no_speculation=True)
+    info = httpx.get(f"{plain.base_url}/server_info").json()
+    assert info["speculative_algorithm"] is None
+    assert info["speculative_num_steps"] is None and info["speculative_adaptive"] is False
+    state = info["internal_states"][0]
+    assert "spectower" not in state and "avg_spec_accept_length" not in state
+    assert info["served_model_name"] == "eight-b-shaped"
+    done = httpx.post(
+        f"{plain.base_url}/generate",
+        json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}},
+        timeout=30,
+    ).json()
+    assert done["meta_info"]["completion_tokens"] == 6
+    # no knob on a server without speculation: the key is refused as SGLang refuses any unknown key
+    answer = httpx.post(f"{plain.base_url}/set_internal_state", headers=plain.admin_headers,
+                        json={"server_args": {"spectower_spec_max_bs": 0}}, timeout=30)  # fmt: skip
+    assert answer.json() == [False]
+
+
+def test_plain_server_that_runs_speculation_is_refused_before_the_knob_moves(
+    simulator_factory, tmp_path: Path
+) -> None:
+    spec = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY)
+    other = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY)
+    proc = _sweep(spec.base_url, other.base_url, tmp_path)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and "--plain-server" in lines[-1], proc.stderr
+    assert "speculative_algorithm EAGLE3" in lines[-1], proc.stderr
+    db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
+    with db.session() as s:
+        assert s.exec(select(ControlEvent)).all() == []  # the knob was never touched
+    db.close()
+
+
+def test_plain_server_same_url_is_refused(tmp_path: Path) -> None:
+    proc = _sweep("http://127.0.0.1:9", "http://127.0.0.1:9/", tmp_path)
+    assert proc.returncode == 2
+    assert "--plain-server: the same URL as --server" in proc.stderr
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.integration
+def test_three_curves_one_run(simulator_factory, tmp_path: Path) -> None:
+    path = _profile(tmp_path)
+    profile = load_profile(path)
+    spec = simulator_factory(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1)
+    plain = simulator_factory(
+        profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1, no_speculation=True
+    )
+    profile_out = tmp_path / "measured.json"
+    proc = _sweep(
+        spec.base_url, plain.base_url, tmp_path, "--json", "--save", "--tag", "three",
+        "--profile-out", str(profile_out), "--gpu-metrics", spec.gpu_metrics_url,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+
+    # every level measured in all three modes, interleaved within the level (on, off, plain)
+    modes = [(p["concurrency"], p["mode"]) for p in out["points"]]
+    assert modes == [(c, m) for c in LEVELS for m in ("on", "off", "plain")]
+    assert all(p["failed"] == 0 and p["completed"] > 0 for p in out["points"])
+    assert all(p["knob_value"] is None for p in out["points"] if p["mode"] == "plain")
+    tok = {(p["concurrency"], p["mode"]): p["steady_output_throughput"] for p in out["points"]}
+    server = {(p["concurrency"], p["mode"]): p.get("server_decode_tok_s") or 0.0 for p in out["points"]}
+    misses = []
+    for c in LEVELS:
+        # knob 0 is the measured knob-off curve, not the plain one (they differ by 16-46% here)
+        want = profile.output_tok_s(c, False) / profile.plain_output_tok_s(c)
+        got = tok[c, "off"] / tok[c, "plain"]
+        line = (
+            f"C={c}: on {tok[c, 'on']:.1f} off {tok[c, 'off']:.1f} plain {tok[c, 'plain']:.1f} "
+            f"(simulators' own decode counters: off {server[c, 'off']:.1f} plain {server[c, 'plain']:.1f}); "
+            f"off/plain {got:.3f} vs profile {want:.3f}"
+        )
+        print(line)
+        if abs(got / want - 1) > RATIO_TOLERANCE:
+            misses.append(line)
+    off_plain = {r["concurrency"]: r["ratio"] for r in out["ratios_vs_plain"]["off_plain"]}
+    on_plain = {r["concurrency"]: r["ratio"] for r in out["ratios_vs_plain"]["on_plain"]}
+    assert set(off_plain) == set(on_plain) == set(LEVELS)
+    assert all(r < 0.95 for r in off_plain.values()), off_plain
+
+    # two crossovers: against knob-off none in range, against plain between 4 and 16
+    assert out["crossover"]["status"] == "none_in_range"
+    vs_plain = out["crossover_vs_plain"]
+    assert vs_plain["status"] == "found" and vs_plain["bracket"] == [4, 16], vs_plain
+    assert out["knob_restored"]
+
+    # the stored run holds the plain points beside on/off; the plain server's knob was never set
+    db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
+    with db.session() as s:
+        run = s.exec(select(BenchRun)).one()
+        points = s.exec(select(BenchPoint)).all()
+        events = s.exec(select(ControlEvent)).all()
+    db.close()
+    assert run.id == out["run_id"]
+    params = json.loads(run.params_json)
+    assert params["plain_server"] == plain.base_url
+    assert params["plain_server_info"]["speculative_algorithm"] is None
+    assert params["crossover_vs_plain"]["status"] == "found"
+    assert len(points) == 3 * len(LEVELS)
+    plain_rows = [p for p in points if json.loads(p.extra_json)["mode"] == "plain"]
+    assert len(plain_rows) == len(LEVELS) and all(p.spec_on is None for p in plain_rows)
+    assert all("ratio_off_plain" in json.loads(p.extra_json) for p in points)
+    assert {e.server_url for e in events} == {spec.base_url}
+
+    # the written profile carries all three curves and replays
+    measured = json.loads(profile_out.read_text())
+    assert set(measured["output_tok_s"]) == {"spec_on", "spec_off", "plain"}
+    replay = load_profile(profile_out)
+    assert replay.plain_tok_s is not None
+    for i, c in enumerate(LEVELS):
+        assert replay.spec_off_tok_s[i] / replay.plain_tok_s[i] == pytest.approx(off_plain[c], rel=1e-3)
+
+    # the table names both crossovers (one level is enough for its shape; a later --concurrency wins)
+    table = _sweep(spec.base_url, plain.base_url, tmp_path, "--concurrency", "16")
+    assert table.returncode == 0, table.stderr
+    assert "off/plain" in table.stdout
+    assert "crossover vs plain server (on / plain): below range" in table.stdout
+    assert "knob off serves 0.5" in table.stdout or "knob off serves 0.6" in table.stdout, table.stdout
+    assert not misses, "off/plain off the profile by more than 12%:\n" + "\n".join(misses)

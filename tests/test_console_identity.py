@@ -1,0 +1,98 @@
+"""Who clicked (console/settings.py: shared operator, Streamlit OIDC, a trusted proxy's header) and which Host
+the console accepts (Streamlit's server.allowedHosts, set by `spectower console`): a DNS-rebinding Host is
+refused on the WebSocket every page needs (403, not 101)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from spectower.console import settings
+from spectower.console.commands.ui import APP_PATH, streamlit_argv
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+
+KEY = {"SPECTOWER_ADMIN_KEY": "k"}
+
+
+def test_shared_operator_is_the_local_default() -> None:
+    status = settings.operator_credentials({**KEY, "SPECTOWER_OPERATOR": "ops"}, {})
+    assert status.operator is not None and status.operator.actor == "operator:ops"
+    assert status.identity == "shared"
+
+
+def test_oidc_identity_comes_from_st_user() -> None:
+    env = {**KEY, "SPECTOWER_CONSOLE_IDENTITY": "oidc", "SPECTOWER_OPERATOR": "shared-name"}
+    nobody = settings.operator_credentials(env, {}, user={"is_logged_in": False})
+    assert nobody.operator is None and nobody.login_needed and "sign in" in nobody.why_not
+    alice = settings.operator_credentials(
+        env, {}, user={"is_logged_in": True, "email": "alice@example.com", "name": "Alice A."}
+    )
+    assert alice.operator is not None and alice.operator.actor == "operator:alice@example.com"
+    odd = settings.operator_credentials(env, {}, user={"is_logged_in": True, "sub": "a b/c"})
+    assert odd.operator is not None and odd.operator.name == "a_b_c"  # an audit-safe actor name
+
+
+def test_trusted_proxy_header_identity() -> None:
+    env = {**KEY, "SPECTOWER_CONSOLE_IDENTITY": "header", "SPECTOWER_IDENTITY_HEADER": "X-Auth-Request-User"}
+    bob = settings.operator_credentials(env, {}, headers={"x-auth-request-user": "bob"})
+    assert bob.operator is not None and bob.operator.actor == "operator:bob" and bob.identity == "header"
+    missing = settings.operator_credentials(env, {}, headers={"x-forwarded-user": "eve"})
+    assert missing.operator is None and "X-Auth-Request-User" in missing.why_not
+    bad = settings.operator_credentials({**KEY, "SPECTOWER_CONSOLE_IDENTITY": "ldap"}, {})
+    assert bad.operator is None and "SPECTOWER_CONSOLE_IDENTITY must be one of" in bad.why_not
+
+
+def test_allowed_hosts_are_loopback_the_bind_address_and_the_proxy_names() -> None:
+    assert settings.allowed_hosts("127.0.0.1", {}) == ["localhost", "127.0.0.1", "::1"]
+    hosts = settings.allowed_hosts("0.0.0.0", {"SPECTOWER_CONSOLE_ALLOWED_HOSTS": "spectower.corp, x.y"})
+    assert hosts == ["localhost", "127.0.0.1", "::1", "spectower.corp", "x.y"]
+    argv = " ".join(streamlit_argv(APP_PATH, "10.0.0.5", 8501))
+    assert "--server.allowedHosts localhost" in argv and "--server.allowedHosts 10.0.0.5" in argv
+
+
+def _upgrade_status(port: int, host: str) -> int:
+    """The HTTP status of a WebSocket upgrade to the console's stream with this Host header."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        sock.settimeout(10)
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0].decode()
+    return int(status_line.split()[1])
+
+
+@pytest.mark.integration
+def test_a_foreign_host_header_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "SPECTOWER_CONSOLE_ALLOWED_HOSTS"}
+    proc = subprocess.Popen(
+        [*SPECTOWER_CLI, "console", "--db", str(tmp_path / "x.db"), "--port", str(port)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # polled until healthy (Streamlit's first start is slow)
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).text == "ok":
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError("the console did not come up")
+        assert _upgrade_status(port, f"127.0.0.1:{port}") == 101
+        assert _upgrade_status(port, f"localhost:{port}") == 101
+        assert _upgrade_status(port, f"rebind.attacker.example:{port}") == 403
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)

@@ -1,0 +1,183 @@
+"""Sweeps started from the console (spectower.console.sweeps): listed to every session through state files,
+reaped the moment they end, overall progress and time left, the result when done."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from spectower.console import sweeps, synthetic
+from spectower.storage import open_database
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
+# A stand-in for `spectower bench sweep`: waits for a go file (so the test decides when it ends), says what
+# the real one says when it saved its run, and treats SIGINT as the real one does (keeps going to the end).
+FAKE_SWEEP = r"""
+import os, signal, sys, time
+go = sys.argv[1]
+stopped = []
+signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+print("C=1 spec on ...", flush=True)
+while not os.path.exists(go) and not stopped:
+    time.sleep(0.02)
+if stopped:
+    print("interrupted: kept 0 finished point(s)", flush=True)
+    sys.exit(130)
+print("saved as run 7 in sqlite:///x.db", flush=True)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _sweep_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "sweeps"
+    monkeypatch.setenv(sweeps.ENV_SWEEP_DIR, str(folder))
+    return folder
+
+
+def _wait_until(what: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _start(tmp_path: Path, db_url: str = "sqlite:///x.db") -> tuple[sweeps.SweepRecord, Path]:
+    go = tmp_path / "go"
+    rec = sweeps.start_process(
+        [sys.executable, "-c", FAKE_SWEEP, str(go)], db_url, server="http://127.0.0.1:9", levels="1,2",
+        duration_s=4, tag=None, actor="operator:test", total_slices=8, expected_s=60,
+    )  # fmt: skip
+    return rec, go
+
+
+def _status(rec: sweeps.SweepRecord, db_url: str = "sqlite:///x.db") -> str:
+    return next(r for r in sweeps.list_sweeps(db_url) if r.id == rec.id).status
+
+
+def test_a_sweep_is_seen_from_another_process_reaped_and_its_run_recorded(tmp_path: Path) -> None:
+    rec, go = _start(tmp_path)
+    assert rec.poll() is None
+    # another console process (or session) reads the same state folder
+    other = subprocess.run(
+        [sys.executable, "-c", "from spectower.console import sweeps; "
+         "print([(r.pid, r.status) for r in sweeps.list_sweeps('sqlite:///x.db')])"],
+        capture_output=True, text=True, timeout=60, env=os.environ,
+    )  # fmt: skip
+    assert other.stdout.strip() == str([(rec.pid, "running")]), other.stderr
+    go.touch()
+    _wait_until(lambda: _status(rec) != "running")
+    done = next(r for r in sweeps.list_sweeps("sqlite:///x.db") if r.id == rec.id)
+    assert (done.status, done.rc, done.run_id) == ("finished", 0, 7)
+    assert rec.poll() == 0  # the record the starting session keeps reads the outcome too
+    # reaped at once by the console's waiter thread: no zombie left until the console stops
+    with pytest.raises(ChildProcessError):
+        os.waitpid(rec.pid, os.WNOHANG)
+    assert not Path(f"/proc/{rec.pid}").exists()
+
+
+def test_stop_interrupts_like_ctrl_c(tmp_path: Path) -> None:
+    rec, _ = _start(tmp_path)
+    _wait_until(lambda: "C=1" in rec.tail())  # the child has installed its SIGINT handler
+    sweeps.stop_sweep(rec, "sqlite:///x.db")
+    _wait_until(lambda: _status(rec) != "running")
+    done = next(r for r in sweeps.list_sweeps("sqlite:///x.db") if r.id == rec.id)
+    assert (done.status, done.rc) == ("stopped", 130)
+
+
+def test_a_sweep_whose_console_went_away_is_closed_from_its_log(tmp_path: Path, _sweep_dir: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "print('saved as run 3 in x')"], stdout=subprocess.PIPE)
+    out, _ = gone.communicate(timeout=60)
+    log = tmp_path / "old.log"
+    log.write_bytes(out)
+    rec = sweeps.SweepRecord(
+        id="1-1", server="http://h:1", levels="1", duration_s=2, rounds=2, tag=None, actor="operator:x",
+        pid=gone.pid, started=time.time() - 60, total_slices=4, expected_s=30, log_path=str(log), argv=[],
+    )  # fmt: skip
+    _sweep_dir.mkdir(parents=True, exist_ok=True)
+    (_sweep_dir / "1-1.json").write_text(json.dumps(sweeps.asdict(rec)))
+    (listed,) = sweeps.list_sweeps("sqlite:///x.db")
+    assert (listed.status, listed.run_id) == ("finished", 3)
+
+
+def _rec(total: int = 8, expected: float = 100.0, started: float = 1000.0) -> sweeps.SweepRecord:
+    return sweeps.SweepRecord(
+        id="r", server="http://h:1", levels="1,2", duration_s=10, rounds=2, tag=None, actor="operator:x",
+        pid=1, started=started, total_slices=total, expected_s=expected, log_path="/nonexistent", argv=[],
+    )  # fmt: skip
+
+
+def test_progress_uses_the_estimate_until_slices_are_timed() -> None:
+    p = sweeps.progress(_rec(), [], now=1025.0)
+    assert (p.fraction, p.left_s, p.measured) == (0.25, 75.0, False)
+    assert sweeps.progress(_rec(), [], now=5000.0).fraction == 0.99  # overrun: never 100 % while running
+
+
+def test_progress_follows_the_measured_pace() -> None:
+    # slices start every 20 s (not the 12.5 s the estimate assumed): 3 done, half into the 4th
+    starts = [1005.0, 1025.0, 1045.0, 1065.0]
+    p = sweeps.progress(_rec(), starts, now=1075.0)
+    assert p.measured and p.done_slices == 3
+    assert p.fraction == pytest.approx(3.5 / 8)
+    assert p.left_s == pytest.approx(4.5 * 20)
+
+
+def test_the_up_front_estimate_counts_warm_up_and_drain() -> None:
+    # 3 levels x 2 modes x 2 rounds = 12 slices of 2 s each, plus their overhead and the start
+    assert sweeps.expected_seconds(3, 4.0) == sweeps.START_OVERHEAD_S + 12 * (2.0 + sweeps.SLICE_OVERHEAD_S)
+
+
+def test_slice_starts_come_from_the_sweeps_own_writes() -> None:
+    move = {"last_write": {"writer": "sweep", "value": 0, "previous": 64, "ts": 5.0}}
+    assert sweeps.is_slice_start(move) and sweeps.last_write_ts(move) == 5.0
+    borrow = {"last_write": {"writer": "sweep", "value": 13, "previous": 13, "ts": 4.0}}
+    restore = {"last_write": {"writer": "sweep", "value": 13, "previous": 0, "ts": 9.0, "release": True}}
+    policy = {"last_write": {"writer": "policy", "value": 9, "previous": 13, "ts": 3.0}}
+    assert not any(sweeps.is_slice_start(b) for b in (borrow, restore, policy, {}))
+
+
+def test_sweep_argv_saves_where_the_console_reads() -> None:
+    argv = sweeps.sweep_argv("http://h:1", "1,2", 5, "t", "sqlite:///a.db", "dana", force=True)
+    assert argv[argv.index("--db") + 1] == "sqlite:///a.db" and "--save" in argv
+    assert argv[-3:] == ["--as", "dana", "--force"]
+
+
+def test_benchmarks_page_lists_a_sweep_another_session_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    with open_database(url) as store:
+        now = time.time()
+        synthetic.fill(store, t0=now - 600, t1=now, servers=1, gpus=0, step_s=5.0)
+    rec, go = _start(tmp_path, url)
+    try:
+        monkeypatch.setenv("SPECTOWER_DB", url)
+        at = AppTest.from_file(APP, default_timeout=120)
+        at.run()
+        at.switch_page("pages/benchmarks.py")
+        at.run()
+        at.radio(key="bench_section").set_value("Start a sweep").run()
+        assert not at.exception
+        bars = at.get("progress")
+        assert len(bars) == 1 and "slice 0 of 8" in bars[0].proto.text and "left" in bars[0].proto.text
+        assert any("operator:test" in c.value for c in at.caption)
+    finally:
+        go.touch()
+    _wait_until(lambda: _status(rec, url) == "finished")
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_children() -> None:
+    yield
+    for pid in list(sweeps._CHILDREN):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)

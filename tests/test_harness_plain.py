@@ -1,0 +1,60 @@
+"""`sim evaluate` scores a policy on what the knob can do: "off" is the profile's knob-off curve (spec_off),
+never a plain server's; the plain curve is reported beside the oracle. Virtual time: exact."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from spectower.control.policy import make_policy
+from spectower.simulator.harness import evaluate, simulate
+from spectower.simulator.profile import Profile, parse_profile
+from spectower.simulator.traces import parse_trace
+
+from tests.test_bench_plain_sim import THREE_CURVES
+
+SECONDS = 600.0
+
+
+# at 16: knob on 750, knob off (measured) 650, a plain server 1200
+CURVES = {"spec_on": [190.0, 430.0, 750.0], "spec_off": [84.0, 240.0, 650.0], "plain": [100.0, 380.0, 1200.0]}
+
+
+def _profile(**changes: Any) -> Profile:
+    data = json.loads(json.dumps(THREE_CURVES)) | {"output_tok_s": CURVES}
+    return parse_profile(data | changes, source="three-curves")
+
+
+def constant(c: float) -> Any:
+    return parse_trace([[0, c], [SECONDS, c]], source="constant")
+
+
+def test_always_off_earns_the_knob_off_curve_and_the_oracle_counts_it() -> None:
+    profile = _profile()
+    off = simulate(profile, constant(16), make_policy("always-off", 64))
+    # one decision interval (5 s) runs with the launch knob (on) before always-off's ceiling applies
+    assert off.tokens == pytest.approx(650.0 * (SECONDS - 5.5) + 750.0 * 5.5, rel=1e-9)
+    # the oracle picks the better of on (750) and knob-off (650) at 16, not plain (1200)
+    assert off.oracle_tokens == pytest.approx(750.0 * SECONDS, rel=1e-9)
+    assert off.plain_tokens == pytest.approx(1200.0 * SECONDS, rel=1e-9)
+
+
+def test_where_knob_off_beats_on_the_oracle_takes_knob_off_not_plain() -> None:
+    # at 16: on 600 < knob-off 650 < plain 1200
+    profile = _profile(output_tok_s={**CURVES, "spec_on": [190.0, 430.0, 600.0]})
+    on = simulate(profile, constant(16), make_policy("always-on", 64))
+    assert on.oracle_tokens == pytest.approx(650.0 * SECONDS, rel=1e-9)
+    assert on.efficiency == pytest.approx(600.0 / 650.0, rel=1e-9)
+    out = evaluate(profile, constant(16), "always-off", baselines=("always-on",))
+    assert out["baselines"]["always-on"]["efficiency"] == pytest.approx(600.0 / 650.0, rel=1e-6)
+    assert out["has_plain_curve"] is True
+    assert out["plain_vs_oracle"] == pytest.approx(1200.0 / 650.0, rel=1e-6)  # no knob value reaches plain
+
+
+def test_the_old_format_keeps_its_scores() -> None:
+    old = _profile(output_tok_s={"spec_on": [190.0, 430.0, 750.0], "spec_off": [84.0, 240.0, 650.0]})
+    run = simulate(old, constant(16), make_policy("always-off", 64))
+    assert run.plain_tokens == pytest.approx(650.0 * SECONDS, rel=1e-9)  # spec_off stands for plain
+    out = evaluate(old, constant(16), "always-on", baselines=())
+    assert out["has_plain_curve"] is False and out["efficiency"] == pytest.approx(1.0)

@@ -1,0 +1,184 @@
+"""The README's "Flipping speculation during an incident" works as written for a new user on `spectower demo`.
+
+The demo runs from a fresh folder with its own database and the `learn` policy active. The README block's
+commands run exactly as printed (the first one answered "y" at its prompt, through a terminal), with no
+--db, so the operator's audit goes to ./spectower.db while the policy uses the demo's database: the flip
+still holds, because the lock is the server's. Speculation stays off until `release`, then the policy acts
+again. Every wait polls the state it waits for (the server's /server_info, the policy's log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+
+README = REPO_ROOT / "README.md"
+README_URL = "http://127.0.0.1:30000"
+UP_TIMEOUT_S = 240.0
+POLICY_TIMEOUT_S = 240.0  # the learn policy's first (and, after release, next) write to the knob
+HOLD_OBSERVED_S = 12.0  # > two of the demo's 5 s policy intervals, observed by polling the server
+
+
+def incident_commands() -> list[str]:
+    text = README.read_text()
+    section = text[text.index("## Flipping speculation during an incident") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def _knob(url: str) -> dict[str, Any]:
+    info = httpx.get(f"{url}/server_info", timeout=10).json()
+    return dict(info["internal_states"][0]["spectower"])
+
+
+def _wait(predicate: Any, timeout: float, what: str, poll: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def run_in_terminal(
+    script: str, cwd: Path, env: dict[str, str], answer: str | None = None
+) -> tuple[int, str]:
+    """Run ``bash -c script`` on a pseudo-terminal (as a user types it); answer the first prompt."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdin=slave, stdout=slave,
+                            stderr=slave, start_new_session=True)  # fmt: skip
+    os.close(slave)
+    output = b""
+    answered = answer is None
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the command exited and closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+                if not answered and b"Apply?" in output:
+                    os.write(master, answer.encode())  # type: ignore[union-attr]
+                    answered = True
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", output.decode(errors="replace"))  # colours
+    return code, " ".join(text.split())  # one line: the terminal wraps at its width
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_readme_incident_commands_hold_against_the_learn_policy(tmp_path: Path) -> None:
+    commands = incident_commands()
+    export, rest = commands[0], commands[1:]
+    assert export.startswith("export SPECTOWER_ADMIN_KEY_FILE=spectower-demo/admin_key")
+    assert [c.split()[:3] for c in rest] == [
+        ["spectower", "control", "set"], ["spectower", "control", "get"], ["spectower", "control", "release"],
+        ["spectower", "control", "events"]]  # fmt: skip
+    assert not any("--db" in c or "--yes" in c for c in commands)  # as a new user types them
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
+    env["PATH"] = os.pathsep.join([str(Path(SPECTOWER_CLI[0]).parent), env.get("PATH", "")])
+    demo = subprocess.Popen([*SPECTOWER_CLI, "demo", "--port", str(free_port())], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert demo.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(iter(demo.stdout.readline, "")), daemon=True)
+        reader.start()
+
+        def demo_up() -> str | None:
+            assert demo.poll() is None, "".join(lines)
+            text = "".join(lines)
+            found = re.search(r"simulated SGLang server (http://127\.0\.0\.1:\d+)", text)
+            return found.group(1) if found and "spectower demo is up" in text else None
+
+        sim_url = _wait(demo_up, UP_TIMEOUT_S, "the demo to come up")
+        # the README's URL is the demo's default; only a busy port 30000 moves the simulator elsewhere
+        rest = [c.replace(README_URL, sim_url) for c in rest]
+        _wait(lambda: (_knob(sim_url).get("policy_last") or {}).get("applied"), POLICY_TIMEOUT_S,
+              "the learn policy's first write (it is active)")  # fmt: skip
+        policy_log = tmp_path / "spectower-demo" / "policy.log"
+        log_at_set = policy_log.read_text().count("paused")
+
+        # 1. set --off, confirmed at the prompt
+        code, out = run_in_terminal(f"{export}\n{rest[0]}", tmp_path, env, answer="y\n")
+        assert code == 0, out
+        assert "-> 0 (off)" in out and "confirmed" in out and "manual lock until released" in out, out
+        held = _knob(sim_url)
+        assert (held["spec_max_bs"], held["owner"], held["lock"]["expires_at"]) == (0, "manual", None)
+
+        # the policy (its own database, its own spelling of the URL) pauses: the server holds the lock
+        _wait(lambda: policy_log.read_text().count("paused") > log_at_set, 30, "the policy to report paused")
+        key = (tmp_path / "spectower-demo" / "admin_key").read_text().strip()
+        refused = httpx.post(
+            f"{sim_url}/set_internal_state", timeout=10, headers={"Authorization": f"Bearer {key}"},
+            json={"server_args": {"spectower_writer": 2, "spectower_spec_max_bs": 40}},
+        )
+        assert refused.json() == [False]  # a policy write racing the lock is refused by the server itself
+        end = time.monotonic() + HOLD_OBSERVED_S
+        while time.monotonic() < end:  # speculation stays off, whatever the policy decides meanwhile
+            now = _knob(sim_url)
+            assert (now["spec_max_bs"], now["owner"]) == (0, "manual"), now
+            time.sleep(0.5)
+
+        # 2. get: the server's own account
+        code, out = run_in_terminal(f"{export}\n{rest[1]}", tmp_path, env)
+        assert code == 0, out
+        assert "owner manual (manual lock until released)" in out, out
+        assert "policy's last" in out
+
+        # 3. release: the policy acts again
+        code, out = run_in_terminal(f"{export}\n{rest[2]}", tmp_path, env)
+        assert code == 0 and "released" in out, out
+        assert _knob(sim_url)["owner"] == "policy"
+        released_at = _knob(sim_url)["server_time"]
+
+        def policy_wrote() -> dict[str, Any] | None:
+            write = _knob(sim_url).get("last_write") or {}
+            return write if write.get("writer") == "policy" and write["ts"] > released_at else None
+
+        acted = _wait(policy_wrote, POLICY_TIMEOUT_S, "the policy to act after the release")
+        assert acted["value"] is not None
+
+        # 4. events: the operator's own audit trail (./spectower.db, no --db), set then release
+        code, out = run_in_terminal(f"{export}\n{rest[3]}", tmp_path, env)
+        assert code == 0, out
+        assert "release" in out and "set" in out and "incident 4711" in out, out
+        assert (tmp_path / "spectower.db").exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGINT)
+        try:
+            demo.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(timeout=30)

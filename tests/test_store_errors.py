@@ -1,0 +1,123 @@
+"""Issue #15 item 5: destructive or unclear edges of `export` / `import` / `collect`: every mistake is one
+line naming the input (no traceback), and an export never replaces something that is not a regular file."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from spectower.console.cli import app
+from spectower.storage import open_database
+from spectower.storage.models import BenchPoint, BenchRun
+from typer.testing import CliRunner
+
+from tests.conftest import REPO_ROOT
+
+runner = CliRunner()
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def _one_line_error(code: int, out: str, *needles: str) -> None:
+    assert code == 2, out
+    assert "Traceback" not in out
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out
+    for n in needles:
+        assert n in out, (n, out)
+
+
+@pytest.fixture
+def db_with_run(tmp_path: Path) -> str:
+    path = tmp_path / "runs.db"
+    db = open_database(path)
+    db.save_bench_run(BenchRun(created_at=1.0, source="sweep"), [BenchPoint(concurrency=1, spec_on=True)])
+    db.close()
+    return str(path)
+
+
+def test_export_refuses_a_non_regular_file(db_with_run: str, tmp_path: Path) -> None:
+    # a FIFO of our own stands in for a device: old code renamed its output over /dev/null itself
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    code, out = run("export", "bench", "1", "--format", "csv", "--out", str(fifo), "--db", db_with_run)
+    _one_line_error(code, out, str(fifo), "not a regular file")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_export_refuses_a_symlink_and_leaves_it(db_with_run: str, tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    link = tmp_path / "out.csv"
+    link.symlink_to(target)
+    code, out = run("export", "bench", "1", "--out", str(link), "--db", db_with_run)
+    _one_line_error(code, out, str(link), "symbolic link")
+    assert link.is_symlink() and target.read_text() == "keep me\n"
+
+
+def test_export_to_a_read_only_file_system_is_one_line(db_with_run: str) -> None:
+    code, out = run("export", "bench", "1", "--out", "/sys/spectower-out.csv", "--db", db_with_run)
+    _one_line_error(code, out, "--out", "/sys")
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("", "--db: empty database URL"),
+        ("sqlite://", "in-memory SQLite database"),
+        ("sqlite:///:memory:", "in-memory SQLite database"),
+        ("foo://host/db", "unknown database scheme 'foo'"),
+    ],
+)
+def test_bad_db_values_are_one_line(value: str, needle: str) -> None:
+    code, out = run("export", "samples", "--kind", "engine", "--out", "/tmp/x.csv", "--db", value)
+    _one_line_error(code, out, needle)
+
+
+def test_db_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    folder_as_file = tmp_path / "adir"
+    folder_as_file.mkdir()
+    code, out = run("export", "samples", "--kind", "engine", "--out", str(tmp_path / "x.csv"),
+                    "--db", str(folder_as_file))  # fmt: skip
+    _one_line_error(code, out, "--db: cannot open", "adir")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from spectower.console.cli import main; main()", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_postgresql_url_without_psycopg_is_one_line(tmp_path: Path) -> None:
+    # a psycopg that cannot be imported, as on a machine without the [postgres] extra
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "psycopg.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'psycopg'\", name='psycopg')\n"
+    )
+    env = {"PYTHONPATH": f"{shadow}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for args in (
+        ["export", "samples", "--kind", "engine", "--out", str(tmp_path / "x.csv")],
+        ["collect", "--server", "http://127.0.0.1:9"],
+    ):
+        p = _cli(*args, "--db", "postgresql://spectower@127.0.0.1:9/spectower", env=env)
+        out = p.stdout + p.stderr
+        _one_line_error(p.returncode, out, "needs the psycopg driver", "spectower[postgres]")
+
+
+@pytest.mark.parametrize("value", ["", "sqlite://", "nope://x"])
+def test_collect_refuses_a_database_that_keeps_nothing(value: str) -> None:
+    p = _cli("collect", "--server", "http://127.0.0.1:9", "--duration", "30s", "--db", value)
+    _one_line_error(p.returncode, p.stdout + p.stderr, "--db")
