@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import test_sglang_plugin as plugin_tests
 
 sglang_python = plugin_tests.sglang_python
-sglang_version = plugin_tests.sglang_version
 plugin_site = plugin_tests.plugin_site
 
 ENTRY = "spectower-gated-decode"
@@ -21,10 +22,18 @@ def _check(python: str, site: Path, version: str, **env: str) -> dict[str, Any]:
     return plugin_tests.run_check(python, site, "check_gated_decode", version=version, env=env)
 
 
+@pytest.fixture(scope="module", params=["0.5.23", "0.5.17"])
+def checked(request: pytest.FixtureRequest, sglang_python: str, plugin_site: Path) -> dict[str, Any]:
+    """One run of the check per SGLang version (each run imports SGLang: ~15 s), shared by the tests."""
+    version: str = request.param
+    if version != "0.5.23" and not plugin_tests.overlay_of(sglang_python, version).is_dir():
+        pytest.fail(f"no SGLang {version} overlay beside {sglang_python} (tests/sglang_env.sh)")
+    return _check(sglang_python, plugin_site, version)
+
+
 @plugin_tests.sglang_check
-def test_a_gated_verify_is_planned_and_run_as_decode(sglang_python: str, plugin_site: Path,
-                                                      sglang_version: str) -> None:  # fmt: skip
-    result = _check(sglang_python, plugin_site, sglang_version)
+def test_a_gated_verify_is_planned_and_run_as_decode(checked: dict[str, Any]) -> None:
+    result = checked
     assert all(ENTRY in sources for sources in result["targets"].values()), result["targets"]
     gated = result["cases"]["gated_verify"]
     planned = [c for c in gated["calls"] if c["method"].startswith("init_forward_metadata")]
@@ -43,9 +52,8 @@ def test_a_gated_verify_is_planned_and_run_as_decode(sglang_python: str, plugin_
 
 
 @plugin_tests.sglang_check
-def test_drafting_and_other_modes_pass_through(sglang_python: str, plugin_site: Path,
-                                               sglang_version: str) -> None:  # fmt: skip
-    result = _check(sglang_python, plugin_site, sglang_version)
+def test_drafting_and_other_modes_pass_through(checked: dict[str, Any]) -> None:
+    result = checked
     passing = (("drafting_verify", "TARGET_VERIFY"), ("draft_extend_on_gated_backend", "DRAFT_EXTEND_V2"),
                ("prefill_on_gated_backend", "EXTEND"))  # fmt: skip
     for name, mode in passing:
