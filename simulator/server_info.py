@@ -21,12 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# the simulator reports the version of the plugin it stands in for
+from spectower.control.sglang_plugin import PLUGIN_VERSION
 from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION, SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.server_args import internal_only_template, server_args_template
 
-PLUGIN_VERSION = "0.2.0"
 ADAPTIVE_BANDS = (1, 8, 32, 64)
 STARTUP_TIME = {
     "load_weight": 41.3,

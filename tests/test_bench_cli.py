@@ -159,3 +159,16 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
                                                                data["max_running_requests"]]  # fmt: skip
     assert len(points) == len(kept)
     assert last is not None and last.action == "sweep-end" and last.new_max_bs == 5 and last.confirmed
+
+
+@pytest.mark.integration
+def test_the_sweep_as_a_whole_shows_progress_and_time_left(simulator_factory, tmp_path: Path) -> None:
+    sim = simulator_factory(admin_key=ADMIN_KEY)
+    argv = _argv(sim.base_url, tmp_path, "--concurrency", "1,2", "--duration-per-level", "1", "--rounds", "2",
+                 "--output-len", "16", "--input-len", "8", "--warmup", "1")  # fmt: skip
+    proc = _run(argv, admin_key=ADMIN_KEY)
+    assert proc.returncode == 0, proc.stderr
+    # 2 levels x 2 modes x 2 rounds; the overall line ends complete, with elapsed and remaining time
+    overall = [line for line in proc.stderr.splitlines() if "sweep " in line and " slices" in line]
+    assert overall and "sweep 8/8 slices" in overall[-1], proc.stderr
+    assert overall[-1].count(":") >= 2  # 0:00:0x elapsed, 0:00:00 left

@@ -230,6 +230,9 @@ class SweepProgress:
 
     def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None: ...
 
+    def slice_finished(self, concurrency: int, mode: Mode) -> None:
+        """One (level, mode, round) slice measured: the sweep's overall progress counts these."""
+
     def point_finished(self, point: PointResult) -> None: ...
 
 
@@ -443,6 +446,7 @@ async def _measure_point(
     # throughput matches it (plus the first token of each request, which prefill produces).
     server_rate = sampler.rate_between(loop.steady_start, loop.steady_end)
     sl = _Slice(loop, started_at, server_rate, tokens_delta, calls_delta, accept_value, source)
+    progress.slice_finished(c, mode)
     return sl, len(warm) + len(loop.records)
 
 

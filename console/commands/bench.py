@@ -25,27 +25,33 @@ EXIT_INTERRUPTED = 130
 
 
 class _RichProgress:
-    """Level, mode, requests done and live tok/s on stderr."""
+    """On stderr: one line per slice (level, mode, requests done, live tok/s) under one line for the whole
+    sweep (slices done of all, elapsed, time left at the pace measured so far)."""
 
-    def __init__(self) -> None:
+    def __init__(self, total_slices: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("[bold]C={task.fields[c]:<4}[/] {task.fields[mode]:<8}"),
+            TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.fields[done]} req done"),
-            TextColumn("{task.fields[tok_s]:>8.0f} tok/s"),
+            TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=False,
         )
+        self._total_slices = total_slices
+        self._overall: Any = None
         self._task: Any = None
         self._duration: float | None = None
         self._done = 0
 
     def __enter__(self) -> _RichProgress:
         self.progress.start()
+        self._overall = self.progress.add_task(
+            f"[bold]sweep[/] 0/{self._total_slices} slices", total=self._total_slices, detail=""
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -58,24 +64,35 @@ class _RichProgress:
         self._done = 0
         total = float(total_requests) if total_requests is not None else duration_s
         label = "plain" if mode == "plain" else f"spec {mode}"
-        self._task = self.progress.add_task("", total=total, c=concurrency, mode=label, done=0, tok_s=0.0)
+        self._task = self.progress.add_task(f"[bold]C={concurrency:<4}[/] {label:<8}", total=total,
+                                            detail=self._detail(0, 0.0))  # fmt: skip
+
+    @staticmethod
+    def _detail(done: int, tok_s: float) -> str:
+        return f"{done} req done {tok_s:>8.0f} tok/s"
 
     def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None:
         if self._task is None:
             return
         self._done += 1
         completed = min(elapsed_s, self._duration) if self._duration is not None else self._done
-        self.progress.update(
-            self._task, completed=completed, done=self._done, tok_s=tokens_so_far / max(elapsed_s, 1e-9)
-        )
+        tok_s = tokens_so_far / max(elapsed_s, 1e-9)
+        self.progress.update(self._task, completed=completed, detail=self._detail(self._done, tok_s))
 
     def point_finished(self, point: PointResult) -> None:
         if self._task is None:
             return
         tok_s = point.tok_s or point.figures.get("output_throughput") or 0.0
-        total = self.progress.tasks[-1].total or 0
-        self.progress.update(self._task, completed=total, tok_s=tok_s, done=point.figures.get("completed", 0))
+        task = next(t for t in self.progress.tasks if t.id == self._task)
+        done = int(point.figures.get("completed", 0) or 0)
+        self.progress.update(self._task, completed=task.total or 0, detail=self._detail(done, tok_s))
         self._task = None
+
+    def slice_finished(self, concurrency: int, mode: str) -> None:
+        self.progress.advance(self._overall)
+        finished = int(next(t for t in self.progress.tasks if t.id == self._overall).completed)
+        label = f"[bold]sweep[/] {finished}/{self._total_slices} slices"
+        self.progress.update(self._overall, description=label)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -333,7 +350,7 @@ def sweep(
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
     database = open_database(default_db_url(db))
-    progress = _RichProgress()
+    progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     try:
         with progress:
             result = asyncio.run(
