@@ -14,30 +14,20 @@ if TYPE_CHECKING:
 def save_bench_run(db: Database, run: models.BenchRun, points: list[models.BenchPoint]) -> int:
     """Insert ``run`` and ``points`` (their run_id is set here) in one transaction; returns the run id.
     On any error nothing is written."""
-    if run.created_at is None:
-        raise ValueError("bench run: created_at is required")
-    if not run.source:
-        raise ValueError("bench run: source is required")
-    run.server_info_json = redact_json_text(run.server_info_json)  # SGLang's /server_info holds its keys
-    with db.session(write=True) as s:
-        s.add(run)
-        s.flush()
-        assert run.id is not None
-        for p in points:
-            p.run_id = run.id
-            s.add(p)
-        s.flush()
-        return int(run.id)
+    return save_bench_runs(db, [(run, points)])[0]
 
 
 def save_bench_runs(db: Database, runs: list[tuple[models.BenchRun, list[models.BenchPoint]]]) -> list[int]:
-    """Several runs with their points in one transaction (a file holding several runs); their ids."""
+    """Several runs with their points in one transaction (a file holding several runs); their ids.
+    On any error nothing is written."""
     ids: list[int] = []
     with db.session(write=True) as s:
         for run, points in runs:
+            if run.created_at is None:
+                raise ValueError("bench run: created_at is required")
             if not run.source:
                 raise ValueError("bench run: source is required")
-            run.server_info_json = redact_json_text(run.server_info_json)
+            run.server_info_json = redact_json_text(run.server_info_json)  # SGLang's /server_info holds keys
             s.add(run)
             s.flush()
             assert run.id is not None
