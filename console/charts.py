@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ COLOR_LIVE = "#1f77b4"
 COLOR_STALE = "#9e9e9e"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 CONCURRENCY_TITLE = "concurrency (concurrent requests)"
+RATE_TITLE = "request rate (req/s, open loop)"
 # Time tick labels that stay readable at every range: seconds only when ticks are seconds apart, the date
 # once ticks are a day or more apart (plotly picks the stop from the tick spacing it chose).
 TIME_TICK_STOPS = [
@@ -521,22 +523,39 @@ def _unit(v: float) -> float:
     return min(1.0, max(0.0, round(v, 6)))
 
 
+def _point_mode(extra_json: Any) -> str | None:
+    try:
+        extra = json.loads(extra_json) if isinstance(extra_json, str) and extra_json else {}
+    except ValueError:
+        return None
+    return extra.get("mode") if isinstance(extra, dict) else None
+
+
 def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughput") -> go.Figure:
-    """Throughput (or a latency column) vs concurrency, spec on solid, spec off dashed, per run."""
+    """Throughput (or a latency column) vs load, spec on solid, spec off dashed, a plain server (or a point of
+    unknown speculation state) dotted, per run. The load is the concurrency, or for an open-loop run (an
+    imported bench_serving request-rate sweep, no max_concurrency) its request rate."""
     data: list[dict[str, Any]] = []
+    by_rate = 0
     for i, (label, pts) in enumerate(runs.items()):
         if pts.empty:
             continue
         color = PALETTE[i % len(PALETTE)]
+        closed_loop = pts["concurrency"].notna().any() or "request_rate" not in pts
+        x_col = "concurrency" if closed_loop else "request_rate"
+        by_rate += x_col == "request_rate"
         for flag, dash, name in ((True, "solid", "spec on"), (False, "dash", "spec off"), (None, "dot", "")):
             part = pts[pts["spec_on"].isna()] if flag is None else pts[pts["spec_on"] == flag]
-            part = part.dropna(subset=["concurrency", what]).sort_values("concurrency")
+            part = part.dropna(subset=[x_col, what]).sort_values(x_col)
             if part.empty:
                 continue
+            modes = {_point_mode(t) for t in part["extra_json"]} if "extra_json" in part else set()
+            if flag is None and modes == {"plain"}:
+                name = "plain"  # a sweep's --plain-server rows (spec_on NULL, mode in extra_json)
             data.append(
                 {
                     "type": "scatter",
-                    "x": _values(part["concurrency"]),
+                    "x": _values(part[x_col]),
                     "y": _values(part[what]),
                     "mode": "lines+markers",
                     "name": f"{label} {name}".strip(),
@@ -545,7 +564,7 @@ def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughpu
             )
     name, unit = BENCH_UNITS.get(what, (what.replace("_", " "), ""))
     layout = _base_layout(f"{name[0].upper()}{name[1:]} vs load", f"{name} ({unit})" if unit else name, 360)
-    layout["xaxis"]["title"] = {"text": CONCURRENCY_TITLE}
+    layout["xaxis"]["title"] = {"text": RATE_TITLE if by_rate and by_rate == len(runs) else CONCURRENCY_TITLE}
     if not data:
         _no_data(layout, f"this run has no {name}")
     return _figure(data, layout)

@@ -144,7 +144,7 @@ def _runs(eng: Any, runs: pd.DataFrame) -> None:
 
 
 def _point_columns(points: pd.DataFrame, what: str = "output_throughput") -> pd.DataFrame:
-    cols = [c for c in ("run_id", "concurrency", "spec_on", what) if c in points]
+    cols = [c for c in ("run_id", "concurrency", "request_rate", "spec_on", what) if c in points]
     return points[cols]
 
 
