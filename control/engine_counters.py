@@ -120,6 +120,13 @@ class EngineCounters:
             self.dropped += 1
         pending.append((batch_size, drafted, self.clock()))
 
+    def relabel_latest(self, batch_size: int, drafted: bool) -> None:
+        """The launch just begun runs the other mode after all (the gated-decode plugin's drain, which holds
+        a batch at 0 steps after the gate chose to draft it): count it as what it runs."""
+        pending = self._pending
+        if pending and pending[-1][0] == batch_size:
+            pending[-1] = (batch_size, drafted, pending[-1][2])
+
     def end(self, batch_size: int, num_correct_drafts_per_req: Sequence[int]) -> None:
         """A decode batch's verify result is on the CPU (the plugin's on_verify_complete hook).
 

@@ -25,6 +25,34 @@ The rest of the verify path (logits, the one-node acceptance, the bonus token, t
 SGLang's own, unchanged; the CUDA graphs captured for the 0-step state hold decode kernels. Backends built
 for drafting states (``num_draft_tokens > 1``), the draft model's backends (other forward modes) and every
 other attention backend are untouched. ``SPECTOWER_GATED_DECODE=0`` in SGLang's environment turns it off.
+
+The draft's KV extend in the 0-step state, SGLang 0.5.17 only. A gated batch still runs the draft model's
+extend over its one new token per request, and in 0.5.17 that extend never replays a CUDA graph: the
+draft-extend graph runner of every adaptive state takes its width from
+``resolve_num_tokens_per_req(phase="draft_extend", server_args=...)``, which reads the LAUNCH arguments
+(``server_args`` is SGLang's pristine startup record; the adaptive state being captured is only in the
+runtime context, ``get_spec()``). So the 0-step state's graph is captured four tokens wide, a gated batch's
+extend is one token wide, ``can_run_graph`` refuses it, and the draft runs eagerly: measured on the H200
+with the 8B pair, the eager extend left the GPU idle about 40 % of a gated step at batch 1
+(gpu/README.md, "Where the rest went"). 0.5.23 reads ``get_spec()`` there. On a 0.5.17 signature (one with
+``server_args``) an AROUND hook answers the draft-extend width from ``get_spec()`` as 0.5.23 does, so each
+state's graph is captured at that state's width; the launch state's answer is unchanged.
+
+The draft's KV extend while off, then a drain before drafting again (both versions). With the attention
+fixed and the extend replaying its graph, a gated step still ran the draft model (about 14 % of a gated
+step's GPU time at batch 64 on the H200) and served 0.85-0.94 of a plain server. SGLang can skip that
+extend at 0 steps (``EAGLEWorkerV2._stub_skipped_draft_extend``, its experimental
+``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``), measured at 0.94-0.99 of the plain server, but a request
+that lived through skipped extends has holes in its draft KV and a stale draft input: drafting it again
+starts cold. So spectower skips the extend only while the knob is at 0 and no batch explores drafting (an
+operator's off locks the knob, which pauses exploration; under a partial ceiling, or a policy's 0 with
+exploration on, the draft stays warm so explored batches and re-entry measure truly), remembers
+which running requests have holes, and when drafting would resume while any of them is still in the
+batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
+until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches (default 4096; then it
+drafts anyway and the rest recover cold). Drafting therefore resumes at its full accept length, a request
+lifetime after the knob went up. A drained batch is counted as gated in the decode counters.
+``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
 """
 
 from __future__ import annotations
@@ -40,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "SPECTOWER_GATED_DECODE"
 TRITON_BACKEND = ("sglang.srt.layers.attention.triton_backend", "TritonAttnBackend")
+WIDTH_FUNCTION = "sglang.srt.speculative.spec_utils.resolve_num_tokens_per_req"
 
 
 def is_one_token_verify(backend: Any, forward_batch: Any) -> bool:
@@ -100,6 +129,228 @@ HOOKS: dict[str, Callable[..., Any]] = {
 }
 
 
+def hook_resolve_num_tokens_per_req(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """0.5.17's ``resolve_num_tokens_per_req``: the draft-extend width of the state in the runtime context."""
+    width = original(*args, **kwargs)
+    if kwargs.get("phase") != "draft_extend":
+        return width
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        active = int(get_spec().speculative_num_draft_tokens)
+    except Exception:  # no published context (a unit test, a tool): SGLang's own answer
+        return width
+    return active if active >= 1 else width
+
+
+def reads_launch_width() -> bool:
+    """True where the draft-extend width is read from the launch arguments (0.5.17: a ``server_args``)."""
+    import importlib
+    import inspect
+
+    module_name, _, name = WIDTH_FUNCTION.rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+        return "server_args" in inspect.signature(function).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+SKIP_ENV = "SPECTOWER_GATED_SKIP_EXTEND"
+DRAIN_ENV = "SPECTOWER_DRAIN_MAX_STEPS"
+DEFAULT_DRAIN_MAX_STEPS = 4096
+WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")
+DRAFT_WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker")
+
+
+def _knob_allows_skip() -> bool:
+    """Whether a 0-step batch may skip its draft extend: the knob plugin says its knob is at 0 with no
+    exploration (no batch will draft until the knob rises), or no knob plugin runs in this process
+    (SGLang's own bands chose 0 steps; the drain covers their way back)."""
+    plugin = sys.modules.get("spectower.control.sglang_plugin")
+    if plugin is None:
+        return True
+    try:
+        return bool(plugin.off_without_exploration())
+    except Exception:
+        return False
+
+
+def _relabel_gated(batch_size: int) -> None:
+    plugin = sys.modules.get("spectower.control.sglang_plugin")
+    if plugin is not None:
+        try:
+            plugin.engine_counters_state().relabel_latest(batch_size, drafted=False)
+        except Exception:
+            logger.debug("spectower gated decode: counters not relabelled", exc_info=True)
+
+
+def _zero_step_controller(worker: Any) -> Any:
+    """The worker's adaptive controller when it can run 0 steps (a registered 0-step state), else None."""
+    controller = getattr(worker, "adaptive_controller", None)
+    states = getattr(controller, "_states", None)
+    if controller is None or not hasattr(controller, "params") or not isinstance(states, dict):
+        return None
+    return controller if 0 in states else None
+
+
+class ExtendSkip:
+    """Which running requests have draft-KV holes, and what the batch being run does about them.
+
+    One per scheduler process (SGLang calls every hook on its scheduler thread). ``allowed`` says whether
+    a 0-step batch may skip (injectable; ``_knob_allows_skip`` inside SGLang)."""
+
+    def __init__(
+        self,
+        allowed: Callable[[], bool] = _knob_allows_skip,
+        enabled: bool | None = None,
+        drain_max_steps: int | None = None,
+    ) -> None:
+        self.allowed = allowed
+        self.enabled = os.environ.get(SKIP_ENV, "1") != "0" if enabled is None else enabled
+        if drain_max_steps is None:
+            try:
+                drain_max_steps = int(os.environ.get(DRAIN_ENV, DEFAULT_DRAIN_MAX_STEPS))
+            except ValueError:
+                drain_max_steps = DEFAULT_DRAIN_MAX_STEPS
+        self.drain_max_steps = max(0, drain_max_steps)
+        self.holed: set[Any] = set()
+        self.worker: Any = None  # the EAGLEWorkerV2 running the current decode batch
+        self.rids: list[Any] = []
+        self.skip_now = False
+        self.draining_now = False
+        self.drain_steps = 0
+        self.batches_skipped = 0
+        self.batches_drained = 0
+        self.drains_cut_short = 0
+
+    def begin_batch(self, worker: Any, rids: list[Any]) -> None:
+        self.worker, self.rids, self.skip_now, self.draining_now = worker, rids, False, False
+        if self.holed:
+            self.holed.intersection_update(rids)  # a finished request leaves the running batch for good
+
+    def end_batch(self) -> None:
+        self.worker, self.rids, self.skip_now, self.draining_now = None, [], False, False
+
+    def steps_for(self, wanted: int) -> int:
+        """The steps this batch runs, given what SGLang's bands and the knob's gate want: 0 while draining."""
+        self.draining_now = False
+        if wanted > 0 and self.holed:
+            if self.drain_steps < self.drain_max_steps:
+                self.drain_steps += 1
+                self.batches_drained += 1
+                self.draining_now = True
+                return 0
+            self.drains_cut_short += 1  # drafts anyway: the requests still holed recover cold
+            self.holed.clear()
+        if not self.holed:
+            self.drain_steps = 0
+        return wanted
+
+    def mark(self, steps: int) -> None:
+        """The batch runs ``steps``: outside a drain, a 0-step batch skips its draft extend where allowed."""
+        if steps == 0 and not self.draining_now and self.enabled and self.allowed():
+            self.skip_now = True
+            self.batches_skipped += 1
+            self.holed.update(self.rids)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "holed_requests": len(self.holed),
+            "batches_skipped": self.batches_skipped,
+            "batches_drained": self.batches_drained,
+            "drains_cut_short": self.drains_cut_short,
+        }
+
+
+_SKIP: ExtendSkip | None = None
+_HOOKED = False
+
+
+def hooked() -> bool:
+    """Whether this process registered the skip-and-drain hooks (what the knob plugin's state block shows)."""
+    return _HOOKED
+
+
+def extend_skip() -> ExtendSkip:
+    """This process's request-hole tracker (created on first use)."""
+    global _SKIP
+    if _SKIP is None:
+        _SKIP = ExtendSkip()
+    return _SKIP
+
+
+def hook_forward_batch_generation(
+    original: Callable[..., Any], worker: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it."""
+    mode = getattr(batch, "forward_mode", None)
+    decode = mode is not None and not mode.is_extend() and not mode.is_idle()
+    if not decode or getattr(batch, "is_extend_in_batch", False):
+        return original(worker, batch, *args, **kwargs)
+    tracker = extend_skip()
+    tracker.begin_batch(worker, [getattr(req, "rid", None) for req in getattr(batch, "reqs", ())])
+    try:
+        return original(worker, batch, *args, **kwargs)
+    finally:
+        tracker.end_batch()
+
+
+def hook_activate_step_by_batch(
+    original: Callable[..., Any], worker: Any, batch_size: int, *args: Any, **kwargs: Any
+) -> Any:
+    """``EAGLEWorkerV2.activate_step_by_batch`` for a decode batch: SGLang's own two steps (ask
+    ``params.get_steps_for_batch``, where the knob's gate answers, then switch the runtime state when it
+    differs: ``AdaptiveController.activate_step_by_batch`` in 0.5.17 and 0.5.23) with the drain between
+    them, so a drained batch never switches to drafting and back."""
+    tracker = extend_skip()
+    controller = _zero_step_controller(worker) if worker is tracker.worker else None
+    if controller is None:
+        return original(worker, batch_size, *args, **kwargs)
+    steps = tracker.steps_for(int(controller.params.get_steps_for_batch(batch_size)))
+    if steps != worker.speculative_num_steps:
+        controller._activate(steps)
+    if tracker.draining_now:
+        _relabel_gated(int(batch_size))
+    tracker.mark(int(worker.speculative_num_steps))
+    return None
+
+
+def hook_draft_extend_for_decode(
+    original: Callable[..., Any], draft_worker: Any, batch: Any, batch_result: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``EagleDraftWorker._draft_extend_for_decode``: SGLang's own stub instead, when this batch skips."""
+    tracker = extend_skip()
+    if tracker.skip_now and tracker.worker is not None:
+        tracker.worker._stub_skipped_draft_extend(batch, batch_result)
+        return None
+    return original(draft_worker, batch, batch_result, *args, **kwargs)
+
+
+SKIP_HOOKS: dict[tuple[tuple[str, str], str], Callable[..., Any]] = {
+    (WORKER_CLASS, "forward_batch_generation"): hook_forward_batch_generation,
+    (WORKER_CLASS, "activate_step_by_batch"): hook_activate_step_by_batch,
+    (DRAFT_WORKER_CLASS, "_draft_extend_for_decode"): hook_draft_extend_for_decode,
+}
+
+
+def missing_skip_targets() -> list[str]:
+    """What the skip-and-drain hooks need that this SGLang lacks (0.5.17 and 0.5.23 have all of it)."""
+    import importlib
+
+    wanted = [*SKIP_HOOKS, (WORKER_CLASS, "_stub_skipped_draft_extend")]
+    missing = []
+    for (module_name, class_name), name in wanted:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            return [f"{module_name}.{class_name} ({exc})"]
+        if not callable(getattr(cls, name, None)):
+            missing.append(f"{class_name}.{name}")
+    return missing
+
+
 def missing_targets() -> list[str]:
     """The hooked methods this SGLang lacks, empty when all exist (0.5.17 and 0.5.23 have them)."""
     import importlib
@@ -130,6 +381,24 @@ def register() -> None:
     module_name, class_name = TRITON_BACKEND
     for name, hook in HOOKS.items():
         HookRegistry.register(f"{module_name}.{class_name}.{name}", hook, HookType.AROUND)
+    hooked = f"{class_name}.{', '.join(HOOKS)}"
+    if extend_skip().enabled:
+        skip_missing = missing_skip_targets()
+        if skip_missing:
+            logger.warning("spectower gated decode: the draft extend is not skipped (missing %s)",
+                           ", ".join(skip_missing))  # fmt: skip
+        else:
+            for ((module, cls), name), hook in SKIP_HOOKS.items():
+                HookRegistry.register(f"{module}.{cls}.{name}", hook, HookType.AROUND)
+            global _HOOKED
+            _HOOKED = True
+            hooked += (
+                "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
+                "EagleDraftWorker._draft_extend_for_decode (extend skipped at knob 0, then drained)"
+            )
+    if reads_launch_width():
+        HookRegistry.register(WIDTH_FUNCTION, hook_resolve_num_tokens_per_req, HookType.AROUND)
+        hooked += ", resolve_num_tokens_per_req (draft-extend width per adaptive state)"
     # SGLang configures logging after the plugins load: print the one line that says what was hooked.
-    print(f"spectower gated decode: AROUND hooks on {class_name}.{', '.join(HOOKS)} (pid {os.getpid()})",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"spectower gated decode: AROUND hooks on {hooked} (pid {os.getpid()})", file=sys.stderr,
+          flush=True)  # fmt: skip

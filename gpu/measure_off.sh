@@ -13,6 +13,9 @@
 #   carry=["gpu/bundle/sglang-0.5.17-py312.tar.xz"]). Results in $OUT: measure.log, accept.json,
 # sweep.json, profile.json (replayable, three curves), bench.db (the saved run), kernels.json.
 # ATTN=flashinfer measures the other attention backend (default triton); LEVELS, SWEEP_SECONDS, PROF_LEVELS.
+# reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
+# policy + wait: POLICIES="learn on off threshold:51" LOAD_SECONDS=600 under one day-shaped load each; the
+# runs go on in the background between device calls (call again within 30 s: PHASES=wait).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -71,6 +74,9 @@ do_launch() {
   # Each server sizes its KV pool from the memory free when it loads: the EAGLE-3 one first (a third of the
   # card), the plain one once that pool is allocated (it then takes what --mem-fraction-static leaves it);
   # the two CUDA-graph captures overlap.
+  # SKIP_EXTEND=1: SGLang's own SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND for the speculative server (a gated
+  # batch then skips the draft model's KV extend; what that costs after re-enabling: docs/off-means-off.md)
+  if [ "${SKIP_EXTEND:-0}" = 1 ]; then export SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; say "spec server: draft extend skipped while gated"; fi
   start_server spec $SPEC_PORT 0.35 --speculative-algorithm EAGLE3 \
     --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
     --speculative-num-draft-tokens 4 --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json"
@@ -131,14 +137,14 @@ print(json.dumps({k: v for k, v in d.items() if k != "points"}, indent=1)[:4000]
 PY
 }
 
-profile() {  # label url concurrency
-  local label=$1 url=$2 c=$3
+profile() {  # label url concurrency [activities JSON, default GPU only]
+  local label=$1 url=$2 c=$3 activities=${4:-'["GPU"]'}
   st bench load --server "$url" --pattern "steps:$c" --period 30s --duration 18s --output-len 256 --api generate \
     > "$WORK/load_$label.log" 2>&1 &
   local load=$!
   sleep 7
   curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
-    -d "{\"output_dir\": \"$WORK/prof/$label\", \"num_steps\": $PROF_STEPS, \"activities\": [\"GPU\"], \"profile_prefix\": \"$label\"}" \
+    -d "{\"output_dir\": \"$WORK/prof/$label\", \"num_steps\": $PROF_STEPS, \"activities\": $activities, \"profile_prefix\": \"$label\"}" \
     "$url/start_profile" >/dev/null
   wait $load
   for _ in $(seq 1 20); do ls "$WORK/prof/$label"/*.json* >/dev/null 2>&1 && break; sleep 1; done
@@ -158,10 +164,92 @@ st control release --server "$SPEC_URL" --reason "off-means-off profile done" --
 python3 gpu/profile_table.py --steps $PROF_STEPS --json "$OUT/kernels.json" "${traces[@]}"
 }
 
+do_timeline() {  # CPU + GPU traces: where the GPU idles in a gated step against a plain decode step
+traces=()
+for c in ${TIMELINE_LEVELS:-1 64}; do
+  st control set --server "$SPEC_URL" --off --reason "off-means-off timeline" --as gpu-check --yes >/dev/null
+  profile "t-off-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]'
+  st control set --server "$SPEC_URL" --on --reason "off-means-off timeline" --as gpu-check --yes >/dev/null
+  profile "t-on-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]'
+  profile "t-plain-c$c" "$PLAIN_URL" "$c" '["CPU", "GPU"]'
+  traces+=("knob-off@C$c=$WORK/prof/t-off-c$c" "knob-on@C$c=$WORK/prof/t-on-c$c" "plain@C$c=$WORK/prof/t-plain-c$c")
+  say "timeline C=$c"
+done
+st control release --server "$SPEC_URL" --reason "off-means-off timeline done" --as gpu-check >/dev/null
+python3 gpu/profile_table.py --timeline --steps $PROF_STEPS --json "$OUT/timeline.json" "${traces[@]}"
+mkdir -p "$OUT/traces" && cp "$WORK"/prof/t-*/*.json.gz "$OUT/traces/" 2>/dev/null; ls -la "$OUT/traces" | tail -8
+}
+
+do_reentry() {  # knob at 0 under load (the extend skipped), then on: the drain, then drafting at full accept
+  say "re-entry: an operator's off under 16 clients, then on; /server_info every 2 s"
+  st control set --server "$SPEC_URL" --off --hold 10m --reason "re-entry drill" --as gpu-check --yes >/dev/null
+  st bench load --server "$SPEC_URL" --pattern steps:16 --period 60s --duration 44s --output-len 512 --input-len 64 \
+    --api generate --status-every 2s > "$OUT/load-reentry.log" 2>&1 &
+  local load=$! i
+  sleep 14
+  for i in $(seq -w 1 14); do
+    [ "$i" = 04 ] && st control set --server "$SPEC_URL" --on --hold 10m --reason "re-entry drill" --as gpu-check --yes >/dev/null
+    curl -fsS "$SPEC_URL/server_info" > "$WORK/reentry_$i.json"; sleep 2
+  done
+  wait $load
+  st control release --server "$SPEC_URL" --reason "re-entry drill done" --as gpu-check >/dev/null
+  python3 - "$WORK"/reentry_*.json <<'PY' | tee "$OUT/reentry.txt"
+import json, sys
+print("snapshot  knob  holed  skipped  drained  cut_short  accept_length")
+for path in sys.argv[1:]:
+    rank = json.load(open(path))["internal_states"][0]
+    block = rank.get("spectower", {})
+    skip = block.get("gated_decode") or {}
+    print(f"{path[-7:-5]:>8}  {block.get('spec_max_bs')!s:>4}  {skip.get('holed_requests')!s:>5}  "
+          f"{skip.get('batches_skipped')!s:>7}  {skip.get('batches_drained')!s:>7}  {skip.get('drains_cut_short')!s:>9}  "
+          f"{rank.get('avg_spec_accept_length')}")
+PY
+}
+
+do_policy() {  # the same day-shaped load under each of $POLICIES, in the background (see do_wait)
+  # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600).
+  # Results in $OUT: policy.db (collector + policy decisions + audit), load-<policy>.log (5 s status
+  # lines: target C and tok/s), auto-<policy>.log; gpu/policy_table.py turns them into ratios.
+  rm -f "$WORK/policy.done"
+  setsid bash -c '
+    run_one() {
+      local pol=$1 label=${1//:/-} apid=""
+      case $pol in
+        on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes ;;
+        off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes ;;
+        *) st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
+           st control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1 &
+           apid=$! ;;
+      esac
+      st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
+        --max-concurrency 64 --output-len 256 --input-len 64 --api generate --status-every 5s > "$OUT/load-$label.log" 2>&1
+      if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
+      st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check
+    }
+    st collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1 &
+    cpid=$!
+    for pol in $POLICIES; do echo "[$(date +%T)] policy $pol"; run_one "$pol"; done
+    kill -TERM $cpid; wait $cpid
+    touch "$WORK/policy.done"
+  ' > "$OUT/policy.log" 2>&1 &
+  say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
+}
+export -f st
+export SPEC_URL OUT WORK DB=sqlite:///$OUT/policy.db POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
+
+do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
+  local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))
+  while [ ! -f "$WORK/policy.done" ] && [ "$(date +%s)" -lt "$until" ]; do sleep 5; done
+  tail -3 "$OUT/policy.log"
+  if [ -f "$WORK/policy.done" ]; then say "policy runs done"; python3 gpu/policy_table.py --sweep "${SWEEP_JSON:-$OUT/sweep.json}" "$OUT"/load-*.log; else say "policy runs still going"; fi
+}
+
 for phase in $PHASES; do
   "do_$phase" || { say "$phase failed"; exit 1; }
 done
 grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3
+# which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
+grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
 # the servers' logs without SGLang's server_args line (it holds the admin key)
 for name in spec plain; do sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"; done
 say "done: $PHASES"

@@ -6,6 +6,11 @@ one this prints the GPU time per step, the share of the attention kernels, and t
 batch (knob at 0) can be compared with a plain server's decode step and with a drafting one.
 
     python3 gpu/profile_table.py --steps 12 LABEL=DIR [LABEL=DIR ...] [--json OUT.json]
+
+With ``--timeline`` (traces taken with ``"activities": ["CPU", "GPU"]``) it also says how much of the wall
+time between the first and the last kernel the GPU sat idle, per step, and which Python functions of the
+scheduler were running while it did: GPU time alone cannot explain a server that serves less than its
+kernels allow (the CPU side not keeping the GPU fed).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import gzip
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -24,7 +30,8 @@ ATTENTION_MARKERS = ("_fwd_kernel", "decode_att", "_fwd_grouped_kernel", "attent
                      "BatchDecode", "flashinfer", "merge_state")  # fmt: skip
 
 
-def read_trace(folder: Path) -> list[dict[str, Any]]:
+def read_trace(folder: Path, categories: tuple[str, ...] | None = GPU_CATEGORIES) -> list[dict[str, Any]]:
+    """The trace's complete events (``dur`` present), only those of ``categories`` unless it is None."""
     files = sorted(folder.glob("**/*.json.gz")) + sorted(folder.glob("**/*.json"))
     if not files:
         raise SystemExit(f"{folder}: no trace file")
@@ -32,7 +39,69 @@ def read_trace(folder: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:  # type: ignore[operator]
         data = json.load(handle)
-    return [e for e in data.get("traceEvents", []) if e.get("cat") in GPU_CATEGORIES and "dur" in e]
+    events = data.get("traceEvents", [])
+    return [e for e in events if "dur" in e and (categories is None or e.get("cat") in categories)]
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _short(name: str) -> str:
+    # ".../sglang/srt/managers/scheduler.py(1234): event_loop" -> "managers/scheduler.py: event_loop"
+    path, _, func = name.partition(": ")
+    path = path.split("sglang/srt/")[-1].split("site-packages/")[-1]
+    return f"{path.split('(')[0]}: {func}" if func else path[:100]
+
+
+def timeline(
+    events: list[dict[str, Any]], steps: int, top: int = 25, min_gap_us: float = 20.0
+) -> dict[str, Any]:
+    """GPU idle time between kernels, and the CPU-side Python functions running during those gaps."""
+    gpu = [
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if e.get("cat") in GPU_CATEGORIES
+    ]
+    if not gpu:
+        return {"error": "no GPU events"}
+    busy = _union(gpu)
+    start, end = busy[0][0], busy[-1][1]
+    gaps = [(a[1], b[0]) for a, b in itertools.pairwise(busy) if b[0] - a[1] >= min_gap_us]
+    in_gaps: collections.Counter[str] = collections.Counter()
+    runtime_in_gaps: collections.Counter[str] = collections.Counter()
+    gap_index = 0
+    cpu_side = [e for e in events if e.get("cat") in ("python_function", "cuda_runtime", "cuda_driver")]
+    for event in sorted(cpu_side, key=lambda e: float(e["ts"])):
+        e0, e1 = float(event["ts"]), float(event["ts"]) + float(event["dur"])
+        while gap_index < len(gaps) and gaps[gap_index][1] <= e0:
+            gap_index += 1
+        overlap = 0.0
+        for g0, g1 in gaps[gap_index:]:
+            if g0 >= e1:
+                break
+            overlap += max(0.0, min(e1, g1) - max(e0, g0))
+        if overlap > 0:
+            target = in_gaps if event.get("cat") == "python_function" else runtime_in_gaps
+            target[_short(str(event["name"]))] += overlap
+    wall_us = end - start
+    busy_us = sum(b - a for a, b in busy)
+    idle_us = sum(b - a for a, b in gaps)
+    return {
+        "wall_ms_per_step": wall_us / 1000 / steps,
+        "gpu_busy_ms_per_step": busy_us / 1000 / steps,
+        "idle_ms_per_step": idle_us / 1000 / steps,
+        "idle_share": idle_us / wall_us if wall_us else 0.0,
+        "gaps_per_step": len(gaps) / steps,
+        "python_in_gaps": [{"name": n, "ms_per_step": t / 1000 / steps} for n, t in in_gaps.most_common(top)],
+        "runtime_in_gaps": [
+            {"name": n, "ms_per_step": t / 1000 / steps} for n, t in runtime_in_gaps.most_common(10)
+        ],
+    }
 
 
 def summarise(events: list[dict[str, Any]], steps: int, top: int = 6) -> dict[str, Any]:
@@ -60,12 +129,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("traces", nargs="+", help="LABEL=DIR")
     parser.add_argument("--steps", type=int, required=True, help="num_steps given to /start_profile")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--timeline", action="store_true", help="also GPU idle time and the CPU work during it"
+    )
     args = parser.parse_args(argv)
     rows: dict[str, Any] = {}
     for item in args.traces:
         label, _, folder = item.partition("=")
         try:
-            rows[label] = summarise(read_trace(Path(folder)), args.steps)
+            events = read_trace(Path(folder), None if args.timeline else GPU_CATEGORIES)
+            rows[label] = summarise([e for e in events if e.get("cat") in GPU_CATEGORIES], args.steps)
+            if args.timeline:
+                rows[label]["timeline"] = timeline(events, args.steps)
         except SystemExit as exc:
             print(exc, file=sys.stderr)
     print(f"{'state':<22} {'GPU ms/step':>12} {'attention':>10}  top kernel")
@@ -73,6 +148,19 @@ def main(argv: list[str] | None = None) -> None:
         first = row["top"][0] if row["top"] else {"name": "-", "share": 0}
         print(f"{label:<22} {row['gpu_ms_per_step']:>12.2f} {row['attention_share']:>9.0%}  "
               f"{first['share']:.0%} {first['name'][:60]}")  # fmt: skip
+    for label, row in rows.items():
+        line = row.get("timeline")
+        if not line or "error" in line:
+            continue
+        print(
+            f"\n{label}: wall {line['wall_ms_per_step']:.2f} ms/step, "
+            f"GPU busy {line['gpu_busy_ms_per_step']:.2f}, idle {line['idle_ms_per_step']:.2f} "
+            f"({line['idle_share']:.0%}, {line['gaps_per_step']:.1f} gaps/step)"
+        )
+        for item in line["python_in_gaps"][:15]:
+            print(f"  {item['ms_per_step']:7.3f} ms  {item['name'][:110]}")
+        for item in line["runtime_in_gaps"][:5]:
+            print(f"  {item['ms_per_step']:7.3f} ms  [runtime] {item['name'][:100]}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -14,21 +14,24 @@ from tests import test_sglang_plugin as plugin_tests
 
 sglang_python = plugin_tests.sglang_python
 plugin_site = plugin_tests.plugin_site
+config_path = plugin_tests.config_path
 
 ENTRY = "spectower-gated-decode"
 
 
-def _check(python: str, site: Path, version: str, **env: str) -> dict[str, Any]:
-    return plugin_tests.run_check(python, site, "check_gated_decode", version=version, env=env)
+def _check(python: str, site: Path, version: str, *args: str, **env: str) -> dict[str, Any]:
+    return plugin_tests.run_check(python, site, "check_gated_decode", *args, version=version, env=env)
 
 
 @pytest.fixture(scope="module", params=["0.5.23", "0.5.17"])
-def checked(request: pytest.FixtureRequest, sglang_python: str, plugin_site: Path) -> dict[str, Any]:
+def checked(
+    request: pytest.FixtureRequest, sglang_python: str, plugin_site: Path, config_path: Path
+) -> dict[str, Any]:
     """One run of the check per SGLang version (each run imports SGLang: ~15 s), shared by the tests."""
     version: str = request.param
     if version != "0.5.23" and not plugin_tests.overlay_of(sglang_python, version).is_dir():
         pytest.fail(f"no SGLang {version} overlay beside {sglang_python} (tests/sglang_env.sh)")
-    return _check(sglang_python, plugin_site, version)
+    return _check(sglang_python, plugin_site, version, str(config_path))
 
 
 @plugin_tests.sglang_check
@@ -68,3 +71,48 @@ def test_switched_off_by_its_environment_variable(sglang_python: str, plugin_sit
     result = _check(sglang_python, plugin_site, "0.5.23", SPECTOWER_GATED_DECODE="0")
     assert all(ENTRY not in sources for sources in result["targets"].values())
     assert result["cases"]["gated_verify"]["returned"] == "extend"
+
+
+@plugin_tests.sglang_check
+def test_each_adaptive_state_captures_its_own_draft_extend_width(checked: dict[str, Any]) -> None:
+    """The 0-step state's draft-extend CUDA graph is one token wide, so a gated batch's draft extend replays
+    it (0.5.17 read the launch width, four, and ran that extend eagerly: gpu/README.md)."""
+    width = checked["draft_extend_width"]
+    assert width["launch"] == 4
+    assert width["zero_step_state"] == 1
+    assert width["reads_server_args"] == (checked["sglang_version"] == "0.5.17")
+
+
+@plugin_tests.sglang_check
+def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked: dict[str, Any]) -> None:
+    """Off: SGLang's own stub replaces the draft extend and the requests are remembered as holed. Back on:
+    while a holed request is in the batch it runs 0 steps WITH the extend; once they have finished, it
+    drafts. A partial ceiling, or the knob at 0 while the gate explores, gates without skipping (the draft
+    stays warm for the explored batches); an operator's off pauses exploration and skips again."""
+    trace = checked["extend_skip"]["trace"]
+    rows = [(t["phase"], t["steps"] > 0, t["extend"], t["holed"]) for t in trace]
+    assert rows == [
+        ("on", True, "ran", []),
+        ("off", False, "stub", ["a", "b"]),
+        ("off", False, "stub", ["a", "b", "c"]),
+        ("drain", False, "ran", ["a", "b", "c"]),
+        ("drain", False, "ran", ["b", "c"]),
+        ("drafting again", True, "ran", []),
+        ("partial ceiling", False, "ran", []),
+        ("off, exploring", False, "ran", []),
+        ("off, held by an operator", False, "stub", ["g", "h"]),
+    ]
+    report = checked["extend_skip"]["report"]
+    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (3, 2, 0)
+    # and /server_info says so, in the knob plugin's block
+    assert checked["extend_skip"]["published"] == {**report, "holed_requests": 2}
+
+
+@plugin_tests.sglang_check
+def test_drained_batches_count_as_gated(checked: dict[str, Any]) -> None:
+    """The knob's decode counters see the two drained batches as gated steps (the gate had chosen to draft
+    them): 2 drafted steps ('on', 'drafting again') and 7 gated ones, nothing unmatched."""
+    counters = checked["extend_skip"]["counters"]
+    assert sum(counters["drafted"]["steps"]) == 2
+    assert sum(counters["gated"]["steps"]) == 7
+    assert counters["unmatched"] == 0

@@ -6,11 +6,18 @@ methods are hooked), ``ForwardMode``, ``ForwardBatch``, ``EagleVerifyInput``. Co
 batch objects (``object.__new__`` plus the attributes the hooks read), and the four method BODIES, which
 plan and launch GPU kernels: they are replaced by recorders before the plugin loads, so the hooks wrap them
 exactly as they would wrap SGLang's. Run with ``SPECTOWER_GATED_DECODE=0`` it shows the off switch.
+
+Also the draft-extend width per adaptive state: SGLang's own ``resolve_num_tokens_per_req``, as bound in
+its real draft-extend CUDA-graph runner module, asked for the draft-extend width with the launch arguments
+(4 draft tokens) published and then with the 0-step state's width (1) overridden in the runtime context
+the way ``EAGLEWorkerV2._override_worker_state`` does while it captures that state's graphs.
 Prints one JSON object.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import _harness
@@ -59,7 +66,8 @@ def main() -> None:
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
     install_recorders(TritonAttnBackend)
-    _harness.load_plugin()
+    install_worker_recorders()
+    knob = _harness.load_plugin()
     targets = {
         name: [src.plugin_name if src else None for _ht, _h, src in
                HookRegistry._hooks.get(f"{TritonAttnBackend.__module__}.TritonAttnBackend.{name}", [])]
@@ -95,7 +103,123 @@ def main() -> None:
         "draft_extend_on_gated_backend": run(backend(1), batch(ForwardMode.DRAFT_EXTEND_V2)),
         "prefill_on_gated_backend": run(backend(1), batch(ForwardMode.EXTEND)),
     }
-    _harness.emit({"targets": targets, "cases": cases})
+    result: dict[str, Any] = {"targets": targets, "cases": cases, "draft_extend_width": draft_extend_width()}
+    if len(sys.argv) > 1 and "spectower.control.sglang_gated_decode" in sys.modules:
+        result["extend_skip"] = extend_skip(sys.argv[1], knob)
+    _harness.emit(result)
+
+
+def draft_extend_width() -> dict[str, Any]:
+    import inspect
+
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as runner_module
+
+    server_args = _harness.publish_context(None)  # launch: 3 steps, 4 draft tokens
+    resolve = runner_module.resolve_num_tokens_per_req
+    kwargs: dict[str, Any] = {"phase": "draft_extend"}
+    if "server_args" in inspect.signature(resolve).parameters:
+        kwargs["server_args"] = server_args
+    launch = resolve(**kwargs)
+    context = get_context()
+    zero = {"speculative_num_steps": 0, "speculative_num_draft_tokens": 1}
+    context.override("adaptive_spec.capture_override", **zero)
+    try:
+        zero_step = resolve(**kwargs)
+    finally:
+        launch_state = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+        context.override("adaptive_spec.capture_restore", **launch_state)
+    return {"launch": launch, "zero_step_state": zero_step, "reads_server_args": "server_args" in kwargs}
+
+
+def install_worker_recorders() -> None:
+    """Replace the GPU-bound bodies of a decode step with recorders before the plugins load: the hooks wrap
+    them as they wrap SGLang's. ``forward_batch_generation`` keeps SGLang's decode order (activate the
+    steps, verify, then the draft extend or, where SGLang's own flag says so, its stub)."""
+    from sglang.srt.environ import envs
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
+
+    def forward_batch_generation(self: Any, batch: Any, on_publish: Any = None, grammar_barrier: Any = None,
+                                 **kwargs: Any) -> Any:  # fmt: skip
+        self.activate_step_by_batch(batch.seq_lens.shape[0])
+        result = types.SimpleNamespace(steps=self.speculative_num_steps)
+        if self.speculative_num_steps == 0 and envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get():
+            self._stub_skipped_draft_extend(batch, result)
+        else:
+            self.draft_worker._draft_extend_for_decode(batch, result)
+        return result
+
+    def stub(self: Any, batch: Any, batch_output: Any) -> None:
+        batch_output.extend = "stub"
+
+    def draft_extend(self: Any, batch: Any, batch_result: Any, **kwargs: Any) -> None:
+        batch_result.extend = "ran"
+
+    EAGLEWorkerV2.forward_batch_generation = forward_batch_generation  # type: ignore[method-assign]
+    EAGLEWorkerV2._stub_skipped_draft_extend = stub  # type: ignore[method-assign]
+    EagleDraftWorker._draft_extend_for_decode = draft_extend  # type: ignore[method-assign]
+    EagleDraftWorker._rebuild_topk1_chain_buffers = lambda self: None  # type: ignore[method-assign]
+
+
+def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
+    """Knob at 0 skips the draft extend; raised again, the requests that missed extends drain at 0 steps
+    (with the extend) before the batch drafts; a partial ceiling, or exploration, never skips. The real
+    AdaptiveController, AdaptiveSpeculativeParams (hooked by the knob plugin's gate) and
+    EAGLEWorkerV2.apply_runtime_state."""
+    import torch
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    server_args = _harness.publish_context(config_path)
+    scheduler = _harness.make_scheduler(server_args)
+    controller, _params, worker = _harness.make_controller(config_path)
+    draft = object.__new__(EagleDraftWorker)
+    for name, value in vars(worker._draft_worker).items():
+        setattr(draft, name, value)
+    worker._draft_worker = draft
+    worker.adaptive_controller = controller
+
+    def batch(rids: list[str]) -> Any:
+        b = object.__new__(ScheduleBatch)
+        b.forward_mode = ForwardMode.DECODE
+        b.is_extend_in_batch = False
+        b.seq_lens = torch.full((len(rids),), 10)
+        b.reqs = [types.SimpleNamespace(rid=rid) for rid in rids]
+        return b
+
+    trace = []
+    gated_decode = sys.modules["spectower.control.sglang_gated_decode"]
+
+    def run(phase: str, rids: list[str]) -> None:
+        out = worker.forward_batch_generation(batch(rids))
+        # the verify result, as SGLang's batch-result processor reports it (drafts all right, or none)
+        worker.on_verify_complete_cpu([3 if out.steps > 0 else 0] * len(rids), batch_size=len(rids))
+        trace.append({"phase": phase, "rids": rids, "steps": out.steps, "extend": out.extend,
+                      "holed": sorted(gated_decode.extend_skip().holed)})  # fmt: skip
+
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 48})
+    run("on", ["a", "b"])
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
+    run("off", ["a", "b"])
+    run("off", ["a", "b", "c"])
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 48})
+    run("drain", ["a", "b", "c", "d"])
+    run("drain", ["b", "c", "d"])
+    run("drafting again", ["d", "e"])
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 1})
+    run("partial ceiling", ["d", "e", "f"])
+    # exploration (free knob, a share > 0) keeps the extend even at 0: an explored batch must draft warm
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
+    _harness.set_state(scheduler, {"spectower_explore_share": 0.02})
+    run("off, exploring", ["g", "h"])
+    # an operator's off (a manual write locks the knob) pauses exploration: the extend is skipped again
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 0, "spectower_writer": 1})
+    run("off, held by an operator", ["g", "h"])
+    counters = knob.engine_counters_state().snapshot()
+    published = _harness.get_state(scheduler).get("spectower", {}).get("gated_decode")
+    return {"trace": trace, "report": gated_decode.extend_skip().report(), "counters": counters,
+            "published": published}  # fmt: skip
 
 
 if __name__ == "__main__":

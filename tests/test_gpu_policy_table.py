@@ -1,0 +1,73 @@
+"""gpu/policy_table.py: tokens served under one load per policy against the best fixed choice per level,
+read from `bench load` status lines and a real three-curve sweep of the H200 (gpu/results/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from spectower.collectors.bench.walk import WalkStats, status_line
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "gpu"))
+import policy_table
+
+SWEEP = REPO_ROOT / "gpu/results/h200-8b-pair-triton-off-fixes-2026-11-30/5-sweep-skip-extend/sweep.json"
+LEVELS = (1, 4, 16, 48, 64)
+
+
+def _curves() -> dict[str, dict[int, float]]:
+    return policy_table.sweep_curves(json.loads(SWEEP.read_text()))
+
+
+def _log(path: Path, tok_s: dict[int, float], seconds: float = 5.0) -> Path:
+    lines = ["load: 64 clients at the peak"]
+    for i, c in enumerate(LEVELS, start=1):
+        # the line `bench load --status-every` prints, i * seconds into the load
+        stats = WalkStats(started=time.monotonic() - i * seconds, target=c)
+        lines.append(status_line(stats, tok_s[c]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_best_fixed_choice_scores_one_and_a_fixed_mode_scores_its_share(tmp_path: Path) -> None:
+    curves = _curves()
+    best = {c: max(policy_table.at(curves["on"], c), policy_table.at(curves["off"], c)) for c in LEVELS}
+    on = {c: policy_table.at(curves["on"], c) for c in LEVELS}
+    perfect = policy_table.score(policy_table.read_status(_log(tmp_path / "best.log", best)), curves)
+    assert perfect["ratio"] == pytest.approx(1.0, abs=1e-3)
+    scored = policy_table.score(policy_table.read_status(_log(tmp_path / "on.log", on)), curves)
+    # on this H200 pair the knob at 0 serves more than knob-on only at 64: always-on loses only there
+    assert scored["ratio"] == pytest.approx(sum(on.values()) / sum(best.values()), rel=1e-3)
+    assert scored["bands"]["C 1-8"] == pytest.approx(1.0, abs=1e-3)
+    assert scored["bands"]["C 33-max"] < 1.0
+
+
+def test_interpolates_in_log_concurrency_between_levels() -> None:
+    curve = {16: 1000.0, 64: 3000.0}
+    assert policy_table.at(curve, 32) == pytest.approx(2000.0)
+    assert policy_table.at(curve, 8) == pytest.approx(500.0)  # below the first level: proportional
+    assert policy_table.at(curve, 100) == 3000.0
+
+
+def test_command_line_prints_the_table_and_refuses_a_sweep_without_both_modes(tmp_path: Path) -> None:
+    curves = _curves()
+    log = _log(tmp_path / "load-learn.log", {c: policy_table.at(curves["off"], c) for c in LEVELS})
+    out = tmp_path / "table.json"
+    script = str(REPO_ROOT / "gpu/policy_table.py")
+    proc = subprocess.run([sys.executable, script, "--sweep", str(SWEEP), str(log), "--json", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "learn" in proc.stdout
+    assert 0.4 < json.loads(out.read_text())["learn"]["ratio"] < 1.0
+    bad = tmp_path / "sweep.json"
+    bad.write_text(json.dumps({"points": [{"mode": "on", "concurrency": 1, "output_throughput": 1.0}]}))
+    proc = subprocess.run([sys.executable, script, "--sweep", str(bad), str(log)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "--sweep: needs knob-on and knob-off points"
