@@ -99,7 +99,6 @@ async def back_to_back(base: str, dcgm_url: str, cycles: int, db_path: Path) -> 
             n_gpu = len(readings)
             sink.engine(base, res)
             sink.gpus(readings, facts)
-            sink.drain()
         sink.writer.flush(timeout=30)
         cpu = time.process_time() - c0
     db.close()

@@ -1,16 +1,24 @@
-"""Score every policy on every shipped profile and built-in trace: efficiency and knob flips.
+"""Score ``learn`` on every shipped profile x every built-in trace x 3 seeds, beside always-on and always-off.
 
-Efficiency = tokens under the policy / tokens under the oracle that always picks the better of spec-on
-and spec-off for the current concurrency (simulator.harness). ``learn`` is reported as the mean and the
-worst over ``--seeds`` seeds (trace shape and measurement noise both change with the seed); the fixed
-policies as the mean. It also prints how long the virtual hours took and the machine they ran on.
+Virtual time (simulator.harness): an hour of load per run in well under a second. Per (profile, trace) it
+prints, over the seeds: learn / oracle (mean and worst), always-on / oracle, always-off / oracle, learn's
+ceiling changes per hour (worst), and what the gate's exploration costs (1 - the oracle's tokens / an oracle
+that never explores; every policy and the oracle pay it). The oracle knows the profile and runs the better
+of the knob's two modes at every instant: "off" is the knob-off curve (spec_off), never a plain server.
+
+The bar (exit status 1 when a cell misses it): learn >= 0.98 of the oracle in every run, at most 12 ceiling
+changes an hour, and never below always-on on a profile where speculation pays at every load.
+
+It also says, per profile, whether a middle step count (between 0 and the launch's speculative_num_steps)
+could be scored: a profile carries the knob's two curves only (spec_on at the working step, spec_off), so
+it cannot; what would be needed is printed.
 
     python benchmarks/policy_bench.py [--seeds 3] [--duration 3600] [--profile NAME ...] [--synthetic]
-                                      [--json]
+                                      [--explore-share 0.02] [--json]
 
 ``--synthetic`` adds made-up profiles (glm5's spec-off curve with other speculation benefits: crossovers
-near 4, 29 and 40, and one where speculation never pays) to show that ``learn`` is not tuned to the two
-shipped curves.
+near 2, 4, 12, 29 and 40, one where speculation barely pays, one where it never pays, a noisy one, other
+``max_running_requests``) to show that ``learn`` is not tuned to the shipped curves.
 """
 
 from __future__ import annotations
@@ -27,42 +35,62 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.append(str(REPO_ROOT))  # a source checkout without an install; an installed spectower comes first
 
+from spectower.control import knob_contract  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
-from spectower.simulator.harness import BASELINES, simulate  # noqa: E402
+from spectower.simulator.harness import HarnessConfig, RunResult, simulate  # noqa: E402
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile  # noqa: E402
 from spectower.simulator.traces import BUILTIN_TRACES, DEFAULT_DURATION_S, load_trace  # noqa: E402
 
-POLICIES = ("learn", *BASELINES)
 DEFAULT_SEEDS = 3
+MIN_EFFICIENCY = 0.98
+MAX_CHANGES_PER_HOUR = 12.0
 
 
 @dataclass(frozen=True)
-class Row:
+class Cell:
     profile: str
     trace: str
-    policy: str
     crossover: float | None
-    spec_pays_at_1: bool
-    efficiency_mean: float
-    efficiency_min: float
-    flips_mean: float
-    flips_max: int
+    always_pays: bool
+    learn_mean: float
+    learn_min: float
+    on_mean: float
+    off_mean: float
+    changes_per_hour_max: float
+    explore_cost: float
+    learn_below_on: bool  # in some seed, on a profile where speculation always pays
+
+    def failures(self) -> list[str]:
+        out = []
+        if self.learn_min < MIN_EFFICIENCY:
+            out.append(f"learn {self.learn_min:.4f} < {MIN_EFFICIENCY}")
+        if self.changes_per_hour_max > MAX_CHANGES_PER_HOUR:
+            out.append(f"{self.changes_per_hour_max:.0f} changes/h > {MAX_CHANGES_PER_HOUR:.0f}")
+        if self.learn_below_on:
+            out.append("learn below always-on where speculation always pays")
+        return out
 
 
 def synthetic_profiles() -> list[Profile]:
     """glm5's spec-off curve with other spec-on/spec-off ratios (log-linear in concurrency)."""
     base = load_profile("glm5-nvfp4-8x-rtx-pro-6000").to_json()
-    shapes = {  # name: (ratio at c=1, fall of the ratio per unit log-concurrency)
-        "synthetic-crossover-4": (1.25, 0.18),
-        "synthetic-crossover-29": (2.0, 0.3),
-        "synthetic-crossover-40": (1.4, 0.108),
-        "synthetic-never-pays": (0.9, 0.0),
+    shapes: dict[str, tuple[float, float, dict[str, object]]] = {
+        # name: (ratio at c=1, fall of the ratio per unit log-concurrency, other changes)
+        "synthetic-crossover-2": (1.1, 0.14, {}),
+        "synthetic-crossover-4": (1.25, 0.18, {}),
+        "synthetic-crossover-12-mrr48": (1.3, 0.12, {"max_running_requests": 48}),
+        "synthetic-crossover-29": (2.0, 0.3, {}),
+        "synthetic-crossover-29-noisy": (2.0, 0.3, {"noise_cv": 0.15}),
+        "synthetic-crossover-40": (1.4, 0.108, {}),
+        "synthetic-crossover-20-mrr128": (1.45, 0.15, {"max_running_requests": 128}),
+        "synthetic-barely-pays": (1.03, 0.0, {}),
+        "synthetic-never-pays": (0.9, 0.0, {}),
     }
     out = []
-    for name, (at_one, fall) in shapes.items():
-        data = dict(base, name=name)
+    for name, (at_one, fall, changes) in shapes.items():
+        data = dict(base, name=name, **changes)
         off = base["output_tok_s"]["spec_off"]
         on = [o * (at_one - fall * math.log(c)) for o, c in zip(off, base["concurrency"], strict=True)]
         data["output_tok_s"] = {"spec_off": off, "spec_on": on}
@@ -82,74 +110,106 @@ def machine() -> str:
     return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
+def step_counts_note(profile: Profile) -> str:
+    """Whether a middle step count can be scored on this profile (it cannot: a profile has two curves)."""
+    steps = profile.speculative_num_steps
+    middle = ", ".join(str(k) for k in range(1, steps)) or "none"
+    return (f"profiles at {steps} steps carry curves for {steps} (spec_on) and 0 (spec_off) only: steps "
+            f"{middle} cannot be scored without a spec_on curve (and accept lengths) measured at each, "
+            "e.g. a `bench sweep` per step count with the adaptive bands pinned to it")
+
+
+def score(profile: Profile, trace_name: str, seeds: int, duration: float, config: HarnessConfig) -> Cell:
+    mrr = profile.max_running_requests
+    always_pays = profile.crossover() is None and profile.speedup(profile.concurrency[0]) >= 1.0
+    runs: dict[str, list[RunResult]] = {"learn": [], "always-on": [], "always-off": []}
+    for seed in range(seeds):
+        trace = load_trace(trace_name, duration_s=duration, seed=seed, max_running_requests=mrr)
+        for spec, results in runs.items():
+            results.append(simulate(profile, trace, make_policy(spec, mrr), duration, seed, config))
+    learn, on, off = runs["learn"], runs["always-on"], runs["always-off"]
+    below = always_pays and any(a.tokens < b.tokens * (1 - 1e-12) for a, b in zip(learn, on, strict=True))
+    return Cell(
+        profile=profile.name,
+        trace=trace_name,
+        crossover=profile.crossover(),
+        always_pays=always_pays,
+        learn_mean=statistics.fmean(r.efficiency for r in learn),
+        learn_min=min(r.efficiency for r in learn),
+        on_mean=statistics.fmean(r.efficiency for r in on),
+        off_mean=statistics.fmean(r.efficiency for r in off),
+        changes_per_hour_max=max(r.changes_per_hour for r in learn),
+        explore_cost=statistics.fmean(r.explore_cost for r in learn),
+        learn_below_on=below,
+    )
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeds per (profile, trace)")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="virtual seconds per run")
     parser.add_argument("--profile", action="append", help="profile name or path (default: all shipped)")
     parser.add_argument("--synthetic", action="store_true", help="add made-up profiles with other crossovers")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines too")
+    parser.add_argument("--explore-share", type=float, default=knob_contract.DEFAULT_EXPLORE_SHARE,
+                        help="the gate's exploration share (0..0.2; default the plugin's)")
+    parser.add_argument("--json", action="store_true", help="print the cells as JSON lines too")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    profiles = [load_profile(name) for name in (args.profile or builtin_profile_names())]
+    config = HarnessConfig(explore_share=args.explore_share)
+    try:
+        config.validate()
+        profiles = [load_profile(name) for name in (args.profile or builtin_profile_names())]
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.synthetic:
         profiles += synthetic_profiles()
 
-    rows: list[Row] = []
     started = time.perf_counter()
-    runs = 0
-    virtual = 0.0
-    for profile in profiles:
-        for trace_name in BUILTIN_TRACES:
-            for spec in POLICIES:
-                effs, flips = [], []
-                for seed in range(args.seeds):
-                    trace = load_trace(trace_name, duration_s=args.duration, seed=seed)
-                    result = simulate(profile, trace, make_policy(spec, profile.max_running_requests),
-                                      args.duration, seed)
-                    effs.append(result.efficiency)
-                    flips.append(result.flips)
-                    runs += 1
-                    virtual += result.duration_s
-                rows.append(Row(profile.name, trace_name, spec, profile.crossover(),
-                                profile.speedup(profile.concurrency[0]) >= 1.0, statistics.fmean(effs),
-                                min(effs), statistics.fmean(flips), max(flips)))
+    cells = [score(p, t, args.seeds, args.duration, config) for p in profiles for t in BUILTIN_TRACES]
     elapsed = time.perf_counter() - started
+    runs = len(cells) * args.seeds * 3
 
     print(f"machine: {machine()}")
-    print(f"{runs} runs, {virtual / 3600:.0f} virtual hours in {elapsed:.1f} s "
-          f"({virtual / elapsed:,.0f}x real time); seeds 0..{args.seeds - 1}, {args.duration:.0f} s each")
-    header = (f"{'profile':<30} {'trace':<8} {'policy':<15} {'eff mean':>9} {'eff min':>8} "
-              f"{'flips':>7} {'max':>4}")
+    print(f"{runs} runs ({len(profiles)} profiles x {len(BUILTIN_TRACES)} traces x {args.seeds} seeds x "
+          f"learn, always-on, always-off), {runs * args.duration / 3600:.0f} virtual hours in "
+          f"{elapsed:.1f} s; exploration share {config.effective_explore_share:.1%} for every policy and "
+          "the oracle")
+    header = (f"{'profile':<32} {'trace':<7} {'learn':>7} {'worst':>7} {'on':>7} {'off':>7} "
+              f"{'chg/h':>6} {'explore':>8}  bar")
     current = None
-    for row in rows:
-        if row.profile != current:
-            current = row.profile
-            cross = row.crossover
-            print()
+    for cell in cells:
+        if cell.profile != current:
+            current = cell.profile
+            cross = cell.crossover
             cross_text = (f"{cross:.1f}" if cross is not None else
-                          "none (spec always pays)" if row.spec_pays_at_1 else "none (spec never pays)")
-            print(f"{current}: crossover {cross_text}")
+                          "none (spec always pays)" if cell.always_pays else "none (spec never pays)")
+            print()
+            print(f"{current}: crossover {cross_text}  (efficiency = tokens / oracle's; explore = its cost)")
             print(header)
             print("-" * len(header))
-        print(f"{row.profile:<30} {row.trace:<8} {row.policy:<15} {row.efficiency_mean:>9.4f} "
-              f"{row.efficiency_min:>8.4f} {row.flips_mean:>7.1f} {row.flips_max:>4d}")
-    learn = [r for r in rows if r.policy == "learn"]
-    worst = min(learn, key=lambda r: r.efficiency_min)
+        bad = cell.failures()
+        print(f"{cell.profile[:32]:<32} {cell.trace:<7} {cell.learn_mean:>7.4f} {cell.learn_min:>7.4f} "
+              f"{cell.on_mean:>7.4f} {cell.off_mean:>7.4f} {cell.changes_per_hour_max:>6.1f} "
+              f"{cell.explore_cost:>8.2%}  {'MISSED: ' + '; '.join(bad) if bad else 'ok'}")
     print()
-    print(f"learn, worst run: {worst.efficiency_min:.4f} ({worst.profile}, {worst.trace})")
-    for row in learn:
-        t30 = next(r for r in rows if r.policy == "threshold:30" and r.profile == row.profile
-                   and r.trace == row.trace)
-        if row.efficiency_mean <= t30.efficiency_mean:
-            near = row.crossover is not None and abs(row.crossover - 30) <= 12
-            print(f"learn does not beat threshold:30 on {row.profile} / {row.trace} "
-                  f"({row.efficiency_mean:.4f} vs {t30.efficiency_mean:.4f}"
-                  f"{'; crossover near 30, so threshold:30 is close to the oracle there' if near else ''})")
+    worst = min(cells, key=lambda c: c.learn_min)
+    print(f"learn, worst run: {worst.learn_min:.4f} ({worst.profile}, {worst.trace}); most changes: "
+          f"{max(c.changes_per_hour_max for c in cells):.0f}/h; exploration costs the oracle "
+          f"{min(c.explore_cost for c in cells):.2%}-{max(c.explore_cost for c in cells):.2%}")
+    print("middle step counts:")
+    for note in dict.fromkeys(step_counts_note(p) for p in profiles):
+        print(f"  {note}")
     if args.json:
-        for row in rows:
-            print(json.dumps(asdict(row)))
+        for cell in cells:
+            print(json.dumps(asdict(cell)))
+    missed = [c for c in cells if c.failures()]
+    if missed:
+        print(f"{len(missed)} cell(s) missed the bar (learn >= {MIN_EFFICIENCY} of the oracle, <= "
+              f"{MAX_CHANGES_PER_HOUR:.0f} changes/h, never below always-on where speculation always pays)")
+        return 1
+    print(f"every cell met the bar (learn >= {MIN_EFFICIENCY} of the oracle, <= {MAX_CHANGES_PER_HOUR:.0f} "
+          "changes/h, never below always-on where speculation always pays)")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""spectower collectors: outside sources -> typed samples -> storage.
+"""Collectors: outside sources (SGLang, NVML, dcgm-exporter, Prometheus, load sweeps) -> typed samples.
+May import storage and control's contract modules (knob_contract, engine_counters, speedup).
 
 Public API (import from the modules; this package imports nothing so the NVML sampler runs on a bare GPU
 host):
@@ -7,7 +8,7 @@ host):
   histogram buckets; every SGLang label set 0.5.1-0.5.23), ``spectower.collectors.sglang.server_info.
   parse_server_info(doc) -> ServerInfo`` (facts, per-rank state, the spectower knob; secrets redacted),
   ``spectower.collectors.sglang.loads.parse_loads_json / parse_loads_prometheus -> Loads``.
-- ``collectors.sglang.engine.EngineDeriver().derive(ts, snapshot, info, loads) -> list[EngineReading]``
+- ``collectors.sglang.reading.EngineDeriver().derive(ts, snapshot, info, loads) -> list[EngineReading]``
   (rates, bucket-delta p50/p90/p99, restart detection); ``spectower.collectors.sglang.scraper.SglangScraper``.
 - ``spectower.collectors.gpu.nvml.NvmlSampler`` (``start() -> [GpuFacts]``, ``sample() -> [GpuReading]``,
   ``poll_pcie()``, ``close()``), ``spectower.collectors.gpu.dcgm.DcgmScraper`` / ``parse_dcgm``.

@@ -1,7 +1,11 @@
-"""The API key for ``--api-key`` protected SGLang servers: from the environment or a file, never the CLI.
+"""The keys for SGLang servers, and how they travel: from the environment or a file, never the CLI.
 
-Same variables as the control client (``SPECTOWER_API_KEY``, or ``SPECTOWER_API_KEY_FILE`` naming a file of
-one line). The key is sent as ``Authorization: Bearer KEY``; it never reaches a log, an error or storage.
+The one key reader of spectower: the collector and the load generators (the API key of an ``--api-key``
+server), the knob client and the sweeps (the admin key, control/credentials.py), the console (its admin
+key file) all read through ``read_key``. A value in the environment wins over a file, so a one-off override
+needs no file edit; a key file must hold exactly one line (a second line is refused, not silently dropped).
+A key is sent as ``Authorization: Bearer KEY`` (``auth_headers``); it never reaches a log, an error
+message (errors name the variable or the file, not the value) or storage.
 """
 
 from __future__ import annotations
@@ -10,31 +14,51 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+ADMIN_KEY_ENV = "SPECTOWER_ADMIN_KEY"
+ADMIN_KEY_FILE_ENV = "SPECTOWER_ADMIN_KEY_FILE"
 API_KEY_ENV = "SPECTOWER_API_KEY"
 API_KEY_FILE_ENV = "SPECTOWER_API_KEY_FILE"
 
 
-class ApiKeyError(ValueError):
-    """The key file named in the environment is missing, unreadable or not one line."""
+class CredentialError(ValueError):
+    """A key file is missing, unreadable, empty or more than one line (the message names its setting)."""
+
+
+def read_key_file(path: str | os.PathLike[str], source: str) -> str:
+    """The key in the file at ``path``: one non-empty line. ``source`` names the setting that gave the path
+    (``SPECTOWER_ADMIN_KEY_FILE``, a Streamlit secret) in every error."""
+    where = Path(path).expanduser()
+    try:
+        text = where.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CredentialError(f"{source}: cannot read {where}: {exc.strerror or exc}") from None
+    key = text.strip()
+    if not key:
+        raise CredentialError(f"{source}: the key file {where} is empty")
+    if "\n" in key:
+        raise CredentialError(f"{source}: the key file {where} must hold one line (the key)")
+    return key
+
+
+def read_key(value_var: str, file_var: str, env: Mapping[str, str] | None = None) -> str | None:
+    """``$value_var`` if set, else the key in the file ``$file_var`` names, else None."""
+    env = os.environ if env is None else env
+    value = env.get(value_var)
+    if value is not None and value.strip():
+        return value.strip()
+    name = env.get(file_var)
+    return read_key_file(name, file_var) if name else None
 
 
 def load_api_key(env: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if env is None else env
-    value = env.get(API_KEY_ENV, "").strip()
-    if value:
-        return value
-    name = env.get(API_KEY_FILE_ENV)
-    if not name:
-        return None
-    path = Path(name).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ApiKeyError(f"{API_KEY_FILE_ENV}: cannot read {path}: {exc.strerror or exc}") from None
-    if not text or "\n" in text:
-        raise ApiKeyError(f"{API_KEY_FILE_ENV}: {path} must hold exactly one line (the key)")
-    return text
+    """The API key from ``SPECTOWER_API_KEY`` or the file named by ``SPECTOWER_API_KEY_FILE``."""
+    return read_key(API_KEY_ENV, API_KEY_FILE_ENV, env)
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def load_admin_key(env: Mapping[str, str] | None = None) -> str | None:
+    """The admin key from ``SPECTOWER_ADMIN_KEY`` or the file named by ``SPECTOWER_ADMIN_KEY_FILE``."""
+    return read_key(ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, env)
+
+
+def auth_headers(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}

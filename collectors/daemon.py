@@ -3,9 +3,9 @@
 - A source that fails is retried with exponential backoff (capped at ``max_backoff_s``, by default two
   intervals, so a server that comes back is read again within two intervals); the outage is written as
   a ``CollectionGap`` (opened on the first failure, closed on recovery) and the other sources go on.
-- Samples go to ``StorageSink``: buffered in memory while the database is busy, written by storage's
-  BatchWriter thread.
-- SIGTERM/SIGINT (or ``duration_s``) stop the sources, drain and flush the sink, and return.
+- Samples go to ``StorageSink``, which puts them on storage's one BatchWriter: queued in memory (bounded)
+  while the database is busy, written by the writer's thread.
+- SIGTERM/SIGINT (or ``duration_s``) stop the sources, flush the writer, and return.
 - Health per source (last success, errors, lag = how late a cycle started against its schedule plus how
   long it took) goes to the log and to ``CollectorHealth``.
 """
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 import httpx
 from spectower.collectors.gpu.dcgm import DcgmScraper
 from spectower.collectors.gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
+from spectower.collectors.http import check_http_url
 from spectower.collectors.sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
-from spectower.collectors.sink import StorageBusyError, StorageSink
+from spectower.collectors.sink import StorageSink
 
 log = logging.getLogger("spectower.collect")
 
@@ -35,7 +36,8 @@ DEFAULT_INTERVAL_S = 1.0
 NVML_REFRESH_S = 1.0
 SGLANG_REFRESH_S = 1.0
 DEFAULT_MAX_TIMEOUT_S = 5.0
-DEFAULT_DRAIN_EVERY_S = 0.5
+DEFAULT_STORAGE_CHECK_EVERY_S = 0.5
+DEFAULT_BUSY_WARN_EVERY_S = 10.0
 DEFAULT_HEALTH_LOG_EVERY_S = 60.0
 
 
@@ -58,13 +60,12 @@ class DaemonConfig:
             raise ValueError(f"--duration must be > 0 seconds, got {self.duration_s}")
         if self.gpu not in ("nvml", "none") and not self.gpu.startswith("dcgm="):
             raise ValueError(f"--gpu must be nvml, dcgm=URL or none, got {self.gpu!r}")
-        if self.gpu.startswith("dcgm=") and not self.gpu[5:].startswith(("http://", "https://")):
-            raise ValueError(f"--gpu dcgm=URL needs an http(s) URL, got {self.gpu[5:]!r}")
+        if self.gpu.startswith("dcgm="):
+            check_http_url(self.gpu[5:], "--gpu dcgm=URL")
         for url in self.servers:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"--server must be an http(s) URL, got {url!r}")
-        if self.prometheus is not None and not self.prometheus.startswith(("http://", "https://")):
-            raise ValueError(f"--prometheus must be an http(s) URL, got {self.prometheus!r}")
+            check_http_url(url, "--server")
+        if self.prometheus is not None:
+            check_http_url(self.prometheus, "--prometheus")
         if not self.servers and self.gpu == "none" and self.prometheus is None:
             raise ValueError("nothing to collect: give --server, --gpu nvml|dcgm=URL or --prometheus")
 
@@ -231,19 +232,19 @@ class Collector:
                 await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_PCIE_POLL_S)
 
     async def _storage_loop(self) -> None:
-        last_warn = 0.0
+        """Say when the database keeps the writer waiting, and record what it refused as health."""
+        last_warn = -DEFAULT_BUSY_WARN_EVERY_S
         while not self._stop.is_set():
             try:
                 self.sink.note_storage_health(self.clock())
-                await asyncio.to_thread(self.sink.drain)
-            except StorageBusyError as exc:
-                if time.monotonic() - last_warn > 10:
+                busy = self.sink.busy()
+                if busy and time.monotonic() - last_warn >= DEFAULT_BUSY_WARN_EVERY_S:
                     last_warn = time.monotonic()
-                    log.warning("%s; %d item(s) buffered", exc, self.sink.pending)
-            except Exception as exc:  # the storage loop outlives anything (drain quarantines per item)
+                    log.warning("%s", busy)
+            except Exception as exc:  # the storage loop outlives anything (the writer quarantines per row)
                 log.exception("storage loop: %s", exc)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_DRAIN_EVERY_S)
+                await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_STORAGE_CHECK_EVERY_S)
 
     async def _health_log_loop(self) -> None:
         while not self._stop.is_set():
@@ -262,10 +263,9 @@ class Collector:
                 )
             c = self.sink.summary()
             log.info(
-                "storage: written=%d pending=%d buffered=%d dropped=%d quarantined=%d lost=%d",
+                "storage: written=%d pending=%d dropped=%d quarantined=%d lost=%d",
                 c["written"],
                 c["pending"],
-                c["buffered"],
                 c["dropped"],
                 c["rejected"],
                 c["lost"],
@@ -357,14 +357,14 @@ class Collector:
             if h.in_gap:
                 # The outage is still on at exit: leave the gap open (end unknown) but record the health.
                 log.info("%s %s still failing at exit: %s", h.source, h.target, h.last_error)
-        ok = await asyncio.to_thread(self.sink.close)
+        ok = await asyncio.to_thread(self.sink.flush)
         self.sink.note_storage_health(self.clock())  # what the last flush refused is recorded too
-        ok = await asyncio.to_thread(self.sink.close, 5.0) and ok
+        ok = await asyncio.to_thread(self.sink.flush, 5.0) and ok
         c = self.sink.summary()
         log.info(
             "collector stopped: %d row(s) written, %d buffered left, %d dropped, %d quarantined, %d lost%s",
             c["written"],
-            c["buffered"] + c["pending"],
+            c["pending"],
             c["dropped"],
             c["rejected"],
             c["lost"],
@@ -384,24 +384,3 @@ class Collector:
                 self.sink.gpus(batch.gpu_readings, batch.gpu_facts)
 
         return once
-
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """'1s', '500ms', '2m', '1.5' (seconds) -> seconds. ValueError names the flag."""
-    raw = text.strip().lower()
-    for unit in ("ms", "s", "m", "h"):
-        if raw.endswith(unit):
-            number, scale = raw[: -len(unit)], _UNITS[unit]
-            break
-    else:
-        number, scale = raw, 1.0
-    try:
-        value = float(number) * scale
-    except ValueError:
-        raise ValueError(f"{flag}: not a duration: {text!r} (use e.g. 1s, 500ms, 2m)") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{flag}: must be a positive duration, got {text!r}")
-    return value

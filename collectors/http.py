@@ -1,4 +1,5 @@
-"""One bounded HTTP GET for every collector: a total deadline and a byte cap, streamed.
+"""HTTP for every collector: one bounded GET (a total deadline and a byte cap, streamed), whether a URL
+flag is an http(s) URL, and whether a URL points at this host.
 
 httpx's timeouts apply per network read, so a server that trickles a byte every second never times out,
 and ``response.text`` holds the whole body however large it is. ``get_bounded`` streams the body under
@@ -9,14 +10,21 @@ collector's memory per read is bounded by the cap whatever the peer does.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-class BoundedReadError(ConnectionError):
+class ServerUnreachable(ConnectionError):
+    """A server did not answer usefully: refused, timed out, an HTTP error, or not the server asked for.
+    Every collector's (and every sweep's) HTTP failure is one of these; the message names the URL or flag."""
+
+
+class BoundedReadError(ServerUnreachable):
     """The read failed, took longer than its deadline, or the body passed the cap (message says which)."""
 
 
@@ -64,3 +72,23 @@ async def get_bounded(
         raise BoundedReadError(f"{url}: timed out after {timeout_s:g}s") from None
     except httpx.HTTPError as exc:
         raise BoundedReadError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+
+def check_http_url(url: str, flag: str, error: type[ValueError] = ValueError) -> str:
+    """``url`` when it is an http(s) URL, else ``error`` naming ``flag`` (the one check of every URL flag:
+    ``--server``, ``--plain-server``, ``--prometheus``, ``--gpu dcgm=URL``)."""
+    if not url.startswith(("http://", "https://")):
+        raise error(f"{flag} must be an http(s) URL, got {url!r}")
+    return url
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url`` names this host (``localhost`` or a loopback address): only then are the server's
+    files (its adaptive config) and GPUs (NVML) the ones this process can see."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -23,7 +23,6 @@ from requests.exceptions import RequestException
 from spectower.collectors.gpu.dcgm import readings_from_samples
 from spectower.collectors.gpu.reading import GpuFacts, GpuReading
 from spectower.collectors.promtext import PromSample
-from spectower.collectors.sglang.engine import EngineDeriver
 from spectower.collectors.sglang.metrics import (
     COUNTERS,
     GAUGES,
@@ -31,6 +30,7 @@ from spectower.collectors.sglang.metrics import (
     HISTOGRAMS,
     snapshot_from_samples,
 )
+from spectower.collectors.sglang.reading import EngineDeriver
 from spectower.collectors.sglang.scraper import ScrapeResult
 from urllib3.util.retry import Retry
 
@@ -71,6 +71,8 @@ class BoundedSession(requests.Session):
             resp.close()
         resp._content = b"".join(chunks)
         return resp
+
+
 # Labels Prometheus adds that are not SGLang's: they identify the target, not the rank.
 TARGET_LABELS = ("instance", "job")
 

@@ -1,17 +1,20 @@
 """The Control page's only way to touch a server: the knob client and the audited apply, from control/.
 
-Kept apart from the views so the page code never builds HTTP requests or audit rows itself.
+Kept apart from the views so the page code never builds HTTP requests or audit rows itself. A change goes
+through ``control.audit.apply_knob`` (checked, resolved and audited once there); what comes back is the
+typed ``SetResult``, turned into the ``ActionResult`` the page keeps in its session.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectower.console import settings
+
+if TYPE_CHECKING:
+    from spectower.control.knob import KnobClient, KnobState, SetResult, Target
 
 DEFAULT_ACTION_TIMEOUT_S = 5.0
 
@@ -32,90 +35,81 @@ class ActionResult:
     action: str = "set"  # set / release
     owner: str | None = None  # who holds the knob after it, as the server reports
 
+    @classmethod
+    def of(cls, result: SetResult, action: str = "set") -> ActionResult:
+        """A write's outcome as the server read it back."""
+        after = result.after
+        return cls(
+            server_url=result.server_url,
+            requested=result.requested,
+            old_max_bs=result.old_max_bs,
+            confirmed=result.confirmed,
+            read_back=after.spec_max_bs if after is not None else None,
+            per_rank=result.per_rank(),
+            error=result.error,
+            outcome=result.outcome,
+            action=action,
+            owner=after.owner if after is not None else None,
+        )
 
-def read_live(
-    server_url: str, operator: settings.Operator | None, timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
-) -> dict[str, Any]:
-    """The knob as the server reports it now: value per rank, owner, lock, last writer, policy's last."""
+    @classmethod
+    def refused(cls, server_url: str, requested: int | None, exc: BaseException, action: str) -> ActionResult:
+        """A write refused before anything changed (the audit row is written by control.audit)."""
+        return cls(
+            server_url, requested, None, False, None, [], str(exc), outcome="not applied", action=action
+        )
+
+
+def _client(server_url: str, operator: settings.Operator | None, timeout_s: float) -> KnobClient:
+    """The operator's admin key for writes; the API key (environment or its file) for an --api-key server."""
     from spectower.control.credentials import load_api_key
     from spectower.control.knob import KnobClient
 
-    with KnobClient(
-        server_url, admin_key=operator.admin_key if operator else None, api_key=load_api_key(),
-        timeout=timeout_s,
-    ) as client:  # fmt: skip
-        return client.read().to_dict()
+    admin_key = operator.admin_key if operator else None
+    return KnobClient(server_url, admin_key=admin_key, api_key=load_api_key(), timeout=timeout_s)
+
+
+def read_state(
+    server_url: str, operator: settings.Operator | None, timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+) -> KnobState:
+    """The knob as the server reports it now: value per rank, owner, lock, last writer, policy's last."""
+    with _client(server_url, operator, timeout_s) as client:
+        return client.read()
+
+
+# What a refused or failed write raises (our errors; none carries a key): shown as a result, never raised.
+_REFUSALS = (ValueError, ConnectionError, PermissionError, LookupError)
 
 
 def apply_knob(
     db_url: str,
     server_url: str,
-    new_max_bs: int,
+    target: Target,
     reason: str,
     operator: settings.Operator,
     hold_s: float | None = None,
 ) -> ActionResult:
-    """Set, read back and audit through control.audit.apply_knob; errors come back as a result, not raised."""
+    """Set ``target`` (``"off"``, ``"on"`` or N), read back and audited through control.audit.apply_knob."""
     from spectower.control.audit import apply_knob as audited_apply
-    from spectower.control.knob import KnobClient, KnobError
     from spectower.storage import open_database
 
-    db = open_database(db_url)
-    try:
-        with KnobClient(server_url, admin_key=operator.admin_key, timeout=DEFAULT_ACTION_TIMEOUT_S) as client:
-            try:
-                outcome = audited_apply(db, client, new_max_bs, reason, operator.actor, hold_s=hold_s)
-            except (KnobError, ValueError, ConnectionError, PermissionError, LookupError) as exc:
-                return ActionResult(
-                    server_url, new_max_bs, None, False, None, [], str(exc), outcome="not applied"
-                )
-    finally:
-        close = getattr(db, "close", None) or getattr(db, "dispose", None)
-        if callable(close):
-            close()
-    return _result(server_url, new_max_bs, outcome)
-
-
-def _result(server_url: str, requested: int | None, outcome: Any) -> ActionResult:
-    """Read the outcome of control.audit.apply_knob (a SetResult, or an object/ControlEvent like it)."""
-    per_rank: list[dict[str, Any]] = []
-    if callable(getattr(outcome, "per_rank", None)):
-        per_rank = outcome.per_rank()
-    elif getattr(outcome, "per_rank_json", None):
-        per_rank = json.loads(outcome.per_rank_json)
-    after = getattr(outcome, "after", None)
-    read_back = getattr(after, "spec_max_bs", None) if after is not None else None
-    if read_back is None and per_rank:
-        values = {r.get("spec_max_bs") for r in per_rank}
-        read_back = next(iter(values)) if len(values) == 1 else None
-    return ActionResult(
-        server_url=server_url,
-        requested=requested,
-        old_max_bs=getattr(outcome, "old_max_bs", None),
-        confirmed=bool(getattr(outcome, "confirmed", False)),
-        read_back=read_back,
-        per_rank=per_rank,
-        error=getattr(outcome, "error", None),
-        outcome=str(getattr(outcome, "outcome", "unknown")),
-        owner=getattr(after, "owner", None) if after is not None else None,
-    )
+    requested = target if isinstance(target, int) else (0 if target == "off" else None)
+    with open_database(db_url) as db, _client(server_url, operator, DEFAULT_ACTION_TIMEOUT_S) as client:
+        try:
+            result = audited_apply(db, client, target, reason, operator.actor, hold_s=hold_s)
+        except _REFUSALS as exc:
+            return ActionResult.refused(server_url, requested, exc, "set")
+    return ActionResult.of(result)
 
 
 def release_lock(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> ActionResult:
     """Clear the server's lock (manual or sweep) so a policy acts again; read back and audited."""
     from spectower.control.audit import release
-    from spectower.control.knob import KnobClient, KnobError
     from spectower.storage import open_database
 
-    db = open_database(db_url)
-    try:
-        with KnobClient(server_url, admin_key=operator.admin_key, timeout=DEFAULT_ACTION_TIMEOUT_S) as client:
-            try:
-                outcome = release(db, client, operator.actor, reason)
-            except (KnobError, ValueError, ConnectionError, PermissionError, LookupError) as exc:
-                return ActionResult(server_url, None, None, False, None, [], str(exc), outcome="not applied",
-                                    action="release")  # fmt: skip
-    finally:
-        db.close()
-    result = _result(server_url, None, outcome.result)
-    return dataclasses.replace(result, action="release")
+    with open_database(db_url) as db, _client(server_url, operator, DEFAULT_ACTION_TIMEOUT_S) as client:
+        try:
+            outcome = release(db, client, operator.actor, reason)
+        except _REFUSALS as exc:
+            return ActionResult.refused(server_url, None, exc, "release")
+    return ActionResult.of(outcome.result, "release")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -139,6 +139,31 @@ def _values(s: pd.Series) -> list[float | None]:
     return [None if pd.isna(v) else float(v) for v in s]
 
 
+def _band(
+    x: list[Any],
+    lo: list[Any],
+    hi: list[Any],
+    fillcolor: str,
+    *,
+    name: str | None = None,
+    group: str | None = None,
+) -> list[dict[str, Any]]:
+    """A shaded lo..hi band: an invisible upper edge, then the lower edge filled up to it (plotly's
+    ``tonexty``). ``name``: the band's legend entry (none without); ``group``: its legend group."""
+    edge: dict[str, Any] = {
+        "type": "scatter",
+        "x": x,
+        "mode": "lines",
+        "line": {"width": 0},
+        "hoverinfo": "skip",
+    }
+    if group is not None:
+        edge["legendgroup"] = group
+    lower = {**edge, "y": lo, "fill": "tonexty", "fillcolor": fillcolor}
+    lower.update({"name": name} if name is not None else {"showlegend": False})
+    return [{**edge, "y": hi, "showlegend": False}, lower]
+
+
 def timeseries(
     df: pd.DataFrame,
     columns: Mapping[str, str],
@@ -159,30 +184,7 @@ def timeseries(
                 continue
             color = COLOR_STALE if stale else PALETTE[i % len(PALETTE)]
             if band and f"{col}_max" in df and f"{col}_min" in df:
-                data.append(
-                    {
-                        "type": "scatter",
-                        "x": x,
-                        "y": _values(df[f"{col}_max"]),
-                        "mode": "lines",
-                        "line": {"width": 0},
-                        "showlegend": False,
-                        "hoverinfo": "skip",
-                    }
-                )
-                data.append(
-                    {
-                        "type": "scatter",
-                        "x": x,
-                        "y": _values(df[f"{col}_min"]),
-                        "mode": "lines",
-                        "line": {"width": 0},
-                        "fill": "tonexty",
-                        "fillcolor": _rgba(color, 0.15),
-                        "showlegend": False,
-                        "hoverinfo": "skip",
-                    }
-                )
+                data += _band(x, _values(df[f"{col}_min"]), _values(df[f"{col}_max"]), _rgba(color, 0.15))
             data.append(
                 {
                     "type": "scatter",
@@ -275,8 +277,12 @@ def speedup_chart(
     crossovers: Mapping[str, float | None],
     operating_point: tuple[float, float, str] | None,
     max_running: int | None = None,
+    live_crossover_interval: tuple[float, float] | None = None,
 ) -> go.Figure:
-    """Speedup (spec on / spec off) vs concurrency: live bins, benchmark curves, crossovers, now."""
+    """Speedup (spec on / spec off) vs concurrency: the live estimate per batch-size bin with its 95 %
+    interval as a band (``live``: ``batch_size, speedup, lo, hi, drafted_steps, gated_steps``, as
+    ``console.data.LiveSpeedup.table``), benchmark curves, crossovers (the live one's interval shaded),
+    now."""
     layout = _base_layout("Speedup from speculation vs load", "spec on / spec off", 420)
     data: list[dict[str, Any]] = []
     _hline(layout, 1.0, "break-even", side="left")
@@ -286,13 +292,8 @@ def speedup_chart(
         color = PALETTE[(i + 1) % len(PALETTE)]
         if {"ci_lo", "ci_hi"} <= set(curve.columns) and curve["ci_lo"].notna().any():
             ci = curve.dropna(subset=["ci_lo", "ci_hi"])
-            data.append({"type": "scatter", "x": _values(ci["concurrency"]), "y": _values(ci["ci_hi"]),
-                         "mode": "lines", "line": {"width": 0}, "showlegend": False, "hoverinfo": "skip",
-                         "legendgroup": label})  # fmt: skip
-            data.append({"type": "scatter", "x": _values(ci["concurrency"]), "y": _values(ci["ci_lo"]),
-                         "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
-                         "fillcolor": _rgba(color, 0.18), "name": f"95% interval: {label}",
-                         "legendgroup": label, "hoverinfo": "skip"})  # fmt: skip
+            data += _band(_values(ci["concurrency"]), _values(ci["ci_lo"]), _values(ci["ci_hi"]),
+                          _rgba(color, 0.18), name=f"95% interval: {label}", group=label)  # fmt: skip
         data.append(
             {
                 "type": "scatter",
@@ -306,20 +307,30 @@ def speedup_chart(
         )
     if not live.empty and live["speedup"].notna().any():
         ok = live.dropna(subset=["speedup"])
+        band = ok.dropna(subset=["lo", "hi"])
+        if not band.empty:
+            data += _band(_values(band["batch_size"]), _values(band["lo"]), _values(band["hi"]),
+                          _rgba(COLOR_LIVE, 0.2), name="95% interval: live", group="live")  # fmt: skip
         data.append(
             {
                 "type": "scatter",
-                "x": _values(ok["concurrency"]),
+                "x": _values(ok["batch_size"]),
                 "y": _values(ok["speedup"]),
-                "name": "live (production traffic)",
+                "name": "live (engine counters, per batch size)",
                 "mode": "lines+markers",
+                "legendgroup": "live",
                 "line": {"color": COLOR_LIVE, "width": 3},
                 "marker": {"size": 9},
-                "customdata": ok[["n_on", "n_off"]].astype(int).values.tolist(),
-                "hovertemplate": "c=%{x:.1f} speedup=%{y:.3f} (samples on %{customdata[0]}, "
-                "off %{customdata[1]})<extra></extra>",
+                "customdata": ok[["drafted_steps", "gated_steps"]].astype(int).values.tolist(),
+                "hovertemplate": "batch %{x:.0f}: speedup=%{y:.3f} (steps drafted %{customdata[0]}, "
+                "gated %{customdata[1]})<extra></extra>",
             }
         )
+    if live_crossover_interval is not None:
+        lo, hi = live_crossover_interval
+        layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": lo, "x1": hi, "y0": 0,
+                                 "y1": 1, "fillcolor": _rgba("#d62728", 0.08), "line": {"width": 0},
+                                 "layer": "below"})  # fmt: skip
     x_hi = _x_extent(bench, live, max_running, crossovers)
     for k, (label, x) in enumerate(crossovers.items()):
         if x is not None and not math.isnan(x):
@@ -376,8 +387,8 @@ def _x_extent(
     if max_running:
         return max_running * 1.05
     xs = [float(c["concurrency"].max()) for c in bench.values() if not c.empty]
-    if not live.empty and "concurrency" in live and live["concurrency"].notna().any():
-        xs.append(float(live["concurrency"].max()))
+    if not live.empty and "batch_size" in live and live["batch_size"].notna().any():
+        xs.append(float(live["batch_size"].max()))
     xs += [float(x) for x in crossovers.values() if x is not None and not math.isnan(x)]
     return max(xs) if xs else 1.0
 
@@ -572,7 +583,3 @@ def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughpu
 
 def bench_speedups(curves: Mapping[str, pd.DataFrame], crossovers: Mapping[str, float | None]) -> go.Figure:
     return speedup_chart(pd.DataFrame(columns=["speedup"]), curves, crossovers, None)
-
-
-def sparkline_values(values: Sequence[float]) -> list[float]:
-    return [float(v) for v in values if v is not None and not math.isnan(float(v))]

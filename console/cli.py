@@ -83,6 +83,8 @@ def _root(
     ),
 ) -> None:
     """Observability and live control of SGLang servers running EAGLE-3 speculative decoding."""
+
+
 sim.app.command("evaluate")(evaluate.evaluate)
 app.add_typer(sim.app, name="sim")
 bench.app.command("load")(load.load)

@@ -1,22 +1,25 @@
-"""Everything the console reads from storage, as small bounded queries returning pandas frames.
+"""What the console reads from storage, shaped for its pages as pandas frames.
 
-Reads only: the console never writes samples. Every time series is downsampled in SQL to at most
-``max_points`` buckets (min / mean / max per bucket), so a page costs the same over 15 minutes or 7 days
-of 1 Hz data up to the index range scan.
+Reads only (the console never writes samples), and no SQL here: every query is storage's
+(``spectower.storage.queries``, parameterised, one place for the console and control). Every time series is
+downsampled by storage to at most ``max_points`` buckets (min / mean / max per bucket), so a page costs the
+same over 15 minutes or 7 days of 1 Hz data. A database error is raised, not turned into an empty frame:
+the page shows it as one line (``console.views.common.render_page``); "no rows" is an empty frame.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from spectower.storage import Database, open_database, queries, rollups
-from sqlalchemy import inspect, text
-from sqlalchemy.engine import Engine, make_url
+from spectower.control import speedup
+from spectower.control.speedup import SpeedupEstimate
+from spectower.storage import Database, models, open_database, queries, rollups
+from sqlalchemy.engine import make_url
+from sqlmodel import SQLModel
 
 # The numeric sample columns storage keeps series (and rollups) of: one list, owned by storage.
 ENGINE_COLUMNS = rollups.ENGINE.metrics
@@ -25,12 +28,9 @@ ADDITIVE_ENGINE_COLUMNS = frozenset(
     {"num_running_reqs", "num_queue_reqs", "gen_throughput", "output_tok_s", "prefill_tok_s", "request_rate"}
 )
 GPU_COLUMNS = rollups.GPU.metrics
-DEFAULT_MIN_BIN_SAMPLES = 5  # a live speedup bin needs this many samples on each side to be drawn
 DEFAULT_AUDIT_LIMIT = 500
-# The live estimate scans every sample in its window (it splits by knob state, which the rollups do not),
-# so its window is capped: a refresh stays bounded whatever time range the operator picks.
-DEFAULT_LIVE_ESTIMATE_MAX_S = 6 * 3600.0
-_REQUIRED_TABLES = ("server", "engine_sample")
+# The DP ranks of one server's newest sample: those that reported within this many seconds of it.
+LATEST_RANKS_WINDOW_S = 5.0
 
 
 def open_store(url: str) -> Database | None:
@@ -43,54 +43,33 @@ def open_store(url: str) -> Database | None:
     return open_database(url)
 
 
-def has_schema(db: Database | None) -> bool:
-    if db is None:
-        return False
-    try:
-        names = set(inspect(db.engine).get_table_names())
-    except Exception:
-        return False
-    return all(t in names for t in _REQUIRED_TABLES)
+def _columns(model: type[SQLModel]) -> list[str]:
+    return [c.key for c in model.__table__.columns]  # type: ignore[attr-defined]
 
 
-def _frame(engine: Engine, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
-    with engine.connect() as conn:
-        result = conn.execute(text(sql), params or {})
-        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+def _frame(rows: Sequence[SQLModel], model: type[SQLModel]) -> pd.DataFrame:
+    """Table rows as a frame with the table's columns (also when there are no rows)."""
+    columns = _columns(model)
+    return pd.DataFrame([[getattr(r, c) for c in columns] for r in rows], columns=columns)
 
 
 # ---------------------------------------------------------------- inventory
 
 
 def servers(db: Database) -> pd.DataFrame:
-    return _frame(db.engine, "SELECT * FROM server ORDER BY url")
-
-
-def gpus(db: Database) -> pd.DataFrame:
-    return _frame(db.engine, 'SELECT * FROM gpu ORDER BY host, "index"')
-
-
-def data_extent(db: Database) -> tuple[float | None, float | None]:
-    """(oldest, newest) engine sample timestamp, or (None, None)."""
-    df = _frame(db.engine, "SELECT MIN(ts) AS lo, MAX(ts) AS hi FROM engine_sample")
-    lo, hi = df.iloc[0]["lo"], df.iloc[0]["hi"]
-    return (None if pd.isna(lo) else float(lo), None if pd.isna(hi) else float(hi))
+    return _frame(queries.servers(db), models.Server)
 
 
 # ---------------------------------------------------------------- engine samples
 
 
 def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
-    """The newest sample of a server, DP ranks combined (additive columns summed), or None."""
-    df = _frame(
-        db.engine,
-        "SELECT * FROM engine_sample WHERE server_id = :s AND ts >= "
-        "(SELECT MAX(ts) FROM engine_sample WHERE server_id = :s) - 5 ORDER BY ts DESC",
-        {"s": server_id},
-    )
+    """The newest sample of a server, DP ranks combined (additive columns summed), or None. A rank
+    counts when its newest sample is within ``LATEST_RANKS_WINDOW_S`` of the server's newest."""
+    df = _frame(queries.latest_engine_samples(db, server_id), models.EngineSample)
     if df.empty:
         return None
-    newest = df.groupby("dp_rank", sort=False).head(1)
+    newest = df[df["ts"] >= df["ts"].max() - LATEST_RANKS_WINDOW_S]
     row: dict[str, Any] = {"ts": float(newest["ts"].max()), "dp_ranks": len(newest)}
     for col in ENGINE_COLUMNS:
         values = newest[col].dropna()
@@ -158,79 +137,62 @@ def engine_series(
 
 def _dp_ranks(db: Database, server_id: int, t0: float, t1: float) -> list[int]:
     """The DP ranks that reported in [t0, t1] (the newest hour of it: ranks are fixed per launch)."""
-    df = _frame(
-        db.engine,
-        "SELECT DISTINCT dp_rank FROM engine_sample WHERE server_id = :s AND ts >= :a AND ts <= :b",
-        {"s": server_id, "a": max(t0, t1 - 3600.0), "b": t1},
-    )
-    return sorted(int(r) for r in df["dp_rank"].dropna())
+    return queries.dp_ranks(db, server_id, max(t0, t1 - 3600.0), t1)
+
+
+LIVE_TABLE_COLUMNS = (
+    "batch_size", "speedup", "lo", "hi", "drafted_tok_s", "gated_tok_s", "drafted_steps", "gated_steps",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
-class SpeedupBins:
-    """Production traffic binned by running requests, split by whether speculation was active."""
+class LiveSpeedup:
+    """The live speedup of one server over one window: ``control.speedup.estimate`` over the engine's
+    decode counters the collector stored (the one estimator the policy and ``control get`` use too)."""
 
-    table: pd.DataFrame  # bin_lo, bin_hi, concurrency, tok_s_on, n_on, tok_s_off, n_off, speedup
-    bin_width: float
+    estimate: SpeedupEstimate
+    has_counters: bool  # False: the server never published counters (an older plugin, or none)
+    t0: float
+    t1: float
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Per batch-size bin: ``batch_size, speedup, lo, hi, drafted_tok_s, gated_tok_s, drafted_steps,
+        gated_steps`` (speedup None where a bin saw only one mode; lo/hi None until it has 2 intervals)."""
+        rows = [[getattr(b, c) for c in LIVE_TABLE_COLUMNS] for b in self.estimate.bins]
+        return pd.DataFrame(rows, columns=list(LIVE_TABLE_COLUMNS)).astype(
+            {c: float for c in ("speedup", "lo", "hi", "drafted_tok_s", "gated_tok_s")}
+        )
+
+    @property
+    def measured(self) -> pd.DataFrame:
+        """The bins measured in both modes (the curve)."""
+        return self.table.dropna(subset=["speedup"])
 
 
-def speedup_bins(
-    db: Database,
-    server_id: int,
-    t0: float,
-    t1: float,
-    max_running: int | None,
-    n_bins: int = 24,
-    min_samples: int = DEFAULT_MIN_BIN_SAMPLES,
-) -> SpeedupBins:
-    """The live speedup estimate: mean output tok/s with speculation active vs inactive per load bin.
-
-    A sample counts as "spec active" when the knob let that batch draft
-    (``num_running_reqs <= spec_max_bs``) and the engine reported a non-zero active step count.
-    """
-    width = max(1.0, math.ceil((max_running or 64) / n_bins))
-    t0 = max(t0, t1 - DEFAULT_LIVE_ESTIMATE_MAX_S)
-    df = _frame(
-        db.engine,
-        "SELECT CAST(num_running_reqs / :w AS INTEGER) AS bin, "
-        "CASE WHEN spec_max_bs IS NOT NULL AND num_running_reqs <= spec_max_bs "
-        "AND COALESCE(spec_num_steps, 0) > 0 THEN 1 ELSE 0 END AS active, "
-        "AVG(output_tok_s) AS tok_s, AVG(num_running_reqs) AS conc, COUNT(*) AS n "
-        "FROM engine_sample WHERE server_id = :s AND ts >= :t0 AND ts <= :t1 "
-        "AND output_tok_s IS NOT NULL AND num_running_reqs IS NOT NULL AND num_running_reqs > 0 "
-        "GROUP BY bin, active",
-        {"s": server_id, "t0": t0, "t1": t1, "w": width},
-    )
-    cols = ["bin_lo", "bin_hi", "concurrency", "tok_s_on", "n_on", "tok_s_off", "n_off", "speedup"]
-    if df.empty:
-        return SpeedupBins(pd.DataFrame(columns=cols), width)
-    on = df[df["active"] == 1].set_index("bin")
-    off = df[df["active"] == 0].set_index("bin")
-    rows = []
-    for b in sorted(set(df["bin"])):
-        n_on = int(on["n"].get(b, 0))
-        n_off = int(off["n"].get(b, 0))
-        t_on = float(on["tok_s"][b]) if n_on else None
-        t_off = float(off["tok_s"][b]) if n_off else None
-        conc = float(df[df["bin"] == b]["conc"].mean())
-        ok = n_on >= min_samples and n_off >= min_samples and t_off
-        speed = (t_on / t_off) if ok and t_on is not None and t_off else None
-        rows.append([b * width, (b + 1) * width, conc, t_on, n_on, t_off, n_off, speed])
-    return SpeedupBins(pd.DataFrame(rows, columns=cols), width)
+def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpeedup:
+    """The live estimate every page shows for ``server_id`` over [t0, t1]: the stored counter intervals
+    (raw for short windows, rollups for long ones: storage.queries.counter_intervals) through
+    ``control.speedup.estimate``."""
+    intervals = queries.counter_intervals(db, server_id, t0, t1)
+    has = bool(intervals) or queries.has_counters(db, server_id)
+    return LiveSpeedup(speedup.estimate(intervals), has, t0, t1)
 
 
 # ---------------------------------------------------------------- GPUs
 
 
 def latest_gpu(db: Database) -> pd.DataFrame:
-    """The newest sample of every GPU joined with its inventory row (one row per GPU)."""
-    return _frame(
-        db.engine,
-        'SELECT g.id AS gpu_id, g.host, g."index" AS gpu_index, g.name, g.source, g.uuid, s.* '
-        "FROM gpu g LEFT JOIN gpu_sample s ON s.id = ("
-        " SELECT s2.id FROM gpu_sample s2 WHERE s2.gpu_id = g.id ORDER BY s2.ts DESC LIMIT 1) "
-        'ORDER BY g.host, g."index"',
-    ).loc[:, lambda d: ~d.columns.duplicated()]
+    """The newest sample of every GPU joined with its inventory row (one row per GPU; a GPU without a
+    sample yet has empty sample columns)."""
+    sample_cols = [c for c in _columns(models.GpuSample) if c != "gpu_id"]
+    inventory = ["gpu_id", "host", "gpu_index", "name", "source", "uuid"]
+    rows = [
+        [gpu.id, gpu.host, gpu.index, gpu.name, gpu.source, gpu.uuid]
+        + [None if sample is None else getattr(sample, c) for c in sample_cols]
+        for gpu, sample in queries.latest_gpus(db)
+    ]
+    return pd.DataFrame(rows, columns=inventory + sample_cols)
 
 
 def gpu_series(
@@ -251,16 +213,9 @@ def gpu_series(
 
 def gpu_processes(db: Database, gpu_ids: Sequence[int], since: float) -> pd.DataFrame:
     """The newest per-process memory rows of each GPU (empty when the source has none)."""
-    if not gpu_ids:
-        return pd.DataFrame()
-    ids = ",".join(str(int(i)) for i in gpu_ids)
-    return _frame(
-        db.engine,
-        "SELECT p.gpu_id, p.ts, p.pid, p.process_name, p.used_memory_mib FROM gpu_process_sample p "
-        f"JOIN (SELECT gpu_id, MAX(ts) AS ts FROM gpu_process_sample WHERE gpu_id IN ({ids}) "
-        "AND ts >= :since GROUP BY gpu_id) m ON m.gpu_id = p.gpu_id AND m.ts = p.ts ORDER BY p.gpu_id, p.pid",
-        {"since": since},
-    )
+    cols = ["gpu_id", "ts", "pid", "process_name", "used_memory_mib"]
+    rows = queries.latest_gpu_processes(db, gpu_ids, since)
+    return pd.DataFrame([[getattr(r, c) for c in cols] for r in rows], columns=cols)
 
 
 # ---------------------------------------------------------------- control
@@ -273,73 +228,27 @@ def control_events(
     actor_prefix: str | None = None,
     limit: int = DEFAULT_AUDIT_LIMIT,
 ) -> pd.DataFrame:
-    where: list[str] = ["1 = 1"]
-    params: dict[str, Any] = {"limit": int(limit)}
-    if server_url:
-        where.append("server_url = :u")
-        params["u"] = server_url
-    if t0 is not None:
-        where.append("ts >= :t0")
-        params["t0"] = t0
-    if actor_prefix:
-        where.append("actor LIKE :a")
-        params["a"] = actor_prefix + "%"
-    return _frame(
-        db.engine,
-        f"SELECT * FROM control_event WHERE {' AND '.join(where)} ORDER BY ts DESC, id DESC LIMIT :limit",
-        params,
+    rows = queries.control_events(
+        db, server_url=server_url or None, start=t0, actor_prefix=actor_prefix or None, limit=int(limit)
     )
+    return _frame(rows, models.ControlEvent)
 
 
 def last_setter(db: Database, server_url: str) -> dict[str, Any] | None:
-    df = _frame(
-        db.engine,
-        "SELECT * FROM control_event WHERE server_url = :u AND action = 'set' AND confirmed = 1 "
-        "ORDER BY ts DESC, id DESC LIMIT 1",
-        {"u": server_url},
-    )
-    return None if df.empty else df.iloc[0].to_dict()
-
-
-def policy_states(db: Database) -> pd.DataFrame:
-    try:
-        return _frame(db.engine, "SELECT * FROM policy_state ORDER BY server_url")
-    except Exception:
-        return pd.DataFrame()
-
-
-# ---------------------------------------------------------------- collectors
-
-
-def collector_health(db: Database) -> pd.DataFrame:
-    try:
-        return _frame(db.engine, "SELECT * FROM collector_health ORDER BY source, target")
-    except Exception:
-        return pd.DataFrame()
-
-
-def open_gaps(db: Database) -> pd.DataFrame:
-    try:
-        return _frame(db.engine, "SELECT * FROM collection_gap WHERE end_ts IS NULL ORDER BY start_ts")
-    except Exception:
-        return pd.DataFrame()
+    """The newest confirmed ``set`` on ``server_url``, or None."""
+    rows = queries.control_events(db, server_url=server_url, action="set", confirmed=True, limit=1)
+    return rows[0].model_dump() if rows else None
 
 
 # ---------------------------------------------------------------- benchmarks
 
 
 def bench_runs(db: Database) -> pd.DataFrame:
-    return _frame(
-        db.engine,
-        "SELECT r.*, (SELECT COUNT(*) FROM bench_point p WHERE p.run_id = r.id) AS points "
-        "FROM bench_run r ORDER BY r.created_at DESC, r.id DESC",
-    )
+    """Every run, newest first, with ``points``: how many points it has."""
+    counts = queries.bench_point_counts(db)
+    runs = queries.bench_runs(db)
+    return _frame(runs, models.BenchRun).assign(points=[counts.get(int(r.id or 0), 0) for r in runs])
 
 
 def bench_points(db: Database, run_ids: Sequence[int]) -> pd.DataFrame:
-    if not run_ids:
-        return pd.DataFrame()
-    ids = ",".join(str(int(i)) for i in run_ids)
-    return _frame(
-        db.engine, f"SELECT * FROM bench_point WHERE run_id IN ({ids}) ORDER BY run_id, concurrency, spec_on"
-    )
+    return _frame(queries.bench_points_many(db, run_ids), models.BenchPoint)

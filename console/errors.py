@@ -43,4 +43,3 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_finite(v) for v in obj]
     return obj
-

@@ -1,4 +1,9 @@
-"""Speedup curves and crossovers from benchmark points and from live bins (pure functions, no I/O)."""
+"""Speedup curves and crossovers from benchmark points (pure functions, no I/O).
+
+The live estimate is not here: it is ``control.speedup.estimate`` over the engine's decode counters
+(``console.data.live_speedup``), the one the policy and ``spectower control get`` use. Both use the sweep's
+rule for the crossover (collectors/bench/ratio.py ``fit_ratios`` + ``first_fall``).
+"""
 
 from __future__ import annotations
 
@@ -34,10 +39,10 @@ def crossover(
 ) -> float | None:
     """Where speedup falls through 1.0, None if it never does (or is below 1.0 from the start).
 
-    The sweep's rule (collectors/bench/ratio.py), so a live estimate and a benchmark's stored crossover
-    are comparable: fit a non-increasing curve to the speedups first (``weights``: how much each point
-    counts, e.g. its samples), then interpolate linearly in log(concurrency) where the fit crosses 1.0.
-    Without the fit, one noisy bin below 1.0 at low load would be reported as the crossover."""
+    The sweep's rule (collectors/bench/ratio.py), so a run without a stored crossover (an import) and a
+    sweep's are comparable: fit a non-increasing curve to the speedups first (``weights``: how much each
+    point counts), then interpolate linearly in log(concurrency) where the fit crosses 1.0. Without the
+    fit, one noisy point below 1.0 at low load would be reported as the crossover."""
     cs, fitted = _fitted(concurrency, speedup, weights)
     return first_fall(cs, fitted)
 
@@ -83,11 +88,9 @@ def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | N
 
 
 def knob_label(max_bs: int | None, max_running: int | None) -> str:
-    """How an operator reads the knob: off, on, or a load threshold."""
-    if max_bs is None:
-        return "unknown"
-    if max_bs <= 0:
-        return "off"
-    if max_running is not None and max_bs >= max_running:
-        return "on"
-    return f"threshold {max_bs}"
+    """How an operator reads the knob (``control.knob.knob_mode``'s rule): off, on, ``threshold N``, or
+    unknown."""
+    from spectower.control.knob import knob_mode
+
+    mode = knob_mode(max_bs, max_running)
+    return f"threshold {max_bs}" if mode == "threshold" else mode

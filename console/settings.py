@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 ENV_DB_URL = "SPECTOWER_DB"
@@ -176,16 +175,18 @@ def operator_credentials(
         return CredentialStatus(None, str(exc))
     key = env.get(ENV_ADMIN_KEY) or None
     key_file = env.get(ENV_ADMIN_KEY_FILE) or None
+    source = ENV_ADMIN_KEY_FILE
     if key is None and key_file is None:
         key = section.get("admin_key") or None
         key_file = section.get("admin_key_file") or None
+        source = "[spectower] admin_key_file"
     if key is None and key_file is not None:
-        try:
-            key = Path(key_file).read_text(encoding="utf-8").strip() or None
-        except OSError as exc:
-            return CredentialStatus(None, f"the admin key file {key_file} cannot be read ({exc.strerror})")
-        if key is None:
-            return CredentialStatus(None, f"the admin key file {key_file} is empty")
+        from spectower.collectors.auth import CredentialError, read_key_file
+
+        try:  # the one key reader: one line, and errors that name the setting, never the key
+            key = read_key_file(key_file, source)
+        except CredentialError as exc:
+            return CredentialStatus(None, str(exc))
     if key is None:
         return CredentialStatus(
             None,

@@ -25,17 +25,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
 import streamlit as st
+from spectower.collectors.bench.sweep import DEFAULT_CONCURRENCY, DEFAULT_ROUNDS, MODE_CHOICES
+from spectower.collectors.bench.sweep import DEFAULT_DURATION_S as SWEEP_DURATION_S
 from spectower.console import settings
 
-DEFAULT_LEVELS = "1,2,4,8,16,32,64"
-DEFAULT_DURATION_S = 20
-DEFAULT_ROUNDS = 2  # the CLI's --rounds default: each point in this many slices
+DEFAULT_LEVELS = ",".join(str(c) for c in DEFAULT_CONCURRENCY)
+DEFAULT_DURATION_S = int(SWEEP_DURATION_S)
 LOG_TAIL_LINES = 12
 ENV_SWEEP_DIR = "SPECTOWER_SWEEP_DIR"
 # Before the first slice is timed: per slice, the warm-up requests and the in-flight requests finishing
@@ -43,7 +46,7 @@ ENV_SWEEP_DIR = "SPECTOWER_SWEEP_DIR"
 SLICE_OVERHEAD_S = 5.0
 START_OVERHEAD_S = 5.0
 RECENT_FINISHED = 3  # finished sweeps listed under the running ones
-_MODES = 2  # spec on and spec off at each level
+_MODES = len(MODE_CHOICES)  # the sweep's knob modes at each level (spec on, spec off)
 SEEN_RUNNING_KEY = "sw_seen_running"
 SWEEP_KEY = "sweep_job"  # the SweepRecord this session started last (every session lists all of them)
 _SAVED_RE = re.compile(r"saved as run (\d+)")
@@ -113,9 +116,9 @@ def state_dir(db_url: str) -> Path:
 
 
 def _write(rec: SweepRecord, folder: Path) -> None:
-    tmp = folder / f".{rec.id}.json.tmp"
-    tmp.write_text(json.dumps(asdict(rec)), encoding="utf-8")
-    tmp.replace(folder / f"{rec.id}.json")  # atomic: a reader never sees half a file
+    from spectower.storage.files import atomic_write_text
+
+    atomic_write_text(folder / f"{rec.id}.json", json.dumps(asdict(rec)))  # a reader never sees half a file
 
 
 def _read(path: Path) -> SweepRecord | None:
@@ -230,22 +233,31 @@ def start_process(
 WATCH_INTERVAL_S = 0.5
 
 
-def last_write_ts(spectower_block: dict[str, object]) -> float | None:
-    last = spectower_block.get("last_write")
-    ts = last.get("ts") if isinstance(last, dict) else None
+def last_write_ts(last_write: Mapping[str, Any] | None) -> float | None:
+    ts = (last_write or {}).get("ts")
     return float(ts) if isinstance(ts, int | float) else None
 
 
-def is_slice_start(spectower_block: dict[str, object]) -> bool:
-    """Whether one rank's ``internal_states[i].spectower`` block says the sweep's last write started a
-    slice: a move to a new value (not the borrow, which keeps the value, nor the restore)."""
-    last = spectower_block.get("last_write")
+def is_slice_start(last_write: Mapping[str, Any] | None) -> bool:
+    """Whether one rank's last write (``RankState.last_write``) is the sweep's start of a slice: a move to a
+    new value (not the borrow, which keeps the value, nor the restore)."""
     return (
-        isinstance(last, dict)
-        and last.get("writer") == "sweep"
-        and not last.get("release")
-        and last.get("value") != last.get("previous")
+        last_write is not None
+        and last_write.get("writer") == "sweep"
+        and not last_write.get("release")
+        and last_write.get("value") != last_write.get("previous")
     )
+
+
+def _watch_headers() -> dict[str, str]:
+    """The API key of an --api-key server (the one key reader); none when it cannot be read: the watch is
+    only for the progress bar, and the sweep itself reports a bad key."""
+    from spectower.collectors.auth import CredentialError, auth_headers, load_api_key
+
+    try:
+        return auth_headers(load_api_key())
+    except CredentialError:
+        return {}
 
 
 def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None:
@@ -254,7 +266,9 @@ def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None
     seen: set[float] = set()
     baseline: float | None = None  # the write before the sweep (server clock; only compared with itself)
     first = True
-    with httpx.Client(timeout=2.0) as http:
+    from spectower.collectors.sglang.server_info import parse_server_info
+
+    with httpx.Client(timeout=2.0, headers=_watch_headers()) as http:
         while True:
             try:
                 proc.wait(timeout=WATCH_INTERVAL_S)
@@ -262,18 +276,18 @@ def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None
             except subprocess.TimeoutExpired:
                 pass
             try:
-                states = http.get(f"{rec.server}/server_info").json().get("internal_states") or [{}]
-                block = states[0].get("spectower") or {}
-            except (httpx.HTTPError, ValueError, AttributeError, IndexError):
+                info = parse_server_info(http.get(f"{rec.server}/server_info").json())
+            except (httpx.HTTPError, ValueError):  # ServerInfoError is a ValueError
                 continue  # no reading this time: the estimate stands in
-            ts = last_write_ts(block)
+            last = info.ranks[0].last_write if info.ranks else None
+            ts = last_write_ts(last)
             if first:  # read before the child has written anything (it takes a second to start)
                 baseline, first = ts, False
                 continue
             if ts is None or ts in seen or (baseline is not None and ts <= baseline):
                 continue
             seen.add(ts)
-            if is_slice_start(block):
+            if is_slice_start(last):
                 with open(moves, "a", encoding="utf-8") as fh:
                     fh.write(f"{time.time()}\n")  # this host's clock, as the progress maths uses
     rc = proc.returncode
@@ -375,7 +389,9 @@ DEFAULT_SERVER = "http://127.0.0.1:30000"
 def render_sweep_form(default_server: str | None = None) -> None:
     """Running and recent sweeps (every session sees them), then the form to start one (``default_server``:
     the collected server the form offers first)."""
-    st.fragment(run_every=2.0)(_sweeps_panel)()
+    from spectower.console.views import common
+
+    st.fragment(run_every=2.0)(common.shows_database_errors(_sweeps_panel))()
     creds = settings.operator_credentials()
     st.subheader("Start a sweep")
     if creds.operator is None:
@@ -474,7 +490,7 @@ def _result(run_id: int) -> None:
     from spectower.console import charts, data, estimate
     from spectower.console.views import common
 
-    db = common.engine()
+    db = common.database()
     if db is None:
         return
     runs = data.bench_runs(db)

@@ -2,7 +2,8 @@
 
 Written through storage (``open_database``, ``server_id``/``gpu_id``, bulk inserts of the model tables).
 Load follows a daily wave; the knob alternates between always-on and off every ``knob_period_s`` the way
-an exploring policy would, so the live speedup estimate has both sides at every load.
+an exploring policy would, so the live speedup estimate (from the decode counters written beside the
+samples) has both sides at every load.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ from dataclasses import dataclass
 from spectower.simulator.profile import Profile, load_profile
 from spectower.storage import Database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent, GpuProcessSample
-from sqlalchemy import insert
-from sqlmodel import SQLModel
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_KNOB_PERIOD_S = 600.0
-_CHUNK = 20_000
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,24 @@ def engine_rows(
         t += step_s
 
 
+def counter_rows(samples: Iterator[dict[str, object]], step_s: float) -> Iterator[dict[str, object]]:
+    """The engine's decode counters behind ``engine_rows``: each sample's ``step_s`` of decoding, at its
+    batch size and tok/s, drafted or gated (``engine_counter_sample`` rows; the live estimate reads
+    these). A step emits ``accept length`` tokens per request drafted, one gated."""
+    for row in samples:
+        c, tok = float(row["num_running_reqs"]), float(row["output_tok_s"])  # type: ignore[arg-type]
+        if c < 1 or tok <= 0:
+            continue
+        drafted = float(row["spec_num_steps"]) > 0  # type: ignore[arg-type]
+        per_step = c * (float(row["spec_accept_length"]) if drafted else 1.0)  # type: ignore[arg-type]
+        tokens = round(tok * step_s)
+        yield {
+            "server_id": row["server_id"], "ts": row["ts"], "batch_size": 1 << math.ceil(math.log2(c)),
+            "mode": "drafted" if drafted else "gated", "steps": max(1, round(tokens / per_step)),
+            "tokens": tokens, "time_s": step_s,
+        }  # fmt: skip
+
+
 def gpu_rows(gpu_id: int, t0: float, t1: float, step_s: float, seed: int) -> Iterator[dict[str, object]]:
     rng = random.Random(seed)
     t = t0
@@ -84,20 +100,6 @@ def gpu_rows(gpu_id: int, t0: float, t1: float, step_s: float, seed: int) -> Ite
             "ecc_corrected": 0, "ecc_uncorrected": 0, "xid_errors": 0,
         }  # fmt: skip
         t += step_s
-
-
-def _bulk(db: Database, table: object, rows: Iterator[dict[str, object]]) -> int:
-    n, chunk = 0, []
-    with db.engine.begin() as conn:
-        for row in rows:
-            chunk.append(row)
-            if len(chunk) >= _CHUNK:
-                conn.execute(insert(table), chunk)  # type: ignore[arg-type]
-                n, chunk = n + len(chunk), []
-        if chunk:
-            conn.execute(insert(table), chunk)  # type: ignore[arg-type]
-            n += len(chunk)
-    return n
 
 
 def fill(
@@ -125,16 +127,16 @@ def fill(
             speculative_algorithm="EAGLE3",
         )  # fmt: skip
         sids.append(sid)
-        n_eng += _bulk(
-            db,
-            SQLModel.metadata.tables["engine_sample"],
-            engine_rows(sid, profile, t0, t1, step_s, knob_period_s, i),
+        n_eng += db.insert_many("engine_sample", engine_rows(sid, profile, t0, t1, step_s, knob_period_s, i))
+        db.insert_many(  # the same samples (same seed) as the engine's decode counters
+            "engine_counter_sample",
+            counter_rows(engine_rows(sid, profile, t0, t1, step_s, knob_period_s, i), step_s),
         )
     for g in range(gpus):
         gid = db.gpu_id("gpu-host-1", g, f"GPU-{g:08d}", ts=t0, name=profile.gpus.name,
                         memory_total_mib=float(profile.gpus.memory_mib), source="nvml")  # fmt: skip
         gids.append(gid)
-        n_gpu += _bulk(db, SQLModel.metadata.tables["gpu_sample"], gpu_rows(gid, t0, t1, step_s, 100 + g))
+        n_gpu += db.insert_many("gpu_sample", gpu_rows(gid, t0, t1, step_s, 100 + g))
     if gids:  # what NVML lists per GPU: the SGLang scheduler of that TP rank, and a small helper on GPU 0
         procs = [GpuProcessSample(gpu_id=gid, ts=t1, pid=4100 + g, process_name=f"sglang::scheduler_TP{g}",
                                   used_memory_mib=86500.0) for g, gid in enumerate(gids)]  # fmt: skip

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.db import read_session, write_session
 from spectower.control.knob import (
     KnobClient,
     KnobError,
@@ -28,9 +27,11 @@ from spectower.control.knob import (
     check_target,
     ensure_ready,
     normalize_server_url,
+    prepare_set,
     resolve_target,
 )
 from spectower.storage import queries
+from spectower.storage.database import Database
 from spectower.storage.models import ControlEvent, PolicyState
 
 MAX_REASON_CHARS = 1000
@@ -74,7 +75,7 @@ def validate_reason(reason: str) -> str:
 
 
 def record_event(
-    db: Any,
+    db: Database,
     *,
     actor: str,
     server_url: str,
@@ -87,7 +88,7 @@ def record_event(
     error: str | None = None,
     ts: float | None = None,
 ) -> ControlEvent:
-    """Write one audit row now (its own transaction) and return it."""
+    """Write one audit row now (its own transaction: storage's ``add_control_event``) and return it."""
     event = ControlEvent(
         ts=time.time() if ts is None else ts,
         actor=validate_actor(actor),
@@ -100,13 +101,11 @@ def record_event(
         per_rank_json=json.dumps(per_rank) if per_rank is not None else None,
         error=error,
     )
-    with write_session(db) as session:
-        session.add(event)
-    return event
+    return queries.add_control_event(db, event)
 
 
 def record_failure(
-    db: Any,
+    db: Database,
     server_url: str,
     actor: str,
     reason: str,
@@ -124,7 +123,7 @@ def record_failure(
 
 
 def preview_knob(
-    db: Any, client: KnobClient, new_max_bs: Target, reason: str, actor: str, *, clock: Clock = time.time
+    db: Database, client: KnobClient, new_max_bs: Target, reason: str, actor: str, *, clock: Clock = time.time
 ) -> tuple[KnobState, int]:
     """Read the server and work out old -> new without sending anything (for a confirmation prompt).
 
@@ -195,7 +194,7 @@ def _writer_of(actor: str, writer: Writer | None) -> Writer:
 
 
 def apply_knob(
-    db: Any,
+    db: Database,
     client: KnobClient,
     new_max_bs: Target,
     reason: str,
@@ -216,7 +215,7 @@ def apply_knob(
     """
     actor = validate_actor(actor)
     reason = validate_reason(reason)
-    target = check_target(new_max_bs)
+    target = check_target(new_max_bs)  # the one static check: bad input never reaches the server
     url = client.base_url
     kind = _writer_of(actor, writer)
 
@@ -231,13 +230,14 @@ def apply_knob(
         audit_failure(exc, None, _static_new(target))
         raise
     try:
-        result = client.set(target, before=before, writer=kind, hold_s=hold_s, force=force)
+        request = prepare_set(before, target, writer=kind, hold_s=hold_s, force=force)  # the one resolve
     except KnobError as exc:
-        try:
-            new_value: int | None = resolve_target(before, target)
-        except KnobError:
-            new_value = _static_new(target)
-        audit_failure(exc, before.spec_max_bs, new_value)
+        audit_failure(exc, before.spec_max_bs, _static_new(target))
+        raise
+    try:
+        result = client.write(request, before)
+    except KnobError as exc:
+        audit_failure(exc, before.spec_max_bs, request.value)
         raise
     _audit_result(db, actor, reason, "set", result, clock)
     if kind == "policy" and result.refused_by_lock:
@@ -246,7 +246,7 @@ def apply_knob(
 
 
 def _audit_result(
-    db: Any, actor: str, reason: str, action: str, result: SetResult, clock: Clock
+    db: Database, actor: str, reason: str, action: str, result: SetResult, clock: Clock
 ) -> ControlEvent:
     notes: list[str] = []
     old = _db_int(result.old_max_bs, "old value", notes)
@@ -265,9 +265,10 @@ def _audit_result(
 # ------------------------------------------------------------------------------- release
 
 
-def get_policy_state(db: Any, server_url: str) -> PolicyState | None:
-    with read_session(db) as session:
-        return session.get(PolicyState, normalize_server_url(server_url))
+def get_policy_state(db: Database, server_url: str) -> PolicyState | None:
+    """What the policy for ``server_url`` persisted (storage's query, the URL normalised as the runner
+    writes it)."""
+    return queries.policy_state(db, normalize_server_url(server_url))
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,7 @@ class ReleaseResult:
 
 
 def release(
-    db: Any, client: KnobClient, actor: str, reason: str, *, clock: Clock = time.time
+    db: Database, client: KnobClient, actor: str, reason: str, *, clock: Clock = time.time
 ) -> ReleaseResult:
     """Clear the server's lock so a policy (wherever it runs, whatever database it uses) acts again;
     read back and audited whatever the outcome."""
@@ -304,7 +305,7 @@ def release(
 
 
 def list_events(
-    db: Any,
+    db: Database,
     server_url: str | None = None,
     *,
     since: float | None = None,

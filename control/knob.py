@@ -1,27 +1,35 @@
 """The client for spectower's speculation knob on a running SGLang server (docs/design.md, "The knob").
 
-``read()`` parses ``GET /server_info``; ``set(N)`` posts ``{"server_args": {"spectower_spec_max_bs": N}}`` to
-``/set_internal_state`` with the admin key and reads ``/server_info`` back to confirm the value per DP rank.
-Everything that can be checked before sending is checked before sending, so a refused set changes nothing.
+``read()`` parses ``GET /server_info`` with the collectors' parser (one model of that document, one
+``max_running_requests`` rule) into a ``KnobState``; ``set(N)`` posts ``{"server_args":
+{"spectower_spec_max_bs": N}}`` to ``/set_internal_state`` with the admin key and reads ``/server_info`` back
+to confirm the value per DP rank. Everything that can be checked before sending is checked once, before
+sending (``check_target``, then ``prepare_set`` against the state read), so a refused set changes nothing.
 Keys are held privately: they appear in no repr, log line or error message.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
+from spectower.collectors.auth import auth_headers
+from spectower.collectors.http import is_loopback_url
+from spectower.collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
 from spectower.control import knob_contract
-from spectower.control.knob_contract import KnobRequest
-from spectower.control.sglang_config import server_info_problems
+from spectower.control.knob_contract import KNOB_KEY, KnobRequest
+from spectower.control.sglang_config import (
+    PLUGIN_INSTALL_HINT,
+    adaptive_config_of,
+    bands_allow_zero,
+    server_info_problems,
+)
 
 DEFAULT_TIMEOUT = 5.0  # seconds; /server_info and /set_internal_state answer in milliseconds when healthy
 DEFAULT_READBACK_ATTEMPTS = 3  # a DP rank may report the new value one scheduler tick late
@@ -30,22 +38,13 @@ DEFAULT_READBACK_DELAY_S = 0.2
 DEFAULT_SETTLE_S = 10.0
 MAX_SERVER_INFO_BYTES = 16 * 1024 * 1024  # a DP=64 server_info is well under 1 MiB
 MAX_SET_ANSWER_BYTES = 64 * 1024
-KNOB_KEY = knob_contract.KNOB_KEY
+# The first plugin release that keeps who holds the knob (older ones take only a plain manual set).
 OWNERSHIP_PLUGIN_VERSION = "0.2.0"
 Outcome = Literal["confirmed", "not applied", "unknown"]
 Writer = Literal["manual", "policy", "sweep"]
+KnobMode = Literal["off", "on", "threshold", "mixed", "unknown"]
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's deprecated alias
 SET_PATH = "/set_internal_state"
-
-# SGLang's bands without --speculative-adaptive-config (docs/sglang-reference.md §1): band 1 has no 0,
-# so a server on the defaults has no CUDA graph for "no drafting" at small batch sizes.
-SGLANG_DEFAULT_BANDS: dict[str, list[int]] = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
-
-INSTALL_HINT = (
-    "install it into the SGLang server's Python environment (`pip install spectower` there, or put a "
-    "spectower .dist-info with an entry_points.txt for group `sglang.srt.plugins` on its PYTHONPATH) "
-    "and restart the server"
-)
 
 Target = int | Literal["on", "off"]
 
@@ -82,70 +81,80 @@ class KnobProtocolError(KnobError, ValueError):
     """The server answered something the contract does not allow."""
 
 
-@dataclass(frozen=True)
-class RankKnob:
-    """The knob as one DP rank reports it in ``internal_states[i]``."""
+def knob_mode(value: int | None, max_running_requests: int | None) -> KnobMode:
+    """How a ceiling reads: ``off`` (0), ``on`` (>= max_running_requests: every batch drafts), ``threshold``
+    (drafting while the running batch is <= N), ``unknown`` (no value)."""
+    if value is None:
+        return "unknown"
+    if value <= 0:
+        return "off"
+    if max_running_requests is not None and value >= max_running_requests:
+        return "on"
+    return "threshold"
 
-    dp_rank: int
-    plugin: bool  # the rank has a ``spectower`` state
-    spec_max_bs: int | None
-    batches_drafted: int | None
-    batches_gated: int | None
-    plugin_version: str | None
-    active_num_steps: int | None  # speculative_num_steps with runtime overrides: 0 while gated
-    accept_length: float | None  # avg_spec_accept_length, cumulative
-    # Ownership (control/knob_contract.py); None on a plugin that predates it.
-    owner: str | None = None  # "manual" / "sweep" while that lock holds, else "policy"
-    lock: Mapping[str, Any] | None = None  # {"writer", "since", "expires_at"}; None expiry: until released
-    last_write: Mapping[str, Any] | None = None
-    last_refused: Mapping[str, Any] | None = None
-    policy_last: Mapping[str, Any] | None = None
-    server_time: float | None = None
 
-    @property
-    def ownership(self) -> bool:
-        return self.owner is not None
+def rank_to_dict(rank: RankState) -> dict[str, Any]:
+    """One rank as `control get --json` and the Control page show it."""
+    return {
+        "dp_rank": rank.dp_rank,
+        "plugin": rank.plugin,
+        "spec_max_bs": rank.spec_max_bs,
+        "batches_drafted": rank.batches_drafted,
+        "batches_gated": rank.batches_gated,
+        "plugin_version": rank.plugin_version,
+        "active_num_steps": rank.active_num_steps,
+        "accept_length": rank.accept_length,
+        "owner": rank.owner,
+        **_lock_dict(rank),
+        "last_refused": _copy(rank.last_refused),
+        "policy_last": _copy(rank.policy_last),
+        "server_time": rank.server_time,
+    }
 
-    def lock_left_s(self) -> float | None:
-        """Seconds until the lock expires by the server's clock (None: no lock, or until released)."""
-        expires = (self.lock or {}).get("expires_at")
-        if not isinstance(expires, int | float) or self.server_time is None:
-            return None
-        return max(0.0, float(expires) - self.server_time)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dp_rank": self.dp_rank,
-            "plugin": self.plugin,
-            "spec_max_bs": self.spec_max_bs,
-            "batches_drafted": self.batches_drafted,
-            "batches_gated": self.batches_gated,
-            "plugin_version": self.plugin_version,
-            "active_num_steps": self.active_num_steps,
-            "accept_length": self.accept_length,
-            "owner": self.owner,
-            "lock": dict(self.lock) if self.lock else None,
-            "lock_left_s": self.lock_left_s(),
-            "last_write": dict(self.last_write) if self.last_write else None,
-            "last_refused": dict(self.last_refused) if self.last_refused else None,
-            "policy_last": dict(self.policy_last) if self.policy_last else None,
-            "server_time": self.server_time,
-        }
+def _copy(mapping: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return dict(mapping) if mapping else None
+
+
+def _lock_dict(held: RankState | KnobState) -> dict[str, Any]:
+    """The lock and the last write, as a rank and the whole server (its first rank's) report them."""
+    return {"lock": _copy(held.lock), "lock_left_s": held.lock_left_s(), "last_write": _copy(held.last_write)}
 
 
 @dataclass(frozen=True)
 class KnobState:
-    """What ``/server_info`` says about the knob and whether this server can honour it."""
+    """What ``/server_info`` (the collectors' ``ServerInfo``) says about the knob and whether this server can
+    honour it."""
 
     server_url: str
-    server_version: str | None
-    speculative_algorithm: str | None
-    speculative_adaptive: bool
-    adaptive_config: str | None
+    info: ServerInfo
     bands_allow_zero: bool | None  # None: cannot tell from here (config file on another host)
-    max_running_requests: int | None
-    ranks: tuple[RankKnob, ...]
     readiness_problems: tuple[str, ...] = ()
+
+    @property
+    def server_version(self) -> str | None:
+        return self.info.version
+
+    @property
+    def speculative_algorithm(self) -> str | None:
+        return self.info.speculative_algorithm or None
+
+    @property
+    def speculative_adaptive(self) -> bool:
+        return bool(self.info.speculative_adaptive)
+
+    @property
+    def adaptive_config(self) -> str | None:
+        config = self.info.speculative_adaptive_config
+        return config if isinstance(config, str) or config is None else json.dumps(config)
+
+    @property
+    def max_running_requests(self) -> int | None:
+        return self.info.max_running_requests
+
+    @property
+    def ranks(self) -> tuple[RankState, ...]:
+        return self.info.ranks
 
     @property
     def plugin_installed(self) -> bool:
@@ -159,24 +168,17 @@ class KnobState:
     @property
     def spec_max_bs(self) -> int | None:
         """The ceiling when every rank agrees on it, else None."""
-        values = {rank.spec_max_bs for rank in self.ranks}
-        if len(values) != 1:
-            return None
-        return next(iter(values))
+        return self.info.knob
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> KnobMode:
         """``off``, ``on``, ``threshold``, ``mixed`` (ranks disagree) or ``unknown``."""
         if not self.plugin_installed:
             return "unknown"
         value = self.spec_max_bs
         if value is None:
             return "mixed" if len({r.spec_max_bs for r in self.ranks}) > 1 else "unknown"
-        if value == 0:
-            return "off"
-        if self.max_running_requests is not None and value >= self.max_running_requests:
-            return "on"
-        return "threshold"
+        return knob_mode(value, self.max_running_requests)
 
     def problems(self) -> list[str]:
         """Why the knob cannot work on this server (empty when it can), from control.sglang_config's check."""
@@ -199,23 +201,20 @@ class KnobState:
     def locked(self) -> bool:
         return self.owner not in (None, knob_contract.OWNER_FREE)
 
-    def _first(self, attr: str) -> Any:
-        return getattr(self.ranks[0], attr) if self.ranks else None
-
     @property
     def lock(self) -> Mapping[str, Any] | None:
-        return self._first("lock") if self.locked else None
+        return self.ranks[0].lock if self.locked and self.ranks else None
 
     def lock_left_s(self) -> float | None:
         return self.ranks[0].lock_left_s() if self.locked and self.ranks else None
 
     @property
     def last_write(self) -> Mapping[str, Any] | None:
-        return self._first("last_write")
+        return self.ranks[0].last_write if self.ranks else None
 
     @property
     def policy_last(self) -> Mapping[str, Any] | None:
-        return self._first("policy_last")
+        return self.ranks[0].policy_last if self.ranks else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,12 +231,10 @@ class KnobState:
             "mode": self.mode,
             "ownership_supported": self.ownership_supported,
             "owner": self.owner,
-            "lock": dict(self.lock) if self.lock else None,
-            "lock_left_s": self.lock_left_s(),
-            "last_write": dict(self.last_write) if self.last_write else None,
-            "policy_last": dict(self.policy_last) if self.policy_last else None,
+            **_lock_dict(self),
+            "policy_last": _copy(self.policy_last),
             "problems": self.problems(),
-            "ranks": [rank.to_dict() for rank in self.ranks],
+            "ranks": [rank_to_dict(rank) for rank in self.ranks],
         }
 
 
@@ -305,131 +302,22 @@ class SetResult:
 # ---------------------------------------------------------------------------------------------- parsing
 
 
-def bands_allow_zero(config: Mapping[str, Any]) -> bool:
-    """True when every band of an adaptive config lists step 0 (``{"band": {"candidate_steps": [...]}}``
-    or the shorthand ``{"band": [...]}``)."""
-    if not config:
-        return False
-    for band in config.values():
-        steps = band.get("candidate_steps") if isinstance(band, Mapping) else band
-        if not isinstance(steps, list) or 0 not in steps:
-            return False
-    return True
-
-
-def _is_loopback(server_url: str) -> bool:
-    host = urlsplit(server_url).hostname or ""
-    if host == "localhost":
-        return True
+def knob_state(doc: Any, server_url: str) -> KnobState:
+    """One decoded ``/server_info`` document (through the collectors' parser) as a :class:`KnobState`."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _detect_bands_allow_zero(info: Mapping[str, Any], server_url: str) -> bool | None:
-    """Whether the server's bands all allow 0, as far as /server_info lets us tell.
-
-    The plugin may report it (``spectower.bands_allow_zero``); without a config SGLang uses its default
-    bands (no 0 in band 1); a config path is only readable from here when the server runs on this host.
-    """
-    for state in info.get("internal_states") or []:
-        reported = (state.get("spectower") or {}).get("bands_allow_zero") if isinstance(state, dict) else None
-        if isinstance(reported, bool):
-            return reported
-    config = info.get("speculative_adaptive_config")
-    if config in (None, ""):
-        return bands_allow_zero(SGLANG_DEFAULT_BANDS)
-    if isinstance(config, Mapping):
-        return bands_allow_zero(config)
-    if not isinstance(config, str):
-        return None
-    text: str | None = config if config.lstrip().startswith("{") else None
-    if text is None and _is_loopback(server_url):
-        try:
-            text = Path(config).read_text(encoding="utf-8")
-        except OSError:
-            return None
-    if text is None:
-        return None
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return None
-    return bands_allow_zero(parsed) if isinstance(parsed, Mapping) else None
-
-
-def _opt_int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _opt_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-_OWNERS = (*knob_contract.WRITER_NAMES.values(), knob_contract.OWNER_FREE)
-
-
-def _opt_map(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
-
-
-def parse_server_info(info: Mapping[str, Any], server_url: str) -> KnobState:
-    """Turn one ``/server_info`` JSON object into a :class:`KnobState`."""
-    if not isinstance(info, Mapping) or ("internal_states" not in info and "version" not in info):
-        raise NotSGLangServerError(f"{server_url} answered /server_info without SGLang's fields")
-    ranks: list[RankKnob] = []
-    for index, state in enumerate(info.get("internal_states") or []):
-        if not isinstance(state, Mapping):
-            continue
-        spectower = state.get("spectower")
-        plugin = isinstance(spectower, Mapping) and "spec_max_bs" in spectower
-        knob: Mapping[str, Any] = spectower if plugin else {}  # type: ignore[assignment]
-        version = knob.get("plugin_version")
-        owner = knob.get("owner")
-        ranks.append(
-            RankKnob(
-                dp_rank=_opt_int(state.get("dp_rank")) or index,
-                plugin=plugin,
-                spec_max_bs=_opt_int(knob.get("spec_max_bs")),
-                batches_drafted=_opt_int(knob.get("batches_drafted")),
-                batches_gated=_opt_int(knob.get("batches_gated")),
-                plugin_version=str(version) if version is not None else None,
-                active_num_steps=_opt_int(state.get("speculative_num_steps")),
-                accept_length=_opt_float(state.get("avg_spec_accept_length")),
-                owner=owner if isinstance(owner, str) and owner in _OWNERS else None,
-                lock=_opt_map(knob.get("lock")),
-                last_write=_opt_map(knob.get("last_write")),
-                last_refused=_opt_map(knob.get("last_refused")),
-                policy_last=_opt_map(knob.get("policy_last")),
-                server_time=_opt_float(knob.get("server_time")),
-            )
-        )
-    max_running = _opt_int(info.get("max_running_requests"))
-    if max_running is None and info.get("internal_states"):
-        first = info["internal_states"][0]
-        max_running = _opt_int(first.get("max_running_requests")) if isinstance(first, Mapping) else None
-    config = info.get("speculative_adaptive_config")
+        info = parse_server_info(doc)
+    except ServerInfoError as exc:
+        raise NotSGLangServerError(f"{server_url} answered {exc}") from None
+    # The config file is only ours to read when the server runs on this host (a same-named file elsewhere
+    # would say nothing about that server).
+    local = is_loopback_url(server_url)
+    config = adaptive_config_of(info, read_local_config=local)
     return KnobState(
         server_url=server_url,
-        server_version=str(info["version"]) if info.get("version") is not None else None,
-        speculative_algorithm=info.get("speculative_algorithm") or None,
-        speculative_adaptive=bool(info.get("speculative_adaptive")),
-        adaptive_config=config if isinstance(config, str) else (json.dumps(config) if config else None),
-        bands_allow_zero=_detect_bands_allow_zero(info, server_url),
-        max_running_requests=max_running,
-        ranks=tuple(ranks),
-        # One check shared with `spectower sglang-config`; the config file is only ours to read when the
-        # server runs on this host (a same-named file elsewhere would say nothing about that server).
-        readiness_problems=tuple(server_info_problems(info, read_local_config=_is_loopback(server_url))),
+        info=info,
+        bands_allow_zero=bands_allow_zero(config) if isinstance(config, Mapping) else None,
+        # One check shared with `spectower sglang-config`.
+        readiness_problems=tuple(server_info_problems(info, read_local_config=local)),
     )
 
 
@@ -459,8 +347,8 @@ def check_target(target: Target | str) -> Target:
 
 
 def resolve_target(state: KnobState, target: Target) -> int:
-    """The integer ceiling for ``target`` on this server; out-of-range values are refused, not clipped."""
-    target = check_target(target)
+    """The integer ceiling for a checked ``target`` (``check_target``) on this server; out-of-range values
+    are refused, not clipped."""
     limit = state.max_running_requests
     if target == "off":
         return 0
@@ -470,13 +358,7 @@ def resolve_target(state: KnobState, target: Target) -> int:
                 f"{state.server_url} does not report max_running_requests, so 'on' has no value; "
                 "pass --max-bs N"
             )
-        if limit > knob_contract.MAX_SPEC_MAX_BS:
-            raise KnobValueError(
-                f"{state.server_url} reports max_running_requests {limit}, beyond any valid ceiling "
-                f"(at most {knob_contract.MAX_SPEC_MAX_BS}); pass --max-bs N"
-            )
         return limit
-    assert isinstance(target, int)
     if limit is not None and target > limit:
         raise KnobValueError(
             f"max_bs {target} exceeds the server's max_running_requests ({limit}); "
@@ -492,11 +374,39 @@ def ensure_ready(state: KnobState) -> None:
         where = f" (DP ranks {', '.join(missing)})" if state.ranks else ""
         raise PluginMissingError(
             f"the spectower plugin is not installed in the SGLang server at {state.server_url}{where}: "
-            f"{INSTALL_HINT}"
+            f"{PLUGIN_INSTALL_HINT}"
         )
     problems = state.problems()
     if problems:
         raise KnobUnsupportedError(f"{state.server_url}: " + "; ".join(problems))
+
+
+def prepare_set(
+    state: KnobState,
+    target: Target,
+    *,
+    writer: Writer = "manual",
+    hold_s: float | None = None,
+    force: bool = False,
+) -> KnobRequest:
+    """Everything a set can be refused for before it is sent, judged once against ``state``: the server
+    takes the knob, the (checked) target resolves to a ceiling, the hold fits. Returns the request to
+    ``KnobClient.write``; raises the KnobError that says why not."""
+    ensure_ready(state)
+    value = resolve_target(state, target)
+    if hold_s is not None and (writer == "policy" or not 0 < hold_s <= knob_contract.MAX_HOLD_S):
+        raise KnobValueError(
+            f"--hold must be a duration up to {knob_contract.MAX_HOLD_S / 86400:g} days, for a manual "
+            f"or sweep set, got {hold_s:g} s as {writer}"
+        )
+    return KnobRequest(
+        writer=knob_contract.WRITER_CODES[writer], value=value, hold_s=hold_s, force=force,
+        request_id=new_request_id(),
+    )  # fmt: skip
+
+
+def new_request_id() -> int:
+    return random.SystemRandom().randrange(1, knob_contract.MAX_REQUEST_ID)
 
 
 # ----------------------------------------------------------------------------------------------- client
@@ -507,10 +417,6 @@ class AnswerLostError(ServerUnreachableError):
 
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
-
-
-def new_request_id() -> int:
-    return random.SystemRandom().randrange(1, knob_contract.MAX_REQUEST_ID)
 
 
 class KnobClient:
@@ -570,7 +476,7 @@ class KnobClient:
         Raises ServerUnreachableError when nothing was sent (refused, no route), AnswerLostError when the
         request may have reached the server but no complete answer came back in time.
         """
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = auth_headers(key)
         deadline = time.monotonic() + self.timeout
         try:
             with self._http.stream(method, path, json=body, headers=headers) as response:
@@ -637,7 +543,7 @@ class KnobClient:
             info = response.json()
         except ValueError:
             raise NotSGLangServerError(f"{self.base_url}/server_info did not answer JSON") from None
-        return parse_server_info(info, self.base_url)
+        return knob_state(info, self.base_url)
 
     def set(
         self,
@@ -657,18 +563,7 @@ class KnobClient:
         """
         target = check_target(target)
         state = before if before is not None else self.read()
-        ensure_ready(state)
-        value = resolve_target(state, target)
-        if hold_s is not None and (writer == "policy" or not 0 < hold_s <= knob_contract.MAX_HOLD_S):
-            raise KnobValueError(
-                f"--hold must be a duration up to {knob_contract.MAX_HOLD_S / 86400:g} days, for a manual "
-                f"or sweep set, got {hold_s:g} s as {writer}"
-            )
-        request = KnobRequest(
-            writer=knob_contract.WRITER_CODES[writer], value=value, hold_s=hold_s, force=force,
-            request_id=new_request_id(),
-        )  # fmt: skip
-        return self.write(request, state)
+        return self.write(prepare_set(state, target, writer=writer, hold_s=hold_s, force=force), state)
 
     def release(
         self,
@@ -751,7 +646,7 @@ class KnobClient:
             if after is not None and not after.plugin_installed:
                 raise PluginMissingError(
                     f"{self.base_url} does not know {KNOB_KEY} (answered {_bools(accepted)}): the spectower "
-                    f"plugin is not installed; {INSTALL_HINT}"
+                    f"plugin is not installed; {PLUGIN_INSTALL_HINT}"
                 )
             if after is not None:
                 verdicts = [_rank_verdict(rank, request) for rank in after.ranks]
@@ -796,7 +691,7 @@ class KnobClient:
         )  # fmt: skip
 
 
-def _rank_verdict(rank: RankKnob, request: KnobRequest) -> str:
+def _rank_verdict(rank: RankState, request: KnobRequest) -> str:
     """``applied`` / ``refused`` / ``unknown``: what one rank's read-back says about this request."""
     if not rank.ownership or request.request_id is None:  # an old plugin: judge by the value alone
         return "applied" if request.value is not None and rank.spec_max_bs == request.value else "unknown"
@@ -817,7 +712,8 @@ def _agreed_previous(after: KnobState | None, request: KnobRequest) -> int | Non
         write = rank.last_write or {}
         if write.get("request_id") != request.request_id:
             return None
-        values.add(_opt_int(write.get("previous")))
+        previous = write.get("previous")
+        values.add(previous if isinstance(previous, int) and not isinstance(previous, bool) else None)
     return next(iter(values)) if len(values) == 1 else None
 
 

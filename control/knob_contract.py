@@ -23,6 +23,12 @@ key                         meaning
 ``spectower_request_id``    1 .. 2**53-1, chosen by the client: the read-back names the request that
                             was applied (``last_write``) or refused (``last_refused``), so a set whose
                             answer was late or lost still has a known outcome
+``spectower_explore_share`` 0 .. 0.2: the share of decode batches, per batch-size bin, that run the other
+                            mode than the ceiling says (every ``round(1 / share)``-th batch of a bin), so
+                            drafted and gated step rates stay measured at every load; 0 = none; paused
+                            while a lock holds the knob (an operator's off means off). Alone (no value,
+                            hold or release) it takes no lock. Default ``DEFAULT_EXPLORE_SHARE``, or
+                            ``SPECTOWER_EXPLORE_SHARE`` in the server's environment at launch
 ==========================  ==========================================================================
 
 Rules (``KnobOwner.check``): a manual write always applies (an operator in an incident wins over a sweep and
@@ -55,7 +61,8 @@ RELEASE_KEY = "spectower_release"
 FORCE_KEY = "spectower_force"
 LOCK_AS_KEY = "spectower_lock_as"
 REQUEST_ID_KEY = "spectower_request_id"
-KEYS = (KNOB_KEY, WRITER_KEY, HOLD_KEY, RELEASE_KEY, FORCE_KEY, LOCK_AS_KEY, REQUEST_ID_KEY)
+EXPLORE_KEY = "spectower_explore_share"
+KEYS = (KNOB_KEY, WRITER_KEY, HOLD_KEY, RELEASE_KEY, FORCE_KEY, LOCK_AS_KEY, REQUEST_ID_KEY, EXPLORE_KEY)
 
 WRITER_MANUAL = 1
 WRITER_POLICY = 2
@@ -68,6 +75,12 @@ MAX_SPEC_MAX_BS = 2**31 - 1  # fits every database's INTEGER; far above any max_
 MAX_HOLD_S = 30 * 86400.0
 MAX_REQUEST_ID = 2**53 - 1  # exact in a JSON double
 SWEEP_DEFAULT_HOLD_S = 900.0
+# Exploration (``spectower_explore_share``): 2 % of each bin's batches run the other mode by default, so the
+# engine counters keep measuring both modes at every load the server sees; above 20 % it is no longer "a
+# small share" (it would cost more than the knob can win).
+DEFAULT_EXPLORE_SHARE = 0.02
+MAX_EXPLORE_SHARE = 0.2
+EXPLORE_ENV = "SPECTOWER_EXPLORE_SHARE"
 
 
 class ContractError(ValueError):
@@ -86,6 +99,12 @@ class KnobRequest:
     lock_as: int | None = None
     request_id: int | None = None
     unmarked: bool = False  # no spectower_writer key: a bare write (curl, an older client)
+    explore_share: float | None = None  # a new exploration share (None: unchanged)
+
+    @property
+    def settings_only(self) -> bool:
+        """Only a server setting (the exploration share): no ceiling, hold or release, so no lock moves."""
+        return self.value is None and self.hold_s is None and not self.release
 
     @property
     def writer_name(self) -> str:
@@ -106,6 +125,8 @@ class KnobRequest:
             args[LOCK_AS_KEY] = self.lock_as
         if self.request_id is not None:
             args[REQUEST_ID_KEY] = self.request_id
+        if self.explore_share is not None:
+            args[EXPLORE_KEY] = self.explore_share
         parse_request(args)  # a client never sends what a server would refuse as malformed
         return args
 
@@ -117,6 +138,20 @@ def _int(key: str, value: object, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ContractError(f"{key} must be an integer in {low}..{high}, got {value}")
     return value
+
+
+def explore_share_of(value: object, key: str = EXPLORE_KEY) -> float:
+    """A valid exploration share (0 .. ``MAX_EXPLORE_SHARE``) or ContractError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ContractError(f"{key} must be a number in 0..{MAX_EXPLORE_SHARE:g}, got {value!r}")
+    if not 0 <= value <= MAX_EXPLORE_SHARE:
+        raise ContractError(f"{key} must be a number in 0..{MAX_EXPLORE_SHARE:g}, got {value}")
+    return float(value)
+
+
+def explore_period(share: float) -> int:
+    """Every how many batches of a bin one runs the other mode (0: never): ``round(1 / share)``."""
+    return round(1.0 / share) if share > 0 else 0
 
 
 def _flag(key: str, value: object) -> bool:
@@ -154,18 +189,22 @@ def parse_request(server_args: Mapping[str, Any]) -> KnobRequest | None:
         lock_as = _int(LOCK_AS_KEY, mine[LOCK_AS_KEY], WRITER_MANUAL, WRITER_MANUAL)
     if REQUEST_ID_KEY in mine:
         request_id = _int(REQUEST_ID_KEY, mine[REQUEST_ID_KEY], 1, MAX_REQUEST_ID)
+    explore = explore_share_of(mine[EXPLORE_KEY]) if EXPLORE_KEY in mine else None
     if writer == WRITER_POLICY and (release or force or lock_as is not None or hold):
         raise ContractError(f"a policy write ({WRITER_KEY}=2) takes no hold, release, force or lock_as")
     if lock_as is not None and not (writer == WRITER_SWEEP and release):
         raise ContractError(
             f"{LOCK_AS_KEY} goes only with a sweep's release ({WRITER_KEY}=3, {RELEASE_KEY}=1)"
         )
-    if value is None and not release and not (writer == WRITER_MANUAL and hold is not None):
-        raise ContractError(f"nothing to do: give {KNOB_KEY}, {RELEASE_KEY}=1, or (manual) {HOLD_KEY}")
+    manual_hold = writer == WRITER_MANUAL and hold is not None
+    if value is None and not release and explore is None and not manual_hold:
+        raise ContractError(
+            f"nothing to do: give {KNOB_KEY}, {RELEASE_KEY}=1, {EXPLORE_KEY}, or (manual) {HOLD_KEY}"
+        )
     unmarked = WRITER_KEY not in mine
     if unmarked and (hold is not None or release or force or lock_as is not None):
         raise ContractError(f"{HOLD_KEY}, {RELEASE_KEY}, {FORCE_KEY} and {LOCK_AS_KEY} need {WRITER_KEY}")
-    return KnobRequest(writer, value, hold, release, force, lock_as, request_id, unmarked)
+    return KnobRequest(writer, value, hold, release, force, lock_as, request_id, unmarked, explore)
 
 
 def request_id_of(server_args: Mapping[str, Any]) -> int | None:
@@ -247,11 +286,11 @@ class KnobOwner:
                     hold = request.hold_s or 0.0
                     self.lock_writer, self.lock_since = request.lock_as, now
                     self.lock_expires_at = now + hold if hold > 0 else None
-            elif request.writer == WRITER_MANUAL and not request.unmarked:
+            elif request.writer == WRITER_MANUAL and not request.unmarked and not request.settings_only:
                 hold = request.hold_s or 0.0
                 self.lock_writer, self.lock_since = WRITER_MANUAL, now
                 self.lock_expires_at = now + hold if hold > 0 else None
-            elif request.writer == WRITER_SWEEP:
+            elif request.writer == WRITER_SWEEP and not request.settings_only:
                 hold = SWEEP_DEFAULT_HOLD_S if request.hold_s in (None, 0.0) else float(request.hold_s or 0.0)
                 if self.lock_writer != WRITER_SWEEP:
                     self.lock_since = now

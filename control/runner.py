@@ -1,7 +1,8 @@
 """The live policy loop behind ``spectower control auto``.
 
 Every interval: build an ``Observation`` from what the collector stored for the server (EngineSamples,
-summed over DP ranks) plus the knob's read-back, ask the policy, and move the knob through
+summed over DP ranks) plus the knob's read-back and the engine's decode counters (both from the same
+``/server_info`` read; the counters summed over DP ranks), ask the policy, and move the knob through
 ``control.audit.apply_knob`` (actor ``policy:<mode>``, writer class policy) only when the decision changes
 it. Safety rails that hold whatever the policy says: stale metrics or an unreachable server hold; while the
 server reports a lock (a manual set, or a sweep) the loop is paused, and the server itself refuses a
@@ -21,19 +22,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spectower.collectors.sglang.counters import read_counters
 from spectower.control import audit
-from spectower.control.db import read_session, write_session
 from spectower.control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
 from spectower.control.policy import Decision, Observation, Policy
-from spectower.storage.models import ControlEvent, EngineSample, PolicyState, Server
-from sqlalchemy import func
-from sqlmodel import col, select
+from spectower.control.speedup import sum_ranks
+from spectower.storage import queries
+from spectower.storage.database import Database
+from spectower.storage.models import EngineSample
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_STALE_AFTER_S = 30.0  # a few missed scrapes at the collector's default 1-5 s cadence
-DEFAULT_MAX_FLIPS_PER_HOUR = 60  # the learn policy explores within the same budget
+DEFAULT_MAX_FLIPS_PER_HOUR = 60  # a rail for every policy; learn itself changes at most 12 times an hour
 FLIP_WINDOW_S = 3600.0
 
 Clock = Callable[[], float]
@@ -89,38 +91,46 @@ def parse_duration(text: str, flag: str = "--interval") -> float:
     return value
 
 
+def engine_counters_of(knob: KnobState) -> tuple[dict[str, Any] | None, str | None]:
+    """The server's decode counters summed over DP ranks, from the /server_info the knob read came from,
+    and why they are missing (None when every rank with the plugin published a valid block).
+
+    A rank left out would make the sum fall (read as a restart) and come back later as a jump, so a partial
+    sum is no sum: the policy then holds."""
+    read = read_counters(knob.info.info)
+    plugin_ranks = sum(1 for rank in knob.ranks if rank.plugin)
+    if read.warnings:
+        return None, read.warnings[0]
+    if not read.blocks:
+        return None, "the server publishes no engine counters"
+    if len(read.blocks) != plugin_ranks:
+        return None, f"engine counters from {len(read.blocks)} of {plugin_ranks} DP ranks"
+    return sum_ranks(read.blocks), None
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
 def observe_storage(
-    db: Any, server_url: str, now: float, interval_s: float, stale_after_s: float
+    db: Database, server_url: str, now: float, interval_s: float, stale_after_s: float
 ) -> tuple[dict[str, float | None], str | None]:
     """Aggregate the collector's samples for ``server_url``: per rank, the mean over the last interval
     (or the rank's latest sample when none fell in it), then summed over ranks (accept length averaged).
 
     Returns (metrics, why_stale); why_stale is None when the data is fresh enough to act on.
     """
-    urls = {server_url, server_url + "/"}
-    with read_session(db) as session:
-        server_ids = list(session.exec(select(Server.id).where(col(Server.url).in_(urls))).all())
-        if not server_ids:
-            return {}, f"no samples: the collector has not recorded {server_url} (run `spectower collect`)"
-        latest = session.exec(
-            select(func.max(EngineSample.ts)).where(col(EngineSample.server_id).in_(server_ids))
-        ).one()
-        if latest is None:
-            return {}, f"no samples yet for {server_url}"
-        age = now - float(latest)
-        if age > stale_after_s:
-            return {}, f"metrics stale: newest sample is {age:.0f} s old (--stale-after {stale_after_s:g} s)"
-        rows = session.exec(
-            select(EngineSample)
-            .where(col(EngineSample.server_id).in_(server_ids), EngineSample.ts >= now - stale_after_s)
-            .order_by(col(EngineSample.ts))
-        ).all()
+    # the collector stores the URL as it was given: with or without a trailing slash
+    recent = queries.recent_engine_samples(db, [server_url, server_url + "/"], since=now - stale_after_s)
+    if not recent.server_ids:
+        return {}, f"no samples: the collector has not recorded {server_url} (run `spectower collect`)"
+    if recent.latest_ts is None:
+        return {}, f"no samples yet for {server_url}"
+    age = now - recent.latest_ts
+    if age > stale_after_s:
+        return {}, f"metrics stale: newest sample is {age:.0f} s old (--stale-after {stale_after_s:g} s)"
     by_rank: dict[int, list[EngineSample]] = {}
-    for row in rows:
+    for row in recent.rows:
         by_rank.setdefault(row.dp_rank, []).append(row)
     running = queued = 0.0
     tok_s: list[float] = []
@@ -156,7 +166,7 @@ class PolicyRunner:
 
     def __init__(
         self,
-        db: Any,
+        db: Database,
         client: KnobClient,
         policy: Policy,
         *,
@@ -178,6 +188,7 @@ class PolicyRunner:
         initial = getattr(policy, "max_running_requests", None)
         self.max_running_requests: int | None = initial if isinstance(initial, int) else None
         self.last_knob: KnobState | None = None
+        self._counter_problems: set[str] = set()  # each said once in the log
 
     # -- reporting
 
@@ -211,31 +222,13 @@ class PolicyRunner:
         return True
 
     def save_state(self) -> None:
-        now = self.clock()
         blob = json.dumps(self.policy.state(), sort_keys=True)
-        with write_session(self.db) as session:
-            row = session.get(PolicyState, self.server_url)
-            if row is None:
-                row = PolicyState(
-                    server_url=self.server_url, updated_ts=now, mode=self.policy.name, state_json=blob
-                )
-            else:
-                row.updated_ts, row.mode, row.state_json = now, self.policy.name, blob
-            session.add(row)
+        queries.save_policy_state(self.db, self.server_url, mode=self.policy.name, state_json=blob,
+                                  ts=self.clock())  # fmt: skip
 
     def flips_in_last_hour(self, now: float) -> int:
-        with read_session(self.db) as session:
-            count = session.exec(
-                select(func.count())
-                .select_from(ControlEvent)
-                .where(
-                    ControlEvent.server_url == self.server_url,
-                    ControlEvent.actor == self.actor,
-                    ControlEvent.action == "set",
-                    ControlEvent.ts > now - FLIP_WINDOW_S,
-                )
-            ).one()
-        return int(count)
+        return queries.count_control_events(self.db, server_url=self.server_url, actor=self.actor,
+                                            action="set", after=now - FLIP_WINDOW_S)  # fmt: skip
 
     # -- one iteration
 
@@ -256,6 +249,12 @@ class PolicyRunner:
             )
         if knob is not None and knob.max_running_requests:
             self.max_running_requests = knob.max_running_requests
+        counters: dict[str, Any] | None = None
+        if knob is not None and why_stale is None:
+            counters, problem = engine_counters_of(knob)
+            if problem is not None and problem not in self._counter_problems:
+                self._counter_problems.add(problem)
+                log.warning("%s: no engine counters for the policy: %s", self.server_url, problem)
         metrics, storage_stale = observe_storage(
             self.db, self.server_url, now, self.config.interval_s, self.config.stale_after_s
         )
@@ -269,6 +268,7 @@ class PolicyRunner:
             spec_max_bs=knob.spec_max_bs if knob is not None and knob.plugin_installed else None,
             max_running_requests=self.max_running_requests or 0,
             stale=why_stale is not None,
+            counters=counters,
         )
         return obs, why_stale
 

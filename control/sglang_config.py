@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spectower.control.sglang_plugin import KNOB_KEY
+from spectower.collectors.sglang.server_info import ServerInfo
+from spectower.control.knob_contract import KNOB_KEY
+from spectower.storage.files import atomic_write_text
 
-# SGLang's default adaptive band keys (speculative/adaptive_spec_params.py, DEFAULT_ADAPTIVE_CONFIG, 0.5.17
-# and 0.5.23): batch sizes are mapped to the largest key <= the (padded) running batch size.
-SGLANG_DEFAULT_BAND_KEYS: tuple[int, ...] = (1, 8, 32, 64)
+# SGLang's bands without --speculative-adaptive-config (adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG,
+# 0.5.23; 0.5.17 differs only in band 1, which lacks 0 in both; docs/sglang-reference.md §1): batch sizes
+# map to the largest key <= the (padded) running batch size. Band 1 has no 0, so a server on the defaults
+# has no CUDA graph for "no drafting" at small batch sizes.
+SGLANG_DEFAULT_BANDS: dict[str, dict[str, list[int]]] = {
+    "1": {"candidate_steps": [1, 3, 5, 7]},
+    "8": {"candidate_steps": [0, 1, 3]},
+    "32": {"candidate_steps": [0, 1]},
+    "64": {"candidate_steps": [0]},
+}
+SGLANG_DEFAULT_BAND_KEYS: tuple[int, ...] = tuple(int(key) for key in SGLANG_DEFAULT_BANDS)
 # With EAGLE, SGLang defaults max_running_requests to 48.
 DEFAULT_MAX_BS = 48
 DEFAULT_OUT = "spectower-adaptive-config.json"
@@ -28,9 +37,11 @@ DEFAULT_OUT = "spectower-adaptive-config.json"
 MAX_STEPS = 32
 MAX_BS_LIMIT = 65536
 ALGORITHMS = ("EAGLE", "EAGLE3")
+# Said wherever the plugin is missing: `spectower sglang-config`, `control get/set`, the knob client.
 PLUGIN_INSTALL_HINT = (
-    "install spectower into the SGLang environment (pip install spectower: entry point group "
-    "sglang.srt.plugins, name spectower)"
+    "install spectower into the SGLang server's Python environment (`pip install spectower` there: entry "
+    "point group sglang.srt.plugins, name spectower; or a spectower .dist-info with that entry point on its "
+    "PYTHONPATH) and restart the server"
 )
 
 
@@ -90,21 +101,13 @@ def plugin_env() -> list[tuple[str, str, str]]:
 
 
 def write_config(path: str | os.PathLike[str], config: Mapping[str, Any]) -> Path:
-    """Write atomically (temp file + rename), so a failure never leaves a half-written config."""
+    """Write atomically (storage.files), so a failure never leaves a half-written config."""
     target = Path(path)
     if target.is_dir():
         raise SglangConfigError(f"--out {target} is a directory")
     if not target.parent.is_dir():
         raise SglangConfigError(f"--out: folder {target.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(config, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(target, json.dumps(config, indent=2) + "\n")
     return target.resolve()
 
 
@@ -126,62 +129,79 @@ def adaptive_config_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _sglang_default_config() -> dict[str, Any]:
-    # Mirrors the band keys/steps SGLang uses without a config file (0.5.23; 0.5.17 differs only in band 1,
-    # which lacks 0 in both): enough to say which bands lack 0.
-    return {
-        "1": {"candidate_steps": [1, 3, 5, 7]},
-        "8": {"candidate_steps": [0, 1, 3]},
-        "32": {"candidate_steps": [0, 1]},
-        "64": {"candidate_steps": [0]},
-    }
+def bands_allow_zero(config: Mapping[str, Any]) -> bool:
+    """True when every band of an adaptive config lists step 0 (``{"band": {"candidate_steps": [...]}}``
+    or the shorthand ``{"band": [...]}``)."""
+    if not config:
+        return False
+    for band in config.values():
+        steps = band.get("candidate_steps") if isinstance(band, Mapping) else band
+        if not isinstance(steps, list) or 0 not in steps:
+            return False
+    return True
 
 
-def server_info_problems(info: Mapping[str, Any], *, read_local_config: bool = True) -> list[str]:
+def adaptive_config_of(info: ServerInfo, *, read_local_config: bool) -> Mapping[str, Any] | str | None:
+    """The server's adaptive config document as far as it can be known from here: inline, SGLang's default
+    bands when none was given, the file when it is readable here (``read_local_config``: the server runs
+    on this host, so a same-named file is its file). A string: why the file cannot be read; None: unknown."""
+    config = info.speculative_adaptive_config
+    if config is None:
+        return SGLANG_DEFAULT_BANDS
+    if isinstance(config, dict):
+        return config
+    if config.lstrip().startswith("{"):  # the document itself rather than a path
+        text = config
+    elif read_local_config and os.path.isfile(config):
+        try:
+            text = Path(config).read_text(encoding="utf-8")
+        except OSError as exc:
+            return f"cannot read the adaptive config {config}: {exc}"
+    else:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        return f"cannot read the adaptive config {config}: {exc}"
+    return parsed if isinstance(parsed, Mapping) else f"the adaptive config {config} is not a JSON object"
+
+
+def server_info_problems(info: ServerInfo, *, read_local_config: bool = True) -> list[str]:
     """What keeps the knob from working on a server, read from its ``/server_info``; empty when fine.
 
     Checks speculative_adaptive, the algorithm and topk, the bands (the plugin's own verdict per rank under
-    ``internal_states[i]["spectower"]["refused"]``; the config file itself when it is readable here, or
-    SGLang's default bands when none was given), and that the plugin answers on every rank.
+    ``internal_states[i]["spectower"]["refused"]``; the config itself when it is known here, or SGLang's
+    default bands when none was given), and that the plugin answers on every rank.
     """
     problems: list[str] = []
-    if info.get("speculative_adaptive") is not True:
+    if info.speculative_adaptive is not True:
         problems.append(
             "speculative_adaptive is not true: relaunch SGLang with --speculative-adaptive and the config "
             "from `spectower sglang-config`"
         )
-    algorithm = info.get("speculative_algorithm")
+    algorithm = info.speculative_algorithm
     if algorithm not in ALGORITHMS:
         problems.append(f"speculative_algorithm is {algorithm!r}: adaptive speculation needs EAGLE or EAGLE3")
-    topk = info.get("speculative_eagle_topk")
+    topk = info.speculative_eagle_topk
     if topk not in (None, 1):
         problems.append(f"speculative_eagle_topk is {topk!r}: adaptive speculation needs 1")
-    config_path = info.get("speculative_adaptive_config")
-    if info.get("speculative_adaptive") is True:
-        if isinstance(config_path, Mapping):  # an inline document rather than a path
-            problems.extend(adaptive_config_problems(config_path))
-        elif not config_path:
-            problems.extend(
-                f"{p} (no --speculative-adaptive-config: SGLang's default bands)"
-                for p in adaptive_config_problems(_sglang_default_config())
+    if info.speculative_adaptive is True:
+        config = adaptive_config_of(info, read_local_config=read_local_config)
+        if isinstance(config, str):
+            problems.append(config)
+        elif config is not None:
+            suffix = (
+                " (no --speculative-adaptive-config: SGLang's default bands)"
+                if info.speculative_adaptive_config is None
+                else ""
             )
-        elif read_local_config and os.path.isfile(str(config_path)):
-            try:
-                problems.extend(adaptive_config_problems(json.loads(Path(str(config_path)).read_text())))
-            except (OSError, ValueError) as exc:
-                problems.append(f"cannot read the adaptive config {config_path}: {exc}")
-    states = info.get("internal_states")
-    if not isinstance(states, Sequence) or isinstance(states, str) or not states:
+            problems.extend(f"{p}{suffix}" for p in adaptive_config_problems(config))
+    if not info.ranks:
         problems.append("/server_info has no internal_states: cannot see the spectower plugin")
         return problems
-    for rank, state in enumerate(states):
-        block = state.get("spectower") if isinstance(state, Mapping) else None
-        if not isinstance(block, Mapping):
-            problems.append(f"rank {rank}: the spectower plugin is not loaded: {PLUGIN_INSTALL_HINT}")
-        elif block.get("refused"):
-            problems.append(f"rank {rank}: the spectower plugin refuses {KNOB_KEY}: {block['refused']}")
+    for index, rank in enumerate(info.ranks):
+        if not rank.plugin:
+            problems.append(f"rank {index}: the spectower plugin is not loaded: {PLUGIN_INSTALL_HINT}")
+        elif rank.refused:
+            problems.append(f"rank {index}: the spectower plugin refuses {KNOB_KEY}: {rank.refused}")
     return problems
-
-
-def problems_summary(problems: Sequence[str]) -> str:
-    return "; ".join(problems)

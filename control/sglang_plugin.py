@@ -22,9 +22,10 @@ AROUND hooks through SGLang's ``HookRegistry``:
   handler (0.5.17: the inline allow-list; 0.5.23: ``SchedulerInternalStateController``) and ours are applied
   only when SGLang accepted the rest. A request without our keys is SGLang's alone.
 - ``Scheduler.get_internal_state``: adds ``"spectower": {"plugin_version", "spec_max_bs", "batches_drafted",
-  "batches_gated", "refused", "gate"}`` plus the ownership block of the contract (``owner``, ``lock``,
-  ``last_write``, ``last_refused``, ``policy_last``, ``server_time``, ``contract_version``); ``refused`` is
-  null or why the gate is inactive; ``gate`` shows the hysteresis settings and whether it is closed now.
+  "batches_gated", "refused", "gate", "explore"}`` plus the ownership block of the contract (``owner``,
+  ``lock``, ``last_write``, ``last_refused``, ``policy_last``, ``server_time``, ``contract_version``);
+  ``refused`` is null or why the gate is inactive; ``gate`` shows the hysteresis settings and whether it is
+  closed now; ``explore`` the exploration share, its period, the batches explored and whether it is on now.
   ``batches_drafted`` counts decode batches that drafted (steps > 0), ``batches_gated`` those the gate
   forced to 0; a batch SGLang's own band put at 0 counts as neither. ``counters``: per batch-size bin
   (powers of two up to ``max_running_requests``), for drafted (steps > 0) and gated (0 steps, whoever chose
@@ -36,15 +37,28 @@ AROUND hooks through SGLang's ``HookRegistry``:
   forced zeros never drag down the band's acceptance EMA (nor count toward its update interval). Every
   verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``).
 
+Exploration: so the engine counters keep measuring both modes at every load the server sees, a small
+deterministic share of each batch-size bin's batches runs the other mode than the gate says: every
+``round(1 / share)``-th batch of a bin (the counters' power-of-two bins), drafted where the gate would gate
+it and gated where it would draft (a batch the bands themselves put at 0 stays at 0: there is no step count
+to draft it with). The share is ``knob_contract.DEFAULT_EXPLORE_SHARE`` (2 %) unless
+``SPECTOWER_EXPLORE_SHARE`` says otherwise at launch or ``spectower_explore_share`` at runtime; 0 turns it
+off. An explored batch leaves the hysteresis alone (neither the gate's state nor its dwell count moves,
+and it is no gate switch); it is counted under ``explore`` and, where it changed the step count, under
+``gate.explore_changes`` (each such change is an override-log entry too: about 2 x share of the batches).
+While a lock holds the knob (an operator's manual set, e.g. ``control set --off --hold``, or a sweep's)
+nothing is explored: an operator's off means off, and a sweep measures exactly the ceiling it set.
+
 Hysteresis: every step switch appends an entry to SGLang's runtime-context override log
 (``EAGLEWorkerV2.apply_runtime_state`` -> ``get_context().override("adaptive_spec.restore", ...)``), which is
 never trimmed; a gate flipping on every batch as the load hovers at the ceiling would grow it without
 bound. The gate therefore closes at once when a batch exceeds N (the contract's guarantee: no drafting above
-N), but opens again only when the batch size is <= N - margin AND it has stayed closed for at least
-``min_dwell`` batches. margin defaults to 10% of N (at least 1, at most N - 1, so N = 1 can reopen);
-``SPECTOWER_GATE_MARGIN`` (batches) and ``SPECTOWER_GATE_MIN_DWELL`` (batches, default 16) override it in
-the SGLang process's environment. Worst case: 2 switches per min_dwell + 1 batches; a load hovering within
-the margin: no switch at all after the first.
+N, but for the explored batches while no lock holds the knob), but opens again only when the batch size is
+<= N - margin AND it has stayed closed for at least ``min_dwell`` batches. margin defaults to 10% of N (at
+least 1, at most N - 1, so N = 1 can reopen); ``SPECTOWER_GATE_MARGIN`` (batches) and
+``SPECTOWER_GATE_MIN_DWELL`` (batches, default 16) override it in the SGLang process's environment. Worst
+case: 2 switches per min_dwell + 1 batches; a load hovering within the margin: no switch at all after the
+first.
 
 Refusal (loud warning, server unharmed): if any target is missing, ``register()`` registers nothing. If the
 server runs without ``--speculative-adaptive`` (or SGLang fell back from adaptive, or a band of its adaptive
@@ -95,6 +109,7 @@ TARGETS: dict[str, tuple[str, str, str]] = {
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
+ENV_EXPLORE_SHARE = knob_contract.EXPLORE_ENV
 DEFAULT_GATE_MARGIN_FRACTION = 0.10
 DEFAULT_GATE_MIN_DWELL = 16
 # Reported as the ceiling before the first set when the scheduler's max_running_requests is unknown.
@@ -129,10 +144,33 @@ def _env_int(name: str) -> int | None:
     return value
 
 
+def _env_explore_share() -> float:
+    """The launch-time exploration share: ``SPECTOWER_EXPLORE_SHARE`` when valid, else the default."""
+    raw = os.environ.get(ENV_EXPLORE_SHARE)
+    if raw is None or raw.strip() == "":
+        return knob_contract.DEFAULT_EXPLORE_SHARE
+    try:
+        return knob_contract.explore_share_of(float(raw), ENV_EXPLORE_SHARE)
+    except (ValueError, knob_contract.ContractError) as exc:
+        logger.warning("spectower: ignoring %s=%r (%s); exploring %g", ENV_EXPLORE_SHARE, raw,
+                       exc, knob_contract.DEFAULT_EXPLORE_SHARE)  # fmt: skip
+        return knob_contract.DEFAULT_EXPLORE_SHARE
+
+
+def explore_bin(batch_size: int) -> int:
+    """The counters' bin of a batch (the smallest power of two >= it): exploration counts per bin."""
+    return 1 << max(0, int(batch_size) - 1).bit_length()
+
+
 class Gate:
     """The per-process gate: the ceiling, the hysteresis state and the counters. Pure logic, no sglang."""
 
-    def __init__(self, margin: int | None = None, min_dwell: int = DEFAULT_GATE_MIN_DWELL) -> None:
+    def __init__(
+        self,
+        margin: int | None = None,
+        min_dwell: int = DEFAULT_GATE_MIN_DWELL,
+        explore_share: float = 0.0,
+    ) -> None:
         self.ceiling: int | None = None  # None: unlimited until the first set
         self.margin_override = margin
         self.min_dwell = min_dwell
@@ -142,6 +180,15 @@ class Gate:
         self.batches_gated = 0
         self.verifies_dropped = 0
         self.switches = 0
+        # Exploration (module docstring): every `explore_period`-th batch of a bin runs the other mode.
+        self.explore_share = 0.0
+        self.explore_period = 0
+        self.set_explore_share(explore_share)
+        self._bin_batches: dict[int, int] = {}  # batches seen per bin while exploring was allowed
+        self.explored_now = False  # the last decide() explored (count() attributes its step change)
+        self.batches_explored = 0
+        self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
+        self._last_explored = False
         # Where step changes come from (each one SGLang applies appends to its override log): changes of
         # the bands' own answer (SGLang's batch-size bands and acceptance EMA) vs of the answer returned.
         self.band_changes = 0
@@ -161,6 +208,11 @@ class Gate:
             wanted = max(1, round(self.ceiling * DEFAULT_GATE_MARGIN_FRACTION))
         return min(wanted, self.ceiling - 1)
 
+    def set_explore_share(self, share: float) -> None:
+        """A new exploration share (validated by the caller: 0 .. knob_contract.MAX_EXPLORE_SHARE)."""
+        self.explore_share = float(share)
+        self.explore_period = knob_contract.explore_period(self.explore_share)
+
     def set_ceiling(self, value: int) -> None:
         with self._lock:
             self.ceiling = value
@@ -168,36 +220,59 @@ class Gate:
             self.closed = False
             self.closed_batches = 0
 
-    def decide(self, batch_size: int) -> bool:
-        """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis."""
+    def _judge(self, batch_size: int) -> tuple[bool, int]:
+        """What the hysteresis says for this batch: (closed, closed_batches after it); changes nothing."""
         ceiling = self.ceiling
         if ceiling is None:
-            closed = False
-        elif not self.closed:
+            return False, self.closed_batches
+        if not self.closed:
             closed = batch_size > ceiling
-            if closed:
-                self.closed_batches = 0
-        else:
-            self.closed_batches += 1
-            reopen = batch_size <= ceiling - self.margin() and self.closed_batches >= self.min_dwell
-            closed = not reopen
+            return closed, 0 if closed else self.closed_batches
+        dwelt = self.closed_batches + 1
+        return not (batch_size <= ceiling - self.margin() and dwelt >= self.min_dwell), dwelt
+
+    def _explore_due(self, batch_size: int) -> bool:
+        period = self.explore_period
+        if period <= 0:
+            return False
+        key = explore_bin(batch_size)
+        seen = self._bin_batches.get(key, 0) + 1
+        self._bin_batches[key] = seen
+        return seen % period == 0
+
+    def decide(self, batch_size: int, may_explore: bool = True) -> bool:
+        """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis;
+        every ``explore_period``-th batch of a bin (while ``may_explore``) runs the other mode instead,
+        leaving the hysteresis state as it was."""
+        closed, dwelt = self._judge(batch_size)
+        if may_explore and self._explore_due(batch_size):
+            self.explored_now = True
+            self._decisions.append((batch_size, not closed))
+            return not closed
+        self.explored_now = False
         if closed != self.closed:
             self.switches += 1
-        self.closed = closed
+        self.closed, self.closed_batches = closed, dwelt
         self._decisions.append((batch_size, closed))
         return closed
 
-    def count(self, gated: bool, steps: int) -> None:
+    def count(self, gated: bool, steps: int, explored: bool = False) -> None:
+        """Count one decode batch: ``gated`` by the gate (or by exploration), the bands' ``steps``."""
         if gated:
             self.batches_gated += 1
         elif steps > 0:
             self.batches_drafted += 1
         final = 0 if gated else steps
+        # An explored batch the bands put at 0 anyway ran as it would have: no exploration happened.
+        explored = explored and (gated or steps > 0)
+        self.batches_explored += explored
         if self._last_band_steps is not None and steps != self._last_band_steps:
             self.band_changes += 1
         if self._last_steps is not None and final != self._last_steps:
             self.step_changes += 1
+            self.explore_changes += explored or self._last_explored
         self._last_band_steps, self._last_steps = steps, final
+        self._last_explored = explored
 
     def verify_was_gated(self, batch_size: int, num_correct: list[int]) -> bool:
         """Whether a verify result belongs to a batch this gate forced to 0 steps.
@@ -227,7 +302,18 @@ class Gate:
                 "step_changes": self.step_changes,
                 "verifies_dropped": self.verifies_dropped,
                 "ceiling_set": self.ceiling is not None,
+                "explore_changes": self.explore_changes,
             },
+        }
+
+    def explore_report(self, active: bool) -> dict[str, Any]:
+        """The ``explore`` block (the simulator reports the same): the share, every how many batches of a
+        bin one is explored, how many were, and whether exploring is on now (no lock holds the knob)."""
+        return {
+            "share": self.explore_share,
+            "period": self.explore_period,
+            "batches": self.batches_explored,
+            "active": active and self.explore_period > 0,
         }
 
 
@@ -237,6 +323,7 @@ class _PluginState:
         self.gate = Gate(
             margin=_env_int(ENV_GATE_MARGIN),
             min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
+            explore_share=_env_explore_share(),
         )
         self.owner = knob_contract.KnobOwner()
         # Per batch-size bin, drafted vs gated: steps, output tokens, step time (control/engine_counters.py).
@@ -264,6 +351,15 @@ def gate_state() -> Gate:
 def engine_counters_state() -> engine_counters.EngineCounters:
     """This process's decode counters (per batch-size bin, drafted vs gated)."""
     return _state().counters
+
+
+def off_without_exploration() -> bool:
+    """The knob is at 0 and no batch explores drafting (a lock holds it, or the share is 0): the gated-decode
+    plugin may then skip the draft model's extend (control/sglang_gated_decode.py), since no batch will
+    draft until the knob rises again."""
+    state = _state()
+    exploring = state.gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
+    return state.gate.ceiling == 0 and not exploring
 
 
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
@@ -423,12 +519,16 @@ def hook_set_internal_state(
         previous = _reported_ceiling(scheduler)
         if request.value is not None:
             state.gate.set_ceiling(request.value)
+        if request.explore_share is not None:
+            state.gate.set_explore_share(request.explore_share)
         owner.commit(request, previous, now)
     lock = owner.report(now)["lock"]
     logger.info(
-        "spectower: %s %s -> %s by %s%s, lock %s (pid %d)", KNOB_KEY, previous,
+        "spectower: %s %s -> %s by %s%s%s, lock %s (pid %d)", KNOB_KEY, previous,
         request.value if request.value is not None else previous, request.writer_name,
-        " (release)" if request.release else "", lock, os.getpid(),
+        " (release)" if request.release else "",
+        f", exploration share {request.explore_share:g}" if request.explore_share is not None else "",
+        lock, os.getpid(),
     )  # fmt: skip
     return answer
 
@@ -441,14 +541,19 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             refusal = _check_refusal(scheduler)
             max_running = getattr(scheduler, "max_running_requests", None)
             unlimited_as = max_running if isinstance(max_running, int) else DEFAULT_UNLIMITED_REPORT
-            block = _state().gate.report(unlimited_as)
+            gate = _state().gate
+            block = gate.report(unlimited_as)
             block.update(_state().owner.report())
+            block["explore"] = gate.explore_report(block["owner"] == knob_contract.OWNER_FREE)
             block["refused"] = refusal
             block["override_log_len"] = _override_log_len()
             counters = _state().counters
             if isinstance(max_running, int):
                 counters.ensure(max_running)  # bins up to max_running_requests from the first report on
             block["counters"] = counters.snapshot()
+            gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
+            if gated_decode is not None and gated_decode.hooked():
+                block["gated_decode"] = gated_decode.extend_skip().report()
             state["spectower"] = block
     except Exception:
         logger.exception("spectower: could not add its state to get_internal_state")
@@ -482,8 +587,11 @@ def hook_get_steps_for_batch(
             # Without a step-0 runtime state, switching to 0 would raise inside SGLang: never force it.
             _warn_once("no-zero", "spectower: no adaptive band allows step 0; the gate stays open")
         else:
-            gated = gate.decide(int(batch_size))
-            gate.count(gated, steps)
+            # No exploration while a lock holds the knob: an operator's off means off, a sweep's ceiling
+            # is measured as set.
+            free = gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
+            gated = gate.decide(int(batch_size), may_explore=free)
+            gate.count(gated, steps, gate.explored_now)
             final = 0 if gated else steps
     except Exception:
         _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)

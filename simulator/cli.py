@@ -64,8 +64,15 @@ def serve(
         help="Be the same server launched without speculation: the profile's plain curve "
         "(output_tok_s.plain, else spec_off), no speculative_algorithm, no spectower knob.",
     ),
+    explore_share: float | None = typer.Option(
+        None,
+        "--explore-share",
+        help="Share of each batch-size bin's decode batches that run the other mode than the ceiling says "
+        "(0..0.2; 0 = none). Default: $SPECTOWER_EXPLORE_SHARE, else 0.02, as the SGLang plugin.",
+    ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
+    from spectower.control import knob_contract
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile
     from spectower.simulator.server import run
@@ -78,6 +85,18 @@ def serve(
         loaded = loaded.without_speculation()
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
+    share_from = "--explore-share"
+    if explore_share is None:
+        share_from = knob_contract.EXPLORE_ENV
+        raw = os.environ.get(share_from, "").strip()
+        try:
+            explore_share = float(raw) if raw else knob_contract.DEFAULT_EXPLORE_SHARE
+        except ValueError:
+            fail(f"{share_from} must be a number in 0..{knob_contract.MAX_EXPLORE_SHARE:g}, got {raw!r}")
+    try:
+        knob_contract.explore_share_of(explore_share, share_from)
+    except knob_contract.ContractError as exc:
+        fail(str(exc))
     try:
         config = SimConfig(
             profile=loaded,
@@ -90,6 +109,7 @@ def serve(
             decode_log_interval=decode_log_interval,
             dp_size=dp_size,
             max_running_requests=max_running_requests,
+            explore_share=explore_share,
         )
     except ValueError as exc:
         fail(str(exc))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spectower.control import knob_contract
 from spectower.simulator.profile import Profile
 
 DEFAULT_HOST = "127.0.0.1"
@@ -29,6 +30,9 @@ class SimConfig:
     decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL
     dp_size: int = DEFAULT_DP_SIZE
     max_running_requests: int | None = None
+    # The SGLang plugin's exploration share (control/knob_contract.py): every round(1/share)-th decode batch
+    # of a batch-size bin runs the other mode; 0 = none. `sim serve` takes SPECTOWER_EXPLORE_SHARE too.
+    explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE
 
     @property
     def effective_max_running_requests(self) -> int:
@@ -41,6 +45,7 @@ class SimConfig:
             raise ValueError(f"dp-size must be >= 1, got {self.dp_size}")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise ValueError(f"max-running-requests must be >= 1, got {self.max_running_requests}")
+        knob_contract.explore_share_of(self.explore_share, "explore-share")  # ContractError is a ValueError
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if self.gpu_metrics_port is not None and not 0 <= self.gpu_metrics_port <= 65535:

@@ -1,16 +1,22 @@
 """A dcgm-exporter style ``/metrics`` for the virtual GPUs (served on ``--gpu-metrics-port``).
 
 Names, HELP texts, types and labels as NVIDIA's dcgm-exporter writes them with its default counters:
-``gpu, UUID, pci_bus_id, device, modelName, Hostname`` (+ ``DCGM_FI_DRIVER_VERSION``); counters have no
-``_total`` suffix (dcgm-exporter does not add one), and values are formatted as it does (integers for
-integer fields).
+``gpu, UUID, pci_bus_id, device, modelName, Hostname`` (+ ``DCGM_FI_DRIVER_VERSION``); integer fields are
+rounded to integers as it does. The text itself is prometheus_client's exposition (``generate_latest``, as
+the simulated SGLang ``/metrics``), so label values are escaped; one difference from dcgm-exporter's own
+text: the two counters carry the text format's ``_total`` sample suffix, which Prometheus parsers read as
+the same counter family (and no collector reads them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from fastapi import FastAPI
 from fastapi.responses import Response
-from spectower.simulator.gpus import GpuReading, VirtualGpus
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from spectower.simulator.exposition import exposition
+from spectower.simulator.gpus import VirtualGpus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DRIVER_VERSION = "580.95.05"
@@ -56,23 +62,24 @@ FIELDS: tuple[tuple[str, str, str, str, bool], ...] = (
 )
 
 
-def _labels(gpus: VirtualGpus, g: GpuReading) -> str:
-    return (
-        f'gpu="{g.index}",UUID="{g.uuid}",pci_bus_id="{g.pci_bus_id}",device="nvidia{g.index}",'
-        f'modelName="{gpus.name}",Hostname="{gpus.hostname}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
-    )
+LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
 
 
-def render(gpus: VirtualGpus) -> str:
-    lines: list[str] = []
+def _families(gpus: VirtualGpus) -> Iterator[Metric]:
+    """Every field for every virtual GPU, read now."""
     for name, kind, doc, attr, integer in FIELDS:
-        lines.append(f"# HELP {name} {doc}")
-        lines.append(f"# TYPE {name} {kind}")
+        make = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        family = make(name, doc, labels=LABELS)
         for g in gpus.gpus:
             value = float(getattr(g, attr)) if attr else 0.0
-            text = str(round(value)) if integer else f"{value:.6f}"
-            lines.append(f"{name}{{{_labels(gpus, g)}}} {text}")
-    return "\n".join(lines) + "\n"
+            labels = [str(g.index), g.uuid, g.pci_bus_id, f"nvidia{g.index}", gpus.name, gpus.hostname,
+                      DRIVER_VERSION]  # fmt: skip
+            family.add_metric(labels, float(round(value)) if integer else value)
+        yield family
+
+
+def render(gpus: VirtualGpus) -> bytes:
+    return exposition(_families(gpus))
 
 
 def build_app(gpus: VirtualGpus) -> FastAPI:

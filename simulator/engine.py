@@ -16,6 +16,9 @@ decode steps over the running batch:
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
   modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
+- exploration, as the SGLang plugin's gate does it: every ``round(1 / explore_share)``-th decode batch of a
+  batch-size bin (per rank) runs the other mode than the knob says, unless a lock (manual or sweep) holds
+  the knob. The knob's owner (``control.knob_contract.KnobOwner``) lives on the engine for that reason.
 
 Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
 not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
@@ -37,7 +40,9 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
+from spectower.control import knob_contract
 from spectower.control.engine_counters import EngineCounters
+from spectower.control.sglang_plugin import explore_bin
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
@@ -184,6 +189,8 @@ class RankScheduler:
         self.spec_max_bs = engine.max_running_requests  # initial knob: always on
         self.batches_drafted = 0
         self.batches_gated = 0
+        self.batches_explored = 0
+        self._bin_batches: dict[int, int] = {}  # decode batches per bin while exploring was allowed
         # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
@@ -193,13 +200,7 @@ class RankScheduler:
         # Cumulative since start / last /flush_cache (avg_spec_accept_length).
         self.cum_accept_tokens = 0
         self.cum_verify_ct = 0
-        # Since the last decode log (the gauges' window).
-        self._win_steps = 0
-        self._win_tokens = 0
-        self._win_verify = 0
-        self._win_accepted = 0
-        self._win_proposed = 0
-        self._win_start = time.monotonic()
+        self._new_window(time.monotonic())
         self.last_decode_mono: float | None = None
         self.last_gen_throughput = 0.0
         # Totals for /v1/loads, counters and the virtual GPUs.
@@ -309,6 +310,9 @@ class RankScheduler:
         # A gated batch runs at the profile's knob-off curve (spec_off: SGLang verifies it as a 1-token
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
+        if profile.speculative and self._explore_due(batch):
+            drafted = not drafted
+            self.batches_explored += 1
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
         rate = profile.output_tok_s(batch, drafted)
@@ -374,6 +378,16 @@ class RankScheduler:
             self._publish(now, prefill=False)
         return deadline
 
+    def _explore_due(self, batch: int) -> bool:
+        """Whether this batch is its bin's ``explore_period``-th (the plugin's ``Gate._explore_due``)."""
+        period = self.engine.explore_period
+        if period <= 0 or not self.engine.explore_allowed():
+            return False
+        key = explore_bin(batch)
+        seen = self._bin_batches.get(key, 0) + 1
+        self._bin_batches[key] = seen
+        return seen % period == 0
+
     def _emit(self, r: SimRequest) -> None:
         if len(r.output) >= r.max_new_tokens and not r.finished:
             r.finished = True
@@ -405,8 +419,7 @@ class RankScheduler:
         g.spec_accept_rate = self._win_accepted / self._win_proposed if self._win_proposed else 0.0
         g.spec_num_steps = self.active_steps
         g.spec_num_draft_tokens = self.active_steps + 1
-        self._win_steps = self._win_tokens = self._win_verify = self._win_accepted = self._win_proposed = 0
-        self._win_start = now
+        self._new_window(now)
 
     def _publish_idle(self) -> None:
         # SGLang's _maybe_log_idle_metrics: once the scheduler finds no batch while its running gauge
@@ -420,8 +433,12 @@ class RankScheduler:
         g.token_usage = 0.0
         g.utilization = 0.0
         # The next busy period's first window starts when work arrives, not now.
+        self._new_window(time.monotonic())
+
+    def _new_window(self, start: float) -> None:
+        """Start the gauges' next window: what the decode steps since the last decode log add up."""
         self._win_steps = self._win_tokens = self._win_verify = self._win_accepted = self._win_proposed = 0
-        self._win_start = time.monotonic()
+        self._win_start = start
 
 
 class Engine:
@@ -440,6 +457,11 @@ class Engine:
         self.ready = False
         self._index = itertools.count()
         self._rr = itertools.count()
+        # Who holds the knob (the contract's logic, shared with the plugin); exploration pauses under a lock.
+        self.owner = knob_contract.KnobOwner()
+        self.explore_share = 0.0
+        self.explore_period = 0
+        self.set_explore_share(config.explore_share)
         self.ranks = [RankScheduler(self, i) for i in range(config.dp_size)]
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -483,6 +505,15 @@ class Engine:
         for r in self.ranks:
             r.spec_max_bs = value
         return [True for _ in self.ranks]
+
+    def set_explore_share(self, share: float) -> None:
+        self.explore_share = float(share)
+        self.explore_period = knob_contract.explore_period(self.explore_share)
+
+    def explore_allowed(self) -> bool:
+        """Exploring only while no lock holds the knob: an operator's off means off, a sweep's ceiling is
+        measured as set."""
+        return self.owner.owner() == knob_contract.OWNER_FREE
 
     def flush_cache(self) -> bool:
         if not self.idle:

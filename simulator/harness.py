@@ -16,23 +16,35 @@ Effects the real server has that the harness reproduces:
 - optionally, a share of intervals arrive stale (``stale_probability``), as when a scrape fails;
 - the runner polls the gauges every tick and averages them over the decision interval; that average then
   carries noise with the profile's coefficient of variation (pessimistic on purpose: real polls of one
-  gauge window are correlated, and a profile's ``noise_cv`` is its run-to-run spread).
+  gauge window are correlated, and a profile's ``noise_cv`` is its run-to-run spread);
+- the gate explores (``explore_share``, the SGLang plugin's default 2 %): that share of the decode steps
+  at every batch size runs the other mode than the ceiling says, so tokens, gauges and counters all
+  include it;
+- the engine counters (control/engine_counters.py) as the plugin publishes them, one rank: per
+  power-of-two batch-size bin and mode, cumulative steps, tokens and step time, the step time with
+  per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``);
+  each Observation carries a snapshot (``Observation.counters``).
 
 Efficiency = tokens under the policy / tokens under the oracle that, at every instant, knows the profile
 and picks the better of spec-on and spec-off for the current concurrency. "Off" is what the knob can do: the
 profile's ``spec_off`` curve (the knob at 0, gated batches verified one token at a time), never a server
 launched without speculation; where a profile has that curve too (``output_tok_s.plain``), the result
 reports ``plain_tokens`` (a plain server under the same trace) beside the oracle's, so a knob that cannot
-match a plain server shows as ``plain_vs_oracle`` > 1.
+match a plain server shows as ``plain_vs_oracle`` > 1. The oracle is charged the exploration share too
+(its best mode still explores the other one), since no ceiling can avoid it; ``explore_cost`` is what
+exploring costs that oracle (1 - its tokens / the tokens of an oracle that never explores).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectower.control import knob_contract
+from spectower.control.engine_counters import COUNTERS_VERSION, MODES, power_of_two_bins
 from spectower.control.policy import Observation, Policy, make_policy
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
@@ -58,6 +70,7 @@ class HarnessConfig:
     noise_cv: float | None = None  # None: the profile's
     initial_max_bs: int | None = None  # None: max_running_requests (a server launched with spec on)
     stale_probability: float = 0.0  # share of intervals whose metrics are stale (scrape failed, ...)
+    explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE  # the gate's exploration (0 = none)
 
     def validate(self) -> None:
         for key in ("decision_interval_s", "tick_s"):
@@ -76,6 +89,16 @@ class HarnessConfig:
             raise HarnessError("initial_max_bs must be >= 0")
         if not 0 <= self.stale_probability < 1:
             raise HarnessError(f"stale_probability must be in [0, 1), got {self.stale_probability!r}")
+        try:
+            knob_contract.explore_share_of(self.explore_share, "explore_share")
+        except knob_contract.ContractError as exc:
+            raise HarnessError(str(exc)) from None
+
+    @property
+    def effective_explore_share(self) -> float:
+        """The share the gate really explores: one batch in ``round(1 / explore_share)`` per bin."""
+        period = knob_contract.explore_period(self.explore_share)
+        return 1.0 / period if period else 0.0
 
 
 @dataclass
@@ -92,11 +115,23 @@ class RunResult:
     decisions: int
     spec_on_fraction: float  # share of busy time spent drafting
     final_max_bs: int
+    explore_share: float = 0.0  # the share the gate explored (effective: 1 / round(1 / configured))
+    pure_oracle_tokens: float = 0.0  # the oracle without exploration
     timeline: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
     def efficiency(self) -> float:
         return self.tokens / self.oracle_tokens if self.oracle_tokens > 0 else 1.0
+
+    @property
+    def explore_cost(self) -> float:
+        """What exploring costs the oracle: 1 - its tokens / an oracle's that never explores."""
+        pure = self.pure_oracle_tokens
+        return 1.0 - self.oracle_tokens / pure if pure > 0 else 0.0
+
+    @property
+    def changes_per_hour(self) -> float:
+        return self.flips * 3600.0 / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,30 +145,134 @@ class RunResult:
             "oracle_tokens": round(self.oracle_tokens, 1),
             "plain_tokens": round(self.plain_tokens, 1),
             "flips": self.flips,
+            "changes_per_hour": round(self.changes_per_hour, 3),
             "decisions": self.decisions,
             "spec_on_fraction": round(self.spec_on_fraction, 4),
             "final_max_bs": self.final_max_bs,
+            "explore_share": self.explore_share,
+            "explore_cost": round(self.explore_cost, 6),
         }
 
 
 @dataclass(frozen=True)
-class _Tables:
-    """The profile at every integer batch size 0..max_running_requests (the harness never asks more)."""
+class _Mode:
+    """What one tick at one batch size does when the ceiling says draft (or gate), exploration included."""
 
-    on: tuple[float, ...]
-    off: tuple[float, ...]  # the knob at 0 (spec_off), not a plain server
+    rate: float  # aggregate output tok/s
+    accept: float  # tokens per request per decode step (the accept-length gauge)
+    steps_s: float  # decode steps per second
+    drafted_steps_s: float  # of them drafted
+    gated_steps_s: float
+    drafted_time: float  # share of the time spent in drafted steps
+    drafted_tok_share: float  # share of the tokens made by drafted steps
+
+
+def _mode(batch: int, on: float, off: float, accept: float, drafting: bool, share: float) -> _Mode:
+    """One decode step drafted makes ``batch * accept`` tokens in ``batch * accept / on`` seconds; gated,
+    ``batch`` tokens in ``batch / off``. A share ``share`` of the steps runs the other mode."""
+    if batch <= 0:
+        return _Mode(0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    tok_d, tok_g = batch * accept, float(batch)
+    t_d, t_g = tok_d / on, tok_g / off
+    p_d = 1.0 - share if drafting else share  # share of steps drafted
+    p_g = 1.0 - p_d
+    step_time = p_d * t_d + p_g * t_g
+    tokens = p_d * tok_d + p_g * tok_g
+    steps_s = 1.0 / step_time
+    return _Mode(rate=tokens / step_time, accept=tokens / (batch * 1.0), steps_s=steps_s,
+                 drafted_steps_s=p_d * steps_s, gated_steps_s=p_g * steps_s,
+                 drafted_time=p_d * t_d / step_time, drafted_tok_share=p_d * tok_d / tokens)
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """The profile at every integer batch size 0..max_running_requests (the harness never asks more), for
+    the ceiling saying draft (``on``) or gate (``off``), with the exploration share."""
+
+    on: tuple[_Mode, ...]
+    off: tuple[_Mode, ...]  # the knob at 0 (spec_off), not a plain server
+    pure_best: tuple[float, ...]  # the better mode's rate without exploration
     plain: tuple[float, ...]
-    accept: tuple[float, ...]
 
     @classmethod
-    def of(cls, profile: Profile) -> _Tables:
+    def of(cls, profile: Profile, share: float) -> _Tables:
         n = profile.max_running_requests  # bounded by profile.MAX_RUNNING_REQUESTS
+        on_rate = [profile.output_tok_s(c, True) for c in range(n + 1)]
+        off_rate = [profile.output_tok_s(c, False) for c in range(n + 1)]
+        accept = [profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)]
+        if not profile.speculative:  # no drafting, no gate: nothing to explore
+            share = 0.0
         return cls(
-            on=tuple(profile.output_tok_s(c, True) for c in range(n + 1)),
-            off=tuple(profile.output_tok_s(c, False) for c in range(n + 1)),
+            on=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], True, share) for c in range(n + 1)),
+            off=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
+            pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
-            accept=tuple(profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)),
         )
+
+
+class _Counters:
+    """The engine counters of one rank, cumulative, fed per tick (control/engine_counters.py's shape).
+
+    A server counts whole decode steps, each with its tokens and its time; the fluid model makes fractions
+    of steps per tick, so each (bin, mode) carries its unfinished step over to the next tick and publishes
+    only whole ones (a sparse mode, e.g. the explored one at batch size 1, thus never shows time without
+    the tokens made in it)."""
+
+    def __init__(self, max_running_requests: int, noise_cv: float, rng: random.Random) -> None:
+        self.bins = power_of_two_bins(max_running_requests)
+        n = len(self.bins)
+        self.steps = {mode: [0] * n for mode in MODES}
+        self.tokens = {mode: [0.0] * n for mode in MODES}
+        self.time_s = {mode: [0.0] * n for mode in MODES}
+        # the unfinished step of each (mode, bin): [steps, tokens, seconds]
+        self.partial = {mode: [[0.0, 0.0, 0.0] for _ in range(n)] for mode in MODES}
+        self.noise_cv = noise_cv
+        self.rng = rng
+
+    def add(self, batch: int, m: _Mode, seconds: float) -> None:
+        i = min(bisect.bisect_left(self.bins, batch), len(self.bins) - 1)
+        for mode, steps_s, time_share, tok_share in (
+            ("drafted", m.drafted_steps_s, m.drafted_time, m.drafted_tok_share),
+            ("gated", m.gated_steps_s, 1.0 - m.drafted_time, 1.0 - m.drafted_tok_share),
+        ):
+            steps = steps_s * seconds
+            if steps <= 0:
+                continue
+            part = self.partial[mode][i]
+            part[0] += steps
+            part[1] += tok_share * m.rate * seconds
+            part[2] += time_share * seconds
+            whole = math.floor(part[0] + 1e-9)
+            if whole < 1:
+                continue
+            share = whole / part[0]
+            tokens, spent = part[1] * share, part[2] * share
+            if self.noise_cv > 0:  # each step's time carries noise_cv: n steps average it down
+                spent *= max(0.2, 1.0 + self.noise_cv / math.sqrt(whole) * self.rng.gauss(0.0, 1.0))
+            self.steps[mode][i] += whole
+            self.tokens[mode][i] += tokens
+            self.time_s[mode][i] += spent
+            part[0] -= whole
+            part[1] -= tokens
+            part[2] -= part[2] * share
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "version": COUNTERS_VERSION,
+            "started_at": 0.0,
+            "clock": "model",
+            "bins": list(self.bins),
+            **{
+                mode: {
+                    "steps": list(self.steps[mode]),
+                    "tokens": [round(v, 6) for v in self.tokens[mode]],
+                    "time_s": [round(v, 9) for v in self.time_s[mode]],
+                }
+                for mode in MODES
+            },
+            "unmatched": 0,
+            "dropped": 0,
+        }
 
 
 def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float | None = None, seed: int = 0,
@@ -145,10 +284,13 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     if not math.isfinite(duration) or duration <= 0:
         raise HarnessError(f"duration must be > 0 seconds, got {duration_s!r}")
     mrr = profile.max_running_requests
-    tables = _Tables.of(profile)
+    share = cfg.effective_explore_share if profile.speculative else 0.0
+    tables = _Tables.of(profile, share)
     noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
     rng = random.Random(f"harness:{seed}")
     stale_rng = random.Random(f"stale:{seed}")  # its own stream: staleness does not reshuffle the noise
+    # The counters' noise has its own stream too: the gauges' noise stays what it was before counters.
+    counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
 
     tick = cfg.tick_s
     n_ticks = round(duration / tick)
@@ -157,9 +299,10 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
 
     knob = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
     pending: list[tuple[int, int]] = []  # (tick at which it applies, value)
-    tokens = oracle = plain = 0.0
+    tokens = oracle = pure_oracle = plain = 0.0
     flips = decisions = 0
-    busy_ticks = drafting_ticks = 0
+    busy_ticks = 0
+    drafting_time = 0.0
     # gauge state: the window being accumulated, and the last published values
     win_steps = win_tokens = win_time = win_accept_steps = 0.0
     gauge_tok_s: float | None = None
@@ -180,23 +323,23 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         conc = max(0, round(trace.concurrency_at(t)))
         running = min(conc, mrr)
         queued = conc - running
-        drafting = running > 0 and running <= knob
-        rate = (tables.on if drafting else tables.off)[running]
-        best = max(tables.on[running], tables.off[running])
+        drafting = running > 0 and running <= knob and profile.speculative
+        mode = (tables.on if drafting else tables.off)[running]
+        rate = mode.rate
         tokens += rate * tick
-        oracle += best * tick
+        oracle += max(tables.on[running].rate, tables.off[running].rate) * tick
+        pure_oracle += tables.pure_best[running] * tick
         plain += tables.plain[running] * tick
         if running:
             busy_ticks += 1
-            drafting_ticks += drafting
+            drafting_time += mode.drafted_time
             idle_s = 0.0
-            accept = tables.accept[running] if drafting else 1.0
-            # one decode step makes `accept` tokens per request: step time = accept * running / rate
-            steps = tick * rate / (accept * running)
+            counters.add(running, mode, tick)
+            steps = mode.steps_s * tick
             win_steps += steps
             win_tokens += rate * tick
             win_time += tick
-            win_accept_steps += accept * steps
+            win_accept_steps += mode.accept * steps
             if win_steps >= cfg.gauge_log_interval_steps:
                 gauge_tok_s = win_tokens / win_time
                 gauge_accept = win_accept_steps / win_steps
@@ -234,6 +377,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
                 spec_max_bs=knob,
                 max_running_requests=mrr,
                 stale=stale,
+                counters=None if stale or not profile.speculative else counters.snapshot(),
             )
             decision = policy.decide(obs)
             decisions += 1
@@ -259,8 +403,10 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         plain_tokens=plain,
         flips=flips,
         decisions=decisions,
-        spec_on_fraction=drafting_ticks / busy_ticks if busy_ticks else 0.0,
+        spec_on_fraction=drafting_time / busy_ticks if busy_ticks else 0.0,
         final_max_bs=knob,
+        explore_share=share,
+        pure_oracle_tokens=pure_oracle,
         timeline=timeline,
     )
 
@@ -282,5 +428,6 @@ def evaluate(profile: Profile, trace: Trace, policy_spec: str, duration_s: float
     for spec in baselines:
         base = result if spec == policy_spec else simulate(profile, trace, make_policy(spec, mrr), duration_s,
                                                            seed, config)
-        out["baselines"][spec] = {"efficiency": round(base.efficiency, 6), "flips": base.flips}
+        out["baselines"][spec] = {"efficiency": round(base.efficiency, 6), "flips": base.flips,
+                                  "changes_per_hour": round(base.changes_per_hour, 3)}
     return out

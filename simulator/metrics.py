@@ -24,6 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.http_metrics import HttpCounters
+from spectower.simulator.server_info import STARTUP_TIME
 from spectower.simulator.stats import Hist
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -41,21 +42,10 @@ ROUTING_KEY_BUCKETS = (
     (100, 200),
     (200, None),
 )
-CUDA_GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
-STARTUP_PHASES = {
-    "load_weight": 41.3,
-    "kv_cache_allocation": 2.4,
-    "scheduler_e2e": 96.0,
-    "tokenizer_e2e": 118.5,
-}
-CUDA_GRAPH_STARTUP = {
-    "prefill": 6.1,
-    "decode": 0.0,
-    "target_verify": 4.2,
-    "draft_prefill": 2.3,
-    "draft_decode": 2.0,
-    "draft_extend": 3.4,
-}
+# /server_info's startup times as SGLang's two startup gauges split them: phases, CUDA graph captures.
+STARTUP_PHASES: dict[str, float] = {k: v for k, v in STARTUP_TIME.items() if not isinstance(v, dict)}
+CUDA_GRAPH_STARTUP: dict[str, float] = STARTUP_TIME["cuda_graph"]
+CUDA_GRAPH_PHASES = tuple(CUDA_GRAPH_STARTUP)
 CONTEXT_LEN = 131072
 
 # (name without the prefix, help) of the plain scheduler gauges, in SGLang's order.
@@ -257,22 +247,15 @@ class SGLangCollector(Collector):
 
         # ---- tokenizer side ----
         t = engine.tokenizer
-        startup = GaugeMetricFamily(
-            "sglang:startup_time_seconds",
-            "Engine startup duration by phase in seconds.",
-            labels=[*t_names, "phase"],
-        )
-        for phase, secs in STARTUP_PHASES.items():
-            startup.add_metric([*t_vals, phase], secs)
-        yield startup
-        cg = GaugeMetricFamily(
-            "sglang:startup_cuda_graph_time_seconds",
-            "CUDA graph capture duration by phase in seconds.",
-            labels=[*t_names, "phase"],
-        )
-        for phase, secs in CUDA_GRAPH_STARTUP.items():
-            cg.add_metric([*t_vals, phase], secs)
-        yield cg
+        for name, doc, phases in (
+            ("startup_time_seconds", "Engine startup duration by phase in seconds.", STARTUP_PHASES),
+            ("startup_cuda_graph_time_seconds", "CUDA graph capture duration by phase in seconds.",
+             CUDA_GRAPH_STARTUP),
+        ):  # fmt: skip
+            startup = GaugeMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "phase"])
+            for phase, secs in phases.items():
+                startup.add_metric([*t_vals, phase], secs)
+            yield startup
         for name, doc, data in (
             ("prompt_tokens", "Number of prefill tokens processed.", t.prompt_tokens),
             ("generation_tokens", "Number of generation tokens processed.", t.generation_tokens),
@@ -329,30 +312,21 @@ class SGLangCollector(Collector):
 
         # ---- HTTP server ----
         http = self.http
-        req = CounterMetricFamily(
-            "sglang:http_requests",
-            "Total number of HTTP requests by endpoint and method",
-            labels=["endpoint", "method"],
-        )
-        for (endpoint, method), n in list(http.requests.items()):
-            req.add_metric([endpoint, method], float(n))
-        yield req
-        resp = CounterMetricFamily(
-            "sglang:http_responses",
-            "Total number of HTTP responses by endpoint and status code",
-            labels=["endpoint", "status_code", "method"],
-        )
-        for (endpoint, code, method), n in list(http.responses.items()):
-            resp.add_metric([endpoint, code, method], float(n))
-        yield resp
-        active = GaugeMetricFamily(
-            "sglang:http_requests_active",
-            "Number of currently active HTTP requests",
-            labels=["endpoint", "method"],
-        )
-        for (endpoint, method), n in list(http.active.items()):
-            active.add_metric([endpoint, method], float(n))
-        yield active
+        by_request = ["endpoint", "method"]
+        http_families = (
+            (CounterMetricFamily, "http_requests", "Total number of HTTP requests by endpoint and method",
+             by_request, http.requests),
+            (CounterMetricFamily, "http_responses",
+             "Total number of HTTP responses by endpoint and status code",
+             ["endpoint", "status_code", "method"], http.responses),
+            (GaugeMetricFamily, "http_requests_active", "Number of currently active HTTP requests",
+             by_request, http.active),
+        )  # fmt: skip
+        for family, name, doc, label_names, counts in http_families:
+            counted = family(f"sglang:{name}", doc, labels=label_names)
+            for label_values, n in list(counts.items()):
+                counted.add_metric(list(label_values), float(n))
+            yield counted
         yield GaugeMetricFamily(
             "sglang:routing_keys_active", "Number of unique routing keys with active requests", value=0.0
         )

@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ValidationError
+from prometheus_client.core import GaugeMetricFamily
+from pydantic import BaseModel
 from spectower.control import knob_contract
 from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION
 from spectower.simulator.engine import Engine, RankScheduler
-from spectower.simulator.errors import bad_request
+from spectower.simulator.errors import bad_request, read_json
+from spectower.simulator.exposition import exposition
 from spectower.simulator.http_metrics import HttpCounters
 from spectower.simulator.metrics import CONTENT_TYPE, build_registry, render
 from spectower.simulator.server_info import ServerInfo
 
 logger = logging.getLogger("simulator")
 
-KNOB_KEY = knob_contract.KNOB_KEY
 # Keys SGLang 0.5.23's SchedulerInternalStateController accepts; the simulator stores them.
 SGLANG_STATE_KEYS = (
     "pp_max_micro_batch_size",
@@ -70,29 +72,8 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
     async def metrics() -> Response:
         return Response(render(registry), media_type=CONTENT_TYPE)
 
-    @router.get("/server_info")
-    async def server_info() -> dict[str, Any]:
-        return info.server_info()
-
-    @router.get("/get_server_info")
-    async def get_server_info() -> dict[str, Any]:
-        logger.warning(
-            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-            "Please use '/server_info' instead."
-        )
-        return info.server_info()
-
-    @router.get("/model_info")
-    async def model_info() -> dict[str, Any]:
-        return info.model_info()
-
-    @router.get("/get_model_info")
-    async def get_model_info() -> dict[str, Any]:
-        logger.warning(
-            "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
-            "Please use '/model_info' instead."
-        )
-        return info.model_info()
+    _with_deprecated_alias(router, "/server_info", info.server_info)
+    _with_deprecated_alias(router, "/model_info", info.model_info)
 
     @router.get("/v1/loads")
     async def loads(include: str | None = None, format: str = "json", dp_rank: int | None = None) -> Response:
@@ -125,12 +106,8 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
     @router.api_route("/set_internal_state", methods=["POST", "PUT"])
     async def set_internal_state(request: Request) -> Response:
         try:
-            raw = await request.json()
-        except ValueError:
-            return bad_request("the request body is not valid JSON")
-        try:
-            body = SetInternalStateReq.model_validate(raw)
-        except ValidationError as exc:
+            body = SetInternalStateReq.model_validate(await read_json(request))
+        except ValueError as exc:  # not JSON, or pydantic's ValidationError (a ValueError)
             return bad_request(str(exc))
         args = body.server_args
         owner = knob_state.owner_of(engine)
@@ -138,13 +115,13 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
         ok = True
         if knob_contract.ours(args) and not engine.profile.speculative:
             # a server without speculation has no knob: SGLang answers an unknown key with updated=False
-            logger.warning("Updating %s is not supported.", KNOB_KEY)
+            logger.warning("Updating %s is not supported.", knob_contract.KNOB_KEY)
             return JSONResponse([False for _ in engine.ranks])
         if knob_contract.ours(args):
             try:
                 knob_req = knob_contract.parse_request(args)
             except knob_contract.ContractError as exc:
-                logger.warning("spectower: %s refused: %s", KNOB_KEY, exc)
+                logger.warning("spectower: %s refused: %s", knob_contract.KNOB_KEY, exc)
                 owner.refuse(args, str(exc))
                 return JSONResponse([False for _ in engine.ranks])
         staged: dict[str, int | float] = {}
@@ -173,8 +150,7 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
                         r.flush()
             if knob_req is not None:
                 previous = knob_state.current_value(engine)
-                if knob_req.value is not None:
-                    engine.set_spec_max_bs(knob_req.value)
+                knob_state.apply(engine, knob_req)  # the ceiling and the exploration share
                 owner.commit(knob_req, previous)
         return JSONResponse([True for _ in engine.ranks])
 
@@ -190,6 +166,26 @@ def _parse_include(include: str | None) -> set[str] | None:
     if not parts <= set(LOAD_SECTIONS):
         return None
     return parts | {"core"}
+
+
+def _with_deprecated_alias(router: APIRouter, path: str, body: Callable[[], dict[str, Any]]) -> None:
+    """``GET path``, and SGLang's older ``GET /get_<path>`` that answers the same after logging SGLang's
+    deprecation warning."""
+    alias = "/get_" + path.removeprefix("/")
+
+    async def current() -> dict[str, Any]:
+        return body()
+
+    async def deprecated() -> dict[str, Any]:
+        logger.warning(
+            "Endpoint '%s' is deprecated and will be removed in a future version. Please use '%s' instead.",
+            alias,
+            path,
+        )
+        return body()
+
+    router.add_api_route(path, current, methods=["GET"])
+    router.add_api_route(alias, deprecated, methods=["GET"])
 
 
 def _load(engine: Engine, r: RankScheduler, sections: set[str]) -> dict[str, Any]:
@@ -246,9 +242,10 @@ def _load(engine: Engine, r: RankScheduler, sections: set[str]) -> dict[str, Any
     return load
 
 
-def _loads_prometheus(loads: list[dict[str, Any]]) -> str:
-    """``/v1/loads?format=prometheus``: ``sglang_*`` gauges per ``dp_rank``; nested keys joined by ``_``."""
-    series: dict[str, list[tuple[int, Any]]] = {}
+def _loads_prometheus(loads: list[dict[str, Any]]) -> bytes:
+    """``/v1/loads?format=prometheus``: ``sglang_*`` gauges per ``dp_rank``; nested keys joined by ``_``
+    (prometheus_client's exposition, as the simulated ``/metrics``)."""
+    series: dict[str, list[tuple[int, float]]] = {}
     prefixes = {"speculative": "spec", "disaggregation": "disagg"}
     for load in loads:
         rank = load["dp_rank"]
@@ -262,8 +259,10 @@ def _loads_prometheus(loads: list[dict[str, Any]]) -> str:
                         series.setdefault(f"{prefix}_{sub}", []).append((rank, v))
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 series.setdefault(key, []).append((rank, value))
-    lines: list[str] = []
+    families = []
     for key, values in series.items():
-        lines.append(f"# TYPE sglang_{key} gauge")
-        lines.extend(f'sglang_{key}{{dp_rank="{rank}"}} {v}' for rank, v in values)
-    return "\n".join(lines) + "\n"
+        family = GaugeMetricFamily(f"sglang_{key}", f"/v1/loads {key}", labels=["dp_rank"])
+        for rank, v in values:
+            family.add_metric([str(rank)], float(v))
+        families.append(family)
+    return exposition(families)

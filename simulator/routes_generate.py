@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from spectower.simulator.engine import ABORTED, Engine, SimRequest
-from spectower.simulator.errors import bad_request
+from spectower.simulator.errors import bad_request, read_json
 from spectower.simulator.textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -161,11 +161,7 @@ def build_router(engine: Engine) -> APIRouter:
     @router.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> Response:
         try:
-            body = await request.json()
-        except ValueError:
-            return bad_request("the request body is not valid JSON")
-        try:
-            prompt, max_new, stream, rid = parse_generate_body(body)
+            prompt, max_new, stream, rid = parse_generate_body(await read_json(request))
         except ValueError as exc:
             return bad_request(str(exc))
         req = engine.new_request(prompt, max_new, stream, rid)

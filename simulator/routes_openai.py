@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from spectower.simulator.engine import ABORTED, Engine, SimRequest
-from spectower.simulator.errors import bad_request, error_response
+from spectower.simulator.errors import bad_request, error_response, read_json
 from spectower.simulator.routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
 from spectower.simulator.textgen import estimate_prompt_tokens, piece
 
@@ -89,34 +89,27 @@ def build_router(engine: Engine, served_model_name: str) -> APIRouter:
             ],
         }
 
-    async def _body(request: Request) -> dict[str, Any]:
+    async def answer(request: Request, chat: bool) -> Response:
         try:
-            body = await request.json()
-        except ValueError:
-            raise ValueError("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ValueError("the request body must be a JSON object")
-        return body
+            body = await read_json(request)
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+            if chat:
+                prompt = _chat_prompt_tokens(body.get("messages"))
+            else:
+                prompt = _completion_prompt_tokens(body.get("prompt"))
+            max_tokens = _max_tokens(body)
+        except ValueError as exc:
+            return bad_request(str(exc))
+        return await _serve(engine, body, prompt, max_tokens, chat=chat)
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        try:
-            body = await _body(request)
-            prompt = _chat_prompt_tokens(body.get("messages"))
-            max_tokens = _max_tokens(body)
-        except ValueError as exc:
-            return bad_request(str(exc))
-        return await _serve(engine, body, prompt, max_tokens, chat=True)
+        return await answer(request, chat=True)
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        try:
-            body = await _body(request)
-            prompt = _completion_prompt_tokens(body.get("prompt"))
-            max_tokens = _max_tokens(body)
-        except ValueError as exc:
-            return bad_request(str(exc))
-        return await _serve(engine, body, prompt, max_tokens, chat=False)
+        return await answer(request, chat=False)
 
     return router
 
@@ -131,9 +124,10 @@ async def _serve(engine: Engine, body: dict[str, Any], prompt: int, max_tokens: 
     rid = uuid.uuid4().hex
     created = int(time.time())
     if stream:
-        gen = _chat_stream if chat else _completion_stream
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{dumps(model)},'
         return StreamingResponse(
-            gen(engine, req, rid, created, model, include_usage),
+            _stream(engine, req, head, _chat_delta if chat else _text, include_usage),
             media_type="text/event-stream",
             headers=SSE_HEADERS,
         )
@@ -144,35 +138,36 @@ async def _serve(engine: Engine, body: dict[str, Any], prompt: int, max_tokens: 
     if req.aborted:
         return error_response("request aborted", 400)
     text = "".join(piece(i) for i in req.output)
-    if chat:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
-            "logprobs": None,
-            "finish_reason": req.finish_reason,
-            "matched_stop": None,
-        }
-        obj = "chat.completion"
-    else:
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": req.finish_reason,
-            "matched_stop": None,
-        }
-        obj = "text_completion"
+    content = {"message": _assistant(text)} if chat else _text(text, True)
     return JSONResponse(
         {
             "id": rid,
-            "object": obj,
+            "object": "chat.completion" if chat else "text_completion",
             "created": created,
             "model": model,
-            "choices": [choice],
+            "choices": [_choice(content, req.finish_reason)],
             "usage": _usage(req),
             "metadata": {"weight_version": WEIGHT_VERSION},
         }
     )
+
+
+def _choice(content: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+    """One entry of ``choices`` as SGLang writes it; ``content`` is its ``message``, ``delta`` or ``text``."""
+    return {"index": 0, **content, "logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+
+
+def _chat_delta(text: str, first: bool) -> dict[str, Any]:
+    """A chat chunk's content: the first names the role, the rest carry only the new text."""
+    return {"delta": _assistant(text) if first else {"content": text}}
+
+
+def _text(text: str, first: bool) -> dict[str, Any]:
+    return {"text": text}
 
 
 async def _deltas(req: SimRequest) -> AsyncIterator[tuple[str, bool]]:
@@ -189,28 +184,19 @@ async def _deltas(req: SimRequest) -> AsyncIterator[tuple[str, bool]]:
             return
 
 
-async def _chat_stream(
-    engine: Engine, req: SimRequest, rid: str, created: int, model: str, include_usage: bool
+async def _stream(
+    engine: Engine,
+    req: SimRequest,
+    head: str,
+    content_of: Callable[[str, bool], dict[str, Any]],
+    include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    head = (
-        f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{dumps(model)},'
-    )
+    """One chunk per decode step (``head`` opens each: id, object, created, model), then the closing ones."""
     try:
         first = True
         async for text, final in _deltas(req):
-            delta: dict[str, Any] = (
-                {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-                if first
-                else {"content": text}
-            )
+            choice = _choice(content_of(text, first), req.finish_reason if final else None)
             first = False
-            choice = {
-                "index": 0,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": req.finish_reason if final else None,
-                "matched_stop": None,
-            }
             yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
             if final:
                 for chunk in _closing_chunks(head, req, include_usage):
@@ -225,24 +211,3 @@ def _closing_chunks(head: str, req: SimRequest, include_usage: bool) -> list[byt
     if not include_usage:
         return [done]
     return [(head + '"choices":[],"usage":' + dumps(_usage(req)) + "}\n\n").encode(), done]
-
-
-async def _completion_stream(
-    engine: Engine, req: SimRequest, rid: str, created: int, model: str, include_usage: bool
-) -> AsyncIterator[bytes]:
-    head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{dumps(model)},'
-    try:
-        async for text, final in _deltas(req):
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": req.finish_reason if final else None,
-                "matched_stop": None,
-            }
-            yield (head + '"choices":[' + dumps(choice) + '],"usage":null}\n\n').encode()
-            if final:
-                for chunk in _closing_chunks(head, req, include_usage):
-                    yield chunk
-    finally:
-        engine.abort(req)

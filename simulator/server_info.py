@@ -4,8 +4,9 @@ live per-rank state (the knob's read-back included).
 ``internal_states[i]`` holds the scheduler's copy of the args with runtime overrides applied, so its
 ``speculative_num_steps`` is the *active* value (0 while the last decode batch was gated), plus
 ``avg_spec_accept_length`` (absent until a decode step ran), ``last_gen_throughput``, ``memory_usage`` and
-``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters", ...}``
-(docs/design.md; ``counters``: control/engine_counters.py, from the simulator's modelled step times).
+``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters", "explore",
+...}`` (docs/design.md; ``counters``: control/engine_counters.py, from the simulator's modelled step times;
+``explore``: the exploration share and the batches it ran the other way, shaped as the plugin's).
 
 The server reports ``speculative_adaptive: true`` and an adaptive config whose every band allows step 0
 and the working step (what ``spectower sglang-config`` generates); the config is also written to the file
@@ -29,7 +30,9 @@ from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.server_args import internal_only_template, server_args_template
 
 ADAPTIVE_BANDS = (1, 8, 32, 64)
-STARTUP_TIME = {
+# How long the emulated server took to start, by phase, as /server_info reports it (simulator.metrics' startup
+# gauges report the same numbers).
+STARTUP_TIME: dict[str, Any] = {
     "load_weight": 41.3,
     "kv_cache_allocation": 2.4,
     "scheduler_e2e": 96.0,
@@ -44,7 +47,8 @@ STARTUP_TIME = {
     "tokenizer_e2e": 118.5,
 }
 
-# What a generative (non-embedding) model reports under /model_info "embedding" (0.5.17 capture).
+# What a generative (non-embedding) model reports under /model_info "embedding" (0.5.17 capture), but for
+# its "bcg" block: embedding_info() takes that from the server args.
 EMBEDDING_INFO: dict[str, Any] = {
     "family": "none",
     "task": "none",
@@ -65,73 +69,28 @@ EMBEDDING_INFO: dict[str, Any] = {
     "safe_disable_chunked_prefill": False,
     "enabled": False,
     "matryoshka_dimensions": [],
-    "bcg": {
-        "prefill_backend": "breakable",
-        "enabled": True,
-        "capture_token_budget": 8192,
-        "capture_batch_sizes": [
-            4,
-            8,
-            12,
-            16,
-            20,
-            24,
-            28,
-            32,
-            48,
-            64,
-            80,
-            96,
-            112,
-            128,
-            144,
-            160,
-            176,
-            192,
-            208,
-            224,
-            240,
-            256,
-            288,
-            320,
-            352,
-            384,
-            416,
-            448,
-            480,
-            512,
-            576,
-            640,
-            704,
-            768,
-            832,
-            896,
-            960,
-            1024,
-            1280,
-            1536,
-            1792,
-            2048,
-            2304,
-            2560,
-            2816,
-            3072,
-            3328,
-            3584,
-            3840,
-            4096,
-            4608,
-            5120,
-            5632,
-            6144,
-            6656,
-            7168,
-            7680,
-            8192,
-        ],
-    },
-    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
 }
+
+
+def embedding_info(args: dict[str, Any]) -> dict[str, Any]:
+    """/model_info's "embedding": its breakable-CUDA-graph block ("bcg") is the prefill graph config of the
+    server args (``cuda_graph_config.prefill``: in the 0.5.17 capture the same backend, token budget and
+    batch sizes), so the two bodies cannot disagree."""
+    prefill = args["cuda_graph_config"]["prefill"]
+    return {
+        **copy.deepcopy(EMBEDDING_INFO),
+        "bcg": {
+            "prefill_backend": prefill["backend"],
+            "enabled": True,
+            "capture_token_budget": prefill["max_bs"],
+            "capture_batch_sizes": list(prefill["bs"]),
+        },
+        "cache": {
+            "kv_cache_disabled": False,
+            "radix_cache_disabled": False,
+            "chunked_prefill_disabled": False,
+        },
+    }
 
 
 # What SGLang reports for a server launched without --speculative-algorithm.
@@ -246,6 +205,7 @@ class ServerInfo:
             "batches_drafted": rank.batches_drafted,
             "batches_gated": rank.batches_gated,
             "counters": rank.counters.snapshot(),
+            "explore": knob_state.explore_report(engine, rank),
             **knob_state.report(engine),
         }
         return state
@@ -285,5 +245,5 @@ class ServerInfo:
             "model_type": str(model_type),
             "architectures": list(arch),
             "served_model_name": self.config.profile.served_model_name,
-            "embedding": copy.deepcopy(EMBEDDING_INFO),
+            "embedding": embedding_info(self.args),
         }

@@ -3,7 +3,10 @@
 A trace is a list of ``(t_seconds, concurrency)`` points, read piecewise-linearly; two points at the same
 ``t`` make a step. A trace file is JSON ``[[t_seconds, concurrency], ...]``. The built-in traces are
 deterministic per seed and sweep 1 .. ~90 concurrent requests, so they cross every shipped profile's
-crossover region and reach past ``max_running_requests`` (the excess queues).
+crossover region and reach past ``max_running_requests`` (the excess queues). ``jump`` is the adversary of
+any policy that learns from load averages: every second the concurrency jumps to a new seeded level drawn
+uniformly from 1 .. ``max_running_requests`` (the profile's when the caller names it, else 90), so no
+decision interval ever sees one load.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DURATION_S = 3600.0
-BUILTIN_TRACES = ("day", "bursty", "ramp", "steps")
+BUILTIN_TRACES = ("day", "bursty", "ramp", "steps", "jump")
 # Earlier names, still accepted: the live load patterns (`bench load --pattern`) say day and steps.
 TRACE_ALIASES = {"diurnal": "day", "step": "steps"}
 PEAK_CONCURRENCY = 90.0
@@ -82,10 +85,12 @@ def parse_trace(data: Any, source: str = "trace") -> Trace:
     return Trace(Path(source).stem if source.endswith(".json") else source, tuple(times), tuple(values))
 
 
-def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0) -> Trace:
-    """A built-in trace by name (``duration_s`` long, default an hour), or a trace JSON file by path."""
+def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0,
+               max_running_requests: int | None = None) -> Trace:
+    """A built-in trace by name (``duration_s`` long, default an hour; ``jump`` spans 1 ..
+    ``max_running_requests``), or a trace JSON file by path."""
     if name_or_path in BUILTIN_TRACES or name_or_path in TRACE_ALIASES:
-        return builtin_trace(name_or_path, duration_s or DEFAULT_DURATION_S, seed)
+        return builtin_trace(name_or_path, duration_s or DEFAULT_DURATION_S, seed, max_running_requests)
     path = Path(name_or_path)
     if not (path.suffix == ".json" or path.exists() or "/" in name_or_path):
         raise TraceError(f"trace {name_or_path!r}: no such file and no built-in trace of that name "
@@ -101,13 +106,21 @@ def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0
     return parse_trace(data, source=str(path))
 
 
-def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, seed: int = 0) -> Trace:
+def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, seed: int = 0,
+                  max_running_requests: int | None = None) -> Trace:
+    """A built-in trace; ``max_running_requests`` is the top of ``jump`` (default ``PEAK_CONCURRENCY``)."""
     name = TRACE_ALIASES.get(name, name)
-    if name not in _BUILDERS:
+    if name not in BUILTIN_TRACES:
         raise TraceError(f"unknown built-in trace {name!r} ({', '.join(BUILTIN_TRACES)})")
     if not math.isfinite(duration_s) or duration_s < 60:
         raise TraceError(f"duration must be at least 60 s, got {duration_s!r}")
-    points = _BUILDERS[name](duration_s, random.Random(f"{name}:{seed}"), seed)
+    top = PEAK_CONCURRENCY if max_running_requests is None else float(max_running_requests)
+    if not math.isfinite(top) or top < 1:
+        raise TraceError(f"max_running_requests must be >= 1, got {max_running_requests!r}")
+    if name == "jump":
+        points = _jump(duration_s, random.Random(f"{name}:{seed}"), int(top))
+    else:
+        points = _BUILDERS[name](duration_s, random.Random(f"{name}:{seed}"), seed)
     return parse_trace([[round(t, 3), round(max(c, 0.0), 3)] for t, c in points], source=name)
 
 
@@ -187,9 +200,20 @@ def _step(duration: float, rng: random.Random, seed: int) -> list[tuple[float, f
     return pts
 
 
+def _jump(duration: float, rng: random.Random, top: int) -> list[tuple[float, float]]:
+    """Every second a new level, uniform over the integers 1 .. ``top`` (held for that second)."""
+    pts: list[tuple[float, float]] = []
+    seconds = math.ceil(duration)
+    for i in range(seconds):
+        level = float(rng.randint(1, top))
+        pts.append((float(i), level))
+        pts.append((min(float(i + 1), duration), level))
+    return pts
+
+
 _BUILDERS: dict[str, Callable[[float, random.Random, int], list[tuple[float, float]]]] = {
     "day": _diurnal,
     "bursty": _bursty,
     "ramp": _ramp,
     "steps": _step,
-}
+}  # and "jump" (``_jump``), which takes the top level instead of the seed

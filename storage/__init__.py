@@ -1,4 +1,7 @@
-"""spectower storage: SQLite (WAL) by default, any SQLAlchemy URL for fleets.
+"""Storage: the database (SQLite WAL by default, any SQLAlchemy URL for fleets), snapshots and files written.
+May import nothing of ours but control.engine_counters (standard library: the counters' names and rates()).
+Inside, ``database.py`` is on top: rollups, retention and bench runs take a SQLAlchemy engine or a session
+and never import ``Database`` (tests/test_storage_imports.py: no import circle).
 
 Core API::
 
@@ -13,18 +16,25 @@ Core API::
     db.server_id(url, ts=None, **facts) -> int       # get-or-create Server; facts = Server columns
     db.gpu_id(host, index, uuid, ts=None, **facts) -> int   # get-or-create Gpu (unique host+uuid)
     db.record_server_info(server_id, info, ts) -> bool      # snapshot only when the stable part changed
-    w = db.writer()                   # the one BatchWriter of this Database (a thread fed by a queue;
-                                      # it also folds new samples into the rollups once a minute)
-    w.put(*rows)                      # SQLModel rows (EngineSample, GpuSample, CollectionGap, ...)
+    w = db.writer()                   # the one BatchWriter of this Database (a thread fed by one bounded
+                                      # queue: the only buffer between a scrape and the disk; it also
+                                      # folds new samples into the rollups once a minute)
+    w.put(*rows)                      # SQLModel rows (EngineSample, GpuSample, ...)
+    w.put_job(kind, prepare, rows=(), keep=False)   # prepare() runs on the writer thread, in order, then
+                                      # rows are inserted (it fills in their ids); keep=True: a record
+                                      # (a gap, a health row) that writes itself and is never dropped
     w.flush(timeout=None) -> bool     # wait until everything put so far is committed
     w.stats() -> WriterStats          # written / dropped / rejected (+ rejected_by_kind) / retries /
-                                      # pending / last_error / lost; a row the database refuses is
-                                      # quarantined (counted, logged once per kind), the thread never dies
+                                      # pending / records_pending / records_rejected / last_error / lost;
+                                      # what the database refuses is quarantined (counted, logged once per
+                                      # kind), a busy database (writer.TRANSIENT_ERRORS) is retried, the
+                                      # thread never dies
     w.close()
     db.claim_collector([(source, target), ...]) -> CollectorClaim   # SQLite: one collector per file
                                       # (a lock file); PostgreSQL: one collector per source (advisory
                                       # locks); CollectorConflictError (a ValueError) names the holder
-    db.save_bench_run(run, points) -> int            # one transaction
+    db.save_bench_run(run, points) -> int; db.save_bench_runs([(run, points), ...]) -> [ids]  # 1 txn
+    db.insert_many(table, rows) -> int   # bulk load (imports, synthetic histories), one transaction
     db.update_rollups(); db.apply_retention(raw_days=..., rollup_days=..., hourly_days=...)
     db.retention = RetentionPolicy(...)  # storage.retention; the writer's maintenance then applies it hourly
     db.close()
@@ -36,10 +46,14 @@ Queries (``spectower.storage.queries``)::
         # 30-day chart reads ~720 rows; Series.rows_read says how many stored rows were aggregated
     series_many(db, kind, source_ids, metrics, start, end, ...) -> {(source_id, metric): Series}
         # the same for many sources x metrics in one grouped statement per tier (a page of 8 GPUs)
-    latest_engine_samples(db, server_id=None); latest_gpu_samples(db, host=None)
+    latest_engine_samples(db, server_id=None); latest_gpu_samples(db, host=None); dp_ranks(db, sid, a, b)
+    latest_gpus(db, host=None) -> [(Gpu, GpuSample | None)]; latest_gpu_processes(db, gpu_ids, since)
     servers(db); server_by_url(db, url); gpus(db, host=None); server_info_snapshots(db, server_id)
-    control_events(db, server_url=, actor=, start=, end=, limit=)   # newest first; actor prefix "policy"
-    bench_runs(db); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
+    control_events(db, server_url=, actor=, actor_prefix=, action=, confirmed=, start=, end=, limit=)
+        # newest first; actor "policy" matches "policy:learn"
+    bench_runs(db, limit=None); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
+    bench_points_many(db, run_ids); bench_point_counts(db) -> {run_id: points}
+    counter_intervals(db, server_id, start, end); has_counters(db, server_id)   # the decode counters
     gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)
     close_stale_gaps(db, source, target, end_ts, note)   # a restarted collector closes what a crash left open
     upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)
@@ -49,7 +63,8 @@ Export/import: ``spectower.storage.export`` (export_bench, export_samples, neutr
 logs). Integers from outside are range-checked with ``storage.models.int_or_none``. Times typed by users:
 ``storage.timeparse``.
 Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTOWER_DB``, else
-``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py``.
+``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py`` (with ``write_transaction``
+and ``error_line``, a database error as one line).
 
 Every timestamp is Unix seconds (float, UTC).
 """

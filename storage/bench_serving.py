@@ -26,12 +26,11 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spectower.storage import models
+from spectower.storage import models, queries
 from spectower.storage.database import Database
 from spectower.storage.redact import redact
 from sqlmodel import col, select
@@ -363,9 +362,7 @@ def import_file(db: Database, path: str | Path, *, allow_duplicate: bool = False
         build_run([o for _, o in group], source=f"import:{p.name}", sha256=sha, created_at=now)
         for group in _group_runs(good)
     ]
-    from spectower.storage.bench import save_bench_runs
-
-    result.run_ids = save_bench_runs(db, runs)  # one transaction for the whole file
+    result.run_ids = db.save_bench_runs(runs)  # one transaction for the whole file
     result.run_id = result.run_ids[0]
     result.points = sum(len(points) for _, points in runs)
     return result
@@ -382,18 +379,10 @@ def _group_runs(good: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, 
     return list(groups.values())
 
 
-def import_files(
-    db: Database, paths: Iterable[str | Path], *, allow_duplicate: bool = False
-) -> list[ImportResult]:
-    return [import_file(db, p, allow_duplicate=allow_duplicate) for p in paths]
-
-
 def export_lines(db: Database, run_id: int, *, with_run: bool | None = None) -> list[dict[str, Any]]:
     """A run as bench_serving result lines (one per point, in stored order). ``with_run``: add
     ``spectower_run`` (the run facts) to every line; default: for runs spectower measured, not for
     imported files (whose lines come back byte for byte as they were)."""
-    from spectower.storage import queries
-
     run = queries.bench_run(db, run_id)
     if with_run is None:
         with_run = not run.source.startswith("import:")

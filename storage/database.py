@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -11,14 +10,15 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from spectower.storage import dialect, models, schema
+from spectower.storage import bench, dialect, models, retention, rollups, schema
 from spectower.storage.redact import redact
 from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
+from spectower.storage.snapshots import stable_server_info_hash
 from spectower.storage.writer import BatchWriter
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
@@ -31,8 +31,6 @@ DB_ENV_VAR = "SPECTOWER_DB"
 DEFAULT_DB_PATH = "spectower.db"
 # last_seen is refreshed at most this often per server/GPU unless a fact changed (saves a write per scrape).
 DEFAULT_LAST_SEEN_RESOLUTION_S = 30.0
-# /server_info keys that change from one scrape to the next; a snapshot is kept only when the rest changes.
-VOLATILE_SERVER_INFO_KEYS = frozenset({"internal_states", "last_gen_throughput", "timestamp", "load"})
 
 _SERVER_FACTS = frozenset(
     {"served_model_name", "sglang_version", "launch_command", "max_running_requests", "speculative_algorithm"}
@@ -141,12 +139,6 @@ def _shown(url: str) -> str:
         return repr(url)
 
 
-def stable_server_info_hash(info: dict[str, Any]) -> str:
-    stable = {k: v for k, v in info.items() if k not in VOLATILE_SERVER_INFO_KEYS}
-    blob = json.dumps(stable, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 class Database:
     """One spectower database. Thread-safe; one instance per process is the intended use."""
 
@@ -176,7 +168,7 @@ class Database:
             self.schema_version = schema.ensure_schema(self.engine)
         except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
             self.engine.dispose()
-            why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            why = dialect.error_line(exc)
             hint = ""
             if parsed.get_backend_name() == "sqlite" and parsed.database:
                 folder = Path(parsed.database).parent
@@ -187,8 +179,9 @@ class Database:
             raise DatabaseURLError(f"--db: cannot open {shown}: {why}{hint}") from None
         self._lock = threading.Lock()
         self._writer: BatchWriter | None = None
-        self._server_cache: dict[str, tuple[int, dict[str, Any], float]] = {}
-        self._gpu_cache: dict[tuple[str, str], tuple[int, dict[str, Any], float]] = {}
+        # identity -> (row id, the facts written, when): see _identity
+        self._server_cache: dict[Any, tuple[int, dict[str, Any], float]] = {}
+        self._gpu_cache: dict[Any, tuple[int, dict[str, Any], float]] = {}
         # None: nothing is deleted automatically (a collector sets one; see maintain()).
         self.retention: RetentionPolicy | None = None
         self._retention_due = 0.0  # time.monotonic() of the next automatic retention pass
@@ -221,19 +214,8 @@ class Database:
             )
         if not url:
             raise ValueError("server_id: url is empty")
-        now = time.time() if ts is None else ts
-        facts = {k: v for k, v in facts.items() if v is not None}
-        cached = self._server_cache.get(url)
-        if (
-            cached
-            and all(cached[1].get(k) == v for k, v in facts.items())
-            and now - cached[2] < DEFAULT_LAST_SEEN_RESOLUTION_S
-        ):
-            return cached[0]
-        with self._lock:
-            sid, known = self._upsert(models.Server, {"url": url}, facts, now)
-            self._server_cache[url] = (sid, known, now)
-        return sid
+        known = {k: v for k, v in facts.items() if v is not None}
+        return self._identity(self._server_cache, url, models.Server, {"url": url}, known, ts)
 
     def gpu_id(self, host: str, index: int, uuid: str, *, ts: float | None = None, **facts: Any) -> int:
         """Get or create the Gpu row for (host, uuid); non-None ``facts`` (Gpu columns) update it."""
@@ -242,11 +224,24 @@ class Database:
             raise ValueError(f"gpu_id: unknown GPU fact(s) {sorted(unknown)}; known: {sorted(_GPU_FACTS)}")
         if not host or not uuid:
             raise ValueError("gpu_id: host and uuid must be non-empty")
+        known = {k: v for k, v in facts.items() if v is not None} | {"index": int(index)}
+        return self._identity(
+            self._gpu_cache, (host, uuid), models.Gpu, {"host": host, "uuid": uuid}, known, ts
+        )
+
+    def _identity(
+        self,
+        cache: dict[Any, tuple[int, dict[str, Any], float]],
+        key: Any,
+        model: type[SQLModel],
+        ident: dict[str, Any],
+        facts: dict[str, Any],
+        ts: float | None,
+    ) -> int:
+        """The row id for ``ident``, from ``cache`` while the facts are unchanged and last_seen is recent
+        enough (a write per scrape saved), else upserted."""
         now = time.time() if ts is None else ts
-        facts = {k: v for k, v in facts.items() if v is not None}
-        facts["index"] = int(index)
-        key = (host, uuid)
-        cached = self._gpu_cache.get(key)
+        cached = cache.get(key)
         if (
             cached
             and all(cached[1].get(k) == v for k, v in facts.items())
@@ -254,9 +249,9 @@ class Database:
         ):
             return cached[0]
         with self._lock:
-            gid, known = self._upsert(models.Gpu, {"host": host, "uuid": uuid}, facts, now)
-            self._gpu_cache[key] = (gid, known, now)
-        return gid
+            row_id, known = self._upsert(model, ident, facts, now)
+            cache[key] = (row_id, known, now)
+        return row_id
 
     def _upsert(
         self, model: type[SQLModel], ident: dict[str, Any], facts: dict[str, Any], now: float
@@ -284,8 +279,8 @@ class Database:
         raise AssertionError("unreachable")
 
     def record_server_info(self, server_id: int, info: dict[str, Any], ts: float | None = None) -> bool:
-        """Keep a copy of /server_info when its stable part (all but VOLATILE_SERVER_INFO_KEYS)
-        differs from the server's latest snapshot. Returns True when a snapshot was stored."""
+        """Keep a copy of /server_info when its stable part (``storage.snapshots``' hash) differs from the
+        server's latest snapshot. Returns True when a snapshot was stored."""
         if not isinstance(info, dict):
             raise ValueError("record_server_info: info must be the /server_info JSON object")
         now = time.time() if ts is None else ts
@@ -346,12 +341,27 @@ class Database:
                 self._writer = BatchWriter(self.engine, **options)
             return self._writer
 
-    # --- maintenance (implemented in storage.rollups / storage.retention) ------------------------
+    def insert_many(self, table: str, rows: Iterable[dict[str, Any]], *, chunk: int = 5_000) -> int:
+        """Bulk-load ``rows`` (column -> value) into ``table`` in one transaction, ``chunk`` rows per
+        statement; returns how many. For imports and synthetic histories: a live collector's samples go
+        through the writer (its bound, its retries)."""
+        target = SQLModel.metadata.tables[table]
+        n, batch = 0, []
+        with dialect.write_transaction(self.engine) as conn:
+            for row in rows:
+                batch.append(row)
+                if len(batch) >= chunk:
+                    conn.execute(target.insert(), batch)
+                    n, batch = n + len(batch), []
+            if batch:
+                conn.execute(target.insert(), batch)
+                n += len(batch)
+        return n
+
+    # --- maintenance (implemented in storage.rollups / storage.retention, on this engine) ---------
     def update_rollups(self, now: float | None = None) -> int:
         """Fold raw samples written since the last call into the 1-minute and 1-hour rollups."""
-        from spectower.storage.rollups import update_rollups
-
-        return update_rollups(self, now=now)
+        return rollups.update_rollups(self.engine, now=now)
 
     def maintain(self) -> None:
         """Fold new samples into the rollups; with ``retention`` set, also delete what is past its
@@ -375,26 +385,24 @@ class Database:
     ) -> dict[str, int]:
         """Delete raw samples older than ``raw_days``, 1-minute rollups older than ``rollup_days``,
         1-hour rollups older than ``hourly_days`` (None: the DEFAULT_* of spectower.storage.retention)."""
-        from spectower.storage.retention import apply_retention
-
-        return apply_retention(
-            self, raw_days=raw_days, rollup_days=rollup_days, hourly_days=hourly_days, now=now
+        return retention.apply_retention(
+            self.engine, raw_days=raw_days, rollup_days=rollup_days, hourly_days=hourly_days, now=now
         )
 
     def save_bench_run(self, run: models.BenchRun, points: list[models.BenchPoint]) -> int:
         """Insert a run and its points in one transaction; returns the run id."""
-        from spectower.storage.bench import save_bench_run
+        return self.save_bench_runs([(run, points)])[0]
 
-        return save_bench_run(self, run, points)
+    def save_bench_runs(self, runs: list[tuple[models.BenchRun, list[models.BenchPoint]]]) -> list[int]:
+        """Insert several runs with their points in one transaction (a file holding several runs);
+        returns their ids. On any error nothing is written."""
+        with self.session(write=True) as s:
+            return bench.save_bench_runs(s, runs)
 
     # --- health --------------------------------------------------------------------------------
     def integrity_check(self) -> str:
         with self.engine.connect() as conn:
             return dialect.integrity_check(conn)
-
-    def size_bytes(self) -> int | None:
-        with self.engine.connect() as conn:
-            return dialect.file_size_bytes(conn)
 
     def close(self) -> None:
         with self._lock:

@@ -6,6 +6,8 @@ the dialects disagree: connection pragmas, transaction locking, integer bucketin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import BigInteger, Engine, event, func, literal_column
@@ -13,6 +15,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """What the database said, as one line: the driver's own message (SQLAlchemy's wrapper adds the
+    statement and a link; drivers word it per dialect), its first line, at most ``limit`` characters."""
+    text = str(getattr(exc, "orig", None) or exc) or type(exc).__name__
+    return text.splitlines()[0][:limit]
 
 
 def is_sqlite(engine_or_conn: Engine | Connection) -> bool:
@@ -58,6 +67,14 @@ def write_options(engine: Engine) -> dict[str, Any]:
     return {"sqlite_begin": "IMMEDIATE"} if is_sqlite(engine) else {}
 
 
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that takes the write lock at BEGIN (so it cannot hit SQLITE_BUSY
+    halfway); commits when the block ends, rolls back on an exception."""
+    with engine.connect().execution_options(**write_options(engine)) as conn, conn.begin():
+        yield conn
+
+
 def lock_schema(conn: Connection) -> None:
     """Serialise schema creation/migration between processes opening the same database at once.
     SQLite: the connection was begun IMMEDIATE (``write_options``). PostgreSQL: an advisory lock."""
@@ -89,17 +106,6 @@ def bucket_index(dialect: str, ts: ColumnElement[Any], origin: float, width: flo
     if dialect == "postgresql":
         expr = func.floor(expr)
     return expr.cast(BigInteger())
-
-
-def file_size_bytes(conn: Connection) -> int | None:
-    """Bytes the database occupies (SQLite main file; PostgreSQL the current database)."""
-    if conn.dialect.name == "sqlite":
-        pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
-        size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
-        return int(pages) * int(size)
-    if conn.dialect.name == "postgresql":
-        return int(conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar_one())
-    return None
 
 
 def integrity_check(conn: Connection) -> str:

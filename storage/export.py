@@ -18,7 +18,6 @@ import math
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -26,6 +25,7 @@ from typing import IO, Any, Literal
 from spectower.storage import queries
 from spectower.storage.bench_serving import export_lines
 from spectower.storage.database import Database
+from spectower.storage.files import atomic_path
 from sqlalchemy import Boolean, Float, Integer, select
 from sqlmodel import SQLModel
 
@@ -91,22 +91,11 @@ def check_out(out: str | Path) -> Path:
 def _atomic_path(out: str | Path) -> Iterator[Path]:
     dest = check_out(out)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    except OSError as exc:
-        raise ValueError(f"--out: cannot write in {dest.parent}: {exc.strerror}") from None
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        check_out(dest)  # still not a link/device (it may have changed while the export ran)
-        os.replace(tmp, dest)
+        with atomic_path(dest) as tmp:
+            yield tmp
+            check_out(dest)  # still not a link/device (it may have changed while the export ran)
     except OSError as exc:  # full disk, read-only file system, quota: one line naming the file
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
         raise ValueError(f"--out: cannot write {dest}: {exc.strerror or exc}") from None
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _arrow_type(sqltype: Any) -> Any:

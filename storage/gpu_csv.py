@@ -92,9 +92,7 @@ def parse_timestamp(raw: str, utc_offset_h: float = 0.0) -> float:
     raise ValueError(f"timestamp {text!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm")
 
 
-def import_gpu_csv(
-    db: Database, path: str | Path, *, host: str, utc_offset_h: float = 0.0
-) -> GpuCsvResult:
+def import_gpu_csv(db: Database, path: str | Path, *, host: str, utc_offset_h: float = 0.0) -> GpuCsvResult:
     """Import one nvidia-smi CSV log for the GPUs of ``host``. Raises ``GpuCsvError`` when nothing can
     be read (no header, no timestamp or index/uuid column); a bad line or value is a warning."""
     p = Path(path)
@@ -122,14 +120,10 @@ def import_gpu_csv(
     result = GpuCsvResult(path=str(p))
     gpu_ids: dict[tuple[str, int], int] = {}
     batch: list[dict[str, Any]] = []
-    table = models.GpuSample.__table__  # type: ignore[attr-defined]
 
     def flush() -> None:
-        if batch:
-            with db.engine.begin() as conn:
-                conn.execute(table.insert(), batch)
-            result.samples += len(batch)
-            batch.clear()
+        result.samples += db.insert_many("gpu_sample", batch)
+        batch.clear()
 
     def cell(r: list[str], name: str) -> str | None:
         i = col.get(name)

@@ -7,8 +7,19 @@ range; nullable columns mean "the source did not report it", never zero.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from sqlalchemy import Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
 from sqlmodel import Field, SQLModel
 
 # Integer columns: SQLite's INTEGER holds a signed 64-bit value, PostgreSQL's INTEGER a signed 32-bit one.
@@ -114,6 +125,24 @@ class EngineSample(SQLModel, table=True):
     e2e_p50_s: float | None = None
     e2e_p90_s: float | None = None
     e2e_p99_s: float | None = None
+
+
+class EngineCounterSample(SQLModel, table=True):
+    """Schema v3: the engine's own decode counters (control/engine_counters.py) over one scrape interval
+    of one server, DP ranks summed: one row per batch-size bin and mode that saw steps (zero rows are not
+    stored). ``control.speedup.estimate`` turns these into the speedup per batch size."""
+
+    __tablename__ = "engine_counter_sample"
+    __table_args__ = (Index("ix_engine_counter_sample_server_ts", "server_id", "ts"),)
+    id: int | None = Field(default=None, primary_key=True)
+    server_id: int = Field(foreign_key="server.id")
+    ts: float  # the end of the interval (the scrape that read it)
+    batch_size: int  # the bin: a power of two, a batch counts in the smallest bin >= its size
+    mode: str  # drafted | gated
+    # 64-bit: after a restart an interval holds the new process's counts since it started
+    steps: int = Field(sa_type=BigInteger)
+    tokens: int = Field(sa_type=BigInteger)
+    time_s: float  # step time (seconds)
 
 
 class GpuSample(SQLModel, table=True):
@@ -297,28 +326,52 @@ def _metric_columns(metrics: tuple[str, ...]) -> list[Column]:  # type: ignore[t
     return cols
 
 
-engine_rollup = Table(
+def _rollup_table(
+    name: str, sources: list[Column[Any]], metrics: tuple[str, ...], key: tuple[str, ...]
+) -> Table:
+    """One wide rollup table: per resolution, source (``sources``, the columns naming it) and bucket, the
+    row count and min / max / sum / n of each metric; primary key ``key`` (the order its index reads)."""
+    return Table(
+        name,
+        SQLModel.metadata,
+        Column("res_s", Integer, nullable=False),  # 60 or 3600
+        *sources,
+        Column("bucket_ts", Float, nullable=False),  # start of the bucket, a multiple of res_s
+        Column("n", Integer, nullable=False),  # raw samples in the bucket
+        *_metric_columns(metrics),
+        PrimaryKeyConstraint(*key, name=f"pk_{name}"),
+    )
+
+
+engine_rollup = _rollup_table(
     "engine_rollup",
-    SQLModel.metadata,
-    Column("res_s", Integer, nullable=False),  # 60 or 3600
-    Column("server_id", Integer, nullable=False),
-    Column("dp_rank", Integer, nullable=False),
-    Column("bucket_ts", Float, nullable=False),  # start of the bucket, a multiple of res_s
-    Column("n", Integer, nullable=False),  # raw samples in the bucket
-    *_metric_columns(ENGINE_ROLLUP_METRICS),
+    [Column("server_id", Integer, nullable=False), Column("dp_rank", Integer, nullable=False)],
+    ENGINE_ROLLUP_METRICS,
     # bucket_ts before dp_rank: a chart of all ranks of one server reads one index range
-    PrimaryKeyConstraint("res_s", "server_id", "bucket_ts", "dp_rank", name="pk_engine_rollup"),
+    ("res_s", "server_id", "bucket_ts", "dp_rank"),
+)
+gpu_rollup = _rollup_table(
+    "gpu_rollup",
+    [Column("gpu_id", Integer, nullable=False)],
+    GPU_ROLLUP_METRICS,
+    ("res_s", "gpu_id", "bucket_ts"),
 )
 
-gpu_rollup = Table(
-    "gpu_rollup",
-    SQLModel.metadata,
-    Column("res_s", Integer, nullable=False),
-    Column("gpu_id", Integer, nullable=False),
-    Column("bucket_ts", Float, nullable=False),
-    Column("n", Integer, nullable=False),
-    *_metric_columns(GPU_ROLLUP_METRICS),
-    PrimaryKeyConstraint("res_s", "gpu_id", "bucket_ts", name="pk_gpu_rollup"),
+# --- schema v3: the decode counters' rollups (sums per 1-minute and 1-hour bucket) ---------------------
+# The same wide layout, so storage/rollups.py keeps them with the engine and GPU ones; only the *_sum
+# columns mean anything for counters (an interval's sum of steps, tokens, step time).
+COUNTER_ROLLUP_METRICS: tuple[str, ...] = ("steps", "tokens", "time_s")
+
+engine_counter_rollup = _rollup_table(
+    "engine_counter_rollup",
+    [
+        Column("server_id", Integer, nullable=False),
+        Column("batch_size", Integer, nullable=False),
+        Column("mode", String, nullable=False),
+    ],
+    COUNTER_ROLLUP_METRICS,
+    # bucket_ts before the bin: one server's estimate over a window reads one index range
+    ("res_s", "server_id", "bucket_ts", "batch_size", "mode"),
 )
 
 rollup_state = Table(

@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from spectower.control.engine_counters import MODES as COUNTER_MODES
+from spectower.control.engine_counters import rates as counter_rates
 from spectower.storage import dialect, models, rollups
 from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
-from sqlmodel import SQLModel, col, select
+from sqlmodel import col, select
 
 if TYPE_CHECKING:
     from spectower.storage.database import Database
@@ -125,7 +127,7 @@ def series_many(
         return {}
     span = max(end - start, 1e-6)
     need = span / (max_points - 1)
-    tier = _choose_tier(need, start, horizons(db))
+    tier = _choose_tier(need, start, horizons(db.engine))
     q = _SeriesQuery(db, spec, ids, metrics, start, end, dp_rank)
     if tier == 0:
         width, tier_name = need, "raw"
@@ -263,16 +265,188 @@ def latest_engine_samples(db: Database, server_id: int | None = None) -> list[mo
     return sorted(out, key=lambda r: (r.server_id, r.dp_rank))
 
 
+@dataclass(frozen=True)
+class RecentEngineSamples:
+    """What the policy runner reads of one server's samples (``recent_engine_samples``)."""
+
+    server_ids: list[int]  # the servers stored under the URLs asked for; empty: never collected
+    latest_ts: float | None  # their newest sample; None before the first
+    rows: list[models.EngineSample]  # their samples at or after ``since``, oldest first
+
+
+def recent_engine_samples(db: Database, urls: Sequence[str], since: float) -> RecentEngineSamples:
+    """Every DP rank's samples at or after ``since`` of the servers stored under any of ``urls`` (one URL
+    spelt with and without a trailing slash), with the newest sample's time, in one read transaction."""
+    es = models.EngineSample
+    with db.session() as s:
+        found = s.exec(select(models.Server.id).where(col(models.Server.url).in_(list(urls))))
+        ids = [int(i) for i in found if i is not None]
+        if not ids:
+            return RecentEngineSamples([], None, [])
+        latest = s.exec(select(func.max(es.ts)).where(col(es.server_id).in_(ids))).one()
+        if latest is None or latest < since:  # nothing that new: no row to read
+            return RecentEngineSamples(ids, latest, [])
+        rows = s.exec(select(es).where(col(es.server_id).in_(ids), es.ts >= since).order_by(col(es.ts)))
+        return RecentEngineSamples(ids, float(latest), list(rows))
+
+
+def latest_gpus(db: Database, host: str | None = None) -> list[tuple[models.Gpu, models.GpuSample | None]]:
+    """Every GPU (of one host if given) with its newest sample (None before its first), by host and index:
+    one statement, each GPU's newest row found through the (gpu_id, ts) index."""
+    g, gs = models.Gpu, models.GpuSample
+    newest = (
+        sa_select(gs.id)  # type: ignore[call-overload]
+        .where(col(gs.gpu_id) == col(g.id))
+        .order_by(col(gs.ts).desc())
+        .limit(1)
+        .correlate(g)
+        .scalar_subquery()
+    )
+    stmt = select(g, gs).outerjoin(gs, col(gs.id) == newest).order_by(col(g.host), col(g.index))
+    if host is not None:
+        stmt = stmt.where(g.host == host)
+    with db.session() as s:
+        return [(gpu, sample) for gpu, sample in s.exec(stmt)]
+
+
 def latest_gpu_samples(db: Database, host: str | None = None) -> list[models.GpuSample]:
     """The newest sample of every GPU (of one host if given)."""
-    gs = models.GpuSample
-    out: list[models.GpuSample] = []
+    return [sample for _, sample in latest_gpus(db, host) if sample is not None]
+
+
+def latest_gpu_processes(db: Database, gpu_ids: Sequence[int], since: float) -> list[models.GpuProcessSample]:
+    """Per GPU of ``gpu_ids``, the per-process memory rows of its newest process sample at or after
+    ``since`` (none for a GPU whose source reports no processes), by GPU and pid."""
+    ids = sorted({int(i) for i in gpu_ids})
+    if not ids:
+        return []
+    p = models.GpuProcessSample
+    newest = (
+        sa_select(col(p.gpu_id).label("gpu_id"), func.max(p.ts).label("ts"))
+        .where(col(p.gpu_id).in_(ids), col(p.ts) >= since)
+        .group_by(col(p.gpu_id))
+        .subquery()
+    )
+    stmt = (
+        select(p)
+        .join(newest, and_(newest.c.gpu_id == col(p.gpu_id), newest.c.ts == col(p.ts)))
+        .order_by(col(p.gpu_id), col(p.pid))
+    )
     with db.session() as s:
-        for g in gpus(db, host=host):
-            row = s.exec(select(gs).where(gs.gpu_id == g.id).order_by(col(gs.ts).desc()).limit(1)).first()
-            if row is not None:
-                out.append(row)
-    return out
+        return list(s.exec(stmt))
+
+
+def dp_ranks(db: Database, server_id: int, start: float, end: float) -> list[int]:
+    """The DP ranks of a server that reported in [start, end], ascending."""
+    es = models.EngineSample
+    stmt = (
+        sa_select(col(es.dp_rank))
+        .where(col(es.server_id) == server_id, col(es.ts) >= start, col(es.ts) <= end)
+        .distinct()
+    )
+    with db.engine.connect() as conn:
+        return sorted(int(r) for (r,) in conn.execute(stmt) if r is not None)
+
+
+# --- the engine's decode counters ------------------------------------------------------------------------
+# The collector stores one counters interval per /server_info read (every 5 s by default).
+COUNTER_RAW_RES_S = 5.0
+# An estimate reads at most about this many intervals: raw ones for short windows, then 1-minute and
+# 1-hour rollups, so a 30-day window costs what a few hours do.
+DEFAULT_MAX_COUNTER_INTERVALS = 2000
+
+
+def counter_intervals(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> list[dict[str, Any]]:
+    """A server's decode-counter intervals in [start, end], oldest first, each shaped like
+    ``control.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
+    ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
+    ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
+    for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
+    yet folded into them are added to their buckets, so the newest minutes are never missing."""
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
+    if not (isinstance(max_intervals, int) and max_intervals >= 1):
+        raise ValueError(f"max_intervals: must be a positive integer, got {max_intervals!r}")
+    span = end - start
+    hz = horizons(db.engine)
+    tier = rollups.HOUR_S
+    for res in (0, rollups.MINUTE_S):
+        covered = start >= hz.get("raw" if res == 0 else res, -math.inf)
+        if covered and span / (res or COUNTER_RAW_RES_S) <= max_intervals:
+            tier = res
+            break
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+    cells: dict[float, dict[tuple[int, str], list[float]]] = {}
+
+    def add(ts: float, b: int, mode: str, values: Sequence[Any]) -> None:
+        cell = cells.setdefault(float(ts), {}).setdefault((int(b), str(mode)), [0.0, 0.0, 0.0])
+        for k, v in enumerate(values):
+            cell[k] += float(v or 0)
+
+    raw_cols = (sample.c.batch_size, sample.c.mode, sample.c.steps, sample.c.tokens, sample.c.time_s)
+    with db.engine.connect() as conn:
+        if tier == 0:
+            stmt = sa_select(sample.c.ts, *raw_cols).where(
+                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
+            )
+            for ts, b, mode, *values in conn.execute(stmt):
+                add(ts, b, mode, values)
+        else:
+            lo_ts = math.floor(start / tier) * tier
+            stmt = sa_select(
+                roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
+                roll.c.steps_sum, roll.c.tokens_sum, roll.c.time_s_sum,
+            ).where(
+                and_(roll.c.res_s == tier, roll.c.server_id == server_id,
+                     roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
+            )  # fmt: skip
+            for bucket_ts, b, mode, *values in conn.execute(stmt):
+                add(bucket_ts, b, mode, values)
+            tail = sa_select(sample.c.ts, *raw_cols).where(
+                and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
+                     sample.c.server_id == server_id, sample.c.ts >= lo_ts, sample.c.ts <= end)
+            )  # fmt: skip
+            for ts, b, mode, *values in conn.execute(tail):
+                add(math.floor(ts / tier) * tier, b, mode, values)
+    return [_counter_interval(ts, tier, cells[ts]) for ts in sorted(cells)]
+
+
+def _counter_interval(ts: float, res_s: int, cells: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
+    """Stored (bin, mode) -> [steps, tokens, time_s] of one interval, in ``rates()``'s shape: the
+    interval's totals through ``control.engine_counters.rates`` (the one place tok/s and step time are
+    computed from them)."""
+    bins = sorted({b for b, _ in cells})
+    totals: dict[str, Any] = {"bins": bins}
+    for mode in COUNTER_MODES:
+        rows = [cells.get((b, mode), (0.0, 0.0, 0.0)) for b in bins]
+        totals[mode] = {
+            "steps": [int(steps) for steps, _, _ in rows],
+            "tokens": [int(tokens) for _, tokens, _ in rows],
+            "time_s": [seconds for _, _, seconds in rows],
+        }
+    return {"ts": ts, "res_s": res_s, **counter_rates(None, totals)}
+
+
+def has_counters(db: Database, server_id: int) -> bool:
+    """Whether the server ever had decode counters stored (raw or rolled up): False for a server whose
+    plugin does not publish them."""
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups
+    probes: list[tuple[Any, ColumnElement[bool]]] = [(sample, sample.c.server_id == server_id)]
+    for res in rollups.ROLLUP_RESOLUTIONS_S:
+        probes.append((roll, and_(roll.c.res_s == res, roll.c.server_id == server_id)))
+    with db.engine.connect() as conn:
+        for table, where in probes:
+            if conn.execute(sa_select(literal_column("1")).select_from(table).where(where).limit(1)).first():
+                return True
+    return False
 
 
 # --- inventories -------------------------------------------------------------------------------------
@@ -314,10 +488,12 @@ def control_events(
     end: float | None = None,
     actor_prefix: str | None = None,
     action: str | None = None,
+    confirmed: bool | None = None,
     limit: int = DEFAULT_EVENT_LIMIT,
 ) -> list[models.ControlEvent]:
     """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto");
-    ``actor_prefix`` is a plain string prefix; ``action`` is exact (set, pause, release, ...)."""
+    ``actor_prefix`` is a plain string prefix; ``action`` is exact (set, pause, release, ...);
+    ``confirmed``: only events the server confirmed (True) or did not (False)."""
     ce = models.ControlEvent
     stmt = select(ce)
     if server_url is not None:
@@ -328,6 +504,8 @@ def control_events(
         stmt = stmt.where(col(ce.actor).startswith(actor_prefix, autoescape=True))
     if action is not None:
         stmt = stmt.where(ce.action == action)
+    if confirmed is not None:
+        stmt = stmt.where(ce.confirmed == confirmed)
     if start is not None:
         stmt = stmt.where(ce.ts >= start)
     if end is not None:
@@ -337,11 +515,58 @@ def control_events(
         return list(s.exec(stmt))
 
 
+def count_control_events(db: Database, *, server_url: str, actor: str, action: str, after: float) -> int:
+    """How many audit rows of exactly this server, actor and action are newer than ``after`` (the policy
+    runner's changes-per-hour rail)."""
+    ce = models.ControlEvent
+    stmt = (
+        select(func.count())
+        .select_from(ce)
+        .where(ce.server_url == server_url, ce.actor == actor, ce.action == action, ce.ts > after)
+    )
+    with db.session() as s:
+        return int(s.exec(stmt).one())
+
+
+def add_control_event(db: Database, event: models.ControlEvent) -> models.ControlEvent:
+    """Write one audit row in its own short transaction, now. Never through the ``BatchWriter``'s queue:
+    an operator's set is on record before the command returns."""
+    with db.session(write=True) as s:
+        s.add(event)
+    return event
+
+
+# --- the policy's persisted state --------------------------------------------------------------------
+def policy_state(db: Database, server_url: str) -> models.PolicyState | None:
+    with db.session() as s:
+        return s.get(models.PolicyState, server_url)
+
+
+def save_policy_state(db: Database, server_url: str, *, mode: str, state_json: str, ts: float) -> None:
+    """Create or replace what the policy for ``server_url`` learned (``paused_until`` is left as it is)."""
+    with db.session(write=True) as s:
+        row = s.get(models.PolicyState, server_url)
+        if row is None:
+            row = models.PolicyState(server_url=server_url, updated_ts=ts, mode=mode, state_json=state_json)
+        else:
+            row.updated_ts, row.mode, row.state_json = ts, mode, state_json
+        s.add(row)
+
+
 # --- benchmarks ----------------------------------------------------------------------------------------
-def bench_runs(db: Database, limit: int = 200) -> list[models.BenchRun]:
+def bench_runs(db: Database, limit: int | None = None) -> list[models.BenchRun]:
+    """Newest first (all of them unless ``limit``)."""
     br = models.BenchRun
     with db.session() as s:
         return list(s.exec(select(br).order_by(col(br.created_at).desc(), col(br.id).desc()).limit(limit)))
+
+
+def bench_point_counts(db: Database) -> dict[int, int]:
+    """run id -> how many points it has (runs without points are absent)."""
+    bp = models.BenchPoint
+    stmt = sa_select(col(bp.run_id), func.count()).group_by(col(bp.run_id))
+    with db.engine.connect() as conn:
+        return {int(run_id): int(n) for run_id, n in conn.execute(stmt)}
 
 
 def bench_run(db: Database, run_id: int) -> models.BenchRun:
@@ -357,6 +582,21 @@ def bench_points(db: Database, run_id: int) -> list[models.BenchPoint]:
     bp = models.BenchPoint
     with db.session() as s:
         return list(s.exec(select(bp).where(bp.run_id == run_id).order_by(col(bp.id))))
+
+
+def bench_points_many(db: Database, run_ids: Sequence[int]) -> list[models.BenchPoint]:
+    """Points of several runs, by run, concurrency, then spec off before on (a curve's order)."""
+    ids = sorted({int(i) for i in run_ids})
+    if not ids:
+        return []
+    bp = models.BenchPoint
+    stmt = (
+        select(bp)
+        .where(col(bp.run_id).in_(ids))
+        .order_by(col(bp.run_id), col(bp.concurrency), col(bp.spec_on), col(bp.id))
+    )
+    with db.session() as s:
+        return list(s.exec(stmt))
 
 
 # --- collection health ---------------------------------------------------------------------------------
@@ -456,7 +696,3 @@ def collector_health(db: Database) -> list[models.CollectorHealth]:
     h = models.CollectorHealth
     with db.session() as s:
         return list(s.exec(select(h).order_by(h.source, h.target)))
-
-
-def all_tables() -> list[str]:
-    return sorted(SQLModel.metadata.tables)

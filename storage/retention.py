@@ -1,5 +1,8 @@
 """Retention: raw samples for a few days, 1-minute rollups for months, 1-hour rollups for years.
 
+Every rolled-up sample table (rollups.SPECS: engine and GPU samples, the engine's decode counters) is
+kept to the same horizons.
+
 Rollups are brought up to date before raw rows go, so nothing reaches the bin unsummarised. The
 horizons reached are written to ``meta`` (``retention_<tier>_before``) so queries know which tier still
 covers a range. Audit rows (control events), gaps and benchmark runs are never deleted here.
@@ -9,15 +12,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from spectower.storage import dialect, schema
-from spectower.storage.rollups import HOUR_S, MINUTE_S, SPECS
-from sqlalchemy import and_, select
+from spectower.storage.rollups import HOUR_S, MINUTE_S, SPECS, update_rollups
+from sqlalchemy import Engine, and_, select
 from sqlmodel import SQLModel
-
-if TYPE_CHECKING:
-    from spectower.storage.database import Database
 
 DEFAULT_RAW_DAYS = 14.0
 DEFAULT_ROLLUP_DAYS = 180.0  # 1-minute rollups
@@ -56,7 +55,7 @@ def _check_days(name: str, value: float) -> float:
 
 
 def apply_retention(
-    db: Database,
+    engine: Engine,
     *,
     raw_days: float | None = None,
     rollup_days: float | None = None,
@@ -71,16 +70,16 @@ def apply_retention(
     )
     raw_days, rollup_days, hourly_days = policy.raw_days, policy.rollup_days, policy.hourly_days
     now = time.time() if now is None else now
-    db.update_rollups(now=now)
+    update_rollups(engine, now=now)
     raw_cut = now - raw_days * DAY_S
     cuts = {MINUTE_S: now - rollup_days * DAY_S, HOUR_S: now - hourly_days * DAY_S}
     deleted: dict[str, int] = {}
     tables = SQLModel.metadata.tables
-    with db.engine.connect().execution_options(**dialect.write_options(db.engine)) as conn, conn.begin():
+    with dialect.write_transaction(engine) as conn:
         # per source, so each DELETE walks the (source, ts) index instead of the whole table
         for spec in SPECS:
             sample = spec.sample
-            parent = tables["server" if spec.sample_table == "engine_sample" else "gpu"]
+            parent = tables["gpu" if spec.source_cols[0] == "gpu_id" else "server"]
             sources = conn.execute(select(parent.c.id)).all()
             n = 0
             for (src,) in sources:
@@ -99,10 +98,10 @@ def apply_retention(
     return deleted
 
 
-def horizons(db: Database) -> dict[str | int, float]:
+def horizons(engine: Engine) -> dict[str | int, float]:
     """The oldest timestamp each tier still covers (absent: nothing deleted yet)."""
     meta = SQLModel.metadata.tables["meta"]
-    with db.engine.connect() as conn:
+    with engine.connect() as conn:
         rows = dict(conn.execute(select(meta.c.key, meta.c.value)).all())
     out: dict[str | int, float] = {}
     for tier, key in HORIZON_KEYS.items():

@@ -16,15 +16,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spectower.storage import dialect, models
-from sqlalchemy import Table, and_, func, literal_column, select
+from sqlalchemy import Engine, Table, and_, func, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
-
-if TYPE_CHECKING:
-    from spectower.storage.database import Database
 
 MINUTE_S = 60
 HOUR_S = 3600
@@ -47,7 +44,15 @@ ENGINE = RollupSpec(
     "engine_sample", models.engine_rollup, ("server_id", "dp_rank"), models.ENGINE_ROLLUP_METRICS
 )
 GPU = RollupSpec("gpu_sample", models.gpu_rollup, ("gpu_id",), models.GPU_ROLLUP_METRICS)
-SPECS: tuple[RollupSpec, ...] = (ENGINE, GPU)
+# The decode counters (schema v3): per-interval deltas, so a bucket's *_sum is the bucket's total steps,
+# tokens and step time of one bin and mode (what control.speedup.estimate reads as one interval).
+COUNTERS = RollupSpec(
+    "engine_counter_sample",
+    models.engine_counter_rollup,
+    ("server_id", "batch_size", "mode"),
+    models.COUNTER_ROLLUP_METRICS,
+)
+SPECS: tuple[RollupSpec, ...] = (ENGINE, GPU, COUNTERS)
 
 
 def watermark(conn: Connection, spec: RollupSpec) -> int:
@@ -172,11 +177,11 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     return n_new
 
 
-def update_rollups(db: Database, now: float | None = None) -> int:
+def update_rollups(engine: Engine, now: float | None = None) -> int:
     """Bring every rollup up to date (one transaction per sample table); returns raw rows folded in."""
     now = time.time() if now is None else now
     total = 0
     for spec in SPECS:
-        with db.engine.connect().execution_options(**dialect.write_options(db.engine)) as conn, conn.begin():
+        with dialect.write_transaction(engine) as conn:
             total += update_spec(conn, spec, now)
     return total

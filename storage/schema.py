@@ -12,6 +12,8 @@ History:
 - v1: the first released schema (``storage/schema_v1_sqlite.sql`` is its frozen SQLite DDL).
 - v2: rollup tables (``engine_rollup``, ``gpu_rollup``, ``rollup_state``), ``bench_run.source_sha256``
   (+ index), index ``ix_control_event_ts``.
+- v3: the engine's decode counters per scrape interval (``engine_counter_sample`` + index) and their
+  rollups (``engine_counter_rollup``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sqlalchemy import Engine, Index, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_VERSION_KEY = "schema_version"
 
 
@@ -51,8 +53,14 @@ def _v1_to_v2(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    # New tables only; older servers' history has no counters, so they start empty.
+    models.EngineCounterSample.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+    models.engine_counter_rollup.create(conn, checkfirst=True)
+
+
 # MIGRATIONS[v] turns a version-v database into version v+1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def read_version(conn: Connection) -> int | None:
@@ -106,7 +114,7 @@ def ensure_schema(engine: Engine) -> int:
     if version is not None and version < SCHEMA_VERSION:
         _backup_sqlite(engine, version)
 
-    with engine.connect().execution_options(**dialect.write_options(engine)) as conn, conn.begin():
+    with dialect.write_transaction(engine) as conn:
         dialect.lock_schema(conn)
         existing = set(inspect(conn).get_table_names())
         if not existing:

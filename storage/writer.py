@@ -1,21 +1,26 @@
-"""BatchWriter: the one thread that writes samples, fed by an in-memory queue.
+"""BatchWriter: the one thread that writes samples, fed by one bounded in-memory queue.
 
-Collectors call ``put`` (cheap, never blocks on the database); the writer thread groups what is
-queued into transactions of up to ``batch_size`` rows (or whatever arrived within ``max_delay_s``)
-and inserts each table's rows with one executemany. Consequences:
+It is the only buffer between a scrape and the disk. Collectors call ``put`` (rows) or ``put_job`` (rows
+whose ids are resolved on the writer thread first, or a record such as a gap written there); neither ever
+waits on the database. The writer thread groups what is queued into transactions of up to ``batch_size``
+rows (or whatever arrived within ``max_delay_s``) and inserts each table's rows with one executemany.
+Consequences:
 
 - a crash loses at most what was queued or in flight (``max_delay_s`` worth of rows), never part of a
   committed batch, and never leaves a half-written transaction (SQLite rolls it back);
-- a locked/busy database (another writer, a long checkpoint) is retried with backoff while the rows
-  stay queued; the queue is bounded (``max_buffered``): past it the OLDEST rows are dropped and counted
-  in ``stats().dropped`` so an outage of the database never exhausts memory;
+- a locked/busy/unreachable database (``TRANSIENT_ERRORS``: another writer, a long checkpoint, a full
+  disk, a server gone) is retried with backoff while everything stays queued, in order; the queue is
+  bounded (``max_buffered`` rows and records): past it the OLDEST rows are dropped and counted in
+  ``stats().dropped`` so an outage of the database never exhausts memory. Records (``keep=True`` jobs:
+  gaps, health) count towards the bound but are never dropped;
 - a row the database rejects (NOT NULL, foreign key, an integer too large for the column, any other
   per-row error) is found by retrying its batch row by row; only that row is quarantined
   (``stats().rejected``, per kind in ``stats().rejected_by_kind``, logged once per kind,
-  ``stats().last_error``), the rest are written;
-- the thread never dies of an error: anything unexpected is logged, the batch is retried row by row,
-  and the loop goes on. ``stats().lost`` counts rows accepted by ``put`` that were neither written,
-  dropped, rejected nor are still pending (rows a dead writer took with it; 0 in a healthy run).
+  ``stats().last_error``), the rest are written. A job whose work the database refuses is quarantined
+  the same way, with its rows;
+- the thread never dies of an error: anything unexpected is logged, counted, and the loop goes on.
+  ``stats().lost`` counts rows accepted that were neither written, dropped, rejected nor are still
+  pending (rows a dead writer took with it; 0 in a healthy run).
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spectower.storage import dialect
 from sqlalchemy import Engine, Table
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlmodel import SQLModel
 
 log = logging.getLogger(__name__)
@@ -44,24 +50,49 @@ DEFAULT_RETRY_INITIAL_S = 0.05
 DEFAULT_RETRY_MAX_S = 2.0
 DEFAULT_CLOSE_TIMEOUT_S = 30.0
 
+# The database is busy, locked, full or gone: what was being written is fine, try it again later.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError)
+_SHUTDOWN_KIND = "shutdown: database unavailable"
+
 
 @dataclass(frozen=True)
 class WriterStats:
     written: int  # rows committed
     dropped: int  # rows dropped because the queue bound was hit
     rejected: int  # rows the database refused (constraint errors)
-    retries: int  # batch attempts retried because the database was busy/locked/unavailable
+    retries: int  # attempts retried because the database was busy/locked/unavailable
     batches: int  # transactions committed
     pending: int  # rows queued or in flight now
     last_error: str | None
-    # rejected rows per kind ("<table>: <error type>"), e.g. {"engine_sample: OverflowError": 3}
+    # refused rows (and records) per kind ("<table or job kind>: <error type>"), e.g.
+    # {"engine_sample: OverflowError": 3}
     rejected_by_kind: dict[str, int] = field(default_factory=dict)
-    accepted: int = 0  # rows ever accepted by put()
+    accepted: int = 0  # rows ever accepted by put() / put_job()
+    records_pending: int = 0  # records (gaps, health) queued or in flight now
+    records_rejected: int = 0  # records whose write the database refused
 
     @property
     def lost(self) -> int:
         """Rows accepted but neither written, dropped, rejected nor pending (0 unless the thread died)."""
         return max(0, self.accepted - self.written - self.dropped - self.rejected - self.pending)
+
+
+@dataclass(eq=False)
+class _Job:
+    """Work the writer thread does, in queue order, before inserting ``rows``: ``prepare`` resolves their
+    ids (and may write what they refer to), or writes a record of its own (``keep``: never dropped)."""
+
+    kind: str
+    prepare: Callable[[], object]
+    rows: list[SQLModel]
+    keep: bool
+
+
+_Entry = SQLModel | _Job
+
+
+def _rows_of(entry: _Entry) -> int:
+    return len(entry.rows) if isinstance(entry, _Job) else 1
 
 
 class BatchWriter:
@@ -83,12 +114,15 @@ class BatchWriter:
         self._max_buffered = max_buffered
         self._maintenance = maintenance
         self._maintenance_interval_s = maintenance_interval_s
-        self._buf: collections.deque[SQLModel] = collections.deque()
+        self._buf: collections.deque[_Entry] = collections.deque()  # rows and jobs, oldest first
+        self._records: collections.deque[_Job] = collections.deque()  # keep=True jobs, never dropped
+        self._buf_rows = 0  # rows in _buf (a job's count with it)
         self._cond = threading.Condition()
-        self._put_seq = 0  # rows ever accepted by put()
-        self._done_seq = 0  # rows written, dropped or rejected
-        self._inflight = 0
-        self._written = self._dropped = self._rejected = self._retries = self._batches = 0
+        self._put_seq = 0  # entries (rows, jobs) ever accepted
+        self._done_seq = 0  # entries finished: written, dropped or refused
+        self._inflight_rows = self._inflight_records = 0
+        self._accepted = self._written = self._dropped = self._rejected = self._retries = self._batches = 0
+        self._records_rejected = 0
         self._last_error: str | None = None
         self._rejected_by_kind: dict[str, int] = {}
         self._flush_waiters = 0
@@ -100,26 +134,57 @@ class BatchWriter:
     # --- producer side -------------------------------------------------------------------------
     def put(self, *rows: SQLModel) -> None:
         """Queue rows (SQLModel table instances) for insertion. Never waits on the database."""
-        if not rows:
-            return
-        for row in rows:
-            if not isinstance(row, SQLModel) or not hasattr(type(row), "__table__"):
-                raise TypeError(f"BatchWriter.put takes SQLModel table rows, not {type(row).__name__}")
+        if rows:
+            _check_rows(rows)
+            self._enqueue(list(rows), rows=len(rows))
+
+    def put_job(
+        self, kind: str, prepare: Callable[[], object], rows: Sequence[SQLModel] = (), *, keep: bool = False
+    ) -> None:
+        """Queue ``prepare`` to run on the writer thread, in queue order, then ``rows`` to be inserted
+        (``prepare`` fills in their ids: a server's or a GPU's, which it may create). Never waits on the
+        database. A busy database retries ``prepare`` like an insert; any other error quarantines the job
+        and its rows under ``kind``. ``keep``: a record (a gap, a health row, no rows): never dropped by
+        the bound."""
+        _check_rows(rows)
+        if keep and rows:
+            raise ValueError("put_job: a record (keep=True) writes itself; it takes no rows")
+        job = _Job(kind, prepare, list(rows), keep)
+        self._enqueue([job], rows=len(job.rows))
+
+    def _enqueue(self, entries: list[_Entry], *, rows: int) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("BatchWriter is closed")
-            self._buf.extend(rows)
-            self._put_seq += len(rows)
-            overflow = len(self._buf) + self._inflight - self._max_buffered
-            while overflow > 0 and self._buf:
-                self._buf.popleft()
-                self._dropped += 1
-                self._done_seq += 1
-                overflow -= 1
+            for entry in entries:
+                if isinstance(entry, _Job) and entry.keep:
+                    self._records.append(entry)
+                else:
+                    self._buf.append(entry)
+                    self._buf_rows += _rows_of(entry)
+            self._put_seq += len(entries)
+            self._accepted += rows
+            self._drop_overflow()
             self._cond.notify_all()
 
+    def _drop_overflow(self) -> None:
+        """Past the bound, drop the oldest droppable entries (whole: a job with all its rows)."""
+        overflow = self._pending_rows() + self._pending_records() - self._max_buffered
+        while overflow > 0 and self._buf:
+            n = _rows_of(self._buf.popleft())
+            self._buf_rows -= n
+            self._dropped += n
+            self._done_seq += 1
+            overflow -= n
+
+    def _pending_rows(self) -> int:
+        return self._buf_rows + self._inflight_rows  # records carry no rows
+
+    def _pending_records(self) -> int:
+        return len(self._records) + self._inflight_records
+
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every row put before this call is committed (or dropped/rejected).
+        """Wait until everything put before this call is committed (or dropped/refused).
         Returns False if ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -160,10 +225,12 @@ class BatchWriter:
                 rejected=self._rejected,
                 retries=self._retries,
                 batches=self._batches,
-                pending=len(self._buf) + self._inflight,
+                pending=self._pending_rows(),
                 last_error=self._last_error,
                 rejected_by_kind=dict(self._rejected_by_kind),
-                accepted=self._put_seq,
+                accepted=self._accepted,
+                records_pending=self._pending_records(),
+                records_rejected=self._records_rejected,
             )
 
     @property
@@ -171,25 +238,33 @@ class BatchWriter:
         return self._thread.is_alive()
 
     # --- writer thread -------------------------------------------------------------------------
-    def _next_batch(self) -> list[SQLModel]:
+    def _next_batch(self) -> list[_Entry]:
         with self._cond:
             next_maint = time.monotonic() + self._maintenance_interval_s
-            while not self._buf and not self._stopping:
+            while not self._buf and not self._records and not self._stopping:
                 if self._maintenance is not None and time.monotonic() >= next_maint:
                     return []
                 self._cond.wait(0.5)
             # Give a trickle of rows a moment to grow into a batch, unless someone waits on a flush.
             deadline = time.monotonic() + self._max_delay_s
             while (
-                len(self._buf) < self._batch_size
+                self._buf_rows < self._batch_size
                 and not self._stopping
                 and not self._flush_waiters
                 and (left := deadline - time.monotonic()) > 0
             ):
                 self._cond.wait(left)
-            n = min(self._batch_size, len(self._buf))
-            batch = [self._buf.popleft() for _ in range(n)]
-            self._inflight = n
+            # records first: few and small, and a gap must not wait behind a backlog of samples
+            batch: list[_Entry] = list(self._records)
+            self._records.clear()
+            rows = 0
+            while self._buf and (rows < self._batch_size or not rows):
+                entry = self._buf.popleft()
+                rows += _rows_of(entry)
+                batch.append(entry)
+            self._buf_rows -= rows
+            self._inflight_rows = sum(_rows_of(e) for e in batch)
+            self._inflight_records = len(batch) - sum(1 for e in batch if not _is_record(e))
             return batch
 
     def _run(self) -> None:
@@ -198,11 +273,11 @@ class BatchWriter:
             batch = self._next_batch()
             if batch:
                 try:
-                    self._write_with_retry(batch)
-                except Exception as exc:  # never let one bad batch take the writer (and every later row) down
-                    log.exception("writer: unexpected error on a batch of %d rows: %s", len(batch), exc)
-                    written, rejected = self._write_one_by_one(batch)
-                    self._finish(batch, written=written, rejected=rejected)
+                    self._write_batch(batch)
+                except Exception as exc:  # a bug of ours: it must not take the writer (and later rows) down
+                    log.exception("writer: unexpected error on a batch of %d entries: %s", len(batch), exc)
+                    self._count_refused(f"writer: {type(exc).__name__}", exc, rows=self._inflight_rows)
+                    self._finish(batch, written=0, rejected=self._inflight_rows)
             due = time.monotonic() - last_maint >= self._maintenance_interval_s
             if self._maintenance is not None and due:
                 last_maint = time.monotonic()
@@ -211,90 +286,111 @@ class BatchWriter:
                 except Exception as exc:  # the writer outlives a failed maintenance (retried later)
                     log.warning("storage maintenance failed: %s", exc)
             with self._cond:
-                if self._stopping and not self._buf:
+                if self._stopping and not self._buf and not self._records:
                     return
 
-    def _write_with_retry(self, batch: list[SQLModel]) -> None:
+    def _write_batch(self, batch: list[_Entry]) -> None:
+        """Run the batch's jobs in order (a refused one is quarantined with its rows), then insert rows."""
+        rows: list[SQLModel] = []
+        refused = 0
+        for entry in batch:
+            if not isinstance(entry, _Job):
+                rows.append(entry)
+                continue
+            error, _ = self._attempt(entry.prepare)
+            if error is None:
+                rows.extend(entry.rows)
+            else:
+                refused += len(entry.rows)
+                self._quarantine(entry.kind, error, rows=len(entry.rows), record=_is_record(entry))
+        written, rejected = self._write_with_retry(rows)
+        self._finish(batch, written=written, rejected=rejected + refused)
+
+    def _attempt(self, work: Callable[[], object]) -> tuple[BaseException | None, bool]:
+        """Run ``work``, retrying with backoff while the database is busy or gone. Returns (None, _) when
+        it succeeded, (error, True) when the database stayed unavailable through shutdown, (error, False)
+        when the database refused it (a constraint, a value out of range, a bug in what was given)."""
         delay = DEFAULT_RETRY_INITIAL_S
         while True:
             try:
-                _insert(self._engine, batch)
-            except OperationalError as exc:  # busy, locked, disk full, server gone: keep the rows
+                work()
+            except TRANSIENT_ERRORS as exc:  # busy, locked, disk full, server gone: keep it, try again
                 with self._cond:
                     self._retries += 1
-                    self._last_error = _short(exc)
+                    self._last_error = dialect.error_line(exc)
                     stopping = self._stopping
                 if stopping and delay >= DEFAULT_RETRY_MAX_S:
-                    log.error("giving up on %d rows at shutdown: %s", len(batch), _short(exc))
-                    with self._cond:
-                        kind = "shutdown: database unavailable"
-                        self._rejected_by_kind[kind] = self._rejected_by_kind.get(kind, 0) + len(batch)
-                    self._finish(batch, written=0, rejected=len(batch))
-                    return
+                    return exc, True
                 time.sleep(delay)
                 delay = min(delay * 2, DEFAULT_RETRY_MAX_S)
-                continue
-            except Exception:  # constraint, overflow, bad type, ...: find the row(s) at fault
-                written, rejected = self._write_one_by_one(batch)
-                self._finish(batch, written=written, rejected=rejected)
-                return
-            self._finish(batch, written=len(batch), rejected=0)
-            return
+            except Exception as exc:
+                return exc, False
+            else:
+                return None, False
 
-    def _write_one_by_one(self, batch: list[SQLModel]) -> tuple[int, int]:
+    def _write_with_retry(self, rows: list[SQLModel]) -> tuple[int, int]:
+        """Insert ``rows`` in one transaction; when it is refused, row by row. Returns (written, rejected)."""
+        if not rows:
+            return 0, 0
+        error, unavailable = self._attempt(functools.partial(_insert, self._engine, rows))
+        if error is None:
+            return len(rows), 0
+        if unavailable:
+            log.error("giving up on %d rows at shutdown: %s", len(rows), dialect.error_line(error))
+            self._count_refused(_SHUTDOWN_KIND, error, rows=len(rows))
+            return 0, len(rows)
         written = rejected = 0
-        for row in batch:
-            delay = DEFAULT_RETRY_INITIAL_S
-            while True:
-                try:
-                    _insert(self._engine, [row])
-                    written += 1
-                except OperationalError as exc:  # the database went busy/away mid-way: wait, keep the row
-                    with self._cond:
-                        self._retries += 1
-                        self._last_error = _short(exc)
-                        stopping = self._stopping
-                    if not (stopping and delay >= DEFAULT_RETRY_MAX_S):
-                        time.sleep(delay)
-                        delay = min(delay * 2, DEFAULT_RETRY_MAX_S)
-                        continue
-                    rejected += 1
-                    self._quarantine(row, exc)
-                except Exception as exc:
-                    rejected += 1
-                    self._quarantine(row, exc)
-                break
+        for row in rows:  # find the row(s) at fault; the others are written
+            error, _ = self._attempt(functools.partial(_insert, self._engine, [row]))
+            if error is None:
+                written += 1
+            else:
+                rejected += 1
+                self._quarantine(getattr(type(row), "__tablename__", type(row).__name__), error, rows=1)
         return written, rejected
 
-    def _quarantine(self, row: SQLModel, exc: BaseException) -> None:
-        """Count a row the database would not take; log the first of each kind (table + error type)."""
-        table = getattr(type(row), "__tablename__", type(row).__name__)
+    def _quarantine(self, what: str, exc: BaseException, *, rows: int, record: bool = False) -> None:
+        """Count what the database would not take; log the first of each kind (what + error type)."""
         orig = getattr(exc, "orig", None) or exc
-        kind = f"{table}: {type(orig).__name__}"
-        with self._cond:
-            first = kind not in self._rejected_by_kind
-            self._rejected_by_kind[kind] = self._rejected_by_kind.get(kind, 0) + 1
-            self._last_error = f"{kind}: {_short(exc)}"
+        kind = f"{what}: {type(orig).__name__}"
+        first = self._count_refused(kind, exc, rows=rows, record=record)
         if first:
             log.warning(
-                "row quarantined (%s): %s; the other rows go on (further %s rows are counted, not logged)",
+                "%s quarantined (%s): %s; the rest goes on (further %s are counted, not logged)",
+                "record" if record else "row(s)",
                 kind,
-                _short(exc),
+                dialect.error_line(exc),
                 kind,
             )
 
-    def _finish(self, batch: list[SQLModel], *, written: int, rejected: int) -> None:
+    def _count_refused(self, kind: str, exc: BaseException, *, rows: int, record: bool = False) -> bool:
+        """Count ``rows`` refused as ``kind`` (a job without rows counts one, so its refusal shows);
+        whether it is the first of its kind."""
+        with self._cond:
+            first = kind not in self._rejected_by_kind
+            self._rejected_by_kind[kind] = self._rejected_by_kind.get(kind, 0) + max(rows, 1)
+            self._records_rejected += int(record)
+            self._last_error = f"{kind}: {dialect.error_line(exc)}"
+        return first
+
+    def _finish(self, batch: list[_Entry], *, written: int, rejected: int) -> None:
         with self._cond:
             self._written += written
             self._rejected += rejected
             self._batches += 1 if written else 0
             self._done_seq += len(batch)
-            self._inflight = 0
+            self._inflight_rows = self._inflight_records = 0
             self._cond.notify_all()
 
 
-def _short(exc: BaseException) -> str:
-    return str(getattr(exc, "orig", exc)).splitlines()[0][:300]
+def _is_record(entry: _Entry) -> bool:
+    return isinstance(entry, _Job) and entry.keep
+
+
+def _check_rows(rows: Iterable[object]) -> None:
+    for row in rows:
+        if not isinstance(row, SQLModel) or not hasattr(type(row), "__table__"):
+            raise TypeError(f"BatchWriter.put takes SQLModel table rows, not {type(row).__name__}")
 
 
 def rows_by_table(rows: Iterable[SQLModel]) -> list[tuple[Table, list[dict[str, Any]]]]:
@@ -321,6 +417,6 @@ def _column_names(table: Table) -> tuple[str, ...]:
 
 
 def _insert(engine: Engine, rows: list[SQLModel]) -> None:
-    with engine.connect().execution_options(**dialect.write_options(engine)) as conn, conn.begin():
+    with dialect.write_transaction(engine) as conn:
         for table, values in rows_by_table(rows):
             conn.execute(table.insert(), values)

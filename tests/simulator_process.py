@@ -24,24 +24,28 @@ Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``port``, ``gpu_metrics_po
 (``.../metrics``), ``admin_key``, ``api_key``, ``admin_headers`` (``{"Authorization": "Bearer ..."}`` or
 ``{}``), ``pid``, ``output()`` (the child's stdout+stderr so far). The constructor starts the process and
 returns once ``/health`` answers 200 (or raises ``RuntimeError`` with the child's output).
+
+``steady_load(base_url, clients)``: ``spectower bench load --pattern hover:N`` as a child process (about N
+closed-loop clients on /generate until stopped), a context manager; for tests that need a busy server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_START_TIMEOUT_S = 60.0
@@ -196,3 +200,23 @@ class SimulatorProcess:
 
 # The ``simulator_factory`` fixture's type: ``(profile=..., admin_key=None, api_key=None, **flags)``.
 SimulatorFactory = Callable[..., SimulatorProcess]
+
+
+@contextlib.contextmanager
+def steady_load(base_url: str, clients: int, output_len: int = 128) -> Iterator[subprocess.Popen[bytes]]:
+    """About ``clients`` closed-loop streaming clients on ``base_url``'s /generate (the product's own
+    `spectower bench load --pattern hover:N`, N-2..N+2 clients) until the block ends."""
+    proc = subprocess.Popen(
+        [*SPECTOWER_CLI, "bench", "load", "--server", base_url, "--pattern", f"hover:{clients}",
+         "--api", "generate", "--output-len", str(output_len), "--status-every", "1h"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)  # the load's Ctrl-C: it stops its clients and exits
+        try:
+            proc.wait(timeout=DEFAULT_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -162,3 +163,34 @@ def test_list_events_filters_newest_first(db: Database) -> None:
     assert [e.reason for e in audit.list_events(db, URL, actor_prefix="policy:")] == ["r2", "r1"]
     assert [e.reason for e in audit.list_events(db, since=101.0)] == ["r2", "r1"]
     assert len(audit.list_events(db, limit=2)) == 2
+
+
+def test_one_change_is_checked_resolved_and_audited_once(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'on' is checked once, resolved once (against the state read for this very change), sent once, and
+    written as one row; a refusal after the read is one `not applied` row carrying the resolved value."""
+    from spectower.control import knob
+
+    calls: dict[str, int] = {"check": 0, "resolve": 0}
+
+    def counted(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(audit, "check_target", counted("check", audit.check_target))
+    monkeypatch.setattr(knob, "check_target", counted("check", knob.check_target))
+    monkeypatch.setattr(knob, "resolve_target", counted("resolve", knob.resolve_target))
+    fake = FakeKnobServer(admin_key=KEY)
+    with client_for(fake) as client:
+        result = audit.apply_knob(db, client, "on", "back to normal", "operator:alice")
+    assert result.confirmed and result.requested == 48 and calls == {"check": 1, "resolve": 1}
+    assert len(fake.posts) == 1
+    assert [(e.new_max_bs, e.confirmed) for e in audit.list_events(db)] == [(48, True)]
+    with client_for(fake, "wrong-key") as client, pytest.raises(KnobAuthError):
+        audit.apply_knob(db, client, 24, "with a wrong key", "operator:mallory")
+    newest = audit.list_events(db, limit=1)[0]
+    assert (newest.new_max_bs, newest.confirmed) == (24, False) and newest.error.startswith("not applied:")

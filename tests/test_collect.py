@@ -40,7 +40,7 @@ def _count(db: Path, table: str) -> int:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--server", "http://127.0.0.1:1", "--interval", "soon"], "--interval: not a duration"),
+        (["--server", "http://127.0.0.1:1", "--interval", "soon"], "--interval must be a duration"),
         (["--server", "127.0.0.1:1"], "--server must be an http(s) URL"),
         (["--gpu", "amd"], "--gpu must be nvml, dcgm=URL or none"),
         ([], "nothing to collect"),

@@ -206,6 +206,8 @@ def test_server_info_integer_too_large_stores_everything_else(tmp_path: Path) ->
     info["max_running_requests"] = 10**20
     for st in info.get("internal_states") or []:
         st.setdefault("spectower", {})["spec_max_bs"] = 10**20
+        # the ranks' own values come first in the max_running_requests rule (server_info.py)
+        st["effective_max_running_requests_per_dp"] = st["max_running_requests"] = 10**20
     fake = FakeSglang(info)
     db_path = tmp_path / "c.db"
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from spectower.console import synthetic
-from spectower.console.views import common
+from spectower.console import data, synthetic
+from spectower.console.views import common, speculation
 from spectower.storage import open_database
 from spectower.storage.models import ControlEvent, EngineSample
+from sqlalchemy import text
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
@@ -193,17 +195,38 @@ def test_speculation_page_live_estimate_and_crossovers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "s.db"
-    # a whole hour: enough knob on/off periods in every load bin whatever the clock's phase (half an hour
-    # left the live estimate empty about one run in four)
-    _fill(db, span_s=3600)
+    # just under the page's default hour, so the page's window and the one below hold the same counters
+    _fill(db, span_s=3500)
     at = _app(db, monkeypatch, "speculation")
     labels = {m.label: m.value for m in at.metric}
-    # the profile's curves cross between 8 and 16; live traffic (alternating knob) finds it too
+    # the profile's curves cross between 8 and 16; the engine's counters under the alternating knob find it
     assert 8 <= float(labels["Crossover (benchmark)"]) <= 24, labels
-    assert labels["Crossover (live)"] != "—"
-    assert 6 <= float(labels["Crossover (live)"]) <= 30, labels
-    assert "speculation is" in _text(at)
+    live = labels["Crossover (live)"]
+    assert re.fullmatch(r"~[\d.]+ \([\d.]+-[\d.]+\)", live), labels
+    assert 6 <= float(live[1:].split()[0]) <= 30, labels
+    text = _text(at)
+    assert "speculation is" in text and "95 %" in text and "decode counters" in text
     assert _charts(at) == 4  # speedup, accept length, accept rate, policy timeline
+    # the same estimate the console's one function computes (every page reads it from there)
+    with open_database(_url(db)) as store:
+        win = time.time()
+        est = data.live_speedup(store, 1, win - 3600, win).estimate
+    assert est.label == live
+    fig = at.get("plotly_chart")[0].proto.spec
+    assert "95% interval: live" in fig and "engine counters" in fig
+
+
+def test_speculation_page_says_when_a_server_publishes_no_counters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    _fill(db)
+    with open_database(_url(db)) as store, store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM engine_counter_sample"))  # an older plugin: samples, no counters
+    at = _app(db, monkeypatch, "speculation")
+    assert {m.label: m.value for m in at.metric}["Crossover (live)"] == "—"
+    assert speculation.NO_COUNTERS in _text(at)
+    assert _charts(at) == 4  # the benchmark curves are still drawn
 
 
 def test_benchmarks_compare_and_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -437,3 +460,19 @@ def test_benchmarks_empty_state_suggests_a_saved_sweep(
     at = _app(db, monkeypatch, "benchmarks")
     code = [c.value for c in at.code]
     assert any("bench sweep" in c and "--save" in c and _url(db) in c for c in code), code
+
+
+def test_a_database_error_reaches_the_page_as_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table the page reads is gone (a damaged or foreign database): the page says so in one line
+    instead of a traceback, and instead of drawing "no GPUs" as the old reads did."""
+    db = tmp_path / "s.db"
+    _fill(db, bench=False)
+    with open_database(_url(db)) as store, store.engine.begin() as conn:
+        conn.execute(text("DROP TABLE gpu_process_sample"))
+        conn.execute(text("DROP TABLE gpu_sample"))
+    at = _app(db, monkeypatch, "gpus")
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("Database error reading") and "gpu_sample" in e for e in errors), errors
+    assert all("\n" not in e for e in errors)

@@ -23,6 +23,25 @@ def test_line_labels_sit_on_the_side_with_room() -> None:
     assert star["textposition"] == "top left" and star["cliponaxis"] is False
 
 
+def test_live_curve_has_its_interval_as_a_band_and_the_crossover_interval_shaded() -> None:
+    live = pd.DataFrame(
+        {"batch_size": [2, 4, 8, 16, 32], "speedup": [1.6, 1.4, 1.2, None, 0.8],
+         "lo": [1.5, 1.3, None, None, 0.7], "hi": [1.7, 1.5, None, None, 0.9],
+         "drafted_steps": [10, 10, 10, 0, 10], "gated_steps": [10, 10, 1, 5, 10]}
+    )  # fmt: skip
+    fig = charts.speedup_chart(live, {}, {"live": 20.0}, None, 64, (16.0, 24.0)).to_dict()
+    traces = {t.get("name"): t for t in fig["data"]}
+    curve = traces["live (engine counters, per batch size)"]
+    assert list(curve["x"]) == [2, 4, 8, 32]  # the bin measured in one mode only is not drawn
+    band = traces["95% interval: live"]
+    assert band["fill"] == "tonexty" and list(band["x"]) == [2, 4, 32] and list(band["y"]) == [1.5, 1.3, 0.7]
+    rect = next(sh for sh in fig["layout"]["shapes"] if sh["type"] == "rect")
+    assert (rect["x0"], rect["x1"]) == (16.0, 24.0)
+    plain = charts.speedup_chart(live, {}, {"live": 20.0}, None, 64)  # no interval: no shading
+    assert _annotation(plain, "crossover live")
+    assert not [sh for sh in plain.to_dict()["layout"]["shapes"] if sh["type"] == "rect"]
+
+
 def test_time_axes_span_the_window_with_readable_ticks() -> None:
     axis = charts.time_axis(0.0, 7 * 86400.0)
     assert axis["range"] == ["1970-01-01T00:00:00Z", "1970-01-08T00:00:00Z"]

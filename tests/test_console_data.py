@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 from spectower.console import data, synthetic
-from spectower.storage import Database, open_database
+from spectower.control import speedup
+from spectower.storage import Database, open_database, queries
 from spectower.storage.models import EngineSample
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 
 @pytest.fixture
@@ -51,16 +54,35 @@ def test_latest_engine_sums_dp_ranks(db: Database) -> None:
     assert got["dp_ranks"] == 2
 
 
-def test_speedup_bins_split_by_active_speculation(db: Database) -> None:
+def test_live_speedup_is_the_counters_estimate(db: Database) -> None:
     now = time.time()
-    bins = data.speedup_bins(db, 1, now - 7200, now, 64)
-    t = bins.table
-    assert not t.empty and (t["n_on"] > 0).any() and (t["n_off"] > 0).any()
-    ok = t.dropna(subset=["speedup"])
-    low = ok[ok["concurrency"] < 6]["speedup"]
-    high = ok[ok["concurrency"] > 40]["speedup"]
+    live = data.live_speedup(db, 1, now - 3600, now)
+    assert live.has_counters and live.estimate.intervals > 0
+    t = live.measured
+    assert not t.empty and list(t.columns) == list(data.LIVE_TABLE_COLUMNS)
     # the profile: speculation wins at low load and loses at high load; the estimate must see it
-    assert (low > 1.0).all() and (high < 1.0).all()
+    assert (t[t["batch_size"] <= 4]["speedup"] > 1.0).all() and (
+        t[t["batch_size"] >= 32]["speedup"] < 1.0
+    ).all()
+    assert (t["lo"] <= t["speedup"]).all() and (t["speedup"] <= t["hi"]).all()
+    est = live.estimate
+    assert est.status == "found" and est.crossover is not None and 8 < est.crossover < 32
+    assert est.crossover_lo is not None and est.crossover_hi is not None
+    assert est.crossover_lo <= est.crossover <= est.crossover_hi
+    # exactly the one estimator over the stored intervals (what control get and the policy compute)
+    assert est == speedup.estimate(queries.counter_intervals(db, 1, now - 3600, now))
+
+
+def test_live_speedup_of_a_server_without_counters(db: Database) -> None:
+    sid = db.server_id("http://old-plugin:30000")
+    now = time.time()
+    with db.session() as s:
+        s.add(EngineSample(server_id=sid, ts=now, num_running_reqs=3.0, output_tok_s=100.0))
+    live = data.live_speedup(db, sid, now - 3600, now)
+    assert not live.has_counters and live.estimate.label == "not enough data" and live.table.empty
+    # a server with counters, but none in this window: it has them, just not enough data here
+    old = data.live_speedup(db, 1, now - 10 * 86400, now - 9 * 86400)
+    assert old.has_counters and old.estimate.status == "no_data"
 
 
 def test_control_events_filters(db: Database) -> None:
@@ -87,3 +109,45 @@ def test_engine_series_sums_dp_ranks(tmp_path: Path) -> None:
     assert len(series) >= 2
     assert series["output_tok_s"].tolist() == pytest.approx([300.0] * len(series))  # 100 + 200, not 150
     assert series["spec_accept_length"].tolist() == pytest.approx([2.5] * len(series))
+
+
+def test_no_rows_is_an_empty_frame(tmp_path: Path) -> None:
+    store = open_database(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        assert data.servers(store).empty and "url" in data.servers(store).columns
+        assert data.latest_gpu(store).empty and data.bench_runs(store).empty
+        assert data.bench_points(store, [1]).empty and data.gpu_processes(store, [1], 0.0).empty
+        assert data.control_events(store).empty and data.last_setter(store, "http://x") is None
+        assert data.latest_engine(store, 1) is None
+    finally:
+        store.close()
+
+
+def test_a_database_error_is_raised_not_an_empty_frame(db: Database) -> None:
+    """The old reads turned any error into an empty frame: a broken database looked like "no data"."""
+    with db.engine.begin() as conn:
+        conn.execute(text("DROP TABLE control_event"))
+    with pytest.raises(OperationalError, match="control_event"):
+        data.control_events(db)
+
+
+def test_latest_gpu_joins_every_gpu_with_its_newest_sample(db: Database) -> None:
+    spare = db.gpu_id("node-b", 0, "GPU-spare", name="spare")  # no sample yet: still listed
+    inv = data.latest_gpu(db)
+    assert list(inv.columns[:6]) == ["gpu_id", "host", "gpu_index", "name", "source", "uuid"]
+    assert set(inv["gpu_id"]) == {1, 2, spare}
+    have = inv[inv["gpu_id"] != spare]
+    assert have["ts"].notna().all() and inv[inv["gpu_id"] == spare]["ts"].isna().all()
+    newest = {s.gpu_id: s.ts for s in queries.latest_gpu_samples(db)}
+    assert dict(zip(have["gpu_id"], have["ts"], strict=True)) == newest
+
+
+def test_bench_frames_count_and_order_points(db: Database) -> None:
+    rid = synthetic.add_bench_run(db, synthetic.DEFAULT_PROFILE, time.time(), "t")
+    runs = data.bench_runs(db)
+    (row,) = runs[runs["id"] == rid].itertuples()
+    points = data.bench_points(db, [rid])
+    assert row.points == len(points) > 0
+    keys = list(zip(points["concurrency"], points["spec_on"], strict=True))
+    assert keys == sorted(keys)
+    assert data.last_setter(db, "http://nowhere") is None

@@ -16,7 +16,7 @@ def test_crossover_interpolates_where_speedup_falls_through_one() -> None:
 
 
 def test_one_noisy_low_bin_is_not_the_crossover() -> None:
-    # live bins: a thin bin at 2 dips below 1.0; the well-sampled ones fall through 1.0 between 12 and 16
+    # a thin point at 2 dips below 1.0; the well-sampled ones fall through 1.0 between 12 and 16
     cs, ss, n = [1, 2, 4, 8, 12, 16, 24], [1.3, 0.97, 1.2, 1.1, 1.02, 0.97, 0.9], [50, 3, 60, 60, 60, 60, 60]
     x = crossover(cs, ss, n)
     assert x is not None and 12 < x < 16

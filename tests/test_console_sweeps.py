@@ -136,12 +136,13 @@ def test_the_up_front_estimate_counts_warm_up_and_drain() -> None:
 
 
 def test_slice_starts_come_from_the_sweeps_own_writes() -> None:
-    move = {"last_write": {"writer": "sweep", "value": 0, "previous": 64, "ts": 5.0}}
+    move = {"writer": "sweep", "value": 0, "previous": 64, "ts": 5.0}
     assert sweeps.is_slice_start(move) and sweeps.last_write_ts(move) == 5.0
-    borrow = {"last_write": {"writer": "sweep", "value": 13, "previous": 13, "ts": 4.0}}
-    restore = {"last_write": {"writer": "sweep", "value": 13, "previous": 0, "ts": 9.0, "release": True}}
-    policy = {"last_write": {"writer": "policy", "value": 9, "previous": 13, "ts": 3.0}}
-    assert not any(sweeps.is_slice_start(b) for b in (borrow, restore, policy, {}))
+    borrow = {"writer": "sweep", "value": 13, "previous": 13, "ts": 4.0}
+    restore = {"writer": "sweep", "value": 13, "previous": 0, "ts": 9.0, "release": True}
+    policy = {"writer": "policy", "value": 9, "previous": 13, "ts": 3.0}
+    assert not any(sweeps.is_slice_start(b) for b in (borrow, restore, policy, {}, None))
+    assert sweeps.last_write_ts(None) is None
 
 
 def test_sweep_argv_saves_where_the_console_reads() -> None:

@@ -339,3 +339,75 @@ def test_a_server_value_beyond_the_database_is_one_line_not_a_traceback(sim: Any
                        "--max-bs", str(2**70), "--reason", "x"])  # fmt: skip
     assert too_big.exit_code == 2 and "Traceback" not in too_big.output
     assert len(too_big.stderr.strip().splitlines()) == 1 and "max_bs" in too_big.stderr
+
+
+def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: Any, tmp_path: Path) -> None:
+    """Without stored counters: the estimate over the server's counters since it started, saying so. With
+    the collector's intervals in --db: the same estimate the console computes for that window."""
+    import json
+
+    from spectower.console import data
+    from spectower.storage import queries
+    from spectower.storage.models import EngineCounterSample
+
+    # some decode steps on the simulator, so its counters are not all zero
+    body = {"model": "m", "prompt": "hi", "max_tokens": 64}
+    for _ in range(3):
+        assert httpx.post(f"{sim.base_url}/v1/completions", json=body, timeout=30).status_code == 200
+    got = run_cli(["get", "--server", sim.base_url, "--json", "--db", str(tmp_path / "none.db")])
+    assert got.exit_code == 0, got.output
+    speed = json.loads(got.stdout)["speedup"]
+    assert speed["source"] == "since_start" and speed["label"].endswith(", since the server started")
+    assert speed["bins"] and sum(b["drafted_steps"] for b in speed["bins"]) > 0
+    assert not (tmp_path / "none.db").exists()  # a missing --db file is not created
+    human = run_cli(["get", "--server", sim.base_url, "--db", str(tmp_path / "none.db")])
+    assert "crossover        " in human.stdout and "since the server started" in human.stdout
+
+    # the collector's intervals for this server: bin 4 pays (x1.5), bin 32 loses (x0.75)
+    db_path = tmp_path / "collected.db"
+    now = time.time()
+    with open_database(db_path) as db:
+        sid = db.server_id(sim.base_url)
+        rows = []
+        for i in range(12):
+            ts, wobble = now - 300 + 5 * i, 1 + 0.02 * (i % 3 - 1)
+            for b, (d, g) in {4: (600.0, 400.0), 32: (1500.0, 2000.0)}.items():
+                rows += [
+                    EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="drafted", steps=50,
+                                        tokens=round(d * wobble), time_s=1.0),
+                    EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="gated", steps=50,
+                                        tokens=round(g), time_s=1.0),
+                ]  # fmt: skip
+        w = db.writer(maintenance=None)
+        w.put(*rows)
+        assert w.flush(30)
+        w.close()
+    got = run_cli(["get", "--server", sim.base_url, "--json", "--db", str(db_path), "--window", "15m"])
+    assert got.exit_code == 0, got.output
+    speed = json.loads(got.stdout)["speedup"]
+    assert speed["source"] == "stored" and speed["window_s"] == 900 and speed["intervals"] == 12
+    assert [b["batch_size"] for b in speed["bins"]] == [4, 32]
+    assert speed["bins"][0]["lo"] < 1.5 < speed["bins"][0]["hi"] and 4 < speed["crossover"] < 32
+    with open_database(db_path) as db:
+        now = time.time()
+        est = data.live_speedup(db, queries.server_by_url(db, sim.base_url).id, now - 900, now).estimate  # type: ignore[arg-type]
+    assert speed["label"] == est.label and speed["crossover"] == est.crossover
+    human = run_cli(["get", "--server", sim.base_url, "--db", str(db_path), "--window", "15m"])
+    assert f"crossover        {est.label} (stored counters, last 15 min: 12 intervals" in human.stdout
+    assert "batch     4: speedup x1.50 (95 %" in human.stdout
+
+
+def test_known_max_running_is_what_the_collector_stored(tmp_path: Path) -> None:
+    """`control auto` falls back on the stored max_running_requests while the server does not answer."""
+    from spectower.console.commands.control import _known_max_running
+
+    with open_database(tmp_path / "known.db") as db:
+        db.server_id("http://a:30000", max_running_requests=48)
+        assert _known_max_running(db, "http://a:30000") == 48
+        assert _known_max_running(db, "http://never-collected:30000") is None
+
+
+@pytest.mark.parametrize("flag", ["--interval", "--stale-after"])
+def test_auto_durations_are_checked_before_anything_starts(flag: str, tmp_path: Path) -> None:
+    got = run_cli(["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db"), flag, "soon"])
+    assert got.exit_code == 2 and f"{flag} must be a duration" in got.stderr and "Traceback" not in got.output

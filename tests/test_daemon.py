@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.collectors.daemon import Collector, DaemonConfig, parse_duration
+from spectower.collectors.daemon import Collector, DaemonConfig, SourceHealth
 from spectower.collectors.sink import StorageSink
 from spectower.simulator.profile import load_profile
 from spectower.storage import open_database
@@ -145,18 +145,31 @@ async def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.1
     return pred()
 
 
+# What the collector has seen of one source, for waits on events instead of fixed sleeps. The timeouts are
+# generous (a loaded machine); each wait returns as soon as the collector got there.
+WAIT_S = 30.0
+
+
+def health(c: Collector, source: str) -> SourceHealth:
+    """The collector's health record of its one ``source`` loop (an empty one until the loop started)."""
+    found = [h for (src, _target), h in c.health.items() if src == source]
+    return found[0] if found else SourceHealth(source, "")
+
+
+async def wait_cycles(c: Collector, source: str, more: int) -> None:
+    """Until ``source`` has had ``more`` successful cycles more than now."""
+    target = health(c, source).cycles + more
+    assert await wait_until(lambda: health(c, source).cycles >= target, WAIT_S), health(c, source)
+
+
+async def wait_gap(c: Collector, source: str, errors: int = 1) -> None:
+    """Until ``source`` is in a gap after at least ``errors`` failed attempts in all."""
+    assert await wait_until(
+        lambda: health(c, source).in_gap and health(c, source).errors_total >= errors, WAIT_S
+    ), health(c, source)
+
+
 # -- tests -----------------------------------------------------------------------------------------------
-def test_parse_duration() -> None:
-    assert parse_duration("1s", "--interval") == 1.0
-    assert parse_duration("500ms", "--interval") == 0.5
-    assert parse_duration("2m", "--duration") == 120.0
-    assert parse_duration("0.25", "--interval") == 0.25
-    with pytest.raises(ValueError, match="--interval: not a duration"):
-        parse_duration("fast", "--interval")
-    with pytest.raises(ValueError, match="positive"):
-        parse_duration("0s", "--interval")
-
-
 def test_config_errors_name_the_flag() -> None:
     with pytest.raises(ValueError, match="--gpu"):
         DaemonConfig(servers=["http://x"], gpu="rocm")
@@ -174,13 +187,13 @@ def test_killed_and_restarted_mid_run(simulator_factory: Any, tmp_path: Path) ->
     db_path = tmp_path / "c.db"
 
     async def chaos(c: Collector) -> None:
-        await asyncio.sleep(4.0)
+        await wait_cycles(c, "sglang", 3)  # a baseline, then rates
         marks["kill"] = time.time()
         await asyncio.to_thread(sim.kill)
-        await asyncio.sleep(2.5)
+        await wait_gap(c, "sglang", errors=2)  # noticed, and retried with backoff
         await asyncio.to_thread(sim.start)
         marks["up"] = time.time()
-        await asyncio.sleep(5.0)
+        await wait_cycles(c, "sglang", 3)  # back: a new baseline, then rates again
 
     try:
         run_collector(DaemonConfig(servers=[sim.base_url], interval_s=interval), db_path, chaos)
@@ -219,13 +232,13 @@ def test_slow_responses_time_out_then_recover(simulator_factory: Any, tmp_path: 
     marks: dict[str, float] = {}
 
     async def chaos(c: Collector) -> None:
-        await asyncio.sleep(2.0)
+        await wait_cycles(c, "sglang", 2)
         proxy.mode, proxy.delay_s = "delay", 3.0
         marks["slow"] = time.time()
-        await asyncio.sleep(3.5)
+        await wait_gap(c, "sglang", errors=2)  # timed out, and again after the backoff
         proxy.mode = "pass"
         marks["fast"] = time.time()
-        await asyncio.sleep(3.0)
+        await wait_cycles(c, "sglang", 4)
 
     try:
         cfg = DaemonConfig(servers=[proxy.url], interval_s=0.5, timeout_s=0.8)
@@ -251,10 +264,9 @@ def test_broken_metrics_bodies_store_nothing(
     db_path = tmp_path / f"{mode}.db"
 
     async def chaos(c: Collector) -> None:
-        await asyncio.sleep(2.5)
+        await wait_gap(c, "sglang", errors=2)  # refused, and again after the backoff
         proxy.mode = "pass"
-        # generous: on a loaded machine the proxied requests are slow
-        assert await wait_until(lambda: c.health[("sglang", proxy.url)].cycles >= 3, timeout=20)
+        await wait_cycles(c, "sglang", 3)
 
     try:
         run_collector(DaemonConfig(servers=[proxy.url], interval_s=0.5), db_path, chaos)
@@ -273,15 +285,15 @@ def test_database_locked_by_another_writer(simulator_factory: Any, tmp_path: Pat
     marks: dict[str, float] = {}
 
     async def chaos(c: Collector) -> None:
-        await asyncio.sleep(1.5)
+        await wait_cycles(c, "sglang", 2)
         other = sqlite3.connect(db_path, timeout=0.1, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # holds the write lock
         marks["locked"] = time.time()
-        await asyncio.sleep(4.0)
+        await wait_cycles(c, "sglang", 7)  # samples taken while the database is locked
         marks["unlocked"] = time.time()
         other.execute("ROLLBACK")
         other.close()
-        await asyncio.sleep(2.5)
+        await wait_cycles(c, "sglang", 3)
 
     out = run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5), db_path, chaos)
     during = rows(
@@ -299,15 +311,18 @@ def test_api_key_server(simulator_factory: Any, tmp_path: Path) -> None:
     key = "sim-api-key-938"
     sim = simulator_factory(profile=PROFILE, api_key=key)
 
-    async def short(c: Collector) -> None:
-        await asyncio.sleep(2.0)
+    async def scraped(c: Collector) -> None:
+        await wait_cycles(c, "sglang", 2)
+
+    async def refused(c: Collector) -> None:
+        await wait_gap(c, "sglang")
 
     ok_db = tmp_path / "ok.db"
-    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5, api_key=key), ok_db, short)
+    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5, api_key=key), ok_db, scraped)
     assert rows(ok_db, "select served_model_name from server")[0][0]
     assert rows(ok_db, "select count(*) from collection_gap")[0][0] == 0
     no_db = tmp_path / "nokey.db"
-    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5), no_db, short)
+    run_collector(DaemonConfig(servers=[sim.base_url], interval_s=0.5), no_db, refused)
     [(reason,)] = rows(no_db, "select reason from collection_gap")
     assert "401" in reason and "SPECTOWER_API_KEY" in reason
     for path in (ok_db, no_db):
@@ -319,7 +334,7 @@ def test_dcgm_source_eight_gpus(simulator_factory: Any, tmp_path: Path) -> None:
     load = Load(sim.base_url, concurrency=4)
 
     async def run(c: Collector) -> None:
-        await asyncio.sleep(3.0)
+        await wait_cycles(c, "dcgm", 5)
 
     db_path = tmp_path / "dcgm.db"
     try:

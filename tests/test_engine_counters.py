@@ -179,7 +179,7 @@ def test_simulator_publishes_the_same_counters(simulator_factory: SimulatorFacto
     """Gated steps at batch 4 (ceiling 2), then drafted steps at batch 2: the counters move in those bins,
     with tokens and modelled step time on the profile's curves."""
     profile = load_profile(DEFAULT_PROFILE)
-    sim = simulator_factory(decode_log_interval=5)
+    sim = simulator_factory(decode_log_interval=5, explore_share=0)  # each phase in one mode only
     info = lambda: httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["internal_states"][0]  # noqa: E731
     assert httpx.post(
         f"{sim.base_url}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}}, timeout=10

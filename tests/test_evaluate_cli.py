@@ -71,3 +71,15 @@ def test_bad_trace_file_names_the_point(tmp_path: Path) -> None:
     run = spectower("--profile", GLM, "--trace", str(trace))
     assert run.returncode == 2
     assert "point [2]" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_jump_trace_spans_the_profiles_max_running_requests_and_the_table_says_what_exploring_costs(
+) -> None:
+    run = spectower("--profile", GLM, "--trace", "jump", "--policy", "learn", "--duration", "600", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["trace"] == "jump" and out["explore_share"] == 0.02 and 0 < out["explore_cost"] < 0.02
+    assert out["changes_per_hour"] <= 12 and out["efficiency"] >= 0.95
+    table = spectower("--profile", GLM, "--trace", "jump", "--policy", "learn", "--duration", "600")
+    assert table.returncode == 0, table.stderr
+    assert "ceiling changes per hour" in table.stdout and "exploration: 2.0%" in table.stdout

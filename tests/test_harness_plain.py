@@ -1,5 +1,6 @@
 """`sim evaluate` scores a policy on what the knob can do: "off" is the profile's knob-off curve (spec_off),
-never a plain server's; the plain curve is reported beside the oracle. Virtual time: exact."""
+never a plain server's; the plain curve is reported beside the oracle; the oracle pays the gate's exploration
+share like every policy. Virtual time: exact."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any
 
 import pytest
 from spectower.control.policy import make_policy
-from spectower.simulator.harness import evaluate, simulate
+from spectower.simulator.harness import HarnessConfig, evaluate, simulate
 from spectower.simulator.profile import Profile, parse_profile
 from spectower.simulator.traces import parse_trace
 
 from tests.test_bench_plain_sim import THREE_CURVES
 
 SECONDS = 600.0
+NO_EXPLORING = HarnessConfig(explore_share=0.0)
 
 
 # at 16: knob on 750, knob off (measured) 650, a plain server 1200
@@ -32,7 +34,7 @@ def constant(c: float) -> Any:
 
 def test_always_off_earns_the_knob_off_curve_and_the_oracle_counts_it() -> None:
     profile = _profile()
-    off = simulate(profile, constant(16), make_policy("always-off", 64))
+    off = simulate(profile, constant(16), make_policy("always-off", 64), config=NO_EXPLORING)
     # one decision interval (5 s) runs with the launch knob (on) before always-off's ceiling applies
     assert off.tokens == pytest.approx(650.0 * (SECONDS - 5.5) + 750.0 * 5.5, rel=1e-9)
     # the oracle picks the better of on (750) and knob-off (650) at 16, not plain (1200)
@@ -43,10 +45,10 @@ def test_always_off_earns_the_knob_off_curve_and_the_oracle_counts_it() -> None:
 def test_where_knob_off_beats_on_the_oracle_takes_knob_off_not_plain() -> None:
     # at 16: on 600 < knob-off 650 < plain 1200
     profile = _profile(output_tok_s={**CURVES, "spec_on": [190.0, 430.0, 600.0]})
-    on = simulate(profile, constant(16), make_policy("always-on", 64))
+    on = simulate(profile, constant(16), make_policy("always-on", 64), config=NO_EXPLORING)
     assert on.oracle_tokens == pytest.approx(650.0 * SECONDS, rel=1e-9)
     assert on.efficiency == pytest.approx(600.0 / 650.0, rel=1e-9)
-    out = evaluate(profile, constant(16), "always-off", baselines=("always-on",))
+    out = evaluate(profile, constant(16), "always-off", baselines=("always-on",), config=NO_EXPLORING)
     assert out["baselines"]["always-on"]["efficiency"] == pytest.approx(600.0 / 650.0, rel=1e-6)
     assert out["has_plain_curve"] is True
     assert out["plain_vs_oracle"] == pytest.approx(1200.0 / 650.0, rel=1e-6)  # no knob value reaches plain
@@ -54,7 +56,22 @@ def test_where_knob_off_beats_on_the_oracle_takes_knob_off_not_plain() -> None:
 
 def test_the_old_format_keeps_its_scores() -> None:
     old = _profile(output_tok_s={"spec_on": [190.0, 430.0, 750.0], "spec_off": [84.0, 240.0, 650.0]})
-    run = simulate(old, constant(16), make_policy("always-off", 64))
+    run = simulate(old, constant(16), make_policy("always-off", 64), config=NO_EXPLORING)
     assert run.plain_tokens == pytest.approx(650.0 * SECONDS, rel=1e-9)  # spec_off stands for plain
-    out = evaluate(old, constant(16), "always-on", baselines=())
+    out = evaluate(old, constant(16), "always-on", baselines=(), config=NO_EXPLORING)
     assert out["has_plain_curve"] is False and out["efficiency"] == pytest.approx(1.0)
+
+
+def test_the_oracle_pays_the_exploration_share_on_the_knob_off_curve() -> None:
+    """With 2 % exploration the best a ceiling can do at 16 is 98 % of the steps on (750 tok/s) and 2 %
+    knob-off (650, one token per request per step), never plain; always-on is that oracle exactly."""
+    profile = _profile()
+    on = simulate(profile, constant(16), make_policy("always-on", 64))
+    accept = profile.accept_length_at(16)
+    t_on, t_off = 16 * accept / 750.0, 16 / 650.0  # one step's time
+    mixed = (0.98 * 16 * accept + 0.02 * 16) / (0.98 * t_on + 0.02 * t_off)
+    assert on.oracle_tokens == pytest.approx(mixed * SECONDS, rel=1e-9)
+    assert on.pure_oracle_tokens == pytest.approx(750.0 * SECONDS, rel=1e-9)
+    assert on.efficiency == pytest.approx(1.0)
+    assert on.explore_cost == pytest.approx(1 - mixed / 750.0, rel=1e-9)
+    assert on.plain_tokens == pytest.approx(1200.0 * SECONDS, rel=1e-9)  # plain is reported, not reachable

@@ -12,7 +12,6 @@ import httpx
 import pytest
 from spectower.control.knob import (
     DEFAULT_TIMEOUT,
-    INSTALL_HINT,
     KnobAuthError,
     KnobClient,
     KnobProtocolError,
@@ -21,10 +20,10 @@ from spectower.control.knob import (
     NotSGLangServerError,
     PluginMissingError,
     ServerUnreachableError,
-    bands_allow_zero,
     check_target,
-    parse_server_info,
+    knob_state,
 )
+from spectower.control.sglang_config import PLUGIN_INSTALL_HINT, bands_allow_zero
 
 from tests.conftest import free_port
 from tests.fake_knob_server import FakeKnobServer, real_server_info
@@ -38,7 +37,7 @@ def client_for(fake: FakeKnobServer, key: str | None = None, **kw: object) -> Kn
 
 
 def test_parse_the_real_capture() -> None:
-    state = parse_server_info(real_server_info(), URL)
+    state = knob_state(real_server_info(), URL)
     assert state.server_version == "0.5.17"
     assert state.speculative_algorithm == "EAGLE3"
     assert state.speculative_adaptive is True
@@ -61,13 +60,13 @@ def test_bands_allow_zero_from_a_local_config(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0, 3]}}))
     info = real_server_info()
     info["speculative_adaptive_config"] = str(good)
-    assert parse_server_info(info, "http://127.0.0.1:30000").bands_allow_zero is True
+    assert knob_state(info, "http://127.0.0.1:30000").bands_allow_zero is True
     info["speculative_adaptive_config"] = str(bad)
-    state = parse_server_info(info, "http://127.0.0.1:30000")
+    state = knob_state(info, "http://127.0.0.1:30000")
     assert state.bands_allow_zero is False
     assert any("band 1 does not allow step 0" in p for p in state.problems())
     info["speculative_adaptive_config"] = None  # SGLang's default bands: band 1 has no 0
-    assert parse_server_info(info, URL).bands_allow_zero is False
+    assert knob_state(info, URL).bands_allow_zero is False
     assert bands_allow_zero({"1": [0, 1], "8": [0]}) and not bands_allow_zero({})
 
 
@@ -128,7 +127,7 @@ def test_plugin_missing_says_how_to_install_and_sends_nothing() -> None:
         with pytest.raises(PluginMissingError) as err:
             client.set(0)
     assert isinstance(err.value, LookupError)
-    assert INSTALL_HINT in str(err.value) and "pip install spectower" in str(err.value)
+    assert PLUGIN_INSTALL_HINT in str(err.value) and "pip install spectower" in str(err.value)
     assert fake.posts == []
 
 
@@ -255,9 +254,14 @@ def test_values_no_database_can_hold_are_refused_with_one_line() -> None:
     with pytest.raises(KnobValueError, match="at most 2147483647"):
         check_target(10**30)
     fake = FakeKnobServer()
+    # a max_running_requests no column holds is not a value (collectors' ServerInfo), so "on" has none
     fake.info["max_running_requests"] = 10**30
-    with client_for(fake) as client, pytest.raises(KnobValueError, match="beyond any valid ceiling"):
-        client.set("on")
+    for state in fake.info["internal_states"]:
+        state["max_running_requests"] = state["effective_max_running_requests_per_dp"] = 10**30
+    with client_for(fake) as client:
+        assert client.read().max_running_requests is None
+        with pytest.raises(KnobUnsupportedError, match="does not report max_running_requests"):
+            client.set("on")
     assert fake.posts == []
 
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spectower.collectors.promtext import MetricsParseError
-from spectower.collectors.sglang.engine import EngineDeriver
 from spectower.collectors.sglang.metrics import parse_metrics
+from spectower.collectors.sglang.reading import EngineDeriver
 from spectower.collectors.sglang.scraper import ScrapeError, SglangScraper
 from spectower.collectors.sglang.server_info import ServerInfoError, parse_server_info
 from spectower.storage import Database, open_database

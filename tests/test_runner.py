@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.control import audit
+from spectower.control import audit, engine_counters
 from spectower.control.knob import KnobClient
 from spectower.control.policy import make_policy
 from spectower.control.runner import (
@@ -193,16 +193,64 @@ def test_flip_rate_is_capped_per_rolling_hour(db: Database) -> None:
     assert runner.step().action == "set" and fake.values() == [20]
 
 
+def counters_block(steps: int, bins: int = 6) -> dict[str, Any]:
+    """One rank's counters (control/engine_counters.py's shape): ``steps`` drafted and gated ones in bin 4."""
+    block = engine_counters.EngineCounters(2 ** (bins - 1), clock_name="model").snapshot()
+    block["started_at"] = 1.0
+    for mode, tokens in (("drafted", 30), ("gated", 10)):
+        block[mode]["steps"][2] = steps
+        block[mode]["tokens"][2] = tokens * steps
+        block[mode]["time_s"][2] = 0.01 * steps
+    return block
+
+
+def publish_counters(fake: FakeKnobServer, steps: int, ranks: list[int] | None = None) -> None:
+    for rank, state in enumerate(fake.info["internal_states"]):
+        if ranks is None or rank in ranks:
+            state["spectower"]["counters"] = counters_block(steps)
+
+
+def test_the_observation_carries_the_engine_counters_summed_over_ranks(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, clock = FakeKnobServer(dp_size=2), Clock()
+    runner = make_runner(db, fake, clock)
+    add_samples(db, URL, T0, 12)
+    obs, why = runner.observe(clock.now)
+    assert why is None and obs.counters is None  # a server without counters: the observation says so
+    assert "publishes no engine counters" in caplog.text
+    publish_counters(fake, 7)
+    obs, _ = runner.observe(clock.now)
+    assert obs.counters is not None and engine_counters.validate(dict(obs.counters)) is None
+    assert obs.counters["drafted"]["steps"][2] == 14 and obs.counters["gated"]["tokens"][2] == 140
+    assert obs.counters["ranks"] == 2
+    # one rank without a valid block: no partial sum (it would read as a restart, then as a jump)
+    fake.info["internal_states"][1]["spectower"]["counters"] = {"bins": "no"}
+    caplog.clear()
+    obs, _ = runner.observe(clock.now)
+    assert obs.counters is None
+    assert "internal_states[1].spectower.counters.bins must be a non-empty list" in caplog.text
+    runner.observe(clock.now)  # said once, not every interval
+    assert caplog.text.count("internal_states[1]") == 1
+
+
 def test_learn_state_is_persisted_and_restored(db: Database) -> None:
     fake, clock = FakeKnobServer(), Clock()
-    runner = make_runner(db, fake, clock, spec="learn")
+    runner = make_runner(db, fake, clock, spec="learn")  # the fake's knob reads back 0: speculation off
+    actions = []
     for i in range(6):
-        clock.now = T0 + 5 * i
+        clock.now = T0 + 15 * i
         add_samples(db, URL, clock.now, 4 + i, tok_s=200.0 * (4 + i))
-        runner.step()
+        publish_counters(fake, 10 * (i + 1))  # bin 4: drafted 3000 tok/s, gated 1000
+        outcome = runner.step()
+        actions.append(outcome.action)
+        if i < 3:  # fewer than 3 intervals of the bin in both modes
+            assert outcome.decision is not None and "too thin" in outcome.decision.reason
+    assert actions == ["hold"] * 3 + ["set", "hold", "hold"] and fake.values() == [4]  # bin 4 pays: on
     saved = audit.get_policy_state(db, URL)
     assert saved is not None and saved.mode == "learn"
     assert json.loads(saved.state_json) == json.loads(json.dumps(runner.policy.state(), sort_keys=True))
+    assert len(json.loads(saved.state_json)["snapshots"]) == 6  # the counters window survives a restart
     fresh = make_runner(db, fake, clock, spec="learn")
     assert fresh.load_state()
     assert fresh.policy.state() == runner.policy.state()
@@ -246,6 +294,26 @@ def test_no_plugin_holds_and_sends_nothing(db: Database) -> None:
     outcome = runner.step()
     assert outcome.action == "hold" and "plugin is not installed" in outcome.reason
     assert fake.posts == [] and audit.list_events(db) == []
+
+
+@pytest.mark.integration
+def test_learn_reads_the_real_simulators_counters(db: Database, simulator_factory: Any) -> None:
+    sim = simulator_factory(dp_size=2)
+    client = KnobClient(sim.base_url)
+    runner = PolicyRunner(db, client, make_policy("learn", 64), mode="learn")
+    for _ in range(3):  # a few requests so the counters move
+        httpx.post(f"{sim.base_url}/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 20}},
+                   timeout=30)  # fmt: skip
+    add_samples(db, sim.base_url, time.time(), 1, rank=0)
+    add_samples(db, sim.base_url, time.time(), 0, rank=1)
+    outcome = runner.step()
+    obs = outcome.observation
+    assert obs is not None and obs.counters is not None and obs.counters["ranks"] == 2
+    assert engine_counters.validate(dict(obs.counters)) is None
+    # three requests of 20 tokens, one from prefill: 19 from decode steps each, in bin 1
+    assert obs.counters["drafted"]["tokens"][0] + obs.counters["gated"]["tokens"][0] == 3 * 19
+    assert outcome.action == "hold" and "too thin" in outcome.reason
+    client.close()
 
 
 @pytest.mark.integration

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spectower.collectors.sglang.server_info import parse_server_info
 from spectower.console.cli import app
 from spectower.control.sglang_config import (
     SGLANG_DEFAULT_BAND_KEYS,
@@ -143,6 +144,11 @@ def test_command_errors_are_one_clear_line(args: list[str], message: str, tmp_pa
 # ----------------------------------------------------------------------------- server_info_problems
 
 
+def _problems(info: dict[str, Any], *, read_local_config: bool = True) -> list[str]:
+    """server_info_problems of a raw /server_info document, read through the collectors' parser."""
+    return server_info_problems(parse_server_info(info), read_local_config=read_local_config)
+
+
 @pytest.fixture
 def real_info(real_data: Path) -> dict[str, Any]:
     """A real SGLang 0.5.17 /server_info with a stand-in plugin (config {"1": [0, 3]}, not on this host)."""
@@ -153,13 +159,13 @@ def real_info(real_data: Path) -> dict[str, Any]:
 
 
 def test_real_capture_is_ready(real_info: dict[str, Any]) -> None:
-    assert server_info_problems(real_info) == []
+    assert _problems(real_info) == []
 
 
 def test_not_adaptive(real_info: dict[str, Any]) -> None:
     info = copy.deepcopy(real_info)
     info["speculative_adaptive"] = False
-    problems = server_info_problems(info)
+    problems = _problems(info)
     assert len(problems) == 1 and "--speculative-adaptive" in problems[0]
 
 
@@ -167,14 +173,14 @@ def test_plugin_missing_or_refusing(real_info: dict[str, Any]) -> None:
     info = copy.deepcopy(real_info)
     info["internal_states"].append(copy.deepcopy(info["internal_states"][0]))
     del info["internal_states"][1]["spectower"]
-    problems = server_info_problems(info)
+    problems = _problems(info)
     assert problems == [problems[0]] and problems[0].startswith("rank 1: the spectower plugin is not loaded")
     info["internal_states"][0]["spectower"]["refused"] = "adaptive band 1 does not allow step 0"
     assert any(
-        p.startswith("rank 0:") and "band 1 does not allow step 0" in p for p in server_info_problems(info)
+        p.startswith("rank 0:") and "band 1 does not allow step 0" in p for p in _problems(info)
     )
     info["internal_states"] = []
-    assert any("no internal_states" in p for p in server_info_problems(info))
+    assert any("no internal_states" in p for p in _problems(info))
 
 
 def test_bands_from_a_readable_config(real_info: dict[str, Any], tmp_path: Path) -> None:
@@ -182,19 +188,19 @@ def test_bands_from_a_readable_config(real_info: dict[str, Any], tmp_path: Path)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0]}}))
     info["speculative_adaptive_config"] = str(bad)
-    problems = server_info_problems(info)
+    problems = _problems(info)
     assert any("band 1 does not allow step 0" in p for p in problems)
     assert any("band 8 allows no drafting step" in p for p in problems)
-    assert server_info_problems(info, read_local_config=False) == []  # a remote server's path is not ours
+    assert _problems(info, read_local_config=False) == []  # a remote server's path is not ours
     good = write_config(tmp_path / "good.json", build_adaptive_config(3, 48))
     info["speculative_adaptive_config"] = str(good)
-    assert server_info_problems(info) == []
+    assert _problems(info) == []
 
 
 def test_no_config_means_sglang_default_bands(real_info: dict[str, Any]) -> None:
     info = copy.deepcopy(real_info)
     info["speculative_adaptive_config"] = None
-    problems = server_info_problems(info)
+    problems = _problems(info)
     default = "(no --speculative-adaptive-config: SGLang's default bands)"
     assert problems == [
         f"adaptive band 1 does not allow step 0 (candidate_steps [1, 3, 5, 7]) {default}",
@@ -207,5 +213,5 @@ def test_algorithm_and_topk(real_info: dict[str, Any]) -> None:
     info = copy.deepcopy(real_info)
     info["speculative_algorithm"] = None
     info["speculative_eagle_topk"] = 4
-    problems = server_info_problems(info)
+    problems = _problems(info)
     assert any("speculative_algorithm" in p for p in problems) and any("topk" in p for p in problems)

@@ -12,6 +12,9 @@ tests/sglang_env.sh installs it as an overlay beside the venv, put first on ``PY
 the version it ran against. Refusal and override-log checks run on 0.5.23 only.
 
 Without ``SPECTOWER_SGLANG_PYTHON`` the tests skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail).
+
+The checks run with exploration off (``SPECTOWER_EXPLORE_SHARE=0``: they assert exact gating, EMA and
+override-log figures) except ``check_explore`` and the override-log figure that measures exploration's cost.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.control.sglang_plugin import TARGETS, Gate, validate_spec_max_bs
+from spectower.control.sglang_plugin import TARGETS, Gate, explore_bin, validate_spec_max_bs
 
 from tests.conftest import REPO_ROOT
 from tests.namespace_tree import link_tree
@@ -103,13 +106,16 @@ def run_check(
     site: Path,
     check: str,
     *args: str,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     version: str = "0.5.23",
 ) -> dict[str, Any]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SPECTOWER_GATE"))}
+    wanted: dict[str, str | None] = {k: v for k, v in os.environ.items()
+                                     if not k.startswith(("SGLANG_", "SPECTOWER_GATE", "SPECTOWER_EXPLORE"))}
     first = [] if version == "0.5.23" else [str(overlay_of(python, version))]
-    environ["PYTHONPATH"] = os.pathsep.join([*first, str(site)])
-    environ.update(env or {})
+    wanted["PYTHONPATH"] = os.pathsep.join([*first, str(site)])
+    wanted["SPECTOWER_EXPLORE_SHARE"] = "0"  # exact figures; a check that explores says so (None: unset)
+    wanted.update(env or {})
+    environ = {k: v for k, v in wanted.items() if v is not None}
     proc = subprocess.run(
         [python, str(CHECKS / f"{check}.py"), *args],
         capture_output=True,
@@ -318,10 +324,12 @@ def test_override_log_growth_is_bounded_by_hysteresis(
     sglang_python: str, plugin_site: Path, config_path: Path
 ) -> None:
     figures = {}
-    for label, env in (
+    runs: tuple[tuple[str, dict[str, str | None]], ...] = (
         ("hysteresis", {}),
         ("none", {"SPECTOWER_GATE_MARGIN": "0", "SPECTOWER_GATE_MIN_DWELL": "0"}),
-    ):
+        ("explore", {"SPECTOWER_EXPLORE_SHARE": None}),  # hysteresis and the default 2 % exploration
+    )
+    for label, env in runs:
         result = run_check(
             sglang_python,
             plugin_site,
@@ -352,9 +360,20 @@ def test_override_log_growth_is_bounded_by_hysteresis(
     assert figures[("hysteresis", "noisy")]["log_growth"] * 4 < figures[("none", "noisy")]["log_growth"]
     # Each log entry is a gate switch the plugin counted (the bands' own EMA never switched here), and the
     # plugin's attribution agrees: every step change is the gate's, none the bands'.
-    for figure in figures.values():
-        assert figure["log_growth"] == figure["gate_switches"] == figure["step_changes"]
-        assert figure["band_changes"] == 0
+    for (label, _), figure in figures.items():
+        assert figure["log_growth"] == figure["step_changes"] and figure["band_changes"] == 0
+        if label != "explore":
+            assert figure["log_growth"] == figure["gate_switches"]
+    # Exploration's cost in the log: each explored batch changes the steps twice (to the other mode and
+    # back), about 2 x 2 % of the batches; none of it is a gate switch.
+    for pattern in ("alternate", "noisy"):
+        explore = figures[("explore", pattern)]
+        explored = explore["explore_changes"]
+        # explored batches leave the dwell count alone, so the gate's own path differs a little; its bound
+        # holds all the same
+        assert explore["gate_switches"] <= 2 * OVERRIDE_BATCHES / (dwell + 1) + 2
+        assert 0 < explored <= 2 * OVERRIDE_BATCHES / 50 + 2
+        assert explore["log_growth"] <= explore["gate_switches"] + explored
 
 
 # ------------------------------------------------------------------ the gate's own logic (no SGLang needed)
@@ -445,3 +464,95 @@ def test_decode_counters_per_bin_drafted_and_gated(
     assert gated["gated"]["time_s"][5] == pytest.approx(0.004)
     assert gated["unmatched"] == 1 and gated["dropped"] == 0
     assert result["spectower"]["batches_gated"] == 1 and result["spectower"]["batches_drafted"] == 3
+
+
+@sglang_check
+def test_exploration_in_sglang_every_fiftieth_batch_per_bin_and_never_under_a_manual_hold(
+    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+) -> None:
+    result = run_check(sglang_python, plugin_site, "check_explore", str(config_path),
+                       env={"SPECTOWER_EXPLORE_SHARE": None}, version=sglang_version)  # fmt: skip
+    answers, phases = result["answers"], result["phases"]
+    assert result["initial_explore"] == {"share": 0.02, "period": 50, "batches": 0, "active": True}
+    # ceiling 8: batches of 4 draft, but the 50th and 100th of bin 4 run gated; 16 the other way round
+    assert [i for i, s in enumerate(phases["below"], 1) if s == 0] == [50, 100]
+    assert [i for i, s in enumerate(phases["above"], 1) if s > 0] == [50, 100]
+    assert result["gate_switches"] == 1  # the close at 16; explored batches switch nothing
+    # an operator's off holds: nothing explored, and exploring reads back as paused
+    assert answers["manual_off"] is True and phases["held_off"] == [0] * 100
+    assert result["held_explore"]["active"] is False
+    assert answers["policy_share_while_locked"] is False  # a policy write is refused under the lock
+    assert answers["release"] is True and answers["share_0.1"] is True and answers["share_0.5"] is False
+    assert [i for i, s in enumerate(phases["after_release"], 1) if s > 0] == [10, 20]
+    spectower = result["spectower"]
+    assert spectower["explore"] == {"share": 0.1, "period": 10, "batches": 6, "active": True}
+    assert spectower["owner"] == "policy"  # the unmarked share write took no lock
+    bins = spectower["counters"]["bins"]
+    b4, b16 = bins.index(4), bins.index(16)
+    drafted, gated = spectower["counters"]["drafted"]["steps"], spectower["counters"]["gated"]["steps"]
+    assert (drafted[b4], gated[b4]) == (98 + 2, 2 + 100 + 18)
+    assert (drafted[b16], gated[b16]) == (2, 98)
+    # each explored batch is two step changes in SGLang's override log (3 -> 0 -> 3 at the 50th, 3 -> 0 at
+    # the 100th of bin 4, then the same from 0 in bin 16), none of them a gate switch
+    assert result["log_growth"] == result["step_changes"] == result["explore_changes"] == 6
+
+
+def test_gate_explores_every_nth_batch_of_each_bin_without_moving_the_hysteresis() -> None:
+    gate = Gate(min_dwell=16, explore_share=0.02)
+    assert gate.explore_period == 50
+    gate.set_ceiling(8)
+    below = [gate.decide(4) for _ in range(100)]
+    assert [i for i, gated in enumerate(below, 1) if gated] == [50, 100]  # bin 4 drafts; 2 % gated
+    assert gate.switches == 0 and not gate.closed  # explored batches are no gate switch
+    above = [gate.decide(16) for _ in range(100)]  # closes at once; bin 16 counts on its own
+    assert [i for i, gated in enumerate(above, 1) if not gated] == [50, 100]
+    assert gate.switches == 1 and gate.closed
+    # the dwell counts the gate's own batches after the one that closed it (97), none of the explored ones
+    assert gate.closed_batches == 97
+    assert explore_bin(1) == 1 and explore_bin(3) == 4 and explore_bin(16) == 16 and explore_bin(17) == 32
+
+
+def test_gate_exploration_is_off_at_zero_and_when_not_allowed() -> None:
+    gate = Gate(explore_share=0.0)
+    gate.set_ceiling(8)
+    assert not any(gate.decide(4) for _ in range(500))
+    gate = Gate(explore_share=0.1)
+    gate.set_ceiling(0)
+    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a manual off: off means off
+    assert sum(not gate.decide(4) for _ in range(100)) == 10  # allowed again: counted from here on
+
+
+def test_gate_counts_explored_batches_and_their_step_changes() -> None:
+    gate = Gate(explore_share=0.5)  # every 2nd batch of a bin
+    gate.set_ceiling(8)
+    for _ in range(4):
+        gated = gate.decide(4)
+        gate.count(gated, 3, gate.explored_now)
+    assert gate.batches_explored == 2 and gate.batches_gated == 2 and gate.batches_drafted == 2
+    assert gate.step_changes == 3 and gate.explore_changes == 3 and gate.switches == 0
+    gate.set_ceiling(0)
+    gated = gate.decide(2)  # bin 2's first batch: the gate's own, gated
+    gate.count(gated, 0, gate.explored_now)  # the bands said 0 anyway
+    gated = gate.decide(2)  # bin 2's 2nd: explored to draft, but the bands say 0: nothing explored
+    gate.count(gated, 0, gate.explored_now)
+    assert gate.batches_explored == 2
+    report = gate.explore_report(active=True)
+    assert report == {"share": 0.5, "period": 2, "batches": 2, "active": True}
+    assert Gate().explore_report(active=True)["active"] is False  # share 0: nothing to explore
+
+
+def test_the_launch_share_comes_from_the_environment_and_a_bad_one_is_ignored_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spectower.control.sglang_plugin import _env_explore_share
+
+    monkeypatch.delenv("SPECTOWER_EXPLORE_SHARE", raising=False)
+    assert _env_explore_share() == 0.02
+    monkeypatch.setenv("SPECTOWER_EXPLORE_SHARE", "0")
+    assert _env_explore_share() == 0.0
+    monkeypatch.setenv("SPECTOWER_EXPLORE_SHARE", "0.05")
+    assert _env_explore_share() == 0.05
+    for bad in ("0.5", "-1", "lots", "nan"):
+        monkeypatch.setenv("SPECTOWER_EXPLORE_SHARE", bad)
+        assert _env_explore_share() == 0.02
+        assert f"ignoring SPECTOWER_EXPLORE_SHARE={bad!r}" in caplog.text

@@ -114,8 +114,7 @@ def test_property_hostile_bodies_never_store_invalid(
                         v = getattr(r, col)
                         assert v is None or v >= 0
                 sink.engine(URL, res)  # type: ignore[arg-type]
-            sink.drain()
-            assert sink.writer.flush(timeout=10)
+            assert sink.flush(timeout=10)
         finally:
             db.close()
         con = sqlite3.connect(db_path)

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from spectower.control.engine_counters import rates
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
@@ -140,42 +141,52 @@ def test_gate_applies_by_batch_size(simulator_factory: SimulatorFactory) -> None
 
 @pytest.mark.slow
 def test_knob_flip_mid_run_moves_throughput_within_a_second(simulator_factory: SimulatorFactory) -> None:
-    """C=32 on glm5: spec on 1290 tok/s, off 1420 tok/s. Flip mid-run; the next second is on the new curve."""
+    """C=32 on glm5: spec on 1290 tok/s, off 1420 tok/s. Flip mid-run: the steps after it are gated at once,
+    and each side runs on its curve, as the engine's own counters (clock "model") count it. The served rate
+    against the wall clock is benchmarks/sim_fidelity.py's: on a loaded box the simulator falls behind."""
     profile = load_profile("glm5-nvfp4-8x-rtx-pro-6000")
     c = 32
     on, off = profile.output_tok_s(c, True), profile.output_tok_s(c, False)
-    sim = simulator_factory(decode_log_interval=10)
+    sim = simulator_factory(decode_log_interval=10, explore_share=0)
     headers: dict[str, str] = {}
     results: dict[str, Any] = {}
+
+    async def counters(client: httpx.AsyncClient) -> dict[str, Any]:
+        info = (await client.get(f"{sim.base_url}/server_info")).json()["internal_states"][0]
+        return dict(info["spectower"]["counters"])
 
     async def run() -> None:
         async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=c + 4)) as client:
             clock = TokenClock()
-            start = time.monotonic()
-            flip_at = start + 8.0
-            stop = flip_at + 7.0
+            stop = time.monotonic() + 9.0
             workers = [
                 asyncio.create_task(stream_worker(client, sim.base_url, 4000, clock, stop, headers))
                 for _ in range(c)
             ]
-            await asyncio.sleep(flip_at - time.monotonic())
+            await asyncio.sleep(2.0)  # the batch fills
+            first = await counters(client)
+            await asyncio.sleep(2.0)
+            at_flip = await counters(client)
             r = await client.post(f"{sim.base_url}/set_internal_state", json={"server_args": {KNOB: 0}})
-            flipped = time.monotonic()
             info = (await client.get(f"{sim.base_url}/server_info")).json()["internal_states"][0]
             results["ack"] = r.json()
             results["read_back"] = info["spectower"]["spec_max_bs"]
-            await asyncio.sleep(1.5)
+            applied = dict(info["spectower"]["counters"])  # the same read as the read-back
+            await asyncio.sleep(1.0)
             info2 = (await client.get(f"{sim.base_url}/server_info")).json()["internal_states"][0]
             results["active_steps_after"] = info2["speculative_num_steps"]
+            after = dict(info2["spectower"]["counters"])
             await asyncio.gather(*workers)
-            results["before"] = clock.tokens_between(flipped - 5.0, flipped) / 5.0
-            results["after"] = clock.tokens_between(flipped + 1.0, flipped + 6.0) / 5.0
-            results["first_second"] = clock.tokens_between(flipped, flipped + 1.0)
+            results["before"] = rates(first, at_flip)
+            results["after"] = rates(applied, after)
 
     asyncio.run(run())
     assert results["ack"] == [True] and results["read_back"] == 0
     assert results["active_steps_after"] == 0
-    assert results["before"] == pytest.approx(on, rel=0.06), results
-    assert results["after"] == pytest.approx(off, rel=0.06), results
-    # The switch itself is immediate: the whole second after the flip is already near the new curve.
-    assert results["first_second"] > on * 0.9, results
+    before, after = results["before"], results["after"]
+    b = before["bins"].index(32)
+    assert sum(before["gated"]["steps"]) == 0 and before["drafted"]["steps"][b] > 0
+    assert before["drafted"]["tok_s"][b] == pytest.approx(on, rel=0.03), before
+    # the second after the read-back: every step but the one in flight at the flip is gated
+    assert sum(after["drafted"]["steps"]) <= 1 and after["gated"]["steps"][b] > 0, after
+    assert after["gated"]["tok_s"][b] == pytest.approx(off, rel=0.03), after

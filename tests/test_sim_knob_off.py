@@ -40,7 +40,7 @@ def _decode_rate(profile: Profile, knob: int | None, steps: int = 200) -> tuple[
     """Aggregate output tokens/s of ``steps`` decode steps over ``BATCH`` running requests."""
 
     async def run() -> tuple[float, RankScheduler]:
-        engine = Engine(SimConfig(profile=profile))
+        engine = Engine(SimConfig(profile=profile, explore_share=0.0))  # the curves alone, no exploring
         if knob is not None:
             engine.set_spec_max_bs(knob)
         rank = engine.ranks[0]

@@ -17,11 +17,11 @@ from tests.simulator_process import SimulatorProcess
 
 # Keys 0.5.23 reports that the 0.5.17 capture lacks (docs/sglang-reference.md §3).
 NEWER_TOP_LEVEL = {"launch_command", "frontend"}
-# The plugin's block: the knob (the first contract), the engine counters, and who holds the knob (the
-# ownership report both the plugin and the simulator take from control/knob_contract.py).
-SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters"} | set(
-    KnobOwner().report()
-)
+# The plugin's block: the knob (the first contract), the engine counters, the exploration block (the
+# plugin's Gate.explore_report shape), and who holds the knob (the ownership report both the plugin and the
+# simulator take from control/knob_contract.py).
+SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
+                  "explore"} | set(KnobOwner().report())  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +255,10 @@ def test_models_and_model_info(sim: SimulatorProcess, real_data: Path) -> None:
     real_info = _load(real_data, "model_info.json")
     info = httpx.get(f"{sim.base_url}/model_info", timeout=10).json()
     assert set(real_info) <= set(info)
+    # its breakable-CUDA-graph block is the server args' prefill graph config, as on the real server
+    assert info["embedding"] == real_info["embedding"]
+    prefill = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["cuda_graph_config"]["prefill"]
+    assert info["embedding"]["bcg"]["capture_batch_sizes"] == prefill["bs"]
 
 
 def test_health_ready_and_flush(sim: SimulatorProcess) -> None:

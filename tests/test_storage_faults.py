@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.collectors.sglang.engine import EngineReading
+from spectower.collectors.sglang.reading import EngineReading
 from spectower.collectors.sglang.scraper import ScrapeResult
 from spectower.collectors.sink import StorageSink
 from spectower.storage import open_database, queries
@@ -65,13 +65,11 @@ def test_sink_accounts_for_every_row_and_reports_storage_health(db_url: str) -> 
         sink.engine(
             "http://a", ScrapeResult(ts=T0, readings=good[10:], info=None, restarted=False, duration_s=0)
         )
-        sink.drain()
-        assert sink.writer.flush(60)
+        assert sink.flush(60)
         sink.note_storage_health(T0 + 200)
-        sink.drain()
-        assert sink.close(30)
+        assert sink.flush(30)
         c = sink.summary()
-        assert (c["written"], c["rejected"], c["lost"], c["dropped"], c["buffered"]) == (30, 3, 0, 0, 0)
+        assert (c["written"], c["rejected"], c["lost"], c["dropped"], c["pending"]) == (30, 3, 0, 0, 0)
         (h,) = queries.collector_health(db)
         assert h.source == "storage" and h.errors_total == 1 and h.last_success_ts is None
         assert h.last_error is not None and "3 row(s)" in h.last_error and "engine_sample" in h.last_error
@@ -89,9 +87,8 @@ def test_sink_quarantines_an_item_the_database_refuses_and_goes_on(db_url: str) 
         sink.health("sglang", "http://b", ok=True, ts=T0, lag_s=HUGE * 1.0)
         sink.engine("http://a", ScrapeResult(ts=T0, readings=[EngineReading(0, T0)], info=None,
                                              restarted=False, duration_s=0))  # fmt: skip
-        sink.drain()
-        assert sink.close(30)
-        assert sink.pending == 0
+        assert sink.flush(30)
+        assert sink.summary()["pending"] == 0
         assert sink.summary()["written"] == 1
     finally:
         db.close()
@@ -141,7 +138,7 @@ def test_gap_left_open_by_a_crash_is_closed_at_restart_and_not_merged(db_url: st
         try:
             sink.gap_open("sglang", "http://a", T0 + 200, "HTTP 503")
             sink.gap_close("sglang", "http://a", T0 + 260)
-            sink.drain()
+            assert sink.flush(30)
         finally:
             sink.release()
         got = [(g.id, g.start_ts, g.end_ts) for g in queries.gaps(db, target="http://a")]
@@ -292,17 +289,53 @@ def test_a_writer_that_died_is_replaced_and_its_rows_counted_lost(tmp_path: Path
         sink.engine(
             "http://a", ScrapeResult(ts=T0, readings=readings, info=None, restarted=False, duration_s=0)
         )
-        sink.drain()
         dead._thread.join(30)
         assert not dead.alive
         sink.engine(
             "http://a", ScrapeResult(ts=T0, readings=readings, info=None, restarted=False, duration_s=0)
         )
-        sink.drain()
-        assert sink.writer is not dead and sink.close(30)
+        assert sink.writer is not dead and sink.flush(30)
         c = sink.summary()
         assert (c["written"], c["lost"]) == (5, 5)
         total, detail = sink.storage_problems()
         assert total == 5 and detail is not None and "lost with a dead writer" in detail
+    finally:
+        db.close()
+
+
+def test_the_sink_has_no_queue_of_its_own_the_writer_is_the_one_buffer(tmp_path: Path) -> None:
+    """While the database is locked, scrapes and gap records wait in the writer's queue (its bound, its
+    drop count); unlocked, they are written in order, ids resolved on the way."""
+    path = tmp_path / "busy.db"
+    db = open_database(path, busy_timeout_ms=100)
+    try:
+        db.writer(batch_size=10, max_buffered=30, max_delay_s=0.0)  # the sink takes the database's writer
+        sink = StorageSink(db)
+        assert sink.writer is db.writer()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            sink.gap_open("sglang", "http://a", T0, "HTTP 503")
+            for i in range(20):  # 20 scrapes of 2 rows: past the bound of 30, the oldest go
+                readings = [EngineReading(dp_rank=r, ts=T0 + i) for r in (0, 1)]
+                sink.engine("http://a", ScrapeResult(ts=T0 + i, readings=readings, info=None,
+                                                     restarted=False, duration_s=0))  # fmt: skip
+            assert not sink.flush(1)
+            busy = sink.busy()
+            assert busy is not None and busy.startswith("database busy or unavailable") and "queued" in busy
+            st = sink.writer.stats()
+            assert st.pending + st.records_pending <= 30 and st.dropped > 0 and st.records_pending == 1
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert sink.flush(60)
+        c = sink.summary()
+        assert c["dropped"] == sink.writer.stats().dropped and c["written"] + c["dropped"] == 40
+        assert (c["pending"], c["rejected"], c["lost"]) == (0, 0, 0)
+        (gap,) = queries.gaps(db, target="http://a")
+        assert gap.end_ts is None and gap.reason == "HTTP 503"  # a record is never dropped
+        with db.engine.connect() as conn:
+            newest = conn.execute(text("SELECT max(ts) FROM engine_sample")).scalar()
+        assert newest == T0 + 19  # the newest scrapes survive the bound
     finally:
         db.close()

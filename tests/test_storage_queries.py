@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 from spectower.storage import Database, open_database, queries
-from spectower.storage.models import ControlEvent, EngineSample, GpuSample
+from spectower.storage.models import ControlEvent, EngineSample, GpuSample, PolicyState
 from sqlalchemy import text
 
 T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
@@ -153,6 +153,59 @@ def test_control_events_filters(db: Database) -> None:
     assert reasons(queries.control_events(db, server_url="http://a")) == ["r2", "r1"]
     assert reasons(queries.control_events(db, start=2.0, end=3.0)) == ["r3", "r2"]
     assert reasons(queries.control_events(db, limit=1)) == ["r4"]
+
+
+def test_recent_engine_samples_of_either_url_spelling(db: Database) -> None:
+    slash, other = db.server_id("http://a/"), db.server_id("http://b")
+    w = db.writer(maintenance=None)
+    w.put(*[EngineSample(server_id=slash, dp_rank=r, ts=T0 + i, num_running_reqs=float(i))
+            for i in range(10) for r in (1, 0)])  # fmt: skip
+    w.put(EngineSample(server_id=other, ts=T0 + 50))
+    assert w.flush(30)
+    got = queries.recent_engine_samples(db, ["http://a", "http://a/"], since=T0 + 7)
+    assert got.server_ids == [slash] and got.latest_ts == T0 + 9
+    assert sorted((r.ts, r.dp_rank) for r in got.rows) == [(T0 + i, r) for i in (7, 8, 9) for r in (0, 1)]
+    assert [r.ts for r in got.rows] == sorted(r.ts for r in got.rows)  # oldest first
+    stale = queries.recent_engine_samples(db, ["http://a/"], since=T0 + 10)  # nothing that new
+    assert (stale.server_ids, stale.latest_ts, stale.rows) == ([slash], T0 + 9, [])
+    assert queries.recent_engine_samples(db, ["http://a"], since=T0).server_ids == []  # URLs match exactly
+    quiet = db.server_id("http://d")  # known, never sampled
+    assert queries.recent_engine_samples(db, ["http://d"], since=T0) == queries.RecentEngineSamples(
+        [quiet], None, []
+    )
+
+
+def test_count_control_events_is_exact_and_after(db: Database) -> None:
+    def event(ts: float, actor: str = "policy:learn", action: str = "set", url: str = "http://a") -> None:
+        queries.add_control_event(db, ControlEvent(ts=ts, actor=actor, server_url=url, action=action,
+                                                   reason="r"))  # fmt: skip
+
+    for ts in (100.0, 200.0, 300.0):
+        event(ts)
+    event(250.0, actor="policy:learn:other")  # a longer actor name is another actor
+    event(250.0, action="auto-start")
+    event(250.0, url="http://b")
+    count = lambda after: queries.count_control_events(  # noqa: E731
+        db, server_url="http://a", actor="policy:learn", action="set", after=after
+    )
+    assert [count(99.0), count(100.0), count(300.0)] == [3, 2, 0]  # strictly newer than `after`
+    assert len(queries.control_events(db)) == 6  # add_control_event wrote every row
+
+
+def test_policy_state_saved_and_replaced(db: Database) -> None:
+    assert queries.policy_state(db, "http://a") is None
+    queries.save_policy_state(db, "http://a", mode="learn", state_json='{"n": 1}', ts=10.0)
+    with db.session(write=True) as s:  # a pause set elsewhere survives the policy's own saves
+        row = s.get(PolicyState, "http://a")
+        assert row is not None
+        row.paused_until = 99.0
+        s.add(row)
+    queries.save_policy_state(db, "http://a", mode="threshold", state_json='{"n": 2}', ts=20.0)
+    saved = queries.policy_state(db, "http://a")
+    assert saved is not None
+    got = (saved.mode, saved.state_json, saved.updated_ts, saved.paused_until)
+    assert got == ("threshold", '{"n": 2}', 20.0, 99.0)
+    assert queries.policy_state(db, "http://b") is None
 
 
 @pytest.mark.parametrize("hours", [0.05, 6])  # the raw tier, then rollups plus rows past the watermark

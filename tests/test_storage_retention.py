@@ -37,7 +37,7 @@ def test_raw_deleted_rollups_kept_and_series_still_answers(db_url: str) -> None:
             assert conn.execute(text("SELECT min(bucket_ts) FROM gpu_rollup WHERE res_s = 60")).scalar() >= (
                 NOW - 5 * DAY_S - 60
             )
-        hz = horizons(db)
+        hz = horizons(db.engine)
         assert hz["raw"] == NOW - 2 * DAY_S
         # a 10-day chart still covers all 10 days, from the hourly rollups
         s = queries.series(db, "gpu", gid, "power_w", NOW - 10 * DAY_S, NOW, max_points=300)

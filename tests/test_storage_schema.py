@@ -60,9 +60,9 @@ def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
     make_v1_file(path)
     db = open_database(path)
     try:
-        assert db.schema_version == SCHEMA_VERSION == 2
+        assert db.schema_version == SCHEMA_VERSION == 3
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "2"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "3"
             cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
             assert "source_sha256" in cols
             assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
@@ -125,3 +125,30 @@ def test_foreign_database_is_refused(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(SchemaError, match="not a spectower database"):
         open_database(path)
+
+
+def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> None:
+    # A v2 database: what this version creates, less the v3 tables, stamped 2.
+    path = tmp_path / "v2.db"
+    open_database(path).close()
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        DROP TABLE engine_counter_sample;
+        DROP TABLE engine_counter_rollup;
+        UPDATE meta SET value='2' WHERE key='schema_version';
+        INSERT INTO server (id, url, first_seen, last_seen) VALUES (1, 'http://v2:30000', 100.0, 200.0);
+        INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (1, 0, 150.0, 3.0);
+        """
+    )
+    con.commit()
+    con.close()
+    db = open_database(path)
+    try:
+        assert db.schema_version == 3
+        assert queries.counter_intervals(db, 1, 0.0, 300.0) == []
+        assert [r.num_running_reqs for r in queries.latest_engine_samples(db)] == [3.0]
+    finally:
+        db.close()
+    assert (tmp_path / "v2.db.schema-v2.bak").exists()
+    assert schema_of(f"sqlite:///{path}") == schema_of(f"sqlite:///{tmp_path / 'fresh.db'}")

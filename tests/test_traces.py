@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -103,3 +104,27 @@ def test_load_trace_errors(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="unknown built-in trace"):
         builtin_trace("weekly", 3600, 0)
     assert not math.isnan(builtin_trace("step", 3600, 0).concurrency_at(0))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_jump_moves_every_second_between_one_and_max_running_requests(seed: int) -> None:
+    trace = load_trace("jump", seed=seed, max_running_requests=64)
+    assert trace.name == "jump" and trace.duration_s == pytest.approx(3600)
+    levels = [trace.concurrency_at(t + 0.5) for t in range(3600)]
+    assert all(float(c).is_integer() and 1 <= c <= 64 for c in levels)
+    assert min(levels) == 1 and max(levels) == 64
+    # held for the whole second, then a new draw: no 5 s decision interval sees one load
+    assert all(trace.concurrency_at(t) == trace.concurrency_at(t + 0.99) for t in range(3599))
+    changes = sum(a != b for a, b in itertools.pairwise(levels))
+    assert changes > 0.95 * 3599  # uniform over 64 levels: the next second repeats 1 time in 64
+    for b in (1, 2, 4, 8, 16, 32, 64):  # every power-of-two bin of the engine counters gets its seconds
+        assert sum(1 for c in levels if b // 2 < c <= b) >= 30, b
+    default = load_trace("jump", seed=seed)  # without a max_running_requests: up to 90, like the others
+    assert max(default.concurrency_at(t) for t in range(3600)) == 90
+    assert load_trace("jump", seed=seed, max_running_requests=64) != load_trace("jump", seed=seed + 1,
+                                                                               max_running_requests=64)
+
+
+def test_jump_refuses_a_top_below_one() -> None:
+    with pytest.raises(TraceError, match="max_running_requests must be >= 1"):
+        builtin_trace("jump", 3600, 0, max_running_requests=0)

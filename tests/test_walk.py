@@ -74,6 +74,17 @@ def test_bursty_sits_low_and_jumps_to_the_maximum() -> None:
     assert jumps >= 3
 
 
+def test_jump_moves_every_second_across_the_whole_range_and_holds_within_it() -> None:
+    targets = _targets("jump", 600.0, 64, step=0.25)
+    seconds = [targets[i : i + 4] for i in range(0, len(targets), 4)]
+    assert all(len(set(second)) == 1 for second in seconds)  # one level per second
+    levels = [second[0] for second in seconds]
+    assert min(levels) <= 4 and max(levels) >= 60 and set(levels) <= set(range(1, 65))
+    assert sum(a != b for a, b in itertools.pairwise(levels)) > 0.9 * len(levels) - 1
+    assert _targets("jump", 60.0, 64, seed=1) == _targets("jump", 60.0, 64, seed=1)
+    assert _targets("jump", 60.0, 64, seed=1) != _targets("jump", 60.0, 64, seed=2)
+
+
 def test_steps_and_ramp() -> None:
     steps = _targets("steps:1,8,32", 30.0, step=1.0)
     assert steps[:10] == [1] * 10 and steps[10:20] == [8] * 10 and steps[20:] == [32] * 10
@@ -85,6 +96,7 @@ def test_steps_and_ramp() -> None:
     ("text", "period", "max_c", "names"),
     [
         ("weekly", 300.0, 48, "--pattern"),
+        ("jump:3", 300.0, 48, "--pattern"),
         ("hover:x", 300.0, 48, "hover:N"),
         ("hover:0", 300.0, 48, "hover:N"),
         ("steps:", 300.0, 48, "steps"),

@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectower.storage import queries
+from spectower.storage.database import Database
 from spectower.storage.models import BenchPoint, BenchRun
-from sqlmodel import select
 
 # server_info keys that change from one launch to the next without changing the stack.
 VOLATILE_KEYS = frozenset(
@@ -73,14 +74,12 @@ class Comparison:
         return {"a": head(self.a), "b": head(self.b), "rows": self.rows, "stack_differences": self.stack}
 
 
-def load_run(db: Any, run_id: int) -> LoadedRun:
-    with db.session() as s:
-        run = s.get(BenchRun, run_id)
-        if run is None:
-            raise RunNotFound(f"RUN {run_id}: no such benchmark run in {db.url}")
-        points = list(s.exec(select(BenchPoint).where(BenchPoint.run_id == run_id)).all())
-        s.expunge_all()
-    return LoadedRun(run, points)
+def load_run(db: Database, run_id: int) -> LoadedRun:
+    try:
+        run = queries.bench_run(db, run_id)
+    except LookupError:
+        raise RunNotFound(f"RUN {run_id}: no such benchmark run in {db.url}") from None
+    return LoadedRun(run, queries.bench_points(db, run_id))
 
 
 def point_tok_s(p: BenchPoint) -> float | None:
@@ -149,13 +148,15 @@ def compare_runs(a: LoadedRun, b: LoadedRun) -> Comparison:
     la, lb = _by_level(a), _by_level(b)
     for level in sorted(set(la) | set(lb)):
         kind, value = level
-        comp.rows.append({
-            "concurrency": value if kind == "C" else None,
-            "request_rate": value if kind == "rate" else None,
-            "level": level_label(level),
-            "a": _side(la.get(level, {})),
-            "b": _side(lb.get(level, {})),
-        })
+        comp.rows.append(
+            {
+                "concurrency": value if kind == "C" else None,
+                "request_rate": value if kind == "rate" else None,
+                "level": level_label(level),
+                "a": _side(la.get(level, {})),
+                "b": _side(lb.get(level, {})),
+            }
+        )
     comp.stack = stack_differences(a, b)
     return comp
 

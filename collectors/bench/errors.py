@@ -1,15 +1,11 @@
-"""The errors a sweep raises on purpose: each names the field or peer that was wrong."""
+"""The one error a sweep or a load walk raises on purpose for bad input; it names the flag.
+
+A server that does not answer is the collectors' ``collectors.http.ServerUnreachable``; a knob the server
+refuses is control's ``control.knob.KnobError`` (the sweep moves the knob through control's client).
+"""
 
 from __future__ import annotations
 
 
 class BenchError(ValueError):
     """Bad input to a sweep (a flag's value), named in the message."""
-
-
-class ServerUnreachable(ConnectionError):
-    """The server did not answer (connection refused, timeout, not an SGLang server)."""
-
-
-class KnobError(PermissionError):
-    """The server refused or did not apply the speculation knob."""

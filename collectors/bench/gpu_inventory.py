@@ -6,9 +6,7 @@ Two sources: NVML on this host (when the server runs here), or the server host's
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,17 +16,6 @@ DCGM_MEMORY_FREE = "DCGM_FI_DEV_FB_FREE"
 DCGM_POWER_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"  # not in dcgm-exporter's default metric list
 DCGM_POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 DCGM_ANY = "DCGM_FI_DEV_GPU_UTIL"
-
-
-def is_loopback_url(url: str) -> bool:
-    """NVML describes the server's GPUs only when the server runs on this host."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def nvml_inventory() -> list[dict[str, Any]] | None:

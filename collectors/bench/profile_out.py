@@ -7,14 +7,13 @@ Plain JSON built here (collectors may not import the simulator); a test checks t
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.sweep import SweepResult
+from spectower.storage.files import atomic_write_text
 
 MAX_NOISE_CV = 0.5
 
@@ -77,18 +76,10 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
 
 
 def write_profile(result: SweepResult, path: Path, name: str | None = None) -> dict[str, Any]:
-    """Write atomically (temp file + rename): a failed sweep never leaves half a profile behind."""
+    """Write atomically (storage.files): a failed sweep never leaves half a profile behind."""
     profile = build_profile(result, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(profile, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(profile, indent=2) + "\n")
     return profile
 
 

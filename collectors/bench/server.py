@@ -1,60 +1,84 @@
-"""What a sweep reads from the server besides the streams: /server_info, counters, /flush_cache."""
+"""What a sweep (and the load walker) reads from the server besides the streams: ``/server_info``, what it
+serves right now (``/v1/loads``), its counters (``/metrics``), and ``/flush_cache``.
+
+Through the collectors' own parts: one bounded GET (collectors.http: a deadline and a byte cap, whatever the
+sweep's long request timeout is), the collectors' parsers (collectors.sglang: server_info, loads, metrics,
+so TP/PP ranks of one DP group are counted once) and the collectors' keys (collectors.auth).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
-from spectower.collectors.bench.errors import ServerUnreachable
+from spectower.collectors.auth import auth_headers
+from spectower.collectors.http import BoundedReadError, ServerUnreachable, get_bounded
+from spectower.collectors.promtext import MetricsParseError
+from spectower.collectors.sglang.loads import LoadsError, parse_loads_json
+from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
+from spectower.collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
 
 SERVER_INFO_PATH = "/server_info"
+LOADS_PATH = "/v1/loads?include=core&format=json"
 METRICS_PATH = "/metrics"
 FLUSH_PATH = "/flush_cache"
-GENERATION_TOKENS = "sglang:generation_tokens"  # counter family names (the parser strips _total)
-VERIFY_CALLS = "sglang:spec_verify_calls"
-REALTIME_TOKENS = "sglang:realtime_tokens"  # {mode="decode"}: tokens the scheduler produced, as they happen
+READ_TIMEOUT_S = 10.0  # a whole answer; /server_info and /metrics take milliseconds on a healthy server
+# collectors.sglang.metrics counter keys (summed over label sets within a DP group, once per DP group)
+GENERATION_TOKENS = "generation_tokens_total"
+VERIFY_CALLS = "spec_verify_calls_total"
+DECODE_TOKENS = "realtime_tokens_total:decode"  # tokens the scheduler produced in decode, as they happen
 DEFAULT_SAMPLE_INTERVAL_S = 0.5
 
 
-def auth_headers(key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-async def get_server_info(client: httpx.AsyncClient) -> dict[str, Any]:
+async def get_server_info(client: httpx.AsyncClient) -> ServerInfo:
+    """The server's ``/server_info``; ``ServerUnreachable`` naming --server when it cannot be read or is not
+    an SGLang server's."""
+    where = f"--server {client.base_url}"
     try:
-        resp = await client.get(SERVER_INFO_PATH)
-    except httpx.HTTPError as exc:
-        raise ServerUnreachable(
-            f"--server {client.base_url}: unreachable ({type(exc).__name__}: {exc})"
-        ) from None
+        resp = await get_bounded(client, SERVER_INFO_PATH, timeout_s=READ_TIMEOUT_S)
+    except BoundedReadError as exc:
+        raise ServerUnreachable(f"{where}: unreachable ({exc})") from None
     if resp.status_code != 200:
         raise ServerUnreachable(
-            f"--server {client.base_url}: {SERVER_INFO_PATH} answered HTTP {resp.status_code}; "
-            "is it an SGLang server?"
+            f"{where}: {SERVER_INFO_PATH} answered HTTP {resp.status_code}; is it an SGLang server?"
         )
     try:
-        info = resp.json()
-    except ValueError:
-        raise ServerUnreachable(f"--server {client.base_url}: {SERVER_INFO_PATH} is not JSON") from None
-    if not isinstance(info, dict):
-        raise ServerUnreachable(f"--server {client.base_url}: {SERVER_INFO_PATH} is not a JSON object")
-    return info
+        return parse_server_info(json.loads(resp.content))
+    except ValueError as exc:  # not JSON, or ServerInfoError: not a server_info object
+        why = str(exc) if isinstance(exc, ServerInfoError) else f"{SERVER_INFO_PATH} is not JSON"
+        raise ServerUnreachable(f"{where}: {why}") from None
 
 
-def max_running_requests(info: dict[str, Any]) -> int:
-    states = info.get("internal_states") or []
-    for state in states:
-        value = state.get("effective_max_running_requests_per_dp") if isinstance(state, dict) else None
-        if isinstance(value, int) and value > 0:
-            return value
-    value = info.get("max_running_requests")
-    if isinstance(value, int) and value > 0:
-        return value
-    raise ServerUnreachable("server_info: no max_running_requests (neither internal_states nor top level)")
+async def requests_in_flight(client: httpx.AsyncClient) -> int | None:
+    """Requests running + waiting on the server now, over its DP ranks (None when /v1/loads cannot tell)."""
+    try:
+        resp = await get_bounded(client, LOADS_PATH, timeout_s=READ_TIMEOUT_S)
+    except BoundedReadError:
+        return None
+    if resp.status_code != 200:
+        return None
+    try:
+        loads = parse_loads_json(json.loads(resp.content))
+    except (ValueError, LoadsError):
+        return None
+    return int(sum((r.num_running_reqs or 0) + (r.num_waiting_reqs or 0) for r in loads.ranks))
+
+
+async def _metrics(client: httpx.AsyncClient) -> MetricsSnapshot | None:
+    """One /metrics scrape through the collector's parser; None without /metrics (or a bad body)."""
+    try:
+        resp = await get_bounded(client, METRICS_PATH, timeout_s=READ_TIMEOUT_S)
+    except BoundedReadError:
+        return None
+    if resp.status_code != 200:
+        return None
+    try:
+        return parse_metrics(resp.text)
+    except MetricsParseError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -64,81 +88,32 @@ class SpecCounters:
 
 
 async def read_spec_counters(client: httpx.AsyncClient) -> SpecCounters | None:
-    """Cumulative generated tokens and verify calls, summed over label sets; None without /metrics."""
-    try:
-        resp = await client.get(METRICS_PATH)
-    except httpx.HTTPError:
+    """Cumulative generated tokens and verify calls over the DP ranks; None without verify counters."""
+    snap = await _metrics(client)
+    if snap is None:
         return None
-    if resp.status_code != 200:
+    ranks = snap.ranks.values()
+    calls = [r.counters[VERIFY_CALLS] for r in ranks if VERIFY_CALLS in r.counters]
+    if not calls:
         return None
-    gen = verify = 0.0
-    seen_verify = False
-    try:
-        for family in text_string_to_metric_families(resp.text):
-            if family.name not in (GENERATION_TOKENS, VERIFY_CALLS):
-                continue
-            for sample in family.samples:
-                if not sample.name.endswith("_total"):
-                    continue
-                if family.name == GENERATION_TOKENS:
-                    gen += sample.value
-                else:
-                    verify += sample.value
-                    seen_verify = True
-    except ValueError:
-        return None
-    return SpecCounters(gen, verify) if seen_verify else None
+    return SpecCounters(sum(r.counters.get(GENERATION_TOKENS, 0.0) for r in ranks), sum(calls))
 
 
-def accept_length_between(before: SpecCounters | None, after: SpecCounters | None) -> float | None:
-    """Tokens per verify call over the interval: the accept length of that interval alone."""
-    if before is None or after is None:
-        return None
-    calls = after.verify_calls - before.verify_calls
-    tokens = after.generation_tokens - before.generation_tokens
-    if calls <= 0 or tokens <= 0:
-        return None
-    return tokens / calls
+async def read_decode_tokens(client: httpx.AsyncClient) -> float | None:
+    """``sglang:realtime_tokens_total{mode="decode"}`` summed over DP ranks; None when absent."""
+    snap = await _metrics(client)
+    ranks = snap.ranks.values() if snap is not None else ()
+    values = [r.counters[DECODE_TOKENS] for r in ranks if DECODE_TOKENS in r.counters]
+    return sum(values) if values else None
 
 
 async def flush_cache(client: httpx.AsyncClient, admin_key: str | None) -> bool:
     """Reset the server's cumulative accept length; SGLang refuses while requests run (then False)."""
     try:
-        resp = await client.post(FLUSH_PATH, headers=auth_headers(admin_key))
+        resp = await client.post(FLUSH_PATH, headers=auth_headers(admin_key), timeout=READ_TIMEOUT_S)
     except httpx.HTTPError:
         return False
     return resp.status_code == 200
-
-
-def avg_accept_length(info: dict[str, Any]) -> float | None:
-    values = [
-        s["avg_spec_accept_length"]
-        for s in info.get("internal_states") or []
-        if isinstance(s, dict) and isinstance(s.get("avg_spec_accept_length"), int | float)
-    ]
-    return sum(values) / len(values) if values else None
-
-
-async def read_decode_tokens(client: httpx.AsyncClient) -> float | None:
-    """``sglang:realtime_tokens_total{mode="decode"}`` summed over ranks; None when absent."""
-    try:
-        resp = await client.get(METRICS_PATH)
-    except httpx.HTTPError:
-        return None
-    if resp.status_code != 200:
-        return None
-    total, seen = 0.0, False
-    try:
-        for family in text_string_to_metric_families(resp.text):
-            if family.name != REALTIME_TOKENS:
-                continue
-            for sample in family.samples:
-                if sample.name.endswith("_total") and sample.labels.get("mode") == "decode":
-                    total += sample.value
-                    seen = True
-    except ValueError:
-        return None
-    return total if seen else None
 
 
 class DecodeSampler:

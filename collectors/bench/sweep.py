@@ -1,7 +1,8 @@
 """The sweep: for each concurrency and each mode, set the knob, warm up, hold C in flight, measure.
 
-The sweep borrows the knob (a sweep lock on the server, collectors/bench/knob.py) and gives back the value
-and the owner it found whatever happens (error, Ctrl-C). A cancelled sweep
+The sweep borrows the knob (a sweep lock on the server: the ``Knob`` protocol of collectors/bench/knob.py,
+implemented on control's knob client) and gives back the value and the owner it found whatever happens
+(error, Ctrl-C). A cancelled sweep
 (Ctrl-C cancels the asyncio task) returns the points finished so far with ``interrupted=True``.
 """
 
@@ -16,15 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
+from spectower.collectors.auth import auth_headers
 from spectower.collectors.bench import server as srv
-from spectower.collectors.bench.errors import BenchError, KnobError
-from spectower.collectors.bench.knob import HttpKnob, Knob
+from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.knob import Knob
 from spectower.collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
 from spectower.collectors.bench.prompts import DEFAULT_SEED, PromptFactory
 from spectower.collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
 from spectower.collectors.bench.records import RequestRecord
 from spectower.collectors.bench.stats import DEFAULT_WINDOWS, point_figures
 from spectower.collectors.bench.stream import API_CHOICES, Api, RequestShape
+from spectower.collectors.http import ServerUnreachable, check_http_url
 
 Mode = Literal["on", "off", "plain"]
 MODE_CHOICES: tuple[Mode, ...] = ("on", "off")  # the knob's modes (--modes)
@@ -65,11 +68,9 @@ class SweepConfig:
         return (*self.modes, PLAIN) if self.plain_server else self.modes
 
     def validate(self) -> SweepConfig:
-        if not self.server.startswith(("http://", "https://")):
-            raise BenchError(f"--server: expected an http(s):// URL, got {self.server!r}")
+        check_http_url(self.server, "--server", BenchError)
         if self.plain_server is not None:
-            if not self.plain_server.startswith(("http://", "https://")):
-                raise BenchError(f"--plain-server: expected an http(s):// URL, got {self.plain_server!r}")
+            check_http_url(self.plain_server, "--plain-server", BenchError)
             if self.plain_server.rstrip("/") == self.server.rstrip("/"):
                 raise BenchError(
                     "--plain-server: the same URL as --server; give a second server launched without "
@@ -246,21 +247,21 @@ async def _plain_server_info(client: httpx.AsyncClient) -> dict[str, Any]:
     """--plain-server's /server_info; refused when that server runs speculation (it would not be plain)."""
     try:
         info = await srv.get_server_info(client)
-    except BenchError as exc:
-        raise BenchError(str(exc).replace("--server", "--plain-server", 1)) from None
-    algorithm = info.get("speculative_algorithm")
+    except ServerUnreachable as exc:
+        raise ServerUnreachable(str(exc).replace("--server", "--plain-server", 1)) from None
+    algorithm = info.speculative_algorithm
     if algorithm not in (None, "", "NONE"):
         raise BenchError(
             f"--plain-server {client.base_url}: runs speculation (speculative_algorithm {algorithm}); "
             "give a server launched without --speculative-algorithm"
         )
-    return info
+    return info.info
 
 
 async def run_sweep(
     config: SweepConfig,
     *,
-    knob_factory: Callable[[httpx.AsyncClient, str | None], Knob] | None = None,
+    knob: Knob,
     progress: SweepProgress | None = None,
     admin_key: str | None = None,
     api_key: str | None = None,
@@ -272,16 +273,21 @@ async def run_sweep(
     top = max(config.concurrency)
     limits = httpx.Limits(max_connections=top + 8, max_keepalive_connections=top + 8)
     timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     async with (
         httpx.AsyncClient(base_url=config.server, limits=limits, timeout=timeout, headers=headers) as client,
         contextlib.AsyncExitStack() as stack,
     ):
         info = await srv.get_server_info(client)
+        if info.max_running_requests is None:
+            raise ServerUnreachable(
+                f"--server {config.server}: /server_info reports no max_running_requests (neither "
+                "internal_states nor top level)"
+            )
         result = SweepResult(
             config=config,
-            server_info=info,
-            max_running_requests=srv.max_running_requests(info),
+            server_info=info.info,
+            max_running_requests=info.max_running_requests,
             started_at=time.time(),
         )
         result.gpu_inventory = gpu_inventory() if gpu_inventory is not None else None
@@ -293,16 +299,10 @@ async def run_sweep(
                 )
             )
             result.plain_server_info = await _plain_server_info(plain_client)
-        knob = (knob_factory or HttpKnob)(client, admin_key)
-        result.knob_before = await knob.read()
-        if not result.knob_before or any(v is None for v in result.knob_before):
-            raise KnobError(
-                "knob: /server_info reports no internal_states[i].spectower.spec_max_bs; "
-                "the spectower plugin is not installed on this server"
-            )
+        result.knob_before = await knob.read()  # raises when the server has no spectower plugin
         if on_start is not None:
             on_start(result)
-        model = str(info.get("served_model_name") or "default")
+        model = info.served_model_name or "default"
         shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         plain_model = str((result.plain_server_info or {}).get("served_model_name") or "default")
@@ -311,7 +311,7 @@ async def run_sweep(
         try:
             # Borrow the knob (a sweep lock on the server; refused while others use the server or an
             # operator holds the knob, unless --force); given back with its owner in the finally below.
-            result.knob_found = (await knob.borrow()).describe()
+            result.knob_found = (await knob.borrow(await srv.requests_in_flight(client))).describe()
             for c in config.concurrency:
                 # Modes alternate within a level (on, off[, plain], on, off[, plain], ...): a change in
                 # the machine's load then hits every mode alike, which the ratios need more than accuracy.
@@ -485,7 +485,7 @@ async def _fallback_accept_length(
     client: httpx.AsyncClient, loop: LoopResult, flushed: bool
 ) -> tuple[float | None, str | None]:
     if flushed:
-        value = srv.avg_accept_length(await srv.get_server_info(client))
+        value = (await srv.get_server_info(client)).avg_spec_accept_length
         if value is not None:
             return value, "flush_cache + server_info"
     done = [r for r in loop.records if r.success and r.spec_verify_ct]

@@ -27,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+from spectower.collectors.auth import auth_headers
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.records import RequestRecord
 from spectower.collectors.bench.server import get_server_info
 from spectower.collectors.bench.stream import Api, RequestShape, stream_request
+from spectower.collectors.http import check_http_url
 
 DEFAULT_PERIOD_S = 300.0
 DEFAULT_MAX_CONCURRENCY = 48
@@ -41,6 +43,7 @@ DEFAULT_STATUS_EVERY_S = 5.0
 DEFAULT_SEED = 1
 HOVER_SPREAD = 2  # hover:N visits N-2..N+2
 HOVER_HOLD_S = 5.0  # each hover value holds this long
+JUMP_HOLD_S = 1.0  # jump: a new level every second (the simulator's jump trace)
 TICK_S = 0.25  # how often the walker re-reads the target
 ERROR_BACKOFF_S = 1.0  # a failed request waits this long before its worker tries again
 REQUEST_TIMEOUT_S = 600.0
@@ -137,6 +140,17 @@ def hover_pattern(center: int, seed: int = DEFAULT_SEED, hold_s: float = HOVER_H
     return target
 
 
+def jump_pattern(max_concurrency: int, seed: int = DEFAULT_SEED, hold_s: float = JUMP_HOLD_S) -> Pattern:
+    """Every ``hold_s`` (1 s) a new seeded level drawn uniformly from 1 .. ``max_concurrency``: the live
+    form of the simulator's ``jump`` trace, the adversary of any policy that learns from load averages."""
+
+    def target(t: float) -> float:
+        rng = random.Random(seed * 7_919 + math.floor(t / hold_s))
+        return float(rng.randint(1, max_concurrency))
+
+    return target
+
+
 def steps_pattern(levels: tuple[int, ...], period_s: float) -> Pattern:
     each = period_s / len(levels)
 
@@ -171,7 +185,7 @@ def parse_pattern(
     text: str, period_s: float = DEFAULT_PERIOD_S, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     seed: int = DEFAULT_SEED,
 ) -> PatternSpec:  # fmt: skip
-    """``day``, ``bursty``, ``ramp``, ``hover:N`` or ``steps:A,B,...``; errors name the flag."""
+    """``day``, ``bursty``, ``ramp``, ``jump``, ``hover:N`` or ``steps:A,B,...``; errors name the flag."""
     if not (math.isfinite(period_s) and period_s > 0):
         raise BenchError(f"--period must be a positive duration, got {period_s}")
     if max_concurrency < 1:
@@ -184,6 +198,8 @@ def parse_pattern(
         return PatternSpec(raw, bursty_pattern(period_s, max_concurrency, seed), max_concurrency)
     if name == "ramp" and not arg:
         return PatternSpec(raw, ramp_pattern(period_s, max_concurrency), max_concurrency)
+    if name == "jump" and not arg:
+        return PatternSpec(raw, jump_pattern(max_concurrency, seed), max_concurrency)
     if name == "hover":
         center = _positive_int(arg, "hover:N")
         return PatternSpec(raw, hover_pattern(center, seed), center + HOVER_SPREAD)
@@ -193,7 +209,7 @@ def parse_pattern(
             raise BenchError("--pattern steps: give levels, e.g. steps:1,8,32")
         levels = tuple(_positive_int(p, "steps") for p in parts)
         return PatternSpec(raw, steps_pattern(levels, period_s), max(levels))
-    raise BenchError(f"--pattern must be day, bursty, ramp, hover:N or steps:A,B,..., got {text!r}")
+    raise BenchError(f"--pattern must be day, bursty, ramp, jump, hover:N or steps:A,B,..., got {text!r}")
 
 
 @dataclass
@@ -226,8 +242,7 @@ class WalkConfig:
     status_every_s: float = DEFAULT_STATUS_EVERY_S
 
     def validate(self) -> WalkConfig:
-        if not self.server.startswith(("http://", "https://")):
-            raise BenchError(f"--server must be an http(s) URL, got {self.server!r}")
+        check_http_url(self.server, "--server", BenchError)
         if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise BenchError(f"--duration must be a positive duration, got {self.duration_s}")
         if self.api not in ("generate", "openai"):
@@ -264,13 +279,13 @@ async def walk(
     stats = WalkStats()
     ceiling = config.pattern.ceiling
     limits = httpx.Limits(max_connections=ceiling + 4, max_keepalive_connections=ceiling + 4)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     async with httpx.AsyncClient(
         base_url=config.server, limits=limits, timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0),
         headers=headers,
     ) as client:  # fmt: skip
         info = await get_server_info(client)  # unreachable / not SGLang: a clear error before any load
-        model = str(info.get("served_model_name") or "default")
+        model = info.served_model_name or "default"
         shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         issued = 0

@@ -1,1 +1,2 @@
-"""SGLang: /metrics, /server_info and /v1/loads into engine samples."""
+"""SGLang's /metrics, /server_info (the one typed model) and /v1/loads -> engine samples and counters.
+May import storage, collectors' own plumbing (auth, http, promtext) and control's contract modules."""

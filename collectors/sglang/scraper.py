@@ -1,6 +1,7 @@
 """Scrape one SGLang server over HTTP: ``/metrics`` every time, ``/server_info`` every few seconds,
 ``/v1/loads`` when ``/metrics`` is off. Any failure (connection, timeout, HTTP error, a body that does not
-parse) raises ``ScrapeError`` and nothing of that scrape is used.
+parse) raises ``ScrapeError`` and nothing of that scrape is used. The engine's decode counters ride on
+``/server_info`` (collectors/sglang/counters.py): each fresh read gives the interval since the last one.
 """
 
 from __future__ import annotations
@@ -10,14 +11,22 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import DEFAULT_MAX_BODY_BYTES, BoundedReadError, BoundedResponse, get_bounded
+from spectower.collectors.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    BoundedReadError,
+    BoundedResponse,
+    ServerUnreachable,
+    get_bounded,
+)
 from spectower.collectors.promtext import MetricsParseError
-from spectower.collectors.sglang.engine import EngineDeriver, EngineReading
+from spectower.collectors.sglang.counters import CounterDeltas, CounterRow, read_counters
 from spectower.collectors.sglang.loads import Loads, LoadsError, parse_loads_json
 from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
+from spectower.collectors.sglang.reading import EngineDeriver, EngineReading
 from spectower.collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
 
 log = logging.getLogger(__name__)
@@ -26,10 +35,12 @@ DEFAULT_TIMEOUT_S = 5.0
 # /server_info asks every scheduler for its internal state: cheap, but not free; the knob and accept
 # length it carries change at most every decode_log_interval steps anyway.
 DEFAULT_SERVER_INFO_EVERY_S = 5.0
+T = TypeVar("T")
 
 
-class ScrapeError(ConnectionError):
-    """One scrape of one server failed; the message says which endpoint and why (never the key)."""
+class ScrapeError(ServerUnreachable):
+    """One scrape of one server failed (the collectors' "the server did not answer usefully"); the message
+    says which endpoint and why (never the key)."""
 
 
 @dataclass
@@ -41,6 +52,9 @@ class ScrapeResult:
     duration_s: float
     metrics_enabled: bool = True
     warnings: list[str] = field(default_factory=list)
+    # the engine's decode counters over the interval since the previous fresh /server_info (empty when
+    # there was none this time, on the first read, or when the server publishes no counters)
+    counters: list[CounterRow] = field(default_factory=list)
 
 
 class SglangScraper:
@@ -67,6 +81,8 @@ class SglangScraper:
         self._info_every = server_info_every_s
         self._clock = clock
         self.deriver = EngineDeriver()
+        self.counters = CounterDeltas()
+        self._warned: set[str] = set()
         self.info: ServerInfo | None = None
         self._info_ts = -1e18
         self._failed_since_last_ok = False
@@ -89,12 +105,7 @@ class SglangScraper:
         resp = await self._get("/metrics")
         if resp.status_code == 404:
             return None  # launched without --enable-metrics: /v1/loads has to do
-        if resp.status_code != 200:
-            raise ScrapeError(f"{self.url}/metrics: HTTP {resp.status_code}")
-        try:
-            snapshot = parse_metrics(resp.text)
-        except MetricsParseError as exc:
-            raise ScrapeError(f"{self.url}/metrics: {exc}") from None
+        snapshot = self._parsed("/metrics", resp, parse_metrics, MetricsParseError)
         if not snapshot.sample_count:
             # garbage that happens to parse, another engine (vLLM's vllm: series), an exporter: an
             # error of this source, never a successful scrape of an all-empty row
@@ -110,21 +121,34 @@ class SglangScraper:
                 f"{self.url}/server_info: HTTP {resp.status_code} (set SPECTOWER_API_KEY or "
                 "SPECTOWER_API_KEY_FILE for an --api-key server)"
             )
-        if resp.status_code != 200:
-            raise ScrapeError(f"{self.url}/server_info: HTTP {resp.status_code}")
-        try:
-            return parse_server_info(json.loads(resp.text))
-        except (ValueError, ServerInfoError) as exc:
-            raise ScrapeError(f"{self.url}/server_info: {exc}") from None
+        return self._parsed(
+            "/server_info",
+            resp,
+            lambda text: parse_server_info(json.loads(text)),
+            (ValueError, ServerInfoError),
+        )
 
     async def _loads(self) -> Loads:
         resp = await self._get("/v1/loads?include=core,spec&format=json")
+        return self._parsed(
+            "/v1/loads", resp, lambda text: parse_loads_json(json.loads(text)), (ValueError, LoadsError)
+        )
+
+    def _parsed(
+        self,
+        endpoint: str,
+        resp: BoundedResponse,
+        parse: Callable[[str], T],
+        errors: type[Exception] | tuple[type[Exception], ...],
+    ) -> T:
+        """``parse`` of a 200 answer; any other status, or a body ``parse`` refuses with one of ``errors``,
+        is a ScrapeError naming the endpoint."""
         if resp.status_code != 200:
-            raise ScrapeError(f"{self.url}/v1/loads: HTTP {resp.status_code}")
+            raise ScrapeError(f"{self.url}{endpoint}: HTTP {resp.status_code}")
         try:
-            return parse_loads_json(json.loads(resp.text))
-        except (ValueError, LoadsError) as exc:
-            raise ScrapeError(f"{self.url}/v1/loads: {exc}") from None
+            return parse(resp.text)
+        except errors as exc:
+            raise ScrapeError(f"{self.url}{endpoint}: {exc}") from None
 
     async def scrape(self) -> ScrapeResult:
         t0 = time.monotonic()
@@ -134,6 +158,7 @@ class SglangScraper:
             self.deriver.rates.forget()
             self.deriver.prev_hist.clear()
             self.deriver.prev_counters.clear()
+            self.counters.forget()
         try:
             snapshot = await self._metrics()
             ts = self._clock()
@@ -150,6 +175,16 @@ class SglangScraper:
         if fresh is not None and fresh.startup_fingerprint is not None:
             self.deriver.note_fingerprint("server_info", fresh.startup_fingerprint)
         readings = self.deriver.derive(ts, snapshot, self.info, loads)
+        warnings: list[str] = []
+        counter_rows: list[CounterRow] = []
+        if fresh is not None:
+            read = read_counters(fresh.info)
+            warnings = read.warnings
+            counter_rows = self.counters.update(ts, read.blocks)
+            for w in warnings:
+                if w not in self._warned:  # once per server and problem, not every few seconds
+                    self._warned.add(w)
+                    log.warning("%s: %s", self.url, w)
         self._failed_since_last_ok = False
         return ScrapeResult(
             ts=ts,
@@ -158,4 +193,6 @@ class SglangScraper:
             restarted=self.deriver.restarts > restarts_before,
             duration_s=time.monotonic() - t0,
             metrics_enabled=snapshot is not None,
+            warnings=warnings,
+            counters=counter_rows,
         )

@@ -1,72 +1,166 @@
-"""SGLang ``/server_info`` → ``ServerInfo``: server facts, per-rank state and the spectower knob.
+"""SGLang ``/server_info`` -> ``ServerInfo``: THE typed model of that document and its one parser.
+
+Everything that reads ``/server_info`` goes through ``parse_server_info``: the collector (facts, per-rank
+state, snapshots), the knob client (control/knob.py builds its ``KnobState`` on it), the sweeps and the
+load walker (collectors/bench), and the Benchmarks page's sweep watcher. So there is one rule for
+``max_running_requests`` (``max_running_requests_of``) and one stable hash (``storage.snapshots``).
 
 ``/server_info`` is the flat, resolved server args plus ``internal_states`` (one dict per DP rank, with
-runtime overrides applied). The spectower plugin adds ``internal_states[i]["spectower"] = {plugin_version,
-spec_max_bs, batches_drafted, batches_gated}``. Secrets (``api_key``, ``admin_api_key``, key passwords,
-``--api-key`` in ``launch_command``) are redacted before anything is kept.
+runtime overrides applied). The spectower plugin adds ``internal_states[i]["spectower"]`` (the knob, its
+owner and lock, the engine's counters: control/knob_contract.py and docs/design.md). A PD router answers
+``{"prefill": [...], "decode": [...]}``; its decode workers' facts and ranks are read. Secrets (``api_key``,
+``admin_api_key``, key passwords, ``--api-key`` in ``launch_command``) are redacted before anything is kept;
+``ServerInfo.info`` is the redacted document as it came, for readers of blocks the model does not type
+(collectors/sglang/counters.py reads the counters from it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from spectower.control import knob_contract
 from spectower.storage.bench_serving import effective_server_info
 from spectower.storage.models import int_or_none
 from spectower.storage.redact import redact
-
-# Fields that change on their own while the server runs: left out of the hash that decides whether a
-# new snapshot is stored (so a snapshot is written when the configuration changes, not every scrape).
-VOLATILE_KEYS = frozenset(
-    {
-        "internal_states",
-        "last_gen_throughput",
-        "avg_spec_accept_length",
-        "memory_usage",
-        "status",
-        "load",
-        "timestamp",
-    }
-)
+from spectower.storage.snapshots import stable_server_info_hash
 
 
 class ServerInfoError(ValueError):
     """/server_info answered something that is not a server_info object."""
 
 
-@dataclass
-class RankState:
+# -- lenient field types: a value of the wrong type is unknown (None), never an error, since one odd field of
+# a 300-key document must not cost the scrape; ints are range-checked where they enter (spec_max_bs 1e20 is
+# not a value any database column holds).
+
+
+def _int(value: Any) -> int | None:
+    return int_or_none(value)
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _map(value: Any) -> dict[str, Any] | None:
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+_OWNERS = frozenset({*knob_contract.WRITER_NAMES.values(), knob_contract.OWNER_FREE})
+
+
+def _owner(value: Any) -> str | None:
+    return value if isinstance(value, str) and value in _OWNERS else None
+
+
+def _adaptive_config(value: Any) -> str | dict[str, Any] | None:
+    """``--speculative-adaptive-config``: a path, or (some launchers) the document inline."""
+    if isinstance(value, str):
+        return value or None
+    return dict(value) if isinstance(value, Mapping) and value else None
+
+
+Int = Annotated[int | None, BeforeValidator(_int)]
+Float = Annotated[float | None, BeforeValidator(_float)]
+Str = Annotated[str | None, BeforeValidator(_str)]
+Bool = Annotated[bool | None, BeforeValidator(_bool)]
+Map = Annotated[dict[str, Any] | None, BeforeValidator(_map)]
+AdaptiveConfig = Annotated[str | dict[str, Any] | None, BeforeValidator(_adaptive_config)]
+
+# internal_states[i] keys a rank reports itself, and the plugin's block keys, as RankState reads them.
+_RANK_KEYS = ("dp_rank", "speculative_num_steps", "avg_spec_accept_length", "last_gen_throughput")
+_PLUGIN_KEYS = (
+    "spec_max_bs", "batches_drafted", "batches_gated", "plugin_version", "refused", "owner", "lock",
+    "last_write", "last_refused", "policy_last", "server_time",
+)  # fmt: skip
+
+
+class RankState(BaseModel):
+    """One DP rank: ``internal_states[i]`` and the spectower plugin's block in it."""
+
+    model_config = ConfigDict(frozen=True)
+
     dp_rank: int
-    speculative_num_steps: int | None = None  # the active adaptive tier (runtime override applied)
-    avg_spec_accept_length: float | None = None  # cumulative since start / flush
-    last_gen_throughput: float | None = None
-    spec_max_bs: int | None = None
-    batches_drafted: int | None = None
-    batches_gated: int | None = None
-    plugin_version: str | None = None
+    speculative_num_steps: Int = None  # the active adaptive tier (runtime override applied): 0 while gated
+    avg_spec_accept_length: Float = None  # cumulative since start / flush
+    last_gen_throughput: Float = None
+    plugin: bool = False  # the rank has the spectower plugin's block (with the knob in it)
+    spec_max_bs: Int = None
+    batches_drafted: Int = None
+    batches_gated: Int = None
+    plugin_version: Str = None
+    refused: Str = None  # the plugin's own reason it cannot honour the knob on this rank
+    # Ownership (control/knob_contract.py); None on a plugin that predates it.
+    owner: Annotated[str | None, BeforeValidator(_owner)] = None  # manual / sweep while locked, else policy
+    lock: Map = None  # {"writer", "since", "expires_at"}; None expiry: until released
+    last_write: Map = None
+    last_refused: Map = None
+    policy_last: Map = None
+    server_time: Float = None
+
+    # the knob client's names for the same two values (`control get` prints them)
+    @property
+    def active_num_steps(self) -> int | None:
+        return self.speculative_num_steps
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.avg_spec_accept_length
+
+    @property
+    def ownership(self) -> bool:
+        """The plugin keeps who holds the knob (plugin >= 0.2.0, or the simulator)."""
+        return self.owner is not None
+
+    def lock_left_s(self) -> float | None:
+        """Seconds until the lock expires by the server's clock (None: no lock, or until released)."""
+        expires = (self.lock or {}).get("expires_at")
+        if not isinstance(expires, int | float) or self.server_time is None:
+            return None
+        return max(0.0, float(expires) - self.server_time)
 
 
-@dataclass
-class ServerInfo:
-    version: str | None
-    served_model_name: str | None
-    launch_command: str | None
-    max_running_requests: int | None
-    speculative_algorithm: str | None
-    speculative_num_steps: int | None
-    speculative_adaptive: bool | None
-    decode_log_interval: int | None
-    tp_size: int | None
-    dp_size: int | None
-    enable_metrics: bool | None
-    enable_metrics_for_all_schedulers: bool | None
-    startup_fingerprint: str | None
-    ranks: list[RankState] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)  # the redacted document
-    info_hash: str = ""
+class ServerInfo(BaseModel):
+    """The server's facts (a PD router's decode workers') and its ranks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: Str = None
+    served_model_name: Str = None
+    launch_command: Str = None
+    max_running_requests: Int = None  # max_running_requests_of(): the most one DP rank runs at once
+    speculative_algorithm: Str = None
+    speculative_num_steps: Int = None
+    speculative_adaptive: Bool = None
+    speculative_adaptive_config: AdaptiveConfig = None
+    speculative_eagle_topk: Int = None
+    decode_log_interval: Int = None
+    tp_size: Int = None
+    dp_size: Int = None
+    enable_metrics: Bool = None
+    enable_metrics_for_all_schedulers: Bool = None
+    startup_fingerprint: str | None = None  # startup_time as canonical JSON: one value per launch
+    ranks: tuple[RankState, ...] = ()
+    info: dict[str, Any] = {}  # the redacted document as it came
+    info_hash: str = ""  # storage.snapshots.stable_server_info_hash(info)
 
     @property
     def knob(self) -> int | None:
@@ -74,93 +168,78 @@ class ServerInfo:
         values = {r.spec_max_bs for r in self.ranks}
         return values.pop() if len(values) == 1 else None
 
-
-def _int(v: Any) -> int | None:
-    # range-checked here, where it enters: spec_max_bs 1e20 is not a value any database column holds
-    return int_or_none(v)
-
-
-def _float(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int | float):
-        try:
-            f = float(v)
-        except OverflowError:  # an integer beyond float range
-            return None
-        return f if math.isfinite(f) else None
-    return None
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """The ranks' cumulative accept lengths, averaged (None before speculation has run)."""
+        values = [r.avg_spec_accept_length for r in self.ranks if r.avg_spec_accept_length is not None]
+        return sum(values) / len(values) if values else None
 
 
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+def _positive(value: Any) -> int | None:
+    number = int_or_none(value)
+    return number if number is not None and number > 0 else None
 
 
-def _bool(v: Any) -> bool | None:
-    return v if isinstance(v, bool) else None
+def max_running_requests_of(facts: Mapping[str, Any]) -> int | None:
+    """THE ``max_running_requests`` rule: the most requests one DP rank runs at once, which is what the knob's
+    ceiling is compared with (``N >= it`` = always on) and what a sweep's "on" sets. SGLang's per-rank
+    ``effective_max_running_requests_per_dp`` (below the server arg under DP attention) where a rank
+    reports it, else the ranks' own ``max_running_requests``, else the top-level server arg."""
+    states = facts.get("internal_states")
+    ranks = [s for s in states if isinstance(s, Mapping)] if isinstance(states, list) else []
+    for key in ("effective_max_running_requests_per_dp", "max_running_requests"):
+        values = [v for v in (_positive(s.get(key)) for s in ranks) if v is not None]
+        if values:
+            return max(values)  # ranks agree in practice; the largest keeps "on" on for every rank
+    return _positive(facts.get("max_running_requests"))
 
 
-def _stable_hash(info: dict[str, Any]) -> str:
-    def strip(o: Any) -> Any:
-        if isinstance(o, dict):
-            return {k: strip(v) for k, v in o.items() if k not in VOLATILE_KEYS}
-        if isinstance(o, list):
-            return [strip(v) for v in o]
-        return o
-
-    blob = json.dumps(strip(info), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def _rank_record(index: int, state: Mapping[str, Any]) -> dict[str, Any]:
+    """One flat record per rank: its own keys and its plugin block's keys side by side."""
+    block = state.get("spectower")
+    knob: Mapping[str, Any] = block if isinstance(block, Mapping) else {}
+    dp_rank = int_or_none(state.get("dp_rank"))
+    return {
+        **{key: state.get(key) for key in _RANK_KEYS},
+        **{key: knob.get(key) for key in _PLUGIN_KEYS},
+        "dp_rank": index if dp_rank is None else dp_rank,
+        "plugin": "spec_max_bs" in knob,
+    }
 
 
 def parse_server_info(doc: Any) -> ServerInfo:
-    """Parse a decoded /server_info JSON document. Raises ServerInfoError for anything else."""
+    """Parse a decoded /server_info JSON document. Raises ServerInfoError (one line) for anything else."""
     if not isinstance(doc, dict):
         raise ServerInfoError(f"/server_info: expected a JSON object, got {type(doc).__name__}")
-    # a PD router answers {"prefill": [...], "decode": [...]}: the decode workers' facts and ranks
     engine = effective_server_info(doc)
     if "internal_states" not in engine and "version" not in engine:
         raise ServerInfoError(
             "/server_info: neither 'version' nor 'internal_states' present (nor a PD router's decode workers)"
         )
     info = redact(doc)  # the document as it came (redacted) is what is kept
-    facts = redact(engine)
+    facts: dict[str, Any] = redact(engine)
     states = facts.get("internal_states")
     if states is not None and not isinstance(states, list):
         raise ServerInfoError("/server_info: 'internal_states' is not a list")
     ranks: list[RankState] = []
-    for i, st in enumerate(states or []):
-        if not isinstance(st, dict):
+    for i, state in enumerate(states or []):
+        if not isinstance(state, dict):
             raise ServerInfoError(f"/server_info: internal_states[{i}] is not an object")
-        raw_knob = st.get("spectower")
-        knob: dict[str, Any] = raw_knob if isinstance(raw_knob, dict) else {}
-        ranks.append(
-            RankState(
-                dp_rank=_int(st.get("dp_rank")) if _int(st.get("dp_rank")) is not None else i,  # type: ignore[arg-type]
-                speculative_num_steps=_int(st.get("speculative_num_steps")),
-                avg_spec_accept_length=_float(st.get("avg_spec_accept_length")),
-                last_gen_throughput=_float(st.get("last_gen_throughput")),
-                spec_max_bs=_int(knob.get("spec_max_bs")),
-                batches_drafted=_int(knob.get("batches_drafted")),
-                batches_gated=_int(knob.get("batches_gated")),
-                plugin_version=_str(knob.get("plugin_version")),
-            )
-        )
+        ranks.append(RankState.model_validate(_rank_record(i, state)))
     startup = facts.get("startup_time")
-    return ServerInfo(
-        version=_str(facts.get("version")),
-        served_model_name=_str(facts.get("served_model_name")),
-        launch_command=_str(facts.get("launch_command")),
-        max_running_requests=_int(facts.get("max_running_requests")),
-        speculative_algorithm=_str(facts.get("speculative_algorithm")),
-        speculative_num_steps=_int(facts.get("speculative_num_steps")),
-        speculative_adaptive=_bool(facts.get("speculative_adaptive")),
-        decode_log_interval=_int(facts.get("decode_log_interval")),
-        tp_size=_int(facts.get("tp_size")),
-        dp_size=_int(facts.get("dp_size")),
-        enable_metrics=_bool(facts.get("enable_metrics")),
-        enable_metrics_for_all_schedulers=_bool(facts.get("enable_metrics_for_all_schedulers")),
-        startup_fingerprint=json.dumps(startup, sort_keys=True) if startup is not None else None,
-        ranks=ranks,
-        info=info,
-        info_hash=_stable_hash(info),
+    fields = {name: facts.get(name) for name in ServerInfo.model_fields if name in facts}
+    return ServerInfo.model_validate(
+        {
+            **fields,
+            "max_running_requests": max_running_requests_of(facts),
+            "startup_fingerprint": json.dumps(startup, sort_keys=True) if startup is not None else None,
+            "ranks": ranks,
+            "info": info,
+            "info_hash": stable_server_info_hash(info),
+        }
     )
+
+
+def knob_values(info: ServerInfo) -> list[int | None]:
+    """The knob as each rank reports it (None where a rank has no plugin)."""
+    return [rank.spec_max_bs for rank in info.ranks]

@@ -11,12 +11,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from spectower.console.commands.options import API_DEFAULT, API_HELP, AS_HELP, DB_HELP, SERVER_HELP
+from spectower.console.commands.options import (
+    API_DEFAULT,
+    API_HELP,
+    AS_HELP,
+    DB_HELP,
+    SERVER_HELP,
+    duration_option,
+)
 
 if TYPE_CHECKING:
     from spectower.collectors.bench.compare import Comparison
     from spectower.collectors.bench.records import RequestRecord
     from spectower.collectors.bench.sweep import PointResult, SweepResult
+    from spectower.storage.database import Database
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
 
@@ -264,8 +272,10 @@ def sweep(
     ),
     modes: str = typer.Option("on,off", "--modes", help="on (knob = max_running_requests), off (knob = 0)."),
     requests_per_level: int | None = typer.Option(None, "--requests-per-level", help="Requests per point."),
-    duration_per_level: float | None = typer.Option(
-        None, "--duration-per-level", help="Seconds per point (default 20 unless --requests-per-level)."
+    duration_per_level: float | None = duration_option(
+        None,
+        "--duration-per-level",
+        help="Seconds per point (20, 20s, 1m; default 20 unless --requests-per-level).",
     ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     output_len: int = typer.Option(256, "--output-len", help="Output tokens per request (ignore_eos)."),
@@ -273,9 +283,7 @@ def sweep(
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before each point."),
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
     save: bool = typer.Option(False, "--save", help="Save the run (BenchRun + BenchPoints) in the database."),
-    db: str | None = typer.Option(
-        None, "--db", help=DB_HELP
-    ),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
     profile_out: Path | None = typer.Option(None, "--profile-out", help="Write a replayable profile JSON."),
     gpu_metrics: str | None = typer.Option(
         None, "--gpu-metrics", help="dcgm-exporter /metrics URL of the server's host (GPU inventory)."
@@ -284,13 +292,13 @@ def sweep(
         2, "--rounds", help="Measure each point in this many slices, alternating modes (load drift cancels)."
     ),
     seed: int = typer.Option(1, "--seed", help="Prompt seed."),
-    operator: str | None = typer.Option(
-        None, "--as", help=AS_HELP
-    ),
+    operator: str | None = typer.Option(None, "--as", help=AS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
     force: bool = typer.Option(
-        False, "--force", help="Borrow the knob even while the server serves other requests or an operator's "
-        "lock holds (the lock and value found are given back at the end)."
+        False,
+        "--force",
+        help="Borrow the knob even while the server serves other requests or an operator's "
+        "lock holds (the lock and value found are given back at the end).",
     ),
     plain_server: str | None = typer.Option(
         None,
@@ -301,7 +309,7 @@ def sweep(
     ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
-    from spectower.collectors.bench.gpu_inventory import dcgm_inventory, is_loopback_url, nvml_inventory
+    from spectower.collectors.bench.gpu_inventory import dcgm_inventory, nvml_inventory
     from spectower.collectors.bench.sweep import (
         DEFAULT_DURATION_S,
         SweepConfig,
@@ -309,6 +317,7 @@ def sweep(
         parse_modes,
         run_sweep,
     )
+    from spectower.collectors.http import is_loopback_url
     from spectower.console.errors import fail, strict_json
     from spectower.control.audit import operator_actor
     from spectower.control.credentials import load_credentials
@@ -351,15 +360,14 @@ def sweep(
         )
     database = open_database(default_db_url(db))
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
+    # the knob through control's client: one audit row when the sweep borrows it, one when it gives it back
+    knob = audited_sweep_knob(config.server, creds, database, actor, force=force)
     try:
-        with progress:
+        with progress, knob:
             result = asyncio.run(
                 run_sweep(
                     config,
-                    # one audit row when the sweep borrows the knob, one when it gives it back (control/)
-                    knob_factory=lambda client, key: audited_sweep_knob(
-                        client, key, database, actor, force=force
-                    ),
+                    knob=knob,
                     progress=progress,  # type: ignore[arg-type]
                     admin_key=creds.admin_key,
                     api_key=creds.api_key,
@@ -388,7 +396,7 @@ def sweep(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def _save(database: Any, result: SweepResult) -> int:
+def _save(database: Database, result: SweepResult) -> int:
     from spectower.collectors.bench.persist import to_models
 
     run, points = to_models(result)
@@ -465,9 +473,7 @@ def _print_comparison(comp: Comparison) -> None:
 def compare(
     run_a: int = typer.Argument(..., help="Id of the first saved run."),
     run_b: int = typer.Argument(..., help="Id of the second saved run."),
-    db: str | None = typer.Option(
-        None, "--db", help=DB_HELP
-    ),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Two saved runs side by side, and what differs in their stacks."""

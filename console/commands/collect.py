@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import DB_HELP
+from spectower.console.commands.options import DB_HELP, duration_option
 from spectower.console.errors import fail
 
 
@@ -17,14 +17,12 @@ def collect(
     prometheus: str | None = typer.Option(
         None, "--prometheus", help="Prometheus base URL: read SGLang and DCGM series of every instance"
     ),
-    interval: str = typer.Option("1s", "--interval", help="Collection interval (1s, 500ms, 2m)"),
-    db: str | None = typer.Option(
-        None, "--db", help=DB_HELP
-    ),
-    duration: str | None = typer.Option(
+    interval: float = duration_option("1s", "--interval", help="Collection interval (1s, 500ms, 2m)"),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
+    duration: float | None = duration_option(
         None, "--duration", help="Stop after this long (default: until SIGTERM/SIGINT)"
     ),
-    timeout: str | None = typer.Option(
+    timeout: float | None = duration_option(
         None, "--timeout", help="Per-request timeout (default: 2 intervals, 0.5-5 s)"
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
@@ -40,8 +38,8 @@ def collect(
     import asyncio
     import logging
 
-    from spectower.collectors.auth import ApiKeyError, load_api_key
-    from spectower.collectors.daemon import Collector, DaemonConfig, parse_duration
+    from spectower.collectors.auth import load_api_key
+    from spectower.collectors.daemon import Collector, DaemonConfig
     from spectower.collectors.sink import StorageSink
     from spectower.storage import default_db_url, open_database
     from spectower.storage.retention import RetentionPolicy
@@ -57,15 +55,16 @@ def collect(
             servers=list(server),
             gpu=gpu,
             prometheus=prometheus,
-            interval_s=parse_duration(interval, "--interval"),
-            duration_s=parse_duration(duration, "--duration") if duration else None,
-            timeout_s=parse_duration(timeout, "--timeout") if timeout else None,
+            interval_s=interval,
+            duration_s=duration,
+            timeout_s=timeout,
             api_key=load_api_key(),
         )
         retention = RetentionPolicy(raw_days, rollup_days, hourly_days)
-    except (ValueError, ApiKeyError) as exc:
+    except ValueError as exc:
         fail(_flag_names(str(exc)))
     from spectower.storage.database import CollectorConflictError
+    from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
@@ -80,8 +79,7 @@ def collect(
     except CollectorConflictError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        fail(f"--db: {database!r}: {why}")
+        fail(f"--db: {database!r}: {error_line(exc)}")
     finally:
         database.close()
 

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
-from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SERVER_HELP
+from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SERVER_HELP, duration_option
 from spectower.console.errors import fail, is_user_error, strict_json
 
 if TYPE_CHECKING:
     from spectower.control.knob import KnobClient, KnobState, SetResult
+    from spectower.storage import Database
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -63,20 +64,20 @@ def _client(server: str) -> KnobClient:
     return KnobClient(server, creds.admin_key, api_key=creds.api_key)
 
 
-def _open_db(db: str | None) -> Any:
+def _open_db(db: str | None) -> Database:
     from spectower.storage.database import default_db_url, open_database
 
     return open_database(default_db_url(db))
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
-    if value is None:
-        return "unknown"
-    if value == 0:
-        return "0 (off)"
-    if max_running is not None and value >= max_running:
-        return f"{value} (on)"
-    return f"{value} (draft while running batch <= {value})"
+    """The knob's value with how it reads (``control.knob.knob_mode``'s rule), e.g. ``0 (off)``."""
+    from spectower.control.knob import knob_mode
+
+    mode = knob_mode(value, max_running)
+    if mode == "unknown":
+        return mode
+    return f"{value} ({f'draft while running batch <= {value}' if mode == 'threshold' else mode})"
 
 
 def _print_state(state: KnobState) -> None:
@@ -142,14 +143,83 @@ def _print_ownership(state: KnobState) -> None:
 def get(
     server: str = typer.Option(..., "--server", help=SERVER_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    db: str | None = typer.Option(
+        None, "--db", help=DB_HELP + "; the speedup comes from its stored counters when it has them"
+    ),
+    window_s: float = duration_option(
+        "1h",
+        "--window",
+        help="the speedup over this much of the stored counters (15m, 1h, 6h; the console's "
+        "default range is 1h)",
+    ),
 ) -> None:
-    """Show the knob per DP rank, and whether this server can take it."""
+    """Show the knob per DP rank, whether this server can take it, and the speedup speculation gives per
+    batch size (the engine's counters, the estimate the console and the policy use)."""
     with _client(server) as client:
         state = client.read()
+    speed = _speedup(state, db, window_s)
     if as_json:
-        print(strict_json(state.to_dict()))
+        print(strict_json({**state.to_dict(), "speedup": speed}))
         return
     _print_state(state)
+    _print_speedup(speed)
+
+
+def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any]:
+    """``control.speedup.estimate`` for this server: over the collector's stored counter intervals of the
+    last ``window_s`` when the database has them (``console.data.live_speedup``, what the console shows),
+    else over the counters since the server started (one read of /server_info)."""
+    import time
+
+    from spectower.collectors.sglang.counters import read_counters
+    from spectower.console import data
+    from spectower.control import speedup
+    from spectower.control.engine_counters import rates
+    from spectower.storage import queries
+    from spectower.storage.database import default_db_url
+
+    store = data.open_store(default_db_url(db))  # a missing SQLite file is not created
+    if store is not None:
+        try:
+            row = queries.server_by_url(store, state.server_url)
+            now = time.time()
+            live = data.live_speedup(store, int(row.id), now - window_s, now)  # type: ignore[arg-type]
+            if live.estimate.intervals:
+                return {"source": "stored", "window_s": window_s, **live.estimate.to_json()}
+        except LookupError:  # the collector never stored this server
+            pass
+        finally:
+            store.close()
+    read = read_counters(state.info.info)
+    if not read.blocks:
+        why = (
+            "; ".join(read.warnings) or "the server publishes no decode counters (an older spectower plugin)"
+        )
+        return {"source": None, "label": f"no estimate: {why}", "bins": []}
+    est = speedup.estimate([rates(None, speedup.sum_ranks(read.blocks))]).to_json()
+    return {**est, "source": "since_start", "label": f"{est['label']}, since the server started"}
+
+
+def _print_speedup(speed: dict[str, Any]) -> None:
+    say = functools.partial(out.print, markup=False, soft_wrap=True)
+    source = speed.get("source")
+    where = {
+        "stored": f" (stored counters, last {speed.get('window_s', 0) / 60:g} min: {speed.get('intervals')} "
+        f"intervals, {speed.get('seconds', 0):.0f} s of step time)",
+        "since_start": f" ({speed.get('seconds', 0):.0f} s of step time; no interval from one read: run "
+        "`spectower collect` and pass --db)",
+    }.get(source or "", "")
+    say(f"crossover        {speed['label']}{where}")
+    for b in speed.get("bins", []):
+        if b["speedup"] is None:
+            mode = "drafted" if b["drafted_tok_s"] is not None else "gated"
+            say(f"  batch {b['batch_size']:>5}: {mode} only so far")
+            continue
+        ci = f" (95 % {b['lo']:.2f}-{b['hi']:.2f})" if b["lo"] is not None else ""
+        say(
+            f"  batch {b['batch_size']:>5}: speedup x{b['speedup']:.2f}{ci}, drafted "
+            f"{b['drafted_tok_s']:.0f} tok/s, gated {b['gated_tok_s']:.0f} tok/s"
+        )
 
 
 def _print_result(result: SetResult) -> None:
@@ -170,7 +240,7 @@ def set_knob(
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
-    hold: str | None = typer.Option(
+    hold_s: float | None = duration_option(
         None, "--hold", help="the manual lock expires after this long (30m, 2h); default: until released"
     ),
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
@@ -182,7 +252,6 @@ def set_knob(
     from spectower.control import audit
     from spectower.control.knob import Target
     from spectower.control.knob_contract import MAX_HOLD_S
-    from spectower.control.runner import parse_duration
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
@@ -190,9 +259,8 @@ def set_knob(
         got = f" (got {', '.join(chosen)})" if chosen else ""
         fail(f"give exactly one of --off, --on, --max-bs N{got}")
     target: Target = "off" if off else "on" if on else int(max_bs)  # type: ignore[arg-type]
-    hold_s = parse_duration(hold, "--hold") if hold is not None else None
     if hold_s is not None and hold_s > MAX_HOLD_S:
-        fail(f"--hold must be at most {MAX_HOLD_S / 86400:g} days, got {hold}")
+        fail(f"--hold must be at most {MAX_HOLD_S / 86400:g} days, got {hold_s / 86400:g} days")
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
@@ -204,7 +272,7 @@ def set_knob(
             state, new = audit.preview_knob(database, client, target, reason, actor)
             limit = state.max_running_requests
             old_text, new_text = _describe(state.spec_max_bs, limit), _describe(new, limit)
-            lock = "until released" if hold_s is None else f"for {hold}"
+            lock = "until released" if hold_s is None else f"for {hold_s:g} s"
             out.print(
                 f"{client.base_url}: spec_max_bs {old_text} -> {new_text}, locked against any policy {lock}"
             )
@@ -299,10 +367,12 @@ def auto(
     policy_spec: str = typer.Option("learn", "--policy", help=POLICY_HELP),
     mode: str | None = typer.Option(None, "--mode", hidden=True, help="old name of --policy"),
     max_bs: int | None = typer.Option(None, "--max-bs", hidden=True, help="old: --mode threshold --max-bs N"),
-    interval: str = typer.Option("5s", "--interval", help="decision interval (5s, 500ms, 1m)"),
+    interval_s: float = duration_option("5s", "--interval", help="decision interval (5s, 500ms, 1m)"),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     max_flips_per_hour: int | None = typer.Option(None, "--max-flips-per-hour", help="most sets per hour"),
-    stale_after: str = typer.Option("30s", "--stale-after", help="hold when the newest sample is older"),
+    stale_after_s: float = duration_option(
+        "30s", "--stale-after", help="hold when the newest sample is older"
+    ),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
@@ -310,18 +380,13 @@ def auto(
     """
     from spectower.control.knob import ServerUnreachableError, ensure_ready
     from spectower.control.policy import make_policy
-    from spectower.control.runner import (
-        DEFAULT_MAX_FLIPS_PER_HOUR,
-        PolicyRunner,
-        RunnerConfig,
-        parse_duration,
-    )
+    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, PolicyRunner, RunnerConfig
 
     spec = _policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
     config = RunnerConfig(
-        interval_s=parse_duration(interval, "--interval"),
-        stale_after_s=parse_duration(stale_after, "--stale-after"),
+        interval_s=interval_s,
+        stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
     database = _open_db(db)
@@ -387,11 +452,11 @@ def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
     return spec
 
 
-def _known_max_running(database: Any, url: str) -> int | None:
-    from spectower.control.db import read_session
-    from spectower.storage.models import Server
-    from sqlmodel import select
+def _known_max_running(database: Database, url: str) -> int | None:
+    """What the collector last stored as the server's max_running_requests (None: never collected)."""
+    from spectower.storage import queries
 
-    with read_session(database) as session:
-        row = session.exec(select(Server).where(Server.url == url)).first()
-    return row.max_running_requests if row is not None else None
+    try:
+        return queries.server_by_url(database, url).max_running_requests
+    except LookupError:
+        return None

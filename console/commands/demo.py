@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from spectower.console.commands.options import duration_option
 from spectower.console.errors import fail
 
 
@@ -18,17 +19,17 @@ def demo(
         "--db",
         help="SQLite file; logs, pids and the demo's admin key go in its folder. A second run reuses it.",
     ),
-    duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
+    duration: float | None = duration_option(
+        None, "--duration", help="Stop after this long (default: Ctrl-C)."
+    ),
 ) -> None:
     """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
-    from spectower.collectors.daemon import parse_duration
     from spectower.console.demo.ports import PortError
     from spectower.console.demo.run import DemoConfig, run_demo
     from spectower.simulator.profile import ProfileError, load_profile
 
     try:
         load_profile(profile)  # a bad profile is refused here, not as a dead child
-        duration_s = parse_duration(duration, "--duration") if duration else None
     except (ProfileError, ValueError) as exc:
         fail(str(exc))
     if "://" in str(db):
@@ -37,7 +38,7 @@ def demo(
         fail(f"--db: {str(db)!r} is a folder; give a file path such as {db / 'spectower.db'}")
     if Path(profile).exists():  # the children run from the checkout: a relative path must not move
         profile = str(Path(profile).resolve())
-    config = DemoConfig(profile=profile, console_port=port, db_path=db, duration_s=duration_s)
+    config = DemoConfig(profile=profile, console_port=port, db_path=db, duration_s=duration)
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -35,7 +35,7 @@ def evaluate(
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
     prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line
-    load = load_trace(trace, duration_s=duration, seed=seed)
+    load = load_trace(trace, duration_s=duration, seed=seed, max_running_requests=prof.max_running_requests)
     result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed)
     if as_json:
         print(strict_json(result, indent=None))
@@ -63,5 +63,10 @@ def _print_table(result: dict[str, Any]) -> None:
     out.print(table)
     out.print(
         f"tokens {result['tokens']:,.0f} of the oracle's {result['oracle_tokens']:,.0f}; "
-        f"drafting {result['spec_on_fraction']:.0%} of busy time; final ceiling {result['final_max_bs']}"
+        f"drafting {result['spec_on_fraction']:.0%} of busy time; final ceiling {result['final_max_bs']}; "
+        f"{result['changes_per_hour']:.1f} ceiling changes per hour"
+    )
+    out.print(
+        f"exploration: {result['explore_share']:.1%} of each bin's batches run the other mode; it costs the "
+        f"oracle {result['explore_cost']:.2%} of its tokens (both are charged it)"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import API_DEFAULT, API_HELP, SERVER_HELP
+from spectower.console.commands.options import API_DEFAULT, API_HELP, SERVER_HELP, duration_option
 from spectower.console.errors import fail
 
 # glibc raises its mmap threshold after the first large free, so asyncio's 256 KiB receive buffers then come
@@ -29,10 +29,14 @@ def load(
     pattern: str = typer.Option(
         "day",
         "--pattern",
-        help="day, bursty, ramp, hover:N (N-2..N+2) or steps:1,8,32 (each for period/levels).",
+        help="day, bursty, ramp, jump (a new level each second), hover:N (N-2..N+2) or steps:1,8,32.",
     ),
-    period: str = typer.Option("300s", "--period", help="Length of one day / ramp / steps cycle (300s, 5m)."),
-    duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: Ctrl-C)."),
+    period: float = duration_option(
+        "300s", "--period", help="Length of one day / ramp / steps cycle (300s, 5m)."
+    ),
+    duration: float | None = duration_option(
+        None, "--duration", help="Stop after this long (default: Ctrl-C)."
+    ),
     max_concurrency: int = typer.Option(
         48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
     ),
@@ -40,7 +44,7 @@ def load(
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
-    status_every: str = typer.Option("5s", "--status-every", help="Print a status line this often."),
+    status_every: float = duration_option("5s", "--status-every", help="Print a status line this often."),
 ) -> None:
     """Closed-loop streaming clients whose number follows a pattern over time (Ctrl-C stops).
 
@@ -50,21 +54,19 @@ def load(
     import signal
     import sys
 
-    from spectower.collectors.bench.errors import BenchError, ServerUnreachable
-    from spectower.collectors.bench.secrets import API_KEY_ENV, read_secret
+    from spectower.collectors.auth import load_api_key
+    from spectower.collectors.bench.errors import BenchError
     from spectower.collectors.bench.walk import WalkConfig, parse_pattern, walk
-    from spectower.collectors.daemon import parse_duration
+    from spectower.collectors.http import ServerUnreachable
 
+    period_s, duration_s, status_s = period, duration, status_every
     try:
-        period_s = parse_duration(period, "--period")
-        duration_s = parse_duration(duration, "--duration") if duration else None
-        status_s = parse_duration(status_every, "--status-every")
         spec = parse_pattern(pattern, period_s, max_concurrency, seed)
         config = WalkConfig(
             server=server.rstrip("/"), pattern=spec, duration_s=duration_s, api=api,  # type: ignore[arg-type]
             output_len=output_len, input_len=input_len, seed=seed, status_every_s=status_s,
         ).validate()  # fmt: skip
-        api_key = read_secret(API_KEY_ENV)
+        api_key = load_api_key()
     except ValueError as exc:
         fail(str(exc))
 

@@ -1,13 +1,20 @@
-"""The words every command shares, so one concept has one flag name and one help text across the CLI."""
+"""The words every command shares, so one concept has one flag name, one help text and one parser across
+the CLI."""
 
 from __future__ import annotations
+
+from typing import Any
+
+import typer
 
 SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
 DB_HELP = "database URL or SQLite path (default: $SPECTOWER_DB, else ./spectower.db)"
 AS_HELP = "operator name for the audit trail (default: $SPECTOWER_OPERATOR, else your login)"
 POLICY_HELP = "learn | threshold:N | always-on | always-off | sglang-default"
 # Load shapes: `bench load --pattern` (live) and `sim evaluate --trace` (virtual time) use the same names.
-TRACE_HELP = "a built-in trace (day, bursty, ramp, steps) or a JSON file of (t_seconds, concurrency) pairs"
+TRACE_HELP = (
+    "a built-in trace (day, bursty, ramp, steps, jump) or a JSON file of (t_seconds, concurrency) pairs"
+)
 # Both load generators speak the same API unless told otherwise.
 API_DEFAULT = "openai"
 API_HELP = "openai (/v1/completions) or generate (/generate)"
@@ -16,18 +23,36 @@ API_HELP = "openai (/v1/completions) or generate (/generate)"
 EXAMPLES = {
     "demo": "spectower demo --profile llama31-8b-1x-h100 --port 8600",
     "collect": "spectower collect --server http://127.0.0.1:30000 --gpu nvml --interval 1s "
-               "--db /var/lib/spectower/spectower.db",
+    "--db /var/lib/spectower/spectower.db",
     "console": "spectower console --db /var/lib/spectower/spectower.db --port 8501",
     "control get": "spectower control get --server http://127.0.0.1:30000 --json",
     "control set": "spectower control set --server http://127.0.0.1:30000 --off --hold 2h "
-                   '--reason "TTFT over SLO"',
+    '--reason "TTFT over SLO"',
     "control release": 'spectower control release --server http://127.0.0.1:30000 --reason "incident over"',
     "control auto": "spectower control auto --server http://127.0.0.1:30000 --policy learn --interval 5s",
     "bench sweep": "spectower bench sweep --server http://127.0.0.1:30000 "
-                   "--plain-server http://127.0.0.1:30001 --concurrency 1,4,16,64 --save",
+    "--plain-server http://127.0.0.1:30001 --concurrency 1,4,16,64 --save",
     "bench compare": "spectower bench compare 1 2",
     "bench load": "spectower bench load --server http://127.0.0.1:30000 --pattern day --period 10m",
     "export bench": "spectower export bench 1 2 --out runs.jsonl",
     "import bench-serving": "spectower import bench-serving results.jsonl",
     "sim evaluate": "spectower sim evaluate --profile glm5-nvfp4-8x-rtx-pro-6000 --trace day --policy learn",
 }
+
+
+def duration_option(default: str | None, flag: str, *, help: str, **kwargs: Any) -> Any:
+    """A duration flag (``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds ``2.5``) that reaches the command
+    as seconds (a float, or None for a None default). Every duration flag of the CLI is one of these, so
+    they all accept the same values through the one parser (control.runner's ``parse_duration``); a bad
+    value is the usual one ``error: ...`` line naming the flag, exit 2."""
+
+    def parse(text: str) -> float:
+        from spectower.console.errors import fail
+        from spectower.control.runner import RunnerConfigError, parse_duration
+
+        try:
+            return parse_duration(str(text), flag)
+        except RunnerConfigError as exc:
+            fail(str(exc))
+
+    return typer.Option(default, flag, parser=parse, metavar="DURATION", help=help, **kwargs)

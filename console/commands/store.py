@@ -31,6 +31,7 @@ _SUFFIX_FORMATS = {
 @contextmanager
 def _database(db_url: str | None) -> Iterator[Database]:
     from spectower.storage import default_db_url, open_database
+    from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
@@ -39,13 +40,21 @@ def _database(db_url: str | None) -> Iterator[Database]:
     except ValueError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        fail(f"--db: cannot open {db_url or url}: {getattr(exc, 'orig', exc)}")
+        fail(f"--db: cannot open {db_url or url}: {error_line(exc)}")
     try:
         yield db
     except (ValueError, LookupError) as exc:
         fail(str(exc))
     finally:
         db.close()
+
+
+def _warn_lines(path: Path, lines: list[tuple[int, str]], note: str = "") -> None:
+    """One ``warning:`` line per (line number, why) of an imported file."""
+    for line_no, why in lines:
+        stderr.print(
+            f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)}{note}", soft_wrap=True
+        )
 
 
 def _format(fmt: str | None, out: Path) -> str:
@@ -135,15 +144,8 @@ def import_bench_serving(
                 failed += 1
                 stderr.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
                 continue
-            for line_no, why in result.line_errors:
-                stderr.print(
-                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)} (skipped)",
-                    soft_wrap=True,
-                )
-            for line_no, why in result.warnings:
-                stderr.print(
-                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)}", soft_wrap=True
-                )
+            _warn_lines(path, result.line_errors, " (skipped)")
+            _warn_lines(path, result.warnings)
             if result.duplicate_of is not None:
                 stderr.print(
                     f"{escape(str(path))}: already imported as run {result.duplicate_of} "
@@ -185,10 +187,7 @@ def import_gpu_csv(
                 failed += 1
                 stderr.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
                 continue
-            for line_no, why in result.warnings:
-                stderr.print(
-                    f"[yellow]warning:[/] {escape(str(path))}: line {line_no}: {escape(why)}", soft_wrap=True
-                )
+            _warn_lines(path, result.warnings)
             typer.echo(f"{path}: {result.samples} sample(s) of {len(result.gpus)} GPU(s) on {host}")
     if failed:
         fail(f"{failed} of {len(files)} file(s) could not be imported")

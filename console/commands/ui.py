@@ -36,9 +36,7 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
 
 
 def console(
-    db: str | None = typer.Option(
-        None, "--db", help=DB_HELP
-    ),
+    db: str | None = typer.Option(None, "--db", help=DB_HELP),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Port to serve on"),
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (default loopback only)"),
 ) -> None:

@@ -3,4 +3,4 @@
 from spectower.console.views import benchmarks, common
 
 common.route()
-benchmarks.render()
+common.shows_database_errors(benchmarks.render)()

@@ -3,4 +3,4 @@
 from spectower.console.views import common, control
 
 common.route()
-control.render()
+common.shows_database_errors(control.render)()

@@ -3,4 +3,4 @@
 from spectower.console.views import common, gpus
 
 common.route()
-gpus.render()
+common.shows_database_errors(gpus.render)()

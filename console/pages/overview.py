@@ -3,4 +3,4 @@
 from spectower.console.views import common, overview
 
 common.route()
-overview.render()
+common.shows_database_errors(overview.render)()

@@ -3,4 +3,4 @@
 from spectower.console.views import common, speculation
 
 common.route()
-speculation.render()
+common.shows_database_errors(speculation.render)()

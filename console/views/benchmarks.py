@@ -29,25 +29,25 @@ STACK_KEYS = ("sglang_version", "served_model_name", "backend", "dataset_name", 
 
 def render() -> None:
     st.title("Benchmarks")
-    eng = common.engine()
-    if eng is None or not data.has_schema(eng):
-        common.no_data_notice(eng, "benchmark runs")
+    db = common.database()
+    if db is None:
+        common.no_data_notice(db, "benchmark runs")
         return
-    runs = data.bench_runs(eng)
+    runs = data.bench_runs(db)
     # a section picker rather than st.tabs: tabs run every section on each rerun, this runs one
     section = st.radio(
         "Section", SECTIONS, horizontal=True, key="bench_section", label_visibility="collapsed"
     )
     if section == "Runs":
-        _runs(eng, runs)
+        _runs(db, runs)
     elif section == "Compare two runs":
-        _compare(eng, runs)
+        _compare(db, runs)
     elif section == "Start a sweep":
-        servers = data.servers(eng)
+        servers = data.servers(db)
         sweeps.render_sweep_form(None if servers.empty else str(servers["url"].iloc[0]))
     else:
-        _export(eng, runs)
-        _import(eng)
+        _export(db, runs)
+        _import(db)
 
 
 def _label(runs: pd.DataFrame, rid: int) -> str:
@@ -83,7 +83,7 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
-def _runs(eng: Any, runs: pd.DataFrame) -> None:
+def _runs(db: Any, runs: pd.DataFrame) -> None:
     if runs.empty:
         st.info("No benchmark runs yet. Start a sweep (next tab) or import SGLang bench_serving JSONL files.")
         st.code(sweep_hint(settings.db_url()), language="bash")
@@ -92,7 +92,7 @@ def _runs(eng: Any, runs: pd.DataFrame) -> None:
     rid = st.selectbox(
         "Run", list(runs["id"].astype(int)), format_func=lambda i: _label(runs, i), key="bench_run"
     )
-    points = data.bench_points(eng, [rid])
+    points = data.bench_points(db, [rid])
     curve = estimate.bench_speedup(points)
     stored = runs[runs["id"] == rid].iloc[0]["crossover"]
     cross = (
@@ -185,7 +185,7 @@ def stack_difference(a: pd.Series, b: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["what", f"run #{a['id']}", f"run #{b['id']}"])
 
 
-def _compare(eng: Any, runs: pd.DataFrame) -> None:
+def _compare(db: Any, runs: pd.DataFrame) -> None:
     if len(runs) < 2:
         st.info("Comparing needs two runs; there are " + str(len(runs)) + ".")
         return
@@ -193,7 +193,7 @@ def _compare(eng: Any, runs: pd.DataFrame) -> None:
     c1, c2 = st.columns(2)
     a = c1.selectbox("Run A", ids, index=1, format_func=lambda i: _label(runs, i), key="cmp_a")
     b = c2.selectbox("Run B", ids, index=0, format_func=lambda i: _label(runs, i), key="cmp_b")
-    points = data.bench_points(eng, [a, b])
+    points = data.bench_points(db, [a, b])
     pa, pb = points[points["run_id"] == a], points[points["run_id"] == b]
     ca, cb = estimate.bench_speedup(pa), estimate.bench_speedup(pb)
     xa = estimate.crossover(list(ca["concurrency"]), list(ca["speedup"])) if not ca.empty else None
@@ -221,7 +221,7 @@ def _compare(eng: Any, runs: pd.DataFrame) -> None:
         st.dataframe(diff.astype(str), width="stretch", hide_index=True)
 
 
-def _export(eng: Any, runs: pd.DataFrame) -> None:
+def _export(db: Any, runs: pd.DataFrame) -> None:
     st.subheader("Export")
     if runs.empty:
         st.caption("Nothing to export yet.")
@@ -238,12 +238,12 @@ def _export(eng: Any, runs: pd.DataFrame) -> None:
         name = bench_io.export_name(ids, fmt)
         # deferred: the file is written only when the button is clicked, never on a page refresh
         st.download_button(
-            f"Download {fmt}", lambda: bench_io.export_runs(eng, ids, fmt)[0], name, bench_io.MIME[fmt],
+            f"Download {fmt}", lambda: bench_io.export_runs(db, ids, fmt)[0], name, bench_io.MIME[fmt],
             key="exp_dl", on_click="ignore",
         )  # fmt: skip
 
 
-def _import(eng: Database) -> None:
+def _import(db: Database) -> None:
     st.subheader("Import SGLang bench_serving results")
     files = st.file_uploader(
         "bench_serving JSONL files (one result object per line)", type=["jsonl", "json"],
@@ -252,7 +252,7 @@ def _import(eng: Database) -> None:
     if files and st.button("Import", key="imp_go"):
         for f in files:
             try:
-                got = bench_io.import_upload(eng, f.name, f.getvalue())
+                got = bench_io.import_upload(db, f.name, f.getvalue())
             except ValueError as exc:
                 st.error(f"{f.name}: {exc}")
                 continue

@@ -1,19 +1,24 @@
-"""What every page shares: the engine, the time range, staleness, the "nothing collected yet" notice,
+"""What every page shares: the database, the time range, staleness, the "nothing collected yet" notice,
 the page's link (server and time range in the URL), and charts that download as CSV."""
 
 from __future__ import annotations
 
+import functools
 import html
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec
 
 import pandas as pd
 import streamlit as st
 from spectower.console import data, settings
 from spectower.storage import Database
+from spectower.storage.dialect import error_line
+from sqlalchemy.exc import SQLAlchemyError
+
+P = ParamSpec("P")
 
 TIME_RANGE_KEY = "time_range"
 END_KEY = "time_end"
@@ -51,7 +56,7 @@ def _store(url: str) -> Database:
     return store
 
 
-def engine() -> Database | None:
+def database() -> Database | None:
     """The storage Database for this console (one per process), or None while the file does not exist."""
     try:
         return _store(settings.db_url())
@@ -72,7 +77,7 @@ class Window:
 
 def store() -> Database:
     """The Database, where a page has already checked that it exists."""
-    db = engine()
+    db = database()
     if db is None:
         raise LookupError(f"no spectower database at {settings.db_url()}")
     return db
@@ -84,6 +89,23 @@ ROUTED_KEY = "_spectower_routed"
 def mark_routed() -> None:
     """app.py ran in this session (st.navigation owns the pages): see ``route``."""
     st.session_state[ROUTED_KEY] = True
+
+
+def shows_database_errors(draw: Callable[P, None]) -> Callable[P, None]:
+    """``draw`` with a database error shown as one line where it would have drawn (a locked, corrupt or
+    unreachable database is the operator's to know; a traceback is not how to say it). No rows is no
+    error: the pages say "no data" for an empty frame themselves."""
+
+    @functools.wraps(draw)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            draw(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            st.error(
+                f"Database error reading `{settings.db_url()}`: {error_line(exc)}", icon=":material/database:"
+            )
+
+    return guarded
 
 
 def route() -> None:
@@ -203,12 +225,12 @@ def stale_banner(what: str, ts: float | None) -> None:
     )
 
 
-def no_data_notice(eng: Database | None, what: str = "engine samples") -> bool:
+def no_data_notice(db: Database | None, what: str = "engine samples") -> bool:
     """Say exactly what to start when storage is empty; True when there is nothing to draw."""
     url = settings.db_url()
-    if eng is None or not data.has_schema(eng):
+    if db is None:
         st.warning(f"No spectower database at `{url}` yet.", icon=":material/database:")
-    elif data.servers(eng).empty:
+    elif data.servers(db).empty:
         st.warning(f"No SGLang server has been collected into `{url}` yet.", icon=":material/database:")
     else:
         return False

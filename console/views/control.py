@@ -6,14 +6,19 @@ import dataclasses
 import json
 import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
 from spectower.console import actions, data, estimate, settings
 from spectower.console.views import common
 
-MODES = ("off", "on", "threshold N", "learn")
+if TYPE_CHECKING:
+    from spectower.control.knob import KnobState, Target
+
+# The form's choices: the knob's own modes (control.knob.knob_mode: off / on / threshold), and learn, which
+# hands the knob to the policy process instead of setting it.
+CHOICES = ("off", "on", "threshold N", "learn")
 PENDING_KEY = "ctl_pending"
 RESULT_KEY = "ctl_result"
 LIVE_TIMEOUT_S = 3.0  # the page reads the server on every render; never hang the page on it
@@ -41,13 +46,15 @@ def _headers() -> Any:
         return None
 
 
-def _live(url: str, operator: settings.Operator | None) -> dict[str, Any]:
+def _live(url: str, operator: settings.Operator | None) -> tuple[KnobState | None, dict[str, Any]]:
     """The server's own account of the knob (value per rank, owner, lock, last writer, policy's last
-    decision), read on every render with a short deadline; ``{"error": ...}`` when it cannot be read."""
+    decision), read on every render with a short deadline: the state, and the dict the page shows
+    (``{"error": ...}`` and no state when it cannot be read)."""
     try:
-        return actions.read_live(url, operator, timeout_s=LIVE_TIMEOUT_S)
+        state = actions.read_state(url, operator, timeout_s=LIVE_TIMEOUT_S)
     except Exception as exc:  # an unreachable server is shown, not raised
-        return {"error": str(exc)}
+        return None, {"error": str(exc)}
+    return state, state.to_dict()
 
 
 def _yes_no(value: object) -> str:
@@ -72,8 +79,8 @@ def _lock_text(live: dict[str, Any]) -> str:
 
 def render() -> None:
     st.title("Control")
-    eng = common.engine()
-    if common.no_data_notice(eng) or eng is None:
+    db = common.database()
+    if common.no_data_notice(db) or db is None:
         return
     creds = settings.operator_credentials(secrets=_secrets(), user=_user(), headers=_headers())
     operator = creds.operator
@@ -88,12 +95,12 @@ def render() -> None:
             "back and audited.",
             icon=":material/verified_user:",
         )
-    servers = data.servers(eng)
+    servers = data.servers(db)
     server = common.server_choice(servers, key="ctl_server")
     url = str(server["url"])
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
-    latest = data.latest_engine(eng, int(server["id"]))
-    live = _live(url, operator)
+    latest = data.latest_engine(db, int(server["id"]))
+    state, live = _live(url, operator)
     if "error" not in live and live.get("max_running_requests"):
         max_running = int(live["max_running_requests"])
     if "error" in live:
@@ -131,7 +138,7 @@ def render() -> None:
         _server_state(live)
 
     if operator is not None:
-        _change_form(url, knob, max_running, operator, live)
+        _change_form(url, knob, max_running, operator, state, live)
         if live.get("lock"):
             _release_form(url, live, operator)
     _show_result()
@@ -165,26 +172,25 @@ def _server_state(live: dict[str, Any]) -> None:
     st.dataframe(pd.DataFrame(ranks), width="stretch", hide_index=True)
 
 
-def _target(mode: str, n: int | None, max_running: int | None) -> tuple[int | None, str | None]:
-    """The integer to set, or (None, error naming the field)."""
-    if mode == "off":
-        return 0, None
-    if mode == "on":
-        if max_running is None:
-            return (
-                None,
-                "max_running_requests is unknown for this server, so 'on' has no value: use threshold N",
-            )
-        return max_running, None
+def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, int | None, str | None]:
+    """(what to set, the ceiling it resolves to on this server now, None) or (None, None, error naming the
+    field), by control.knob's own rule. The preview only: at Confirm control.audit resolves the target once
+    against the server as it is then, and that value is set and audited."""
+    from spectower.control.knob import KnobError, resolve_target
+
+    target: Target
     if mode == "threshold N":
         if n is None:
-            return None, "N: enter the largest batch size that still drafts"
-        if n < 1:
-            return None, "N must be ≥ 1 (0 is 'off')"
-        if max_running is not None and n > max_running:
-            return None, f"N must be ≤ the server's max_running_requests ({max_running})"
-        return int(n), None
-    return None, None
+            return None, None, "N: enter the largest batch size that still drafts"
+        target = int(n)
+    elif mode in ("off", "on"):
+        target = "off" if mode == "off" else "on"
+    else:
+        return None, None, None
+    try:
+        return target, resolve_target(state, target), None
+    except KnobError as exc:
+        return None, None, str(exc)
 
 
 def _mode_of(live: dict[str, Any]) -> str:
@@ -192,12 +198,22 @@ def _mode_of(live: dict[str, Any]) -> str:
 
 
 def _change_form(
-    url: str, knob: int | None, max_running: int | None, operator: settings.Operator, live: dict[str, Any]
+    url: str,
+    knob: int | None,
+    max_running: int | None,
+    operator: settings.Operator,
+    state: KnobState | None,
+    live: dict[str, Any],
 ) -> None:
     st.subheader("Change the knob")
+    if state is None:  # the server cannot be read now: preview against its facts as last collected
+        from spectower.collectors.sglang.server_info import ServerInfo
+        from spectower.control.knob import KnobState
+
+        state = KnobState(url, ServerInfo(max_running_requests=max_running), bands_allow_zero=None)
     if "ctl_mode" not in st.session_state and "error" not in live:  # the form starts where the server is
         st.session_state["ctl_mode"] = _mode_of(live)
-    mode = st.radio("Speculation", MODES, horizontal=True, key="ctl_mode")
+    mode = st.radio("Speculation", CHOICES, horizontal=True, key="ctl_mode")
     n: int | None = None
     if mode == "threshold N":
         fits = isinstance(knob, int) and 1 <= knob <= (max_running or knob)
@@ -219,7 +235,7 @@ def _change_form(
     )
     reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_reason")
     if st.button("Review change", type="primary", key="ctl_review"):
-        value, error = _target(mode, n, max_running)
+        target, value, error = _target(mode, n, state)
         hold_s, hold_error = _hold(hold)
         if error or hold_error:
             st.error(error or hold_error)
@@ -231,6 +247,7 @@ def _change_form(
             st.session_state[PENDING_KEY] = {
                 "url": url,
                 "old": knob,
+                "target": target,
                 "new": value,
                 "mode": mode,
                 "reason": reason.strip(),
@@ -250,7 +267,7 @@ def _change_form(
         if ok.button("Confirm", type="primary", key="ctl_confirm"):
             with st.spinner("Setting and reading back…"):
                 result = actions.apply_knob(
-                    settings.db_url(), url, int(pending["new"]), pending["reason"], operator,
+                    settings.db_url(), url, pending["target"], pending["reason"], operator,
                     hold_s=pending.get("hold_s"),
                 )  # fmt: skip
             _done(result)
@@ -359,13 +376,13 @@ def _num(v: object) -> str:
 
 def _audit_trail(url: str) -> None:
     st.subheader("Audit trail")
-    eng = common.store()
+    db = common.store()
     f1, f2, f3 = st.columns(3)
     scope = f1.selectbox("Server", ["this server", "all servers"], key="audit_scope")
     who = f2.selectbox("Actor", ["everyone", "operators", "policy"], key="audit_actor")
     outcome = f3.selectbox("Outcome", ["all", "confirmed", "not confirmed"], key="audit_outcome")
     prefix = {"everyone": None, "operators": "operator:", "policy": "policy:"}[who]
-    events = data.control_events(eng, server_url=url if scope == "this server" else None, actor_prefix=prefix)
+    events = data.control_events(db, server_url=url if scope == "this server" else None, actor_prefix=prefix)
     if not events.empty and outcome != "all":
         events = events[events["confirmed"].astype(bool) == (outcome == "confirmed")]
     if events.empty:

@@ -37,11 +37,11 @@ def throttle_text(mask: float | int | None) -> str:
 
 def render() -> None:
     st.title("GPUs")
-    eng = common.engine()
-    if eng is None or not data.has_schema(eng):
-        common.no_data_notice(eng, "GPU samples")
+    db = common.database()
+    if db is None:
+        common.no_data_notice(db, "GPU samples")
         return
-    inventory = data.latest_gpu(eng)
+    inventory = data.latest_gpu(db)
     if inventory.empty:
         st.info(
             "No GPU source is collected yet. Add `--gpu nvml` (on the GPU host) or `--gpu dcgm=URL` to the "
@@ -58,7 +58,7 @@ def render() -> None:
         "GPUs", list(labels), selection_mode="multi", default=list(labels), format_func=lambda i: labels[i],
         key="gpu_ids",
     )  # fmt: skip
-    st.fragment(run_every=settings.refresh_s() * 2)(_live)(tuple(chosen or ()))
+    st.fragment(run_every=settings.refresh_s() * 2)(common.shows_database_errors(_live))(tuple(chosen or ()))
 
 
 def short_labels(inventory: pd.DataFrame) -> dict[int, str]:
@@ -71,9 +71,9 @@ def short_labels(inventory: pd.DataFrame) -> dict[int, str]:
 
 
 def _live(gpu_ids: tuple[int, ...]) -> None:
-    eng = common.store()
+    db = common.store()
     win = common.window()
-    inventory = data.latest_gpu(eng)
+    inventory = data.latest_gpu(db)
     inventory = inventory[inventory["gpu_id"].isin(gpu_ids)]
     if inventory.empty:
         st.info("Pick at least one GPU.")
@@ -106,7 +106,7 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
     # one metric group at a time: each chart is one small multiple per GPU, and only what is looked at is read
     name = st.radio("History", list(HISTORY), horizontal=True, key="gpu_metric")
     metrics, unit = HISTORY[name]
-    series = data.gpu_series(eng, list(labels), win.t0, win.t1, list(metrics), GPU_PAGE_MAX_POINTS)
+    series = data.gpu_series(db, list(labels), win.t0, win.t1, list(metrics), GPU_PAGE_MAX_POINTS)
     for metric, label in metrics.items():
         if series.empty or metric not in series or series[metric].isna().all():
             st.caption(f"{name} · {label}: the GPU source does not report it.")
@@ -117,7 +117,7 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         common.chart(fig, frame, f"gpu_{metric}", f"gpu-{metric}")
     if (inventory["xid_errors"].fillna(0) > 0).any():
         st.error("XID errors reported (see the table's XID column): check `dmesg` on the GPU host.")
-    procs = data.gpu_processes(eng, list(labels), win.t0)
+    procs = data.gpu_processes(db, list(labels), win.t0)
     st.subheader("Processes")
     if procs.empty:
         st.caption(

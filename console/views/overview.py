@@ -23,10 +23,10 @@ ALL_SERVERS = "All servers"
 
 def render() -> None:
     st.title("Overview")
-    eng = common.engine()
-    if common.no_data_notice(eng) or eng is None:
+    db = common.database()
+    if common.no_data_notice(db) or db is None:
         return
-    urls = list(data.servers(eng)["url"])
+    urls = list(data.servers(db)["url"])
     only = None
     if len(urls) > 1:  # the URL's ?server= narrows the page to one server
         key = "ov_server"
@@ -41,21 +41,21 @@ def render() -> None:
             st.query_params[common.SERVER_PARAM] = only
     elif urls:
         st.query_params[common.SERVER_PARAM] = urls[0]
-    st.fragment(run_every=settings.refresh_s())(_live)(only)
+    st.fragment(run_every=settings.refresh_s())(common.shows_database_errors(_live))(only)
 
 
 def _live(only: str | None = None) -> None:
-    eng = common.store()
+    db = common.store()
     win = common.window()
-    servers = data.servers(eng)
+    servers = data.servers(db)
     if only is not None:
         servers = servers[servers["url"] == only]
     mode = "pinned" if common.is_pinned() else f"Live · refreshes every {settings.refresh_s():g} s"
     st.caption(f"{mode} · range {win.label} · {common.clock(win.t0)} → {common.clock(win.t1)}")
     for _, server in servers.iterrows():
         with st.container(border=True):
-            server_panel(eng, server, win)
-    gpu_panel(eng, win)
+            server_panel(db, server, win)
+    gpu_panel(db, win)
 
 
 def _num(v: object) -> float | None:
@@ -75,8 +75,8 @@ def gated_reason(latest: dict[str, object]) -> str | None:
     return None
 
 
-def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
-    latest = data.latest_engine(eng, int(server["id"]))
+def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
+    latest = data.latest_engine(db, int(server["id"]))
     model = server.get("served_model_name") or "model ?"
     version = server.get("sglang_version") or "?"
     st.subheader(f"{server['url']}")
@@ -90,7 +90,7 @@ def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     knob = latest.get("spec_max_bs")
     knob_int = None if knob is None else int(knob)
-    setter = data.last_setter(eng, str(server["url"]))
+    setter = data.last_setter(db, str(server["url"]))
     who = f"set by {setter['actor']} {common.ago(setter['ts'])}" if setter else "never set through spectower"
     gated = None if stale else gated_reason(latest)
 
@@ -132,11 +132,11 @@ def server_panel(eng: Database, server: pd.Series, win: common.Window) -> None:
         st.caption(f"Speculation is gated: {gated}. Accept length and rate apply only while drafting.")
 
     series = data.engine_series(
-        eng, int(server["id"]), win.t0, win.t1,
+        db, int(server["id"]), win.t0, win.t1,
         ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs"],
         OVERVIEW_MAX_POINTS,
     )  # fmt: skip
-    events = data.control_events(eng, server_url=str(server["url"]), t0=win.t0)
+    events = data.control_events(db, server_url=str(server["url"]), t0=win.t0)
     if not events.empty:
         events = events[
             (events["action"] == "set") & events["confirmed"].astype(bool) & (events["ts"] <= win.t1)
@@ -180,9 +180,9 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def gpu_panel(eng: Database, win: common.Window) -> None:
+def gpu_panel(db: Database, win: common.Window) -> None:
     st.subheader("GPUs")
-    gpus = data.latest_gpu(eng)
+    gpus = data.latest_gpu(db)
     if gpus.empty:
         st.info(
             "No GPU source is collected. Add `--gpu nvml` (on the GPU host) or `--gpu dcgm=URL` to "
@@ -196,6 +196,6 @@ def gpu_panel(eng: Database, win: common.Window) -> None:
     names = {name: metric for metric, (name, _) in GPU_METRICS.items()}
     chosen = st.radio("GPU metric", list(names), horizontal=True, key="ov_gpu_metric")
     metric = names[chosen]
-    series = data.gpu_series(eng, list(labels), win.t0, win.t1, [metric], GPU_MAX_POINTS)
+    series = data.gpu_series(db, list(labels), win.t0, win.t1, [metric], GPU_MAX_POINTS)
     fig = charts.gpu_grid(series, metric, labels, chosen, GPU_METRICS[metric][1], (win.t0, win.t1))
     common.chart(fig, lambda: series.assign(gpu=series["gpu_id"].map(labels)), "ov_gpu_grid", f"gpu-{metric}")

@@ -11,19 +11,24 @@ from spectower.console.views import common
 from spectower.storage import Database
 
 SPEC_MAX_POINTS = 400
+NO_COUNTERS = (
+    "No live curve: this server publishes no decode counters (a spectower plugin older than the counters, "
+    "or none); the benchmark curves are what there is."
+)
 BENCH_RUNS_DEFAULT = 2  # benchmark curves drawn by default (the newest runs)
 
 
 def render() -> None:
     st.title("Speculation")
-    eng = common.engine()
-    if common.no_data_notice(eng) or eng is None:
+    db = common.database()
+    if common.no_data_notice(db) or db is None:
         return
-    servers = data.servers(eng)
+    servers = data.servers(db)
     server = common.server_choice(servers, key="spec_server")
-    runs = data.bench_runs(eng)
+    runs = data.bench_runs(db)
     chosen = _bench_choice(runs, server)
-    st.fragment(run_every=settings.refresh_s() * 5)(_live)(int(server["id"]), tuple(chosen))
+    live = st.fragment(run_every=settings.refresh_s() * 5)(common.shows_database_errors(_live))
+    live(int(server["id"]), tuple(chosen))
 
 
 def _bench_choice(runs: pd.DataFrame, server: pd.Series) -> list[int]:
@@ -45,27 +50,21 @@ def _run_label(r: object) -> str:
 
 
 def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
-    eng = common.store()
+    db = common.store()
     win = common.window()
-    servers = data.servers(eng)
+    servers = data.servers(db)
     server = servers[servers["id"] == server_id].iloc[0]
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
-    latest = data.latest_engine(eng, server_id)
+    latest = data.latest_engine(db, server_id)
     stale = latest is None or common.is_stale(latest["ts"])
 
-    live = data.speedup_bins(eng, server_id, win.t0, win.t1, max_running)
-    live_ok = live.table.dropna(subset=["speedup"])
-    curves, crossovers = _bench_curves(eng, run_ids)
-    # each bin counts by its samples on the thinner side (harmonic mean of the two counts)
-    live_args = (
-        list(live_ok["concurrency"]),
-        list(live_ok["speedup"]),
-        list(1.0 / (1.0 / live_ok["n_on"] + 1.0 / live_ok["n_off"])),
-    )
-    live_x = estimate.crossover(*live_args)
-    crossovers = {"live": live_x, **crossovers}
+    live = data.live_speedup(db, server_id, win.t0, win.t1)
+    est = live.estimate
+    measured = live.measured
+    curves, crossovers = _bench_curves(db, run_ids)
+    crossovers = {"live": est.crossover, **crossovers}
 
-    op, verdict = _operating_point(latest, live_ok, curves, max_running)
+    op, verdict = _operating_point(latest, measured, curves, max_running)
     cols = st.columns([2, 1, 1, 1])
     with cols[0]:
         if latest is None:
@@ -79,9 +78,9 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
             )
     cols[1].metric(
         "Crossover (live)",
-        estimate.crossover_label(*live_args),
-        help="where the live estimate falls below 1.0 ('< N': below 1.0 at every load seen, from N up;"
-        " '> N': above 1.0 at every load seen, up to N)",
+        est.label if live.has_counters else "—",
+        help="the batch size where the live estimate falls through 1.0, with its 95 % interval ('< N': "
+        "below 1.0 from the smallest batch size seen, N; '> N': above 1.0 up to the largest, N)",
     )
     first_bench = next((x for k, x in crossovers.items() if k != "live" and x is not None), None)
     cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
@@ -90,29 +89,32 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
     if stale and latest is not None:
         common.stale_banner(str(server["url"]), latest["ts"])
 
+    band = None
+    if est.crossover_lo is not None and est.crossover_hi is not None:
+        band = (est.crossover_lo, est.crossover_hi)
     st.plotly_chart(
-        charts.speedup_chart(live.table, curves, crossovers, op, max_running),
+        charts.speedup_chart(live.table, curves, crossovers, op, max_running, band),
         width="stretch",
         key="spec_speedup",
     )
     common.csv_button(live.table, "spec_speedup", "speedup-live-bins")
-    n_on, n_off = int(live.table["n_on"].sum()), int(live.table["n_off"].sum())
-    st.caption(
-        f"Live estimate over the last {common.span_text(min(win.span_s, data.DEFAULT_LIVE_ESTIMATE_MAX_S))}: "
-        "engine samples binned by running requests "
-        f"(bin width {live.bin_width:g}); 'spec active' = running ≤ spec_max_bs and active steps > 0. "
-        f"{n_on} samples with speculation active, {n_off} without; a bin is drawn when both sides have "
-        f"≥ {data.DEFAULT_MIN_BIN_SAMPLES}."
-        + (
-            ""
-            if not live_ok.empty
-            else " Not enough of both yet: the live curve appears once traffic has "
-            "run with the knob both on and off at similar load (a threshold, or the learning policy)."
+    if not live.has_counters:
+        st.caption(NO_COUNTERS)
+    else:
+        st.caption(
+            f"Live estimate over the last {common.span_text(win.span_s)}: the engine's own decode counters, "
+            "output tokens per second of step time of drafted vs gated steps per batch-size bin "
+            f"({est.intervals} intervals, {est.seconds:.0f} s of step time); the band is its 95 % interval."
+            + (
+                ""
+                if not measured.empty
+                else " Not enough of both yet: a bin gets a speedup once batches of that size have run "
+                "both drafted and gated (a threshold knob, or the learning policy)."
+            )
         )
-    )
 
     series = data.engine_series(
-        eng,
+        db,
         server_id,
         win.t0,
         win.t1,
@@ -129,14 +131,15 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         fig = charts.timeseries(series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction",
                                 stale=stale, x_range=span)  # fmt: skip
         common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
-    events = data.control_events(eng, server_url=str(server["url"]), t0=win.t0, actor_prefix="policy:")
+    events = data.control_events(db, server_url=str(server["url"]), t0=win.t0, actor_prefix="policy:")
     common.chart(charts.policy_timeline(series, events, max_running, x_range=span),
                  lambda: pd.concat([series, events], ignore_index=True), "spec_policy", "policy")  # fmt: skip
     if events.empty:
         st.caption("No policy decisions in this range (start one with `spectower control auto`).")
-    with st.expander("Live bins"):
-        st.dataframe(live.table, width="stretch", hide_index=True)
-    three = _three_curves(eng, run_ids)
+    if live.has_counters:
+        with st.expander("Live bins"):
+            st.dataframe(live.table, width="stretch", hide_index=True)
+    three = _three_curves(db, run_ids)
     if not three.empty:
         with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):
             st.dataframe(three, width="stretch", hide_index=True)
@@ -148,14 +151,14 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
 
 
 def _bench_curves(
-    eng: Database, run_ids: tuple[int, ...]
+    db: Database, run_ids: tuple[int, ...]
 ) -> tuple[dict[str, pd.DataFrame], dict[str, float | None]]:
     curves: dict[str, pd.DataFrame] = {}
     crossovers: dict[str, float | None] = {}
     if not run_ids:
         return curves, crossovers
-    points = data.bench_points(eng, list(run_ids))
-    runs = data.bench_runs(eng).set_index("id")
+    points = data.bench_points(db, list(run_ids))
+    runs = data.bench_runs(db).set_index("id")
     for rid in run_ids:
         curve = estimate.bench_speedup(points[points["run_id"] == rid])
         label = (
@@ -193,11 +196,11 @@ def _by_mode(points: pd.DataFrame) -> pd.DataFrame:
     return p.pivot_table(index="concurrency", columns="mode", values="output_throughput", aggfunc="mean")
 
 
-def _three_curves(eng: Database, run_ids: tuple[int, ...]) -> pd.DataFrame:
+def _three_curves(db: Database, run_ids: tuple[int, ...]) -> pd.DataFrame:
     """Runs measured with a plain server: on / knob off / plain tok/s and off/plain, on/plain per level."""
     if not run_ids:
         return pd.DataFrame()
-    points = data.bench_points(eng, list(run_ids))
+    points = data.bench_points(db, list(run_ids))
     rows = []
     for rid in run_ids:
         t = _by_mode(points[points["run_id"] == rid])
@@ -217,15 +220,24 @@ def _operating_point(
     curves: dict[str, pd.DataFrame],
     max_running: int | None,
 ) -> tuple[tuple[float, float, str] | None, tuple[str, str]]:
-    """Where today's load sits on the speedup chart, and the verdict in words."""
+    """Where today's load sits on the speedup chart, and the verdict in words. ``live``: the measured
+    bins of ``data.LiveSpeedup`` (per DP rank's batch size, so the load is read per rank too)."""
     if latest is None or latest.get("num_running_reqs") is None:
         return None, ("—", "no load reading")
-    c = float(latest["num_running_reqs"])  # type: ignore[arg-type]
+    ranks = max(1, int(latest.get("dp_ranks") or 1))  # type: ignore[call-overload]
+    c = float(latest["num_running_reqs"]) / ranks  # type: ignore[arg-type]
     knob = latest.get("spec_max_bs")
     knob_text = estimate.knob_label(None if knob is None else int(knob), max_running)  # type: ignore[call-overload]
     y, source = None, ""
     if not live.empty:
-        y, source = estimate.interpolate(c, list(live["concurrency"]), list(live["speedup"])), "live estimate"
+        bs = list(live["batch_size"])
+        y, source = estimate.interpolate(c, bs, list(live["speedup"])), "live estimate"
+        with_ci = live.dropna(subset=["lo", "hi"])
+        if y is not None and not with_ci.empty:
+            lo = estimate.interpolate(c, list(with_ci["batch_size"]), list(with_ci["lo"]))
+            hi = estimate.interpolate(c, list(with_ci["batch_size"]), list(with_ci["hi"]))
+            if lo is not None and hi is not None:
+                source += f", 95 % {lo:.2f}-{hi:.2f}"
     if y is None:
         for label, curve in curves.items():
             if not curve.empty:
@@ -233,8 +245,9 @@ def _operating_point(
                 if y is not None:
                     source = f"benchmark {label}"
                     break
-    text = f"now: {c:.0f} running, knob {knob_text}"
+    per = " per DP rank" if ranks > 1 else ""
+    text = f"now: {c:.0f} running{per}, knob {knob_text}"
     if y is None:
-        return None, ("?", f"at {c:.0f} running requests: no estimate yet ({text})")
+        return None, ("?", f"at {c:.0f} running requests{per}: no estimate yet ({text})")
     word = "paying off" if y >= 1.0 else "costing throughput"
-    return (c, y, text), (f"×{y:.2f}", f"at {c:.0f} running requests speculation is {word} ({source})")
+    return (c, y, text), (f"×{y:.2f}", f"at {c:.0f} running requests{per} speculation is {word} ({source})")

@@ -1,7 +1,9 @@
 """Load-aware speculation policies: ``make_policy(spec, max_running_requests, **options) -> Policy``.
 
 Specs: ``learn``, ``threshold:N``, ``always-on``, ``always-off``, ``sglang-default``.
-This package imports nothing of ours: the simulator's harness imports it, never the other way round.
+Of ours, this package imports only the engine counters and the speedup estimator (``control.engine_counters``,
+``control.speedup``; no server, storage or simulator code): the simulator's harness imports it, never the
+other way round.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ what a real SGLang server exposes, and applies the Decision through the speculat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +25,10 @@ class Observation:
     spec_max_bs: int | None  # the knob's read-back (None: unknown / plugin not reporting)
     max_running_requests: int
     stale: bool  # metrics stale or server unreachable: never act on this observation
+    # The engine's decode counters at ``ts`` (control/engine_counters.py's snapshot, summed over DP ranks
+    # with control.speedup.sum_ranks); None when the server does not publish them (no plugin, an older
+    # one, a failed read).
+    counters: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,67 +1,62 @@
-"""``learn``: move the speculation ceiling to the measured crossover, exploring only where it is unsure.
+"""``learn``: set the speculation ceiling from the engine's own counters, drafted vs gated per batch-size bin.
 
-Every decision it
-1. holds on a stale observation (and says so), and never learns from one;
-2. files the observation (mean running requests, measured tok/s) under spec-on or spec-off for its
-   concurrency bin, skipping the first interval after a knob change and after a load jump (SGLang's gauges
-   describe the last 40-decode-step window, so they lag) and intervals that mixed both modes (the accept
-   length tells: SGLang counts a 0-step batch as accept length 1.0, so a fully drafted interval reads the
-   usual value and a mixed one reads in between);
-3. estimates the benefit g = log(on/off) per bin (``estimator.BenefitEstimator``) and, by its structure
-   (non-increasing in load, bounded slope), bounds every bin, measured or not;
-4. explores the bin the load is in when following the prediction there could cost more than
-   ``indifference`` and more than ``explore_ratio`` of what is predicted to be at stake, and that bin lacks
-   fresh data of the other mode: it first records the mode the load is in (free), then flips that bin for
-   ``explore_s`` and comes back. Far from the boundary the bounds decide, so it never explores there
-   (where exploring is expensive); a never-seen bin is explored once;
-5. otherwise moves the ceiling to the end of the last bin where speculation is predicted to pay, with
-   hysteresis (bins within ``hysteresis`` of break-even keep their current side);
-6. never flips within ``min_dwell_s`` of its last flip nor more than ``max_flips_per_hour``; a set that
-   never reads back (the runner refused it, or it failed) is given up after a few observations.
-Its estimates and flip history persist through ``state()`` / ``load_state()``.
+The server measures both modes at every load it sees: its gate explores (a small share of each
+batch-size bin's decode batches runs the other mode than the ceiling says, control/sglang_plugin.py) and
+its counters (control/engine_counters.py) add up steps, tokens and step time per bin and mode. Every
+decision this policy
+1. holds on a stale observation, on missing counters (no plugin, an older one, a failed read) and on a
+   malformed counters block, saying why;
+2. keeps the counters snapshots of the last ``window_s`` seconds, one every ``sample_s``, turns them into
+   intervals (``control.speedup.intervals_from_snapshots``) and estimates the speedup per bin, its interval
+   and the crossover (``control.speedup.estimate``, the one estimator every reader uses). The
+   estimator gives a bin seen in both modes in fewer than ``MIN_INTERVALS`` intervals no interval (and
+   widens the others' to Student's t); such a thin bin is left out of the crossover's fit here (it keeps
+   the side it is on). It holds while no bin is measured, or while a thin bin it would switch is busy now;
+3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
+   the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
+   at every bin measured). Ceilings stay on bin boundaries so that each bin runs one mode (plus the
+   exploration share of the other): a ceiling inside a bin would compare its drafted small batches with
+   its gated large ones and bias that bin's speedup;
+4. moves only when the current ceiling lies outside what the crossover's interval allows (the interval is
+   the hysteresis: a ceiling the data cannot tell from the best one stays), at most once per
+   ``min_dwell_s`` and ``max_flips_per_hour`` times per rolling hour (defaults: 300 s and 12);
+5. gives up waiting for a set that never reads back (the runner refused it, or it failed) after a few
+   observations and believes the server again.
+Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
+from spectower.control import engine_counters, speedup
 from spectower.control.policy.base import Decision, Observation, PolicyError
-from spectower.control.policy.estimator import DEFAULT_BIN_RATIO, DEFAULT_MEMORY_S, BenefitEstimator
 
-STATE_VERSION = 1
-DEFAULT_MIN_DWELL_S = 15.0
-DEFAULT_MAX_FLIPS_PER_HOUR = 60
-DEFAULT_EXPLORE_S = 15.0
-DEFAULT_HYSTERESIS = 0.01  # log-benefit within which a bin keeps its current side
-DEFAULT_Z = 2.0
-DEFAULT_MAX_SLOPE = 0.3  # largest plausible fall of log-benefit per unit log-concurrency
-DEFAULT_INDIFFERENCE = 0.015  # a bin whose bounds are all within this of 0 is not worth exploring
-DEFAULT_FRESH_SAMPLES = 2.0
-DEFAULT_EXPLORE_RATIO = 0.5  # decayed samples of the other mode that make a bin's estimate "fresh"
-# Decayed weights never quite reach a whole number of samples.
-FRESH_TOLERANCE = 0.9
+STATE_VERSION = 2
+DEFAULT_WINDOW_S = 1800.0
+DEFAULT_SAMPLE_S = 15.0
+DEFAULT_MIN_DWELL_S = 300.0
+DEFAULT_MAX_FLIPS_PER_HOUR = 12
+# The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
+# chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
+DEFAULT_Z = speedup.Z95
 # Observations to wait for a set value to read back before believing the server's read-back instead.
 PENDING_WAITS = 2
-# A change of mean running requests between two intervals (in log) after which the gauges, which lag,
-# describe the old load rather than the new one.
-LOAD_JUMP = 0.15
-# Accept-length fraction (of the usual drafting value) that separates a spec-on interval from a mixed one.
-MIXED_LOW, MIXED_HIGH = 0.3, 0.7
+# A bin's estimate counts once each of its modes has steps in this many intervals (sample_s apart).
+MIN_INTERVALS = speedup.MIN_INTERVALS
+# Student's t, 97.5 % quantile, by degrees of freedom (at most d): the small-sample width of a 95 % interval.
+# Above every bin: the ceiling that drafts every batch (mapped to max_running_requests).
+TOP = 2**31 - 1
 
 OPTION_DEFAULTS: dict[str, float] = {
+    "window_s": DEFAULT_WINDOW_S,
+    "sample_s": DEFAULT_SAMPLE_S,
     "min_dwell_s": DEFAULT_MIN_DWELL_S,
     "max_flips_per_hour": DEFAULT_MAX_FLIPS_PER_HOUR,
-    "explore_s": DEFAULT_EXPLORE_S,
-    "hysteresis": DEFAULT_HYSTERESIS,
     "z": DEFAULT_Z,
-    "max_slope": DEFAULT_MAX_SLOPE,
-    "indifference": DEFAULT_INDIFFERENCE,
-    "fresh_samples": DEFAULT_FRESH_SAMPLES,
-    "explore_ratio": DEFAULT_EXPLORE_RATIO,
-    "bin_ratio": DEFAULT_BIN_RATIO,
-    "memory_s": DEFAULT_MEMORY_S,
 }
 
 
@@ -72,6 +67,37 @@ def _option(options: dict[str, Any], key: str) -> float:
     return float(value)
 
 
+def bin_floor(x: float, bins: list[int]) -> int:
+    """The largest bin <= ``x`` (0 when ``x`` is below the first bin): the ceiling that drafts exactly the
+    bins at or below ``x``."""
+    return max((b for b in bins if b <= x + 1e-9), default=0)
+
+
+def _without(intervals: list[dict[str, Any]], bins: set[int]) -> list[dict[str, Any]]:
+    """The intervals with these bins' steps left out (the estimator skips a bin without steps)."""
+    if not bins:
+        return intervals
+    out = []
+    for interval in intervals:
+        keep = [int(b) not in bins for b in interval["bins"]]
+        copy = dict(interval)
+        for mode in engine_counters.MODES:
+            block = dict(interval[mode])
+            block["steps"] = [n if k else 0 for n, k in zip(block["steps"], keep, strict=True)]
+            copy[mode] = block
+        out.append(copy)
+    return out
+
+
+def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
+    """The bins that ran decode steps in these intervals (where the load is now)."""
+    busy: set[int] = set()
+    for interval in intervals:
+        for mode in engine_counters.MODES:
+            busy.update(b for b, n in zip(interval["bins"], interval[mode]["steps"], strict=True) if n > 0)
+    return busy
+
+
 class LearnPolicy:
     name = "learn"
 
@@ -80,171 +106,173 @@ class LearnPolicy:
         if unknown:
             raise PolicyError(f"unknown learn option(s) {unknown}; known: {sorted(OPTION_DEFAULTS)}")
         self.max_running_requests = max_running_requests
+        self.window_s = _option(options, "window_s")
+        self.sample_s = _option(options, "sample_s")
+        if self.window_s < 2 * self.sample_s or self.sample_s <= 0:
+            raise PolicyError("learn options: 'sample_s' must be > 0 and 'window_s' at least twice it")
         self.min_dwell_s = _option(options, "min_dwell_s")
         self.max_flips_per_hour = int(_option(options, "max_flips_per_hour"))
-        self.explore_s = max(_option(options, "explore_s"), self.min_dwell_s)
-        self.hysteresis = _option(options, "hysteresis")
         self.z = _option(options, "z")
-        self.indifference = _option(options, "indifference")
-        self.fresh_samples = _option(options, "fresh_samples")
-        self.explore_ratio = _option(options, "explore_ratio")
-        bin_ratio = _option(options, "bin_ratio")
-        if bin_ratio <= 1.05:
-            raise PolicyError(f"learn option 'bin_ratio' must be > 1.05, got {bin_ratio}")
-        memory_s = _option(options, "memory_s")
-        if memory_s <= 0:
-            raise PolicyError("learn option 'memory_s' must be > 0")
-        self.est = BenefitEstimator(bin_ratio=bin_ratio, memory_s=memory_s,
-                                    max_slope=_option(options, "max_slope"))
+        self.snapshots: deque[tuple[float, dict[str, Any]]] = deque()  # kept: one per sample_s
+        self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         self.flip_times: deque[float] = deque()
         self.knob: int | None = None  # what we last saw (or set)
-        self.prev_knob: int | None = None  # the read-back one observation earlier
-        self.prev_running: float | None = None  # mean running requests one observation earlier
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
         self.pending_waits = 0
-        self.explore_until: float | None = None  # while exploring: when to return to the plan
-        self.explore_bin: int | None = None
-        self.accept_on: float | None = None  # EMA of the accept length of fully drafted intervals
+        self.last_estimate: speedup.SpeedupEstimate | None = None
+        # the estimate of the kept samples, the thin bins left out of it, the bins busy in the last sample
+        self._estimate: tuple[speedup.SpeedupEstimate, set[int], set[int]] | None = None
         self.last_reason = ""
-
-    # --- bins <-> ceilings -------------------------------------------------------------------------
-    def _bins(self) -> list[int]:
-        return list(range(0, self.est.bin_of(self.max_running_requests) + 1))
-
-    def _ceiling_through(self, b: int) -> int:
-        """The knob value that drafts for every bin <= b and no bin above it (bins end between integers)."""
-        if b < 0:
-            return 0
-        return min(self.max_running_requests, math.floor(self.est.bin_ratio ** (b + 0.5)))
-
-    def _bin_on(self, b: int, knob: int) -> bool:
-        return knob >= max(1, self._ceiling_through(b))
 
     # --- the decision ------------------------------------------------------------------------------
     def decide(self, obs: Observation) -> Decision:
         now = obs.ts
         if obs.stale:
             return self._hold("hold: metrics stale or server unreachable, keeping the last ceiling")
-        if obs.spec_max_bs is not None:
-            if self.pending is not None:
-                self.pending_waits += 1
-                if obs.spec_max_bs == self.pending or self.pending_waits > PENDING_WAITS:
-                    # read back; or never applied (the runner refused or failed): believe the server
-                    if obs.spec_max_bs != self.pending:
-                        self.explore_until = self.explore_bin = None
-                    self.pending = None
-            if self.pending is None:
-                self.knob = obs.spec_max_bs
-        self._learn(obs)
-        self.prev_knob = obs.spec_max_bs
-        self.prev_running = obs.num_running_reqs
+        self._read_back(obs.spec_max_bs)
+        counters = obs.counters
+        if counters is None:
+            return self._hold("hold: the server publishes no engine counters (no spectower plugin, or one "
+                              "older than 0.2.0), so there is nothing to estimate from")
+        problem = engine_counters.validate(dict(counters))
+        if problem is not None:
+            return self._hold(f"hold: the engine counters are malformed ({problem})")
+        if self._remember(now, counters) or self._estimate is None:
+            # The estimate moves only with a kept sample (every sample_s): computed once per sample.
+            intervals = self._intervals
+            whole = speedup.estimate(intervals, z=self.z)
+            # thin bins (no interval yet) keep the side they are on: left out of the crossover's fit
+            thin = {b.batch_size for b in whole.bins if b.speedup is not None and b.intervals < MIN_INTERVALS}
+            est = speedup.estimate(_without(intervals, thin), z=self.z) if thin else whole
+            self._estimate = (est, thin, _busy_bins(intervals[-1:]))
         if self.knob is None:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
             return self._hold(f"hold: waiting for the knob to read back {self.pending}")
 
-        est = self.est.estimates(now)
-        bins = self._bins()
-        pred = self.est.predict(bins, est, self.z)
+        est, thin, busy = self._estimate
+        self.last_estimate = est
+        if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
+            return self._hold(f"hold: counters too thin: no batch-size bin measured in both modes over "
+                              f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
+                              f"{self.window_s:.0f} s)")
+        bins = [int(b) for b in counters["bins"]]
+        target, low, high = self._plan(est, bins)
+        knob = self.knob
+        if self._allowed(knob, low, high, bins):
+            return self._hold(f"hold: ceiling {knob} is within what the crossover allows "
+                              f"({self._span(low, high)}; crossover {est.label})")
+        wanted = target
+        target, waiting = self._spare_thin(est, thin, knob, target, bins, busy)
+        if waiting is not None or target == knob:
+            which = f"bin {waiting}, where the load is now," if waiting is not None else "the bins in between"
+            return self._hold(f"hold: would move the ceiling {knob} -> {wanted} (crossover {est.label}), but "
+                              f"{which} has no interval yet (counters too thin there)")
+        if not self._may_flip(now):
+            return self._hold(f"hold: would move the ceiling {knob} -> {target} (crossover {est.label}), but "
+                              f"the change limit (one per {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}"
+                              f"/h) applies")
+        return self._set(now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, "
+                                      f"{self._describe(est)}")
 
-        if self.explore_until is not None:
-            if now < self.explore_until:
-                return self._hold(f"hold: exploring bin {self.explore_bin} until t={self.explore_until:.0f}")
-            self.explore_until, self.explore_bin = None, None
-        target = self._target(bins, pred)
+    def _plan(self, est: speedup.SpeedupEstimate, bins: list[int]) -> tuple[int, int, int]:
+        """(target ceiling, lowest and highest ceiling the estimate's interval allows), on bin boundaries.
 
-        # Explore the bin the load is in, if it is undecided and the other mode's data there is not fresh.
-        running = obs.num_running_reqs
-        if running >= 1.0 and self._may_flip(now, need=2):
-            b = self.est.bin_of(min(running, self.max_running_requests))
-            lo, hi = self.est.bounds(b, est, self.z)
-            # Worth exploring when following the prediction could cost more than the indifference margin
-            # and more than half of what the prediction says is at stake (exploring costs about that).
-            g = pred.get(b, 0.0)
-            worst = -lo if g >= 0 else hi
-            undecided = lo < 0.0 < hi and worst > max(self.indifference, self.explore_ratio * abs(g))
-            on_now = running <= self.knob
-            other = "off" if on_now else "on"
-            mine = "on" if on_now else "off"
-            # Measure the mode the load is already in first (free), then flip once for the other one.
-            if (undecided and self.est.weight(b, mine, now) >= 1.0
-                    and self.est.weight(b, other, now) < FRESH_TOLERANCE * self.fresh_samples):
-                if on_now:  # switch the load's bin (and everything above) off
-                    new = min(self._ceiling_through(b - 1), max(math.ceil(running) - 1, 0))
-                else:  # switch the load's bin (and everything below) on
-                    new = max(self._ceiling_through(b), math.ceil(running))
-                if new != self.knob:
-                    self.explore_until, self.explore_bin = now + self.explore_s, b
-                    return self._set(now, new, f"explore: bin {b} (~{running:.0f} running) is undecided "
-                                               f"(benefit in [{lo:+.3f}, {hi:+.3f}]), measuring spec-{other}")
-
-        if target == self.knob:
-            return self._hold(f"hold: ceiling {self.knob} is at the estimated crossover")
-        if not self._may_flip(now, need=1):
-            return self._hold(f"hold: would move the ceiling {self.knob} -> {target}, but the flip-rate "
-                              f"limit (min dwell {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}/h) "
-                              "applies")
-        return self._set(now, target, f"move the ceiling {self.knob} -> {target}: {self._describe(pred)}")
-
-    def _target(self, bins: list[int], pred: dict[int, float]) -> int:
-        """The last bin to draft for, with hysteresis around break-even, as a knob value."""
-        assert self.knob is not None
-        must_on = [b for b in bins if pred[b] > self.hysteresis]
-        may_on = [b for b in bins if pred[b] >= -self.hysteresis]
-        k_min = max(must_on, default=bins[0] - 1)
-        k_max = max(may_on, default=bins[0] - 1)
-        current = max((b for b in bins if self._bin_on(b, self.knob)), default=bins[0] - 1)
-        k = min(max(current, k_min), k_max)
-        if k == current:
-            return self.knob  # already drafting exactly the bins it should: keep the exact number
-        if k >= bins[-1]:
-            return self.max_running_requests
-        return self._ceiling_through(k)
-
-    def _describe(self, pred: dict[int, float]) -> str:
-        pays = [b for b, g in pred.items() if g > 0]
-        if not pays:
-            return "speculation is not predicted to pay at any load"
-        last = max(pays)
-        return (f"speculation predicted to pay up to ~{self.est.bin_ratio ** last:.0f} running "
-                f"(benefit {pred[last]:+.1%} there)")
-
-    def _learn(self, obs: Observation) -> None:
-        knob = obs.spec_max_bs if obs.spec_max_bs is not None else self.knob
-        if (knob is None or obs.output_tok_s is None or obs.output_tok_s <= 0
-                or obs.num_running_reqs < 1.0
-                or (self.prev_knob is not None and self.prev_knob != obs.spec_max_bs)):
-            return  # nothing to file, or the first interval after a knob change (lagging gauges)
-        prev = self.prev_running
-        if prev is not None and (prev < 1.0 or abs(math.log(obs.num_running_reqs / prev)) > LOAD_JUMP):
-            return  # the load just moved: the lagging gauge still describes the old load
-        running = min(obs.num_running_reqs, float(self.max_running_requests))
-        if running <= knob:
-            mode = "on"
-        elif running >= knob + 1.0:
-            mode = "off"
+        ``bins`` are the counters' bins; the bounds are ceilings (0, a bin, or ``max_running_requests``:
+        every bin on). Bins the window has not measured in both modes keep the side they are on: when
+        speculation pays at every bin measured, the target drafts up to the highest of them (or on, if
+        that is the last bin); when it loses at every bin measured, it gates down to just below the lowest
+        of them. So a bin the load left an hour ago is not switched on the strength of other bins."""
+        measured = [b.batch_size for b in est.bins if b.speedup is not None]
+        if est.status == "none_in_range":  # pays at every bin measured in both modes
+            target, high = bin_floor(measured[-1], bins), TOP
+            low = bin_floor(est.crossover_lo, bins) if est.crossover_lo is not None else target
+        elif est.status == "below_range":  # loses from the smallest bin measured on
+            target, low = bin_floor(measured[0] - 1, bins), 0
+            high = bin_floor(est.crossover_hi, bins) if est.crossover_hi is not None else target
         else:
-            return  # the batch hovered across the ceiling: a mix of both modes
-        acc = obs.accept_length
-        if acc is not None:
-            if mode == "on" and acc > 1.0:
-                if self.accept_on is not None and (acc - 1.0) < MIXED_HIGH * (self.accept_on - 1.0):
-                    return  # drafted only part of the interval
-                self.accept_on = acc if self.accept_on is None else 0.8 * self.accept_on + 0.2 * acc
-            elif mode == "off" and self.accept_on is not None and \
-                    (acc - 1.0) > MIXED_LOW * (self.accept_on - 1.0):
-                return  # still drafting part of the interval
-        self.est.add(obs.ts, running, obs.output_tok_s, mode)
+            assert est.crossover is not None
+            target = bin_floor(est.crossover, bins)
+            low = bin_floor(est.crossover_lo if est.crossover_lo is not None else est.crossover, bins)
+            high = bin_floor(est.crossover_hi if est.crossover_hi is not None else est.crossover, bins)
+        return self._ceiling(target), self._ceiling(low), self._ceiling(high)
 
-    # --- flips -------------------------------------------------------------------------------------
-    def _may_flip(self, now: float, need: int) -> bool:
+    def _ceiling(self, bound: int) -> int:
+        """A bin boundary as a knob value: a bin at or above ``max_running_requests`` is every bin on."""
+        return self.max_running_requests if bound >= self.max_running_requests else bound
+
+    def _allowed(self, knob: int, low: int, high: int, bins: list[int]) -> bool:
+        """Whether ``knob`` is a bin boundary within [low, high] (``max_running_requests`` or more: on)."""
+        value = self._ceiling(knob)
+        on_boundary = value in (0, self.max_running_requests) or value in bins
+        return on_boundary and low <= value <= high
+
+    def _spare_thin(self, est: speedup.SpeedupEstimate, thin_bins: set[int], knob: int, target: int,
+                    bins: list[int], busy: set[int]) -> tuple[int, int | None]:
+        """The target, moved back so that no thin bin (measured in both modes, but not yet over enough
+        intervals to trust its interval) changes side: it keeps the mode it runs in now, like a bin not
+        measured at all; and the thin bin to wait for instead, when one the move would switch is busy now
+        (its data is a sample or two away)."""
+        thin = sorted(thin_bins | {b.batch_size for b in est.bins if b.speedup is not None and b.lo is None})
+        lo, hi = sorted((knob, target))
+        switched = [b for b in thin if lo < b <= hi]
+        waiting = next((b for b in switched if b in busy), None)
+        if not switched or waiting is not None:
+            return target, waiting
+        if target < knob:  # bins in (target, knob] would be gated: keep the highest thin one drafting
+            return max(target, *switched), None
+        return max(knob, bin_floor(min(switched) - 1, bins)), None  # keep the lowest thin one gated
+
+    def _span(self, low: int, high: int) -> str:
+        if high >= self.max_running_requests:
+            return f"on from ceiling {low} up" if low < high else "always on"
+        return f"ceilings {low}..{high}" if low != high else f"ceiling {low}"
+
+    @staticmethod
+    def _describe(est: speedup.SpeedupEstimate) -> str:
+        parts = [f"{b.batch_size}: {b.speedup:.2f}x" for b in est.bins if b.speedup is not None]
+        return "speedup per bin " + ", ".join(parts)
+
+    # --- counters history --------------------------------------------------------------------------
+    def _remember(self, now: float, counters: Mapping[str, Any]) -> bool:
+        """Keep this snapshot if ``sample_s`` passed since the last kept one; True when it was kept."""
+        snaps = self.snapshots
+        if snaps and snaps[-1][0] > now:  # a restored history from another clock (virtual time): forget it
+            snaps.clear()
+            self._intervals.clear()
+        if snaps and now - snaps[-1][0] < self.sample_s:
+            return False
+        snapshot = dict(counters)
+        if snaps:
+            self._intervals.extend(speedup.intervals_from_snapshots([snaps[-1], (now, snapshot)]))
+        snaps.append((now, snapshot))
+        # Keep one snapshot at or before the window's start, so the intervals cover the whole window.
+        while len(snaps) > 2 and snaps[1][0] <= now - self.window_s:
+            snaps.popleft()
+            if self._intervals:
+                self._intervals.pop(0)
+        return True
+
+    # --- the knob's read-back ----------------------------------------------------------------------
+    def _read_back(self, value: int | None) -> None:
+        if value is None:
+            return
+        if self.pending is not None:
+            self.pending_waits += 1
+            if value == self.pending or self.pending_waits > PENDING_WAITS:
+                self.pending = None  # read back; or never applied (refused, failed): believe the server
+        if self.pending is None:
+            self.knob = value
+
+    # --- changes -----------------------------------------------------------------------------------
+    def _may_flip(self, now: float) -> bool:
         if self.flip_times and self.flip_times[-1] > now:
             self.flip_times.clear()  # a restored state from another clock (e.g. virtual time): forget it
         while self.flip_times and self.flip_times[0] <= now - 3600.0:
             self.flip_times.popleft()
         if self.flip_times and now - self.flip_times[-1] < self.min_dwell_s:
             return False
-        return len(self.flip_times) + need <= self.max_flips_per_hour
+        return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
         self.flip_times.append(now)
@@ -263,10 +291,8 @@ class LearnPolicy:
         return {
             "policy": self.name,
             "version": STATE_VERSION,
-            "bin_ratio": self.est.bin_ratio,
-            "cells": self.est.to_json(),
             "flip_times": list(self.flip_times),
-            "accept_on": self.accept_on,
+            "snapshots": [[ts, snap] for ts, snap in self.snapshots],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -275,19 +301,24 @@ class LearnPolicy:
         if state.get("policy") != self.name or state.get("version") != STATE_VERSION:
             raise PolicyError(f"learn state: not a version-{STATE_VERSION} learn state "
                               f"(policy={state.get('policy')!r}, version={state.get('version')!r})")
-        if state.get("bin_ratio") != self.est.bin_ratio:
-            raise PolicyError(f"learn state: saved with bin_ratio {state.get('bin_ratio')!r}, "
-                              f"this policy uses {self.est.bin_ratio}")
         flips = state.get("flip_times", [])
         if not isinstance(flips, list) or not all(isinstance(t, int | float) and not isinstance(t, bool)
                                                   for t in flips):
             raise PolicyError("learn state: 'flip_times' must be a list of numbers")
-        accept_on = state.get("accept_on")
-        if accept_on is not None and (not isinstance(accept_on, int | float) or isinstance(accept_on, bool)):
-            raise PolicyError("learn state: 'accept_on' must be a number or null")
-        try:
-            self.est.load_json(state.get("cells", {}))
-        except ValueError as exc:
-            raise PolicyError(str(exc)) from None
+        raw = state.get("snapshots", [])
+        if not isinstance(raw, list):
+            raise PolicyError("learn state: 'snapshots' must be a list of [ts, counters] pairs")
+        snapshots: list[tuple[float, dict[str, Any]]] = []
+        for i, item in enumerate(raw):
+            if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool)
+                    or not isinstance(item[0], int | float)):
+                raise PolicyError(f"learn state: 'snapshots[{i}]' must be a [ts, counters] pair")
+            problem = engine_counters.validate(item[1])
+            if problem is not None:
+                raise PolicyError(f"learn state: 'snapshots[{i}]': {problem}")
+            snapshots.append((float(item[0]), dict(item[1])))
+        snapshots.sort(key=lambda pair: pair[0])
         self.flip_times = deque(sorted(float(t) for t in flips))
-        self.accept_on = float(accept_on) if accept_on is not None else None
+        self.snapshots = deque(snapshots)
+        self._intervals = speedup.intervals_from_snapshots(snapshots)
+        self._estimate = None

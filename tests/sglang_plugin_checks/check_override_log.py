@@ -5,8 +5,9 @@ Every step switch goes through EAGLEWorkerV2.apply_runtime_state, which appends 
 real controller for BATCHES decode rounds, verify results included, with the ceiling at CEILING.
 
 Arguments: config path, batches, then the patterns to run one after the other ("alternate": CEILING,
-CEILING+1, ...; "noisy": uniform in [CEILING-3, CEILING+3], seeded). Hysteresis settings come from the
-environment (SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL), as in a real server.
+CEILING+1, ...; "noisy": uniform in [CEILING-3, CEILING+3], seeded). Hysteresis and exploration settings
+come from the environment (SPECTOWER_GATE_MARGIN, SPECTOWER_GATE_MIN_DWELL, SPECTOWER_EXPLORE_SHARE), as in a
+real server.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main() -> None:
         start = len(get_context().overrides_log())
         switches_before = gate.switches if gate is not None else 0
         changes_before = (gate.step_changes, gate.band_changes) if gate is not None else (0, 0)
+        explore_before = gate.explore_changes if gate is not None else 0
         drafted_rounds = 0
         for i in range(batches):
             size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
@@ -56,6 +58,7 @@ def main() -> None:
             "gate_switches": (gate.switches if gate is not None else 0) - switches_before,
             "step_changes": (gate.step_changes if gate is not None else 0) - changes_before[0],
             "band_changes": (gate.band_changes if gate is not None else 0) - changes_before[1],
+            "explore_changes": (gate.explore_changes if gate is not None else 0) - explore_before,
         }
     _harness.emit(
         {

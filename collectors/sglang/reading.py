@@ -19,6 +19,16 @@ from spectower.collectors.sglang.metrics import MetricsSnapshot
 from spectower.collectors.sglang.server_info import ServerInfo
 
 QUANTILES = ((0.5, "p50"), (0.9, "p90"), (0.99, "p99"))
+# EngineReading field -> /v1/loads rank field, for a server whose /metrics is off
+_FROM_LOADS = {
+    "num_running_reqs": "num_running_reqs",
+    "num_queue_reqs": "num_waiting_reqs",
+    "token_usage": "token_usage",
+    "gen_throughput": "gen_throughput",
+    "cache_hit_rate": "cache_hit_rate",
+    "spec_accept_rate": "spec_accept_rate",
+    "spec_accept_length": "spec_accept_length",
+}
 
 
 @dataclass
@@ -177,20 +187,9 @@ class EngineDeriver:
             if lr.dp_rank != dp:
                 continue
             # /v1/loads fills what /metrics did not give (a server without --enable-metrics).
-            if r.num_running_reqs is None:
-                r.num_running_reqs = lr.num_running_reqs
-            if r.num_queue_reqs is None:
-                r.num_queue_reqs = lr.num_waiting_reqs
-            if r.token_usage is None:
-                r.token_usage = lr.token_usage
-            if r.gen_throughput is None:
-                r.gen_throughput = lr.gen_throughput
-            if r.cache_hit_rate is None:
-                r.cache_hit_rate = lr.cache_hit_rate
-            if r.spec_accept_rate is None:
-                r.spec_accept_rate = lr.spec_accept_rate
-            if r.spec_accept_length is None:
-                r.spec_accept_length = lr.spec_accept_length
+            for name, loads_name in _FROM_LOADS.items():
+                if getattr(r, name) is None:
+                    setattr(r, name, getattr(lr, loads_name))
 
     @staticmethod
     def _from_info(r: EngineReading, info: ServerInfo, dp: int) -> None:

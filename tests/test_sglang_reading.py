@@ -1,4 +1,4 @@
-"""spectower.collectors.sglang.engine (+ rates, histograms): rates, bucket-delta percentiles, restarts."""
+"""spectower.collectors.sglang.reading (+ rates, histograms): rates, bucket-delta percentiles, restarts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from spectower.collectors.histograms import bucket_delta, quantile
 from spectower.collectors.rates import CounterRates
-from spectower.collectors.sglang.engine import EngineDeriver
 from spectower.collectors.sglang.metrics import parse_metrics
+from spectower.collectors.sglang.reading import EngineDeriver
 
 
 def _bump(text: str, name_re: str, add: float) -> str:

@@ -1,0 +1,98 @@
+"""The engine's decode counters in /server_info -> per-interval rows for storage.
+
+The spectower plugin (and the simulator) publish cumulative per-batch-size-bin counters of drafted and
+gated decode steps at ``internal_states[i]["spectower"]["counters"]``, one block per DP rank
+(control/engine_counters.py has the format). Here they are read from a /server_info document the scraper
+already fetched, validated per rank, summed over ranks, and turned into deltas between consecutive
+reads: one ``CounterRow`` per (bin, mode) that saw anything in the interval.
+
+A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
+server without counters (an older plugin, no plugin) gives no rows and no warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spectower.control.engine_counters import MODES, rates, validate
+from spectower.control.speedup import sum_ranks
+from spectower.storage.bench_serving import effective_server_info
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    """The ``EngineCounterSample`` columns without ``server_id``: one bin and mode over one interval
+    ending at ``ts``."""
+
+    ts: float
+    batch_size: int
+    mode: str  # drafted | gated
+    steps: int
+    tokens: int
+    time_s: float
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CountersRead:
+    blocks: list[dict[str, Any]]  # the valid counters blocks, one per DP rank that published one
+    warnings: list[str]  # one line per rank left out, naming the field
+
+
+def read_counters(doc: Any) -> CountersRead:
+    """The counters blocks of a decoded /server_info document (a PD router's decode workers too)."""
+    engine = effective_server_info(doc)
+    states = engine.get("internal_states") if isinstance(engine, dict) else None
+    if not isinstance(states, list):
+        return CountersRead([], [])
+    blocks: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for i, state in enumerate(states):
+        plugin = state.get("spectower") if isinstance(state, dict) else None
+        if not isinstance(plugin, dict) or "counters" not in plugin:
+            continue  # no plugin or an older one: nothing to read, nothing wrong
+        block = plugin["counters"]
+        why = validate(block)
+        if why is None and not isinstance(block.get("started_at", 0), int | float):
+            why = "counters.started_at must be a number"
+        if why is not None:
+            warnings.append(f"/server_info: internal_states[{i}].spectower.{why} (rank left out)")
+            continue
+        blocks.append(block)
+    return CountersRead(blocks, warnings)
+
+
+class CounterDeltas:
+    """The previous summed snapshot of one server; ``update`` turns the next one into rows."""
+
+    def __init__(self) -> None:
+        self._prev: dict[str, Any] | None = None
+        self._prev_ranks = 0
+
+    def forget(self) -> None:
+        """Drop the baseline (after an outage: an interval across it would land in one timestamp)."""
+        self._prev = None
+
+    def update(self, ts: float, blocks: list[dict[str, Any]]) -> list[CounterRow]:
+        """Rows for the interval since the previous read (none on the first read, with no blocks, or
+        when the number of ranks changed: a different set of ranks is not the same counters)."""
+        if not blocks:
+            self._prev = None
+            return []
+        total = sum_ranks(blocks)
+        prev, self._prev = self._prev, total
+        same_ranks, self._prev_ranks = self._prev_ranks == len(blocks), len(blocks)
+        if prev is None or not same_ranks:
+            return []
+        interval = rates(prev, total)
+        rows: list[CounterRow] = []
+        for mode in MODES:
+            block = interval[mode]
+            for i, b in enumerate(interval["bins"]):
+                steps, tokens, seconds = block["steps"][i], block["tokens"][i], block["time_s"][i]
+                if steps or tokens or seconds:
+                    rows.append(CounterRow(ts, int(b), mode, int(steps), int(tokens), float(seconds)))
+        return rows

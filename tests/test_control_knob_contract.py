@@ -1,0 +1,40 @@
+"""control/knob_contract.py's exploration key: validation, who may set it, and that alone it moves no lock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from spectower.control import knob_contract as kc
+
+
+def test_the_share_is_validated_naming_the_key() -> None:
+    request = kc.parse_request({kc.EXPLORE_KEY: 0.05})
+    assert request is not None and request.explore_share == 0.05 and request.settings_only
+    assert kc.parse_request({kc.EXPLORE_KEY: 0})  # 0 turns exploring off
+    for bad in (-0.01, 0.21, math.inf, True, "0.1"):
+        with pytest.raises(kc.ContractError, match=f"{kc.EXPLORE_KEY} must be a number in 0..0.2"):
+            kc.explore_share_of(bad)
+    assert kc.explore_period(0.02) == 50 and kc.explore_period(0.03) == 33 and kc.explore_period(0.0) == 0
+
+
+def test_a_share_alone_takes_no_lock_and_a_ceiling_beside_it_does() -> None:
+    owner = kc.KnobOwner(clock=lambda: 1000.0)
+    for writer in (kc.WRITER_MANUAL, kc.WRITER_SWEEP):
+        request = kc.parse_request({kc.WRITER_KEY: writer, kc.EXPLORE_KEY: 0.1})
+        assert request is not None and owner.check(request) is None
+        owner.commit(request, previous=64)
+        assert owner.owner() == kc.OWNER_FREE, writer
+    both = kc.parse_request({kc.WRITER_KEY: kc.WRITER_MANUAL, kc.KNOB_KEY: 0, kc.EXPLORE_KEY: 0.0})
+    assert both is not None and not both.settings_only
+    owner.commit(both, previous=64)
+    assert owner.owner() == "manual"
+    policy = kc.parse_request({kc.WRITER_KEY: kc.WRITER_POLICY, kc.EXPLORE_KEY: 0.05})
+    assert policy is not None and "locked by a manual write" in (owner.check(policy) or "")
+
+
+def test_the_client_side_sends_it_and_a_bare_hold_still_needs_something_to_do() -> None:
+    args = kc.KnobRequest(writer=kc.WRITER_MANUAL, explore_share=0.1).to_server_args()
+    assert args == {kc.WRITER_KEY: kc.WRITER_MANUAL, kc.EXPLORE_KEY: 0.1}
+    with pytest.raises(kc.ContractError, match=f"nothing to do: give .*{kc.EXPLORE_KEY}"):
+        kc.parse_request({kc.WRITER_KEY: kc.WRITER_POLICY})

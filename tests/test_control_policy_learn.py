@@ -1,0 +1,269 @@
+"""control/policy/learn.py: the ceiling from the engine counters (drafted vs gated per batch-size bin).
+
+Driven two ways: by a constructed counters stream (a server whose per-bin speedups are given: exact, fast)
+and, for the load shapes, by the virtual-time harness on a profile (tests/test_harness.py scores every
+shipped profile and trace).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from spectower.control.engine_counters import power_of_two_bins
+from spectower.control.policy import Decision, Observation, PolicyError, make_policy
+from spectower.control.policy.learn import PENDING_WAITS, LearnPolicy
+from spectower.simulator.harness import simulate
+from spectower.simulator.profile import load_profile, parse_profile
+from spectower.simulator.traces import load_trace
+
+MRR = 64
+BINS = power_of_two_bins(MRR)  # 1, 2, 4, ..., 64
+INTERVAL_S = 5.0
+
+
+class CounterStream:
+    """A server's cumulative counters: gated throughput ``100 * b**0.8`` tok/s in bin ``b``, drafted that
+    times ``speedups[b]``; the gate drafts bins <= the knob and explores ``share`` of the time in the other
+    mode; the load spends ``weights[b]`` of each interval in bin ``b``. Step time: 20 ms gated, 30 ms
+    drafted, with ``noise`` (relative, per interval and mode)."""
+
+    def __init__(self, speedups: dict[int, float], weights: dict[int, float] | None = None,
+                 share: float = 0.02, noise: float = 0.02, seed: int = 0) -> None:
+        self.speedups = speedups
+        self.weights = weights or {b: 1.0 / len(BINS) for b in BINS}
+        self.share = share
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.steps = {m: [0] * len(BINS) for m in ("drafted", "gated")}
+        self.tokens = {m: [0.0] * len(BINS) for m in ("drafted", "gated")}
+        self.time_s = {m: [0.0] * len(BINS) for m in ("drafted", "gated")}
+
+    def advance(self, seconds: float, knob: int) -> dict[str, Any]:
+        for i, b in enumerate(BINS):
+            busy = seconds * self.weights.get(b, 0.0)
+            if busy <= 0:
+                continue
+            drafting = b <= knob
+            for mode, share in (("drafted", 1 - self.share if drafting else self.share),
+                                ("gated", self.share if drafting else 1 - self.share)):
+                spent = busy * share
+                rate = 100.0 * b**0.8 * (self.speedups[b] if mode == "drafted" else 1.0)
+                self.time_s[mode][i] += spent * (1 + self.noise * self.rng.gauss(0.0, 1.0))
+                self.tokens[mode][i] += rate * spent
+                self.steps[mode][i] += max(1, round(spent / (0.03 if mode == "drafted" else 0.02)))
+        return self.snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"version": 1, "started_at": 1.0, "clock": "perf_counter", "bins": list(BINS),
+                **{m: {"steps": list(self.steps[m]), "tokens": list(self.tokens[m]),
+                       "time_s": list(self.time_s[m])} for m in ("drafted", "gated")},
+                "unmatched": 0, "dropped": 0}  # fmt: skip
+
+
+def observe(ts: float, knob: int | None, counters: Any, stale: bool = False) -> Observation:
+    return Observation(ts=ts, num_running_reqs=10.0, num_queue_reqs=0.0, output_tok_s=1000.0,
+                       accept_length=2.5, spec_max_bs=knob, max_running_requests=MRR, stale=stale,
+                       counters=counters)  # fmt: skip
+
+
+def drive(policy: Any, stream: CounterStream, seconds: float, knob: int = MRR, start: float = 0.0,
+          speedups_at: Any = None) -> tuple[int, list[tuple[float, int]], list[Decision]]:
+    """The closed loop: every 5 s the stream advances under the knob, the policy decides, the knob follows."""
+    changes: list[tuple[float, int]] = []
+    decisions: list[Decision] = []
+    t = start
+    while t < start + seconds:
+        t += INTERVAL_S
+        if speedups_at is not None:
+            stream.speedups = speedups_at(t)
+        decision = policy.decide(observe(t, knob, stream.advance(INTERVAL_S, knob)))
+        decisions.append(decision)
+        if decision.max_bs is not None and decision.max_bs != knob:
+            changes.append((t, decision.max_bs))
+            knob = decision.max_bs
+    return knob, changes, decisions
+
+
+FALLING = {1: 1.4, 2: 1.3, 4: 1.2, 8: 1.1, 16: 0.9, 32: 0.8, 64: 0.7}
+
+
+# --- the ceiling from the counters -----------------------------------------------------------------------
+
+def test_sets_the_ceiling_at_the_last_bin_where_drafting_pays() -> None:
+    policy = make_policy("learn", MRR)
+    knob, changes, decisions = drive(policy, CounterStream(FALLING), 900)
+    assert knob == 8 and len(changes) == 1, changes  # bins 1-8 draft, 16 and up are gated
+    t, _ = changes[0]
+    assert t <= 120  # two 30 s samples are enough at these speedups
+    assert "crossover" in decisions[-1].reason and decisions[-1].max_bs is None
+    assert "within what the crossover allows" in decisions[-1].reason
+
+
+def test_keeps_speculation_on_where_every_bin_pays() -> None:
+    policy = make_policy("learn", MRR)
+    knob, changes, decisions = drive(policy, CounterStream(dict.fromkeys(BINS, 1.5)), 1800)
+    assert knob == MRR and changes == []
+    assert "pays at every load seen" in decisions[-1].reason
+
+
+def test_switches_off_where_no_bin_pays() -> None:
+    policy = make_policy("learn", MRR)
+    knob, changes, _ = drive(policy, CounterStream(dict.fromkeys(BINS, 0.8)), 900)
+    assert knob == 0 and len(changes) == 1
+
+
+def test_bins_the_load_never_reached_keep_their_side() -> None:
+    """Only bins 16-64 are busy and all lose: gate them, but leave 1-8 (no data there) drafting."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(dict.fromkeys(BINS, 0.8), weights={16: 0.3, 32: 0.3, 64: 0.4})
+    knob, changes, _ = drive(policy, stream, 900)
+    assert knob == 8 and len(changes) == 1
+
+
+def test_a_ceiling_the_interval_cannot_tell_from_the_best_stays() -> None:
+    """Bin 16 breaks even (1.0) under 5 % noise: the point estimate wanders either side of 16, its interval
+    spans 8..16, and the ceiling stays at 16 (a chance exclusion now and then costs one change, not a
+    flip-flop): ten server-hours, a handful of changes at most."""
+    changes_total = 0
+    for seed in range(10):
+        policy = make_policy("learn", MRR)
+        stream = CounterStream({**FALLING, 16: 1.0}, noise=0.05, seed=seed)
+        _, changes, decisions = drive(policy, stream, 3600, knob=16)
+        changes_total += len(changes)
+        if not changes:
+            assert decisions[-1].reason.startswith("hold: ceiling 16 is within"), decisions[-1]
+    assert changes_total <= 6
+
+
+# --- holding ------------------------------------------------------------------------------------------
+
+def test_holds_without_counters_on_malformed_ones_and_on_stale_data_and_learns_nothing() -> None:
+    policy = make_policy("learn", MRR)
+    before = json.dumps(policy.state(), sort_keys=True)
+    missing = policy.decide(observe(5.0, MRR, None))
+    assert missing.max_bs is None and "no engine counters" in missing.reason
+    bad = CounterStream(FALLING).snapshot()
+    bad["gated"]["steps"] = [0]  # shorter than the bins
+    malformed = policy.decide(observe(10.0, MRR, bad))
+    assert malformed.max_bs is None
+    assert "counters.gated.steps must be a list as long as bins" in malformed.reason
+    stale = policy.decide(observe(15.0, MRR, CounterStream(FALLING).advance(5, MRR), stale=True))
+    assert stale.max_bs is None and "stale" in stale.reason
+    assert json.dumps(policy.state(), sort_keys=True) == before  # nothing kept from any of them
+
+
+def test_holds_while_the_counters_are_too_thin() -> None:
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING)
+    first = policy.decide(observe(5.0, MRR, stream.advance(5, MRR)))
+    second = policy.decide(observe(10.0, MRR, stream.advance(5, MRR)))  # one interval: no 95 % interval yet
+    assert first.max_bs is None and second.max_bs is None
+    assert "too thin" in first.reason and "too thin" in second.reason
+
+
+def test_holds_when_the_read_back_is_unknown() -> None:
+    policy = make_policy("learn", MRR)
+    decision = policy.decide(observe(5.0, None, CounterStream(FALLING).advance(5, MRR)))
+    assert decision.max_bs is None and "read-back" in decision.reason
+
+
+def test_gives_up_on_a_set_that_never_reads_back() -> None:
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING)
+    t, first = 0.0, Decision(None, "")
+    while first.max_bs is None and t < 600:
+        t += INTERVAL_S
+        first = policy.decide(observe(t, MRR, stream.advance(5, MRR)))
+    assert first.max_bs == 8
+    # the runner refused (rate limit) or the set failed: the read-back stays at MRR for good
+    reasons = []
+    for _ in range(PENDING_WAITS + 3):
+        t += INTERVAL_S
+        reasons.append(policy.decide(observe(t, MRR, stream.advance(5, MRR))).reason)
+    waits = [r.startswith("hold: waiting") for r in reasons]
+    assert waits[:PENDING_WAITS] == [True] * PENDING_WAITS and not any(waits[PENDING_WAITS + 1:]), reasons
+
+
+# --- changes are bounded ----------------------------------------------------------------------------------
+
+def test_changes_stay_within_the_dwell_and_twelve_an_hour_whatever_the_counters_say() -> None:
+    """The truth flips every two minutes between 'every bin pays' and 'no bin pays', and a one-minute window
+    follows it: the policy wants a change every two minutes, the limits allow one per 300 s."""
+    policy = make_policy("learn", MRR, window_s=60, sample_s=10)
+    assert isinstance(policy, LearnPolicy) and policy.min_dwell_s == 300 and policy.max_flips_per_hour == 12
+
+    def flipping(t: float) -> dict[int, float]:
+        return dict.fromkeys(BINS, 1.6 if int(t // 120) % 2 == 0 else 0.6)
+
+    _, changes, _ = drive(policy, CounterStream(FALLING, noise=0.0), 3 * 3600, speedups_at=flipping)
+    times = [t for t, _ in changes]
+    assert len(times) >= 3, changes  # it does follow the counters
+    assert all(b - a >= 300 for a, b in itertools.pairwise(times))
+    for i, t in enumerate(times):
+        assert sum(1 for u in times[i:] if u < t + 3600) <= 12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_the_jump_trace_learn_changes_the_ceiling_a_few_times_an_hour_at_most(seed: int) -> None:
+    """Every second a new load in 1..64: the counters see every bin, the ceiling settles."""
+    glm = load_profile("glm5-nvfp4-8x-rtx-pro-6000")
+    data = glm.to_json()
+    data["output_tok_s"]["spec_on"] = [o * (2.0 - 0.3 * math.log(c))  # a crossover near 29
+                                       for o, c in zip(data["output_tok_s"]["spec_off"], glm.concurrency,
+                                                       strict=True)]  # fmt: skip
+    for profile in (glm, parse_profile(data, source="crossover-29")):
+        trace = load_trace("jump", seed=seed, max_running_requests=MRR)
+        result = simulate(profile, trace, make_policy("learn", MRR), seed=seed)
+        assert result.changes_per_hour <= 3, (profile.name, result.to_json())
+        assert result.efficiency >= 0.98, (profile.name, result.to_json())
+        # the counters' bin edge either side of the crossover (glm5: ~15, the other: ~29)
+        assert result.final_max_bs in ((8, 16) if profile is glm else (16, 32)), result.to_json()
+
+
+# --- options and persistence ------------------------------------------------------------------------------
+
+def test_bad_options_are_refused_naming_them() -> None:
+    with pytest.raises(PolicyError, match="bogus"):
+        make_policy("learn", MRR, bogus=1)
+    with pytest.raises(PolicyError, match="min_dwell_s"):
+        make_policy("learn", MRR, min_dwell_s=-1)
+    with pytest.raises(PolicyError, match="sample_s"):
+        make_policy("learn", MRR, window_s=60, sample_s=60)
+
+
+def test_state_round_trips_and_a_restarted_policy_decides_the_same() -> None:
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING)
+    knob, _, _ = drive(policy, stream, 900)
+    saved = json.loads(json.dumps(policy.state()))
+    assert saved["version"] == 2 and len(saved["snapshots"]) >= 2 and len(saved["flip_times"]) == 1
+    restored = make_policy("learn", MRR)
+    restored.load_state(saved)
+    assert restored.state() == saved
+    later = stream.advance(5, knob)
+    assert restored.decide(observe(905.0, knob, later)) == policy.decide(observe(905.0, knob, later))
+    # a restart keeps the window: it does not wait for two fresh samples to know the crossover
+    fresh = make_policy("learn", MRR)
+    assert "too thin" in fresh.decide(observe(910.0, knob, stream.advance(5, knob))).reason
+
+
+@pytest.mark.parametrize("state, field", [
+    ({"policy": "threshold:3"}, "version"),
+    ({"policy": "learn", "version": 1, "cells": {}}, "version"),  # the old gauge-binned learner's state
+    ({"policy": "learn", "version": 2, "flip_times": "no"}, "flip_times"),
+    ({"policy": "learn", "version": 2, "snapshots": {}}, "snapshots"),
+    ({"policy": "learn", "version": 2, "snapshots": [[1.0]]}, r"snapshots\[0\]"),
+    ({"policy": "learn", "version": 2, "snapshots": [[1.0, {"bins": []}]]}, r"snapshots\[0\].*bins"),
+])
+def test_a_bad_state_is_refused_naming_the_field(state: dict[str, Any], field: str) -> None:
+    policy = make_policy("learn", MRR)
+    drive(policy, CounterStream(FALLING), 120)
+    before = policy.state()
+    with pytest.raises(PolicyError, match=field):
+        policy.load_state(state)
+    assert policy.state() == before  # nothing half-loaded
