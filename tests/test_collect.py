@@ -30,9 +30,15 @@ def _spectower(*args: str, env: dict[str, str] | None = None) -> subprocess.Pope
 
 
 def _count(db: Path, table: str) -> int:
+    """Rows in ``table``; 0 while the collector has created the file but not its schema yet (a poll can
+    land between the two)."""
     con = sqlite3.connect(db)
     try:
         return int(con.execute(f"select count(*) from {table}").fetchone()[0])
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return 0
+        raise
     finally:
         con.close()
 
