@@ -61,7 +61,7 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class ExtendSkip:
         self.drain_max_steps = max(0, drain_max_steps)
         self.holed: set[Any] = set()
         self.worker: Any = None  # the EAGLEWorkerV2 running the current decode batch
-        self.rids: list[Any] = []
+        self.reqs: Sequence[Any] = ()  # the decode batch's requests (their ids read only when needed)
         self.skip_now = False
         self.draining_now = False
         self.drain_steps = 0
@@ -224,13 +224,17 @@ class ExtendSkip:
         self.batches_drained = 0
         self.drains_cut_short = 0
 
-    def begin_batch(self, worker: Any, rids: list[Any]) -> None:
-        self.worker, self.rids, self.skip_now, self.draining_now = worker, rids, False, False
+    def begin_batch(self, worker: Any, reqs: Sequence[Any]) -> None:
+        self.worker, self.reqs, self.skip_now, self.draining_now = worker, reqs, False, False
         if self.holed:
-            self.holed.intersection_update(rids)  # a finished request leaves the running batch for good
+            self.holed.intersection_update(self._rids())  # a finished request leaves the batch for good
 
     def end_batch(self) -> None:
-        self.worker, self.rids, self.skip_now, self.draining_now = None, [], False, False
+        self.worker, self.reqs, self.skip_now, self.draining_now = None, (), False, False
+
+    def _rids(self) -> list[Any]:
+        # Read per batch only while some request is holed or the batch skips: drafting batches never pay it.
+        return [getattr(req, "rid", None) for req in self.reqs]
 
     def steps_for(self, wanted: int) -> int:
         """The steps this batch runs, given what SGLang's bands and the knob's gate want: 0 while draining."""
@@ -252,7 +256,7 @@ class ExtendSkip:
         if steps == 0 and not self.draining_now and self.enabled and self.allowed():
             self.skip_now = True
             self.batches_skipped += 1
-            self.holed.update(self.rids)
+            self.holed.update(self._rids())
 
     def report(self) -> dict[str, Any]:
         return {
@@ -290,7 +294,7 @@ def hook_forward_batch_generation(
     if not decode or getattr(batch, "is_extend_in_batch", False):
         return original(worker, batch, *args, **kwargs)
     tracker = extend_skip()
-    tracker.begin_batch(worker, [getattr(req, "rid", None) for req in getattr(batch, "reqs", ())])
+    tracker.begin_batch(worker, getattr(batch, "reqs", ()))
     try:
         return original(worker, batch, *args, **kwargs)
     finally:

@@ -81,7 +81,7 @@ def timeline(
         while gap_index < len(gaps) and gaps[gap_index][1] <= e0:
             gap_index += 1
         overlap = 0.0
-        for g0, g1 in gaps[gap_index:]:
+        for g0, g1 in itertools.islice(gaps, gap_index, None):  # no copy of the rest per event
             if g0 >= e1:
                 break
             overlap += max(0.0, min(e1, g1) - max(e0, g0))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,13 +26,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def collect_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``spectower collect ARGS...`` as a child process from the checkout (stdout and stderr together)."""
+    argv = [*SPECTOWER_CLI, "collect", *args]
+    env = {**os.environ, **(env or {})}
+    out = subprocess.PIPE
+    return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def db_rows(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
+    """The rows ``sql`` reads from a SQLite file a collector writes; none while it cannot be read yet (the
+    file exists before its schema does)."""
+    con = sqlite3.connect(db_path)
+    try:
+        return con.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
 @pytest.fixture
 def real_data() -> Path:
     return REAL_DATA
 
 
 # ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -57,9 +81,7 @@ def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
 
 
 # ---- PostgreSQL: one throwaway server per test session (= per pytest-xdist worker) ---------------------
-import os  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import uuid  # noqa: E402
 

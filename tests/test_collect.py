@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import collect_cli, db_rows
 
 pytestmark = pytest.mark.integration
 
 
-def _spectower(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", "from spectower.console.cli import main; main()", "collect", *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def _count(db: Path, table: str) -> int:
-    """Rows in ``table``; 0 while the collector has created the file but not its schema yet (a poll can
-    land between the two)."""
-    con = sqlite3.connect(db)
-    try:
-        return int(con.execute(f"select count(*) from {table}").fetchone()[0])
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return 0
-        raise
-    finally:
-        con.close()
+    """Rows in ``table``; 0 while the collector has created the file but not its schema yet."""
+    rows = db_rows(db, f"select count(*) from {table}")
+    return int(rows[0][0]) if rows else 0
 
 
 @pytest.mark.parametrize(
@@ -55,14 +33,15 @@ def _count(db: Path, table: str) -> int:
     ],
 )
 def test_bad_arguments_one_clear_line(args: list[str], message: str, tmp_path: Path) -> None:
-    p = _spectower(*args, "--db", str(tmp_path / "x.db"))
+    p = collect_cli(*args, "--db", str(tmp_path / "x.db"))
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 2
     assert f"error: {message}" in out and "Traceback" not in out
 
 
 def test_missing_key_file_is_a_clear_error(tmp_path: Path) -> None:
-    p = _spectower("--server", "http://127.0.0.1:1", env={"SPECTOWER_API_KEY_FILE": str(tmp_path / "nope")})
+    missing = {"SPECTOWER_API_KEY_FILE": str(tmp_path / "nope")}
+    p = collect_cli("--server", "http://127.0.0.1:1", env=missing)
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 2 and "SPECTOWER_API_KEY_FILE: cannot read" in out and "Traceback" not in out
 
@@ -70,7 +49,7 @@ def test_missing_key_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_no_nvml_gpu_source_off_others_go_on(simulator_factory: Any, tmp_path: Path) -> None:
     sim = simulator_factory()
     db = tmp_path / "c.db"
-    p = _spectower(
+    p = collect_cli(
         "--server", sim.base_url, "--gpu", "nvml", "--interval", "500ms", "--duration", "3s", "--db", str(db)
     )
     out, _ = p.communicate(timeout=90)
@@ -84,7 +63,7 @@ def test_no_nvml_gpu_source_off_others_go_on(simulator_factory: Any, tmp_path: P
 def test_sigterm_flushes_and_exits_cleanly(simulator_factory: Any, tmp_path: Path) -> None:
     sim = simulator_factory()
     db = tmp_path / "t.db"
-    p = _spectower("--server", sim.base_url, "--gpu", f"dcgm={sim.gpu_metrics_url}", "--db", str(db))
+    p = collect_cli("--server", sim.base_url, "--gpu", f"dcgm={sim.gpu_metrics_url}", "--db", str(db))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -121,7 +100,7 @@ def test_old_samples_go_by_the_retention_flags(simulator_factory: Any, tmp_path:
                    for d in range(1, 41)])  # fmt: skip
     store.close()
     sim = simulator_factory()
-    p = _spectower("--server", sim.base_url, "--duration", "2s", "--raw-days", "10", "--rollup-days", "30",
+    p = collect_cli("--server", sim.base_url, "--duration", "2s", "--raw-days", "10", "--rollup-days", "30",
                    "--db", str(db))  # fmt: skip
     out, _ = p.communicate(timeout=90)
     assert p.returncode == 0, out

@@ -9,9 +9,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import tracemalloc
@@ -27,7 +24,7 @@ from spectower.collectors.sglang.scraper import ScrapeError, SglangScraper
 from spectower.collectors.sink import StorageSink
 from spectower.storage import open_database, queries
 
-from tests.conftest import REAL_DATA, REPO_ROOT
+from tests.conftest import REAL_DATA, collect_cli, db_rows
 
 METRICS = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_bytes()
 INFO = json.loads((REAL_DATA / "sglang-0.5.17-h200/server_info_after.json").read_text())
@@ -183,16 +180,6 @@ def _run(config: DaemonConfig, db_path: Path, chaos: Callable[[], Awaitable[None
     return sink
 
 
-def _q(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
-    con = sqlite3.connect(db_path)
-    try:
-        return con.execute(sql).fetchall()
-    except sqlite3.OperationalError:  # the schema is not there yet
-        return []
-    finally:
-        con.close()
-
-
 async def _until(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout  # a guard only: each wait ends on the event it watches for
     while not pred():
@@ -212,7 +199,8 @@ def test_server_info_integer_too_large_stores_everything_else(tmp_path: Path) ->
     db_path = tmp_path / "c.db"
 
     async def chaos() -> None:
-        await _until(lambda: bool(_q(db_path, "select 1 from engine_sample limit 1 offset 9")), "10 samples")
+        tenth = "select 1 from engine_sample limit 1 offset 9"
+        await _until(lambda: bool(db_rows(db_path, tenth)), "10 samples")
 
     try:
         sink = _run(DaemonConfig(servers=[fake.url], interval_s=0.05), db_path, chaos)
@@ -220,8 +208,8 @@ def test_server_info_integer_too_large_stores_everything_else(tmp_path: Path) ->
         fake.close()
     c = sink.summary()
     assert c["lost"] == 0 and c["rejected"] == 0 and c["written"] >= 10
-    assert _q(db_path, "select count(*) from engine_sample where spec_max_bs is not null") == [(0,)]
-    assert _q(db_path, "select max_running_requests from server") == [(None,)]
+    assert db_rows(db_path, "select count(*) from engine_sample where spec_max_bs is not null") == [(0,)]
+    assert db_rows(db_path, "select max_running_requests from server") == [(None,)]
 
 
 def test_not_sglang_is_a_gap_with_the_reason(fake: FakeSglang, tmp_path: Path) -> None:
@@ -229,60 +217,50 @@ def test_not_sglang_is_a_gap_with_the_reason(fake: FakeSglang, tmp_path: Path) -
     db_path = tmp_path / "v.db"
 
     async def chaos() -> None:
-        await _until(lambda: bool(_q(db_path, "select 1 from collection_gap")), "the gap")
+        await _until(lambda: bool(db_rows(db_path, "select 1 from collection_gap")), "the gap")
         hits = fake.metrics_hits
         await _until(lambda: fake.metrics_hits >= hits + 2, "two more scrapes")
 
     _run(DaemonConfig(servers=[fake.url], interval_s=0.05), db_path, chaos)
-    assert _q(db_path, "select count(*) from engine_sample") == [(0,)]
-    ((reason,),) = _q(db_path, "select reason from collection_gap")
+    assert db_rows(db_path, "select count(*) from engine_sample") == [(0,)]
+    ((reason,),) = db_rows(db_path, "select reason from collection_gap")
     assert "not an SGLang server" in reason
-    ((errors, last_error),) = _q(db_path, "select errors_total, last_error from collector_health")
+    ((errors, last_error),) = db_rows(db_path, "select errors_total, last_error from collector_health")
     assert errors >= 1 and "no sglang: series" in last_error
-
-
-def _collect_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", "from spectower.console.cli import main; main()", "collect", *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.mark.integration
 def test_kill_9_mid_gap_then_restart_closes_it_and_never_merges(fake: FakeSglang, tmp_path: Path) -> None:
     db_path = tmp_path / "k.db"
     fake.mode = "down"
-    first = _collect_cli("--server", fake.url, "--interval", "0.1s", "--db", str(db_path))
+    first = collect_cli("--server", fake.url, "--interval", "0.1s", "--db", str(db_path))
     try:
         deadline = time.monotonic() + 60
-        while not _q(db_path, "select 1 from collection_gap"):
+        while not db_rows(db_path, "select 1 from collection_gap"):
             assert first.poll() is None, first.stdout.read() if first.stdout else ""
             assert time.monotonic() < deadline, "the first collector never recorded the gap"
             time.sleep(0.05)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-    assert _q(db_path, "select end_ts from collection_gap") == [(None,)]  # kill -9: left open
+    assert db_rows(db_path, "select end_ts from collection_gap") == [(None,)]  # kill -9: left open
     fake.mode = "ok"
     marks: dict[str, float] = {}
 
     async def chaos() -> None:
-        await _until(lambda: bool(_q(db_path, "select 1 from engine_sample")), "samples after the restart")
+        any_sample = "select 1 from engine_sample"
+        await _until(lambda: bool(db_rows(db_path, any_sample)), "samples after the restart")
         marks["down"] = time.time()
         fake.mode = "down"
-        await _until(lambda: len(_q(db_path, "select 1 from collection_gap")) >= 2, "the second gap")
+        await _until(lambda: len(db_rows(db_path, "select 1 from collection_gap")) >= 2, "the second gap")
 
     _run(DaemonConfig(servers=[fake.url], interval_s=0.1), db_path, chaos)
-    gaps = _q(db_path, "select start_ts, end_ts, reason from collection_gap order by start_ts")
+    gaps = db_rows(db_path, "select start_ts, end_ts, reason from collection_gap order by start_ts")
     assert len(gaps) == 2, gaps
     (s1, e1, r1), (s2, _e2, _r2) = gaps
     assert e1 is not None and s1 <= e1 <= s2 and "closed at restart" in r1
     assert s2 >= marks["down"] - 0.5  # the new outage is its own gap, starting when it started
-    first_sample = _q(db_path, "select min(ts) from engine_sample")[0][0]
+    first_sample = db_rows(db_path, "select min(ts) from engine_sample")[0][0]
     assert e1 <= first_sample
 
 
@@ -292,7 +270,7 @@ def test_second_collector_on_a_sqlite_file_is_refused_in_one_line(fake: FakeSgla
     holder = open_database(db_path)
     claim = holder.claim_collector([("sglang", fake.url)])
     try:
-        p = _collect_cli("--server", fake.url, "--db", str(db_path), "--duration", "20s")
+        p = collect_cli("--server", fake.url, "--db", str(db_path), "--duration", "20s")
         out, _ = p.communicate(timeout=60)
     finally:
         claim.release()
@@ -300,7 +278,7 @@ def test_second_collector_on_a_sqlite_file_is_refused_in_one_line(fake: FakeSgla
     assert p.returncode == 2, out
     assert f"another collector (pid {os.getpid()})" in out and "Traceback" not in out
     assert "one collector per SQLite database" in out
-    assert _q(db_path, "select count(*) from engine_sample") == [(0,)]
+    assert db_rows(db_path, "select count(*) from engine_sample") == [(0,)]
 
 
 @pytest.mark.integration

@@ -3,6 +3,8 @@ batches skip, how long a drain holds, and its cap. Inside SGLang: tests/test_sgl
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from spectower.control.sglang_gated_decode import ExtendSkip
 
 WORKER = object()
@@ -10,7 +12,7 @@ WORKER = object()
 
 def _batch(skip: ExtendSkip, rids: list[str], wanted: int) -> tuple[int, bool]:
     """One decode batch: SGLang (and the gate) want ``wanted`` steps; returns (steps run, extend skipped)."""
-    skip.begin_batch(WORKER, rids)
+    skip.begin_batch(WORKER, [SimpleNamespace(rid=rid) for rid in rids])
     steps = skip.steps_for(wanted)
     skip.mark(steps)
     skipped = skip.skip_now

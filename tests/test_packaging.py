@@ -86,14 +86,15 @@ def test_version_and_help_read_like_a_command_line_tool() -> None:
 
 
 def test_nothing_reads_outside_the_repository() -> None:
-    # A fresh clone has nothing beside it: no code, test or script may reach for ../shared.
+    # A fresh clone has nothing beside it: no code, test or script may reach for the folder of handed-over
+    # material that sat next to the team's checkouts. The needles are spelt in pieces so that this file,
+    # checked like every other, does not name the path itself.
     listing = ["git", "ls-files", "*.py", "*.sh", "*.toml", "tests/run", ".ci/run"]
     tracked = subprocess.run(listing, cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
-    tracked = tracked.split()
-    needles = ("../shared", "SPECTOWER_SHARED")
+    needles = ("../" + "shared", "SPECTOWER_" + "SHARED")
+    present = [REPO_ROOT / name for name in tracked.split() if (REPO_ROOT / name).exists()]
     offenders = [
-        name for name in tracked
-        if name != "tests/test_packaging.py"
-        and any(n in (REPO_ROOT / name).read_text(errors="replace") for n in needles)
-    ]
+        str(path.relative_to(REPO_ROOT)) for path in present
+        if any(n in path.read_text(errors="replace") for n in needles)
+    ]  # fmt: skip
     assert offenders == []
