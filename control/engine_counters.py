@@ -5,9 +5,13 @@ simulator publishes the same counters from its model, so both report one shape.
 
 What is counted, per batch-size bin and per mode:
 
-- bins: powers of two, ``1, 2, 4, ...`` up to the first one >= ``max_running_requests`` (a batch of size
-  ``b`` counts in the smallest bin >= ``b``, the way a CUDA graph pads a batch to its captured size); a
-  batch larger than the last bin grows the bins (rare: only when ``max_running_requests`` was unknown).
+- bins: half octaves, ``1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ...`` (each power of two, then 1.5 x it;
+  all of them batch sizes SGLang captures CUDA graphs for) up to the first one >= ``max_running_requests``.
+  A batch of size ``b`` counts in the smallest bin >= ``b``, the way a CUDA graph pads a batch to its
+  captured size; a batch larger than the last bin grows the bins (rare: only when ``max_running_requests``
+  was unknown). Why not octaves: the learn policy sets the ceiling on bin boundaries, and a measured H200
+  crossover (about 49-53 of 64) sat inside the octave 33-64, where neither boundary was within 2 % of the
+  best choice (benchmarks/policy_bench.py); half octaves put a boundary within a third of any load.
 - modes: ``drafted`` (the step ran with speculative steps > 0) and ``gated`` (it ran 0 steps: forced to 0
   by the spectower gate, or put at 0 by SGLang's own adaptive band; both cost a 1-token verify).
 - ``steps``: decode steps; ``tokens``: output tokens (per request ``accepted drafts + 1``, summed over the
@@ -27,10 +31,15 @@ got a verify are counted in ``dropped``. The simulator records its modelled step
 Published (cumulative since the process started; ``internal_states[i]["spectower"]["counters"]``)::
 
     {"version": 1, "started_at": <unix time the counters started>, "clock": "perf_counter" | "model",
-     "bins": [1, 2, 4, ..., 64],
+     "bins": [1, 2, 3, 4, 6, ..., 64],
      "drafted": {"steps": [...], "tokens": [...], "time_s": [...]},
      "gated":   {"steps": [...], "tokens": [...], "time_s": [...]},
-     "unmatched": 0, "dropped": 0}
+     "unmatched": 0, "dropped": 0,
+     "settling": {"steps": 0, "tokens": 0, "time_s": 0.0}}
+
+``settling`` (plugin 0.3.0 on; readers treat it as optional) counts the steps that switch into an
+exploration run or out of it (control/explore.py): a switch's first step is slower than a steady one, and
+exploration would otherwise count only such steps for the explored mode. They are in no bin.
 
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
@@ -54,13 +63,28 @@ PENDING_MEMORY = 8
 MAX_BIN = 1 << 16
 
 
-def power_of_two_bins(max_running_requests: int | None) -> list[int]:
-    """``[1, 2, 4, ...]`` up to the first power of two >= ``max_running_requests`` (at least ``[1]``)."""
+def next_bin(b: int) -> int:
+    """The bin after ``b``: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ... (a power of two, then 1.5 x it)."""
+    if b < 2:
+        return b + 1
+    return b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
+
+
+def counter_bins(max_running_requests: int | None) -> list[int]:
+    """The bins up to the first one >= ``max_running_requests`` (at least ``[1]``)."""
     top = max(1, min(int(max_running_requests or 1), MAX_BIN))
     bins = [1]
     while bins[-1] < top:
-        bins.append(bins[-1] * 2)
+        bins.append(next_bin(bins[-1]))
     return bins
+
+
+_ALL_BINS = counter_bins(MAX_BIN)
+
+
+def bin_of(batch_size: int) -> int:
+    """The bin a batch of ``batch_size`` counts in: the smallest bin >= it (``MAX_BIN`` at most)."""
+    return _ALL_BINS[min(bisect.bisect_left(_ALL_BINS, batch_size), len(_ALL_BINS) - 1)]
 
 
 class EngineCounters:
@@ -74,24 +98,27 @@ class EngineCounters:
         clock_name: str = "perf_counter",
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.bins = power_of_two_bins(max_running_requests)
+        self.bins = counter_bins(max_running_requests)
         n = len(self.bins)
         self.steps = {mode: [0] * n for mode in MODES}
         self.tokens = {mode: [0] * n for mode in MODES}
         self.time_s = {mode: [0.0] * n for mode in MODES}
         self.unmatched = 0
         self.dropped = 0
+        # Steps marked settling (the first of an exploration run and the first after it, control/explore.py):
+        # counted here, in no bin, so that the bins hold steady-stream rates.
+        self.settling: dict[str, float] = dict.fromkeys(FIELDS, 0)
         self.started_at = wall()
         self.clock = clock
         self.clock_name = clock_name
-        self._pending: deque[tuple[int, bool, float]] = deque()
+        self._pending: deque[tuple[int, bool, float, bool]] = deque()
         self._last_end: float | None = None
 
     # ---- bins -------------------------------------------------------------------------------------------
     def ensure(self, batch_size: int) -> None:
         """Grow the bins so that ``batch_size`` has one (up to ``MAX_BIN``)."""
         while self.bins[-1] < batch_size and self.bins[-1] < MAX_BIN:
-            self.bins.append(self.bins[-1] * 2)
+            self.bins.append(next_bin(self.bins[-1]))
             for mode in MODES:
                 self.steps[mode].append(0)
                 self.tokens[mode].append(0)
@@ -104,28 +131,36 @@ class EngineCounters:
         return min(bisect.bisect_left(self.bins, batch_size), len(self.bins) - 1)
 
     # ---- counting ---------------------------------------------------------------------------------------
-    def record(self, batch_size: int, drafted: bool, tokens: int, seconds: float) -> None:
-        """Count one decode step (the simulator calls this with its modelled duration)."""
+    def record(
+        self, batch_size: int, drafted: bool, tokens: int, seconds: float, settling: bool = False
+    ) -> None:
+        """Count one decode step (the simulator calls this with its modelled duration); a ``settling`` step
+        is counted apart from the bins (module docstring)."""
+        if settling:
+            self.settling["steps"] += 1
+            self.settling["tokens"] += tokens
+            self.settling["time_s"] += seconds
+            return
         i = self.bin_index(batch_size)
         mode = "drafted" if drafted else "gated"
         self.steps[mode][i] += 1
         self.tokens[mode][i] += tokens
         self.time_s[mode][i] += seconds
 
-    def begin(self, batch_size: int, drafted: bool) -> None:
+    def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
         """A decode batch is about to launch (the plugin's get_steps_for_batch hook)."""
         pending = self._pending
         if len(pending) >= PENDING_MEMORY:
             pending.popleft()
             self.dropped += 1
-        pending.append((batch_size, drafted, self.clock()))
+        pending.append((batch_size, drafted, self.clock(), settling))
 
     def relabel_latest(self, batch_size: int, drafted: bool) -> None:
         """The launch just begun runs the other mode after all (the gated-decode plugin's drain, which holds
         a batch at 0 steps after the gate chose to draft it): count it as what it runs."""
         pending = self._pending
         if pending and pending[-1][0] == batch_size:
-            pending[-1] = (batch_size, drafted, pending[-1][2])
+            pending[-1] = (batch_size, drafted, pending[-1][2], pending[-1][3])
 
     def end(self, batch_size: int, num_correct_drafts_per_req: Sequence[int]) -> None:
         """A decode batch's verify result is on the CPU (the plugin's on_verify_complete hook).
@@ -136,13 +171,13 @@ class EngineCounters:
         now = self.clock()
         pending = self._pending
         while pending:
-            size, drafted, started = pending.popleft()
+            size, drafted, started, settling = pending.popleft()
             if size == batch_size:
                 last = self._last_end
                 seconds = now - (started if last is None or started > last else last)
                 self._last_end = now
                 tokens = sum(num_correct_drafts_per_req) + len(num_correct_drafts_per_req)
-                self.record(batch_size, drafted, tokens, max(0.0, seconds))
+                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling)
                 return
             self.dropped += 1
         self.unmatched += 1
@@ -166,6 +201,7 @@ class EngineCounters:
             },
             "unmatched": self.unmatched,
             "dropped": self.dropped,
+            "settling": {**self.settling, "time_s": round(self.settling["time_s"], 9)},
         }
 
 

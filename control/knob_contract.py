@@ -24,7 +24,8 @@ key                         meaning
                             was applied (``last_write``) or refused (``last_refused``), so a set whose
                             answer was late or lost still has a known outcome
 ``spectower_explore_share`` 0 .. 0.2: the share of decode batches, per batch-size bin, that run the other
-                            mode than the ceiling says (every ``round(1 / share)``-th batch of a bin), so
+                            mode than the ceiling says (runs of 4, one batch in ``round(1 / share)`` of a
+                            bin: control/explore.py), so
                             drafted and gated step rates stay measured at every load; 0 = none; paused
                             while a lock holds the knob (an operator's off means off). Alone (no value,
                             hold or release) it takes no lock. Default ``DEFAULT_EXPLORE_SHARE``, or

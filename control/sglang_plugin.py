@@ -28,9 +28,10 @@ AROUND hooks through SGLang's ``HookRegistry``:
   closed now; ``explore`` the exploration share, its period, the batches explored and whether it is on now.
   ``batches_drafted`` counts decode batches that drafted (steps > 0), ``batches_gated`` those the gate
   forced to 0; a batch SGLang's own band put at 0 counts as neither. ``counters``: per batch-size bin
-  (powers of two up to ``max_running_requests``), for drafted (steps > 0) and gated (0 steps, whoever chose
-  it) decode steps, the steps, output tokens and step time (``control/engine_counters.py`` documents the
-  shape and what the step time includes); counted on every decode batch, refused or not.
+  (half octaves up to ``max_running_requests``: 1, 2, 3, 4, 6, 8, 12, ...), for drafted (steps > 0) and
+  gated (0 steps, whoever chose it) decode steps, the steps, output tokens and step time
+  (``control/engine_counters.py`` documents the shape and what the step time includes); counted on every
+  decode batch, refused or not.
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
   step starts here for the counters (``EngineCounters.begin``).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
@@ -38,14 +39,15 @@ AROUND hooks through SGLang's ``HookRegistry``:
   verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``).
 
 Exploration: so the engine counters keep measuring both modes at every load the server sees, a small
-deterministic share of each batch-size bin's batches runs the other mode than the gate says: every
-``round(1 / share)``-th batch of a bin (the counters' power-of-two bins), drafted where the gate would gate
+deterministic share of each batch-size bin's batches runs the other mode than the gate says, in runs of
+consecutive batches (``control/explore.py``: why runs, and which batches), drafted where the gate would gate
 it and gated where it would draft (a batch the bands themselves put at 0 stays at 0: there is no step count
 to draft it with). The share is ``knob_contract.DEFAULT_EXPLORE_SHARE`` (2 %) unless
 ``SPECTOWER_EXPLORE_SHARE`` says otherwise at launch or ``spectower_explore_share`` at runtime; 0 turns it
 off. An explored batch leaves the hysteresis alone (neither the gate's state nor its dwell count moves,
 and it is no gate switch); it is counted under ``explore`` and, where it changed the step count, under
-``gate.explore_changes`` (each such change is an override-log entry too: about 2 x share of the batches).
+``gate.explore_changes`` (each such change is an override-log entry too: about 2 x share / run length of
+the batches). The first batch of a run and the first after it go to the counters as ``settling``.
 While a lock holds the knob (an operator's manual set, e.g. ``control set --off --hold``, or a sweep's)
 nothing is explored: an operator's off means off, and a sweep measures exactly the ceiling it set.
 
@@ -87,8 +89,9 @@ from typing import Any
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
 from spectower.control import engine_counters, knob_contract
+from spectower.control.explore import RUN_LENGTH, ExploreSchedule
 
-PLUGIN_VERSION = "0.2.0"
+PLUGIN_VERSION = "0.3.0"
 KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).
@@ -157,9 +160,6 @@ def _env_explore_share() -> float:
         return knob_contract.DEFAULT_EXPLORE_SHARE
 
 
-def explore_bin(batch_size: int) -> int:
-    """The counters' bin of a batch (the smallest power of two >= it): exploration counts per bin."""
-    return 1 << max(0, int(batch_size) - 1).bit_length()
 
 
 class Gate:
@@ -180,12 +180,13 @@ class Gate:
         self.batches_gated = 0
         self.verifies_dropped = 0
         self.switches = 0
-        # Exploration (module docstring): every `explore_period`-th batch of a bin runs the other mode.
+        # Exploration (module docstring): runs, one batch in `explore_period` of a bin (control/explore.py).
         self.explore_share = 0.0
         self.explore_period = 0
         self.set_explore_share(explore_share)
-        self._bin_batches: dict[int, int] = {}  # batches seen per bin while exploring was allowed
+        self._schedule = ExploreSchedule()  # which batches explore: runs (control/explore.py)
         self.explored_now = False  # the last decide() explored (count() attributes its step change)
+        self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
         self.batches_explored = 0
         self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
         self._last_explored = False
@@ -231,21 +232,14 @@ class Gate:
         dwelt = self.closed_batches + 1
         return not (batch_size <= ceiling - self.margin() and dwelt >= self.min_dwell), dwelt
 
-    def _explore_due(self, batch_size: int) -> bool:
-        period = self.explore_period
-        if period <= 0:
-            return False
-        key = explore_bin(batch_size)
-        seen = self._bin_batches.get(key, 0) + 1
-        self._bin_batches[key] = seen
-        return seen % period == 0
-
     def decide(self, batch_size: int, may_explore: bool = True) -> bool:
         """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis;
-        every ``explore_period``-th batch of a bin (while ``may_explore``) runs the other mode instead,
+        the batches ``ExploreSchedule`` picks (runs; while ``may_explore``) run the other mode instead,
         leaving the hysteresis state as it was."""
         closed, dwelt = self._judge(batch_size)
-        if may_explore and self._explore_due(batch_size):
+        period = self.explore_period if may_explore else 0
+        explore, self.settling_now = self._schedule.next(batch_size, period)
+        if explore:
             self.explored_now = True
             self._decisions.append((batch_size, not closed))
             return not closed
@@ -308,10 +302,12 @@ class Gate:
 
     def explore_report(self, active: bool) -> dict[str, Any]:
         """The ``explore`` block (the simulator reports the same): the share, every how many batches of a
-        bin one is explored, how many were, and whether exploring is on now (no lock holds the knob)."""
+        bin one is explored (in runs of ``run``), how many were, and whether exploring is on now (no lock
+        holds the knob)."""
         return {
             "share": self.explore_share,
             "period": self.explore_period,
+            "run": RUN_LENGTH,
             "batches": self.batches_explored,
             "active": active and self.explore_period > 0,
         }
@@ -578,6 +574,7 @@ def hook_get_steps_for_batch(
 ) -> int:
     steps = original(params, batch_size, *args, **kwargs)
     final = steps
+    settling = False
     try:
         state = _state()
         gate = state.gate
@@ -592,12 +589,13 @@ def hook_get_steps_for_batch(
             free = gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
             gated = gate.decide(int(batch_size), may_explore=free)
             gate.count(gated, steps, gate.explored_now)
+            settling = gate.settling_now
             final = 0 if gated else steps
     except Exception:
         _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)
         final = steps
     try:
-        _state().counters.begin(int(batch_size), final > 0)
+        _state().counters.begin(int(batch_size), final > 0, settling)
     except Exception:
         _warn_once("counters-begin", "spectower: decode counter error (begin)", exc_info=True)
     return final

@@ -54,7 +54,7 @@ EstimateStatus = Literal["found", "none_in_range", "below_range", "no_data"]
 
 @dataclass(frozen=True)
 class BinEstimate:
-    batch_size: int  # the bin (power of two, from the counters' bins)
+    batch_size: int  # the bin (from the counters' bins)
     drafted_tok_s: float | None  # output tokens / step time of drafted steps in the bin
     gated_tok_s: float | None  # same for gated (0-step) steps
     speedup: float | None  # drafted_tok_s / gated_tok_s
@@ -134,6 +134,7 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "unmatched": sum(_count(s.get("unmatched")) for s in snapshots),
         "dropped": sum(_count(s.get("dropped")) for s in snapshots),
         "ranks": len(snapshots),
+        "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
     }
     for mode in MODES:
         block: dict[str, list[Any]] = {field: [0] * len(bins) for field in FIELDS}
@@ -144,6 +145,14 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         block["time_s"] = [round(t, 9) for t in block["time_s"]]
         out[mode] = block
     return out
+
+
+def _settling(snapshot: Mapping[str, Any]) -> dict[str, float]:
+    """A snapshot's settling steps, tokens and step time (control/explore.py); zeros where it has none (a
+    plugin before 0.3.0) or where they are malformed (diagnostics must not stop a reader)."""
+    block = snapshot.get("settling")
+    block = block if isinstance(block, Mapping) else {}
+    return {field: _number(block.get(field)) or 0.0 for field in FIELDS}
 
 
 def _number(value: object) -> float | None:

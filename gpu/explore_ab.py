@@ -43,9 +43,11 @@ def totals(client: httpx.Client, server: str) -> tuple[float, float, float, int,
     total = sum_ranks(blocks)
     explored = sum(int((s.get("spectower") or {}).get("explore", {}).get("batches", 0))
                    for s in info.get("internal_states", []))  # fmt: skip
-    tokens = sum(sum(total[m]["tokens"]) for m in ("drafted", "gated"))
-    seconds = sum(sum(total[m]["time_s"]) for m in ("drafted", "gated"))
-    steps = sum(sum(total[m]["steps"]) for m in ("drafted", "gated"))
+    # the settling steps (a switch into or out of an exploration run) are in no bin, but they are served
+    settling = total["settling"]
+    tokens = sum(sum(total[m]["tokens"]) for m in ("drafted", "gated")) + settling["tokens"]
+    seconds = sum(sum(total[m]["time_s"]) for m in ("drafted", "gated")) + settling["time_s"]
+    steps = sum(sum(total[m]["steps"]) for m in ("drafted", "gated")) + int(settling["steps"])
     return now, float(tokens), float(seconds), explored, int(steps)
 
 

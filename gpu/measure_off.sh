@@ -59,10 +59,12 @@ wait_for() {  # name port pattern: until the log shows pattern ("" = until /heal
 }
 
 do_launch() {
-  if curl -fsS "$SPEC_URL/health" >/dev/null 2>&1 && curl -fsS "$PLAIN_URL/health" >/dev/null 2>&1; then
+  if curl -fsS "$SPEC_URL/health" >/dev/null 2>&1 && curl -fsS "$PLAIN_URL/health" >/dev/null 2>&1 \
+    && [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = plain ]; then
     say "both servers already up"; return 0
   fi
-  rm -rf "$WORK" && mkdir -p "$SITE"
+  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill -- -"$(cat "$f")" 2>/dev/null && sleep 5; done
+  rm -rf "$WORK" && mkdir -p "$SITE" && echo plain > "$WORK/plain.kind"
   tar -C "$SITE" -xJf gpu/bundle/sglang-0.5.17-py312.tar.xz || { say "no bundle: run gpu/build_bundle.sh"; exit 2; }
   python3 tests/namespace_tree.py --dist-info "$SITE" >/dev/null
   python3 -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)'
@@ -125,10 +127,11 @@ PY
 do_sweep() {
   local DB=sqlite:///$OUT/bench.db
   say "three curves, one client: knob on, knob off (spectower_spec_max_bs 0), plain server; C=$LEVELS"
-st bench sweep --server "$SPEC_URL" --plain-server "$PLAIN_URL" --concurrency "$LEVELS" --modes on,off \
+st bench sweep --server "$SPEC_URL" --plain-server "$PLAIN_URL" --concurrency "$LEVELS" --modes "${MODES:-on,off}" \
   --duration-per-level "$SWEEP_SECONDS" --rounds "${ROUNDS:-2}" --warmup 4 --output-len 256 --input-len 64 --api generate \
   --tag "h200-sglang-0.5.17-$ATTN-8b-pair" --save --db "$DB" --profile-out "$OUT/profile.json" --as gpu-check \
   --json > "$OUT/sweep.json"
+cp "$OUT/sweep.json" "$WORK/sweep.json"  # the policy phases of a later call score against it
 say "sweep exit $?"
 python3 - "$OUT/sweep.json" <<'PY'
 import json, sys
@@ -206,12 +209,30 @@ for path in sys.argv[1:]:
 PY
 }
 
+do_ungated() {  # the knob at max against an un-gated EAGLE-3 server (no adaptive config, no spectower plugin)
+  # The plain server gives its memory to the un-gated one (a later launch phase brings the plain one back).
+  say "un-gated EAGLE-3 server in place of the plain one; then the knob at max against it (want >= 0.97)"
+  kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo eagle > "$WORK/plain.kind"
+  # SGLANG_PLUGINS is SGLang's allow-list of plugin names: one that names no plugin loads none
+  SGLANG_PLUGINS=none start_server plain $PLAIN_PORT 0.62 --speculative-algorithm EAGLE3 \
+    --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
+    --speculative-num-draft-tokens 4
+  wait_for plain $PLAIN_PORT "" || return 1
+  grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
+  st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs un-gated" --as gpu-check --yes >/dev/null
+  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --levels "${AB_LEVELS:-1,16,64}" \
+    --out "$OUT/knob_max_vs_ungated.json"
+  st control release --server "$SPEC_URL" --reason "knob at max vs un-gated done" --as gpu-check >/dev/null
+}
+
 do_policy() {  # the same day-shaped load under each of $POLICIES, in the background (see do_wait)
   # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600).
   # Results in $OUT: policy.db (collector + policy decisions + audit), load-<policy>.log (5 s status
   # lines: target C and tok/s), auto-<policy>.log; gpu/policy_table.py turns them into ratios.
-  rm -f "$WORK/policy.done"
-  setsid bash -c '
+  # The runs outlive this device call and $OUT is emptied for the next one: they write to $WORK/policy-out,
+  # and every do_wait copies what is there into that call's $OUT.
+  rm -rf "$WORK/policy.done" "$WORK/policy-out" && mkdir -p "$WORK/policy-out"
+  OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
       case $pol in
@@ -231,17 +252,22 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
     for pol in $POLICIES; do echo "[$(date +%T)] policy $pol"; run_one "$pol"; done
     kill -TERM $cpid; wait $cpid
     touch "$WORK/policy.done"
-  ' > "$OUT/policy.log" 2>&1 &
+  ' > "$WORK/policy-out/policy.log" 2>&1 &
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
 export -f st
-export SPEC_URL OUT WORK DB=sqlite:///$OUT/policy.db POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
+export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
   local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))
   while [ ! -f "$WORK/policy.done" ] && [ "$(date +%s)" -lt "$until" ]; do sleep 5; done
-  tail -3 "$OUT/policy.log"
-  if [ -f "$WORK/policy.done" ]; then say "policy runs done"; python3 gpu/policy_table.py --sweep "${SWEEP_JSON:-$OUT/sweep.json}" "$OUT"/load-*.log; else say "policy runs still going"; fi
+  tail -3 "$WORK/policy-out/policy.log"
+  # the database is copied whole only once the collector has stopped (its -wal would be missing otherwise)
+  cp "$WORK"/policy-out/*.log "$OUT"/
+  if [ -f "$WORK/policy.done" ]; then
+    cp "$WORK/policy-out/policy.db" "$OUT"/
+    say "policy runs done"; python3 gpu/policy_table.py --sweep "${SWEEP_JSON:-$WORK/sweep.json}" "$OUT"/load-*.log
+  else say "policy runs still going"; fi
 }
 
 for phase in $PHASES; do

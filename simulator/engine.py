@@ -16,9 +16,10 @@ decode steps over the running batch:
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
   modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
-- exploration, as the SGLang plugin's gate does it: every ``round(1 / explore_share)``-th decode batch of a
-  batch-size bin (per rank) runs the other mode than the knob says, unless a lock (manual or sweep) holds
-  the knob. The knob's owner (``control.knob_contract.KnobOwner``) lives on the engine for that reason.
+- exploration, as the SGLang plugin's gate does it (``control.explore.ExploreSchedule``, per rank): runs of
+  decode batches, ``explore_share`` of each batch-size bin's, run the other mode than the knob says, unless
+  a lock (manual or sweep) holds the knob; a run's first batch and the first after it count as settling.
+  The knob's owner (``control.knob_contract.KnobOwner``) lives on the engine for that reason.
 
 Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
 not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 
 from spectower.control import knob_contract
 from spectower.control.engine_counters import EngineCounters
-from spectower.control.sglang_plugin import explore_bin
+from spectower.control.explore import ExploreSchedule
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
@@ -190,7 +191,7 @@ class RankScheduler:
         self.batches_drafted = 0
         self.batches_gated = 0
         self.batches_explored = 0
-        self._bin_batches: dict[int, int] = {}  # decode batches per bin while exploring was allowed
+        self._schedule = ExploreSchedule()  # which decode batches explore (the plugin's schedule)
         # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
@@ -310,7 +311,9 @@ class RankScheduler:
         # A gated batch runs at the profile's knob-off curve (spec_off: SGLang verifies it as a 1-token
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
-        if profile.speculative and self._explore_due(batch):
+        period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
+        explore, settling = self._schedule.next(batch, period)
+        if explore:
             drafted = not drafted
             self.batches_explored += 1
         steps = profile.speculative_num_steps
@@ -368,7 +371,7 @@ class RankScheduler:
         self.last_decode_mono = now
         self.engine.on_decode(produced, live, drafted)
         if live:
-            self.counters.record(live, drafted, produced, step)
+            self.counters.record(live, drafted, produced, step, settling)
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
@@ -377,16 +380,6 @@ class RankScheduler:
         if self._win_steps >= self.engine.config.decode_log_interval:
             self._publish(now, prefill=False)
         return deadline
-
-    def _explore_due(self, batch: int) -> bool:
-        """Whether this batch is its bin's ``explore_period``-th (the plugin's ``Gate._explore_due``)."""
-        period = self.engine.explore_period
-        if period <= 0 or not self.engine.explore_allowed():
-            return False
-        key = explore_bin(batch)
-        seen = self._bin_batches.get(key, 0) + 1
-        self._bin_batches[key] = seen
-        return seen % period == 0
 
     def _emit(self, r: SimRequest) -> None:
         if len(r.output) >= r.max_new_tokens and not r.finished:

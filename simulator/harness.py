@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectower.control import knob_contract
-from spectower.control.engine_counters import COUNTERS_VERSION, MODES, power_of_two_bins
+from spectower.control.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.control.policy import Observation, Policy, make_policy
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
@@ -219,7 +219,7 @@ class _Counters:
     the tokens made in it)."""
 
     def __init__(self, max_running_requests: int, noise_cv: float, rng: random.Random) -> None:
-        self.bins = power_of_two_bins(max_running_requests)
+        self.bins = counter_bins(max_running_requests)
         n = len(self.bins)
         self.steps = {mode: [0] * n for mode in MODES}
         self.tokens = {mode: [0.0] * n for mode in MODES}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from spectower.control import knob_contract
+from spectower.control.explore import RUN_LENGTH
 from spectower.simulator.engine import Engine, RankScheduler
 
 
@@ -29,6 +30,7 @@ def explore_report(engine: Engine, rank: RankScheduler) -> dict[str, Any]:
     return {
         "share": engine.explore_share,
         "period": engine.explore_period,
+        "run": RUN_LENGTH,
         "batches": rank.batches_explored,
         "active": engine.explore_period > 0 and engine.explore_allowed(),
     }

@@ -137,7 +137,7 @@ class EngineCounterSample(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     server_id: int = Field(foreign_key="server.id")
     ts: float  # the end of the interval (the scrape that read it)
-    batch_size: int  # the bin: a power of two, a batch counts in the smallest bin >= its size
+    batch_size: int  # the bin (control/engine_counters.py): a batch counts in the smallest bin >= its size
     mode: str  # drafted | gated
     # 64-bit: after a restart an interval holds the new process's counts since it started
     steps: int = Field(sa_type=BigInteger)

@@ -51,6 +51,11 @@ def real_data() -> Path:
     return REAL_DATA
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers it too; here for runs without xdist (-p no:xdist) under --strict-markers
+    config.addinivalue_line("markers", "xdist_group(name): one worker runs the group (--dist loadgroup)")
+
+
 # ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------
 from typing import TYPE_CHECKING  # noqa: E402
 
@@ -69,8 +74,9 @@ def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
 
     started: list[SimulatorProcess] = []
 
-    def factory(profile: str = DEFAULT_PROFILE, admin_key: str | None = None, api_key: str | None = None,
-                **flags: Any) -> SimulatorProcess:
+    def factory(
+        profile: str = DEFAULT_PROFILE, admin_key: str | None = None, api_key: str | None = None, **flags: Any
+    ) -> SimulatorProcess:
         sim = SimulatorProcess(profile=profile, admin_key=admin_key, api_key=api_key, **flags)
         started.append(sim)
         return sim

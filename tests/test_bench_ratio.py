@@ -81,8 +81,12 @@ def test_one_noisy_low_point_is_not_the_crossover() -> None:
     from spectower.collectors.bench.ratio import RatioPoint, find_crossover, monotone_decreasing
 
     measured = [
-        (1, 1.0895, 1.0261, 1.1567), (2, 0.9387, 0.8215, 1.0726), (4, 1.0434, 0.9743, 1.1174),
-        (8, 1.0959, 0.9222, 1.3025), (16, 0.9577, 0.7524, 1.2190), (32, 0.7670, 0.6522, 0.9021),
+        (1, 1.0895, 1.0261, 1.1567),
+        (2, 0.9387, 0.8215, 1.0726),
+        (4, 1.0434, 0.9743, 1.1174),
+        (8, 1.0959, 0.9222, 1.3025),
+        (16, 0.9577, 0.7524, 1.2190),
+        (32, 0.7670, 0.6522, 0.9021),
     ]
     found = find_crossover([RatioPoint(c, r, lo, hi) for c, r, lo, hi in measured])
     assert found.status == "found"

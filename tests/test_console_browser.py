@@ -211,6 +211,8 @@ def _check_pages(page: Any, base: str) -> list[str]:
 def _sweep_from_the_console(browser: Any, base: str, sweep_dir: Path, server: str) -> None:
     """One session starts a sweep; a second one, already open, sees it run (overall progress, time left)
     and its result; the console reaps the child the moment it ends."""
+    from playwright.sync_api import expect
+
     second = browser.new_page(viewport={"width": 1280, "height": 800})  # another browser session
     _open(second, f"{base}/benchmarks", PAGE_CHARTS["benchmarks"])
     second.get_by_text("Start a sweep").first.click()
@@ -218,7 +220,8 @@ def _sweep_from_the_console(browser: Any, base: str, sweep_dir: Path, server: st
     first = browser.new_page(viewport={"width": 1280, "height": 800})
     _open(first, f"{base}/benchmarks", PAGE_CHARTS["benchmarks"])
     first.get_by_text("Start a sweep").first.click()
-    assert first.get_by_label("Server URL").input_value() == server  # the collected server, offered first
+    # the collected server, offered first (waited for: the input can be on the page a moment before its value)
+    expect(first.get_by_label("Server URL")).to_have_value(server, timeout=60_000)
     # One level, 4 slices (on, off, twice) of 4 s, each ending with its 256-token requests (~3 s at C=4):
     # about half a minute, many of the second session's 2 s polls even on a loaded 2-core box
     for label, value in (("Concurrency levels", "4"), ("Seconds per level and mode", "4")):

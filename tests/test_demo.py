@@ -29,6 +29,10 @@ import pytest
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 from tests.simulator_process import steady_load
 
+# The demo binds the simulator to its default port (30000) when it is free: two demos started at once
+# race for it between the check and the bind, so the tests that start one run on one worker, in turn.
+pytestmark = pytest.mark.xdist_group("demo-default-ports")
+
 # Generous: a loaded 2-core machine; the test returns as soon as what it waits for is there.
 UP_TIMEOUT_S = 180.0
 DECISION_TIMEOUT_S = 240.0
@@ -120,7 +124,7 @@ def _kill_leftovers(pids: dict[str, int]) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def _poll(done: Callable[[], object], timeout: float, poll_s: float = 1.0) -> None:
+def _poll(done: Callable[[], object], timeout: float, poll_s: float = 0.25) -> None:
     """Call ``done()`` until it is true or ``timeout`` seconds passed (the caller asserts what it found)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not done():

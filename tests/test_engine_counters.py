@@ -30,26 +30,38 @@ def counters(max_running: int | None = 48) -> tuple[ec.EngineCounters, FakeClock
     return ec.EngineCounters(max_running, clock=clock, wall=lambda: 1234.5), clock
 
 
-def test_bins_are_powers_of_two_up_to_max_running_requests() -> None:
-    assert ec.power_of_two_bins(48) == [1, 2, 4, 8, 16, 32, 64]
-    assert ec.power_of_two_bins(64) == [1, 2, 4, 8, 16, 32, 64]
-    assert ec.power_of_two_bins(1) == [1]
-    assert ec.power_of_two_bins(None) == [1]
+BINS_48 = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]
+
+
+def nonzero(snap: dict, mode: str, field: str) -> dict[int, float]:
+    """A snapshot's ``mode.field`` list as {bin: value}, zeros left out."""
+    return {b: v for b, v in zip(snap["bins"], snap[mode][field], strict=True) if v}
+
+
+def test_bins_are_half_octaves_up_to_max_running_requests() -> None:
+    assert ec.counter_bins(48) == BINS_48
+    assert ec.counter_bins(64) == [*BINS_48, 64]
+    assert ec.counter_bins(100) == [*BINS_48, 64, 96, 128]
+    assert ec.counter_bins(1) == [1]
+    assert ec.counter_bins(None) == [1]
     c, _ = counters(48)
     # A batch counts in the smallest bin >= its size (how a CUDA graph pads it).
-    sizes = (1, 2, 3, 4, 5, 8, 9, 33, 48, 64)
-    assert [c.bins[c.bin_index(b)] for b in sizes] == [1, 2, 4, 4, 8, 8, 16, 64, 64, 64]
+    sizes = (1, 2, 3, 4, 5, 7, 8, 9, 13, 33, 48, 49)
+    want = [1, 2, 3, 4, 6, 8, 8, 12, 16, 48, 48, 64]
+    assert [ec.bin_of(b) for b in sizes] == want
+    assert [c.bins[c.bin_index(b)] for b in sizes] == want  # 49 grows the bins to 64
+    assert ec.bin_of(1 << 20) == ec.MAX_BIN
 
 
 def test_bins_grow_for_a_larger_batch_and_stay_parallel() -> None:
     c, _ = counters(None)
     c.record(5, True, 10, 0.01)
-    assert c.bins == [1, 2, 4, 8]
+    assert c.bins == [1, 2, 3, 4, 6]
     snap = c.snapshot()
     assert ec.validate(snap) is None
-    assert snap["drafted"]["steps"] == [0, 0, 0, 1] and snap["gated"]["steps"] == [0, 0, 0, 0]
+    assert snap["drafted"]["steps"] == [0, 0, 0, 0, 1] and snap["gated"]["steps"] == [0] * 5
     c.ensure(48)
-    assert c.bins[-1] == 64 and all(len(c.steps[m]) == 7 for m in ec.MODES)
+    assert c.bins == BINS_48 and all(len(c.steps[m]) == len(BINS_48) for m in ec.MODES)
     c.record(1 << 20, False, 1, 0.1)  # beyond MAX_BIN: the last bin
     assert c.bins[-1] == ec.MAX_BIN and c.steps["gated"][-1] == 1
 
@@ -64,15 +76,13 @@ def test_begin_end_counts_drafted_and_gated_separately_with_step_time() -> None:
     clock.now += 0.004
     c.end(20, [0] * 20)
     snap = c.snapshot()
-    assert snap["bins"] == [1, 2, 4, 8, 16, 32, 64]
-    assert snap["drafted"] == {
-        "steps": [0, 0, 0, 1, 0, 0, 0],
-        "tokens": [0, 0, 0, 26, 0, 0, 0],
-        "time_s": [0, 0, 0, 0.01, 0, 0, 0],
-    }
-    assert snap["gated"]["steps"] == [0, 0, 0, 0, 0, 1, 0]
-    assert snap["gated"]["tokens"] == [0, 0, 0, 0, 0, 20, 0]
-    assert snap["gated"]["time_s"][5] == pytest.approx(0.004)
+    assert snap["bins"] == BINS_48
+    assert nonzero(snap, "drafted", "steps") == {8: 1}
+    assert nonzero(snap, "drafted", "tokens") == {8: 26}
+    assert nonzero(snap, "drafted", "time_s") == {8: 0.01}
+    assert nonzero(snap, "gated", "steps") == {24: 1}  # 20 counts in bin 24
+    assert nonzero(snap, "gated", "tokens") == {24: 20}
+    assert nonzero(snap, "gated", "time_s")[24] == pytest.approx(0.004)
     assert snap["unmatched"] == 0 and snap["dropped"] == 0
     assert snap["started_at"] == 1234.5 and snap["clock"] == "perf_counter" and snap["version"] == 1
     json.dumps(snap)  # JSON-ready
@@ -89,8 +99,8 @@ def test_overlap_scheduling_counts_result_to_result() -> None:
     clock.now += 0.006
     c.end(4, [0, 0, 0, 0])  # t=100.013: batch 2 counted 6 ms (result to result), not 11 ms
     snap = c.snapshot()
-    assert snap["drafted"]["steps"][2] == 2 and snap["drafted"]["tokens"][2] == 8 + 4
-    assert snap["drafted"]["time_s"][2] == pytest.approx(0.013)
+    assert nonzero(snap, "drafted", "steps") == {4: 2} and nonzero(snap, "drafted", "tokens") == {4: 8 + 4}
+    assert nonzero(snap, "drafted", "time_s")[4] == pytest.approx(0.013)
 
 
 def test_verify_results_match_their_own_launch_and_strays_are_counted() -> None:
@@ -101,13 +111,13 @@ def test_verify_results_match_their_own_launch_and_strays_are_counted() -> None:
     c.end(3, [1, 1, 1])
     c.end(12, [0] * 12)
     snap = c.snapshot()
-    assert snap["drafted"]["steps"] == [0, 0, 1, 0, 0, 0, 0]
-    assert snap["gated"]["steps"] == [0, 0, 0, 0, 1, 0, 0]
+    assert nonzero(snap, "drafted", "steps") == {3: 1}
+    assert nonzero(snap, "gated", "steps") == {12: 1}
     # A launch that never got its verify is dropped when a later one is matched.
     c.begin(5, True)
     c.begin(6, True)
     c.end(6, [0] * 6)
-    assert c.dropped == 1 and c.steps["drafted"][3] == 1
+    assert c.dropped == 1 and c.steps["drafted"][c.bins.index(6)] == 1
     # A verify with no launch is counted only as unmatched.
     c.end(7, [0] * 7)
     assert c.unmatched == 1 and sum(c.steps["drafted"]) == 2
@@ -126,15 +136,15 @@ def test_rates_between_two_snapshots() -> None:
         c.record(8, False, 8, 0.004)  # 2000 tok/s gated at bin 8
     second = c.snapshot()
     r = ec.rates(first, second)
-    assert r["bins"] == [1, 2, 4, 8] and r["restarted"] is False
-    assert r["drafted"]["steps"] == [0, 0, 10, 0]
-    assert r["drafted"]["tokens"] == [0, 0, 300, 0]
-    assert r["drafted"]["tok_s"][2] == pytest.approx(3000.0)
-    assert r["drafted"]["step_s"][2] == pytest.approx(0.01)
-    assert r["drafted"]["tok_s"][3] is None and r["gated"]["tok_s"][2] is None
-    assert r["gated"]["tok_s"][3] == pytest.approx(2000.0)
+    assert r["bins"] == [1, 2, 3, 4, 6, 8] and r["restarted"] is False
+    assert r["drafted"]["steps"] == [0, 0, 0, 10, 0, 0]
+    assert r["drafted"]["tokens"] == [0, 0, 0, 300, 0, 0]
+    assert r["drafted"]["tok_s"][3] == pytest.approx(3000.0)
+    assert r["drafted"]["step_s"][3] == pytest.approx(0.01)
+    assert r["drafted"]["tok_s"][5] is None and r["gated"]["tok_s"][3] is None
+    assert r["gated"]["tok_s"][5] == pytest.approx(2000.0)
     # Since start:
-    assert ec.rates(None, second)["drafted"]["steps"][2] == 11
+    assert ec.rates(None, second)["drafted"]["steps"][3] == 11
 
 
 def test_rates_across_bin_growth_and_restart() -> None:
@@ -144,13 +154,13 @@ def test_rates_across_bin_growth_and_restart() -> None:
     c.record(16, False, 16, 0.01)  # grows the bins to 16
     after = c.snapshot()
     r = ec.rates(before, after)
-    assert r["bins"] == [1, 2, 4, 8, 16] and not r["restarted"]
-    assert r["gated"]["steps"] == [0, 0, 0, 0, 1] and r["drafted"]["steps"] == [0, 0, 0, 0, 0]
+    assert r["bins"] == [1, 2, 3, 4, 6, 8, 12, 16] and not r["restarted"]
+    assert r["gated"]["steps"] == [0] * 7 + [1] and r["drafted"]["steps"] == [0] * 8
     # A new process: another started_at; the later snapshot counts from zero.
     fresh = ec.EngineCounters(4, wall=lambda: 9999.0)
     fresh.record(1, True, 2, 0.01)
     r = ec.rates(after, fresh.snapshot())
-    assert r["restarted"] and r["drafted"]["steps"] == [1, 0, 0]
+    assert r["restarted"] and r["drafted"]["steps"] == [1, 0, 0, 0]
     # Counters that went down (same start stamp) are a restart too.
     shrunk = json.loads(json.dumps(after))
     shrunk["gated"]["steps"][-1] = 0
@@ -195,7 +205,7 @@ def test_simulator_publishes_the_same_counters(simulator_factory: SimulatorFacto
 
     start = info()["spectower"]
     assert ec.validate(start["counters"]) is None
-    assert start["counters"]["bins"] == ec.power_of_two_bins(info()["effective_max_running_requests_per_dp"])
+    assert start["counters"]["bins"] == ec.counter_bins(info()["effective_max_running_requests_per_dp"])
     asyncio.run(load(4, 2.0))
     mid = info()["spectower"]
     asyncio.run(load(2, 2.0))

@@ -14,13 +14,25 @@ GLM = "glm5-nvfp4-8x-rtx-pro-6000"
 
 
 def spectower(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240
+    )
 
 
 def test_json_prints_one_object_with_the_scores_and_baselines() -> None:
-    run = spectower("--profile", GLM, "--trace", "step", "--policy", "learn", "--duration", "1800",
-                    "--seed", "2", "--json")
+    run = spectower(
+        "--profile",
+        GLM,
+        "--trace",
+        "step",
+        "--policy",
+        "learn",
+        "--duration",
+        "1800",
+        "--seed",
+        "2",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)  # exactly one JSON document
     assert isinstance(out, dict)
@@ -33,8 +45,9 @@ def test_json_prints_one_object_with_the_scores_and_baselines() -> None:
 
 
 def test_table_output_names_policy_and_baselines() -> None:
-    run = spectower("--profile", "llama31-8b-1x-h100", "--trace", "ramp", "--policy", "threshold:30",
-                    "--duration", "600")
+    run = spectower(
+        "--profile", "llama31-8b-1x-h100", "--trace", "ramp", "--policy", "threshold:30", "--duration", "600"
+    )
     assert run.returncode == 0, run.stderr
     for word in ("threshold:30", "always-on", "always-off", "sglang-default", "efficiency", "flips"):
         assert word in run.stdout
@@ -50,14 +63,17 @@ def test_a_trace_file_and_a_profile_path(tmp_path: Path) -> None:
     assert out["trace"] == "mine" and out["duration_s"] == 600 and out["flips"] == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--profile", "nope", "--trace", "step"], "profile 'nope'"),
-    (["--profile", GLM, "--trace", "weekly"], "trace 'weekly'"),
-    (["--profile", GLM, "--trace", "step", "--policy", "threshold:x"], "threshold:x"),
-    (["--profile", GLM, "--trace", "step", "--policy", "magic"], "unknown policy 'magic'"),
-    (["--profile", GLM, "--trace", "step", "--duration", "5"], "--duration"),
-    (["--profile", GLM, "--trace", "step", "--seed", "-1"], "--seed"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--profile", "nope", "--trace", "step"], "profile 'nope'"),
+        (["--profile", GLM, "--trace", "weekly"], "trace 'weekly'"),
+        (["--profile", GLM, "--trace", "step", "--policy", "threshold:x"], "threshold:x"),
+        (["--profile", GLM, "--trace", "step", "--policy", "magic"], "unknown policy 'magic'"),
+        (["--profile", GLM, "--trace", "step", "--duration", "5"], "--duration"),
+        (["--profile", GLM, "--trace", "step", "--seed", "-1"], "--seed"),
+    ],
+)
 def test_bad_inputs_give_one_clear_error(args: list[str], message: str) -> None:
     run = spectower(*args)
     assert run.returncode == 2
@@ -73,8 +89,9 @@ def test_bad_trace_file_names_the_point(tmp_path: Path) -> None:
     assert "point [2]" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_the_jump_trace_spans_the_profiles_max_running_requests_and_the_table_says_what_exploring_costs(
-) -> None:
+def test_the_jump_trace_spans_the_profiles_max_running_requests_and_the_table_says_what_exploring_costs() -> (
+    None
+):
     run = spectower("--profile", GLM, "--trace", "jump", "--policy", "learn", "--duration", "600", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)

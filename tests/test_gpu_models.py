@@ -6,8 +6,9 @@ tiny pair inside the SGLang venv and check it with real model code (tests/gpu_mo
 what is real there): transformers' LlamaForCausalLM decodes each prompt greedily as ``expect()`` says, and
 SGLang's own LlamaForCausalLMEagle3 (0.5.23, and the 0.5.17 the GPU bundle carries) loads every draft tensor
 and guesses what the construction says, so a speculative loop over the two accepts what ``expect()`` says.
-Without ``SPECTOWER_SGLANG_PYTHON`` those skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail): the
-plugin tests' fixtures.
+That check runs in the plugin checks' batch of each version (tests/sglang_checks.py). Without
+``SPECTOWER_SGLANG_PYTHON`` those skip, unless ``SPECTOWER_REQUIRE_SGLANG=1`` (then they fail): the plugin
+tests' fixtures.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import dataclasses
 import importlib.util
 import itertools
 import json
-import os
 import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,12 @@ import pytest
 
 from tests import test_sglang_plugin as plugin_tests
 from tests.conftest import REPO_ROOT
+from tests.sglang_checks import PAIR_SHARE, SglangChecks
+from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
 # The SGLang venv's python and version (skip / fail rules, the 0.5.17 overlay): the plugin tests' fixtures.
 sglang_python = plugin_tests.sglang_python
 sglang_version = plugin_tests.sglang_version
-
-CHECK = REPO_ROOT / "tests" / "gpu_model_checks" / "check_pair.py"
-CHECK_TIMEOUT_S = 300
 
 
 def load_make_models() -> Any:
@@ -104,8 +102,11 @@ def test_tiny_files_hold_the_construction(tmp_path: Path) -> None:
     s = pair.shape
     path = tmp_path / "t.safetensors"
     # the target's tensors and two of the draft's in one file (the draft's names prefixed to stay unique)
-    extra = [dataclasses.replace(t, name="draft." + t.name) for t in mm.draft_tensors(pair)
-             if t.name in {"fc.weight", "d2t"}]
+    extra = [
+        dataclasses.replace(t, name="draft." + t.name)
+        for t in mm.draft_tensors(pair)
+        if t.name in {"fc.weight", "d2t"}
+    ]
     mm.write_safetensors(path, mm.target_tensors(pair) + extra)
     base, header = read_header(path)
     assert header.pop("__metadata__") == {"format": "pt"}
@@ -116,7 +117,7 @@ def test_tiny_files_hold_the_construction(tmp_path: Path) -> None:
     def array(name: str) -> np.ndarray:
         meta = header[name]
         lo, hi = meta["data_offsets"]
-        data = raw[base + lo: base + hi]
+        data = raw[base + lo : base + hi]
         if meta["dtype"] == "BF16":
             bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
             return bits.view(np.float32).reshape(meta["shape"])
@@ -127,11 +128,12 @@ def test_tiny_files_hold_the_construction(tmp_path: Path) -> None:
     assert embed.argmax(axis=1).tolist() == pair.routes().tolist()
     head = array("lm_head.weight")
     assert sorted(map(tuple, np.argwhere(head).tolist())) == sorted(
-        (tok, route) for route, tok in pair.route_target().items())
+        (tok, route) for route, tok in pair.route_target().items()
+    )
     assert not array("model.layers.2.mlp.up_proj.weight").any()
     assert array("model.layers.2.input_layernorm.weight").tolist() == [1.0] * s.hidden
     fc = array("draft.fc.weight")
-    assert np.array_equal(fc[:, : s.hidden], np.eye(s.hidden)) and not fc[:, s.hidden:].any()
+    assert np.array_equal(fc[:, : s.hidden], np.eye(s.hidden)) and not fc[:, s.hidden :].any()
     d2t = array("draft.d2t")
     assert (d2t + np.arange(s.draft_vocab)).tolist() == pair.draft_vocab()
 
@@ -172,27 +174,10 @@ def test_mix_gives_the_load_figure() -> None:
 # ---- against transformers and SGLang's own draft class ----------------------------------------------------
 
 
-def run_check(python: str, version: str, out: Path, share: float) -> dict[str, Any]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-    environ.pop("PYTHONPATH", None)
-    if version != "0.5.23":
-        environ["PYTHONPATH"] = str(plugin_tests.overlay_of(python, version))
-    proc = subprocess.run([python, str(CHECK), str(REPO_ROOT), str(out), str(share)], capture_output=True,
-                          text=True, timeout=CHECK_TIMEOUT_S, env=environ, cwd=out.parent)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        pytest.fail(f"check_pair: rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    assert result["sglang_version"] == version
-    return result
-
-
 @plugin_tests.sglang_check
-def test_pair_decodes_and_drafts_as_constructed(
-    sglang_python: str, sglang_version: str, tmp_path: Path
-) -> None:
-    share = 0.5 if sglang_version == "0.5.23" else 0.3
-    result = run_check(sglang_python, sglang_version, tmp_path / "models", share)
+def test_pair_decodes_and_drafts_as_constructed(sglang_checks: SglangChecks, sglang_version: str) -> None:
+    share = PAIR_SHARE[sglang_version]
+    result = sglang_checks.result(sglang_version, "pair")  # check_pair.py REPO_ROOT MODELS share
     pair = mm.Pair(mm.SHAPES["tiny"], share)
     s = pair.shape
 

@@ -29,6 +29,10 @@ import pytest
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 from tests.simulator_process import steady_load
 
+# The demo binds the simulator to its default port (30000) when it is free: two demos started at once
+# race for it between the check and the bind, so the tests that start one run on one worker, in turn.
+pytestmark = pytest.mark.xdist_group("demo-default-ports")
+
 README = REPO_ROOT / "README.md"
 README_URL = "http://127.0.0.1:30000"
 UP_TIMEOUT_S = 240.0

@@ -12,27 +12,62 @@ from spectower.control.policy.static import sglang_default_ceiling
 MRR = 64
 
 
-def obs(ts: float = 0.0, running: float = 10.0, tok_s: float | None = 1000.0, accept: float | None = 2.5,
-        knob: int | None = MRR, stale: bool = False, queued: float = 0.0) -> Observation:
-    return Observation(ts=ts, num_running_reqs=running, num_queue_reqs=queued, output_tok_s=tok_s,
-                       accept_length=accept, spec_max_bs=knob, max_running_requests=MRR, stale=stale)
+def obs(
+    ts: float = 0.0,
+    running: float = 10.0,
+    tok_s: float | None = 1000.0,
+    accept: float | None = 2.5,
+    knob: int | None = MRR,
+    stale: bool = False,
+    queued: float = 0.0,
+) -> Observation:
+    return Observation(
+        ts=ts,
+        num_running_reqs=running,
+        num_queue_reqs=queued,
+        output_tok_s=tok_s,
+        accept_length=accept,
+        spec_max_bs=knob,
+        max_running_requests=MRR,
+        stale=stale,
+    )
 
 
 # --- specs -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", ["learn", "threshold:30", "threshold:0", "always-on", "always-off",
-                                  "sglang-default"])
+
+@pytest.mark.parametrize(
+    "spec", ["learn", "threshold:30", "threshold:0", "always-on", "always-off", "sglang-default"]
+)
 def test_every_spec_builds_a_policy(spec: str) -> None:
     policy = make_policy(spec, MRR)
     assert isinstance(policy, Policy)
     json.dumps(policy.state())  # JSON-serialisable
 
 
-@pytest.mark.parametrize("spec", ["", "learning", "threshold", "threshold:", "threshold:-1", "threshold:3.5",
-                                  "threshold:abc", "always_on"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "learning",
+        "threshold",
+        "threshold:",
+        "threshold:-1",
+        "threshold:3.5",
+        "threshold:abc",
+        "always_on",
+    ],
+)
 def test_bad_spec_is_a_value_error_naming_it(spec: str) -> None:
-    with pytest.raises(ValueError, match=repr(spec).replace("(", r"\(").replace(")", r"\)")
-                       .replace("[", r"\[").replace(".", r"\.").replace("$", r"\$")):
+    with pytest.raises(
+        ValueError,
+        match=repr(spec)
+        .replace("(", r"\(")
+        .replace(")", r"\)")
+        .replace("[", r"\[")
+        .replace(".", r"\.")
+        .replace("$", r"\$"),
+    ):
         make_policy(spec, MRR)
 
 
@@ -48,6 +83,7 @@ def test_bad_options_and_max_running_requests() -> None:
 
 
 # --- fixed policies ----------------------------------------------------------------------------------
+
 
 def test_threshold_sets_then_holds_and_holds_when_stale() -> None:
     policy = make_policy("threshold:30", MRR)

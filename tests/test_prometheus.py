@@ -3,7 +3,6 @@ Prometheus source reads back what the direct scraper read, within one scrape."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import time
@@ -18,6 +17,7 @@ from spectower.collectors.prometheus import PrometheusSource, PrometheusSourceEr
 from spectower.collectors.sglang.metrics import parse_metrics
 
 from tests.conftest import free_port
+from tests.simulator_process import SimulatorProcess
 from tests.test_daemon import Load
 
 pytestmark = pytest.mark.integration
@@ -25,11 +25,17 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCRAPE_S = 1.0
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, Any]]:
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A Prometheus scraping a simulator, shared by the module's tests (they only read what it scraped)."""
     if not Path(PROMETHEUS).exists():
         pytest.fail("prometheus is not installed (Debian package 'prometheus'; ./tests/run installs it)")
-    sim = simulator_factory(profile="glm5-nvfp4-8x-rtx-pro-6000", decode_log_interval=10)
+    tmp_path = tmp_path_factory.mktemp("prometheus")
+    with SimulatorProcess(profile="glm5-nvfp4-8x-rtx-pro-6000", decode_log_interval=10) as sim:
+        yield from _prometheus(tmp_path, sim)
+
+
+def _prometheus(tmp_path: Path, sim: SimulatorProcess) -> Iterator[tuple[str, Any]]:
     port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
@@ -163,14 +169,14 @@ def test_unreachable_prometheus_is_a_clear_error() -> None:
 def test_daemon_with_prometheus_source(prometheus: tuple[str, Any], tmp_path: Path) -> None:
     from spectower.collectors.daemon import DaemonConfig
 
-    from tests.test_daemon import rows, run_collector
+    from tests.test_daemon import rows, run_collector, wait_cycles
 
     url, sim = prometheus
     src = PrometheusSource(url, timeout_s=5)
     _wait_for_series(src)
 
     async def run(c: Any) -> None:
-        await asyncio.sleep(3.0)
+        await wait_cycles(c, "prometheus", 3)  # three reads through Prometheus, a second apart
 
     db_path = tmp_path / "prom.db"
     run_collector(DaemonConfig(prometheus=url, interval_s=1.0), db_path, run)

@@ -50,8 +50,18 @@ def db(tmp_path: Path) -> Iterator[Database]:
     database.close()
 
 
-def add_samples(db: Database, url: str, ts: float, running: float, *, rank: int = 0, n: int = 3,
-                tok_s: float | None = 1000.0, accept: float | None = 2.5, queued: float = 0.0) -> None:
+def add_samples(
+    db: Database,
+    url: str,
+    ts: float,
+    running: float,
+    *,
+    rank: int = 0,
+    n: int = 3,
+    tok_s: float | None = 1000.0,
+    accept: float | None = 2.5,
+    queued: float = 0.0,
+) -> None:
     """Write what the collector would: one EngineSample per second up to ``ts``."""
     server_id = db.server_id(url, ts=ts)
     with db.session(write=True) as session:
@@ -197,10 +207,11 @@ def counters_block(steps: int, bins: int = 6) -> dict[str, Any]:
     """One rank's counters (control/engine_counters.py's shape): ``steps`` drafted and gated ones in bin 4."""
     block = engine_counters.EngineCounters(2 ** (bins - 1), clock_name="model").snapshot()
     block["started_at"] = 1.0
+    i = block["bins"].index(4)
     for mode, tokens in (("drafted", 30), ("gated", 10)):
-        block[mode]["steps"][2] = steps
-        block[mode]["tokens"][2] = tokens * steps
-        block[mode]["time_s"][2] = 0.01 * steps
+        block[mode]["steps"][i] = steps
+        block[mode]["tokens"][i] = tokens * steps
+        block[mode]["time_s"][i] = 0.01 * steps
     return block
 
 
@@ -222,7 +233,8 @@ def test_the_observation_carries_the_engine_counters_summed_over_ranks(
     publish_counters(fake, 7)
     obs, _ = runner.observe(clock.now)
     assert obs.counters is not None and engine_counters.validate(dict(obs.counters)) is None
-    assert obs.counters["drafted"]["steps"][2] == 14 and obs.counters["gated"]["tokens"][2] == 140
+    i = obs.counters["bins"].index(4)
+    assert obs.counters["drafted"]["steps"][i] == 14 and obs.counters["gated"]["tokens"][i] == 140
     assert obs.counters["ranks"] == 2
     # one rank without a valid block: no partial sum (it would read as a restart, then as a jump)
     fake.info["internal_states"][1]["spectower"]["counters"] = {"bins": "no"}

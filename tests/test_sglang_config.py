@@ -176,9 +176,7 @@ def test_plugin_missing_or_refusing(real_info: dict[str, Any]) -> None:
     problems = _problems(info)
     assert problems == [problems[0]] and problems[0].startswith("rank 1: the spectower plugin is not loaded")
     info["internal_states"][0]["spectower"]["refused"] = "adaptive band 1 does not allow step 0"
-    assert any(
-        p.startswith("rank 0:") and "band 1 does not allow step 0" in p for p in _problems(info)
-    )
+    assert any(p.startswith("rank 0:") and "band 1 does not allow step 0" in p for p in _problems(info))
     info["internal_states"] = []
     assert any("no internal_states" in p for p in _problems(info))
 

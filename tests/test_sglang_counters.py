@@ -75,7 +75,7 @@ def test_deltas_between_reads_summed_over_ranks() -> None:
     r0, r1 = _counters(), _counters()
     deltas = CounterDeltas()
     assert deltas.update(10.0, [r0.snapshot(), r1.snapshot()]) == []  # the first read: a baseline
-    r0.record(3, True, 12, 0.02)
+    r0.record(4, True, 12, 0.02)
     r1.record(4, True, 8, 0.02)
     r1.record(16, False, 16, 0.01)
     rows = deltas.update(15.0, [r0.snapshot(), r1.snapshot()])

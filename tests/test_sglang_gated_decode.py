@@ -5,33 +5,22 @@ What is real and what is constructed: tests/sglang_plugin_checks/check_gated_dec
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import sglang_checks as batches
 from tests import test_sglang_plugin as plugin_tests
-
-sglang_python = plugin_tests.sglang_python
-plugin_site = plugin_tests.plugin_site
-config_path = plugin_tests.config_path
+from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
 ENTRY = "spectower-gated-decode"
 
 
-def _check(python: str, site: Path, version: str, *args: str, **env: str) -> dict[str, Any]:
-    return plugin_tests.run_check(python, site, "check_gated_decode", *args, version=version, env=env)
-
-
-@pytest.fixture(scope="module", params=["0.5.23", "0.5.17"])
-def checked(
-    request: pytest.FixtureRequest, sglang_python: str, plugin_site: Path, config_path: Path
-) -> dict[str, Any]:
-    """One run of the check per SGLang version (each run imports SGLang: ~15 s), shared by the tests."""
-    version: str = request.param
-    if version != "0.5.23" and not plugin_tests.overlay_of(sglang_python, version).is_dir():
-        pytest.fail(f"no SGLang {version} overlay beside {sglang_python} (tests/sglang_env.sh)")
-    return _check(sglang_python, plugin_site, version, str(config_path))
+@pytest.fixture(params=VERSION_PARAMS)
+def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
+    """The check's result per SGLang version (with the adaptive config), shared by the tests."""
+    return sglang_checks.result(request.param, "gated_decode")
 
 
 @plugin_tests.sglang_check
@@ -67,8 +56,9 @@ def test_drafting_and_other_modes_pass_through(checked: dict[str, Any]) -> None:
 
 
 @plugin_tests.sglang_check
-def test_switched_off_by_its_environment_variable(sglang_python: str, plugin_site: Path) -> None:
-    result = _check(sglang_python, plugin_site, "0.5.23", SPECTOWER_GATED_DECODE="0")
+@batches.group("0.5.23")
+def test_switched_off_by_its_environment_variable(sglang_checks: SglangChecks) -> None:
+    result = sglang_checks.result("0.5.23", "gated_decode:off")  # SPECTOWER_GATED_DECODE=0, no config
     assert all(ENTRY not in sources for sources in result["targets"].values())
     assert result["cases"]["gated_verify"]["returned"] == "extend"
 

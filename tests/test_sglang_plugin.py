@@ -1,11 +1,13 @@
 """The SGLang plugin against SGLang 0.5.23's real classes.
 
-Each check runs in its own process (``HookRegistry.reset()`` does not undo patches) with the python of the
-SGLang venv (``SPECTOWER_SGLANG_PYTHON``, from ``tests/sglang_env.sh``): ``tests/sglang_plugin_checks/
-<check>.py`` prints one JSON object that the tests assert on. The checkout under test reaches SGLang the way
-an installed spectower would: the checkout and a ``spectower-*.dist-info`` holding the entry point declared
-in pyproject.toml are put on ``PYTHONPATH``, and SGLang's own ``load_plugins()`` discovers it. What is real
-and what is constructed inside the checks: ``tests/sglang_plugin_checks/_harness.py``.
+Each check is a script, ``tests/sglang_plugin_checks/<check>.py``, run with the python of the SGLang venv
+(``SPECTOWER_SGLANG_PYTHON``, from ``tests/sglang_env.sh``); it prints one JSON object that the tests assert
+on. They run in one batch per SGLang version (tests/sglang_checks.py): SGLang is imported once and each
+check runs in a child forked from that state, in which no plugin was loaded yet (``HookRegistry.reset()``
+does not undo patches: whatever a check patches dies with its child). The checkout under test reaches SGLang
+the way an installed spectower would: the checkout and a ``spectower-*.dist-info`` holding the entry point
+declared in pyproject.toml are put on ``PYTHONPATH``, and SGLang's own ``load_plugins()`` discovers it. What
+is real and what is constructed inside the checks: ``tests/sglang_plugin_checks/_harness.py``.
 
 The load/knob/gating/EMA/counter checks also run against SGLang 0.5.17 (the plugin supports both):
 tests/sglang_env.sh installs it as an overlay beside the venv, put first on ``PYTHONPATH``; each check reports
@@ -20,10 +22,8 @@ override-log figures) except ``check_explore`` and the override-log figure that 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.control.sglang_plugin import TARGETS, Gate, explore_bin, validate_spec_max_bs
+from spectower.control.sglang_plugin import TARGETS, Gate, validate_spec_max_bs
 
+from tests import sglang_checks as batches
 from tests.conftest import REPO_ROOT
-from tests.namespace_tree import link_tree
+from tests.namespace_tree import link_tree, write_dist_info
+from tests.sglang_checks import OVERRIDE_BATCHES, STEPS, VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import overlay_of as overlay_of  # re-exported: checks that import it from here
+from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
-# Each check starts a python that imports SGLang: 10-100 s apiece on a loaded 2-core machine.
+# The first test of a version waits for its batch: SGLang's import, 10-100 s on a loaded 2-core machine.
 SGLANG_CHECK = [pytest.mark.sglang, pytest.mark.timeout(900)]
 
 
@@ -46,52 +50,32 @@ def sglang_check(fn: Any) -> Any:
     return fn
 
 
-CHECKS = REPO_ROOT / "tests" / "sglang_plugin_checks"
-STEPS = 3  # must match _harness.N_STEPS
-CHECK_TIMEOUT_S = 420  # a check imports SGLang (~10-30 s on a loaded 2-core machine)
+# Every test here that runs a check against 0.5.23 only: the version's batch and its xdist group.
+on_0_5_23 = batches.group("0.5.23")
+CHECKS = batches.CHECKS
+CHECK_TIMEOUT_S = 420  # run_check below: a python of its own imports SGLang (~10-30 s on a loaded machine)
 
 
 @pytest.fixture(scope="module")
 def sglang_python() -> str:
-    python = os.environ.get("SPECTOWER_SGLANG_PYTHON", "")
-    if not python:
-        message = "SPECTOWER_SGLANG_PYTHON is not set (tests/run sets it from tests/sglang_env.sh)"
-        if os.environ.get("SPECTOWER_REQUIRE_SGLANG") == "1":
-            pytest.fail(message + " and SPECTOWER_REQUIRE_SGLANG=1")
-        pytest.skip(message)
-    if not Path(python).is_file():
-        pytest.fail(f"SPECTOWER_SGLANG_PYTHON={python} does not exist")
-    return python
+    return batches.sglang_python()
 
 
-@pytest.fixture(params=["0.5.23", "0.5.17"])
+@pytest.fixture(params=VERSION_PARAMS)
 def sglang_version(request: pytest.FixtureRequest, sglang_python: str) -> str:
     """The SGLang version a check runs against: the venv's own 0.5.23, or the 0.5.17 overlay beside it."""
-    version: str = request.param
-    if version != "0.5.23" and not overlay_of(sglang_python, version).is_dir():
-        message = f"no SGLang {version} overlay at {overlay_of(sglang_python, version)} (tests/sglang_env.sh)"
-        if os.environ.get("SPECTOWER_REQUIRE_SGLANG") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return version
+    return batches.require_version(sglang_python, request.param)
 
 
-def overlay_of(python: str, version: str) -> Path:
-    return Path(python).parent.parent / f"overlay-sglang-{version}"
+# ---- one check in a python of its own (the batches above run every check the tests here assert on) ------
 
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding spectower (links into this checkout, laid out as installed) and its .dist-info with
     the entry point pyproject.toml declares."""
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    group = project["entry-points"]["sglang.srt.plugins"]
     site = link_tree(tmp_path_factory.mktemp("plugin-site"))
-    dist = site / f"spectower-{project['version']}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: spectower\nVersion: {project['version']}\n")
-    lines = ["[sglang.srt.plugins]", *(f"{name} = {value}" for name, value in group.items())]
-    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    write_dist_info(site)
     return site
 
 
@@ -109,12 +93,8 @@ def run_check(
     env: dict[str, str | None] | None = None,
     version: str = "0.5.23",
 ) -> dict[str, Any]:
-    wanted: dict[str, str | None] = {k: v for k, v in os.environ.items()
-                                     if not k.startswith(("SGLANG_", "SPECTOWER_GATE", "SPECTOWER_EXPLORE"))}
-    first = [] if version == "0.5.23" else [str(overlay_of(python, version))]
-    wanted["PYTHONPATH"] = os.pathsep.join([*first, str(site)])
-    wanted["SPECTOWER_EXPLORE_SHARE"] = "0"  # exact figures; a check that explores says so (None: unset)
-    wanted.update(env or {})
+    """``check.py ARGS`` in a python of its own, for a check that must not share the batch's import."""
+    wanted: dict[str, str | None] = {**batches.check_environment(python, version, site), **(env or {})}
     environ = {k: v for k, v in wanted.items() if v is not None}
     proc = subprocess.run(
         [python, str(CHECKS / f"{check}.py"), *args],
@@ -134,14 +114,10 @@ def run_check(
 
 
 @sglang_check
-def test_load_plugins_discovers_the_entry_point(
-    sglang_python: str, plugin_site: Path, sglang_version: str
-) -> None:
-    result = run_check(sglang_python, plugin_site, "check_load_plugins", version=sglang_version)
+def test_load_plugins_discovers_the_entry_point(sglang_checks: SglangChecks, sglang_version: str) -> None:
+    result = sglang_checks.result(sglang_version, "load_plugins")
     entry = {"name": "spectower", "value": "spectower.control.sglang_plugin:register", "dist": "spectower"}
-    assert entry in result[
-        "entry_points"
-    ]
+    assert entry in result["entry_points"]
     assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "control" / "sglang_plugin.py").resolve()
     targets = result["targets"]
     assert set(targets) == {
@@ -159,10 +135,8 @@ def test_load_plugins_discovers_the_entry_point(
 
 
 @sglang_check
-def test_knob_accepted_refused_and_passed_through(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
-) -> None:
-    result = run_check(sglang_python, plugin_site, "check_knob", str(config_path), version=sglang_version)
+def test_knob_accepted_refused_and_passed_through(sglang_checks: SglangChecks, sglang_version: str) -> None:
+    result = sglang_checks.result(sglang_version, "knob")
     assert result["initial_has_sglang_fields"]
     initial = result["initial_spectower"]
     # Before any set: always on, reported as max_running_requests (docs/design.md: N >= that keeps it on).
@@ -207,21 +181,17 @@ def test_knob_accepted_refused_and_passed_through(
 
 
 @sglang_check
-def test_ownership_contract_in_sglang(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
-) -> None:
+def test_ownership_contract_in_sglang(sglang_checks: SglangChecks, sglang_version: str) -> None:
     """The lock lives on the server: manual / policy / sweep writes, holds, expiry, release, refusals and
     the read-back fields, through SGLang's real Scheduler methods (the same scenario the simulator plays)."""
-    result = run_check(sglang_python, plugin_site, "check_contract", str(config_path), version=sglang_version)
+    result = sglang_checks.result(sglang_version, "contract")
     assert result["mismatches"] == [], result["mismatches"]
     assert any("locked by a manual write" in w for w in result["warnings"])
 
 
 @sglang_check
-def test_per_batch_gating_at_the_ceiling(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
-) -> None:
-    result = run_check(sglang_python, plugin_site, "check_gating", str(config_path), version=sglang_version)
+def test_per_batch_gating_at_the_ceiling(sglang_checks: SglangChecks, sglang_version: str) -> None:
+    result = sglang_checks.result(sglang_version, "gating")
     assert all(result["answers"].values())
     assert result["candidate_steps"] == [0, STEPS]
     phases: dict[str, list[int]] = {}
@@ -249,17 +219,8 @@ def test_per_batch_gating_at_the_ceiling(
 
 
 @sglang_check
-def test_gated_batches_leave_the_ema_alone(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
-) -> None:
-    result = run_check(
-        sglang_python,
-        plugin_site,
-        "check_ema",
-        str(config_path),
-        env={"SPECTOWER_GATE_MIN_DWELL": "0"},
-        version=sglang_version,
-    )
+def test_gated_batches_leave_the_ema_alone(sglang_checks: SglangChecks, sglang_version: str) -> None:
+    result = sglang_checks.result(sglang_version, "ema")  # run with SPECTOWER_GATE_MIN_DWELL=0
     gated = result["gated"]
     assert gated["worker_steps"] == 0
     assert gated["after"] == gated["before"]  # EMA, update counter and steps untouched by 55 gated verifies
@@ -281,10 +242,9 @@ def test_gated_batches_leave_the_ema_alone(
 
 
 @sglang_check
-def test_refused_without_speculative_adaptive(
-    sglang_python: str, plugin_site: Path, config_path: Path
-) -> None:
-    result = run_check(sglang_python, plugin_site, "check_refusal", "no-adaptive", str(config_path))
+@on_0_5_23
+def test_refused_without_speculative_adaptive(sglang_checks: SglangChecks) -> None:
+    result = sglang_checks.result("0.5.23", "refusal:no-adaptive")
     assert result["knob_updated"] is False
     assert result["sglang_key_updated"] is True and result["threshold_after"] == 0.5  # SGLang unharmed
     assert "without --speculative-adaptive" in result["spectower"]["refused"]
@@ -293,21 +253,19 @@ def test_refused_without_speculative_adaptive(
 
 
 @sglang_check
-def test_refused_when_a_band_lacks_step_zero(sglang_python: str, plugin_site: Path, tmp_path: Path) -> None:
-    cfg = write_config(
-        tmp_path / "nozero.json", {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 3]}}
-    )
-    result = run_check(sglang_python, plugin_site, "check_refusal", "no-zero-band", str(cfg))
+@on_0_5_23
+def test_refused_when_a_band_lacks_step_zero(sglang_checks: SglangChecks) -> None:
+    # its config: {"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 3]}}
+    result = sglang_checks.result("0.5.23", "refusal:no-zero-band")
     assert result["knob_updated"] is False and result["sglang_key_updated"] is True
     assert "band 1 does not allow step 0" in result["spectower"]["refused"]
     assert result["steps_for_40"] == STEPS
 
 
 @sglang_check
-def test_refuses_to_hook_when_a_target_is_missing(
-    sglang_python: str, plugin_site: Path, config_path: Path
-) -> None:
-    result = run_check(sglang_python, plugin_site, "check_refusal", "missing-target", str(config_path))
+@on_0_5_23
+def test_refuses_to_hook_when_a_target_is_missing(sglang_checks: SglangChecks) -> None:
+    result = sglang_checks.result("0.5.23", "refusal:missing-target")
     ours = {".".join(target) for target in TARGETS.values()}  # another plugin (gated decode) may hook others
     assert not ours & set(result["hooked_targets"]) and result["set_internal_state_wrapped"] is False
     assert result["spectower"] is None
@@ -315,31 +273,14 @@ def test_refuses_to_hook_when_a_target_is_missing(
     assert any("NOT hooking" in w and "on_verify_complete" in w for w in result["warnings"])
 
 
-OVERRIDE_BATCHES = 4000
-
-
-@pytest.mark.slow
 @sglang_check
-def test_override_log_growth_is_bounded_by_hysteresis(
-    sglang_python: str, plugin_site: Path, config_path: Path
-) -> None:
+@on_0_5_23
+def test_override_log_growth_is_bounded_by_hysteresis(sglang_checks: SglangChecks) -> None:
     figures = {}
-    runs: tuple[tuple[str, dict[str, str | None]], ...] = (
-        ("hysteresis", {}),
-        ("none", {"SPECTOWER_GATE_MARGIN": "0", "SPECTOWER_GATE_MIN_DWELL": "0"}),
-        ("explore", {"SPECTOWER_EXPLORE_SHARE": None}),  # hysteresis and the default 2 % exploration
-    )
-    for label, env in runs:
-        result = run_check(
-            sglang_python,
-            plugin_site,
-            "check_override_log",
-            str(config_path),
-            str(OVERRIDE_BATCHES),
-            "alternate",
-            "noisy",
-            env=env,
-        )
+    # OVERRIDE_BATCHES batches of each pattern, alternating and noisy, in three runs: with hysteresis, without
+    # (SPECTOWER_GATE_MARGIN=0 SPECTOWER_GATE_MIN_DWELL=0), with hysteresis and the default 2 % exploration
+    for label in ("hysteresis", "none", "explore"):
+        result = sglang_checks.result("0.5.23", f"override_log:{label}")
         for pattern, figure in result["patterns"].items():
             assert figure["sources"] in ([], ["adaptive_spec.restore"])
             figures[(label, pattern)] = {**figure, "gate": result["spectower"]["gate"]}
@@ -438,107 +379,68 @@ def test_gate_matches_late_verify_results() -> None:
 
 
 @sglang_check
-def test_decode_counters_per_bin_drafted_and_gated(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
-) -> None:
+def test_decode_counters_per_bin_drafted_and_gated(sglang_checks: SglangChecks, sglang_version: str) -> None:
     """Batches driven through the real AdaptiveController move the published counters (fake clock)."""
-    result = run_check(sglang_python, plugin_site, "check_counters", str(config_path), version=sglang_version)
+    result = sglang_checks.result(sglang_version, "counters")
     assert result["steps_drafted"] == STEPS and result["steps_gated"] == 0
     phases = result["phases"]
-    bins = [1, 2, 4, 8, 16, 32, 64]  # powers of two up to max_running_requests 48
+    bins = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]  # half octaves up to max_running_requests 48
     zeros = [0] * len(bins)
     start = phases["start"]
     assert start["bins"] == bins and start["version"] == 1 and start["clock"] == "perf_counter"
     assert start["drafted"] == start["gated"] == {"steps": zeros, "tokens": zeros, "time_s": zeros}
+
+    def nonzero(snap: dict[str, Any], mode: str, field: str) -> dict[int, float]:
+        return {b: v for b, v in zip(bins, snap[mode][field], strict=True) if v}
+
     drafted = phases["drafted"]
-    # Bin 4 holds the batch of 4 (5 ms, 12 tokens) and the two overlapped batches of 3 (9 ms launch ->
+    # Bin 4 holds the batch of 4 (5 ms, 12 tokens), bin 3 the two overlapped batches of 3 (9 ms launch ->
     # result, then 6 ms result -> result; 7 + 3 tokens); idle time is never counted.
-    assert drafted["drafted"]["steps"] == [0, 0, 3, 0, 0, 0, 0]
-    assert drafted["drafted"]["tokens"] == [0, 0, 12 + 7 + 3, 0, 0, 0, 0]
-    assert drafted["drafted"]["time_s"][2] == pytest.approx(0.005 + 0.009 + 0.006)
+    assert nonzero(drafted, "drafted", "steps") == {3: 2, 4: 1}
+    assert nonzero(drafted, "drafted", "tokens") == {3: 7 + 3, 4: 12}
+    time_s = nonzero(drafted, "drafted", "time_s")
+    assert time_s[3] == pytest.approx(0.009 + 0.006) and time_s[4] == pytest.approx(0.005)
     assert drafted["gated"]["steps"] == zeros
     gated = phases["gated"]
     assert gated["drafted"] == drafted["drafted"]
-    assert gated["gated"]["steps"] == [0, 0, 0, 0, 0, 1, 0]
-    assert gated["gated"]["tokens"] == [0, 0, 0, 0, 0, 20, 0]
-    assert gated["gated"]["time_s"][5] == pytest.approx(0.004)
+    assert nonzero(gated, "gated", "steps") == {24: 1}  # the gated batch of 20
+    assert nonzero(gated, "gated", "tokens") == {24: 20}
+    assert nonzero(gated, "gated", "time_s")[24] == pytest.approx(0.004)
     assert gated["unmatched"] == 1 and gated["dropped"] == 0
     assert result["spectower"]["batches_gated"] == 1 and result["spectower"]["batches_drafted"] == 3
 
 
 @sglang_check
-def test_exploration_in_sglang_every_fiftieth_batch_per_bin_and_never_under_a_manual_hold(
-    sglang_python: str, plugin_site: Path, config_path: Path, sglang_version: str
+def test_exploration_in_sglang_runs_of_four_per_bin_and_never_under_a_manual_hold(
+    sglang_checks: SglangChecks, sglang_version: str
 ) -> None:
-    result = run_check(sglang_python, plugin_site, "check_explore", str(config_path),
-                       env={"SPECTOWER_EXPLORE_SHARE": None}, version=sglang_version)  # fmt: skip
+    result = sglang_checks.result(sglang_version, "explore")  # run with SPECTOWER_EXPLORE_SHARE unset
     answers, phases = result["answers"], result["phases"]
-    assert result["initial_explore"] == {"share": 0.02, "period": 50, "batches": 0, "active": True}
-    # ceiling 8: batches of 4 draft, but the 50th and 100th of bin 4 run gated; 16 the other way round
-    assert [i for i, s in enumerate(phases["below"], 1) if s == 0] == [50, 100]
-    assert [i for i, s in enumerate(phases["above"], 1) if s > 0] == [50, 100]
+    assert result["initial_explore"] == {"share": 0.02, "period": 50, "run": 4, "batches": 0, "active": True}
+    # ceiling 8: batches of 4 draft, but a run from bin 4's 50th batch runs gated; 16 the other way round
+    assert [i for i, s in enumerate(phases["below"], 1) if s == 0] == [50, 51, 52, 53]
+    assert [i for i, s in enumerate(phases["above"], 1) if s > 0] == [50, 51, 52, 53]
     assert result["gate_switches"] == 1  # the close at 16; explored batches switch nothing
     # an operator's off holds: nothing explored, and exploring reads back as paused
     assert answers["manual_off"] is True and phases["held_off"] == [0] * 100
     assert result["held_explore"]["active"] is False
     assert answers["policy_share_while_locked"] is False  # a policy write is refused under the lock
     assert answers["release"] is True and answers["share_0.1"] is True and answers["share_0.5"] is False
-    assert [i for i, s in enumerate(phases["after_release"], 1) if s > 0] == [10, 20]
+    assert [i for i, s in enumerate(phases["after_release"], 1) if s > 0] == [30, 31, 32, 33]
     spectower = result["spectower"]
-    assert spectower["explore"] == {"share": 0.1, "period": 10, "batches": 6, "active": True}
+    assert spectower["explore"] == {"share": 0.1, "period": 10, "run": 4, "batches": 12, "active": True}
     assert spectower["owner"] == "policy"  # the unmarked share write took no lock
     bins = spectower["counters"]["bins"]
     b4, b16 = bins.index(4), bins.index(16)
     drafted, gated = spectower["counters"]["drafted"]["steps"], spectower["counters"]["gated"]["steps"]
-    assert (drafted[b4], gated[b4]) == (98 + 2, 2 + 100 + 18)
-    assert (drafted[b16], gated[b16]) == (2, 98)
-    # each explored batch is two step changes in SGLang's override log (3 -> 0 -> 3 at the 50th, 3 -> 0 at
-    # the 100th of bin 4, then the same from 0 in bin 16), none of them a gate switch
-    assert result["log_growth"] == result["step_changes"] == result["explore_changes"] == 6
-
-
-def test_gate_explores_every_nth_batch_of_each_bin_without_moving_the_hysteresis() -> None:
-    gate = Gate(min_dwell=16, explore_share=0.02)
-    assert gate.explore_period == 50
-    gate.set_ceiling(8)
-    below = [gate.decide(4) for _ in range(100)]
-    assert [i for i, gated in enumerate(below, 1) if gated] == [50, 100]  # bin 4 drafts; 2 % gated
-    assert gate.switches == 0 and not gate.closed  # explored batches are no gate switch
-    above = [gate.decide(16) for _ in range(100)]  # closes at once; bin 16 counts on its own
-    assert [i for i, gated in enumerate(above, 1) if not gated] == [50, 100]
-    assert gate.switches == 1 and gate.closed
-    # the dwell counts the gate's own batches after the one that closed it (97), none of the explored ones
-    assert gate.closed_batches == 97
-    assert explore_bin(1) == 1 and explore_bin(3) == 4 and explore_bin(16) == 16 and explore_bin(17) == 32
-
-
-def test_gate_exploration_is_off_at_zero_and_when_not_allowed() -> None:
-    gate = Gate(explore_share=0.0)
-    gate.set_ceiling(8)
-    assert not any(gate.decide(4) for _ in range(500))
-    gate = Gate(explore_share=0.1)
-    gate.set_ceiling(0)
-    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a manual off: off means off
-    assert sum(not gate.decide(4) for _ in range(100)) == 10  # allowed again: counted from here on
-
-
-def test_gate_counts_explored_batches_and_their_step_changes() -> None:
-    gate = Gate(explore_share=0.5)  # every 2nd batch of a bin
-    gate.set_ceiling(8)
-    for _ in range(4):
-        gated = gate.decide(4)
-        gate.count(gated, 3, gate.explored_now)
-    assert gate.batches_explored == 2 and gate.batches_gated == 2 and gate.batches_drafted == 2
-    assert gate.step_changes == 3 and gate.explore_changes == 3 and gate.switches == 0
-    gate.set_ceiling(0)
-    gated = gate.decide(2)  # bin 2's first batch: the gate's own, gated
-    gate.count(gated, 0, gate.explored_now)  # the bands said 0 anyway
-    gated = gate.decide(2)  # bin 2's 2nd: explored to draft, but the bands say 0: nothing explored
-    gate.count(gated, 0, gate.explored_now)
-    assert gate.batches_explored == 2
-    report = gate.explore_report(active=True)
-    assert report == {"share": 0.5, "period": 2, "batches": 2, "active": True}
-    assert Gate().explore_report(active=True)["active"] is False  # share 0: nothing to explore
+    # each run's first batch and the first batch after it are settling, in no bin: bin 4 drafted 96 - 1
+    # below and 4 - 1 after the release; gated 4 - 1 below, 100 held, 36 - 1 after the release
+    assert (drafted[b4], gated[b4]) == (95 + 3, 3 + 100 + 35)
+    assert (drafted[b16], gated[b16]) == (3, 95)
+    assert spectower["counters"]["settling"]["steps"] == 6
+    # each run is two step changes in SGLang's override log (3 -> 0 -> 3 in bin 4, 0 -> 3 -> 0 in bin 16),
+    # none of them a gate switch; the gate's close at 16 is the fifth
+    assert result["log_growth"] == result["step_changes"] == 5 and result["explore_changes"] == 4
 
 
 def test_the_launch_share_comes_from_the_environment_and_a_bad_one_is_ignored_with_a_warning(

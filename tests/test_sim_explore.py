@@ -1,5 +1,6 @@
-"""The simulator's exploration, as the SGLang plugin's gate does it: every ``round(1 / share)``-th decode
-batch of a batch-size bin runs the other mode, counted in the engine counters; none while a lock holds the
+"""The simulator's exploration, as the SGLang plugin's gate does it (``control.explore``): runs of 4 decode
+batches, one in ``round(1 / share)`` of a batch-size bin's, run the other mode, counted in the engine
+counters (a run's first batch and the first after it as settling); none while a lock holds the
 knob; the share set at launch or through ``spectower_explore_share``. The decode loop runs in virtual time
 (the step clock's sleep is patched out), so the counts are exact."""
 
@@ -50,15 +51,18 @@ def _steps(engine: Engine, mode: str, batch: int) -> int:
 
 
 @pytest.mark.parametrize("knob, majority, minority", [(64, "drafted", "gated"), (0, "gated", "drafted")])
-def test_every_fiftieth_batch_of_a_bin_runs_the_other_mode(knob: int, majority: str, minority: str) -> None:
+def test_runs_of_four_explore_one_in_fifty_batches_of_a_bin(knob: int, majority: str, minority: str) -> None:
     engine = Engine(SimConfig(profile=load_profile(PROFILE)))  # the default share, 2 %
     assert engine.explore_share == knob_contract.DEFAULT_EXPLORE_SHARE and engine.explore_period == 50
     engine.set_spec_max_bs(knob)
-    _decode(engine, 12, 1000)  # bin 16
-    assert (_steps(engine, minority, 12), _steps(engine, majority, 12)) == (20, 980)
-    _decode(engine, 3, 149)  # bin 4 counts on its own: 149 batches -> the 50th and the 100th
-    assert (_steps(engine, minority, 3), _steps(engine, majority, 3)) == (2, 147)
-    assert engine.ranks[0].batches_explored == 22
+    _decode(engine, 12, 1000)  # bin 12: runs at batches 50, 250, 450, 650 and 850
+    # counted: the runs less their first batches; the rest less the first batch after each run
+    assert (_steps(engine, minority, 12), _steps(engine, majority, 12)) == (20 - 5, 1000 - 20 - 5)
+    _decode(engine, 3, 449)  # bin 3 counts on its own: runs at 50 and 250
+    assert (_steps(engine, minority, 3), _steps(engine, majority, 3)) == (8 - 2, 449 - 8 - 2)
+    assert engine.ranks[0].batches_explored == 28
+    settling = engine.ranks[0].counters.snapshot()["settling"]
+    assert settling["steps"] == 14 and settling["tokens"] > 0 and settling["time_s"] > 0
 
 
 def test_share_zero_explores_nothing_and_a_lock_pauses_exploring() -> None:
@@ -78,7 +82,8 @@ def test_share_zero_explores_nothing_and_a_lock_pauses_exploring() -> None:
     assert release is not None
     engine.owner.commit(release, previous=0)
     _decode(engine, 12, 500)
-    assert _steps(engine, "drafted", 12) == 10  # exploring again, counted from the release on
+    # exploring again, counted from the release on: runs at 50, 250, 450, their first batches settling
+    assert _steps(engine, "drafted", 12) == 12 - 3
 
 
 def test_the_share_is_set_at_runtime_and_read_back_per_rank() -> None:
@@ -90,13 +95,14 @@ def test_the_share_is_set_at_runtime_and_read_back_per_rank() -> None:
         assert request is not None and request.settings_only
         knob_state.apply(engine, request)
         engine.owner.commit(request, previous=64)
-        _decode(engine, 12, 100)
+        _decode(engine, 12, 100)  # period 10: runs of 4 at the 10th, 50th and 90th batch
         states = info.server_info()["internal_states"]
         explore: list[dict[str, Any]] = [s["spectower"]["explore"] for s in states]
-        assert explore[0] == {"share": 0.1, "period": 10, "batches": 10, "active": True}
+        assert explore[0] == {"share": 0.1, "period": 10, "run": 4, "batches": 12, "active": True}
         assert explore[1]["batches"] == 0 and explore[1]["share"] == 0.1
         assert states[0]["spectower"]["owner"] == "policy"  # a settings-only write takes no lock
-        assert states[0]["spectower"]["counters"]["gated"]["steps"][4] == 10
+        counters = states[0]["spectower"]["counters"]
+        assert counters["gated"]["steps"][counters["bins"].index(12)] == 12 - 3
     finally:
         info.close()
 

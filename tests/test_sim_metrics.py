@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +12,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.sim_fidelity import completion_tokens
 from tests.conftest import FIXTURES
 from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 TSV = FIXTURES / "reference" / "sglang-0.5.23-metrics.tsv"
+GAUGE_TOKENS = 80
 BASE_S = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"}
 BASE_T = {"model_name", "engine_type"}
 # docs/sglang-reference.md §5: the metrics spectower relies on; every one must be served.
@@ -204,6 +205,8 @@ def _gauge(base_url: str, name: str) -> float:
 def test_gauges_refresh_on_decode_log_interval(simulator_factory: SimulatorFactory) -> None:
     # With a huge interval, decode never publishes: gen_throughput stays 0 although tokens flow,
     # while the running count (published on each prefill batch, as SGLang does) is up to date.
+    # Read while GAUGE_TOKENS tokens have streamed: at least 20 decode steps (a step yields at most 4 tokens
+    # at 3 draft steps), two publishes at interval 10. A step's gauges are set before its tokens go out.
     slow = simulator_factory(decode_log_interval=100000)
     fast = simulator_factory(decode_log_interval=10)
     for sim in (slow, fast):
@@ -213,11 +216,18 @@ def test_gauges_refresh_on_decode_log_interval(simulator_factory: SimulatorFacto
             json={"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 400}},
             timeout=60,
         ) as r:
-            it = r.iter_bytes()
-            deadline = time.monotonic() + 3.0
-            for _ in it:
-                if time.monotonic() > deadline:
+            streamed, buf = 0, b""
+            chunks = (
+                r.iter_raw()
+            )  # held: a dropped iterator closes the stream, and the server aborts the request
+            for raw in chunks:
+                buf += raw
+                while b"\n\n" in buf:
+                    event, buf = buf.split(b"\n\n", 1)
+                    streamed = max(streamed, completion_tokens(event) or 0)
+                if streamed >= GAUGE_TOKENS:
                     break
+            assert streamed >= GAUGE_TOKENS, streamed
             assert _gauge(sim.base_url, "sglang:num_running_reqs") == 1.0
             tput = _gauge(sim.base_url, "sglang:gen_throughput")
             if sim is slow:

@@ -13,8 +13,12 @@ def test_kill_restart_same_ports_stop(simulator_factory: SimulatorFactory) -> No
     base, gpu = sim.base_url, sim.gpu_metrics_url
     first_pid = sim.pid
     assert sim.running
-    assert httpx.post(f"{base}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}},
-                      headers=sim.admin_headers, timeout=10).json() == [True]
+    assert httpx.post(
+        f"{base}/set_internal_state",
+        json={"server_args": {"spectower_spec_max_bs": 2}},
+        headers=sim.admin_headers,
+        timeout=10,
+    ).json() == [True]
     sim.kill()
     assert not sim.running
     with pytest.raises(httpx.HTTPError):
@@ -28,8 +32,12 @@ def test_kill_restart_same_ports_stop(simulator_factory: SimulatorFactory) -> No
     state = httpx.get(f"{base}/server_info", timeout=5).json()["internal_states"][0]
     assert state["spectower"]["spec_max_bs"] == 64
     # keys survive the restart
-    assert httpx.post(f"{base}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}},
-                      timeout=10).status_code == 401
+    assert (
+        httpx.post(
+            f"{base}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": 2}}, timeout=10
+        ).status_code
+        == 401
+    )
     sim.stop()
     assert not sim.running and sim.returncode == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 # simulator take from control/knob_contract.py).
 SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
                   "explore"} | set(KnobOwner().report())  # fmt: skip
+SEPARATORS = ("\u2028", "\u0085")
+SEPARATOR_TOKENS, SEPARATOR_CLIENTS = 2000, 16
 
 
 @pytest.fixture(scope="module")
@@ -271,12 +274,16 @@ def test_health_ready_and_flush(sim: SimulatorProcess) -> None:
 
 
 def test_awkward_line_separators_reach_clients(sim: SimulatorProcess) -> None:
-    # Real servers emit U+2028 / U+0085 raw inside JSON strings; the simulator does too (deterministic).
-    r = httpx.post(
-        f"{sim.base_url}/generate",
-        json={"text": "go", "sampling_params": {"max_new_tokens": 2000}},
-        timeout=120,
-    )
-    text = r.json()["text"]
-    assert "\u2028" in text or "\u0085" in text
-    assert "\u2028".encode() in r.content or "\u0085".encode() in r.content  # not \\u-escaped
+    # Real servers emit U+2028 / U+0085 raw inside JSON strings; the simulator does too (deterministic per
+    # request: about one token in 97, textgen.AWKWARD_EVERY). 2000 tokens leave no room for a request
+    # history without one (a chance of e^-20); asked as 16 requests at once they take ~2 s instead of ~20.
+    def generate(_: int) -> httpx.Response:
+        body = {"text": "go", "sampling_params": {"max_new_tokens": SEPARATOR_TOKENS // SEPARATOR_CLIENTS}}
+        return httpx.post(f"{sim.base_url}/generate", json=body, timeout=120)
+
+    with ThreadPoolExecutor(SEPARATOR_CLIENTS) as pool:
+        responses = list(pool.map(generate, range(SEPARATOR_CLIENTS)))
+    seen = [(r, ch) for r in responses for ch in SEPARATORS if ch in r.json()["text"]]
+    assert seen
+    for r, ch in seen:
+        assert ch.encode() in r.content, r.content  # raw, not \\u-escaped

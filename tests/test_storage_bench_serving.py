@@ -143,8 +143,12 @@ def test_server_keys_never_reach_the_database(tmp_path) -> None:
     from spectower.storage.models import BenchRun
 
     secret = "apMVnpAwx-6DV8Nyp3vkYxOCXi-SpPcK"
-    info = {"admin_api_key": secret, "api_key": secret, "version": "0.5.17",
-            "launch_command": f"python -m sglang.launch_server --admin-api-key {secret} --port 1"}
+    info = {
+        "admin_api_key": secret,
+        "api_key": secret,
+        "version": "0.5.17",
+        "launch_command": f"python -m sglang.launch_server --admin-api-key {secret} --port 1",
+    }
     db = open_database(tmp_path / "s.db")
     run = BenchRun(created_at=_time.time(), source="sweep", server_info_json=_json.dumps(info))
     db.save_bench_run(run, [])

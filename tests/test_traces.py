@@ -71,19 +71,22 @@ def test_load_trace_reads_a_file(tmp_path: Path) -> None:
     assert trace.concurrency_at(30) == pytest.approx(16)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"t": 1}, "non-empty JSON list"),
-    ([], "non-empty JSON list"),
-    ([[0, 1], [5]], r"point \[1\] must be a pair"),
-    ([[0, 1], "x"], r"point \[1\] must be a pair"),
-    ([[0, 1], [5, "a"]], r"point \[1\] concurrency must be a finite number"),
-    ([[0, 1], [5, True]], r"point \[1\] concurrency must be a finite number"),
-    ([[0, 1], [5, -2]], r"point \[1\] concurrency must be >= 0"),
-    ([[0, 1], ["x", 2]], r"point \[1\] t_seconds must be a finite number"),
-    ([[0, 1], [float("nan"), 2]], r"point \[1\] t_seconds must be a finite number"),
-    ([[0, 1], [10, 2], [5, 3]], r"point \[2\] t_seconds 5 goes back in time"),
-    ([[0, 1]], "must span some time"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"t": 1}, "non-empty JSON list"),
+        ([], "non-empty JSON list"),
+        ([[0, 1], [5]], r"point \[1\] must be a pair"),
+        ([[0, 1], "x"], r"point \[1\] must be a pair"),
+        ([[0, 1], [5, "a"]], r"point \[1\] concurrency must be a finite number"),
+        ([[0, 1], [5, True]], r"point \[1\] concurrency must be a finite number"),
+        ([[0, 1], [5, -2]], r"point \[1\] concurrency must be >= 0"),
+        ([[0, 1], ["x", 2]], r"point \[1\] t_seconds must be a finite number"),
+        ([[0, 1], [float("nan"), 2]], r"point \[1\] t_seconds must be a finite number"),
+        ([[0, 1], [10, 2], [5, 3]], r"point \[2\] t_seconds 5 goes back in time"),
+        ([[0, 1]], "must span some time"),
+    ],
+)
 def test_bad_traces_name_what_is_wrong(data: object, message: str) -> None:
     with pytest.raises(TraceError, match=message):
         parse_trace(data, source="t.json")
@@ -121,8 +124,9 @@ def test_jump_moves_every_second_between_one_and_max_running_requests(seed: int)
         assert sum(1 for c in levels if b // 2 < c <= b) >= 30, b
     default = load_trace("jump", seed=seed)  # without a max_running_requests: up to 90, like the others
     assert max(default.concurrency_at(t) for t in range(3600)) == 90
-    assert load_trace("jump", seed=seed, max_running_requests=64) != load_trace("jump", seed=seed + 1,
-                                                                               max_running_requests=64)
+    assert load_trace("jump", seed=seed, max_running_requests=64) != load_trace(
+        "jump", seed=seed + 1, max_running_requests=64
+    )
 
 
 def test_jump_refuses_a_top_below_one() -> None:

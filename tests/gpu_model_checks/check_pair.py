@@ -94,7 +94,8 @@ class CausalAttention(torch.nn.Module):
         k = k.view(n, self.kv_heads, self.head_dim).transpose(0, 1)
         v = v.view(n, self.kv_heads, self.head_dim).transpose(0, 1)
         out = torch.nn.functional.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+            q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True
+        )
         return out.transpose(0, 1).reshape(n, self.heads * self.head_dim).to(q.dtype)
 
 
@@ -115,8 +116,11 @@ class Draft:
             for param in model.parameters():
                 param.fill_(math.nan)  # whatever load_weights does not reach stays NaN
         model.load_weights(safetensors_weights_iterator([str(folder / "model.safetensors")]))
-        self.not_loaded = sorted(n for n, p in model.named_parameters()
-                                 if n != "model.embed_tokens.weight" and bool(p.isnan().any()))
+        self.not_loaded = sorted(
+            n
+            for n, p in model.named_parameters()
+            if n != "model.embed_tokens.weight" and bool(p.isnan().any())
+        )
         model.set_embed(target_embed)
         for layer in model.model.layers:
             attn = layer.self_attn
@@ -135,8 +139,11 @@ class Draft:
         guesses: list[int] = []
         with torch.no_grad():
             for _ in range(steps):
-                batch = types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=hidden),
-                                              mm_input_embeds=None, mrope_positions=None)
+                batch = types.SimpleNamespace(
+                    spec_info=types.SimpleNamespace(hidden_states=hidden),
+                    mm_input_embeds=None,
+                    mrope_positions=None,
+                )
                 positions = torch.arange(len(ids))
                 to_logits, (to_next,) = m(ids, positions, batch, input_embeds=m.embed_tokens(ids))
                 logits = to_logits[-1].float() @ self.model.lm_head.weight.float().T
@@ -172,7 +179,7 @@ class Target:
         seq = list(prompt)
         for _ in range(n):
             seq.append(self.run(seq)[0][-1])
-        return seq[len(prompt):]
+        return seq[len(prompt) :]
 
 
 def speculate(target: Target, draft: Draft, prompt: list[int], max_new: int) -> dict[str, Any]:
@@ -195,8 +202,13 @@ def speculate(target: Target, draft: Draft, prompt: list[int], max_new: int) -> 
         out += run
         correct.append(agreed)
         committed.append(len(run))
-    return {"continuation": out, "spec_verify_ct": len(correct), "correct_drafts": correct,
-            "tokens_per_verify": committed, "guesses": guesses_seen}
+    return {
+        "continuation": out,
+        "spec_verify_ct": len(correct),
+        "correct_drafts": correct,
+        "tokens_per_verify": committed,
+        "guesses": guesses_seen,
+    }
 
 
 def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
@@ -216,9 +228,12 @@ def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
     generic_fix = next(t for t in range(3, shape.vocab) if routes[t] == mm.TO_FIX and t != shape.fix)
     generic_cyc = next(t for t in range(3, shape.vocab) if routes[t] == mm.TO_A)
     text = f"t7 t{generic_fix} t{shape.cyc_a}"
-    result["tokenizer"] = {"text": text, "ids": target.tokenizer(text, add_special_tokens=True)["input_ids"],
-                           "expected": mm.encode(text, shape.vocab),
-                           "decoded": target.tokenizer.decode(mm.encode(text, shape.vocab))}
+    result["tokenizer"] = {
+        "text": text,
+        "ids": target.tokenizer(text, add_special_tokens=True)["input_ids"],
+        "expected": mm.encode(text, shape.vocab),
+        "decoded": target.tokenizer.decode(mm.encode(text, shape.vocab)),
+    }
 
     # the residual stream is the embedding at every captured depth
     _, aux, embed = target.run(list(range(3, 40)))
@@ -254,8 +269,12 @@ def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
     cases = {}
     for name, prompt in prompts.items():
         expected = pair.expect(prompt, MAX_NEW, STEPS)
-        cases[name] = {"prompt": prompt, "expected": expected, "greedy": target.greedy(prompt, MAX_NEW),
-                       "speculative": speculate(target, draft, prompt, MAX_NEW)}
+        cases[name] = {
+            "prompt": prompt,
+            "expected": expected,
+            "greedy": target.greedy(prompt, MAX_NEW),
+            "speculative": speculate(target, draft, prompt, MAX_NEW),
+        }
     result["cases"] = cases
     result["seconds"] = round(time.monotonic() - t0, 2)
     return result

@@ -1,5 +1,5 @@
 """Exploration in the real (hooked) AdaptiveSpeculativeParams: with the default share (2 %, the
-environment leaves SPECTOWER_EXPLORE_SHARE unset) every 50th batch of a batch-size bin runs the other mode
+environment leaves SPECTOWER_EXPLORE_SHARE unset) a run of 4 batches from a bin's 50th runs the other mode
 than the ceiling says; an operator's manual off holds it (no exploration); after the release the share set
 through the real Scheduler.set_internal_state (``spectower_explore_share``) applies. Verify results go
 through the real controller, so the counters, the EMA guard and SGLang's override log see it all.
@@ -41,8 +41,8 @@ def main() -> None:
     start = len(get_context().overrides_log())
     switches = gate.switches if gate is not None else 0
     changes = (gate.step_changes, gate.explore_changes) if gate is not None else (0, 0)
-    phases["below"] = run(4, 100)  # bin 4 drafts: its 50th and 100th batches are gated
-    phases["above"] = run(16, 100)  # bin 16 is gated: its 50th and 100th batches draft
+    phases["below"] = run(4, 100)  # bin 4 drafts: its 50th-53rd batches are gated
+    phases["above"] = run(16, 100)  # bin 16 is gated: its 50th-53rd batches draft
     out["log_growth"] = len(get_context().overrides_log()) - start
     out["gate_switches"] = (gate.switches if gate is not None else 0) - switches
     out["step_changes"] = (gate.step_changes if gate is not None else 0) - changes[0]
@@ -56,7 +56,8 @@ def main() -> None:
     answers["release"] = _harness.set_state(scheduler, {"spectower_writer": 1, "spectower_release": 1})
     answers["share_0.1"] = _harness.set_state(scheduler, {"spectower_explore_share": 0.1})
     answers["share_0.5"] = _harness.set_state(scheduler, {"spectower_explore_share": 0.5})
-    phases["after_release"] = run(4, 20)  # bin 4 counted to 100 before the hold: 110 and 120 explore
+    # bin 4 counted to 100 before the hold; at share 0.1 its runs start at 130, 170, ...: positions 30-33
+    phases["after_release"] = run(4, 40)
     out["spectower"] = _harness.get_state(scheduler).get("spectower")
     _harness.emit(out)
 

@@ -1,0 +1,62 @@
+"""gpu/knob_max_ab.py: the knob at max against an un-gated server, measured with the sweep's own client
+pieces. Against two simulators of the measured H200 profile (speculation about 2x a plain server at C=1):
+with the knob at max the two serve alike; with the knob at 0 the "gated" one serves about half."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "gpu" / "knob_max_ab.py"
+PROFILE = "h200-8b-pair-triton"
+KEY = "knob-ab-admin"
+
+
+def _set_knob(url: str, value: int) -> None:
+    answer = httpx.post(f"{url}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": value}},
+                        headers={"Authorization": f"Bearer {KEY}"}, timeout=10)  # fmt: skip
+    assert answer.status_code == 200 and all(answer.json()), answer.text
+
+
+def _ab(gated: str, ungated: str, out: Path) -> dict[str, Any]:
+    args = ["--gated", gated, "--ungated", ungated, "--levels", "1", "--rounds", "2", "--seconds", "1.5",
+            "--output-len", "32", "--out", str(out)]  # fmt: skip
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "knob at max / un-gated" in done.stdout
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.mark.integration
+def test_the_ratio_is_near_one_at_max_and_near_the_off_curve_at_zero(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    gated = simulator_factory(profile=PROFILE, admin_key=KEY)
+    ungated = simulator_factory(profile=PROFILE, admin_key=KEY)
+    _set_knob(gated.base_url, 64)
+    at_max = _ab(gated.base_url, ungated.base_url, tmp_path / "max.json")["levels"][0]
+    _set_knob(gated.base_url, 0)
+    at_zero = _ab(gated.base_url, ungated.base_url, tmp_path / "zero.json")["levels"][0]
+    assert at_max["concurrency"] == 1 and len(at_max["gated_tok_s"]) == len(at_max["ungated_tok_s"]) > 0
+    assert at_max["lo"] <= at_max["ratio"] <= at_max["hi"]
+    # the profile's off/on at C=1 is about 0.5: margins of well over 1.5x either way
+    assert 0.75 < at_max["ratio"] < 1.33, at_max
+    assert at_zero["ratio"] < 0.7, at_zero
+
+
+def test_bad_levels_get_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--gated", "http://127.0.0.1:9", "--ungated",
+                           "http://127.0.0.1:9", "--levels", "1,x"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == ["--levels: want comma-separated whole numbers, got '1,x'"]
