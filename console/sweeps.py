@@ -291,11 +291,13 @@ def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None
                 with open(moves, "a", encoding="utf-8") as fh:
                     fh.write(f"{time.time()}\n")  # this host's clock, as the progress maths uses
     rc = proc.returncode
-    with _LOCK:
-        _CHILDREN.pop(proc.pid, None)
     latest = _read(folder / f"{rec.id}.json")  # it may say stop_requested since
     if latest is not None:
         _finish(latest, rc, folder)
+    # Only now: while the pid is ours, list_sweeps leaves the record to this thread; popped before the exit
+    # code was written, a reader in that gap closed it from its log without one (rc None).
+    with _LOCK:
+        _CHILDREN.pop(proc.pid, None)
 
 
 def _finish(rec: SweepRecord, rc: int | None, folder: Path) -> None:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -91,6 +92,32 @@ def test_stop_interrupts_like_ctrl_c(tmp_path: Path) -> None:
     _wait_until(lambda: _status(rec) != "running")
     done = next(r for r in sweeps.list_sweeps("sqlite:///x.db") if r.id == rec.id)
     assert (done.status, done.rc) == ("stopped", 130)
+
+
+def test_a_reader_while_the_waiter_records_the_exit_leaves_the_sweep_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiter thread writes the exit code; a reader (another session's rerun) in between must not close
+    the sweep from its log first (it once read ("stopped", None) where the waiter then wrote 130)."""
+    in_finish, release = threading.Event(), threading.Event()
+    real_finish = sweeps._finish
+
+    def held_finish(rec: sweeps.SweepRecord, rc: int | None, folder: Path) -> None:
+        if rc is not None and not in_finish.is_set():  # the waiter, with the child's exit code
+            in_finish.set()
+            release.wait(60)
+        real_finish(rec, rc, folder)
+
+    monkeypatch.setattr(sweeps, "_finish", held_finish)
+    rec, go = _start(tmp_path)
+    go.touch()
+    assert in_finish.wait(60), rec.tail()
+    seen = _status(rec)  # the child is gone, its exit code not yet written
+    release.set()
+    _wait_until(lambda: _status(rec) != "running")
+    assert seen == "running"
+    done = next(r for r in sweeps.list_sweeps("sqlite:///x.db") if r.id == rec.id)
+    assert (done.status, done.rc) == ("finished", 0)
 
 
 def test_a_sweep_whose_console_went_away_is_closed_from_its_log(tmp_path: Path, _sweep_dir: Path) -> None:
