@@ -407,7 +407,16 @@ def test_known_max_running_is_what_the_collector_stored(tmp_path: Path) -> None:
         assert _known_max_running(db, "http://never-collected:30000") is None
 
 
-@pytest.mark.parametrize("flag", ["--interval", "--stale-after"])
+@pytest.mark.parametrize("flag", ["--interval", "--stale-after", "--sample"])
 def test_auto_durations_are_checked_before_anything_starts(flag: str, tmp_path: Path) -> None:
     got = run_cli(["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db"), flag, "soon"])
     assert got.exit_code == 2 and f"{flag} must be a duration" in got.stderr and "Traceback" not in got.output
+
+
+def test_auto_sample_is_learns_alone(tmp_path: Path) -> None:
+    got = run_cli(["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db"),
+                   "--policy", "threshold:8", "--sample", "5s"])  # fmt: skip
+    assert got.exit_code == 2 and "Traceback" not in got.output
+    assert got.stderr.strip().splitlines() == [
+        "error: --sample: only --policy learn keeps counters snapshots (got --policy threshold:8)"
+    ]

@@ -373,6 +373,9 @@ def auto(
     stale_after_s: float = duration_option(
         "30s", "--stale-after", help="hold when the newest sample is older"
     ),
+    sample_s: float | None = duration_option(
+        None, "--sample", help="learn: keep a counters snapshot this often (default 15s)"
+    ),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
@@ -384,6 +387,8 @@ def auto(
 
     spec = _policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
+    if sample_s is not None and kind != "learn":
+        fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
@@ -409,6 +414,8 @@ def auto(
         options: dict[str, Any] = {}
         if kind == "learn":
             options["max_flips_per_hour"] = config.max_flips_per_hour
+            if sample_s is not None:
+                options["sample_s"] = sample_s
         policy = make_policy(spec, max_running, **options)
         runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain)
         stop = threading.Event()

@@ -39,6 +39,9 @@ DEMO_MAX_CONCURRENCY = 40
 DEMO_OUTPUT_LEN = 128
 COLLECT_INTERVAL = "1s"
 POLICY_INTERVAL = "5s"
+# The demo's day is compressed into minutes: learn keeps a counters snapshot every 5 s (15 s on a real
+# server), so its first decision comes within the first minute or so, not two.
+POLICY_SAMPLE = "5s"
 OPERATOR = "demo-operator"
 KEY_FILE_NAME = "admin_key"
 PIDS_FILE_NAME = "pids.json"
@@ -141,7 +144,8 @@ def build_children(config: DemoConfig) -> list[Child]:
                           "--gpu", f"dcgm=http://127.0.0.1:{config.gpu_metrics_port}/metrics",
                           "--interval", COLLECT_INTERVAL, "--db", db, "--log-level", "WARNING"], base),
         child("policy", [*cli, "control", "auto", "--server", config.sim_url, "--policy", "learn",
-                         "--interval", config.policy_interval, "--db", db], key_env),
+                         "--interval", config.policy_interval, "--sample", POLICY_SAMPLE, "--db", db],
+              key_env),
         child("load", [*cli, "bench", "load", "--server", config.sim_url, "--pattern", "day",
                        "--period", config.period, "--max-concurrency", str(DEMO_MAX_CONCURRENCY),
                        "--output-len", str(DEMO_OUTPUT_LEN)], base),
