@@ -160,8 +160,6 @@ def _env_explore_share() -> float:
         return knob_contract.DEFAULT_EXPLORE_SHARE
 
 
-
-
 class Gate:
     """The per-process gate: the ceiling, the hysteresis state and the counters. Pure logic, no sglang."""
 

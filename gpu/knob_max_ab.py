@@ -3,7 +3,7 @@ spectower's plugins against an un-gated EAGLE-3 server (same model pair, no adap
 measured in turn with one closed-loop client, interleaved per round so drift hits both alike.
 
     python3 gpu/knob_max_ab.py --gated http://127.0.0.1:30000 --ungated http://127.0.0.1:30001 \\
-        --levels 1,16,64 --rounds 2 --seconds 8 --out knob_max_vs_ungated.json
+        --concurrency 1,16,64 --rounds 2 --seconds 8 --out knob_max_vs_ungated.json
 
 The same pieces as ``spectower bench sweep`` (prompts, streaming client, closed loop, steady-interval windows,
 the ratio's interval); ``bench sweep --plain-server`` refuses a speculative server, which is why this is its
@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.loadgen import run_closed_loop
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.ratio import ratio_interval
 from spectower.collectors.bench.stats import window_throughputs
 from spectower.collectors.bench.stream import RequestShape
+from spectower.collectors.bench.sweep import parse_concurrency
 
 WINDOWS_PER_ROUND = 4
 CONNECT_TIMEOUT_S = 10.0
@@ -67,21 +69,11 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
             "output_len": output_len, "input_len": input_len, "levels": rows}  # fmt: skip
 
 
-def levels_of(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise SystemExit(f"--levels: want comma-separated whole numbers, got {text!r}") from None
-    if not levels or min(levels) < 1:
-        raise SystemExit(f"--levels: want at least one level, each >= 1, got {text!r}")
-    return levels
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--gated", required=True, help="the server with spectower's plugins (knob at max)")
     parser.add_argument("--ungated", required=True, help="the same pair served by EAGLE-3 without the plugin")
-    parser.add_argument("--levels", default="1,16,64")
+    parser.add_argument("--concurrency", default="1,16,64", help="levels, as bench sweep's --concurrency")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0, help="per server, level and round")
     parser.add_argument("--output-len", type=int, default=256)
@@ -90,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         raise SystemExit("--rounds must be >= 1 and --seconds > 0")
+    try:
+        levels = list(parse_concurrency(args.concurrency))  # the sweep's own parser: one line naming the flag
+    except BenchError as exc:
+        raise SystemExit(str(exc)) from None
     urls = {"gated": args.gated.rstrip("/"), "ungated": args.ungated.rstrip("/")}
-    result = asyncio.run(measure(urls, levels_of(args.levels), args.rounds, args.seconds, args.output_len,
-                                 args.input_len))  # fmt: skip
+    result = asyncio.run(measure(urls, levels, args.rounds, args.seconds, args.output_len, args.input_len))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1))
     return 0

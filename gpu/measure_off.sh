@@ -220,7 +220,7 @@ do_ungated() {  # the knob at max against an un-gated EAGLE-3 server (no adaptiv
   wait_for plain $PLAIN_PORT "" || return 1
   grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
   st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs un-gated" --as gpu-check --yes >/dev/null
-  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --levels "${AB_LEVELS:-1,16,64}" \
+  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${AB_LEVELS:-1,16,64}" \
     --out "$OUT/knob_max_vs_ungated.json"
   st control release --server "$SPEC_URL" --reason "knob at max vs un-gated done" --as gpu-check >/dev/null
 }

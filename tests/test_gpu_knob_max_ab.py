@@ -28,7 +28,7 @@ def _set_knob(url: str, value: int) -> None:
 
 
 def _ab(gated: str, ungated: str, out: Path) -> dict[str, Any]:
-    args = ["--gated", gated, "--ungated", ungated, "--levels", "1", "--rounds", "2", "--seconds", "1.5",
+    args = ["--gated", gated, "--ungated", ungated, "--concurrency", "1", "--rounds", "2", "--seconds", "1.5",
             "--output-len", "32", "--out", str(out)]  # fmt: skip
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -56,7 +56,8 @@ def test_the_ratio_is_near_one_at_max_and_near_the_off_curve_at_zero(
 
 def test_bad_levels_get_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--gated", "http://127.0.0.1:9", "--ungated",
-                           "http://127.0.0.1:9", "--levels", "1,x"], capture_output=True, text=True,
+                           "http://127.0.0.1:9", "--concurrency", "1,x"], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines() == ["--levels: want comma-separated whole numbers, got '1,x'"]
+    want = "--concurrency: 'x' is not an integer (expected e.g. 1,2,4,8)"  # bench sweep's own parser
+    assert done.stderr.strip().splitlines() == [want]
