@@ -9,9 +9,9 @@ of the knob's two modes at every instant: "off" is the knob-off curve (spec_off)
 The bar (exit status 1 when a cell misses it): learn >= 0.98 of the oracle in every run, at most 12 ceiling
 changes an hour, and never below always-on on a profile where speculation pays at every load.
 
-It also says, per profile, whether a middle step count (between 0 and the launch's speculative_num_steps)
-could be scored: a profile carries the knob's two curves only (spec_on at the working step, spec_off), so
-it cannot; what would be needed is printed.
+It also says, per profile, where a middle step count (between 0 and the launch's speculative_num_steps)
+beats both ends of the knob in the simulator's step model (simulator/step_model.py: linear step cost,
+geometric acceptance; `spectower sim steps --profile NAME` prints the whole table).
 
     python benchmarks/policy_bench.py [--seeds 3] [--duration 3600] [--profile NAME ...] [--synthetic]
                                       [--explore-share 0.02] [--json]
@@ -39,6 +39,7 @@ sys.path.append(str(REPO_ROOT))  # a source checkout without an install; an inst
 
 from spectower.control import knob_contract  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
+from spectower.simulator import step_model  # noqa: E402
 from spectower.simulator.harness import HarnessConfig, RunResult, simulate  # noqa: E402
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile  # noqa: E402
 from spectower.simulator.traces import BUILTIN_TRACES, DEFAULT_DURATION_S, load_trace  # noqa: E402
@@ -108,15 +109,6 @@ def machine() -> str:
     except OSError:
         pass
     return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-
-
-def step_counts_note(profile: Profile) -> str:
-    """Whether a middle step count can be scored on this profile (it cannot: a profile has two curves)."""
-    steps = profile.speculative_num_steps
-    middle = ", ".join(str(k) for k in range(1, steps)) or "none"
-    return (f"profiles at {steps} steps carry curves for {steps} (spec_on) and 0 (spec_off) only: steps "
-            f"{middle} cannot be scored without a spec_on curve (and accept lengths) measured at each, "
-            "e.g. a `bench sweep` per step count with the adaptive bands pinned to it")
 
 
 def score(profile: Profile, trace_name: str, seeds: int, duration: float, config: HarnessConfig) -> Cell:
@@ -197,9 +189,9 @@ def main() -> int:
     print(f"learn, worst run: {worst.learn_min:.4f} ({worst.profile}, {worst.trace}); most changes: "
           f"{max(c.changes_per_hour_max for c in cells):.0f}/h; exploration costs the oracle "
           f"{min(c.explore_cost for c in cells):.2%}-{max(c.explore_cost for c in cells):.2%}")
-    print("middle step counts:")
-    for note in dict.fromkeys(step_counts_note(p) for p in profiles):
-        print(f"  {note}")
+    print("middle step counts, in the simulator's step model (simulator/step_model.py):")
+    for profile in profiles:
+        print(f"  {step_model.summary(profile)}")
     if args.json:
         for cell in cells:
             print(json.dumps(asdict(cell)))

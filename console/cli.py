@@ -19,6 +19,7 @@ from spectower.console.commands import (
     load,
     sglang_config,
     sim,
+    steps,
     store,
     ui,
 )
@@ -86,6 +87,7 @@ def _root(
 
 
 sim.app.command("evaluate")(evaluate.evaluate)
+sim.app.command("steps")(steps.steps)
 app.add_typer(sim.app, name="sim")
 bench.app.command("load")(load.load)
 app.add_typer(bench.app, name="bench")

@@ -272,6 +272,8 @@ def test_auto_end_to_end_threshold_pause_release_sigterm(
     assert policy_sets() == [] and knob_values(sim) != [12, 12]
     with SampleFeeder(db, sim.base_url, running=20):
         assert wait_for(lambda: knob_values(sim) == [12, 12]), output.text()
+        # The server applies the value before the runner reads it back and audits it: wait for the row.
+        assert wait_for(lambda: policy_sets() != []), output.text()
         assert [(e.new_max_bs, e.confirmed) for e in policy_sets()] == [(12, True)]
 
         # The operator uses another database and another spelling of the server: the lock is the server's.
@@ -288,7 +290,7 @@ def test_auto_end_to_end_threshold_pause_release_sigterm(
                             "--as", "bob"])  # fmt: skip
         assert released.exit_code == 0, released.output
         assert wait_for(lambda: knob_values(sim) == [12, 12])
-        assert len(policy_sets()) == 2
+        assert wait_for(lambda: len(policy_sets()) == 2), output.text()
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, output.text()

@@ -37,6 +37,7 @@ EXAMPLES = {
     "export bench": "spectower export bench 1 2 --out runs.jsonl",
     "import bench-serving": "spectower import bench-serving results.jsonl",
     "sim evaluate": "spectower sim evaluate --profile glm5-nvfp4-8x-rtx-pro-6000 --trace day --policy learn",
+    "sim steps": "spectower sim steps --profile h200-8b-pair-triton",
 }
 
 

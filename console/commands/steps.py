@@ -1,0 +1,55 @@
+"""`spectower sim steps`: per batch-size bin, what each step count between 0 and the launch's would serve
+in the simulator's step model (``spectower.simulator.step_model``), and whether a middle count beats both
+ends."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from spectower.console.commands.evaluate import PROFILE_HELP
+from spectower.console.errors import strict_json
+
+out = Console(highlight=False)
+
+
+def steps(
+    profile: str = typer.Option(..., "--profile", help=PROFILE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+) -> None:
+    """Output tok/s at every step count per bin, in the model (linear step cost, geometric acceptance)."""
+    from spectower.simulator import step_model
+    from spectower.simulator.profile import load_profile
+
+    prof = load_profile(profile)  # a ProfileError is a ValueError: one clean line
+    rows = step_model.step_table(prof)
+    if as_json:
+        print(strict_json({
+            "profile": prof.name,
+            "launch_steps": prof.speculative_num_steps,
+            "min_gain": step_model.MIN_GAIN,
+            "bins": [{"batch_size": r.batch_size, "tok_s": list(r.tok_s), "alpha": r.alpha,
+                      "best_steps": r.best_steps, "best_middle": r.best_middle, "middle_gain": r.middle_gain,
+                      "middle_pays": r.middle_pays} for r in rows],
+            "summary": step_model.summary(prof),
+        }, indent=None))  # fmt: skip
+        return
+    if not rows:
+        out.print(f"{prof.name}: a server without speculation: no step counts to compare")
+        return
+    top = prof.speculative_num_steps
+    table = Table(title=f"{prof.name}: output tok/s at 0..{top} steps (the simulator's step model)")
+    table.add_column("batch", justify="right")
+    for k in range(prof.speculative_num_steps + 1):
+        end = " off" if k == 0 else " on" if k == prof.speculative_num_steps else ""
+        table.add_column(f"{k}{end}", justify="right")
+    table.add_column("accept/pos", justify="right")
+    table.add_column("middle vs end", justify="right")
+    for r in rows:
+        cells = [f"[bold]{x:,.0f}[/]" if k == r.best_steps else f"{x:,.0f}" for k, x in enumerate(r.tok_s)]
+        gain = f"{r.middle_gain:+.1%} ({r.best_middle})" if r.best_middle is not None else "-"
+        table.add_row(str(r.batch_size), *cells, f"{r.alpha:.2f}", gain)
+    out.print(table)
+    out.print(step_model.summary(prof))
+    out.print("Model: each step costs the same share of the measured on-off step time; each draft position "
+              "lands with one fitted probability. A GPU measures it: gpu/measure_off.sh's steps phase.")

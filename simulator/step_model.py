@@ -1,0 +1,131 @@
+"""What a step count between 0 and the launch's ``speculative_num_steps`` would serve, in the simulator's
+model: whether a middle count (1 or 2 of 3) beats both ends of the knob at some batch size.
+
+A profile measures two step counts per batch size ``B``: the launch's ``K`` (``spec_on``, with its accept
+length ``AL_K``) and 0 (``spec_off``, the knob at 0). The model interpolates between them:
+
+- **Step time is linear in the step count**: ``t_k = t_0 + k * (t_K - t_0) / K``, with ``t_0 = B / off`` and
+  ``t_K = B * AL_K / on``. Each draft step is one draft-model forward over the batch, and each step widens the
+  target's verify by one token per request; both ends are measured, the steps between are shared equally.
+- **Acceptance is geometric**: a chain draft (``--speculative-eagle-topk 1``) keeps position ``i`` only if
+  every position before it was accepted, each with the same probability ``alpha`` fitted so that
+  ``1 + alpha + ... + alpha**K = AL_K``; then ``AL_k = 1 + alpha + ... + alpha**k``. Real drafts accept their
+  first positions more often than their last, so a real ``AL_1`` is at least the model's: the model leans
+  against a middle count, not for it.
+
+``serve(k) = B * AL_k / t_k``; ``k = 0`` and ``k = K`` give back the profile's two curves exactly. Which count
+really wins is for a GPU to say (``gpu/measure_off.sh``'s ``steps`` phase measures K-step servers against the
+launch's); this says where the profile's own numbers point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spectower.control.engine_counters import counter_bins
+from spectower.simulator.profile import Profile
+
+# A middle count "beats both ends" when it serves at least this much more than the better end: below it the
+# model's own assumptions (linear cost, geometric acceptance) are larger than the difference.
+MIN_GAIN = 0.01
+_BISECTION_STEPS = 60
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One batch-size bin: output tok/s at each step count 0..K, in the model."""
+
+    batch_size: int
+    tok_s: tuple[float, ...]  # index = step count
+    alpha: float  # the fitted per-position acceptance
+
+    @property
+    def launch_steps(self) -> int:
+        return len(self.tok_s) - 1
+
+    @property
+    def best_end(self) -> float:
+        """What the knob alone can do here: the better of 0 and K steps."""
+        return max(self.tok_s[0], self.tok_s[-1])
+
+    @property
+    def best_steps(self) -> int:
+        return max(range(len(self.tok_s)), key=lambda k: self.tok_s[k])
+
+    @property
+    def best_middle(self) -> int | None:
+        """The best count strictly between 0 and K (None when K < 2)."""
+        middle = range(1, self.launch_steps)
+        return max(middle, key=lambda k: self.tok_s[k]) if middle else None
+
+    @property
+    def middle_gain(self) -> float:
+        """The best middle count's tok/s over the best end's, minus 1 (negative: an end is better)."""
+        k = self.best_middle
+        return self.tok_s[k] / self.best_end - 1.0 if k is not None and self.best_end > 0 else 0.0
+
+    @property
+    def middle_pays(self) -> bool:
+        return self.middle_gain >= MIN_GAIN
+
+
+def accept_length(alpha: float, steps: int) -> float:
+    """Expected tokens per verify of a ``steps``-long chain draft whose positions each land with ``alpha``."""
+    return sum(alpha**i for i in range(steps + 1))
+
+
+def fit_alpha(accept: float, steps: int) -> float:
+    """The per-position acceptance whose ``steps``-long chain accepts ``accept`` tokens per verify."""
+    if steps <= 0 or accept <= 1.0:
+        return 0.0
+    if accept >= steps + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(_BISECTION_STEPS):  # accept_length rises with alpha
+        mid = (lo + hi) / 2
+        if accept_length(mid, steps) < accept:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def step_row(profile: Profile, batch_size: int) -> StepRow:
+    """Output tok/s at every step count 0..K for ``batch_size`` requests decoding together."""
+    steps = profile.speculative_num_steps
+    off = profile.output_tok_s(batch_size, spec_on=False)
+    on = profile.output_tok_s(batch_size, spec_on=True)
+    accept = profile.accept_length_at(batch_size)
+    alpha = fit_alpha(accept, steps)
+    t0 = batch_size / off
+    per_step = (batch_size * accept_length(alpha, steps) / on - t0) / steps
+    tok_s = tuple(
+        batch_size * accept_length(alpha, k) / (t0 + k * per_step) for k in range(steps + 1)
+    )
+    return StepRow(batch_size=batch_size, tok_s=tok_s, alpha=alpha)
+
+
+def step_table(profile: Profile) -> list[StepRow]:
+    """One row per engine-counter bin up to the profile's ``max_running_requests`` (the bins the plugin
+    counts in, so a per-bin step count would be decided on the same grid)."""
+    if not profile.speculative or profile.speculative_num_steps < 1:
+        return []
+    top = profile.max_running_requests
+    return [step_row(profile, b) for b in counter_bins(top) if b <= top]
+
+
+def summary(profile: Profile) -> str:
+    """One line: where a middle step count beats both ends in the model, and by how much."""
+    rows = step_table(profile)
+    steps = profile.speculative_num_steps
+    if steps < 2:
+        return f"{profile.name}: launched at {steps} step(s): no count between 0 and {steps}"
+    paying = [r for r in rows if r.middle_pays]
+    if not paying:
+        best = max(rows, key=lambda r: r.middle_gain)
+        return (f"{profile.name}: no middle count beats both ends by {MIN_GAIN:.0%} at any bin (closest: "
+                f"{best.best_middle} steps at B={best.batch_size}, {best.middle_gain:+.1%})")
+    top = max(paying, key=lambda r: r.middle_gain)
+    bins = ", ".join(f"{r.batch_size} ({r.best_middle}: {r.middle_gain:+.1%})" for r in paying)
+    return (f"{profile.name}: a middle count beats both ends at B = {bins}; at most {top.middle_gain:+.1%} "
+            f"({top.best_middle} of {steps} steps at B={top.batch_size})")

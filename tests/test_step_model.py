@@ -1,0 +1,110 @@
+"""The simulator's step model: step counts between 0 and the launch's, from a profile's two measured ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from spectower.control.engine_counters import counter_bins
+from spectower.simulator import step_model
+from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+
+# 64 is where on and off cross: 5000 tok/s either way
+CROSSING = {
+    "name": "crossing",
+    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
+    "served_model_name": "test",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "max_running_requests": 64,
+    "concurrency": [1, 64],
+    "output_tok_s": {"spec_on": [200.0, 5000.0], "spec_off": [100.0, 5000.0]},
+    "accept_length": [2.5, 2.5],
+    "prefill_tok_s": 40000.0,
+    "noise_cv": 0.0,
+}
+
+
+def _profile(**changes: Any) -> Profile:
+    return parse_profile(json.loads(json.dumps(CROSSING)) | changes, source="crossing")
+
+
+@pytest.mark.parametrize("name", builtin_profile_names())
+def test_the_ends_are_the_profiles_own_curves(name: str) -> None:
+    profile = load_profile(name)
+    rows = step_model.step_table(profile)
+    assert [r.batch_size for r in rows] == [b for b in counter_bins(profile.max_running_requests)
+                                            if b <= profile.max_running_requests]  # fmt: skip
+    for row in rows:
+        assert len(row.tok_s) == profile.speculative_num_steps + 1
+        assert row.tok_s[0] == pytest.approx(profile.output_tok_s(row.batch_size, spec_on=False), rel=1e-9)
+        assert row.tok_s[-1] == pytest.approx(profile.output_tok_s(row.batch_size, spec_on=True), rel=1e-9)
+
+
+@given(alpha=st.floats(0.0, 0.999), steps=st.integers(1, 8))
+def test_the_fitted_acceptance_gives_back_the_accept_length(alpha: float, steps: int) -> None:
+    accept = step_model.accept_length(alpha, steps)
+    fitted = step_model.fit_alpha(accept, steps)
+    assert step_model.accept_length(fitted, steps) == pytest.approx(accept, rel=1e-9)
+
+
+def test_accept_lengths_outside_the_chain_clamp() -> None:
+    assert step_model.fit_alpha(1.0, 3) == 0.0 and step_model.fit_alpha(0.5, 3) == 0.0
+    assert step_model.fit_alpha(4.0, 3) == 1.0 and step_model.fit_alpha(9.0, 3) == 1.0
+
+
+def test_where_on_and_off_cross_every_middle_count_beats_both_ends() -> None:
+    # With equal ends, serve(k)/serve(0) = AL_k / (1 + k (AL_K - 1) / K): the accept length's gain per step
+    # falls with k (geometric) while the cost per step is constant, so every k strictly inside wins.
+    row = step_model.step_row(_profile(), 64)
+    assert row.tok_s[0] == pytest.approx(row.tok_s[3], rel=1e-9)
+    assert all(row.tok_s[k] > row.best_end for k in (1, 2))
+    assert row.middle_pays and row.best_middle == row.best_steps
+    assert "a middle count beats both ends at B = " in step_model.summary(_profile())
+
+
+def test_free_drafting_makes_the_launch_count_best() -> None:
+    # on = off x accept length: a drafted step costs what a gated one does, so each step only adds tokens
+    profile = _profile(output_tok_s={"spec_on": [250.0, 12500.0], "spec_off": [100.0, 5000.0]})
+    for row in step_model.step_table(profile):
+        assert row.best_steps == 3 and list(row.tok_s) == sorted(row.tok_s)
+        assert row.middle_gain < 0 and not row.middle_pays
+    assert "no middle count beats both ends" in step_model.summary(profile)
+
+
+def test_a_one_step_launch_has_no_middle_and_a_plain_server_no_rows() -> None:
+    one = _profile(speculative_num_steps=1, accept_length=[1.6, 1.6])
+    assert all(r.best_middle is None and r.middle_gain == 0.0 for r in step_model.step_table(one))
+    assert "no count between 0 and 1" in step_model.summary(one)
+    assert step_model.step_table(_profile().without_speculation()) == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "160"}  # one table row per line
+    return subprocess.run([*SPECTOWER_CLI, "sim", "steps", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+
+
+def test_sim_steps_prints_the_table_and_json_agrees_with_the_model() -> None:
+    name = "h200-8b-pair-triton"
+    table = _cli("--profile", name)
+    assert table.returncode == 0, table.stderr
+    assert "0..3 steps" in table.stdout and "0 off" in table.stdout and "3 on" in table.stdout
+    assert step_model.summary(load_profile(name)).split(":")[0] in table.stdout
+    out = json.loads(_cli("--profile", name, "--json").stdout)
+    rows = step_model.step_table(load_profile(name))
+    assert [b["batch_size"] for b in out["bins"]] == [r.batch_size for r in rows]
+    assert [b["tok_s"] for b in out["bins"]] == [pytest.approx(list(r.tok_s)) for r in rows]
+
+
+def test_sim_steps_unknown_profile_is_one_line() -> None:
+    bad = _cli("--profile", "no-such-profile")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and "no-such-profile" in bad.stderr
