@@ -76,7 +76,7 @@ def main() -> None:
             verify_hook(original_verify, params, accepts, batch)
 
     class NoCounters(engine_counters.EngineCounters):
-        def begin(self, batch_size: int, drafted: bool) -> None:
+        def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
             pass
 
         def end(self, batch_size: int, num_correct_drafts_per_req: Sequence[int]) -> None:

@@ -16,6 +16,13 @@
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
 # policy + wait: POLICIES="learn on off threshold:51" LOAD_SECONDS=600 under one day-shaped load each; the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
+# steps (issue #14, a middle step count): for each K in STEPS_LIST (default "1 2") an un-gated EAGLE-3 server at
+# K steps (K+1 draft tokens, no plugin) replaces the plain one and gpu/knob_max_ab.py measures the gated
+# 3-step server at knob max against it at STEPS_LEVELS (default LEVELS): steps-K.json; then
+# gpu/steps_table.py over every steps-K.json of this machine and its sweep.json (steps_table.json). About
+# 90 s per launch + 4 min per K at 7 levels: one K per call, after `launch sweep`, within 30 s of each other:
+#   PHASES="launch sweep", then STEPS_LIST=1 PHASES=steps, then STEPS_LIST=2 PHASES=steps (not `launch`: the
+#   plain port then holds an EAGLE-3 server, so launch would restart both and lose the sweep's servers).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -223,6 +230,42 @@ do_ungated() {  # the knob at max against an un-gated EAGLE-3 server (no adaptiv
   python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${AB_LEVELS:-1,16,64}" \
     --out "$OUT/knob_max_vs_ungated.json"
   st control release --server "$SPEC_URL" --reason "knob at max vs un-gated done" --as gpu-check >/dev/null
+}
+
+do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K steps against the launch at max
+  # The gated server (3 steps, from `launch`) at knob max and a K-step server on the plain port, measured in
+  # the same rounds; gpu/steps_table.py ties each K to the sweep's curves through that ratio.
+  curl -fsS "$SPEC_URL/health" >/dev/null 2>&1 || { say "steps: the gated server is not up (run launch first)"; return 1; }
+  local k
+  for k in ${STEPS_LIST:-1 2}; do
+    say "steps: un-gated EAGLE-3 at $k steps ($((k + 1)) draft tokens) in place of the plain server"
+    kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo "eagle-$k" > "$WORK/plain.kind"
+    # SGLANG_PLUGINS is SGLang's allow-list of plugin names: one that names no plugin loads none
+    SGLANG_PLUGINS=none start_server plain $PLAIN_PORT 0.62 --speculative-algorithm EAGLE3 \
+      --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps "$k" --speculative-eagle-topk 1 \
+      --speculative-num-draft-tokens $((k + 1))
+    wait_for plain $PLAIN_PORT "" || return 1
+    grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
+    # only the one field: /server_info also carries the admin key
+    curl -fsS "$PLAIN_URL/server_info" | python3 -c 'import json, sys; print("un-gated server steps:",
+      json.load(sys.stdin).get("speculative_num_steps"))'
+    st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs $k steps" --as gpu-check --yes >/dev/null
+    python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${STEPS_LEVELS:-$LEVELS}" \
+      --out "$OUT/steps-$k.json"
+    st control release --server "$SPEC_URL" --reason "knob at max vs $k steps done" --as gpu-check >/dev/null
+    [ -f "$OUT/steps-$k.json" ] && cp "$OUT/steps-$k.json" "$WORK/steps-$k.json"  # a later call's table reads it
+  done
+  # the table over every K measured on this machine so far, against the sweep of this launch (if one ran)
+  local files=() f n
+  for f in "$WORK"/steps-*.json; do  # K=1 and K=2: the middle counts of the 3-step launch
+    n=$(basename "$f" .json); n=${n#steps-}
+    case $n in 1|2) files+=(--steps "$n=$f") ;; esac
+  done
+  if [ -f "$WORK/sweep.json" ] && [ ${#files[@]} -gt 0 ]; then
+    cp "$WORK/sweep.json" "$OUT/sweep.json"
+    python3 gpu/steps_table.py --sweep "$WORK/sweep.json" --launch-steps 3 "${files[@]}" --json "$OUT/steps_table.json" \
+      || say "steps table: see above"
+  else say "steps: no sweep of this launch on the machine ($WORK/sweep.json): run the table where the sweep is"; fi
 }
 
 do_policy() {  # the same day-shaped load under each of $POLICIES, in the background (see do_wait)

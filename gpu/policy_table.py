@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if not {"on", "off"} <= curves.keys():
         print("--sweep: needs knob-on and knob-off points", file=sys.stderr)
         return 2
-    table = {}
+    table: dict[str, dict[str, Any]] = {}
     for log in args.logs:
         name = log.stem.removeprefix("load-")
         rows = read_status(log)

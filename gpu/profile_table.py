@@ -37,7 +37,7 @@ def read_trace(folder: Path, categories: tuple[str, ...] | None = GPU_CATEGORIES
         raise SystemExit(f"{folder}: no trace file")
     path = files[0]
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:  # type: ignore[operator]
+    with opener(path, "rt") as handle:
         data = json.load(handle)
     events = data.get("traceEvents", [])
     return [e for e in events if "dur" in e and (categories is None or e.get("cat") in categories)]
@@ -72,8 +72,8 @@ def timeline(
     busy = _union(gpu)
     start, end = busy[0][0], busy[-1][1]
     gaps = [(a[1], b[0]) for a, b in itertools.pairwise(busy) if b[0] - a[1] >= min_gap_us]
-    in_gaps: collections.Counter[str] = collections.Counter()
-    runtime_in_gaps: collections.Counter[str] = collections.Counter()
+    in_gaps: collections.defaultdict[str, float] = collections.defaultdict(float)
+    runtime_in_gaps: collections.defaultdict[str, float] = collections.defaultdict(float)
     gap_index = 0
     cpu_side = [e for e in events if e.get("cat") in ("python_function", "cuda_runtime", "cuda_driver")]
     for event in sorted(cpu_side, key=lambda e: float(e["ts"])):
@@ -97,11 +97,16 @@ def timeline(
         "idle_ms_per_step": idle_us / 1000 / steps,
         "idle_share": idle_us / wall_us if wall_us else 0.0,
         "gaps_per_step": len(gaps) / steps,
-        "python_in_gaps": [{"name": n, "ms_per_step": t / 1000 / steps} for n, t in in_gaps.most_common(top)],
+        "python_in_gaps": [{"name": n, "ms_per_step": t / 1000 / steps} for n, t in _largest(in_gaps, top)],
         "runtime_in_gaps": [
-            {"name": n, "ms_per_step": t / 1000 / steps} for n, t in runtime_in_gaps.most_common(10)
+            {"name": n, "ms_per_step": t / 1000 / steps} for n, t in _largest(runtime_in_gaps, 10)
         ],
     }
+
+
+def _largest(totals: dict[str, float], n: int) -> list[tuple[str, float]]:
+    """The ``n`` largest totals, largest first."""
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:n]
 
 
 def summarise(events: list[dict[str, Any]], steps: int, top: int = 6) -> dict[str, Any]:
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             print(exc, file=sys.stderr)
     print(f"{'state':<22} {'GPU ms/step':>12} {'attention':>10}  top kernel")
     for label, row in rows.items():
-        first = row["top"][0] if row["top"] else {"name": "-", "share": 0}
+        first: dict[str, Any] = row["top"][0] if row["top"] else {"name": "-", "share": 0}
         print(f"{label:<22} {row['gpu_ms_per_step']:>12.2f} {row['attention_share']:>9.0%}  "
               f"{first['share']:.0%} {first['name'][:60]}")  # fmt: skip
     for label, row in rows.items():
