@@ -334,16 +334,23 @@ def list_sweeps(db_url: str) -> list[SweepRecord]:
     """Every recorded sweep, newest first; a running one whose process is gone (a console that stopped,
     another host's console) is closed from its log."""
     folder = state_dir(db_url)
+    # This console's children, taken BEFORE any file is read: a waiter writes its sweep's outcome and only
+    # then lets the pid go, so a pid missing here has its outcome on disk already. (Checked after the read,
+    # a waiter finishing in between made this reader close the sweep again from its log, without the code.)
+    with _LOCK:
+        ours = set(_CHILDREN)
     out = []
     for path in folder.glob("*.json"):
         rec = _read(path)
         if rec is None:
             continue
-        if rec.running:
-            with _LOCK:
-                ours = rec.pid in _CHILDREN
-            if not ours and not _alive(rec):
-                _finish(rec, None, folder)
+        if rec.running and rec.pid not in ours and not _alive(rec):
+            # Another console's sweep, or one whose console went away: read again just before closing it
+            # from its log, in case its own waiter (in another process) has recorded it meanwhile.
+            latest = _read(path) or rec
+            if latest.running:
+                _finish(latest, None, folder)
+            rec = latest
         out.append(rec)
     return sorted(out, key=lambda r: r.started, reverse=True)
 

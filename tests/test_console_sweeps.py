@@ -120,6 +120,35 @@ def test_a_reader_while_the_waiter_records_the_exit_leaves_the_sweep_to_it(
     assert (done.status, done.rc) == ("finished", 0)
 
 
+def test_a_reader_that_read_the_state_before_the_waiter_recorded_the_exit_does_not_overwrite_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader reads the state file (running), then the sweep ends and its waiter records the exit code and
+    lets the pid go, then the reader decides: it must not close the sweep again from its log (rc None)."""
+    rec, go = _start(tmp_path)
+    state = Path(rec.log_path).parent / f"{rec.id}.json"
+    real_read = sweeps._read
+    held = threading.Event()
+
+    def ours() -> bool:
+        with sweeps._LOCK:
+            return rec.pid in sweeps._CHILDREN
+
+    def read_then_let_the_waiter_finish(path: Path) -> sweeps.SweepRecord | None:
+        got = real_read(path)
+        if path == state and got is not None and got.running and not held.is_set():
+            held.set()
+            go.touch()  # the sweep ends now; its waiter records the exit and then lets the pid go
+            _wait_until(lambda: not ours())
+        return got
+
+    monkeypatch.setattr(sweeps, "_read", read_then_let_the_waiter_finish)
+    sweeps.list_sweeps("sqlite:///x.db")
+    assert held.is_set()
+    done = real_read(state)
+    assert done is not None and (done.status, done.rc) == ("finished", 0)
+
+
 def test_a_sweep_whose_console_went_away_is_closed_from_its_log(tmp_path: Path, _sweep_dir: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "print('saved as run 3 in x')"], stdout=subprocess.PIPE)
     out, _ = gone.communicate(timeout=60)
