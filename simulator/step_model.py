@@ -20,6 +20,7 @@ launch's); this says where the profile's own numbers point.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spectower.control.engine_counters import counter_bins
@@ -112,6 +113,23 @@ def step_table(profile: Profile) -> list[StepRow]:
         return []
     top = profile.max_running_requests
     return [step_row(profile, b) for b in counter_bins(top) if b <= top]
+
+
+def best_count_gain(profile: Profile, running: Iterable[int]) -> float:
+    """Over a load (running requests, one entry per equal slice of time): the tokens of an oracle that
+    picks the best step count 0..K at every batch size, over those of one that picks only between 0 and K
+    (the knob's two ends), minus 1. What a per-batch-size step count could add to the best on/off ceiling,
+    in the model."""
+    counts: dict[int, int] = {}
+    for b in running:
+        if b > 0:
+            counts[b] = counts.get(b, 0) + 1
+    if not counts or not profile.speculative or profile.speculative_num_steps < 1:
+        return 0.0
+    rows = {b: step_row(profile, b) for b in counts}
+    best = sum(max(rows[b].tok_s) * n for b, n in counts.items())
+    ends = sum(rows[b].best_end * n for b, n in counts.items())
+    return best / ends - 1.0 if ends > 0 else 0.0
 
 
 def summary(profile: Profile) -> str:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from spectower.control.engine_counters import counter_bins
 from spectower.simulator import step_model
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile
+from spectower.simulator.traces import load_trace
 
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
@@ -108,3 +109,34 @@ def test_sim_steps_unknown_profile_is_one_line() -> None:
     bad = _cli("--profile", "no-such-profile")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "no-such-profile" in bad.stderr
+
+
+def test_the_best_count_per_batch_size_over_a_load() -> None:
+    crossing = _profile()
+    at_64 = step_model.step_row(crossing, 64)
+    gain = step_model.best_count_gain(crossing, [64] * 10)
+    assert gain == pytest.approx(max(at_64.tok_s) / at_64.best_end - 1.0, rel=1e-12) and gain > 0
+    # a load split between two sizes weighs each by its time
+    at_1 = step_model.step_row(crossing, 1)
+    mixed = step_model.best_count_gain(crossing, [1, 64, 64, 0])
+    want = (max(at_1.tok_s) + 2 * max(at_64.tok_s)) / (at_1.best_end + 2 * at_64.best_end) - 1.0
+    assert mixed == pytest.approx(want, rel=1e-12)
+    free = _profile(output_tok_s={"spec_on": [250.0, 12500.0], "spec_off": [100.0, 5000.0]})
+    assert step_model.best_count_gain(free, [1, 8, 64]) == pytest.approx(0.0, abs=1e-12)
+    assert step_model.best_count_gain(crossing, []) == 0.0
+    assert step_model.best_count_gain(crossing, [0, 0]) == 0.0
+
+
+def test_sim_steps_over_a_trace_reports_the_best_count_gain() -> None:
+    name = "h200-8b-pair-triton"
+    profile = load_profile(name)
+    out = json.loads(_cli("--profile", name, "--trace", "day", "--json").stdout)
+    trace = load_trace("day", max_running_requests=profile.max_running_requests)
+    running = [min(round(trace.concurrency_at(float(t))), profile.max_running_requests)
+               for t in range(int(trace.duration_s))]  # fmt: skip
+    assert out["trace"] == "day"
+    assert out["best_count_gain"] == pytest.approx(step_model.best_count_gain(profile, running), rel=1e-9)
+    table = _cli("--profile", name, "--trace", "day")
+    assert table.returncode == 0 and "Over the day load" in table.stdout, table.stderr
+    bad = _cli("--profile", name, "--trace", "no-such-trace")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "no-such-trace" in bad.stderr

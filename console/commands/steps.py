@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from spectower.console.commands.evaluate import PROFILE_HELP
+from spectower.console.commands.options import TRACE_HELP
 from spectower.console.errors import strict_json
 
 out = Console(highlight=False)
@@ -15,14 +16,24 @@ out = Console(highlight=False)
 
 def steps(
     profile: str = typer.Option(..., "--profile", help=PROFILE_HELP),
+    trace: str | None = typer.Option(
+        None, "--trace", help=f"also: what the best count per batch size adds over this load; {TRACE_HELP}"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
 ) -> None:
     """Output tok/s at every step count per bin, in the model (linear step cost, geometric acceptance)."""
     from spectower.simulator import step_model
     from spectower.simulator.profile import load_profile
+    from spectower.simulator.traces import load_trace
 
     prof = load_profile(profile)  # a ProfileError is a ValueError: one clean line
     rows = step_model.step_table(prof)
+    gain: float | None = None
+    if trace is not None:  # a TraceError is a ValueError too
+        load = load_trace(trace, max_running_requests=prof.max_running_requests)
+        running = (min(round(load.concurrency_at(float(t))), prof.max_running_requests)
+                   for t in range(int(load.duration_s)))  # fmt: skip
+        gain = step_model.best_count_gain(prof, running)
     if as_json:
         print(strict_json({
             "profile": prof.name,
@@ -32,6 +43,8 @@ def steps(
                       "best_steps": r.best_steps, "best_middle": r.best_middle, "middle_gain": r.middle_gain,
                       "middle_pays": r.middle_pays} for r in rows],
             "summary": step_model.summary(prof),
+            "trace": trace,
+            "best_count_gain": gain,
         }, indent=None))  # fmt: skip
         return
     if not rows:
@@ -47,9 +60,12 @@ def steps(
     table.add_column("middle vs end", justify="right")
     for r in rows:
         cells = [f"[bold]{x:,.0f}[/]" if k == r.best_steps else f"{x:,.0f}" for k, x in enumerate(r.tok_s)]
-        gain = f"{r.middle_gain:+.1%} ({r.best_middle})" if r.best_middle is not None else "-"
-        table.add_row(str(r.batch_size), *cells, f"{r.alpha:.2f}", gain)
+        vs_end = f"{r.middle_gain:+.1%} ({r.best_middle})" if r.best_middle is not None else "-"
+        table.add_row(str(r.batch_size), *cells, f"{r.alpha:.2f}", vs_end)
     out.print(table)
     out.print(step_model.summary(prof))
+    if gain is not None:
+        out.print(f"Over the {trace} load, the best count per batch size serves {gain:+.1%} against the best "
+                  "of 0 and the launch's count (the knob's two ends), in the model.")
     out.print("Model: each step costs the same share of the measured on-off step time; each draft position "
               "lands with one fitted probability. A GPU measures it: gpu/measure_off.sh's steps phase.")
