@@ -84,11 +84,8 @@ class SweepRecord:
         return self.status == "running"
 
     def poll(self) -> int | None:
-        """The exit code once the sweep has ended (its state file says so), None while it runs."""
-        with _LOCK:
-            proc = _CHILDREN.get(self.pid)
-        if proc is not None:
-            return None  # the waiter thread reaps it and records the outcome
+        """The exit code once the sweep has ended (its state file says so), None while it runs. The file
+        alone decides: the waiter thread writes the outcome there before it lets the pid go."""
         latest = _read(Path(self.log_path).parent / f"{self.id}.json")
         if latest is None or latest.running:
             return None

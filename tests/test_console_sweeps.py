@@ -120,6 +120,32 @@ def test_a_reader_while_the_waiter_records_the_exit_leaves_the_sweep_to_it(
     assert (done.status, done.rc) == ("finished", 0)
 
 
+def test_poll_reads_the_outcome_as_soon_as_the_waiter_has_written_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the waiter writing the outcome and letting the pid go, the starting session's record already
+    reads the exit code (it once said None there: it trusted the pid over the file)."""
+    written, release = threading.Event(), threading.Event()
+    real_finish = sweeps._finish
+
+    def finish_then_hold(rec: sweeps.SweepRecord, rc: int | None, folder: Path) -> None:
+        real_finish(rec, rc, folder)
+        if rc is not None:  # the waiter: the outcome is on disk, the pid not yet let go
+            written.set()
+            release.wait(60)
+
+    monkeypatch.setattr(sweeps, "_finish", finish_then_hold)
+    rec, go = _start(tmp_path)
+    go.touch()
+    try:
+        assert written.wait(60), rec.tail()
+        with sweeps._LOCK:
+            assert rec.pid in sweeps._CHILDREN
+        assert rec.poll() == 0
+    finally:
+        release.set()
+
+
 def test_a_reader_that_read_the_state_before_the_waiter_recorded_the_exit_does_not_overwrite_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
