@@ -31,7 +31,9 @@ AROUND hooks through SGLang's ``HookRegistry``:
   (half octaves up to ``max_running_requests``: 1, 2, 3, 4, 6, 8, 12, ...), for drafted (steps > 0) and
   gated (0 steps, whoever chose it) decode steps, the steps, output tokens and step time
   (``control/engine_counters.py`` documents the shape and what the step time includes); counted on every
-  decode batch, refused or not.
+  decode batch, refused or not. ``hooks``: ``{"calls", "seconds"}``, the time spent in the plugin's own
+  code of the two decode hooks below (SGLang's wrapped methods excluded), cumulative: against the
+  counters' step time it is the plugin's share of a decode step, measured where it runs.
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
   step starts here for the counters (``EngineCounters.begin``).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
@@ -91,7 +93,7 @@ from typing import Any
 from spectower.control import engine_counters, knob_contract
 from spectower.control.explore import RUN_LENGTH, ExploreSchedule
 
-PLUGIN_VERSION = "0.3.0"
+PLUGIN_VERSION = "0.3.1"
 KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).
@@ -325,6 +327,14 @@ class _PluginState:
         self.refusal: str | None = None
         self.refusal_checked = False
         self.warned: set[str] = set()
+        # Time in the plugin's own code of the decode hooks (not SGLang's methods they wrap).
+        self.hook_calls = 0
+        self.hook_s = 0.0
+
+    def account(self, started: float) -> None:
+        """One decode hook's own time, from ``started`` (``time.perf_counter()``) to now."""
+        self.hook_s += time.perf_counter() - started
+        self.hook_calls += 1
 
 
 _STATE: _PluginState | None = None
@@ -545,6 +555,7 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             if isinstance(max_running, int):
                 counters.ensure(max_running)  # bins up to max_running_requests from the first report on
             block["counters"] = counters.snapshot()
+            block["hooks"] = {"calls": _state().hook_calls, "seconds": _state().hook_s}
             gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
             if gated_decode is not None and gated_decode.hooked():
                 block["gated_decode"] = gated_decode.extend_skip().report()
@@ -567,10 +578,19 @@ def _override_log_len() -> int | None:
         return None
 
 
+def _account(started: float) -> None:
+    """A decode hook's own time (never raises: it runs in SGLang's decode loop)."""
+    try:
+        _state().account(started)
+    except Exception:
+        _warn_once("hook-time", "spectower: hook time accounting error", exc_info=True)
+
+
 def hook_get_steps_for_batch(
     original: Callable[..., Any], params: Any, batch_size: int, *args: Any, **kwargs: Any
 ) -> int:
     steps = original(params, batch_size, *args, **kwargs)
+    started = time.perf_counter()
     final = steps
     settling = False
     try:
@@ -596,6 +616,7 @@ def hook_get_steps_for_batch(
         _state().counters.begin(int(batch_size), final > 0, settling)
     except Exception:
         _warn_once("counters-begin", "spectower: decode counter error (begin)", exc_info=True)
+    _account(started)
     return final
 
 
@@ -607,17 +628,22 @@ def hook_on_verify_complete(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
+    started = time.perf_counter()
     try:
         _state().counters.end(int(batch_size), num_correct_drafts_per_req)
     except Exception:
         _warn_once("counters-end", "spectower: decode counter error (end)", exc_info=True)
+    gated = False
     try:
         gate = _state().gate
-        if gate.verify_was_gated(int(batch_size), list(num_correct_drafts_per_req)):
+        gated = gate.verify_was_gated(int(batch_size), list(num_correct_drafts_per_req))
+        if gated:
             gate.verifies_dropped += 1
-            return None  # no EMA update, no step change requested
     except Exception:
         _warn_once("verify-error", "spectower: verify matching error; passing it to SGLang", exc_info=True)
+    _account(started)
+    if gated:
+        return None  # no EMA update, no step change requested
     return original(params, num_correct_drafts_per_req, batch_size, *args, **kwargs)
 
 

@@ -408,6 +408,9 @@ def test_decode_counters_per_bin_drafted_and_gated(sglang_checks: SglangChecks, 
     assert nonzero(gated, "gated", "time_s")[24] == pytest.approx(0.004)
     assert gated["unmatched"] == 1 and gated["dropped"] == 0
     assert result["spectower"]["batches_gated"] == 1 and result["spectower"]["batches_drafted"] == 3
+    # the plugin's own time in its decode hooks: 4 launches (get_steps_for_batch) and 5 verify results
+    hooks = result["spectower"]["hooks"]
+    assert hooks["calls"] == 4 + 5 and hooks["seconds"] > 0
 
 
 @sglang_check
