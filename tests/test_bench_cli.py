@@ -104,7 +104,9 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
         sim.base_url,
         tmp_path,
         "--concurrency",
-        "1,2,4,8,16",
+        # eight levels (16 slices, over 30 s) so that the sweep is still running when the SIGINT comes,
+        # however slowly a loaded machine lets this test poll (five levels once finished first)
+        "1,2,3,4,6,8,12,16",
         "--duration-per-level",
         "2",
         "--rounds",
@@ -145,7 +147,7 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
     assert data["interrupted"] is True and data["knob_restored"] is True
     assert _knob(sim) == 5
     kept = {(p["concurrency"], p["mode"]) for p in data["points"]}
-    assert {(1, "on"), (1, "off")} <= kept and len(kept) < 10
+    assert {(1, "on"), (1, "off")} <= kept and len(kept) < 16
     db = open_database(db_url)
     with db.session() as s:
         runs = s.exec(select(BenchRun)).all()
