@@ -104,11 +104,12 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
         sim.base_url,
         tmp_path,
         "--concurrency",
-        # eight levels (16 slices, over 30 s) so that the sweep is still running when the SIGINT comes,
-        # however slowly a loaded machine lets this test poll (five levels once finished first)
+        # Eight levels of 3 s (16 slices, about a minute), so that the sweep is still running when the
+        # SIGINT comes (about 13 s in, alone): on a loaded machine this test's polls once saw the fourth
+        # move only after a sweep of five 2-s levels had ended.
         "1,2,3,4,6,8,12,16",
         "--duration-per-level",
-        "2",
+        "3",
         "--rounds",
         "1",
         "--output-len",
