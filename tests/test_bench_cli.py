@@ -104,12 +104,9 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
         sim.base_url,
         tmp_path,
         "--concurrency",
-        # Eight levels of 3 s (16 slices, about a minute), so that the sweep is still running when the
-        # SIGINT comes (about 13 s in, alone): on a loaded machine this test's polls once saw the fourth
-        # move only after a sweep of five 2-s levels had ended.
-        "1,2,3,4,6,8,12,16",
+        "1,2,4,8,16",
         "--duration-per-level",
-        "3",
+        "2",
         "--rounds",
         "1",
         "--output-len",
@@ -121,7 +118,10 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
         "--save",
         "--json",
     )
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=_env(ADMIN_KEY), stdout=subprocess.PIPE,
+    # Started with SIGINT ignored, as a background job without job control (``cmd &`` in a script, nohup)
+    # starts it: the sweep must still stop on SIGINT (it once ran to its end: SIG_IGN is inherited).
+    ignoring_sigint = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
+    proc = subprocess.Popen(ignoring_sigint, cwd=REPO_ROOT, env=_env(ADMIN_KEY), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     try:
@@ -148,7 +148,7 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
     assert data["interrupted"] is True and data["knob_restored"] is True
     assert _knob(sim) == 5
     kept = {(p["concurrency"], p["mode"]) for p in data["points"]}
-    assert {(1, "on"), (1, "off")} <= kept and len(kept) < 16
+    assert {(1, "on"), (1, "off")} <= kept and len(kept) < 10
     db = open_database(db_url)
     with db.session() as s:
         runs = s.exec(select(BenchRun)).all()

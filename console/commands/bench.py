@@ -6,6 +6,7 @@ import asyncio
 import getpass
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -264,6 +265,15 @@ def _crossover_json(cross: Any) -> dict[str, Any] | None:
     }
 
 
+def _honour_sigint() -> None:
+    """SIGINT stops the sweep gracefully (finished points kept, the knob restored) however it was started.
+    A process started in the background without job control (``cmd &`` in a script, ``nohup``) inherits
+    SIGINT ignored, and Python, and asyncio's Ctrl-C handling, then leave it ignored: the console's Stop
+    button (SIGINT to the sweep it started) and an operator's ``kill -INT`` would do nothing."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @app.command("sweep")
 def sweep(
     server: str = typer.Option(..., "--server", help=SERVER_HELP),
@@ -359,6 +369,7 @@ def sweep(
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
     database = open_database(default_db_url(db))
+    _honour_sigint()
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     # the knob through control's client: one audit row when the sweep borrows it, one when it gives it back
     knob = audited_sweep_knob(config.server, creds, database, actor, force=force)
