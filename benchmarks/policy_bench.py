@@ -196,9 +196,7 @@ def main() -> int:
         for name in BUILTIN_TRACES:  # seed 0: what the best count per batch size adds to the best of 0 and K
             trace = load_trace(name, duration_s=args.duration, seed=0,
                                max_running_requests=profile.max_running_requests)  # fmt: skip
-            running = (min(round(trace.concurrency_at(float(t))), profile.max_running_requests)
-                       for t in range(int(args.duration)))  # fmt: skip
-            gains.append(f"{name} {step_model.best_count_gain(profile, running):+.1%}")
+            gains.append(f"{name} {step_model.load_gain(profile, trace, args.duration):+.1%}")
         print(f"    the best count per batch size over the best on/off ceiling: {', '.join(gains)}")
     if args.json:
         for cell in cells:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from spectower.control.engine_counters import counter_bins
 from spectower.simulator.profile import Profile
+from spectower.simulator.traces import Trace
 
 # A middle count "beats both ends" when it serves at least this much more than the better end: below it the
 # model's own assumptions (linear cost, geometric acceptance) are larger than the difference.
@@ -130,6 +131,14 @@ def best_count_gain(profile: Profile, running: Iterable[int]) -> float:
     best = sum(max(rows[b].tok_s) * n for b, n in counts.items())
     ends = sum(rows[b].best_end * n for b, n in counts.items())
     return best / ends - 1.0 if ends > 0 else 0.0
+
+
+def load_gain(profile: Profile, trace: Trace, duration_s: float | None = None) -> float:
+    """``best_count_gain`` over a load trace, read once a second for ``duration_s`` (default: the trace's
+    length), each reading's running requests capped at the profile's ``max_running_requests``."""
+    seconds = int(trace.duration_s if duration_s is None else duration_s)
+    top = profile.max_running_requests
+    return best_count_gain(profile, (min(round(trace.concurrency_at(float(t))), top) for t in range(seconds)))
 
 
 def summary(profile: Profile) -> str:

@@ -30,10 +30,7 @@ def steps(
     rows = step_model.step_table(prof)
     gain: float | None = None
     if trace is not None:  # a TraceError is a ValueError too
-        load = load_trace(trace, max_running_requests=prof.max_running_requests)
-        running = (min(round(load.concurrency_at(float(t))), prof.max_running_requests)
-                   for t in range(int(load.duration_s)))  # fmt: skip
-        gain = step_model.best_count_gain(prof, running)
+        gain = step_model.load_gain(prof, load_trace(trace, max_running_requests=prof.max_running_requests))
     if as_json:
         print(strict_json({
             "profile": prof.name,
