@@ -147,6 +147,13 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def served(total: Mapping[str, Any]) -> dict[str, float]:
+    """Everything a ``sum_ranks`` total counted, both modes' bins and the settling steps together: steps,
+    output tokens and step time served (what a throughput over all decode steps divides)."""
+    return {field: float(sum(sum(total[mode][field]) for mode in MODES) + total["settling"][field])
+            for field in FIELDS}  # fmt: skip
+
+
 def _settling(snapshot: Mapping[str, Any]) -> dict[str, float]:
     """A snapshot's settling steps, tokens and step time (control/explore.py); zeros where it has none (a
     plugin before 0.3.0) or where they are malformed (diagnostics must not stop a reader)."""

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from spectower.collectors.sglang.counters import read_counters
 from spectower.control import knob_contract
-from spectower.control.speedup import sum_ranks
+from spectower.control.speedup import served, sum_ranks
 
 
 def _headers() -> dict[str, str]:
@@ -43,12 +43,8 @@ def totals(client: httpx.Client, server: str) -> tuple[float, float, float, int,
     total = sum_ranks(blocks)
     explored = sum(int((s.get("spectower") or {}).get("explore", {}).get("batches", 0))
                    for s in info.get("internal_states", []))  # fmt: skip
-    # the settling steps (a switch into or out of an exploration run) are in no bin, but they are served
-    settling = total["settling"]
-    tokens = sum(sum(total[m]["tokens"]) for m in ("drafted", "gated")) + settling["tokens"]
-    seconds = sum(sum(total[m]["time_s"]) for m in ("drafted", "gated")) + settling["time_s"]
-    steps = sum(sum(total[m]["steps"]) for m in ("drafted", "gated")) + int(settling["steps"])
-    return now, float(tokens), float(seconds), explored, int(steps)
+    done = served(total)  # the settling steps (into or out of an exploration run) are served too
+    return now, done["tokens"], done["time_s"], explored, int(done["steps"])
 
 
 def main() -> int:

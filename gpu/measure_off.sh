@@ -319,19 +319,23 @@ done
 grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3
 # The plugin's own time in its decode hooks against the decode time its counters measured (issue #14: < 1 %
 # of a decode step). Only these figures are printed: /server_info also carries the admin key.
-curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -c '
+curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -P -c '
 import json, sys
-block = json.load(sys.stdin)["internal_states"][0].get("spectower", {})
-hooks, counters = block.get("hooks") or {}, block.get("counters") or {}
-steps = sum(sum(counters.get(m, {}).get("steps", [])) for m in ("drafted", "gated"))
-decode_s = sum(sum(counters.get(m, {}).get("time_s", [])) for m in ("drafted", "gated"))
-decode_s += (counters.get("settling") or {}).get("time_s", 0.0)
-calls, spent = hooks.get("calls", 0), hooks.get("seconds", 0.0)
+from spectower.collectors.sglang.counters import read_counters
+from spectower.control.speedup import served, sum_ranks
+info = json.load(sys.stdin)
+ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
+calls = sum((r.get("hooks") or {}).get("calls", 0) for r in ranks)
+spent = sum((r.get("hooks") or {}).get("seconds", 0.0) for r in ranks)
+blocks = read_counters(info).blocks
+done = served(sum_ranks(blocks)) if blocks else {"steps": 0, "time_s": 0.0}
+decode_s, steps = done["time_s"], done["steps"]
 if calls and decode_s:
     print(f"plugin hooks: {calls} calls, {spent / calls * 1e6:.1f} us each; {spent / decode_s:.3%} of the "
-          f"{decode_s:.1f} s of decode steps the counters measured ({steps} steps, settling apart)")
+          f"{decode_s:.1f} s of decode steps the counters measured ({steps:.0f} steps)")
 else:
-    print("plugin hooks: no figure (plugin", block.get("plugin_version"), "or no decode steps yet)")
+    print("plugin hooks: no figure (plugin", ranks[0].get("plugin_version") if ranks else None,
+          "or no decode steps yet)")
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220

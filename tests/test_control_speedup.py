@@ -210,3 +210,12 @@ def test_sum_ranks_tolerates_bad_diagnostics() -> None:
     snap.update(started_at="yesterday", unmatched="many", dropped=float("nan"))
     total = sp.sum_ranks([snap, _counters(started_at=7.0).snapshot()])
     assert (total["started_at"], total["unmatched"], total["dropped"]) == (7.0, 0, 0)
+
+
+def test_served_counts_both_modes_bins_and_the_settling_steps_over_ranks() -> None:
+    one, two = _counters(), _counters()
+    one.record(4, True, 12, 0.005)
+    one.record(20, False, 20, 0.004)
+    two.record(4, True, 9, 0.003, settling=True)  # in no bin, served all the same
+    total = sp.sum_ranks([one.snapshot(), two.snapshot()])
+    assert sp.served(total) == pytest.approx({"steps": 3.0, "tokens": 41.0, "time_s": 0.012})
