@@ -32,6 +32,7 @@ closed-loop clients on /generate until stopped), a context manager; for tests th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,19 @@ from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0
+
+
+def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> str:
+    """A shipped profile with every throughput curve times ``factor`` (and ``changes`` on top), written into
+    ``folder``; its path, for ``simulator_factory(profile=...)``."""
+    profile = json.loads((REPO_ROOT / "simulator" / "profiles" / f"{name}.json").read_text())
+    curves = profile["output_tok_s"]
+    profile.update(name=f"{name}-x{factor:g}", output_tok_s={mode: [v * factor for v in rates]
+                                                             for mode, rates in curves.items()})  # fmt: skip
+    profile.update(changes)
+    path = folder / f"{name}-x{factor:g}.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
 
 
 class SimulatorProcess:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.simulator_process import scaled_profile
 
 SCRIPT = REPO_ROOT / "gpu" / "knob_max_ab.py"
 PROFILE = "h200-8b-pair-triton"
@@ -25,20 +26,6 @@ def _set_knob(url: str, value: int) -> None:
     answer = httpx.post(f"{url}/set_internal_state", json={"server_args": {"spectower_spec_max_bs": value}},
                         headers={"Authorization": f"Bearer {KEY}"}, timeout=10)  # fmt: skip
     assert answer.status_code == 200 and all(answer.json()), answer.text
-
-
-def _slow_profile(tmp_path: Path) -> str:
-    """The measured profile at a third of its rates and without noise: the two simulators and the client
-    then need little CPU, so a loaded machine (four test workers on two cores) cannot squeeze the ratio
-    towards 1 by starving the faster server (the knob at 0 once read 0.71 instead of about 0.5)."""
-    profile = json.loads((REPO_ROOT / "simulator" / "profiles" / f"{PROFILE}.json").read_text())
-    profile["name"] = f"{PROFILE}-third"
-    curves = profile["output_tok_s"]
-    profile["output_tok_s"] = {mode: [v / 3 for v in rates] for mode, rates in curves.items()}
-    profile["noise_cv"] = 0.0
-    path = tmp_path / "third.json"
-    path.write_text(json.dumps(profile))
-    return str(path)
 
 
 def _ab(gated: str, ungated: str, out: Path) -> dict[str, Any]:
@@ -55,7 +42,10 @@ def _ab(gated: str, ungated: str, out: Path) -> dict[str, Any]:
 def test_the_ratio_is_near_one_at_max_and_near_the_off_curve_at_zero(
     simulator_factory: Callable[..., Any], tmp_path: Path
 ) -> None:
-    profile = _slow_profile(tmp_path)
+    # The measured profile at a third of its rates and without noise: the two simulators and the client then
+    # need little CPU, so a loaded machine (four test workers on two cores) cannot squeeze the ratio towards
+    # 1 by starving the faster server (the knob at 0 once read 0.71 instead of about 0.5).
+    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
     gated = simulator_factory(profile=profile, admin_key=KEY)
     ungated = simulator_factory(profile=profile, admin_key=KEY)
     _set_knob(gated.base_url, 64)
