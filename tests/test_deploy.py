@@ -22,6 +22,7 @@ import yaml
 from spectower.console import cli
 
 from tests.conftest import REPO_ROOT
+from tests.sglang_checks import sglang_python
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 SECRET = "spectower_admin_key"
@@ -260,9 +261,7 @@ def test_no_secret_file_in_the_repository() -> None:
 @pytest.mark.sglang
 def test_sglang_reads_the_admin_key_from_the_config_file(services: dict[str, Any], tmp_path: Path) -> None:
     """The compose's printf line, run by bash, writes a YAML that SGLang's own parser turns into the key."""
-    python = os.environ.get("SPECTOWER_SGLANG_PYTHON", "")
-    if not python:
-        pytest.skip("SPECTOWER_SGLANG_PYTHON is not set (tests/run sets it from tests/sglang_env.sh)")
+    python = sglang_python()
     script = _sglang_script(services)
     line = next(part.strip() for part in script.split("&&") if part.strip().startswith("printf"))
     key_file = tmp_path / "admin_key"
