@@ -216,20 +216,29 @@ for path in sys.argv[1:]:
 PY
 }
 
-do_ungated() {  # the knob at max against an un-gated EAGLE-3 server (no adaptive config, no spectower plugin)
-  # The plain server gives its memory to the un-gated one (a later launch phase brings the plain one back).
-  say "un-gated EAGLE-3 server in place of the plain one; then the knob at max against it (want >= 0.97)"
-  kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo eagle > "$WORK/plain.kind"
+start_ungated() {  # K: an un-gated EAGLE-3 server at K steps (no adaptive config, no spectower plugin)
+  # It takes the plain server's port and memory (a later launch phase brings the plain one back).
+  local k=$1
+  kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo "eagle-$k" > "$WORK/plain.kind"
   # SGLANG_PLUGINS is SGLang's allow-list of plugin names: one that names no plugin loads none
   SGLANG_PLUGINS=none start_server plain $PLAIN_PORT 0.62 --speculative-algorithm EAGLE3 \
-    --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
-    --speculative-num-draft-tokens 4
+    --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps "$k" --speculative-eagle-topk 1 \
+    --speculative-num-draft-tokens $((k + 1))
   wait_for plain $PLAIN_PORT "" || return 1
   grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
-  st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs un-gated" --as gpu-check --yes >/dev/null
-  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${AB_LEVELS:-1,16,64}" \
-    --out "$OUT/knob_max_vs_ungated.json"
-  st control release --server "$SPEC_URL" --reason "knob at max vs un-gated done" --as gpu-check >/dev/null
+  return 0
+}
+
+ab_at_max() {  # LEVELS OUT WHAT: the gated server at knob max against the un-gated one, in the same rounds
+  st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs $3" --as gpu-check --yes >/dev/null
+  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "$1" --out "$2"
+  st control release --server "$SPEC_URL" --reason "knob at max vs $3 done" --as gpu-check >/dev/null
+}
+
+do_ungated() {  # the knob at max against an un-gated EAGLE-3 server at the launch's 3 steps
+  say "un-gated EAGLE-3 server in place of the plain one; then the knob at max against it (want >= 0.97)"
+  start_ungated 3 || return 1
+  ab_at_max "${AB_LEVELS:-1,16,64}" "$OUT/knob_max_vs_ungated.json" "un-gated"
 }
 
 do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K steps against the launch at max
@@ -239,20 +248,11 @@ do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K s
   local k
   for k in ${STEPS_LIST:-1 2}; do
     say "steps: un-gated EAGLE-3 at $k steps ($((k + 1)) draft tokens) in place of the plain server"
-    kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo "eagle-$k" > "$WORK/plain.kind"
-    # SGLANG_PLUGINS is SGLang's allow-list of plugin names: one that names no plugin loads none
-    SGLANG_PLUGINS=none start_server plain $PLAIN_PORT 0.62 --speculative-algorithm EAGLE3 \
-      --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps "$k" --speculative-eagle-topk 1 \
-      --speculative-num-draft-tokens $((k + 1))
-    wait_for plain $PLAIN_PORT "" || return 1
-    grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
+    start_ungated "$k" || return 1
     # only the one field: /server_info also carries the admin key
     curl -fsS "$PLAIN_URL/server_info" | python3 -c 'import json, sys; print("un-gated server steps:",
       json.load(sys.stdin).get("speculative_num_steps"))'
-    st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs $k steps" --as gpu-check --yes >/dev/null
-    python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${STEPS_LEVELS:-$LEVELS}" \
-      --out "$OUT/steps-$k.json"
-    st control release --server "$SPEC_URL" --reason "knob at max vs $k steps done" --as gpu-check >/dev/null
+    ab_at_max "${STEPS_LEVELS:-$LEVELS}" "$OUT/steps-$k.json" "$k steps"
     [ -f "$OUT/steps-$k.json" ] && cp "$OUT/steps-$k.json" "$WORK/steps-$k.json"  # a later call's table reads it
   done
   # the table over every K measured on this machine so far, against the sweep of this launch (if one ran)
