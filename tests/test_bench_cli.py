@@ -175,3 +175,34 @@ def test_the_sweep_as_a_whole_shows_progress_and_time_left(simulator_factory, tm
     overall = [line for line in proc.stderr.splitlines() if "sweep " in line and " slices" in line]
     assert overall and "sweep 8/8 slices" in overall[-1], proc.stderr
     assert overall[-1].count(":") >= 2  # 0:00:0x elapsed, 0:00:00 left
+
+
+def test_each_slice_line_keeps_its_own_figures_and_the_pooled_point_gets_its_own_line() -> None:
+    """The sweep calls point_finished once per mode after all rounds of a level: its pooled figure once
+    overwrote the level's LAST slice line (the plain server's round 2 read as knob on: 397 tok/s, 11 req,
+    where it served 210 tok/s; seen on the H200 sweep of 2026-12-01)."""
+    import io
+
+    from rich.console import Console
+    from spectower.collectors.bench.records import RequestRecord
+    from spectower.collectors.bench.sweep import PointResult
+    from spectower.console.commands.bench import _RichProgress
+
+    console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False)
+    progress = _RichProgress(4, console=console)
+    measured = {("on", 1): 400.0, ("plain", 1): 210.0, ("on", 2): 380.0, ("plain", 2): 208.0}
+    with progress:
+        for round_ in (1, 2):
+            for mode in ("on", "plain"):
+                progress.point_started(1, mode, None, 3.0)  # type: ignore[arg-type]
+                progress.request_done(RequestRecord(index=0, start=0.0), int(measured[mode, round_]), 1.0)
+                progress.slice_finished(1, mode)  # type: ignore[arg-type]
+        for mode, tok_s, done in (("on", 390.0, 11), ("plain", 209.0, 6)):
+            figures = {"steady_output_throughput": tok_s, "completed": done, "rounds": 2}
+            progress.point_finished(PointResult(1, mode, None, figures, None, None, 0.0))  # type: ignore[arg-type]
+    text = console.export_text()
+    slice_lines = [line for line in text.splitlines() if "req done" in line and "pooled" not in line]
+    plain_lines = [line for line in slice_lines if "plain" in line]
+    assert [line.split("req done")[1].split("tok/s")[0].strip() for line in plain_lines] == ["210", "208"], text
+    assert "C=1    spec on  pooled over 2 rounds: 11 req done, 390 tok/s" in text, text
+    assert "C=1    plain    pooled over 2 rounds: 6 req done, 209 tok/s" in text, text

@@ -22,6 +22,7 @@ from spectower.console.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from spectower.collectors.bench.compare import Comparison
     from spectower.collectors.bench.records import RequestRecord
     from spectower.collectors.bench.sweep import PointResult, SweepResult
@@ -37,7 +38,7 @@ class _RichProgress:
     """On stderr: one line per slice (level, mode, requests done, live tok/s) under one line for the whole
     sweep (slices done of all, elapsed, time left at the pace measured so far)."""
 
-    def __init__(self, total_slices: int) -> None:
+    def __init__(self, total_slices: int, console: Console | None = None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -47,7 +48,7 @@ class _RichProgress:
             TextColumn("{task.fields[detail]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console if console is not None else Console(stderr=True),
             transient=False,
         )
         self._total_slices = total_slices
@@ -89,15 +90,22 @@ class _RichProgress:
         self.progress.update(self._task, completed=completed, detail=self._detail(self._done, tok_s))
 
     def point_finished(self, point: PointResult) -> None:
-        if self._task is None:
-            return
+        """The level's pooled figure for one mode, on a line of its own: it sums every round of that mode,
+        so it belongs on no single slice's line (each keeps the figures it measured)."""
         tok_s = point.tok_s or point.figures.get("output_throughput") or 0.0
-        task = next(t for t in self.progress.tasks if t.id == self._task)
         done = int(point.figures.get("completed", 0) or 0)
-        self.progress.update(self._task, completed=task.total or 0, detail=self._detail(done, tok_s))
-        self._task = None
+        label = "plain" if point.mode == "plain" else f"spec {point.mode}"
+        rounds = int(point.figures.get("rounds", 0) or 0)
+        pooled = f"pooled over {rounds} rounds" if rounds > 1 else "steady"
+        self.progress.console.print(
+            f"C={point.concurrency:<4} {label:<8} {pooled}: {done} req done, {tok_s:.0f} tok/s"
+        )
 
     def slice_finished(self, concurrency: int, mode: str) -> None:
+        if self._task is not None:  # the slice's own line ends full, with its own last figures
+            task = next(t for t in self.progress.tasks if t.id == self._task)
+            self.progress.update(self._task, completed=task.total or 0)
+            self._task = None
         self.progress.advance(self._overall)
         finished = int(next(t for t in self.progress.tasks if t.id == self._overall).completed)
         label = f"[bold]sweep[/] {finished}/{self._total_slices} slices"
