@@ -203,6 +203,7 @@ def test_each_slice_line_keeps_its_own_figures_and_the_pooled_point_gets_its_own
     text = console.export_text()
     slice_lines = [line for line in text.splitlines() if "req done" in line and "pooled" not in line]
     plain_lines = [line for line in slice_lines if "plain" in line]
-    assert [line.split("req done")[1].split("tok/s")[0].strip() for line in plain_lines] == ["210", "208"], text
+    shown = [line.split("req done")[1].split("tok/s")[0].strip() for line in plain_lines]
+    assert shown == ["210", "208"], text
     assert "C=1    spec on  pooled over 2 rounds: 11 req done, 390 tok/s" in text, text
     assert "C=1    plain    pooled over 2 rounds: 6 req done, 209 tok/s" in text, text
