@@ -14,16 +14,19 @@ hits every share alike). Each window's decode throughput is read from the plugin
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
+from spectower.collectors.bench.server import read_decode_tokens
 from spectower.collectors.sglang.counters import read_counters
 from spectower.control import knob_contract
+from spectower.control.engine_counters import MODES
 from spectower.control.speedup import served, sum_ranks
 
 
@@ -33,10 +36,30 @@ def _headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def totals(client: httpx.Client, server: str) -> tuple[float, float, float, int, int]:
-    """(wall time, output tokens, step seconds, explored batches, decode steps) summed over ranks."""
+class Totals(NamedTuple):
+    """One reading of the server: the plugin's counters summed over ranks, and SGLang's own decode count."""
+
+    at: float  # this client's monotonic clock
+    tokens: float  # output tokens of every decode step the counters measured (served())
+    time_s: float  # their step time
+    explored: int  # batches the gate explored
+    steps: int
+    per_mode: dict[str, tuple[float, float]]  # mode -> (steps, tokens), every bin together
+    sglang_tokens: float | None  # sglang:realtime_tokens_total{mode="decode"}: the engine's own count
+
+
+def _sglang_decode_tokens(server: str) -> float | None:
+    async def read() -> float | None:
+        async with httpx.AsyncClient(base_url=server) as client:
+            return await read_decode_tokens(client)
+
+    return asyncio.run(read())
+
+
+def totals(client: httpx.Client, server: str) -> Totals:
     info = client.get(f"{server}/server_info", timeout=10).json()
     now = time.monotonic()
+    sglang_tokens = _sglang_decode_tokens(server)
     blocks = read_counters(info).blocks
     if not blocks:
         raise SystemExit(f"{server} publishes no engine counters")
@@ -44,7 +67,28 @@ def totals(client: httpx.Client, server: str) -> tuple[float, float, float, int,
     explored = sum(int((s.get("spectower") or {}).get("explore", {}).get("batches", 0))
                    for s in info.get("internal_states", []))  # fmt: skip
     done = served(total)  # the settling steps (into or out of an exploration run) are served too
-    return now, done["tokens"], done["time_s"], explored, int(done["steps"])
+    per_mode = {mode: (float(sum(total[mode]["steps"])), float(sum(total[mode]["tokens"]))) for mode in MODES}
+    return Totals(now, done["tokens"], done["time_s"], explored, int(done["steps"]), per_mode, sglang_tokens)
+
+
+def window(before: Totals, after: Totals) -> dict[str, Any]:
+    """One window's figures: tok/s by the counters and by SGLang's own count (they should agree: a gap
+    says the counters miscount), the busy share, the explored share, tokens per step of each mode."""
+    wall = after.at - before.at
+    row: dict[str, Any] = {
+        "tok_s": (after.tokens - before.tokens) / wall,
+        "busy": (after.time_s - before.time_s) / wall,
+        "explored": (after.explored - before.explored) / max(1, after.steps - before.steps),
+        "sglang_tok_s": None,
+    }
+    if before.sglang_tokens is not None and after.sglang_tokens is not None:
+        row["sglang_tok_s"] = (after.sglang_tokens - before.sglang_tokens) / wall
+    for mode in MODES:
+        steps = after.per_mode[mode][0] - before.per_mode[mode][0]
+        tokens = after.per_mode[mode][1] - before.per_mode[mode][1]
+        row[f"{mode}_steps"] = steps
+        row[f"{mode}_tokens_per_step"] = tokens / steps if steps else None
+    return row
 
 
 def main() -> int:
@@ -58,40 +102,60 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="a JSON file; results are appended")
     args = parser.parse_args()
     shares = [knob_contract.explore_share_of(float(s), "--shares") for s in args.shares.split(",")]
-    windows: dict[float, list[dict[str, float]]] = {s: [] for s in shares}
+    windows: dict[float, list[dict[str, Any]]] = {s: [] for s in shares}
     with httpx.Client(headers=_headers()) as client:
         for _ in range(args.rounds):
             for share in shares:
-                answer = client.post(f"{args.server}/set_internal_state",
-                                     json={"server_args": {knob_contract.EXPLORE_KEY: share}}, timeout=10)
+                answer = client.post(
+                    f"{args.server}/set_internal_state",
+                    json={"server_args": {knob_contract.EXPLORE_KEY: share}},
+                    timeout=10,
+                )
                 if answer.status_code != 200 or not all(answer.json()):
                     raise SystemExit(f"setting the share {share} failed: {answer.status_code} {answer.text}")
                 time.sleep(args.settle)
-                t0, tok0, sec0, exp0, steps0 = totals(client, args.server)
+                first = totals(client, args.server)
                 time.sleep(args.window)
-                t1, tok1, sec1, exp1, steps1 = totals(client, args.server)
-                windows[share].append({"tok_s": (tok1 - tok0) / (t1 - t0), "busy": (sec1 - sec0) / (t1 - t0),
-                                       "explored": (exp1 - exp0) / max(1, steps1 - steps0)})  # fmt: skip
-                print(f"{args.label} share {share:g}: {windows[share][-1]['tok_s']:.0f} tok/s, explored "
-                      f"{windows[share][-1]['explored']:.2%} of the steps", flush=True)
+                row = window(first, totals(client, args.server))
+                windows[share].append(row)
+                sglang = _fmt(row["sglang_tok_s"], ".0f")
+                print(f"{args.label} share {share:g}: {row['tok_s']:.0f} tok/s (SGLang's count {sglang}), "
+                      f"explored {row['explored']:.2%} of the steps; tokens per step drafted "
+                      f"{_fmt(row['drafted_tokens_per_step'])}, gated {_fmt(row['gated_tokens_per_step'])}",
+                      flush=True)  # fmt: skip
         client.post(f"{args.server}/set_internal_state",
                     json={"server_args": {knob_contract.EXPLORE_KEY: knob_contract.DEFAULT_EXPLORE_SHARE}},
                     timeout=10)  # fmt: skip
     base = statistics.fmean(w["tok_s"] for w in windows[shares[0]])
-    result: dict[str, Any] = {"label": args.label, "window_s": args.window, "rounds": args.rounds,
-                              "shares": {}}
+    result: dict[str, Any] = {
+        "label": args.label,
+        "window_s": args.window,
+        "rounds": args.rounds,
+        "shares": {},
+    }
     for share, runs in windows.items():
         mean = statistics.fmean(w["tok_s"] for w in runs)
         result["shares"][str(share)] = {
             "tok_s": round(mean, 1),
             "tok_s_windows": [round(w["tok_s"], 1) for w in runs],
             "explored_step_share": round(statistics.fmean(w["explored"] for w in runs), 4),
+            "sglang_tok_s": _mean_of(runs, "sglang_tok_s"),
+            "windows": [{k: round(v, 4) if isinstance(v, float) else v for k, v in w.items()} for w in runs],
             "vs_first": round(mean / base, 4) if base else None,
         }
     print(json.dumps(result), flush=True)
     existing = json.loads(args.out.read_text()) if args.out.exists() else []
     args.out.write_text(json.dumps([*existing, result], indent=1))
     return 0
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return format(value, spec) if value is not None else "-"
+
+
+def _mean_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [w[key] for w in runs if w.get(key) is not None]
+    return round(statistics.fmean(values), 1) if values else None
 
 
 if __name__ == "__main__":
