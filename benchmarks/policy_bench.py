@@ -10,8 +10,9 @@ The bar (exit status 1 when a cell misses it): learn >= 0.98 of the oracle in ev
 changes an hour, and never below always-on on a profile where speculation pays at every load.
 
 It also says, per profile, where a middle step count (between 0 and the launch's speculative_num_steps)
-beats both ends of the knob in the simulator's step model (simulator/step_model.py: linear step cost,
-geometric acceptance; `spectower sim steps --profile NAME` prints the whole table).
+beats both ends of the knob in the simulator's step model (simulator/step_model.py: a fixed share of the
+drafting cost measured on the H200, the rest linear in the step count, geometric acceptance;
+`spectower sim steps --profile NAME` prints the whole table).
 
     python benchmarks/policy_bench.py [--seeds 3] [--duration 3600] [--profile NAME ...] [--synthetic]
                                       [--explore-share 0.02] [--json]

@@ -61,14 +61,60 @@ def test_accept_lengths_outside_the_chain_clamp() -> None:
     assert step_model.fit_alpha(4.0, 3) == 1.0 and step_model.fit_alpha(9.0, 3) == 1.0
 
 
-def test_where_on_and_off_cross_every_middle_count_beats_both_ends() -> None:
-    # With equal ends, serve(k)/serve(0) = AL_k / (1 + k (AL_K - 1) / K): the accept length's gain per step
-    # falls with k (geometric) while the cost per step is constant, so every k strictly inside wins.
-    row = step_model.step_row(_profile(), 64)
+def test_where_on_and_off_cross_the_linear_model_has_every_middle_count_beat_both_ends() -> None:
+    # Without a fixed share, with equal ends, serve(k)/serve(0) = AL_k / (1 + k (AL_K - 1) / K): the accept
+    # length's gain per step falls with k (geometric) while the cost per step is constant, so every k
+    # strictly inside wins.
+    row = step_model.step_row(_profile(), 64, fixed_share=0.0)
     assert row.tok_s[0] == pytest.approx(row.tok_s[3], rel=1e-9)
     assert all(row.tok_s[k] > row.best_end for k in (1, 2))
     assert row.middle_pays and row.best_middle == row.best_steps
-    assert "a middle count beats both ends at B = " in step_model.summary(_profile())
+    assert "a middle count beats both ends at B = " in step_model.summary(_profile(), fixed_share=0.0)
+
+
+@given(share=st.floats(0.0, 1.0), batch=st.sampled_from([1, 8, 64]))
+def test_a_larger_fixed_share_never_helps_a_middle_count(share: float, batch: int) -> None:
+    # the ends stay the profile's curves; a middle count only pays more of the launch's extra time
+    linear = step_model.step_row(_profile(), batch, fixed_share=0.0)
+    fixed = step_model.step_row(_profile(), batch, fixed_share=share)
+    assert fixed.tok_s[0] == pytest.approx(linear.tok_s[0]) and fixed.tok_s[3] == pytest.approx(
+        linear.tok_s[3]
+    )
+    assert all(fixed.tok_s[k] <= linear.tok_s[k] * (1 + 1e-12) for k in (1, 2))
+    # all of it fixed: a middle count costs the launch's time for fewer tokens
+    if share == 1.0:
+        assert all(fixed.tok_s[k] < fixed.tok_s[3] for k in (1, 2))
+
+
+MEASURED = REPO_ROOT / "gpu" / "results" / "h200-8b-pair-triton-steps-explore-2026-12-01"
+
+
+def _measured_middles() -> dict[int, dict[int, float]]:
+    """What 1- and 2-step servers served over the 3-step launch on the H200, per level (steps_table.json)."""
+    table = json.loads((MEASURED / "3-steps-2" / "steps_table.json").read_text())
+    out: dict[int, dict[int, float]] = {}
+    for level in table["levels"]:
+        serve = level["serve_over_plain"]
+        out[int(level["concurrency"])] = {k: serve[str(k)] / serve["3"] for k in (1, 2)}
+    return out
+
+
+def test_the_fixed_share_is_the_one_the_gpu_measured_and_the_model_then_gives_it_back() -> None:
+    profile = load_profile(str(MEASURED / "1-sweep" / "profile.json"))  # the same launch's sweep
+    measured = _measured_middles()
+    assert set(measured) == {4, 16, 32, 48, 64}
+    assert step_model.fit_fixed_share(profile, measured) == pytest.approx(
+        step_model.DRAFT_FIXED_SHARE, abs=0.02
+    )
+    for batch, ratios in measured.items():
+        row = step_model.step_row(profile, batch)
+        for k, ratio in ratios.items():
+            assert row.tok_s[k] / row.tok_s[3] == pytest.approx(ratio, abs=0.1), (batch, k)
+    # the linear model missed by up to 0.31 (1 step at 64 requests: 1.16 modelled, 0.85 measured)
+    linear = step_model.step_row(profile, 64, fixed_share=0.0)
+    assert linear.tok_s[1] / linear.tok_s[3] - measured[64][1] > 0.25
+    with pytest.raises(ValueError, match="at least one"):
+        step_model.fit_fixed_share(profile, {})
 
 
 def test_free_drafting_makes_the_launch_count_best() -> None:
@@ -113,12 +159,12 @@ def test_sim_steps_unknown_profile_is_one_line() -> None:
 
 def test_the_best_count_per_batch_size_over_a_load() -> None:
     crossing = _profile()
-    at_64 = step_model.step_row(crossing, 64)
-    gain = step_model.best_count_gain(crossing, [64] * 10)
+    at_64 = step_model.step_row(crossing, 64, fixed_share=0.0)
+    gain = step_model.best_count_gain(crossing, [64] * 10, fixed_share=0.0)
     assert gain == pytest.approx(max(at_64.tok_s) / at_64.best_end - 1.0, rel=1e-12) and gain > 0
     # a load split between two sizes weighs each by its time
-    at_1 = step_model.step_row(crossing, 1)
-    mixed = step_model.best_count_gain(crossing, [1, 64, 64, 0])
+    at_1 = step_model.step_row(crossing, 1, fixed_share=0.0)
+    mixed = step_model.best_count_gain(crossing, [1, 64, 64, 0], fixed_share=0.0)
     want = (max(at_1.tok_s) + 2 * max(at_64.tok_s)) / (at_1.best_end + 2 * at_64.best_end) - 1.0
     assert mixed == pytest.approx(want, rel=1e-12)
     free = _profile(output_tok_s={"spec_on": [250.0, 12500.0], "spec_off": [100.0, 5000.0]})

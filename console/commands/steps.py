@@ -62,7 +62,13 @@ def steps(
     out.print(table)
     out.print(step_model.summary(prof))
     if gain is not None:
-        out.print(f"Over the {trace} load, the best count per batch size serves {gain:+.1%} against the best "
-                  "of 0 and the launch's count (the knob's two ends), in the model.")
-    out.print("Model: each step costs the same share of the measured on-off step time; each draft position "
-              "lands with one fitted probability. A GPU measures it: gpu/measure_off.sh's steps phase.")
+        out.print(
+            f"Over the {trace} load, the best count per batch size serves {gain:+.1%} against the best "
+            "of 0 and the launch's count (the knob's two ends), in the model."
+        )
+    share = step_model.DRAFT_FIXED_SHARE
+    out.print(
+        f"Model: any drafting step pays {share:.0%} of the measured on-off step time (fitted to 1- and "
+        "2-step servers on the H200), each draft step an equal part of the rest; each draft position "
+        "lands with one fitted probability. A GPU measures it: gpu/measure_off.sh's steps phase."
+    )
