@@ -24,8 +24,7 @@ ROUNDS=${ROUNDS:-3}
 SHARES=${SHARES:-0,0.02}
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-# -P: the checkout's own spectower/ folder (cwd) must not shadow the installed-layout tree on PYTHONPATH
-st() { python3 -P -m spectower.console.cli "$@"; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # st, st_bg
 cleanup() {
   [ -n "${LOAD_PID:-}" ] && kill -TERM "$LOAD_PID" 2>/dev/null
   [ -n "${SERVER_PID:-}" ] && { kill -TERM -- -"$SERVER_PID" 2>/dev/null; sleep 2; kill -KILL -- -"$SERVER_PID" 2>/dev/null; }
@@ -59,8 +58,8 @@ done
 say "server healthy"; grep -E "spectower plugin" "$WORK/server.log" | head -2
 
 ab() {  # concurrency label
-  st bench load --server "$URL" --pattern "steps:$1" --period 100000s --output-len 256 --input-len 64 \
-    --api generate --status-every 60s > "$WORK/load-$2.log" 2>&1 &
+  st_bg bench load --server "$URL" --pattern "steps:$1" --period 100000s --output-len 256 --input-len 64 \
+    --api generate --status-every 60s > "$WORK/load-$2.log" 2>&1
   LOAD_PID=$!
   sleep 8  # the batch fills and the CUDA graphs of this size warm up
   python3 -P gpu/explore_ab.py --server "$URL" --shares "$SHARES" --window "$WINDOW" --rounds "$ROUNDS" \

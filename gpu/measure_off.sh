@@ -40,8 +40,7 @@ MAX_RUNNING=64
 PROF_STEPS=12
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-# -P: the checkout's own spectower/ folder (cwd) must not shadow the installed-layout tree on PYTHONPATH
-st() { python3 -P -m spectower.console.cli "$@"; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # st, st_bg
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_ENABLE_JIT_DEEPGEMM=0
 export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
 
@@ -282,7 +281,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes ;;
         off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes ;;
         *) st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
-           st control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1 &
+           st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1
            apid=$! ;;
       esac
       st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
@@ -290,7 +289,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check
     }
-    st collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1 &
+    st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
     cpid=$!
     for pol in $POLICIES; do echo "[$(date +%T)] policy $pol"; run_one "$pol"; done
     kill -TERM $cpid; wait $cpid
@@ -298,7 +297,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   ' > "$WORK/policy-out/policy.log" 2>&1 &
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
-export -f st
+export -f st st_bg
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)

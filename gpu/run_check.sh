@@ -27,8 +27,7 @@ SPEC_STEPS=3
 MAX_RUNNING=48
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-# -P: the checkout's own spectower/ folder (cwd) must not shadow the installed-layout tree on PYTHONPATH
-st() { python3 -P -m spectower.console.cli "$@"; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # st, st_bg
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -99,7 +98,7 @@ for flag in "--off" "--max-bs 4" "--on"; do
 done
 
 say "collector (NVML + SGLang) in the background"
-st collect --server "$URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1 &
+st_bg collect --server "$URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
 pids+=($!)
 
 say "sweep C=1,2,4,8,16,32, knob on vs off"
@@ -118,7 +117,7 @@ PY
 
 say "learn policy under a load that crosses the crossover"
 st control release --server "$URL" --reason "gpu check: let the policy act" --as gpu-check --db "$DB"
-st control auto --server "$URL" --policy learn --interval 2s --db "$DB" > "$WORK/learn.log" 2>&1 &
+st_bg control auto --server "$URL" --policy learn --interval 2s --db "$DB" > "$WORK/learn.log" 2>&1
 LEARN_PID=$!; pids+=($LEARN_PID)
 st bench load --server "$URL" --pattern steps:2,32,4,32,2 --period "$LEARN_SECONDS" --duration "$LEARN_SECONDS" \
   --output-len 256 --api generate > "$WORK/load_learn.log" 2>&1

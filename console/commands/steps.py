@@ -21,7 +21,8 @@ def steps(
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
 ) -> None:
-    """Output tok/s at every step count per bin, in the model (linear step cost, geometric acceptance)."""
+    """Output tok/s at every step count per bin, in the model (a fixed share of the drafting cost, the rest
+    linear in the step count; geometric acceptance)."""
     from spectower.simulator import step_model
     from spectower.simulator.profile import load_profile
     from spectower.simulator.traces import load_trace

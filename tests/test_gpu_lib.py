@@ -1,0 +1,51 @@
+"""gpu/lib.sh: the GPU scripts' background CLI. ``kill $!`` after ``st_bg ...`` must stop the CLI itself: with
+``st ... &`` it stopped only a subshell, and the CLI went on (a load kept loading the server for the next
+measurement, a policy kept writing the knob). A simulator stands in for the long-running command."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, free_port
+
+SCRIPT = """
+. gpu/lib.sh
+st_bg sim serve --port "$PORT" --profile h200-8b-pair-triton > "$LOG" 2>&1
+pid=$!
+python3 - "$PORT" <<'PY'
+import sys, time, urllib.request
+deadline = time.monotonic() + 60
+while True:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise SystemExit("the simulator did not come up")
+        time.sleep(0.2)
+PY
+kill -TERM "$pid"; wait "$pid"
+echo "stopped $pid"
+"""
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_kill_of_the_background_pid_stops_the_cli_itself(tmp_path: Path) -> None:
+    port = free_port()
+    # the test's own interpreter first on PATH: `python3` in the script is the one with spectower installed
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "PORT": str(port), "LOG": str(tmp_path / "sim.log")}
+    done = subprocess.run(["bash", "-c", SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          env=env)  # fmt: skip
+    assert done.returncode in (0, 143), done.stdout + done.stderr  # wait returns the CLI's own SIGTERM status
+    assert "stopped" in done.stdout, done.stdout + done.stderr
+    # `wait` returned once the CLI's own process ended: nothing answers on its port any more
+    assert not _answers(port), (tmp_path / "sim.log").read_text()
