@@ -14,7 +14,7 @@
 # sweep.json, profile.json (replayable, three curves), bench.db (the saved run), kernels.json.
 # ATTN=flashinfer measures the other attention backend (default triton); LEVELS, SWEEP_SECONDS, PROF_LEVELS.
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
-# policy + wait: POLICIES="learn on off threshold:51" LOAD_SECONDS=600 under one day-shaped load each; the
+# policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each; the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
 # steps (issue #14, a middle step count): for each K in STEPS_LIST (default "1 2") an un-gated EAGLE-3 server at
 # K steps (K+1 draft tokens, no plugin) replaces the plain one and gpu/knob_max_ab.py measures the gated
