@@ -148,8 +148,8 @@ PY
 
 profile() {  # label url concurrency [activities JSON, default GPU only]
   local label=$1 url=$2 c=$3 activities=${4:-'["GPU"]'}
-  st bench load --server "$url" --pattern "steps:$c" --period 30s --duration 18s --output-len 256 --api generate \
-    > "$WORK/load_$label.log" 2>&1 &
+  st_bg bench load --server "$url" --pattern "steps:$c" --period 30s --duration 18s --output-len 256 --api generate \
+    > "$WORK/load_$label.log" 2>&1
   local load=$!
   sleep 7
   curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
@@ -192,8 +192,8 @@ mkdir -p "$OUT/traces" && cp "$WORK"/prof/t-*/*.json.gz "$OUT/traces/" 2>/dev/nu
 do_reentry() {  # knob at 0 under load (the extend skipped), then on: the drain, then drafting at full accept
   say "re-entry: an operator's off under 16 clients, then on; /server_info every 2 s"
   st control set --server "$SPEC_URL" --off --hold 10m --reason "re-entry drill" --as gpu-check --yes >/dev/null
-  st bench load --server "$SPEC_URL" --pattern steps:16 --period 60s --duration 44s --output-len 512 --input-len 64 \
-    --api generate --status-every 2s > "$OUT/load-reentry.log" 2>&1 &
+  st_bg bench load --server "$SPEC_URL" --pattern steps:16 --period 60s --duration 44s --output-len 512 --input-len 64 \
+    --api generate --status-every 2s > "$OUT/load-reentry.log" 2>&1
   local load=$! i
   sleep 14
   for i in $(seq -w 1 14); do

@@ -34,7 +34,7 @@ from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
 
 # A middle count "beats both ends" when it serves at least this much more than the better end: below it the
-# model's own assumptions (linear cost, geometric acceptance) are larger than the difference.
+# model's own assumptions (the step cost's shape, geometric acceptance) are larger than the difference.
 MIN_GAIN = 0.01
 _BISECTION_STEPS = 60
 # The share of a drafting iteration's extra time that does not shrink with fewer draft steps: fitted by
