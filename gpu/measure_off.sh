@@ -28,10 +28,12 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 PHASES=${PHASES:-launch accept profile}
 exec > >(tee -a "$OUT/measure.log") 2>&1
-WORK=/tmp/spectower-off
+# WORK, SPEC_PORT, PLAIN_PORT: two copies of this script can run at once on two GPUs (gpu/policy_pair.sh:
+# CUDA_VISIBLE_DEVICES, a WORK and ports each). PLAIN=0: no plain server (the policy phases never load it).
+WORK=${WORK:-/tmp/spectower-off}
 SITE=$WORK/site
 ATTN=${ATTN:-triton}
-SPEC_PORT=30000 PLAIN_PORT=30001
+SPEC_PORT=${SPEC_PORT:-30000} PLAIN_PORT=${PLAIN_PORT:-30001} PLAIN=${PLAIN:-1}
 SPEC_URL=http://127.0.0.1:$SPEC_PORT PLAIN_URL=http://127.0.0.1:$PLAIN_PORT
 LEVELS=${LEVELS:-1,2,4,8,16,32,64}
 PROF_LEVELS=${PROF_LEVELS:-1 16 64}
@@ -65,8 +67,8 @@ wait_for() {  # name port pattern: until the log shows pattern ("" = until /heal
 }
 
 do_launch() {
-  if curl -fsS "$SPEC_URL/health" >/dev/null 2>&1 && curl -fsS "$PLAIN_URL/health" >/dev/null 2>&1 \
-    && [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = plain ]; then
+  if curl -fsS "$SPEC_URL/health" >/dev/null 2>&1 && { [ "$PLAIN" = 0 ] || { curl -fsS "$PLAIN_URL/health" \
+    >/dev/null 2>&1 && [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = plain ]; }; }; then
     say "both servers already up"; return 0
   fi
   for f in "$WORK"/*.pid; do [ -f "$f" ] && kill -- -"$(cat "$f")" 2>/dev/null && sleep 5; done
@@ -88,10 +90,12 @@ do_launch() {
   start_server spec $SPEC_PORT 0.35 --speculative-algorithm EAGLE3 \
     --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
     --speculative-num-draft-tokens 4 --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json"
-  wait_for spec $SPEC_PORT "KV Cache is allocated|Memory pool end|Capture cuda graph begin" || return 1
-  say "spec: KV pool allocated; starting the plain server"
-  start_server plain $PLAIN_PORT 0.62
-  wait_for spec $SPEC_PORT "" && wait_for plain $PLAIN_PORT "" || return 1
+  if [ "$PLAIN" = 0 ]; then wait_for spec $SPEC_PORT "" || return 1; else
+    wait_for spec $SPEC_PORT "KV Cache is allocated|Memory pool end|Capture cuda graph begin" || return 1
+    say "spec: KV pool allocated; starting the plain server"
+    start_server plain $PLAIN_PORT 0.62
+    wait_for spec $SPEC_PORT "" && wait_for plain $PLAIN_PORT "" || return 1
+  fi
   grep -E "spectower plugin" "$WORK/spec.log" | grep -v server_args= | head -2
 }
 
@@ -301,7 +305,8 @@ export -f st st_bg
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
-  local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))
+  local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))  # WAIT_UNTIL (epoch seconds) may end it sooner
+  [ -n "${WAIT_UNTIL:-}" ] && [ "$WAIT_UNTIL" -lt "$until" ] && until=$WAIT_UNTIL
   while [ ! -f "$WORK/policy.done" ] && [ "$(date +%s)" -lt "$until" ]; do sleep 5; done
   tail -3 "$WORK/policy-out/policy.log"
   # the database is copied whole only once the collector has stopped (its -wal would be missing otherwise)
@@ -339,5 +344,7 @@ else:
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
 # the servers' logs without SGLang's server_args line (it holds the admin key)
-for name in spec plain; do sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"; done
+for name in spec plain; do
+  [ -f "$WORK/$name.log" ] && sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"
+done
 say "done: $PHASES"
