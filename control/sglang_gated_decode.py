@@ -9,22 +9,37 @@ per request with an all-visible mask, which is a decode step in all but name. Th
 every TARGET_VERIFY with its extend/verify kernel (``_fwd_kernel``), built for several query tokens per
 request: measured on an H200 with the 8B-shaped pair, 15.4 ms of a 20.7 ms gated step at batch 64 against
 0.7 ms of attention in a plain server's 5.6 ms decode step (gpu/README.md, "Where a gated step's time
-goes"). So under load "off" served 0.51-0.67 of a plain server.
+goes"). So under load "off" served 0.51-0.67 of a plain server. The flashinfer backend plans and runs every
+TARGET_VERIFY with its prefill wrappers (``indices_updater_prefill``, ``BatchPrefillWithPagedKVCacheWrapper``,
+eager and in CUDA graphs): 0.51 of a plain server at 64 concurrent requests.
 
-What. For the attention backend SGLang builds for the adaptive 0-step state (``num_draft_tokens == 1``),
-a TARGET_VERIFY batch whose verify is one token per request is presented to the backend as DECODE:
+What. For the attention backend SGLang builds for the adaptive 0-step state, a TARGET_VERIFY batch whose
+verify is one token per request is presented to the backend as DECODE (triton's and flashinfer's, in 0.5.17
+and 0.5.23, whose decode CUDA-graph runner plans attention only through ``init_forward_metadata_out_graph``:
+at capture with ``in_capture=True``, then before every replay):
 
 - ``init_forward_metadata`` / ``init_forward_metadata_out_graph`` (eager, CUDA-graph capture and replay)
   get a view of the batch with ``forward_mode`` DECODE, no spec info, and ``seq_lens + 1``: the verify
   token's KV slot is already in ``req_to_token`` at position ``seq_len`` (``eagle_prepare_for_verify``
-  assigned it), and a decode batch's lengths count its new token;
+  assigned it), and a decode batch's lengths count its new token. Flashinfer then plans
+  ``indices_updater_decode`` over its ``decode_wrappers`` (eager), or at capture creates that batch size's
+  CUDA-graph decode wrappers (``_prepare_cuda_graph_metadata``, over the buffers ``init_cuda_graph_state``
+  gave every capturing backend) and replans them before each replay (``fast_decode_plan``), as a plain
+  server's decode graphs do;
 - ``forward_extend`` on such a batch runs ``forward_decode`` (same KV write to ``out_cache_loc``, then
   the decode kernel over ``seq_len + 1`` entries).
 
+Which backend: triton's keeps its state's width (``num_draft_tokens``) and only the one built at 1 acts.
+Flashinfer's keeps none, so the verify's own width decides: ``spec_info.draft_token_num == 1``, what the
+0-step state's batches carry (``_build_trivial_verify_input``) and its graph runner captures with; a drafting
+state's verify is wider. Flashinfer reading an FP4 KV cache through a dequant workspace is left alone (its
+decode would size that workspace from the caller's ``seq_lens``, short of the verify token).
+
 The rest of the verify path (logits, the one-node acceptance, the bonus token, the draft's KV extend) is
-SGLang's own, unchanged; the CUDA graphs captured for the 0-step state hold decode kernels. Backends built
-for drafting states (``num_draft_tokens > 1``), the draft model's backends (other forward modes) and every
-other attention backend are untouched. ``SPECTOWER_GATED_DECODE=0`` in SGLang's environment turns it off.
+SGLang's own, unchanged; the CUDA graphs captured for the 0-step state hold decode kernels. Drafting verifies,
+the draft model's backends (other forward modes) and every other attention backend (trtllm_mha, flashinfer's
+subclass, overrides the hooked methods) are untouched. ``SPECTOWER_GATED_DECODE=0`` in SGLang's environment
+turns it off.
 
 The draft's KV extend in the 0-step state, SGLang 0.5.17 only. A gated batch still runs the draft model's
 extend over its one new token per request, and in 0.5.17 that extend never replays a CUDA graph: the
@@ -68,17 +83,24 @@ logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "SPECTOWER_GATED_DECODE"
 TRITON_BACKEND = ("sglang.srt.layers.attention.triton_backend", "TritonAttnBackend")
+FLASHINFER_BACKEND = ("sglang.srt.layers.attention.flashinfer_backend", "FlashInferAttnBackend")
+ATTENTION_BACKENDS = (TRITON_BACKEND, FLASHINFER_BACKEND)
 WIDTH_FUNCTION = "sglang.srt.speculative.spec_utils.resolve_num_tokens_per_req"
 
 
 def is_one_token_verify(backend: Any, forward_batch: Any) -> bool:
-    """A TARGET_VERIFY of one token per request, on the backend of the 0-step runtime state."""
-    if getattr(backend, "num_draft_tokens", None) != 1:
+    """A TARGET_VERIFY of one token per request, on the backend of the 0-step runtime state: triton's says
+    so by its ``num_draft_tokens``; flashinfer's keeps no width, so the verify's ``draft_token_num`` does."""
+    width = getattr(backend, "num_draft_tokens", None)
+    if width is not None and width != 1:
         return False
     mode = getattr(forward_batch, "forward_mode", None)
     if mode is None or not mode.is_target_verify():
         return False
-    return getattr(getattr(forward_batch, "spec_info", None), "draft_token_num", 1) == 1
+    tokens = getattr(getattr(forward_batch, "spec_info", None), "draft_token_num", None)
+    if width is None:  # flashinfer: its FP4 dequant-workspace decode would read the caller's seq_lens
+        return tokens == 1 and not getattr(backend, "decode_uses_dequant_workspace", False)
+    return tokens is None or tokens == 1
 
 
 def as_decode(forward_batch: Any) -> Any:
@@ -101,9 +123,7 @@ def _batch_arg(args: tuple[Any, ...], kwargs: dict[str, Any], position: int) -> 
     return args[position] if len(args) > position else kwargs.get("forward_batch")
 
 
-def hook_init_forward_metadata(
-    original: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any
-) -> Any:
+def hook_init_forward_metadata(original: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
     """``init_forward_metadata(forward_batch)`` / ``init_forward_metadata_out_graph(forward_batch, ...)``."""
     forward_batch = _batch_arg(args, kwargs, 0)
     if is_one_token_verify(backend, forward_batch):
@@ -355,16 +375,18 @@ def missing_skip_targets() -> list[str]:
     return missing
 
 
-def missing_targets() -> list[str]:
-    """The hooked methods this SGLang lacks, empty when all exist (0.5.17 and 0.5.23 have them)."""
+def missing_targets(backend: tuple[str, str] = TRITON_BACKEND) -> list[str]:
+    """The hooked methods of one attention backend (triton's, flashinfer's) this SGLang lacks, empty when
+    all exist (0.5.17 and 0.5.23 have them, and ``forward_decode``, which ``forward_extend``'s hook calls)."""
     import importlib
 
-    module_name, class_name = TRITON_BACKEND
+    module_name, class_name = backend
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         return [f"{module_name}.{class_name} ({exc})"]
-    return [f"{class_name}.{name}" for name in HOOKS if not callable(getattr(cls, name, None))]
+    wanted = [*HOOKS, "forward_decode"]
+    return [f"{class_name}.{name}" for name in wanted if not callable(getattr(cls, name, None))]
 
 
 def register() -> None:
@@ -377,15 +399,19 @@ def register() -> None:
     except ImportError as exc:
         logger.warning("spectower gated decode: NOT hooking: no SGLang HookRegistry (%s)", exc)
         return
-    missing = missing_targets()
-    if missing:
-        logger.warning("spectower gated decode: NOT hooking (missing %s); gated batches run SGLang's own "
-                       "one-token verify", ", ".join(missing))  # fmt: skip
+    backends = []
+    for module_name, class_name in ATTENTION_BACKENDS:
+        missing = missing_targets((module_name, class_name))
+        if missing:
+            logger.warning("spectower gated decode: NOT hooking %s (missing %s); its gated batches run "
+                           "SGLang's own one-token verify", class_name, ", ".join(missing))  # fmt: skip
+            continue
+        for name, hook in HOOKS.items():
+            HookRegistry.register(f"{module_name}.{class_name}.{name}", hook, HookType.AROUND)
+        backends.append(f"{class_name}.{', '.join(HOOKS)}")
+    if not backends:
         return
-    module_name, class_name = TRITON_BACKEND
-    for name, hook in HOOKS.items():
-        HookRegistry.register(f"{module_name}.{class_name}.{name}", hook, HookType.AROUND)
-    hooked = f"{class_name}.{', '.join(HOOKS)}"
+    hooked = "; ".join(backends)
     if extend_skip().enabled:
         skip_missing = missing_skip_targets()
         if skip_missing:

@@ -362,8 +362,7 @@ def off_without_exploration() -> bool:
     plugin may then skip the draft model's extend (control/sglang_gated_decode.py), since no batch will
     draft until the knob rises again."""
     state = _state()
-    exploring = state.gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
-    return state.gate.ceiling == 0 and not exploring
+    return knob_contract.extend_skippable(state.gate.ceiling, state.gate.explore_period, state.owner.owner())
 
 
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:

@@ -8,6 +8,10 @@
 #   PHASES="launch policy wait" bash gpu/policy_pair.sh     # first call: launches, starts the runs, waits
 #   PHASES=wait bash gpu/policy_pair.sh                     # next calls, within 30 s of each other
 #
+# Each side can run its own measure_off.sh phases and attention backend: PHASES_A / PHASES_B (default
+# $PHASES), ATTN_A / ATTN_B (default triton), e.g. flashinfer's sweep on A beside a policy run on B:
+#   ATTN_A=flashinfer PHASES_A="launch accept sweep" POLICIES_B=learn PHASES_B="launch policy wait"
+#
 # Every call returns before CALL_SECONDS (default 570) and brings back $OUT/a.tgz and $OUT/b.tgz (each copy's
 # $OUT: measure.log, load-*.log, auto-*.log, policy.db once done), since the device tool brings back 8 files.
 set -uo pipefail
@@ -19,9 +23,9 @@ export SWEEP_JSON=${SWEEP_JSON:-gpu/results/h200-8b-pair-triton-steps-explore-20
 here=$(dirname "${BASH_SOURCE[0]}")
 rm -rf /tmp/pair-out && mkdir -p /tmp/pair-out/a /tmp/pair-out/b
 CUDA_VISIBLE_DEVICES=0 OUT=/tmp/pair-out/a WORK=/tmp/spectower-off-a SPEC_PORT=30000 PLAIN_PORT=30001 \
-  POLICIES=${POLICIES_A:-on threshold:47} bash "$here/measure_off.sh" 2>&1 | sed -u 's/^/A /' &
+  PHASES=${PHASES_A:-$PHASES} ATTN=${ATTN_A:-triton} POLICIES=${POLICIES_A:-on threshold:47} bash "$here/measure_off.sh" 2>&1 | sed -u 's/^/A /' &
 sleep 20  # the two launches' CPU-heavy steps (unpacking, writing the models) overlap less
 CUDA_VISIBLE_DEVICES=1 OUT=/tmp/pair-out/b WORK=/tmp/spectower-off-b SPEC_PORT=30010 PLAIN_PORT=30011 PLAIN=0 \
-  POLICIES=${POLICIES_B:-off learn} bash "$here/measure_off.sh" 2>&1 | sed -u 's/^/B /' &
+  PHASES=${PHASES_B:-$PHASES} ATTN=${ATTN_B:-triton} POLICIES=${POLICIES_B:-off learn} bash "$here/measure_off.sh" 2>&1 | sed -u 's/^/B /' &
 wait
 for side in a b; do tar -C /tmp/pair-out/$side -czf "$OUT/$side.tgz" .; done

@@ -10,6 +10,10 @@ decode steps over the running batch:
   gated. Gated: every request gets 1 token, at the profile's knob-off curve (``spec_off``), which on a real
   server is slower than a server without speculation (``plain``); a profile without speculation
   (``Profile.speculative`` False, ``sim serve --no-speculation``) never drafts and runs its plain curve.
+  ``spec_off`` is measured with the draft model's KV extend skipped, which the gated-decode plugin does only
+  while the knob is at 0 and no batch explores (``RankScheduler.extend_skipped``); otherwise (any ceiling
+  > 0, or 0 with exploration on) a gated batch pays the extend and runs the profile's ``spec_off_warm``
+  curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
   Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
   a per-step value with ``noise_cv`` noise, seeded). The step lasts
   ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
@@ -305,6 +309,16 @@ class RankScheduler:
         self._publish(now, prefill=True)
         return deadline
 
+    def extend_skipped(self) -> bool:
+        """Whether a gated batch skips the draft model's KV extend (and so runs ``spec_off``, not the warm
+        curve): the knob at 0 and no batch explores (the share is 0, or a lock holds the knob).
+
+        The plugin's rule (``knob_contract.extend_skippable``, which its ``off_without_exploration`` and the
+        gated-decode plugin's ``ExtendSkip`` read). Not modelled: the drain after the knob rises from such an
+        off (gated batches with the extend until holed requests finish)."""
+        owner = self.engine.owner.owner()
+        return knob_contract.extend_skippable(self.spec_max_bs, self.engine.explore_period, owner)
+
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)
         profile = self.engine.profile
@@ -318,7 +332,8 @@ class RankScheduler:
             self.batches_explored += 1
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
-        rate = profile.output_tok_s(batch, drafted)
+        # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped).
+        rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not self.extend_skipped())
         step = batch * accept / rate
         cv = profile.noise_cv
         if cv > 0:

@@ -190,8 +190,12 @@ class _Tables:
     the ceiling saying draft (``on``) or gate (``off``), with the exploration share."""
 
     on: tuple[_Mode, ...]
-    off: tuple[_Mode, ...]  # the knob at 0 (spec_off), not a plain server
-    pure_best: tuple[float, ...]  # the better mode's rate without exploration
+    # Gated while the draft's KV extend runs (a ceiling > 0, or exploring): the profile's spec_off_warm curve
+    # where it has one, else spec_off.
+    off: tuple[_Mode, ...]
+    # The knob at 0 with no exploration: the plugin skips the extend (spec_off, as a sweep measures it).
+    off_cold: tuple[_Mode, ...]
+    pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     plain: tuple[float, ...]
 
     @classmethod
@@ -199,12 +203,14 @@ class _Tables:
         n = profile.max_running_requests  # bounded by profile.MAX_RUNNING_REQUESTS
         on_rate = [profile.output_tok_s(c, True) for c in range(n + 1)]
         off_rate = [profile.output_tok_s(c, False) for c in range(n + 1)]
+        warm_rate = [profile.output_tok_s(c, False, draft_warm=True) for c in range(n + 1)]
         accept = [profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)]
         if not profile.speculative:  # no drafting, no gate: nothing to explore
             share = 0.0
         return cls(
-            on=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], True, share) for c in range(n + 1)),
-            off=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
+            on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
+            off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
+            off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
         )
@@ -324,10 +330,14 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         running = min(conc, mrr)
         queued = conc - running
         drafting = running > 0 and running <= knob and profile.speculative
-        mode = (tables.on if drafting else tables.off)[running]
+        # the plugin's rule; no lock here, only the share
+        extend_skipped = knob_contract.extend_skippable(knob, knob_contract.explore_period(share),
+                                                        knob_contract.OWNER_FREE)  # fmt: skip
+        mode = (tables.on if drafting else tables.off_cold if extend_skipped else tables.off)[running]
         rate = mode.rate
         tokens += rate * tick
-        oracle += max(tables.on[running].rate, tables.off[running].rate) * tick
+        oracle_off = tables.off_cold if share == 0 else tables.off
+        oracle += max(tables.on[running].rate, oracle_off[running].rate) * tick
         pure_oracle += tables.pure_best[running] * tick
         plain += tables.plain[running] * tick
         if running:

@@ -8,6 +8,13 @@ at each concurrency, ``accept_length`` per concurrency, and scalar facts about t
 served 0.51-0.67 of a plain server at 16-64 requests). ``speculative_algorithm: null`` makes the profile a
 server without speculation (its curve is ``plain``, else ``spec_off``; no knob).
 
+Optionally, ``output_tok_s.spec_off_warm``: gated batches while the draft model's KV extend still runs over
+each new token (the draft stays warm for drafting later). spectower's gated-decode plugin skips that extend
+only while the knob is at 0 and no batch explores (a lock holds the knob, or the exploration share is 0:
+``control/sglang_plugin.py``, ``off_without_exploration``), which is how a sweep measures ``spec_off``; under
+any ceiling > 0, or the knob at 0 with exploration on, a gated batch pays the extend and runs this curve
+(measured on an H200: 0.88-0.97 of ``spec_off``). Without it, ``spec_off`` stands for both (the extend free).
+
 Between points the curves are interpolated with a monotone cubic (PCHIP) in log-concurrency, so a curve that
 rises between two points never overshoots, and a profile replays smoothly.
 
@@ -75,19 +82,31 @@ class Profile:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     plain_tok_s: tuple[float, ...] | None = None  # a server without speculation; None: spec_off stands for it
     speculative: bool = True  # False: this profile is a server without speculation (no drafting, no knob)
+    # Gated batches with the draft's KV extend running (module docstring); None: spec_off stands for it.
+    spec_off_warm_tok_s: tuple[float, ...] | None = None
 
     @property
     def plain_curve(self) -> tuple[float, ...]:
         """A server without speculation: ``plain`` where the profile has it, else ``spec_off``."""
         return self.plain_tok_s if self.plain_tok_s is not None else self.spec_off_tok_s
 
-    def output_tok_s(self, concurrency: float, spec_on: bool) -> float:
+    @property
+    def spec_off_warm_curve(self) -> tuple[float, ...]:
+        """Gated batches with the draft's extend running: ``spec_off_warm`` where the profile has it, else
+        ``spec_off``."""
+        return self.spec_off_warm_tok_s if self.spec_off_warm_tok_s is not None else self.spec_off_tok_s
+
+    def output_tok_s(self, concurrency: float, spec_on: bool, draft_warm: bool = False) -> float:
         """Aggregate output tokens/s at ``concurrency`` requests decoding together: knob on (``spec_on``) or
-        the knob at 0 (``spec_off``); a profile without speculation has one curve, ``plain_curve``."""
+        gated: the knob at 0 as measured (``spec_off``, the draft's extend skipped) or, with ``draft_warm``,
+        gated while the draft's extend runs (``spec_off_warm_curve``); a profile without speculation has one
+        curve, ``plain_curve``."""
         if not self.speculative:
             curve = self.plain_curve
+        elif spec_on:
+            curve = self.spec_on_tok_s
         else:
-            curve = self.spec_on_tok_s if spec_on else self.spec_off_tok_s
+            curve = self.spec_off_warm_curve if draft_warm else self.spec_off_tok_s
         return self._at(curve, concurrency)
 
     def plain_output_tok_s(self, concurrency: float) -> float:
@@ -146,6 +165,11 @@ class Profile:
                     "spec_off": list(self.spec_off_tok_s),
                     "spec_on": list(self.spec_on_tok_s),
                     **({"plain": list(self.plain_tok_s)} if self.plain_tok_s is not None else {}),
+                    **(
+                        {"spec_off_warm": list(self.spec_off_warm_tok_s)}
+                        if self.spec_off_warm_tok_s is not None
+                        else {}
+                    ),
                 },
                 "accept_length": list(self.accept_length),
                 "max_running_requests": self.max_running_requests,
@@ -210,16 +234,20 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     tok_s = _require(data, "output_tok_s", source)
     if not isinstance(tok_s, dict):
         raise ProfileError(f"{source}: 'output_tok_s' must be an object with 'spec_off' and 'spec_on'")
-    unknown = sorted(set(tok_s) - {"spec_off", "spec_on", "plain"})
+    unknown = sorted(set(tok_s) - {"spec_off", "spec_on", "plain", "spec_off_warm"})
     if unknown:
         raise ProfileError(
-            f"{source}: 'output_tok_s.{unknown[0]}' is not a curve (expected spec_on, spec_off, plain)"
+            f"{source}: 'output_tok_s.{unknown[0]}' is not a curve "
+            "(expected spec_on, spec_off, plain, spec_off_warm)"
         )
     spec_off = _series(tok_s, "spec_off", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
     spec_on = _series(tok_s, "spec_on", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
     plain = None
     if "plain" in tok_s:
         plain = _series(tok_s, "plain", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
+    warm = None
+    if "spec_off_warm" in tok_s:
+        warm = _series(tok_s, "spec_off_warm", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
     accept = _series(data, "accept_length", source, maximum=MAX_ACCEPT_LENGTH)
     curves: list[tuple[str, tuple[float, ...]]] = [
         ("output_tok_s.spec_off", spec_off),
@@ -228,6 +256,8 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
     ]
     if plain is not None:
         curves.append(("output_tok_s.plain", plain))
+    if warm is not None:
+        curves.append(("output_tok_s.spec_off_warm", warm))
     for key, values in curves:
         if len(values) != len(concurrency):
             raise ProfileError(
@@ -283,6 +313,7 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         raw=dict(data),
         plain_tok_s=plain,
         speculative=algorithm is not None,
+        spec_off_warm_tok_s=warm,
     )
 
 

@@ -38,3 +38,13 @@ def test_the_client_side_sends_it_and_a_bare_hold_still_needs_something_to_do() 
     assert args == {kc.WRITER_KEY: kc.WRITER_MANUAL, kc.EXPLORE_KEY: 0.1}
     with pytest.raises(kc.ContractError, match=f"nothing to do: give .*{kc.EXPLORE_KEY}"):
         kc.parse_request({kc.WRITER_KEY: kc.WRITER_POLICY})
+
+
+def test_the_extend_is_skippable_only_at_0_with_nothing_exploring() -> None:
+    """One rule for the plugin, the simulator and its harness: a lock pauses exploration, so a locked 0
+    skips the extend; a policy's 0 with exploration on keeps it; any ceiling above 0 keeps it."""
+    period = kc.explore_period(0.02)
+    assert kc.extend_skippable(0, 0, kc.OWNER_FREE)
+    assert kc.extend_skippable(0, period, "manual")
+    assert not kc.extend_skippable(0, period, kc.OWNER_FREE)
+    assert not kc.extend_skippable(2, 0, kc.OWNER_FREE) and not kc.extend_skippable(2, period, "manual")

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from spectower.control.engine_counters import counter_bins
 from spectower.control.policy import Decision, Observation, PolicyError, make_policy
-from spectower.control.policy.learn import PENDING_WAITS, LearnPolicy
-from spectower.simulator.harness import simulate
+from spectower.control.policy.learn import PENDING_WAITS, WAIT_SAMPLES, LearnPolicy
+from spectower.simulator.harness import HarnessConfig, simulate
 from spectower.simulator.profile import load_profile, parse_profile
 from spectower.simulator.traces import load_trace
 
@@ -32,11 +32,18 @@ class CounterStream:
     mode; the load spends ``weights[b]`` of each interval in bin ``b``. Step time: 20 ms gated, 30 ms
     drafted, with ``noise`` (relative, per interval and mode)."""
 
-    def __init__(self, speedups: dict[int, float], weights: dict[int, float] | None = None,
-                 share: float = 0.02, noise: float = 0.02, seed: int = 0) -> None:
+    def __init__(
+        self,
+        speedups: dict[int, float],
+        weights: dict[int, float] | None = None,
+        share: float = 0.02,
+        noise: float = 0.02,
+        seed: int = 0,
+    ) -> None:
         self.speedups = speedups
         self.weights = weights or {b: 1.0 / len(BINS) for b in BINS}
         self.share = share
+        self.shares: dict[int, float] = {}  # a bin's own exploration share, where it differs
         self.noise = noise
         self.rng = random.Random(seed)
         self.steps = {m: [0] * len(BINS) for m in ("drafted", "gated")}
@@ -49,9 +56,14 @@ class CounterStream:
             if busy <= 0:
                 continue
             drafting = b <= knob
-            for mode, share in (("drafted", 1 - self.share if drafting else self.share),
-                                ("gated", self.share if drafting else 1 - self.share)):
+            explore = self.shares.get(b, self.share)
+            for mode, share in (
+                ("drafted", 1 - explore if drafting else explore),
+                ("gated", explore if drafting else 1 - explore),
+            ):
                 spent = busy * share
+                if spent <= 0:
+                    continue
                 rate = 100.0 * b**0.8 * (self.speedups[b] if mode == "drafted" else 1.0)
                 self.time_s[mode][i] += spent * (1 + self.noise * self.rng.gauss(0.0, 1.0))
                 self.tokens[mode][i] += rate * spent
@@ -71,8 +83,14 @@ def observe(ts: float, knob: int | None, counters: Any, stale: bool = False) -> 
                        counters=counters)  # fmt: skip
 
 
-def drive(policy: Any, stream: CounterStream, seconds: float, knob: int = MRR, start: float = 0.0,
-          speedups_at: Any = None) -> tuple[int, list[tuple[float, int]], list[Decision]]:
+def drive(
+    policy: Any,
+    stream: CounterStream,
+    seconds: float,
+    knob: int = MRR,
+    start: float = 0.0,
+    speedups_at: Any = None,
+) -> tuple[int, list[tuple[float, int]], list[Decision]]:
     """The closed loop: every 5 s the stream advances under the knob, the policy decides, the knob follows."""
     changes: list[tuple[float, int]] = []
     decisions: list[Decision] = []
@@ -89,11 +107,24 @@ def drive(policy: Any, stream: CounterStream, seconds: float, knob: int = MRR, s
     return knob, changes, decisions
 
 
-FALLING = {1: 1.4, 2: 1.3, 3: 1.25, 4: 1.2, 6: 1.15, 8: 1.1, 12: 0.95, 16: 0.9, 24: 0.85, 32: 0.8, 48: 0.75,
-           64: 0.7}
+FALLING = {
+    1: 1.4,
+    2: 1.3,
+    3: 1.25,
+    4: 1.2,
+    6: 1.15,
+    8: 1.1,
+    12: 0.95,
+    16: 0.9,
+    24: 0.85,
+    32: 0.8,
+    48: 0.75,
+    64: 0.7,
+}
 
 
 # --- the ceiling from the counters -----------------------------------------------------------------------
+
 
 def test_sets_the_ceiling_at_the_last_bin_where_drafting_pays() -> None:
     policy = make_policy("learn", MRR)
@@ -141,7 +172,96 @@ def test_a_ceiling_the_interval_cannot_tell_from_the_best_stays() -> None:
     assert changes_total <= 6
 
 
+# --- thin bins (measured in both modes, in fewer than MIN_INTERVALS intervals) ----------------------------
+
+
+def passing_through(
+    stream: CounterStream, policy: Any, knob: int, passes: dict[int, float], seconds: float
+) -> tuple[int, list[tuple[float, int]], list[Decision]]:
+    """``drive``, but the load also spends a share of its second 5 s in each bin of ``passes`` (a load that
+    passes through them once: one sample interval with steps in both modes, never three)."""
+    first = policy.decide(observe(INTERVAL_S, knob, stream.advance(INTERVAL_S, knob)))  # the first snapshot
+    stream.weights = {**stream.weights, **passes}
+    second = policy.decide(observe(2 * INTERVAL_S, knob, stream.advance(INTERVAL_S, knob)))
+    for b in passes:
+        del stream.weights[b]
+    knob_after, changes, decisions = drive(policy, stream, seconds, knob=knob, start=2 * INTERVAL_S)
+    return knob_after, changes, [first, second, *decisions]
+
+
+def test_a_thin_bin_between_paying_bins_does_not_hold_the_ceiling_back() -> None:
+    """Every bin pays; the load passed through bin 3 once and lives at 1-2 and 4-64. Bin 3 lies between
+    paying bins: it goes with them (it used to keep the ceiling at 2 for good, waiting for intervals it would
+    never get: the H200 run of 2026-12-01)."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(dict.fromkeys(BINS, 1.5), weights={b: 0.1 for b in BINS if b != 3})
+    knob, changes, decisions = passing_through(stream, policy, 2, {3: 0.1}, 600)
+    assert knob == MRR and len(changes) == 1, changes
+    assert changes[0][0] <= 60  # as soon as the other bins have their three intervals
+    assert not any("no interval yet" in d.reason for d in decisions), [d.reason for d in decisions]
+
+
+def test_a_thin_bin_below_every_measured_bin_goes_with_the_paying_bins_above_it() -> None:
+    """Started gated (the H200 run's start); the load never sat at 1-2 and passed through 3 once, and every
+    bin measured (4-64) pays. The speedup falls with batch size, so bin 3 pays at least what bin 4 does:
+    drafting goes on from the bottom (it used to stop at ceiling 2, under bin 3, for good)."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(dict.fromkeys(BINS, 1.5), weights={b: 0.1 for b in BINS if b > 3})
+    knob, changes, _ = passing_through(stream, policy, 0, {3: 0.1}, 600)
+    assert knob == MRR and len(changes) == 1, changes
+
+
+def test_a_thin_bin_where_the_crossover_falls_keeps_its_side_and_one_beyond_it_follows() -> None:
+    """Crossover between 8 (1.1x) and 16 (0.9x): thin bins 12 (in that gap: nothing measured vouches for
+    it) and 24 (between gated 16 and 32). Turning speculation off above the crossover gates 24 with 16 and
+    32, and leaves 12 drafting, as it runs now (it used to leave both: ceiling 24)."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING, weights={b: 0.1 for b in BINS if b not in (12, 24)})
+    knob, changes, _ = passing_through(stream, policy, MRR, {12: 0.1, 24: 0.1}, 600)
+    assert knob == 12 and len(changes) == 1, changes
+
+
+def test_waiting_for_a_busy_thin_bin_ends_after_a_sample_or_two() -> None:
+    """Bin 12 (where the crossover falls) is busy all along but explored only in the first interval: it
+    never gets its intervals. The move waits WAIT_SAMPLES samples for it, then goes ahead and leaves it
+    drafting (it used to wait for ever: 'bin 12, where the load is now, has no interval yet')."""
+    policy = make_policy("learn", MRR)
+    assert isinstance(policy, LearnPolicy)
+    stream = CounterStream(FALLING)
+    _, early, _ = drive(policy, stream, 20, knob=MRR)  # the first two snapshots: one interval
+    stream.shares[12] = 0.0  # no more gated steps in bin 12
+    knob, changes, decisions = drive(policy, stream, 600, knob=MRR, start=20)
+    assert early == [] and knob == 12 and len(changes) == 1, changes
+    waits = [
+        t
+        for t, d in zip(itertools.count(20 + INTERVAL_S, INTERVAL_S), decisions, strict=False)
+        if "bin 12, where the load is now" in d.reason
+    ]
+    assert waits, [d.reason for d in decisions]
+    assert waits[-1] - waits[0] < WAIT_SAMPLES * policy.sample_s, waits
+    assert changes[0][0] - waits[0] <= WAIT_SAMPLES * policy.sample_s + INTERVAL_S
+
+
+def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_minutes() -> None:
+    """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 600 s on the
+    H200 8B pair's profile, the ceiling at 0 at the start. The night is short, so bins 1-12 see a few
+    samples each; it used to wait for them until the last minute and then set ceiling 3 (0.92 of the
+    oracle, against 0.96 now, on the profile of 2026-12-01): it now drafts up to 48 once bin 48 is measured,
+    at about 3 minutes, the bins below it going with it."""
+    profile = load_profile("h200-8b-pair-triton")
+    mrr = profile.max_running_requests
+    trace = load_trace("day", duration_s=600, max_running_requests=mrr)
+    config = HarnessConfig(initial_max_bs=0)
+    result = simulate(
+        profile, trace, make_policy("learn", mrr), duration_s=600, config=config, keep_timeline=True
+    )
+    on = next((tick["t"] for tick in result.timeline if tick["knob"] >= 32), None)
+    assert on is not None and on <= 240, [(tick["t"], tick["reason"]) for tick in result.timeline]
+    assert result.final_max_bs >= 32, result.to_json()
+
+
 # --- holding ------------------------------------------------------------------------------------------
+
 
 def test_holds_without_counters_on_malformed_ones_and_on_stale_data_and_learns_nothing() -> None:
     policy = make_policy("learn", MRR)
@@ -187,10 +307,11 @@ def test_gives_up_on_a_set_that_never_reads_back() -> None:
         t += INTERVAL_S
         reasons.append(policy.decide(observe(t, MRR, stream.advance(5, MRR))).reason)
     waits = [r.startswith("hold: waiting") for r in reasons]
-    assert waits[:PENDING_WAITS] == [True] * PENDING_WAITS and not any(waits[PENDING_WAITS + 1:]), reasons
+    assert waits[:PENDING_WAITS] == [True] * PENDING_WAITS and not any(waits[PENDING_WAITS + 1 :]), reasons
 
 
 # --- changes are bounded ----------------------------------------------------------------------------------
+
 
 def test_changes_stay_within_the_dwell_and_twelve_an_hour_whatever_the_counters_say() -> None:
     """The truth flips every two minutes between 'every bin pays' and 'no bin pays', and a one-minute window
@@ -228,6 +349,7 @@ def test_on_the_jump_trace_learn_changes_the_ceiling_a_few_times_an_hour_at_most
 
 # --- options and persistence ------------------------------------------------------------------------------
 
+
 def test_bad_options_are_refused_naming_them() -> None:
     with pytest.raises(PolicyError, match="bogus"):
         make_policy("learn", MRR, bogus=1)
@@ -253,14 +375,17 @@ def test_state_round_trips_and_a_restarted_policy_decides_the_same() -> None:
     assert "too thin" in fresh.decide(observe(910.0, knob, stream.advance(5, knob))).reason
 
 
-@pytest.mark.parametrize("state, field", [
-    ({"policy": "threshold:3"}, "version"),
-    ({"policy": "learn", "version": 1, "cells": {}}, "version"),  # the old gauge-binned learner's state
-    ({"policy": "learn", "version": 2, "flip_times": "no"}, "flip_times"),
-    ({"policy": "learn", "version": 2, "snapshots": {}}, "snapshots"),
-    ({"policy": "learn", "version": 2, "snapshots": [[1.0]]}, r"snapshots\[0\]"),
-    ({"policy": "learn", "version": 2, "snapshots": [[1.0, {"bins": []}]]}, r"snapshots\[0\].*bins"),
-])
+@pytest.mark.parametrize(
+    "state, field",
+    [
+        ({"policy": "threshold:3"}, "version"),
+        ({"policy": "learn", "version": 1, "cells": {}}, "version"),  # the old gauge-binned learner's state
+        ({"policy": "learn", "version": 2, "flip_times": "no"}, "flip_times"),
+        ({"policy": "learn", "version": 2, "snapshots": {}}, "snapshots"),
+        ({"policy": "learn", "version": 2, "snapshots": [[1.0]]}, r"snapshots\[0\]"),
+        ({"policy": "learn", "version": 2, "snapshots": [[1.0, {"bins": []}]]}, r"snapshots\[0\].*bins"),
+    ],
+)
 def test_a_bad_state_is_refused_naming_the_field(state: dict[str, Any], field: str) -> None:
     policy = make_policy("learn", MRR)
     drive(policy, CounterStream(FALLING), 120)

@@ -10,8 +10,11 @@ decision this policy
    intervals (``control.speedup.intervals_from_snapshots``) and estimates the speedup per bin, its interval
    and the crossover (``control.speedup.estimate``, the one estimator every reader uses). The
    estimator gives a bin seen in both modes in fewer than ``MIN_INTERVALS`` intervals no interval (and
-   widens the others' to Student's t); such a thin bin is left out of the crossover's fit here (it keeps
-   the side it is on). It holds while no bin is measured, or while a thin bin it would switch is busy now;
+   widens the others' to Student's t); such a thin bin is left out of the crossover's fit here. A move
+   switches a thin bin when a measured bin beyond it goes the same way (the speedup falls with batch
+   size, so that bin bounds it: ``_spare_thin``); the thin bin in the gap where the crossover falls keeps
+   the side it is on. It holds while no bin is measured, and for at most ``WAIT_SAMPLES`` samples per bin
+   while a thin bin it would switch is busy now;
 3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
    the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
    at every bin measured). Ceilings stay on bin boundaries so that each bin runs one mode (plus the
@@ -45,6 +48,11 @@ DEFAULT_MAX_FLIPS_PER_HOUR = 12
 DEFAULT_Z = speedup.Z95
 # Observations to wait for a set value to read back before believing the server's read-back instead.
 PENDING_WAITS = 2
+# Samples (sample_s each) a move waits for a thin bin the load is in now to gather its intervals, once per
+# bin: a busy bin usually does within a sample or two, and a move made without it costs a dwell before the
+# next. A load that only passes through the bin never gives it them, so the wait must end: then the move
+# goes ahead and the bin keeps its side.
+WAIT_SAMPLES = 2
 # A bin's estimate counts once each of its modes has steps in this many intervals (sample_s apart).
 MIN_INTERVALS = speedup.MIN_INTERVALS
 # Student's t, 97.5 % quantile, by degrees of freedom (at most d): the small-sample width of a 95 % interval.
@@ -122,6 +130,8 @@ class LearnPolicy:
         self.last_estimate: speedup.SpeedupEstimate | None = None
         # the estimate of the kept samples, the thin bins left out of it, the bins busy in the last sample
         self._estimate: tuple[speedup.SpeedupEstimate, set[int], set[int]] | None = None
+        # thin bin -> when a move first waited for it (not persisted: a restart waits once more at most)
+        self._waited: dict[int, float] = {}
         self.last_reason = ""
 
     # --- the decision ------------------------------------------------------------------------------
@@ -132,8 +142,10 @@ class LearnPolicy:
         self._read_back(obs.spec_max_bs)
         counters = obs.counters
         if counters is None:
-            return self._hold("hold: the server publishes no engine counters (no spectower plugin, or one "
-                              "older than 0.2.0), so there is nothing to estimate from")
+            return self._hold(
+                "hold: the server publishes no engine counters (no spectower plugin, or one "
+                "older than 0.2.0), so there is nothing to estimate from"
+            )
         problem = engine_counters.validate(dict(counters))
         if problem is not None:
             return self._hold(f"hold: the engine counters are malformed ({problem})")
@@ -153,27 +165,40 @@ class LearnPolicy:
         est, thin, busy = self._estimate
         self.last_estimate = est
         if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
-            return self._hold(f"hold: counters too thin: no batch-size bin measured in both modes over "
-                              f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
-                              f"{self.window_s:.0f} s)")
+            return self._hold(
+                f"hold: counters too thin: no batch-size bin measured in both modes over "
+                f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
+                f"{self.window_s:.0f} s)"
+            )
         bins = [int(b) for b in counters["bins"]]
         target, low, high = self._plan(est, bins)
         knob = self.knob
         if self._allowed(knob, low, high, bins):
-            return self._hold(f"hold: ceiling {knob} is within what the crossover allows "
-                              f"({self._span(low, high)}; crossover {est.label})")
+            return self._hold(
+                f"hold: ceiling {knob} is within what the crossover allows "
+                f"({self._span(low, high)}; crossover {est.label})"
+            )
         wanted = target
-        target, waiting = self._spare_thin(est, thin, knob, target, bins, busy)
+        target, waiting = self._spare_thin(est, thin, knob, target, bins, busy, now)
         if waiting is not None or target == knob:
-            which = f"bin {waiting}, where the load is now," if waiting is not None else "the bins in between"
-            return self._hold(f"hold: would move the ceiling {knob} -> {wanted} (crossover {est.label}), but "
-                              f"{which} has no interval yet (counters too thin there)")
+            which = (
+                f"bin {waiting}, where the load is now, has"
+                if waiting is not None
+                else "the bins in between, next to the crossover, have"
+            )
+            return self._hold(
+                f"hold: would move the ceiling {knob} -> {wanted} (crossover {est.label}), but "
+                f"{which} no interval yet (counters too thin there)"
+            )
         if not self._may_flip(now):
-            return self._hold(f"hold: would move the ceiling {knob} -> {target} (crossover {est.label}), but "
-                              f"the change limit (one per {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}"
-                              f"/h) applies")
-        return self._set(now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, "
-                                      f"{self._describe(est)}")
+            return self._hold(
+                f"hold: would move the ceiling {knob} -> {target} (crossover {est.label}), but "
+                f"the change limit (one per {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}"
+                f"/h) applies"
+            )
+        return self._set(
+            now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, {self._describe(est)}"
+        )
 
     def _plan(self, est: speedup.SpeedupEstimate, bins: list[int]) -> tuple[int, int, int]:
         """(target ceiling, lowest and highest ceiling the estimate's interval allows), on bin boundaries.
@@ -207,16 +232,52 @@ class LearnPolicy:
         on_boundary = value in (0, self.max_running_requests) or value in bins
         return on_boundary and low <= value <= high
 
-    def _spare_thin(self, est: speedup.SpeedupEstimate, thin_bins: set[int], knob: int, target: int,
-                    bins: list[int], busy: set[int]) -> tuple[int, int | None]:
+    def _spare_thin(
+        self,
+        est: speedup.SpeedupEstimate,
+        thin_bins: set[int],
+        knob: int,
+        target: int,
+        bins: list[int],
+        busy: set[int],
+        now: float,
+    ) -> tuple[int, int | None]:
         """The target, moved back so that no thin bin (measured in both modes, but not yet over enough
-        intervals to trust its interval) changes side: it keeps the mode it runs in now, like a bin not
-        measured at all; and the thin bin to wait for instead, when one the move would switch is busy now
-        (its data is a sample or two away)."""
-        thin = sorted(thin_bins | {b.batch_size for b in est.bins if b.speedup is not None and b.lo is None})
+        intervals to trust its interval) that the measured bins cannot vouch for changes side; and the thin
+        bin to wait for instead, when one the move would switch is busy now (its data is likely a sample or
+        two away): ``WAIT_SAMPLES`` samples per bin at most, then the move goes ahead without it.
+
+        A measured bin (with an interval) vouches for a thin bin the move switches when it lies beyond the
+        thin bin and the target puts it on the same side: a measured bin above it that is drafted for one
+        switched on, one below it that is gated for one switched off. The speedup falls with batch size
+        (the fit's assumption), so the thin bin pays at least as much as a paying bin above it, at most as
+        much as a losing bin below it: switching it is decided by data, not guessed, just as the target
+        switches the bins never measured there. Left alone is only the thin bin in the gap where the
+        crossover falls (no measured bin beyond it goes its way), where its own data would decide; it keeps
+        the mode it runs in now. Vouching must not wait for the thin bin's own intervals: a load that passes
+        through a bin quickly may never give it any, and since a ceiling cannot skip a bin, a thin bin kept
+        gated holds every bin above it gated too (an H200 under a day-shaped load: bin 3 had 2 intervals in
+        ten minutes and held the ceiling at 2 while every bin measured, 1 to 64, paid 1.1-2.2x)."""
+        measured = [b.batch_size for b in est.bins if b.lo is not None]
+
+        def drafted(b: int) -> bool:  # the target drafts it (a ceiling at max_running_requests: every bin)
+            return target >= self.max_running_requests or b <= target
+
+        def vouched(b: int) -> bool:
+            if drafted(b):
+                return any(m > b and drafted(m) for m in measured)
+            return any(m < b and not drafted(m) for m in measured)
+
+        no_interval = {b.batch_size for b in est.bins if b.speedup is not None and b.lo is None}
+        thin = sorted(b for b in thin_bins | no_interval if not vouched(b))
+        # a bin that got its intervals is waited for no more; nor is a wait from another clock (virtual time)
+        self._waited = {b: t for b, t in self._waited.items() if b in thin and t <= now}
         lo, hi = sorted((knob, target))
         switched = [b for b in thin if lo < b <= hi]
-        waiting = next((b for b in switched if b in busy), None)
+        wait_s = WAIT_SAMPLES * self.sample_s
+        waiting = next(
+            (b for b in switched if b in busy and now - self._waited.setdefault(b, now) < wait_s), None
+        )
         if not switched or waiting is not None:
             return target, waiting
         if target < knob:  # bins in (target, knob] would be gated: keep the highest thin one drafting
@@ -299,19 +360,26 @@ class LearnPolicy:
         if not isinstance(state, dict):
             raise PolicyError("learn state must be an object")
         if state.get("policy") != self.name or state.get("version") != STATE_VERSION:
-            raise PolicyError(f"learn state: not a version-{STATE_VERSION} learn state "
-                              f"(policy={state.get('policy')!r}, version={state.get('version')!r})")
+            raise PolicyError(
+                f"learn state: not a version-{STATE_VERSION} learn state "
+                f"(policy={state.get('policy')!r}, version={state.get('version')!r})"
+            )
         flips = state.get("flip_times", [])
-        if not isinstance(flips, list) or not all(isinstance(t, int | float) and not isinstance(t, bool)
-                                                  for t in flips):
+        if not isinstance(flips, list) or not all(
+            isinstance(t, int | float) and not isinstance(t, bool) for t in flips
+        ):
             raise PolicyError("learn state: 'flip_times' must be a list of numbers")
         raw = state.get("snapshots", [])
         if not isinstance(raw, list):
             raise PolicyError("learn state: 'snapshots' must be a list of [ts, counters] pairs")
         snapshots: list[tuple[float, dict[str, Any]]] = []
         for i, item in enumerate(raw):
-            if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool)
-                    or not isinstance(item[0], int | float)):
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or isinstance(item[0], bool)
+                or not isinstance(item[0], int | float)
+            ):
                 raise PolicyError(f"learn state: 'snapshots[{i}]' must be a [ts, counters] pair")
             problem = engine_counters.validate(item[1])
             if problem is not None:

@@ -1,0 +1,181 @@
+"""A gated batch pays the draft model's KV extend unless the plugin would skip it: the profile's optional
+``output_tok_s.spec_off_warm`` curve, served by the simulator's gated batches whenever the knob is above 0 or
+exploration is on, and ``spec_off`` (measured with the extend skipped) only at 0 with exploration paused
+(share 0 or a lock), the SGLang plugin's ``off_without_exploration`` rule. A profile without the curve serves
+``spec_off`` as before.
+
+Virtual time: the rank's sleep returns at once and the profile has no noise, so a step's duration is what
+the scheduler computed and the rates are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from spectower.control import knob_contract
+from spectower.simulator import knob_state
+from spectower.simulator.config import SimConfig
+from spectower.simulator.engine import Engine, RankScheduler
+from spectower.simulator.profile import Profile, ProfileError, load_profile, parse_profile
+
+BATCH = 16  # a profile point: the curves there are the profile's numbers
+SPEC_OFF, WARM, SPEC_ON = 650.0, 560.0, 750.0  # at 16
+
+BASE: dict[str, Any] = {
+    "name": "warm-gated",
+    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
+    "served_model_name": "eight-b-shaped",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "max_running_requests": 64,
+    "concurrency": [1, 4, 16],
+    "output_tok_s": {
+        "spec_on": [190.0, 430.0, SPEC_ON],
+        "spec_off": [84.0, 240.0, SPEC_OFF],
+        "plain": [100.0, 380.0, 1200.0],
+        "spec_off_warm": [80.0, 220.0, WARM],
+    },
+    "accept_length": [2.0, 2.0, 2.0],
+    "prefill_tok_s": 40000.0,
+    "noise_cv": 0.0,
+}
+
+
+def _data(**curves: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(json.dumps(BASE))
+    data["output_tok_s"].update(curves)
+    data["output_tok_s"] = {k: v for k, v in data["output_tok_s"].items() if v is not None}
+    return data
+
+
+def _profile(**curves: Any) -> Profile:
+    return parse_profile(_data(**curves), source="warm-gated")
+
+
+def _without_warm() -> Profile:
+    return _profile(spec_off_warm=None)
+
+
+async def _no_sleep(self: RankScheduler, deadline: float) -> float:
+    return deadline
+
+
+@pytest.fixture(autouse=True)
+def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
+
+
+def _lock(engine: Engine, value: int) -> None:
+    """An operator's set (writer 1): it takes the lock, which pauses exploration."""
+    request = knob_contract.parse_request({"spectower_writer": 1, "spectower_spec_max_bs": value})
+    assert request is not None
+    knob_state.apply(engine, request)
+    engine.owner.commit(request, previous=engine.ranks[0].spec_max_bs)
+
+
+def _gated_rate(
+    profile: Profile, knob: int, share: float = knob_contract.DEFAULT_EXPLORE_SHARE, locked: bool = False,
+    steps: int = 400,
+) -> tuple[float, RankScheduler]:  # fmt: skip
+    """Output tokens/s of the gated steps over ``BATCH`` running requests (the engine counters' bin, so
+    settling steps apart)."""
+
+    async def run() -> RankScheduler:
+        engine = Engine(SimConfig(profile=profile, explore_share=share))
+        if locked:
+            _lock(engine, knob)
+        else:
+            engine.set_spec_max_bs(knob)
+        rank = engine.ranks[0]
+        for _ in range(BATCH):
+            rank.submit(engine.new_request(8, 10**9, streaming=False))
+        deadline = await rank._prefill(engine.max_running_requests, 0.0)
+        for _ in range(steps):
+            deadline = await rank._decode(deadline)
+        return rank
+
+    rank = asyncio.run(run())
+    counters = rank.counters
+    i = counters.bin_index(BATCH)
+    assert counters.steps["gated"][i] > 0
+    return counters.tokens["gated"][i] / counters.time_s["gated"][i], rank
+
+
+def test_knob_at_zero_with_exploration_on_gates_at_the_warm_rate() -> None:
+    rate, rank = _gated_rate(_profile(), knob=0)
+    assert rate == pytest.approx(WARM, rel=1e-9)
+    assert rank.batches_explored > 0 and rank.batches_drafted > 0  # the explored runs drafted
+    assert not rank.extend_skipped()
+
+
+@pytest.mark.parametrize("share, locked", [(0.0, False), (knob_contract.DEFAULT_EXPLORE_SHARE, True)])
+def test_knob_at_zero_without_exploration_skips_the_extend_spec_off(share: float, locked: bool) -> None:
+    rate, rank = _gated_rate(_profile(), knob=0, share=share, locked=locked)
+    assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
+    assert rank.batches_explored == 0 and rank.batches_drafted == 0
+    assert rank.extend_skipped()
+
+
+@pytest.mark.parametrize("share, locked", [(0.0, False), (knob_contract.DEFAULT_EXPLORE_SHARE, True)])
+def test_a_ceiling_above_zero_keeps_the_draft_warm_unexplored_too(share: float, locked: bool) -> None:
+    rate, rank = _gated_rate(_profile(), knob=BATCH - 1, share=share, locked=locked)
+    assert rate == pytest.approx(WARM, rel=1e-9)
+    assert rank.batches_drafted == 0 and not rank.extend_skipped()
+
+
+@pytest.mark.parametrize(
+    "knob, share, locked", [(0, 0.02, False), (0, 0.0, False), (0, 0.02, True), (BATCH - 1, 0.0, False)]
+)
+def test_a_profile_without_the_curve_gates_at_spec_off(knob: int, share: float, locked: bool) -> None:
+    profile = _without_warm()
+    assert profile.spec_off_warm_tok_s is None and profile.spec_off_warm_curve == profile.spec_off_tok_s
+    rate, _ = _gated_rate(profile, knob=knob, share=share, locked=locked)
+    assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
+
+
+def test_the_warm_curve_interpolates_like_the_others_and_round_trips() -> None:
+    profile, old = _profile(), _without_warm()
+    for c in (0.5, 1, 2, 3, 4, 9, 16, 40):
+        assert profile.output_tok_s(c, False) == old.output_tok_s(c, False)  # spec_off untouched
+        assert profile.output_tok_s(c, True, draft_warm=True) == profile.output_tok_s(c, True)
+        warm = profile.output_tok_s(c, False, draft_warm=True)
+        assert warm == old._at(profile.spec_off_warm_curve, c)  # the profile's one interpolation
+        assert old.output_tok_s(c, False, draft_warm=True) == old.output_tok_s(c, False)
+    assert profile.output_tok_s(4, False, draft_warm=True) == 220.0
+    assert profile.output_tok_s(16, False, draft_warm=True) == WARM
+    again = parse_profile(profile.to_json(), source="again")
+    assert again.spec_off_warm_tok_s == (80.0, 220.0, WARM)
+    assert "spec_off_warm" not in old.to_json()["output_tok_s"]
+    # a server without speculation has neither knob nor extend: its plain curve
+    assert profile.without_speculation().output_tok_s(16, False, draft_warm=True) == 1200.0
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ([80.0, 220.0], "'output_tok_s.spec_off_warm' has 2 values but 'concurrency' has 3"),
+        ([80.0, 0.0, 560.0], "'output_tok_s.spec_off_warm' values must be > 0"),
+        ([80.0, -1.0, 560.0], "'output_tok_s.spec_off_warm[1]' must not be negative"),
+        ([80.0, "fast", 560.0], "'output_tok_s.spec_off_warm[1]' must be a finite number"),
+        ([80.0, float("nan"), 560.0], "'output_tok_s.spec_off_warm[1]' must be a finite number"),
+        ([80.0, 1e12, 560.0], "'output_tok_s.spec_off_warm[1]' must be <= 1e+08"),
+        ({"16": 560.0}, "'output_tok_s.spec_off_warm' must be a non-empty list of numbers"),
+        ([], "'output_tok_s.spec_off_warm' must be a non-empty list of numbers"),
+    ],
+)
+def test_a_bad_warm_curve_is_one_line_naming_it(value: Any, message: str) -> None:
+    with pytest.raises(ProfileError) as exc:
+        parse_profile(_data(spec_off_warm=value), source="warm-gated")
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith("warm-gated: ") and message in text
+
+
+def test_the_shipped_h200_profile_carries_the_measured_warm_curve() -> None:
+    profile = load_profile("h200-8b-pair-triton")
+    assert profile.spec_off_warm_tok_s is not None
+    ratios = [w / o for w, o in zip(profile.spec_off_warm_tok_s, profile.spec_off_tok_s, strict=True)]
+    assert all(0.85 < r < 0.98 for r in ratios), ratios  # 0.88-0.97 measured
+    assert "h200x2-8b-pair-triton-policies-2026-12-01" in profile.raw["description"]
