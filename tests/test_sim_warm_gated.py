@@ -10,7 +10,6 @@ the scheduler computed and the rates are exact.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -20,6 +19,8 @@ from spectower.simulator import knob_state
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.profile import Profile, ProfileError, load_profile, parse_profile
+
+from tests.test_sim_explore import _decode as decode_steps
 
 BATCH = 16  # a profile point: the curves there are the profile's numbers
 SPEC_OFF, WARM, SPEC_ON = 650.0, 560.0, 750.0  # at 16
@@ -83,21 +84,12 @@ def _gated_rate(
     """Output tokens/s of the gated steps over ``BATCH`` running requests (the engine counters' bin, so
     settling steps apart)."""
 
-    async def run() -> RankScheduler:
-        engine = Engine(SimConfig(profile=profile, explore_share=share))
-        if locked:
-            _lock(engine, knob)
-        else:
-            engine.set_spec_max_bs(knob)
-        rank = engine.ranks[0]
-        for _ in range(BATCH):
-            rank.submit(engine.new_request(8, 10**9, streaming=False))
-        deadline = await rank._prefill(engine.max_running_requests, 0.0)
-        for _ in range(steps):
-            deadline = await rank._decode(deadline)
-        return rank
-
-    rank = asyncio.run(run())
+    engine = Engine(SimConfig(profile=profile, explore_share=share))
+    if locked:
+        _lock(engine, knob)
+    else:
+        engine.set_spec_max_bs(knob)
+    rank = decode_steps(engine, BATCH, steps)
     counters = rank.counters
     i = counters.bin_index(BATCH)
     assert counters.steps["gated"][i] > 0
