@@ -319,6 +319,10 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     n_gauge = n_accept = 0
     timeline: list[dict[str, Any]] = []
 
+    period = knob_contract.explore_period(share)
+    # the oracle's off at knob 0: the extend skipped only where nothing explores (the same rule, once)
+    oracle_cold = knob_contract.extend_skippable(0, period, knob_contract.OWNER_FREE)
+    oracle_off = tables.off_cold if oracle_cold else tables.off
     for i in range(n_ticks):
         while pending and pending[0][0] <= i:
             _, value = pending.pop(0)
@@ -331,12 +335,10 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         queued = conc - running
         drafting = running > 0 and running <= knob and profile.speculative
         # the plugin's rule; no lock here, only the share
-        extend_skipped = knob_contract.extend_skippable(knob, knob_contract.explore_period(share),
-                                                        knob_contract.OWNER_FREE)  # fmt: skip
+        extend_skipped = knob_contract.extend_skippable(knob, period, knob_contract.OWNER_FREE)
         mode = (tables.on if drafting else tables.off_cold if extend_skipped else tables.off)[running]
         rate = mode.rate
         tokens += rate * tick
-        oracle_off = tables.off_cold if share == 0 else tables.off
         oracle += max(tables.on[running].rate, oracle_off[running].rate) * tick
         pure_oracle += tables.pure_best[running] * tick
         plain += tables.plain[running] * tick
