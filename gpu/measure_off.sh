@@ -57,7 +57,9 @@ start_server() {  # name port mem_fraction extra-flags...: starts it, returns at
 
 wait_for() {  # name port pattern: until the log shows pattern ("" = until /health answers), LAUNCH_WAIT_S at most
   local name=$1 port=$2 pattern=$3
-  for _ in $(seq 1 "${LAUNCH_WAIT_S:-300}"); do
+  for i in $(seq 1 "${LAUNCH_WAIT_S:-300}"); do
+    # every minute, the log's last line: where a slow launch (flashinfer's JIT builds) spends its time
+    [ $((i % 60)) = 0 ] && say "$name still loading: $(grep -v server_args= "$WORK/$name.log" | tail -1 | cut -c1-160)"
     if [ -n "$pattern" ]; then grep -qE "$pattern" "$WORK/$name.log" 2>/dev/null && return 0
     else curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { say "$name healthy"; return 0; }; fi
     kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
