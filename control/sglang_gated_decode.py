@@ -68,6 +68,10 @@ until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batche
 drafts anyway and the rest recover cold). Drafting therefore resumes at its full accept length, a request
 lifetime after the knob went up. A drained batch is counted as gated in the decode counters.
 ``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
+
+Flashinfer's host wait. With the extend skipped, a flashinfer server's gated step still waited about 1 ms
+on the host for the previous step's lengths (``sglang_seq_lens``: why, and the mirror that removes the
+wait; registered with the skip hooks, whose ``forward_batch_generation`` hook tells it what ran).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from spectower.control import sglang_seq_lens
 
 logger = logging.getLogger(__name__)
 
@@ -308,17 +314,28 @@ def extend_skip() -> ExtendSkip:
 def hook_forward_batch_generation(
     original: Callable[..., Any], worker: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
-    """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it."""
+    """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it,
+    and tell the seq-lens mirror what ran (``sglang_seq_lens``: a gated batch's lengths are known)."""
     mode = getattr(batch, "forward_mode", None)
     decode = mode is not None and not mode.is_extend() and not mode.is_idle()
-    if not decode or getattr(batch, "is_extend_in_batch", False):
+    idle = mode is not None and mode.is_idle()
+    decode = decode and not getattr(batch, "is_extend_in_batch", False)
+    noted = None if idle else sglang_seq_lens.before_forward(batch, decode)
+    if not decode:
         return original(worker, batch, *args, **kwargs)
     tracker = extend_skip()
     tracker.begin_batch(worker, getattr(batch, "reqs", ()))
+    ran = False
     try:
-        return original(worker, batch, *args, **kwargs)
+        result = original(worker, batch, *args, **kwargs)
+        ran = True
+        return result
     finally:
         tracker.end_batch()
+        if ran:
+            sglang_seq_lens.after_forward(noted, worker)
+        else:
+            sglang_seq_lens.mirror().forget()
 
 
 def hook_activate_step_by_batch(
@@ -426,6 +443,10 @@ def register() -> None:
                 "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
                 "EagleDraftWorker._draft_extend_for_decode (extend skipped at knob 0, then drained)"
             )
+            # The mirror learns what ran from forward_batch_generation's hook, registered just above.
+            mirrored = sglang_seq_lens.register()
+            if mirrored:
+                hooked += f"; {mirrored}"
     if reads_launch_width():
         HookRegistry.register(WIDTH_FUNCTION, hook_resolve_num_tokens_per_req, HookType.AROUND)
         hooked += ", resolve_num_tokens_per_req (draft-extend width per adaptive state)"

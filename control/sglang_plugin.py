@@ -558,6 +558,9 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
             if gated_decode is not None and gated_decode.hooked():
                 block["gated_decode"] = gated_decode.extend_skip().report()
+            seq_lens = sys.modules.get("spectower.control.sglang_seq_lens")
+            if seq_lens is not None and seq_lens.registered():
+                block["seq_lens_mirror"] = seq_lens.mirror().report()
             state["spectower"] = block
     except Exception:
         logger.exception("spectower: could not add its state to get_internal_state")

@@ -94,6 +94,8 @@ BOTH_VERSIONS = (
     _plugin_check("counters", "check_counters", "{config}"),
     _plugin_check("explore", "check_explore", "{config}", SPECTOWER_EXPLORE_SHARE=None),
     _plugin_check("gated_decode", "check_gated_decode", "{config}"),
+    # every 2nd remembered resolve also runs SGLang's host copy (the default samples 1 in 256)
+    _plugin_check("seq_lens", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_VERIFY_EVERY="2"),
 )
 OVERRIDE_LOG_ARGS = ("{config}", str(OVERRIDE_BATCHES), "alternate", "noisy")
 ONLY_0_5_23 = (
@@ -113,6 +115,7 @@ ONLY_0_5_23 = (
         "override_log:explore", "check_override_log", *OVERRIDE_LOG_ARGS, SPECTOWER_EXPLORE_SHARE=None
     ),
     _plugin_check("gated_decode:off", "check_gated_decode", SPECTOWER_GATED_DECODE="0"),
+    _plugin_check("seq_lens:off", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_MIRROR="0"),
 )
 
 
@@ -158,10 +161,10 @@ def require_version(python: str, version: str) -> str:
 
 
 def check_environment(python: str, version: str, site: Path) -> dict[str, str]:
-    """The environment a check starts from: no SGLANG_* / gate / exploration settings of the caller's, the
-    version's overlay (if any) and the plugin site on PYTHONPATH, exploration off."""
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SGLANG_", "SPECTOWER_GATE", "SPECTOWER_EXPLORE"))}  # fmt: skip
+    """The environment a check starts from: no SGLANG_* / gate / exploration / seq-lens settings of the
+    caller's, the version's overlay (if any) and the plugin site on PYTHONPATH, exploration off."""
+    caller_settings = ("SGLANG_", "SPECTOWER_GATE", "SPECTOWER_EXPLORE", "SPECTOWER_SEQ_LENS")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(caller_settings)}
     first = [] if version == "0.5.23" else [str(overlay_of(python, version))]
     environ["PYTHONPATH"] = os.pathsep.join([*first, str(site)])
     environ["SPECTOWER_EXPLORE_SHARE"] = "0"

@@ -28,7 +28,8 @@ INTERVAL_S = 5.0
 
 class CounterStream:
     """A server's cumulative counters: gated throughput ``100 * b**0.8`` tok/s in bin ``b``, drafted that
-    times ``speedups[b]``; the gate drafts bins <= the knob and explores ``share`` of the time in the other
+    times ``speedups[b]``; the gate drafts bins <= the knob (every bin from ``max_running_requests`` up,
+    whose bins still run up to the first one >= it) and explores ``share`` of the time in the other
     mode; the load spends ``weights[b]`` of each interval in bin ``b``. Step time: 20 ms gated, 30 ms
     drafted, with ``noise`` (relative, per interval and mode)."""
 
@@ -39,8 +40,10 @@ class CounterStream:
         share: float = 0.02,
         noise: float = 0.02,
         seed: int = 0,
+        max_running_requests: int = MRR,
     ) -> None:
         self.speedups = speedups
+        self.max_running_requests = max_running_requests
         self.weights = weights or {b: 1.0 / len(BINS) for b in BINS}
         self.share = share
         self.shares: dict[int, float] = {}  # a bin's own exploration share, where it differs
@@ -55,7 +58,9 @@ class CounterStream:
             busy = seconds * self.weights.get(b, 0.0)
             if busy <= 0:
                 continue
-            drafting = b <= knob
+            # a ceiling at max_running_requests drafts every batch: the top bin's too, whose batches are
+            # at most max_running_requests even where the bin is larger (60 in bin 64)
+            drafting = b <= knob or knob >= self.max_running_requests
             explore = self.shares.get(b, self.share)
             for mode, share in (
                 ("drafted", 1 - explore if drafting else explore),
@@ -258,6 +263,58 @@ def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_min
     on = next((tick["t"] for tick in result.timeline if tick["knob"] >= 32), None)
     assert on is not None and on <= 240, [(tick["t"], tick["reason"]) for tick in result.timeline]
     assert result.final_max_bs >= 32, result.to_json()
+
+
+# --- max_running_requests below the top bin (60: the bins still run up to 64, and "on" is ceiling 60) -----
+# A move's switched bins are the thin ones between the two ceilings, (knob, target], and ceilings stop at
+# max_running_requests, so bin 64 is never among them. It need not be: a target of 60 takes bin 64 measured
+# (the plan floors its bounds to measured bins, and a thin bin is left out of the fit), and a move down
+# from 60 passes a measured bin below 64 that the target gates, which vouches for gating bin 64 too.
+# Pinned with bin 64 thin (the load passed through it once) on each side of the crossover.
+
+MRR_BELOW_TOP_BIN = 60
+
+
+def test_below_the_top_bin_a_thin_top_bin_is_not_switched_on_until_it_is_measured() -> None:
+    """Every bin pays; started gated, the load lives at 1-48 and passed through 64 once. Drafting goes on
+    up to 48 and leaves bin 64 gated as it runs now, not 'on' (60); once the load reaches 64 and measures
+    it there, the ceiling goes on."""
+    assert counter_bins(MRR_BELOW_TOP_BIN) == BINS
+    policy = make_policy("learn", MRR_BELOW_TOP_BIN)
+    stream = CounterStream(
+        dict.fromkeys(BINS, 1.5),
+        weights={b: 0.1 for b in BINS if b < 64},
+        max_running_requests=MRR_BELOW_TOP_BIN,
+    )
+    knob, changes, _ = passing_through(stream, policy, 0, {64: 0.1}, 600)
+    assert knob == 48 and len(changes) == 1, changes
+    stream.weights = {b: 0.1 for b in BINS}  # the load reaches bin 64 for good
+    knob, changes, _ = drive(policy, stream, 900, knob=knob, start=610)
+    assert knob == MRR_BELOW_TOP_BIN and len(changes) == 1, changes
+
+
+def test_below_the_top_bin_a_thin_top_bin_where_the_crossover_falls_keeps_drafting() -> None:
+    """Bins 1-48 pay and thin bin 64 loses: nothing measured vouches for gating it, so "on" (60) stays."""
+    policy = make_policy("learn", MRR_BELOW_TOP_BIN)
+    stream = CounterStream(
+        {**dict.fromkeys(BINS, 1.3), 64: 0.8},
+        weights={b: 0.1 for b in BINS if b < 64},
+        max_running_requests=MRR_BELOW_TOP_BIN,
+    )
+    knob, changes, decisions = passing_through(stream, policy, MRR_BELOW_TOP_BIN, {64: 0.1}, 600)
+    assert knob == MRR_BELOW_TOP_BIN and changes == [], changes
+    assert "pays at every load seen" in decisions[-1].reason, decisions[-1]
+
+
+def test_below_the_top_bin_a_thin_top_bin_above_losing_bins_is_gated_with_them() -> None:
+    """Crossover between 8 and 12 (FALLING); thin bin 64 lies above the measured losing bins 12-48, which
+    vouch for it: turning speculation off above the crossover gates it with them (ceiling 8 from "on")."""
+    policy = make_policy("learn", MRR_BELOW_TOP_BIN)
+    stream = CounterStream(
+        FALLING, weights={b: 0.1 for b in BINS if b < 64}, max_running_requests=MRR_BELOW_TOP_BIN
+    )
+    knob, changes, _ = passing_through(stream, policy, MRR_BELOW_TOP_BIN, {64: 0.1}, 600)
+    assert knob == 8 and len(changes) == 1, changes
 
 
 # --- holding ------------------------------------------------------------------------------------------

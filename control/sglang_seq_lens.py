@@ -1,0 +1,230 @@
+"""Off means off on flashinfer: a gated batch's lengths are known on the host; the next batch waits for none.
+
+Runs INSIDE SGLang (registered by ``sglang_gated_decode.register``, the same entry point), so it imports only
+the standard library and, lazily, torch.
+
+Why. With the gated verify planned as decode (``sglang_gated_decode``), a gated step's GPU time on the H200
+with flashinfer matched a plain server's (4.73 against 4.69 ms at batch 1, 5.85 against 6.05 ms at 64), yet
+the knob at 0 served only 0.75-0.88 of the plain server at every load (gpu/README.md, "Flashinfer"). The
+difference was host time: one ``cudaStreamSynchronize`` of about 1 ms per gated step, where a plain server
+has none. Flashinfer plans on host-side lengths (``needs_cpu_seq_lens``), and an EAGLE v2 step's new lengths
+depend on how many drafts were accepted, so before every batch SGLang's ``FutureMap.resolve_seq_lens_cpu``
+waits for the previous verify to publish them and copies them to the host (0.5.17 and 0.5.23). While
+drafting, that wait overlaps the draft model's extend; a gated batch has no draft work left to hide it
+behind (the extend is skipped at knob 0), so the GPU idles while the host plans the next step. Triton plans
+on device lengths and never waits (``needs_cpu_seq_lens = False``): its knob-at-0 served 0.97-0.99.
+
+What. A gated batch's verify is one token per request whose only outcome is the bonus token: every request
+in it is exactly one token longer afterwards. This module remembers, per request id, the length each
+request of the last gated batch will have (``SeqLensMirror``). When every request of the batch being
+resolved is remembered, ``resolve_seq_lens_cpu`` runs SGLang's own device-only path (its
+``needs_cpu_seq_lens = False`` branch: the event wait and the gather on the GPU, no host copy) and the host
+lengths come from the mirror. Anything else resolves as SGLang does: a request new since the last gated
+batch (its prefill), a drafting batch before (its acceptance is data), a mixed or prebuilt batch.
+
+Safety. Every ``SPECTOWER_SEQ_LENS_VERIFY_EVERY``-th remembered resolve (default 256; 0 never) also runs
+SGLang's host copy and compares. Any difference turns the mirror off for the process, logs the first one,
+and keeps SGLang's lengths. ``SPECTOWER_SEQ_LENS_MIRROR=0`` turns it off from the start. The counts are in
+the knob plugin's state block (``seq_lens_mirror``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "SPECTOWER_SEQ_LENS_MIRROR"
+VERIFY_ENV = "SPECTOWER_SEQ_LENS_VERIFY_EVERY"
+DEFAULT_VERIFY_EVERY = 256
+FUTURE_MAP_CLASS = ("sglang.srt.managers.overlap_utils", "FutureMap")
+RESOLVE_METHOD = "resolve_seq_lens_cpu"
+
+
+def _verify_every_from_env() -> int:
+    try:
+        return max(0, int(os.environ.get(VERIFY_ENV, DEFAULT_VERIFY_EVERY)))
+    except ValueError:
+        return DEFAULT_VERIFY_EVERY
+
+
+class SeqLensMirror:
+    """Per request id, its length when its next batch starts, known from the last gated batch it ran in.
+
+    One per scheduler process (SGLang calls the hooks on its scheduler thread). ``active`` turns on at the
+    first resolve whose backend needs host lengths: a triton server never pays the bookkeeping."""
+
+    def __init__(self, enabled: bool | None = None, verify_every: int | None = None) -> None:
+        self.enabled = os.environ.get(DISABLE_ENV, "1") != "0" if enabled is None else enabled
+        self.verify_every = _verify_every_from_env() if verify_every is None else max(0, verify_every)
+        self.active = False
+        self.next_lengths: dict[Any, int] = {}
+        self.hits = 0
+        self.syncs = 0
+        self.verified = 0
+        self.mismatches = 0
+        self.off_reason: str | None = None
+
+    def lengths_for(self, rids: Sequence[Any]) -> list[int] | None:
+        """Every request's length if each one is remembered, else None (SGLang resolves it)."""
+        if not self.enabled or not rids:
+            return None
+        known = self.next_lengths
+        try:
+            return [known[rid] for rid in rids]
+        except KeyError:
+            return None
+
+    def after_forward(self, rids: Sequence[Any], lengths: Sequence[int] | None, gated: bool) -> None:
+        """A decode batch ran: a gated one grew each request by its bonus token; anything else is data."""
+        if gated and lengths is not None and len(lengths) == len(rids):
+            # Replaced, not merged: a request that left the batch (finished, retracted) is forgotten.
+            self.next_lengths = {rid: int(length) + 1 for rid, length in zip(rids, lengths, strict=True)}
+        else:
+            self.next_lengths = {}
+
+    def forget(self, rids: Sequence[Any] | None = None) -> None:
+        """A prefill or mixed batch ran: its requests' lengths are SGLang's to say (all of them if None)."""
+        if rids is None:
+            self.next_lengths = {}
+        else:
+            for rid in rids:
+                self.next_lengths.pop(rid, None)
+
+    def due_for_check(self) -> bool:
+        return self.verify_every > 0 and self.hits % self.verify_every == 0
+
+    def check(self, rids: Sequence[Any], predicted: Sequence[int], actual: Sequence[int]) -> bool:
+        """Compare a remembered resolve with SGLang's host copy; a difference turns the mirror off."""
+        self.verified += 1
+        if list(predicted) == list(actual):
+            return True
+        self.mismatches += 1
+        first = next(i for i, (p, a) in enumerate(zip(predicted, actual, strict=True)) if p != a)
+        self.off_reason = f"request {rids[first]!r}: remembered {predicted[first]}, SGLang {actual[first]}"
+        self.enabled = False
+        self.next_lengths = {}
+        logger.warning("spectower seq-lens mirror: OFF for this process (%s); SGLang's host copy resolves "
+                       "every batch from now on", self.off_reason)  # fmt: skip
+        return False
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "active": self.active,
+            "resolved_from_mirror": self.hits,
+            "resolved_by_sglang": self.syncs,
+            "verified": self.verified,
+            "mismatches": self.mismatches,
+            "off_reason": self.off_reason,
+        }
+
+
+_MIRROR: SeqLensMirror | None = None
+_REGISTERED = False
+
+
+def registered() -> bool:
+    """Whether this process hooked ``resolve_seq_lens_cpu`` (what the knob plugin's state block shows)."""
+    return _REGISTERED
+
+
+def mirror() -> SeqLensMirror:
+    """This process's mirror (created on first use)."""
+    global _MIRROR
+    if _MIRROR is None:
+        _MIRROR = SeqLensMirror()
+    return _MIRROR
+
+
+def _rids(batch: Any) -> list[Any]:
+    return [getattr(req, "rid", None) for req in getattr(batch, "reqs", ())]
+
+
+def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, batch: Any, *args: Any,
+                              **kwargs: Any) -> Any:  # fmt: skip
+    """``FutureMap.resolve_seq_lens_cpu(batch, ...)``: the device-only path plus remembered host lengths."""
+    state = mirror()
+    if not getattr(future_map, "needs_cpu_seq_lens", False) or getattr(batch, "spec_info", None) is None:
+        return original(future_map, batch, *args, **kwargs)
+    state.active = True
+    rids = _rids(batch)
+    predicted = state.lengths_for(rids)
+    if predicted is None:
+        state.syncs += 1
+        return original(future_map, batch, *args, **kwargs)
+    state.hits += 1
+    if state.due_for_check():
+        result = original(future_map, batch, *args, **kwargs)
+        actual = getattr(batch, "seq_lens_cpu", None)
+        if actual is not None:
+            state.check(rids, predicted, [int(x) for x in actual.tolist()])
+        return result
+    future_map.needs_cpu_seq_lens = False  # SGLang's own device-only branch: the wait and gather, no copy
+    try:
+        result = original(future_map, batch, *args, **kwargs)
+    finally:
+        future_map.needs_cpu_seq_lens = True
+    import torch
+
+    batch.seq_lens_cpu = torch.tensor(predicted, dtype=torch.int64)
+    batch.seq_lens_sum = sum(predicted)
+    return result
+
+
+def before_forward(batch: Any, decode: bool) -> tuple[list[Any], list[int] | None] | None:
+    """What ``after_forward`` needs of a decode batch (its ids and start lengths); forgets a prefill's.
+    None when the mirror is idle (a triton server) or the batch is not a plain decode batch."""
+    state = mirror()
+    if not state.active or not state.enabled:
+        return None
+    if not decode:
+        state.forget(_rids(batch) if not getattr(batch, "is_extend_in_batch", False) else None)
+        return None
+    spec_info = getattr(batch, "spec_info", None)
+    is_verify_input = getattr(spec_info, "is_verify_input", None)
+    if callable(is_verify_input) and is_verify_input():  # 0.5.23's PP relay: a verify built elsewhere
+        state.forget()
+        return None
+    lengths = getattr(batch, "seq_lens_cpu", None)
+    return _rids(batch), None if lengths is None else [int(x) for x in lengths.tolist()]
+
+
+def after_forward(noted: tuple[list[Any], list[int] | None] | None, worker: Any) -> None:
+    """The batch ran at the worker's step count: 0 is a gated one-token verify."""
+    if noted is not None:
+        rids, lengths = noted
+        mirror().after_forward(rids, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
+
+
+def missing_target() -> str | None:
+    """What the hook needs that this SGLang lacks (0.5.17 and 0.5.23 have it), else None."""
+    import importlib
+
+    module_name, class_name = FUTURE_MAP_CLASS
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        return f"{module_name}.{class_name} ({exc})"
+    return None if callable(getattr(cls, RESOLVE_METHOD, None)) else f"{class_name}.{RESOLVE_METHOD}"
+
+
+def register() -> str | None:
+    """Registers the resolve hook (the forward hook is ``sglang_gated_decode``'s); returns what it hooked."""
+    if not mirror().enabled:
+        return None
+    missing = missing_target()
+    if missing is not None:
+        logger.warning("spectower seq-lens mirror: NOT hooking (missing %s)", missing)
+        return None
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    module_name, class_name = FUTURE_MAP_CLASS
+    HookRegistry.register(f"{module_name}.{class_name}.{RESOLVE_METHOD}", hook_resolve_seq_lens_cpu,
+                          HookType.AROUND)  # fmt: skip
+    global _REGISTERED
+    _REGISTERED = True
+    return f"{class_name}.{RESOLVE_METHOD} (a gated batch's lengths remembered)"
