@@ -342,6 +342,14 @@ if calls and decode_s:
 else:
     print("plugin hooks: no figure (plugin", ranks[0].get("plugin_version") if ranks else None,
           "or no decode steps yet)")
+# flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the GPU
+mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
+for m in mirrors:
+    hits, syncs, checked, differed = (m[k] for k in ("resolved_from_mirror", "resolved_by_sglang", "verified",
+                                                     "mismatches"))
+    enabled, why = m.get("enabled"), m.get("off_reason") or ""
+    print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy; {checked} checked, "
+          f"{differed} differed; on={enabled} {why}")
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
