@@ -317,25 +317,22 @@ def hook_forward_batch_generation(
     """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it,
     and tell the seq-lens mirror what ran (``sglang_seq_lens``: a gated batch's lengths are known)."""
     mode = getattr(batch, "forward_mode", None)
-    decode = mode is not None and not mode.is_extend() and not mode.is_idle()
-    idle = mode is not None and mode.is_idle()
-    decode = decode and not getattr(batch, "is_extend_in_batch", False)
-    noted = None if idle else sglang_seq_lens.before_forward(batch, decode)
-    if not decode:
-        return original(worker, batch, *args, **kwargs)
+    decode, noted = False, None
+    if mode is not None and not mode.is_idle():
+        decode = not mode.is_extend() and not getattr(batch, "is_extend_in_batch", False)
+        noted = sglang_seq_lens.before_forward(batch, decode)
     tracker = extend_skip()
-    tracker.begin_batch(worker, getattr(batch, "reqs", ()))
+    if decode:
+        tracker.begin_batch(worker, getattr(batch, "reqs", ()))
     ran = False
     try:
         result = original(worker, batch, *args, **kwargs)
         ran = True
         return result
     finally:
-        tracker.end_batch()
-        if ran:
-            sglang_seq_lens.after_forward(noted, worker)
-        else:
-            sglang_seq_lens.mirror().forget()
+        if decode:
+            tracker.end_batch()
+        sglang_seq_lens.after_forward(noted, worker, ran)
 
 
 def hook_activate_step_by_batch(

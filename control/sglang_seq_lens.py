@@ -15,12 +15,15 @@ behind (the extend is skipped at knob 0), so the GPU idles while the host plans 
 on device lengths and never waits (``needs_cpu_seq_lens = False``): its knob-at-0 served 0.97-0.99.
 
 What. A gated batch's verify is one token per request whose only outcome is the bonus token: every request
-in it is exactly one token longer afterwards. This module remembers, per request id, the length each
-request of the last gated batch will have (``SeqLensMirror``). When every request of the batch being
-resolved is remembered, ``resolve_seq_lens_cpu`` runs SGLang's own device-only path (its
-``needs_cpu_seq_lens = False`` branch: the event wait and the gather on the GPU, no host copy) and the host
-lengths come from the mirror. Anything else resolves as SGLang does: a request new since the last gated
-batch (its prefill), a drafting batch before (its acceptance is data), a mixed or prebuilt batch.
+in it is exactly one token longer afterwards. A prefill publishes each request's prefilled length, which the
+prefill batch holds on the host already (SGLang's spec-v2 convention, 0.5.17 and 0.5.23:
+``new_seq_lens = batch.seq_lens``). This module remembers, per request id, the length each request of the
+last gated batch or of a prefill since will start its next batch with (``SeqLensMirror``). A request that
+joins a gated load (its prefill) therefore costs no host wait either; at 64 requests of 256 tokens one joins
+about every 4 steps. When every request of the batch being resolved is remembered, ``resolve_seq_lens_cpu``
+runs SGLang's own device-only path (its ``needs_cpu_seq_lens = False`` branch: the event wait and the gather
+on the GPU, no host copy) and the host lengths come from the mirror. Anything else resolves as SGLang does:
+a step after drafting (its acceptance is data), a mixed or prebuilt batch, a failed step.
 
 Safety. Every ``SPECTOWER_SEQ_LENS_VERIFY_EVERY``-th remembered resolve (default 256; 0 never) also runs
 SGLang's host copy and compares. Any difference turns the mirror off for the process, logs the first one,
@@ -52,16 +55,21 @@ def _verify_every_from_env() -> int:
 
 
 class SeqLensMirror:
-    """Per request id, its length when its next batch starts, known from the last gated batch it ran in.
+    """Per request id, its length when its next batch starts, known from the last batch it ran in: a gated
+    decode batch (one token longer) or its prefill (SGLang's spec-v2 convention: the prefilled length).
 
     One per scheduler process (SGLang calls the hooks on its scheduler thread). ``active`` turns on at the
     first resolve whose backend needs host lengths: a triton server never pays the bookkeeping."""
+
+    # A prefilled request normally decodes in the next batch; one aborted first would stay: a bound.
+    MAX_PREFILLED = 4096
 
     def __init__(self, enabled: bool | None = None, verify_every: int | None = None) -> None:
         self.enabled = os.environ.get(DISABLE_ENV, "1") != "0" if enabled is None else enabled
         self.verify_every = _verify_every_from_env() if verify_every is None else max(0, verify_every)
         self.active = False
-        self.next_lengths: dict[Any, int] = {}
+        self.decoded: dict[Any, int] = {}  # the last gated batch's requests
+        self.prefilled: dict[Any, int] = {}  # requests prefilled since, not decoded yet
         self.hits = 0
         self.syncs = 0
         self.verified = 0
@@ -72,27 +80,44 @@ class SeqLensMirror:
         """Every request's length if each one is remembered, else None (SGLang resolves it)."""
         if not self.enabled or not rids:
             return None
-        known = self.next_lengths
-        try:
-            return [known[rid] for rid in rids]
-        except KeyError:
-            return None
+        decoded, prefilled = self.decoded, self.prefilled
+        lengths = []
+        for rid in rids:
+            length = decoded.get(rid)
+            if length is None:
+                length = prefilled.get(rid)
+                if length is None:
+                    return None
+            lengths.append(length)
+        return lengths
 
-    def after_forward(self, rids: Sequence[Any], lengths: Sequence[int] | None, gated: bool) -> None:
-        """A decode batch ran: a gated one grew each request by its bonus token; anything else is data."""
+    def after_decode(self, rids: Sequence[Any], lengths: Sequence[int] | None, gated: bool) -> None:
+        """A decode batch ran: a gated one grew each request by its bonus token; a drafting one's growth is
+        its acceptance, data on the GPU."""
+        for rid in rids:
+            self.prefilled.pop(rid, None)
         if gated and lengths is not None and len(lengths) == len(rids):
             # Replaced, not merged: a request that left the batch (finished, retracted) is forgotten.
-            self.next_lengths = {rid: int(length) + 1 for rid, length in zip(rids, lengths, strict=True)}
+            self.decoded = {rid: int(length) + 1 for rid, length in zip(rids, lengths, strict=True)}
         else:
-            self.next_lengths = {}
+            self.decoded = {}
 
-    def forget(self, rids: Sequence[Any] | None = None) -> None:
-        """A prefill or mixed batch ran: its requests' lengths are SGLang's to say (all of them if None)."""
-        if rids is None:
-            self.next_lengths = {}
-        else:
+    def after_prefill(self, rids: Sequence[Any], lengths: Sequence[int] | None) -> None:
+        """A prefill ran: SGLang publishes each request's prefilled length as its next batch's start."""
+        for rid in rids:
+            self.decoded.pop(rid, None)  # a retracted request prefilled again
+        if lengths is None or len(lengths) != len(rids):
             for rid in rids:
-                self.next_lengths.pop(rid, None)
+                self.prefilled.pop(rid, None)
+            return
+        if len(self.prefilled) + len(rids) > self.MAX_PREFILLED:
+            self.prefilled = {}
+        self.prefilled.update(zip(rids, (int(length) for length in lengths), strict=True))
+
+    def forget(self) -> None:
+        """A mixed or unknown batch ran (or a step failed): SGLang says every length from here."""
+        self.decoded = {}
+        self.prefilled = {}
 
     def due_for_check(self) -> bool:
         return self.verify_every > 0 and self.hits % self.verify_every == 0
@@ -106,7 +131,7 @@ class SeqLensMirror:
         first = next(i for i, (p, a) in enumerate(zip(predicted, actual, strict=True)) if p != a)
         self.off_reason = f"request {rids[first]!r}: remembered {predicted[first]}, SGLang {actual[first]}"
         self.enabled = False
-        self.next_lengths = {}
+        self.forget()
         logger.warning("spectower seq-lens mirror: OFF for this process (%s); SGLang's host copy resolves "
                        "every batch from now on", self.off_reason)  # fmt: skip
         return False
@@ -148,9 +173,11 @@ def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, bat
                               **kwargs: Any) -> Any:  # fmt: skip
     """``FutureMap.resolve_seq_lens_cpu(batch, ...)``: the device-only path plus remembered host lengths."""
     state = mirror()
-    if not getattr(future_map, "needs_cpu_seq_lens", False) or getattr(batch, "spec_info", None) is None:
+    if not getattr(future_map, "needs_cpu_seq_lens", False):
         return original(future_map, batch, *args, **kwargs)
-    state.active = True
+    state.active = True  # from the first batch on, a prefill included: its lengths are remembered too
+    if getattr(batch, "spec_info", None) is None:  # SGLang resolves nothing for it
+        return original(future_map, batch, *args, **kwargs)
     rids = _rids(batch)
     predicted = state.lengths_for(rids)
     if predicted is None:
@@ -175,29 +202,39 @@ def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, bat
     return result
 
 
-def before_forward(batch: Any, decode: bool) -> tuple[list[Any], list[int] | None] | None:
-    """What ``after_forward`` needs of a decode batch (its ids and start lengths); forgets a prefill's.
-    None when the mirror is idle (a triton server) or the batch is not a plain decode batch."""
+Noted = tuple[str, list[Any], list[int] | None]
+
+
+def before_forward(batch: Any, decode: bool) -> Noted | None:
+    """What ``after_forward`` needs of a batch: its kind, request ids and start lengths. None when the
+    mirror is idle (a triton server) or the batch is neither a plain decode batch nor a prefill."""
     state = mirror()
     if not state.active or not state.enabled:
         return None
-    if not decode:
-        state.forget(_rids(batch) if not getattr(batch, "is_extend_in_batch", False) else None)
+    if getattr(batch, "is_extend_in_batch", False):  # a mixed batch: prefill and decode in one
+        state.forget()
         return None
     spec_info = getattr(batch, "spec_info", None)
     is_verify_input = getattr(spec_info, "is_verify_input", None)
-    if callable(is_verify_input) and is_verify_input():  # 0.5.23's PP relay: a verify built elsewhere
+    if decode and callable(is_verify_input) and is_verify_input():  # 0.5.23's PP relay: built elsewhere
         state.forget()
         return None
     lengths = getattr(batch, "seq_lens_cpu", None)
-    return _rids(batch), None if lengths is None else [int(x) for x in lengths.tolist()]
+    return "decode" if decode else "prefill", _rids(batch), None if lengths is None else lengths.tolist()
 
 
-def after_forward(noted: tuple[list[Any], list[int] | None] | None, worker: Any) -> None:
-    """The batch ran at the worker's step count: 0 is a gated one-token verify."""
-    if noted is not None:
-        rids, lengths = noted
-        mirror().after_forward(rids, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
+def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
+    """The batch ran (a decode batch at the worker's step count: 0 is a gated one-token verify), or failed."""
+    if noted is None:
+        return
+    if not ran:
+        mirror().forget()
+        return
+    kind, rids, lengths = noted
+    if kind == "prefill":
+        mirror().after_prefill(rids, lengths)
+    else:
+        mirror().after_decode(rids, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
 
 
 def missing_target() -> str | None:

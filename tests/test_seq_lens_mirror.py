@@ -13,36 +13,52 @@ from spectower.control.sglang_seq_lens import DEFAULT_VERIFY_EVERY, SeqLensMirro
 def test_a_gated_batch_grows_each_request_by_one_and_forgets_who_left() -> None:
     mirror = SeqLensMirror(enabled=True, verify_every=0)
     assert mirror.lengths_for(["a"]) is None  # nothing known yet: SGLang answers
-    mirror.after_forward(["a", "b"], [5, 9], gated=True)
+    mirror.after_decode(["a", "b"], [5, 9], gated=True)
     assert mirror.lengths_for(["a", "b"]) == [6, 10]
     assert mirror.lengths_for(["b"]) == [10]
     assert mirror.lengths_for(["a", "c"]) is None  # one unknown request is enough to ask SGLang
-    mirror.after_forward(["b"], [10], gated=True)  # a finished
+    mirror.after_decode(["b"], [10], gated=True)  # a finished
     assert mirror.lengths_for(["a"]) is None and mirror.lengths_for(["b"]) == [11]
 
 
-def test_a_drafting_batch_or_unknown_lengths_forget_everything() -> None:
+def test_a_prefill_is_known_until_its_request_decodes() -> None:
     mirror = SeqLensMirror(enabled=True, verify_every=0)
-    mirror.after_forward(["a", "b"], [5, 9], gated=True)
-    mirror.after_forward(["a", "b"], [6, 10], gated=False)  # accepted counts are data
-    assert mirror.lengths_for(["a"]) is None
-    mirror.after_forward(["a"], [5], gated=True)
-    mirror.after_forward(["a"], None, gated=True)  # no host lengths this batch: nothing to grow from
-    assert mirror.lengths_for(["a"]) is None
+    mirror.after_decode(["a"], [5], gated=True)
+    mirror.after_prefill(["c"], [7])  # SGLang publishes the prefilled length as the next start
+    assert mirror.lengths_for(["a", "c"]) == [6, 7]
+    mirror.after_decode(["a", "c"], [6, 7], gated=True)
+    assert mirror.prefilled == {} and mirror.lengths_for(["a", "c"]) == [7, 8]
+    mirror.after_prefill(["a"], [3])  # retracted, prefilled again: the prefill's length wins
+    assert mirror.lengths_for(["a"]) == [3]
+    mirror.after_prefill(["d"], None)  # no host lengths: not remembered
+    assert mirror.lengths_for(["d"]) is None
 
 
-def test_a_prefill_forgets_its_requests_a_mixed_batch_all() -> None:
+def test_a_drafting_batch_or_unknown_lengths_forget_the_decoded() -> None:
     mirror = SeqLensMirror(enabled=True, verify_every=0)
-    mirror.after_forward(["a", "b"], [5, 9], gated=True)
-    mirror.forget(["b"])
-    assert mirror.lengths_for(["a"]) == [6] and mirror.lengths_for(["b"]) is None
-    mirror.forget()
+    mirror.after_decode(["a", "b"], [5, 9], gated=True)
+    mirror.after_prefill(["c"], [4])
+    mirror.after_decode(["a", "b"], [6, 10], gated=False)  # accepted counts are data
     assert mirror.lengths_for(["a"]) is None
+    assert mirror.lengths_for(["c"]) == [4]  # c has not run since its prefill
+    mirror.after_decode(["a"], [5], gated=True)
+    mirror.after_decode(["a"], None, gated=True)  # no host lengths this batch: nothing to grow from
+    assert mirror.lengths_for(["a"]) is None
+    mirror.forget()  # a mixed batch
+    assert mirror.lengths_for(["c"]) is None
+
+
+def test_prefilled_requests_that_never_decode_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SeqLensMirror, "MAX_PREFILLED", 3)
+    mirror = SeqLensMirror(enabled=True, verify_every=0)
+    mirror.after_prefill(["a", "b"], [1, 2])
+    mirror.after_prefill(["c", "d"], [3, 4])  # would exceed the bound: the aborted-looking rest is dropped
+    assert mirror.prefilled == {"c": 3, "d": 4}
 
 
 def test_a_difference_turns_it_off_and_says_where(caplog: pytest.LogCaptureFixture) -> None:
     mirror = SeqLensMirror(enabled=True, verify_every=2)
-    mirror.after_forward(["a", "b"], [5, 9], gated=True)
+    mirror.after_decode(["a", "b"], [5, 9], gated=True)
     mirror.hits = 1
     assert not mirror.due_for_check()
     mirror.hits = 2
@@ -53,7 +69,7 @@ def test_a_difference_turns_it_off_and_says_where(caplog: pytest.LogCaptureFixtu
     assert mirror.enabled is False and mirror.mismatches == 1 and mirror.verified == 2
     assert mirror.off_reason == "request 'b': remembered 10, SGLang 12"
     assert "OFF for this process" in caplog.text
-    mirror.after_forward(["a"], [5], gated=True)
+    mirror.after_decode(["a"], [5], gated=True)
     assert mirror.lengths_for(["a"]) is None  # off for good
 
 

@@ -29,7 +29,8 @@ ACCEPTED_WHILE_DRAFTING = 3  # each request's accepted tokens (drafts and bonus)
 def install_worker_body() -> None:
     """The decode step without a GPU: activate the steps (hooked by the plugins), then a verify whose new
     lengths are the batch's plus one (0 steps: the bonus token) or plus ``ACCEPTED_WHILE_DRAFTING``,
-    published the way SGLang's verify does (``on_publish(new_seq_lens)``); a prefill publishes its lengths."""
+    published the way SGLang's verify does (``on_publish(new_seq_lens)``); a prefill publishes its own
+    lengths, SGLang's spec-v2 convention (``new_seq_lens = batch.seq_lens`` in 0.5.17 and 0.5.23)."""
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
     def forward_batch_generation(self: Any, batch: Any, on_publish: Any = None, grammar_barrier: Any = None,
@@ -84,7 +85,7 @@ def main() -> None:
         decode = not mode.is_extend()
         b.spec_info = types.SimpleNamespace(future_indices=b.req_pool_indices) if decode else None
         b.seq_lens = torch.tensor([truth[rid] for rid in rids]) if mode.is_extend() else None
-        b.seq_lens_cpu = None
+        b.seq_lens_cpu = b.seq_lens.clone() if mode.is_extend() else None  # prepare_for_extend's host copy
         return b
 
     def step(future_map: Any, phase: str, rids: list[str], prompts: dict[str, int] | None = None
