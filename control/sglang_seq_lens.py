@@ -17,18 +17,23 @@ on device lengths and never waits (``needs_cpu_seq_lens = False``): its knob-at-
 What. A gated batch's verify is one token per request whose only outcome is the bonus token: every request
 in it is exactly one token longer afterwards. A prefill publishes each request's prefilled length, which the
 prefill batch holds on the host already (SGLang's spec-v2 convention, 0.5.17 and 0.5.23:
-``new_seq_lens = batch.seq_lens``). This module remembers, per request id, the length each request of the
-last gated batch or of a prefill since will start its next batch with (``SeqLensMirror``). A request that
-joins a gated load (its prefill) therefore costs no host wait either; at 64 requests of 256 tokens one joins
-about every 4 steps. When every request of the batch being resolved is remembered, ``resolve_seq_lens_cpu``
-runs SGLang's own device-only path (its ``needs_cpu_seq_lens = False`` branch: the event wait and the gather
-on the GPU, no host copy) and the host lengths come from the mirror. Anything else resolves as SGLang does:
-a step after drafting (its acceptance is data), a mixed or prebuilt batch, a failed step.
+``new_seq_lens = batch.seq_lens``). This module remembers, per request (its ``Req`` object), the length it
+will start its next batch with, from the last gated batch or its prefill since (``SeqLensMirror``). A
+request that joins a gated load (its prefill) therefore costs no host wait either; at 64 requests of 256
+tokens one joins about every 4 steps. When every request of the batch being resolved is remembered,
+``resolve_seq_lens_cpu`` runs SGLang's own device-only path (its ``needs_cpu_seq_lens = False`` branch:
+the event wait and the gather on the GPU, no host copy) and the host lengths come from the mirror.
+Anything else resolves as SGLang does: a step after drafting (its acceptance is data), a mixed or prebuilt
+batch, a failed step.
 
-Safety. Every ``SPECTOWER_SEQ_LENS_VERIFY_EVERY``-th remembered resolve (default 256; 0 never) also runs
-SGLang's host copy and compares. Any difference turns the mirror off for the process, logs the first one,
-and keeps SGLang's lengths. ``SPECTOWER_SEQ_LENS_MIRROR=0`` turns it off from the start. The counts are in
-the knob plugin's state block (``seq_lens_mirror``).
+Safety. The first remembered resolve and every ``SPECTOWER_SEQ_LENS_VERIFY_EVERY``-th after it (default
+256; 0 never) also run SGLang's host copy and compare. Any difference turns the mirror off for the process,
+logs the first one, and keeps SGLang's lengths; so does any failure of the mirror's own bookkeeping (it
+never raises into SGLang's scheduler). ``SPECTOWER_SEQ_LENS_MIRROR=0`` turns it off from the start. The
+counts are in the knob plugin's state block (``seq_lens_mirror``). Reviewed against both versions'
+scheduler: no other path changes a running request's length between the hooks (retraction and
+re-prefill, aborts, chunked and mixed prefill, PD-disaggregation's prebuilt joins, which are unknown to
+the mirror and so resolved by SGLang).
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ def _verify_every_from_env() -> int:
 
 
 class SeqLensMirror:
-    """Per request id, its length when its next batch starts, known from the last batch it ran in: a gated
-    decode batch (one token longer) or its prefill (SGLang's spec-v2 convention: the prefilled length).
+    """Per request (SGLang's ``Req``, hashed by identity), its length when its next batch starts, known from
+    the last batch it ran in: a gated decode batch (one token longer) or its prefill (SGLang's spec-v2
+    convention: the prefilled length).
 
     One per scheduler process (SGLang calls the hooks on its scheduler thread). ``active`` turns on at the
     first resolve whose backend needs host lengths: a triton server never pays the bookkeeping."""
@@ -76,43 +82,43 @@ class SeqLensMirror:
         self.mismatches = 0
         self.off_reason: str | None = None
 
-    def lengths_for(self, rids: Sequence[Any]) -> list[int] | None:
+    def lengths_for(self, reqs: Sequence[Any]) -> list[int] | None:
         """Every request's length if each one is remembered, else None (SGLang resolves it)."""
-        if not self.enabled or not rids:
+        if not self.enabled or not reqs:
             return None
         decoded, prefilled = self.decoded, self.prefilled
         lengths = []
-        for rid in rids:
-            length = decoded.get(rid)
+        for req in reqs:
+            length = decoded.get(req)
             if length is None:
-                length = prefilled.get(rid)
+                length = prefilled.get(req)
                 if length is None:
                     return None
             lengths.append(length)
         return lengths
 
-    def after_decode(self, rids: Sequence[Any], lengths: Sequence[int] | None, gated: bool) -> None:
+    def after_decode(self, reqs: Sequence[Any], lengths: Sequence[int] | None, gated: bool) -> None:
         """A decode batch ran: a gated one grew each request by its bonus token; a drafting one's growth is
         its acceptance, data on the GPU."""
-        for rid in rids:
-            self.prefilled.pop(rid, None)
-        if gated and lengths is not None and len(lengths) == len(rids):
+        for req in reqs:
+            self.prefilled.pop(req, None)
+        if gated and lengths is not None and len(lengths) == len(reqs):
             # Replaced, not merged: a request that left the batch (finished, retracted) is forgotten.
-            self.decoded = {rid: int(length) + 1 for rid, length in zip(rids, lengths, strict=True)}
+            self.decoded = {req: int(length) + 1 for req, length in zip(reqs, lengths, strict=True)}
         else:
             self.decoded = {}
 
-    def after_prefill(self, rids: Sequence[Any], lengths: Sequence[int] | None) -> None:
+    def after_prefill(self, reqs: Sequence[Any], lengths: Sequence[int] | None) -> None:
         """A prefill ran: SGLang publishes each request's prefilled length as its next batch's start."""
-        for rid in rids:
-            self.decoded.pop(rid, None)  # a retracted request prefilled again
-        if lengths is None or len(lengths) != len(rids):
-            for rid in rids:
-                self.prefilled.pop(rid, None)
+        for req in reqs:
+            self.decoded.pop(req, None)  # a retracted request prefilled again
+        if lengths is None or len(lengths) != len(reqs):
+            for req in reqs:
+                self.prefilled.pop(req, None)
             return
-        if len(self.prefilled) + len(rids) > self.MAX_PREFILLED:
+        if len(self.prefilled) + len(reqs) > self.MAX_PREFILLED:
             self.prefilled = {}
-        self.prefilled.update(zip(rids, (int(length) for length in lengths), strict=True))
+        self.prefilled.update(zip(reqs, (int(length) for length in lengths), strict=True))
 
     def forget(self) -> None:
         """A mixed or unknown batch ran (or a step failed): SGLang says every length from here."""
@@ -120,21 +126,31 @@ class SeqLensMirror:
         self.prefilled = {}
 
     def due_for_check(self) -> bool:
-        return self.verify_every > 0 and self.hits % self.verify_every == 0
+        """The first remembered resolve is checked, then every ``verify_every``-th."""
+        return self.verify_every > 0 and (self.hits == 1 or self.hits % self.verify_every == 0)
 
-    def check(self, rids: Sequence[Any], predicted: Sequence[int], actual: Sequence[int]) -> bool:
+    def check(self, reqs: Sequence[Any], predicted: Sequence[int], actual: Sequence[int]) -> bool:
         """Compare a remembered resolve with SGLang's host copy; a difference turns the mirror off."""
         self.verified += 1
         if list(predicted) == list(actual):
             return True
         self.mismatches += 1
-        first = next(i for i, (p, a) in enumerate(zip(predicted, actual, strict=True)) if p != a)
-        self.off_reason = f"request {rids[first]!r}: remembered {predicted[first]}, SGLang {actual[first]}"
+        if len(predicted) != len(actual):
+            self.off_reason = f"{len(predicted)} lengths remembered, SGLang gave {len(actual)}"
+        else:
+            first = next(i for i, (p, a) in enumerate(zip(predicted, actual, strict=True)) if p != a)
+            name = getattr(reqs[first], "rid", reqs[first])
+            self.off_reason = f"request {name!r}: remembered {predicted[first]}, SGLang {actual[first]}"
+        self.turn_off(self.off_reason)
+        return False
+
+    def turn_off(self, reason: str) -> None:
+        """Off for this process: SGLang's host copy resolves every batch from now on."""
+        self.off_reason = reason
         self.enabled = False
         self.forget()
         logger.warning("spectower seq-lens mirror: OFF for this process (%s); SGLang's host copy resolves "
-                       "every batch from now on", self.off_reason)  # fmt: skip
-        return False
+                       "every batch from now on", reason)  # fmt: skip
 
     def report(self) -> dict[str, Any]:
         return {
@@ -165,36 +181,55 @@ def mirror() -> SeqLensMirror:
     return _MIRROR
 
 
-def _rids(batch: Any) -> list[Any]:
-    return [getattr(req, "rid", None) for req in getattr(batch, "reqs", ())]
+def _reqs(batch: Any) -> list[Any]:
+    # The request objects themselves are the keys: SGLang's Req hashes by identity, so a retried request id
+    # is a new key (a prebuilt join on a PD decode server never passes the forward hook), and a retracted
+    # request keeps its object.
+    return list(getattr(batch, "reqs", ()))
+
+
+def _answer(state: SeqLensMirror, batch: Any) -> tuple[list[Any], list[int]] | None:
+    """(requests, their lengths) when the mirror answers this batch's resolve, else None."""
+    if getattr(batch.spec_info, "future_indices", None) is None:  # SGLang returns early and sets nothing
+        return None
+    reqs = _reqs(batch)
+    predicted = state.lengths_for(reqs)
+    return None if predicted is None else (reqs, predicted)
 
 
 def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, batch: Any, *args: Any,
                               **kwargs: Any) -> Any:  # fmt: skip
-    """``FutureMap.resolve_seq_lens_cpu(batch, ...)``: the device-only path plus remembered host lengths."""
+    """``FutureMap.resolve_seq_lens_cpu(batch, ...)``: the device-only path plus remembered host lengths.
+    The mirror's own failure never reaches SGLang: it turns the mirror off and SGLang resolves."""
     state = mirror()
-    if not getattr(future_map, "needs_cpu_seq_lens", False):
+    needs = getattr(future_map, "needs_cpu_seq_lens", False)
+    if not needs:
         return original(future_map, batch, *args, **kwargs)
     state.active = True  # from the first batch on, a prefill included: its lengths are remembered too
     if getattr(batch, "spec_info", None) is None:  # SGLang resolves nothing for it
         return original(future_map, batch, *args, **kwargs)
-    rids = _rids(batch)
-    predicted = state.lengths_for(rids)
-    if predicted is None:
+    try:
+        answer = _answer(state, batch)
+    except Exception as exc:  # a batch shaped unlike 0.5.17's or 0.5.23's
+        state.turn_off(f"could not read the batch ({exc!r})")
+        answer = None
+    if answer is None:
         state.syncs += 1
         return original(future_map, batch, *args, **kwargs)
+    reqs, predicted = answer
     state.hits += 1
     if state.due_for_check():
         result = original(future_map, batch, *args, **kwargs)
-        actual = getattr(batch, "seq_lens_cpu", None)
-        if actual is not None:
-            state.check(rids, predicted, [int(x) for x in actual.tolist()])
+        try:
+            state.check(reqs, predicted, [int(x) for x in batch.seq_lens_cpu.tolist()])
+        except Exception as exc:
+            state.turn_off(f"could not compare with SGLang's lengths ({exc!r})")
         return result
     future_map.needs_cpu_seq_lens = False  # SGLang's own device-only branch: the wait and gather, no copy
     try:
         result = original(future_map, batch, *args, **kwargs)
     finally:
-        future_map.needs_cpu_seq_lens = True
+        future_map.needs_cpu_seq_lens = needs
     import torch
 
     batch.seq_lens_cpu = torch.tensor(predicted, dtype=torch.int64)
@@ -206,35 +241,43 @@ Noted = tuple[str, list[Any], list[int] | None]
 
 
 def before_forward(batch: Any, decode: bool) -> Noted | None:
-    """What ``after_forward`` needs of a batch: its kind, request ids and start lengths. None when the
-    mirror is idle (a triton server) or the batch is neither a plain decode batch nor a prefill."""
+    """What ``after_forward`` needs of a batch: its kind, requests and start lengths. None when the mirror
+    is idle (a triton server) or the batch is neither a plain decode batch nor a prefill."""
     state = mirror()
     if not state.active or not state.enabled:
         return None
-    if getattr(batch, "is_extend_in_batch", False):  # a mixed batch: prefill and decode in one
-        state.forget()
+    try:
+        if getattr(batch, "is_extend_in_batch", False):  # a mixed batch: prefill and decode in one
+            state.forget()
+            return None
+        spec_info = getattr(batch, "spec_info", None)
+        is_verify_input = getattr(spec_info, "is_verify_input", None)
+        if decode and callable(is_verify_input) and is_verify_input():  # 0.5.23's PP relay: built elsewhere
+            state.forget()
+            return None
+        lengths = getattr(batch, "seq_lens_cpu", None)
+        return "decode" if decode else "prefill", _reqs(batch), None if lengths is None else lengths.tolist()
+    except Exception as exc:  # never into SGLang's forward
+        state.turn_off(f"could not read the batch ({exc!r})")
         return None
-    spec_info = getattr(batch, "spec_info", None)
-    is_verify_input = getattr(spec_info, "is_verify_input", None)
-    if decode and callable(is_verify_input) and is_verify_input():  # 0.5.23's PP relay: built elsewhere
-        state.forget()
-        return None
-    lengths = getattr(batch, "seq_lens_cpu", None)
-    return "decode" if decode else "prefill", _rids(batch), None if lengths is None else lengths.tolist()
 
 
 def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
     """The batch ran (a decode batch at the worker's step count: 0 is a gated one-token verify), or failed."""
     if noted is None:
         return
-    if not ran:
-        mirror().forget()
-        return
-    kind, rids, lengths = noted
-    if kind == "prefill":
-        mirror().after_prefill(rids, lengths)
-    else:
-        mirror().after_decode(rids, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
+    state = mirror()
+    try:
+        if not ran:
+            state.forget()
+            return
+        kind, reqs, lengths = noted
+        if kind == "prefill":
+            state.after_prefill(reqs, lengths)
+        else:
+            state.after_decode(reqs, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
+    except Exception as exc:
+        state.turn_off(f"could not note the batch ({exc!r})")
 
 
 def missing_target() -> str | None:

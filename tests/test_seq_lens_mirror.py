@@ -60,8 +60,10 @@ def test_a_difference_turns_it_off_and_says_where(caplog: pytest.LogCaptureFixtu
     mirror = SeqLensMirror(enabled=True, verify_every=2)
     mirror.after_decode(["a", "b"], [5, 9], gated=True)
     mirror.hits = 1
+    assert mirror.due_for_check()  # the first remembered answer is always checked
+    mirror.hits = 3
     assert not mirror.due_for_check()
-    mirror.hits = 2
+    mirror.hits = 4
     assert mirror.due_for_check()
     assert mirror.check(["a", "b"], [6, 10], [6, 10])
     with caplog.at_level(logging.WARNING):
@@ -80,3 +82,31 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert mirror.enabled is False and mirror.verify_every == DEFAULT_VERIFY_EVERY
     monkeypatch.setenv("SPECTOWER_SEQ_LENS_VERIFY_EVERY", "0")
     assert SeqLensMirror().verify_every == 0 and not SeqLensMirror().due_for_check()
+
+
+def test_lengths_of_another_count_are_a_difference_not_a_crash() -> None:
+    mirror = SeqLensMirror(enabled=True, verify_every=1)
+    assert not mirror.check(["a", "b"], [6, 10], [6])
+    assert mirror.enabled is False and mirror.off_reason == "2 lengths remembered, SGLang gave 1"
+
+
+def test_its_own_failure_never_reaches_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch the mirror cannot read (shaped unlike 0.5.17's or 0.5.23's) turns it off; SGLang resolves."""
+    from types import SimpleNamespace
+
+    from spectower.control import sglang_seq_lens
+
+    monkeypatch.setattr(sglang_seq_lens, "_MIRROR", SeqLensMirror(enabled=True, verify_every=0))
+    resolved = []
+    future_map = SimpleNamespace(needs_cpu_seq_lens=True)
+    unreadable = SimpleNamespace(spec_info=SimpleNamespace(future_indices=[1]), reqs=42)  # not a sequence
+
+    def original(fm: object, batch: object) -> str:
+        resolved.append(batch)
+        return "sglang"
+
+    assert sglang_seq_lens.hook_resolve_seq_lens_cpu(original, future_map, unreadable) == "sglang"
+    assert resolved == [unreadable] and future_map.needs_cpu_seq_lens is True
+    state = sglang_seq_lens.mirror()
+    assert state.enabled is False and "could not read the batch" in (state.off_reason or "")
+    assert sglang_seq_lens.before_forward(unreadable, decode=True) is None  # off: nothing noted

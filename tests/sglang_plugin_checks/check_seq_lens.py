@@ -72,6 +72,11 @@ def main() -> None:
     eagle = SpeculativeAlgorithm.from_string("EAGLE3")
     slots: dict[str, int] = {}
     truth: dict[str, int] = {}  # every request's length, as the steps above grow it
+    requests: dict[str, Any] = {}  # one object per request, as SGLang keeps its Req through the batches
+
+    class Request:  # SGLang's Req defines no __eq__ / __hash__: identity, like this
+        def __init__(self, rid: str) -> None:
+            self.rid = rid
 
     def batch(rids: list[str], mode: Any) -> Any:
         for rid in rids:
@@ -79,7 +84,7 @@ def main() -> None:
         b = object.__new__(ScheduleBatch)
         b.forward_mode = mode
         b.is_extend_in_batch = False
-        b.reqs = [types.SimpleNamespace(rid=rid) for rid in rids]
+        b.reqs = [requests.setdefault(rid, Request(rid)) for rid in rids]
         b.req_pool_indices_cpu = torch.tensor([slots[rid] for rid in rids], dtype=torch.int64)
         b.req_pool_indices = b.req_pool_indices_cpu.clone()
         decode = not mode.is_extend()
@@ -131,6 +136,13 @@ def main() -> None:
     trace += [step(flash, "on, drafting", ["d", "e"]) for _ in range(2)]
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
     trace += [step(flash, "off again", ["d", "e"]) for _ in range(4)]
+    # A request id used again once its request finished, joining without a prefill through the worker (a
+    # PD decode server's prebuilt batch publishes its length itself): a new request, unknown to the mirror.
+    requests.pop("e")
+    truth["e"] = 20
+    flash.publish(torch.tensor([slots["e"]]), torch.tensor([truth["e"]]))
+    trace.append(step(flash, "e again, prebuilt", ["d", "e"]))
+    trace.append(step(flash, "off again", ["d", "e"]))
     report_before_fault = mirror_module.mirror().report()
 
     # A length changed behind the mirror's back (no SGLang path does this today): the sampled check finds
