@@ -33,6 +33,9 @@ exec > >(tee -a "$OUT/measure.log") 2>&1
 WORK=${WORK:-/tmp/spectower-off}
 SITE=$WORK/site
 ATTN=${ATTN:-triton}
+# SERVER_ARGS_EXTRA: more launch flags for both servers, e.g. --disable-prefill-cuda-graph (a flashinfer
+# launch spends ~190 s capturing prefill graphs; decode is unaffected)
+SERVER_ARGS_EXTRA=${SERVER_ARGS_EXTRA:-}
 SPEC_PORT=${SPEC_PORT:-30000} PLAIN_PORT=${PLAIN_PORT:-30001} PLAIN=${PLAIN:-1}
 SPEC_URL=http://127.0.0.1:$SPEC_PORT PLAIN_URL=http://127.0.0.1:$PLAIN_PORT
 LEVELS=${LEVELS:-1,2,4,8,16,32,64}
@@ -51,7 +54,8 @@ start_server() {  # name port mem_fraction extra-flags...: starts it, returns at
   setsid python3 -P -m sglang.launch_server --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
     --attention-backend "$ATTN" --sampling-backend pytorch --cuda-graph-max-bs $MAX_RUNNING \
     --mem-fraction-static "$fraction" --max-running-requests $MAX_RUNNING --context-length 4096 --enable-metrics \
-    --host 127.0.0.1 --port "$port" --admin-api-key "$(cat "$WORK/admin_key")" "$@" > "$WORK/$name.log" 2>&1 &
+    --host 127.0.0.1 --port "$port" --admin-api-key "$(cat "$WORK/admin_key")" $SERVER_ARGS_EXTRA "$@" \
+    > "$WORK/$name.log" 2>&1 &
   echo $! > "$WORK/$name.pid"
 }
 
