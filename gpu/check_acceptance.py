@@ -4,7 +4,8 @@ token, and SGLang's own per-request ``spec_verify_ct`` (verify steps) for each r
 
     python3 gpu/check_acceptance.py --server URL [--plain URL] [--out accept.json]
 
-Exit 1 when a continuation or a verify count differs from what the construction says.
+Exit 1 when a continuation or a verify count differs from what the construction says; 2 (one line) when a
+server cannot be reached or answers with an error.
 """
 
 from __future__ import annotations
@@ -80,4 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (httpx.HTTPError, ValueError) as exc:  # a server not up, an error answer, a body not JSON
+        print(f"check_acceptance: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(2)
