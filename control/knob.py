@@ -109,6 +109,8 @@ def rank_to_dict(rank: RankState) -> dict[str, Any]:
         "last_refused": _copy(rank.last_refused),
         "policy_last": _copy(rank.policy_last),
         "server_time": rank.server_time,
+        "gated_decode": _copy(rank.gated_decode),
+        "seq_lens_mirror": _copy(rank.seq_lens_mirror),
     }
 
 

@@ -11,7 +11,7 @@ import getpass
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 import typer
@@ -21,6 +21,7 @@ from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SE
 from spectower.console.errors import fail, is_user_error, strict_json
 
 if TYPE_CHECKING:
+    from spectower.collectors.sglang.server_info import RankState
     from spectower.control.knob import KnobClient, KnobState, SetResult
     from spectower.storage import Database
 
@@ -103,8 +104,40 @@ def _print_state(state: KnobState) -> None:
             f"{'-' if rank.accept_length is None else f'{rank.accept_length:.2f}'}",
             markup=False,
         )
-    for problem in state.problems():
+    lines, warnings = off_path(state.ranks)
+    for line in lines:
+        out.print(line, markup=False)
+    for problem in [*state.problems(), *warnings]:
         out.print(f"[yellow]warning:[/] {escape(problem)}")
+
+
+def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
+    """What each rank's off path did (the gated-decode plugin's draft-extend skip and drain, flashinfer's
+    seq-lens mirror), as lines, and warnings: a mirror that turned itself off (its gated steps wait on the
+    host again). Nothing for a server whose plugin does not publish them (an older one, the simulator)."""
+    lines: list[str] = []
+    warnings: list[str] = []
+    for rank in ranks:
+        parts = []
+        skip = rank.gated_decode
+        if skip:
+            parts.append(f"draft extend skipped in {skip.get('batches_skipped', '?')} batches, "
+                         f"{skip.get('batches_drained', '?')} drained before drafting"
+                         + ("" if skip.get("enabled", True) else " (skip switched off)"))  # fmt: skip
+        mirror = rank.seq_lens_mirror
+        if mirror and mirror.get("active"):
+            state = "on" if mirror.get("enabled") else "OFF"
+            hits, syncs = mirror.get("resolved_from_mirror", "?"), mirror.get("resolved_by_sglang", "?")
+            checked, differed = mirror.get("verified", "?"), mirror.get("mismatches", "?")
+            parts.append(f"seq-lens mirror {state}: {hits} resolves from it, {syncs} by SGLang, "
+                         f"{checked} checked, {differed} differed")  # fmt: skip
+            if not mirror.get("enabled"):
+                why = mirror.get("off_reason") or "no reason given"
+                warnings.append(f"dp_rank {rank.dp_rank}: the seq-lens mirror turned itself off ({why}); "
+                                "its gated batches wait on the host for their lengths again")  # fmt: skip
+        if parts:
+            lines.append(f"  off path {rank.dp_rank}: " + "; ".join(parts))
+    return lines, warnings
 
 
 def _when(ts: Any) -> str:

@@ -1,0 +1,69 @@
+"""`spectower control get`'s off path: what the gated-decode plugin and flashinfer's seq-lens mirror did on
+each rank, read from /server_info (a real 0.5.17 capture carrying the blocks the plugins' own ``report()``
+methods publish), and a warning when the mirror turned itself off."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from spectower.console.commands import control as control_cli
+from spectower.control.knob import knob_state
+from spectower.control.sglang_gated_decode import ExtendSkip
+from spectower.control.sglang_seq_lens import SeqLensMirror
+
+
+def _doc(real_data: Path, skip: dict[str, Any] | None, mirror: dict[str, Any] | None) -> dict[str, Any]:
+    capture = real_data / "sglang-0.5.17-h200" / "server_info_after.json"
+    doc = json.loads(capture.read_text(encoding="utf-8"))
+    block = doc["internal_states"][0]["spectower"]
+    if skip is not None:
+        block["gated_decode"] = skip
+    if mirror is not None:
+        block["seq_lens_mirror"] = mirror
+    return doc
+
+
+def _printed(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
+    buffer = io.StringIO()
+    monkeypatch.setattr(control_cli, "out", Console(file=buffer, width=400, highlight=False))
+    control_cli._print_state(knob_state(doc, "http://127.0.0.1:30000"))
+    return buffer.getvalue()
+
+
+def _skip_report() -> dict[str, Any]:
+    skip = ExtendSkip(allowed=lambda: True, enabled=True, drain_max_steps=10)
+    skip.batches_skipped, skip.batches_drained = 812, 37
+    return skip.report()
+
+
+def test_the_off_path_is_shown_per_rank(real_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = SeqLensMirror(enabled=True, verify_every=256)
+    mirror.active, mirror.hits, mirror.syncs, mirror.verified = True, 5120, 40, 21
+    text = _printed(_doc(real_data, _skip_report(), mirror.report()), monkeypatch)
+    assert ("off path 0: draft extend skipped in 812 batches, 37 drained before drafting; "
+            "seq-lens mirror on: 5120 resolves from it, 40 by SGLang, 21 checked, 0 differed") in text
+    assert "turned itself off" not in text
+    state = knob_state(_doc(real_data, _skip_report(), mirror.report()), "http://127.0.0.1:30000")
+    assert state.to_dict()["ranks"][0]["seq_lens_mirror"]["resolved_from_mirror"] == 5120  # --json too
+
+
+def test_a_mirror_turned_off_is_a_warning(real_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = SeqLensMirror(enabled=True, verify_every=256)
+    mirror.active = True
+    mirror.check(["r1"], [10], [12])
+    text = _printed(_doc(real_data, _skip_report(), mirror.report()), monkeypatch)
+    assert "seq-lens mirror OFF" in text
+    why = "request 'r1': remembered 10, SGLang 12"
+    assert f"warning: dp_rank 0: the seq-lens mirror turned itself off ({why})" in text
+
+
+def test_nothing_where_the_plugins_publish_nothing(real_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older plugin, the simulator, or a triton server (its mirror never turns on): no off path line."""
+    idle = SeqLensMirror(enabled=True, verify_every=256).report()
+    assert "off path" not in _printed(_doc(real_data, None, None), monkeypatch)
+    assert "seq-lens" not in _printed(_doc(real_data, None, idle), monkeypatch)
