@@ -278,7 +278,8 @@ do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K s
 }
 
 do_policy() {  # the same day-shaped load under each of $POLICIES, in the background (see do_wait)
-  # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600).
+  # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600);
+  # POLICY_START: the knob a policy (learn, threshold:N) starts from (default: wherever it is).
   # Results in $OUT: policy.db (collector + policy decisions + audit), load-<policy>.log (5 s status
   # lines: target C and tok/s), auto-<policy>.log; gpu/policy_table.py turns them into ratios.
   # The runs outlive this device call and $OUT is emptied for the next one: they write to $WORK/policy-out,
@@ -290,7 +291,10 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes ;;
         off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes ;;
-        *) st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
+        *) if [ -n "${POLICY_START:-}" ]; then  # where the policy starts from (stop 24 started learn at 0)
+             st control set --server "$SPEC_URL" --max-bs "$POLICY_START" --reason "policy run: start" --as gpu-check --yes
+           fi
+           st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
            st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1
            apid=$! ;;
       esac
