@@ -1,4 +1,4 @@
-"""HTTP for every collector: one bounded GET (a total deadline and a byte cap, streamed), whether a URL
+"""HTTP for every collector: one bounded read (a total deadline and a byte cap, streamed), whether a URL
 flag is an http(s) URL, and whether a URL points at this host.
 
 httpx's timeouts apply per network read, so a server that trickles a byte every second never times out,
@@ -48,11 +48,28 @@ async def get_bounded(
 ) -> BoundedResponse:
     """GET ``url``: at most ``timeout_s`` seconds in all, at most ``max_bytes`` of body.
     Raises ``BoundedReadError`` naming the URL and what went wrong."""
+    return await request_bounded(
+        client, "GET", url, timeout_s=timeout_s, max_bytes=max_bytes, headers=headers
+    )
+
+
+async def request_bounded(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    headers: dict[str, str] | None = None,
+    json: object = None,
+) -> BoundedResponse:
+    """``get_bounded`` for any method, with an optional JSON body (the GPU scripts' ``/generate``)."""
     # identity: the cap then bounds what is held in memory (a compressed body could expand past it)
     hdrs = {"Accept-Encoding": "identity", **(headers or {})}
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("GET", url, headers=hdrs, timeout=httpx.Timeout(timeout_s)) as resp:
+            stream = client.stream(method, url, headers=hdrs, json=json, timeout=httpx.Timeout(timeout_s))
+            async with stream as resp:
                 declared = resp.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                     raise BoundedReadError(

@@ -11,27 +11,49 @@ server cannot be reached or answers with an error.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
+from spectower.collectors.http import BoundedReadError, request_bounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_models import SHAPES, Pair
 
 MAX_NEW_TOKENS = 24
-TIMEOUT_S = 60.0
+TIMEOUT_S = 60.0  # each answer in all (one request's whole exchange)
+MAX_BYTES = 4 * 1024 * 1024  # a 24-token answer, or /server_info, is a few KiB
 
 
-def generate(client: httpx.Client, url: str, prompt: list[int]) -> dict[str, Any]:
+class Server:
+    """The two reads this check makes, each bounded (a total deadline, a byte cap), over one client."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = httpx.AsyncClient()
+
+    def json(self, method: str, url: str, body: object = None) -> dict[str, Any]:
+        answer = self._loop.run_until_complete(
+            request_bounded(self._client, method, url, json=body, timeout_s=TIMEOUT_S, max_bytes=MAX_BYTES)
+        )
+        if answer.status_code >= 400:
+            raise BoundedReadError(f"{url}: HTTP {answer.status_code}: {answer.text[:200]}")
+        data = json.loads(answer.content)
+        if not isinstance(data, dict):
+            raise ValueError(f"{url}: not a JSON object")
+        return data
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
+
+
+def generate(server: Server, url: str, prompt: list[int]) -> dict[str, Any]:
     sampling = {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 0, "ignore_eos": True}
-    body = {"input_ids": prompt, "sampling_params": sampling}
-    answer = client.post(f"{url}/generate", json=body, timeout=TIMEOUT_S)
-    answer.raise_for_status()
-    data: dict[str, Any] = answer.json()
-    return data
+    return server.json("POST", f"{url}/generate", {"input_ids": prompt, "sampling_params": sampling})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     cycle = [t for t in range(10, 200) if pair.route(t) != 0][:3]
     prompts = [[5, 6, 7, t] for t in fixed + cycle]
     rows, ok = [], True
-    with httpx.Client() as client:
+    client = Server()
+    try:
         for prompt in prompts:
             want = pair.expect(prompt, MAX_NEW_TOKENS)
             if args.gated:  # prefill gives the first token, then each one-token verify one more
@@ -70,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prompt ..{prompt[-1]}: tokens {same}"
                   f", verify steps {row['got_verify_ct']} (want {want['spec_verify_ct']})"
                   f", accept length {row['got_accept_length']}", flush=True)  # fmt: skip
-        info = client.get(f"{args.server}/server_info", timeout=TIMEOUT_S).json()
+        info = client.json("GET", f"{args.server}/server_info")
+    finally:
+        client.close()
     states = info.get("internal_states") or [{}]
     accept = states[0].get("avg_spec_accept_length")
     summary = {"ok": ok, "requests": rows, "server_spec_accept_length": accept}
@@ -83,6 +108,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (httpx.HTTPError, ValueError) as exc:  # a server not up, an error answer, a body not JSON
-        print(f"check_acceptance: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except (BoundedReadError, ValueError) as exc:  # a server not up, an error answer, a body not JSON
+        print(f"check_acceptance: {exc}", file=sys.stderr)
         sys.exit(2)
