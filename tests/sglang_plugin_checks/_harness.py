@@ -168,6 +168,23 @@ def make_controller(config_path: str) -> tuple[Any, Any, Any]:
     return controller, params, worker
 
 
+def make_decode_worker(config_path: str) -> tuple[Any, Any]:
+    """(scheduler, worker) for a decode step's checks: ``make_scheduler``'s Scheduler, and
+    ``make_controller``'s EAGLEWorkerV2 with an ``EagleDraftWorker`` object as its draft worker and the
+    real AdaptiveController attached, so the plugins' worker hooks see SGLang's classes."""
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    server_args = publish_context(config_path)
+    scheduler = make_scheduler(server_args)
+    controller, _params, worker = make_controller(config_path)
+    draft = object.__new__(EagleDraftWorker)
+    for name, value in vars(worker._draft_worker).items():
+        setattr(draft, name, value)
+    worker._draft_worker = draft
+    worker.adaptive_controller = controller
+    return scheduler, worker
+
+
 def load_plugin() -> Any:
     """Run SGLang's real load_plugins() and return the plugin module it loaded through the entry point."""
     from sglang.srt.plugins import load_plugins

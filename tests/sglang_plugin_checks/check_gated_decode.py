@@ -169,16 +169,8 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     import torch
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, _params, worker = _harness.make_controller(config_path)
-    draft = object.__new__(EagleDraftWorker)
-    for name, value in vars(worker._draft_worker).items():
-        setattr(draft, name, value)
-    worker._draft_worker = draft
-    worker.adaptive_controller = controller
+    scheduler, worker = _harness.make_decode_worker(config_path)
 
     def batch(rids: list[str]) -> Any:
         b = object.__new__(ScheduleBatch)

@@ -52,21 +52,12 @@ def main() -> None:
     from sglang.srt.managers.overlap_utils import FutureMap
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     install_worker_body()
     _harness.load_plugin()
     mirror_module = sys.modules["spectower.control.sglang_seq_lens"]
-    config_path = sys.argv[1]
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, _params, worker = _harness.make_controller(config_path)
-    draft = object.__new__(EagleDraftWorker)
-    for name, value in vars(worker._draft_worker).items():
-        setattr(draft, name, value)
-    worker._draft_worker = draft
-    worker.adaptive_controller = controller
+    scheduler, worker = _harness.make_decode_worker(sys.argv[1])
 
     pool = types.SimpleNamespace(req_to_token=torch.zeros((16, 64), dtype=torch.int32))
     eagle = SpeculativeAlgorithm.from_string("EAGLE3")
