@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,6 +82,7 @@ class SeqLensMirror:
         self.verified = 0
         self.mismatches = 0
         self.off_reason: str | None = None
+        self.spent_s = 0.0  # its own bookkeeping in SGLang's scheduler, SGLang's calls excluded
 
     def lengths_for(self, reqs: Sequence[Any]) -> list[int] | None:
         """Every request's length if each one is remembered, else None (SGLang resolves it)."""
@@ -161,6 +163,7 @@ class SeqLensMirror:
             "verified": self.verified,
             "mismatches": self.mismatches,
             "off_reason": self.off_reason,
+            "seconds": self.spent_s,
         }
 
 
@@ -208,11 +211,13 @@ def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, bat
     state.active = True  # from the first batch on, a prefill included: its lengths are remembered too
     if getattr(batch, "spec_info", None) is None:  # SGLang resolves nothing for it
         return original(future_map, batch, *args, **kwargs)
+    start = time.perf_counter()
     try:
         answer = _answer(state, batch)
     except Exception as exc:  # a batch shaped unlike 0.5.17's or 0.5.23's
         state.turn_off(f"could not read the batch ({exc!r})")
         answer = None
+    state.spent_s += time.perf_counter() - start
     if answer is None:
         state.syncs += 1
         return original(future_map, batch, *args, **kwargs)
@@ -230,10 +235,12 @@ def hook_resolve_seq_lens_cpu(original: Callable[..., Any], future_map: Any, bat
         result = original(future_map, batch, *args, **kwargs)
     finally:
         future_map.needs_cpu_seq_lens = needs
+    start = time.perf_counter()
     import torch
 
     batch.seq_lens_cpu = torch.tensor(predicted, dtype=torch.int64)
     batch.seq_lens_sum = sum(predicted)
+    state.spent_s += time.perf_counter() - start
     return result
 
 
@@ -246,6 +253,7 @@ def before_forward(batch: Any, decode: bool) -> Noted | None:
     state = mirror()
     if not state.active or not state.enabled:
         return None
+    start = time.perf_counter()
     try:
         if getattr(batch, "is_extend_in_batch", False):  # a mixed batch: prefill and decode in one
             state.forget()
@@ -260,6 +268,8 @@ def before_forward(batch: Any, decode: bool) -> Noted | None:
     except Exception as exc:  # never into SGLang's forward
         state.turn_off(f"could not read the batch ({exc!r})")
         return None
+    finally:
+        state.spent_s += time.perf_counter() - start
 
 
 def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
@@ -267,6 +277,7 @@ def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
     if noted is None:
         return
     state = mirror()
+    start = time.perf_counter()
     try:
         if not ran:
             state.forget()
@@ -278,6 +289,8 @@ def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
             state.after_decode(reqs, lengths, gated=getattr(worker, "speculative_num_steps", None) == 0)
     except Exception as exc:
         state.turn_off(f"could not note the batch ({exc!r})")
+    finally:
+        state.spent_s += time.perf_counter() - start
 
 
 def missing_target() -> str | None:

@@ -356,8 +356,9 @@ for m in mirrors:
     hits, syncs, checked, differed = (m[k] for k in ("resolved_from_mirror", "resolved_by_sglang", "verified",
                                                      "mismatches"))
     enabled, why = m.get("enabled"), m.get("off_reason") or ""
+    each = m.get("seconds", 0.0) / max(1, hits + syncs) * 1e6
     print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy; {checked} checked, "
-          f"{differed} differed; on={enabled} {why}")
+          f"{differed} differed; on={enabled} {why}; its own time {each:.1f} us per resolve")
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220

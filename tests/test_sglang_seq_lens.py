@@ -50,6 +50,7 @@ def test_gated_batches_resolve_from_the_mirror_with_sglangs_lengths(checked: dic
     assert report["enabled"] and report["active"] and report["mismatches"] == 0
     assert report["resolved_from_mirror"] == 12 and report["resolved_by_sglang"] == 3
     assert report["verified"] == 7  # the first and every 2nd remembered resolve checked: all equal
+    assert report["seconds"] > 0  # its own bookkeeping is timed (measure_off.sh prints it per resolve)
 
 
 @plugin_tests.sglang_check
