@@ -142,6 +142,7 @@ def _dp_ranks(db: Database, server_id: int, t0: float, t1: float) -> list[int]:
 
 LIVE_TABLE_COLUMNS = (
     "batch_size", "speedup", "lo", "hi", "drafted_tok_s", "gated_tok_s", "drafted_steps", "gated_steps",
+    "ran_mostly",
 )  # fmt: skip
 
 
@@ -158,7 +159,8 @@ class LiveSpeedup:
     @property
     def table(self) -> pd.DataFrame:
         """Per batch-size bin: ``batch_size, speedup, lo, hi, drafted_tok_s, gated_tok_s, drafted_steps,
-        gated_steps`` (speedup None where a bin saw only one mode; lo/hi None until it has 2 intervals)."""
+        gated_steps, ran_mostly`` (speedup None where a bin saw only one mode; lo/hi None until it has 2
+        intervals; ran_mostly the mode its batches mostly ran: ``BinEstimate.ran_mostly``)."""
         rows = [[getattr(b, c) for c in LIVE_TABLE_COLUMNS] for b in self.estimate.bins]
         return pd.DataFrame(rows, columns=list(LIVE_TABLE_COLUMNS)).astype(
             {c: float for c in ("speedup", "lo", "hi", "drafted_tok_s", "gated_tok_s")}

@@ -49,7 +49,11 @@ def small_sample_z(intervals: int, z: float = Z95) -> float:
     t95 = next((t for d, t in T95 if dof <= d), Z95)
     return z * t95 / Z95
 
+
 EstimateStatus = Literal["found", "none_in_range", "below_range", "no_data"]
+# A bin ran mostly one mode when the other has at most this share of its steps: the other mode's rate was
+# measured inside the first one's stream (exploration runs 2 %; or a move within the window).
+MOSTLY_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,24 @@ class BinEstimate:
     drafted_s: float = 0.0  # step time behind each rate
     gated_s: float = 0.0
     intervals: int = 0  # intervals with steps in the scarcer mode (the batch means behind the interval)
+
+    @property
+    def ran_mostly(self) -> Literal["drafted", "gated"] | None:
+        """The mode this bin's batches mostly ran (the other has <= ``MOSTLY_SHARE`` of its steps), else None.
+
+        Why it matters: a bin that ran mostly gated measured its drafted rate on explored batches of a gated
+        stream, whose request mix differs from a drafting stream's. Requests that accept more finish sooner
+        when drafting, so a drafting stream holds more of the ones that accept less; the explored rate reads
+        high by the ratio of the arithmetic to the harmonic mean of the requests' accept lengths (1.12 on
+        the H200 pair, gpu/README.md). The gated side carries one token per request and has no such term."""
+        total = self.drafted_steps + self.gated_steps
+        if total == 0:
+            return None
+        if self.drafted_steps <= MOSTLY_SHARE * total:
+            return "gated"
+        if self.gated_steps <= MOSTLY_SHARE * total:
+            return "drafted"
+        return None
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,7 @@ class SpeedupEstimate:
                     "gated_steps": b.gated_steps,
                     "drafted_s": b.drafted_s,
                     "gated_s": b.gated_s,
+                    "ran_mostly": b.ran_mostly,
                 }
                 for b in self.bins
             ],

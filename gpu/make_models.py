@@ -177,7 +177,16 @@ class Pair:
 
     def mix(self, last_tokens: range, max_new_tokens: int, steps: int = SPEC_STEPS) -> dict[str, Any]:
         """One request per last prompt token in ``last_tokens``: the fixed-point share among them, the server
-        gauge (correct drafts + 1, averaged over all verify steps) and the mean per-request accept length."""
+        gauge (correct drafts + 1, averaged over all verify steps) and the mean per-request accept length.
+
+        The two differ by which requests a batch holds. A closed-loop load of equal output lengths that
+        drafts keeps each request in its batches for ``max_new_tokens / accept`` steps, so a request that
+        accepts more leaves sooner and a drafting stream's batch is weighted towards the ones that accept
+        less: its tokens per request-step are the server gauge (a harmonic mean). A gated stream keeps
+        every request equally long, so a drafting batch explored inside it carries the plain mean of the
+        requests' accept lengths. ``explored_over_steady`` is their ratio: how much more an explored
+        drafting step carries than a step of a drafting stream at the same batch size (the engine
+        counters' drafted side of a gated bin reads high by this much; gpu/README.md, learn's lean)."""
         verify = accepted = 0
         per_request = []
         fixed = 0
@@ -188,9 +197,11 @@ class Pair:
             per_request.append(e["spec_accept_length"] or 0.0)
             fixed += self.route(token) == TO_FIX
         n = len(last_tokens)
+        server = accepted / verify if verify else None
+        mean_request = sum(per_request) / n if n else None
         return {"requests": n, "fixed_point_share": fixed / n if n else None,
-                "server_spec_accept_length": accepted / verify if verify else None,
-                "mean_request_spec_accept_length": sum(per_request) / n if n else None}
+                "server_spec_accept_length": server, "mean_request_spec_accept_length": mean_request,
+                "explored_over_steady": mean_request / server if server and mean_request else None}
 
 
 # ---- files ------------------------------------------------------------------------------------------------

@@ -374,8 +374,9 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
         for i in range(12):
             ts, wobble = now - 300 + 5 * i, 1 + 0.02 * (i % 3 - 1)
             for b, (d, g) in {4: (600.0, 400.0), 32: (1500.0, 2000.0)}.items():
+                n = 50 if b == 4 else 5  # drafted steps: batch 32 runs gated and explores drafting
                 rows += [
-                    EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="drafted", steps=50,
+                    EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="drafted", steps=n,
                                         tokens=round(d * wobble), time_s=1.0),
                     EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="gated", steps=50,
                                         tokens=round(g), time_s=1.0),
@@ -397,6 +398,10 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
     human = run_cli(["get", "--server", sim.base_url, "--db", str(db_path), "--window", "15m"])
     assert f"crossover        {est.label} (stored counters, last 15 min: 12 intervals" in human.stdout
     assert "batch     4: speedup x1.50 (95 %" in human.stdout
+    batch4, batch32 = (next(x for x in human.stdout.splitlines() if f"batch {b:>5}:" in x) for b in (4, 32))
+    assert batch32.endswith("gated 2000 tok/s, drafted side from exploration in a gated stream")
+    assert "exploration" not in batch4
+    assert [b["ran_mostly"] for b in speed["bins"]] == [None, "gated"]
 
 
 def test_known_max_running_is_what_the_collector_stored(tmp_path: Path) -> None:

@@ -196,6 +196,28 @@ def test_bins_that_grew_between_intervals_line_up_by_batch_size() -> None:
     assert est.crossover is not None and 8 < est.crossover < 32
 
 
+def test_a_bin_says_which_mode_it_ran_mostly() -> None:
+    # 2 % of a gated bin's batches explored drafting: its drafted rate comes from inside a gated stream
+    c = _counters()
+    before = c.snapshot()
+    for _ in range(49):
+        c.record(48, False, 48, 0.006)
+    c.record(48, True, 130, 0.014)
+    for _ in range(49):
+        c.record(8, True, 20, 0.005)
+    c.record(8, False, 8, 0.004)
+    for drafted in (True, False):  # a move inside the window: both modes in bulk
+        for _ in range(5):
+            c.record(16, drafted, 30 if drafted else 16, 0.006)
+    c.record(24, False, 24, 0.005)  # one mode only
+    est = sp.estimate([ec.rates(before, c.snapshot())])
+    assert _bin(est, 48).ran_mostly == "gated"
+    assert _bin(est, 8).ran_mostly == "drafted"
+    assert _bin(est, 16).ran_mostly is None
+    assert _bin(est, 24).ran_mostly == "gated"
+    assert {b["batch_size"]: b["ran_mostly"] for b in est.to_json()["bins"]}[48] == "gated"
+
+
 def test_to_json_is_plain() -> None:
     import json
 

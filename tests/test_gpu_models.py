@@ -171,6 +171,40 @@ def test_mix_gives_the_load_figure() -> None:
     assert mm.Pair(mm.SHAPES["8b"], 1.0).mix(range(10, 1000), 256)["server_spec_accept_length"] == 4.0
 
 
+def _closed_loop_tokens_per_slot(
+    accepts: list[float], length: int, drafting: bool, steps: int = 4000
+) -> float:
+    """A batch of len(accepts) closed-loop slots, each serving requests of ``length`` tokens in turn from
+    the population ``accepts`` (round robin): the mean of the slots' accept lengths per step, i.e. what
+    a drafting step carries per request, with the stream drafting (a request advances by its accept
+    length) or gated (by one token)."""
+    slots = list(range(len(accepts)))  # slot -> index of the request it serves (into accepts)
+    left = [float(length)] * len(slots)
+    nxt = len(slots)
+    total = 0.0
+    for _ in range(steps):
+        total += sum(accepts[i % len(accepts)] for i in slots) / len(slots)
+        for k, i in enumerate(slots):
+            left[k] -= accepts[i % len(accepts)] if drafting else 1.0
+            if left[k] <= 0:
+                slots[k], left[k], nxt = nxt, float(length), nxt + 1
+    return total / steps
+
+
+def test_a_gated_stream_holds_more_of_the_requests_that_accept_more() -> None:
+    # Why learn's drafted estimate leaned high on the H200 (gpu/README.md): a drafting stream's batches hold
+    # the requests that accept less for longer; a gated stream holds every request equally long.
+    pair = mm.Pair(mm.SHAPES["8b"], 0.5)
+    mix = pair.mix(range(10, 1000), 256)
+    accepts = [pair.expect([t], 256)["steady_accept_length"] for t in range(10, 74)]
+    steady = _closed_loop_tokens_per_slot(accepts, 256, drafting=True)
+    explored = _closed_loop_tokens_per_slot(accepts, 256, drafting=False)
+    assert explored / steady == pytest.approx(mix["explored_over_steady"], abs=0.02)
+    # (4 + 2) / 2 against 1 / (1/8 + 1/4)
+    assert mix["explored_over_steady"] == pytest.approx(9 / 8, abs=0.01)
+    assert mm.Pair(mm.SHAPES["8b"], 1.0).mix(range(10, 1000), 256)["explored_over_steady"] == 1.0
+
+
 # ---- against transformers and SGLang's own draft class ----------------------------------------------------
 
 

@@ -139,6 +139,13 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
     if live.has_counters:
         with st.expander("Live bins"):
             st.dataframe(live.table, width="stretch", hide_index=True)
+            st.caption(
+                "ran_mostly: the mode a bin's batches mostly ran; the other mode's rate there comes from "
+                "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
+                "when requests accept differently: requests that accept more finish sooner when drafting, "
+                "so a drafting stream holds more of the ones that accept less than a gated stream does "
+                "(12 % on the H200 test pair, gpu/README.md)."
+            )
     three = _three_curves(db, run_ids)
     if not three.empty:
         with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):
