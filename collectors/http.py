@@ -10,7 +10,9 @@ collector's memory per read is bounded by the cap whatever the peer does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ipaddress
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -89,6 +91,69 @@ async def request_bounded(
         raise BoundedReadError(f"{url}: timed out after {timeout_s:g}s") from None
     except httpx.HTTPError as exc:
         raise BoundedReadError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+
+_WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
+
+
+class BodyTooLarge(BoundedReadError):
+    """An answer passed its byte cap (``request_bounded_sync``)."""
+
+
+# Sends run here, so that a caller waits for an answer's headers at most until its deadline (httpx's
+# timeout applies per read: a server trickling its headers a byte a second never times out). A send past its
+# deadline is left to end by itself (its own read timeout bounds it) while the caller goes on.
+_SENDS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="spectower-send")
+
+
+def _close_when_done(future: concurrent.futures.Future[httpx.Response]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
+def request_bounded_sync(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    headers: dict[str, str] | None = None,
+    json: object = None,
+) -> httpx.Response:
+    """``request_bounded`` for a synchronous client (the knob client, the console's threads): the answer
+    with its body read, at most ``max_bytes`` of it (``BodyTooLarge`` past that), all of it within
+    ``timeout_s`` (the headers are waited for at most that long; the body is read chunk by chunk, each as
+    it arrives, until the same deadline). A deadline passed raises ``httpx.ReadTimeout``; other httpx
+    errors pass through for the caller to name (whether the request was sent at all matters to a knob
+    write)."""
+    deadline = time.monotonic() + timeout_s
+    hdrs = {"Accept-Encoding": "identity", **(headers or {})}
+    request = client.build_request(method, url, headers=hdrs, json=json, timeout=timeout_s)
+    sent = _SENDS.submit(client.send, request, stream=True)
+    try:
+        response = sent.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        sent.add_done_callback(_close_when_done)
+        raise httpx.ReadTimeout(f"no answer within {timeout_s:g}s", request=request) from None
+    try:
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise BodyTooLarge(f"{url}: answer of {declared} bytes is over the {max_bytes} byte limit")
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():  # decoded (identity asked: a server that compresses anyway)
+            size += len(chunk)
+            if size > max_bytes:
+                raise BodyTooLarge(f"{url}: answer over the {max_bytes} byte limit")
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout("deadline passed while reading the answer", request=request)
+            chunks.append(chunk)
+    finally:
+        response.close()
+    # The body as read: decoded, so the headers that describe the wire form go
+    kept = [(k, v) for k, v in response.headers.multi_items() if k not in _WIRE_HEADERS]
+    return httpx.Response(response.status_code, headers=kept, content=b"".join(chunks), request=request)
 
 
 def check_http_url(url: str, flag: str, error: type[ValueError] = ValueError) -> str:

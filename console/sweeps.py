@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -228,11 +229,18 @@ def start_process(
 
 
 WATCH_INTERVAL_S = 0.5
+WATCH_READ_S = 2.0  # one /server_info read of the watch, all of it
 
 
 def last_write_ts(last_write: Mapping[str, Any] | None) -> float | None:
     ts = (last_write or {}).get("ts")
-    return float(ts) if isinstance(ts, int | float) else None
+    if not isinstance(ts, int | float) or isinstance(ts, bool):
+        return None
+    try:
+        value = float(ts)
+    except OverflowError:  # an integer past a float's range: no time
+        return None
+    return value if math.isfinite(value) else None
 
 
 def is_slice_start(last_write: Mapping[str, Any] | None) -> bool:
@@ -263,30 +271,44 @@ def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None
     seen: set[float] = set()
     baseline: float | None = None  # the write before the sweep (server clock; only compared with itself)
     first = True
+    from spectower.collectors.http import request_bounded_sync
     from spectower.collectors.sglang.server_info import parse_server_info
+    from spectower.control.knob import MAX_SERVER_INFO_BYTES
 
-    with httpx.Client(timeout=2.0, headers=_watch_headers()) as http:
-        while True:
-            try:
-                proc.wait(timeout=WATCH_INTERVAL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                info = parse_server_info(http.get(f"{rec.server}/server_info").json())
-            except (httpx.HTTPError, ValueError):  # ServerInfoError is a ValueError
-                continue  # no reading this time: the estimate stands in
-            last = info.ranks[0].last_write if info.ranks else None
-            ts = last_write_ts(last)
-            if first:  # read before the child has written anything (it takes a second to start)
-                baseline, first = ts, False
-                continue
-            if ts is None or ts in seen or (baseline is not None and ts <= baseline):
-                continue
-            seen.add(ts)
-            if is_slice_start(last):
-                with open(moves, "a", encoding="utf-8") as fh:
-                    fh.write(f"{time.time()}\n")  # this host's clock, as the progress maths uses
+    try:
+        with httpx.Client(headers=_watch_headers()) as http:
+            while True:
+                try:
+                    proc.wait(timeout=WATCH_INTERVAL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                try:
+                    url = f"{rec.server}/server_info"
+                    answer = request_bounded_sync(http, "GET", url, timeout_s=WATCH_READ_S,
+                                                  max_bytes=MAX_SERVER_INFO_BYTES)  # fmt: skip
+                    info = parse_server_info(answer.json())
+                    last = info.ranks[0].last_write if info.ranks else None
+                    ts = last_write_ts(last)
+                    if first:  # read before the child has written anything (it takes a second to start)
+                        baseline, first = ts, False
+                        continue
+                    if ts is None or ts in seen or (baseline is not None and ts <= baseline):
+                        continue
+                    seen.add(ts)
+                    if is_slice_start(last):
+                        with open(moves, "a", encoding="utf-8") as fh:
+                            fh.write(f"{time.time()}\n")  # this host's clock, as the progress maths uses
+                except Exception:  # no reading this time (an odd answer, a full disk): the estimate stands in
+                    continue
+    finally:
+        # Reap and record however the watch went: a record left open would show "running" for ever.
+        if proc.returncode is None:
+            proc.wait()
+        _reap(proc, rec, folder)
+
+
+def _reap(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None:
     rc = proc.returncode
     latest = _read(folder / f"{rec.id}.json")  # it may say stop_requested since
     if latest is not None:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import is_loopback_url
+from spectower.collectors.http import BodyTooLarge, is_loopback_url, request_bounded_sync
 from spectower.collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
 from spectower.control import knob_contract
 from spectower.control.knob_contract import KNOB_KEY, KnobRequest
@@ -478,25 +478,13 @@ class KnobClient:
         Raises ServerUnreachableError when nothing was sent (refused, no route), AnswerLostError when the
         request may have reached the server but no complete answer came back in time.
         """
-        headers = auth_headers(key)
-        deadline = time.monotonic() + self.timeout
         try:
-            with self._http.stream(method, path, json=body, headers=headers) as response:
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise KnobProtocolError(
-                            f"{self.base_url}{path} answered more than {max_bytes} bytes; refusing to read on"
-                        )
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("deadline passed while reading the answer")
-                    chunks.append(chunk)
-                return httpx.Response(
-                    response.status_code, headers=response.headers, content=b"".join(chunks),
-                    request=response.request,
-                )  # fmt: skip
+            return request_bounded_sync(self._http, method, path, timeout_s=self.timeout, max_bytes=max_bytes,
+                                        headers=auth_headers(key), json=body)  # fmt: skip
+        except BodyTooLarge:
+            raise KnobProtocolError(
+                f"{self.base_url}{path} answered more than {max_bytes} bytes; refusing to read on"
+            ) from None
         except _NOT_SENT as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise ServerUnreachableError(f"cannot reach {self.base_url}: {reason}") from None

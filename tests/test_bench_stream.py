@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -117,6 +118,75 @@ async def test_http_error_is_recorded_not_raised() -> None:
 async def test_server_error_event_is_recorded() -> None:
     rec = await _run(_sse([{"error": {"message": "boom"}}]), RequestShape(api="generate", output_len=4))
     assert not rec.success and "boom" in (rec.error or "")
+
+
+@pytest.mark.anyio
+async def test_events_shaped_unlike_sglangs_are_skipped_not_raised() -> None:
+    # each of these raised out of stream_request before (AttributeError, OverflowError, TypeError) and
+    # took a whole sweep down with it
+    generate = [
+        {"meta_info": "x"},
+        "{\"meta_info\": {\"completion_tokens\": Infinity}}",
+        {"meta_info": {"completion_tokens": [1], "prompt_tokens": True}},
+        {"text": "ab", "meta_info": {"completion_tokens": 2}},
+        "[DONE]",
+    ]
+    rec = await _run(_sse(generate), RequestShape(api="generate", output_len=2))
+    assert rec.error is None and rec.output_tokens == 2 and rec.input_tokens != 1
+    openai = [{"choices": [1, {"delta": "x"}], "usage": 5}, {"choices": [{"text": "a"}]}, "[DONE]"]
+    rec = await _run(_sse(openai), RequestShape(api="openai", output_len=1))
+    assert rec.error is None and rec.output_tokens == 1
+
+
+@pytest.mark.anyio
+async def test_a_line_that_never_ends_is_an_error_not_a_growing_buffer() -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        yield b"data: {\"text\": \""
+        for _ in range(40):
+            yield b"x" * (1 << 20)  # 40 MiB without a line break, past the 16 MiB line cap
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=endless())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://sim") as client:
+        rec = await stream_request(client, PromptFactory(8, as_text=False)(0), RequestShape("generate", 4))
+    assert not rec.success and "longer than" in (rec.error or "")
+
+
+@pytest.mark.anyio
+async def test_a_stream_that_stops_sending_ends_at_the_deadline() -> None:
+    never = asyncio.Event()
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b'data: {"text": "a", "meta_info": {"completion_tokens": 1}}\n\n'
+        await never.wait()  # the server keeps the connection open and sends nothing more
+        yield b""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stalled())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://sim") as client:
+        rec = await stream_request(client, PromptFactory(8, as_text=False)(0), RequestShape("generate", 4),
+                                   deadline_s=0.2)  # fmt: skip
+    assert not rec.success and rec.error == "no complete answer within 0.2s" and rec.output_tokens == 1
+
+
+@pytest.mark.anyio
+async def test_an_error_answer_is_read_only_as_far_as_its_head() -> None:
+    pulled = []
+
+    async def huge() -> AsyncIterator[bytes]:
+        for i in range(1000):
+            pulled.append(i)
+            yield b"e" * 1024
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, content=huge())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://sim") as client:
+        rec = await stream_request(client, PromptFactory(8, as_text=False)(0), RequestShape("generate", 4))
+    assert rec.error is not None and rec.error.startswith("HTTP 500: eee") and len(rec.error) < 4200
+    assert len(pulled) < 10
 
 
 def test_prompts_are_seeded_and_sized() -> None:

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+
+import httpx
 import pytest
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.sweep import SweepConfig
 from spectower.collectors.bench.walk import WalkConfig
 from spectower.collectors.daemon import DaemonConfig
-from spectower.collectors.http import BoundedReadError, ServerUnreachable, check_http_url
+from spectower.collectors.http import (
+    BodyTooLarge,
+    BoundedReadError,
+    ServerUnreachable,
+    check_http_url,
+    request_bounded_sync,
+)
 from spectower.collectors.sglang.scraper import ScrapeError
 
 
@@ -38,3 +50,79 @@ def test_every_url_flag_is_the_same_check(make: object, flag: str) -> None:
 def test_a_failed_scrape_is_a_server_that_did_not_answer() -> None:
     assert issubclass(ScrapeError, ServerUnreachable) and issubclass(BoundedReadError, ServerUnreachable)
     assert issubclass(ServerUnreachable, ConnectionError)
+
+
+class _DripServer:
+    """A real TCP server on 127.0.0.1 that answers every request with headers, then its body one byte at a
+    time (each byte well inside any per-read timeout), until told to stop."""
+
+    def __init__(
+        self, body_len: int, gap_s: float, chunked: bool = False, drip_headers: bool = False
+    ) -> None:
+        self.drip_headers = drip_headers
+        self.stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.body_len, self.gap_s, self.chunked = body_len, gap_s, chunked
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            length = "Transfer-Encoding: chunked" if self.chunked else f"Content-Length: {self.body_len}"
+            if self.drip_headers:  # one header byte at a time, the headers never ending
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                with contextlib.suppress(OSError):
+                    while not self.stop.wait(self.gap_s):
+                        conn.sendall(b"x")
+                return
+            conn.sendall(f"HTTP/1.1 200 OK\r\n{length}\r\n\r\n".encode())
+            with contextlib.suppress(OSError):
+                for _ in range(self.body_len):
+                    if self.chunked:
+                        conn.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
+                    else:
+                        conn.sendall(b"x")
+                    if self.stop.wait(self.gap_s):
+                        return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+        self.thread.join(5)
+
+
+def test_a_trickling_answer_ends_at_the_deadline_not_a_read_timeout_later() -> None:
+    server = _DripServer(body_len=10_000, gap_s=0.05)
+    try:
+        with httpx.Client() as client:
+            start = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout):
+                request_bounded_sync(client, "GET", server.url, timeout_s=0.5)
+            # a byte every 0.05 s resets httpx's own 0.5 s read timeout: only the deadline ends it
+            assert time.monotonic() - start < 3.0
+    finally:
+        server.close()
+
+
+def test_trickling_headers_end_at_the_deadline_too() -> None:
+    server = _DripServer(body_len=0, gap_s=0.05, drip_headers=True)
+    try:
+        with httpx.Client() as client:
+            start = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout, match=r"no answer within 0\.5s"):
+                request_bounded_sync(client, "GET", server.url, timeout_s=0.5)
+            assert time.monotonic() - start < 3.0
+    finally:
+        server.close()
+
+
+def test_an_answer_past_the_cap_is_refused_while_it_streams() -> None:
+    server = _DripServer(body_len=10_000, gap_s=0.0, chunked=True)  # 10 MiB, no length said up front
+    try:
+        with httpx.Client() as client, pytest.raises(BodyTooLarge, match="over the 65536 byte limit"):
+            request_bounded_sync(client, "GET", server.url, timeout_s=10, max_bytes=65536)
+    finally:
+        server.close()

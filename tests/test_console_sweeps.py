@@ -4,6 +4,7 @@ reaped the moment they end, overall progress and time left, the result when done
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import signal
@@ -225,6 +226,61 @@ def test_slice_starts_come_from_the_sweeps_own_writes() -> None:
     policy = {"writer": "policy", "value": 9, "previous": 13, "ts": 3.0}
     assert not any(sweeps.is_slice_start(b) for b in (borrow, restore, policy, {}, None))
     assert sweeps.last_write_ts(None) is None
+
+
+def test_a_last_write_time_no_float_can_hold_is_no_time() -> None:
+    assert sweeps.last_write_ts({"ts": 10**400}) is None
+    assert sweeps.last_write_ts({"ts": float("nan")}) is None and sweeps.last_write_ts({"ts": True}) is None
+    assert sweeps.last_write_ts({"ts": 12.5}) == 12.5
+
+
+def test_a_server_answering_odd_rows_does_not_stop_the_watch_reaping_the_sweep(
+    tmp_path: Path, real_data: Path
+) -> None:
+    """The watch thread once died on a 400-digit last-write time: the child was never reaped and the sweep
+    showed "running" for ever."""
+    capture = real_data / "sglang-0.5.17-h200" / "server_info_after.json"
+    doc = json.loads(capture.read_text(encoding="utf-8"))
+    answers = []
+    for ts in (10**400, "later", 10**400 + 1):
+        bad = json.loads(json.dumps(doc))
+        bad["internal_states"][0]["spectower"]["last_write"] = {"ts": ts, "writer": "sweep", "value": 0,
+                                                                "previous": 64}  # fmt: skip
+        answers.append(json.dumps(bad).encode())
+    answers.append(b"[1, 2")  # not JSON at all
+    served = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answers[len(served) % len(answers)]
+            served.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        go = tmp_path / "go"
+        rec = sweeps.start_process(
+            [sys.executable, "-c", FAKE_SWEEP, str(go)], "sqlite:///x.db",
+            server=f"http://127.0.0.1:{server.server_address[1]}", levels="1", duration_s=4, tag=None,
+            actor="operator:test", total_slices=2, expected_s=60,
+        )  # fmt: skip
+        _wait_until(lambda: len(served) >= 5)  # every kind of odd answer read at least once
+        go.touch()
+        _wait_until(lambda: _status(rec) != "running")
+        done = next(r for r in sweeps.list_sweeps("sqlite:///x.db") if r.id == rec.id)
+        assert (done.status, done.rc, done.run_id) == ("finished", 0, 7)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(rec.pid, os.WNOHANG)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_sweep_argv_saves_where_the_console_reads() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -15,6 +16,9 @@ Api = Literal["openai", "generate"]
 API_CHOICES: tuple[Api, ...] = ("openai", "generate")
 COMPLETIONS_PATH = "/v1/completions"
 GENERATE_PATH = "/generate"
+DEFAULT_DEADLINE_S = 600.0  # a whole request, when neither the caller nor its client says
+ERROR_HEAD_BYTES = 4096  # of an error answer, read for its message
+SSE_CONTENT_TYPE = "text/event-stream"
 
 
 @dataclass(frozen=True)
@@ -56,27 +60,40 @@ async def stream_request(
     warmup: bool = False,
     output_len: int | None = None,
     record: RequestRecord | None = None,
+    deadline_s: float | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill a ``RequestRecord``; errors are recorded, not raised.
 
     ``record`` may be passed in so that a caller who cancels the task still holds what arrived so far.
+    ``deadline_s`` bounds the whole request (connect to the last event); None: the client's read timeout,
+    the request timeout its caller configured (httpx applies that per read only, so a stream that keeps
+    trickling would never end without this).
     """
     path, body = request_body(prompt, shape, output_len)
     rec = record if record is not None else RequestRecord(index=prompt.index, start=time.perf_counter())
     rec.start = time.perf_counter()
     rec.warmup = warmup
+    deadline = deadline_s if deadline_s is not None else (client.timeout.read or DEFAULT_DEADLINE_S)
     try:
-        async with client.stream("POST", path, json=body, headers={"Accept": "text/event-stream"}) as resp:
+        async with (
+            asyncio.timeout(deadline),
+            client.stream("POST", path, json=body, headers={"Accept": SSE_CONTENT_TYPE}) as resp,
+        ):
             if resp.status_code != 200:
-                text = (await resp.aread()).decode("utf-8", "replace")
-                rec.error = f"HTTP {resp.status_code}: {text[:200]}"
+                rec.error = f"HTTP {resp.status_code}: {await _head(resp)}"
                 return rec
             if shape.api == "generate":
                 await _consume_generate(resp, rec)
             else:
                 await _consume_openai(resp, rec)
+    except TimeoutError:
+        rec.error = f"no complete answer within {deadline:g}s"
+        return rec
     except (httpx.HTTPError, ValueError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
+        return rec
+    except Exception as exc:  # an event shaped unlike SGLang's: this request failed, the run goes on
+        rec.error = f"unexpected stream content ({type(exc).__name__}: {exc})"
         return rec
     end = time.perf_counter()
     rec.e2e_s = end - rec.start
@@ -84,6 +101,21 @@ async def stream_request(
     if rec.success and rec.ttft_s is None:
         rec.ttft_s = rec.e2e_s
     return rec
+
+
+async def _head(resp: httpx.Response) -> str:
+    """The start of an error answer (``ERROR_HEAD_BYTES`` at most read, whatever its length)."""
+    got = b""
+    async for chunk in resp.aiter_bytes():
+        got += chunk
+        if len(got) >= ERROR_HEAD_BYTES:
+            break
+    return got[:ERROR_HEAD_BYTES].decode("utf-8", "replace")
+
+
+def _count(value: object) -> int | None:
+    """A token count as sent, or None when it is not one (a bool, a float, a string)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _note_chunk(rec: RequestRecord, total_tokens: int) -> None:
@@ -103,16 +135,18 @@ async def _consume_generate(resp: httpx.Response, rec: RequestRecord) -> None:
         if "error" in event:
             rec.error = f"server error: {event['error']}"
             return
-        meta = event.get("meta_info") or {}
-        completion = meta.get("completion_tokens")
+        meta = event.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        completion = _count(meta.get("completion_tokens"))
         if completion is None:
             ids = event.get("output_ids")
             completion = len(ids) if isinstance(ids, list) else rec.output_tokens
-        _note_chunk(rec, int(completion))
-        if isinstance(meta.get("prompt_tokens"), int):
-            rec.input_tokens = meta["prompt_tokens"]
-        if isinstance(meta.get("spec_verify_ct"), int):
-            rec.spec_verify_ct = meta["spec_verify_ct"]
+        _note_chunk(rec, completion)
+        prompt_tokens, verify_ct = _count(meta.get("prompt_tokens")), _count(meta.get("spec_verify_ct"))
+        if prompt_tokens is not None:
+            rec.input_tokens = prompt_tokens
+        if verify_ct is not None:
+            rec.spec_verify_ct = verify_ct
 
 
 async def _consume_openai(resp: httpx.Response, rec: RequestRecord) -> None:
@@ -127,15 +161,16 @@ async def _consume_openai(resp: httpx.Response, rec: RequestRecord) -> None:
             rec.error = f"server error: {event['error']}"
             return
         usage = event.get("usage")
-        choices = event.get("choices") or []
-        has_text = any((c.get("text") or (c.get("delta") or {}).get("content")) for c in choices)
-        total = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            rec.input_tokens = usage["prompt_tokens"]
-        if isinstance(total, int) and has_text:
+        usage = usage if isinstance(usage, dict) else {}
+        choices = event.get("choices")
+        has_text = isinstance(choices, list) and any(_has_text(c) for c in choices)
+        total, prompt_tokens = _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens"))
+        if prompt_tokens is not None:
+            rec.input_tokens = prompt_tokens
+        if total is not None and has_text:
             per_chunk_usage = True
             _note_chunk(rec, total)
-        elif isinstance(total, int):
+        elif total is not None:
             final_total = total
         elif has_text:
             _note_chunk(rec, rec.output_tokens + 1)
@@ -149,6 +184,14 @@ async def _consume_openai(resp: httpx.Response, rec: RequestRecord) -> None:
     else:
         rec.chunk_tokens = spread(final_total, len(rec.chunk_times))
         rec.output_tokens = final_total
+
+
+def _has_text(choice: object) -> bool:
+    """Whether an OpenAI stream choice carries text (a completion's ``text`` or a chat ``delta``)."""
+    if not isinstance(choice, dict):
+        return False
+    delta = choice.get("delta")
+    return bool(choice.get("text") or (isinstance(delta, dict) and delta.get("content")))
 
 
 def spread(total: int, parts: int) -> list[int]:
