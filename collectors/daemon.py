@@ -250,26 +250,32 @@ class Collector:
         while not self._stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=DEFAULT_HEALTH_LOG_EVERY_S)
-            for h in self.health.values():
-                log.info(
-                    "health %s %s: cycles=%d errors=%d lag=%.3fs last_success=%s%s",
-                    h.source,
-                    h.target,
-                    h.cycles,
-                    h.errors_total,
-                    h.lag_s or 0.0,
-                    f"{h.last_success_ts:.1f}" if h.last_success_ts else "never",
-                    f" last_error={h.last_error}" if h.in_gap else "",
-                )
-            c = self.sink.summary()
+            try:
+                self._log_health()
+            except Exception as exc:  # the health lines go on: one failed summary is one missed line
+                log.exception("health log: %s", exc)
+
+    def _log_health(self) -> None:
+        for h in self.health.values():
             log.info(
-                "storage: written=%d pending=%d dropped=%d quarantined=%d lost=%d",
-                c["written"],
-                c["pending"],
-                c["dropped"],
-                c["rejected"],
-                c["lost"],
+                "health %s %s: cycles=%d errors=%d lag=%.3fs last_success=%s%s",
+                h.source,
+                h.target,
+                h.cycles,
+                h.errors_total,
+                h.lag_s or 0.0,
+                f"{h.last_success_ts:.1f}" if h.last_success_ts else "never",
+                f" last_error={h.last_error}" if h.in_gap else "",
             )
+        c = self.sink.summary()
+        log.info(
+            "storage: written=%d pending=%d dropped=%d quarantined=%d lost=%d",
+            c["written"],
+            c["pending"],
+            c["dropped"],
+            c["rejected"],
+            c["lost"],
+        )
 
     # -- run ------------------------------------------------------------------------------------------
     def sources(self) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ the daemon's business (the client's own retry loop is switched off).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,38 @@ class BoundedSession(requests.Session):
         return resp
 
 
+def _point(value: object) -> tuple[float, object] | None:
+    """A ``[unix_time, "value"]`` pair of a query answer as (time, value), None when it is not one: one odd
+    series is skipped, the rest of the answer is read."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    try:
+        ts = float(value[0])
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (ts, value[1]) if math.isfinite(ts) else None
+
+
+def _by_instance(series_list: list[Any], require_instance: bool) -> dict[str, tuple[float, list[PromSample]]]:
+    """Per instance label: (newest sample time, samples) of an instant query's series."""
+    out: dict[str, tuple[float, list[PromSample]]] = {}
+    for series in series_list:
+        metric = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(metric, dict):
+            continue
+        inst = metric.get("instance", "")
+        at_value = _point(series.get("value"))
+        if not isinstance(inst, str) or (require_instance and not inst) or at_value is None:
+            continue
+        s = _sample(metric, at_value[1])
+        if s is None:
+            continue
+        ts, samples = out.get(inst, (0.0, []))
+        samples.append(s)
+        out[inst] = (max(ts, at_value[0]), samples)
+    return out
+
+
 # Labels Prometheus adds that are not SGLang's: they identify the target, not the rank.
 TARGET_LABELS = ("instance", "job")
 
@@ -105,9 +138,11 @@ def _type_of(name: str) -> str:
 def _sample(metric: dict[str, str], value: Any) -> PromSample | None:
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     name = metric.get("__name__", "")
+    if not isinstance(name, str) or not all(isinstance(val, str) for val in metric.values()):
+        return None  # Prometheus' labels are strings: anything else is not a series of its
     labels = {k: val for k, val in metric.items() if k != "__name__" and k not in TARGET_LABELS}
     return PromSample(name=name, family=name, type=_type_of(name), labels=labels, value=v)
 
@@ -183,20 +218,7 @@ class PrometheusSource:
     # -- SGLang ---------------------------------------------------------------------------------------
     def sglang_samples(self, at: float | None = None) -> dict[str, tuple[float, list[PromSample]]]:
         """Per instance: (newest sample timestamp, samples) of the SGLang series spectower reads."""
-        out: dict[str, tuple[float, list[PromSample]]] = {}
-        for series in self._query(sglang_selector(), at):
-            metric = series.get("metric", {})
-            inst = metric.get("instance")
-            ts_value = series.get("value")
-            if not inst or not isinstance(ts_value, list) or len(ts_value) != 2:
-                continue
-            s = _sample(metric, ts_value[1])
-            if s is None:
-                continue
-            ts, samples = out.get(inst, (0.0, []))
-            samples.append(s)
-            out[inst] = (max(ts, float(ts_value[0])), samples)
-        return out
+        return _by_instance(self._query(sglang_selector(), at), require_instance=True)
 
     def collect_now(self) -> PromBatch:
         batch = PromBatch(ts=self._clock())
@@ -216,14 +238,16 @@ class PrometheusSource:
         """Readings for every instance at each step of [start, end] (a fresh deriver per call)."""
         per_inst: dict[str, dict[float, list[PromSample]]] = {}
         for series in self._query_range(sglang_selector(), start, end, step):
-            metric = series.get("metric", {})
-            inst = metric.get("instance")
-            if not inst:
+            metric = series.get("metric") if isinstance(series, dict) else None
+            inst = metric.get("instance") if isinstance(metric, dict) else None
+            points = series.get("values") if isinstance(series, dict) else None
+            if not isinstance(inst, str) or not inst or not isinstance(points, list):
                 continue
-            for point in series.get("values", []):
-                s = _sample(metric, point[1])
-                if s is not None:
-                    per_inst.setdefault(inst, {}).setdefault(float(point[0]), []).append(s)
+            for point in points:
+                at_value = _point(point)
+                s = None if at_value is None else _sample(metric, at_value[1])  # type: ignore[arg-type]
+                if s is not None and at_value is not None:
+                    per_inst.setdefault(inst, {}).setdefault(at_value[0], []).append(s)
         out: dict[str, list[ScrapeResult]] = {}
         for inst, by_ts in per_inst.items():
             deriver = EngineDeriver()
@@ -245,19 +269,7 @@ class PrometheusSource:
 
     # -- DCGM -----------------------------------------------------------------------------------------
     def dcgm(self, at: float | None = None) -> tuple[list[GpuReading], list[GpuFacts]]:
-        per_inst: dict[str, tuple[float, list[PromSample]]] = {}
-        for series in self._query(DCGM_SELECTOR, at):
-            metric = series.get("metric", {})
-            inst = metric.get("instance", "")
-            ts_value = series.get("value")
-            if not isinstance(ts_value, list) or len(ts_value) != 2:
-                continue
-            s = _sample(metric, ts_value[1])
-            if s is None:
-                continue
-            ts, samples = per_inst.get(inst, (0.0, []))
-            samples.append(s)
-            per_inst[inst] = (max(ts, float(ts_value[0])), samples)
+        per_inst = _by_instance(self._query(DCGM_SELECTOR, at), require_instance=False)
         readings: list[GpuReading] = []
         facts: list[GpuFacts] = []
         for inst, (ts, samples) in per_inst.items():

@@ -153,7 +153,8 @@ class Database:
             if not parent.is_dir():
                 raise DatabaseURLError(f"--db: folder {parent} does not exist")
         try:
-            self.engine: Engine = create_engine(self.url, echo=echo, **dialect.engine_kwargs(self.url))
+            kwargs = dialect.engine_kwargs(self.url, busy_timeout_ms)
+            self.engine: Engine = create_engine(self.url, echo=echo, **kwargs)
         except ModuleNotFoundError as exc:
             pg = parsed.get_backend_name() == "postgresql"
             extra = " (pip install 'spectower[postgres]')" if pg else ""

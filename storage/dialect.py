@@ -28,12 +28,26 @@ def is_sqlite(engine_or_conn: Engine | Connection) -> bool:
     return engine_or_conn.dialect.name == "sqlite"
 
 
-def engine_kwargs(url: str) -> dict[str, Any]:
+# PostgreSQL: how long a connection attempt, a silent peer and a lock wait may take. A server that vanished
+# (no RST: a blackholed route, a frozen VM) would otherwise hold the writer thread, a console page or the
+# policy for as long as the kernel keeps the socket; a lock wait is bounded like SQLite's busy timeout.
+PG_CONNECT_TIMEOUT_S = 10
+PG_TCP_USER_TIMEOUT_MS = 30_000  # unacknowledged data on a connection: the server is gone
+PG_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+def engine_kwargs(url: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> dict[str, Any]:
     """Extra ``create_engine`` arguments for a URL."""
     if url.startswith("sqlite"):
         # Threads share the pool (the writer thread, reader threads of the console).
         return {"connect_args": {"check_same_thread": False}}
-    return {"pool_pre_ping": True}
+    connect_args: dict[str, Any] = {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "tcp_user_timeout": PG_TCP_USER_TIMEOUT_MS,
+        **PG_KEEPALIVE,
+        "options": f"-c lock_timeout={int(busy_timeout_ms)}",
+    }
+    return {"pool_pre_ping": True, "connect_args": connect_args}
 
 
 def install(engine: Engine, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:

@@ -183,3 +183,24 @@ def test_daemon_with_prometheus_source(prometheus: tuple[str, Any], tmp_path: Pa
     assert rows(db_path, "select url from server") == [(f"http://127.0.0.1:{sim.port}",)]
     assert rows(db_path, "select count(*) from engine_sample")[0][0] >= 2
     assert rows(db_path, "select count(*) from gpu")[0][0] == 8
+
+
+def test_one_odd_series_in_an_answer_is_skipped_the_rest_read() -> None:
+    """A series Prometheus' API would not send (a proxy's, a broken one's) once failed the whole batch, every
+    instance's, every cycle."""
+    from spectower.collectors.prometheus import _by_instance
+
+    name = "sglang:num_running_reqs"
+    good = {"metric": {"__name__": name, "instance": "a:1"}, "value": [1700000000.5, "3"]}
+    other = {"metric": {"__name__": name, "instance": "b:2"}, "value": [1700000001, "4"]}
+    odd = [
+        {"metric": {"__name__": "sglang:num_running_reqs", "instance": "c:3"}, "value": ["x", "3"]},
+        {"metric": {"__name__": "sglang:num_running_reqs", "instance": "c:3"}, "value": [10**400, "3"]},
+        {"metric": {"__name__": "sglang:num_running_reqs", "instance": "c:3"}, "value": [1.0, 10**400]},
+        {"metric": {"__name__": 7, "instance": "c:3"}, "value": [1.0, "3"]},
+        {"metric": "x", "value": [1.0, "3"]},
+        "not a series",
+    ]
+    got = _by_instance([good, *odd, other], require_instance=True)
+    assert sorted(got) == ["a:1", "b:2"]
+    assert got["a:1"][0] == 1700000000.5 and got["a:1"][1][0].value == 3.0

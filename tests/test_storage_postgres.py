@@ -81,3 +81,15 @@ def test_missing_postgres_fails_when_required(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("SPECTOWER_REQUIRE_POSTGRES")
     with pytest.raises(pytest.skip.Exception, match="no initdb"):
         _postgres_unavailable("no initdb")
+
+
+def test_a_lock_wait_and_a_silent_server_are_bounded_on_postgres(db: Database) -> None:
+    """A lock held elsewhere fails a writer after the busy timeout (as SQLite's does) instead of holding the
+    writer thread for ever; a vanished server is given up on by the connection, not waited for."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SHOW lock_timeout")).scalar() == "10s"
+        params = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+        assert params["connect_timeout"] == "10" and params["keepalives"] == "1"
+        assert params["tcp_user_timeout"] == "30000"

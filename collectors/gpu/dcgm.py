@@ -72,8 +72,10 @@ def readings_from_samples(
         if not uuid or gpu is None:
             continue
         try:
-            index = int(gpu)
+            index = int_or_none(int(gpu), lo=0)  # a column of int32 on every backend: range-checked here
         except ValueError:
+            continue
+        if index is None:  # one GPU's odd label skips that GPU, not the whole scrape's rows
             continue
         host = s.labels.get("Hostname") or default_host
         key = (host, uuid)
