@@ -13,12 +13,15 @@ import asyncio
 import concurrent.futures
 import ipaddress
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+T = TypeVar("T")
 
 
 class ServerUnreachable(ConnectionError):
@@ -106,9 +109,23 @@ class BodyTooLarge(BoundedReadError):
 _SENDS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="spectower-send")
 
 
-def _close_when_done(future: concurrent.futures.Future[httpx.Response]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().close()
+def call_within(
+    pool: concurrent.futures.ThreadPoolExecutor,
+    timeout_s: float,
+    fn: Callable[[], T],
+    late: Callable[[T], None] | None = None,
+) -> T:
+    """``fn()`` run on ``pool`` and waited for at most ``timeout_s`` (its time in the pool's queue
+    included): its result, its exception, or ``TimeoutError``. A call past its deadline runs on by itself;
+    ``late`` gets its result if it ends well (to close what it opened)."""
+    future = pool.submit(fn)
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        if late is not None:
+            future.add_done_callback(lambda f: late(f.result()) if not f.cancelled() and f.exception() is None
+                                     else None)  # fmt: skip
+        raise TimeoutError(f"no result within {timeout_s:g}s") from None
 
 
 def request_bounded_sync(
@@ -130,11 +147,10 @@ def request_bounded_sync(
     deadline = time.monotonic() + timeout_s
     hdrs = {"Accept-Encoding": "identity", **(headers or {})}
     request = client.build_request(method, url, headers=hdrs, json=json, timeout=timeout_s)
-    sent = _SENDS.submit(client.send, request, stream=True)
     try:
-        response = sent.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        sent.add_done_callback(_close_when_done)
+        response = call_within(_SENDS, timeout_s, lambda: client.send(request, stream=True),
+                               late=lambda r: r.close())  # fmt: skip
+    except TimeoutError:
         raise httpx.ReadTimeout(f"no answer within {timeout_s:g}s", request=request) from None
     try:
         declared = response.headers.get("content-length")

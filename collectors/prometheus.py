@@ -11,7 +11,10 @@ the daemon's business (the client's own retry loop is switched off).
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import math
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests.exceptions import RequestException
 from spectower.collectors.gpu.dcgm import readings_from_samples
 from spectower.collectors.gpu.reading import GpuFacts, GpuReading
+from spectower.collectors.http import call_within
 from spectower.collectors.promtext import PromSample
 from spectower.collectors.sglang.metrics import (
     COUNTERS,
@@ -40,10 +44,16 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
+# Prometheus reads run here (collectors/http.call_within): the caller waits at most its deadline whatever the
+# peer trickles. Its own pool: a Prometheus that stalls its reads cannot hold up the knob client's.
+_READS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="spectower-prometheus")
+
+
 class BoundedSession(requests.Session):
     """requests' timeout is per network read: a server that trickles never times out, and the whole
-    body is held in memory. This session streams every answer under one deadline for the whole read
-    (checked between chunks, so at most one read timeout late) and stops past ``max_bytes``."""
+    body is held in memory. This session reads every answer, headers and body, within one deadline (the
+    read runs on a worker; past the deadline the caller gets a timeout and the worker's socket is shut
+    down, which ends a read blocked on it) and stops past ``max_bytes``."""
 
     def __init__(self, deadline_s: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         super().__init__()
@@ -52,26 +62,44 @@ class BoundedSession(requests.Session):
 
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
         kwargs["stream"] = True
-        start = time.monotonic()
-        resp = super().request(method, url, *args, **kwargs)
-        chunks: list[bytes] = []
-        size = 0
+        opened: list[requests.Response] = []
+
+        def read() -> requests.Response:
+            resp = super(BoundedSession, self).request(method, url, *args, **kwargs)
+            opened.append(resp)
+            chunks: list[bytes] = []
+            size = 0
+            try:
+                for chunk in resp.iter_content(chunk_size=64 * 1024):
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise requests.exceptions.ContentDecodingError(
+                            f"{url!s}: answer over the {self.max_bytes} byte limit"
+                        )
+                    chunks.append(chunk)
+            finally:
+                resp.close()
+            resp._content = b"".join(chunks)
+            return resp
+
         try:
-            for chunk in resp.iter_content(chunk_size=256 * 1024):
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raise requests.exceptions.ContentDecodingError(
-                        f"{url!s}: answer over the {self.max_bytes} byte limit"
-                    )
-                if time.monotonic() - start > self.deadline_s:
-                    raise requests.exceptions.Timeout(
-                        f"{url!s}: timed out: no complete answer within {self.deadline_s:g}s"
-                    )
-                chunks.append(chunk)
-        finally:
-            resp.close()
-        resp._content = b"".join(chunks)
-        return resp
+            return call_within(_READS, self.deadline_s, read)
+        except TimeoutError:
+            for resp in opened:  # a body still arriving: end the read blocked on its socket
+                _shut(resp)
+            raise requests.exceptions.Timeout(
+                f"{url!s}: timed out: no complete answer within {self.deadline_s:g}s"
+            ) from None
+
+
+def _shut(resp: requests.Response) -> None:
+    """Shut the socket under a streamed answer down (shutdown, unlike close, wakes a read blocked in another
+    thread)."""
+    connection = getattr(resp.raw, "connection", None)  # urllib3 2: the HTTPConnection still reading
+    sock = getattr(connection, "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _point(value: object) -> tuple[float, object] | None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 
 import httpx
@@ -21,6 +18,8 @@ from spectower.collectors.http import (
     request_bounded_sync,
 )
 from spectower.collectors.sglang.scraper import ScrapeError
+
+from tests.drip_server import DripServer
 
 
 def test_check_http_url_names_the_flag() -> None:
@@ -52,50 +51,8 @@ def test_a_failed_scrape_is_a_server_that_did_not_answer() -> None:
     assert issubclass(ServerUnreachable, ConnectionError)
 
 
-class _DripServer:
-    """A real TCP server on 127.0.0.1 that answers every request with headers, then its body one byte at a
-    time (each byte well inside any per-read timeout), until told to stop."""
-
-    def __init__(
-        self, body_len: int, gap_s: float, chunked: bool = False, drip_headers: bool = False
-    ) -> None:
-        self.drip_headers = drip_headers
-        self.stop = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.body_len, self.gap_s, self.chunked = body_len, gap_s, chunked
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        conn, _ = self.sock.accept()
-        with conn:
-            conn.recv(65536)
-            length = "Transfer-Encoding: chunked" if self.chunked else f"Content-Length: {self.body_len}"
-            if self.drip_headers:  # one header byte at a time, the headers never ending
-                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-                with contextlib.suppress(OSError):
-                    while not self.stop.wait(self.gap_s):
-                        conn.sendall(b"x")
-                return
-            conn.sendall(f"HTTP/1.1 200 OK\r\n{length}\r\n\r\n".encode())
-            with contextlib.suppress(OSError):
-                for _ in range(self.body_len):
-                    if self.chunked:
-                        conn.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
-                    else:
-                        conn.sendall(b"x")
-                    if self.stop.wait(self.gap_s):
-                        return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-        self.thread.join(5)
-
-
 def test_a_trickling_answer_ends_at_the_deadline_not_a_read_timeout_later() -> None:
-    server = _DripServer(body_len=10_000, gap_s=0.05)
+    server = DripServer(body_len=10_000, gap_s=0.05)
     try:
         with httpx.Client() as client:
             start = time.monotonic()
@@ -108,7 +65,7 @@ def test_a_trickling_answer_ends_at_the_deadline_not_a_read_timeout_later() -> N
 
 
 def test_trickling_headers_end_at_the_deadline_too() -> None:
-    server = _DripServer(body_len=0, gap_s=0.05, drip_headers=True)
+    server = DripServer(body_len=0, gap_s=0.05, drip_headers=True)
     try:
         with httpx.Client() as client:
             start = time.monotonic()
@@ -120,7 +77,7 @@ def test_trickling_headers_end_at_the_deadline_too() -> None:
 
 
 def test_an_answer_past_the_cap_is_refused_while_it_streams() -> None:
-    server = _DripServer(body_len=10_000, gap_s=0.0, chunked=True)  # 10 MiB, no length said up front
+    server = DripServer(body_len=10_000, gap_s=0.0, chunked=True)  # 10 MiB, no length said up front
     try:
         with httpx.Client() as client, pytest.raises(BodyTooLarge, match="over the 65536 byte limit"):
             request_bounded_sync(client, "GET", server.url, timeout_s=10, max_bytes=65536)

@@ -204,3 +204,21 @@ def test_one_odd_series_in_an_answer_is_skipped_the_rest_read() -> None:
     got = _by_instance([good, *odd, other], require_instance=True)
     assert sorted(got) == ["a:1", "b:2"]
     assert got["a:1"][0] == 1700000000.5 and got["a:1"][1][0].value == 3.0
+
+
+@pytest.mark.parametrize("drip_headers", [False, True], ids=["body", "headers"])
+def test_a_trickling_prometheus_answer_ends_at_the_deadline(drip_headers: bool) -> None:
+    import requests
+    from spectower.collectors.prometheus import BoundedSession
+
+    from tests.drip_server import DripServer
+
+    server = DripServer(body_len=100_000, gap_s=0.05, drip_headers=drip_headers)
+    try:
+        session = BoundedSession(deadline_s=0.5)
+        start = time.monotonic()
+        with pytest.raises(requests.exceptions.Timeout, match=r"no complete answer within 0\.5s"):
+            session.get(server.url, timeout=5)  # a byte every 0.05 s: the 5 s read timeout never fires
+        assert time.monotonic() - start < 3.0
+    finally:
+        server.close()
