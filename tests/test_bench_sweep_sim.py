@@ -158,7 +158,10 @@ def test_sweep_saves_restores_interleaves_and_replays(
     assert (
         run.sglang_version and json.loads(run.server_info_json or "{}")["served_model_name"] == "sweep-shaped"
     )
-    assert len(json.loads(run.gpu_inventory_json or "[]")) == 2
+    gpus = json.loads(run.gpu_inventory_json or "[]")
+    assert [g["index"] for g in gpus] == [0, 1] and {g["source"] for g in gpus} == {"dcgm"}
+    assert all(g["uuid"] and g["name"] and g["memory_total_mib"] > 0 and "power_usage_w" in g for g in gpus)
+    assert all(g.get("driver_version") for g in gpus)  # the exporter's DCGM_FI_DRIVER_VERSION label
     assert run.crossover == pytest.approx(cross["value"]) and run.best_max_bs == out["best_max_bs"]
     assert json.loads(run.params_json or "{}")["knob_moves"] == out["knob_moves"]
     # the stored rows hold what was reported: throughput, windows, ratio and its interval per level

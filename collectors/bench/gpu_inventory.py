@@ -1,7 +1,8 @@
 """The GPUs behind a benchmarked server, kept with the run so two runs compare stack against stack.
 
-Two sources: NVML on this host (when the server runs here), or the server host's dcgm-exporter
-``/metrics`` (its labels name each GPU; driver and CUDA versions are not in dcgm-exporter's labels).
+Two sources, read by the collector's own readers: NVML on this host (when the server runs here), or the
+server host's dcgm-exporter ``/metrics`` (its labels name each GPU and, where the exporter adds it, the
+driver version; the CUDA version is not among them).
 """
 
 from __future__ import annotations
@@ -9,84 +10,58 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from spectower.collectors.gpu.dcgm import parse_dcgm
+from spectower.collectors.gpu.reading import GpuFacts
+from spectower.collectors.http import BoundedReadError, request_bounded_sync
 
-DCGM_MEMORY_USED = "DCGM_FI_DEV_FB_USED"
-DCGM_MEMORY_FREE = "DCGM_FI_DEV_FB_FREE"
-DCGM_POWER_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"  # not in dcgm-exporter's default metric list
-DCGM_POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
-DCGM_ANY = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_READ_S = 5.0  # one read of the exporter's page, all of it
+DCGM_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _entry(facts: GpuFacts, power_usage_w: float | None = None) -> dict[str, Any]:
+    """One GPU as a run keeps it (``gpu_inventory_json``)."""
+    entry: dict[str, Any] = {
+        "index": facts.index, "uuid": facts.uuid, "name": facts.name,
+        "memory_total_mib": facts.memory_total_mib, "power_limit_w": facts.power_limit_w,
+        "driver_version": facts.driver_version, "cuda_version": facts.cuda_version, "source": facts.source,
+    }  # fmt: skip
+    if power_usage_w is not None:
+        entry["power_usage_w"] = power_usage_w
+    return {k: v for k, v in entry.items() if v is not None}
 
 
 def nvml_inventory() -> list[dict[str, Any]] | None:
-    """The GPUs NVML sees on this host, or None where there is no NVML (no driver, no GPU)."""
+    """The GPUs NVML sees on this host, or None where there is no NVML (no driver, no GPU): the collector's
+    NVML sampler's inventory (collectors/gpu/nvml.py, the one NVML wrapper)."""
+    from spectower.collectors.gpu.nvml import NvmlSampler, NvmlUnavailableError
+
+    sampler = NvmlSampler()
     try:
-        import pynvml  # from nvidia-ml-py
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        cuda_raw = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        cuda = f"{cuda_raw // 1000}.{(cuda_raw % 1000) // 10}"
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            out.append(
-                {
-                    "index": i,
-                    "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                    "name": _text(pynvml.nvmlDeviceGetName(h)),
-                    "memory_total_mib": pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**20,
-                    "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
-                    "driver_version": driver,
-                    "cuda_version": cuda,
-                    "source": "nvml",
-                }
-            )
-        return out or None
-    except pynvml.NVMLError:
+        facts = sampler.start()
+    except NvmlUnavailableError:
         return None
     finally:
-        pynvml.nvmlShutdown()
+        sampler.close()
+    return [_entry(f) for f in facts] or None
 
 
-def dcgm_inventory(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
-    """One entry per ``gpu`` label of a dcgm-exporter ``/metrics``; raises ConnectionError/ValueError."""
+def dcgm_inventory(url: str, timeout: float = DCGM_READ_S) -> list[dict[str, Any]]:
+    """One entry per GPU of a dcgm-exporter ``/metrics`` (the collector's DCGM parser); raises
+    ConnectionError/ValueError naming ``--gpu-metrics``."""
     try:
-        resp = httpx.get(url, timeout=timeout)
-    except httpx.HTTPError as exc:
+        with httpx.Client() as client:
+            resp = request_bounded_sync(client, "GET", url, timeout_s=timeout, max_bytes=DCGM_MAX_BYTES)
+    except (httpx.HTTPError, BoundedReadError) as exc:
         raise ConnectionError(f"--gpu-metrics {url}: unreachable ({exc})") from None
     if resp.status_code != 200:
         raise ConnectionError(f"--gpu-metrics {url}: HTTP {resp.status_code}")
-    gpus: dict[str, dict[str, Any]] = {}
-    values: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(resp.text):
-        for sample in family.samples:
-            if not sample.name.startswith("DCGM_FI_") or "gpu" not in sample.labels:
-                continue
-            idx = sample.labels["gpu"]
-            entry = gpus.setdefault(idx, {"index": int(idx) if idx.isdigit() else idx, "source": "dcgm"})
-            entry.setdefault("uuid", sample.labels.get("UUID"))
-            entry.setdefault("name", sample.labels.get("modelName"))
-            if sample.labels.get("DCGM_FI_DRIVER_VERSION"):
-                entry.setdefault("driver_version", sample.labels["DCGM_FI_DRIVER_VERSION"])
-            values[(idx, sample.name)] = sample.value
-    if not gpus:
+    try:
+        readings, facts = parse_dcgm(resp.text, 0.0, url)
+    except ValueError as exc:
+        raise ValueError(f"--gpu-metrics {url}: not a dcgm-exporter page ({exc})") from None
+    if not facts:
         raise ValueError(f"--gpu-metrics {url}: no DCGM_FI_* samples with a 'gpu' label")
-    for idx, entry in gpus.items():
-        used, free = values.get((idx, DCGM_MEMORY_USED)), values.get((idx, DCGM_MEMORY_FREE))
-        if used is not None and free is not None:
-            entry["memory_total_mib"] = used + free
-        if (idx, DCGM_POWER_LIMIT) in values:
-            entry["power_limit_w"] = values[(idx, DCGM_POWER_LIMIT)]
-        if (idx, DCGM_POWER_USAGE) in values:
-            entry["power_usage_w"] = values[(idx, DCGM_POWER_USAGE)]
-    return [gpus[k] for k in sorted(gpus, key=lambda k: (len(k), k))]
+    power = {(r.host, r.index): r.power_w for r in readings}
+    return [_entry(f, power.get((f.host, f.index))) for f in sorted(facts, key=lambda f: f.index)]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

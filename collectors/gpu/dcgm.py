@@ -82,7 +82,7 @@ def readings_from_samples(
         r = by_gpu.get(key)
         if r is None:
             r = by_gpu[key] = GpuReading(host=host, index=index, uuid=uuid, ts=ts)
-            facts[key] = {"name": s.labels.get("modelName")}
+            facts[key] = {"name": s.labels.get("modelName"), "driver": s.labels.get("DCGM_FI_DRIVER_VERSION")}
         if s.name == "DCGM_FI_DEV_FB_FREE":
             fb_free[key] = s.value
             continue
@@ -104,7 +104,7 @@ def readings_from_samples(
     for key, r in by_gpu.items():
         if r.memory_used_mib is not None and key in fb_free:
             r.memory_total_mib = r.memory_used_mib + fb_free[key]
-        name = facts[key].get("name")
+        name, driver = facts[key].get("name"), facts[key].get("driver")
         out_facts.append(
             GpuFacts(
                 host=r.host,
@@ -113,6 +113,7 @@ def readings_from_samples(
                 name=name if isinstance(name, str) else None,
                 memory_total_mib=r.memory_total_mib,
                 power_limit_w=r.power_limit_w,
+                driver_version=driver if isinstance(driver, str) and driver else None,
                 source="dcgm",
             )
         )
