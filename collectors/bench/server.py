@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import BoundedReadError, ServerUnreachable, get_bounded
+from spectower.collectors.http import BoundedReadError, ServerUnreachable, get_bounded, request_bounded
 from spectower.collectors.promtext import MetricsParseError
 from spectower.collectors.sglang.loads import LoadsError, parse_loads_json
 from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
@@ -25,6 +25,7 @@ SERVER_INFO_PATH = "/server_info"
 LOADS_PATH = "/v1/loads?include=core&format=json"
 METRICS_PATH = "/metrics"
 FLUSH_PATH = "/flush_cache"
+FLUSH_MAX_BYTES = 64 * 1024  # /flush_cache answers a line of text
 READ_TIMEOUT_S = 10.0  # a whole answer; /server_info and /metrics take milliseconds on a healthy server
 # collectors.sglang.metrics counter keys (summed over label sets within a DP group, once per DP group)
 GENERATION_TOKENS = "generation_tokens_total"
@@ -110,8 +111,9 @@ async def read_decode_tokens(client: httpx.AsyncClient) -> float | None:
 async def flush_cache(client: httpx.AsyncClient, admin_key: str | None) -> bool:
     """Reset the server's cumulative accept length; SGLang refuses while requests run (then False)."""
     try:
-        resp = await client.post(FLUSH_PATH, headers=auth_headers(admin_key), timeout=READ_TIMEOUT_S)
-    except httpx.HTTPError:
+        resp = await request_bounded(client, "POST", FLUSH_PATH, timeout_s=READ_TIMEOUT_S,
+                                     max_bytes=FLUSH_MAX_BYTES, headers=auth_headers(admin_key))  # fmt: skip
+    except BoundedReadError:
         return False
     return resp.status_code == 200
 
