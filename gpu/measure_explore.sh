@@ -10,6 +10,9 @@
 # Results in $OUT: explore.log (everything), explore.json (one object per level and knob).
 # LEVELS (default "64 8"), WINDOW (s, default 10), ROUNDS (default 3), SHARES (default 0,0.02); about 8 min.
 set -uo pipefail
+# Every HTTP read here has a total deadline and a size cap (a server that hangs mid-answer must not eat the
+# device call): 120 s covers /start_profile, which answers once its steps ran; 64 MiB, any answer here.
+curl() { command curl --max-time "${CURL_MAX_S:-120}" --max-filesize 67108864 "$@"; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/explore.log") 2>&1

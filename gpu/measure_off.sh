@@ -24,6 +24,9 @@
 #   PHASES="launch sweep", then STEPS_LIST=1 PHASES=steps, then STEPS_LIST=2 PHASES=steps (not `launch`: the
 #   plain port then holds an EAGLE-3 server, so launch would restart both and lose the sweep's servers).
 set -uo pipefail
+# Every HTTP read here has a total deadline and a size cap (a server that hangs mid-answer must not eat the
+# device call): 120 s covers /start_profile, which answers once its steps ran; 64 MiB, any answer here.
+curl() { command curl --max-time "${CURL_MAX_S:-120}" --max-filesize 67108864 "$@"; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 PHASES=${PHASES:-launch accept profile}

@@ -10,6 +10,9 @@
 #   profile.json  the sweep as a replayable performance profile
 # Phase lengths can be shortened with SWEEP_SECONDS / LEARN_SECONDS / HOVER_SECONDS.
 set -uo pipefail
+# Every HTTP read here has a total deadline and a size cap (a server that hangs mid-answer must not eat the
+# device call): 120 s covers /start_profile, which answers once its steps ran; 64 MiB, any answer here.
+curl() { command curl --max-time "${CURL_MAX_S:-120}" --max-filesize 67108864 "$@"; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/check.log") 2>&1
