@@ -97,7 +97,11 @@ def test_refused_knob_changes_nothing_and_is_audited(simulator_factory, tmp_path
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
+def test_ctrl_c_keeps_finished_points_and_restores_the_knob(
+    simulator_factory, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """SIGTERM too: its default ended the sweep at once and left the server under the sweep's lock."""
     sim = simulator_factory(admin_key=ADMIN_KEY)
     _set_knob(sim, 5)
     argv = _argv(
@@ -137,7 +141,7 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
                 writes.add(last["request_id"])
         assert len(writes) >= 4, "the sweep did not get past its first level"
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -147,6 +151,8 @@ def test_ctrl_c_keeps_finished_points_and_restores_the_knob(simulator_factory, t
     data = json.loads(out)
     assert data["interrupted"] is True and data["knob_restored"] is True
     assert _knob(sim) == 5
+    block = httpx.get(f"{sim.base_url}/server_info").json()["internal_states"][0]["spectower"]
+    assert not block.get("lock"), block.get("lock")  # the sweep's lock is given back
     kept = {(p["concurrency"], p["mode"]) for p in data["points"]}
     assert {(1, "on"), (1, "off")} <= kept and len(kept) < 10
     db = open_database(db_url)

@@ -277,9 +277,13 @@ def _honour_sigint() -> None:
     """SIGINT stops the sweep gracefully (finished points kept, the knob restored) however it was started.
     A process started in the background without job control (``cmd &`` in a script, ``nohup``) inherits
     SIGINT ignored, and Python, and asyncio's Ctrl-C handling, then leave it ignored: the console's Stop
-    button (SIGINT to the sweep it started) and an operator's ``kill -INT`` would do nothing."""
+    button (SIGINT to the sweep it started) and an operator's ``kill -INT`` would do nothing.
+
+    SIGTERM (``kill``, a service manager, a CI timeout) stops it the same way: its default would end the
+    process at once and leave the server under the sweep's lock, the knob where the last slice put it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
 
 
 @app.command("sweep")
