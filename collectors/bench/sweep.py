@@ -21,6 +21,14 @@ from spectower.collectors.auth import auth_headers
 from spectower.collectors.bench import server as srv
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.knob import Knob
+from spectower.collectors.bench.limits import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS_PER_LEVEL,
+    MAX_ROUNDS,
+    MAX_TOKENS,
+    MAX_WARMUP,
+    check_between,
+)
 from spectower.collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
 from spectower.collectors.bench.prompts import DEFAULT_SEED, PromptFactory
 from spectower.collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
@@ -40,7 +48,6 @@ DEFAULT_WARMUP = 2
 DEFAULT_ROUNDS = 2  # each point in this many slices, modes alternating
 DEFAULT_WARMUP_OUTPUT_LEN = 4  # warm-up only needs connections and the batch size's graphs, not length
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
-MAX_CONCURRENCY = 4096
 KNOB_REASON = "bench sweep"
 
 
@@ -86,22 +93,18 @@ class SweepConfig:
             )
         if (self.requests_per_level is None) == (self.duration_per_level is None):
             raise BenchError("--requests-per-level / --duration-per-level: give exactly one")
-        if self.requests_per_level is not None and self.requests_per_level < 1:
-            raise BenchError("--requests-per-level: must be >= 1")
+        if self.requests_per_level is not None:
+            check_between(self.requests_per_level, "--requests-per-level", 1, MAX_REQUESTS_PER_LEVEL)
         if self.duration_per_level is not None and not (
             math.isfinite(self.duration_per_level) and self.duration_per_level > 0
         ):
             raise BenchError("--duration-per-level: must be a positive number of seconds")
-        if self.input_len < 1:
-            raise BenchError("--input-len: must be >= 1")
-        if self.output_len < 2:
-            raise BenchError("--output-len: must be >= 2 (inter-token latency needs two tokens)")
+        check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
+        check_between(self.output_len, "--output-len", 2, MAX_TOKENS)  # inter-token latency needs two tokens
         if self.api not in API_CHOICES:
             raise BenchError(f"--api: expected one of {', '.join(API_CHOICES)}, got {self.api!r}")
-        if self.warmup < 0:
-            raise BenchError("--warmup: must be >= 0")
-        if self.rounds < 1:
-            raise BenchError("--rounds: must be >= 1")
+        check_between(self.warmup, "--warmup", 0, MAX_WARMUP)
+        check_between(self.rounds, "--rounds", 1, MAX_ROUNDS)
         if self.windows < 2:
             raise BenchError("windows: need at least 2 for a confidence interval")
         return self

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 from spectower.collectors.auth import auth_headers
 from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.records import RequestRecord
 from spectower.collectors.bench.server import get_server_info
@@ -176,9 +177,7 @@ def _positive_int(text: str, what: str) -> int:
         value = int(text)
     except ValueError:
         raise BenchError(f"--pattern {what}: {text!r} is not a whole number") from None
-    if value < 1:
-        raise BenchError(f"--pattern {what}: must be >= 1, got {value}")
-    return value
+    return check_between(value, f"--pattern {what}", 1, MAX_CONCURRENCY)
 
 
 def parse_pattern(
@@ -188,8 +187,7 @@ def parse_pattern(
     """``day``, ``bursty``, ``ramp``, ``jump``, ``hover:N`` or ``steps:A,B,...``; errors name the flag."""
     if not (math.isfinite(period_s) and period_s > 0):
         raise BenchError(f"--period must be a positive duration, got {period_s}")
-    if max_concurrency < 1:
-        raise BenchError(f"--max-concurrency must be >= 1, got {max_concurrency}")
+    check_between(max_concurrency, "--max-concurrency", 1, MAX_CONCURRENCY)
     raw = (text or "").strip().lower()
     name, _, arg = raw.partition(":")
     if name == "day" and not arg:
@@ -247,8 +245,8 @@ class WalkConfig:
             raise BenchError(f"--duration must be a positive duration, got {self.duration_s}")
         if self.api not in ("generate", "openai"):
             raise BenchError(f"--api must be generate or openai, got {self.api!r}")
-        if self.output_len < 1:
-            raise BenchError(f"--output-len must be >= 1, got {self.output_len}")
+        check_between(self.output_len, "--output-len", 1, MAX_TOKENS)
+        check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
         return self
 
 
