@@ -173,10 +173,18 @@ def request_bounded_sync(
 
 
 def check_http_url(url: str, flag: str, error: type[ValueError] = ValueError) -> str:
-    """``url`` when it is an http(s) URL, else ``error`` naming ``flag`` (the one check of every URL flag:
-    ``--server``, ``--plain-server``, ``--prometheus``, ``--gpu dcgm=URL``)."""
-    if not url.startswith(("http://", "https://")):
+    """``url`` when it is an http(s) URL with a host (and, if given, a port in 1..65535), else ``error``
+    naming ``flag`` (the one check of every URL flag: ``--server``, ``--plain-server``, ``--prometheus``,
+    ``--gpu dcgm=URL``, ``--gpu-metrics``)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a port that is no number, or past 65535, raises here
+    except ValueError as exc:  # e.g. "http://[::1": an address left open
+        raise error(f"{flag} must be an http(s) URL, got {url!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise error(f"{flag} must be an http(s) URL, got {url!r}")
+    if port == 0:
+        raise error(f"{flag} must be an http(s) URL with a port in 1..65535, got {url!r}")
     return url
 
 

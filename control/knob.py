@@ -16,11 +16,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import BodyTooLarge, is_loopback_url, request_bounded_sync
+from spectower.collectors.http import BodyTooLarge, check_http_url, is_loopback_url, request_bounded_sync
 from spectower.collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
 from spectower.control import knob_contract
 from spectower.control.knob_contract import KNOB_KEY, KnobRequest
@@ -326,10 +325,7 @@ def knob_state(doc: Any, server_url: str) -> KnobState:
 def normalize_server_url(url: str) -> str:
     """``http(s)://host:port`` without a trailing slash; anything else is refused naming --server."""
     text = (url or "").strip().rstrip("/")
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise KnobValueError(f"--server must be an http(s) URL like http://127.0.0.1:30000, got {url!r}")
-    return text
+    return check_http_url(text, "--server", KnobValueError)
 
 
 def check_target(target: Target | str) -> Target:

@@ -119,7 +119,7 @@ def normalize_url(value: str) -> str:
         value = f"{_BARE_SCHEMES.get(scheme.lower(), scheme)}://{rest}"
         try:
             parsed = make_url(value)
-        except ArgumentError as exc:
+        except (ArgumentError, ValueError) as exc:  # ValueError: a port or an address that does not parse
             raise DatabaseURLError(f"--db: not a database URL: {_shown(value)} ({exc})") from None
         if parsed.get_backend_name() not in _SUPPORTED_BACKENDS:
             raise DatabaseURLError(
@@ -135,8 +135,9 @@ def _shown(url: str) -> str:
     """A URL fit for an error message (no password)."""
     try:
         return repr(make_url(url).render_as_string(hide_password=True))
-    except ArgumentError:
-        return repr(url)
+    except (ArgumentError, ValueError):  # unparsable: shown without its user part, which may hold a password
+        scheme, _, rest = url.partition("://")
+        return repr(f"{scheme}://{rest.rpartition('@')[2]}" if rest else url)
 
 
 class Database:

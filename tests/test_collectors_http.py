@@ -46,6 +46,17 @@ def test_every_url_flag_is_the_same_check(make: object, flag: str) -> None:
         make()  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("http://[::1", "Invalid IPv6 URL"), ("http://127.0.0.1:99999", "Port out of range"),
+     ("http://h:x1/", "Port could not be cast"), ("http://127.0.0.1:0", "a port in 1..65535")],
+)  # fmt: skip
+def test_a_url_that_does_not_parse_is_a_flag_error_not_a_traceback(url: str, why: str) -> None:
+    # these raised ValueError from urllib deep inside a command (control get, bench load, collect)
+    with pytest.raises(BenchError, match=rf"^--server must be an http\(s\) URL.*{why}"):
+        check_http_url(url, "--server", BenchError)
+
+
 def test_a_failed_scrape_is_a_server_that_did_not_answer() -> None:
     assert issubclass(ScrapeError, ServerUnreachable) and issubclass(BoundedReadError, ServerUnreachable)
     assert issubclass(ServerUnreachable, ConnectionError)

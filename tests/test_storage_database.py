@@ -36,6 +36,13 @@ def test_url_forms_and_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         open_database(tmp_path / "missing-folder" / "x.db")
 
 
+@pytest.mark.parametrize("url", ["postgresql://u:secret@[::1", "postgresql://u:secret@host:99x/db"])
+def test_a_url_that_does_not_parse_is_one_line_without_its_password(url: str) -> None:
+    with pytest.raises(DatabaseURLError, match=r"^--db: not a database URL: ") as err:
+        open_database(url)
+    assert "secret" not in str(err.value) and "\n" not in str(err.value)
+
+
 def test_server_and_gpu_identities(tmp_path: Path) -> None:
     db = open_database(tmp_path / "db.sqlite")
     try:

@@ -121,3 +121,19 @@ def test_postgresql_url_without_psycopg_is_one_line(tmp_path: Path) -> None:
 def test_collect_refuses_a_database_that_keeps_nothing(value: str) -> None:
     p = _cli("collect", "--server", "http://127.0.0.1:9", "--duration", "30s", "--db", value)
     _one_line_error(p.returncode, p.stdout + p.stderr, "--db")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["export", "bench", "99999999999999999999", "--out", "x.csv"], "run id: must be between 1 and"),
+     (["bench", "compare", "9223372036854775808", "1"], "run id: must be between 1 and 9223372036854775807"),
+     (["bench", "compare", "x", "1"], "run id: 'x' is not a whole number"),
+     (["control", "events", "--limit", "99999999999999999999"], "--limit: must be between 1 and"),
+     (["control", "events", "--limit", "0"], "--limit: must be between 1 and")],
+)  # fmt: skip
+def test_ids_and_counts_no_database_can_hold_are_one_line(
+    db_with_run: str, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    # they reached SQLite and came back as "OverflowError: Python int too large to convert to SQLite INTEGER"
+    code, out = run(*[str(tmp_path / a) if a == "x.csv" else a for a in args], "--db", db_with_run)
+    _one_line_error(code, out, needle)

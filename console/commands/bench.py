@@ -19,6 +19,7 @@ from spectower.console.commands.options import (
     DB_HELP,
     SERVER_HELP,
     duration_option,
+    run_id_argument,
 )
 
 if TYPE_CHECKING:
@@ -494,8 +495,8 @@ def _print_comparison(comp: Comparison) -> None:
 
 @app.command("compare")
 def compare(
-    run_a: int = typer.Argument(..., help="Id of the first saved run."),
-    run_b: int = typer.Argument(..., help="Id of the second saved run."),
+    run_a: int = run_id_argument("Id of the first saved run."),
+    run_b: int = run_id_argument("Id of the second saved run."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
-from spectower.console.commands.options import AS_HELP, DB_HELP, POLICY_HELP, SERVER_HELP, duration_option
+from spectower.console.commands.options import (
+    AS_HELP,
+    DB_HELP,
+    MAX_EVENTS_SHOWN,
+    POLICY_HELP,
+    SERVER_HELP,
+    duration_option,
+    int_option,
+)
 from spectower.console.errors import fail, is_user_error, strict_json
 
 if TYPE_CHECKING:
@@ -373,7 +381,7 @@ def release(
 @_user_errors
 def events(
     server: str | None = typer.Option(None, "--server", help="only this server"),
-    limit: int = typer.Option(20, "--limit", min=1, help="newest N events"),
+    limit: int = int_option(20, "--limit", lo=1, hi=MAX_EVENTS_SHOWN, help="newest N events"),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list"),
 ) -> None:

@@ -41,6 +41,36 @@ EXAMPLES = {
 }
 
 
+# Ids are stored as 64-bit integers on every backend: a larger one is a typo, said as one, not a driver error.
+INT64_MAX = 2**63 - 1
+MAX_EVENTS_SHOWN = 100_000
+
+
+def whole_number(text: object, name: str, lo: int, hi: int) -> int:
+    """``text`` as an int within [lo, hi]; else the one ``error: ...`` line naming ``name``, exit 2."""
+    from spectower.console.errors import fail
+
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        fail(f"{name}: {text!r} is not a whole number")
+    if not lo <= value <= hi:
+        fail(f"{name}: must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def run_id_argument(help: str) -> Any:
+    """A saved benchmark run's id (1 .. the largest id a database holds)."""
+    return typer.Argument(..., parser=lambda text: whole_number(text, "run id", 1, INT64_MAX),
+                          metavar="RUN_ID", help=help)  # fmt: skip
+
+
+def int_option(default: int, flag: str, *, lo: int, hi: int, help: str) -> Any:
+    """A whole-number flag with its range checked by ``whole_number`` (one line, not a usage box)."""
+    return typer.Option(default, flag, parser=lambda text: whole_number(text, flag, lo, hi), metavar="N",
+                        help=help)  # fmt: skip
+
+
 def duration_option(default: str | None, flag: str, *, help: str, **kwargs: Any) -> Any:
     """A duration flag (``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds ``2.5``) that reaches the command
     as seconds (a float, or None for a None default). Every duration flag of the CLI is one of these, so

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
-from spectower.console.commands.options import DB_HELP
+from spectower.console.commands.options import DB_HELP, INT64_MAX, whole_number
 from spectower.console.errors import fail, stderr
 
 if TYPE_CHECKING:
@@ -79,12 +79,7 @@ def export_bench(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Export benchmark runs (JSONL uses SGLang bench_serving's key names)."""
-    ids: list[int] = []
-    for raw in run_ids:
-        try:
-            ids.append(int(raw))
-        except ValueError:
-            fail(f"run id: {raw!r} is not an integer")
+    ids = list(dict.fromkeys(whole_number(raw, "run id", 1, INT64_MAX) for raw in run_ids))  # each once
     chosen = _format(fmt, out)
     from spectower.storage.export import export_bench as do_export
 
