@@ -14,10 +14,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from spectower.storage.files import FileReadError, read_text_capped
+
 ADMIN_KEY_ENV = "SPECTOWER_ADMIN_KEY"
 ADMIN_KEY_FILE_ENV = "SPECTOWER_ADMIN_KEY_FILE"
 API_KEY_ENV = "SPECTOWER_API_KEY"
 API_KEY_FILE_ENV = "SPECTOWER_API_KEY_FILE"
+MAX_KEY_FILE_BYTES = 64 * 1024  # a key is one line; a larger "key file" is the wrong file
 
 
 class CredentialError(ValueError):
@@ -29,9 +32,9 @@ def read_key_file(path: str | os.PathLike[str], source: str) -> str:
     (``SPECTOWER_ADMIN_KEY_FILE``, a Streamlit secret) in every error."""
     where = Path(path).expanduser()
     try:
-        text = where.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CredentialError(f"{source}: cannot read {where}: {exc.strerror or exc}") from None
+        text = read_text_capped(where, MAX_KEY_FILE_BYTES)
+    except FileReadError as exc:
+        raise CredentialError(f"{source}: {exc}: {where}") from None
     key = text.strip()
     if not key:
         raise CredentialError(f"{source}: the key file {where} is empty")

@@ -10,6 +10,7 @@ import sys
 
 import typer
 import typer.core
+from rich.markup import escape
 from spectower.console.commands import (
     bench,
     collect,
@@ -120,7 +121,8 @@ def main() -> None:
         app(standalone_mode=True)
     except Exception as exc:  # last line of defence: a user error never shows a traceback
         if is_user_error(exc):
-            stderr.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+            # the message as text: a "[t_seconds, concurrency]" or a path's "[/b]" in it is not rich markup
+            stderr.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             sys.exit(EXIT_USER_ERROR)
         raise
 

@@ -13,23 +13,26 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from spectower.storage.files import FileReadError, read_text_capped
 
 EXIT_USER_ERROR = 2
+MAX_KEY_FILE_BYTES = 64 * 1024  # a key is one line; a larger "key file" is the wrong file
 _stderr = Console(stderr=True, highlight=False)
 
 
 def fail(message: str) -> NoReturn:
     """One clear ``error:`` line on stderr, exit 2 (spectower.console.errors.fail's convention)."""
-    _stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    _stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(EXIT_USER_ERROR)
 
 
 def _read_key(path: Path | None, env: str, what: str) -> str | None:
     if path is not None:
         try:
-            key = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            fail(f"{what} file {str(path)!r}: cannot read ({exc.strerror})")
+            key = read_text_capped(path, MAX_KEY_FILE_BYTES).strip()
+        except FileReadError as exc:
+            fail(f"{what} file {str(path)!r}: {exc}")
         if not key:
             fail(f"{what} file {str(path)!r} is empty")
         return key

@@ -28,13 +28,14 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 PROFILE_PACKAGE = "spectower.simulator.profiles"
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
@@ -197,23 +198,18 @@ def load_profile(name_or_path: str | Path) -> Profile:
     """Load a shipped profile by name, or any profile JSON by path."""
     text, source = _read_profile_text(str(name_or_path))
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        data = parse_json_text(text)
+    except FileReadError as exc:
+        raise ProfileError(f"{source}: {exc}") from None
     return parse_profile(data, source=source)
 
 
 def _read_profile_text(name_or_path: str) -> tuple[str, str]:
-    path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists() or "/" in name_or_path:
+    if is_file_path(name_or_path):
         try:
-            if path.is_file() and path.stat().st_size > MAX_PROFILE_BYTES:
-                raise ProfileError(
-                    f"{path}: {path.stat().st_size} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes"
-                )
-            return path.read_text(encoding="utf-8"), str(path)
-        except OSError as exc:
-            raise ProfileError(f"profile {name_or_path!r}: cannot read ({exc.strerror})") from None
+            return read_text_capped(name_or_path, MAX_PROFILE_BYTES), name_or_path
+        except FileReadError as exc:
+            raise ProfileError(f"profile {name_or_path!r}: {exc}") from None
     if name_or_path not in builtin_profile_names():
         known = ", ".join(builtin_profile_names())
         raise ProfileError(

@@ -12,13 +12,14 @@ decision interval ever sees one load.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 DEFAULT_DURATION_S = 3600.0
 BUILTIN_TRACES = ("day", "bursty", "ramp", "steps", "jump")
@@ -27,6 +28,11 @@ TRACE_ALIASES = {"diurnal": "day", "step": "steps"}
 PEAK_CONCURRENCY = 90.0
 STEP_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 90)
 MAX_TRACE_POINTS = 1_000_000
+MAX_TRACE_BYTES = 64 << 20  # a trace file: a million points of JSON text fit
+# A trace's own reach: as long as the longest --duration a built-in trace takes, and far more clients than
+# any server runs (the excess queues); past these a trace is a typo, and scoring it would not end.
+MAX_TRACE_SECONDS = 30 * 86400.0
+MAX_TRACE_CONCURRENCY = 1_000_000.0
 
 
 class TraceError(ValueError):
@@ -76,6 +82,9 @@ def parse_trace(data: Any, source: str = "trace") -> Trace:
                 raise TraceError(f"{source}: point [{i}] {label} must be a finite number, got {v!r}")
             if v < 0:
                 raise TraceError(f"{source}: point [{i}] {label} must be >= 0, got {v!r}")
+            top = MAX_TRACE_SECONDS if label == "t_seconds" else MAX_TRACE_CONCURRENCY
+            if v > top:
+                raise TraceError(f"{source}: point [{i}] {label} must be at most {top:g}, got {v!r}")
         if times and t < times[-1]:
             raise TraceError(f"{source}: point [{i}] t_seconds {t} goes back in time (previous {times[-1]})")
         times.append(float(t))
@@ -91,19 +100,18 @@ def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0
     ``max_running_requests``), or a trace JSON file by path."""
     if name_or_path in BUILTIN_TRACES or name_or_path in TRACE_ALIASES:
         return builtin_trace(name_or_path, duration_s or DEFAULT_DURATION_S, seed, max_running_requests)
-    path = Path(name_or_path)
-    if not (path.suffix == ".json" or path.exists() or "/" in name_or_path):
+    if not is_file_path(name_or_path):
         raise TraceError(f"trace {name_or_path!r}: no such file and no built-in trace of that name "
                          f"({', '.join(BUILTIN_TRACES)})")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"trace {name_or_path!r}: cannot read ({exc.strerror})") from None
+        text = read_text_capped(name_or_path, MAX_TRACE_BYTES)
+    except FileReadError as exc:
+        raise TraceError(f"trace {name_or_path!r}: {exc}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_trace(data, source=str(path))
+        data = parse_json_text(text)
+    except FileReadError as exc:
+        raise TraceError(f"{name_or_path}: {exc}") from None
+    return parse_trace(data, source=name_or_path)
 
 
 def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, seed: int = 0,

@@ -1,17 +1,26 @@
-"""Files spectower writes whole (exports, sweep profiles, SGLang adaptive configs): one atomic write.
+"""Files spectower writes whole (exports, sweep profiles, SGLang adaptive configs), and files a user names
+for it to read (a key file, a profile, a trace). Standard library only: the simulator reads its profiles
+and traces through it too.
 
-The content goes to a temporary file beside the target, which is then renamed over it, so a failure (a full
-disk, Ctrl-C, an exception halfway) never leaves half a file behind, and a reader sees the old file or the
-new one, never a mix.
+Writing: the content goes to a temporary file beside the target, which is then renamed over it, so a
+failure (a full disk, Ctrl-C, an exception halfway) never leaves half a file behind, and a reader sees the
+old file or the new one, never a mix.
+
+Reading: at most a cap of bytes, UTF-8, and JSON whose every parser failure is one ``ValueError`` line.
+``Path.read_text`` reads a device such as ``/dev/zero`` for ever and raises ``UnicodeDecodeError`` on a
+binary file; ``json.loads`` raises ``RecursionError`` on deeply nested input and a plain ``ValueError`` on
+an integer of over 4300 digits: each of those reached the CLI as a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -35,3 +44,40 @@ def atomic_write_text(dest: str | os.PathLike[str], text: str) -> Path:
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(dest)
+
+
+class FileReadError(ValueError):
+    """A file that cannot be used; the message says why, the caller says which file and setting."""
+
+
+def read_text_capped(path: str | os.PathLike[str], max_bytes: int) -> str:
+    """The file's text (UTF-8), refused past ``max_bytes``, whatever kind of file it is."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise FileReadError(f"cannot read ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:
+        raise FileReadError(f"more than {max_bytes} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileReadError(f"not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_json_text(text: str) -> Any:
+    """``json.loads`` with every failure as a ``FileReadError`` naming what is wrong."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileReadError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise FileReadError("not usable JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise FileReadError(f"not usable JSON ({exc})") from None
+
+
+def is_file_path(name_or_path: str) -> bool:
+    """Whether a name given where a built-in name or a path is accepted means a path."""
+    path = Path(name_or_path)
+    return path.suffix == ".json" or path.exists() or "/" in name_or_path

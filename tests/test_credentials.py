@@ -49,3 +49,13 @@ def test_repr_never_shows_a_key() -> None:
     creds = load_credentials({"SPECTOWER_ADMIN_KEY": "top-secret", "SPECTOWER_API_KEY": "also-secret"})
     assert creds.admin_key == "top-secret"
     assert "secret" not in repr(creds) and "admin_key=set" in repr(creds)
+
+
+def test_a_key_file_that_is_no_key_file_is_one_line(tmp_path: Path) -> None:
+    # /dev/zero was read for ever; a binary file raised UnicodeDecodeError as a traceback
+    binary = tmp_path / "key.bin"
+    binary.write_bytes(b"\xff\xfe\x00key")
+    with pytest.raises(CredentialError, match=r"^SPECTOWER_ADMIN_KEY_FILE: not UTF-8 text \(byte 0\): "):
+        load_admin_key({"SPECTOWER_ADMIN_KEY_FILE": str(binary)})
+    with pytest.raises(CredentialError, match=r"^SPECTOWER_API_KEY_FILE: more than 65536 bytes: /dev/zero$"):
+        load_api_key({"SPECTOWER_API_KEY_FILE": "/dev/zero"})

@@ -148,9 +148,19 @@ def test_non_finite_in_json_text_refused(tmp_path: Path, glm5_raw: dict[str, Any
         load_profile(path)
 
 
-def test_bad_json_and_unknown_name() -> None:
+def test_bad_json_and_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="no shipped profile"):
         load_profile("no-such-profile")
+    # each of these was a traceback (UnicodeDecodeError, RecursionError) or read for ever (/dev/zero)
+    binary = tmp_path / "p.json"
+    binary.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ProfileError, match=r"not UTF-8 text \(byte 0\)"):
+        load_profile(binary)
+    binary.write_text("[" * 100_000)
+    with pytest.raises(ProfileError, match=r"not usable JSON \(nested too deeply\)"):
+        load_profile(binary)
+    with pytest.raises(ProfileError, match=r"^profile '/dev/zero': more than 1048576 bytes$"):
+        load_profile("/dev/zero")
 
 
 def test_interpolation_hits_points_and_stays_between_neighbours() -> None:

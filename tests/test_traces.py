@@ -85,6 +85,9 @@ def test_load_trace_reads_a_file(tmp_path: Path) -> None:
         ([[0, 1], [float("nan"), 2]], r"point \[1\] t_seconds must be a finite number"),
         ([[0, 1], [10, 2], [5, 3]], r"point \[2\] t_seconds 5 goes back in time"),
         ([[0, 1]], "must span some time"),
+        # past these, scoring a trace never ended (1e300 s) or overflowed (1e308 clients)
+        ([[0, 1], [1e300, 3]], r"point \[1\] t_seconds must be at most 2.592e\+06, got 1e\+300"),
+        ([[0, 1e308], [10, 3]], r"point \[0\] concurrency must be at most 1e\+06, got 1e\+308"),
     ],
 )
 def test_bad_traces_name_what_is_wrong(data: object, message: str) -> None:
@@ -102,6 +105,20 @@ def test_load_trace_errors(tmp_path: Path) -> None:
     bad.write_text("[[0, 1], [5, 2]")
     with pytest.raises(TraceError, match="not valid JSON"):
         load_trace(str(bad))
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe[[0, 1]]")
+    with pytest.raises(TraceError, match=r"not UTF-8 text \(byte 0\)"):
+        load_trace(str(binary))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(TraceError, match=r"not usable JSON \(nested too deeply\)"):
+        load_trace(str(deep))
+    digits = tmp_path / "digits.json"
+    digits.write_text(f"[[0, {'9' * 5000}]]")
+    with pytest.raises(TraceError, match="not usable JSON"):
+        load_trace(str(digits))
+    with pytest.raises(TraceError, match="more than"):
+        load_trace("/dev/zero")
     with pytest.raises(TraceError, match="at least 60 s"):
         builtin_trace("ramp", 10, 0)
     with pytest.raises(TraceError, match="unknown built-in trace"):
@@ -132,3 +149,21 @@ def test_jump_moves_every_second_between_one_and_max_running_requests(seed: int)
 def test_jump_refuses_a_top_below_one() -> None:
     with pytest.raises(TraceError, match="max_running_requests must be >= 1"):
         builtin_trace("jump", 3600, 0, max_running_requests=0)
+
+
+def test_an_error_naming_brackets_is_printed_as_text(tmp_path: Path) -> None:
+    """The CLI's last line of defence printed messages as rich markup: a path with "[/b]" in it raised
+    MarkupError as a traceback, and "[t_seconds, concurrency]" vanished from the message."""
+    import subprocess
+
+    from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+
+    folder = tmp_path / "a[/b]"
+    folder.mkdir(parents=True)  # "a[" holding "b]": the path reads a[/b]
+    trace = folder / "t.json"
+    trace.write_text("[]")
+    cmd = [*SPECTOWER_CLI, "sim", "evaluate", "--profile", "h200-8b-pair-triton", "--trace", str(trace)]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    said = f"{trace}: a trace is a non-empty JSON list of [t_seconds, concurrency] pairs"
+    assert done.stderr.strip() == f"error: {said}"
