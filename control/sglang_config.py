@@ -17,7 +17,7 @@ from typing import Any
 
 from spectower.collectors.sglang.server_info import ServerInfo
 from spectower.control.knob_contract import KNOB_KEY
-from spectower.storage.files import atomic_write_text
+from spectower.storage.files import atomic_write_text, check_out
 
 # SGLang's bands without --speculative-adaptive-config (adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG,
 # 0.5.23; 0.5.17 differs only in band 1, which lacks 0 in both; docs/sglang-reference.md §1): batch sizes
@@ -102,11 +102,10 @@ def plugin_env() -> list[tuple[str, str, str]]:
 
 def write_config(path: str | os.PathLike[str], config: Mapping[str, Any]) -> Path:
     """Write atomically (storage.files), so a failure never leaves a half-written config."""
-    target = Path(path)
-    if target.is_dir():
-        raise SglangConfigError(f"--out {target} is a directory")
-    if not target.parent.is_dir():
-        raise SglangConfigError(f"--out: folder {target.parent} does not exist")
+    try:
+        target = check_out(path)
+    except ValueError as exc:
+        raise SglangConfigError(str(exc)) from None
     atomic_write_text(target, json.dumps(config, indent=2) + "\n")
     return target.resolve()
 

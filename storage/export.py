@@ -15,9 +15,7 @@ import contextlib
 import csv
 import json
 import math
-import os
 import re
-import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -25,7 +23,7 @@ from typing import IO, Any, Literal
 from spectower.storage import queries
 from spectower.storage.bench_serving import export_lines
 from spectower.storage.database import Database
-from spectower.storage.files import atomic_path
+from spectower.storage.files import atomic_path, check_out
 from sqlalchemy import Boolean, Float, Integer, select
 from sqlmodel import SQLModel
 
@@ -65,28 +63,6 @@ def _csv_value(v: Any) -> Any:
 
 
 # --- atomic output ----------------------------------------------------------------------------
-def check_out(out: str | Path) -> Path:
-    """``out`` as a Path, if it is a new file or an existing regular file (never a symlink, a device,
-    a FIFO or a socket: the rename that completes an export would replace those)."""
-    dest = Path(out)
-    try:
-        st = os.lstat(dest)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise ValueError(f"--out: cannot use {dest}: {exc.strerror}") from None
-    if st is not None:
-        if stat.S_ISDIR(st.st_mode):
-            raise ValueError(f"--out: {dest} is a folder, not a file")
-        if stat.S_ISLNK(st.st_mode):
-            raise ValueError(f"--out: {dest} is a symbolic link; give the real file (it is not replaced)")
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"--out: {dest} is not a regular file (a device, FIFO or socket); not replaced")
-    if not dest.parent.is_dir():
-        raise ValueError(f"--out: folder {dest.parent} does not exist")
-    return dest
-
-
 @contextlib.contextmanager
 def _atomic_path(out: str | Path) -> Iterator[Path]:
     dest = check_out(out)

@@ -17,10 +17,45 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+def check_out(out: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """``out`` as a Path, if it is a new file in an existing folder or an existing regular file (never a
+    symlink, a device, a FIFO or a socket: the rename that completes a write would replace those; it once
+    replaced /dev/full with a regular file). ``ValueError`` naming ``flag`` otherwise."""
+    dest = Path(out)
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot use {dest}: {exc.strerror}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{flag}: {dest} is a folder, not a file")
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"{flag}: {dest} is a symbolic link; give the real file (it is not replaced)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{flag}: {dest} is not a regular file (a device, FIFO or socket); not replaced")
+    if not dest.parent.is_dir():
+        raise ValueError(f"{flag}: folder {dest.parent} does not exist")
+    return dest
+
+
+def _new_file_mode(target: Path) -> int:
+    """The mode a written file gets: the replaced file's, else what the umask gives a new file (mkstemp's
+    0600 would leave a config unreadable to the SGLang server running as another user)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 @contextlib.contextmanager
@@ -29,6 +64,7 @@ def atomic_path(dest: str | os.PathLike[str]) -> Iterator[Path]:
     when it raises. OSError (no such folder, no permission) comes through as raised."""
     target = Path(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.fchmod(fd, _new_file_mode(target))
     os.close(fd)
     try:
         yield Path(tmp)

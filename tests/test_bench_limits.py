@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from spectower.collectors.bench.errors import BenchError
@@ -58,3 +59,13 @@ def test_the_cli_says_it_in_one_line_before_contacting_anything() -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     said = f"--max-concurrency: must be between 1 and {MAX_CONCURRENCY}, got {HUGE}"
     assert done.stderr.strip() == f"error: {said}"
+
+
+def test_a_profile_out_that_cannot_be_written_is_said_before_the_sweep(tmp_path: Path) -> None:
+    # it was found at the end of the sweep (a folder), or made silently (a missing folder)
+    for out, said in ((tmp_path, "is a folder, not a file"), (tmp_path / "no" / "p.json", "does not exist")):
+        cmd = [*SPECTOWER_CLI, "bench", "sweep", "--server", "http://127.0.0.1:9", "--profile-out", str(out),
+               "--db", str(tmp_path / "db.sqlite")]  # fmt: skip
+        done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.startswith("error: --profile-out: "), done.stderr
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -92,6 +92,9 @@ OFF = {1: 89.5, 8: 590.0, 16: 980.0, 32: 1420.0}
 
 def test_profile_out_is_accepted_by_the_simulator_loader(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "p.json"
+    with pytest.raises(ValueError, match=r"^--profile-out: folder .*sub does not exist$"):
+        write_profile(_result(ON, OFF), path, name="mine")  # as sglang-config and export: no folder made
+    path.parent.mkdir()
     written = write_profile(_result(ON, OFF), path, name="mine")
     prof = load_profile(path)
     assert prof.name == "mine"

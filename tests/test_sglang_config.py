@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -89,9 +91,23 @@ def test_write_config_is_atomic_and_checks_the_folder(tmp_path: Path) -> None:
     assert path == target.resolve() and json.loads(target.read_text())["8"] == {"candidate_steps": [0, 3]}
     with pytest.raises(SglangConfigError, match=r"--out: folder .* does not exist"):
         write_config(tmp_path / "missing" / "cfg.json", {})
-    with pytest.raises(SglangConfigError, match="is a directory"):
+    with pytest.raises(SglangConfigError, match="is a folder, not a file"):
         write_config(tmp_path, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.json"]  # no temp file left behind
+    # readable by an SGLang server running as another user (mkstemp's 0600 was kept before)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_umask()
+    # a device is never replaced by the rename that completes the write (/dev/full once was)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SglangConfigError, match="is not a regular file"):
+        write_config(fifo, {})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_command_writes_the_config_and_prints_flags(tmp_path: Path) -> None:

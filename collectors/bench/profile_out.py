@@ -13,7 +13,7 @@ from typing import Any
 
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.sweep import SweepResult
-from spectower.storage.files import atomic_write_text
+from spectower.storage.files import atomic_write_text, check_out
 
 MAX_NOISE_CV = 0.5
 
@@ -78,8 +78,7 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
 def write_profile(result: SweepResult, path: Path, name: str | None = None) -> dict[str, Any]:
     """Write atomically (storage.files): a failed sweep never leaves half a profile behind."""
     profile = build_profile(result, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(profile, indent=2) + "\n")
+    atomic_write_text(check_out(path, "--profile-out"), json.dumps(profile, indent=2) + "\n")
     return profile
 
 

@@ -367,8 +367,13 @@ def sweep(
         rounds=rounds,
         plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
-    if profile_out is not None and profile_out.is_dir():
-        fail(f"--profile-out: {profile_out} is a directory; give a file name")
+    if profile_out is not None:  # before the sweep: it would end writing nowhere
+        from spectower.storage.files import check_out
+
+        try:
+            check_out(profile_out, "--profile-out")
+        except ValueError as exc:
+            fail(str(exc))
     actor = operator_actor(operator or getpass.getuser() or "unknown")
     creds = load_credentials()
     inventory: list[dict[str, Any]] | None
