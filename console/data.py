@@ -40,7 +40,7 @@ def open_store(url: str) -> Database | None:
     is_file_db = parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
     if is_file_db and not Path(str(parsed.database)).is_file():
         return None
-    return open_database(url)
+    return open_database(url, existing=True)  # any other file is refused, not made into a database
 
 
 def _columns(model: type[SQLModel]) -> list[str]:

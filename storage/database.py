@@ -131,6 +131,23 @@ def normalize_url(value: str) -> str:
     return f"sqlite:///{path}"
 
 
+def _check_existing_sqlite(path: Path) -> None:
+    """A command that only reads (events, exports, compare) opens a database that is there: a mistyped path
+    would otherwise be created empty, and any other file (an empty one included) made into a database."""
+    if path.is_dir():
+        raise DatabaseURLError(f"--db: cannot open {path}: a folder, not a database file")
+    if not path.is_file():
+        raise DatabaseURLError(
+            f"--db: no database at {path} (spectower collect, control and bench sweep --save create one)"
+        )
+    try:
+        ours = dialect.sqlite_file_is_ours(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise DatabaseURLError(f"--db: cannot read {path}: {exc}") from None
+    if not ours:
+        raise DatabaseURLError(f"--db: {path} is not a spectower database")
+
+
 def _shown(url: str) -> str:
     """A URL fit for an error message (no password)."""
     try:
@@ -144,7 +161,12 @@ class Database:
     """One spectower database. Thread-safe; one instance per process is the intended use."""
 
     def __init__(
-        self, url: str, *, echo: bool = False, busy_timeout_ms: int = dialect.DEFAULT_BUSY_TIMEOUT_MS
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        busy_timeout_ms: int = dialect.DEFAULT_BUSY_TIMEOUT_MS,
+        existing: bool = False,
     ) -> None:
         self.url = normalize_url(url)
         parsed = make_url(self.url)
@@ -153,6 +175,8 @@ class Database:
             parent = Path(parsed.database).parent
             if not parent.is_dir():
                 raise DatabaseURLError(f"--db: folder {parent} does not exist")
+            if existing:
+                _check_existing_sqlite(Path(parsed.database))
         try:
             kwargs = dialect.engine_kwargs(self.url, busy_timeout_ms)
             self.engine: Engine = create_engine(self.url, echo=echo, **kwargs)
@@ -449,10 +473,12 @@ def open_database(
     *,
     echo: bool = False,
     busy_timeout_ms: int = dialect.DEFAULT_BUSY_TIMEOUT_MS,
+    existing: bool = False,
 ) -> Database:
     """Open (create, migrate) the database at ``url`` (SQLAlchemy URL or plain path; None: the default).
     ``busy_timeout_ms``: how long one statement waits for another writer's lock before the BatchWriter
-    backs off and retries (SQLite)."""
+    backs off and retries (SQLite). ``existing``: a SQLite file must be there and be spectower's (for the
+    commands that only read)."""
     # an explicit URL may be anything SQLAlchemy takes (sqlite:// in memory too); None is the CLI default
     resolved = default_db_url() if url is None else normalize_url(os.fspath(url))
-    return Database(resolved, echo=echo, busy_timeout_ms=busy_timeout_ms)
+    return Database(resolved, echo=echo, busy_timeout_ms=busy_timeout_ms, existing=existing)

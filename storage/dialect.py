@@ -6,8 +6,11 @@ the dialects disagree: connection pragmas, transaction locking, integer bucketin
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import BigInteger, Engine, event, func, literal_column
@@ -22,6 +25,20 @@ def error_line(exc: BaseException, limit: int = 300) -> str:
     statement and a link; drivers word it per dialect), its first line, at most ``limit`` characters."""
     text = str(getattr(exc, "orig", None) or exc) or type(exc).__name__
     return text.splitlines()[0][:limit]
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_file_is_ours(path: Path) -> bool:
+    """Whether the file at ``path`` is a SQLite database holding spectower's ``meta`` table, read without
+    writing a byte (an empty file is a valid empty database to SQLite, and opening one would make it so)."""
+    with open(path, "rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            return False
+    with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+    return found is not None
 
 
 def is_sqlite(engine_or_conn: Engine | Connection) -> bool:

@@ -432,6 +432,7 @@ def test_auto_sample_is_learns_alone(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", [["get"], ["release", "--reason", "x"], ["events"]])
 def test_a_server_url_that_does_not_parse_is_one_line(command: list[str], tmp_path: Path) -> None:
     # "http://[::1" raised urllib's ValueError as a traceback (control.knob.normalize_server_url)
+    open_database(tmp_path / "c.db").close()  # events reads a database that is there
     result = run_cli([*command, "--server", "http://[::1", "--db", str(tmp_path / "c.db")])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     said = "--server must be an http(s) URL, got 'http://[::1' (Invalid IPv6 URL)"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from spectower.console.cli import app
+from spectower.storage import open_database
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -52,7 +53,7 @@ def test_db_from_environment(tmp_path: Path, real_data: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["export", "bench", "abc", "--out", "{tmp}/x.csv"], "run id: 'abc' is not an integer"),
+        (["export", "bench", "abc", "--out", "{tmp}/x.csv"], "run id: 'abc' is not a whole number"),
         (["export", "bench", "7", "--out", "{tmp}/x.csv"], "run id: no benchmark run 7"),
         (["export", "bench", "1", "--format", "xls", "--out", "{tmp}/x.csv"], "--format: 'xls'"),
         (["export", "bench", "1", "--out", "{tmp}/x.txt"], "--format: not given"),
@@ -67,6 +68,7 @@ def test_db_from_environment(tmp_path: Path, real_data: Path) -> None:
     ],
 )
 def test_errors_are_one_line_naming_the_field(tmp_path: Path, args: list[str], message: str) -> None:
+    open_database(tmp_path / "e.db").close()  # the exports read a database that is there
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args] + ["--db", str(tmp_path / "e.db")]
     code, out = run(*argv)
     assert code == 2, out
@@ -76,6 +78,7 @@ def test_errors_are_one_line_naming_the_field(tmp_path: Path, args: list[str], m
 
 def test_installed_command_shows_no_traceback(tmp_path: Path) -> None:
     # the real console script path (spectower.console.cli:main), not only the typer app
+    open_database(tmp_path / "c.db").close()
     proc = subprocess.run(
         [
             sys.executable,

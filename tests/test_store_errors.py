@@ -137,3 +137,23 @@ def test_ids_and_counts_no_database_can_hold_are_one_line(
     # they reached SQLite and came back as "OverflowError: Python int too large to convert to SQLite INTEGER"
     code, out = run(*[str(tmp_path / a) if a == "x.csv" else a for a in args], "--db", db_with_run)
     _one_line_error(code, out, needle)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["control", "events"], ["export", "bench", "1", "--out", "OUT"], ["bench", "compare", "1", "2"],
+     ["export", "samples", "--kind", "gpu", "--out", "OUT"]],
+)  # fmt: skip
+def test_commands_that_only_read_never_make_a_database(tmp_path: Path, command: list[str]) -> None:
+    """A mistyped --db was created empty, and any other file (an empty one) was made into a database."""
+    args = [str(tmp_path / "out.csv") if a == "OUT" else a for a in command]
+    missing = tmp_path / "mistyped.db"
+    code, out = run(*args, "--db", str(missing))
+    _one_line_error(code, out, f"no database at {missing}")
+    assert not missing.exists()
+    for content in (b"", b"not a database\n"):
+        other = tmp_path / "notes.json"
+        other.write_bytes(content)
+        code, out = run(*args, "--db", str(other))
+        _one_line_error(code, out, f"{other} is not a spectower database")
+        assert other.read_bytes() == content

@@ -507,9 +507,13 @@ def compare(
 ) -> None:
     """Two saved runs side by side, and what differs in their stacks."""
     from spectower.collectors.bench.compare import compare_runs, load_run
+    from spectower.console.errors import fail
     from spectower.storage import default_db_url, open_database
 
-    database = open_database(default_db_url(db))
+    try:
+        database = open_database(default_db_url(db), existing=True)
+    except ValueError as exc:  # DatabaseURLError: no database there, or not spectower's
+        fail(str(exc))
     try:
         comp = compare_runs(load_run(database, run_a), load_run(database, run_b))
     finally:

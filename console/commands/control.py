@@ -73,10 +73,11 @@ def _client(server: str) -> KnobClient:
     return KnobClient(server, creds.admin_key, api_key=creds.api_key)
 
 
-def _open_db(db: str | None) -> Database:
+def _open_db(db: str | None, existing: bool = False) -> Database:
+    """The database (``existing``: one that is there, for a command that only reads it)."""
     from spectower.storage.database import default_db_url, open_database
 
-    return open_database(default_db_url(db))
+    return open_database(default_db_url(db), existing=existing)
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
@@ -390,7 +391,7 @@ def events(
 
     from spectower.control import audit
 
-    database = _open_db(db)
+    database = _open_db(db, existing=True)
     try:
         rows = audit.list_events(database, server, limit=limit)
     finally:

@@ -29,14 +29,15 @@ _SUFFIX_FORMATS = {
 
 
 @contextmanager
-def _database(db_url: str | None) -> Iterator[Database]:
+def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
+    """The database (``existing``: one that is there, for the exports, which only read it)."""
     from spectower.storage import default_db_url, open_database
     from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         url = default_db_url(db_url)
-        db = open_database(url)
+        db = open_database(url, existing=existing)
     except ValueError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
@@ -83,7 +84,7 @@ def export_bench(
     chosen = _format(fmt, out)
     from spectower.storage.export import export_bench as do_export
 
-    with _database(db) as database:
+    with _database(db, existing=True) as database:
         n = do_export(database, ids, chosen, out)
     stderr.print(
         f"wrote {n} point(s) of run(s) {', '.join(map(str, ids))} to {out} ({chosen})", soft_wrap=True
@@ -114,7 +115,7 @@ def export_samples(
     except ValueError as exc:
         fail(str(exc))
     chosen = _format(fmt, out)
-    with _database(db) as database:
+    with _database(db, existing=True) as database:
         n = do_export(database, kind, chosen, out, server=server, host=host, start=t0, end=t1)
     stderr.print(f"wrote {n} {kind} row(s) to {out} ({chosen})", soft_wrap=True)
 
