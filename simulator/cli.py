@@ -118,13 +118,13 @@ def serve(
         fail(str(exc))
     for what, value in (("--port", port), ("--gpu-metrics-port", gpu_metrics_port)):
         if value:
-            problem = _cannot_bind(host, value)
+            problem = cannot_bind(host, value)
             if problem:
                 fail(f"{what}: cannot listen on {host}:{value} ({problem})")
     run(config)
 
 
-def _cannot_bind(host: str, port: int) -> str | None:
+def cannot_bind(host: str, port: int) -> str | None:
     """Why ``host:port`` cannot be listened on, or None (checked up front for a one-line error)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

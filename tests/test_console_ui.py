@@ -29,6 +29,23 @@ def test_bad_port_is_a_clear_error() -> None:
     assert "--port" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_host_or_a_database_it_cannot_use_is_said_before_serving(tmp_path: Path) -> None:
+    """Streamlit said a bad --host in a traceback after starting; a file that is not spectower's was
+    served (and an empty one made into a database by the first page)."""
+    empty = tmp_path / "notes.db"
+    empty.touch()
+    cases = (
+        (["--db", str(empty)], f"error: --db: {empty} is not a spectower database"),
+        (["--host", "999.1.1.1", "--db", str(tmp_path / "x.db")], "error: --host/--port: cannot listen on"),
+    )
+    for args, said in cases:
+        cmd = [*SPECTOWER_CLI, "console", *args]
+        out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.startswith(said), out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert empty.stat().st_size == 0
+
+
 def test_serves_on_loopback(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(

@@ -42,7 +42,9 @@ def console(
 ) -> None:
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
     SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
-    from spectower.storage import default_db_url
+    from spectower.simulator.cli import cannot_bind
+    from spectower.storage import default_db_url, open_database
+    from sqlalchemy.engine import make_url
 
     if not 1 <= port <= 65535:
         fail(f"--port must be between 1 and 65535, got {port}")
@@ -50,8 +52,13 @@ def console(
         fail("--host must not be empty")
     try:
         url = default_db_url(db)
+        if Path(make_url(url).database or "").is_file():  # there: it must be ours (missing: the page waits)
+            open_database(url, existing=True).close()
     except ValueError as exc:
         fail(str(exc))
+    problem = cannot_bind(host, port)  # Streamlit would say it in a traceback, after starting
+    if problem:
+        fail(f"--host/--port: cannot listen on {host}:{port} ({problem})")
     env = {
         **os.environ,
         "SPECTOWER_DB": url,

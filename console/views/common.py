@@ -14,7 +14,7 @@ from typing import Any, ParamSpec
 import pandas as pd
 import streamlit as st
 from spectower.console import data, settings
-from spectower.storage import Database
+from spectower.storage import Database, DatabaseURLError
 from spectower.storage.dialect import error_line
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -62,6 +62,9 @@ def database() -> Database | None:
         return _store(settings.db_url())
     except LookupError:  # not cached: the page shows what to start, and the next rerun looks again
         return None
+    except DatabaseURLError as exc:  # a file there that is not spectower's: said once, nothing drawn
+        st.error(str(exc), icon=":material/database:")
+        st.stop()
 
 
 @dataclass(frozen=True)
