@@ -30,12 +30,17 @@ def error_line(exc: BaseException, limit: int = 300) -> str:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def is_sqlite_file(path: Path) -> bool:
+    """Whether the file at ``path`` starts as every SQLite database does."""
+    with open(path, "rb") as fh:
+        return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
 def sqlite_file_is_ours(path: Path) -> bool:
     """Whether the file at ``path`` is a SQLite database holding spectower's ``meta`` table, read without
     writing a byte (an empty file is a valid empty database to SQLite, and opening one would make it so)."""
-    with open(path, "rb") as fh:
-        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-            return False
+    if not is_sqlite_file(path):
+        return False
     with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
         found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
     return found is not None

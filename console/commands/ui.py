@@ -43,7 +43,8 @@ def console(
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
     SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
     from spectower.simulator.cli import cannot_bind
-    from spectower.storage import default_db_url, open_database
+    from spectower.storage import default_db_url
+    from spectower.storage.dialect import is_sqlite_file
     from sqlalchemy.engine import make_url
 
     if not 1 <= port <= 65535:
@@ -52,8 +53,11 @@ def console(
         fail("--host must not be empty")
     try:
         url = default_db_url(db)
-        if Path(make_url(url).database or "").is_file():  # there: it must be ours (missing: the page waits)
-            open_database(url, existing=True).close()
+        path = Path(make_url(url).database or "")
+        # A file there that is no SQLite database at all is a wrong --db. An empty one, or one without
+        # spectower's tables yet, may be a collector's that is being created: the page waits for it.
+        if path.is_file() and path.stat().st_size > 0 and not is_sqlite_file(path):
+            fail(f"--db: {path} is not a spectower database")
     except ValueError as exc:
         fail(str(exc))
     problem = cannot_bind(host, port)  # Streamlit would say it in a traceback, after starting
