@@ -246,8 +246,11 @@ def test_slow_responses_time_out_then_recover(simulator_factory: Any, tmp_path: 
     finally:
         proxy.close()
     gaps = rows(db_path, "select start_ts, end_ts, reason from collection_gap")
-    assert len(gaps) == 1
-    _start, end, reason = gaps[0]
+    # One gap for the slow phase, not one per timed-out attempt. (On a loaded 2-core runner a scrape after
+    # the recovery may take past 0.8 s too and open a gap of its own: that one is the same rule at work.)
+    slow = [g for g in gaps if g[0] < marks["fast"]]
+    assert len(slow) == 1, gaps
+    _start, end, reason = slow[0]
     assert "timed out" in reason and "0.8" in reason
     assert end is not None and end >= marks["fast"] - 0.5
     n_after = rows(db_path, f"select count(*) from engine_sample where ts > {end}")[0][0]

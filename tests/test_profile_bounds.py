@@ -83,7 +83,7 @@ def test_values_at_the_bounds_load() -> None:
 def test_a_file_over_a_megabyte_is_refused_before_it_is_read(tmp_path: Path) -> None:
     path = tmp_path / "huge.json"
     path.write_text(json.dumps(BASE) + " " * (prof.MAX_PROFILE_BYTES + 1))
-    with pytest.raises(ProfileError, match=r"huge.json: \d+ bytes; a profile is at most 1048576 bytes"):
+    with pytest.raises(ProfileError, match=r"huge.json': more than 1048576 bytes$"):
         load_profile(path)
 
 
