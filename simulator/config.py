@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from spectower.control import knob_contract
 from spectower.simulator.profile import Profile
 
+# Data-parallel ranks, each a scheduler task: past this a value is a typo (1e5 took 12 s and 1.1 GB to start).
+MAX_DP_SIZE = 256
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
 DEFAULT_SEED = 0
@@ -41,8 +44,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.decode_log_interval < 1:
             raise ValueError(f"decode-log-interval must be >= 1, got {self.decode_log_interval}")
-        if self.dp_size < 1:
-            raise ValueError(f"dp-size must be >= 1, got {self.dp_size}")
+        if not 1 <= self.dp_size <= MAX_DP_SIZE:
+            raise ValueError(f"dp-size must be between 1 and {MAX_DP_SIZE}, got {self.dp_size}")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise ValueError(f"max-running-requests must be >= 1, got {self.max_running_requests}")
         knob_contract.explore_share_of(self.explore_share, "explore-share")  # ContractError is a ValueError

@@ -81,6 +81,10 @@ def _number(raw: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# Clocks are set between UTC-12 and UTC+14; past these an offset is a typo (and inf overflowed the timedelta).
+MAX_UTC_OFFSET_H = 14.0
+
+
 def parse_timestamp(raw: str, utc_offset_h: float = 0.0) -> float:
     text = raw.strip()
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):

@@ -80,6 +80,9 @@ def test_bad_options_and_max_running_requests() -> None:
         make_policy("always-on", MRR, min_dwell_s=3)
     with pytest.raises(PolicyError, match="max_running_requests"):
         make_policy("learn", 0)
+    # sim evaluate scored it (control auto refused it later, at the knob): one bound, where policies are made
+    with pytest.raises(PolicyError, match=r"^threshold must be at most 2147483647, got 9{20}$"):
+        make_policy("threshold:99999999999999999999", MRR)
 
 
 # --- fixed policies ----------------------------------------------------------------------------------

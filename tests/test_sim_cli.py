@@ -62,6 +62,9 @@ def test_unknown_profile_name_and_bad_flags(tmp_path: Path) -> None:
     assert res.returncode == 2 and "nope" in res.stderr and "Traceback" not in res.stderr
     res = _run([sys.executable, "-m", "simulator", "--profile", "llama31-8b-1x-h100", "--dp-size", "0"])
     assert res.returncode == 2 and "dp-size" in res.stderr and "Traceback" not in res.stderr
+    # 1e5 took 12 s and 1.1 GB before it served; 1e20 grew without end
+    res = _run([sys.executable, "-m", "simulator", "--profile", "llama31-8b-1x-h100", "--dp-size", "100000"])
+    assert res.returncode == 2 and "dp-size must be between 1 and 256, got 100000" in res.stderr
     res = _run(
         [
             sys.executable,

@@ -157,3 +157,14 @@ def test_commands_that_only_read_never_make_a_database(tmp_path: Path, command: 
         code, out = run(*args, "--db", str(other))
         _one_line_error(code, out, f"{other} is not a spectower database")
         assert other.read_bytes() == content
+
+
+@pytest.mark.parametrize("offset", ["inf", "-inf", "nan", "99999999999999999999", "15"])
+def test_a_utc_offset_no_clock_has_is_one_line(tmp_path: Path, offset: str) -> None:
+    # inf overflowed the timedelta as a traceback; nan gave a message per line not naming the flag
+    log = tmp_path / "gpu.csv"
+    log.write_text("timestamp, index, utilization.gpu [%]\n2026/11/29 10:00:00.000, 0, 5 %\n")
+    code, out = run("import", "gpu-csv", "--host", "h", "--utc-offset", offset, str(log),
+                    "--db", str(tmp_path / "g.db"))  # fmt: skip
+    _one_line_error(code, out, "--utc-offset: hours between -14 and 14")
+    assert not (tmp_path / "g.db").exists()  # refused before the database is opened

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -171,9 +172,12 @@ def import_gpu_csv(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty)."""
-    from spectower.storage.gpu_csv import GpuCsvError
+    from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError
     from spectower.storage.gpu_csv import import_gpu_csv as do_import
 
+    if not (math.isfinite(utc_offset) and abs(utc_offset) <= MAX_UTC_OFFSET_H):
+        bound = f"{MAX_UTC_OFFSET_H:g}"
+        fail(f"--utc-offset: hours between -{bound} and {bound}, got {utc_offset:g}")
     failed = 0
     with _database(db) as database:
         for path in files:

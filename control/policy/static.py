@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spectower.control import knob_contract
 from spectower.control.policy.base import Decision, Observation, PolicyError
 
 # SGLang 0.5.23's default --speculative-adaptive bands (speculative/adaptive_spec_params.py):
@@ -27,6 +28,8 @@ SGLANG_SPEC_CUDA_GRAPH_BS: tuple[int, ...] = (
 def _check_max_bs(value: int, max_running_requests: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise PolicyError(f"threshold must be a non-negative integer, got {value!r}")
+    if value > knob_contract.MAX_SPEC_MAX_BS:  # the knob's own bound: no server would take it
+        raise PolicyError(f"threshold must be at most {knob_contract.MAX_SPEC_MAX_BS}, got {value}")
     return value
 
 
