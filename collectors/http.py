@@ -10,12 +10,13 @@ collector's memory per read is bounded by the cap whatever the peer does.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import ipaddress
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -103,29 +104,61 @@ class BodyTooLarge(BoundedReadError):
     """An answer passed its byte cap (``request_bounded_sync``)."""
 
 
-# Sends run here, so that a caller waits for an answer's headers at most until its deadline (httpx's
-# timeout applies per read: a server trickling its headers a byte a second never times out). A send past its
-# deadline is left to end by itself (its own read timeout bounds it) while the caller goes on.
-_SENDS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="spectower-send")
+class DeadlineCalls:
+    """Blocking calls a caller waits for at most a deadline (httpx's and requests' timeouts apply per read:
+    a server trickling its headers a byte a second never times out). Each call runs on a daemon thread of
+    its own: a call past its deadline runs on by itself (its own read timeout bounds it) and never holds up
+    the process's exit, which an executor's worker would. At most ``max_in_flight`` calls at once: while
+    that many are still stuck on a peer, a new one waits for a slot within its deadline, so a peer that
+    never answers cannot grow the threads without bound."""
+
+    def __init__(self, name: str, max_in_flight: int) -> None:
+        self.name = name
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+
+    def call(self, timeout_s: float, fn: Callable[[], T], late: Callable[[T], None] | None = None) -> T:
+        """``fn()``'s result or exception, or ``TimeoutError`` at ``timeout_s`` (the wait for a slot
+        included). ``late`` gets the result of a call that ends well after its caller gave up (to close
+        what it opened)."""
+        deadline = time.monotonic() + timeout_s
+        if not self._slots.acquire(timeout=max(0.0, timeout_s)):
+            raise TimeoutError(f"no result within {timeout_s:g}s ({self.name}: earlier calls still waiting)")
+        done = threading.Event()
+        lock = threading.Lock()
+        outcome: list[Any] = []  # [result] or [None, exception]
+        gave_up = [False]
+
+        def run() -> None:
+            try:
+                result: Any = fn()
+                error: BaseException | None = None
+            except BaseException as exc:  # handed to the caller, or dropped when the caller gave up
+                result, error = None, exc
+            finally:
+                self._slots.release()
+            with lock:
+                outcome.extend([result, error])
+                abandoned = gave_up[0]
+            done.set()
+            if abandoned and error is None and late is not None:
+                with contextlib.suppress(Exception):
+                    late(result)
+
+        threading.Thread(target=run, name=f"spectower-{self.name}", daemon=True).start()
+        finished = done.wait(max(0.0, deadline - time.monotonic()))
+        with lock:
+            if not outcome:
+                gave_up[0] = True
+        if not finished and gave_up[0]:
+            raise TimeoutError(f"no result within {timeout_s:g}s")
+        result, error = outcome
+        if error is not None:
+            raise error
+        return cast(T, result)
 
 
-def call_within(
-    pool: concurrent.futures.ThreadPoolExecutor,
-    timeout_s: float,
-    fn: Callable[[], T],
-    late: Callable[[T], None] | None = None,
-) -> T:
-    """``fn()`` run on ``pool`` and waited for at most ``timeout_s`` (its time in the pool's queue
-    included): its result, its exception, or ``TimeoutError``. A call past its deadline runs on by itself;
-    ``late`` gets its result if it ends well (to close what it opened)."""
-    future = pool.submit(fn)
-    try:
-        return future.result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
-        if late is not None:
-            future.add_done_callback(lambda f: late(f.result()) if not f.cancelled() and f.exception() is None
-                                     else None)  # fmt: skip
-        raise TimeoutError(f"no result within {timeout_s:g}s") from None
+# Synchronous HTTP sends (the knob client, the console's threads): headers waited for at most a deadline.
+_SENDS = DeadlineCalls("send", max_in_flight=8)
 
 
 def request_bounded_sync(
@@ -148,8 +181,7 @@ def request_bounded_sync(
     hdrs = {"Accept-Encoding": "identity", **(headers or {})}
     request = client.build_request(method, url, headers=hdrs, json=json, timeout=timeout_s)
     try:
-        response = call_within(_SENDS, timeout_s, lambda: client.send(request, stream=True),
-                               late=lambda r: r.close())  # fmt: skip
+        response = _SENDS.call(timeout_s, lambda: client.send(request, stream=True), late=lambda r: r.close())
     except TimeoutError:
         raise httpx.ReadTimeout(f"no answer within {timeout_s:g}s", request=request) from None
     try:

@@ -11,7 +11,6 @@ the daemon's business (the client's own retry loop is switched off).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import math
 import socket
@@ -26,7 +25,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from requests.exceptions import RequestException
 from spectower.collectors.gpu.dcgm import readings_from_samples
 from spectower.collectors.gpu.reading import GpuFacts, GpuReading
-from spectower.collectors.http import call_within
+from spectower.collectors.http import DeadlineCalls
 from spectower.collectors.promtext import PromSample
 from spectower.collectors.sglang.metrics import (
     COUNTERS,
@@ -44,9 +43,9 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-# Prometheus reads run here (collectors/http.call_within): the caller waits at most its deadline whatever the
-# peer trickles. Its own pool: a Prometheus that stalls its reads cannot hold up the knob client's.
-_READS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="spectower-prometheus")
+# Prometheus reads run here: the caller waits at most its deadline whatever the peer trickles. Their own
+# slots: a Prometheus that stalls its reads cannot hold up the knob client's.
+_READS = DeadlineCalls("prometheus", max_in_flight=4)
 
 
 class BoundedSession(requests.Session):
@@ -83,7 +82,7 @@ class BoundedSession(requests.Session):
             return resp
 
         try:
-            return call_within(_READS, self.deadline_s, read)
+            return _READS.call(self.deadline_s, read)
         except TimeoutError:
             for resp in opened:  # a body still arriving: end the read blocked on its socket
                 _shut(resp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -94,3 +95,37 @@ def test_an_answer_past_the_cap_is_refused_while_it_streams() -> None:
             request_bounded_sync(client, "GET", server.url, timeout_s=10, max_bytes=65536)
     finally:
         server.close()
+
+
+def test_a_call_past_its_deadline_never_holds_up_the_process_exit() -> None:
+    """A send stuck on a trickling peer runs on after its caller gave up; on an executor's worker it would
+    have kept the CLI from exiting (executors join their workers at exit) for as long as the peer trickled."""
+    import subprocess
+    import sys
+
+    code = (
+        "import threading\n"
+        "from spectower.collectors.http import DeadlineCalls\n"
+        "calls = DeadlineCalls('t', max_in_flight=2)\n"
+        "try:\n"
+        "    calls.call(0.2, threading.Event().wait)\n"
+        "except TimeoutError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "no result within 0.2s", done.stderr
+
+
+def test_calls_stuck_on_a_peer_take_their_slots_not_more_threads() -> None:
+    from spectower.collectors.http import DeadlineCalls
+
+    calls = DeadlineCalls("t", max_in_flight=2)
+    never = threading.Event()
+    for _ in range(2):
+        with pytest.raises(TimeoutError):
+            calls.call(0.05, never.wait)
+    with pytest.raises(TimeoutError, match="earlier calls still waiting"):
+        calls.call(0.05, lambda: 1)
+    never.set()  # the peer answers at last: the slots come back
+    closed: list[int] = []
+    assert calls.call(5, lambda: 7, late=closed.append) == 7 and closed == []
