@@ -15,6 +15,10 @@ import pytest
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 from tests.namespace_tree import package_dirs
 
+# One worker builds the wheel: two builds of one source tree at once (the module-scoped fixture on two xdist
+# workers) share its build/ and egg-info, and one of them failed in a full run on 2026-12-01.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 FOLDERS = ("collectors", "storage", "control", "simulator", "console")
 
 
