@@ -14,13 +14,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from spectower.storage.files import FileReadError, read_text_capped
+from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 ADMIN_KEY_ENV = "SPECTOWER_ADMIN_KEY"
 ADMIN_KEY_FILE_ENV = "SPECTOWER_ADMIN_KEY_FILE"
 API_KEY_ENV = "SPECTOWER_API_KEY"
 API_KEY_FILE_ENV = "SPECTOWER_API_KEY_FILE"
-MAX_KEY_FILE_BYTES = 64 * 1024  # a key is one line; a larger "key file" is the wrong file
 
 
 class CredentialError(ValueError):

@@ -10,13 +10,14 @@ collector's memory per read is bounded by the cap whatever the peer does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ipaddress
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -42,6 +43,32 @@ class BoundedResponse:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")
+
+
+class BodyTooLarge(BoundedReadError):
+    """An answer passed its byte cap."""
+
+
+class _BodyCap:
+    """The one byte cap of a streamed answer, for both readers: its declared length refused up front, then
+    what arrives counted as it arrives."""
+
+    def __init__(self, url: str, max_bytes: int, headers: httpx.Headers) -> None:
+        self.url, self.max_bytes = url, max_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise BodyTooLarge(f"{url}: body of {int(declared)} bytes is over the {max_bytes} byte limit")
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise BodyTooLarge(f"{self.url}: body is over the {self.max_bytes} byte limit")
+        self.chunks.append(chunk)
+
+    def content(self) -> bytes:
+        return b"".join(self.chunks)
 
 
 async def get_bounded(
@@ -76,19 +103,10 @@ async def request_bounded(
         async with asyncio.timeout(timeout_s):
             stream = client.stream(method, url, headers=hdrs, json=json, timeout=httpx.Timeout(timeout_s))
             async with stream as resp:
-                declared = resp.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                    raise BoundedReadError(
-                        f"{url}: body of {int(declared)} bytes is over the {max_bytes} byte limit"
-                    )
-                chunks: list[bytes] = []
-                size = 0
+                cap = _BodyCap(url, max_bytes, resp.headers)
                 async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise BoundedReadError(f"{url}: body is over the {max_bytes} byte limit")
-                    chunks.append(chunk)
-                return BoundedResponse(resp.status_code, b"".join(chunks))
+                    cap.add(chunk)
+                return BoundedResponse(resp.status_code, cap.content())
     except TimeoutError:
         raise BoundedReadError(f"{url}: timed out: no complete answer within {timeout_s:g}s") from None
     except httpx.TimeoutException:
@@ -98,10 +116,6 @@ async def request_bounded(
 
 
 _WIRE_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
-
-
-class BodyTooLarge(BoundedReadError):
-    """An answer passed its byte cap (``request_bounded_sync``)."""
 
 
 class DeadlineCalls:
@@ -123,38 +137,32 @@ class DeadlineCalls:
         deadline = time.monotonic() + timeout_s
         if not self._slots.acquire(timeout=max(0.0, timeout_s)):
             raise TimeoutError(f"no result within {timeout_s:g}s ({self.name}: earlier calls still waiting)")
-        done = threading.Event()
-        lock = threading.Lock()
-        outcome: list[Any] = []  # [result] or [None, exception]
-        gave_up = [False]
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
             try:
-                result: Any = fn()
-                error: BaseException | None = None
+                result = fn()
             except BaseException as exc:  # handed to the caller, or dropped when the caller gave up
-                result, error = None, exc
-            finally:
                 self._slots.release()
-            with lock:
-                outcome.extend([result, error])
-                abandoned = gave_up[0]
-            done.set()
-            if abandoned and error is None and late is not None:
-                with contextlib.suppress(Exception):
-                    late(result)
+                future.set_exception(exc)
+            else:
+                self._slots.release()
+                future.set_result(result)
 
         threading.Thread(target=run, name=f"spectower-{self.name}", daemon=True).start()
-        finished = done.wait(max(0.0, deadline - time.monotonic()))
-        with lock:
-            if not outcome:
-                gave_up[0] = True
-        if not finished and gave_up[0]:
-            raise TimeoutError(f"no result within {timeout_s:g}s")
-        result, error = outcome
-        if error is not None:
-            raise error
-        return cast(T, result)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            if late is not None:
+                future.add_done_callback(lambda done: _hand_late(done, late))
+            raise TimeoutError(f"no result within {timeout_s:g}s") from None
+
+
+def _hand_late(done: concurrent.futures.Future[T], late: Callable[[T], None]) -> None:
+    """A call that ended after its caller gave up: its result to ``late`` (to close what it opened)."""
+    if done.exception() is None:
+        with contextlib.suppress(Exception):
+            late(done.result())
 
 
 # Synchronous HTTP sends (the knob client, the console's threads): headers waited for at most a deadline.
@@ -185,23 +193,16 @@ def request_bounded_sync(
     except TimeoutError:
         raise httpx.ReadTimeout(f"no answer within {timeout_s:g}s", request=request) from None
     try:
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise BodyTooLarge(f"{url}: answer of {declared} bytes is over the {max_bytes} byte limit")
-        chunks: list[bytes] = []
-        size = 0
+        cap = _BodyCap(url, max_bytes, response.headers)
         for chunk in response.iter_bytes():  # decoded (identity asked: a server that compresses anyway)
-            size += len(chunk)
-            if size > max_bytes:
-                raise BodyTooLarge(f"{url}: answer over the {max_bytes} byte limit")
+            cap.add(chunk)
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout("deadline passed while reading the answer", request=request)
-            chunks.append(chunk)
     finally:
         response.close()
     # The body as read: decoded, so the headers that describe the wire form go
     kept = [(k, v) for k, v in response.headers.multi_items() if k not in _WIRE_HEADERS]
-    return httpx.Response(response.status_code, headers=kept, content=b"".join(chunks), request=request)
+    return httpx.Response(response.status_code, headers=kept, content=cap.content(), request=request)
 
 
 def check_http_url(url: str, flag: str, error: type[ValueError] = ValueError) -> str:

@@ -14,10 +14,9 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
-from spectower.storage.files import FileReadError, read_text_capped
+from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 EXIT_USER_ERROR = 2
-MAX_KEY_FILE_BYTES = 64 * 1024  # a key is one line; a larger "key file" is the wrong file
 _stderr = Console(stderr=True, highlight=False)
 
 

@@ -82,6 +82,10 @@ def atomic_write_text(dest: str | os.PathLike[str], text: str) -> Path:
     return Path(dest)
 
 
+# A key file holds one line: past this it is the wrong file (the CLI's key readers and the simulator's).
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
 class FileReadError(ValueError):
     """A file that cannot be used; the message says why, the caller says which file and setting."""
 
