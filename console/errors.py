@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, NoReturn
 
 import typer
@@ -15,10 +14,15 @@ stderr = Console(stderr=True, highlight=False)
 EXIT_USER_ERROR = 2
 
 
-def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
-    """Print ``error: message`` on stderr and leave with ``code``. The message is shown as is (a
-    ``[postgres]`` or ``[N/A]`` in it is text, not rich markup)."""
+def print_error(message: str) -> None:
+    """Print ``error: message`` on stderr. The message is shown as is (a ``[postgres]`` or ``[N/A]`` in it
+    is text, not rich markup) and never wrapped, so one message stays one line."""
     stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``error: message`` on stderr (``print_error``) and leave with ``code``."""
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -32,14 +36,7 @@ def is_user_error(exc: BaseException) -> bool:
 def strict_json(obj: Any, *, indent: int | None = 2) -> str:
     """``obj`` as strictly valid JSON for ``--json`` output: NaN and +-Infinity (which Python's json
     writes as bare NaN / Infinity, which no JSON parser accepts) become null; other objects their str."""
-    return json.dumps(_finite(obj), indent=indent, allow_nan=False, default=str)
+    # imported here: every command imports this module, and spectower.storage brings sqlmodel (seconds)
+    from spectower.storage.files import finite_or_null
 
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
+    return json.dumps(finite_or_null(obj), indent=indent, allow_nan=False, default=str)

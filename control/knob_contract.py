@@ -74,6 +74,9 @@ OWNER_FREE = "policy"  # no lock: the policy (if one runs) may move the knob
 
 MAX_SPEC_MAX_BS = 2**31 - 1  # fits every database's INTEGER; far above any max_running_requests
 MAX_HOLD_S = 30 * 86400.0
+# The shortest hold an operator sets (CLI and console; the server takes any from 0): a bare number is
+# seconds, so a `30` meant as minutes would be a lock over before anyone read it back.
+MIN_OPERATOR_HOLD_S = 60.0
 MAX_REQUEST_ID = 2**53 - 1  # exact in a JSON double
 SWEEP_DEFAULT_HOLD_S = 900.0
 # Exploration (``spectower_explore_share``): 2 % of each bin's batches run the other mode by default, so the

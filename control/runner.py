@@ -73,24 +73,6 @@ class StepOutcome:
     result: SetResult | None = None
 
 
-def parse_duration(text: str, flag: str = "--interval") -> float:
-    """``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds (``2.5``)."""
-    raw = (text or "").strip().lower()
-    number, scale = raw, 1.0
-    # longest suffix first, so "ms" is not read as "m" + "s"
-    for suffix, unit in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
-        if raw.endswith(suffix):
-            number, scale = raw[: -len(suffix)], unit
-            break
-    try:
-        value = float(number) * scale
-    except ValueError:
-        raise RunnerConfigError(f"{flag} must be a duration like 5s, 500ms or 2m, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise RunnerConfigError(f"{flag} must be a positive duration, got {text!r}")
-    return value
-
-
 def engine_counters_of(knob: KnobState) -> tuple[dict[str, Any] | None, str | None]:
     """The server's decode counters summed over DP ranks, from the /server_info the knob read came from,
     and why they are missing (None when every rank with the plugin published a valid block).

@@ -93,7 +93,7 @@ from typing import Any
 from spectower.control import engine_counters, knob_contract
 from spectower.control.explore import RUN_LENGTH, ExploreSchedule
 
-PLUGIN_VERSION = "0.3.1"
+PLUGIN_VERSION = "0.3.2"  # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved
 KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).

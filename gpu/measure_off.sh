@@ -51,6 +51,12 @@ say() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # st, st_bg
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1 SGLANG_ENABLE_JIT_DEEPGEMM=0
 export SPECTOWER_ADMIN_KEY_FILE=$WORK/admin_key
+# The CLI must start before a phase spends device time on it: the working tree travels as it is, and on
+# 2026-12-02 a half-edited one made every `st` of a 410 s call fail while the phases went on without it.
+cli_starts() {
+  st --version >/dev/null || { say "spectower's CLI does not start (above): nothing measured"; exit 2; }
+}
+[ -d "$SITE/spectower" ] && cli_starts
 
 start_server() {  # name port mem_fraction extra-flags...: starts it, returns at once
   local name=$1 port=$2 fraction=$3; shift 3
@@ -84,6 +90,7 @@ do_launch() {
   rm -rf "$WORK" && mkdir -p "$SITE" && echo plain > "$WORK/plain.kind"
   tar -C "$SITE" -xJf gpu/bundle/sglang-0.5.17-py312.tar.xz || { say "no bundle: run gpu/build_bundle.sh"; exit 2; }
   python3 tests/namespace_tree.py --dist-info "$SITE" >/dev/null
+  cli_starts
   python3 -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)'
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   say "models: the 8B-shaped pair whose drafts land (fixed share 0.5)"
@@ -168,17 +175,17 @@ profile() {  # label url concurrency [activities JSON, default GPU only]
   curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
     -d "{\"output_dir\": \"$WORK/prof/$label\", \"num_steps\": $PROF_STEPS, \"activities\": $activities, \"profile_prefix\": \"$label\"}" \
     "$url/start_profile" >/dev/null
-  wait $load
+  wait $load || { say "profile $label: its load failed (above)"; return 1; }
   for _ in $(seq 1 20); do ls "$WORK/prof/$label"/*.json* >/dev/null 2>&1 && break; sleep 1; done
 }
 do_profile() {
 traces=()
 for c in $PROF_LEVELS; do
   st control set --server "$SPEC_URL" --off --reason "off-means-off profile" --as gpu-check --yes >/dev/null
-  profile "off-c$c" "$SPEC_URL" "$c"
+  profile "off-c$c" "$SPEC_URL" "$c" || return 1
   st control set --server "$SPEC_URL" --on --reason "off-means-off profile" --as gpu-check --yes >/dev/null
-  profile "on-c$c" "$SPEC_URL" "$c"
-  profile "plain-c$c" "$PLAIN_URL" "$c"
+  profile "on-c$c" "$SPEC_URL" "$c" || return 1
+  profile "plain-c$c" "$PLAIN_URL" "$c" || return 1
   traces+=("knob-off@C$c=$WORK/prof/off-c$c" "knob-on@C$c=$WORK/prof/on-c$c" "plain@C$c=$WORK/prof/plain-c$c")
   say "profiled C=$c"
 done
@@ -190,10 +197,10 @@ do_timeline() {  # CPU + GPU traces: where the GPU idles in a gated step against
 traces=()
 for c in ${TIMELINE_LEVELS:-1 64}; do
   st control set --server "$SPEC_URL" --off --reason "off-means-off timeline" --as gpu-check --yes >/dev/null
-  profile "t-off-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]'
+  profile "t-off-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]' || return 1
   st control set --server "$SPEC_URL" --on --reason "off-means-off timeline" --as gpu-check --yes >/dev/null
-  profile "t-on-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]'
-  profile "t-plain-c$c" "$PLAIN_URL" "$c" '["CPU", "GPU"]'
+  profile "t-on-c$c" "$SPEC_URL" "$c" '["CPU", "GPU"]' || return 1
+  profile "t-plain-c$c" "$PLAIN_URL" "$c" '["CPU", "GPU"]' || return 1
   traces+=("knob-off@C$c=$WORK/prof/t-off-c$c" "knob-on@C$c=$WORK/prof/t-on-c$c" "plain@C$c=$WORK/prof/t-plain-c$c")
   say "timeline C=$c"
 done
@@ -358,9 +365,11 @@ mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
 for m in mirrors:
     hits, syncs, checked, differed = (m[k] for k in ("resolved_from_mirror", "resolved_by_sglang", "verified",
                                                      "mismatches"))
+    gated = m.get("gated_by_sglang", "?")  # SGLang's resolves whose batch then ran gated (plugin 0.3.2)
     enabled, why = m.get("enabled"), m.get("off_reason") or ""
     each = m.get("seconds", 0.0) / max(1, hits + syncs) * 1e6
-    print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy; {checked} checked, "
+    print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy ({gated} of them "
+          f"gated); {checked} checked, "
           f"{differed} differed; on={enabled} {why}; its own time {each:.1f} us per resolve")
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)

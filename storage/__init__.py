@@ -59,9 +59,9 @@ Queries (``spectower.storage.queries``)::
     upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)
 
 Export/import: ``spectower.storage.export`` (export_bench, export_samples, neutralise_cell),
-``storage.bench_serving`` (import_file, export_lines), ``storage.gpu_csv`` (import_gpu_csv: nvidia-smi CSV
-logs). Integers from outside are range-checked with ``storage.models.int_or_none``. Times typed by users:
-``storage.timeparse``.
+``storage.bench_serving`` (import_files / import_file, export_lines), ``storage.gpu_csv`` (import_gpu_csvs /
+import_gpu_csv: nvidia-smi CSV logs); an import of several files is all or nothing. Integers from outside
+are range-checked with ``storage.models.int_or_none``. Times typed by users: ``storage.timeparse``.
 Default database: ``default_db_url(explicit=None)`` (``--db``, else env ``SPECTOWER_DB``, else
 ``./spectower.db``). Dialect-specific SQL lives only in ``storage/dialect.py`` (with ``write_transaction``
 and ``error_line``, a database error as one line).

@@ -1,15 +1,19 @@
 """SGLang bench_serving result files (JSON Lines) <-> BenchRun / BenchPoint.
 
 Reads every key-set version the client has written (2024's 18 keys without percentiles or server_info
-up to 0.5.x with ``server_info``, ``--output-details`` arrays, ``tag``), including the non-strict
-tokens Python's json module writes (``NaN``, ``Infinity``, ``-Infinity``).
+up to 0.5.x with ``server_info``, ``--output-details`` arrays, ``tag``). Of the non-strict tokens Python's
+json module writes, a figure may hold only one: ``"request_rate": Infinity``, the client's own value for
+"no arrival-rate limit" (its ``--request-rate`` default, in every closed-loop file). Any other NaN or
++-Infinity is no measurement: the file is refused, naming the line and the field (``server_info`` and
+``spectower_run`` are facts, not figures, and are not checked).
 
 Lossless by construction: a key that maps to a BenchPoint column is stored there; every other key,
-and every value a column cannot hold exactly (an int in a float column, NaN, a string), is kept in
+and every value a column cannot hold exactly (an int in a float column, a string), is kept in
 ``extra_json`` with the original key order (``SOURCE_KEYS``). ``point_to_line`` rebuilds the exact line.
-A plain bench_serving file is one run, written in one transaction; a line that cannot be read is
-reported with its line number and the others still import. A value of the wrong type (``"fast"`` as a
-throughput, ``[1, 2]``, a negative count) is named per line in ``ImportResult.warnings`` (kept in
+A plain bench_serving file is one run; the files of one import are read and checked first, then written
+in one transaction (a file that cannot be imported leaves nothing written). A line that cannot be read
+is reported with its line number and the others still import. A value of the wrong type (``"fast"`` as
+a throughput, ``[1, 2]``, a negative count) is named per line in ``ImportResult.warnings`` (kept in
 ``extra_json``, its column left empty).
 
 spectower's own export adds ``spectower_run`` to each line of a sweep (and of every run when several
@@ -25,13 +29,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spectower.storage import models, queries
 from spectower.storage.database import Database
+from spectower.storage.files import FileReadError, read_text_capped
 from spectower.storage.redact import redact
 from sqlmodel import col, select
 
@@ -71,6 +78,11 @@ BOOL_COLUMNS = frozenset({"spec_on"})
 SOURCE_KEYS = "spectower_source_keys"  # in extra_json: the key order of the source line
 # Keys that say "this is a bench_serving result line" (every version has at least one).
 SIGNATURE_KEYS = frozenset({"completed", "duration", "output_throughput", "request_throughput"})
+# Facts about the server and about spectower's run, not measurements: not checked for NaN / Infinity.
+NOT_FIGURE_KEYS = frozenset({"server_info", RUN_META_KEY})
+# Far above any result file (an --output-details line of 10,000 requests is tens of MiB); past it the
+# file is the wrong one (a device such as /dev/zero would otherwise be read for ever).
+MAX_BENCH_FILE_BYTES = 1 << 30
 
 # The key order of a 0.5.x result line (docs/sglang-reference.md §6), for points spectower measured itself.
 V05_KEY_ORDER: tuple[str, ...] = (
@@ -85,7 +97,8 @@ V05_KEY_ORDER: tuple[str, ...] = (
 
 
 class BenchImportError(ValueError):
-    """A bench_serving file could not be imported at all (unreadable, no result line)."""
+    """A bench_serving file could not be imported at all (unreadable, no result line, a NaN or infinite
+    figure); the message names the file (and the line and field)."""
 
 
 @dataclass
@@ -132,14 +145,34 @@ def value_warning(key: str, column: str, v: Any) -> str | None:
         return None
     if column in BOOL_COLUMNS:
         return None if isinstance(v, bool) else f"{key}: {v!r} is not true/false"
-    if isinstance(v, float) and math.isnan(v):
-        return None  # the client writes NaN for "no value"
     if not _is_number(v):
         return f"{key}: {_shown(v)} is not a number"
     if column in INT_COLUMNS and not (isinstance(v, int) or (math.isfinite(v) and float(v).is_integer())):
         return f"{key}: {v!r} is not a whole number"
     if column in NON_NEGATIVE_COLUMNS and v < 0:
         return f"{key}: {v!r} is negative"
+    return None
+
+
+def non_finite_figure(obj: dict[str, Any]) -> str | None:
+    """The first NaN or +-Infinity among a result line's figures, as ``"key path: token"``
+    (``"mean_ttft_ms: NaN"``, ``"itls[3][0]: -Infinity"``); None when every figure is finite.
+    ``request_rate: Infinity`` is the client's "no arrival-rate limit", not a bad figure."""
+    # depth-first in key order, with a stack of its own: json.loads already went as deep as Python's
+    # recursion limit allows, a recursive walk could not
+    todo: list[tuple[str, Any]] = [
+        (key, v)
+        for key, v in reversed(obj.items())
+        if key not in NOT_FIGURE_KEYS and not (key == "request_rate" and v == math.inf)
+    ]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{where}: {_shown(v)}"
+        if isinstance(v, dict):
+            todo.extend((f"{where}.{k}", x) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            todo.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
     return None
 
 
@@ -263,9 +296,15 @@ def parse_lines(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)  # accepts NaN / Infinity / -Infinity, as the client writes them
+            obj = json.loads(raw)  # accepts NaN / Infinity / -Infinity (import_files says which may stay)
         except json.JSONDecodeError as exc:
             bad.append((n, f"not JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        except RecursionError:
+            bad.append((n, "not usable JSON (nested too deeply)"))
+            continue
+        except ValueError:  # an integer of more digits than Python converts
+            bad.append((n, f"not usable JSON (an integer of over {sys.get_int_max_str_digits()} digits)"))
             continue
         if not isinstance(obj, dict):
             bad.append((n, f"a JSON {type(obj).__name__}, not an object"))
@@ -327,45 +366,78 @@ def _str(v: Any) -> str | None:
 
 
 def import_file(db: Database, path: str | Path, *, allow_duplicate: bool = False) -> ImportResult:
-    """Import one bench_serving JSONL file as one run (one transaction)."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise BenchImportError(f"{p}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BenchImportError(f"{p}: not UTF-8 text (byte {exc.start})") from exc
-    result = ImportResult(path=str(p))
-    sha = hashlib.sha256(data).hexdigest()
-    if not allow_duplicate:
-        with db.session() as s:
-            br = models.BenchRun
-            prior = s.exec(select(br.id).where(br.source_sha256 == sha).order_by(col(br.id))).first()
-        if prior is not None:
-            result.duplicate_of = prior
-            return result
+    """Import one bench_serving JSONL file as one run (one transaction); see ``import_files``."""
+    return import_files(db, [path], allow_duplicate=allow_duplicate)[0]
+
+
+def import_files(
+    db: Database, paths: Sequence[str | Path], *, allow_duplicate: bool = False
+) -> list[ImportResult]:
+    """Import bench_serving JSONL files (one run each, or the runs a spectower export holds), one result per
+    path in order. Every file is read and checked before anything is written, and all of them are written
+    in one transaction: a file that cannot be imported raises ``BenchImportError`` and nothing is written.
+    A file whose bytes were imported before, or given twice, is not imported again (``duplicate_of``)
+    unless ``allow_duplicate``."""
+    now = time.time()
+    results: list[ImportResult] = []
+    to_write: list[tuple[ImportResult, list[tuple[models.BenchRun, list[models.BenchPoint]]]]] = []
+    first_with_sha: dict[str, ImportResult] = {}
+    repeats: list[tuple[ImportResult, ImportResult]] = []  # (a file given again, its first time here)
+    for path in paths:
+        p = Path(path)
+        try:
+            text = read_text_capped(p, MAX_BENCH_FILE_BYTES)
+        except FileReadError as exc:
+            raise BenchImportError(f"{p}: {exc}") from None
+        # the file's bytes (strict UTF-8 encodes back to exactly what it decoded): what earlier imports hashed
+        sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        result = ImportResult(path=str(p))
+        results.append(result)
+        if not allow_duplicate:
+            with db.session() as s:
+                br = models.BenchRun
+                prior = s.exec(select(br.id).where(br.source_sha256 == sha).order_by(col(br.id))).first()
+            if prior is not None:
+                result.duplicate_of = prior
+                continue
+            if sha in first_with_sha:
+                repeats.append((result, first_with_sha[sha]))
+                continue
+            first_with_sha[sha] = result
+        to_write.append((result, _read_runs(p, text, sha, result, now)))
+    ids = iter(db.save_bench_runs([run for _, runs in to_write for run in runs]) if to_write else [])
+    for result, runs in to_write:
+        result.run_ids = [next(ids) for _ in runs]
+        result.run_id = result.run_ids[0]
+        result.points = sum(len(points) for _, points in runs)
+    for repeat, first in repeats:
+        repeat.duplicate_of = first.run_id
+    return results
+
+
+def _read_runs(
+    p: Path, text: str, sha: str, result: ImportResult, now: float
+) -> list[tuple[models.BenchRun, list[models.BenchPoint]]]:
+    """The runs of one file's text, its skipped lines and value warnings noted in ``result``; raises
+    ``BenchImportError`` when the file cannot be imported."""
     good, bad = parse_lines(text)
     result.line_errors = bad
     if not good:
         why = f"; line {bad[0][0]}: {bad[0][1]}" if bad else " (the file is empty)"
         raise BenchImportError(f"{p}: no bench_serving result line could be read{why}")
     for n, obj in good:
+        non_finite = non_finite_figure(obj)
+        if non_finite is not None:
+            raise BenchImportError(f"{p}: line {n}: {non_finite} is not a finite number")
         for key, v in obj.items():
             column = POINT_KEYS.get(key)
             warning = value_warning(key, column, v) if column is not None else None
             if warning is not None:
                 result.warnings.append((n, f"{warning} (kept in the point's extra fields, not as {column})"))
-    now = time.time()
-    runs = [
+    return [
         build_run([o for _, o in group], source=f"import:{p.name}", sha256=sha, created_at=now)
         for group in _group_runs(good)
     ]
-    result.run_ids = db.save_bench_runs(runs)  # one transaction for the whole file
-    result.run_id = result.run_ids[0]
-    result.points = sum(len(points) for _, points in runs)
-    return result
 
 
 def _group_runs(good: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:

@@ -245,15 +245,21 @@ class Database:
 
     def gpu_id(self, host: str, index: int, uuid: str, *, ts: float | None = None, **facts: Any) -> int:
         """Get or create the Gpu row for (host, uuid); non-None ``facts`` (Gpu columns) update it."""
-        unknown = set(facts) - _GPU_FACTS
-        if unknown:
-            raise ValueError(f"gpu_id: unknown GPU fact(s) {sorted(unknown)}; known: {sorted(_GPU_FACTS)}")
-        if not host or not uuid:
-            raise ValueError("gpu_id: host and uuid must be non-empty")
-        known = {k: v for k, v in facts.items() if v is not None} | {"index": int(index)}
+        known = _gpu_facts(host, index, uuid, facts)
         return self._identity(
             self._gpu_cache, (host, uuid), models.Gpu, {"host": host, "uuid": uuid}, known, ts
         )
+
+    def gpu_id_in(self, s: Session, host: str, index: int, uuid: str, *, ts: float, **facts: Any) -> int:
+        """``gpu_id`` inside the caller's transaction ``s`` (an import that writes all or nothing): the row
+        is created or updated when ``s`` commits, or not at all. An IntegrityError (another process created
+        the row meanwhile, PostgreSQL) ends ``s``'s transaction: the caller retries it whole."""
+        known = _gpu_facts(host, index, uuid, facts)
+        # the cached facts may no longer be the row's, and a rolled-back transaction voids a new row's id
+        with self._lock:
+            self._gpu_cache.pop((host, uuid), None)
+        row_id, _ = _upsert_row(s, models.Gpu, {"host": host, "uuid": uuid}, known, ts)
+        return row_id
 
     def _identity(
         self,
@@ -285,20 +291,7 @@ class Database:
         for attempt in range(2):
             try:
                 with self.session(write=True) as s:
-                    stmt = select(model)
-                    for k, v in ident.items():
-                        stmt = stmt.where(getattr(model, k) == v)
-                    row = s.exec(stmt).first()
-                    if row is None:
-                        row = model(**ident, **facts, first_seen=now, last_seen=now)
-                        s.add(row)
-                    else:
-                        for k, v in facts.items():
-                            setattr(row, k, v)
-                        row.last_seen = max(row.last_seen, now)  # type: ignore[attr-defined]
-                    s.flush()
-                    known = {k: getattr(row, k) for k in facts}
-                    return int(row.id), known  # type: ignore[attr-defined]
+                    return _upsert_row(s, model, ident, facts, now)
             except IntegrityError:  # another process created it between our select and insert
                 if attempt:
                     raise
@@ -442,6 +435,37 @@ class Database:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _gpu_facts(host: str, index: int, uuid: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """The Gpu columns to write for ``gpu_id``'s arguments (unknown facts and empty names refused)."""
+    unknown = set(facts) - _GPU_FACTS
+    if unknown:
+        raise ValueError(f"gpu_id: unknown GPU fact(s) {sorted(unknown)}; known: {sorted(_GPU_FACTS)}")
+    if not host or not uuid:
+        raise ValueError("gpu_id: host and uuid must be non-empty")
+    return {k: v for k, v in facts.items() if v is not None} | {"index": int(index)}
+
+
+def _upsert_row(
+    s: Session, model: type[SQLModel], ident: dict[str, Any], facts: dict[str, Any], now: float
+) -> tuple[int, dict[str, Any]]:
+    """In ``s``: the row of ``model`` matching ``ident`` created (seen ``now``) or its ``facts`` updated;
+    (its id, the facts as written)."""
+    stmt = select(model)
+    for k, v in ident.items():
+        stmt = stmt.where(getattr(model, k) == v)
+    row = s.exec(stmt).first()
+    if row is None:
+        row = model(**ident, **facts, first_seen=now, last_seen=now)
+        s.add(row)
+    else:
+        for k, v in facts.items():
+            setattr(row, k, v)
+        row.last_seen = max(row.last_seen, now)  # type: ignore[attr-defined]
+    s.flush()
+    known = {k: getattr(row, k) for k in facts}
+    return int(row.id), known  # type: ignore[attr-defined]
 
 
 def _claim_sqlite_file(db_path: Path) -> CollectorClaim:

@@ -2,6 +2,8 @@
 
 - Runs as JSONL use bench_serving's key names (one line per point, ``server_info`` nested), so tools
   written for SGLang's benchmark client read them, and ``spectower import bench-serving`` reads them back.
+- JSONL is strict JSON: NaN and +-Infinity are written as null (``request_rate: Infinity``, the client's
+  "no arrival-rate limit", comes back as null: a closed-loop run, as spectower's own runs store it).
 - Runs as CSV/Parquet are one flat row per point (run facts repeated, ``extra_json`` as text).
 - Samples are streamed in chunks, so a month of 1 Hz data does not sit in memory.
 - CSV cells a spreadsheet would execute (leading ``=``, ``+``, ``-``, ``@``, tab, CR) get a leading
@@ -23,7 +25,7 @@ from typing import IO, Any, Literal
 from spectower.storage import queries
 from spectower.storage.bench_serving import export_lines
 from spectower.storage.database import Database
-from spectower.storage.files import atomic_path, check_out
+from spectower.storage.files import atomic_path, check_out, finite_or_null
 from sqlalchemy import Boolean, Float, Integer, select
 from sqlmodel import SQLModel
 
@@ -138,7 +140,9 @@ def _parquet_value(v: Any, pa_type: Any) -> Any:
 
 
 def _write_jsonl(fh: IO[str], obj: dict[str, Any]) -> None:
-    fh.write(json.dumps(obj, allow_nan=True, ensure_ascii=False))
+    # Strict JSON, so jq, JavaScript and pandas read every line: a stored NaN or +-Infinity (a figure
+    # imported before such figures were refused, bench_serving's request_rate inf) is written as null.
+    fh.write(json.dumps(finite_or_null(obj), allow_nan=False, ensure_ascii=False))
     fh.write("\n")
 
 

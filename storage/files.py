@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -115,6 +116,19 @@ def parse_json_text(text: str) -> Any:
         raise FileReadError("not usable JSON (nested too deeply)") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise FileReadError(f"not usable JSON ({exc})") from None
+
+
+def finite_or_null(obj: Any) -> Any:
+    """``obj`` with every NaN and +-Infinity (in dicts, lists and tuples too) as None, for JSON that any
+    parser reads: Python's json writes them as bare ``NaN`` / ``Infinity`` tokens, which jq, JavaScript
+    and Go refuse (and with them the whole line)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_null(v) for v in obj]
+    return obj
 
 
 def is_file_path(name_or_path: str) -> bool:

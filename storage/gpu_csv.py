@@ -6,6 +6,10 @@ and one line per GPU per interval (``2024/05/01 12:00:00.123, 0, GPU-..., 35 %, 
 a GPU does not support read ``[N/A]`` / ``[Not Supported]``: stored as empty, never as 0. Repeated header
 lines (several logs concatenated) are skipped. ``timestamp`` is nvidia-smi's local time without a zone:
 it is read as UTC plus ``utc_offset_h``. Units ``nounits`` logs leave out are the same ones.
+
+An import is all or nothing: every log is read and checked first, then all are written in one
+transaction, so a log that cannot be read leaves nothing written. A sample already stored (the same
+host, GPU and timestamp: the same log imported again, or two logs that overlap) is skipped and counted.
 """
 
 from __future__ import annotations
@@ -19,9 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spectower.storage import models
+from spectower.storage.files import FileReadError, read_text_capped
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import SQLModel, col, select
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from spectower.storage.database import Database
+    from sqlmodel import Session
 
 # nvidia-smi field (unit dropped) -> GpuSample column
 SAMPLE_FIELDS: dict[str, str] = {
@@ -50,6 +60,9 @@ MISSING = frozenset(
 )
 UNITS = (" %", " MiB", " MB", " W", " MHz", " C", "%", "MiB", "W", "MHz")
 CHUNK_ROWS = 5_000
+# About a month of 1 Hz samples of two GPUs; a longer log goes in as several FILEs (past this it would
+# also not fit in memory, and a device such as /dev/zero would otherwise be read for ever).
+MAX_GPU_CSV_BYTES = 1 << 30
 
 
 class GpuCsvError(ValueError):
@@ -59,9 +72,33 @@ class GpuCsvError(ValueError):
 @dataclass
 class GpuCsvResult:
     path: str
-    samples: int = 0
+    samples: int = 0  # written
+    skipped: int = 0  # already stored (same host, GPU and timestamp), or given twice: not written again
     gpus: list[int] = field(default_factory=list)  # Gpu ids written to
     warnings: list[tuple[int, str]] = field(default_factory=list)  # (line, why): value or line not taken
+
+
+GpuKey = tuple[str, int]  # (uuid, index) as the log names a GPU
+
+
+@dataclass
+class GpuSeen:
+    """A GPU as a log first shows it: what its Gpu row is created or updated with."""
+
+    index: int
+    uuid: str
+    first_ts: float
+    facts: dict[str, Any]  # Gpu columns (name, driver_version, memory_total_mib, power_limit_w)
+
+
+@dataclass
+class GpuCsvLog:
+    """One log read and checked (``read_gpu_csv``); nothing written yet."""
+
+    path: str
+    gpus: dict[GpuKey, GpuSeen]  # in order of first appearance
+    samples: list[tuple[GpuKey, float, dict[str, Any]]]  # (GPU, ts, GpuSample columns), in file order
+    warnings: list[tuple[int, str]]
 
 
 def _field_name(header: str) -> str:
@@ -78,7 +115,9 @@ def _number(raw: str) -> float | None:
             text = text[: -len(unit)].strip()
             break
     value = int(text, 16) if text.lower().startswith("0x") else float(text)  # ValueError: caller names it
-    return value if math.isfinite(value) else None
+    if not math.isfinite(value):  # "nan", "inf", "1e400": no reading
+        raise ValueError(f"{raw!r} is not a finite number")
+    return value
 
 
 # Clocks are set between UTC-12 and UTC+14; past these an offset is a typo (and inf overflowed the timedelta).
@@ -92,23 +131,53 @@ def parse_timestamp(raw: str, utc_offset_h: float = 0.0) -> float:
             dt = datetime.strptime(text, fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
-        return (dt - timedelta(hours=utc_offset_h)).timestamp()
+        try:
+            return (dt - timedelta(hours=utc_offset_h)).timestamp()
+        except OverflowError:  # year 1 or 9999 moved past the calendar's end by the offset
+            raise ValueError(f"timestamp {text!r} with the UTC offset is outside the calendar") from None
     raise ValueError(f"timestamp {text!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm")
 
 
 def import_gpu_csv(db: Database, path: str | Path, *, host: str, utc_offset_h: float = 0.0) -> GpuCsvResult:
-    """Import one nvidia-smi CSV log for the GPUs of ``host``. Raises ``GpuCsvError`` when nothing can
-    be read (no header, no timestamp or index/uuid column); a bad line or value is a warning."""
-    p = Path(path)
+    """Import one nvidia-smi CSV log for the GPUs of ``host``; see ``import_gpu_csvs``."""
+    return import_gpu_csvs(db, [path], host=host, utc_offset_h=utc_offset_h)[0]
+
+
+def import_gpu_csvs(
+    db: Database, paths: Sequence[str | Path], *, host: str, utc_offset_h: float = 0.0
+) -> list[GpuCsvResult]:
+    """Import nvidia-smi CSV logs for the GPUs of ``host``, one result per path in order. Every log is read
+    first: one that cannot be read (no header, no timestamp or index/uuid column, no sample) raises
+    ``GpuCsvError`` and nothing is written; a bad line or value is a warning. Then all are written in one
+    transaction, samples already stored for the same GPU and timestamp skipped (``skipped``)."""
     if not host.strip():
         raise GpuCsvError("--host: give the host the log was written on")
+    logs = [read_gpu_csv(path, utc_offset_h=utc_offset_h) for path in paths]
+    for attempt in range(2):
+        try:
+            with db.session(write=True) as s:
+                results = _write_logs(db, s, logs, host)
+            break
+        except IntegrityError:  # PostgreSQL: another process created one of these GPUs meanwhile
+            if attempt:
+                raise
+    db.update_rollups()
+    return results
+
+
+def read_gpu_csv(path: str | Path, *, utc_offset_h: float = 0.0) -> GpuCsvLog:
+    """Read and check one log (no database). Raises ``GpuCsvError`` naming the file (and line) when
+    nothing can be taken from it; a bad line or value is a warning."""
+    p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise GpuCsvError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise GpuCsvError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+        text = read_text_capped(p, MAX_GPU_CSV_BYTES)
+    except FileReadError as exc:
+        raise GpuCsvError(f"{p}: {exc}") from None
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a quote never closed runs into the field size limit
+        raise GpuCsvError(f"{p}: line {reader.line_num}: not CSV ({exc})") from None
     first = next((i for i, r in enumerate(rows) if any(c.strip() for c in r)), None)
     if first is None:
         raise GpuCsvError(f"{p}: the file is empty")
@@ -120,17 +189,11 @@ def import_gpu_csv(db: Database, path: str | Path, *, host: str, utc_offset_h: f
         )
     if "uuid" not in header and "index" not in header and "pci.bus_id" not in header:
         raise GpuCsvError(f"{p}: line {first + 1}: the header names no index, uuid or pci.bus_id column")
-    col = {name: i for i, name in enumerate(header)}
-    result = GpuCsvResult(path=str(p))
-    gpu_ids: dict[tuple[str, int], int] = {}
-    batch: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        result.samples += db.insert_many("gpu_sample", batch)
-        batch.clear()
+    col_of = {name: i for i, name in enumerate(header)}
+    log = GpuCsvLog(path=str(p), gpus={}, samples=[], warnings=[])
 
     def cell(r: list[str], name: str) -> str | None:
-        i = col.get(name)
+        i = col_of.get(name)
         return r[i].strip() if i is not None and i < len(r) else None
 
     for line_no, r in enumerate(rows[first + 1 :], start=first + 2):
@@ -139,17 +202,17 @@ def import_gpu_csv(db: Database, path: str | Path, *, host: str, utc_offset_h: f
         if [_field_name(c) for c in r] == header:
             continue  # a header again: logs concatenated
         if len(r) != len(header):
-            result.warnings.append((line_no, f"{len(r)} fields, the header has {len(header)} (skipped)"))
+            log.warnings.append((line_no, f"{len(r)} fields, the header has {len(header)} (skipped)"))
             continue
         try:
             ts = parse_timestamp(cell(r, "timestamp") or "", utc_offset_h)
         except ValueError as exc:
-            result.warnings.append((line_no, f"{exc} (skipped)"))
+            log.warnings.append((line_no, f"{exc} (skipped)"))
             continue
         raw_index = cell(r, "index")
         index = models.int_or_none(_safe_int(raw_index), lo=0)
         if raw_index is not None and index is None:
-            result.warnings.append((line_no, f"index {raw_index!r} is not a GPU index (skipped)"))
+            log.warnings.append((line_no, f"index {raw_index!r} is not a GPU index (skipped)"))
             continue
         uuid = cell(r, "uuid") or cell(r, "pci.bus_id") or f"index-{index}"
         if uuid.lower() in MISSING:
@@ -163,33 +226,68 @@ def import_gpu_csv(db: Database, path: str | Path, *, host: str, utc_offset_h: f
             try:
                 v = _number(raw)
             except ValueError:
-                result.warnings.append((line_no, f"{name}: {raw!r} is not a number (left empty)"))
+                log.warnings.append((line_no, f"{name}: {raw!r} is not a number (left empty)"))
                 v = None
             if v is not None and column in INT_SAMPLE_COLUMNS:
                 v = models.int_or_none(v, lo=0)
             values[column] = v
-        if key not in gpu_ids:
-            gpu_ids[key] = db.gpu_id(
-                host,
-                index or 0,
-                uuid,
-                ts=ts,
-                name=_fact(cell(r, "name")),
-                driver_version=_fact(cell(r, "driver_version")),
-                memory_total_mib=values.get("memory_total_mib"),
-                power_limit_w=values.get("power_limit_w"),
-                source="nvidia-smi",
-            )
-        batch.append({"gpu_id": gpu_ids[key], "ts": ts, "lost": False, **values})
-        if len(batch) >= CHUNK_ROWS:
-            flush()
-    flush()
-    result.gpus = sorted(set(gpu_ids.values()))
-    if not result.samples:
-        why = f"; line {result.warnings[0][0]}: {result.warnings[0][1]}" if result.warnings else ""
+        if key not in log.gpus:
+            facts = {
+                "name": _fact(cell(r, "name")),
+                "driver_version": _fact(cell(r, "driver_version")),
+                "memory_total_mib": values.get("memory_total_mib"),
+                "power_limit_w": values.get("power_limit_w"),
+            }
+            log.gpus[key] = GpuSeen(index=index or 0, uuid=uuid, first_ts=ts, facts=facts)
+        log.samples.append((key, ts, values))
+    if not log.samples:
+        why = f"; line {log.warnings[0][0]}: {log.warnings[0][1]}" if log.warnings else ""
         raise GpuCsvError(f"{p}: no GPU sample could be read{why}")
-    db.update_rollups()
-    return result
+    return log
+
+
+def _write_logs(db: Database, s: Session, logs: list[GpuCsvLog], host: str) -> list[GpuCsvResult]:
+    """Every log's GPUs and new samples, in the transaction of ``s``."""
+    sample = models.GpuSample
+    sample_table = SQLModel.metadata.tables["gpu_sample"]
+    ids_per_log = [
+        {
+            key: db.gpu_id_in(s, host, g.index, g.uuid, ts=g.first_ts, source="nvidia-smi", **g.facts)
+            for key, g in log.gpus.items()
+        }
+        for log in logs
+    ]
+    span: dict[int, tuple[float, float]] = {}  # per Gpu id: the earliest and latest ts imported
+    for log, ids in zip(logs, ids_per_log, strict=True):
+        for key, ts, _ in log.samples:
+            lo, hi = span.get(ids[key], (ts, ts))
+            span[ids[key]] = (min(lo, ts), max(hi, ts))
+    # No unique constraint on (gpu_id, ts) (adding one is a migration, and old databases may hold
+    # duplicates): what is stored in the imported time range is read in this transaction instead.
+    stored: dict[int, set[float]] = {
+        gpu_id: set(
+            s.exec(
+                select(sample.ts).where(sample.gpu_id == gpu_id, col(sample.ts) >= lo, col(sample.ts) <= hi)
+            )
+        )
+        for gpu_id, (lo, hi) in span.items()
+    }
+    results: list[GpuCsvResult] = []
+    for log, ids in zip(logs, ids_per_log, strict=True):
+        result = GpuCsvResult(path=log.path, gpus=sorted(set(ids.values())), warnings=log.warnings)
+        rows: list[dict[str, Any]] = []
+        for key, ts, values in log.samples:
+            seen = stored[ids[key]]
+            if ts in seen:
+                result.skipped += 1
+                continue
+            seen.add(ts)  # also a sample given twice in this import is written once
+            rows.append({"gpu_id": ids[key], "ts": ts, "lost": False, **values})
+        for start in range(0, len(rows), CHUNK_ROWS):  # a file's rows name the same columns
+            s.connection().execute(sample_table.insert(), rows[start : start + CHUNK_ROWS])
+        result.samples = len(rows)
+        results.append(result)
+    return results
 
 
 def _safe_int(raw: str | None) -> int | None:

@@ -143,6 +143,25 @@ def test_wrong_key_is_refused_shown_and_audited(
 
 
 @pytest.mark.integration
+def test_a_hold_the_cli_refuses_is_refused_on_the_page_too(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`control set --hold 30` is refused (a bare number is seconds: a lock over before anyone reads it
+    back); the page's Hold field takes the same range, and nothing reaches the server."""
+    sim, url = sim_db
+    before = _server_knob(sim)
+    at = _control(url, monkeypatch, ADMIN_KEY, "alice")
+    at.radio(key="ctl_mode").set_value("off").run()
+    at.text_input(key="ctl_reason").input("incident 4711").run()
+    at.text_input(key="ctl_hold").input("30").run()
+    at.button(key="ctl_review").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [e.value for e in at.error] == ["Hold must be between 1m and 720h, got '30'"]
+    assert not [b for b in at.button if b.key == "ctl_confirm"]  # nothing to confirm
+    assert _server_knob(sim) == before and _events(url) == []
+
+
+@pytest.mark.integration
 def test_read_only_mode_cannot_act(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
     sim, url = sim_db
     at = _control(url, monkeypatch, None, None)

@@ -250,7 +250,7 @@ def auto_process(sim: Any, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[st
     env.pop("SPECTOWER_ADMIN_KEY_FILE", None)
     proc = subprocess.Popen(
         [*SPECTOWER_CLI, "control", "auto", "--server", sim.base_url, "--db", str(db),
-         "--policy", "threshold:12", "--interval", "300ms", "--stale-after", "5s"],
+         "--policy", "threshold:12", "--interval", "1s", "--stale-after", "5s"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     yield proc, db
@@ -283,7 +283,7 @@ def test_auto_end_to_end_threshold_pause_release_sigterm(
                           "operator takes over", "--as", "bob"])  # fmt: skip
         assert manual.exit_code == 0, manual.output
         assert wait_for(lambda: output.has("paused")), output.text()
-        time.sleep(1.0)  # a few more intervals (absence has no event): the runner must not undo the value
+        time.sleep(2.5)  # a few more intervals (absence has no event): the runner must not undo the value
         assert knob_values(sim) == [0, 0] and len(policy_sets()) == 1
 
         released = run_cli(["release", "--server", localhost, "--db", str(other_db), "--reason", "hand back",

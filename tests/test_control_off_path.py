@@ -43,10 +43,11 @@ def _skip_report() -> dict[str, Any]:
 
 def test_the_off_path_is_shown_per_rank(real_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mirror = SeqLensMirror(enabled=True, verify_every=256)
-    mirror.active, mirror.hits, mirror.syncs, mirror.verified = True, 5120, 40, 21
+    mirror.active, mirror.hits, mirror.syncs, mirror.verified, mirror.gated_syncs = True, 5120, 40, 21, 3
     text = _printed(_doc(real_data, _skip_report(), mirror.report()), monkeypatch)
     assert ("off path 0: draft extend skipped in 812 batches, 37 drained before drafting; "
-            "seq-lens mirror on: 5120 resolves from it, 40 by SGLang, 21 checked, 0 differed") in text
+            "seq-lens mirror on: 5120 resolves from it, 40 by SGLang (3 of them gated), 21 checked, "
+            "0 differed") in text
     assert "turned itself off" not in text
     state = knob_state(_doc(real_data, _skip_report(), mirror.report()), "http://127.0.0.1:30000")
     assert state.to_dict()["ranks"][0]["seq_lens_mirror"]["resolved_from_mirror"] == 5120  # --json too

@@ -7,10 +7,12 @@ values the run saw (gpu/README.md lists them).
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from spectower.collectors.bench.compare import compare_runs, load_run
 from spectower.storage import open_database, queries
 from spectower.storage.models import EngineSample, Gpu, GpuSample
 from sqlmodel import select
@@ -74,3 +76,30 @@ def test_the_second_one_gpu_sweep_reads_back(tmp_path: Path) -> None:
         assert "<redacted>" in (run.server_info_json or "")
         sets = [e for e in queries.control_events(db, actor="operator") if e.action == "set"]
         assert sets and all(e.confirmed for e in sets)
+
+
+def test_the_mirror_shows_in_a_compare_of_the_two_flashinfer_runs(tmp_path: Path) -> None:
+    """`bench compare` over the two real flashinfer sweeps (2026-12-01, before the seq-lens mirror;
+    2026-12-02, with it), each read back from the database its sweep saved: the knob at 0 against the plain
+    server rose at every level, the stack is the same, and the stored ratios are the sweep's pooled ones."""
+    runs = []
+    mirror_run = "h200-8b-pair-flashinfer-mirror-2026-12-02/1-launch-sweep"
+    for folder in ("h200-8b-pair-flashinfer-2026-12-01/2-sweep", mirror_run):
+        copy = tmp_path / f"{len(runs)}.db"
+        shutil.copy(RESULTS / folder / "bench.db", copy)
+        with open_database(copy) as db:
+            (run,) = queries.bench_runs(db)
+            runs.append(load_run(db, run.id))
+    comp = compare_runs(*runs)
+    levels = [row["concurrency"] for row in comp.rows]
+    assert levels == [1, 2, 4, 8, 16, 32, 64]
+    for row in comp.rows:
+        before, after = row["a"]["off_plain"], row["b"]["off_plain"]
+        assert after > before + 0.05, row  # 0.75-0.84 before, 0.95-0.99 with the mirror
+    assert comp.stack == []  # the same SGLang, launch flags, model and GPU: only the plugin's mirror differs
+    # the stored points carry the three curves the profile was written from
+    profile = json.loads((RESULTS / mirror_run / "profile.json").read_text())
+    for i, row in enumerate(comp.rows):
+        assert row["b"]["off_plain"] == pytest.approx(
+            profile["output_tok_s"]["spec_off"][i] / profile["output_tok_s"]["plain"][i], rel=1e-3
+        )

@@ -110,3 +110,21 @@ def test_its_own_failure_never_reaches_sglang(monkeypatch: pytest.MonkeyPatch) -
     state = sglang_seq_lens.mirror()
     assert state.enabled is False and "could not read the batch" in (state.off_reason or "")
     assert sglang_seq_lens.before_forward(unreadable, decode=True) is None  # off: nothing noted
+
+
+def test_a_gated_batch_sglang_resolved_is_counted_as_a_miss() -> None:
+    """The resolve hook notes who answered (``last_by_sglang``); the batch that then runs says whether it was
+    gated: SGLang's answer is due for a drafting batch and for the first gated one after it, any other is a
+    miss inside a gated stream."""
+    mirror = SeqLensMirror(enabled=True, verify_every=0)
+    mirror.last_by_sglang = True  # SGLang's host copy resolved it
+    mirror.after_decode(["a"], [5], gated=False)  # a drafting batch: its acceptance is data, nothing missed
+    assert mirror.gated_syncs == 0
+    mirror.last_by_sglang = True
+    mirror.after_decode(["a"], [8], gated=True)  # the first gated batch after drafting
+    mirror.after_decode(["a"], [9], gated=True)  # resolved from the mirror: the hook left the flag down
+    assert mirror.gated_syncs == 1
+    mirror.last_by_sglang = True
+    mirror.after_prefill(["b"], [4])  # a prefill in between: the flag belonged to no decode batch
+    mirror.after_decode(["a", "b"], [10, 4], gated=True)
+    assert mirror.report()["gated_by_sglang"] == 1

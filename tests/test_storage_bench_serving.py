@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from spectower.storage import Database, open_database, queries
-from spectower.storage.bench_serving import BenchImportError, export_lines, import_file
+from spectower.storage.bench_serving import BenchImportError, export_lines, import_file, import_files
 
 SCICOM = "Scicom-AI-Enterprise-Organization__llm-benchmaq__H200_tp8_dp1_in1024_out128_p100_c100_38769a.jsonl"
 TONYLI = "TonyLi15__sglang-benchmark__agg_n100_in512_out128_c8.jsonl"
@@ -88,11 +88,11 @@ def test_export_reproduces_every_real_line_exactly(db: Database, real_data: Path
         assert [json.dumps(x) for x in exported] == [json.dumps(x) for x in original], name
 
 
-def test_non_strict_tokens_and_bad_lines(db: Database, tmp_path: Path) -> None:
+def test_unlimited_request_rate_and_bad_lines(db: Database, tmp_path: Path) -> None:
     f = tmp_path / "mixed.jsonl"
     f.write_text(
-        '{"backend": "sglang", "max_concurrency": 4, "completed": 10, "mean_ttft_ms": NaN, '
-        '"request_rate": Infinity, "std_itl_ms": -Infinity, "output_throughput": 100.5}\n'
+        '{"backend": "sglang", "max_concurrency": 4, "completed": 10, "mean_ttft_ms": 12.5, '
+        '"request_rate": Infinity, "std_itl_ms": 0.5, "output_throughput": 100.5}\n'
         '{"backend": "sglang", "completed": 12, "output_th\n'  # cut off mid-line
         "\n"
         "[1, 2, 3]\n"
@@ -104,15 +104,73 @@ def test_non_strict_tokens_and_bad_lines(db: Database, tmp_path: Path) -> None:
     assert [n for n, _ in r.line_errors] == [2, 4, 5]
     assert "not JSON" in r.line_errors[0][1]
     pts = queries.bench_points(db, r.run_id or 0)
-    assert pts[0].mean_ttft_ms is None and math.isnan(json.loads(pts[0].extra_json or "")["mean_ttft_ms"])
-    assert pts[0].request_rate == math.inf
-    assert json.loads(pts[0].extra_json or "")["std_itl_ms"] == -math.inf
+    assert pts[0].request_rate == math.inf  # the client's "no arrival-rate limit"
+    assert json.loads(pts[0].extra_json or "")["std_itl_ms"] == 0.5
     # a negative throughput is no measurement: column empty, the value kept, the line named
     assert (pts[1].concurrency, pts[1].output_throughput) == (8, None)
     assert json.loads(pts[1].extra_json or "")["output_throughput"] == -1.5
     assert r.warnings and r.warnings[0][0] == 6 and "output_throughput: -1.5 is negative" in r.warnings[0][1]
     lines = export_lines(db, r.run_id or 0)
-    assert math.isnan(lines[0]["mean_ttft_ms"]) and lines[0]["request_rate"] == math.inf
+    assert lines[0]["mean_ttft_ms"] == 12.5 and lines[0]["request_rate"] == math.inf
+
+
+GOOD_LINE = '{"backend": "sglang", "max_concurrency": 4, "completed": 10, "output_throughput": 100.5}\n'
+
+
+@pytest.mark.parametrize(
+    ("figure", "named"),
+    [
+        ('"output_throughput": NaN', "output_throughput: NaN"),
+        ('"output_throughput": Infinity', "output_throughput: Infinity"),
+        ('"mean_ttft_ms": -Infinity', "mean_ttft_ms: -Infinity"),
+        ('"std_itl_ms": NaN', "std_itl_ms: NaN"),  # a figure without a column of its own
+        ('"itls": [[1.5], [2.0, NaN]]', "itls[1][1]: NaN"),  # --output-details
+        ('"request_rate": NaN', "request_rate: NaN"),  # only +Infinity means "no rate limit"
+        ('"request_rate": -Infinity', "request_rate: -Infinity"),
+    ],
+)
+def test_a_nan_or_infinite_figure_refuses_the_file(
+    db: Database, tmp_path: Path, figure: str, named: str
+) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_text(GOOD_LINE + '{"max_concurrency": 8, "completed": 20, ' + figure + "}\n")
+    with pytest.raises(BenchImportError) as caught:
+        import_file(db, f)
+    assert str(caught.value) == f"{f}: line 2: {named} is not a finite number"
+    assert queries.bench_runs(db) == []  # the good first line is not written either
+
+
+def test_files_of_one_import_are_all_or_nothing(db: Database, tmp_path: Path, real_data: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(GOOD_LINE.replace("100.5", "NaN"))
+    with pytest.raises(BenchImportError, match=r"bad\.jsonl: line 1: output_throughput: NaN"):
+        import_files(db, [real_data / "bench_serving" / TONYLI, bad])
+    assert queries.bench_runs(db) == []  # the good file before it is not written either
+    with pytest.raises(BenchImportError, match=r"missing\.jsonl: cannot read"):
+        import_files(db, [real_data / "bench_serving" / TONYLI, tmp_path / "missing.jsonl"])
+    assert queries.bench_runs(db) == []
+
+
+def test_a_file_given_twice_in_one_import_is_one_run(db: Database, real_data: Path) -> None:
+    path = real_data / "bench_serving" / TONYLI
+    first, again = import_files(db, [path, path])
+    assert first.run_id is not None and again.duplicate_of == first.run_id and again.run_id is None
+    assert len(queries.bench_runs(db)) == 1
+    both = import_files(db, [path, path], allow_duplicate=True)
+    assert len({r.run_id for r in both}) == 2 and len(queries.bench_runs(db)) == 3
+
+
+def test_json_python_cannot_read_is_a_skipped_line(db: Database, tmp_path: Path) -> None:
+    # nested past the recursion limit (RecursionError) and an integer of 5000 digits (ValueError) were
+    # tracebacks, not line errors
+    f = tmp_path / "odd.jsonl"
+    f.write_text("[" * 100_000 + "\n" + '{"completed": ' + "1" * 5000 + "}\n" + GOOD_LINE)
+    r = import_file(db, f)
+    assert r.points == 1
+    assert r.line_errors == [
+        (1, "not usable JSON (nested too deeply)"),
+        (2, "not usable JSON (an integer of over 4300 digits)"),
+    ]
 
 
 def test_unusable_file_writes_nothing(db: Database, tmp_path: Path) -> None:

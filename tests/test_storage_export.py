@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,6 +12,7 @@ import pytest
 from spectower.storage import Database, open_database, queries
 from spectower.storage.bench_serving import import_file
 from spectower.storage.export import export_bench, export_samples, neutralise_cell
+from spectower.storage.files import finite_or_null
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent, EngineSample, GpuSample
 
 FILES = (
@@ -41,10 +43,12 @@ def test_import_export_import_is_lossless(db: Database, real_data: Path, tmp_pat
     assert export_bench(db, first, "jsonl", out) == 9
     again = import_file(db, out)
     assert again.points == 9 and again.line_errors == [] and again.warnings == []
-    # three runs in one file come back as three runs, each point column by column
+    # three runs in one file come back as three runs, each point column by column (the client's
+    # request_rate Infinity, "no rate limit", goes out as null in strict JSON and comes back empty)
     assert len(again.run_ids) == 3
     for old_id, new_id in zip(first, again.run_ids, strict=True):
-        assert point_facts(db, new_id, skip=("extra_json",)) == point_facts(db, old_id, skip=("extra_json",))
+        old_points = finite_or_null(point_facts(db, old_id, skip=("extra_json",)))
+        assert point_facts(db, new_id, skip=("extra_json",)) == old_points
         old_run, new_run = queries.bench_run(db, old_id), queries.bench_run(db, new_id)
         skip = {"id", "source_sha256"}
         assert {k: v for k, v in new_run.model_dump().items() if k not in skip} == {
@@ -53,7 +57,7 @@ def test_import_export_import_is_lossless(db: Database, real_data: Path, tmp_pat
     # one run out and back in: identical down to extra_json
     single = tmp_path / "one.jsonl"
     export_bench(db, [first[0]], "jsonl", single)
-    assert point_facts(db, import_file(db, single).run_id or 0) == point_facts(db, first[0])
+    assert point_facts(db, import_file(db, single).run_id or 0) == finite_or_null(point_facts(db, first[0]))
     # and a second export of the re-imported runs is byte-identical to the first
     out2 = tmp_path / "again.jsonl"
     export_bench(db, again.run_ids, "jsonl", out2)
@@ -171,6 +175,40 @@ def test_export_samples_by_kind_server_and_time(db: Database, tmp_path: Path) ->
     out = tmp_path / "e.parquet"
     assert export_samples(db, "engine", "parquet", out) == 20
     assert pq.read_table(out).num_rows == 20
+
+
+def _refuse(token: str) -> None:
+    raise AssertionError(f"bare {token} in an exported line")
+
+
+def test_jsonl_export_is_strict_json(db: Database, tmp_path: Path) -> None:
+    # a point imported before NaN / infinite figures were refused: NaN and -Infinity kept in extra_json,
+    # the client's request_rate Infinity in its column
+    keys = ["max_concurrency", "request_rate", "completed", "mean_ttft_ms", "std_itl_ms"]
+    extra = {"spectower_source_keys": keys, "mean_ttft_ms": math.nan, "std_itl_ms": -math.inf}
+    point = BenchPoint(concurrency=4, request_rate=math.inf, completed=10, extra_json=json.dumps(extra))
+    old = db.save_bench_run(BenchRun(created_at=1.0, source="import:old.jsonl"), [point])
+    sweep = db.save_bench_run(
+        BenchRun(created_at=2.0, source="sweep", params_json=json.dumps({"warmup_s": math.inf})),
+        [BenchPoint(concurrency=8, spec_on=True, output_throughput=50.0, extra_json='{"ratio": NaN}')],
+    )
+    out = tmp_path / "runs.jsonl"
+    assert export_bench(db, [old, sweep], "jsonl", out) == 2
+    first, second = (json.loads(x, parse_constant=_refuse) for x in out.read_text().splitlines())
+    assert {k: first[k] for k in keys} == {
+        "max_concurrency": 4, "request_rate": None, "completed": 10, "mean_ttft_ms": None, "std_itl_ms": None
+    }  # fmt: skip
+    assert second["ratio"] is None and second["spectower_run"]["params"] == {"warmup_s": None}
+    assert second["output_throughput"] == 50.0
+    # samples too: a non-finite gauge is null
+    server = db.server_id("http://a")
+    w = db.writer(maintenance=None)
+    w.put(EngineSample(server_id=server, ts=100.0, gen_throughput=math.inf, num_running_reqs=2.0))
+    assert w.flush(30)
+    out = tmp_path / "engine.jsonl"
+    assert export_samples(db, "engine", "jsonl", out) == 1
+    (row,) = (json.loads(x, parse_constant=_refuse) for x in out.read_text().splitlines())
+    assert (row["gen_throughput"], row["num_running_reqs"]) == (None, 2.0)
 
 
 def test_errors_name_the_field_and_leave_no_file(db: Database, tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ from spectower.console.cli import app
 from spectower.storage import open_database, queries
 from spectower.storage.bench_serving import import_file
 from spectower.storage.export import export_bench
-from spectower.storage.gpu_csv import GpuCsvError, import_gpu_csv
+from spectower.storage.files import finite_or_null
+from spectower.storage.gpu_csv import GpuCsvError, import_gpu_csv, import_gpu_csvs, read_gpu_csv
 from spectower.storage.models import BenchPoint, BenchRun
+from sqlalchemy import text
 from typer.testing import CliRunner
 
 from tests.conftest import REAL_DATA
@@ -85,11 +87,16 @@ def test_imported_file_exports_byte_for_byte(db_url: str, tmp_path: Path) -> Non
             rid = import_file(db, f).run_id or 0
             out = tmp_path / f.name
             export_bench(db, [rid], "jsonl", out)
-            assert [json.loads(x) for x in out.read_text().splitlines()] == [
-                json.loads(x) for x in f.read_text().splitlines() if x.strip()
+            # every line as it was, but strict JSON: the client's "request_rate": Infinity comes out null
+            assert [json.loads(x, parse_constant=_refuse) for x in out.read_text().splitlines()] == [
+                finite_or_null(json.loads(x)) for x in f.read_text().splitlines() if x.strip()
             ]
     finally:
         db.close()
+
+
+def _refuse(token: str) -> None:
+    raise AssertionError(f"bare {token} in an exported line")
 
 
 def _pd_router_info() -> dict[str, object]:
@@ -214,3 +221,89 @@ def test_import_gpu_csv_command(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "4 sample(s) of 2 GPU(s) on node7" in res.output
     assert "line 5: utilization.gpu: 'lots' is not a number (left empty)" in res.output
+
+
+NO_HEADER_CSV = "2025/11/20 10:00:00.100, 0, GPU-cccc, 35 %\n"
+LATER_LINE = (
+    "2025/11/20 10:00:02.100, 0, GPU-aaaa, NVIDIA H100 80GB HBM3, 570.86, 37 %, 12 %, 81559 MiB, 1250 MiB, "
+    "252.00 W, 700.00 W, 47, 1980 MHz\n"
+)
+
+
+def _gpu_samples(db: object) -> int:
+    with db.engine.connect() as conn:  # type: ignore[attr-defined]
+        return int(conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar_one())
+
+
+def test_gpu_csv_logs_are_imported_all_or_nothing(db_url: str, tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text(NVIDIA_SMI_CSV)
+    bad.write_text(NO_HEADER_CSV)
+    db = open_database(db_url)
+    try:
+        with pytest.raises(GpuCsvError) as caught:
+            import_gpu_csvs(db, [good, bad], host="node7")
+        assert str(caught.value).startswith(f"{bad}: line 1: no header with a timestamp column")
+        # the good log before it left nothing either: no GPU, no sample
+        assert queries.gpus(db) == [] and _gpu_samples(db) == 0
+    finally:
+        db.close()
+
+
+def test_gpu_csv_samples_already_stored_are_skipped(db_url: str, tmp_path: Path) -> None:
+    f, later = tmp_path / "gpu.csv", tmp_path / "later.csv"
+    f.write_text(NVIDIA_SMI_CSV)
+    later.write_text(NVIDIA_SMI_CSV + LATER_LINE)  # the first log, then one sample more
+    db = open_database(db_url)
+    try:
+        first = import_gpu_csv(db, f, host="node7")
+        assert (first.samples, first.skipped) == (4, 0)
+        again = import_gpu_csv(db, f, host="node7")
+        assert (again.samples, again.skipped, len(again.gpus)) == (0, 4, 2)
+        assert _gpu_samples(db) == 4  # not doubled
+        overlapping = import_gpu_csv(db, later, host="node7")
+        assert (overlapping.samples, overlapping.skipped) == (1, 4)
+        # the same log twice in one import is written once; another host's GPUs are other GPUs
+        a, b = import_gpu_csvs(db, [f, f], host="node8")
+        assert ((a.samples, a.skipped), (b.samples, b.skipped)) == ((4, 0), (0, 4))
+        assert _gpu_samples(db) == 9
+    finally:
+        db.close()
+
+
+def test_gpu_csv_values_no_reading_has_are_warnings(tmp_path: Path) -> None:
+    f = tmp_path / "odd.csv"
+    f.write_text(
+        "timestamp, index, utilization.gpu [%], power.draw [W]\n"
+        "0001/01/01 00:00:00.000, 0, 5 %, 100 W\n"  # UTC+5: before year 1 (an OverflowError traceback)
+        "2025/11/20 10:00:00.100, 0, nan, 1e400 W\n"  # not finite: was stored empty without a word
+    )
+    log = read_gpu_csv(f, utc_offset_h=5.0)
+    assert log.warnings == [
+        (2, "timestamp '0001/01/01 00:00:00.000' with the UTC offset is outside the calendar (skipped)"),
+        (3, "utilization.gpu: 'nan' is not a number (left empty)"),
+        (3, "power.draw: '1e400 W' is not a number (left empty)"),
+    ]
+    assert [values for _, _, values in log.samples] == [{"gpu_util_pct": None, "power_w": None}]
+
+
+def test_import_gpu_csv_command_is_all_or_nothing_and_skips_what_is_stored(tmp_path: Path) -> None:
+    good, bad, db = tmp_path / "good.csv", tmp_path / "bad.csv", str(tmp_path / "g.db")
+    good.write_text(NVIDIA_SMI_CSV)
+    bad.write_text(NO_HEADER_CSV)
+    res = CliRunner().invoke(app, ["import", "gpu-csv", str(good), str(bad), "--host", "node7", "--db", db])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.splitlines() == [
+        f"error: {bad}: line 1: no header with a timestamp column (log with "
+        "--query-gpu=timestamp,index,uuid,... --format=csv, not noheader); nothing imported"
+    ]
+    d = open_database(db)
+    try:
+        assert queries.gpus(d) == [] and _gpu_samples(d) == 0
+    finally:
+        d.close()
+    argv = ["import", "gpu-csv", str(good), "--host", "node7", "--db", db]
+    assert "4 sample(s) of 2 GPU(s) on node7\n" in CliRunner().invoke(app, argv).output
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    assert "0 sample(s) of 2 GPU(s) on node7 (4 already stored, skipped)" in res.output

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from spectower.console.cli import app
-from spectower.storage import open_database
+from spectower.storage import open_database, queries
 from spectower.storage.models import BenchPoint, BenchRun
 from typer.testing import CliRunner
 
@@ -168,3 +168,57 @@ def test_a_utc_offset_no_clock_has_is_one_line(tmp_path: Path, offset: str) -> N
                     "--db", str(tmp_path / "g.db"))  # fmt: skip
     _one_line_error(code, out, "--utc-offset: hours between -14 and 14")
     assert not (tmp_path / "g.db").exists()  # refused before the database is opened
+
+
+GOOD_BENCH_LINE = '{"backend": "sglang", "max_concurrency": 4, "completed": 10, "output_throughput": 100.5}\n'
+
+
+def _bench_runs(db: str) -> int:
+    d = open_database(db)
+    try:
+        return len(queries.bench_runs(d))
+    finally:
+        d.close()
+
+
+def test_a_nan_figure_is_one_line_and_imports_no_file(tmp_path: Path) -> None:
+    good, bad, db = tmp_path / "good.jsonl", tmp_path / "bad.jsonl", str(tmp_path / "b.db")
+    good.write_text(GOOD_BENCH_LINE)
+    bad.write_text(GOOD_BENCH_LINE + GOOD_BENCH_LINE.replace("100.5", "NaN"))
+    code, out = run("import", "bench-serving", str(good), str(bad), "--db", db)
+    _one_line_error(code, out, f"error: {bad}: line 2: output_throughput: NaN is not a finite number")
+    assert out.rstrip().endswith("; nothing imported")
+    assert _bench_runs(db) == 0  # not even the good file before it (that was imported, a run of its own)
+
+
+def test_a_file_name_that_looks_like_markup_is_shown_as_is(tmp_path: Path) -> None:
+    # "[/x]" in a path was read as a rich closing tag: a MarkupError traceback instead of the error
+    folder = tmp_path / "d["
+    folder.mkdir()
+    f = folder / "x].jsonl"
+    f.write_text("nothing\n")
+    code, out = run("import", "bench-serving", str(f), "--db", str(tmp_path / "b.db"))
+    _one_line_error(code, out, f"{f}: no bench_serving result line could be read; line 1: not JSON")
+
+
+def test_a_csv_quote_never_closed_is_one_line(tmp_path: Path) -> None:
+    # csv.Error ("field larger than field limit") came through as a traceback
+    log = tmp_path / "gpu.csv"
+    log.write_text('timestamp, index, name\n2025/11/20 10:00:00.100, 0, "' + "x" * 200_000 + "\n")
+    code, out = run("import", "gpu-csv", "--host", "h", str(log), "--db", str(tmp_path / "g.db"))
+    _one_line_error(code, out, f"{log}: line 2: not CSV (field larger than field limit", "nothing imported")
+
+
+def test_a_value_postgresql_cannot_store_is_one_line(postgres_url: str, tmp_path: Path) -> None:
+    # PostgreSQL text holds no NUL character; the DataError was a traceback after the transaction rolled back
+    bench, log = tmp_path / "nul.jsonl", tmp_path / "nul.csv"
+    bench.write_text('{"tag": "a\\u0000b", "completed": 3, "output_throughput": 1.0}\n')
+    log.write_text("timestamp, index, name\n2025/11/20 10:00:00.100, 0, a\x00b\n")
+    for args in (["bench-serving", str(bench)], ["gpu-csv", "--host", "h", str(log)]):
+        code, out = run("import", *args, "--db", postgres_url)
+        _one_line_error(code, out, "--db: PostgreSQL text fields cannot contain NUL (0x00) bytes")
+    d = open_database(postgres_url)
+    try:
+        assert queries.bench_runs(d) == [] and queries.gpus(d) == []
+    finally:
+        d.close()

@@ -18,16 +18,14 @@ DCGM_READ_S = 5.0  # one read of the exporter's page, all of it
 DCGM_MAX_BYTES = 16 * 1024 * 1024
 
 
-def _entry(facts: GpuFacts, power_usage_w: float | None = None) -> dict[str, Any]:
-    """One GPU as a run keeps it (``gpu_inventory_json``)."""
-    entry: dict[str, Any] = {
+def _entry(facts: GpuFacts) -> dict[str, Any]:
+    """One GPU as a run keeps it (``gpu_inventory_json``). Every fact is there, None (null) where the source
+    could not read it, so a stored run says "not readable" for it rather than leaving the key out."""
+    return {
         "index": facts.index, "uuid": facts.uuid, "name": facts.name,
         "memory_total_mib": facts.memory_total_mib, "power_limit_w": facts.power_limit_w,
         "driver_version": facts.driver_version, "cuda_version": facts.cuda_version, "source": facts.source,
     }  # fmt: skip
-    if power_usage_w is not None:
-        entry["power_usage_w"] = power_usage_w
-    return {k: v for k, v in entry.items() if v is not None}
 
 
 def nvml_inventory() -> list[dict[str, Any]] | None:
@@ -61,7 +59,10 @@ def dcgm_inventory(url: str, timeout: float = DCGM_READ_S) -> list[dict[str, Any
         raise ValueError(f"--gpu-metrics {url}: not a dcgm-exporter page ({exc})") from None
     if not facts:
         raise ValueError(f"--gpu-metrics {url}: no DCGM_FI_* samples with a 'gpu' label")
+    # The exporter's page also gives the power drawn now (NVML's inventory reads no sample): null when the
+    # page has none for that GPU.
     power = {(r.host, r.index): r.power_w for r in readings}
-    return [_entry(f, power.get((f.host, f.index))) for f in sorted(facts, key=lambda f: f.index)]
+    ordered = sorted(facts, key=lambda f: f.index)
+    return [{**_entry(f), "power_usage_w": power.get((f.host, f.index))} for f in ordered]
 
 

@@ -298,6 +298,8 @@ def sweep(
     duration_per_level: float | None = duration_option(
         None,
         "--duration-per-level",
+        minimum_s=1.0,
+        maximum_s=3600.0,  # per point: a sweep has levels x modes x rounds of them
         help="Seconds per point (20, 20s, 1m; default 20 unless --requests-per-level).",
     ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),

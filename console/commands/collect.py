@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import DB_HELP, duration_option
+from spectower.console.commands.options import DB_HELP, LONGEST_RUN_S, duration_option
 from spectower.console.errors import fail
 
 
@@ -17,13 +17,28 @@ def collect(
     prometheus: str | None = typer.Option(
         None, "--prometheus", help="Prometheus base URL: read SGLang and DCGM series of every instance"
     ),
-    interval: float = duration_option("1s", "--interval", help="Collection interval (1s, 500ms, 2m)"),
+    # At least 100 ms: every interval reads /metrics, /server_info and /v1/loads of each server, and NVML
+    # and SGLang refresh what they report only about once a second (daemon.interval_warnings), so faster
+    # only loads the server. At most an hour: the coarsest rollup (1 h) still gets a sample each.
+    interval: float = duration_option(
+        "1s", "--interval", minimum_s=0.1, maximum_s=3600.0, help="Collection interval (1s, 500ms, 2m)"
+    ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     duration: float | None = duration_option(
-        None, "--duration", help="Stop after this long (default: until SIGTERM/SIGINT)"
+        None,
+        "--duration",
+        minimum_s=1.0,
+        maximum_s=LONGEST_RUN_S,
+        help="Stop after this long (default: until SIGTERM/SIGINT)",
     ),
+    # At most a minute: a source that has not answered in a minute is down, and the collector should
+    # record the gap rather than wait on it.
     timeout: float | None = duration_option(
-        None, "--timeout", help="Per-request timeout (default: 2 intervals, 0.5-5 s)"
+        None,
+        "--timeout",
+        minimum_s=0.1,
+        maximum_s=60.0,
+        help="Per-request timeout (default: 2 intervals, 0.5-5 s)",
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
     raw_days: float = typer.Option(14.0, "--raw-days", help="Keep raw (1 Hz) samples this many days"),

@@ -27,6 +27,8 @@ from spectower.console.commands.options import (
     int_option,
 )
 from spectower.console.errors import fail, is_user_error, strict_json
+from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
@@ -138,7 +140,10 @@ def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
             state = "on" if mirror.get("enabled") else "OFF"
             hits, syncs = mirror.get("resolved_from_mirror", "?"), mirror.get("resolved_by_sglang", "?")
             checked, differed = mirror.get("verified", "?"), mirror.get("mismatches", "?")
-            parts.append(f"seq-lens mirror {state}: {hits} resolves from it, {syncs} by SGLang, "
+            # of SGLang's, those whose batch then ran gated (a plugin before 0.3.2 does not count them)
+            gated = mirror.get("gated_by_sglang")
+            of_them = "" if gated is None else f" ({gated} of them gated)"
+            parts.append(f"seq-lens mirror {state}: {hits} resolves from it, {syncs} by SGLang{of_them}, "
                          f"{checked} checked, {differed} differed")  # fmt: skip
             if not mirror.get("enabled"):
                 why = mirror.get("off_reason") or "no reason given"
@@ -191,6 +196,10 @@ def get(
     window_s: float = duration_option(
         "1h",
         "--window",
+        # At least a minute: the collector reads the counters with /server_info every 5 s, and a shorter
+        # window holds too few intervals for an estimate (control.speedup wants 3 per bin and mode).
+        minimum_s=60.0,
+        maximum_s=30 * 86400.0,
         help="the speedup over this much of the stored counters (15m, 1h, 6h; the console's "
         "default range is 1h)",
     ),
@@ -288,8 +297,13 @@ def set_knob(
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
+    # The knob contract's range for an operator's hold, the console's Hold field's too.
     hold_s: float | None = duration_option(
-        None, "--hold", help="the manual lock expires after this long (30m, 2h); default: until released"
+        None,
+        "--hold",
+        minimum_s=MIN_OPERATOR_HOLD_S,
+        maximum_s=MAX_HOLD_S,
+        help="the manual lock expires after this long (30m, 2h); default: until released",
     ),
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
@@ -299,7 +313,6 @@ def set_knob(
     `control release` (or --hold expires)."""
     from spectower.control import audit
     from spectower.control.knob import Target
-    from spectower.control.knob_contract import MAX_HOLD_S
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
@@ -307,8 +320,6 @@ def set_knob(
         got = f" (got {', '.join(chosen)})" if chosen else ""
         fail(f"give exactly one of --off, --on, --max-bs N{got}")
     target: Target = "off" if off else "on" if on else int(max_bs)  # type: ignore[arg-type]
-    if hold_s is not None and hold_s > MAX_HOLD_S:
-        fail(f"--hold must be at most {MAX_HOLD_S / 86400:g} days, got {hold_s / 86400:g} days")
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
@@ -415,14 +426,26 @@ def auto(
     policy_spec: str = typer.Option("learn", "--policy", help=POLICY_HELP),
     mode: str | None = typer.Option(None, "--mode", hidden=True, help="old name of --policy"),
     max_bs: int | None = typer.Option(None, "--max-bs", hidden=True, help="old: --mode threshold --max-bs N"),
-    interval_s: float = duration_option("5s", "--interval", help="decision interval (5s, 500ms, 1m)"),
+    # At least 1 s: each decision reads the server's /server_info and the samples the collector stores
+    # (every 1 s by default), so a faster one reads the same sample again and only loads the server; the
+    # policies move far more slowly anyway (learn: a snapshot per 15 s, a change per 300 s at most). At most
+    # 10 min: learn's 30-minute window still gets the few snapshots an estimate needs.
+    interval_s: float = duration_option(
+        "5s", "--interval", minimum_s=1.0, maximum_s=600.0, help="decision interval (5s, 30s, 1m)"
+    ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     max_flips_per_hour: int | None = typer.Option(None, "--max-flips-per-hour", help="most sets per hour"),
+    # From the collector's default interval (1 s) to an hour: older samples are no basis for a decision.
     stale_after_s: float = duration_option(
-        "30s", "--stale-after", help="hold when the newest sample is older"
+        "30s", "--stale-after", minimum_s=1.0, maximum_s=3600.0, help="hold when the newest sample is older"
     ),
+    # learn refuses a sample_s over half its window (control/policy/learn.py).
     sample_s: float | None = duration_option(
-        None, "--sample", help="learn: keep a counters snapshot this often (default 15s)"
+        None,
+        "--sample",
+        minimum_s=1.0,
+        maximum_s=LEARN_WINDOW_S / 2,
+        help="learn: keep a counters snapshot this often (default 15s)",
     ),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).

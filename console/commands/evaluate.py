@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from spectower.console.commands.options import POLICY_HELP, TRACE_HELP
+from spectower.console.commands.options import POLICY_HELP, TRACE_HELP, duration_option
 from spectower.console.errors import fail, strict_json
 
 out = Console(highlight=False)
@@ -19,8 +19,12 @@ def evaluate(
     profile: str = typer.Option(..., "--profile", help=PROFILE_HELP),
     trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
     policy: str = typer.Option("learn", "--policy", help=POLICY_HELP),
-    duration: float | None = typer.Option(
-        None, "--duration", help="virtual seconds (default: 3600 for a built-in trace, a file's own length)"
+    duration: float | None = duration_option(
+        None,
+        "--duration",
+        minimum_s=60.0,
+        maximum_s=30 * 86400.0,
+        help="virtual time (600, 10m, 6h; default: 1h for a built-in trace, a file's own length)",
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the built-in trace and of the measurement noise"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
@@ -30,8 +34,6 @@ def evaluate(
     from spectower.simulator.profile import load_profile
     from spectower.simulator.traces import load_trace
 
-    if duration is not None and not (duration >= 60 and duration <= 30 * 86400):
-        fail(f"--duration must be between 60 and 2592000 seconds, got {duration:g}")
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
     prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import API_DEFAULT, API_HELP, SERVER_HELP, duration_option
+from spectower.console.commands.options import (
+    API_DEFAULT,
+    API_HELP,
+    LONGEST_RUN_S,
+    SERVER_HELP,
+    duration_option,
+)
 from spectower.console.errors import fail
 
 # glibc raises its mmap threshold after the first large free, so asyncio's 256 KiB receive buffers then come
@@ -32,10 +38,19 @@ def load(
         help="day, bursty, ramp, jump (a new level each second), hover:N (N-2..N+2) or steps:1,8,32.",
     ),
     period: float = duration_option(
-        "300s", "--period", help="Length of one day / ramp / steps cycle (300s, 5m)."
+        "300s",
+        "--period",
+        minimum_s=1.0,
+        # as long as a run may be: a period past the run's end holds a steps pattern at its first levels
+        maximum_s=LONGEST_RUN_S,
+        help="Length of one day / ramp / steps cycle (300s, 5m).",
     ),
     duration: float | None = duration_option(
-        None, "--duration", help="Stop after this long (default: Ctrl-C)."
+        None,
+        "--duration",
+        minimum_s=1.0,
+        maximum_s=LONGEST_RUN_S,
+        help="Stop after this long (default: Ctrl-C).",
     ),
     max_concurrency: int = typer.Option(
         48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
@@ -44,7 +59,9 @@ def load(
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
-    status_every: float = duration_option("5s", "--status-every", help="Print a status line this often."),
+    status_every: float = duration_option(
+        "5s", "--status-every", minimum_s=1.0, maximum_s=86400.0, help="Print a status line this often."
+    ),
 ) -> None:
     """Closed-loop streaming clients whose number follows a pattern over time (Ctrl-C stops).
 

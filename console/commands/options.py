@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from spectower.control.durations import DurationError, allowed_range, parse_duration_within
 
 SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
 DB_HELP = "database URL or SQLite path (default: $SPECTOWER_DB, else ./spectower.db)"
@@ -71,19 +72,29 @@ def int_option(default: int, flag: str, *, lo: int, hi: int, help: str) -> Any:
                         help=help)  # fmt: skip
 
 
-def duration_option(default: str | None, flag: str, *, help: str, **kwargs: Any) -> Any:
+# Longest a run flag (`collect --duration`, `bench load --duration`, `demo --duration`) may ask for: past
+# a month, leave the flag out and stop the run with a signal.
+LONGEST_RUN_S = 30 * 86400.0
+
+
+def duration_option(
+    default: str | None, flag: str, *, minimum_s: float, maximum_s: float, help: str, **kwargs: Any
+) -> Any:
     """A duration flag (``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds ``2.5``) that reaches the command
     as seconds (a float, or None for a None default). Every duration flag of the CLI is one of these, so
-    they all accept the same values through the one parser (control.runner's ``parse_duration``); a bad
-    value is the usual one ``error: ...`` line naming the flag, exit 2."""
+    they all accept the same values through the one parser (control.durations' ``parse_duration``, which
+    refuses what is no duration: 0, negative, inf, nan), and each says the range it takes,
+    ``minimum_s`` to ``maximum_s``: what is a duration but no sane value for that flag (a 1 ms collection
+    interval, a 1e30 s hold) is refused too. The help ends with the range; a bad value is the usual one
+    ``error: ...`` line naming the flag, exit 2."""
 
     def parse(text: str) -> float:
         from spectower.console.errors import fail
-        from spectower.control.runner import RunnerConfigError, parse_duration
 
         try:
-            return parse_duration(str(text), flag)
-        except RunnerConfigError as exc:
+            return parse_duration_within(str(text), flag, minimum_s, maximum_s)
+        except DurationError as exc:
             fail(str(exc))
 
-    return typer.Option(default, flag, parser=parse, metavar="DURATION", help=help, **kwargs)
+    help_with_range = f"{help.rstrip('.')}; {allowed_range(minimum_s, maximum_s)}"
+    return typer.Option(default, flag, parser=parse, metavar="DURATION", help=help_with_range, **kwargs)

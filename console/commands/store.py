@@ -47,6 +47,8 @@ def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
         yield db
     except (ValueError, LookupError) as exc:
         fail(str(exc))
+    except SQLAlchemyError as exc:  # a write the database refused (disk full, lock held): rolled back
+        fail(f"--db: {error_line(exc)}")
     finally:
         db.close()
 
@@ -129,33 +131,29 @@ def import_bench_serving(
         False, "--allow-duplicate", help="Import a file again even if the same bytes were imported before."
     ),
 ) -> None:
-    """Import SGLang bench_serving result files (every key-set version); one run per file."""
-    from spectower.storage.bench_serving import BenchImportError, import_file
+    """Import SGLang bench_serving result files (every key-set version); one run per file. All files
+    or none: one that cannot be imported (unreadable, a NaN or infinite figure) leaves nothing written."""
+    from spectower.storage.bench_serving import BenchImportError, import_files
 
-    failed = 0
     with _database(db) as database:
-        for path in files:
-            try:
-                result = import_file(database, path, allow_duplicate=allow_duplicate)
-            except BenchImportError as exc:
-                failed += 1
-                stderr.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
-                continue
-            _warn_lines(path, result.line_errors, " (skipped)")
-            _warn_lines(path, result.warnings)
-            if result.duplicate_of is not None:
-                stderr.print(
-                    f"{escape(str(path))}: already imported as run {result.duplicate_of} "
-                    "(skipped; --allow-duplicate imports it again)",
-                    soft_wrap=True,
-                )
-            elif len(result.run_ids) > 1:
-                ids = ", ".join(map(str, result.run_ids))
-                typer.echo(f"{path}: runs {ids}, {result.points} point(s)")
-            else:
-                typer.echo(f"{path}: run {result.run_id}, {result.points} point(s)")
-    if failed:
-        fail(f"{failed} of {len(files)} file(s) could not be imported")
+        try:
+            results = import_files(database, files, allow_duplicate=allow_duplicate)
+        except BenchImportError as exc:
+            fail(f"{exc}; nothing imported")
+    for path, result in zip(files, results, strict=True):
+        _warn_lines(path, result.line_errors, " (skipped)")
+        _warn_lines(path, result.warnings)
+        if result.duplicate_of is not None:
+            stderr.print(
+                f"{escape(str(path))}: already imported as run {result.duplicate_of} "
+                "(skipped; --allow-duplicate imports it again)",
+                soft_wrap=True,
+            )
+        elif len(result.run_ids) > 1:
+            ids = ", ".join(map(str, result.run_ids))
+            typer.echo(f"{path}: runs {ids}, {result.points} point(s)")
+        else:
+            typer.echo(f"{path}: run {result.run_id}, {result.points} point(s)")
 
 
 @import_app.command("gpu-csv")
@@ -171,23 +169,19 @@ def import_gpu_csv(
     ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty)."""
-    from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError
-    from spectower.storage.gpu_csv import import_gpu_csv as do_import
+    """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty). All files or none; samples
+    already stored (same host, GPU and time) are skipped."""
+    from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError, import_gpu_csvs
 
     if not (math.isfinite(utc_offset) and abs(utc_offset) <= MAX_UTC_OFFSET_H):
         bound = f"{MAX_UTC_OFFSET_H:g}"
         fail(f"--utc-offset: hours between -{bound} and {bound}, got {utc_offset:g}")
-    failed = 0
     with _database(db) as database:
-        for path in files:
-            try:
-                result = do_import(database, path, host=host, utc_offset_h=utc_offset)
-            except GpuCsvError as exc:
-                failed += 1
-                stderr.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-                continue
-            _warn_lines(path, result.warnings)
-            typer.echo(f"{path}: {result.samples} sample(s) of {len(result.gpus)} GPU(s) on {host}")
-    if failed:
-        fail(f"{failed} of {len(files)} file(s) could not be imported")
+        try:
+            results = import_gpu_csvs(database, files, host=host, utc_offset_h=utc_offset)
+        except GpuCsvError as exc:
+            fail(f"{exc}; nothing imported")
+    for path, result in zip(files, results, strict=True):
+        _warn_lines(path, result.warnings)
+        skipped = f" ({result.skipped} already stored, skipped)" if result.skipped else ""
+        typer.echo(f"{path}: {result.samples} sample(s) of {len(result.gpus)} GPU(s) on {host}{skipped}")

@@ -279,16 +279,13 @@ def _change_form(
 def _hold(text: str) -> tuple[float | None, str | None]:
     if not text.strip():
         return None, None
-    from spectower.control.knob_contract import MAX_HOLD_S
-    from spectower.control.runner import RunnerConfigError, parse_duration
+    from spectower.control.durations import DurationError, parse_duration_within
+    from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
-    try:
-        seconds = parse_duration(text, "Hold")
-    except RunnerConfigError as exc:
+    try:  # the range `control set --hold` takes
+        return parse_duration_within(text, "Hold", MIN_OPERATOR_HOLD_S, MAX_HOLD_S), None
+    except DurationError as exc:
         return None, str(exc)
-    if seconds > MAX_HOLD_S:
-        return None, f"Hold must be at most {MAX_HOLD_S / 86400:g} days, got {text.strip()}"
-    return seconds, None
 
 
 def _done(result: actions.ActionResult) -> None:

@@ -1,0 +1,61 @@
+"""console/cli.py: the ``spectower`` console script. A parse error of typer's own (an unknown option, a
+missing argument, a value its type refuses) is the one ``error: ...`` line every other mistake is, naming
+the command and the option, exit 2: no usage box, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from spectower.console.cli import main
+
+from spectower import __version__
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``spectower ARGV`` in this process, as the console script runs it: exit code, stdout, stderr."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["control", "set", "--max-bs", "abc"],
+         "error: spectower control set: Invalid value for '--max-bs': Input should be a valid integer, "
+         "unable to parse string as an integer"),
+        (["collect", "--bogus"],
+         "error: spectower collect: No such option: --bogus (Possible options: --gpu)"),
+        (["bench", "compare"], "error: spectower bench compare: Missing argument 'RUN_ID'."),
+        (["nosuch"], "error: spectower: No such command 'nosuch'."),
+        # typer's parser raises this one without the command it was parsing: the line leaves it out
+        (["control", "set", "--max-bs"], "error: Option '--max-bs' requires an argument."),
+        (["export", "samples", "--kind", "engine"],
+         "error: spectower export samples: Missing option '--out' / '-o'."),
+    ],
+)  # fmt: skip
+def test_a_parse_error_is_one_line_naming_the_option(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [line]  # no "Usage: ...", no "Try '... --help'", no box
+
+
+def test_a_commands_own_refusal_keeps_its_line_and_code(capsys: pytest.CaptureFixture[str]) -> None:
+    # run ids go through options.whole_number, which leaves through typer.Exit(2): the code comes back
+    code, out, err = _run(["bench", "compare", "1", "x"], capsys)
+    assert (code, out, err.splitlines()) == (2, "", ["error: run id: 'x' is not a whole number"])
+
+
+def test_help_and_version_still_work(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["--version"], capsys)
+    assert (code, out.strip(), err) == (0, f"spectower {__version__}", "")
+    code, out, err = _run(["control", "--help"], capsys)
+    assert code == 0 and "Usage: spectower control" in out and "error:" not in out + err
+    # a group alone prints its help (no_args_is_help) and nothing else, exit 2 as before
+    code, out, err = _run(["control"], capsys)
+    assert code == 2 and "Usage: spectower control" in out + err and "error:" not in out + err
