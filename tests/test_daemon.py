@@ -281,7 +281,10 @@ def test_broken_metrics_bodies_store_nothing(
         await wait_cycles(c, "sglang", 3)
 
     try:
-        run_collector(DaemonConfig(servers=[proxy.url], interval_s=0.5), db_path, chaos)
+        # A 5 s timeout (the default's top), not the default 1 s of a 0.5 s interval: on a loaded runner a
+        # scrape through the proxy took over 1 s (2026-12-02), and the broken body's first gap then read
+        # "timed out" instead of saying what was wrong with the body.
+        run_collector(DaemonConfig(servers=[proxy.url], interval_s=0.5, timeout_s=5.0), db_path, chaos)
     finally:
         proxy.close()
     gaps = rows(db_path, "select start_ts, end_ts, reason from collection_gap order by start_ts")
