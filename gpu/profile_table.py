@@ -60,18 +60,43 @@ def _short(name: str) -> str:
     return f"{path.split('(')[0]}: {func}" if func else path[:100]
 
 
+def _busy_intervals(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """When the GPU was busy: its events' intervals, merged."""
+    return _union(
+        [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if e.get("cat") in GPU_CATEGORIES]
+    )
+
+
+def _gaps(busy: list[tuple[float, float]], min_gap_us: float) -> list[tuple[float, float]]:
+    return [(a[1], b[0]) for a, b in itertools.pairwise(busy) if b[0] - a[1] >= min_gap_us]
+
+
+def gpu_idle(events: list[dict[str, Any]], steps: int, min_gap_us: float = 20.0) -> dict[str, float]:
+    """Wall time between the first and the last GPU event, per step, and the share of it the GPU sat idle.
+
+    GPU events alone say this: a trace taken with ``"activities": ["GPU"]`` has no Python tracer slowing the
+    scheduler down (a CPU trace makes every Python call dearer, so its idle share overstates a host-bound
+    step), so it is the figure that says whether a step kept the GPU fed at the server's own speed."""
+    busy = _busy_intervals(events)
+    if not busy:
+        return {}
+    wall_us = busy[-1][1] - busy[0][0]
+    idle_us = sum(b - a for a, b in _gaps(busy, min_gap_us))
+    return {
+        "wall_ms_per_step": wall_us / 1000 / steps,
+        "idle_ms_per_step": idle_us / 1000 / steps,
+        "idle_share": idle_us / wall_us if wall_us else 0.0,
+    }
+
+
 def timeline(
     events: list[dict[str, Any]], steps: int, top: int = 25, min_gap_us: float = 20.0
 ) -> dict[str, Any]:
     """GPU idle time between kernels, and the CPU-side Python functions running during those gaps."""
-    gpu = [
-        (float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events if e.get("cat") in GPU_CATEGORIES
-    ]
-    if not gpu:
+    busy = _busy_intervals(events)
+    if not busy:
         return {"error": "no GPU events"}
-    busy = _union(gpu)
-    start, end = busy[0][0], busy[-1][1]
-    gaps = [(a[1], b[0]) for a, b in itertools.pairwise(busy) if b[0] - a[1] >= min_gap_us]
+    gaps = _gaps(busy, min_gap_us)
     in_gaps: collections.defaultdict[str, float] = collections.defaultdict(float)
     runtime_in_gaps: collections.defaultdict[str, float] = collections.defaultdict(float)
     gap_index = 0
@@ -88,14 +113,10 @@ def timeline(
         if overlap > 0:
             target = in_gaps if event.get("cat") == "python_function" else runtime_in_gaps
             target[_short(str(event["name"]))] += overlap
-    wall_us = end - start
     busy_us = sum(b - a for a, b in busy)
-    idle_us = sum(b - a for a, b in gaps)
     return {
-        "wall_ms_per_step": wall_us / 1000 / steps,
+        **gpu_idle(events, steps, min_gap_us),
         "gpu_busy_ms_per_step": busy_us / 1000 / steps,
-        "idle_ms_per_step": idle_us / 1000 / steps,
-        "idle_share": idle_us / wall_us if wall_us else 0.0,
         "gaps_per_step": len(gaps) / steps,
         "python_in_gaps": [{"name": n, "ms_per_step": t / 1000 / steps} for n, t in _largest(in_gaps, top)],
         "runtime_in_gaps": [
@@ -122,6 +143,7 @@ def summarise(events: list[dict[str, Any]], steps: int, top: int = 6) -> dict[st
         "kernels": len(events),
         "gpu_ms_per_step": busy_us / 1000 / steps,
         "attention_share": attention_us / busy_us if busy_us else 0.0,
+        **gpu_idle(events, steps),
         "top": [
             {"name": n, "share": t / busy_us, "ms_per_step": t / 1000 / steps, "calls": counts[n]}
             for n, t in totals.most_common(top)
@@ -148,10 +170,12 @@ def main(argv: list[str] | None = None) -> None:
                 rows[label]["timeline"] = timeline(events, args.steps)
         except SystemExit as exc:
             print(exc, file=sys.stderr)
-    print(f"{'state':<22} {'GPU ms/step':>12} {'attention':>10}  top kernel")
+    header = f"{'state':<22} {'GPU ms/step':>12} {'wall ms/step':>13} {'GPU idle':>9} {'attention':>10}"
+    print(f"{header}  top kernel")
     for label, row in rows.items():
         first: dict[str, Any] = row["top"][0] if row["top"] else {"name": "-", "share": 0}
-        print(f"{label:<22} {row['gpu_ms_per_step']:>12.2f} {row['attention_share']:>9.0%}  "
+        print(f"{label:<22} {row['gpu_ms_per_step']:>12.2f} {row.get('wall_ms_per_step', 0.0):>13.2f} "
+              f"{row.get('idle_share', 0.0):>9.0%} {row['attention_share']:>10.0%}  "
               f"{first['share']:.0%} {first['name'][:60]}")  # fmt: skip
     for label, row in rows.items():
         line = row.get("timeline")
