@@ -40,6 +40,9 @@ find "$site" -path '*xgrammar*' -name '*.a' -delete
 rm -rf "$site/sgl_kernel/sm100" "$site"/sgl_kernel/infllm_ops*.so "$site"/zstandard/_cffi*.so
 find "$site" -name '__pycache__' -prune -exec rm -rf {} +
 rm -rf "$site"/bin
+# SGLang's diffusion serving (12 MB): a language model's launch_server never imports it, and the device call's
+# working tree plus this bundle must stay under 64 MiB
+rm -rf "$site/sglang/multimodal_gen"
 
 # transformers 5.17 (the GPU image's) already defines configs that sglang 0.5.17 registers again
 # ("'qwen3_asr' is already used"): register those with exist_ok=True.
