@@ -365,7 +365,7 @@ mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
 for m in mirrors:
     hits, syncs, checked, differed = (m[k] for k in ("resolved_from_mirror", "resolved_by_sglang", "verified",
                                                      "mismatches"))
-    gated = m.get("gated_by_sglang", "?")  # SGLang's resolves whose batch then ran gated (plugin 0.3.2)
+    gated = m.get("gated_by_sglang", "?")  # resolves by SGLang whose batch then ran gated (plugin 0.3.2)
     enabled, why = m.get("enabled"), m.get("off_reason") or ""
     each = m.get("seconds", 0.0) / max(1, hits + syncs) * 1e6
     print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy ({gated} of them "
