@@ -191,6 +191,8 @@ for c in $PROF_LEVELS; do
 done
 st control release --server "$SPEC_URL" --reason "off-means-off profile done" --as gpu-check >/dev/null
 python3 gpu/profile_table.py --steps $PROF_STEPS --json "$OUT/kernels.json" "${traces[@]}"
+# the GPU-only traces too (a few MB): their kernels' timestamps hold the wall time and idle share per step
+mkdir -p "$OUT/traces" && cp "$WORK"/prof/{off,on,plain}-c*/*.json.gz "$OUT/traces/" 2>/dev/null
 }
 
 do_timeline() {  # CPU + GPU traces: where the GPU idles in a gated step against a plain decode step
