@@ -35,6 +35,8 @@ def read_trace(folder: Path, categories: tuple[str, ...] | None = GPU_CATEGORIES
     files = sorted(folder.glob("**/*.json.gz")) + sorted(folder.glob("**/*.json"))
     if not files:
         raise SystemExit(f"{folder}: no trace file")
+    if len(files) > 1:  # a second profile into the same folder: which one is meant is anyone's guess
+        raise SystemExit(f"{folder}: {len(files)} trace files, one expected (one folder per profile)")
     path = files[0]
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:

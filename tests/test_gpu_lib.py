@@ -64,3 +64,26 @@ def test_every_shell_script_parses(script: Path) -> None:
     carried an apostrophe inside measure_off.sh's single-quoted ``python3 -c``)."""
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+def _measure_off(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    work = tmp_path / "work"
+    environ = {**os.environ, "WORK": str(work), "OUT": str(tmp_path / "out"), "PHASES": "sweep", **env}
+    return subprocess.run(["bash", "gpu/measure_off.sh"], cwd=REPO_ROOT, env=environ, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_a_throughput_phase_refuses_servers_profiled_since_their_launch(tmp_path: Path) -> None:
+    """A profile leaves CUPTI on in the profiled server (pytorch/pytorch#144455): on the H200 the knob at 0
+    then served 0.82 of plain at 64 requests where the same launch served 0.92 before. A sweep after a profile
+    stops before it measures (no server runs here: the refusal comes first)."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "profiled").touch()
+    refused = _measure_off(tmp_path)
+    assert refused.returncode == 1
+    assert "sweep: the servers were profiled since their launch" in refused.stdout
+    assert "three curves, one client" not in refused.stdout  # the sweep never started
+    anyway = _measure_off(tmp_path, AFTER_PROFILE="1", SPEC_PORT="9", PLAIN_PORT="9", CURL_MAX_S="2")
+    assert "measured anyway (AFTER_PROFILE=1), not comparable" in anyway.stdout
+    assert "three curves, one client" in anyway.stdout
+

@@ -74,3 +74,16 @@ def test_the_timeline_names_what_the_host_ran_while_the_gpu_waited(tmp_path: Pat
     assert line["gaps_per_step"] == 0.5
     names = {item["name"]: item["ms_per_step"] for item in line["python_in_gaps"]}
     assert names == {"managers/scheduler.py: process_batch_result": pytest.approx(0.5)}
+
+
+def test_a_folder_with_two_traces_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second profile into the same folder must not be read as the first (2026-12-02 on the H200)."""
+    folder = write_trace(tmp_path / "off-c64", FED)
+    with gzip.open(folder / "later.trace.json.gz", "wt") as handle:
+        json.dump({"traceEvents": HOST_BOUND}, handle)
+    out = tmp_path / "kernels.json"
+    profile_table.main(["--steps", "2", "--json", str(out), f"knob-off@C64={folder}"])
+    assert json.loads(out.read_text()) == {}
+    assert f"{folder}: 2 trace files, one expected" in capsys.readouterr().err

@@ -103,3 +103,25 @@ def test_the_mirror_shows_in_a_compare_of_the_two_flashinfer_runs(tmp_path: Path
         assert row["b"]["off_plain"] == pytest.approx(
             profile["output_tok_s"]["spec_off"][i] / profile["output_tok_s"]["plain"][i], rel=1e-3
         )
+
+
+def test_a_profile_shows_in_a_compare_of_one_launch_before_and_after_it(tmp_path: Path) -> None:
+    """`bench compare` over the two C=64 sweeps of one flashinfer launch (2026-12-02, later), the first
+    before two profiles of the same servers and the second after them, each read back from the database its
+    sweep saved: only the knob at 0 lost (CUPTI left on by the profiler costs a host-paced gated step most;
+    gpu/README.md, "A profile leaves its mark"), the plain server and the knob on held."""
+    launch = RESULTS / "h200-8b-pair-flashinfer-2026-12-02b"
+    runs = []
+    for folder in ("2-launch-sweep-48-64-profile-64", "3-profile-64-sweep-64"):
+        copy = tmp_path / f"{len(runs)}.db"
+        shutil.copy(launch / folder / "bench.db", copy)
+        with open_database(copy) as db:
+            (run,) = queries.bench_runs(db)
+            runs.append(load_run(db, run.id))
+    comp = compare_runs(*runs)
+    (row,) = [row for row in comp.rows if row["concurrency"] == 64]
+    before, after = row["a"], row["b"]
+    assert before["off_plain"] == pytest.approx(0.924, abs=0.002)
+    assert after["off_plain"] == pytest.approx(0.823, abs=0.002)
+    assert after["on_plain"] == pytest.approx(before["on_plain"], abs=0.02)  # 1.249 and 1.260
+    assert comp.stack == []  # the same servers: nothing but the profile between the two
