@@ -69,9 +69,28 @@ and ``error_line``, a database error as one line).
 Every timestamp is Unix seconds (float, UTC).
 """
 
-from spectower.storage.database import Database, DatabaseURLError, default_db_url, open_database
-from spectower.storage.schema import SCHEMA_VERSION, SchemaError
-from spectower.storage.writer import BatchWriter, WriterStats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spectower.storage.database import Database, DatabaseURLError, default_db_url, open_database
+    from spectower.storage.schema import SCHEMA_VERSION, SchemaError
+    from spectower.storage.writer import BatchWriter, WriterStats
+
+# Loaded on first use (PEP 562): ``spectower.storage.files`` and ``timeparse`` serve the CLI's every command,
+# and importing the package must not load SQLAlchemy and sqlmodel for them (0.4 s of each command's start).
+_EXPORTS = {
+    "Database": "database",
+    "DatabaseURLError": "database",
+    "default_db_url": "database",
+    "open_database": "database",
+    "SCHEMA_VERSION": "schema",
+    "SchemaError": "schema",
+    "BatchWriter": "writer",
+    "WriterStats": "writer",
+}
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -83,3 +102,12 @@ __all__ = [
     "default_db_url",
     "open_database",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

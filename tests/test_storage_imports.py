@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
@@ -98,3 +100,25 @@ def test_storage_imports_nothing_of_ours_outside_what_the_architecture_allows() 
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_cli_starts_without_loading_the_database_layer() -> None:
+    """Every ``spectower`` command imports the CLI, and the simulator's commands read their key files
+    through ``storage.files``: importing the package loaded SQLAlchemy and sqlmodel for them, 0.4 s of each
+    command's start. The package's exports load on first use; reading one still works."""
+    probe = (
+        "import sys\n"
+        "import spectower.console.cli\n"
+        "assert 'sqlmodel' not in sys.modules and 'sqlalchemy' not in sys.modules, 'database layer loaded'\n"
+        "from spectower.storage import SCHEMA_VERSION, open_database\n"
+        "assert callable(open_database) and SCHEMA_VERSION >= 1 and 'sqlmodel' in sys.modules\n"
+        "import spectower.storage as storage\n"
+        "try:\n"
+        "    storage.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    assert 'no_such_name' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('an unknown name resolved')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
