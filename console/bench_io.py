@@ -53,5 +53,8 @@ def import_upload(db: Database, name: str, payload: bytes) -> Imported:
     with tempfile.TemporaryDirectory(prefix="spectower-import-") as tmp:
         path = Path(tmp) / safe
         path.write_bytes(payload)
-        result = storage_import_file(db, path)
+        try:
+            result = storage_import_file(db, path)
+        except ValueError as exc:  # its line names the file it read: the upload's name, not a temp path
+            raise ValueError(str(exc).replace(str(path), safe)) from None
     return Imported(safe, result.run_id, result.points, result.duplicate_of, list(result.line_errors))
