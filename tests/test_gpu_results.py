@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spectower.collectors.bench.compare import compare_runs, load_run
@@ -78,19 +79,24 @@ def test_the_second_one_gpu_sweep_reads_back(tmp_path: Path) -> None:
         assert sets and all(e.confirmed for e in sets)
 
 
-def test_the_mirror_shows_in_a_compare_of_the_two_flashinfer_runs(tmp_path: Path) -> None:
-    """`bench compare` over the two real flashinfer sweeps (2026-12-01, before the seq-lens mirror;
-    2026-12-02, with it), each read back from the database its sweep saved: the knob at 0 against the plain
-    server rose at every level, the stack is the same, and the stored ratios are the sweep's pooled ones."""
+def _compare_saved_sweeps(tmp_path: Path, before: str, after: str) -> Any:
+    """`bench compare` of two sweeps under gpu/results/, each read back from a copy of its saved database."""
     runs = []
-    mirror_run = "h200-8b-pair-flashinfer-mirror-2026-12-02/1-launch-sweep"
-    for folder in ("h200-8b-pair-flashinfer-2026-12-01/2-sweep", mirror_run):
-        copy = tmp_path / f"{len(runs)}.db"
+    for folder in (before, after):
+        copy = tmp_path / f"{len(runs)}.db"  # opening may migrate: the committed file stays as recorded
         shutil.copy(RESULTS / folder / "bench.db", copy)
         with open_database(copy) as db:
             (run,) = queries.bench_runs(db)
             runs.append(load_run(db, run.id))
-    comp = compare_runs(*runs)
+    return compare_runs(*runs)
+
+
+def test_the_mirror_shows_in_a_compare_of_the_two_flashinfer_runs(tmp_path: Path) -> None:
+    """`bench compare` over the two real flashinfer sweeps (2026-12-01, before the seq-lens mirror;
+    2026-12-02, with it), each read back from the database its sweep saved: the knob at 0 against the plain
+    server rose at every level, the stack is the same, and the stored ratios are the sweep's pooled ones."""
+    mirror_run = "h200-8b-pair-flashinfer-mirror-2026-12-02/1-launch-sweep"
+    comp = _compare_saved_sweeps(tmp_path, "h200-8b-pair-flashinfer-2026-12-01/2-sweep", mirror_run)
     levels = [row["concurrency"] for row in comp.rows]
     assert levels == [1, 2, 4, 8, 16, 32, 64]
     for row in comp.rows:
@@ -110,15 +116,10 @@ def test_a_profile_shows_in_a_compare_of_one_launch_before_and_after_it(tmp_path
     before two profiles of the same servers and the second after them, each read back from the database its
     sweep saved: only the knob at 0 lost (CUPTI left on by the profiler costs a host-paced gated step most;
     gpu/README.md, "A profile leaves its mark"), the plain server and the knob on held."""
-    launch = RESULTS / "h200-8b-pair-flashinfer-2026-12-02b"
-    runs = []
-    for folder in ("2-launch-sweep-48-64-profile-64", "3-profile-64-sweep-64"):
-        copy = tmp_path / f"{len(runs)}.db"
-        shutil.copy(launch / folder / "bench.db", copy)
-        with open_database(copy) as db:
-            (run,) = queries.bench_runs(db)
-            runs.append(load_run(db, run.id))
-    comp = compare_runs(*runs)
+    launch = "h200-8b-pair-flashinfer-2026-12-02b"
+    comp = _compare_saved_sweeps(
+        tmp_path, f"{launch}/2-launch-sweep-48-64-profile-64", f"{launch}/3-profile-64-sweep-64"
+    )
     (row,) = [row for row in comp.rows if row["concurrency"] == 64]
     before, after = row["a"], row["b"]
     assert before["off_plain"] == pytest.approx(0.924, abs=0.002)
