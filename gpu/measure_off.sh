@@ -213,7 +213,9 @@ done
 st control release --server "$SPEC_URL" --reason "off-means-off profile done" --as gpu-check >/dev/null
 python3 gpu/profile_table.py --steps $PROF_STEPS --json "$OUT/kernels.json" "${traces[@]}"
 # the GPU-only traces too (a few MB): their kernels' timestamps hold the wall time and idle share per step
-mkdir -p "$OUT/traces" && cp "$WORK"/prof/{off,on,plain}-c*/*.json.gz "$OUT/traces/" 2>/dev/null
+# (this call's levels only: the folders of earlier calls' profiles stay in $WORK/prof)
+mkdir -p "$OUT/traces"
+for c in $PROF_LEVELS; do cp "$WORK"/prof/{off,on,plain}-c"$c"/*.json.gz "$OUT/traces/" 2>/dev/null; done
 }
 
 do_timeline() {  # CPU + GPU traces: where the GPU idles in a gated step against a plain decode step
@@ -229,7 +231,9 @@ for c in ${TIMELINE_LEVELS:-1 64}; do
 done
 st control release --server "$SPEC_URL" --reason "off-means-off timeline done" --as gpu-check >/dev/null
 python3 gpu/profile_table.py --timeline --steps $PROF_STEPS --json "$OUT/timeline.json" "${traces[@]}"
-mkdir -p "$OUT/traces" && cp "$WORK"/prof/t-*/*.json.gz "$OUT/traces/" 2>/dev/null; ls -la "$OUT/traces" | tail -8
+mkdir -p "$OUT/traces"
+for c in ${TIMELINE_LEVELS:-1 64}; do cp "$WORK"/prof/t-{off,on,plain}-c"$c"/*.json.gz "$OUT/traces/" 2>/dev/null; done
+ls -la "$OUT/traces" | tail -8
 }
 
 do_reentry() {  # knob at 0 under load (the extend skipped), then on: the drain, then drafting at full accept

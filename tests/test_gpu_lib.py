@@ -86,4 +86,3 @@ def test_a_throughput_phase_refuses_servers_profiled_since_their_launch(tmp_path
     anyway = _measure_off(tmp_path, AFTER_PROFILE="1", SPEC_PORT="9", PLAIN_PORT="9", CURL_MAX_S="2")
     assert "measured anyway (AFTER_PROFILE=1), not comparable" in anyway.stdout
     assert "three curves, one client" in anyway.stdout
-
