@@ -43,6 +43,15 @@ rm -rf "$site"/bin
 # SGLang's diffusion serving (12 MB): a language model's launch_server never imports it, and the device call's
 # working tree plus this bundle must stay under 64 MiB
 rm -rf "$site/sglang/multimodal_gen"
+# Still over by 3 MiB once gpu/results grew (2026-12-02, stop 28): three binaries a language model's launch with
+# triton or flashinfer attention never loads: the native gRPC server (only with --grpc-port), FlashMLA (MLA
+# models only; sgl_kernel.flash_mla imports it in a try), libsndfile (imported in functions for audio models)
+rm -f "$site"/sglang/srt/grpc/_core.*.so "$site"/sgl_kernel/flashmla_ops*.so
+rm -rf "$site/_soundfile_data"
+# SQLAlchemy's Cython speed-ups (1.8 MiB compressed; it falls back to its pure-Python modules, which serve the
+# few bench rows a GPU call saves) and SGLang's test kits but the scripted runtime its scheduler may import
+find "$site/sqlalchemy" -name '*.so' -delete
+find "$site/sglang/test" -mindepth 1 -maxdepth 1 ! -name __init__.py ! -name scripted_runtime -exec rm -rf {} +
 
 # transformers 5.17 (the GPU image's) already defines configs that sglang 0.5.17 registers again
 # ("'qwen3_asr' is already used"): register those with exist_ok=True.
