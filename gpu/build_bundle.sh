@@ -43,11 +43,14 @@ rm -rf "$site"/bin
 # SGLang's diffusion serving (12 MB): a language model's launch_server never imports it, and the device call's
 # working tree plus this bundle must stay under 64 MiB
 rm -rf "$site/sglang/multimodal_gen"
-# Still over by 3 MiB once gpu/results grew (2026-12-02, stop 28): three binaries a language model's launch with
-# triton or flashinfer attention never loads: the native gRPC server (only with --grpc-port), FlashMLA (MLA
-# models only; sgl_kernel.flash_mla imports it in a try), libsndfile (imported in functions for audio models)
+# Still over by 3 MiB once gpu/results grew (2026-12-02, stop 28): binaries a language model's launch with
+# triton or flashinfer attention never calls: the native gRPC server (only with --grpc-port), FlashMLA (MLA
+# models only; sgl_kernel.flash_mla imports it in a try), libsndfile. soundfile itself becomes a stand-in
+# below: SGLang's realtime-audio module imports it at module level and transformers imports it whenever it
+# is installed, so without its library the real module fails every launch (OSError, seen on the H200); only
+# audio models call it.
 rm -f "$site"/sglang/srt/grpc/_core.*.so "$site"/sgl_kernel/flashmla_ops*.so
-rm -rf "$site/_soundfile_data"
+rm -rf "$site/_soundfile_data" "$site"/soundfile-*.dist-info
 # SQLAlchemy's Cython speed-ups (1.8 MiB compressed; it falls back to its pure-Python modules, which serve the
 # few bench rows a GPU call saves) and SGLang's test kits but the scripted runtime its scheduler may import
 find "$site/sqlalchemy" -name '*.so' -delete
@@ -71,6 +74,9 @@ def HTML(*args, **kwargs):  # noqa: N802 - the real name
 
 def display(*args, **kwargs):
     return None
+PY
+cat > "$site/soundfile.py" <<'PY'
+"""Stand-in: libsndfile is left out of the bundle; only audio models call soundfile."""
 PY
 cat > "$site/deep_gemm/__init__.py" <<'PY'
 """Stand-in: imported at module level by the draft CUDA-graph capture path, never called here."""
