@@ -6,7 +6,6 @@ functions, so ``spectower --help`` stays fast.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import typer
@@ -25,9 +24,9 @@ from spectower.console.commands import (
     ui,
 )
 from spectower.console.commands.options import EXAMPLES
-from spectower.console.errors import EXIT_USER_ERROR, is_user_error, print_error, stderr
 
 from spectower import __version__
+from spectower.cli_errors import run_cli
 
 # What usage lines and error lines call the program, however it was started (`python -m ...` too).
 PROG_NAME = "spectower"
@@ -118,38 +117,10 @@ def _attach_examples(root: typer.Typer) -> None:
 _attach_examples(app)
 
 
-def _usage_error_line(exc: typer.TyperException) -> str:
-    """A parse error of typer's (unknown option, missing argument, a value its type refuses) as the one line
-    the CLI says every mistake in: the command it reached and typer's own message, which names the option,
-    e.g. ``spectower collect: No such option: --bogus (Possible options: --gpu)``."""
-    message = " ".join(exc.format_message().split())
-    # Most carry the command they reached; an option missing its value (typer's parser) and FileError do not.
-    ctx = getattr(exc, "ctx", None)
-    return f"{ctx.command_path}: {message}" if ctx is not None else message
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    """The ``spectower`` console script (``argv``: the arguments, default ``sys.argv[1:]``)."""
-    try:
-        # standalone_mode=False hands typer's parse errors to us instead of printing its usage box, and
-        # returns the code of a typer.Exit (a command's own return value is None)
-        code = app(args=argv, prog_name=PROG_NAME, standalone_mode=False)
-    except typer.TyperException as exc:  # typer's vendored click errors (UsageError, BadParameter, ...)
-        # typer prints the help as it raises this one (for `spectower` or a group alone); nothing to add,
-        # as typer's own handler does (rich_utils.rich_format_error skips it by this name too)
-        if type(exc).__name__ != "NoArgsIsHelpError":
-            print_error(_usage_error_line(exc))
-        sys.exit(exc.exit_code)
-    except typer.Abort:  # Ctrl-D at a prompt
-        stderr.print("Aborted.", markup=False)
-        sys.exit(1)
-    except Exception as exc:  # last line of defence: a user error never shows a traceback
-        if is_user_error(exc):
-            print_error(str(exc))
-            sys.exit(EXIT_USER_ERROR)
-        raise
-    if isinstance(code, int) and code:
-        sys.exit(code)
+    """The ``spectower`` console script (``argv``: the arguments, default ``sys.argv[1:]``). Every mistake is
+    one ``error:`` line: ``spectower.cli_errors.run_cli``, shared with ``python -m spectower.simulator``."""
+    run_cli(app, argv, PROG_NAME)
 
 
 if __name__ == "__main__":

@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+# The one ``error:`` line, ``fail`` (a command's own refusal) and the exit code are shared with the
+# simulator's command line, which may not import the console; re-exported here, where commands look for them.
+from spectower.cli_errors import EXIT_USER_ERROR, fail, is_user_error, print_error, stderr
 
-stderr = Console(stderr=True, highlight=False)
-
-EXIT_USER_ERROR = 2
-
-
-def print_error(message: str) -> None:
-    """Print ``error: message`` on stderr. The message is shown as is (a ``[postgres]`` or ``[N/A]`` in it
-    is text, not rich markup) and never wrapped, so one message stays one line."""
-    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
-
-
-def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
-    """Print ``error: message`` on stderr (``print_error``) and leave with ``code``."""
-    print_error(message)
-    raise typer.Exit(code)
-
-
-def is_user_error(exc: BaseException) -> bool:
-    """Errors our packages raise on purpose for bad input or an unreachable peer."""
-    ours = type(exc).__module__.split(".")[0] == "spectower"
-    user_error_types = ValueError | ConnectionError | LookupError | PermissionError
-    return ours and isinstance(exc, user_error_types)
+__all__ = ["EXIT_USER_ERROR", "fail", "is_user_error", "print_error", "stderr", "strict_json"]
 
 
 def strict_json(obj: Any, *, indent: int | None = 2) -> str:

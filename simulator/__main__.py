@@ -7,6 +7,8 @@ import sys
 import typer
 from spectower.simulator.cli import serve
 
+from spectower.cli_errors import run_cli
+
 
 def main() -> None:
     args = sys.argv[1:]
@@ -14,7 +16,9 @@ def main() -> None:
         args = args[1:]
     command = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     command.command()(serve)
-    command(args=args, prog_name="python -m simulator", standalone_mode=True)
+    # a parse error (`--bogus`, a value its type refuses) is one `error:` line, as every spectower command's
+    # (typer's standalone mode would print its usage box)
+    run_cli(command, args, "python -m simulator")
 
 
 if __name__ == "__main__":

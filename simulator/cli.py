@@ -9,21 +9,11 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
-EXIT_USER_ERROR = 2
-_stderr = Console(stderr=True, highlight=False)
-
-
-def fail(message: str) -> NoReturn:
-    """One clear ``error:`` line on stderr, exit 2 (spectower.console.errors.fail's convention)."""
-    _stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
-    raise typer.Exit(EXIT_USER_ERROR)
+from spectower.cli_errors import fail
 
 
 def _read_key(path: Path | None, env: str, what: str) -> str | None:

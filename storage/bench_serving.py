@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from typing import Any
 
 from spectower.storage import models, queries
 from spectower.storage.database import Database
-from spectower.storage.files import FileReadError, read_text_capped
+from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 from spectower.storage.redact import redact
 from sqlmodel import col, select
 
@@ -296,15 +295,11 @@ def parse_lines(text: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)  # accepts NaN / Infinity / -Infinity (import_files says which may stay)
-        except json.JSONDecodeError as exc:
-            bad.append((n, f"not JSON ({exc.msg} at column {exc.colno})"))
-            continue
-        except RecursionError:
-            bad.append((n, "not usable JSON (nested too deeply)"))
-            continue
-        except ValueError:  # an integer of more digits than Python converts
-            bad.append((n, f"not usable JSON (an integer of over {sys.get_int_max_str_digits()} digits)"))
+            # accepts NaN / Infinity / -Infinity (import_files says which may stay); deep nesting and huge
+            # integers are one reason each, as for every file a user names
+            obj = parse_json_text(raw, jsonl_line=True)
+        except FileReadError as exc:
+            bad.append((n, str(exc)))
             continue
         if not isinstance(obj, dict):
             bad.append((n, f"a JSON {type(obj).__name__}, not an object"))

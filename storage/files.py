@@ -6,7 +6,8 @@ Writing: the content goes to a temporary file beside the target, which is then r
 failure (a full disk, Ctrl-C, an exception halfway) never leaves half a file behind, and a reader sees the
 old file or the new one, never a mix.
 
-Reading: at most a cap of bytes, UTF-8, and JSON whose every parser failure is one ``ValueError`` line.
+Reading: at most a cap of bytes, UTF-8, and JSON whose every parser failure is one ``ValueError`` line
+(a whole file's, or one line of a JSON Lines file: ``bench_serving.parse_lines``).
 ``Path.read_text`` reads a device such as ``/dev/zero`` for ever and raises ``UnicodeDecodeError`` on a
 binary file; ``json.loads`` raises ``RecursionError`` on deeply nested input and a plain ``ValueError`` on
 an integer of over 4300 digits: each of those reached the CLI as a traceback.
@@ -19,6 +20,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,16 +108,25 @@ def read_text_capped(path: str | os.PathLike[str], max_bytes: int) -> str:
         raise FileReadError(f"not UTF-8 text (byte {exc.start})") from None
 
 
-def parse_json_text(text: str) -> Any:
-    """``json.loads`` with every failure as a ``FileReadError`` naming what is wrong."""
+def parse_json_text(text: str, *, jsonl_line: bool = False) -> Any:
+    """``json.loads`` with every failure as a ``FileReadError`` whose message is the one-line reason. NaN
+    and +-Infinity are accepted (Python's json writes them; the caller decides which may stay).
+
+    ``jsonl_line``: ``text`` is one line of a JSON Lines file, whose caller names the line, so a syntax
+    error says its column (``not JSON (... at column C)``) where a whole file's says its line."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        if jsonl_line:
+            raise FileReadError(f"not JSON ({exc.msg} at column {exc.colno})") from None
         raise FileReadError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise FileReadError("not usable JSON (nested too deeply)") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise FileReadError(f"not usable JSON ({exc})") from None
+    except ValueError:
+        # json's one failure besides JSONDecodeError: int() refusing an integer of more digits than
+        # Python converts (its message would point at sys.set_int_max_str_digits, no help to a user)
+        limit = sys.get_int_max_str_digits()
+        raise FileReadError(f"not usable JSON (an integer of over {limit} digits)") from None
 
 
 def finite_or_null(obj: Any) -> Any:

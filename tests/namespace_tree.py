@@ -30,11 +30,15 @@ def link_tree(dest: Path) -> Path:
     """Write ``dest/spectower`` (idempotent) and return ``dest``, ready to go on ``sys.path``."""
     top = dest / "spectower"
     top.mkdir(parents=True, exist_ok=True)
+    links: list[tuple[Path, Path]] = []
     for name, folder in package_dirs().items():
         if name == "spectower":
-            link, target = top / "__init__.py", REPO_ROOT / folder / "__init__.py"
+            # the root's own modules (its __init__, cli_errors ...), each a link: top is a real folder that
+            # holds the other folders' links
+            links += [(top / module.name, module) for module in sorted((REPO_ROOT / folder).glob("*.py"))]
         else:
-            link, target = top / name.removeprefix("spectower."), REPO_ROOT / folder
+            links.append((top / name.removeprefix("spectower."), REPO_ROOT / folder))
+    for link, target in links:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(target)

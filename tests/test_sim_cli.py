@@ -145,3 +145,21 @@ def test_a_bad_exploration_share_is_one_clear_error_naming_its_source() -> None:
     res = subprocess.run(base, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res
     assert "SPECTOWER_EXPLORE_SHARE must be a number in 0..0.2" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--bogus"], "No such option: --bogus"),
+        (["serve", "--bogus"], "No such option: --bogus"),
+        (["--profile", "llama31-8b-1x-h100", "--port", "abc"], "Invalid value for '--port'"),
+    ],
+)
+def test_a_parse_error_is_one_line_as_every_spectower_command(args: list[str], named: str) -> None:
+    # typer's standalone mode printed its rich usage box here; `spectower ...` says one `error:` line
+    res = _run([sys.executable, "-m", "spectower.simulator", *args])
+    assert res.returncode == 2, res
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: python -m simulator: "), res.stderr
+    assert named in lines[0], res.stderr
+    assert "Traceback" not in res.stderr + res.stdout and "╭" not in res.stderr + res.stdout
