@@ -45,6 +45,12 @@ class BoundedResponse:
         return self.content.decode("utf-8", errors="replace")
 
 
+def _request_headers(headers: dict[str, str] | None) -> dict[str, str]:
+    """The headers both readers send: the caller's, over ``Accept-Encoding: identity``. Identity so that
+    the byte cap bounds what is held in memory (a compressed body could expand past it)."""
+    return {"Accept-Encoding": "identity", **(headers or {})}
+
+
 class BodyTooLarge(BoundedReadError):
     """An answer passed its byte cap."""
 
@@ -97,8 +103,7 @@ async def request_bounded(
     json: object = None,
 ) -> BoundedResponse:
     """``get_bounded`` for any method, with an optional JSON body (the GPU scripts' ``/generate``)."""
-    # identity: the cap then bounds what is held in memory (a compressed body could expand past it)
-    hdrs = {"Accept-Encoding": "identity", **(headers or {})}
+    hdrs = _request_headers(headers)
     try:
         async with asyncio.timeout(timeout_s):
             stream = client.stream(method, url, headers=hdrs, json=json, timeout=httpx.Timeout(timeout_s))
@@ -186,7 +191,7 @@ def request_bounded_sync(
     errors pass through for the caller to name (whether the request was sent at all matters to a knob
     write)."""
     deadline = time.monotonic() + timeout_s
-    hdrs = {"Accept-Encoding": "identity", **(headers or {})}
+    hdrs = _request_headers(headers)
     request = client.build_request(method, url, headers=hdrs, json=json, timeout=timeout_s)
     try:
         response = _SENDS.call(timeout_s, lambda: client.send(request, stream=True), late=lambda r: r.close())

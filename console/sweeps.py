@@ -138,15 +138,32 @@ def expected_seconds(n_levels: int, duration_s: float, rounds: int = DEFAULT_ROU
     return START_OVERHEAD_S + slices * (duration_s / rounds + SLICE_OVERHEAD_S)
 
 
-def sweep_argv(
-    server: str,
-    levels: str,
-    duration_s: int,
-    tag: str | None,
-    db_url: str,
-    operator: str | None = None,
-    force: bool = False,
-) -> list[str]:
+@dataclass(frozen=True)
+class SweepRequest:
+    """One sweep as the Benchmarks form asks for it: the server URL and the comma-separated ``levels`` as
+    typed, seconds per level and mode, the database the run is saved into, the signed-in operator. One
+    object, so the command line (``sweep_argv``) and the record (``start_sweep``) read the same fields."""
+
+    server: str
+    levels: str
+    duration_s: int
+    tag: str | None
+    db_url: str
+    operator: str | None = None
+    force: bool = False
+
+    @property
+    def server_url(self) -> str:
+        """The server as a sweep's record names it: one sweep at a time runs per this URL."""
+        return self.server.strip().rstrip("/")
+
+    @property
+    def n_levels(self) -> int:
+        """How many concurrency levels ``levels`` names (empty items, as in ``1,,4``, do not count)."""
+        return len([x for x in self.levels.split(",") if x.strip()])
+
+
+def sweep_argv(request: SweepRequest) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -154,40 +171,31 @@ def sweep_argv(
         "bench",
         "sweep",
         "--server",
-        server,
+        request.server,
         "--concurrency",
-        levels,
+        request.levels,
         "--duration-per-level",
-        str(duration_s),
+        str(request.duration_s),
         "--db",
-        db_url,
+        request.db_url,
         "--save",
     ]
-    if tag:
-        argv += ["--tag", tag]
-    if operator:
-        argv += ["--as", operator]
-    if force:
+    if request.tag:
+        argv += ["--tag", request.tag]
+    if request.operator:
+        argv += ["--as", request.operator]
+    if request.force:
         argv += ["--force"]
     return argv
 
 
-def start_sweep(
-    server: str,
-    levels: str,
-    duration_s: int,
-    tag: str | None,
-    db_url: str,
-    operator: str | None = None,
-    force: bool = False,
-) -> SweepRecord:
-    n_levels = len([x for x in levels.split(",") if x.strip()])
-    argv = sweep_argv(server, levels, duration_s, tag, db_url, operator, force)
-    actor = f"operator:{operator}" if operator else "operator:unknown"
+def start_sweep(request: SweepRequest) -> SweepRecord:
+    actor = f"operator:{request.operator}" if request.operator else "operator:unknown"
     return start_process(
-        argv, db_url, server=server.strip().rstrip("/"), levels=levels, duration_s=float(duration_s),
-        tag=tag, actor=actor, total_slices=n_levels * _MODES * DEFAULT_ROUNDS,
-        expected_s=expected_seconds(n_levels, duration_s),
+        sweep_argv(request), request.db_url, server=request.server_url, levels=request.levels,
+        duration_s=float(request.duration_s), tag=request.tag, actor=actor,
+        total_slices=request.n_levels * _MODES * DEFAULT_ROUNDS,
+        expected_s=expected_seconds(request.n_levels, request.duration_s),
     )  # fmt: skip
 
 
@@ -435,21 +443,21 @@ def render_sweep_form(default_server: str | None = None) -> None:
         "Even while the server serves traffic (--force)", key="sw_force",
         help="A sweep moves the knob for everyone on the server; without this it refuses a busy server.",
     )  # fmt: skip
-    n_levels = len([x for x in levels.split(",") if x.strip()])
+    request = SweepRequest(
+        server, levels, int(duration), tag or None, settings.db_url(), creds.operator.name, force
+    )
     st.caption(
         "Measures spec on and spec off at every level, restores the knob afterwards, and saves the run "
-        f"here (`--save`). About {duration_text(expected_seconds(n_levels, float(duration)))}. "
+        f"here (`--save`). About {duration_text(expected_seconds(request.n_levels, float(duration)))}. "
         "Tip: run it off-peak."
     )
-    busy = [r for r in list_sweeps(settings.db_url()) if r.running and r.server == server.strip().rstrip("/")]
+    busy = [r for r in list_sweeps(request.db_url) if r.running and r.server == request.server_url]
     if busy:
         st.info(
             f"A sweep is already running on {server} (started by {busy[0].actor}); one at a time per server."
         )
     if st.button("Start sweep", type="primary", key="sw_start", disabled=bool(busy)):
-        st.session_state[SWEEP_KEY] = start_sweep(
-            server, levels, int(duration), tag or None, settings.db_url(), creds.operator.name, force
-        )
+        st.session_state[SWEEP_KEY] = start_sweep(request)
         st.rerun()
 
 

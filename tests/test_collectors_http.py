@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 
@@ -16,6 +18,7 @@ from spectower.collectors.http import (
     BoundedReadError,
     ServerUnreachable,
     check_http_url,
+    request_bounded,
     request_bounded_sync,
 )
 from spectower.collectors.sglang.scraper import ScrapeError
@@ -56,6 +59,26 @@ def test_a_url_that_does_not_parse_is_a_flag_error_not_a_traceback(url: str, why
     # these raised ValueError from urllib deep inside a command (control get, bench load, collect)
     with pytest.raises(BenchError, match=rf"^--server must be an http\(s\) URL.*{why}"):
         check_http_url(url, "--server", BenchError)
+
+
+def _echo_headers(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={k: v for k, v in request.headers.items()})
+
+
+def test_both_readers_ask_for_an_uncompressed_body_and_keep_the_callers_headers() -> None:
+    """The byte cap bounds memory only for an identity body: the async and the sync reader send the same
+    headers (one ``_request_headers``), the caller's on top."""
+    asked = {"Authorization": "Bearer k"}
+    with httpx.Client(transport=httpx.MockTransport(_echo_headers)) as client:
+        sync_sent = request_bounded_sync(client, "GET", "http://h/x", timeout_s=5, headers=asked).json()
+
+    async def read_async() -> dict[str, str]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(_echo_headers)) as client:
+            resp = await request_bounded(client, "GET", "http://h/x", timeout_s=5, headers=asked)
+        return dict(json.loads(resp.text))
+
+    for sent in (sync_sent, asyncio.run(read_async())):
+        assert sent["accept-encoding"] == "identity" and sent["authorization"] == "Bearer k"
 
 
 def test_a_failed_scrape_is_a_server_that_did_not_answer() -> None:

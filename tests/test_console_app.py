@@ -131,6 +131,23 @@ def test_empty_database_says_what_to_start(
     assert _charts(at) == 0
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_a_gpu_only_database_draws_the_pages_that_need_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str
+) -> None:
+    # common.page_database: Overview, Speculation and Control need a collected server; GPUs and Benchmarks
+    # draw from the database alone (a collector run with --gpu and no --server)
+    db = tmp_path / "gpus.db"
+    now = time.time()
+    with open_database(_url(db)) as store:
+        synthetic.fill(store, t0=now - 600, t1=now, servers=0, gpus=2, step_s=5.0)
+    at = _app(db, monkeypatch, page)
+    says_no_server = "No SGLang server has been collected" in _text(at)
+    assert says_no_server == (page in ("overview", "speculation", "control")), _text(at)
+    if page == "gpus":
+        assert _charts(at) >= 1
+
+
 def test_many_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "s.db"
     _fill(db, servers=3)

@@ -122,3 +122,15 @@ def test_every_duration_flag_refuses_what_no_run_should_take(flag: str, value: s
 def test_an_interval_that_would_hammer_the_server_is_refused(argv: list[str], line: str) -> None:
     result = runner.invoke(app, argv)
     assert result.exit_code == 2 and result.output.strip().splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("flag", "stops_by"),
+    [("collect --duration", "until SIGTERM/SIGINT"), ("bench load --duration", "Ctrl-C"),
+     ("demo --duration", "Ctrl-C")],
+)  # fmt: skip
+def test_a_run_that_goes_until_stopped_takes_one_duration_flag(flag: str, stops_by: str) -> None:
+    # run_duration_option: the same range and wording on every command that runs until stopped
+    param = DURATION_FLAGS[flag]
+    assert param.default is None
+    assert param.help == f"Stop after this long (default: {stops_by}); between 1s and 720h"

@@ -284,9 +284,32 @@ def test_a_server_answering_odd_rows_does_not_stop_the_watch_reaping_the_sweep(
 
 
 def test_sweep_argv_saves_where_the_console_reads() -> None:
-    argv = sweeps.sweep_argv("http://h:1", "1,2", 5, "t", "sqlite:///a.db", "dana", force=True)
+    argv = sweeps.sweep_argv(
+        sweeps.SweepRequest("http://h:1", "1,2", 5, "t", "sqlite:///a.db", "dana", force=True)
+    )
     assert argv[argv.index("--db") + 1] == "sqlite:///a.db" and "--save" in argv
     assert argv[-3:] == ["--as", "dana", "--force"]
+
+
+def test_a_sweep_request_gives_the_command_and_the_record_the_same_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one SweepRequest: the argv gets the URL as typed, the record (one sweep per server) the trimmed URL,
+    # and the slice count and estimate the levels that are there
+    request = sweeps.SweepRequest(" http://h:1/ ", "1, 4,,16", 5, None, "sqlite:///a.db", None)
+    assert request.server_url == "http://h:1" and request.n_levels == 3
+    seen: dict[str, object] = {}
+
+    def fake_start(argv: list[str], db_url: str, **record: object) -> None:
+        seen.update(record, argv=argv, db_url=db_url)
+
+    monkeypatch.setattr(sweeps, "start_process", fake_start)
+    sweeps.start_sweep(request)
+    assert seen["argv"] == sweeps.sweep_argv(request) and seen["db_url"] == "sqlite:///a.db"
+    assert seen["server"] == "http://h:1" and seen["levels"] == "1, 4,,16"
+    assert seen["actor"] == "operator:unknown"
+    assert seen["total_slices"] == 3 * len(sweeps.MODE_CHOICES) * sweeps.DEFAULT_ROUNDS
+    assert seen["expected_s"] == sweeps.expected_seconds(3, 5) and seen["duration_s"] == 5.0
 
 
 def test_benchmarks_page_lists_a_sweep_another_session_started(

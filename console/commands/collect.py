@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import DB_HELP, LONGEST_RUN_S, duration_option
+from spectower.console.commands.options import DB_HELP, duration_option, run_duration_option
 from spectower.console.errors import fail
 
 
@@ -24,13 +24,7 @@ def collect(
         "1s", "--interval", minimum_s=0.1, maximum_s=3600.0, help="Collection interval (1s, 500ms, 2m)"
     ),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
-    duration: float | None = duration_option(
-        None,
-        "--duration",
-        minimum_s=1.0,
-        maximum_s=LONGEST_RUN_S,
-        help="Stop after this long (default: until SIGTERM/SIGINT)",
-    ),
+    duration: float | None = run_duration_option("until SIGTERM/SIGINT"),
     # At most a minute: a source that has not answered in a minute is down, and the collector should
     # record the gap rather than wait on it.
     timeout: float | None = duration_option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from spectower.console.commands.options import LONGEST_RUN_S, duration_option
+from spectower.console.commands.options import run_duration_option
 from spectower.console.errors import fail
 
 
@@ -19,13 +19,7 @@ def demo(
         "--db",
         help="SQLite file; logs, pids and the demo's admin key go in its folder. A second run reuses it.",
     ),
-    duration: float | None = duration_option(
-        None,
-        "--duration",
-        minimum_s=1.0,
-        maximum_s=LONGEST_RUN_S,
-        help="Stop after this long (default: Ctrl-C).",
-    ),
+    duration: float | None = run_duration_option("Ctrl-C"),
 ) -> None:
     """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
     from spectower.console.demo.ports import PortError

@@ -9,6 +9,7 @@ from spectower.console.commands.options import (
     LONGEST_RUN_S,
     SERVER_HELP,
     duration_option,
+    run_duration_option,
 )
 from spectower.console.errors import fail
 
@@ -45,13 +46,7 @@ def load(
         maximum_s=LONGEST_RUN_S,
         help="Length of one day / ramp / steps cycle (300s, 5m).",
     ),
-    duration: float | None = duration_option(
-        None,
-        "--duration",
-        minimum_s=1.0,
-        maximum_s=LONGEST_RUN_S,
-        help="Stop after this long (default: Ctrl-C).",
-    ),
+    duration: float | None = run_duration_option("Ctrl-C"),
     max_concurrency: int = typer.Option(
         48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
     ),

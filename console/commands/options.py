@@ -98,3 +98,15 @@ def duration_option(
 
     help_with_range = f"{help.rstrip('.')}; {allowed_range(minimum_s, maximum_s)}"
     return typer.Option(default, flag, parser=parse, metavar="DURATION", help=help_with_range, **kwargs)
+
+
+def run_duration_option(stops_by: str) -> Any:
+    """``--duration`` of a command that runs until stopped (``collect``, ``bench load``, ``demo``): how long
+    before it stops by itself, 1s up to ``LONGEST_RUN_S``; None (the default) runs until ``stops_by``."""
+    return duration_option(
+        None,
+        "--duration",
+        minimum_s=1.0,
+        maximum_s=LONGEST_RUN_S,
+        help=f"Stop after this long (default: {stops_by})",
+    )

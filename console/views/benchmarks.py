@@ -29,9 +29,8 @@ STACK_KEYS = ("sglang_version", "served_model_name", "backend", "dataset_name", 
 
 def render() -> None:
     st.title("Benchmarks")
-    db = common.database()
+    db = common.page_database("benchmark runs", needs_server=False)
     if db is None:
-        common.no_data_notice(db, "benchmark runs")
         return
     runs = data.bench_runs(db)
     # a section picker rather than st.tabs: tabs run every section on each rerun, this runs one

@@ -243,6 +243,17 @@ def no_data_notice(db: Database | None, what: str = "engine samples") -> bool:
     return True
 
 
+def page_database(what: str = "engine samples", *, needs_server: bool = True) -> Database | None:
+    """The database a page draws from, or None once the page has said what to start (``no_data_notice``:
+    the page then draws nothing more). ``needs_server``: the page has nothing to show until an SGLang
+    server is collected (Overview, Speculation, Control); the GPUs and Benchmarks pages have (a GPU-only
+    collector, imported runs) and need only the database, each with a notice of its own when it is empty."""
+    db = database()
+    if (db is None or needs_server) and no_data_notice(db, what):
+        return None
+    return db
+
+
 def text_or(value: object, default: str) -> str:
     """A text column's value, or ``default`` when it is NULL (None or NaN after pandas)."""
     if value is None or (isinstance(value, float) and pd.isna(value)) or value == "":

@@ -79,8 +79,8 @@ def _lock_text(live: dict[str, Any]) -> str:
 
 def render() -> None:
     st.title("Control")
-    db = common.database()
-    if common.no_data_notice(db) or db is None:
+    db = common.page_database()
+    if db is None:
         return
     creds = settings.operator_credentials(secrets=_secrets(), user=_user(), headers=_headers())
     operator = creds.operator

@@ -37,9 +37,8 @@ def throttle_text(mask: float | int | None) -> str:
 
 def render() -> None:
     st.title("GPUs")
-    db = common.database()
+    db = common.page_database("GPU samples", needs_server=False)
     if db is None:
-        common.no_data_notice(db, "GPU samples")
         return
     inventory = data.latest_gpu(db)
     if inventory.empty:

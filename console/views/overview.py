@@ -23,8 +23,8 @@ ALL_SERVERS = "All servers"
 
 def render() -> None:
     st.title("Overview")
-    db = common.database()
-    if common.no_data_notice(db) or db is None:
+    db = common.page_database()
+    if db is None:
         return
     urls = list(data.servers(db)["url"])
     only = None

@@ -20,8 +20,8 @@ BENCH_RUNS_DEFAULT = 2  # benchmark curves drawn by default (the newest runs)
 
 def render() -> None:
     st.title("Speculation")
-    db = common.database()
-    if common.no_data_notice(db) or db is None:
+    db = common.page_database()
+    if db is None:
         return
     servers = data.servers(db)
     server = common.server_choice(servers, key="spec_server")
