@@ -120,9 +120,7 @@ do_launch() {
   # SKIP_EXTEND=1: SGLang's own SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND for the speculative server (a gated
   # batch then skips the draft model's KV extend; what that costs after re-enabling: docs/off-means-off.md)
   if [ "${SKIP_EXTEND:-0}" = 1 ]; then export SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1; say "spec server: draft extend skipped while gated"; fi
-  start_server spec $SPEC_PORT 0.35 --speculative-algorithm EAGLE3 \
-    --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
-    --speculative-num-draft-tokens 4 --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json"
+  start_spec
   if [ "$PLAIN" = 0 ]; then wait_for spec $SPEC_PORT "" || return 1; else
     wait_for spec $SPEC_PORT "KV Cache is allocated|Memory pool end|Capture cuda graph begin" || return 1
     say "spec: KV pool allocated; starting the plain server"
@@ -130,6 +128,29 @@ do_launch() {
     wait_for spec $SPEC_PORT "" && wait_for plain $PLAIN_PORT "" || return 1
   fi
   grep -E "spectower plugin" "$WORK/spec.log" | grep -v server_args= | head -2
+}
+
+start_spec() {  # the EAGLE-3 server with spectower's plugins; SPEC_ENV: "NAME=value ..." for it alone
+  # (e.g. SPECTOWER_SEQ_LENS_MIRROR=0, SPECTOWER_GATED_DECODE=0: which of the plugin's hooks costs what)
+  local -a env_args=()
+  [ -n "${SPEC_ENV:-}" ] && read -r -a env_args <<< "$SPEC_ENV" && say "spec server with $SPEC_ENV"
+  (  # a subshell: SPEC_ENV reaches this server only
+    for kv in "${env_args[@]}"; do export "${kv?}"; done
+    start_server spec $SPEC_PORT 0.35 --speculative-algorithm EAGLE3 \
+      --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
+      --speculative-num-draft-tokens 4 --speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json"
+  )
+}
+
+do_respec() {  # the speculative server alone again (SPEC_ENV for it), the plain port's server kept
+  # A flashinfer relaunch takes ~80 s once the first launch has built its JIT kernels (2026-12-02). The
+  # knob at max against the un-gated server on flashinfer read 0.91 at C=16 (stop 28); with
+  # SPECTOWER_GATED_DECODE=0 it read 0.98: PHASES="ungated", then SPEC_ENV=... PHASES="respec abmax" per hook.
+  [ -f "$WORK/spec.pid" ] || { say "respec: no speculative server of a launch here"; return 1; }
+  kill -- -"$(cat "$WORK/spec.pid")" 2>/dev/null; sleep 8
+  start_spec
+  wait_for spec $SPEC_PORT "" || return 1
+  grep -E "spectower (gated decode|seq-lens)" "$WORK/spec.log" | grep -v server_args= | head -3 | cut -c1-160
 }
 
 do_accept() {
@@ -277,7 +298,8 @@ start_ungated() {  # K: an un-gated EAGLE-3 server at K steps (no adaptive confi
 
 ab_at_max() {  # LEVELS OUT WHAT: the gated server at knob max against the un-gated one, in the same rounds
   st control set --server "$SPEC_URL" --max-bs $MAX_RUNNING --reason "knob at max vs $3" --as gpu-check --yes >/dev/null
-  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "$1" --out "$2"
+  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "$1" --out "$2" \
+    --rounds "${AB_ROUNDS:-2}"
   st control release --server "$SPEC_URL" --reason "knob at max vs $3 done" --as gpu-check >/dev/null
 }
 
@@ -285,6 +307,11 @@ do_ungated() {  # the knob at max against an un-gated EAGLE-3 server at the laun
   say "un-gated EAGLE-3 server in place of the plain one; then the knob at max against it (want >= 0.97)"
   start_ungated 3 || return 1
   ab_at_max "${AB_LEVELS:-1,16,64}" "$OUT/knob_max_vs_ungated.json" "un-gated"
+}
+
+do_abmax() {  # the knob at max against the un-gated server already on the plain port (after `ungated`)
+  [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = eagle-3 ] || { say "abmax: no un-gated server (run ungated first)"; return 1; }
+  ab_at_max "${AB_LEVELS:-1,16,64}" "$OUT/knob_max_vs_ungated.json" "un-gated${SPEC_ENV:+ ($SPEC_ENV)}"
 }
 
 do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K steps against the launch at max
@@ -365,7 +392,7 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
 }
 
 for phase in $PHASES; do
-  case $phase in sweep|reentry|policy|ungated|steps) throughput_phase_ok "$phase" || exit 1 ;; esac
+  case $phase in sweep|reentry|policy|ungated|steps|abmax) throughput_phase_ok "$phase" || exit 1 ;; esac
   "do_$phase" || { say "$phase failed"; exit 1; }
 done
 grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3

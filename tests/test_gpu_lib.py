@@ -86,3 +86,18 @@ def test_a_throughput_phase_refuses_servers_profiled_since_their_launch(tmp_path
     anyway = _measure_off(tmp_path, AFTER_PROFILE="1", SPEC_PORT="9", PLAIN_PORT="9", CURL_MAX_S="2")
     assert "measured anyway (AFTER_PROFILE=1), not comparable" in anyway.stdout
     assert "three curves, one client" in anyway.stdout
+
+
+def test_respec_and_abmax_refuse_a_machine_without_their_servers(tmp_path: Path) -> None:
+    """``respec`` relaunches the speculative server of an earlier ``launch`` (SPEC_ENV for it alone) and
+    ``abmax`` measures it against the un-gated server an earlier ``ungated`` left on the plain port: on a
+    machine with neither, each stops in one line before it kills or measures anything."""
+    (tmp_path / "work").mkdir()
+    respec = _measure_off(tmp_path, PHASES="respec", SPEC_ENV="SPECTOWER_SEQ_LENS_MIRROR=0")
+    assert respec.returncode == 1
+    assert "respec: no speculative server of a launch here" in respec.stdout
+    (tmp_path / "work" / "plain.kind").write_text("plain\n")  # `launch`'s plain server, not an un-gated one
+    abmax = _measure_off(tmp_path, PHASES="abmax")
+    assert abmax.returncode == 1
+    assert "abmax: no un-gated server (run ungated first)" in abmax.stdout
+    assert "knob at max" not in abmax.stdout  # nothing was measured

@@ -126,3 +126,21 @@ def test_a_profile_shows_in_a_compare_of_one_launch_before_and_after_it(tmp_path
     assert after["off_plain"] == pytest.approx(0.823, abs=0.002)
     assert after["on_plain"] == pytest.approx(before["on_plain"], abs=0.02)  # 1.249 and 1.260
     assert comp.stack == []  # the same servers: nothing but the profile between the two
+
+
+def test_two_sweeps_of_one_fresh_flashinfer_launch_compare_as_the_readme_says(tmp_path: Path) -> None:
+    """`bench compare` over the two 5-round C=32/48/64 sweeps of one unprofiled flashinfer launch
+    (2026-12-02, stop 28), each read back from the database its sweep saved: the same stack, the knob at 0
+    against the plain server as each sweep printed it (the README of
+    gpu/results/h200-8b-pair-flashinfer-2026-12-02c), and drafting still above the plain server at every
+    level (no crossover within 64)."""
+    launch = "h200-8b-pair-flashinfer-2026-12-02c"
+    comp = _compare_saved_sweeps(tmp_path, f"{launch}/2-sweep-32-48-64-a", f"{launch}/2-sweep-32-48-64-b")
+    assert [row["concurrency"] for row in comp.rows] == [32, 48, 64]
+    printed = {32: (0.980, 0.984), 48: (0.928, 0.968), 64: (0.955, 1.000)}  # measure.log's pooled lines
+    for row in comp.rows:
+        a, b = printed[row["concurrency"]]
+        assert row["a"]["off_plain"] == pytest.approx(a, abs=0.002)
+        assert row["b"]["off_plain"] == pytest.approx(b, abs=0.002)
+        assert row["a"]["on_plain"] > 1.2 and row["b"]["on_plain"] > 1.2
+    assert comp.stack == []  # the same servers, one launch
