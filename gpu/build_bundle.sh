@@ -56,6 +56,17 @@ rm -rf "$site/_soundfile_data" "$site"/soundfile-*.dist-info
 find "$site/sqlalchemy" -name '*.so' -delete
 find "$site/sglang/test" -mindepth 1 -maxdepth 1 ! -name __init__.py ! -name scripted_runtime -exec rm -rf {} +
 
+# Debug symbols: xgrammar's bindings and zstandard's C backend ship unstripped (9.1 and 2.0 MB of the
+# compressed bundle; 0.7 and 0.3 stripped). --strip-unneeded keeps the dynamic symbols the loader needs
+# (as Debian's dh_strip does; xgrammar's 955 exported symbols are all there after it); libraries that ship
+# stripped are left as they are. First used for the launch of the device session after 2026-12-02's stop 28:
+# STRIP=0 builds without it (tree plus bundle then about 66.7 of the 67.1 MB a device call carries).
+if [ "${STRIP:-1}" = 1 ]; then
+  find "$site" -name '*.so*' -type f | while read -r lib; do
+    if file -b "$lib" | grep -q 'not stripped'; then strip --strip-unneeded "$lib"; fi
+  done
+fi
+
 # transformers 5.17 (the GPU image's) already defines configs that sglang 0.5.17 registers again
 # ("'qwen3_asr' is already used"): register those with exist_ok=True.
 grep -rl 'AutoConfig.register(' "$site/sglang/srt/configs" | while read -r f; do

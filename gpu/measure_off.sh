@@ -286,11 +286,16 @@ PY
 start_ungated() {  # K: an un-gated EAGLE-3 server at K steps (no adaptive config, no spectower plugin)
   # It takes the plain server's port and memory (a later launch phase brings the plain one back).
   local k=$1
+  # UNGATED_ADAPTIVE=1: with the launch's adaptive config too (still no plugin), so a loss at knob max splits
+  # into SGLang's adaptive runtime and spectower's hooks (flashinfer read 0.91 at C=16 on 2026-12-02)
+  local -a adaptive=()
+  [ "${UNGATED_ADAPTIVE:-0}" = 1 ] && adaptive=(--speculative-adaptive --speculative-adaptive-config "$WORK/adaptive.json")
   kill -- -"$(cat "$WORK/plain.pid")" 2>/dev/null; sleep 5; echo "eagle-$k" > "$WORK/plain.kind"
   # SGLANG_PLUGINS is SGLang's allow-list of plugin names: one that names no plugin loads none
   SGLANG_PLUGINS=none start_server plain $PLAIN_PORT 0.62 --speculative-algorithm EAGLE3 \
     --speculative-draft-model-path "$WORK/models/draft" --speculative-num-steps "$k" --speculative-eagle-topk 1 \
-    --speculative-num-draft-tokens $((k + 1))
+    --speculative-num-draft-tokens $((k + 1)) "${adaptive[@]}"
+  [ ${#adaptive[@]} -gt 0 ] && say "un-gated server with the launch's adaptive config (no plugin)"
   wait_for plain $PLAIN_PORT "" || return 1
   grep -q "Loaded plugin spectower" "$WORK/plain.log" && { say "the un-gated server loaded a spectower plugin"; return 1; }
   return 0
