@@ -13,6 +13,9 @@
 #   carry=["gpu/bundle/sglang-0.5.17-py312.tar.xz"]). Results in $OUT: measure.log, accept.json,
 # sweep.json, profile.json (replayable, three curves), bench.db (the saved run), kernels.json.
 # ATTN=flashinfer measures the other attention backend (default triton); LEVELS, SWEEP_SECONDS, PROF_LEVELS.
+# ungated: the knob at max against an un-gated EAGLE-3 server on the plain port (UNGATED_ADAPTIVE=1: with the
+# launch's adaptive config); respec: the speculative server alone again, SPEC_ENV="NAME=value ..." for it;
+# abmax: the knob-at-max comparison again against the un-gated server already there (AB_LEVELS, AB_ROUNDS).
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
 # policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each; the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
@@ -311,7 +314,7 @@ ab_at_max() {  # LEVELS OUT WHAT: the gated server at knob max against the un-ga
 do_ungated() {  # the knob at max against an un-gated EAGLE-3 server at the launch's 3 steps
   say "un-gated EAGLE-3 server in place of the plain one; then the knob at max against it (want >= 0.97)"
   start_ungated 3 || return 1
-  ab_at_max "${AB_LEVELS:-1,16,64}" "$OUT/knob_max_vs_ungated.json" "un-gated"
+  do_abmax
 }
 
 do_abmax() {  # the knob at max against the un-gated server already on the plain port (after `ungated`)
