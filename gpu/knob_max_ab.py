@@ -1,6 +1,7 @@
 """Does spectower's gate cost anything when it lets everything draft? The knob at max on a server with
 spectower's plugins against an un-gated EAGLE-3 server (same model pair, no adaptive config, no plugin),
-measured in turn with one closed-loop client, interleaved per round so drift hits both alike.
+measured in turn with one closed-loop client, interleaved per round so drift hits both alike, each round's
+prompts the same for both.
 
     python3 gpu/knob_max_ab.py --gated http://127.0.0.1:30000 --ungated http://127.0.0.1:30001 \\
         --concurrency 1,16,64 --rounds 2 --seconds 8 --out knob_max_vs_ungated.json
@@ -34,12 +35,16 @@ REQUEST_TIMEOUT_S = 300.0  # a 256-token request at C=64 stays well inside
 
 
 async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float, output_len: int,
-                  input_len: int) -> dict[str, Any]:  # fmt: skip
+                  input_len: int, transports: dict[str, httpx.AsyncBaseTransport] | None = None,
+                  ) -> dict[str, Any]:  # fmt: skip
+    """Both servers at each level, ``rounds`` times in turn; ``transports`` (per name, for tests) carry the
+    requests instead of httpx's own."""
     shape = RequestShape(api="generate", output_len=output_len)
     prompts = PromptFactory(input_len, as_text=False)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=max(levels) + 4)
-    clients = {name: httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits)
+    clients = {name: httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits,
+                                       transport=(transports or {}).get(name))
                for name, url in urls.items()}  # fmt: skip
     windows: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
     index = 0
@@ -48,14 +53,18 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
             for r in range(rounds):
                 # alternate which server goes first, so neither always follows the other's warm cache
                 order = list(urls) if r % 2 == 0 else list(reversed(urls))
+                # both servers get the same prompts in a round: with the constructed pair a prompt's
+                # acceptance is its own, and a 7 s window at C=1 holds only a dozen requests
+                served = 0
                 for name in order:
                     loop = await run_closed_loop(clients[name], prompts, shape, c, duration_s=seconds,
                                                  first_index=index)  # fmt: skip
-                    index += len(loop.records)
+                    served = max(served, len(loop.records))
                     got = window_throughputs(loop, WINDOWS_PER_ROUND)
                     windows[c][name].extend(got)
                     mean = sum(got) / len(got) if got else 0.0
                     print(f"C={c} round {r + 1} {name}: {mean:.1f} tok/s", flush=True)
+                index += served
     finally:
         for client in clients.values():
             await client.aclose()

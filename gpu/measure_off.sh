@@ -437,6 +437,12 @@ for m in mirrors:
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
+# SGLang's own step changes (its acceptance EMA, not the knob): at knob max against an un-gated server each
+# one is a stretch of batches that did not draft
+for name in spec plain; do
+  [ -f "$WORK/$name.log" ] && say "$name: $(grep -c 'Adaptive spec params updated' "$WORK/$name.log") EMA step changes," \
+    "$(grep -c 'Switch adaptive runtime state' "$WORK/$name.log") runtime-state switches since its launch"
+done
 # the servers' logs without SGLang's server_args line (it holds the admin key)
 for name in spec plain; do
   [ -f "$WORK/$name.log" ] && sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"

@@ -66,3 +66,44 @@ def test_bad_levels_get_one_line(tmp_path: Path) -> None:
     assert done.returncode != 0
     want = "--concurrency: 'x' is not an integer (expected e.g. 1,2,4,8)"  # bench sweep's own parser
     assert done.stderr.strip().splitlines() == [want]
+
+
+class _RecordingTransport(httpx.AsyncHTTPTransport):
+    """httpx's own transport to a real simulator, keeping each request's body (the prompts sent)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[Any] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        if request.url.path == "/generate":
+            self.prompts.append(json.loads(request.content)["input_ids"])
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.integration
+def test_each_round_sends_both_servers_the_same_prompts(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    # With the constructed pair a prompt's acceptance is its own: different prompts per server would add
+    # their acceptance's spread to the ratio (C=1 windows on the H200 read 245-448 tok/s).
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
+    urls = {"gated": simulator_factory(profile=profile).base_url,
+            "ungated": simulator_factory(profile=profile).base_url}  # fmt: skip
+    transports = {name: _RecordingTransport() for name in urls}
+    asyncio.run(module.measure(urls, [2], 2, 1.0, 16, 32, transports=transports))
+    gated, ungated = transports["gated"].prompts, transports["ungated"].prompts
+    assert len(gated) >= 4 and len(ungated) >= 4
+    shared = min(len(gated), len(ungated))
+    # the loops stop on the clock, so in a round one server may start a request or two more than the other;
+    # the rest are the same prompts (before pairing, the second server's prompts followed the first's: none)
+    overlap = len(set(map(tuple, gated)) & set(map(tuple, ungated)))
+    assert overlap >= 0.8 * shared, (overlap, shared)
