@@ -8,8 +8,15 @@ prompts the same for both.
 
 The same pieces as ``spectower bench sweep`` (prompts, streaming client, closed loop, steady-interval windows,
 the ratio's interval); ``bench sweep --plain-server`` refuses a speculative server, which is why this is its
-own script. Prints one line per level: gated/un-gated output tok/s with its 95 % interval. Issue #12 wants
->= 0.97. Works against the simulator too (the test does that).
+own script. Prints one line per level: gated/un-gated output tok/s with its 95 % interval over the windows,
+and the paired figure over rounds (each round's two halves share their prompts and sit back to back, so one
+round where one server ran unusually fast moves it by that round's log ratio, not by its whole tok/s).
+Issue #12 wants >= 0.97. Works against the simulator too (the test does that).
+
+    python3 gpu/knob_max_ab.py --summarize a.json b.json ...
+
+reads saved runs back and pools their rounds per level (runs saved before the rounds were kept are split
+into rounds by their windows).
 """
 
 from __future__ import annotations
@@ -24,14 +31,17 @@ import httpx
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.loadgen import run_closed_loop
 from spectower.collectors.bench.prompts import PromptFactory
-from spectower.collectors.bench.ratio import ratio_interval
+from spectower.collectors.bench.ratio import paired_ratio_interval, ratio_interval
 from spectower.collectors.bench.stats import window_throughputs
 from spectower.collectors.bench.stream import RequestShape
 from spectower.collectors.bench.sweep import parse_concurrency
+from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 
 WINDOWS_PER_ROUND = 4
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 300.0  # a 256-token request at C=64 stays well inside
+MAX_RESULT_BYTES = 4 * 1024 * 1024  # a saved run is a few kB
+SERVERS = ("gated", "ungated")
 
 
 async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float, output_len: int,
@@ -47,6 +57,7 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                                        transport=(transports or {}).get(name))
                for name, url in urls.items()}  # fmt: skip
     windows: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
+    round_means: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
     index = 0
     try:
         for c in levels:
@@ -63,6 +74,7 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                     got = window_throughputs(loop, WINDOWS_PER_ROUND)
                     windows[c][name].extend(got)
                     mean = sum(got) / len(got) if got else 0.0
+                    round_means[c][name].append(mean)
                     print(f"C={c} round {r + 1} {name}: {mean:.1f} tok/s", flush=True)
                 index += served
     finally:
@@ -70,18 +82,88 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
             await client.aclose()
     rows = []
     for c in levels:
-        ratio, lo, hi = ratio_interval(windows[c]["gated"], windows[c]["ungated"])
-        rows.append({"concurrency": c, "ratio": ratio, "lo": lo, "hi": hi,
-                     "gated_tok_s": windows[c]["gated"], "ungated_tok_s": windows[c]["ungated"]})  # fmt: skip
-        print(f"C={c}: knob at max / un-gated {ratio:.3f} ({lo:.3f}-{hi:.3f})", flush=True)
+        row: dict[str, Any] = {"concurrency": c, "gated_tok_s": windows[c]["gated"],
+                               "ungated_tok_s": windows[c]["ungated"],
+                               "rounds_tok_s": round_means[c]}  # fmt: skip
+        row.update(level_figures(row, rounds))
+        rows.append(row)
+        print(describe_level(row), flush=True)
     return {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
             "output_len": output_len, "input_len": input_len, "levels": rows}  # fmt: skip
 
 
+def rounds_of(row: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Each server's output tok/s per round at one level: ``rounds_tok_s`` where the run kept it, else the
+    windows split evenly into ``rounds`` (runs saved before 2026-12-03 kept only windows)."""
+    kept = row.get("rounds_tok_s")
+    if kept is not None:
+        return {name: [float(v) for v in kept[name]] for name in SERVERS}
+    split: dict[str, list[float]] = {}
+    for name in SERVERS:
+        got = [float(v) for v in row[f"{name}_tok_s"]]
+        if rounds < 1 or not got or len(got) % rounds:
+            raise ValueError(f"{name}_tok_s: {len(got)} windows do not split into {rounds} rounds")
+        width = len(got) // rounds
+        split[name] = [sum(got[i : i + width]) / width for i in range(0, len(got), width)]
+    return split
+
+
+def level_figures(row: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The ratio over windows (mean of means) and the paired ratio over rounds whose two halves both
+    measured something."""
+    ratio, lo, hi = ratio_interval(row["gated_tok_s"], row["ungated_tok_s"])
+    per_round = rounds_of(row, rounds)
+    pairs = [(g, u) for g, u in zip(per_round["gated"], per_round["ungated"], strict=True) if g > 0 and u > 0]
+    paired, paired_lo, paired_hi = paired_ratio_interval([g for g, _ in pairs], [u for _, u in pairs])
+    return {"ratio": ratio, "lo": lo, "hi": hi, "paired_ratio": paired, "paired_lo": paired_lo,
+            "paired_hi": paired_hi, "round_ratios": [g / u for g, u in pairs]}  # fmt: skip
+
+
+def describe_level(row: dict[str, Any]) -> str:
+    spread = row["round_ratios"]
+    return (f"C={row['concurrency']}: knob at max / un-gated {row['ratio']:.3f}"
+            f" ({row['lo']:.3f}-{row['hi']:.3f})"
+            f" over windows; {row['paired_ratio']:.3f} ({row['paired_lo']:.3f}-{row['paired_hi']:.3f}) paired"
+            f" over {len(spread)} rounds, rounds {min(spread):.3f}-{max(spread):.3f}")  # fmt: skip
+
+
+def summarize(paths: list[Path]) -> list[dict[str, Any]]:
+    """The saved runs' levels, their windows and rounds pooled per concurrency."""
+    pooled: dict[int, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            saved = parse_json_text(read_text_capped(path, MAX_RESULT_BYTES))
+            rounds = int(saved["rounds"])
+            for level in saved["levels"]:
+                per_round = rounds_of(level, rounds)
+                into = pooled.setdefault(int(level["concurrency"]), {
+                    "concurrency": int(level["concurrency"]), "gated_tok_s": [], "ungated_tok_s": [],
+                    "rounds_tok_s": {name: [] for name in SERVERS}})  # fmt: skip
+                for name in SERVERS:
+                    into[f"{name}_tok_s"].extend(float(v) for v in level[f"{name}_tok_s"])
+                    into["rounds_tok_s"][name].extend(per_round[name])
+        except FileReadError as exc:
+            raise SystemExit(f"--summarize: {path}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            reason = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
+            raise SystemExit(f"--summarize: {path}: not a knob_max_ab.py result ({reason})") from None
+    rows = []
+    for c in sorted(pooled):
+        row = pooled[c]
+        try:
+            row.update(level_figures(row, 1))  # rounds_tok_s is always there by now
+        except ValueError as exc:
+            raise SystemExit(f"--summarize: C={c}: {exc}") from None
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--gated", required=True, help="the server with spectower's plugins (knob at max)")
-    parser.add_argument("--ungated", required=True, help="the same pair served by EAGLE-3 without the plugin")
+    parser.add_argument("--gated", help="the server with spectower's plugins (knob at max)")
+    parser.add_argument("--ungated", help="the same pair served by EAGLE-3 without the plugin")
+    summarize_help = "read saved runs back instead of measuring: a line per level, rounds pooled"
+    parser.add_argument("--summarize", type=Path, nargs="+", metavar="JSON", help=summarize_help)
     parser.add_argument("--concurrency", default="1,16,64", help="levels, as bench sweep's --concurrency")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0, help="per server, level and round")
@@ -89,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if args.summarize:
+        for row in summarize(args.summarize):
+            print(describe_level(row))
+        return 0
+    if not args.gated or not args.ungated:
+        raise SystemExit("--gated and --ungated: both servers are needed (or --summarize saved runs)")
     if args.rounds < 1 or args.seconds <= 0:
         raise SystemExit("--rounds must be >= 1 and --seconds > 0")
     try:

@@ -395,7 +395,12 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
   cp "$WORK"/policy-out/*.log "$OUT"/
   if [ -f "$WORK/policy.done" ]; then
     cp "$WORK/policy-out/policy.db" "$OUT"/
-    say "policy runs done"; python3 gpu/policy_table.py --sweep "${SWEEP_JSON:-$WORK/sweep.json}" "$OUT"/load-*.log
+    say "policy runs done"
+    # the score needs a sweep of the same servers; a launch that ran none (2026-12-03: always on after
+    # the knob-at-max calls) still hands back its runs, to be scored against a sweep saved elsewhere
+    local sweep=${SWEEP_JSON:-$WORK/sweep.json}
+    if [ -f "$sweep" ]; then python3 gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
+    else say "no sweep at $sweep to score against: python3 gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
   else say "policy runs still going"; fi
 }
 

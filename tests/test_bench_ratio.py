@@ -6,7 +6,13 @@ import math
 import random
 
 import pytest
-from spectower.collectors.bench.ratio import RatioPoint, best_knob, find_crossover, ratio_interval
+from spectower.collectors.bench.ratio import (
+    RatioPoint,
+    best_knob,
+    find_crossover,
+    paired_ratio_interval,
+    ratio_interval,
+)
 
 
 def test_ratio_interval_contains_the_ratio_and_narrows_with_more_windows() -> None:
@@ -39,6 +45,51 @@ def test_ratio_interval_refuses_empty_or_zero() -> None:
         ratio_interval([], [1.0])
     with pytest.raises(ValueError):
         ratio_interval([0.0, 0.0], [1.0, 1.0])
+
+
+def test_paired_ratio_sees_through_drift_that_hides_the_ratio_of_means() -> None:
+    # each pair's halves share a drift of +-20 % (the prompts' acceptance, the machine's state), the
+    # servers differ by 3 %: pairing keeps the 3 % and a tight interval, the ratio of means loses it
+    rng = random.Random(2)
+    drifts = [1 + 0.2 * rng.uniform(-1, 1) for _ in range(8)]
+    on = [0.97 * 100 * d * (1 + 0.005 * rng.gauss(0, 1)) for d in drifts]
+    off = [100 * d * (1 + 0.005 * rng.gauss(0, 1)) for d in drifts]
+    _, lo, hi = paired_ratio_interval(on, off)
+    assert lo < 0.97 < hi and hi - lo < 0.02
+    _, means_lo, means_hi = ratio_interval(on, off)
+    assert means_hi - means_lo > 5 * (hi - lo)
+
+
+def test_paired_ratio_moves_little_for_one_pair_with_one_fast_half() -> None:
+    on = [100.0] * 12
+    off = [100.0] * 11 + [150.0]  # one round where only one server ran 1.5x its others
+    r, lo, hi = paired_ratio_interval(on, off)
+    assert r == pytest.approx(math.exp(math.log(100 / 150) / 12))  # about 0.967
+    means, _, _ = ratio_interval(on, off)
+    assert means < r  # the ratio of means pays the whole 50 tok/s of that one round: about 0.961
+    assert lo < r < hi
+
+
+def test_paired_ratio_coverage_is_about_95_percent() -> None:
+    rng = random.Random(3)
+    trials, hits = 400, 0
+    for _ in range(trials):
+        drifts = [1 + 0.3 * rng.uniform(-1, 1) for _ in range(6)]
+        on = [1.2 * 100 * d * (1 + 0.05 * rng.gauss(0, 1)) for d in drifts]
+        off = [100 * d * (1 + 0.05 * rng.gauss(0, 1)) for d in drifts]
+        _, lo, hi = paired_ratio_interval(on, off)
+        hits += lo <= 1.2 <= hi
+    assert 0.88 <= hits / trials <= 0.995
+
+
+def test_paired_ratio_refuses_unpaired_empty_or_zero() -> None:
+    with pytest.raises(ValueError, match="as many values on each side"):
+        paired_ratio_interval([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="at least one pair"):
+        paired_ratio_interval([], [])
+    with pytest.raises(ValueError, match="positive"):
+        paired_ratio_interval([1.0, 0.0], [1.0, 1.0])
+    assert paired_ratio_interval([2.0], [1.0]) == (2.0, 2.0, 2.0)
 
 
 def _pts(cs, rs, half=0.02):

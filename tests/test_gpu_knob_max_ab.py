@@ -5,6 +5,7 @@ with the knob at max the two serve alike; with the knob at 0 the "gated" one ser
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -33,7 +34,7 @@ def _ab(gated: str, ungated: str, out: Path) -> dict[str, Any]:
             "--output-len", "32", "--out", str(out)]  # fmt: skip
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "knob at max / un-gated" in done.stdout
+    assert "knob at max / un-gated" in done.stdout and "paired over 2 rounds" in done.stdout
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
@@ -54,6 +55,11 @@ def test_the_ratio_is_near_one_at_max_and_near_the_off_curve_at_zero(
     at_zero = _ab(gated.base_url, ungated.base_url, tmp_path / "zero.json")["levels"][0]
     assert at_max["concurrency"] == 1 and len(at_max["gated_tok_s"]) == len(at_max["ungated_tok_s"]) > 0
     assert at_max["lo"] <= at_max["ratio"] <= at_max["hi"]
+    # each round's two halves kept, and the paired figure over them
+    assert [len(at_max["rounds_tok_s"][name]) for name in ("gated", "ungated")] == [2, 2]
+    assert len(at_max["round_ratios"]) == 2
+    assert at_max["paired_lo"] <= at_max["paired_ratio"] <= at_max["paired_hi"]
+    assert 0.75 < at_max["paired_ratio"] < 1.33, at_max
     # the profile's off/on at C=1 is about 0.5: margins of well over 1.5x either way
     assert 0.75 < at_max["ratio"] < 1.33, at_max
     assert at_zero["ratio"] < 0.7, at_zero
@@ -107,3 +113,48 @@ def test_each_round_sends_both_servers_the_same_prompts(
     # the rest are the same prompts (before pairing, the second server's prompts followed the first's: none)
     overlap = len(set(map(tuple, gated)) & set(map(tuple, ungated)))
     assert overlap >= 0.8 * shared, (overlap, shared)
+
+
+def _summarize(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), "--summarize", *map(str, paths)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def _saved(path: Path, rounds: int, gated: list[float], ungated: list[float], keep_rounds: bool) -> Path:
+    level: dict[str, Any] = {"concurrency": 64, "ratio": 0.0, "lo": 0.0, "hi": 0.0, "gated_tok_s": gated,
+                             "ungated_tok_s": ungated}  # fmt: skip
+    if keep_rounds:
+        width = len(gated) // rounds
+        level["rounds_tok_s"] = {name: [sum(w[i : i + width]) / width for i in range(0, len(w), width)]
+                                 for name, w in (("gated", gated), ("ungated", ungated))}  # fmt: skip
+    path.write_text(json.dumps({"rounds": rounds, "levels": [level]}))
+    return path
+
+
+def test_summarize_pools_the_rounds_of_old_and_new_saved_runs(tmp_path: Path) -> None:
+    # An older run (windows only, 2 a round here) and a newer one (rounds kept) pool into 5 rounds; the
+    # windows pool into 7. The newer run's third round is one where only the un-gated server ran 1.5x.
+    old = _saved(tmp_path / "old.json", 2, [100.0, 100.0, 98.0, 98.0], [100.0, 100.0, 100.0, 100.0], False)
+    new = _saved(tmp_path / "new.json", 3, [100.0] * 3, [100.0, 100.0, 150.0], True)
+    done = _summarize(old, new)
+    assert done.returncode == 0, done.stderr
+    paired = math.exp((math.log(0.98) + math.log(100 / 150)) / 5)  # the rounds' geometric mean
+    windows = (100 * 5 + 98 * 2) / (100 * 6 + 150)  # the ratio of the windows' means
+    line = done.stdout.strip()
+    assert line.startswith(f"C=64: knob at max / un-gated {windows:.3f} (")
+    assert f"over windows; {paired:.3f} (" in line and "paired over 5 rounds, rounds 0.667-1.000" in line
+
+
+def test_summarize_names_the_file_and_what_was_wrong_in_one_line(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"points": []}))
+    uneven = _saved(tmp_path / "uneven.json", 3, [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], False)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    uneven_why = "not a knob_max_ab.py result (gated_tok_s: 4 windows do not split into 3 rounds)"
+    for path, why in ((sweep, "not a knob_max_ab.py result (no 'rounds' field)"), (uneven, uneven_why),
+                      (broken, "not valid JSON"), (tmp_path / "missing.json", "cannot read")):  # fmt: skip
+        done = _summarize(path)
+        assert done.returncode != 0
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"--summarize: {path}: {why}"), lines

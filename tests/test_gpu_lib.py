@@ -101,3 +101,19 @@ def test_respec_and_abmax_refuse_a_machine_without_their_servers(tmp_path: Path)
     assert abmax.returncode == 1
     assert "abmax: no un-gated server (run ungated first)" in abmax.stdout
     assert "knob at max" not in abmax.stdout  # nothing was measured
+
+
+def test_wait_hands_back_policy_runs_without_a_sweep_to_score_them(tmp_path: Path) -> None:
+    """A launch that ran no sweep (the always-on run of 2026-12-03 followed the knob-at-max calls) still
+    hands back its policy runs; the score is left for a sweep saved elsewhere, and the call does not fail."""
+    runs = tmp_path / "work" / "policy-out"
+    runs.mkdir(parents=True)
+    (tmp_path / "work" / "policy.done").touch()
+    (runs / "policy.log").write_text("[02:45:29] policy on\n")
+    (runs / "load-on.log").write_text("")
+    (runs / "policy.db").write_bytes(b"")
+    done = _measure_off(tmp_path, PHASES="wait", WAIT_SECONDS="1", SPEC_PORT="9", CURL_MAX_S="2")
+    assert done.returncode == 0, done.stdout
+    assert "no sweep at" in done.stdout and "to score against" in done.stdout
+    assert "done: wait" in done.stdout
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"load-on.log", "policy.db", "policy.log"}

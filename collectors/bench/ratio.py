@@ -63,6 +63,29 @@ def ratio_interval(on: Sequence[float], off: Sequence[float]) -> tuple[float, fl
     return ratio, ratio * math.exp(-half), ratio * math.exp(half)
 
 
+def paired_ratio_interval(on: Sequence[float], off: Sequence[float]) -> tuple[float, float, float]:
+    """(ratio, lo, hi) from paired measurements: the geometric mean of ``on[i] / off[i]`` with a t-interval
+    on their logs.
+
+    For designs where each pair shares what moves both of its halves (the same prompts, run back to back):
+    the pair's own ratio carries the comparison, the drift between pairs drops out, and one pair whose one
+    half ran unusually fast or slow moves the result by its log ratio over n rather than by its whole
+    tok/s, as it would in a ratio of means."""
+    if len(on) != len(off):
+        raise ValueError(f"paired ratio needs as many values on each side, got {len(on)} and {len(off)}")
+    if not on:
+        raise ValueError("paired ratio needs at least one pair")
+    if min(on) <= 0 or min(off) <= 0:
+        raise ValueError("paired ratio needs positive throughput in every pair")
+    logs = [math.log(a / b) for a, b in zip(on, off, strict=True)]
+    centre = statistics.fmean(logs)
+    ratio = math.exp(centre)
+    if len(logs) < 2:
+        return ratio, ratio, ratio
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return ratio, math.exp(centre - half), math.exp(centre + half)
+
+
 CrossoverStatus = Literal["found", "none_in_range", "below_range"]
 
 
