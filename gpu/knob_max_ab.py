@@ -110,16 +110,23 @@ def rounds_of(row: dict[str, Any], rounds: int) -> dict[str, list[float]]:
 
 def level_figures(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     """The ratio over windows (mean of means) and the paired ratio over rounds whose two halves both
-    measured something."""
-    ratio, lo, hi = ratio_interval(row["gated_tok_s"], row["ungated_tok_s"])
-    per_round = rounds_of(row, rounds)
-    pairs = [(g, u) for g, u in zip(per_round["gated"], per_round["ungated"], strict=True) if g > 0 and u > 0]
-    paired, paired_lo, paired_hi = paired_ratio_interval([g for g, _ in pairs], [u for _, u in pairs])
+    measured something; ``{"error": why}`` where a level has nothing to divide, so the other levels' windows
+    are still saved (a run of minutes is not lost to one empty level)."""
+    try:
+        ratio, lo, hi = ratio_interval(row["gated_tok_s"], row["ungated_tok_s"])
+        per_round = rounds_of(row, rounds)
+        both = zip(per_round["gated"], per_round["ungated"], strict=True)
+        pairs = [(g, u) for g, u in both if g > 0 and u > 0]
+        paired, paired_lo, paired_hi = paired_ratio_interval([g for g, _ in pairs], [u for _, u in pairs])
+    except ValueError as exc:
+        return {"error": str(exc)}
     return {"ratio": ratio, "lo": lo, "hi": hi, "paired_ratio": paired, "paired_lo": paired_lo,
             "paired_hi": paired_hi, "round_ratios": [g / u for g, u in pairs]}  # fmt: skip
 
 
 def describe_level(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"C={row['concurrency']}: no figure ({row['error']})"
     spread = row["round_ratios"]
     return (f"C={row['concurrency']}: knob at max / un-gated {row['ratio']:.3f}"
             f" ({row['lo']:.3f}-{row['hi']:.3f})"
@@ -150,10 +157,7 @@ def summarize(paths: list[Path]) -> list[dict[str, Any]]:
     rows = []
     for c in sorted(pooled):
         row = pooled[c]
-        try:
-            row.update(level_figures(row, 1))  # rounds_tok_s is always there by now
-        except ValueError as exc:
-            raise SystemExit(f"--summarize: C={c}: {exc}") from None
+        row.update(level_figures(row, 1))  # rounds_tok_s is always there by now
         rows.append(row)
     return rows
 

@@ -158,3 +158,19 @@ def test_summarize_names_the_file_and_what_was_wrong_in_one_line(tmp_path: Path)
         assert done.returncode != 0
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"--summarize: {path}: {why}"), lines
+
+
+def test_a_level_with_nothing_to_divide_says_so_and_the_others_still_count(tmp_path: Path) -> None:
+    # a level whose every round measured nothing on one server (its windows empty) used to raise after
+    # the whole run, so --out was never written; now that level says why and the rest are figures
+    saved = {"rounds": 1, "levels": [
+        {"concurrency": 1, "gated_tok_s": [], "ungated_tok_s": [5.0], "rounds_tok_s": {"gated": [0.0],
+                                                                                        "ungated": [5.0]}},
+        {"concurrency": 2, "gated_tok_s": [10.0, 10.0], "ungated_tok_s": [10.0, 10.0]}]}  # fmt: skip
+    path = tmp_path / "one-empty.json"
+    path.write_text(json.dumps(saved))
+    done = _summarize(path)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.strip().splitlines()
+    assert first == "C=1: no figure (ratio needs at least one window in each mode)"
+    assert second.startswith("C=2: knob at max / un-gated 1.000 (")
