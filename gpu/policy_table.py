@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spectower.storage.files import parse_json_text, read_text_capped
+
+MAX_SWEEP_BYTES = 16 * 1024 * 1024  # a sweep's --json is under 100 kB
 STATUS = re.compile(r"t=\s*(?P<t>[\d.]+)s\s+target C=(?P<c>\d+)\s+in flight\s+\d+\s+tok/s\s+(?P<tok>[\d.]+)")
 BANDS = ((1, 8), (9, 32), (33, 1 << 20))  # low, middle and high load, in target clients
 
@@ -93,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=Path, required=True, help="the same server's bench sweep --json")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    try:
-        curves = sweep_curves(json.loads(args.sweep.read_text()))
-    except (OSError, ValueError) as exc:
-        print(f"--sweep: {exc}", file=sys.stderr)
+    try:  # spectower's one capped JSON reader; sweep_curves' own ValueError is a bad sweep too
+        curves = sweep_curves(parse_json_text(read_text_capped(args.sweep, MAX_SWEEP_BYTES)))
+    except ValueError as exc:
+        print(f"--sweep: {args.sweep}: {exc}", file=sys.stderr)
         return 2
     if not {"on", "off"} <= curves.keys():
         print("--sweep: needs knob-on and knob-off points", file=sys.stderr)

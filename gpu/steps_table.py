@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from policy_table import sweep_curves  # gpu/ is no package: its scripts run as files, gpu/ on sys.path
+from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 
 DEFAULT_LAUNCH_STEPS = 3
+MAX_JSON_BYTES = 16 * 1024 * 1024  # a sweep's --json and an AB file are under 100 kB
 MODES = ("on", "off", "plain")
 
 
@@ -50,14 +52,13 @@ class Middle:
 
 
 def _read_json(arg: str, path: Path) -> Any:
+    """spectower's one capped JSON reader; the failure as one line naming the argument (and the path
+    where the argument does not already)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{arg}: cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{arg}: {path} is not JSON ({exc})") from None
+        return parse_json_text(read_text_capped(path, MAX_JSON_BYTES))
+    except FileReadError as exc:
+        where = arg if str(path) in arg else f"{arg}: {path}"
+        raise InputError(f"{where}: {exc}") from None
 
 
 def _positive(value: Any) -> float | None:
@@ -93,8 +94,8 @@ def launch_steps(sweep: dict[str, Any], sweep_path: Path, given: int | None) -> 
     elif isinstance(sweep.get("profile_out"), str):
         profile = sweep_path.parent / Path(sweep["profile_out"]).name
         try:
-            steps = json.loads(profile.read_text()).get("speculative_num_steps")
-        except (OSError, ValueError, AttributeError):
+            steps = parse_json_text(read_text_capped(profile, MAX_JSON_BYTES)).get("speculative_num_steps")
+        except (ValueError, AttributeError):  # unreadable: --launch-steps must say it (below)
             steps = None
         if isinstance(steps, int) and not isinstance(steps, bool):
             found = (steps, f"the sweep's profile {profile.name}")

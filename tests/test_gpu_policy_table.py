@@ -71,3 +71,17 @@ def test_command_line_prints_the_table_and_refuses_a_sweep_without_both_modes(tm
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip() == "--sweep: needs knob-on and knob-off points"
+
+
+def test_an_unreadable_or_oversized_sweep_is_one_line_naming_it(tmp_path: Path) -> None:
+    # spectower's one capped reader: a sweep is under 100 kB, so a 16 MiB file is not one (read whole before)
+    log = _log(tmp_path / "load-on.log", dict.fromkeys(LEVELS, 1.0))
+    script = str(REPO_ROOT / "gpu/policy_table.py")
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b" " * (16 * 1024 * 1024 + 1))
+    for sweep, why in ((tmp_path / "absent.json", "cannot read (No such file or directory)"),
+                       (huge, f"more than {16 * 1024 * 1024} bytes")):  # fmt: skip
+        proc = subprocess.run([sys.executable, script, "--sweep", str(sweep), str(log)],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == f"--sweep: {sweep}: {why}"
