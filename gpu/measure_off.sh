@@ -18,7 +18,8 @@
 # abmax: the knob-at-max comparison again against the un-gated server already there (AB_LEVELS, AB_ROUNDS).
 # policyoff (issue #32): a policy's 0 (unlocked, exploring; OFF_TAG names the run, e.g. after
 # SPEC_ENV=SPECTOWER_EXPLORE_CYCLE=0 PHASES="respec policyoff") and an operator's 0 (OFF_OPERATOR=0 skips it),
-# each against the plain server with mixed output lengths (OFF_OUTPUT_LEN, default 64-448) at OFF_LEVELS.
+# each against the plain server with mixed output lengths (OFF_OUTPUT_LEN, default 64-448) at OFF_LEVELS
+# (OFF_POLICY=0 skips the policy's).
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
 # policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each; the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
@@ -343,12 +344,14 @@ off_vs_plain() {  # OUT LABEL: the speculative server's knob as set now against 
 do_policyoff() {  # issue #32: the knob at 0 written by a policy (no lock: exploring) and by an operator (locked)
   [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = plain ] || { say "policyoff: no plain server (run launch)"; return 1; }
   local tag=${OFF_TAG:-windows}
-  say "a policy's 0 (writer 2, no lock, exploring at the default share; $tag) against the plain server"
-  curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
-    -d '{"server_args": {"spectower_spec_max_bs": 0, "spectower_writer": 2}}' "$SPEC_URL/set_internal_state"
-  echo " <- a policy's write of 0 (want true)"
-  off_vs_plain "$OUT/policy_off_vs_plain-$tag.json" "a policy's 0 ($tag)"
-  explore_window
+  if [ "${OFF_POLICY:-1}" = 1 ]; then
+    say "a policy's 0 (writer 2, no lock, exploring at the default share; $tag) against the plain server"
+    curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
+      -d '{"server_args": {"spectower_spec_max_bs": 0, "spectower_writer": 2}}' "$SPEC_URL/set_internal_state"
+    echo " <- a policy's write of 0 (want true)"
+    off_vs_plain "$OUT/policy_off_vs_plain-$tag.json" "a policy's 0 ($tag)"
+    explore_window
+  fi
   if [ "${OFF_OPERATOR:-1}" = 1 ]; then
     say "an operator's 0 (a manual lock: nothing explores) against the plain server"
     st control set --server "$SPEC_URL" --off --reason "operator's off vs plain" --as gpu-check --yes >/dev/null
