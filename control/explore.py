@@ -67,13 +67,15 @@ class ExploreSchedule:
         return explore, settling
 
 
-# ---- Windows at a policy's 0 (issue #32) ---------------------------------------------------------------
+# ---- Windows for the batches the ceiling gates (issue #32) ---------------------------------------------
 #
-# While anything explores, a gated batch keeps the draft model's KV extend (knob_contract.extend_skippable:
-# explored drafting must find the draft warm), and at the knob's 0 that extend is what separates a gated
-# step from a plain server's: a policy's 0 with the default share served 0.88-0.95 of a plain server on the
-# H200 where an operator's (locked) 0 served 0.96-1.01. So at a policy's 0 exploration runs in windows, one
-# per cycle of WINDOW_CYCLE_BATCHES decode batches (per process):
+# A batch the ceiling gates skips the draft model's KV extend when nothing needs the draft warm
+# (knob_contract.extend_skippable): without the extend, a gated step is a plain server's decode step, with
+# it the H200 served 0.87-0.97 of that (gpu/README.md). But explored drafting batches among the gated ones
+# must find the draft warm, so exploring used to keep the extend on every gated batch: a policy's 0 with the
+# default share served 0.88-0.95 of a plain server where an operator's (locked) 0 served 0.96-1.01. So among
+# the batches the ceiling gates, exploration runs in windows, one per cycle of WINDOW_CYCLE_BATCHES such
+# batches (per process):
 #
 #   cold     the extend is skipped and nothing explores (most of the cycle): a steady gated stream, as an
 #            operator's off;
@@ -84,10 +86,13 @@ class ExploreSchedule:
 #            explored batches into the window (``ExploreWindows.period_in_window``), the draft warm, then
 #            cold again.
 #
-# The extend runs in about (warm + explore) / cycle of the batches: about 8 % for requests of a few hundred
-# tokens, so the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm and explore are
-# marked settling: the counters keep them apart, so the gated rate a policy reads is the cold stream's.
-# Elsewhere (a ceiling above 0, a lock, the share 0) there is no window: exploring runs as before.
+# The extend runs in about (warm + explore) / cycle of those batches: about 9 % for requests of a few
+# hundred tokens, so the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm and explore
+# are marked settling: the counters keep them apart, so a gated bin's rate is the cold stream's. A bin the
+# ceiling drafts explores as before, in runs throughout; its explored gated batches keep the extend (their
+# requests go on drafting), so its gated rate reads low by the extend's share (control/policy/learn.py
+# corrects it). A drafting batch between gated ones leaves the window's clock alone; one with holed requests
+# is drained first (control/sglang_gated_decode.py).
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -102,14 +107,14 @@ COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippabl
 PHASES = (COLD, WARM, EXPLORE)
 
 
-def windowed(ceiling: int | None, period: int) -> bool:
-    """Whether exploration runs in windows: the ceiling is 0 and exploring is on (``period`` > 0: a share,
-    and no lock; the caller passes 0 under a lock)."""
-    return ceiling == 0 and period > 0
+def windowed(gated_by_ceiling: bool, period: int) -> bool:
+    """Whether a batch's exploration runs in windows: the ceiling gates it and exploring is on (``period``
+    > 0: a share, and no lock; the caller passes 0 under a lock)."""
+    return gated_by_ceiling and period > 0
 
 
 def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES) -> float:
-    """The share of a windowed 0's gated batches that run the draft extend, as the policy harness models it
+    """The share of the gated batches that run the draft extend under windows, as the policy harness models it
     (the warm part at its usual length, the exploring part's length); 1.0 without windows (cycle 0)."""
     if cycle == 0:
         return 1.0
@@ -119,7 +124,7 @@ def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES) -> float:
 
 
 class ExploreWindows:
-    """The phase of each decode batch at a policy's 0 (the comment above). Per process, like the schedule.
+    """The phase of each batch the ceiling gates (the comment above). Per process, like the schedule.
 
     ``cycle`` batches per window (``SPECTOWER_EXPLORE_CYCLE`` in SGLang's environment; 0 turns windows off:
     exploring then runs throughout and every gated batch keeps the extend, as before issue #32); a shorter
@@ -146,12 +151,8 @@ class ExploreWindows:
             return 0
         return max(2, round(period * self.explore_batches / self.cycle))
 
-    def reset(self) -> None:
-        """Not windowed (the ceiling rose, a lock, the share 0): the next window starts a cycle afresh."""
-        self.phase, self._in_phase, self.cut_now = COLD, 0, False
-
     def step(self, holes_pending: Callable[[], bool] = lambda: False) -> str:
-        """The phase of the next decode batch at a policy's 0; ``holes_pending()``: some request of this
+        """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
         batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it)."""
         self.cut_now = False
         if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
@@ -215,7 +216,7 @@ def cycle_of(raw: str | None) -> int:
 class Explorer:
     """The schedule and the windows together: the one decision per decode batch that the SGLang plugin's gate
     (control/sglang_plugin.py) and the simulator's ranks (simulator/engine.py) both make. ``cycle`` 0: no
-    windows (exploring at a policy's 0 keeps the extend throughout)."""
+    windows (gated batches keep the extend throughout while anything explores)."""
 
     def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
         self.schedule = ExploreSchedule()
@@ -228,12 +229,12 @@ class Explorer:
             return {"active": False, "phase": None, "cycle": 0}
         return self.windows.report(self.phase_now is not None)
 
-    def next(self, batch_size: int, ceiling: int | None, period: int,
+    def next(self, batch_size: int, gated_by_ceiling: bool, period: int,
              holes_pending: Callable[[], bool] = lambda: False) -> BatchPlan:  # fmt: skip
-        """``period``: the share's period, 0 when exploring is off or paused (a lock holds the knob)."""
-        if self.windows is None or not windowed(ceiling, period):
-            if self.windows is not None:
-                self.windows.reset()
+        """``gated_by_ceiling``: the ceiling (its hysteresis included) gates this batch; ``period``: the
+        share's period, 0 when exploring is off or paused (a lock holds the knob). The windows' clock runs on
+        the batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
+        if self.windows is None or not windowed(gated_by_ceiling, period):
             self.phase_now = None
             explore, settling = self.schedule.next(batch_size, period)
             return BatchPlan(explore, settling, None, False)
@@ -241,6 +242,6 @@ class Explorer:
         self.phase_now = phase
         in_window = self.windows.period_in_window(period) if phase == EXPLORE else 0
         explore, settling = self.schedule.next(batch_size, in_window)
-        # at 0 a batch that does not explore is gated: outside the cold part it keeps the extend
+        # a batch that does not explore is gated: outside the cold part it keeps the extend
         settling = settling or (phase != COLD and not explore)
         return BatchPlan(explore, settling, phase, self.windows.cut_now)

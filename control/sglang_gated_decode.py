@@ -190,14 +190,14 @@ DRAFT_WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorke
 
 
 def _knob_allows_skip() -> bool:
-    """Whether a 0-step batch may skip its draft extend: the knob plugin says its knob is at 0 with no
-    exploration (no batch will draft until the knob rises), or no knob plugin runs in this process
+    """Whether a 0-step batch may skip its draft extend: the knob plugin says its ceiling gated the batch
+    and nothing needs the draft warm now (``extend_skip_allowed``), or no knob plugin runs in this process
     (SGLang's own bands chose 0 steps; the drain covers their way back)."""
     plugin = sys.modules.get("spectower.control.sglang_plugin")
     if plugin is None:
         return True
     try:
-        return bool(plugin.off_without_exploration())
+        return bool(plugin.extend_skip_allowed())
     except Exception:
         return False
 

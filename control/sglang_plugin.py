@@ -199,6 +199,7 @@ class Gate:
         self.explored_now = False  # the last decide() explored (count() attributes its step change)
         self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
         self.forget_holes_now = False  # the last decide() cut a window's warm part short
+        self.gated_by_ceiling_now = False  # the last decide() gated its batch by the ceiling (not exploring)
         self.batches_explored = 0
         self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
         self._last_explored = False
@@ -252,8 +253,9 @@ class Gate:
         this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
-        plan = self.explorer.next(batch_size, self.ceiling, period, holes_pending)
+        plan = self.explorer.next(batch_size, closed, period, holes_pending)
         explore, self.settling_now, self.forget_holes_now = plan.explore, plan.settling, plan.forget_holes
+        self.gated_by_ceiling_now = closed and not explore
         if explore:
             self.explored_now = True
             self._decisions.append((batch_size, not closed))
@@ -374,13 +376,13 @@ def engine_counters_state() -> engine_counters.EngineCounters:
     return _state().counters
 
 
-def off_without_exploration() -> bool:
-    """The knob is at 0 and no batch explores drafting (a lock holds it, or the share is 0): the gated-decode
-    plugin may then skip the draft model's extend (control/sglang_gated_decode.py), since no batch will
-    draft until the knob rises again."""
+def extend_skip_allowed() -> bool:
+    """Whether the batch being decided may skip the draft model's extend (the gated-decode plugin asks,
+    control/sglang_gated_decode.py): the ceiling gated it and nothing needs the draft warm now
+    (``knob_contract.extend_skippable``: no exploration, or a window's cold part)."""
     state = _state()
     gate = state.gate
-    return knob_contract.extend_skippable(gate.ceiling, gate.explore_period, state.owner.owner(),
+    return knob_contract.extend_skippable(gate.gated_by_ceiling_now, gate.explore_period, state.owner.owner(),
                                           gate.explorer.phase_now)  # fmt: skip
 
 

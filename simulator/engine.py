@@ -10,10 +10,11 @@ decode steps over the running batch:
   gated. Gated: every request gets 1 token, at the profile's knob-off curve (``spec_off``), which on a real
   server is slower than a server without speculation (``plain``); a profile without speculation
   (``Profile.speculative`` False, ``sim serve --no-speculation``) never drafts and runs its plain curve.
-  ``spec_off`` is measured with the draft model's KV extend skipped, which the gated-decode plugin does only
-  while the knob is at 0 and no batch explores (``RankScheduler.extend_skipped``); otherwise (any ceiling
-  > 0, or 0 with exploration on) a gated batch pays the extend and runs the profile's ``spec_off_warm``
-  curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
+  ``spec_off`` is measured with the draft model's KV extend skipped, which the gated-decode plugin does for a
+  batch the knob gates while nothing explores, or in an exploration window's cold part
+  (``RankScheduler.extend_skipped``, control/explore.py); otherwise (a window's warm and exploring parts, a
+  batch gated by exploration inside a drafting bin) a gated batch pays the extend and runs the profile's
+  ``spec_off_warm`` curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
   Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
   a per-step value with ``noise_cv`` noise, seeded). The step lasts
   ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
@@ -200,6 +201,7 @@ class RankScheduler:
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
         self.holed: set[int] = set()
+        self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
         # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
@@ -314,15 +316,15 @@ class RankScheduler:
         return deadline
 
     def extend_skipped(self) -> bool:
-        """Whether a gated batch skips the draft model's KV extend (and so runs ``spec_off``, not the warm
-        curve): the knob at 0 and no batch explores (the share is 0, or a lock holds the knob).
+        """Whether the last decode batch, gated, skipped the draft model's KV extend (and so ran ``spec_off``,
+        not the warm curve): the knob gated it and nothing explores (the share is 0, or a lock holds the
+        knob), or it fell in an exploration window's cold part.
 
-        The plugin's rule (``knob_contract.extend_skippable``, which its ``off_without_exploration`` and the
-        gated-decode plugin's ``ExtendSkip`` read), a window's cold part included at a policy's 0. Not
-        modelled: the drain after the knob rises from such an off (gated batches with the extend until holed
-        requests finish)."""
+        The plugin's rule (``knob_contract.extend_skippable``, which its ``extend_skip_allowed`` and the
+        gated-decode plugin's ``ExtendSkip`` read). Not modelled: the drain once the knob lets such requests
+        draft again (gated batches with the extend until the holed requests finish)."""
         owner = self.engine.owner.owner()
-        return knob_contract.extend_skippable(self.spec_max_bs, self.engine.explore_period, owner,
+        return knob_contract.extend_skippable(self._gated_by_ceiling, self.engine.explore_period, owner,
                                               self.explorer.phase_now)  # fmt: skip
 
     async def _decode(self, deadline: float) -> float:
@@ -332,7 +334,8 @@ class RankScheduler:
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
         period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
-        plan = self.explorer.next(batch, self.spec_max_bs, period, self._holes_pending)
+        plan = self.explorer.next(batch, profile.speculative and not drafted, period, self._holes_pending)
+        self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
         settling = plan.settling
         if plan.forget_holes:
             self.holed.clear()

@@ -43,7 +43,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control import knob_contract
+from spectower.control import explore, knob_contract
 from spectower.control.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.control.policy import Observation, Policy, make_policy
 from spectower.simulator.profile import Profile
@@ -195,6 +195,8 @@ class _Tables:
     off: tuple[_Mode, ...]
     # The knob at 0 with no exploration: the plugin skips the extend (spec_off, as a sweep measures it).
     off_cold: tuple[_Mode, ...]
+    # Gated by the ceiling while exploring: windows (control/explore.py) keep the extend in a few % of them.
+    off_windowed: tuple[_Mode, ...]
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     plain: tuple[float, ...]
 
@@ -205,15 +207,27 @@ class _Tables:
         off_rate = [profile.output_tok_s(c, False) for c in range(n + 1)]
         warm_rate = [profile.output_tok_s(c, False, draft_warm=True) for c in range(n + 1)]
         accept = [profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)]
+        kept = explore.kept_extend_share()  # a gated step's time: that share warm, the rest cold
+        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
+                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         if not profile.speculative:  # no drafting, no gate: nothing to explore
             share = 0.0
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
+            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, share)
+                               for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
         )
+
+
+    def gated_by_ceiling(self, period: int) -> tuple[_Mode, ...]:
+        """A batch the ceiling gates, no lock: the extend skipped (nothing explores), or kept in windows."""
+        if knob_contract.extend_skippable(0, period, knob_contract.OWNER_FREE):
+            return self.off_cold
+        return self.off_windowed if explore.windowed(0, period) else self.off
 
 
 class _Counters:
@@ -320,9 +334,10 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     timeline: list[dict[str, Any]] = []
 
     period = knob_contract.explore_period(share)
-    # the oracle's off at knob 0: the extend skipped only where nothing explores (the same rule, once)
-    oracle_cold = knob_contract.extend_skippable(0, period, knob_contract.OWNER_FREE)
-    oracle_off = tables.off_cold if oracle_cold else tables.off
+    # gated by the ceiling: the extend skipped where nothing explores (the plugin's rule, once), else outside
+    # the exploration windows; the oracle's off likewise
+    gated_off = tables.gated_by_ceiling(period)
+    oracle_off = gated_off
     for i in range(n_ticks):
         while pending and pending[0][0] <= i:
             _, value = pending.pop(0)
@@ -334,9 +349,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         running = min(conc, mrr)
         queued = conc - running
         drafting = running > 0 and running <= knob and profile.speculative
-        # the plugin's rule; no lock here, only the share
-        extend_skipped = knob_contract.extend_skippable(knob, period, knob_contract.OWNER_FREE)
-        mode = (tables.on if drafting else tables.off_cold if extend_skipped else tables.off)[running]
+        mode = (tables.on if drafting else gated_off)[running]
         rate = mode.rate
         tokens += rate * tick
         oracle += max(tables.on[running].rate, oracle_off[running].rate) * tick

@@ -116,7 +116,9 @@ ONLY_0_5_23 = (
     ),
     # hysteresis and the default 2 % exploration
     _plugin_check(
-        "override_log:explore", "check_override_log", *OVERRIDE_LOG_ARGS, SPECTOWER_EXPLORE_SHARE=None
+        # 1024-batch windows: 4000 batches hold a few, as a day holds many of the default 8192
+        "override_log:explore", "check_override_log", *OVERRIDE_LOG_ARGS, SPECTOWER_EXPLORE_SHARE=None,
+        SPECTOWER_EXPLORE_CYCLE="1024",
     ),
     _plugin_check("gated_decode:off", "check_gated_decode", SPECTOWER_GATED_DECODE="0"),
     _plugin_check("seq_lens:off", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_MIRROR="0"),

@@ -40,11 +40,14 @@ def test_the_client_side_sends_it_and_a_bare_hold_still_needs_something_to_do() 
         kc.parse_request({kc.WRITER_KEY: kc.WRITER_POLICY})
 
 
-def test_the_extend_is_skippable_only_at_0_with_nothing_exploring() -> None:
-    """One rule for the plugin, the simulator and its harness: a lock pauses exploration, so a locked 0
-    skips the extend; a policy's 0 with exploration on keeps it; any ceiling above 0 keeps it."""
+def test_the_extend_is_skippable_for_a_batch_the_ceiling_gates_with_nothing_needing_the_draft_warm() -> None:
+    """One rule for the plugin, the simulator and its harness: a batch the ceiling gates (any ceiling)
+    skips the extend when nothing explores (a lock pauses exploration, or the share is 0) or in an
+    exploration window's cold part; a batch gated by exploration inside a drafting bin keeps it."""
     period = kc.explore_period(0.02)
-    assert kc.extend_skippable(0, 0, kc.OWNER_FREE)
-    assert kc.extend_skippable(0, period, "manual")
-    assert not kc.extend_skippable(0, period, kc.OWNER_FREE)
-    assert not kc.extend_skippable(2, 0, kc.OWNER_FREE) and not kc.extend_skippable(2, period, "manual")
+    assert kc.extend_skippable(True, 0, kc.OWNER_FREE)
+    assert kc.extend_skippable(True, period, "manual")
+    assert not kc.extend_skippable(True, period, kc.OWNER_FREE)  # exploring, no window phase: kept
+    assert kc.extend_skippable(True, period, kc.OWNER_FREE, "cold")
+    assert not kc.extend_skippable(False, 0, kc.OWNER_FREE)
+    assert not kc.extend_skippable(False, period, "manual")

@@ -100,7 +100,7 @@ def test_ranks_sum_their_settling_and_an_older_plugin_has_none() -> None:
 
 
 def test_the_gate_explores_in_runs_without_moving_the_hysteresis() -> None:
-    gate = Gate(min_dwell=16, explore_share=0.02)
+    gate = Gate(min_dwell=16, explore_share=0.02, explore_cycle=160)  # windows: 150 cold, 10 exploring
     assert gate.explore_period == 50
     gate.set_ceiling(8)
     below = []
@@ -115,16 +115,21 @@ def test_the_gate_explores_in_runs_without_moving_the_hysteresis() -> None:
     assert gate.batches_explored == 8
     # a run is two step changes (3 -> 0 and 0 -> 3), not two per explored batch
     assert gate.explore_changes == gate.step_changes == 4
-    above = [gate.decide(16) for _ in range(449)]  # closes at once; bin 16 counts on its own
-    assert [i for i, gated in enumerate(above, 1) if not gated] == runs
+    # closes at once; gated by the ceiling, bin 16 explores in windows only (a run in each exploring part)
+    above = []
+    for _ in range(480):
+        above.append((gate.decide(16), gate.explorer.phase_now))
+    drafted = [i for i, (gated, _) in enumerate(above, 1) if not gated]
+    assert drafted and all(above[i - 1][1] == "explore" for i in drafted)
+    assert [p for _, p in above].count("explore") == 30 and len(drafted) == 3 * 4  # three windows, a run each
     assert gate.switches == 1 and gate.closed
     # the dwell counts the gate's own batches after the one that closed it, none of the explored ones
-    assert gate.closed_batches == 449 - 8 - 1
+    assert gate.closed_batches == 480 - len(drafted) - 1
     # paused (a lock holds the knob): nothing explores
     assert not any(gate.decide(16, may_explore=False) is False for _ in range(500))
     report = gate.explore_report(active=True)
-    assert report.pop("window")["active"] is False  # a ceiling above 0: no window
-    assert report == {"share": 0.02, "period": 50, "run": 4, "batches": 8, "active": True}
+    assert report.pop("window")["windows"] == 3
+    assert report == {"share": 0.02, "period": 50, "run": 4, "batches": 8, "active": True}  # count()ed
 
 
 def test_the_gate_explores_nothing_at_share_zero_or_while_not_allowed() -> None:
@@ -132,10 +137,10 @@ def test_the_gate_explores_nothing_at_share_zero_or_while_not_allowed() -> None:
     gate.set_ceiling(8)
     assert not any(gate.decide(4) for _ in range(500))
     gate = Gate(explore_share=0.1)  # period 10: runs of 4 from a bin's 10th batch, every 40
-    gate.set_ceiling(2)
-    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a lock: nothing explores
-    drafted = [i for i in range(1, 101) if not gate.decide(4)]  # allowed again: counted from here on
-    assert drafted == [*range(10, 14), *range(50, 54), *range(90, 94)]
+    gate.set_ceiling(8)
+    assert not any(gate.decide(4, may_explore=False) for _ in range(500))  # a lock: nothing explores
+    gated = [i for i in range(1, 101) if gate.decide(4)]  # allowed again: counted from here on
+    assert gated == [*range(10, 14), *range(50, 54), *range(90, 94)]
     gate = Gate(explore_share=0.1)
     gate.set_ceiling(0)
     assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a manual off: off means off
@@ -190,22 +195,21 @@ def test_a_warm_part_that_runs_out_is_cut_and_the_holes_forgotten() -> None:
             cut_at.append(i)
             assert phase == "explore"
     assert cut_at == [20] and windows.warm_cut == 1  # 20 warm batches, then the window explores anyway
-    windows.reset()
-    assert windows.phase == "cold" and _phases(windows, 150, []) == ["cold"] * 150
+    assert _phases(windows, 20, []) == ["cold"] * 20  # the exploring part's ten batches ran: cold again
 
 
 def test_above_zero_the_explorer_is_the_schedule_alone() -> None:
     explorer, schedule = Explorer(), ExploreSchedule()
     sizes = [4, 16, 4, 64] * 500
-    plans = [explorer.next(b, 8, 50) for b in sizes]
+    plans = [explorer.next(b, False, 50) for b in sizes]
     assert [(p.explore, p.settling) for p in plans] == [schedule.next(b, 50) for b in sizes]
     assert {p.phase for p in plans} == {None} and explorer.phase_now is None
 
 
-def test_at_a_policys_zero_exploring_packs_into_windows_and_the_rest_is_cold() -> None:
+def test_among_gated_batches_exploring_packs_into_windows_and_the_rest_is_cold() -> None:
     explorer = Explorer()
     cycle = WINDOW_CYCLE_BATCHES + 1  # the warm part takes one batch: no holes here
-    plans = [explorer.next(64, 0, 50) for _ in range(2 * cycle)]
+    plans = [explorer.next(64, True, 50) for _ in range(2 * cycle)]
     explored = [i for i, p in enumerate(plans) if p.explore]
     assert all(plans[i].phase == "explore" for i in explored)
     # about the share's number of explored batches per cycle, all in the window's few hundred batches
@@ -221,7 +225,7 @@ def test_at_a_policys_zero_exploring_packs_into_windows_and_the_rest_is_cold() -
 
 def test_cycle_zero_turns_windows_off_and_a_bad_cycle_is_one_line() -> None:
     explorer = Explorer(cycle_of("0"))
-    plans = [explorer.next(64, 0, 50) for _ in range(500)]  # exploring throughout, as before windows
+    plans = [explorer.next(64, True, 50) for _ in range(500)]  # exploring throughout, as before windows
     assert {p.phase for p in plans} == {None} and sum(p.explore for p in plans) == 12
     assert explorer.window_report() == {"active": False, "phase": None, "cycle": 0}
     assert cycle_of(None) == cycle_of(" ") == WINDOW_CYCLE_BATCHES and cycle_of("64") == 64
@@ -233,11 +237,11 @@ def test_cycle_zero_turns_windows_off_and_a_bad_cycle_is_one_line() -> None:
 
 def test_the_extend_is_skipped_in_a_windows_cold_part_only() -> None:
     period = 50
-    assert kc.extend_skippable(0, period, kc.OWNER_FREE, "cold")
-    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, "warm")
-    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, "explore")
-    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, None)
-    assert not kc.extend_skippable(4, period, kc.OWNER_FREE, "cold")  # above 0 the draft stays warm
+    assert kc.extend_skippable(True, period, kc.OWNER_FREE, "cold")
+    assert not kc.extend_skippable(True, period, kc.OWNER_FREE, "warm")
+    assert not kc.extend_skippable(True, period, kc.OWNER_FREE, "explore")
+    assert not kc.extend_skippable(True, period, kc.OWNER_FREE, None)  # windows off: exploring keeps it
+    assert not kc.extend_skippable(False, period, kc.OWNER_FREE, "cold")  # gated by exploration: kept
 
 
 def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_out(
@@ -250,7 +254,7 @@ def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_o
 
     monkeypatch.setattr(plugin, "_STATE", None)
     monkeypatch.setattr(gd, "_HOOKED", True)
-    tracker = gd.ExtendSkip(allowed=plugin.off_without_exploration, enabled=True, drain_max_steps=4096)
+    tracker = gd.ExtendSkip(allowed=plugin.extend_skip_allowed, enabled=True, drain_max_steps=4096)
     monkeypatch.setattr(gd, "_SKIP", tracker)
     gate = plugin.gate_state()
     gate.set_explore_share(0.02)

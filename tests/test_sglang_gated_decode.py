@@ -77,9 +77,9 @@ def test_each_adaptive_state_captures_its_own_draft_extend_width(checked: dict[s
 def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked: dict[str, Any]) -> None:
     """Off: SGLang's own stub replaces the draft extend and the requests are remembered as holed. Back on:
     while a holed request is in the batch it runs 0 steps WITH the extend; once they have finished, it
-    drafts. A partial ceiling gates without skipping (the draft stays warm); a policy's 0 (the gate
-    explores) skips in its windows' cold part and runs the extend in the warm part until the holed requests
-    have finished and in the exploring part; an operator's off pauses exploration and skips throughout."""
+    drafts. A partial ceiling's gated batches skip too; a policy's 0 (the gate explores) skips in its
+    windows' cold part and runs the extend in the warm part until the holed requests have finished and in
+    the exploring part; an operator's off pauses exploration and skips throughout."""
     trace = checked["extend_skip"]["trace"]
     rows = [(t["phase"], t["steps"] > 0, t["extend"], t["holed"]) for t in trace]
     assert rows == [
@@ -89,7 +89,7 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
         ("drain", False, "ran", ["a", "b", "c"]),
         ("drain", False, "ran", ["b", "c"]),
         ("drafting again", True, "ran", []),
-        ("partial ceiling", False, "ran", []),
+        ("partial ceiling", False, "stub", ["d", "e", "f"]),  # gated by a ceiling above 0: skipped too
         *[("policy's off, cold", False, "stub", ["g", "h"])] * 15,
         ("policy's off, warm", False, "ran", ["g", "h"]),
         ("policy's off, window", False, "ran", []),
@@ -97,7 +97,7 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
         ("off, held by an operator", False, "stub", ["g", "h"]),
     ]
     report = checked["extend_skip"]["report"]
-    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (19, 2, 0)
+    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (20, 2, 0)
     # and /server_info says so, in the knob plugin's block
     assert checked["extend_skip"]["published"] == {**report, "holed_requests": 2}
 

@@ -50,8 +50,8 @@ def _steps(engine: Engine, mode: str, batch: int) -> int:
     return int(counters.steps[mode][counters.bin_index(batch)])
 
 
-# (2: gated by a ceiling above 0; at 0 a policy explores in windows, tests/test_sim_warm_gated.py)
-@pytest.mark.parametrize("knob, majority, minority", [(64, "drafted", "gated"), (2, "gated", "drafted")])
+# (a bin the knob gates explores in windows: tests/test_sim_warm_gated.py)
+@pytest.mark.parametrize("knob, majority, minority", [(64, "drafted", "gated")])
 def test_runs_of_four_explore_one_in_fifty_batches_of_a_bin(knob: int, majority: str, minority: str) -> None:
     engine = Engine(SimConfig(profile=load_profile(PROFILE)))  # the default share, 2 %
     assert engine.explore_share == knob_contract.DEFAULT_EXPLORE_SHARE and engine.explore_period == 50
@@ -85,10 +85,12 @@ def test_share_zero_explores_nothing_and_a_lock_pauses_exploring() -> None:
     _decode(engine, 12, 500)
     # released at 0: a policy's 0, exploring again but in windows, the first one after the cold part
     assert _steps(engine, "drafted", 12) == 0 and engine.ranks[0].explorer.phase_now == "cold"
-    engine.set_spec_max_bs(2)
+    engine.set_spec_max_bs(12)
+    before = _steps(engine, "gated", 12)
     _decode(engine, 12, 500)
-    # above 0, exploring as before, counted from here on: runs at 50, 250, 450, their first batches settling
-    assert _steps(engine, "drafted", 12) == 12 - 3
+    # a drafting bin explores in runs throughout, counted from here on: at 50, 250, 450, their first batches
+    # settling
+    assert _steps(engine, "gated", 12) - before == 12 - 3
 
 
 def test_the_share_is_set_at_runtime_and_read_back_per_rank() -> None:

@@ -1,7 +1,8 @@
 """A gated batch pays the draft model's KV extend unless the plugin would skip it: the profile's optional
-``output_tok_s.spec_off_warm`` curve, served by the simulator's gated batches whenever the knob is above 0 or
-exploration is on, and ``spec_off`` (measured with the extend skipped) only at 0 with exploration paused
-(share 0 or a lock), the SGLang plugin's ``off_without_exploration`` rule. A profile without the curve serves
+``output_tok_s.spec_off_warm`` curve, served by the simulator's gated batches that keep the extend (gated by
+exploration inside a drafting bin, or in an exploration window's warm and exploring parts), and ``spec_off``
+(measured with the extend skipped) for a batch the knob gates while nothing explores or in a window's cold
+part, the SGLang plugin's rule (``knob_contract.extend_skippable``). A profile without the curve serves
 ``spec_off`` as before.
 
 Virtual time: the rank's sleep returns at once and the profile has no noise, so a step's duration is what
@@ -130,10 +131,18 @@ def test_knob_at_zero_without_exploration_skips_the_extend_spec_off(share: float
 
 
 @pytest.mark.parametrize("share, locked", [(0.0, False), (knob_contract.DEFAULT_EXPLORE_SHARE, True)])
-def test_a_ceiling_above_zero_keeps_the_draft_warm_unexplored_too(share: float, locked: bool) -> None:
+def test_a_ceiling_above_zero_gates_cold_too_when_nothing_explores(share: float, locked: bool) -> None:
+    """Gated by a partial ceiling, a batch skips the extend as at 0 (the drain covers the way back)."""
     rate, rank = _gated_rate(_profile(), knob=BATCH - 1, share=share, locked=locked)
+    assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
+    assert rank.batches_drafted == 0 and rank.extend_skipped()
+
+
+def test_a_drafting_bins_explored_gated_runs_keep_the_extend() -> None:
+    """Gated by exploration inside a bin the knob drafts: its requests go on drafting, the extend runs."""
+    rate, rank = _gated_rate(_profile(), knob=BATCH, steps=400)
     assert rate == pytest.approx(WARM, rel=1e-9)
-    assert rank.batches_drafted == 0 and not rank.extend_skipped()
+    assert rank.batches_explored > 0 and not rank.holed
 
 
 @pytest.mark.parametrize(

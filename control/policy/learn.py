@@ -58,6 +58,15 @@ MIN_INTERVALS = speedup.MIN_INTERVALS
 # Student's t, 97.5 % quantile, by degrees of freedom (at most d): the small-sample width of a 95 % interval.
 # Above every bin: the ceiling that drafts every batch (mapped to max_running_requests).
 TOP = 2**31 - 1
+# A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
+# extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
+# windows (control/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
+# extend's share of a gated step: gated batches with the extend served 0.87-0.97 of the knob at 0 locked on
+# the H200 (gpu/README.md, "The four policies", 2.; exploration's cost 0.93). Those bins' gated tokens are
+# scaled up by 1 / (1 - tax), so both sides of a bin compare what each choice would serve.
+DEFAULT_KEPT_EXTEND_TAX = 0.07
+# The key a kept snapshot carries the ceiling its interval ran under (the engine counters have no such key).
+CEILING_KEY = "learn_ceiling"
 
 OPTION_DEFAULTS: dict[str, float] = {
     "window_s": DEFAULT_WINDOW_S,
@@ -65,6 +74,7 @@ OPTION_DEFAULTS: dict[str, float] = {
     "min_dwell_s": DEFAULT_MIN_DWELL_S,
     "max_flips_per_hour": DEFAULT_MAX_FLIPS_PER_HOUR,
     "z": DEFAULT_Z,
+    "kept_extend_tax": DEFAULT_KEPT_EXTEND_TAX,
 }
 
 
@@ -121,6 +131,9 @@ class LearnPolicy:
         self.min_dwell_s = _option(options, "min_dwell_s")
         self.max_flips_per_hour = int(_option(options, "max_flips_per_hour"))
         self.z = _option(options, "z")
+        self.kept_extend_tax = _option(options, "kept_extend_tax")
+        if self.kept_extend_tax >= 0.5:
+            raise PolicyError(f"learn option 'kept_extend_tax' must be below 0.5, got {self.kept_extend_tax}")
         self.snapshots: deque[tuple[float, dict[str, Any]]] = deque()  # kept: one per sample_s
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         self.flip_times: deque[float] = deque()
@@ -304,8 +317,9 @@ class LearnPolicy:
         if snaps and now - snaps[-1][0] < self.sample_s:
             return False
         snapshot = dict(counters)
+        snapshot[CEILING_KEY] = self.knob
         if snaps:
-            self._intervals.extend(speedup.intervals_from_snapshots([snaps[-1], (now, snapshot)]))
+            self._intervals.extend(self._corrected([snaps[-1], (now, snapshot)]))
         snaps.append((now, snapshot))
         # Keep one snapshot at or before the window's start, so the intervals cover the whole window.
         while len(snaps) > 2 and snaps[1][0] <= now - self.window_s:
@@ -313,6 +327,24 @@ class LearnPolicy:
             if self._intervals:
                 self._intervals.pop(0)
         return True
+
+    def _corrected(self, snapshots: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The intervals between these snapshots, the gated tokens of the bins their ceiling drafted (all of
+        them where the ceiling is unknown: speculation as launched) scaled to a gated stream's
+        (``DEFAULT_KEPT_EXTEND_TAX``)."""
+        intervals = speedup.intervals_from_snapshots(snapshots)
+        scale = 1.0 / (1.0 - self.kept_extend_tax)
+        if scale == 1.0:
+            return intervals
+        for interval, (_, snapshot) in zip(intervals, snapshots[1:], strict=True):
+            ceiling = snapshot.get(CEILING_KEY)
+            warm = [ceiling is None or int(b) <= ceiling for b in interval["bins"]]
+            gated = dict(interval["gated"])
+            gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], warm, strict=True)]
+            gated["tok_s"] = [r * scale if r is not None and w else r
+                              for r, w in zip(gated["tok_s"], warm, strict=True)]  # fmt: skip
+            interval["gated"] = gated
+        return intervals
 
     # --- the knob's read-back ----------------------------------------------------------------------
     def _read_back(self, value: int | None) -> None:
@@ -388,5 +420,5 @@ class LearnPolicy:
         snapshots.sort(key=lambda pair: pair[0])
         self.flip_times = deque(sorted(float(t) for t in flips))
         self.snapshots = deque(snapshots)
-        self._intervals = speedup.intervals_from_snapshots(snapshots)
+        self._intervals = self._corrected(snapshots)
         self._estimate = None

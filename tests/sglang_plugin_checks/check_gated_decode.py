@@ -163,7 +163,8 @@ def install_worker_recorders() -> None:
 
 def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     """Knob at 0 skips the draft extend; raised again, the requests that missed extends drain at 0 steps
-    (with the extend) before the batch drafts; a partial ceiling, or exploration, never skips. The real
+    (with the extend) before the batch drafts; a partial ceiling's gated batches skip too, exploring ones
+    only in a window's cold part (SPECTOWER_EXPLORE_CYCLE), an operator's lock always. The real
     AdaptiveController, AdaptiveSpeculativeParams (hooked by the knob plugin's gate) and
     EAGLEWorkerV2.apply_runtime_state."""
     import torch
