@@ -148,11 +148,12 @@ def summarize(paths: list[Path]) -> list[dict[str, Any]]:
         try:
             saved = parse_json_text(read_text_capped(path, MAX_RESULT_BYTES))
             rounds = int(saved["rounds"])
+            label = str(saved.get("label", DEFAULT_LABEL))
             for level in saved["levels"]:
                 per_round = rounds_of(level, rounds)
                 into = pooled.setdefault(int(level["concurrency"]), {
                     "concurrency": int(level["concurrency"]), "gated_tok_s": [], "ungated_tok_s": [],
-                    "rounds_tok_s": {name: [] for name in SERVERS}})  # fmt: skip
+                    "rounds_tok_s": {name: [] for name in SERVERS}, "label": label})  # fmt: skip
                 for name in SERVERS:
                     into[f"{name}_tok_s"].extend(float(v) for v in level[f"{name}_tok_s"])
                     into["rounds_tok_s"][name].extend(per_round[name])
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.summarize:
         for row in summarize(args.summarize):
-            print(describe_level(row))
+            print(describe_level(row, row["label"]))
         return 0
     if not args.gated or not args.ungated:
         raise SystemExit("--gated and --ungated: both servers are needed (or --summarize saved runs)")

@@ -183,3 +183,21 @@ def test_always_on_under_the_day_load_scores_as_the_readme_says() -> None:
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert rows["on"][1:4] == ["3080274", "3907566", "0.788"]
     assert rows["learn"][1:4] == ["3132166", "3930389", "0.797"]
+
+
+def test_a_policys_zero_with_windows_against_plain_is_what_the_readme_says() -> None:
+    """Issue #32 item 1 (2026-12-03): a policy's 0 with exploration in windows against the plain server,
+    mixed output lengths, pooled over calls 1 and 4 by ``knob_max_ab.py --summarize``; the same server
+    without windows and an operator's 0 from the same launch, as the results' README gives them."""
+    base = "h200-8b-pair-triton-windows-2026-12-03"
+
+    def paired(*names: str) -> dict[int, float]:
+        lines = _script("knob_max_ab.py", "--summarize", *(f"{base}/{n}" for n in names)).strip().splitlines()
+        return {int(line.split(":")[0].removeprefix("C=")): float(line.split("over windows; ")[1].split()[0])
+                for line in lines}  # fmt: skip
+
+    windows = paired("policy_off_vs_plain-windows.json", "policy_off_vs_plain-windows-2.json")
+    assert windows == {1: 0.984, 4: 0.990, 16: 0.978, 32: 0.978, 64: 0.990}
+    assert paired("policy_off_vs_plain-nowindows.json") == {1: 0.943, 4: 0.938, 16: 0.933, 32: 0.859, 64: 0.806}
+    assert paired("operator_off_vs_plain.json") == {1: 0.978, 4: 0.983, 16: 1.030, 32: 0.911, 64: 1.009}
+    assert paired("policy_32_vs_plain.json") == {48: 0.947, 64: 0.924}
