@@ -1,4 +1,5 @@
-"""`spectower console`: serve the Streamlit console (bound to 127.0.0.1, headless, no usage stats)."""
+"""`spectower console`: serve the Streamlit console (bound to 127.0.0.1, headless, no usage stats, no
+external-IP look-up: it never reaches outside the machine)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ APP_PATH = Path(__file__).resolve().parents[1] / "app.py"
 def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
     """The `streamlit run` command line; every setting explicit so no user config turns telemetry on."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(app),
+        # Streamlit's CLI without its external-IP look-up (console/streamlit_offline.py)
+        sys.executable, "-m", "spectower.console.streamlit_offline", "run", str(app),
         "--server.address", host,
         "--server.port", str(port),
         "--server.headless", "true",
