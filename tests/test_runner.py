@@ -343,3 +343,19 @@ def test_runner_drives_the_real_simulator(db: Database, simulator_factory: Any) 
     outcome = runner.step()
     assert outcome.action == "hold" and "cannot reach" in outcome.reason
     client.close()
+
+
+def test_the_default_rail_is_the_readmes_twelve_changes_an_hour(db: Database) -> None:
+    """`control auto` (the demo's policy included) allowed 60 sets an hour and handed learn 60 as its own
+    limit, where the README promises at most 12: the 13th set within an hour is refused."""
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)  # RunnerConfig's defaults, as `control auto` without the flag
+    for _ in range(12):
+        add_samples(db, URL, clock.now, 12)
+        assert runner.step().action == "set"
+        fake.info["internal_states"][0]["spectower"]["spec_max_bs"] = 0  # moved behind the policy's back
+        clock.now += 60
+    add_samples(db, URL, clock.now, 12)
+    outcome = runner.step()
+    assert outcome.action == "rate-limited" and "--max-flips-per-hour 12" in outcome.reason
+    assert runner.config.max_flips_per_hour == make_policy("learn", 48).max_flips_per_hour  # type: ignore[attr-defined]
