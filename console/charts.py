@@ -85,6 +85,25 @@ def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888", sid
     )
 
 
+# The narrowest time axis a young server's charts get (its first samples are not drawn edge to edge).
+MIN_TIME_SPAN_S = 60.0
+
+
+def data_window(t0: float, t1: float, first_seen: Any, samples: pd.DataFrame) -> tuple[float, float]:
+    """The x range of a time chart over the window [t0, t1]: the whole window, where gaps show as gaps,
+    unless the data is younger than the window; then from where it starts, the earlier of the source's
+    ``first_seen`` and the window's first sample (``samples["ts"]``: a buffered or imported sample may
+    predate the row), at least ``MIN_TIME_SPAN_S`` wide. A fresh demo drew every chart as a sliver at the
+    right edge of its hour for minutes."""
+    starts = [float(first_seen)] if first_seen is not None and not pd.isna(first_seen) else []
+    if not samples.empty and "ts" in samples and samples["ts"].notna().any():
+        starts.append(float(samples["ts"].min()))
+    start = min(starts, default=t0)
+    if not math.isfinite(start) or start <= t0:
+        return t0, t1
+    return max(t0, min(start, t1 - MIN_TIME_SPAN_S)), t1
+
+
 def time_axis(t0: float | None = None, t1: float | None = None) -> dict[str, Any]:
     """A UTC time axis over the selected window (not just where data is), labels never overlapping."""
     axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICK_STOPS, "nticks": 6,

@@ -188,9 +188,9 @@ def latest_gpu(db: Database) -> pd.DataFrame:
     """The newest sample of every GPU joined with its inventory row (one row per GPU; a GPU without a
     sample yet has empty sample columns)."""
     sample_cols = [c for c in _columns(models.GpuSample) if c != "gpu_id"]
-    inventory = ["gpu_id", "host", "gpu_index", "name", "source", "uuid"]
+    inventory = ["gpu_id", "host", "gpu_index", "name", "source", "uuid", "first_seen"]
     rows = [
-        [gpu.id, gpu.host, gpu.index, gpu.name, gpu.source, gpu.uuid]
+        [gpu.id, gpu.host, gpu.index, gpu.name, gpu.source, gpu.uuid, gpu.first_seen]
         + [None if sample is None else getattr(sample, c) for c in sample_cols]
         for gpu, sample in queries.latest_gpus(db)
     ]

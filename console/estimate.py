@@ -94,3 +94,14 @@ def knob_label(max_bs: int | None, max_running: int | None) -> str:
 
     mode = knob_mode(max_bs, max_running)
     return f"threshold {max_bs}" if mode == "threshold" else mode
+
+
+def live_crossover_metric(label: str, status: str) -> tuple[str, str]:
+    """The live estimate's label (``control.speedup``: "~24 (16-32)", "> 4 (pays at every load seen)",
+    "not enough data") as a metric's short value and the caption under it: a metric's value never wraps,
+    and the whole label ran over the next column of a 1280 px page."""
+    if status == "no_data":
+        return "—", label
+    value, _, note = label.partition(" (")
+    note = note.removesuffix(")")
+    return value, (f"95 % interval {note}" if status == "found" and note else note)

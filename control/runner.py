@@ -26,6 +26,7 @@ from spectower.collectors.sglang.counters import read_counters
 from spectower.control import audit
 from spectower.control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
 from spectower.control.policy import Decision, Observation, Policy
+from spectower.control.policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
 from spectower.control.speedup import sum_ranks
 from spectower.storage import queries
 from spectower.storage.database import Database
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_STALE_AFTER_S = 30.0  # a few missed scrapes at the collector's default 1-5 s cadence
-DEFAULT_MAX_FLIPS_PER_HOUR = 60  # a rail for every policy; learn itself changes at most 12 times an hour
+# A rail for every policy, and what `control auto` hands learn as its own limit: the README's "at most 12
+# changes an hour" (it was 60, which raised learn's limit to 60 in the demo and every default run).
+DEFAULT_MAX_FLIPS_PER_HOUR = LEARN_MAX_FLIPS_PER_HOUR
 FLIP_WINDOW_S = 3600.0
 
 Clock = Callable[[], float]

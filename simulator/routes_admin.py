@@ -50,7 +50,10 @@ LOAD_SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues")
 
 
 class SetInternalStateReq(BaseModel):
-    """Mirror of SGLang's ``SetInternalStateReq`` body (numbers only)."""
+    """Mirror of SGLang's ``SetInternalStateReq`` body (numbers only), validated as SGLang's HTTP server
+    validates it: pydantic's lax mode, so JSON ``true`` and ``"1"`` reach the knob's contract as 1, as they
+    reach the plugin on a real server (strict types here would refuse what a real server applies:
+    tests/test_sglang_plugin.py compares each raw value's answer with SGLang 0.5.23's)."""
 
     server_args: dict[str, int | float]
 

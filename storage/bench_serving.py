@@ -93,6 +93,9 @@ V05_KEY_ORDER: tuple[str, ...] = (
       for s in ("mean", "median", "p90", "p99")),
     "accept_length",
 )  # fmt: skip
+# A sweep's parameters under bench_serving's names (a sweep's prompts and outputs are exactly these
+# lengths): its exported lines carry them, as the client's own lines do.
+SWEEP_PARAM_KEYS = {"random_input_len": "input_len", "random_output_len": "output_len"}
 
 
 class BenchImportError(ValueError):
@@ -270,7 +273,12 @@ def point_to_line(point: models.BenchPoint, run: models.BenchRun) -> dict[str, A
     params = json.loads(run.params_json) if run.params_json else {}
     line: dict[str, Any] = {}
     for key in V05_KEY_ORDER:
-        line[key] = params[key] if key in params and key not in POINT_KEYS else value(key)
+        if key in params and key not in POINT_KEYS:
+            line[key] = params[key]
+        elif SWEEP_PARAM_KEYS.get(key) in params:
+            line[key] = params[SWEEP_PARAM_KEYS[key]]
+        else:
+            line[key] = value(key)
     for column in ("spec_on", "ratio_ci_lo", "ratio_ci_hi"):
         if getattr(point, column) is not None:
             line[reverse[column]] = getattr(point, column)

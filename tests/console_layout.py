@@ -105,6 +105,43 @@ TABLE_PROBLEMS_JS = r"""
 }
 """
 
+# Every text in the main section (charts and tables have their own checks above) must lie inside its column
+# (or the page's block when in none), and no element may cut text or hide it behind a scroll bar: a button
+# label ending in "…", a suggested command running off the edge of its code block.
+COLUMN_PROBLEMS_JS = r"""
+() => {
+  const out = new Set();
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]')
+    || document.querySelector('[data-testid="stMain"]');
+  if (!main) return [];
+  const skip = '[data-testid="stDataFrame"], .js-plotly-plot, [data-testid="stTooltipContent"]';
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!node.textContent.trim() || !parent || parent.closest(skip)) continue;
+    const col = parent.closest('[data-testid="stColumn"]') || main;
+    const limit = col.getBoundingClientRect();
+    if (limit.width === 0) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    for (const r of [...range.getClientRects()].filter(r => r.width > 0)) {
+      if (r.right > limit.right + 1 || r.left < limit.left - 1) {
+        out.add(`beyond its column: "${node.textContent.trim().slice(0, 60)}" (${Math.round(r.left)}..`
+                + `${Math.round(r.right)} vs ${Math.round(limit.left)}..${Math.round(limit.right)})`);
+      }
+    }
+  }
+  for (const el of main.querySelectorAll('*')) {
+    if (el.closest(skip) || el.clientWidth < 4 || !el.textContent.trim()) continue;
+    const style = getComputedStyle(el);
+    if (el.scrollWidth > el.clientWidth + 1 && style.overflowX !== 'visible') {
+      out.add(`cut: "${el.textContent.trim().slice(0, 60)}" (${el.scrollWidth} > ${el.clientWidth} px wide)`);
+    }
+  }
+  return [...out];
+}
+"""
+
 SCROLL_HEIGHT_JS = r"""
 () => {
   let h = document.documentElement.scrollHeight;
@@ -123,9 +160,10 @@ SETTLE_JS = (
 
 
 def layout_problems(page: Any) -> list[str]:
-    """Truncated or mid-word-wrapped metrics, clipped chart text, tables cut by the page."""
+    """Truncated or mid-word-wrapped metrics, clipped chart text, tables cut by the page, text outside its
+    column or cut by its element."""
     return [*page.evaluate(METRIC_PROBLEMS_JS), *page.evaluate(CHART_PROBLEMS_JS),
-            *page.evaluate(TABLE_PROBLEMS_JS)]  # fmt: skip
+            *page.evaluate(TABLE_PROBLEMS_JS), *page.evaluate(COLUMN_PROBLEMS_JS)]  # fmt: skip
 
 
 def full_page_screenshot(page: Any, path: Path) -> None:

@@ -218,9 +218,9 @@ def test_speculation_page_live_estimate_and_crossovers(
     labels = {m.label: m.value for m in at.metric}
     # the profile's curves cross between 8 and 16; the engine's counters under the alternating knob find it
     assert 8 <= float(labels["Crossover (benchmark)"]) <= 24, labels
-    live = labels["Crossover (live)"]
-    assert re.fullmatch(r"~[\d.]+ \([\d.]+-[\d.]+\)", live), labels
-    assert 6 <= float(live[1:].split()[0]) <= 30, labels
+    live = labels["Crossover (live)"]  # the value alone; its interval in the caption under it
+    assert re.fullmatch(r"~[\d.]+", live), labels
+    assert 6 <= float(live[1:]) <= 30, labels
     text = _text(at)
     assert "speculation is" in text and "95 %" in text and "decode counters" in text
     assert _charts(at) == 4  # speedup, accept length, accept rate, policy timeline
@@ -228,7 +228,7 @@ def test_speculation_page_live_estimate_and_crossovers(
     with open_database(_url(db)) as store:
         win = time.time()
         est = data.live_speedup(store, 1, win - 3600, win).estimate
-    assert est.label == live
+    assert est.label.startswith(f"{live} (") and f"95 % interval {est.label.split('(')[1][:-1]}" in text
     fig = at.get("plotly_chart")[0].proto.spec
     assert "95% interval: live" in fig and "engine counters" in fig
 
@@ -338,7 +338,7 @@ def test_overview_charts_throughput_requests_and_knob_with_units(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = tmp_path / "s.db"
-    _fill(db)
+    _fill(db, span_s=5400)  # older than the page's hour
     at = _app(db, monkeypatch)
     figs = _figures(at)
     throughput = next(f for f in figs if f["layout"]["title"]["text"].startswith("Throughput"))
@@ -349,7 +349,8 @@ def test_overview_charts_throughput_requests_and_knob_with_units(
     assert knob["layout"]["yaxis"]["title"]["text"] == "requests"
     setters = next(t for t in knob["data"] if t.get("name") == "knob set by")
     assert all(text.startswith("policy:learn:") for text in setters["text"])  # who set it, on every marker
-    # every x axis spans the selected range (1 h by default), not just where data is
+    # a server older than the range: every x axis spans the range (1 h by default), not just where data is
+    # (a younger one's starts where its data does: test_console_charts)
     t0, t1 = (pd.Timestamp(x).timestamp() for x in throughput["layout"]["xaxis"]["range"])
     assert t1 - t0 == pytest.approx(3600, abs=2)
 

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from spectower.storage.models import ControlEvent
 from sqlmodel import select
 
 from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
-from tests.console_layout import full_page_screenshot, layout_problems
+from tests.console_layout import SETTLE_JS, full_page_screenshot, layout_problems
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -295,3 +296,82 @@ def test_console_in_chromium(live_console: tuple[str, Any, str]) -> None:
                                                       ControlEvent.action == "set")))  # fmt: skip
     assert [(r.old_max_bs, r.new_max_bs, r.confirmed) for r in rows] == [(before, 0, True)]
     assert rows[0].reason == "browser test: flip off"
+
+
+YOUNG_S = 20  # a fresh server's first seconds
+
+
+def _fill_young(db_url: str, url: str) -> None:
+    """A server collected for YOUNG_S seconds only, no benchmark run yet: every chart's data is far younger
+    than the page's range, the Benchmarks page suggests its sweep command, and the Speculation page's live
+    crossover reads "> 4 (pays at every load seen)": engine samples from the synthetic load, and decode
+    counters at batch sizes 1, 2 and 4 where drafting makes 1.5-1.7x the tokens per second of gating."""
+    from spectower.simulator.profile import load_profile
+
+    profile = load_profile(synthetic.DEFAULT_PROFILE)
+    now = time.time()
+    t0 = now - YOUNG_S
+    counters = [
+        {"server_id": 0, "ts": t0 + i, "batch_size": size, "mode": mode, "steps": 100,
+         "tokens": round(100 * size * tokens_per_step), "time_s": time_s + 0.01 * (i % 3)}
+        for i in range(YOUNG_S) for size in (1, 2, 4)
+        for mode, tokens_per_step, time_s in (("drafted", 2.5, 0.5), ("gated", 1.0, 0.3))
+    ]  # fmt: skip
+    with open_database(db_url) as db:
+        sid = db.server_id(url, ts=t0, served_model_name=profile.served_model_name, sglang_version="0.5.23",
+                           max_running_requests=profile.max_running_requests,
+                           speculative_algorithm="EAGLE3")  # fmt: skip
+        db.insert_many("engine_sample", synthetic.engine_rows(sid, profile, t0, now, 1.0, 600.0, 0))
+        db.insert_many("engine_counter_sample", [{**row, "server_id": sid} for row in counters])
+
+
+@pytest.mark.integration
+def test_a_fresh_console_at_1280_keeps_every_text_in_its_column(tmp_path: Path) -> None:
+    """At 1280 px: "Read live value from the s…" was cut on Control, the Benchmarks page's suggested
+    command ran off its block's right edge, and the Speculation page's "> 4 (pays at every load seen)" ran
+    over the next column. Every text of these pages lies inside its column and nothing cuts it
+    (tests/console_layout.py)."""
+    from playwright.sync_api import sync_playwright
+
+    db_url = f"sqlite:///{tmp_path / 'young.db'}"
+    _fill_young(db_url, f"http://127.0.0.1:{free_port()}")  # nothing listens: Control says it cannot read
+    port = free_port()
+    env = {
+        "SPECTOWER_ADMIN_KEY": ADMIN_KEY,
+        "SPECTOWER_OPERATOR": OPERATOR,
+        "SPECTOWER_CONSOLE_REFRESH_S": "60",
+    }
+    argv = [*SPECTOWER_CLI, "console", "--db", db_url, "--port", str(port)]
+    console = _spawn(argv, tmp_path / "console.log", env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(f"{base}/_stcore/health", 90)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            problems: list[str] = []
+            try:
+                for name, charts in (("speculation", 1), ("benchmarks", 0), ("control", 0)):
+                    _open(page, f"{base}/{name}", charts)
+                    page.get_by_text("pays at every load seen" if name == "speculation" else
+                                     "spectower bench sweep" if name == "benchmarks" else
+                                     "Read live value").first.wait_for(timeout=60_000)  # fmt: skip
+                    page.evaluate(SETTLE_JS)
+                    problems += [f"{name} @1280: {p}" for p in layout_problems(page)]
+                # the young server's charts start where its data does, not an hour back (a sliver)
+                _open(page, f"{base}/", 2)
+                starts = page.evaluate(
+                    "() => [...document.querySelectorAll('.js-plotly-plot')]"
+                    ".map(p => p.layout.xaxis.range[0])"
+                )
+            finally:
+                browser.close()
+    finally:
+        _stop(console)
+    assert not problems, "\n".join(problems)
+    oldest = time.time() - YOUNG_S - 300  # the fill, the console's start and the page load
+    assert starts and all(_utc_seconds(x) > oldest for x in starts), starts
+
+
+def _utc_seconds(plotly_time: str) -> float:
+    return datetime.fromisoformat(plotly_time.replace("Z", "+00:00").replace(" ", "T")).timestamp()

@@ -76,3 +76,19 @@ def test_request_rate_runs_and_plain_rows_are_drawn_and_named() -> None:
                           "extra_json": [f'{{"mode": "{m}"}}' for m in ("on", "off", "plain")]})  # fmt: skip
     names = [t["name"] for t in charts.bench_curves({"#1": sweep}).to_dict()["data"]]
     assert names == ["#1 spec on", "#1 spec off", "#1 plain"]
+
+
+def test_a_young_servers_time_axis_starts_where_its_data_does() -> None:
+    """A fresh demo drew every chart as a sliver at the right edge of its hour: data younger than the
+    window starts the axis; older data, or a gap inside an old server's window, keeps the whole window."""
+    t0, t1 = 1_700_000_000.0, 1_700_003_600.0
+    young = pd.DataFrame({"ts": [t1 - 300 + s for s in range(0, 300, 5)], "output_tok_s": [100.0] * 60})
+    x_range = charts.data_window(t0, t1, t1 - 310, young)
+    assert x_range == (t1 - 310, t1)
+    fig = charts.timeseries(young, {"output_tok_s": "output"}, "Throughput", x_range=x_range)
+    assert list(fig.layout.xaxis.range) == charts.time_axis(t1 - 310, t1)["range"]
+    assert charts.data_window(t0, t1, None, young) == (t1 - 300, t1)  # no row: its first sample
+    assert charts.data_window(t0, t1, t1 - 100, young) == (t1 - 300, t1)  # a sample before the row
+    assert charts.data_window(t0, t1, t0 - 86400, young) == (t0, t1)  # an old server's gap stays a gap
+    assert charts.data_window(t0, t1, t1 - 5, young.iloc[-1:]) == (t1 - 60, t1)  # at least a minute
+    assert charts.data_window(t0, t1, None, pd.DataFrame()) == (t0, t1)  # nothing at all: the window

@@ -65,3 +65,13 @@ def test_serves_on_loopback(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
+
+
+def test_help_keeps_the_secrets_section_name() -> None:
+    """--help is Rich markup: a bare "[spectower]" was taken for a style tag ("or  in .streamlit/...")."""
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["console", "--help"], env={"COLUMNS": "300"}, terminal_width=300)
+    assert result.exit_code == 0
+    assert "or [spectower] in .streamlit/secrets.toml" in " ".join(result.output.split())

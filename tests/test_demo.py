@@ -173,6 +173,8 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
     assert not alive, f"children still alive after SIGINT: {alive}"
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        started = conn.execute("SELECT reason FROM control_event WHERE action = 'auto-start'").fetchone()[0]
+    assert "max 12 flips/h" in started  # the README's "at most 12 changes an hour" (it was 60)
     key = db.parent / "admin_key"
     assert key.stat().st_mode & 0o777 == 0o600
     secret = key.read_text().strip()

@@ -186,15 +186,24 @@ def test_a_sweep_lock_pauses_the_runner_too(db: Database) -> None:
     assert outcome.action == "paused" and "sweep lock" in outcome.reason and fake.posts == []
 
 
+def _sets_then_one_more(
+    db: Database, runner: PolicyRunner, fake: FakeKnobServer, clock: Clock, sets: int
+) -> Any:
+    """``sets`` sets a minute apart, the knob moved back behind the policy's back after each; then the
+    outcome of one more step a minute later."""
+    for _ in range(sets):
+        add_samples(db, URL, clock.now, 12)
+        assert runner.step().action == "set"
+        fake.info["internal_states"][0]["spectower"]["spec_max_bs"] = 0  # moved behind the policy's back
+        clock.now += 60
+    add_samples(db, URL, clock.now, 12)
+    return runner.step()
+
+
 def test_flip_rate_is_capped_per_rolling_hour(db: Database) -> None:
     fake, clock = FakeKnobServer(), Clock()
     runner = make_runner(db, fake, clock, max_flips_per_hour=1)
-    add_samples(db, URL, T0, 12)
-    assert runner.step().action == "set"
-    fake.info["internal_states"][0]["spectower"]["spec_max_bs"] = 0  # moved behind the policy's back
-    clock.now += 60
-    add_samples(db, URL, clock.now, 12)
-    outcome = runner.step()
+    outcome = _sets_then_one_more(db, runner, fake, clock, sets=1)
     assert outcome.action == "rate-limited" and "--max-flips-per-hour 1" in outcome.reason
     assert fake.values() == [0]
     clock.now += 3600
@@ -343,3 +352,13 @@ def test_runner_drives_the_real_simulator(db: Database, simulator_factory: Any) 
     outcome = runner.step()
     assert outcome.action == "hold" and "cannot reach" in outcome.reason
     client.close()
+
+
+def test_the_default_rail_is_the_readmes_twelve_changes_an_hour(db: Database) -> None:
+    """`control auto` (the demo's policy included) allowed 60 sets an hour and handed learn 60 as its own
+    limit, where the README promises at most 12: the 13th set within an hour is refused."""
+    fake, clock = FakeKnobServer(), Clock()
+    runner = make_runner(db, fake, clock)  # RunnerConfig's defaults, as `control auto` without the flag
+    outcome = _sets_then_one_more(db, runner, fake, clock, sets=12)
+    assert outcome.action == "rate-limited" and "--max-flips-per-hour 12" in outcome.reason
+    assert runner.config.max_flips_per_hour == make_policy("learn", 48).max_flips_per_hour  # type: ignore[attr-defined]

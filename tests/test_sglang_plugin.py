@@ -181,6 +181,34 @@ def test_knob_accepted_refused_and_passed_through(sglang_checks: SglangChecks, s
 
 
 @sglang_check
+def test_the_simulator_answers_each_raw_knob_value_as_sglang_does(
+    sglang_checks: SglangChecks, sglang_version: str, simulator_factory: Any
+) -> None:
+    """JSON true, false, 1.0, "1", 3, null as spectower_spec_max_bs, over HTTP. SGLang's request model
+    (SetInternalStateReq: Dict[str, Union[int, float]], pydantic's lax mode) makes true 1 and "1" 1 before
+    the scheduler, so a real server with the plugin applies them as 1; the plugin refuses a raw True only
+    where it receives one (in-process, test_knob_accepted_refused_and_passed_through). The simulator must
+    answer each body as that real server does: the same status, the same updated, the same ceiling after."""
+    import httpx
+
+    sim = simulator_factory()
+    rows = sglang_checks.result(sglang_version, "knob")["http_rows"]
+    by_raw = {row["raw"]: row for row in rows}
+    assert by_raw["true"]["coerced"] == [1, "int"] and by_raw["true"]["updated"] is True  # SGLang's own
+    assert by_raw['"1"']["coerced"] == [1, "int"] and by_raw["1.0"]["updated"] is False
+    for row in rows:
+        set_url = f"{sim.base_url}/set_internal_state"
+        assert httpx.post(set_url, json={"server_args": {"spectower_spec_max_bs": 8}}, timeout=10).json()[0]
+        body = f'{{"server_args": {{"spectower_spec_max_bs": {row["raw"]}}}}}'
+        answer = httpx.post(set_url, content=body, headers={"Content-Type": "application/json"}, timeout=10)
+        assert answer.status_code == row["status"], (row, answer.text)
+        if row["status"] == 200:
+            info = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()
+            knob = info["internal_states"][0]["spectower"]["spec_max_bs"]
+            assert (answer.json()[0], knob) == (row["updated"], row["spec_max_bs"]), row
+
+
+@sglang_check
 def test_ownership_contract_in_sglang(sglang_checks: SglangChecks, sglang_version: str) -> None:
     """The lock lives on the server: manual / policy / sweep writes, holds, expiry, release, refusals and
     the read-back fields, through SGLang's real Scheduler methods (the same scenario the simulator plays)."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from spectower.collectors.bench.persist import to_models
+from spectower.collectors.bench.sweep import PointResult, SweepConfig, SweepResult
 from spectower.storage import Database, open_database, queries
 from spectower.storage.bench_serving import import_file
 from spectower.storage.export import export_bench, export_samples, neutralise_cell
@@ -100,6 +102,32 @@ def test_sweep_run_exports_bench_serving_keys(db: Database, tmp_path: Path) -> N
         (True, 96.1, None),
         (False, 89.5, 1.12),
     ]
+
+
+def test_a_sweeps_lengths_survive_export_and_import(db: Database, tmp_path: Path) -> None:
+    """A sweep stores --input-len/--output-len as input_len/output_len; its exported lines said
+    random_input_len/random_output_len null. Saved as `bench sweep` saves it (persist.to_models)."""
+    config = SweepConfig(server="http://127.0.0.1:1", concurrency=(4,), input_len=700, output_len=90)
+    result = SweepResult(config=config, server_info={"version": "0.5.23"}, max_running_requests=48,
+                         started_at=1.0e9, knob_before=[48], knob_restored=True)  # fmt: skip
+    for mode, tok_s, knob in (("on", 120.0, 48), ("off", 100.0, 0)):
+        windows = [tok_s * 0.99, tok_s * 1.01]
+        figures = {"steady_output_throughput": tok_s, "steady_windows": windows, "completed": 8}
+        point = PointResult(concurrency=4, mode=mode, knob_value=knob, figures=figures, accept_length=None,
+                            accept_length_source="none", started_at=1.0e9)  # fmt: skip
+        result.points.append(point)
+    rid = db.save_bench_run(*to_models(result))
+    out = tmp_path / "sweep.jsonl"
+    export_bench(db, [rid], "jsonl", out)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["random_input_len"], x["random_output_len"]) for x in lines] == [(700, 90), (700, 90)]
+    back = import_file(db, out)
+    again = tmp_path / "again.jsonl"
+    export_bench(db, [back.run_id or 0], "jsonl", again)
+    assert [
+        (x["random_input_len"], x["random_output_len"])
+        for x in map(json.loads, again.read_text().splitlines())
+    ] == [(700, 90)] * 2
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,8 @@ def test_full_disk_keeps_rows_queued_then_writes_them(tmp_path: Path) -> None:
     limit["pages"] = pages + 1
     db.engine.dispose()
     w = db.writer(maintenance=None, max_delay_s=0.0)
-    w.put(*[GpuSample(gpu_id=gid, ts=T0 + i, gpu_util_pct=float(i)) for i in range(20_000)])
+    # 2,000 rows need tens of pages, far past the one page left (20,000 took 8-29 s to build and retry)
+    w.put(*[GpuSample(gpu_id=gid, ts=T0 + i, gpu_util_pct=float(i)) for i in range(2_000)])
     deadline = time.monotonic() + 60  # a guard: the wait ends when the writer has hit "full" twice
     while w.stats().retries < 2:
         assert time.monotonic() < deadline, "the writer never hit the full database"
@@ -123,7 +124,7 @@ def test_full_disk_keeps_rows_queued_then_writes_them(tmp_path: Path) -> None:
     db.engine.dispose()
     assert w.flush(timeout=120)
     st = w.stats()
-    assert (st.written, st.rejected, st.dropped, st.lost) == (20_000, 0, 0, 0)
+    assert (st.written, st.rejected, st.dropped, st.lost) == (2_000, 0, 0, 0)
     db.close()
 
 

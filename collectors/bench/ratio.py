@@ -96,12 +96,22 @@ class Crossover:
     lo: float | None = None
     hi: float | None = None
     bracket: tuple[float, float] | None = None  # the two measured levels around it
+    # none_in_range / below_range: the measured levels whose ratio interval contains 1, where the sweep
+    # cannot tell speculation from none (a 0.999 with 0.958-1.042 is no evidence that it pays)
+    not_significant_at: tuple[float, ...] = ()
 
     def describe(self) -> str:
-        if self.status == "none_in_range":
-            return "none in range (speculation pays at every measured concurrency)"
-        if self.status == "below_range":
-            return "below range (speculation loses even at the lowest measured concurrency)"
+        if self.status in ("none_in_range", "below_range"):
+            claim = (
+                "speculation pays at every measured concurrency"
+                if self.status == "none_in_range"
+                else "speculation loses even at the lowest measured concurrency"
+            )
+            where = self.status.replace("_", " ")
+            if not self.not_significant_at:
+                return f"{where} ({claim})"
+            levels = ", ".join(f"{c:g}" for c in self.not_significant_at)
+            return f"{where}: the difference is not significant at concurrency {levels} (interval contains 1)"
         assert self.value is not None
         return f"{self.value:.1f} (interval {self.lo:.1f}-{self.hi:.1f})"
 
@@ -162,11 +172,12 @@ def find_crossover(points: Sequence[RatioPoint]) -> Crossover:
     cs = [p.concurrency for p in pts]
     weights = _weights(pts)
     rs = fit_ratios([p.ratio for p in pts], weights)
+    unclear = tuple(p.concurrency for p in pts if p.lo <= 1.0 <= p.hi)
     if rs[0] < 1.0:
-        return Crossover(status="below_range")
+        return Crossover(status="below_range", not_significant_at=unclear)
     value = first_fall(cs, rs)
     if value is None:
-        return Crossover(status="none_in_range")
+        return Crossover(status="none_in_range", not_significant_at=unclear)
     # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
     lo = first_fall(cs, fit_ratios([p.lo for p in pts], weights))
     hi = first_fall(cs, fit_ratios([p.hi for p in pts], weights))

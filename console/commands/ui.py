@@ -1,4 +1,5 @@
-"""`spectower console`: serve the Streamlit console (bound to 127.0.0.1, headless, no usage stats)."""
+"""`spectower console`: serve the Streamlit console (bound to 127.0.0.1, headless, no usage stats, no
+external-IP look-up: it never reaches outside the machine)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ APP_PATH = Path(__file__).resolve().parents[1] / "app.py"
 def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
     """The `streamlit run` command line; every setting explicit so no user config turns telemetry on."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(app),
+        # Streamlit's CLI without its external-IP look-up (console/streamlit_offline.py)
+        sys.executable, "-m", "spectower.console.streamlit_offline", "run", str(app),
         "--server.address", host,
         "--server.port", str(port),
         "--server.headless", "true",
@@ -35,13 +37,15 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
+# The docstring is the --help text, read as Rich markup: "\\[spectower]" shows "[spectower]" (bare, it was
+# taken for a style tag and dropped).
 def console(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Port to serve on"),
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (default loopback only)"),
 ) -> None:
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
-    SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
+    SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or \\[spectower] in .streamlit/secrets.toml."""
     from spectower.simulator.cli import cannot_bind
     from spectower.storage import default_db_url
     from spectower.storage.dialect import is_sqlite_file

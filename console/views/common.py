@@ -238,7 +238,7 @@ def no_data_notice(db: Database | None, what: str = "engine samples") -> bool:
     else:
         return False
     st.markdown(f"Start the collector against your server(s) to fill it ({what} appear here within seconds):")
-    st.code(settings.collect_hint(url), language="bash")
+    st.code(settings.collect_hint(url), language="bash", wrap_lines=True)
     st.caption("Add one `--server` per SGLang server; `--gpu` is optional (nvml on this host, or dcgm=URL).")
     return True
 

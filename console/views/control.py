@@ -124,7 +124,8 @@ def render() -> None:
         owner = live.get("owner") if "error" not in live else None
         st.metric("Owner", owner or "unknown", help="who holds the knob, as the server reports it")
     with cols[2]:
-        if st.button("Read live value from the server", key="ctl_read"):
+        # short enough for a quarter of a 1280 px page (the long one ended in "from the s…")
+        if st.button("Read live value", key="ctl_read", help="read spec_max_bs back from the server now"):
             st.session_state["ctl_live"] = live
         shown = st.session_state.get("ctl_live")
         if shown:
@@ -329,7 +330,7 @@ def _learn(url: str, live: dict[str, Any]) -> None:
         "when nobody has this page open; start it (once) with:"
     )
     key_file = os.environ.get(settings.ENV_ADMIN_KEY_FILE)
-    st.code(policy_command(url, settings.db_url(), key_file), language="bash")
+    st.code(policy_command(url, settings.db_url(), key_file), language="bash", wrap_lines=True)
     if not key_file:
         st.caption(
             f"Set {settings.ENV_ADMIN_KEY_FILE} to the file holding the server's admin key first (spectower "

@@ -46,7 +46,7 @@ def render() -> None:
             "No GPU source is collected yet. Add `--gpu nvml` (on the GPU host) or `--gpu dcgm=URL` to the "
             "collector, e.g.:"
         )
-        st.code(settings.collect_hint().replace("--gpu nvml", "--gpu nvml"), language="bash")
+        st.code(settings.collect_hint().replace("--gpu nvml", "--gpu nvml"), language="bash", wrap_lines=True)
         return
     labels = short_labels(inventory)
     names = sorted({str(n) for n in inventory["name"].dropna()})
@@ -110,7 +110,8 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
         if series.empty or metric not in series or series[metric].isna().all():
             st.caption(f"{name} · {label}: the GPU source does not report it.")
             continue
-        fig = charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit, (win.t0, win.t1))
+        x_range = charts.data_window(win.t0, win.t1, inventory["first_seen"].min(), series)
+        fig = charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit, x_range)
         cols = ["gpu_id", "ts", metric, f"{metric}_min", f"{metric}_max"]
         frame = series[cols].assign(gpu=series["gpu_id"].map(labels))
         common.chart(fig, frame, f"gpu_{metric}", f"gpu-{metric}")

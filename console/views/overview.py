@@ -142,16 +142,17 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
             (events["action"] == "set") & events["confirmed"].astype(bool) & (events["ts"] <= win.t1)
         ]
     sid = int(server["id"])
+    x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     left, right = st.columns(2)
     with left:
         fig = charts.timeseries(
             series, {"output_tok_s": "output", "prefill_tok_s": "input (prefill)"}, "Throughput", "tok/s",
-            stale=stale, height=260, x_range=(win.t0, win.t1),
+            stale=stale, height=260, x_range=x_range,
         )  # fmt: skip
         common.chart(fig, series[["ts", *[c for c in series if c.startswith(("output_tok", "prefill_tok"))]]],
                      f"ov_tok_{sid}", f"throughput-server{sid}")  # fmt: skip
     with right:
-        fig = charts.load_and_knob(series, events, max_running, (win.t0, win.t1), stale=stale)
+        fig = charts.load_and_knob(series, events, max_running, x_range, stale=stale)
         knob_cols = ["ts", "num_running_reqs", "num_queue_reqs", "spec_max_bs"]
         common.chart(fig, lambda: _with_events(series[knob_cols], events), f"ov_knob_{sid}",
                      f"requests-knob-server{sid}")  # fmt: skip

@@ -76,12 +76,17 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
                 ("STALE — " if stale else "") + verdict[1],
                 stale=stale,
             )
+    crossover_value, crossover_note = (
+        estimate.live_crossover_metric(est.label, est.status) if live.has_counters else ("—", "")
+    )
     cols[1].metric(
         "Crossover (live)",
-        est.label if live.has_counters else "—",
+        crossover_value,
         help="the batch size where the live estimate falls through 1.0, with its 95 % interval ('< N': "
         "below 1.0 from the smallest batch size seen, N; '> N': above 1.0 up to the largest, N)",
     )
+    if crossover_note:
+        cols[1].caption(crossover_note)
     first_bench = next((x for k, x in crossovers.items() if k != "live" and x is not None), None)
     cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
     knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
@@ -122,7 +127,7 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         SPEC_MAX_POINTS,
     )
     left, right = st.columns(2)
-    span = (win.t0, win.t1)
+    span = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     with left:
         fig = charts.timeseries(series, {"spec_accept_length": "accept length"}, "Accept length",
                                 "tokens/step", stale=stale, x_range=span)  # fmt: skip

@@ -10,6 +10,10 @@ import sys
 
 import _harness
 
+# Raw JSON values of spectower_spec_max_bs, as an HTTP client sends them (tests/test_sglang_plugin.py compares
+# the simulator's answers with these).
+HTTP_KNOB_VALUES = ("true", "false", "1.0", '"1"', "3", "null")
+
 
 def main() -> None:
     config_path = sys.argv[1]
@@ -50,9 +54,29 @@ def main() -> None:
                 "new_overrides": get_context().overrides_log()[log_before:],
             }
         )
+    # Over HTTP the body first goes through SGLang's own request model (SetInternalStateReq's pydantic
+    # schema, lax: JSON true reaches the scheduler as 1, "1" as 1): what a real server answers each raw body.
+    from pydantic import TypeAdapter
+    from sglang.srt.managers.io_struct import SetInternalStateReq
+
+    http_rows = []
+    for raw in HTTP_KNOB_VALUES:
+        _harness.set_state(scheduler, {"spectower_spec_max_bs": 8})
+        body = f'{{"server_args": {{"spectower_spec_max_bs": {raw}}}}}'
+        try:
+            coerced = dict(TypeAdapter(SetInternalStateReq).validate_json(body).server_args)
+        except ValueError as exc:  # pydantic's ValidationError: the HTTP server's 400
+            http_rows.append({"raw": raw, "status": 400, "error": str(exc).splitlines()[0]})
+            continue
+        updated = _harness.set_state(scheduler, coerced)
+        knob = (_harness.get_state(scheduler).get("spectower") or {}).get("spec_max_bs")
+        value = coerced["spectower_spec_max_bs"]
+        http_rows.append({"raw": raw, "status": 200, "coerced": [value, type(value).__name__],
+                          "updated": updated, "spec_max_bs": knob})  # fmt: skip
     _harness.emit(
         {
             "plugin_loaded": plugin is not None,
+            "http_rows": http_rows,
             "initial_spectower": initial.get("spectower"),
             "initial_has_sglang_fields": all(
                 k in initial
