@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import DB_HELP, duration_option, run_duration_option
+from spectower.console.commands.options import (
+    DB_HELP,
+    database_for_writing,
+    duration_option,
+    run_duration_option,
+)
 from spectower.console.errors import fail
 
 
@@ -50,7 +55,7 @@ def collect(
     from spectower.collectors.auth import load_api_key
     from spectower.collectors.daemon import Collector, DaemonConfig
     from spectower.collectors.sink import StorageSink
-    from spectower.storage import default_db_url, open_database
+    from spectower.storage import open_database
     from spectower.storage.retention import RetentionPolicy
 
     level = getattr(logging, log_level.upper(), None)
@@ -77,7 +82,7 @@ def collect(
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        database = open_database(default_db_url(db))
+        database = open_database(database_for_writing(db))
     except ValueError as exc:  # DatabaseURLError, SchemaError: one line naming the --db value
         fail(str(exc))
     database.retention = retention

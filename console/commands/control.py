@@ -23,6 +23,7 @@ from spectower.console.commands.options import (
     MAX_EVENTS_SHOWN,
     POLICY_HELP,
     SERVER_HELP,
+    database_for_writing,
     duration_option,
     int_option,
 )
@@ -76,10 +77,12 @@ def _client(server: str) -> KnobClient:
 
 
 def _open_db(db: str | None, existing: bool = False) -> Database:
-    """The database (``existing``: one that is there, for a command that only reads it)."""
+    """The database (``existing``: one that is there, for a command that only reads it; else a command
+    that writes, which says which database it uses and why)."""
     from spectower.storage.database import default_db_url, open_database
 
-    return open_database(default_db_url(db), existing=existing)
+    url = default_db_url(db) if existing else database_for_writing(db)
+    return open_database(url, existing=existing)
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
