@@ -489,11 +489,13 @@ def control_events(
     actor_prefix: str | None = None,
     action: str | None = None,
     confirmed: bool | None = None,
+    request_id: int | None = None,
     limit: int = DEFAULT_EVENT_LIMIT,
 ) -> list[models.ControlEvent]:
     """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto");
     ``actor_prefix`` is a plain string prefix; ``action`` is exact (set, pause, release, ...);
-    ``confirmed``: only events the server confirmed (True) or did not (False)."""
+    ``confirmed``: only events the server confirmed (True) or did not (False); ``request_id``: the rows of
+    that knob request."""
     ce = models.ControlEvent
     stmt = select(ce)
     if server_url is not None:
@@ -506,6 +508,8 @@ def control_events(
         stmt = stmt.where(ce.action == action)
     if confirmed is not None:
         stmt = stmt.where(ce.confirmed == confirmed)
+    if request_id is not None:
+        stmt = stmt.where(ce.request_id == request_id)
     if start is not None:
         stmt = stmt.where(ce.ts >= start)
     if end is not None:

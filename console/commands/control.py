@@ -95,7 +95,7 @@ def _describe(value: int | None, max_running: int | None) -> str:
     return f"{value} ({f'draft while running batch <= {value}' if mode == 'threshold' else mode})"
 
 
-def _print_state(state: KnobState) -> None:
+def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None:
     out.print(f"server           {state.server_url}  (SGLang {state.server_version or '?'})")
     out.print(
         f"speculation      {state.speculative_algorithm or 'none'}, adaptive="
@@ -109,7 +109,7 @@ def _print_state(state: KnobState) -> None:
         out.print(f"plugin           spectower {state.plugin_version or '(version not reported)'}")
         knob = _describe(state.spec_max_bs, state.max_running_requests)
         out.print(f"knob             {knob}, mode {state.mode}")
-        _print_ownership(state)
+        _print_ownership(state, holder)
     for rank in state.ranks:
         owner = f" owner={rank.owner}" if rank.owner else ""
         out.print(
@@ -165,8 +165,9 @@ def _when(ts: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts)))
 
 
-def _print_ownership(state: KnobState) -> None:
-    """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them."""
+def _print_ownership(state: KnobState, holder: dict[str, Any] | None) -> None:
+    """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them; who holds
+    a manual lock (``holder``: the audit row of the set that took it)."""
     from spectower.control.audit import lock_text
 
     say = functools.partial(out.print, markup=False, soft_wrap=True)
@@ -176,6 +177,10 @@ def _print_ownership(state: KnobState) -> None:
         expires = lock.get("expires_at")
         say(f"lock             {lock.get('writer')} since {_when(lock.get('since'))}, expires "
             + ("never (until released)" if expires is None else _when(expires)))  # fmt: skip
+        if holder is not None:
+            say(f"held by          {holder['actor']} since {_when(holder['since'])}: {holder['reason']}")
+        elif lock.get("writer") == "manual":
+            say("held by          unknown: no set of this lock in this database's audit (--db)")
     write = state.last_write
     if write:
         what = "release" if write.get("release") else f"{write.get('previous')} -> {write.get('value')}"
@@ -211,15 +216,36 @@ def get(
     batch size (the engine's counters, the estimate the console and the policy use)."""
     with _client(server) as client:
         state = client.read()
-    speed = _speedup(state, db, window_s)
+    speed, holder = _from_database(state, db, window_s)
     if as_json:
-        print(strict_json({**state.to_dict(), "speedup": speed}))
+        print(strict_json({**state.to_dict(), "speedup": speed, "lock_holder": holder}))
         return
-    _print_state(state)
+    _print_state(state, holder)
     _print_speedup(speed)
 
 
-def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any]:
+def _from_database(
+    state: KnobState, db: str | None, window_s: float
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the database adds to the server's own account: the speedup (``_speedup``) and who holds a
+    manual lock (``control.audit.lock_holder``: actor, since, reason; None when the database has no such
+    row). A missing SQLite file is not created."""
+    from spectower.console import data
+    from spectower.control.audit import lock_holder
+    from spectower.storage.database import default_db_url
+
+    store = data.open_store(default_db_url(db))
+    if store is None:
+        return _speedup(state, None, window_s), None
+    try:
+        event = lock_holder(store, state)
+        holder = None if event is None else {"actor": event.actor, "since": event.ts, "reason": event.reason}
+        return _speedup(state, store, window_s), holder
+    finally:
+        store.close()
+
+
+def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[str, Any]:
     """``control.speedup.estimate`` for this server: over the collector's stored counter intervals of the
     last ``window_s`` when the database has them (``console.data.live_speedup``, what the console shows),
     else over the counters since the server started (one read of /server_info)."""
@@ -230,9 +256,7 @@ def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any
     from spectower.control import speedup
     from spectower.control.engine_counters import rates
     from spectower.storage import queries
-    from spectower.storage.database import default_db_url
 
-    store = data.open_store(default_db_url(db))  # a missing SQLite file is not created
     if store is not None:
         try:
             row = queries.server_by_url(store, state.server_url)
@@ -242,8 +266,6 @@ def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any
                 return {"source": "stored", "window_s": window_s, **live.estimate.to_json()}
         except LookupError:  # the collector never stored this server
             pass
-        finally:
-            store.close()
     read = read_counters(state.info.info)
     if not read.blocks:
         why = (
@@ -417,8 +439,9 @@ def events(
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.ts))
         change = f" {row.old_max_bs} -> {row.new_max_bs}" if row.action == "set" else ""
         status = "ok" if row.confirmed else "NOT confirmed"
-        error = f" error: {row.error}" if row.error else ""
-        line = f"{stamp} {row.actor} {row.action}{change} {status} {row.server_url}: {row.reason}{error}"
+        error, note = audit.remarks(row.confirmed, row.error, row.note)
+        said = (f" error: {error}" if error else "") + (f" note: {note}" if note else "")
+        line = f"{stamp} {row.actor} {row.action}{change} {status} {row.server_url}: {row.reason}{said}"
         out.print(line, markup=False)
 
 
