@@ -179,7 +179,13 @@ def import_gpu_csv(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty). All files or none; samples
-    already stored (same host, GPU and time) are skipped."""
+    already stored (same host, GPU and time) are skipped.
+
+    A GPU is the one the log names: its uuid, else its pci.bus_id, else its index. A log that names none of
+    them (--query-gpu=timestamp,name,utilization.gpu,...) names each GPU by its position within each tick:
+    nvidia-smi writes every GPU once per tick, in index order, with one timestamp (or a few ms apart), so the
+    k-th line of a tick is GPU index k, and a single-GPU log is GPU 0. A tick with fewer or more lines than
+    the others is skipped with a warning."""
     from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError, import_gpu_csvs
 
     if not (math.isfinite(utc_offset) and abs(utc_offset) <= MAX_UTC_OFFSET_H):
