@@ -309,6 +309,7 @@ def test_get_shows_the_servers_owner_lock_expiry_and_policy_decision(sim: Any, t
     held = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--as", "alice",
                     "--max-bs", "6", "--hold", "2h", "--reason", "incident 9"])  # fmt: skip
     assert held.exit_code == 0, held.output
+    assert f"database: {db} (--db)" in held.stderr  # a command that writes says where (#34)
     assert "manual lock for 2 h 0 min more" in held.stdout or "manual lock for 1 h 59 min more" in held.stdout
     url = f"{sim.base_url}/set_internal_state"
     body = {"server_args": {"spectower_writer": 2, "spectower_spec_max_bs": 30}}

@@ -18,9 +18,10 @@ from spectower.console.commands.options import (
     AS_HELP,
     DB_HELP,
     SERVER_HELP,
-    database_for_writing,
+    chosen_database,
     duration_option,
     run_id_argument,
+    say_database,
 )
 
 if TYPE_CHECKING:
@@ -389,7 +390,9 @@ def sweep(
             "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
-    database = open_database(database_for_writing(db))
+    url, why = chosen_database(db)
+    database = open_database(url)
+    say_database(url, why)
     _honour_sigint()
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     # the knob through control's client: one audit row when the sweep borrows it, one when it gives it back

@@ -5,9 +5,10 @@ from __future__ import annotations
 import typer
 from spectower.console.commands.options import (
     DB_HELP,
-    database_for_writing,
+    chosen_database,
     duration_option,
     run_duration_option,
+    say_database,
 )
 from spectower.console.errors import fail
 
@@ -81,10 +82,12 @@ def collect(
     from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
+    url, why = chosen_database(db)
     try:
-        database = open_database(database_for_writing(db))
+        database = open_database(url)
     except ValueError as exc:  # DatabaseURLError, SchemaError: one line naming the --db value
         fail(str(exc))
+    say_database(url, why)
     database.retention = retention
     try:
         database.maintain()  # old samples go now, not an hour into the run (then hourly, on the writer)

@@ -23,9 +23,10 @@ from spectower.console.commands.options import (
     MAX_EVENTS_SHOWN,
     POLICY_HELP,
     SERVER_HELP,
-    database_for_writing,
+    chosen_database,
     duration_option,
     int_option,
+    say_database,
 )
 from spectower.console.errors import fail, is_user_error, strict_json
 from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
@@ -77,12 +78,19 @@ def _client(server: str) -> KnobClient:
 
 
 def _open_db(db: str | None, existing: bool = False) -> Database:
-    """The database (``existing``: one that is there, for a command that only reads it; else a command
-    that writes, which says which database it uses and why)."""
+    """The database (``existing``: one that is there, for a command that only reads it)."""
     from spectower.storage.database import default_db_url, open_database
 
-    url = default_db_url(db) if existing else database_for_writing(db)
-    return open_database(url, existing=existing)
+    return open_database(default_db_url(db), existing=existing)
+
+
+def _open_for_writing(db: str | None) -> tuple[Database, Callable[[], None]]:
+    """The database a command writes its audit to, and what says which one it is and why (called once the
+    command has written there: a refusal of bad input stays its one ``error:`` line)."""
+    from spectower.storage.database import open_database
+
+    url, why = chosen_database(db)
+    return open_database(url), functools.partial(say_database, url, why)
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
@@ -350,7 +358,7 @@ def set_knob(
     if not yes and not _stdin_is_tty():
         fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
 
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
             state, new = audit.preview_knob(database, client, target, reason, actor)
@@ -368,6 +376,7 @@ def set_knob(
             result = audit.apply_knob(database, client, target, reason, actor, hold_s=hold_s)
     finally:
         database.close()
+    say_which()
     _print_result(result)
     if result.error:
         out.print(f"[yellow]note:[/] {escape(result.error)}")
@@ -397,12 +406,13 @@ def release(
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
             outcome = audit.release(database, client, actor, reason)
     finally:
         database.close()
+    say_which()
     result = outcome.result
     url = result.server_url
     if not result.confirmed:
@@ -491,7 +501,7 @@ def auto(
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     client = _client(server)
     try:
         try:
@@ -523,6 +533,7 @@ def auto(
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         out.print(f"policy {policy.name} on {client.base_url}, every {config.interval_s:g} s (Ctrl-C stops)")
+        say_which()  # before its first decision is audited there
         try:
             runner.run(stop)
         finally:

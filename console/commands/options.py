@@ -50,15 +50,6 @@ INT64_MAX = 2**63 - 1
 MAX_EVENTS_SHOWN = 100_000
 
 
-def database_for_writing(db: str | None) -> str:
-    """The database URL a command that writes uses (``--db`` or storage.locate's precedence), said on one
-    line on stderr with the reason, e.g. ``database: spectower-demo/spectower.db (the running demo's)``, so
-    an operator sees where the audit row goes. A bad value is the one ``error:`` line."""
-    url, why = chosen_database(db)
-    say_database(url, why)
-    return url
-
-
 def chosen_database(db: str | None) -> tuple[str, str]:
     """The database URL and why it is the one (storage.database.database_choice); a bad ``--db``,
     ``$SPECTOWER_DB`` or config file is the one ``error:`` line."""
@@ -72,6 +63,9 @@ def chosen_database(db: str | None) -> tuple[str, str]:
 
 
 def say_database(url: str, why: str) -> None:
+    """The one line a command that writes prints on stderr once it has the database, e.g. ``database:
+    spectower-demo/spectower.db (the running demo's)``, so an operator sees where the rows went (printed
+    after the work, so a refusal of bad input stays its one ``error:`` line)."""
     from spectower.console.errors import stderr
     from spectower.storage.database import shown_database
 
