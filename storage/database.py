@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spectower.storage import bench, dialect, models, retention, rollups, schema
-from spectower.storage.locate import locate_database
+from spectower.storage.locate import DatabaseURLError, locate_database
 from spectower.storage.redact import redact
 from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
 from spectower.storage.snapshots import stable_server_info_hash
@@ -37,10 +37,6 @@ _SERVER_FACTS = frozenset(
 _GPU_FACTS = frozenset(
     {"name", "memory_total_mib", "power_limit_w", "driver_version", "cuda_version", "source", "index"}
 )
-
-
-class DatabaseURLError(ValueError):
-    """The --db / SPECTOWER_DB value is not a usable database URL or path."""
 
 
 class CollectorConflictError(ValueError):

@@ -36,6 +36,10 @@ CONFIG_DB_KEY = "db"
 MAX_CONFIG_BYTES = 1 << 20
 
 
+class DatabaseURLError(ValueError):
+    """The --db / SPECTOWER_DB value (or a config file's ``db``) is not a usable database URL or path."""
+
+
 @dataclass(frozen=True)
 class DatabaseChoice:
     """The database a command uses (``url``: as given, not yet normalised) and why (``why``: words a
@@ -83,7 +87,6 @@ def locate_database(
 def _config_db(path: Path) -> str | None:
     """The ``db`` of a config file (a path made absolute against the file's folder); None when there is
     no such file or it has no ``db`` key."""
-    from spectower.storage.database import DatabaseURLError
     from spectower.storage.files import FileReadError, read_text_capped
 
     if not path.is_file():

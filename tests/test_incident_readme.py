@@ -14,6 +14,7 @@ plateau.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import pty
 import re
@@ -173,6 +174,9 @@ def test_readme_incident_commands_hold_against_the_learn_policy(tmp_path: Path) 
             code, out = run_in_terminal(f"{export}\n{rest[1]}", tmp_path, env)
             assert code == 0, out
             assert "owner manual (manual lock until released)" in out, out
+            # who holds it: the set above, audited in the demo's database that `get` reads too
+            held_by = f"held by operator:{getpass.getuser()} since "
+            assert held_by in out and "TTFT p99 over SLO, incident 4711" in out, out
             assert "policy's last" in out
 
             # 3. release: the policy acts again
