@@ -36,6 +36,9 @@ DEFAULT_INTERVAL_S = 1.0
 NVML_REFRESH_S = 1.0
 SGLANG_REFRESH_S = 1.0
 DEFAULT_MAX_TIMEOUT_S = 5.0
+# At start, a source last collected more than this many intervals ago gets a gap for the collector's own
+# downtime: one interval is the next sample being due, the second absorbs scheduling jitter and the start.
+DOWNTIME_GAP_INTERVALS = 2.0
 DEFAULT_STORAGE_CHECK_EVERY_S = 0.5
 DEFAULT_BUSY_WARN_EVERY_S = 10.0
 DEFAULT_HEALTH_LOG_EVERY_S = 60.0
@@ -294,7 +297,8 @@ class Collector:
     async def run(self) -> None:
         """Collect until stopped. Raises storage's ``CollectorConflictError`` at once when another
         collector already writes to the database (SQLite) or owns one of the sources (PostgreSQL)."""
-        self.sink.claim(self.sources(), self.clock())
+        downtime_after_s = DOWNTIME_GAP_INTERVALS * self.config.interval_s
+        self.sink.claim(self.sources(), self.clock(), downtime_after_s=downtime_after_s)
         try:
             await self._run()
         finally:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 DEFAULT_HEALTH_EVERY_S = 5.0
 
 _STALE_NOTE = "collector stopped; closed at restart"
+_DOWNTIME_REASON = "collector not running: nothing collected until it started again"
 # The id a row carries until its job fills in the real one on the writer thread: ids start at 1, so a row
 # that kept it would be refused by its foreign key (quarantined), never stored against another server.
 UNRESOLVED_ID = 0
@@ -57,13 +58,18 @@ class StorageSink:
         self._claim: Any = None
 
     # -- ownership ------------------------------------------------------------------------------------
-    def claim(self, sources: list[tuple[str, str]], ts: float) -> None:
+    def claim(
+        self, sources: list[tuple[str, str]], ts: float, *, downtime_after_s: float | None = None
+    ) -> None:
         """Claim ``sources`` in the database (raises storage's ``CollectorConflictError`` when another
         collector holds them) and close the gaps a collector that stopped left open on them (queued
-        before anything of this run), so an outage of this run is never merged into one of an earlier run."""
+        before anything of this run), so an outage of this run is never merged into one of an earlier run.
+        With ``downtime_after_s``: a source whose last collection is older than that at ``ts`` (and no
+        open gap covers it) gets a gap for the time no collector ran (a kill -9, a restart, a reboot)."""
         self._claim = self.db.claim_collector(sources)
         for source, target in sources:
-            self._record("close_stale", functools.partial(self._close_stale, source, target, ts))
+            job = functools.partial(self._close_stale, source, target, ts, downtime_after_s)
+            self._record("close_stale", job)
 
     def release(self) -> None:
         claim, self._claim = self._claim, None
@@ -176,10 +182,20 @@ class StorageSink:
         if gap_id is not None:
             queries.close_gap(self.db, gap_id, ts)
 
-    def _close_stale(self, source: str, target: str, ts: float) -> None:
+    def _close_stale(self, source: str, target: str, ts: float, downtime_after_s: float | None) -> None:
         n = queries.close_stale_gaps(self.db, source, target, ts, _STALE_NOTE)
-        if n:
+        if n:  # the open gap, closed now, already covers the time no collector ran
             log.info("%s %s: closed %d gap(s) left open by a collector that stopped", source, target, n)
+            return
+        if downtime_after_s is None:
+            return
+        last = queries.last_collected_ts(self.db, source, target)
+        if source not in queries.SOURCES_WITH_OWN_SAMPLES:  # known from its health row: up to that early
+            downtime_after_s += self._health_every
+        if last is not None and ts - last > downtime_after_s:
+            reason = f"{_DOWNTIME_REASON} ({ts - last:.1f} s without a collector)"
+            queries.add_gap(self.db, source, target, last, ts, reason)
+            log.info("%s %s: %.1f s since its last collection: recorded as a gap", source, target, ts - last)
 
     # -- the writer and what it did ---------------------------------------------------------------------
     def _writer(self) -> BatchWriter:

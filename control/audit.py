@@ -86,6 +86,8 @@ def record_event(
     confirmed: bool = False,
     per_rank: list[dict[str, Any]] | None = None,
     error: str | None = None,
+    note: str | None = None,
+    request_id: int | None = None,
     ts: float | None = None,
 ) -> ControlEvent:
     """Write one audit row now (its own transaction: storage's ``add_control_event``) and return it."""
@@ -100,6 +102,8 @@ def record_event(
         confirmed=confirmed,
         per_rank_json=json.dumps(per_rank) if per_rank is not None else None,
         error=error,
+        note=note,
+        request_id=request_id,
     )
     return queries.add_control_event(db, event)
 
@@ -248,18 +252,54 @@ def apply_knob(
 def _audit_result(
     db: Database, actor: str, reason: str, action: str, result: SetResult, clock: Clock
 ) -> ControlEvent:
+    # What went wrong goes to ``error``; what a row only tells (the lock a confirmed set took, a value the
+    # database cannot hold) to ``note``: a confirmed set never reads as an error.
     notes: list[str] = []
     old = _db_int(result.old_max_bs, "old value", notes)
     new = _db_int(result.requested if result.requested is not None else result.old_max_bs, "new value", notes)
-    error = result.error
     if result.confirmed and result.after is not None and result.writer == "manual" and action == "set":
         notes.append(lock_text(result.after))
-    if notes:
-        error = "; ".join([*([error] if error else []), *notes])
     return record_event(
         db, actor=actor, server_url=result.server_url, action=action, reason=reason, old_max_bs=old,
-        new_max_bs=new, confirmed=result.confirmed, per_rank=result.per_rank(), error=error, ts=clock(),
+        new_max_bs=new, confirmed=result.confirmed, per_rank=result.per_rank(), error=result.error,
+        note="; ".join(notes) or None, request_id=result.request_id, ts=clock(),
     )  # fmt: skip
+
+
+def remarks(confirmed: bool, error: str | None, note: str | None) -> tuple[str | None, str | None]:
+    """``(error, note)`` of an audit row as shown. A confirmed row has no error: rows written before schema
+    v4 kept its note (the lock a set took, a sweep's summary) in ``error``, shown as the note it is."""
+    if confirmed and error and not note:
+        return None, error
+    return error or None, note or None
+
+
+# The server's clock and this host's may differ by this much: a lock whose set is not found by its request
+# id (a plugin before the lock named it, or an audit row written before schema v4) is matched to the
+# operator's confirmed set audited within this long of the lock's start.
+LOCK_CLOCK_SLACK_S = 120.0
+
+
+def lock_holder(db: Database, state: KnobState) -> ControlEvent | None:
+    """The audit row of the operator's set that holds the server's manual lock (``actor`` says who, ``ts``
+    since when, ``reason`` why), or None: no manual lock, or that set was audited in another database (or
+    the lock is one a sweep gave back)."""
+    lock = state.lock
+    if not lock or lock.get("writer") != "manual":
+        return None
+    url = normalize_server_url(state.server_url)
+    request_id = lock.get("request_id")
+    if isinstance(request_id, int) and not isinstance(request_id, bool):
+        rows = queries.control_events(db, server_url=url, request_id=request_id, limit=1)
+        return rows[0] if rows else None
+    since = lock.get("since")
+    if not isinstance(since, int | float):
+        return None
+    rows = queries.control_events(
+        db, server_url=url, actor_prefix="operator:", action="set", confirmed=True,
+        start=since - LOCK_CLOCK_SLACK_S, end=since + LOCK_CLOCK_SLACK_S, limit=1,
+    )  # fmt: skip
+    return rows[0] if rows else None
 
 
 # ------------------------------------------------------------------------------- release

@@ -38,10 +38,11 @@ refused while a manual lock holds unless forced; a policy never releases. Locks 
 
 What ``/server_info`` reports per DP rank, under ``internal_states[i]["spectower"]`` (``KnobOwner.report``):
 ``owner`` ("manual" / "sweep" while that lock holds, else "policy"), ``lock`` (``{"writer", "since",
-"expires_at"}`` or null; ``expires_at`` null = until released), ``last_write`` (``{"writer", "value",
-"previous", "ts", "request_id", "release"}``), ``last_refused`` (``{"writer", "request_id", "ts", "why"}``),
-``policy_last`` (the policy's last attempt: ``{"value", "ts", "applied"}``), ``server_time`` and
-``contract_version``.
+"expires_at", "request_id"}`` or null; ``expires_at`` null = until released; ``request_id`` the request that
+took a manual lock, so the client finds who in its audit, null for one a sweep left behind),
+``last_write`` (``{"writer", "value", "previous", "ts", "request_id", "release"}``), ``last_refused``
+(``{"writer", "request_id", "ts", "why"}``), ``policy_last`` (the policy's last attempt: ``{"value", "ts",
+"applied"}``), ``server_time`` and ``contract_version``.
 """
 
 from __future__ import annotations
@@ -258,13 +259,14 @@ class KnobOwner:
         self.lock_writer: int | None = None
         self.lock_since: float | None = None
         self.lock_expires_at: float | None = None  # None with a lock: until released
+        self.lock_request_id: int | None = None  # the manual set that took the lock (its audit row says who)
         self.last_write: dict[str, Any] | None = None
         self.last_refused: dict[str, Any] | None = None
         self.policy_last: dict[str, Any] | None = None
 
     def _expire(self, now: float) -> None:
         if self.lock_writer is not None and self.lock_expires_at is not None and now >= self.lock_expires_at:
-            self.lock_writer = self.lock_since = self.lock_expires_at = None
+            self.lock_writer = self.lock_since = self.lock_expires_at = self.lock_request_id = None
 
     def owner(self, now: float | None = None) -> str:
         with self.lock:
@@ -304,20 +306,23 @@ class KnobOwner:
             self._expire(now)
             if request.release:
                 if request.writer == WRITER_MANUAL or self.lock_writer == request.writer or request.force:
-                    self.lock_writer = self.lock_since = self.lock_expires_at = None
+                    self.lock_writer = self.lock_since = self.lock_expires_at = self.lock_request_id = None
                 if request.lock_as is not None:
                     hold = request.hold_s or 0.0
                     self.lock_writer, self.lock_since = request.lock_as, now
                     self.lock_expires_at = now + hold if hold > 0 else None
+                    self.lock_request_id = None  # the operator's set that took it is not this request
             elif request.writer == WRITER_MANUAL and not request.unmarked and not request.settings_only:
                 hold = request.hold_s or 0.0
                 self.lock_writer, self.lock_since = WRITER_MANUAL, now
                 self.lock_expires_at = now + hold if hold > 0 else None
+                self.lock_request_id = request.request_id
             elif request.writer == WRITER_SWEEP and not request.settings_only:
                 hold = SWEEP_DEFAULT_HOLD_S if request.hold_s in (None, 0.0) else float(request.hold_s or 0.0)
                 if self.lock_writer != WRITER_SWEEP:
                     self.lock_since = now
                 self.lock_writer, self.lock_expires_at = WRITER_SWEEP, now + hold
+                self.lock_request_id = None
             self.last_write = {
                 "writer": request.writer_name,
                 "value": request.value if request.value is not None else previous,
@@ -336,7 +341,7 @@ class KnobOwner:
             lock = None
             if self.lock_writer is not None:
                 lock = {"writer": WRITER_NAMES[self.lock_writer], "since": self.lock_since,
-                        "expires_at": self.lock_expires_at}  # fmt: skip
+                        "expires_at": self.lock_expires_at, "request_id": self.lock_request_id}  # fmt: skip
             return {
                 "contract_version": CONTRACT_VERSION,
                 "owner": WRITER_NAMES[self.lock_writer] if self.lock_writer is not None else OWNER_FREE,

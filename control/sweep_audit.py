@@ -192,8 +192,9 @@ class SweepKnob:
     def _gave_back(self, restored: bool, summary: str) -> tuple[bool, str]:
         self.borrowed = False
         found = self.found
+        said = f"{summary}; {len(self.moves)} knob moves in the run's record"
         self._record("sweep-end", confirmed=restored, new_max_bs=found.value if found is not None else None,
-                     error=f"{summary}; {len(self.moves)} knob moves in the run's record")  # fmt: skip
+                     **{"note" if restored else "error": said})  # fmt: skip
         return restored, summary
 
     def _record(self, action: str, **fields: Any) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spectower.storage import bench, dialect, models, retention, rollups, schema
+from spectower.storage.locate import DatabaseURLError, locate_database
 from spectower.storage.redact import redact
 from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
 from spectower.storage.snapshots import stable_server_info_hash
@@ -27,8 +28,6 @@ from sqlmodel import Session, SQLModel, col, select
 
 log = logging.getLogger(__name__)
 
-DB_ENV_VAR = "SPECTOWER_DB"
-DEFAULT_DB_PATH = "spectower.db"
 # last_seen is refreshed at most this often per server/GPU unless a fact changed (saves a write per scrape).
 DEFAULT_LAST_SEEN_RESOLUTION_S = 30.0
 
@@ -38,10 +37,6 @@ _SERVER_FACTS = frozenset(
 _GPU_FACTS = frozenset(
     {"name", "memory_total_mib", "power_limit_w", "driver_version", "cuda_version", "source", "index"}
 )
-
-
-class DatabaseURLError(ValueError):
-    """The --db / SPECTOWER_DB value is not a usable database URL or path."""
 
 
 class CollectorConflictError(ValueError):
@@ -87,21 +82,36 @@ class CollectorClaim:
 
 
 def default_db_url(explicit: str | None = None) -> str:
-    """The database every command uses: ``explicit`` (``--db``), else env ``SPECTOWER_DB``, else
-    ``./spectower.db``. Plain paths become ``sqlite:///<absolute path>``."""
-    if explicit is not None:
-        value = explicit
-        if not value.strip():
-            raise DatabaseURLError("--db: empty database URL or path (leave --db out for ./spectower.db)")
-    else:
-        value = os.environ.get(DB_ENV_VAR) or DEFAULT_DB_PATH
-    url = normalize_url(value)
+    """The database every command uses: ``database_choice``'s URL."""
+    return database_choice(explicit)[0]
+
+
+def database_choice(explicit: str | None = None) -> tuple[str, str]:
+    """The database every command uses and why (storage.locate's precedence: ``explicit`` (``--db``), env
+    ``SPECTOWER_DB``, a config file, the running demo's, ``./spectower.db``). Plain paths become
+    ``sqlite:///<absolute path>``."""
+    if explicit is not None and not explicit.strip():
+        raise DatabaseURLError("--db: empty database URL or path (leave --db out for the default)")
+    choice = locate_database(explicit)
+    url = normalize_url(choice.value)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise DatabaseURLError(
-            f"--db: {value!r} is an in-memory SQLite database: nothing would be kept; give a file path"
+            f"--db: {choice.value!r} is an in-memory SQLite database: nothing would be kept; give a file path"
         )
-    return url
+    return url, choice.why
+
+
+def shown_database(url: str) -> str:
+    """A database URL as a user reads it: a SQLite file as its path (relative to the working directory when
+    inside it), any other URL without its password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        path = Path(parsed.database)
+        with contextlib.suppress(ValueError):
+            return str(path.relative_to(Path.cwd()))
+        return str(path)
+    return _shown(url).strip("'")
 
 
 # SQLAlchemy backends spectower runs on, and the driver a bare scheme gets.

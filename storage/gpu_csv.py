@@ -4,7 +4,9 @@ A log written with ``nvidia-smi --query-gpu=timestamp,index,uuid,name,utilizatio
 --format=csv -l 1 > gpu.csv`` holds a header line (field names, units in brackets: ``power.draw [W]``)
 and one line per GPU per interval (``2024/05/01 12:00:00.123, 0, GPU-..., 35 %, 1234 MiB, ...``). Fields
 a GPU does not support read ``[N/A]`` / ``[Not Supported]``: stored as empty, never as 0. Repeated header
-lines (several logs concatenated) are skipped. ``timestamp`` is nvidia-smi's local time without a zone:
+lines (several logs concatenated) are skipped. A log whose header names no index, uuid or pci.bus_id
+(``--query-gpu=timestamp,name,utilization.gpu,...``) names its GPUs by their position within each tick
+(``gpu_positions``): a single-GPU log is GPU 0. ``timestamp`` is nvidia-smi's local time without a zone:
 it is read as UTC plus ``utc_offset_h``. Units ``nounits`` logs leave out are the same ones.
 
 An import is all or nothing: every log is read and checked first, then all are written in one
@@ -17,6 +19,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +64,13 @@ MISSING = frozenset(
 )
 UNITS = (" %", " MiB", " MB", " W", " MHz", " C", "%", "MiB", "W", "MHz")
 CHUNK_ROWS = 5_000
+# The columns that name a GPU; a log without any of them names its GPUs by position (gpu_positions).
+ID_COLUMNS = ("index", "uuid", "pci.bus_id")
+# nvidia-smi writes all GPUs of one tick with one timestamp or a few ms apart; its -l loop is 1 s or more
+# (a log from -lms under this needs an index column).
+TICK_SPREAD_S = 0.25
+# The uuid a GPU known only by its index or position is stored under (the host names the machine).
+POSITION_UUID_PREFIX = "index-"
 # About a month of 1 Hz samples of two GPUs; a longer log goes in as several FILEs (past this it would
 # also not fit in memory, and a device such as /dev/zero would otherwise be read for ever).
 MAX_GPU_CSV_BYTES = 1 << 30
@@ -147,7 +158,7 @@ def import_gpu_csvs(
     db: Database, paths: Sequence[str | Path], *, host: str, utc_offset_h: float = 0.0
 ) -> list[GpuCsvResult]:
     """Import nvidia-smi CSV logs for the GPUs of ``host``, one result per path in order. Every log is read
-    first: one that cannot be read (no header, no timestamp or index/uuid column, no sample) raises
+    first: one that cannot be read (no header, no timestamp column, no sample) raises
     ``GpuCsvError`` and nothing is written; a bad line or value is a warning. Then all are written in one
     transaction, samples already stored for the same GPU and timestamp skipped (``skipped``)."""
     if not host.strip():
@@ -167,8 +178,47 @@ def import_gpu_csvs(
 
 def read_gpu_csv(path: str | Path, *, utc_offset_h: float = 0.0) -> GpuCsvLog:
     """Read and check one log (no database). Raises ``GpuCsvError`` naming the file (and line) when
-    nothing can be taken from it; a bad line or value is a warning."""
+    nothing can be taken from it; a bad line or value is a warning. A log without an index, uuid or
+    pci.bus_id column names its GPUs by their position within each tick (``gpu_positions``)."""
     p = Path(path)
+    header, rows, first = _header_and_rows(p)
+    col_of = {name: i for i, name in enumerate(header)}
+    log = GpuCsvLog(path=str(p), gpus={}, samples=[], warnings=[])
+
+    def cell(r: list[str], name: str) -> str | None:
+        i = col_of.get(name)
+        return r[i].strip() if i is not None and i < len(r) else None
+
+    lines: list[tuple[int, float, list[str]]] = []  # (line number, ts, cells) of the lines taken
+    for line_no, r in enumerate(rows[first + 1 :], start=first + 2):
+        if not any(c.strip() for c in r):
+            continue
+        if [_field_name(c) for c in r] == header:
+            continue  # a header again: logs concatenated
+        if len(r) != len(header):
+            log.warnings.append((line_no, f"{len(r)} fields, the header has {len(header)} (skipped)"))
+            continue
+        try:
+            lines.append((line_no, parse_timestamp(cell(r, "timestamp") or "", utc_offset_h), r))
+        except ValueError as exc:
+            log.warnings.append((line_no, f"{exc} (skipped)"))
+    if any(name in col_of for name in ID_COLUMNS):
+        keys = [_named_gpu(cell, line_no, r, log.warnings) for line_no, _, r in lines]
+    else:
+        keys = [None if i is None else (f"{POSITION_UUID_PREFIX}{i}", i)
+                for i in gpu_positions([(n, ts) for n, ts, _ in lines], log.warnings)]  # fmt: skip
+    for (line_no, ts, r), key in zip(lines, keys, strict=True):
+        if key is not None:
+            _take_sample(log, cell, line_no, ts, r, key)
+    log.warnings.sort(key=lambda warning: warning[0])  # in line order (stable: a line's own in its order)
+    if not log.samples:
+        why = f"; line {log.warnings[0][0]}: {log.warnings[0][1]}" if log.warnings else ""
+        raise GpuCsvError(f"{p}: no GPU sample could be read{why}")
+    return log
+
+
+def _header_and_rows(p: Path) -> tuple[list[str], list[list[str]], int]:
+    """The log's header (field names without units), its rows, and the header's row index."""
     try:
         text = read_text_capped(p, MAX_GPU_CSV_BYTES)
     except FileReadError as exc:
@@ -187,63 +237,76 @@ def read_gpu_csv(path: str | Path, *, utc_offset_h: float = 0.0) -> GpuCsvLog:
             f"{p}: line {first + 1}: no header with a timestamp column (log with "
             "--query-gpu=timestamp,index,uuid,... --format=csv, not noheader)"
         )
-    if "uuid" not in header and "index" not in header and "pci.bus_id" not in header:
-        raise GpuCsvError(f"{p}: line {first + 1}: the header names no index, uuid or pci.bus_id column")
-    col_of = {name: i for i, name in enumerate(header)}
-    log = GpuCsvLog(path=str(p), gpus={}, samples=[], warnings=[])
+    return header, rows, first
 
-    def cell(r: list[str], name: str) -> str | None:
-        i = col_of.get(name)
-        return r[i].strip() if i is not None and i < len(r) else None
 
-    for line_no, r in enumerate(rows[first + 1 :], start=first + 2):
-        if not any(c.strip() for c in r):
+Cell = Callable[[list[str], str], "str | None"]
+
+
+def _named_gpu(cell: Cell, line_no: int, r: list[str], warnings: list[tuple[int, str]]) -> GpuKey | None:
+    """The GPU a line names (uuid, else pci.bus_id, with its index); None: a bad index (warned)."""
+    raw_index = cell(r, "index")
+    index = models.int_or_none(_safe_int(raw_index), lo=0)
+    if raw_index is not None and index is None:
+        warnings.append((line_no, f"index {raw_index!r} is not a GPU index (skipped)"))
+        return None
+    uuid = cell(r, "uuid") or cell(r, "pci.bus_id") or f"{POSITION_UUID_PREFIX}{index}"
+    if uuid.lower() in MISSING:
+        uuid = f"{POSITION_UUID_PREFIX}{index}"
+    return (uuid, index or 0)
+
+
+def gpu_positions(lines: Sequence[tuple[int, float]], warnings: list[tuple[int, str]]) -> list[int | None]:
+    """For a log that does not name its GPUs (no index, uuid or pci.bus_id column): each line's GPU as its
+    position within its tick. nvidia-smi writes every GPU once per tick, in index order, all with one
+    timestamp (or a few ms apart), so a tick is a run of lines within ``TICK_SPREAD_S`` of its first line,
+    and position k is GPU index k; a single-GPU log is index 0 throughout. A tick with another number of
+    lines than most ticks (a GPU dropped out, a line was cut) cannot say which GPU is which: its lines are
+    skipped with a warning (None) rather than stored against the wrong GPU. ``lines``: (line number, ts)."""
+    ticks: list[list[int]] = []  # indexes into ``lines``
+    for i, (_, ts) in enumerate(lines):
+        if ticks and 0.0 <= ts - lines[ticks[-1][0]][1] <= TICK_SPREAD_S:
+            ticks[-1].append(i)
+        else:
+            ticks.append([i])
+    sizes = Counter(len(tick) for tick in ticks)
+    usual = max(sizes, key=lambda size: (sizes[size], -size)) if sizes else 0
+    positions: list[int | None] = [None] * len(lines)
+    for tick in ticks:
+        if len(tick) != usual:
+            why = (f"a tick of {len(tick)} GPU line(s) where the log's ticks have {usual}; without an index "
+                   "column its GPUs cannot be told apart (skipped)")  # fmt: skip
+            warnings.append((lines[tick[0]][0], why))
             continue
-        if [_field_name(c) for c in r] == header:
-            continue  # a header again: logs concatenated
-        if len(r) != len(header):
-            log.warnings.append((line_no, f"{len(r)} fields, the header has {len(header)} (skipped)"))
+        for position, i in enumerate(tick):
+            positions[i] = position
+    return positions
+
+
+def _take_sample(log: GpuCsvLog, cell: Cell, line_no: int, ts: float, r: list[str], key: GpuKey) -> None:
+    """One line's sample (and its GPU's facts, at its first line) into ``log``."""
+    values: dict[str, Any] = {}
+    for name, column in SAMPLE_FIELDS.items():
+        raw = cell(r, name)
+        if raw is None or column in values:
             continue
         try:
-            ts = parse_timestamp(cell(r, "timestamp") or "", utc_offset_h)
-        except ValueError as exc:
-            log.warnings.append((line_no, f"{exc} (skipped)"))
-            continue
-        raw_index = cell(r, "index")
-        index = models.int_or_none(_safe_int(raw_index), lo=0)
-        if raw_index is not None and index is None:
-            log.warnings.append((line_no, f"index {raw_index!r} is not a GPU index (skipped)"))
-            continue
-        uuid = cell(r, "uuid") or cell(r, "pci.bus_id") or f"index-{index}"
-        if uuid.lower() in MISSING:
-            uuid = f"index-{index}"
-        key = (uuid, index or 0)
-        values: dict[str, Any] = {}
-        for name, column in SAMPLE_FIELDS.items():
-            raw = cell(r, name)
-            if raw is None or column in values:
-                continue
-            try:
-                v = _number(raw)
-            except ValueError:
-                log.warnings.append((line_no, f"{name}: {raw!r} is not a number (left empty)"))
-                v = None
-            if v is not None and column in INT_SAMPLE_COLUMNS:
-                v = models.int_or_none(v, lo=0)
-            values[column] = v
-        if key not in log.gpus:
-            facts = {
-                "name": _fact(cell(r, "name")),
-                "driver_version": _fact(cell(r, "driver_version")),
-                "memory_total_mib": values.get("memory_total_mib"),
-                "power_limit_w": values.get("power_limit_w"),
-            }
-            log.gpus[key] = GpuSeen(index=index or 0, uuid=uuid, first_ts=ts, facts=facts)
-        log.samples.append((key, ts, values))
-    if not log.samples:
-        why = f"; line {log.warnings[0][0]}: {log.warnings[0][1]}" if log.warnings else ""
-        raise GpuCsvError(f"{p}: no GPU sample could be read{why}")
-    return log
+            v = _number(raw)
+        except ValueError:
+            log.warnings.append((line_no, f"{name}: {raw!r} is not a number (left empty)"))
+            v = None
+        if v is not None and column in INT_SAMPLE_COLUMNS:
+            v = models.int_or_none(v, lo=0)
+        values[column] = v
+    if key not in log.gpus:
+        facts = {
+            "name": _fact(cell(r, "name")),
+            "driver_version": _fact(cell(r, "driver_version")),
+            "memory_total_mib": values.get("memory_total_mib"),
+            "power_limit_w": values.get("power_limit_w"),
+        }
+        log.gpus[key] = GpuSeen(index=key[1], uuid=key[0], first_ts=ts, facts=facts)
+    log.samples.append((key, ts, values))
 
 
 def _write_logs(db: Database, s: Session, logs: list[GpuCsvLog], host: str) -> list[GpuCsvResult]:

@@ -200,7 +200,11 @@ class ControlEvent(SQLModel, table=True):
     reason: str
     confirmed: bool = False
     per_rank_json: str | None = None  # read-back per DP rank
-    error: str | None = None
+    error: str | None = None  # why it was not applied or its outcome is unknown (empty when confirmed)
+    # schema v4: the knob request's id (control/knob_contract.py: the server's lock names the set that took
+    # it, so `control get` finds who holds it here), and what else the row says (the lock a set took)
+    request_id: int | None = Field(default=None, sa_type=BigInteger)
+    note: str | None = None
 
 
 class BenchRun(SQLModel, table=True):

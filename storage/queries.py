@@ -489,11 +489,13 @@ def control_events(
     actor_prefix: str | None = None,
     action: str | None = None,
     confirmed: bool | None = None,
+    request_id: int | None = None,
     limit: int = DEFAULT_EVENT_LIMIT,
 ) -> list[models.ControlEvent]:
     """Newest first. ``actor`` matches exactly or as a prefix before ':' ("policy" finds "policy:auto");
     ``actor_prefix`` is a plain string prefix; ``action`` is exact (set, pause, release, ...);
-    ``confirmed``: only events the server confirmed (True) or did not (False)."""
+    ``confirmed``: only events the server confirmed (True) or did not (False); ``request_id``: the rows of
+    that knob request."""
     ce = models.ControlEvent
     stmt = select(ce)
     if server_url is not None:
@@ -506,6 +508,8 @@ def control_events(
         stmt = stmt.where(ce.action == action)
     if confirmed is not None:
         stmt = stmt.where(ce.confirmed == confirmed)
+    if request_id is not None:
+        stmt = stmt.where(ce.request_id == request_id)
     if start is not None:
         stmt = stmt.where(ce.ts >= start)
     if end is not None:
@@ -653,6 +657,44 @@ def close_stale_gaps(db: Database, source: str, target: str, end_ts: float, note
             gap.reason = f"{gap.reason} [{note}]"
             s.add(gap)
         return len(stale)
+
+
+def add_gap(db: Database, source: str, target: str, start_ts: float, end_ts: float, reason: str) -> int:
+    """Record an outage already over (a collector's own downtime, found at its restart)."""
+    with db.session(write=True) as s:
+        gap = models.CollectionGap(
+            source=source, target=target, start_ts=start_ts, end_ts=end_ts, reason=reason
+        )
+        s.add(gap)
+        s.flush()
+        return int(gap.id)  # type: ignore[arg-type]
+
+
+# The collector sources whose samples name them (an SGLang server's URL, an NVML host's GPUs).
+SOURCES_WITH_OWN_SAMPLES = ("sglang", "nvml")
+
+
+def last_collected_ts(db: Database, source: str, target: str) -> float | None:
+    """When ``source`` ``target`` was last collected, as the database holds it: its newest sample (an SGLang
+    server's engine samples; the GPUs of an NVML host) or, for sources whose samples do not name them
+    (a dcgm-exporter URL, Prometheus), its last success in ``collector_health`` (refreshed every few
+    seconds, so up to that much early). None: never collected here."""
+    h = models.CollectorHealth
+    with db.session() as s:
+        health = s.exec(select(h.last_success_ts).where(h.source == source, h.target == target)).first()
+        sample: float | None = None
+        if source == "sglang":
+            e, srv = models.EngineSample, models.Server
+            sample = s.exec(
+                select(func.max(e.ts)).join(srv, col(srv.id) == col(e.server_id)).where(srv.url == target)
+            ).one()
+        elif source == "nvml":
+            g, gpu = models.GpuSample, models.Gpu
+            sample = s.exec(
+                select(func.max(g.ts)).join(gpu, col(gpu.id) == col(g.gpu_id)).where(gpu.host == target)
+            ).one()
+    known = [t for t in (health, sample) if t is not None]
+    return max(known) if known else None
 
 
 def close_gap(db: Database, gap_id: int, end_ts: float) -> None:

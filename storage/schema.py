@@ -14,6 +14,8 @@ History:
   (+ index), index ``ix_control_event_ts``.
 - v3: the engine's decode counters per scrape interval (``engine_counter_sample`` + index) and their
   rollups (``engine_counter_rollup``).
+- v4: ``control_event.request_id`` (the knob request, for who holds a lock) and ``control_event.note``
+  (what a confirmed row says, which v3 kept in ``error``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sqlalchemy import Engine, Index, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_VERSION_KEY = "schema_version"
 
 
@@ -59,8 +61,15 @@ def _v2_to_v3(conn: Connection) -> None:
     models.engine_counter_rollup.create(conn, checkfirst=True)
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    # New nullable columns: older rows have no request id, and their notes stay where v3 wrote them
+    # (control.audit.remarks shows a confirmed row's error as its note).
+    conn.execute(text("ALTER TABLE control_event ADD COLUMN request_id BIGINT"))
+    conn.execute(text("ALTER TABLE control_event ADD COLUMN note VARCHAR"))
+
+
 # MIGRATIONS[v] turns a version-v database into version v+1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def read_version(conn: Connection) -> int | None:

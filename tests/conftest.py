@@ -54,6 +54,24 @@ def real_data() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist registers it too; here for runs without xdist (-p no:xdist) under --strict-markers
     config.addinivalue_line("markers", "xdist_group(name): one worker runs the group (--dist loadgroup)")
+    # A config folder of this process's own (controller and each xdist worker alike), inherited by every
+    # command a test starts: no test reads the user's ~/.config/spectower (a config.toml naming another
+    # database), and a demo a test starts marks itself only there, so a command another worker runs
+    # without --db never finds that demo (storage.locate).
+    import tempfile
+
+    _TEST_CONFIG_HOME.append(tempfile.mkdtemp(prefix="spectower-test-config-"))
+    os.environ["XDG_CONFIG_HOME"] = _TEST_CONFIG_HOME[-1]
+
+
+_TEST_CONFIG_HOME: list[str] = []
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for folder in _TEST_CONFIG_HOME:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------

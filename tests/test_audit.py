@@ -43,7 +43,9 @@ def test_manual_set_is_audited_and_locks_the_server(db: Database) -> None:
         (set_row,) = audit.list_events(db, URL)  # one row: the lock is the server's, not a second row
         assert (set_row.actor, set_row.action, set_row.old_max_bs, set_row.new_max_bs) == (
             "operator:alice", "set", 0, 16)  # fmt: skip
-        assert set_row.confirmed and set_row.error == "manual lock until released"
+        # a confirmed set has no error; the lock it took is its note
+        assert set_row.confirmed and (set_row.error, set_row.note) == (None, "manual lock until released")
+        assert set_row.request_id == result.request_id is not None
         assert set_row.reason == "incident 42: p99 latency"
         assert json.loads(set_row.per_rank_json or "[]") == [
             {"dp_rank": 0, "accepted": True, "spec_max_bs": 16, "owner": "manual", "confirmed": True,
@@ -85,7 +87,7 @@ def test_every_outcome_is_recorded_lost_answers_included(db: Database) -> None:
         lost = audit.apply_knob(db, client, 7, "lost on the way", "operator:alice")
     assert lost.outcome == "unknown"
     newest, first = audit.list_events(db, URL)
-    assert first.confirmed and first.error == "manual lock until released"
+    assert first.confirmed and (first.error, first.note) == (None, "manual lock until released")
     assert not newest.confirmed and newest.error and newest.error.startswith("outcome unknown:")
     assert (newest.old_max_bs, newest.new_max_bs) == (0, 7)
 
@@ -115,7 +117,7 @@ def test_a_server_value_no_database_can_hold_is_audited_without_a_crash(db: Data
     assert result.confirmed
     (row,) = audit.list_events(db, URL)
     assert row.old_max_bs is None and row.new_max_bs == 0
-    assert row.error and "beyond the database's INTEGER range" in row.error
+    assert row.error is None and row.note and "beyond the database's INTEGER range" in row.note
 
 
 def test_refused_attempts_are_audited_and_reraised(db: Database, tmp_path: Path) -> None:
@@ -194,3 +196,58 @@ def test_one_change_is_checked_resolved_and_audited_once(
         audit.apply_knob(db, client, 24, "with a wrong key", "operator:mallory")
     newest = audit.list_events(db, limit=1)[0]
     assert (newest.new_max_bs, newest.confirmed) == (24, False) and newest.error.startswith("not applied:")
+
+
+def test_lock_holder_is_the_operator_whose_set_took_the_lock(db: Database) -> None:
+    """#34: `control get` and the console say who holds a manual lock and since when: the server's lock
+    names the request that took it, the audit row of that request names the operator."""
+    fake = FakeKnobServer(admin_key=KEY)
+    server_now = [1_800_000_000.0]
+    fake.clock = lambda: server_now[0]
+    with client_for(fake) as client:
+        assert audit.lock_holder(db, client.read()) is None  # no lock
+        audit.apply_knob(db, client, 0, "incident 7", "operator:alice", clock=lambda: 1_800_000_005.0)
+        holder = audit.lock_holder(db, client.read())
+        assert holder is not None and (holder.actor, holder.ts, holder.reason) == (
+            "operator:alice", 1_800_000_005.0, "incident 7")  # fmt: skip
+        server_now[0] += 1000.0  # bob's set, later: the lock is his now
+        audit.apply_knob(
+            db, client, 4, "incident 7, bob's turn", "operator:bob", clock=lambda: 1_800_001_005.0
+        )
+        state = client.read()
+        holder = audit.lock_holder(db, state)
+        assert holder is not None and (holder.actor, holder.reason) == (
+            "operator:bob",
+            "incident 7, bob's turn",
+        )
+        # a plugin before the lock named its request: the operator's set audited when the lock began
+        fake.owner.lock_request_id = None
+        holder = audit.lock_holder(db, client.read())
+        assert holder is not None and holder.actor == "operator:bob"
+        # a policy's row never holds a lock; a released server has none
+        audit.release(db, client, "operator:bob", "over")
+        assert audit.lock_holder(db, client.read()) is None
+
+
+def test_a_lock_taken_through_another_database_has_no_holder_here(db: Database, tmp_path: Path) -> None:
+    fake = FakeKnobServer(admin_key=KEY)
+    with client_for(fake) as client, open_database(tmp_path / "other.db") as other:
+        audit.apply_knob(other, client, 0, "incident", "operator:carol")
+        assert audit.lock_holder(db, client.read()) is None
+        assert audit.lock_holder(other, client.read()).actor == "operator:carol"  # type: ignore[union-attr]
+
+
+def test_a_confirmed_set_reads_ok_in_events_with_its_lock_as_a_note(db: Database, tmp_path: Path) -> None:
+    """#34: a successful set read "set 16 -> 0 ok ... error: manual lock until released"."""
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    fake = FakeKnobServer(admin_key=KEY)
+    with client_for(fake) as client:
+        audit.apply_knob(db, client, 16, "warm up", "operator:alice")
+        audit.apply_knob(db, client, 0, "incident 8", "operator:alice")
+    res = CliRunner().invoke(app, ["control", "events", "--db", str(tmp_path / "audit.db")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # the terminal wraps long lines
+    assert f"operator:alice set 16 -> 0 ok {URL}: incident 8 note: manual lock until released" in text
+    assert "error" not in res.output

@@ -23,6 +23,7 @@ from spectower.collectors.daemon import Collector, DaemonConfig
 from spectower.collectors.sglang.scraper import ScrapeError, SglangScraper
 from spectower.collectors.sink import StorageSink
 from spectower.storage import open_database, queries
+from spectower.storage.models import EngineSample
 
 from tests.conftest import REAL_DATA, collect_cli, db_rows
 
@@ -348,3 +349,58 @@ def test_prometheus_source_reads_are_bounded_too(fake: FakeSglang) -> None:
     fake.mode = "huge"
     with pytest.raises(requests.exceptions.ContentDecodingError, match="byte limit"):
         BoundedSession(deadline_s=30.0, max_bytes=16 * MB).get(fake.url + "/metrics", timeout=30.0)
+
+
+def _last_sample_at(db_path: Path, url: str, ts: float) -> None:
+    """A database whose newest sample of ``url`` is at ``ts``: what a collector killed then left behind."""
+    with open_database(db_path) as db:
+        sid = db.server_id(url, ts=ts)
+        with db.session(write=True) as s:
+            s.add(EngineSample(server_id=sid, dp_rank=0, ts=ts, num_running_reqs=1.0))
+
+
+def test_the_collectors_own_downtime_is_a_gap(fake: FakeSglang, tmp_path: Path) -> None:
+    """#34: kill -9, restart 11 s later: the 12.7 s hole had no gap row. At start the collector compares
+    each source's last stored sample with now and records the time no collector ran."""
+    db_path = tmp_path / "down.db"
+    killed_at = time.time() - 12.7  # the last sample the killed collector stored
+    _last_sample_at(db_path, fake.url, killed_at)
+
+    async def chaos() -> None:
+        await _until(lambda: len(db_rows(db_path, "select 1 from engine_sample")) >= 2, "a new sample")
+
+    _run(DaemonConfig(servers=[fake.url], interval_s=0.1), db_path, chaos)
+    gaps = db_rows(db_path, "select source, target, start_ts, end_ts, reason from collection_gap")
+    assert len(gaps) == 1, gaps
+    ((source, target, start, end, reason),) = gaps
+    assert (source, target, start) == ("sglang", fake.url, killed_at)
+    assert 12.7 <= end - start < 12.7 + 30  # until this collector started
+    assert "collector not running" in reason
+    first_new = db_rows(db_path, f"select min(ts) from engine_sample where ts > {killed_at}")[0][0]
+    assert end <= first_new
+
+
+def test_a_quick_restart_or_a_first_start_is_no_gap(tmp_path: Path) -> None:
+    """The downtime rule at the sink, on an injected clock: past 2 s (two 1 s intervals) it is a gap; a
+    restart within them, or a source never collected, is none; an open gap a killed collector left covers
+    its downtime already (closed at the restart, not doubled)."""
+    url, last = "http://10.0.0.7:30000", 1_800_000_000.0
+    db_path = tmp_path / "rule.db"
+    _last_sample_at(db_path, url, last)
+    sources = [("sglang", url), ("sglang", "http://10.0.0.8:30000")]  # the second never collected
+    with open_database(db_path) as db:
+        for started in (last + 1.9, last + 12.7):
+            sink = StorageSink(db)
+            sink.claim(sources, started, downtime_after_s=2.0)
+            sink.release()
+            assert sink.flush(30)
+        assert [(g.target, g.start_ts, g.end_ts) for g in queries.gaps(db)] == [(url, last, last + 12.7)]
+        queries.open_gap(db, "sglang", url, last + 20.0, "HTTP 503")  # an outage when it was killed
+        sink = StorageSink(db)
+        sink.claim(sources, last + 60.0, downtime_after_s=2.0)
+        sink.release()
+        assert sink.flush(30)
+        assert [(g.start_ts, g.end_ts) for g in queries.gaps(db)] == [
+            (last, last + 12.7),
+            (last + 20.0, last + 60.0),
+        ]

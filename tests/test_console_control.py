@@ -115,6 +115,13 @@ def test_operator_flips_speculation_off_and_sees_read_back(
     assert ADMIN_KEY not in (ev.per_rank_json or "") + (ev.error or "") + ev.reason
     audit = at.dataframe[-1].value
     assert "operator:alice" in set(audit["actor"])
+    # a confirmed set has no error: the lock it took is its note (#34)
+    row = audit[audit["actor"] == "operator:alice"].iloc[0]
+    assert row["error"] is None and row["note"] == "manual lock until released", row.to_dict()
+    # who holds the server's lock, and since when: the audit row of the set that took it (#34)
+    at.run()
+    text = " ".join(m.value for m in at.markdown)
+    assert "**Held by:** `operator:alice` since " in text and "(incident 7: p99 ITL too high at peak)" in text
 
 
 @pytest.mark.integration
@@ -220,6 +227,7 @@ def test_the_page_shows_the_servers_truth_and_release_clears_the_lock(
     at = _control(url, monkeypatch, ADMIN_KEY, "dana")
     text = " ".join(m.value for m in at.markdown)
     assert "manual lock since" in text and "left" in text, text
+    assert "**Held by:** unknown: no set of this lock in this database's audit" in text, text
     assert "Policy's last decision:** set 3" in text and "refused by the server" in text
     assert any(m.label == "Owner" and m.value == "manual" for m in at.metric)
     assert at.radio(key="ctl_mode").value == "threshold N" and at.number_input(key="ctl_n").value == 24

@@ -309,6 +309,7 @@ def test_get_shows_the_servers_owner_lock_expiry_and_policy_decision(sim: Any, t
     held = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--as", "alice",
                     "--max-bs", "6", "--hold", "2h", "--reason", "incident 9"])  # fmt: skip
     assert held.exit_code == 0, held.output
+    assert f"database: {db} (--db)" in held.stderr  # a command that writes says where (#34)
     assert "manual lock for 2 h 0 min more" in held.stdout or "manual lock for 1 h 59 min more" in held.stdout
     url = f"{sim.base_url}/set_internal_state"
     body = {"server_args": {"spectower_writer": 2, "spectower_spec_max_bs": 30}}
@@ -324,8 +325,18 @@ def test_get_shows_the_servers_owner_lock_expiry_and_policy_decision(sim: Any, t
     assert 7100 < state["lock_left_s"] <= 7200 and state["lock"]["expires_at"] is not None
     assert state["last_write"]["writer"] == "manual" and state["last_write"]["value"] == 6
     assert state["policy_last"] == {**state["policy_last"], "value": 30, "applied": False}
-    human = run_cli(["get", "--server", sim.base_url])
+    human = run_cli(["get", "--server", sim.base_url, "--db", str(db)])
     assert "owner            manual (manual lock for" in human.stdout, human.stdout
+    # who holds it and since when: the audit row of the set that took it (#34)
+    assert "held by          operator:alice since " in human.stdout and ": incident 9" in human.stdout
+    holder = json.loads(run_cli(["get", "--server", sim.base_url, "--json", "--db", str(db)]).stdout)
+    assert (holder["lock_holder"]["actor"], holder["lock_holder"]["reason"]) == (
+        "operator:alice",
+        "incident 9",
+    )
+    assert holder["lock"]["request_id"] == events(db)[-1].request_id is not None
+    elsewhere = run_cli(["get", "--server", sim.base_url, "--db", str(tmp_path / "other.db")])
+    assert "held by          unknown: no set of this lock in this database's audit" in elsewhere.stdout
     assert "policy's last    set 30" in human.stdout and "REFUSED" in human.stdout
     assert "dp_rank 1: spec_max_bs=6 owner=manual" in human.stdout
     bad = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--off", "--hold", "soon",

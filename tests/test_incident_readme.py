@@ -2,16 +2,19 @@
 
 The demo runs from a fresh folder with its own database and the `learn` policy active. The README block's
 commands run exactly as printed (the first one answered "y" at its prompt, through a terminal), with no
---db, so the operator's audit goes to ./spectower.db while the policy uses the demo's database: the flip
-still holds, because the lock is the server's. Speculation stays off until `release`, then the policy acts
-again. Every wait polls the state it waits for (the server's /server_info, the policy's log). A steady load of
-about 24 clients beside the demo's own (above glm5's crossover of ~15) gives the learn policy both modes'
-evidence at once, so its first write comes in about a minute instead of at the compressed day's plateau.
+--db: while the demo runs, a command without --db uses the demo's database (storage.locate), so the
+operator's audit lands where the console reads it, beside the policy's, and each command that writes says
+so. The flip holds because the lock is the server's. Speculation stays off until `release`, then the policy
+acts again. Every wait polls the state it waits for (the server's /server_info, the policy's log). A steady
+load of about 24 clients beside the demo's own (above glm5's crossover of ~15) gives the learn policy both
+modes' evidence at once, so its first write comes in about a minute instead of at the compressed day's
+plateau.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import pty
 import re
@@ -26,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, db_rows, free_port
 from tests.simulator_process import steady_load
 
 # The demo binds the simulator to its default port (30000) when it is free: two demos started at once
@@ -145,6 +148,7 @@ def test_readme_incident_commands_hold_against_the_learn_policy(tmp_path: Path) 
             code, out = run_in_terminal(f"{export}\n{rest[0]}", tmp_path, env, answer="y\n")
             assert code == 0, out
             assert "-> 0 (off)" in out and "confirmed" in out and "manual lock until released" in out, out
+            assert "database: spectower-demo/spectower.db (the running demo's)" in out, out
             held = _knob(sim_url)
             assert (held["spec_max_bs"], held["owner"], held["lock"]["expires_at"]) == (0, "manual", None)
 
@@ -170,6 +174,9 @@ def test_readme_incident_commands_hold_against_the_learn_policy(tmp_path: Path) 
             code, out = run_in_terminal(f"{export}\n{rest[1]}", tmp_path, env)
             assert code == 0, out
             assert "owner manual (manual lock until released)" in out, out
+            # who holds it: the set above, audited in the demo's database that `get` reads too
+            held_by = f"held by operator:{getpass.getuser()} since "
+            assert held_by in out and "TTFT p99 over SLO, incident 4711" in out, out
             assert "policy's last" in out
 
             # 3. release: the policy acts again
@@ -192,11 +199,22 @@ def test_readme_incident_commands_hold_against_the_learn_policy(tmp_path: Path) 
 
             assert _wait(policy_acted, POLICY_TIMEOUT_S, "the policy to act after the release")
 
-            # 4. events: the operator's own audit trail (./spectower.db, no --db), set then release
+            # 4. events: the audit trail of the demo's database (no --db), set then release, beside the
+            # policy's own rows: what the console's audit trail shows
             code, out = run_in_terminal(f"{export}\n{rest[3]}", tmp_path, env)
             assert code == 0, out
             assert "release" in out and "set" in out and "incident 4711" in out, out
-            assert (tmp_path / "spectower.db").exists()
+            assert "policy:learn" in out, out
+            assert not (tmp_path / "spectower.db").exists()  # nothing went where nobody looks
+            operator_rows = db_rows(
+                tmp_path / "spectower-demo" / "spectower.db",
+                "select action, new_max_bs, confirmed, reason from control_event "
+                "where actor like 'operator:%' order by ts",
+            )
+            assert operator_rows == [
+                ("set", 0, 1, "TTFT p99 over SLO, incident 4711"),
+                ("release", 0, 1, "incident 4711 over"),
+            ]
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(demo.pid, signal.SIGINT)

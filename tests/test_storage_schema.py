@@ -7,9 +7,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from spectower.console.cli import app
 from spectower.storage import SCHEMA_VERSION, SchemaError, open_database, queries
 from spectower.storage.models import BenchPoint, BenchRun
 from sqlalchemy import inspect, text
+from typer.testing import CliRunner
 
 from tests.conftest import REPO_ROOT
 
@@ -60,9 +62,9 @@ def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
     make_v1_file(path)
     db = open_database(path)
     try:
-        assert db.schema_version == SCHEMA_VERSION == 3
+        assert db.schema_version == SCHEMA_VERSION == 4
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "3"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "4"
             cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
             assert "source_sha256" in cols
             assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
@@ -128,12 +130,14 @@ def test_foreign_database_is_refused(tmp_path: Path) -> None:
 
 
 def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> None:
-    # A v2 database: what this version creates, less the v3 tables, stamped 2.
+    # A v2 database: what this version creates, less the v3 tables and v4 columns, stamped 2.
     path = tmp_path / "v2.db"
     open_database(path).close()
     con = sqlite3.connect(path)
     con.executescript(
         """
+        ALTER TABLE control_event DROP COLUMN request_id;
+        ALTER TABLE control_event DROP COLUMN note;
         DROP TABLE engine_counter_sample;
         DROP TABLE engine_counter_rollup;
         UPDATE meta SET value='2' WHERE key='schema_version';
@@ -145,10 +149,45 @@ def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> N
     con.close()
     db = open_database(path)
     try:
-        assert db.schema_version == 3
+        assert db.schema_version == 4
         assert queries.counter_intervals(db, 1, 0.0, 300.0) == []
         assert [r.num_running_reqs for r in queries.latest_engine_samples(db)] == [3.0]
     finally:
         db.close()
     assert (tmp_path / "v2.db.schema-v2.bak").exists()
     assert schema_of(f"sqlite:///{path}") == schema_of(f"sqlite:///{tmp_path / 'fresh.db'}")
+
+
+def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Path) -> None:
+    """v4 (#34): a confirmed set's note (the lock it took) has a column of its own; a v3 row kept it in
+    ``error``, and ``control events`` shows it as the note it is, not as an error."""
+    path = tmp_path / "v3.db"
+    open_database(path).close()
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        ALTER TABLE control_event DROP COLUMN request_id;
+        ALTER TABLE control_event DROP COLUMN note;
+        UPDATE meta SET value='3' WHERE key='schema_version';
+        INSERT INTO control_event (ts, actor, server_url, action, old_max_bs, new_max_bs, reason, confirmed,
+                                   error)
+        VALUES (100.0, 'operator:alice', 'http://v3:30000', 'set', 16, 0, 'incident', 1,
+                'manual lock until released');
+        """
+    )
+    con.commit()
+    con.close()
+    db = open_database(path)
+    try:
+        assert db.schema_version == 4
+        (row,) = queries.control_events(db)
+        assert (row.error, row.note, row.request_id) == ("manual lock until released", None, None)
+    finally:
+        db.close()
+    assert (tmp_path / "v3.db.schema-v3.bak").exists()
+    assert schema_of(f"sqlite:///{path}") == schema_of(f"sqlite:///{tmp_path / 'fresh.db'}")
+    res = CliRunner().invoke(app, ["control", "events", "--db", str(path)])
+    assert res.exit_code == 0, res.output
+    line = " ".join(res.output.split())
+    assert "set 16 -> 0 ok http://v3:30000: incident note: manual lock until released" in line, line
+    assert "error" not in line

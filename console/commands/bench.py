@@ -18,8 +18,10 @@ from spectower.console.commands.options import (
     AS_HELP,
     DB_HELP,
     SERVER_HELP,
+    chosen_database,
     duration_option,
     run_id_argument,
+    say_database,
 )
 
 if TYPE_CHECKING:
@@ -348,7 +350,7 @@ def sweep(
     from spectower.control.credentials import load_credentials
     from spectower.control.knob import normalize_server_url
     from spectower.control.sweep_audit import audited_sweep_knob
-    from spectower.storage import default_db_url, open_database
+    from spectower.storage import open_database
 
     if requests_per_level is not None and duration_per_level is not None:
         fail("--requests-per-level and --duration-per-level: give one, not both")
@@ -388,7 +390,9 @@ def sweep(
             "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
-    database = open_database(default_db_url(db))
+    url, why = chosen_database(db)
+    database = open_database(url)
+    say_database(url, why)
     _honour_sigint()
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     # the knob through control's client: one audit row when the sweep borrows it, one when it gives it back

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import DB_HELP, duration_option, run_duration_option
+from spectower.console.commands.options import (
+    DB_HELP,
+    chosen_database,
+    duration_option,
+    run_duration_option,
+    say_database,
+)
 from spectower.console.errors import fail
 
 
@@ -50,7 +56,7 @@ def collect(
     from spectower.collectors.auth import load_api_key
     from spectower.collectors.daemon import Collector, DaemonConfig
     from spectower.collectors.sink import StorageSink
-    from spectower.storage import default_db_url, open_database
+    from spectower.storage import open_database
     from spectower.storage.retention import RetentionPolicy
 
     level = getattr(logging, log_level.upper(), None)
@@ -76,10 +82,12 @@ def collect(
     from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
+    url, why = chosen_database(db)
     try:
-        database = open_database(default_db_url(db))
+        database = open_database(url)
     except ValueError as exc:  # DatabaseURLError, SchemaError: one line naming the --db value
         fail(str(exc))
+    say_database(url, why)
     database.retention = retention
     try:
         database.maintain()  # old samples go now, not an hour into the run (then hourly, on the writer)

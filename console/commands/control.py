@@ -23,8 +23,10 @@ from spectower.console.commands.options import (
     MAX_EVENTS_SHOWN,
     POLICY_HELP,
     SERVER_HELP,
+    chosen_database,
     duration_option,
     int_option,
+    say_database,
 )
 from spectower.console.errors import fail, is_user_error, strict_json
 from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
@@ -82,6 +84,15 @@ def _open_db(db: str | None, existing: bool = False) -> Database:
     return open_database(default_db_url(db), existing=existing)
 
 
+def _open_for_writing(db: str | None) -> tuple[Database, Callable[[], None]]:
+    """The database a command writes its audit to, and what says which one it is and why (called once the
+    command has written there: a refusal of bad input stays its one ``error:`` line)."""
+    from spectower.storage.database import open_database
+
+    url, why = chosen_database(db)
+    return open_database(url), functools.partial(say_database, url, why)
+
+
 def _describe(value: int | None, max_running: int | None) -> str:
     """The knob's value with how it reads (``control.knob.knob_mode``'s rule), e.g. ``0 (off)``."""
     from spectower.control.knob import knob_mode
@@ -92,7 +103,7 @@ def _describe(value: int | None, max_running: int | None) -> str:
     return f"{value} ({f'draft while running batch <= {value}' if mode == 'threshold' else mode})"
 
 
-def _print_state(state: KnobState) -> None:
+def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None:
     out.print(f"server           {state.server_url}  (SGLang {state.server_version or '?'})")
     out.print(
         f"speculation      {state.speculative_algorithm or 'none'}, adaptive="
@@ -106,7 +117,7 @@ def _print_state(state: KnobState) -> None:
         out.print(f"plugin           spectower {state.plugin_version or '(version not reported)'}")
         knob = _describe(state.spec_max_bs, state.max_running_requests)
         out.print(f"knob             {knob}, mode {state.mode}")
-        _print_ownership(state)
+        _print_ownership(state, holder)
     for rank in state.ranks:
         owner = f" owner={rank.owner}" if rank.owner else ""
         out.print(
@@ -162,8 +173,9 @@ def _when(ts: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ts)))
 
 
-def _print_ownership(state: KnobState) -> None:
-    """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them."""
+def _print_ownership(state: KnobState, holder: dict[str, Any] | None) -> None:
+    """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them; who holds
+    a manual lock (``holder``: the audit row of the set that took it)."""
     from spectower.control.audit import lock_text
 
     say = functools.partial(out.print, markup=False, soft_wrap=True)
@@ -173,6 +185,10 @@ def _print_ownership(state: KnobState) -> None:
         expires = lock.get("expires_at")
         say(f"lock             {lock.get('writer')} since {_when(lock.get('since'))}, expires "
             + ("never (until released)" if expires is None else _when(expires)))  # fmt: skip
+        if holder is not None:
+            say(f"held by          {holder['actor']} since {_when(holder['since'])}: {holder['reason']}")
+        elif lock.get("writer") == "manual":
+            say("held by          unknown: no set of this lock in this database's audit (--db)")
     write = state.last_write
     if write:
         what = "release" if write.get("release") else f"{write.get('previous')} -> {write.get('value')}"
@@ -208,15 +224,36 @@ def get(
     batch size (the engine's counters, the estimate the console and the policy use)."""
     with _client(server) as client:
         state = client.read()
-    speed = _speedup(state, db, window_s)
+    speed, holder = _from_database(state, db, window_s)
     if as_json:
-        print(strict_json({**state.to_dict(), "speedup": speed}))
+        print(strict_json({**state.to_dict(), "speedup": speed, "lock_holder": holder}))
         return
-    _print_state(state)
+    _print_state(state, holder)
     _print_speedup(speed)
 
 
-def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any]:
+def _from_database(
+    state: KnobState, db: str | None, window_s: float
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the database adds to the server's own account: the speedup (``_speedup``) and who holds a
+    manual lock (``control.audit.lock_holder``: actor, since, reason; None when the database has no such
+    row). A missing SQLite file is not created."""
+    from spectower.console import data
+    from spectower.control.audit import lock_holder
+    from spectower.storage.database import default_db_url
+
+    store = data.open_store(default_db_url(db))
+    if store is None:
+        return _speedup(state, None, window_s), None
+    try:
+        event = lock_holder(store, state)
+        holder = None if event is None else {"actor": event.actor, "since": event.ts, "reason": event.reason}
+        return _speedup(state, store, window_s), holder
+    finally:
+        store.close()
+
+
+def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[str, Any]:
     """``control.speedup.estimate`` for this server: over the collector's stored counter intervals of the
     last ``window_s`` when the database has them (``console.data.live_speedup``, what the console shows),
     else over the counters since the server started (one read of /server_info)."""
@@ -227,9 +264,7 @@ def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any
     from spectower.control import speedup
     from spectower.control.engine_counters import rates
     from spectower.storage import queries
-    from spectower.storage.database import default_db_url
 
-    store = data.open_store(default_db_url(db))  # a missing SQLite file is not created
     if store is not None:
         try:
             row = queries.server_by_url(store, state.server_url)
@@ -239,8 +274,6 @@ def _speedup(state: KnobState, db: str | None, window_s: float) -> dict[str, Any
                 return {"source": "stored", "window_s": window_s, **live.estimate.to_json()}
         except LookupError:  # the collector never stored this server
             pass
-        finally:
-            store.close()
     read = read_counters(state.info.info)
     if not read.blocks:
         why = (
@@ -325,7 +358,7 @@ def set_knob(
     if not yes and not _stdin_is_tty():
         fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
 
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
             state, new = audit.preview_knob(database, client, target, reason, actor)
@@ -343,6 +376,7 @@ def set_knob(
             result = audit.apply_knob(database, client, target, reason, actor, hold_s=hold_s)
     finally:
         database.close()
+    say_which()
     _print_result(result)
     if result.error:
         out.print(f"[yellow]note:[/] {escape(result.error)}")
@@ -372,12 +406,13 @@ def release(
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
             outcome = audit.release(database, client, actor, reason)
     finally:
         database.close()
+    say_which()
     result = outcome.result
     url = result.server_url
     if not result.confirmed:
@@ -414,8 +449,9 @@ def events(
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.ts))
         change = f" {row.old_max_bs} -> {row.new_max_bs}" if row.action == "set" else ""
         status = "ok" if row.confirmed else "NOT confirmed"
-        error = f" error: {row.error}" if row.error else ""
-        line = f"{stamp} {row.actor} {row.action}{change} {status} {row.server_url}: {row.reason}{error}"
+        error, note = audit.remarks(row.confirmed, row.error, row.note)
+        said = (f" error: {error}" if error else "") + (f" note: {note}" if note else "")
+        line = f"{stamp} {row.actor} {row.action}{change} {status} {row.server_url}: {row.reason}{said}"
         out.print(line, markup=False)
 
 
@@ -465,7 +501,7 @@ def auto(
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
-    database = _open_db(db)
+    database, say_which = _open_for_writing(db)
     client = _client(server)
     try:
         try:
@@ -497,6 +533,7 @@ def auto(
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         out.print(f"policy {policy.name} on {client.base_url}, every {config.interval_s:g} s (Ctrl-C stops)")
+        say_which()  # before its first decision is audited there
         try:
             runner.run(stop)
         finally:

@@ -9,7 +9,10 @@ import typer
 from spectower.control.durations import DurationError, allowed_range, parse_duration_within
 
 SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
-DB_HELP = "database URL or SQLite path (default: $SPECTOWER_DB, else ./spectower.db)"
+DB_HELP = (
+    'database URL or SQLite path; without it: $SPECTOWER_DB, else db = "..." in ./spectower.toml or '
+    "~/.config/spectower/config.toml, else the running `spectower demo`'s database, else ./spectower.db"
+)
 AS_HELP = "operator name for the audit trail (default: $SPECTOWER_OPERATOR, else your login)"
 POLICY_HELP = "learn | threshold:N | always-on | always-off | sglang-default"
 # Load shapes: `bench load --pattern` (live) and `sim evaluate --trace` (virtual time) use the same names.
@@ -45,6 +48,28 @@ EXAMPLES = {
 # Ids are stored as 64-bit integers on every backend: a larger one is a typo, said as one, not a driver error.
 INT64_MAX = 2**63 - 1
 MAX_EVENTS_SHOWN = 100_000
+
+
+def chosen_database(db: str | None) -> tuple[str, str]:
+    """The database URL and why it is the one (storage.database.database_choice); a bad ``--db``,
+    ``$SPECTOWER_DB`` or config file is the one ``error:`` line."""
+    from spectower.console.errors import fail
+    from spectower.storage.database import database_choice
+
+    try:
+        return database_choice(db)
+    except ValueError as exc:  # DatabaseURLError
+        fail(str(exc))
+
+
+def say_database(url: str, why: str) -> None:
+    """The one line a command that writes prints on stderr once it has the database, e.g. ``database:
+    spectower-demo/spectower.db (the running demo's)``, so an operator sees where the rows went (printed
+    after the work, so a refusal of bad input stays its one ``error:`` line)."""
+    from spectower.console.errors import stderr
+    from spectower.storage.database import shown_database
+
+    stderr.print(f"database: {shown_database(url)} ({why})", markup=False, soft_wrap=True, highlight=False)
 
 
 def whole_number(text: object, name: str, lo: int, hi: int) -> int:

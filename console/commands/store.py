@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
-from spectower.console.commands.options import DB_HELP, INT64_MAX, whole_number
+from spectower.console.commands.options import (
+    DB_HELP,
+    INT64_MAX,
+    chosen_database,
+    say_database,
+    whole_number,
+)
 from spectower.console.errors import fail, stderr
 
 if TYPE_CHECKING:
@@ -31,13 +37,14 @@ _SUFFIX_FORMATS = {
 
 @contextmanager
 def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
-    """The database (``existing``: one that is there, for the exports, which only read it)."""
-    from spectower.storage import default_db_url, open_database
+    """The database (``existing``: one that is there, for the exports, which only read it). An import
+    says which database it wrote to and why once it has (an import refused wrote nothing: one line)."""
+    from spectower.storage import open_database
     from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
 
+    url, why = chosen_database(db_url)
     try:
-        url = default_db_url(db_url)
         db = open_database(url, existing=existing)
     except ValueError as exc:
         fail(str(exc))
@@ -45,6 +52,8 @@ def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
         fail(f"--db: cannot open {db_url or url}: {error_line(exc)}")
     try:
         yield db
+        if not existing:
+            say_database(url, why)
     except (ValueError, LookupError) as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:  # a write the database refused (disk full, lock held): rolled back
@@ -170,7 +179,13 @@ def import_gpu_csv(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Import nvidia-smi CSV logs into GPU history ([N/A] fields stay empty). All files or none; samples
-    already stored (same host, GPU and time) are skipped."""
+    already stored (same host, GPU and time) are skipped.
+
+    A GPU is the one the log names: its uuid, else its pci.bus_id, else its index. A log that names none of
+    them (--query-gpu=timestamp,name,utilization.gpu,...) names each GPU by its position within each tick:
+    nvidia-smi writes every GPU once per tick, in index order, with one timestamp (or a few ms apart), so the
+    k-th line of a tick is GPU index k, and a single-GPU log is GPU 0. A tick with fewer or more lines than
+    the others is skipped with a warning."""
     from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError, import_gpu_csvs
 
     if not (math.isfinite(utc_offset) and abs(utc_offset) <= MAX_UTC_OFFSET_H):

@@ -25,6 +25,7 @@ import httpx
 from spectower.console.commands.load import MMAP_THRESHOLD_BYTES
 from spectower.console.demo.ports import choose_port
 from spectower.console.demo.supervisor import Child, Supervisor
+from spectower.storage.locate import DemoMarker
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_DIR = Path("spectower-demo")
@@ -201,7 +202,7 @@ def what_to_look_at(config: DemoConfig) -> str:
         "  GPUs         the simulated GPUs from the dcgm-exporter style endpoint.",
         "From a shell (the admin key is in the demo folder, never on a command line):",
         f"  SPECTOWER_ADMIN_KEY_FILE={config.key_file.resolve()} spectower control set --server "
-        f"{config.sim_url} --off --reason 'demo' --db {config.db_path.resolve()} --yes",
+        f"{config.sim_url} --off --reason 'demo' --yes   (without --db: this demo's database while it runs)",
         "Ctrl-C stops everything; running the demo again reuses the database.",
     ])  # fmt: skip
 
@@ -223,6 +224,7 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(cwd, config.pids_file)
+    marker = DemoMarker()
     children = {c.name: c for c in build_children(config)}
     code = 0
     try:
@@ -232,6 +234,11 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
         except Exception as exc:  # not a database, a newer schema, a read-only folder: say which file
             raise DemoError(f"--db {config.db_path}: cannot open it ({type(exc).__name__}: {exc})") from None
         write_key_file(config.key_file)
+        # Commands run without --db while the demo runs use its database (storage.locate), so an
+        # operator's audit lands where the console reads it.
+        not_marked = marker.claim(config.db_path)
+        if not_marked:
+            say(f"note: {not_marked}; commands without --db will not find this demo's database")
         say(f"starting the simulator ({config.profile}) on {config.sim_url} ...")
         sup.start(children["sim"])
         _wait_healthy(sup, children["sim"], f"{config.sim_url}/health", stop)
@@ -257,6 +264,7 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
         why = f" ({received[0]})" if received else ""
         say(f"stopping every child{why} ...")
         sup.stop_all(STOP_ORDER)
+        marker.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         say(f"stopped; the database stays at {config.db_path.resolve()}")

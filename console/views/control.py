@@ -136,7 +136,7 @@ def render() -> None:
     if "error" in live:
         st.error(f"The server's own state cannot be read: {live['error']}", icon=":material/cloud_off:")
     else:
-        _server_state(live)
+        _server_state(live, _lock_holder(db, state))
 
     if operator is not None:
         _change_form(url, knob, max_running, operator, state, live)
@@ -146,11 +146,27 @@ def render() -> None:
     _audit_trail(url)
 
 
-def _server_state(live: dict[str, Any]) -> None:
-    """Value per DP rank, owner, lock and expiry, last writer and the policy's last decision."""
+def _lock_holder(db: Any, state: KnobState | None) -> str | None:
+    """Who holds a manual lock and since when, from the audit row of the set that took it
+    (control.audit.lock_holder); None when no manual lock holds."""
+    from spectower.control.audit import lock_holder
+
+    if state is None or not state.lock or state.lock.get("writer") != "manual":
+        return None
+    event = lock_holder(db, state)
+    if event is None:
+        return "unknown: no set of this lock in this database's audit"
+    return f"`{event.actor}` since {_when(event.ts)} ({event.reason})"
+
+
+def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
+    """Value per DP rank, owner, lock and expiry, who holds a manual lock, last writer and the policy's last
+    decision."""
     write = live.get("last_write") or {}
     decision = live.get("policy_last") or {}
     lines = [f"**Lock:** {_lock_text(live)}"]
+    if holder:
+        lines.append(f"**Held by:** {holder}")
     if write:
         change = "release" if write.get("release") else f"{write.get('previous')} → {write.get('value')}"
         lines.append(f"**Last writer:** {write.get('writer')} at {_when(write.get('ts'))} ({change})")
@@ -373,6 +389,8 @@ def _num(v: object) -> str:
 
 
 def _audit_trail(url: str) -> None:
+    from spectower.control import audit
+
     st.subheader("Audit trail")
     db = common.store()
     f1, f2, f3 = st.columns(3)
@@ -383,6 +401,11 @@ def _audit_trail(url: str) -> None:
     events = data.control_events(db, server_url=url if scope == "this server" else None, actor_prefix=prefix)
     if not events.empty and outcome != "all":
         events = events[events["confirmed"].astype(bool) == (outcome == "confirmed")]
+    if not events.empty:  # a confirmed row has no error (control.audit.remarks: rows before schema v4)
+        columns = zip(events["confirmed"], events["error"], events["note"], strict=True)
+        said = [audit.remarks(bool(c), common.text_or(e, "") or None, common.text_or(n, "") or None)
+                for c, e, n in columns]  # fmt: skip
+        events = events.assign(error=[e for e, _ in said], note=[n for _, n in said])
     if events.empty:
         st.caption("No control events match.")
         return
@@ -397,7 +420,8 @@ def _audit_trail(url: str) -> None:
     )
     shown = events.assign(
         when=[common.clock(t) for t in events["ts"]], confirmed=[_yes_no(v) for v in events["confirmed"]]
-    )[["when", "actor", "server_url", "action", "old_max_bs", "new_max_bs", "confirmed", "reason", "error"]]
+    )[["when", "actor", "server_url", "action", "old_max_bs", "new_max_bs", "confirmed", "reason", "error",
+       "note"]]  # fmt: skip
     st.dataframe(shown, width="stretch", hide_index=True)
     d1, d2, _ = st.columns([1, 1, 4])
 
