@@ -21,19 +21,11 @@ from typing import Any
 from spectower.collectors.bench.loadgen import LoopResult
 from spectower.collectors.bench.records import RequestRecord
 
+# the one percentile rule, shared with the open-loop figures (a replay's and the simulator's)
+from spectower.storage.request_traces import percentile
+
 DEFAULT_WINDOWS = 5
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, which SGLang's client uses)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def summarize_ms(name: str, values_s: Iterable[float]) -> dict[str, float | None]:
