@@ -62,7 +62,9 @@ def test_requests_wait_their_turn_behind_max_running_requests() -> None:
 
 def test_arrivals_faster_than_the_server_grow_a_queue_a_closed_loop_never_sees() -> None:
     # five times the test profile: about 3 requests/s of the trace's lengths leave it idle most of the time
-    prof = _profile(output_tok_s={mode: [5 * v for v in rates] for mode, rates in LATE_LOSER["output_tok_s"].items()})
+    prof = _profile(
+        output_tok_s={mode: [5 * v for v in rates] for mode, rates in LATE_LOSER["output_tok_s"].items()}
+    )
     trace = load_request_trace(str(AZURE))
     slow = _run(prof, schedule(trace, speedup=1.0, duration_s=60.0), "always-off").figures()
     # the same first minute in 6 s: the same requests, far more at once than 8 can run
@@ -108,14 +110,17 @@ def test_evaluate_scores_the_policy_beside_every_baseline_and_the_oracle() -> No
     tokens = {b["tokens"] for b in out["baselines"].values()} | {out["tokens"]}
     assert max(tokens) - min(tokens) < 1  # every policy serves the same tokens once the queue drains
     best = max(b["goodput_rps"] for name, b in out["baselines"].items() if name != "oracle")
-    assert out["goodput_vs_best_baseline"] == pytest.approx(out["goodput_rps"] / max(best, out["goodput_rps"]))
+    assert out["goodput_vs_best_baseline"] == pytest.approx(
+        out["goodput_rps"] / max(best, out["goodput_rps"])
+    )
     assert out["baselines"]["always-off"]["goodput_rps"] > out["baselines"]["always-on"]["goodput_rps"]
 
 
 # ---- the command line -------------------------------------------------------------------------------
 def _evaluate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=240)  # fmt: skip
+    return subprocess.run(
+        [*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240
+    )
 
 
 def _slice(tmp_path: Path, rows: int) -> Path:
@@ -128,12 +133,35 @@ def _slice(tmp_path: Path, rows: int) -> Path:
 def test_json_carries_goodput_and_latency_beside_the_closed_loop_fields(tmp_path: Path) -> None:
     profile = tmp_path / "late-loser.json"
     profile.write_text(json.dumps(LATE_LOSER))
-    run = _evaluate("--profile", str(profile), "--trace", str(_slice(tmp_path, 300)), "--policy", "learn",
-                    "--speedup", "2", "--rate-scale", "0.8", "--slo", "ttft=1s,itl=50ms", "--json")  # fmt: skip
+    run = _evaluate(
+        "--profile",
+        str(profile),
+        "--trace",
+        str(_slice(tmp_path, 300)),
+        "--policy",
+        "learn",
+        "--speedup",
+        "2",
+        "--rate-scale",
+        "0.8",
+        "--slo",
+        "ttft=1s,itl=50ms",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    for key in ("goodput_rps", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "tokens", "flips", "decisions",
-                "spec_on_fraction", "final_max_bs", "baselines"):  # fmt: skip
+    for key in (
+        "goodput_rps",
+        "ttft_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "tokens",
+        "flips",
+        "decisions",
+        "spec_on_fraction",
+        "final_max_bs",
+        "baselines",
+    ):
         assert key in out, key
     assert out["slo"] == {"ttft_s": 1.0, "itl_s": 0.05, "e2e_s": None}
     assert out["speedup"] == 2.0 and out["rate_scale"] == 0.8 and 200 < out["arrivals"] < 280
@@ -141,15 +169,17 @@ def test_json_carries_goodput_and_latency_beside_the_closed_loop_fields(tmp_path
 
 
 def test_table_and_bad_input(tmp_path: Path) -> None:
-    run = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", str(_slice(tmp_path, 100)),
-                    "--policy", "always-on")  # fmt: skip
+    run = _evaluate(
+        "--profile", "llama31-8b-1x-h100", "--trace", str(_slice(tmp_path, 100)), "--policy", "always-on"
+    )
     assert run.returncode == 0, run.stderr
     assert "goodput req/s" in run.stdout and "oracle" in run.stdout and "always-off" in run.stdout
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,10,lots\n")
     run = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", str(bad))
     assert run.returncode == 2
-    assert run.stderr.strip() == (f"error: {bad}: row 2, column GeneratedTokens: expected a whole number, "
-                                  "got 'lots'")  # fmt: skip
+    assert run.stderr.strip() == (
+        f"error: {bad}: row 2, column GeneratedTokens: expected a whole number, got 'lots'"
+    )
     run = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", "day", "--speedup", "2")
     assert run.returncode == 2 and run.stderr.strip().startswith("error: --speedup / --rate-scale: only for")

@@ -62,14 +62,20 @@ def test_plain_seconds_extra_columns_and_any_column_order_are_read() -> None:
         ("", "t.csv: empty; expected the header TIMESTAMP,ContextTokens,GeneratedTokens"),
         ("TIMESTAMP,ContextTokens\n1,2\n", "t.csv: line 1 (header) lacks column GeneratedTokens"),
         (HEADER, "t.csv: no requests after the header"),
-        (HEADER + "0,10,5\n1,ten,5\n", "t.csv: row 2, column ContextTokens: expected a whole number, got 'ten'"),
+        (
+            HEADER + "0,10,5\n1,ten,5\n",
+            "t.csv: row 2, column ContextTokens: expected a whole number, got 'ten'",
+        ),
         (HEADER + "0,10,0\n", "t.csv: row 1, column GeneratedTokens: must be between 1 and 1048576, got 0"),
         (HEADER + "0,10,5\nnoon,10,5\n", "t.csv: row 2, column TIMESTAMP: expected a time like"),
         (HEADER + "5,10,5\n4,10,5\n", "t.csv: row 2, column TIMESTAMP: goes back in time (before row 1)"),
         (HEADER + "0,10,5\n-1,10,5\n", "t.csv: row 2, column TIMESTAMP: seconds must be finite and >= 0"),
         (HEADER + "nan,10,5\n", "t.csv: row 1, column TIMESTAMP: seconds must be finite and >= 0"),
         (HEADER + "0,10\n", "t.csv: row 1: 2 columns, the header has 3"),
-        (HEADER + "0,10,5\n2023-11-16 18:15:46,10,5\n", "t.csv: row 2, column TIMESTAMP: mixes plain seconds"),
+        (
+            HEADER + "0,10,5\n2023-11-16 18:15:46,10,5\n",
+            "t.csv: row 2, column TIMESTAMP: mixes plain seconds",
+        ),
         (
             HEADER + "2023-11-16 18:15:46,10,5\n2023-11-16 18:15:47+00:00,10,5\n",
             "t.csv: row 2, column TIMESTAMP: mixes times with and without a time zone",
@@ -101,7 +107,11 @@ def test_speedup_divides_every_time_and_keeps_every_request() -> None:
     trace = _trace([0.0, 4.0, 10.0])
     arrivals = schedule(trace, speedup=4.0)
     assert [a.t_s for a in arrivals] == [0.0, 1.0, 2.5]
-    assert [(a.input_tokens, a.output_tokens, a.row) for a in arrivals] == [(100, 10, 1), (101, 10, 2), (102, 10, 3)]
+    assert [(a.input_tokens, a.output_tokens, a.row) for a in arrivals] == [
+        (100, 10, 1),
+        (101, 10, 2),
+        (102, 10, 3),
+    ]
     assert [a.t_s for a in schedule(trace, speedup=4.0, duration_s=2.0)] == [0.0, 1.0]
 
 
@@ -117,7 +127,9 @@ def test_rate_scale_thins_and_thickens_deterministically_per_seed() -> None:
     assert 2.45 * n < len(double) < 2.55 * n
     assert [a.t_s for a in double] == sorted(a.t_s for a in double)
     by_row = {r.row: r for r in trace.requests}
-    following = {r.row: trace.requests[i + 1].t_s if i + 1 < n else r.t_s for i, r in enumerate(trace.requests)}
+    following = {
+        r.row: trace.requests[i + 1].t_s if i + 1 < n else r.t_s for i, r in enumerate(trace.requests)
+    }
     for a in double:  # a copy keeps its row's lengths and arrives between its row and the next
         source = by_row[a.row]
         assert (a.input_tokens, a.output_tokens) == (source.input_tokens, source.output_tokens)
