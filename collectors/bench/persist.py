@@ -20,7 +20,7 @@ from typing import Any
 
 from spectower.collectors.bench.ratio import Crossover, RatioPoint
 from spectower.collectors.bench.replay import ReplayResult
-from spectower.collectors.bench.stats import summarize_ms
+from spectower.collectors.bench.stats import request_figures
 from spectower.collectors.bench.sweep import PLAIN, PointResult, SweepResult
 from spectower.storage.models import BenchPoint, BenchRun
 
@@ -187,24 +187,7 @@ def replay_to_models(result: ReplayResult) -> tuple[BenchRun, list[BenchPoint]]:
         server_info_json=json.dumps(info, default=str),
         params_json=json.dumps(params),
     )
-    recs = [r for r in result.records if not r.aborted]
-    done = [r for r in recs if r.success]
-    span = max(result.span_s, 1e-9)
-    out_tokens = sum(r.output_tokens for r in recs)
-    in_tokens = sum(r.input_tokens for r in recs if r.output_tokens > 0)
-    columns: dict[str, Any] = {
-        "completed": len(done),
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "request_throughput": len(done) / span,
-        "input_throughput": in_tokens / span,
-        "output_throughput": out_tokens / span,
-        "total_throughput": (in_tokens + out_tokens) / span,
-        **summarize_ms("ttft_ms", [r.ttft_s for r in done if r.ttft_s is not None]),
-        **summarize_ms("tpot_ms", [t for r in done if (t := r.tpot_s) is not None]),
-        **summarize_ms("itl_ms", [x for r in done for x in r.itl_s]),
-        **summarize_ms("e2e_latency_ms", [r.e2e_s for r in done if r.e2e_s is not None]),
-    }
+    columns = request_figures([r for r in result.records if not r.aborted], result.span_s)
     extra = {k: v for k, v in columns.items() if k not in _COLUMNS}
     extra.update({k: v for k, v in figures.items() if k not in _COLUMNS})
     extra["mode"] = "replay"
