@@ -224,7 +224,7 @@ def test_help_states_the_default_slo() -> None:
     run = subprocess.run([*SPECTOWER_CLI, "bench", "replay", "--help"], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60, env={"COLUMNS": "400", "PATH": ""})  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "default ttft=2s,itl=100ms" in " ".join(run.stdout.split())
+    assert "[default: ttft=2s,itl=100ms]" in " ".join(run.stdout.split())
 
 
 # ---- the pieces the replay builds prompts from --------------------------------------------------------

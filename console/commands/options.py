@@ -152,7 +152,7 @@ def parse_slo(text: str, flag: str = "--slo") -> Any:
 
 
 def slo_option() -> Any:
-    """``--slo``: parsed by ``parse_slo`` (one ``error:`` line naming the item), default stated in help."""
+    """``--slo``: parsed by ``parse_slo`` (one ``error:`` line naming the item); help shows the default."""
 
     def parse(text: str) -> Any:
         from spectower.console.errors import fail
@@ -163,7 +163,7 @@ def slo_option() -> Any:
             fail(str(exc))
 
     return typer.Option(SLO_DEFAULT_TEXT, "--slo", parser=parse, metavar="SLO",
-                        help=f"{SLO_HELP}; default {SLO_DEFAULT_TEXT}")  # fmt: skip
+                        help=SLO_HELP)  # fmt: skip
 
 
 def positive_float(text: object, name: str, hi: float) -> float:

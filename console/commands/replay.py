@@ -88,11 +88,9 @@ def _print_replay(result: ReplayResult, figures: dict[str, Any]) -> None:
 
     out = _out()
     cfg = result.config
-    table = Table(
-        title=f"spectower bench replay: {cfg.server}, {Path(cfg.trace).name} (speedup {cfg.speedup:g}, "
-        f"rate scale {cfg.rate_scale:g})",
-        title_justify="left",
-    )
+    out.print(f"[bold]spectower bench replay[/]: {cfg.server}, {Path(cfg.trace).name} "
+              f"(speedup {cfg.speedup:g}, rate scale {cfg.rate_scale:g})")  # fmt: skip
+    table = Table()
     for col in ("latency ms", "p50", "p90", "p99"):
         table.add_column(col, justify="right")
     for name, key in (("TTFT", "ttft"), ("ITL (per token)", "itl"), ("end to end", "e2e")):
@@ -165,7 +163,7 @@ def replay(
         "--max-in-flight",
         lo=1,
         hi=4096,
-        help="safety limit: an arrival finding this many requests in flight is not sent (counted)",
+        help="safety limit: an arrival finding this many requests in flight is not sent (counted as failed)",
     ),
     request_deadline: float = duration_option(
         "600s",
