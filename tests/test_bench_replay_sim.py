@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun
@@ -162,3 +165,45 @@ def test_a_bad_trace_is_one_error_line_before_the_server_is_asked(tmp_path: Path
         run.stderr.strip()
         == f"error: {bad}: row 2, column ContextTokens: must be between 1 and 1048576, got -3"
     )
+
+
+def _served(base_url: str) -> float:
+    """Streamed requests the server has finished (its ``sglang:num_requests_total``)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    lines = [line for line in text.splitlines() if line.startswith("sglang:num_requests_total{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if 'is_streaming="true"' in line)
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_sending_cancels_what_is_in_flight_and_scores_what_finished(
+    simulator_factory: SimulatorFactory, tmp_path: Path
+) -> None:
+    profile = tmp_path / "replay-shape.json"
+    profile.write_text(json.dumps(REPLAY_SHAPE))
+    sim = simulator_factory(profile=str(profile))
+    argv = [*SPECTOWER_CLI, "bench", "replay", "--server", sim.base_url, "--trace", str(AZURE), "--api",
+            "generate", "--speedup", "4", "--duration", "60", "--max-context", "64", "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _served(sim.base_url) < 3:  # the server's own count: the replay is under way
+            assert proc.poll() is None and time.monotonic() < deadline, "the replay ended or sent nothing"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    out = json.loads(stdout)
+    assert out["interrupted"] is True and out["completed"] >= 3
+    assert out["requests"] < out["arrivals"]  # it stopped sending
+    # nothing outlives the replay: the server's queue empties (its streams were cancelled or had finished)
+    deadline = time.monotonic() + 30
+    while True:
+        loads = httpx.get(f"{sim.base_url}/v1/loads", timeout=5).json()["loads"]
+        if sum(r["num_running_reqs"] + r["num_waiting_reqs"] for r in loads) == 0:
+            break
+        assert time.monotonic() < deadline, loads
+        time.sleep(0.1)
