@@ -280,136 +280,99 @@ def _tick_mode(
     return (tables.off_cold if skipped else tables.off)[batch], False
 
 
-def simulate_open_loop(
-    profile: Profile,
-    arrivals: list[Arrival],
-    policy: Policy | None,
-    *,
-    trace_name: str,
-    seed: int = 0,
-    slo: Slo = DEFAULT_SLO,
-    config: HarnessConfig | None = None,
-    tick_s: float = OPEN_LOOP_TICK_S,
-    drain_limit_s: float | None = None,
-) -> OpenLoopResult:
+class _Server:
+    """The open-loop server in virtual time: its queue, the knob's gate (or the oracle's choice), and what
+    it reports (the gauges and the engine counters)."""
+
+    def __init__(self, profile: Profile, cfg: HarnessConfig, oracle: bool, seed: int, tick_s: float) -> None:
+        mrr = profile.max_running_requests
+        self.profile = profile
+        self.share = cfg.effective_explore_share if profile.speculative else 0.0
+        self.tables = _Tables.of(profile, self.share)
+        self.period = knob_contract.explore_period(self.share)
+        self.oracle_off: tuple[_Mode, ...] | None = None
+        if oracle:  # the closed-loop oracle's off: the extend skipped only where nothing explores
+            cold = knob_contract.extend_skippable(0, self.period, knob_contract.OWNER_FREE)
+            self.oracle_off = self.tables.off_cold if cold else self.tables.off
+        self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
+        self.counters = _Counters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
+        self.gauges = _Gauges(cfg.gauge_log_interval_steps)
+        self.queue = _Queue(mrr, profile.prefill_tok_s)
+        start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
+        self.knob = _Knob(start, math.ceil(cfg.knob_delay_s / tick_s - 1e-9))
+        self.busy_ticks = 0
+        self.drafting_time = 0.0
+
+    def tick(self, now: float, tick_s: float) -> None:
+        """Admit, prefill, then decode for what is left of the tick; the gauges and counters follow."""
+        queue, gauges = self.queue, self.gauges
+        queue.admit()
+        left = queue.prefill(now, tick_s)
+        batch = len(queue.decoding)
+        if batch:
+            mode, _ = _tick_mode(self.tables, batch, self.knob.value, self.period, self.profile.speculative,
+                                 self.oracle_off)  # fmt: skip
+            queue.decode(now + tick_s - left, left, mode.rate)
+            self.counters.add(batch, mode, left)
+            gauges.busy(mode, left, tick_s)
+            self.busy_ticks += 1
+            self.drafting_time += mode.drafted_time
+        elif queue.running:
+            gauges.busy(self.tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
+        else:
+            gauges.idle(tick_s)
+        gauges.poll(queue.running, len(queue.waiting))
+
+    def observe(self, ts: float, polls: int, rng: random.Random, stale: bool) -> Observation:
+        """What a runner hands the policy at ``ts`` (``simulate``'s Observation, by the same rules)."""
+        running, queued, tok_s, acc = self.gauges.interval(polls, self.noise_cv, rng)
+        if stale:  # what a runner hands over when the scrape failed: no fresh numbers
+            tok_s = acc = None
+        speculative = self.profile.speculative
+        return Observation(
+            ts=ts, num_running_reqs=running, num_queue_reqs=queued, output_tok_s=tok_s, accept_length=acc,
+            spec_max_bs=self.knob.value, max_running_requests=self.profile.max_running_requests,
+            stale=stale, counters=None if stale or not speculative else self.counters.snapshot(),
+        )  # fmt: skip
+
+
+def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy | None, *, trace_name: str,
+                       seed: int = 0, slo: Slo = DEFAULT_SLO, config: HarnessConfig | None = None,
+                       tick_s: float = OPEN_LOOP_TICK_S,
+                       drain_limit_s: float | None = None) -> OpenLoopResult:  # fmt: skip
     """Replay ``arrivals`` open-loop under ``policy`` (None: the per-tick oracle) until the queue drains."""
     cfg = config or HarnessConfig()
     cfg.validate()
     if not arrivals:
         raise HarnessError("the trace has no arrivals to replay")
-    mrr = profile.max_running_requests
-    share = cfg.effective_explore_share if profile.speculative else 0.0
-    tables = _Tables.of(profile, share)
-    period = knob_contract.explore_period(share)
-    oracle_off = None
-    if policy is None:  # the closed-loop oracle's off: the extend skipped only where nothing explores
-        cold = knob_contract.extend_skippable(0, period, knob_contract.OWNER_FREE)
-        oracle_off = tables.off_cold if cold else tables.off
-    noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
+    server = _Server(profile, cfg, policy is None, seed, tick_s)
     rng, stale_rng = random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}")
-    counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
-    gauges = _Gauges(cfg.gauge_log_interval_steps)
-    queue = _Queue(mrr, profile.prefill_tok_s)
     requests = [_Request(a, float(a.input_tokens)) for a in arrivals]
-    knob = _Knob(
-        mrr if cfg.initial_max_bs is None else cfg.initial_max_bs, math.ceil(cfg.knob_delay_s / tick_s - 1e-9)
-    )
     per_decision = max(1, round(cfg.decision_interval_s / tick_s))
     last = arrivals[-1].t_s
     stop_at = last + (drain_limit_s if drain_limit_s is not None else max(MIN_DRAIN_LIMIT_S, 10 * last))
-    decisions = busy = 0
-    drafting_time = 0.0
-    i = nxt = 0
-    while True:
+    decisions = i = nxt = 0
+    while i * tick_s <= stop_at and (nxt < len(requests) or not server.queue.empty):
         now = i * tick_s
-        if now > stop_at or (nxt == len(requests) and queue.empty):
-            break
-        knob.advance(i)
+        server.knob.advance(i)
         while nxt < len(requests) and requests[nxt].arrival.t_s <= now:
-            queue.waiting.append(requests[nxt])
+            server.queue.waiting.append(requests[nxt])
             nxt += 1
-        queue.admit()
-        left = queue.prefill(now, tick_s)
-        batch = len(queue.decoding)
-        if batch:
-            mode, _ = _tick_mode(tables, batch, knob.value, period, profile.speculative, oracle_off)
-            decode_s = left
-            queue.decode(now + tick_s - left, decode_s, mode.rate)
-            counters.add(batch, mode, decode_s)
-            gauges.busy(mode, decode_s, tick_s)
-            busy += 1
-            drafting_time += mode.drafted_time
-        elif queue.running:
-            gauges.busy(tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
-        else:
-            gauges.idle(tick_s)
-        gauges.poll(queue.running, len(queue.waiting))
+        server.tick(now, tick_s)
         i += 1
         if i % per_decision == 0 and policy is not None:
             decisions += 1
-            _decide(
-                policy,
-                knob,
-                gauges,
-                counters,
-                i,
-                tick_s,
-                per_decision,
-                noise_cv,
-                rng,
-                stale_rng,
-                cfg,
-                profile,
-            )
-    undrained = sum(1 for r in requests if r.done_t is None)
+            stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
+            obs = server.observe(i * tick_s, per_decision, rng, stale)
+            server.knob.decide(i, policy.decide(obs).max_bs, policy.name)
+    busy = server.busy_ticks
     return OpenLoopResult(
-        policy=policy.name if policy is not None else ORACLE,
-        profile=profile.name,
-        trace=trace_name,
-        seed=seed,
-        slo=slo,
-        duration_s=i * tick_s,
-        tokens=queue.tokens,
-        flips=knob.flips,
-        decisions=decisions,
-        spec_on_fraction=drafting_time / busy if busy else 0.0,
-        final_max_bs=knob.value,
-        explore_share=share,
-        undrained=undrained,
-        outcomes=[r.outcome() for r in requests],
-    )
-
-
-def _decide(
-    policy: Policy,
-    knob: _Knob,
-    gauges: _Gauges,
-    counters: _Counters,
-    i: int,
-    tick_s: float,
-    per_decision: int,
-    noise_cv: float,
-    rng: random.Random,
-    stale_rng: random.Random,
-    cfg: HarnessConfig,
-    profile: Profile,
-) -> None:
-    running, queued, tok_s, acc = gauges.interval(per_decision, noise_cv, rng)
-    stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
-    if stale:  # what a runner hands over when the scrape failed: no fresh numbers
-        tok_s = acc = None
-    obs = Observation(
-        ts=i * tick_s,
-        num_running_reqs=running,
-        num_queue_reqs=queued,
-        output_tok_s=tok_s,
-        accept_length=acc,
-        spec_max_bs=knob.value,
-        max_running_requests=profile.max_running_requests,
-        stale=stale,
-        counters=None if stale or not profile.speculative else counters.snapshot(),
-    )
-    knob.decide(i, policy.decide(obs).max_bs, policy.name)
+        policy=policy.name if policy is not None else ORACLE, profile=profile.name, trace=trace_name,
+        seed=seed, slo=slo, duration_s=i * tick_s, tokens=server.queue.tokens, flips=server.knob.flips,
+        decisions=decisions, spec_on_fraction=server.drafting_time / busy if busy else 0.0,
+        final_max_bs=server.knob.value, explore_share=server.share,
+        undrained=sum(1 for r in requests if r.done_t is None), outcomes=[r.outcome() for r in requests],
+    )  # fmt: skip
 
 
 def evaluate_open_loop(

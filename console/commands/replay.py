@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from spectower.collectors.bench.records import RequestRecord
     from spectower.collectors.bench.replay import ReplayResult
+    from spectower.storage.database import Database
 
 EXIT_INTERRUPTED = 130
 
@@ -123,60 +124,35 @@ def _print_replay(result: ReplayResult, figures: dict[str, Any]) -> None:
         out.print("[yellow]interrupted: scored what finished[/]")
 
 
+TRACE_HELP = ("a request trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens: Azure's LLM inference trace "
+              "format), e.g. data/traces/AzureLLMInferenceTrace_conv_first30min.csv")
+MAX_IN_FLIGHT_HELP = "safety limit: an arrival finding this many in flight is not sent (counted as failed)"
+RATE_SCALE_HELP = "send about X times the trace's requests (0.5 thins, 2 thickens; seeded)"
+MAX_CONTEXT_HELP = "cut prompts to this many tokens (and always to the server's max_req_input_len)"
+
+
 def replay(
     server: str = typer.Option(..., "--server", help=SERVER_HELP),
-    trace: Path = typer.Option(
-        ...,
-        "--trace",
-        help="a request trace CSV (TIMESTAMP,ContextTokens,"
-        "GeneratedTokens: Azure's LLM inference trace format), e.g. "
-        "data/traces/AzureLLMInferenceTrace_conv_first30min.csv",
-    ),
-    speedup: float = factor_option(
-        1.0, "--speedup", hi=1e6, help="divide every arrival time by X (3: a 30-minute trace plays in 10)"
-    ),
-    rate_scale: float = factor_option(
-        1.0,
-        "--rate-scale",
-        hi=100.0,
-        help="send about X times the trace's requests (0.5 thins, 2 thickens; seeded)",
-    ),
+    trace: Path = typer.Option(..., "--trace", help=TRACE_HELP),
+    speedup: float = factor_option(1.0, "--speedup", hi=1e6,
+                                   help="divide every arrival time by X (3: a 30-minute trace plays in 10)"),
+    rate_scale: float = factor_option(1.0, "--rate-scale", hi=100.0,
+                                      help=RATE_SCALE_HELP),
     slo: Any = slo_option(),
-    duration: float | None = duration_option(
-        None,
-        "--duration",
-        minimum_s=1.0,
-        maximum_s=30 * 86400.0,
-        help="send only the arrivals of this long (after --speedup)",
-    ),
-    max_context: int | None = int_option(
-        None,
-        "--max-context",
-        lo=1,
-        hi=1 << 20,
-        help="cut prompts to this many tokens (and always to the server's max_req_input_len)",
-    ),
+    duration: float | None = duration_option(None, "--duration", minimum_s=1.0, maximum_s=30 * 86400.0,
+                                             help="send only the arrivals of this long (after --speedup)"),
+    max_context: int | None = int_option(None, "--max-context", lo=1, hi=1 << 20,
+                                         help=MAX_CONTEXT_HELP),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="seed of the prompts and of --rate-scale's choice"),
-    max_in_flight: int = int_option(
-        1024,
-        "--max-in-flight",
-        lo=1,
-        hi=4096,
-        help="safety limit: an arrival finding this many requests in flight is not sent (counted as failed)",
-    ),
-    request_deadline: float = duration_option(
-        "600s",
-        "--request-deadline",
-        minimum_s=1.0,
-        maximum_s=86400.0,
-        help="a request's whole time, connect to last token",
-    ),
+    max_in_flight: int = int_option(1024, "--max-in-flight", lo=1, hi=4096, help=MAX_IN_FLIGHT_HELP),
+    request_deadline: float = duration_option("600s", "--request-deadline", minimum_s=1.0, maximum_s=86400.0,
+                                              help="a request's whole time, connect to last token"),
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
     save: bool = typer.Option(False, "--save", help="Save the run in the database (like a sweep)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
-) -> None:
+) -> None:  # fmt: skip
     """Send a request trace open-loop: each request at its time, its prompt length, its output forced.
 
     Prints TTFT, ITL and end-to-end percentiles, tokens/s, requests/s and goodput (requests/s within
@@ -186,25 +162,16 @@ def replay(
     from spectower.collectors.bench.replay import ReplayConfig, run_replay
     from spectower.collectors.http import ServerUnreachable
     from spectower.console.commands.bench import _honour_sigint
-    from spectower.console.errors import fail, strict_json
+    from spectower.console.errors import fail
     from spectower.control.knob import normalize_server_url
     from spectower.storage.request_traces import load_request_trace, schedule
 
     try:
         config = ReplayConfig(
-            server=normalize_server_url(server),
-            trace=str(trace),
-            speedup=speedup,
-            rate_scale=rate_scale,
-            slo=slo,
-            duration_s=duration,
-            max_context=max_context,
-            api=api,  # type: ignore[arg-type]
-            seed=seed,
-            max_in_flight=max_in_flight,
-            request_deadline_s=request_deadline,
-            tag=tag,
-        ).validate()
+            server=normalize_server_url(server), trace=str(trace), speedup=speedup, rate_scale=rate_scale,
+            slo=slo, duration_s=duration, max_context=max_context, api=api,  # type: ignore[arg-type]
+            seed=seed, max_in_flight=max_in_flight, request_deadline_s=request_deadline, tag=tag,
+        ).validate()  # fmt: skip
         arrivals = schedule(load_request_trace(str(trace)), speedup, rate_scale, seed, duration)
         api_key = load_api_key()
     except ValueError as exc:  # BenchError, RequestTraceError, a key file: one line
@@ -224,6 +191,15 @@ def replay(
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED)
+    _report(result, database, as_json)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _report(result: ReplayResult, database: Database | None, as_json: bool) -> None:
+    """Save the run (when a database is given) and print its figures, as a table or one JSON object."""
+    from spectower.console.errors import strict_json
+
     figures = result.figures()
     run_id = None
     if database is not None:
@@ -233,21 +209,11 @@ def replay(
         run_id = int(database.save_bench_run(run, points))
         database.close()
     if as_json:
-        print(
-            strict_json(
-                {
-                    "server": config.server,
-                    "run_id": run_id,
-                    "params": config.params(),
-                    "knob": result.knob,
-                    "interrupted": result.interrupted,
-                    **figures,
-                }
-            )
-        )
-    else:
-        _print_replay(result, figures)
-        if run_id is not None and database is not None:
-            print(f"saved as run {run_id} in {database.url}")
-    if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        cfg = result.config
+        head = {"server": cfg.server, "run_id": run_id, "params": cfg.params(), "knob": result.knob,
+                "interrupted": result.interrupted}  # fmt: skip
+        print(strict_json({**head, **figures}))
+        return
+    _print_replay(result, figures)
+    if run_id is not None and database is not None:
+        print(f"saved as run {run_id} in {database.url}")
