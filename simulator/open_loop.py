@@ -9,6 +9,8 @@ rest of the tick decodes the running batch at the profile's rate for that batch 
 (``harness._Tables``: drafted, gated with the draft's extend, or gated with it skipped, exploration
 included), shared equally among the batch. A slower mode therefore grows the queue, and TTFT and
 end-to-end latency with it. KV-cache capacity is not modelled (a batch is bounded by the request count).
+Time moves in ticks of ``OPEN_LOOP_TICK_S``: a request joins the queue at the first tick at or after its
+arrival, and its latencies count from the arrival itself.
 
 The policy sees what ``simulate`` gives it (``control.policy.Observation``: mean running and queued
 requests, the throughput and accept-length gauges with the profile's noise, the knob, the engine
