@@ -103,7 +103,7 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     for out in (a, b):
         assert out["requests"] == out["completed"] == ROWS and out["failed"] == out["shed"] == 0
         assert out["output_tokens"] == 899  # every request's GeneratedTokens, forced
-        assert out["cut_prompts"] == ROWS and out["context_limit"] == 64  # every prompt was 91+ tokens
+        assert out["cut_prompts"] == ROWS and out["server_max_input"] == 131066  # every prompt was 91+ tokens
     # open loop: all twelve were sent at once, so the last ones queued behind two running requests
     assert b["peak_in_flight"] > 2 * REPLAY_SHAPE["max_running_requests"]
     assert b["ttft_p99_s"] > 3 * a["ttft_p99_s"] and b["ttft_p99_s"] > 0.3

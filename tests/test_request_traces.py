@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from spectower.collectors.bench.prompts import PromptFactory
-from spectower.collectors.bench.replay import context_limit
+from spectower.collectors.bench.replay import prompt_limit
 from spectower.collectors.sglang.server_info import parse_server_info
 from spectower.console.commands.options import parse_slo
 from spectower.storage.request_traces import (
@@ -228,13 +228,16 @@ def test_help_states_the_default_slo() -> None:
 
 
 # ---- the pieces the replay builds prompts from --------------------------------------------------------
-def test_the_server_reports_its_longest_prompt_and_the_replay_cuts_to_the_smaller_limit() -> None:
+def test_the_server_reports_its_longest_prompt_and_the_replay_leaves_room_for_the_output() -> None:
     doc = json.loads((REPO_ROOT / "tests/fixtures/real/sglang-0.5.17-h200/server_info_idle.json").read_text())
     assert parse_server_info(doc).max_req_input_len == 4090  # the real 0.5.17 server (context 4096)
-    assert context_limit(4090, None) == 4090
-    assert context_limit(4090, 512) == 512
-    assert context_limit(None, 512) == 512
-    assert context_limit(None, None) is None
+    # SGLang's rules for that server: a prompt under 4090 tokens, prompt + output within its 4096 context
+    assert prompt_limit(4090, None, 4) == 4088  # the prompt's own limit, less the BOS margin
+    assert prompt_limit(4090, None, 500) == 4096 - 500 - 2  # room for 500 output tokens
+    assert prompt_limit(4090, 512, 500) == 512
+    assert prompt_limit(None, 512, 5000) == 512  # --max-context alone: the prompt's length
+    assert prompt_limit(4090, None, 5000) == 1  # an output past the context: the request will fail, counted
+    assert prompt_limit(None, None, 100) is None
 
 
 def test_a_prompt_has_the_length_asked_for_each_request() -> None:

@@ -2,11 +2,11 @@
 
 Unlike the closed loop (collectors/bench/loadgen.py, a new request only when one finishes), nothing here
 waits for the server: a server slower than the arrivals grows its queue, and that shows as TTFT and
-end-to-end latency, as in production. Each request is a prompt of its row's ``ContextTokens`` (cut to the
-server's longest prompt, ``max_req_input_len`` of /server_info, or ``--max-context``) and exactly its
-``GeneratedTokens`` output tokens (``ignore_eos``, as a sweep forces its lengths). Every request has a total
-deadline. No concurrency is imposed; ``max_in_flight`` is only a safety limit: an arrival that finds that
-many requests in flight is not sent, counted (``shed``) and scored as a failure.
+end-to-end latency, as in production. Each request is a prompt of its row's ``ContextTokens`` (cut to what
+the server takes beside its output, from ``max_req_input_len`` of /server_info, or to ``--max-context``)
+and exactly its ``GeneratedTokens`` output tokens (``ignore_eos``, as a sweep forces its lengths). Every
+request has a total deadline. No concurrency is imposed; ``max_in_flight`` is only a safety limit: an
+arrival that finds that many requests in flight is not sent, counted (``shed``) and scored as a failure.
 
 The trace, its schedule and its figures (goodput against an SLO) are storage/request_traces.py's, shared
 with the simulator's open-loop evaluation.
@@ -88,11 +88,11 @@ class ReplayResult:
     started_at: float
     arrivals: int  # in the schedule
     schedule_span_s: float  # the schedule's first to last arrival
-    context_limit: int | None  # the longest prompt sent (the server's or --max-context)
+    server_max_input: int | None  # the server's max_req_input_len (None: it does not say)
     knob: int | None  # the server's speculation knob when the replay started (None: no plugin)
     max_running_requests: int | None
     records: list[RequestRecord] = field(default_factory=list)
-    cut_prompts: int = 0  # prompts cut to ``context_limit``
+    cut_prompts: int = 0  # prompts cut to fit (``prompt_limit``)
     shed: int = 0  # arrivals not sent: ``max_in_flight`` requests were in flight
     most_late_s: float = 0.0  # the most a request was sent after its time (the client's own lag)
     peak_in_flight: int = 0
@@ -116,7 +116,7 @@ class ReplayResult:
             offered_rps=offered,
             shed=self.shed,
             cut_prompts=self.cut_prompts,
-            context_limit=self.context_limit,
+            server_max_input=self.server_max_input,
             most_late_s=self.most_late_s,
             peak_in_flight=self.peak_in_flight,
             aborted=sum(1 for r in self.records if r.aborted),
@@ -136,10 +136,22 @@ class ReplayProgress:
     def request_done(self, record: RequestRecord, in_flight: int) -> None: ...
 
 
-def context_limit(server_limit: int | None, max_context: int | None) -> int | None:
-    """The longest prompt to send: the smaller of the server's and the user's (None when neither says)."""
-    limits = [v for v in (server_limit, max_context) if v is not None and v > 0]
-    return min(limits) if limits else None
+# SGLang (tp_worker.get_worker_info): max_req_input_len = min(context_len - 1, KV tokens - 1) - 5, so the
+# context is at least max_req_input_len + 6. It refuses a prompt of max_req_input_len tokens or more
+# (managers/utils.validate_input_length) and a prompt + max_new_tokens past the context
+# (TokenizerManager._validate_one_request). One more token is kept for a BOS the tokenizer may add.
+CONTEXT_OVER_MAX_INPUT = 6
+PROMPT_MARGIN = 2
+
+
+def prompt_limit(server_max_input: int | None, max_context: int | None, output_tokens: int) -> int | None:
+    """The longest prompt a request with ``output_tokens`` may send: what the server takes with that many
+    output tokens (from its ``max_req_input_len``) and ``--max-context``; None when neither says."""
+    limits = [] if max_context is None else [max_context]
+    if server_max_input is not None and server_max_input > 0:
+        top = min(server_max_input, server_max_input + CONTEXT_OVER_MAX_INPUT - output_tokens)
+        limits.append(top - PROMPT_MARGIN)
+    return max(1, min(limits)) if limits else None
 
 
 async def run_replay(
@@ -167,7 +179,7 @@ async def run_replay(
             started_at=time.time(),
             arrivals=len(arrivals),
             schedule_span_s=arrivals[-1].t_s - arrivals[0].t_s if arrivals else 0.0,
-            context_limit=context_limit(info.max_req_input_len, config.max_context),
+            server_max_input=info.max_req_input_len,
             knob=info.knob,
             max_running_requests=info.max_running_requests,
         )
@@ -205,8 +217,9 @@ async def _send_all(
                 progress.sent(len(in_flight), result.shed)
                 continue
             length = arrival.input_tokens
-            if result.context_limit is not None and length > result.context_limit:
-                length = result.context_limit
+            limit = prompt_limit(result.server_max_input, config.max_context, arrival.output_tokens)
+            if limit is not None and length > limit:
+                length = limit
                 result.cut_prompts += 1
             rec = RequestRecord(index=index, start=time.perf_counter())
             result.records.append(rec)

@@ -107,8 +107,8 @@ def _print_replay(result: ReplayResult, figures: dict[str, Any]) -> None:
     )
     if figures["cut_prompts"]:
         out.print(
-            f"{figures['cut_prompts']} prompts cut to {figures['context_limit']} tokens (the server's "
-            "longest prompt, or --max-context)"
+            f"{figures['cut_prompts']} prompts cut to fit the server's context (max_req_input_len "
+            f"{figures['server_max_input']}) or --max-context"
         )
     if figures["shed"]:
         out.print(
@@ -128,7 +128,7 @@ TRACE_HELP = ("a request trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens: Azu
               "format), e.g. data/traces/AzureLLMInferenceTrace_conv_first30min.csv")
 MAX_IN_FLIGHT_HELP = "safety limit: an arrival finding this many in flight is not sent (counted as failed)"
 RATE_SCALE_HELP = "send about X times the trace's requests (0.5 thins, 2 thickens; seeded)"
-MAX_CONTEXT_HELP = "cut prompts to this many tokens (and always to the server's max_req_input_len)"
+MAX_CONTEXT_HELP = "cut prompts to this many tokens (always: so prompt and output fit the server's context)"
 
 
 def replay(
