@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of every parser that takes outside input: /metrics, /server_info,
-bench_serving result files, nvidia-smi CSV logs and request traces. Whatever arrives, each either refuses it with its
-own error type or gives values every backend column can hold (finite floats, integers in range, counts
-not negative), and what it gives is stored without a single quarantined row."""
+bench_serving result files, nvidia-smi CSV logs and request traces. Whatever arrives, each either refuses it
+with its own error type or gives values every backend column can hold (finite floats, integers in range,
+counts not negative), and what it gives is stored without a single quarantined row."""
 
 from __future__ import annotations
 
