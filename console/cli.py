@@ -17,6 +17,7 @@ from spectower.console.commands import (
     demo,
     evaluate,
     load,
+    replay,
     sglang_config,
     sim,
     steps,
@@ -92,6 +93,7 @@ sim.app.command("evaluate")(evaluate.evaluate)
 sim.app.command("steps")(steps.steps)
 app.add_typer(sim.app, name="sim")
 bench.app.command("load")(load.load)
+bench.app.command("replay")(replay.replay)
 app.add_typer(bench.app, name="bench")
 app.add_typer(control.app, name="control")
 app.add_typer(store.export_app, name="export")

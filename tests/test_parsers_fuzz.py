@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of every parser that takes outside input: /metrics, /server_info,
-bench_serving result files and nvidia-smi CSV logs. Whatever arrives, each either refuses it with its
-own error type or gives values every backend column can hold (finite floats, integers in range, counts
-not negative), and what it gives is stored without a single quarantined row."""
+bench_serving result files, nvidia-smi CSV logs and request traces. Whatever arrives, each either refuses it
+with its own error type or gives values every backend column can hold (finite floats, integers in range,
+counts not negative), and what it gives is stored without a single quarantined row."""
 
 from __future__ import annotations
 
@@ -239,3 +239,34 @@ def test_fuzz_gpu_csv(rows: list[list[str]], tmp: None, mem_db: Database, tmp_pa
         for row in conn.execute(text("SELECT * FROM gpu_sample")).mappings():
             for k, v in row.items():
                 assert _column_safe(v), (k, v)
+
+
+# -- request traces (Azure's TIMESTAMP,ContextTokens,GeneratedTokens) ---------------------------------------
+TRACE_CELLS = st.sampled_from(["0", "1.5", "-3", "nan", "inf", "1e400", "99999999999999999999", "", "lots",
+                               "2023-11-16 18:15:46.6805900", "2023-11-16T18:15:47+00:00", "\"1,2\"", "7",
+                               "1048577", "0x10", " 12 "])  # fmt: skip
+TRACE_HEADERS = st.sampled_from(["TIMESTAMP,ContextTokens,GeneratedTokens", "TIMESTAMP,ContextTokens", "",
+                                 "ContextTokens,TIMESTAMP,GeneratedTokens"])  # fmt: skip
+
+
+@FUZZ
+@given(rows=st.lists(st.lists(TRACE_CELLS, min_size=2, max_size=4), max_size=6), header=TRACE_HEADERS)
+def test_fuzz_request_trace_parser(rows: list[list[str]], header: str) -> None:
+    from spectower.storage.request_traces import (
+        MAX_TRACE_TOKENS,
+        RequestTraceError,
+        parse_request_trace,
+        schedule,
+    )
+
+    text = "\n".join([header, *(",".join(r) for r in rows)])
+    try:
+        trace = parse_request_trace(text, "fuzz.csv")
+    except RequestTraceError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz.csv")
+        return
+    times = [r.t_s for r in trace.requests]
+    assert times[0] == 0.0 and times == sorted(times) and all(math.isfinite(t) for t in times)
+    assert all(1 <= r.input_tokens <= MAX_TRACE_TOKENS and 1 <= r.output_tokens <= MAX_TRACE_TOKENS
+               for r in trace.requests)  # fmt: skip
+    assert len(schedule(trace, speedup=3.0, rate_scale=2.0)) >= len(trace.requests)

@@ -1,4 +1,5 @@
-"""A sweep as storage rows: one ``BenchRun`` and one ``BenchPoint`` per (concurrency, mode).
+"""A sweep as storage rows: one ``BenchRun`` and one ``BenchPoint`` per (concurrency, mode); a replay
+(`bench replay`) as one run and one open-loop point (``replay_to_models``).
 
 Points use SGLang's benchmark-client names; what has no column (std/p95 figures, the steady windows, the
 knob value, where the accept length came from) goes to ``extra_json`` so nothing measured is lost.
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from spectower.collectors.bench.ratio import Crossover, RatioPoint
+from spectower.collectors.bench.replay import ReplayResult
+from spectower.collectors.bench.stats import request_figures
 from spectower.collectors.bench.sweep import PLAIN, PointResult, SweepResult
 from spectower.storage.models import BenchPoint, BenchRun
 
@@ -152,3 +156,48 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+REPLAY_SOURCE = "replay"
+
+
+def replay_to_models(result: ReplayResult) -> tuple[BenchRun, list[BenchPoint]]:
+    """A replay as one run (source ``replay``) and one open-loop point: ``concurrency`` NULL,
+    ``request_rate`` the offered arrivals per second, bench_serving's latency columns, and the open-loop
+    figures (goodput, the SLO, shed and cut requests) in ``extra_json``; the run's ``params_json`` keeps the
+    trace, its speedup and rate scale, and the knob the server had."""
+    cfg = result.config
+    info = result.server_info
+    figures = result.figures()
+    params = cfg.params() | {
+        "interrupted": result.interrupted,
+        "knob": result.knob,
+        "max_running_requests": result.max_running_requests,
+        "goodput_rps": figures["goodput_rps"],
+    }
+    run = BenchRun(
+        created_at=result.started_at,
+        source=REPLAY_SOURCE,
+        tag=cfg.tag,
+        server_url=cfg.server,
+        backend=backend_name(cfg.api),
+        dataset_name=f"trace:{Path(cfg.trace).name}",
+        served_model_name=info.get("served_model_name"),
+        sglang_version=info.get("version"),
+        server_info_json=json.dumps(info, default=str),
+        params_json=json.dumps(params),
+    )
+    columns = request_figures([r for r in result.records if not r.aborted], result.span_s)
+    extra = {k: v for k, v in columns.items() if k not in _COLUMNS}
+    extra.update({k: v for k, v in figures.items() if k not in _COLUMNS})
+    extra["mode"] = "replay"
+    knob, top = result.knob, result.max_running_requests
+    point = BenchPoint(
+        concurrency=None,  # open loop: no concurrency is held
+        spec_on=None if knob is None or (top is not None and 0 < knob < top) else knob > 0,
+        request_rate=_finite(figures.get("offered_rps")),
+        duration_s=result.span_s,
+        extra_json=json.dumps(extra, default=str),
+        **{k: _finite(v) for k, v in columns.items() if k in _COLUMNS},
+    )
+    return run, [point]

@@ -136,10 +136,14 @@ class PromptFactory:
         self.seed = seed
         self.vocab_size = vocab_size
 
-    def __call__(self, index: int) -> Prompt:
+    def __call__(self, index: int, input_len: int | None = None) -> Prompt:
+        """Prompt ``index``, ``input_len`` long (default the factory's: a replay gives each its own)."""
+        length = self.input_len if input_len is None else input_len
+        if length < 1:
+            raise ValueError(f"input_len must be >= 1, got {length}")
         rng = random.Random(self.seed * 1_000_003 + index)
         if self.as_text:
-            text = " ".join(rng.choice(_WORDS) for _ in range(self.input_len))
-            return Prompt(index=index, input_ids=None, text=text, input_len=self.input_len)
-        ids = [rng.randrange(_MIN_TOKEN_ID, self.vocab_size) for _ in range(self.input_len)]
-        return Prompt(index=index, input_ids=ids, text=None, input_len=self.input_len)
+            text = " ".join(rng.choice(_WORDS) for _ in range(length))
+            return Prompt(index=index, input_ids=None, text=text, input_len=length)
+        ids = [rng.randrange(_MIN_TOKEN_ID, self.vocab_size) for _ in range(length)]
+        return Prompt(index=index, input_ids=ids, text=None, input_len=length)

@@ -21,19 +21,11 @@ from typing import Any
 from spectower.collectors.bench.loadgen import LoopResult
 from spectower.collectors.bench.records import RequestRecord
 
+# the one percentile rule, shared with the open-loop figures (a replay's and the simulator's)
+from spectower.storage.request_traces import percentile
+
 DEFAULT_WINDOWS = 5
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, which SGLang's client uses)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def summarize_ms(name: str, values_s: Iterable[float]) -> dict[str, float | None]:
@@ -107,24 +99,14 @@ def decode_windows(loop: LoopResult, windows: int = DEFAULT_WINDOWS) -> list[flo
     return [loop.concurrency * statistics.fmean(b) for b in buckets if b]
 
 
-def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
-    """bench_serving's keys for one point (one or several slices of it), plus the steady-state figures."""
-    parts = [loops] if isinstance(loops, LoopResult) else list(loops)
-    if not parts:
-        raise ValueError("point_figures needs at least one loop")
-    recs = [r for loop in parts for r in loop.records if not r.warmup]
+def request_figures(recs: Sequence[RequestRecord], duration: float) -> dict[str, Any]:
+    """bench_serving's keys that only need the requests and the phase's length: counts, tokens,
+    throughputs and the latency statistics (a closed-loop point's and an open-loop replay's)."""
     done = [r for r in recs if r.success]
-    duration = max(sum(loop.phase_end - loop.phase_start for loop in parts), 1e-9)
+    duration = max(duration, 1e-9)
     out_tokens = sum(r.output_tokens for r in recs)
     in_tokens = sum(r.input_tokens for r in recs if r.output_tokens > 0)
-    itls = [x for r in recs for x in r.itl_s]
-    tpots = [t for r in done if (t := r.tpot_s) is not None]
-    win = [w for loop in parts for w in window_throughputs(loop, windows)]
-    dec = [w for loop in parts for w in decode_windows(loop, windows)]
-    rates = [rate for r in done if (rate := r.decode_rate)]
     figures: dict[str, Any] = {
-        "max_concurrency": parts[0].concurrency,
-        "request_rate": math.inf,
         "duration": duration,
         "completed": len(done),
         "failed": sum(1 for r in recs if r.error is not None),
@@ -137,6 +119,30 @@ def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAU
         "total_throughput": (in_tokens + out_tokens) / duration,
         "concurrency": sum(r.e2e_s for r in done if r.e2e_s is not None) / duration,
         "max_output_tokens_per_s": _max_per_second(recs),
+    }
+    figures.update(summarize_ms("ttft_ms", [r.ttft_s for r in recs if r.ttft_s is not None]))
+    figures.update(summarize_ms("tpot_ms", [t for r in done if (t := r.tpot_s) is not None]))
+    figures.update(summarize_ms("itl_ms", [x for r in recs for x in r.itl_s]))
+    figures.update(summarize_ms("e2e_latency_ms", [r.e2e_s for r in done if r.e2e_s is not None]))
+    errors = [r.error for r in recs if r.error]
+    figures["first_error"] = errors[0] if errors else None
+    return figures
+
+
+def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
+    """bench_serving's keys for one point (one or several slices of it), plus the steady-state figures."""
+    parts = [loops] if isinstance(loops, LoopResult) else list(loops)
+    if not parts:
+        raise ValueError("point_figures needs at least one loop")
+    recs = [r for loop in parts for r in loop.records if not r.warmup]
+    done = [r for r in recs if r.success]
+    win = [w for loop in parts for w in window_throughputs(loop, windows)]
+    dec = [w for loop in parts for w in decode_windows(loop, windows)]
+    rates = [rate for r in done if (rate := r.decode_rate)]
+    figures: dict[str, Any] = {
+        "max_concurrency": parts[0].concurrency,
+        "request_rate": math.inf,
+        **request_figures(recs, sum(loop.phase_end - loop.phase_start for loop in parts)),
         "max_concurrent_requests": parts[0].concurrency,
         "steady_output_throughput": statistics.fmean(win) if win else None,
         "steady_duration": sum(loop.steady_s for loop in parts),
@@ -144,12 +150,6 @@ def point_figures(loops: LoopResult | Sequence[LoopResult], windows: int = DEFAU
         "decode_throughput": parts[0].concurrency * statistics.fmean(rates) if rates else None,
         "decode_windows": dec,
     }
-    figures.update(summarize_ms("ttft_ms", [r.ttft_s for r in recs if r.ttft_s is not None]))
-    figures.update(summarize_ms("tpot_ms", tpots))
-    figures.update(summarize_ms("itl_ms", itls))
-    figures.update(summarize_ms("e2e_latency_ms", [r.e2e_s for r in done if r.e2e_s is not None]))
-    errors = [r.error for r in recs if r.error]
-    figures["first_error"] = errors[0] if errors else None
     return figures
 
 

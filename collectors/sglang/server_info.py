@@ -150,6 +150,7 @@ class ServerInfo(BaseModel):
     served_model_name: Str = None
     launch_command: Str = None
     max_running_requests: Int = None  # max_running_requests_of(): the most one DP rank runs at once
+    max_req_input_len: Int = None  # the longest prompt the server takes (its context less a few tokens)
     speculative_algorithm: Str = None
     speculative_num_steps: Int = None
     speculative_adaptive: Bool = None

@@ -7,7 +7,13 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from spectower.console.commands.options import POLICY_HELP, TRACE_HELP, duration_option
+from spectower.console.commands.options import (
+    POLICY_HELP,
+    TRACE_HELP,
+    duration_option,
+    factor_option,
+    slo_option,
+)
 from spectower.console.errors import fail, strict_json
 
 out = Console(highlight=False)
@@ -28,15 +34,31 @@ def evaluate(
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the built-in trace and of the measurement noise"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+    speedup: float | None = factor_option(None, "--speedup", hi=1e6, help="a request trace (.csv) only: "
+                                          "divide every arrival time by X"),
+    rate_scale: float | None = factor_option(None, "--rate-scale", hi=100.0, help="a request trace (.csv) "
+                                             "only: about X times its requests (seeded)"),
+    slo: Any = slo_option(),
 ) -> None:
-    """Score a policy on a load trace in virtual time: efficiency = its tokens / the oracle's tokens."""
+    """Score a policy on a load trace in virtual time: efficiency = its tokens / the oracle's tokens.
+
+    A request trace (a .csv file in Azure's TIMESTAMP,ContextTokens,GeneratedTokens format) is replayed
+    open-loop instead: every policy serves the same tokens once the queue drains, so it is scored by goodput
+    (requests/s within --slo) and latency beside each baseline's."""
     from spectower.simulator.harness import evaluate as run_evaluation
     from spectower.simulator.profile import load_profile
     from spectower.simulator.traces import load_trace
+    from spectower.storage.request_traces import is_request_trace_path
 
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
     prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line
+    if is_request_trace_path(trace):
+        _evaluate_open_loop(prof, trace, policy, duration, seed, speedup or 1.0, rate_scale or 1.0, slo,
+                            as_json)  # fmt: skip
+        return
+    if speedup is not None or rate_scale is not None:
+        fail("--speedup / --rate-scale: only for a request trace (a .csv file), not a concurrency trace")
     load = load_trace(trace, duration_s=duration, seed=seed, max_running_requests=prof.max_running_requests)
     result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed)
     if as_json:
@@ -71,4 +93,39 @@ def _print_table(result: dict[str, Any]) -> None:
     out.print(
         f"exploration: {result['explore_share']:.1%} of each bin's batches run the other mode; it costs the "
         f"oracle {result['explore_cost']:.2%} of its tokens (both are charged it)"
+    )
+
+
+def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | None, seed: int, speedup: float,
+                        rate_scale: float, slo: Any, as_json: bool) -> None:
+    from spectower.simulator.open_loop import evaluate_open_loop
+    from spectower.storage.request_traces import load_request_trace
+
+    requests = load_request_trace(trace)
+    result = evaluate_open_loop(prof, requests, policy, speedup=speedup, rate_scale=rate_scale,
+                                duration_s=duration, seed=seed, slo=slo)  # fmt: skip
+    if as_json:
+        print(strict_json(result, indent=None))
+        return
+    table = Table(title=f"{result['policy']} on {result['profile']}, request trace {result['trace']}, "
+                        f"open loop ({result['arrivals']} requests, speedup {speedup:g}, "
+                        f"rate scale {rate_scale:g}, seed {seed}); SLO {slo.text()}")  # fmt: skip
+    for col in ("policy", "goodput req/s", "TTFT p99 s", "e2e p50 s", "e2e p99 s", "flips"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+
+    def row(name: str, b: dict[str, Any], bold: bool = False) -> None:
+        cells = [f"{b['goodput_rps']:.3f}", *(f"{v:.2f}" if v is not None else "-" for v in
+                 (b["ttft_p99_s"], b["e2e_p50_s"], b["e2e_p99_s"])), str(b["flips"])]  # fmt: skip
+        table.add_row(*([f"[bold]{name}[/]", *(f"[bold]{c}[/]" for c in cells)] if bold else [name, *cells]))
+
+    row(result["policy"], result, bold=True)
+    for name, base in result["baselines"].items():
+        if name != result["policy"]:
+            row(name, base)
+    out.print(table)
+    out.print(
+        f"tokens {result['tokens']:,.0f} (the same for every policy once the queue drains; "
+        f"{result['undrained']} requests left at the drain limit); "
+        f"drafting {result['spec_on_fraction']:.0%} of busy time; "
+        f"goodput {result['goodput_vs_best_baseline'] or 0:.3f} of the best baseline's"
     )

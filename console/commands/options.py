@@ -38,6 +38,8 @@ EXAMPLES = {
     "--plain-server http://127.0.0.1:30001 --concurrency 1,4,16,64 --save",
     "bench compare": "spectower bench compare 1 2",
     "bench load": "spectower bench load --server http://127.0.0.1:30000 --pattern day --period 10m",
+    "bench replay": "spectower bench replay --server http://127.0.0.1:30000 "
+    "--trace data/traces/AzureLLMInferenceTrace_conv_first30min.csv --speedup 3 --save",
     "export bench": "spectower export bench 1 2 --out runs.jsonl",
     "import bench-serving": "spectower import bench-serving results.jsonl",
     "sim evaluate": "spectower sim evaluate --profile glm5-nvfp4-8x-rtx-pro-6000 --trace day --policy learn",
@@ -91,7 +93,7 @@ def run_id_argument(help: str) -> Any:
                           metavar="RUN_ID", help=help)  # fmt: skip
 
 
-def int_option(default: int, flag: str, *, lo: int, hi: int, help: str) -> Any:
+def int_option(default: int | None, flag: str, *, lo: int, hi: int, help: str) -> Any:
     """A whole-number flag with its range checked by ``whole_number`` (one line, not a usage box)."""
     return typer.Option(default, flag, parser=lambda text: whole_number(text, flag, lo, hi), metavar="N",
                         help=help)  # fmt: skip
@@ -135,3 +137,76 @@ def run_duration_option(stops_by: str) -> Any:
         maximum_s=LONGEST_RUN_S,
         help=f"Stop after this long (default: {stops_by})",
     )
+
+
+# What a request must meet to count in an open-loop run's goodput (`bench replay`, `sim evaluate --trace
+# FILE.csv`): SGLang's usual chat targets. ITL is the request's mean time per output token after the first.
+SLO_DEFAULT_TEXT = "ttft=2s,itl=100ms"
+SLO_HELP = (
+    "what a request must meet to count in goodput: ttft (time to first token), itl (its mean time per "
+    "output token after the first), optionally e2e, each a duration (2s, 100ms)"
+)
+SLO_KEYS = ("ttft", "itl", "e2e")
+
+
+def parse_slo(text: str, flag: str = "--slo") -> Any:
+    """``ttft=2s,itl=100ms[,e2e=30s]`` as a ``storage.request_traces.Slo``; a key left out keeps the default
+    (``SLO_DEFAULT_TEXT``). ``ValueError`` naming ``flag`` and the item for anything else."""
+    from spectower.control.durations import DurationError, parse_duration
+    from spectower.storage.request_traces import DEFAULT_SLO, Slo
+
+    values: dict[str, float] = {}
+    for item in (part.strip() for part in str(text).split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in SLO_KEYS:
+            raise ValueError(f"{flag}: {item!r} is not one of {', '.join(k + '=DURATION' for k in SLO_KEYS)} "
+                             f"(e.g. {SLO_DEFAULT_TEXT})")  # fmt: skip
+        if key in values:
+            raise ValueError(f"{flag}: {key} is given twice")
+        try:
+            values[key] = parse_duration(value, f"{flag} {key}")
+        except DurationError as exc:
+            raise ValueError(str(exc)) from None
+    if not values:
+        raise ValueError(f"{flag}: empty; give e.g. {SLO_DEFAULT_TEXT}")
+    return Slo(ttft_s=values.get("ttft", DEFAULT_SLO.ttft_s), itl_s=values.get("itl", DEFAULT_SLO.itl_s),
+               e2e_s=values.get("e2e", DEFAULT_SLO.e2e_s))  # fmt: skip
+
+
+def slo_option() -> Any:
+    """``--slo``: parsed by ``parse_slo`` (one ``error:`` line naming the item); help shows the default."""
+
+    def parse(text: str) -> Any:
+        from spectower.console.errors import fail
+
+        try:
+            return parse_slo(text)
+        except ValueError as exc:
+            fail(str(exc))
+
+    return typer.Option(SLO_DEFAULT_TEXT, "--slo", parser=parse, metavar="SLO",
+                        help=SLO_HELP)  # fmt: skip
+
+
+def positive_float(text: object, name: str, hi: float) -> float:
+    """``text`` as a finite number > 0 and <= ``hi``; else the one ``error: ...`` line naming ``name``."""
+    import math
+
+    from spectower.console.errors import fail
+
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        fail(f"{name}: {text!r} is not a number")
+    if not (math.isfinite(value) and 0 < value <= hi):
+        fail(f"{name}: must be > 0 and at most {hi:g}, got {text}")
+    return value
+
+
+def factor_option(default: float | None, flag: str, *, hi: float, help: str) -> Any:
+    """A positive factor flag (``--speedup``, ``--rate-scale``), checked by ``positive_float``."""
+    return typer.Option(default, flag, parser=lambda text: positive_float(text, flag, hi), metavar="X",
+                        help=help)  # fmt: skip

@@ -1,0 +1,422 @@
+"""Score a speculation policy on a request trace open-loop, in virtual time (`sim evaluate --trace X.csv`).
+
+The closed-loop harness (simulator/harness.py) holds a concurrency; here requests arrive at their trace
+times (storage/request_traces.py's ``schedule``) whatever the server does, as in production. Each needs its
+prefill (``ContextTokens / prefill_tok_s`` seconds of the whole engine, which gives its first token) and
+then ``GeneratedTokens - 1`` decode tokens. At most ``max_running_requests`` run; the rest wait in arrival
+order. In a tick, prefill goes first (SGLang schedules a waiting prefill before the next decode step), the
+rest of the tick decodes the running batch at the profile's rate for that batch size and the knob's mode
+(``harness._Tables``: drafted, gated with the draft's extend, or gated with it skipped, exploration
+included), shared equally among the batch. A slower mode therefore grows the queue, and TTFT and
+end-to-end latency with it. KV-cache capacity is not modelled (a batch is bounded by the request count).
+Time moves in ticks of ``OPEN_LOOP_TICK_S``: a request joins the queue at the first tick at or after its
+arrival, and its latencies count from the arrival itself.
+
+The policy sees what ``simulate`` gives it (``control.policy.Observation``: mean running and queued
+requests, the throughput and accept-length gauges with the profile's noise, the knob, the engine
+counters), by the same rules (``_Gauges`` mirrors ``simulate``'s). Every policy serves the same tokens once
+the queue drains, so an open-loop run is scored by goodput (requests/s within the SLO) and latency; the
+run continues after the last arrival until the queue drains (at most ``drain_limit_s``; what is left then
+counts as failed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from spectower.control import knob_contract
+from spectower.control.policy import Observation, Policy, make_policy
+from spectower.simulator.harness import (
+    BASELINES,
+    GAUGE_IDLE_DECAY_S,
+    HarnessConfig,
+    HarnessError,
+    _Counters,
+    _Mode,
+    _Tables,
+)
+from spectower.simulator.profile import Profile
+from spectower.storage.request_traces import (
+    DEFAULT_SLO,
+    Arrival,
+    RequestOutcome,
+    RequestTrace,
+    Slo,
+    open_loop_figures,
+    schedule,
+)
+
+OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
+MIN_DRAIN_LIMIT_S = 600.0
+ORACLE = "oracle"  # per tick, the faster of the two modes at the batch size now (a reference, not a policy)
+
+
+@dataclass
+class _Request:
+    arrival: Arrival
+    prefill_left: float  # prompt tokens still to prefill
+    first_token_t: float | None = None
+    done_t: float | None = None
+
+    def outcome(self) -> RequestOutcome:
+        a = self.arrival
+        if self.done_t is None or self.first_token_t is None:
+            return RequestOutcome(ok=False)
+        return RequestOutcome(
+            ok=True,
+            output_tokens=a.output_tokens,
+            ttft_s=self.first_token_t - a.t_s,
+            e2e_s=self.done_t - a.t_s,
+        )
+
+
+class _Queue:
+    """The server's requests: waiting, prefilling (admitted, prompt not done), decoding.
+
+    Every decoding request gets the same tokens per tick, so one running total (``progress``: tokens per
+    request decoded since the start) tells each when it is done: the heap holds the total at which each
+    finishes."""
+
+    def __init__(self, max_running: int, prefill_tok_s: float) -> None:
+        self.max_running = max_running
+        self.prefill_tok_s = prefill_tok_s
+        self.waiting: deque[_Request] = deque()
+        self.prefilling: deque[_Request] = deque()
+        self.decoding: list[tuple[float, int, _Request]] = []
+        self.progress = 0.0
+        self.tokens = 0.0  # output tokens made so far
+        self._seq = 0
+
+    @property
+    def running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    def admit(self) -> None:
+        while self.waiting and self.running < self.max_running:
+            self.prefilling.append(self.waiting.popleft())
+
+    def prefill(self, now: float, budget: float) -> float:
+        """Prefill in arrival order for at most ``budget`` seconds; the seconds left for decoding."""
+        while self.prefilling and budget > 0:
+            head = self.prefilling[0]
+            need = head.prefill_left / self.prefill_tok_s
+            if need > budget:
+                head.prefill_left -= budget * self.prefill_tok_s
+                return 0.0
+            budget -= need
+            self.prefilling.popleft()
+            head.prefill_left = 0.0
+            head.first_token_t = now + need
+            now += need
+            self.tokens += 1  # prefill makes the first token
+            rest = head.arrival.output_tokens - 1
+            if rest <= 0:
+                head.done_t = head.first_token_t
+            else:
+                self._seq += 1
+                heapq.heappush(self.decoding, (self.progress + rest, self._seq, head))
+        return budget
+
+    def decode(self, now: float, seconds: float, rate: float) -> None:
+        """``seconds`` of decoding at ``rate`` aggregate tok/s, shared by the batch; finished ones leave."""
+        batch = len(self.decoding)
+        if batch == 0 or seconds <= 0 or rate <= 0:
+            return
+        per_request = rate / batch
+        before = self.progress
+        self.progress += per_request * seconds
+        self.tokens += rate * seconds
+        while self.decoding and self.decoding[0][0] <= self.progress + 1e-9:
+            target, _, req = heapq.heappop(self.decoding)
+            req.done_t = now + (target - before) / per_request
+            self.tokens -= self.progress - target  # the tokens past its end were never made
+
+    @property
+    def empty(self) -> bool:
+        return not (self.waiting or self.prefilling or self.decoding)
+
+
+class _Gauges:
+    """SGLang's throughput and accept-length gauges and the runner's interval averages, by ``simulate``'s
+    rules: a gauge publishes once per ``log_steps`` decode steps and an idle one decays to 0 after
+    ``GAUGE_IDLE_DECAY_S``; the runner averages its polls over the decision interval and adds the noise."""
+
+    def __init__(self, log_steps: int) -> None:
+        self.log_steps = log_steps
+        self.win = [0.0, 0.0, 0.0, 0.0]  # steps, tokens, seconds, accept x steps
+        self.tok_s: float | None = None
+        self.accept: float | None = None
+        self.idle_s = 0.0
+        self.sums = [0.0, 0.0, 0.0, 0.0]  # running, queued, gauge tok/s, gauge accept
+        self.polls = [0, 0]  # tok/s polls, accept polls
+
+    def busy(self, mode: _Mode, seconds: float, tick: float) -> None:
+        self.idle_s = 0.0
+        steps = mode.steps_s * seconds
+        w = self.win
+        w[0] += steps
+        w[1] += mode.rate * seconds
+        w[2] += tick
+        w[3] += mode.accept * steps
+        if w[0] >= self.log_steps:
+            self.tok_s, self.accept = w[1] / w[2], w[3] / w[0]
+            self.win = [0.0, 0.0, 0.0, 0.0]
+
+    def idle(self, tick: float) -> None:
+        self.idle_s += tick
+        if self.idle_s >= GAUGE_IDLE_DECAY_S and self.tok_s is not None:
+            self.tok_s = 0.0
+
+    def poll(self, running: int, queued: int) -> None:
+        self.sums[0] += running
+        self.sums[1] += queued
+        if self.tok_s is not None:
+            self.sums[2] += self.tok_s
+            self.polls[0] += 1
+        if self.accept is not None:
+            self.sums[3] += self.accept
+            self.polls[1] += 1
+
+    def interval(
+        self, n: int, noise_cv: float, rng: random.Random
+    ) -> tuple[float, float, float | None, float | None]:
+        """(mean running, mean queued, tok/s, accept length) over the last ``n`` polls; starts anew."""
+        tok_s = acc = None
+        if self.polls[0]:
+            tok_s = max(0.0, self.sums[2] / self.polls[0] * (1.0 + noise_cv * rng.gauss(0.0, 1.0)))
+        if self.polls[1]:
+            acc = max(1.0, self.sums[3] / self.polls[1] * (1.0 + noise_cv / 3 * rng.gauss(0.0, 1.0)))
+        out = (self.sums[0] / n, self.sums[1] / n, tok_s, acc)
+        self.sums, self.polls = [0.0, 0.0, 0.0, 0.0], [0, 0]
+        return out
+
+
+@dataclass
+class OpenLoopResult:
+    policy: str
+    profile: str
+    trace: str
+    seed: int
+    slo: Slo
+    duration_s: float  # virtual time until the queue drained (or the drain limit)
+    tokens: float
+    flips: int
+    decisions: int
+    spec_on_fraction: float
+    final_max_bs: int
+    explore_share: float
+    undrained: int  # requests still queued or running at the drain limit (scored as failed)
+    outcomes: list[RequestOutcome] = field(default_factory=list, repr=False)
+
+    def figures(self) -> dict[str, Any]:
+        last = self.duration_s
+        return open_loop_figures(self.outcomes, last, self.slo)
+
+    def to_json(self) -> dict[str, Any]:
+        figures = self.figures()
+        return {
+            "policy": self.policy,
+            "profile": self.profile,
+            "trace": self.trace,
+            "seed": self.seed,
+            "loop": "open",
+            "duration_s": self.duration_s,
+            "tokens": round(self.tokens, 1),
+            "flips": self.flips,
+            "changes_per_hour": round(self.flips * 3600.0 / max(self.duration_s, 1e-9), 3),
+            "decisions": self.decisions,
+            "spec_on_fraction": round(self.spec_on_fraction, 4),
+            "final_max_bs": self.final_max_bs,
+            "explore_share": self.explore_share,
+            "undrained": self.undrained,
+            **figures,
+        }
+
+
+@dataclass
+class _Knob:
+    """The ceiling as the gate applies it: decisions take effect ``delay_ticks`` later."""
+
+    value: int
+    delay_ticks: int
+    pending: list[tuple[int, int]] = field(default_factory=list)
+    flips: int = 0
+
+    def advance(self, tick: int) -> None:
+        while self.pending and self.pending[0][0] <= tick:
+            _, value = self.pending.pop(0)
+            if value != self.value:
+                self.flips += 1
+                self.value = value
+
+    def decide(self, tick: int, value: int | None, policy: str) -> None:
+        if value is None:
+            return
+        if value < 0:
+            raise HarnessError(f"policy {policy} asked for a negative ceiling {value}")
+        self.pending.append((tick + self.delay_ticks, int(value)))
+
+
+def _tick_mode(
+    tables: _Tables,
+    batch: int,
+    knob: int,
+    period: int,
+    speculative: bool,
+    oracle_off: tuple[_Mode, ...] | None,
+) -> tuple[_Mode, bool]:
+    """The decode mode of a batch of ``batch`` under ceiling ``knob`` (the plugin's rule, as ``simulate``
+    applies it), or with ``oracle_off`` the faster of drafting and that gated table; and whether it drafts."""
+    if oracle_off is not None:
+        drafting = speculative and tables.on[batch].rate >= oracle_off[batch].rate
+        return (tables.on[batch] if drafting else oracle_off[batch]), drafting
+    drafting = batch > 0 and batch <= knob and speculative
+    if drafting:
+        return tables.on[batch], True
+    skipped = knob_contract.extend_skippable(knob, period, knob_contract.OWNER_FREE)
+    return (tables.off_cold if skipped else tables.off)[batch], False
+
+
+class _Server:
+    """The open-loop server in virtual time: its queue, the knob's gate (or the oracle's choice), and what
+    it reports (the gauges and the engine counters)."""
+
+    def __init__(self, profile: Profile, cfg: HarnessConfig, oracle: bool, seed: int, tick_s: float) -> None:
+        mrr = profile.max_running_requests
+        self.profile = profile
+        self.share = cfg.effective_explore_share if profile.speculative else 0.0
+        self.tables = _Tables.of(profile, self.share)
+        self.period = knob_contract.explore_period(self.share)
+        self.oracle_off: tuple[_Mode, ...] | None = None
+        if oracle:  # the closed-loop oracle's off: the extend skipped only where nothing explores
+            cold = knob_contract.extend_skippable(0, self.period, knob_contract.OWNER_FREE)
+            self.oracle_off = self.tables.off_cold if cold else self.tables.off
+        self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
+        self.counters = _Counters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
+        self.gauges = _Gauges(cfg.gauge_log_interval_steps)
+        self.queue = _Queue(mrr, profile.prefill_tok_s)
+        start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
+        self.knob = _Knob(start, math.ceil(cfg.knob_delay_s / tick_s - 1e-9))
+        self.busy_ticks = 0
+        self.drafting_time = 0.0
+
+    def tick(self, now: float, tick_s: float) -> None:
+        """Admit, prefill, then decode for what is left of the tick; the gauges and counters follow."""
+        queue, gauges = self.queue, self.gauges
+        queue.admit()
+        left = queue.prefill(now, tick_s)
+        batch = len(queue.decoding)
+        if batch:
+            mode, _ = _tick_mode(self.tables, batch, self.knob.value, self.period, self.profile.speculative,
+                                 self.oracle_off)  # fmt: skip
+            queue.decode(now + tick_s - left, left, mode.rate)
+            self.counters.add(batch, mode, left)
+            gauges.busy(mode, left, tick_s)
+            self.busy_ticks += 1
+            self.drafting_time += mode.drafted_time
+        elif queue.running:
+            gauges.busy(self.tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
+        else:
+            gauges.idle(tick_s)
+        gauges.poll(queue.running, len(queue.waiting))
+
+    def observe(self, ts: float, polls: int, rng: random.Random, stale: bool) -> Observation:
+        """What a runner hands the policy at ``ts`` (``simulate``'s Observation, by the same rules)."""
+        running, queued, tok_s, acc = self.gauges.interval(polls, self.noise_cv, rng)
+        if stale:  # what a runner hands over when the scrape failed: no fresh numbers
+            tok_s = acc = None
+        speculative = self.profile.speculative
+        return Observation(
+            ts=ts, num_running_reqs=running, num_queue_reqs=queued, output_tok_s=tok_s, accept_length=acc,
+            spec_max_bs=self.knob.value, max_running_requests=self.profile.max_running_requests,
+            stale=stale, counters=None if stale or not speculative else self.counters.snapshot(),
+        )  # fmt: skip
+
+
+def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy | None, *, trace_name: str,
+                       seed: int = 0, slo: Slo = DEFAULT_SLO, config: HarnessConfig | None = None,
+                       tick_s: float = OPEN_LOOP_TICK_S,
+                       drain_limit_s: float | None = None) -> OpenLoopResult:  # fmt: skip
+    """Replay ``arrivals`` open-loop under ``policy`` (None: the per-tick oracle) until the queue drains."""
+    cfg = config or HarnessConfig()
+    cfg.validate()
+    if not arrivals:
+        raise HarnessError("the trace has no arrivals to replay")
+    server = _Server(profile, cfg, policy is None, seed, tick_s)
+    rng, stale_rng = random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}")
+    requests = [_Request(a, float(a.input_tokens)) for a in arrivals]
+    per_decision = max(1, round(cfg.decision_interval_s / tick_s))
+    last = arrivals[-1].t_s
+    stop_at = last + (drain_limit_s if drain_limit_s is not None else max(MIN_DRAIN_LIMIT_S, 10 * last))
+    decisions = i = nxt = 0
+    while i * tick_s <= stop_at and (nxt < len(requests) or not server.queue.empty):
+        now = i * tick_s
+        server.knob.advance(i)
+        while nxt < len(requests) and requests[nxt].arrival.t_s <= now:
+            server.queue.waiting.append(requests[nxt])
+            nxt += 1
+        server.tick(now, tick_s)
+        i += 1
+        if i % per_decision == 0 and policy is not None:
+            decisions += 1
+            stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
+            obs = server.observe(i * tick_s, per_decision, rng, stale)
+            server.knob.decide(i, policy.decide(obs).max_bs, policy.name)
+    busy = server.busy_ticks
+    return OpenLoopResult(
+        policy=policy.name if policy is not None else ORACLE, profile=profile.name, trace=trace_name,
+        seed=seed, slo=slo, duration_s=i * tick_s, tokens=server.queue.tokens, flips=server.knob.flips,
+        decisions=decisions, spec_on_fraction=server.drafting_time / busy if busy else 0.0,
+        final_max_bs=server.knob.value, explore_share=server.share,
+        undrained=sum(1 for r in requests if r.done_t is None), outcomes=[r.outcome() for r in requests],
+    )  # fmt: skip
+
+
+def evaluate_open_loop(
+    profile: Profile,
+    trace: RequestTrace,
+    policy_spec: str,
+    *,
+    speedup: float = 1.0,
+    rate_scale: float = 1.0,
+    duration_s: float | None = None,
+    seed: int = 0,
+    slo: Slo = DEFAULT_SLO,
+    baselines: tuple[str, ...] = BASELINES,
+    config: HarnessConfig | None = None,
+    policy_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The policy's open-loop figures, each baseline's and the per-tick oracle's under the same arrivals."""
+    arrivals = schedule(trace, speedup, rate_scale, seed, duration_s)
+    mrr = profile.max_running_requests
+    kwargs: dict[str, Any] = {"trace_name": trace.name, "seed": seed, "slo": slo, "config": config}
+    result = simulate_open_loop(
+        profile, arrivals, make_policy(policy_spec, mrr, **(policy_options or {})), **kwargs
+    )
+    out = result.to_json()
+    out.update(crossover=profile.crossover(), speedup=speedup, rate_scale=rate_scale, arrivals=len(arrivals))
+    runs = {
+        spec: (
+            result
+            if spec == policy_spec
+            else simulate_open_loop(profile, arrivals, make_policy(spec, mrr), **kwargs)
+        )
+        for spec in baselines
+    }
+    runs[ORACLE] = simulate_open_loop(profile, arrivals, None, **kwargs)
+    out["baselines"] = {}
+    for spec, run in runs.items():
+        fig = run.figures()
+        out["baselines"][spec] = {
+            key: fig[key] for key in ("goodput_rps", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
+        }
+        out["baselines"][spec].update(tokens=round(run.tokens, 1), flips=run.flips, undrained=run.undrained)
+    best = max((b["goodput_rps"] for name, b in out["baselines"].items() if name != ORACLE), default=0.0)
+    best = max(best, out["goodput_rps"])
+    out["goodput_vs_best_baseline"] = round(out["goodput_rps"] / best, 6) if best > 0 else None
+    return out

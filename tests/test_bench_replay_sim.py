@@ -1,0 +1,209 @@
+"""`spectower bench replay` end to end against the simulator (a real subprocess), on a slice of the trace.
+
+What is checked is the open loop: each request goes out at its time whatever the server is doing, so the
+same requests compressed 500 times more queue behind ``max_running_requests`` and wait longer for their first
+token (a closed-loop client would have waited instead, and seen the same TTFT); the prompts are cut to
+--max-context with a count; the safety limit sheds and counts; the run is saved and exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from spectower.storage import open_database
+from spectower.storage.models import BenchPoint, BenchRun
+from sqlmodel import select
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.simulator_process import SimulatorFactory
+
+AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
+ROWS = 12  # 0 .. 9.4 s of the trace; 899 output tokens (44 to 152 a request)
+# Two requests at a time, 700 tok/s each at most (4 tokens a chunk, so at most 350 chunks/s to stream): a
+# request takes 0.02-0.25 s, all 12 about 0.65 s back to back. At --speedup 2 (a request every 0.4 s, 0.04 s
+# apart at the closest) the server keeps up; at --speedup 1000 (all within 10 ms) the last ones wait for
+# ten others to finish.
+REPLAY_SHAPE: dict[str, Any] = {
+    "name": "replay-shape",
+    "description": "test profile: two running requests, a few hundred tokens/s",
+    "gpus": {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
+    "served_model_name": "replay-shaped",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "max_running_requests": 2,
+    "concurrency": [1, 2],
+    "output_tok_s": {"spec_on": [800.0, 1400.0], "spec_off": [400.0, 800.0]},
+    "accept_length": [4.0, 4.0],
+    "prefill_tok_s": 40000.0,
+    "noise_cv": 0.0,
+}
+
+
+def _slice(tmp_path: Path) -> Path:
+    path = tmp_path / "azure-slice.csv"
+    path.write_text("\n".join(AZURE.read_text().splitlines()[: ROWS + 1]) + "\n")
+    return path
+
+
+def _replay(base_url: str, trace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        *SPECTOWER_CLI,
+        "bench",
+        "replay",
+        "--server",
+        base_url,
+        "--trace",
+        str(trace),
+        "--api",
+        "generate",
+        "--json",
+        *extra,
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_API_KEY")}
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
+    simulator_factory: SimulatorFactory, tmp_path: Path
+) -> None:
+    profile = tmp_path / "replay-shape.json"
+    profile.write_text(json.dumps(REPLAY_SHAPE))
+    sim = simulator_factory(profile=str(profile))
+    trace = _slice(tmp_path)
+    db = tmp_path / "spectower.db"
+    spread = _replay(sim.base_url, trace, "--speedup", "2", "--max-context", "64")
+    assert spread.returncode == 0, spread.stderr
+    burst = _replay(
+        sim.base_url,
+        trace,
+        "--speedup",
+        "1000",
+        "--max-context",
+        "64",
+        "--save",
+        "--db",
+        str(db),
+        "--tag",
+        "burst",
+        "--slo",
+        "ttft=200ms,itl=100ms",
+    )
+    assert burst.returncode == 0, burst.stderr
+    a, b = json.loads(spread.stdout), json.loads(burst.stdout)
+    for out in (a, b):
+        assert out["requests"] == out["completed"] == ROWS and out["failed"] == out["shed"] == 0
+        assert out["output_tokens"] == 899  # every request's GeneratedTokens, forced
+        assert out["cut_prompts"] == ROWS and out["server_max_input"] == 131066  # every prompt was 91+ tokens
+    # open loop: all twelve were sent at once, so the last ones queued behind two running requests
+    assert b["peak_in_flight"] > 2 * REPLAY_SHAPE["max_running_requests"]
+    assert b["ttft_p99_s"] > 3 * a["ttft_p99_s"] and b["ttft_p99_s"] > 0.3
+    assert b["slo_met"] < ROWS and b["goodput_rps"] < b["request_rps"]  # the queued ones missed 200 ms
+
+    database = open_database(f"sqlite:///{db}", existing=True)
+    try:
+        with database.session() as s:
+            runs = s.exec(select(BenchRun)).all()
+            points = s.exec(select(BenchPoint)).all()
+    finally:
+        database.close()
+    assert (
+        len(runs) == 1 and runs[0].source == "replay" and runs[0].tag == "burst" and runs[0].id == b["run_id"]
+    )
+    assert runs[0].dataset_name == "trace:azure-slice.csv" and runs[0].served_model_name == "replay-shaped"
+    params = json.loads(runs[0].params_json or "{}")
+    assert params["speedup"] == 1000 and params["max_context"] == 64 and params["knob"] == 2
+    (point,) = points
+    assert point.concurrency is None and point.spec_on is True and point.completed == ROWS
+    assert point.total_input_tokens == 64 * ROWS and point.total_output_tokens == 899
+    assert point.p99_ttft_ms == pytest.approx(b["ttft_p99_s"] * 1000)
+    extra = json.loads(point.extra_json or "{}")
+    assert extra["goodput_rps"] == pytest.approx(b["goodput_rps"]) and extra["slo"]["ttft_s"] == 0.2
+
+    exported = tmp_path / "replay.csv"
+    run = subprocess.run(
+        [*SPECTOWER_CLI, "export", "bench", str(b["run_id"]), "--db", str(db), "--out", str(exported)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert exported.read_text().splitlines()[1].startswith(f"{b['run_id']},replay,")
+
+    # the safety limit: an arrival that finds --max-in-flight requests in flight is not sent, and counted
+    out = _replay(sim.base_url, trace, "--speedup", "1000", "--max-in-flight", "2")
+    assert out.returncode == 0, out.stderr
+    fig = json.loads(out.stdout)
+    # twelve arrivals in 10 ms; the first two answers take 60 ms or more: ten find two in flight
+    assert fig["shed"] >= 8 and fig["completed"] == ROWS - fig["shed"] and fig["failed"] == fig["shed"]
+    assert fig["peak_in_flight"] == 2
+
+
+def test_an_unreachable_server_is_one_error_line(tmp_path: Path) -> None:
+    run = _replay("http://127.0.0.1:9", _slice(tmp_path))
+    assert run.returncode == 2 and run.stdout == ""
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --server http://127.0.0.1:9: unreachable")
+
+
+def test_a_bad_trace_is_one_error_line_before_the_server_is_asked(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,-3,5\n")
+    run = _replay("http://127.0.0.1:9", bad)
+    assert run.returncode == 2
+    assert (
+        run.stderr.strip()
+        == f"error: {bad}: row 2, column ContextTokens: must be between 1 and 1048576, got -3"
+    )
+
+
+def _served(base_url: str) -> float:
+    """Streamed requests the server has finished (its ``sglang:num_requests_total``)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    lines = [line for line in text.splitlines() if line.startswith("sglang:num_requests_total{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if 'is_streaming="true"' in line)
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_sending_cancels_what_is_in_flight_and_scores_what_finished(
+    simulator_factory: SimulatorFactory, tmp_path: Path
+) -> None:
+    profile = tmp_path / "replay-shape.json"
+    profile.write_text(json.dumps(REPLAY_SHAPE))
+    sim = simulator_factory(profile=str(profile))
+    argv = [*SPECTOWER_CLI, "bench", "replay", "--server", sim.base_url, "--trace", str(AZURE), "--api",
+            "generate", "--speedup", "4", "--duration", "60", "--max-context", "64", "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _served(sim.base_url) < 3:  # the server's own count: the replay is under way
+            assert proc.poll() is None and time.monotonic() < deadline, "the replay ended or sent nothing"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    out = json.loads(stdout)
+    assert out["interrupted"] is True and out["completed"] >= 3
+    assert out["requests"] < out["arrivals"]  # it stopped sending
+    # nothing outlives the replay: the server's queue empties (its streams were cancelled or had finished)
+    deadline = time.monotonic() + 30
+    while True:
+        loads = httpx.get(f"{sim.base_url}/v1/loads", timeout=5).json()["loads"]
+        if sum(r["num_running_reqs"] + r["num_waiting_reqs"] for r in loads) == 0:
+            break
+        assert time.monotonic() < deadline, loads
+        time.sleep(0.1)

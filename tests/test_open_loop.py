@@ -1,0 +1,185 @@
+"""`sim evaluate --trace FILE.csv`: a policy scored on a request trace open-loop, in virtual time
+(simulator/open_loop.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spectower.control.policy import make_policy
+from spectower.simulator.harness import HarnessConfig
+from spectower.simulator.open_loop import evaluate_open_loop, simulate_open_loop
+from spectower.simulator.profile import Profile, parse_profile
+from spectower.storage.request_traces import Arrival, Slo, load_request_trace, schedule
+
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+
+AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
+# Drafting doubles a lone request's speed and loses past 4 running: always-on is the slower server under
+# a queue, always-off the slower one when requests come one at a time.
+LATE_LOSER: dict[str, Any] = {
+    "name": "late-loser",
+    "description": "test profile: speculation pays at 1-2 running, loses from 4",
+    "gpus": {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
+    "served_model_name": "late-loser",
+    "speculative_algorithm": "EAGLE3",
+    "speculative_num_steps": 3,
+    "max_running_requests": 8,
+    "concurrency": [1, 2, 4, 8],
+    "output_tok_s": {"spec_on": [200.0, 360.0, 400.0, 440.0], "spec_off": [100.0, 200.0, 400.0, 800.0]},
+    "accept_length": [2.0, 2.0, 2.0, 2.0],
+    "prefill_tok_s": 50000.0,
+    "noise_cv": 0.0,
+}
+
+
+def _profile(**changes: Any) -> Profile:
+    return parse_profile({**LATE_LOSER, **changes}, source="late-loser")
+
+
+def _run(profile: Profile, arrivals: list[Arrival], policy: str, **kw: Any) -> Any:
+    """No exploration, and the knob where the policy keeps it from the start (a server launched with it)."""
+    policy_obj = make_policy(policy, profile.max_running_requests)
+    config = HarnessConfig(explore_share=0.0, initial_max_bs=0 if policy == "always-off" else None)
+    return simulate_open_loop(profile, arrivals, policy_obj, trace_name="t", config=config, **kw)
+
+
+def test_requests_wait_their_turn_behind_max_running_requests() -> None:
+    # one request at a time; 1000-token prompts prefill in 0.02 s, 11 output tokens (10 decoded at 100 tok/s)
+    prof = _profile(max_running_requests=1)
+    arrivals = [Arrival(0.0, 1000, 11, 1), Arrival(0.0, 1000, 11, 2), Arrival(5.0, 1000, 11, 3)]
+    res = _run(prof, arrivals, "always-off")
+    first, second, third = res.outcomes
+    assert first.ttft_s == pytest.approx(0.02, abs=1e-6) and first.e2e_s == pytest.approx(0.12, abs=1e-6)
+    # the second waits for the first to finish (at most one tick of 0.05 s late to be admitted)
+    assert 0.12 + 0.02 <= (second.ttft_s or 0) <= 0.12 + 0.02 + 0.05 + 1e-6
+    assert third.ttft_s == pytest.approx(0.02, abs=1e-6)  # it came to an idle server
+    assert res.tokens == pytest.approx(33) and res.undrained == 0
+
+
+def test_arrivals_faster_than_the_server_grow_a_queue_a_closed_loop_never_sees() -> None:
+    # five times the test profile: about 3 requests/s of the trace's lengths leave it idle most of the time
+    prof = _profile(
+        output_tok_s={mode: [5 * v for v in rates] for mode, rates in LATE_LOSER["output_tok_s"].items()}
+    )
+    trace = load_request_trace(str(AZURE))
+    slow = _run(prof, schedule(trace, speedup=1.0, duration_s=60.0), "always-off").figures()
+    # the same first minute in 6 s: the same requests, far more at once than 8 can run
+    fast = _run(prof, schedule(trace, speedup=10.0, duration_s=6.0), "always-off").figures()
+    assert slow["requests"] == fast["requests"] > 150
+    assert fast["ttft_p99_s"] > 10 * slow["ttft_p99_s"]
+    assert fast["e2e_p50_s"] > 3 * slow["e2e_p50_s"]
+
+
+def test_never_drafting_and_always_drafting_serve_the_same_tokens_at_different_latency() -> None:
+    prof = _profile()
+    arrivals = schedule(load_request_trace(str(AZURE)), speedup=2.0, duration_s=60.0)
+    on = _run(prof, arrivals, "always-on")
+    off = _run(prof, arrivals, "always-off")
+    served = sum(a.output_tokens for a in arrivals)
+    assert on.undrained == off.undrained == 0
+    assert on.tokens == pytest.approx(served) and off.tokens == pytest.approx(served)
+    on_fig, off_fig = on.figures(), off.figures()
+    assert on_fig["output_tokens"] == off_fig["output_tokens"] == served
+    # under this load the queue holds 8: drafting (440 tok/s there) is the slower server, by far
+    assert on_fig["e2e_p50_s"] > 1.5 * off_fig["e2e_p50_s"]
+    assert on_fig["ttft_p99_s"] > off_fig["ttft_p99_s"]
+    assert on_fig["goodput_rps"] < off_fig["goodput_rps"]
+
+
+def test_one_request_at_a_time_favours_drafting() -> None:
+    prof = _profile()
+    arrivals = [Arrival(float(10 * i), 100, 101, i + 1) for i in range(10)]  # one alone every 10 s
+    on = _run(prof, arrivals, "always-on").figures()
+    off = _run(prof, arrivals, "always-off").figures()
+    assert on["e2e_p50_s"] == pytest.approx(0.002 + 100 / 200, abs=1e-3)
+    assert off["e2e_p50_s"] == pytest.approx(0.002 + 100 / 100, abs=1e-3)
+    slo = Slo(ttft_s=1.0, itl_s=0.008)  # 5 ms a token drafted, 10 ms gated
+    assert _run(prof, arrivals, "always-on", slo=slo).figures()["slo_met"] == 10
+    assert _run(prof, arrivals, "always-off", slo=slo).figures()["slo_met"] == 0
+
+
+def test_evaluate_scores_the_policy_beside_every_baseline_and_the_oracle() -> None:
+    trace = load_request_trace(str(AZURE))
+    out = evaluate_open_loop(_profile(), trace, "learn", speedup=2.0, duration_s=60.0, seed=1)
+    assert out["loop"] == "open" and out["policy"] == "learn" and out["arrivals"] == out["requests"]
+    assert set(out["baselines"]) == {"always-on", "always-off", "threshold:30", "sglang-default", "oracle"}
+    tokens = {b["tokens"] for b in out["baselines"].values()} | {out["tokens"]}
+    assert max(tokens) - min(tokens) < 1  # every policy serves the same tokens once the queue drains
+    best = max(b["goodput_rps"] for name, b in out["baselines"].items() if name != "oracle")
+    assert out["goodput_vs_best_baseline"] == pytest.approx(
+        out["goodput_rps"] / max(best, out["goodput_rps"])
+    )
+    assert out["baselines"]["always-off"]["goodput_rps"] > out["baselines"]["always-on"]["goodput_rps"]
+
+
+# ---- the command line -------------------------------------------------------------------------------
+def _evaluate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240
+    )
+
+
+def _slice(tmp_path: Path, rows: int) -> Path:
+    lines = AZURE.read_text().splitlines()[: rows + 1]
+    path = tmp_path / "slice.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_json_carries_goodput_and_latency_beside_the_closed_loop_fields(tmp_path: Path) -> None:
+    profile = tmp_path / "late-loser.json"
+    profile.write_text(json.dumps(LATE_LOSER))
+    run = _evaluate(
+        "--profile",
+        str(profile),
+        "--trace",
+        str(_slice(tmp_path, 300)),
+        "--policy",
+        "learn",
+        "--speedup",
+        "2",
+        "--rate-scale",
+        "0.8",
+        "--slo",
+        "ttft=1s,itl=50ms",
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    for key in (
+        "goodput_rps",
+        "ttft_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "tokens",
+        "flips",
+        "decisions",
+        "spec_on_fraction",
+        "final_max_bs",
+        "baselines",
+    ):
+        assert key in out, key
+    assert out["slo"] == {"ttft_s": 1.0, "itl_s": 0.05, "e2e_s": None}
+    assert out["speedup"] == 2.0 and out["rate_scale"] == 0.8 and 200 < out["arrivals"] < 280
+    assert out["e2e_p99_s"] >= out["e2e_p50_s"] > 0 and out["goodput_rps"] > 0
+
+
+def test_table_and_bad_input(tmp_path: Path) -> None:
+    run = _evaluate(
+        "--profile", "llama31-8b-1x-h100", "--trace", str(_slice(tmp_path, 100)), "--policy", "always-on"
+    )
+    assert run.returncode == 0, run.stderr
+    assert "goodput req/s" in run.stdout and "oracle" in run.stdout and "always-off" in run.stdout
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,10,lots\n")
+    run = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", str(bad))
+    assert run.returncode == 2
+    assert run.stderr.strip() == (
+        f"error: {bad}: row 2, column GeneratedTokens: expected a whole number, got 'lots'"
+    )
+    run = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", "day", "--speedup", "2")
+    assert run.returncode == 2 and run.stderr.strip().startswith("error: --speedup / --rate-scale: only for")
