@@ -37,6 +37,7 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_STALE_AFTER_S = 30.0  # a few missed scrapes at the collector's default 1-5 s cadence
 DEFAULT_MAX_FLIPS_PER_HOUR = 60  # a rail for every policy; learn itself changes at most 12 times an hour
 FLIP_WINDOW_S = 3600.0
+START_NOTE_CHARS = 700  # of the start note kept in the auto-start row (a reason: 1000; the CLI prints it all)
 
 Clock = Callable[[], float]
 Say = Callable[[str], None]
@@ -156,8 +157,10 @@ class PolicyRunner:
         config: RunnerConfig | None = None,
         clock: Clock = time.time,
         say: Say | None = None,
+        start_note: str | None = None,
     ) -> None:
         self.db = db
+        self.start_note = start_note  # e.g. the warm start's line: kept with the auto-start audit row
         self.client = client
         self.policy = policy
         self.server_url = client.base_url
@@ -309,7 +312,8 @@ class PolicyRunner:
             self.db, actor=self.actor, server_url=self.server_url, action="auto-start",
             reason=(f"policy {self.policy.name} started: interval {self.config.interval_s:g} s, stale after "
                     f"{self.config.stale_after_s:g} s, max {self.config.max_flips_per_hour} flips/h"
-                    + ("; restored saved state" if restored else "")),
+                    + ("; restored saved state" if restored else "")
+                    + (f"; {self.start_note[:START_NOTE_CHARS]}" if self.start_note else "")),
             confirmed=True, ts=self.clock(),
         )  # fmt: skip
 

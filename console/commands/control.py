@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 import typer
@@ -33,6 +34,7 @@ from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
     from spectower.control.knob import KnobClient, KnobState, SetResult
+    from spectower.control.warm_start import Known, WarmStart
     from spectower.storage import Database
 
 app = typer.Typer(
@@ -447,10 +449,29 @@ def auto(
         maximum_s=LEARN_WINDOW_S / 2,
         help="learn: keep a counters snapshot this often (default 15s)",
     ),
+    warm_start: bool = typer.Option(
+        True,
+        "--warm-start/--no-warm-start",
+        help="learn: start at the crossover of the newest stored sweep (or --warm-profile) of this server's "
+        "stack (model, draft, SGLang version, GPUs); --no-warm-start: where the launch put the knob",
+    ),
+    warm_profiles: list[Path] = typer.Option(
+        [],
+        "--warm-profile",
+        help="learn: a measured profile (bench sweep --profile-out) to consider beside the stored sweeps "
+        "(repeatable)",
+    ),
+    gpu_metrics: str | None = typer.Option(
+        None,
+        "--gpu-metrics",
+        help="learn's warm start: dcgm-exporter /metrics URL of the server's host, naming its GPUs (default: "
+        "NVML when the server runs on this host)",
+    ),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
-    It reads what `spectower collect` stores for the server, so run a collector for it too.
+    It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
+    from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
     from spectower.control.knob import ServerUnreachableError, ensure_ready
     from spectower.control.policy import make_policy
@@ -460,6 +481,8 @@ def auto(
     kind = spec.split(":", 1)[0]
     if sample_s is not None and kind != "learn":
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
+    if kind != "learn" and (warm_profiles or gpu_metrics):
+        fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
@@ -468,6 +491,7 @@ def auto(
     database = _open_db(db)
     client = _client(server)
     try:
+        state: KnobState | None = None
         try:
             state = client.read()
             ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
@@ -483,12 +507,18 @@ def auto(
         if kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
             fail(f"--policy {spec}: N must be in 0..{max_running} (the server's max_running_requests)")
         options: dict[str, Any] = {}
+        start_note = None
         if kind == "learn":
             options["max_flips_per_hour"] = config.max_flips_per_hour
             if sample_s is not None:
                 options["sample_s"] = sample_s
+            warm = _warm_start(database, state, max_running, warm_start, warm_profiles, gpu_metrics)
+            options["initial_ceiling"] = warm.ceiling
+            start_note = warm.line
+            _say_plain(warm.line)
         policy = make_policy(spec, max_running, **options)
-        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain)
+        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain,
+                              start_note=start_note)  # fmt: skip
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -505,6 +535,51 @@ def auto(
     finally:
         client.close()
         database.close()
+
+
+def _warm_start(
+    database: Database,
+    state: KnobState | None,
+    max_running: int,
+    enabled: bool,
+    profiles: list[Path],
+    gpu_metrics: str | None,
+) -> WarmStart:
+    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
+    the server's stack, read here and handed to the policy as a number."""
+    from spectower.collectors.bench.gpu_inventory import server_inventory
+    from spectower.control import warm_start
+
+    launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
+    if not enabled:
+        return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
+    known = [_profile_known(path) for path in profiles]
+    if state is None:
+        why = "the server did not answer, so its stack is unknown"
+        return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
+    try:
+        inventory = server_inventory(state.server_url, gpu_metrics)
+    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
+        fail(str(exc))
+    stack = warm_start.Stack.of(state.info.info, inventory)
+    return warm_start.find(database, stack, max_running, known)
+
+
+def _profile_known(path: Path) -> Known:
+    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
+    from spectower.control.warm_start import known_from_profile
+    from spectower.simulator.profile import load_profile
+
+    try:
+        profile = load_profile(path)
+    except ValueError as exc:
+        fail(f"--warm-profile: {exc}")
+    cross = profile.crossover()
+    if cross is not None:
+        status = "found"
+    else:
+        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
+    return known_from_profile(profile.raw, str(path), status, cross)
 
 
 def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:

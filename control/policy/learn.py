@@ -25,6 +25,11 @@ decision this policy
    ``min_dwell_s`` and ``max_flips_per_hour`` times per rolling hour (defaults: 300 s and 12);
 5. gives up waiting for a set that never reads back (the runner refused it, or it failed) after a few
    observations and believes the server again.
+A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
+control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
+any bin is measured, and no move follows for ``min_dwell_s``: a fresh start does not spend its first minutes
+drafting where the sweep says drafting loses. From then on the counters decide as above. A policy that
+restored counters of its own from the last ``window_s`` skips it (its own data knows more).
 Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
@@ -109,10 +114,20 @@ def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
 class LearnPolicy:
     name = "learn"
 
-    def __init__(self, max_running_requests: int, **options: Any) -> None:
+    def __init__(self, max_running_requests: int, initial_ceiling: int | None = None, **options: Any) -> None:
         unknown = sorted(set(options) - set(OPTION_DEFAULTS))
         if unknown:
-            raise PolicyError(f"unknown learn option(s) {unknown}; known: {sorted(OPTION_DEFAULTS)}")
+            known = sorted([*OPTION_DEFAULTS, "initial_ceiling"])
+            raise PolicyError(f"unknown learn option(s) {unknown}; known: {known}")
+        if initial_ceiling is not None and (
+            not isinstance(initial_ceiling, int) or isinstance(initial_ceiling, bool) or initial_ceiling < 0
+        ):
+            raise PolicyError(
+                f"learn option 'initial_ceiling' must be an integer >= 0, got {initial_ceiling!r}"
+            )
+        # the warm start, until the first decision that can apply it; then when it began (its dwell)
+        self.initial_ceiling = initial_ceiling
+        self._warm_since: float | None = None
         self.max_running_requests = max_running_requests
         self.window_s = _option(options, "window_s")
         self.sample_s = _option(options, "sample_s")
@@ -161,6 +176,11 @@ class LearnPolicy:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
             return self._hold(f"hold: waiting for the knob to read back {self.pending}")
+        bins = [int(b) for b in counters["bins"]]
+        if self.initial_ceiling is not None:
+            warm = self._warm_start(now, bins)
+            if warm is not None:
+                return warm
 
         est, thin, busy = self._estimate
         self.last_estimate = est
@@ -170,7 +190,6 @@ class LearnPolicy:
                 f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
                 f"{self.window_s:.0f} s)"
             )
-        bins = [int(b) for b in counters["bins"]]
         target, low, high = self._plan(est, bins)
         knob = self.knob
         if self._allowed(knob, low, high, bins):
@@ -284,6 +303,21 @@ class LearnPolicy:
             return max(target, *switched), None
         return max(knob, bin_floor(min(switched) - 1, bins)), None  # keep the lowest thin one gated
 
+    def _warm_start(self, now: float, bins: list[int]) -> Decision | None:
+        """Move to the warm start's ceiling (on a bin boundary) once, and start a dwell; None when the
+        policy has counters of its own from the last window (restored), which then decide."""
+        wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
+        self.initial_ceiling = None
+        if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
+            return None
+        self._warm_since = now
+        dwell = f"the counters decide after {self.min_dwell_s:.0f} s"
+        if self.knob is not None and self._ceiling(self.knob) == wanted:
+            return self._hold(f"hold: warm start: the ceiling is already {wanted}, where what is known for "
+                              f"this stack puts it; {dwell}")  # fmt: skip
+        return self._set(now, wanted, f"warm start: move the ceiling {self.knob} -> {wanted}, where what is "
+                                      f"known for this stack puts it; {dwell}")  # fmt: skip
+
     def _span(self, low: int, high: int) -> str:
         if high >= self.max_running_requests:
             return f"on from ceiling {low} up" if low < high else "always on"
@@ -332,6 +366,11 @@ class LearnPolicy:
         while self.flip_times and self.flip_times[0] <= now - 3600.0:
             self.flip_times.popleft()
         if self.flip_times and now - self.flip_times[-1] < self.min_dwell_s:
+            return False
+        warm = self._warm_since
+        if warm is not None and (warm > now or now - warm >= self.min_dwell_s):
+            warm = self._warm_since = None  # the warm start's dwell is over (or from another clock)
+        if warm is not None:
             return False
         return len(self.flip_times) < self.max_flips_per_hour
 
