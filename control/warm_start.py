@@ -146,14 +146,17 @@ def known_from_run(run: BenchRun) -> Known | None:
 def known_from_profile(doc: Mapping[str, Any], source: str, status: str, crossover: float | None) -> Known:
     """A measured profile (``bench sweep --profile-out``'s JSON) and its crossover, as its reader found it.
     A profile without the identity keys (the shipped ones) matches no server."""
-    gpus = doc.get("gpus") if isinstance(doc.get("gpus"), Mapping) else {}
+    raw_gpus = doc.get("gpus")
+    gpus: Mapping[str, Any] = raw_gpus if isinstance(raw_gpus, Mapping) else {}
     count, name = gpus.get("count"), _text(gpus.get("name"))
     inventory = [{"name": name}] * count if isinstance(count, int) and 0 < count <= 4096 and name else None
     info = {"model_path": doc.get("model_path"), "version": doc.get("sglang_version"),
             "speculative_draft_model_path": doc.get("speculative_draft_model_path")}  # fmt: skip
     measured = doc.get("measured_at")
-    ok_time = isinstance(measured, int | float) and not isinstance(measured, bool) and math.isfinite(measured)
-    return Known(source=f"profile {source}", created_at=float(measured) if ok_time else 0.0,
+    created = 0.0  # no time: older than any stored sweep
+    if isinstance(measured, int | float) and not isinstance(measured, bool) and math.isfinite(measured):
+        created = float(measured)
+    return Known(source=f"profile {source}", created_at=created,
                  stack=Stack.of(info, inventory), status=status, crossover=crossover)  # fmt: skip
 
 

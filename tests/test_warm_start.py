@@ -6,6 +6,7 @@ time: exact."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,44 @@ def test_a_ceiling_already_there_still_holds_a_dwell_and_restored_counters_skip_
     restarted.load_state(state)  # its own counters of the last window: they decide, not the warm start
     decision = restarted.decide(obs)
     assert "warm start" not in decision.reason and restarted.initial_ceiling is None
+
+
+def test_a_sweep_stored_and_written_as_a_profile_keep_the_same_stack() -> None:
+    """The same sweep saved (persist.to_models) and written with --profile-out (profile_out.build_profile)
+    is known for the same stack."""
+    from spectower.collectors.bench.persist import to_models
+    from spectower.collectors.bench.profile_out import build_profile
+    from spectower.simulator.profile import parse_profile
+
+    from tests.test_bench_results import OFF, ON, _result
+
+    result = _result(ON, OFF)
+    result.server_info |= {"model_path": "org/target", "speculative_draft_model_path": "org/draft"}
+    run, _ = to_models(result)
+    run.id = 7
+    stored = warm_start.known_from_run(run)
+    doc = build_profile(result)
+    profile = parse_profile(doc, source="measured")
+    written = warm_start.known_from_profile(doc, "measured.json", "found", profile.crossover())
+    assert stored is not None and stored.stack == written.stack
+    assert stored.stack.model == "org/target" and stored.stack.draft == "org/draft"
+    assert stored.stack.sglang_version == "0.5.23" and written.created_at == result.started_at
+    # each reader's own crossover fit (the sweep's ratio fit, the simulator's curves): the same bin
+    assert 8 < (stored.crossover or 0) < 16 and 8 < (written.crossover or 0) < 16
+
+
+def test_auto_refuses_warm_start_flags_off_learn_and_a_bad_profile_in_one_line(tmp_path: Path) -> None:
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    base = ["control", "auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db")]
+    env = {"SPECTOWER_ADMIN_KEY": "k", "SPECTOWER_ADMIN_KEY_FILE": ""}
+    other = CliRunner().invoke(app, [*base, "--policy", "threshold:3", "--warm-profile", "x.json"], env=env)
+    assert other.exit_code == 2
+    assert "only --policy learn starts warm (got --policy threshold:3)" in other.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    got = CliRunner().invoke(app, [*base, "--warm-profile", str(bad)], env=env)
+    assert got.exit_code == 2 and "Traceback" not in got.output
+    lines = [line for line in got.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --warm-profile: ") and "bad.json" in lines[0]

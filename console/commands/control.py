@@ -483,6 +483,7 @@ def auto(
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
     if kind != "learn" and (warm_profiles or gpu_metrics):
         fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
+    profiles = [_profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
@@ -512,7 +513,7 @@ def auto(
             options["max_flips_per_hour"] = config.max_flips_per_hour
             if sample_s is not None:
                 options["sample_s"] = sample_s
-            warm = _warm_start(database, state, max_running, warm_start, warm_profiles, gpu_metrics)
+            warm = _warm_start(database, state, max_running, warm_start, profiles, gpu_metrics)
             options["initial_ceiling"] = warm.ceiling
             start_note = warm.line
             _say_plain(warm.line)
@@ -542,7 +543,7 @@ def _warm_start(
     state: KnobState | None,
     max_running: int,
     enabled: bool,
-    profiles: list[Path],
+    profiles: list[Known],
     gpu_metrics: str | None,
 ) -> WarmStart:
     """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
@@ -553,7 +554,6 @@ def _warm_start(
     launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
     if not enabled:
         return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
-    known = [_profile_known(path) for path in profiles]
     if state is None:
         why = "the server did not answer, so its stack is unknown"
         return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
@@ -562,7 +562,7 @@ def _warm_start(
     except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
         fail(str(exc))
     stack = warm_start.Stack.of(state.info.info, inventory)
-    return warm_start.find(database, stack, max_running, known)
+    return warm_start.find(database, stack, max_running, profiles)
 
 
 def _profile_known(path: Path) -> Known:
