@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spectower.control.engine_counters import counter_bins
+from spectower.control.policy.learn import bin_floor
 from spectower.storage import queries
 from spectower.storage.bench_serving import effective_server_info
 from spectower.storage.database import Database
@@ -107,8 +109,8 @@ class Known:
             return "none: drafting paid at every level measured"
         if self.status == "below_range":
             return "none: drafting lost at every level measured"
-        interval = f" ({self.lo:g}-{self.hi:g})" if self.lo is not None and self.hi is not None else ""
-        return f"{self.crossover:g}{interval}"
+        interval = f" ({self.lo:.1f}-{self.hi:.1f})" if self.lo is not None and self.hi is not None else ""
+        return f"{self.crossover or 0:.1f}{interval}"
 
 
 def _when(ts: float) -> str:
@@ -174,7 +176,10 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
     candidates = sorted(known, key=lambda k: k.created_at, reverse=True)
     for item in candidates:
         if not server.differences(item.stack):
+            # on a bin boundary, as learn keeps its ceilings (each bin runs one mode)
             ceiling = item.ceiling(max_running_requests)
+            if ceiling < max_running_requests:
+                ceiling = bin_floor(ceiling, counter_bins(max_running_requests))
             unchecked = ""
             if server.gpus is None:
                 unchecked = "; GPUs not compared: the server's are unknown (give --gpu-metrics)"
@@ -183,7 +188,8 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
             return WarmStart(
                 ceiling,
                 f"warm start: {item.source} matches this stack ({server.describe()}): crossover "
-                f"{item.crossover_text()}; learn starts at ceiling {ceiling}{unchecked}",
+                f"{item.crossover_text()}; learn starts at ceiling {ceiling} (the counters' bin at or below "
+                f"it){unchecked}",
             )
     if not candidates:
         checked = "no stored sweep or measured profile has a crossover"

@@ -112,7 +112,7 @@ def test_a_matching_sweep_starts_learn_at_its_crossover_and_a_newer_other_stack_
         text = stop(proc, output)
     line = next(line for line in text.splitlines() if line.startswith("warm start:"))
     assert line.startswith(f"warm start: sweep #{matching} 'this-stack' of ")
-    assert "matches this stack" in line and "crossover 16 (14-19); learn starts at ceiling 16" in line
+    assert "matches this stack" in line and "crossover 16.0 (14.0-19.0); learn starts at ceiling 16" in line
     assert "GPUs not compared" not in line
     assert f"warm start: sweep #{matching} 'this-stack'" in auto_start_reason(db)
     assert "warm start: move the ceiling 64 -> 16" in text

@@ -58,7 +58,9 @@ def test_the_newest_matching_sweep_wins_and_a_newer_other_stack_is_ignored() -> 
     warm = warm_start.choose(SERVER, known(older, newest_match, other_draft, other_gpu), 64)
     assert warm.ceiling == 16
     assert warm.line.startswith("warm start: sweep #2 'run2' of ")
-    assert "crossover 16 (13-20); learn starts at ceiling 16" in warm.line
+    # on the counters' bins, as learn keeps its ceilings: 17.8 -> 16 (bins ... 12, 16, 24 ...)
+    assert warm_start.choose(SERVER, known(sweep(5, 17.8)), 64).ceiling == 16
+    assert "crossover 16.0 (13.0-20.0); learn starts at ceiling 16" in warm.line
     assert "8x NVIDIA RTX PRO 6000" in warm.line and "GPUs not compared" not in warm.line
 
 
@@ -154,7 +156,10 @@ def test_a_ceiling_already_there_still_holds_a_dwell_and_restored_counters_skip_
     restarted = make_policy("learn", 64, initial_ceiling=16)
     restarted.load_state(state)  # its own counters of the last window: they decide, not the warm start
     decision = restarted.decide(obs)
-    assert "warm start" not in decision.reason and restarted.initial_ceiling is None
+    assert restarted.initial_ceiling is None and decision.max_bs != 16  # its own estimate's move
+    assert decision.reason.startswith("warm start not used: counters of its own from the last window were "
+                                      "restored; move the ceiling 64 -> ")  # fmt: skip
+    assert "warm start" not in restarted.decide(obs).reason  # said once
 
 
 def test_a_sweep_stored_and_written_as_a_profile_keep_the_same_stack() -> None:

@@ -128,6 +128,7 @@ class LearnPolicy:
         # the warm start, until the first decision that can apply it; then when it began (its dwell)
         self.initial_ceiling = initial_ceiling
         self._warm_since: float | None = None
+        self._note = ""  # said once, before the next decision's reason (a warm start not used)
         self.max_running_requests = max_running_requests
         self.window_s = _option(options, "window_s")
         self.sample_s = _option(options, "sample_s")
@@ -309,6 +310,7 @@ class LearnPolicy:
         wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
         self.initial_ceiling = None
         if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
+            self._note = "warm start not used: counters of its own from the last window were restored; "
             return None
         self._warm_since = now
         dwell = f"the counters decide after {self.min_dwell_s:.0f} s"
@@ -375,6 +377,7 @@ class LearnPolicy:
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
+        reason, self._note = self._note + reason, ""
         self.flip_times.append(now)
         self.pending = value
         self.pending_waits = 0
@@ -383,6 +386,7 @@ class LearnPolicy:
         return Decision(value, reason)
 
     def _hold(self, reason: str) -> Decision:
+        reason, self._note = self._note + reason, ""
         self.last_reason = reason
         return Decision(None, reason)
 
