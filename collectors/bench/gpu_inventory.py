@@ -66,8 +66,6 @@ def dcgm_inventory(url: str, timeout: float = DCGM_READ_S) -> list[dict[str, Any
     return [{**_entry(f), "power_usage_w": power.get((f.host, f.index))} for f in ordered]
 
 
-
-
 def server_inventory(server_url: str, gpu_metrics: str | None) -> list[dict[str, Any]] | None:
     """The GPUs behind ``server_url``: its host's dcgm-exporter when ``gpu_metrics`` names it, else NVML when
     the server runs on this host, else unknown (None). A sweep keeps this with its run; ``control auto``

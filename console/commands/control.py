@@ -45,6 +45,16 @@ out = Console(highlight=False)
 
 P = ParamSpec("P")
 
+WARM_START_HELP = (
+    "learn: start at the crossover of the newest stored sweep (or --warm-profile) of this server's stack "
+    "(model, draft, SGLang version, GPUs); --no-warm-start: where the launch put the knob"
+)
+WARM_PROFILE_HELP = "learn: a measured profile (bench sweep --profile-out) to consider too (repeatable)"
+WARM_GPU_METRICS_HELP = (
+    "learn's warm start: dcgm-exporter /metrics URL of the server's host, naming its GPUs (default: NVML "
+    "when the server runs on this host)"
+)
+
 
 def _user_errors(command: Callable[P, None]) -> Callable[P, None]:
     """Our refusals (bad key, no plugin, unreachable, bad value) end as one ``error:`` line, exit 2."""
@@ -449,24 +459,9 @@ def auto(
         maximum_s=LEARN_WINDOW_S / 2,
         help="learn: keep a counters snapshot this often (default 15s)",
     ),
-    warm_start: bool = typer.Option(
-        True,
-        "--warm-start/--no-warm-start",
-        help="learn: start at the crossover of the newest stored sweep (or --warm-profile) of this server's "
-        "stack (model, draft, SGLang version, GPUs); --no-warm-start: where the launch put the knob",
-    ),
-    warm_profiles: list[Path] = typer.Option(
-        [],
-        "--warm-profile",
-        help="learn: a measured profile (bench sweep --profile-out) to consider beside the stored sweeps "
-        "(repeatable)",
-    ),
-    gpu_metrics: str | None = typer.Option(
-        None,
-        "--gpu-metrics",
-        help="learn's warm start: dcgm-exporter /metrics URL of the server's host, naming its GPUs (default: "
-        "NVML when the server runs on this host)",
-    ),
+    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_START_HELP),
+    warm_profiles: list[Path] = typer.Option([], "--warm-profile", help=WARM_PROFILE_HELP),
+    gpu_metrics: str | None = typer.Option(None, "--gpu-metrics", help=WARM_GPU_METRICS_HELP),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
@@ -510,12 +505,11 @@ def auto(
         options: dict[str, Any] = {}
         start_note = None
         if kind == "learn":
-            options["max_flips_per_hour"] = config.max_flips_per_hour
+            options = {"max_flips_per_hour": config.max_flips_per_hour}
             if sample_s is not None:
                 options["sample_s"] = sample_s
             warm = _warm_start(database, state, max_running, warm_start, profiles, gpu_metrics)
-            options["initial_ceiling"] = warm.ceiling
-            start_note = warm.line
+            options["initial_ceiling"], start_note = warm.ceiling, warm.line
             _say_plain(warm.line)
         policy = make_policy(spec, max_running, **options)
         runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain,
