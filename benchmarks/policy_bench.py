@@ -2,12 +2,13 @@
 
 Virtual time (simulator.harness): an hour of load per run in well under a second. Per (profile, trace) it
 prints, over the seeds: learn / best achievable (mean and worst), learn / oracle, always-on and always-off /
-best achievable, what never drafting serves against the oracle, learn's ceiling changes per hour (worst),
-and what the gate's exploration costs (1 - the oracle's tokens / an oracle that never explores; every policy
-and the oracle pay it). Two baselines: the oracle knows the profile and runs the better of the knob's two
-modes at every instant ("off" is the knob-off curve, spec_off, never a plain server), exploring like every
-policy; a server that never drafts (the knob at 0 locked: extend skipped, nothing explored) can beat it
-where drafting loses. The best achievable is, per tick, the better of the two.
+best achievable, learn started warm (at the profile's crossover, as ``control auto`` starts from a stored
+sweep of the stack) / best achievable, what never drafting serves against the oracle, learn's ceiling
+changes per hour (worst), and what the gate's exploration costs (1 - the oracle's tokens / an oracle that
+never explores; every policy and the oracle pay it). Two baselines: the oracle knows the profile and runs
+the better of the knob's two modes at every instant ("off" is the knob-off curve, spec_off, never a plain
+server), exploring like every policy; a server that never drafts (the knob at 0 locked: extend skipped,
+nothing explored) can beat it where drafting loses. The best achievable is, per tick, the better of the two.
 
 The bar (exit status 1 when a cell misses it): learn >= 0.98 of the best achievable in every run, at most 12
 ceiling changes an hour, and never below always-on on a profile where speculation pays at every load.
@@ -64,6 +65,7 @@ class Cell:
     learn_oracle_mean: float  # against the oracle alone
     on_mean: float  # against the best achievable
     off_mean: float
+    warm_mean: float  # learn started at the profile's crossover (as from a stored sweep), against the best
     never_vs_oracle: float  # never drafting's tokens / the oracle's (> 1: the exploring oracle is beaten)
     changes_per_hour_max: float
     explore_cost: float
@@ -120,11 +122,16 @@ def machine() -> str:
 def score(profile: Profile, trace_name: str, seeds: int, duration: float, config: HarnessConfig) -> Cell:
     mrr = profile.max_running_requests
     always_pays = profile.crossover() is None and profile.speedup(profile.concurrency[0]) >= 1.0
-    runs: dict[str, list[RunResult]] = {"learn": [], "always-on": [], "always-off": []}
+    runs: dict[str, list[RunResult]] = {"learn": [], "always-on": [], "always-off": [], "warm": []}
+    cross = profile.crossover()
+    # learn started warm, at the ceiling a sweep of this stack would give (control/warm_start.py)
+    warm_ceiling = math.floor(cross) if cross is not None else mrr if always_pays else 0
     for seed in range(seeds):
         trace = load_trace(trace_name, duration_s=duration, seed=seed, max_running_requests=mrr)
         for spec, results in runs.items():
-            results.append(simulate(profile, trace, make_policy(spec, mrr), duration, seed, config))
+            options = {"initial_ceiling": warm_ceiling} if spec == "warm" else {}
+            policy = make_policy("learn" if spec == "warm" else spec, mrr, **options)
+            results.append(simulate(profile, trace, policy, duration, seed, config))
     learn, on, off = runs["learn"], runs["always-on"], runs["always-off"]
     below = always_pays and any(a.tokens < b.tokens * (1 - 1e-12) for a, b in zip(learn, on, strict=True))
     return Cell(
@@ -137,6 +144,7 @@ def score(profile: Profile, trace_name: str, seeds: int, duration: float, config
         learn_oracle_mean=statistics.fmean(r.efficiency for r in learn),
         on_mean=statistics.fmean(r.efficiency_vs_best for r in on),
         off_mean=statistics.fmean(r.efficiency_vs_best for r in off),
+        warm_mean=statistics.fmean(r.efficiency_vs_best for r in runs["warm"]),
         never_vs_oracle=statistics.fmean(r.never_draft_tokens / r.oracle_tokens for r in learn),
         changes_per_hour_max=max(r.changes_per_hour for r in learn),
         explore_cost=statistics.fmean(r.explore_cost for r in learn),
@@ -168,15 +176,15 @@ def main() -> int:
     started = time.perf_counter()
     cells = [score(p, t, args.seeds, args.duration, config) for p in profiles for t in BUILTIN_TRACES]
     elapsed = time.perf_counter() - started
-    runs = len(cells) * args.seeds * 3
+    runs = len(cells) * args.seeds * 4
 
     print(f"machine: {machine()}")
     print(f"{runs} runs ({len(profiles)} profiles x {len(BUILTIN_TRACES)} traces x {args.seeds} seeds x "
-          f"learn, always-on, always-off), {runs * args.duration / 3600:.0f} virtual hours in "
+          f"learn, always-on, always-off, learn warm), {runs * args.duration / 3600:.0f} virtual hours in "
           f"{elapsed:.1f} s; exploration share {config.effective_explore_share:.1%} for every policy and "
           "the oracle")
     header = (f"{'profile':<32} {'trace':<7} {'learn':>7} {'worst':>7} {'/oracle':>7} {'on':>7} {'off':>7} "
-              f"{'never/or':>8} {'chg/h':>6} {'explore':>8}  bar")
+              f"{'warm':>7} {'never/or':>8} {'chg/h':>6} {'explore':>8}  bar")
     current = None
     for cell in cells:
         if cell.profile != current:
@@ -185,15 +193,16 @@ def main() -> int:
             cross_text = (f"{cross:.1f}" if cross is not None else
                           "none (spec always pays)" if cell.always_pays else "none (spec never pays)")
             print()
-            print(f"{current}: crossover {cross_text}  (learn, worst, on, off: tokens / the best achievable, "
-                  "per tick the better of the oracle and never drafting; /oracle: learn / the oracle alone; "
+            print(f"{current}: crossover {cross_text}  (learn, worst, on, off, warm: tokens / the best "
+                  "achievable, per tick the better of the oracle and never drafting; warm: learn started at "
+                  "the crossover, as from a stored sweep; /oracle: learn / the oracle alone; "
                   "never/or: never drafting / the oracle; explore: what exploring costs the oracle)")
             print(header)
             print("-" * len(header))
         bad = cell.failures()
         print(f"{cell.profile[:32]:<32} {cell.trace:<7} {cell.learn_mean:>7.4f} {cell.learn_min:>7.4f} "
               f"{cell.learn_oracle_mean:>7.4f} {cell.on_mean:>7.4f} {cell.off_mean:>7.4f} "
-              f"{cell.never_vs_oracle:>8.4f} {cell.changes_per_hour_max:>6.1f} "
+              f"{cell.warm_mean:>7.4f} {cell.never_vs_oracle:>8.4f} {cell.changes_per_hour_max:>6.1f} "
               f"{cell.explore_cost:>8.2%}  {'MISSED: ' + '; '.join(bad) if bad else 'ok'}")
     print()
     worst = min(cells, key=lambda c: c.learn_min)
