@@ -36,8 +36,9 @@ exploring costs that oracle (1 - its tokens / the tokens of an oracle that never
 
 Because that oracle explores, a server that never drafts (the knob at 0 locked: the draft's extend skipped,
 nothing explored, the profile's cold ``spec_off`` curve) can beat it where drafting loses: by 0.5-1 % at
-32-64 requests on the GLM-5 profile, by 10 % at 64 on the H200 triton one (its warm off). So the result also carries ``never_draft_tokens`` and ``best_tokens`` (per tick the
-better of the oracle and never drafting: the best achievable), and ``efficiency_vs_best`` against it.
+32-64 requests on the GLM-5 profile, by 10 % at 64 on the H200 triton one (its warm off). So the result
+also carries ``never_draft_tokens`` and ``best_tokens`` (per tick the better of the oracle and never
+drafting: the best achievable), and ``efficiency_vs_best`` against it.
 """
 
 from __future__ import annotations
