@@ -21,6 +21,10 @@ by ``RUN_LENGTH``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from spectower.control.engine_counters import bin_of
 
 # Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
@@ -61,3 +65,182 @@ class ExploreSchedule:
         settling = explore != self._last
         self._last = explore
         return explore, settling
+
+
+# ---- Windows at a policy's 0 (issue #32) ---------------------------------------------------------------
+#
+# While anything explores, a gated batch keeps the draft model's KV extend (knob_contract.extend_skippable:
+# explored drafting must find the draft warm), and at the knob's 0 that extend is what separates a gated
+# step from a plain server's: a policy's 0 with the default share served 0.88-0.95 of a plain server on the
+# H200 where an operator's (locked) 0 served 0.96-1.01. So at a policy's 0 exploration runs in windows, one
+# per cycle of WINDOW_CYCLE_BATCHES decode batches (per process):
+#
+#   cold     the extend is skipped and nothing explores (most of the cycle): a steady gated stream, as an
+#            operator's off;
+#   warm     the extend runs again and nothing explores, until no request of the batch still has the holes
+#            the skipped extends left in its draft KV (they finish; new requests are clean), at most
+#            WINDOW_WARM_MAX_BATCHES, after which the rest are forgotten and recover cold;
+#   explore  WINDOW_EXPLORE_BATCHES batches exploring at the share that puts the cycle's usual number of
+#            explored batches into the window (``ExploreWindows.period_in_window``), the draft warm, then
+#            cold again.
+#
+# The extend runs in about (warm + explore) / cycle of the batches: about 8 % for requests of a few hundred
+# tokens, so the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm and explore are
+# marked settling: the counters keep them apart, so the gated rate a policy reads is the cold stream's.
+# Elsewhere (a ceiling above 0, a lock, the share 0) there is no window: exploring runs as before.
+
+WINDOW_CYCLE_BATCHES = 8192
+MAX_WINDOW_CYCLE_BATCHES = 1 << 20
+EXPLORE_CYCLE_ENV = "SPECTOWER_EXPLORE_CYCLE"
+WINDOW_EXPLORE_BATCHES = 384
+WINDOW_WARM_MAX_BATCHES = 1024
+# The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
+# hundred tokens, so about as long as the exploring part.
+WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
+
+COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
+PHASES = (COLD, WARM, EXPLORE)
+
+
+def windowed(ceiling: int | None, period: int) -> bool:
+    """Whether exploration runs in windows: the ceiling is 0 and exploring is on (``period`` > 0: a share,
+    and no lock; the caller passes 0 under a lock)."""
+    return ceiling == 0 and period > 0
+
+
+def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES) -> float:
+    """The share of a windowed 0's gated batches that run the draft extend, as the policy harness models it
+    (the warm part at its usual length, the exploring part's length); 1.0 without windows (cycle 0)."""
+    if cycle == 0:
+        return 1.0
+    windows = ExploreWindows(cycle)
+    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
+    return (warm + windows.explore_batches) / (cycle + warm)
+
+
+class ExploreWindows:
+    """The phase of each decode batch at a policy's 0 (the comment above). Per process, like the schedule.
+
+    ``cycle`` batches per window (``SPECTOWER_EXPLORE_CYCLE`` in SGLang's environment; 0 turns windows off:
+    exploring then runs throughout and every gated batch keeps the extend, as before issue #32); a shorter
+    cycle than the default scales the exploring part (a 16th) and the warm cap (an 8th) with it."""
+
+    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
+        if cycle < 2:
+            raise ValueError(f"an exploration cycle needs at least 2 batches, got {cycle}")
+        self.cycle = cycle
+        self.explore_batches = min(WINDOW_EXPLORE_BATCHES, max(1, cycle // 16))
+        self.warm_max = min(WINDOW_WARM_MAX_BATCHES, max(1, cycle // 8))
+        self.phase = COLD
+        self._in_phase = 0  # batches of the current phase so far
+        self.windows = 0  # exploring parts begun
+        # warm parts ended by warm_max with holed requests left (forgotten: they recover cold)
+        self.warm_cut = 0
+        self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
+        self.batches = dict.fromkeys(PHASES, 0)
+
+    def period_in_window(self, period: int) -> int:
+        """The exploring part's period: the cycle's explored batches (one in ``period``) packed into its
+        window, and at least 2 (a window never drafts every batch of a bin). 0 stays 0."""
+        if period <= 0:
+            return 0
+        return max(2, round(period * self.explore_batches / self.cycle))
+
+    def reset(self) -> None:
+        """Not windowed (the ceiling rose, a lock, the share 0): the next window starts a cycle afresh."""
+        self.phase, self._in_phase, self.cut_now = COLD, 0, False
+
+    def step(self, holes_pending: Callable[[], bool] = lambda: False) -> str:
+        """The phase of the next decode batch at a policy's 0; ``holes_pending()``: some request of this
+        batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it)."""
+        self.cut_now = False
+        if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
+            self.phase, self._in_phase = WARM, 0
+        if self.phase == WARM:
+            pending = holes_pending()
+            cut = pending and self._in_phase >= self.warm_max
+            if not pending or cut:
+                self.phase, self._in_phase = EXPLORE, 0
+                self.windows += 1
+                self.warm_cut += cut
+                self.cut_now = cut
+        elif self.phase == EXPLORE and self._in_phase >= self.explore_batches:
+            self.phase, self._in_phase = COLD, 0
+        self._in_phase += 1
+        self.batches[self.phase] += 1
+        return self.phase
+
+    def report(self, active: bool) -> dict[str, Any]:
+        """The ``window`` block of the plugin's (and the simulator's) ``explore`` report."""
+        return {
+            "active": active,
+            "phase": self.phase if active else None,
+            "cycle": self.cycle,
+            "explore_batches": self.explore_batches,
+            "warm_max": self.warm_max,
+            "windows": self.windows,
+            "warm_cut": self.warm_cut,
+            "batches": dict(self.batches),
+        }
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What one decode batch does about exploration: ``explore`` (run the other mode than the ceiling says),
+    ``settling`` (counted apart: it switches into or out of a run, or is a gated batch of a window's warm or
+    exploring part, which keeps the extend), ``phase`` (the window's, None when not windowed) and
+    ``forget_holes`` (a warm part was cut short: the holed requests recover cold)."""
+
+    explore: bool
+    settling: bool
+    phase: str | None
+    forget_holes: bool
+
+
+def cycle_of(raw: str | None) -> int:
+    """The cycle that ``SPECTOWER_EXPLORE_CYCLE`` asks for (unset: the default; 0: no windows), or
+    ValueError naming the variable."""
+    if raw is None or raw.strip() == "":
+        return WINDOW_CYCLE_BATCHES
+    try:
+        cycle = int(raw)
+    except ValueError:
+        raise ValueError(f"{EXPLORE_CYCLE_ENV} must be a whole number of batches, got {raw!r}") from None
+    if cycle != 0 and not 2 <= cycle <= MAX_WINDOW_CYCLE_BATCHES:
+        raise ValueError(f"{EXPLORE_CYCLE_ENV} must be 0 (no windows) or 2..{MAX_WINDOW_CYCLE_BATCHES}, "
+                         f"got {cycle}")  # fmt: skip
+    return cycle
+
+
+class Explorer:
+    """The schedule and the windows together: the one decision per decode batch that the SGLang plugin's gate
+    (control/sglang_plugin.py) and the simulator's ranks (simulator/engine.py) both make. ``cycle`` 0: no
+    windows (exploring at a policy's 0 keeps the extend throughout)."""
+
+    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
+        self.schedule = ExploreSchedule()
+        self.windows = ExploreWindows(cycle) if cycle else None
+        self.phase_now: str | None = None  # the last batch's window phase (None: not windowed)
+
+    def window_report(self) -> dict[str, Any]:
+        """The ``window`` block of the ``explore`` report (the plugin's and the simulator's)."""
+        if self.windows is None:
+            return {"active": False, "phase": None, "cycle": 0}
+        return self.windows.report(self.phase_now is not None)
+
+    def next(self, batch_size: int, ceiling: int | None, period: int,
+             holes_pending: Callable[[], bool] = lambda: False) -> BatchPlan:  # fmt: skip
+        """``period``: the share's period, 0 when exploring is off or paused (a lock holds the knob)."""
+        if self.windows is None or not windowed(ceiling, period):
+            if self.windows is not None:
+                self.windows.reset()
+            self.phase_now = None
+            explore, settling = self.schedule.next(batch_size, period)
+            return BatchPlan(explore, settling, None, False)
+        phase = self.windows.step(holes_pending)
+        self.phase_now = phase
+        in_window = self.windows.period_in_window(period) if phase == EXPLORE else 0
+        explore, settling = self.schedule.next(batch_size, in_window)
+        # at 0 a batch that does not explore is gated: outside the cold part it keeps the extend
+        settling = settling or (phase != COLD and not explore)
+        return BatchPlan(explore, settling, phase, self.windows.cut_now)

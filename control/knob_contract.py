@@ -158,15 +158,18 @@ def explore_period(share: float) -> int:
     return round(1.0 / share) if share > 0 else 0
 
 
-def extend_skippable(ceiling: int | None, period: int, owner: str) -> bool:
+def extend_skippable(ceiling: int | None, period: int, owner: str, window_phase: str | None = None) -> bool:
     """Whether a gated batch may skip the draft model's KV extend: the ceiling is 0 and no batch explores
     drafting (``period`` 0, or a lock holds the knob, which pauses exploration; ``None``: no ceiling set,
-    speculation as launched), so no batch drafts until
-    the knob rises. The one rule for the SGLang plugin (control/sglang_plugin.py, read by the gated-decode
-    plugin's skip), the simulator's ranks and its policy harness: while anything explores, every gated batch
-    keeps the extend, so that explored drafting and a switch back on find the draft warm, and pays for it
-    (0.87-0.97 of the knob at 0 locked on the H200, gpu/README.md)."""
-    return ceiling == 0 and not (period > 0 and owner == OWNER_FREE)
+    speculation as launched), so no batch drafts until the knob rises, or, at a policy's 0 where exploring
+    runs in windows (control/explore.py), the batch is in a window's cold part (``window_phase`` "cold").
+    The one rule for the SGLang plugin (control/sglang_plugin.py, read by the gated-decode plugin's skip), the
+    simulator's ranks and its policy harness: while anything explores, every gated batch keeps the extend, so
+    that explored drafting and a switch back on find the draft warm, and pays for it (0.87-0.97 of the knob at
+    0 locked on the H200, gpu/README.md); the windows confine that to a few % of a policy's 0."""
+    if ceiling != 0:
+        return False
+    return not (period > 0 and owner == OWNER_FREE) or window_phase == "cold"
 
 
 def _flag(key: str, value: object) -> bool:

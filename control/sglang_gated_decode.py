@@ -277,6 +277,18 @@ class ExtendSkip:
             self.drain_steps = 0
         return wanted
 
+    def holes_pending(self) -> bool:
+        """Whether a request of the batch being run still has holes (a window's warm part waits for none)."""
+        return bool(self.holed)
+
+    def forget_holes(self) -> None:
+        """Stop waiting for the holed requests (a window's warm part ran out): they draft again and recover
+        cold, as after a drain cut short."""
+        if self.holed:
+            self.drains_cut_short += 1
+            self.holed.clear()
+        self.drain_steps = 0
+
     def mark(self, steps: int) -> None:
         """The batch runs ``steps``: outside a drain, a 0-step batch skips its draft extend where allowed."""
         if steps == 0 and not self.draining_now and self.enabled and self.allowed():

@@ -91,7 +91,7 @@ from typing import Any
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
 from spectower.control import engine_counters, knob_contract
-from spectower.control.explore import RUN_LENGTH, ExploreSchedule
+from spectower.control.explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
 
 PLUGIN_VERSION = "0.3.2"  # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved
 KNOB_KEY = knob_contract.KNOB_KEY
@@ -162,6 +162,15 @@ def _env_explore_share() -> float:
         return knob_contract.DEFAULT_EXPLORE_SHARE
 
 
+def _env_explore_cycle() -> int:
+    try:
+        return cycle_of(os.environ.get(EXPLORE_CYCLE_ENV))
+    except ValueError as exc:
+        logger.warning("spectower: ignoring %s; exploring in windows of %d batches", exc,
+                       WINDOW_CYCLE_BATCHES)  # fmt: skip
+        return WINDOW_CYCLE_BATCHES
+
+
 class Gate:
     """The per-process gate: the ceiling, the hysteresis state and the counters. Pure logic, no sglang."""
 
@@ -170,6 +179,7 @@ class Gate:
         margin: int | None = None,
         min_dwell: int = DEFAULT_GATE_MIN_DWELL,
         explore_share: float = 0.0,
+        explore_cycle: int = WINDOW_CYCLE_BATCHES,
     ) -> None:
         self.ceiling: int | None = None  # None: unlimited until the first set
         self.margin_override = margin
@@ -184,9 +194,11 @@ class Gate:
         self.explore_share = 0.0
         self.explore_period = 0
         self.set_explore_share(explore_share)
-        self._schedule = ExploreSchedule()  # which batches explore: runs (control/explore.py)
+        # which batches explore: runs, and windows at a policy's 0 (control/explore.py)
+        self.explorer = Explorer(explore_cycle)
         self.explored_now = False  # the last decide() explored (count() attributes its step change)
         self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
+        self.forget_holes_now = False  # the last decide() cut a window's warm part short
         self.batches_explored = 0
         self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
         self._last_explored = False
@@ -232,13 +244,16 @@ class Gate:
         dwelt = self.closed_batches + 1
         return not (batch_size <= ceiling - self.margin() and dwelt >= self.min_dwell), dwelt
 
-    def decide(self, batch_size: int, may_explore: bool = True) -> bool:
+    def decide(self, batch_size: int, may_explore: bool = True,
+               holes_pending: Callable[[], bool] = lambda: False) -> bool:  # fmt: skip
         """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis;
-        the batches ``ExploreSchedule`` picks (runs; while ``may_explore``) run the other mode instead,
-        leaving the hysteresis state as it was."""
+        the batches the ``Explorer`` picks (runs, in windows at a policy's 0; while ``may_explore``) run the
+        other mode instead, leaving the hysteresis state as it was. ``holes_pending``: whether a request of
+        this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
-        explore, self.settling_now = self._schedule.next(batch_size, period)
+        plan = self.explorer.next(batch_size, self.ceiling, period, holes_pending)
+        explore, self.settling_now, self.forget_holes_now = plan.explore, plan.settling, plan.forget_holes
         if explore:
             self.explored_now = True
             self._decisions.append((batch_size, not closed))
@@ -310,6 +325,7 @@ class Gate:
             "run": RUN_LENGTH,
             "batches": self.batches_explored,
             "active": active and self.explore_period > 0,
+            "window": self.explorer.window_report(),
         }
 
 
@@ -320,6 +336,7 @@ class _PluginState:
             margin=_env_int(ENV_GATE_MARGIN),
             min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
             explore_share=_env_explore_share(),
+            explore_cycle=_env_explore_cycle(),
         )
         self.owner = knob_contract.KnobOwner()
         # Per batch-size bin, drafted vs gated: steps, output tokens, step time (control/engine_counters.py).
@@ -362,7 +379,22 @@ def off_without_exploration() -> bool:
     plugin may then skip the draft model's extend (control/sglang_gated_decode.py), since no batch will
     draft until the knob rises again."""
     state = _state()
-    return knob_contract.extend_skippable(state.gate.ceiling, state.gate.explore_period, state.owner.owner())
+    gate = state.gate
+    return knob_contract.extend_skippable(gate.ceiling, gate.explore_period, state.owner.owner(),
+                                          gate.explorer.phase_now)  # fmt: skip
+
+
+def _extend_skip() -> Any:
+    """The gated-decode plugin's request-hole tracker in this process, or None where it does not skip."""
+    gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
+    if gated_decode is None or not gated_decode.hooked():
+        return None
+    return gated_decode.extend_skip()
+
+
+def _holes_pending() -> bool:
+    tracker = _extend_skip()
+    return tracker is not None and tracker.holes_pending()
 
 
 def _warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
@@ -555,9 +587,9 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
                 counters.ensure(max_running)  # bins up to max_running_requests from the first report on
             block["counters"] = counters.snapshot()
             block["hooks"] = {"calls": _state().hook_calls, "seconds": _state().hook_s}
-            gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
-            if gated_decode is not None and gated_decode.hooked():
-                block["gated_decode"] = gated_decode.extend_skip().report()
+            tracker = _extend_skip()
+            if tracker is not None:
+                block["gated_decode"] = tracker.report()
             seq_lens = sys.modules.get("spectower.control.sglang_seq_lens")
             if seq_lens is not None and seq_lens.registered():
                 block["seq_lens_mirror"] = seq_lens.mirror().report()
@@ -607,8 +639,12 @@ def hook_get_steps_for_batch(
             # No exploration while a lock holds the knob: an operator's off means off, a sweep's ceiling
             # is measured as set.
             free = gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
-            gated = gate.decide(int(batch_size), may_explore=free)
+            gated = gate.decide(int(batch_size), may_explore=free, holes_pending=_holes_pending)
             gate.count(gated, steps, gate.explored_now)
+            if gate.forget_holes_now:
+                tracker = _extend_skip()
+                if tracker is not None:
+                    tracker.forget_holes()
             settling = gate.settling_now
             final = 0 if gated else steps
     except Exception:

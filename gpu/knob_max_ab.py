@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.lengths import OutputLengths, parse_output_lengths
 from spectower.collectors.bench.loadgen import run_closed_loop
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.ratio import paired_ratio_interval, ratio_interval
@@ -42,14 +43,19 @@ CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 300.0  # a 256-token request at C=64 stays well inside
 MAX_RESULT_BYTES = 4 * 1024 * 1024  # a saved run is a few kB
 SERVERS = ("gated", "ungated")
+DEFAULT_LABEL = "knob at max / un-gated"  # what the ratio is, in its printed lines (--label)
 
 
-async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float, output_len: int,
-                  input_len: int, transports: dict[str, httpx.AsyncBaseTransport] | None = None,
-                  ) -> dict[str, Any]:  # fmt: skip
+async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float,
+                  output_len: int | OutputLengths, input_len: int,
+                  transports: dict[str, httpx.AsyncBaseTransport] | None = None,
+                  label: str = DEFAULT_LABEL) -> dict[str, Any]:  # fmt: skip
     """Both servers at each level, ``rounds`` times in turn; ``transports`` (per name, for tests) carry the
-    requests instead of httpx's own."""
-    shape = RequestShape(api="generate", output_len=output_len)
+    requests instead of httpx's own. ``output_len``: one length, or a range (each request's length by its
+    index, so both servers of a round get the same lengths)."""
+    lengths = output_len if isinstance(output_len, OutputLengths) else OutputLengths(output_len, output_len)
+    shape = RequestShape(api="generate", output_len=lengths.high)
+    length_of = lengths.of if lengths.mixed else None
     prompts = PromptFactory(input_len, as_text=False)
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=max(levels) + 4)
@@ -69,7 +75,7 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                 served = 0
                 for name in order:
                     loop = await run_closed_loop(clients[name], prompts, shape, c, duration_s=seconds,
-                                                 first_index=index)  # fmt: skip
+                                                 first_index=index, output_len_of=length_of)  # fmt: skip
                     served = max(served, len(loop.records))
                     got = window_throughputs(loop, WINDOWS_PER_ROUND)
                     windows[c][name].extend(got)
@@ -87,9 +93,10 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                                "rounds_tok_s": round_means[c]}  # fmt: skip
         row.update(level_figures(row, rounds))
         rows.append(row)
-        print(describe_level(row), flush=True)
+        print(describe_level(row, label), flush=True)
     return {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
-            "output_len": output_len, "input_len": input_len, "levels": rows}  # fmt: skip
+            "output_len": str(lengths) if lengths.mixed else lengths.low, "input_len": input_len,
+            "label": label, "levels": rows}  # fmt: skip
 
 
 def rounds_of(row: dict[str, Any], rounds: int) -> dict[str, list[float]]:
@@ -124,11 +131,11 @@ def level_figures(row: dict[str, Any], rounds: int) -> dict[str, Any]:
             "paired_hi": paired_hi, "round_ratios": [g / u for g, u in pairs]}  # fmt: skip
 
 
-def describe_level(row: dict[str, Any]) -> str:
+def describe_level(row: dict[str, Any], label: str = DEFAULT_LABEL) -> str:
     if "error" in row:
         return f"C={row['concurrency']}: no figure ({row['error']})"
     spread = row["round_ratios"]
-    return (f"C={row['concurrency']}: knob at max / un-gated {row['ratio']:.3f}"
+    return (f"C={row['concurrency']}: {label} {row['ratio']:.3f}"
             f" ({row['lo']:.3f}-{row['hi']:.3f})"
             f" over windows; {row['paired_ratio']:.3f} ({row['paired_lo']:.3f}-{row['paired_hi']:.3f}) paired"
             f" over {len(spread)} rounds, rounds {min(spread):.3f}-{max(spread):.3f}")  # fmt: skip
@@ -171,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,16,64", help="levels, as bench sweep's --concurrency")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0, help="per server, level and round")
-    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--output-len", default="256", help="N, or LOW-HIGH for mixed lengths (e.g. 64-448)")
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--label", default=DEFAULT_LABEL, help="what the ratio is, for its printed lines")
     args = parser.parse_args(argv)
     if args.summarize:
         for row in summarize(args.summarize):
@@ -185,10 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rounds must be >= 1 and --seconds > 0")
     try:
         levels = list(parse_concurrency(args.concurrency))  # the sweep's own parser: one line naming the flag
+        lengths = parse_output_lengths(args.output_len)
     except BenchError as exc:
         raise SystemExit(str(exc)) from None
     urls = {"gated": args.gated.rstrip("/"), "ungated": args.ungated.rstrip("/")}
-    result = asyncio.run(measure(urls, levels, args.rounds, args.seconds, args.output_len, args.input_len))
+    result = asyncio.run(measure(urls, levels, args.rounds, args.seconds, lengths, args.input_len,
+                                 label=args.label))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1))
     return 0

@@ -16,6 +16,10 @@
 # ungated: the knob at max against an un-gated EAGLE-3 server on the plain port (UNGATED_ADAPTIVE=1: with the
 # launch's adaptive config); respec: the speculative server alone again, SPEC_ENV="NAME=value ..." for it;
 # abmax: the knob-at-max comparison again against the un-gated server already there (AB_LEVELS, AB_ROUNDS).
+# policyoff (issue #32): a policy's 0 (unlocked, exploring; OFF_TAG names the run, e.g. after
+# SPEC_ENV=SPECTOWER_EXPLORE_CYCLE=0 PHASES="respec policyoff") and an operator's 0 (OFF_OPERATOR=0 skips it),
+# each against the plain server with mixed output lengths (OFF_OUTPUT_LEN, default 64-448) at OFF_LEVELS
+# (OFF_POLICY=0 skips the policy's).
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
 # policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each; the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
@@ -322,6 +326,40 @@ do_abmax() {  # the knob at max against the un-gated server already on the plain
   ab_at_max "${AB_LEVELS:-1,16,64}" "$OUT/knob_max_vs_ungated.json" "un-gated${SPEC_ENV:+ ($SPEC_ENV)}"
 }
 
+explore_window() {  # the speculative server's exploration block per rank (window phase, windows, cuts)
+  curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -P -c '
+import json, sys
+for rank in json.load(sys.stdin).get("internal_states", []):
+    explore = (rank.get("spectower") or {}).get("explore") or {}
+    print("explore:", json.dumps({k: explore.get(k) for k in ("share", "period", "batches", "window")}))
+' || say "explore: /server_info not readable"
+}
+
+off_vs_plain() {  # OUT LABEL: the speculative server's knob as set now against the plain server, mixed lengths
+  python3 gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${OFF_LEVELS:-1,4,16,32,64}" \
+    --rounds "${AB_ROUNDS:-3}" --seconds "${OFF_SECONDS:-8}" --output-len "${OFF_OUTPUT_LEN:-64-448}" --out "$1" \
+    --label "$2 / plain"
+}
+
+do_policyoff() {  # issue #32: the knob at 0 written by a policy (no lock: exploring) and by an operator (locked)
+  [ "$(cat "$WORK/plain.kind" 2>/dev/null)" = plain ] || { say "policyoff: no plain server (run launch)"; return 1; }
+  local tag=${OFF_TAG:-windows}
+  if [ "${OFF_POLICY:-1}" = 1 ]; then
+    say "a policy's 0 (writer 2, no lock, exploring at the default share; $tag) against the plain server"
+    curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" -H 'content-type: application/json' \
+      -d '{"server_args": {"spectower_spec_max_bs": 0, "spectower_writer": 2}}' "$SPEC_URL/set_internal_state"
+    echo " <- a policy's write of 0 (want true)"
+    off_vs_plain "$OUT/policy_off_vs_plain-$tag.json" "a policy's 0 ($tag)"
+    explore_window
+  fi
+  if [ "${OFF_OPERATOR:-1}" = 1 ]; then
+    say "an operator's 0 (a manual lock: nothing explores) against the plain server"
+    st control set --server "$SPEC_URL" --off --reason "operator's off vs plain" --as gpu-check --yes >/dev/null
+    off_vs_plain "$OUT/operator_off_vs_plain.json" "an operator's 0"
+    st control release --server "$SPEC_URL" --reason "operator's off vs plain done" --as gpu-check >/dev/null
+  fi
+}
+
 do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K steps against the launch at max
   # The gated server (3 steps, from `launch`) at knob max and a K-step server on the plain port, measured in
   # the same rounds; gpu/steps_table.py ties each K to the sweep's curves through that ratio.
@@ -405,7 +443,7 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
 }
 
 for phase in $PHASES; do
-  case $phase in sweep|reentry|policy|ungated|steps|abmax) throughput_phase_ok "$phase" || exit 1 ;; esac
+  case $phase in sweep|reentry|policy|ungated|steps|abmax|policyoff) throughput_phase_ok "$phase" || exit 1 ;; esac
   "do_$phase" || { say "$phase failed"; exit 1; }
 done
 grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3

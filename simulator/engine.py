@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from spectower.control import knob_contract
 from spectower.control.engine_counters import EngineCounters
-from spectower.control.explore import ExploreSchedule
+from spectower.control.explore import Explorer
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
@@ -195,7 +195,11 @@ class RankScheduler:
         self.batches_drafted = 0
         self.batches_gated = 0
         self.batches_explored = 0
-        self._schedule = ExploreSchedule()  # which decode batches explore (the plugin's schedule)
+        # which decode batches explore: the plugin's schedule, in windows at a policy's 0 (control/explore.py)
+        self.explorer = Explorer()
+        # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
+        # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
+        self.holed: set[int] = set()
         # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
@@ -314,10 +318,12 @@ class RankScheduler:
         curve): the knob at 0 and no batch explores (the share is 0, or a lock holds the knob).
 
         The plugin's rule (``knob_contract.extend_skippable``, which its ``off_without_exploration`` and the
-        gated-decode plugin's ``ExtendSkip`` read). Not modelled: the drain after the knob rises from such an
-        off (gated batches with the extend until holed requests finish)."""
+        gated-decode plugin's ``ExtendSkip`` read), a window's cold part included at a policy's 0. Not
+        modelled: the drain after the knob rises from such an off (gated batches with the extend until holed
+        requests finish)."""
         owner = self.engine.owner.owner()
-        return knob_contract.extend_skippable(self.spec_max_bs, self.engine.explore_period, owner)
+        return knob_contract.extend_skippable(self.spec_max_bs, self.engine.explore_period, owner,
+                                              self.explorer.phase_now)  # fmt: skip
 
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)
@@ -326,14 +332,20 @@ class RankScheduler:
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
         period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
-        explore, settling = self._schedule.next(batch, period)
-        if explore:
+        plan = self.explorer.next(batch, self.spec_max_bs, period, self._holes_pending)
+        settling = plan.settling
+        if plan.forget_holes:
+            self.holed.clear()
+        if plan.explore:
             drafted = not drafted
             self.batches_explored += 1
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
         # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped).
-        rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not self.extend_skipped())
+        skipped = not drafted and self.extend_skipped()
+        if skipped and profile.speculative:
+            self.holed.update(id(r) for r in self.running)
+        rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not skipped)
         step = batch * accept / rate
         cv = profile.noise_cv
         if cv > 0:
@@ -390,11 +402,17 @@ class RankScheduler:
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
+            self.holed -= done
             for r in finished:
                 self.engine.on_finish(r, now)
         if self._win_steps >= self.engine.config.decode_log_interval:
             self._publish(now, prefill=False)
         return deadline
+
+    def _holes_pending(self) -> bool:
+        if self.holed:  # an aborted request leaves the batch for good too, as in the plugin's begin_batch
+            self.holed.intersection_update(id(r) for r in self.running)
+        return bool(self.holed)
 
     def _emit(self, r: SimRequest) -> None:
         if len(r.output) >= r.max_new_tokens and not r.finished:

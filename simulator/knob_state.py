@@ -33,6 +33,7 @@ def explore_report(engine: Engine, rank: RankScheduler) -> dict[str, Any]:
         "run": RUN_LENGTH,
         "batches": rank.batches_explored,
         "active": engine.explore_period > 0 and engine.explore_allowed(),
+        "window": rank.explorer.window_report(),
     }
 
 

@@ -92,8 +92,12 @@ BOTH_VERSIONS = (
     _plugin_check("gating", "check_gating", "{config}"),
     _plugin_check("ema", "check_ema", "{config}", SPECTOWER_GATE_MIN_DWELL="0"),
     _plugin_check("counters", "check_counters", "{config}"),
-    _plugin_check("explore", "check_explore", "{config}", SPECTOWER_EXPLORE_SHARE=None),
-    _plugin_check("gated_decode", "check_gated_decode", "{config}"),
+    # no windows (SPECTOWER_EXPLORE_CYCLE=0): after the release the knob is a policy's 0, which explores
+    # at once only without windows; the windows inside SGLang: the gated_decode check
+    _plugin_check("explore", "check_explore", "{config}", SPECTOWER_EXPLORE_SHARE=None,
+                  SPECTOWER_EXPLORE_CYCLE="0"),
+    # a 16-batch exploration cycle: the check walks one window of a policy's 0 (cold, warm, explore, cold)
+    _plugin_check("gated_decode", "check_gated_decode", "{config}", SPECTOWER_EXPLORE_CYCLE="16"),
     # every 2nd remembered resolve also runs SGLang's host copy (the default samples 1 in 256)
     _plugin_check("seq_lens", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_VERIFY_EVERY="2"),
 )

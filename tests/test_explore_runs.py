@@ -5,12 +5,26 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from spectower.control import engine_counters as ec
+from spectower.control import knob_contract as kc
 from spectower.control import speedup
-from spectower.control.explore import RUN_LENGTH, ExploreSchedule
+from spectower.control.explore import (
+    RUN_LENGTH,
+    WINDOW_CYCLE_BATCHES,
+    WINDOW_EXPLORE_BATCHES,
+    WINDOW_WARM_MAX_BATCHES,
+    Explorer,
+    ExploreSchedule,
+    ExploreWindows,
+    cycle_of,
+    kept_extend_share,
+)
 from spectower.control.sglang_plugin import Gate
+
+WORKER = object()
 
 
 def _walk(schedule: ExploreSchedule, sizes: list[int], period: int) -> tuple[list[int], list[int]]:
@@ -108,9 +122,9 @@ def test_the_gate_explores_in_runs_without_moving_the_hysteresis() -> None:
     assert gate.closed_batches == 449 - 8 - 1
     # paused (a lock holds the knob): nothing explores
     assert not any(gate.decide(16, may_explore=False) is False for _ in range(500))
-    assert gate.explore_report(active=True) == {
-        "share": 0.02, "period": 50, "run": 4, "batches": 8, "active": True
-    }  # fmt: skip
+    report = gate.explore_report(active=True)
+    assert report.pop("window")["active"] is False  # a ceiling above 0: no window
+    assert report == {"share": 0.02, "period": 50, "run": 4, "batches": 8, "active": True}
 
 
 def test_the_gate_explores_nothing_at_share_zero_or_while_not_allowed() -> None:
@@ -118,10 +132,14 @@ def test_the_gate_explores_nothing_at_share_zero_or_while_not_allowed() -> None:
     gate.set_ceiling(8)
     assert not any(gate.decide(4) for _ in range(500))
     gate = Gate(explore_share=0.1)  # period 10: runs of 4 from a bin's 10th batch, every 40
-    gate.set_ceiling(0)
-    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a manual off: off means off
+    gate.set_ceiling(2)
+    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a lock: nothing explores
     drafted = [i for i in range(1, 101) if not gate.decide(4)]  # allowed again: counted from here on
     assert drafted == [*range(10, 14), *range(50, 54), *range(90, 94)]
+    gate = Gate(explore_share=0.1)
+    gate.set_ceiling(0)
+    assert all(gate.decide(4, may_explore=False) for _ in range(500))  # a manual off: off means off
+    assert gate.explorer.phase_now is None  # locked: no window either
 
 
 def test_the_gate_counts_explored_batches_and_their_step_changes() -> None:
@@ -141,3 +159,126 @@ def test_the_gate_counts_explored_batches_and_their_step_changes() -> None:
         gate.count(gated, 0, gate.explored_now)
     assert gate.batches_explored == 4
     assert Gate().explore_report(active=True)["active"] is False  # share 0: nothing to explore
+
+
+# ---- windows at a policy's 0 (issue #32) -----------------------------------------------------------------
+
+
+def _phases(windows: ExploreWindows, n: int, pending: list[bool]) -> list[str]:
+    """``n`` batches; ``pending`` answers holes_pending() in turn (then False)."""
+    answers = iter(pending)
+    return [windows.step(lambda: next(answers, False)) for _ in range(n)]
+
+
+def test_a_window_is_cold_then_warm_until_no_holes_then_explores() -> None:
+    windows = ExploreWindows(cycle=160)  # a 16th explores (10 batches), the warm part's cap an 8th (20)
+    assert (windows.explore_batches, windows.warm_max) == (10, 20)
+    phases = _phases(windows, 170, [True, True, True])
+    assert phases == ["cold"] * 150 + ["warm"] * 3 + ["explore"] * 10 + ["cold"] * 7
+    assert (windows.windows, windows.warm_cut) == (1, 0)
+    assert windows.batches == {"cold": 157, "warm": 3, "explore": 10}
+
+
+def test_a_warm_part_that_runs_out_is_cut_and_the_holes_forgotten() -> None:
+    windows = ExploreWindows(cycle=160)
+    phases = _phases(windows, 150, [])
+    assert set(phases) == {"cold"}
+    cut_at = []
+    for i in range(30):
+        phase = windows.step(lambda: True)  # a request that never finishes
+        if windows.cut_now:
+            cut_at.append(i)
+            assert phase == "explore"
+    assert cut_at == [20] and windows.warm_cut == 1  # 20 warm batches, then the window explores anyway
+    windows.reset()
+    assert windows.phase == "cold" and _phases(windows, 150, []) == ["cold"] * 150
+
+
+def test_above_zero_the_explorer_is_the_schedule_alone() -> None:
+    explorer, schedule = Explorer(), ExploreSchedule()
+    sizes = [4, 16, 4, 64] * 500
+    plans = [explorer.next(b, 8, 50) for b in sizes]
+    assert [(p.explore, p.settling) for p in plans] == [schedule.next(b, 50) for b in sizes]
+    assert {p.phase for p in plans} == {None} and explorer.phase_now is None
+
+
+def test_at_a_policys_zero_exploring_packs_into_windows_and_the_rest_is_cold() -> None:
+    explorer = Explorer()
+    cycle = WINDOW_CYCLE_BATCHES + 1  # the warm part takes one batch: no holes here
+    plans = [explorer.next(64, 0, 50) for _ in range(2 * cycle)]
+    explored = [i for i, p in enumerate(plans) if p.explore]
+    assert all(plans[i].phase == "explore" for i in explored)
+    # about the share's number of explored batches per cycle, all in the window's few hundred batches
+    assert 0.5 * cycle / 50 <= len(explored) / 2 <= 2 * cycle / 50
+    cold = sum(p.phase == "cold" for p in plans)
+    assert cold / len(plans) > 1 - 2 * WINDOW_EXPLORE_BATCHES / WINDOW_CYCLE_BATCHES
+    # a gated batch outside the cold part keeps the extend: counted apart (settling), never as the off rate
+    assert all(p.settling for p in plans if p.phase != "cold" and not p.explore)
+    assert not any(p.settling for p in plans if p.phase == "cold")
+    assert explorer.windows is not None
+    assert explorer.windows.period_in_window(50) >= 2 and explorer.windows.period_in_window(0) == 0
+
+
+def test_cycle_zero_turns_windows_off_and_a_bad_cycle_is_one_line() -> None:
+    explorer = Explorer(cycle_of("0"))
+    plans = [explorer.next(64, 0, 50) for _ in range(500)]  # exploring throughout, as before windows
+    assert {p.phase for p in plans} == {None} and sum(p.explore for p in plans) == 12
+    assert explorer.window_report() == {"active": False, "phase": None, "cycle": 0}
+    assert cycle_of(None) == cycle_of(" ") == WINDOW_CYCLE_BATCHES and cycle_of("64") == 64
+    for raw in ("x", "1", "-3", str(1 << 21)):
+        with pytest.raises(ValueError, match="SPECTOWER_EXPLORE_CYCLE"):
+            cycle_of(raw)
+    assert kept_extend_share(0) == 1.0 and 0.05 < kept_extend_share() < 0.1
+
+
+def test_the_extend_is_skipped_in_a_windows_cold_part_only() -> None:
+    period = 50
+    assert kc.extend_skippable(0, period, kc.OWNER_FREE, "cold")
+    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, "warm")
+    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, "explore")
+    assert not kc.extend_skippable(0, period, kc.OWNER_FREE, None)
+    assert not kc.extend_skippable(4, period, kc.OWNER_FREE, "cold")  # above 0 the draft stays warm
+
+
+def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The knob plugin's gate and the gated-decode plugin's tracker together, as inside SGLang: a policy's
+    0 skips the extend in the cold part; the warm part runs the extend until the holed requests finish."""
+    from spectower.control import sglang_gated_decode as gd
+    from spectower.control import sglang_plugin as plugin
+
+    monkeypatch.setattr(plugin, "_STATE", None)
+    monkeypatch.setattr(gd, "_HOOKED", True)
+    tracker = gd.ExtendSkip(allowed=plugin.off_without_exploration, enabled=True, drain_max_steps=4096)
+    monkeypatch.setattr(gd, "_SKIP", tracker)
+    gate = plugin.gate_state()
+    gate.set_explore_share(0.02)
+    gate.set_ceiling(0)  # a policy's 0: no lock
+
+    def batch(rids: list[str]) -> tuple[str | None, bool, bool]:
+        tracker.begin_batch(WORKER, [SimpleNamespace(rid=rid) for rid in rids])
+        wanted = 0 if gate.decide(len(rids), holes_pending=plugin._holes_pending) else 3
+        if gate.forget_holes_now:
+            tracker.forget_holes()
+        steps = tracker.steps_for(wanted)
+        tracker.mark(steps)
+        ran = (gate.explorer.phase_now, tracker.skip_now, steps > 0)
+        tracker.end_batch()
+        return ran
+
+    cold = [batch(["long", "short"]) for _ in range(WINDOW_CYCLE_BATCHES - WINDOW_EXPLORE_BATCHES)]
+    assert cold[0] == ("cold", True, False) and all(c == cold[0] for c in cold)
+    assert tracker.holed == {"long", "short"}
+    assert batch(["long", "short"]) == ("warm", False, False)  # the extend runs again, nothing explores
+    # "short" finished; "long" still holed: warm until the cap, then forgotten and explored anyway
+    warm = [batch(["long", "new"]) for _ in range(WINDOW_WARM_MAX_BATCHES - 1)]
+    assert all(w == ("warm", False, False) for w in warm)
+    phase, skipped, _ = batch(["long", "new"])
+    assert (phase, skipped) == ("explore", False) and tracker.holed == set()
+    assert tracker.drains_cut_short == 1 and gate.explorer.windows.warm_cut == 1
+    window = [batch(["long", "new"]) for _ in range(WINDOW_EXPLORE_BATCHES - 1)]
+    assert any(drafted for _, _, drafted in window) and not any(s for _, s, _ in window)
+    assert batch(["long", "new"]) == ("cold", True, False)
+    report = gate.explore_report(active=True)["window"]
+    assert report["active"] and report["phase"] == "cold" and report["windows"] == 1

@@ -80,11 +80,14 @@ class _RecordingTransport(httpx.AsyncHTTPTransport):
     def __init__(self) -> None:
         super().__init__()
         self.prompts: list[Any] = []
+        self.lengths: list[tuple[tuple[int, ...], int]] = []  # (prompt, max_new_tokens)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await request.aread()
         if request.url.path == "/generate":
-            self.prompts.append(json.loads(request.content)["input_ids"])
+            body = json.loads(request.content)
+            self.prompts.append(body["input_ids"])
+            self.lengths.append((tuple(body["input_ids"]), body["sampling_params"]["max_new_tokens"]))
         return await super().handle_async_request(request)
 
 
@@ -174,3 +177,30 @@ def test_a_level_with_nothing_to_divide_says_so_and_the_others_still_count(tmp_p
     first, second = done.stdout.strip().splitlines()
     assert first == "C=1: no figure (ratio needs at least one window in each mode)"
     assert second.startswith("C=2: knob at max / un-gated 1.000 (")
+
+
+@pytest.mark.integration
+def test_mixed_lengths_give_both_servers_the_same_length_per_prompt(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    """``--output-len 8-40``: requests of many lengths (same-length requests finish in waves), each prompt the
+    same length on both servers of a round."""
+    import asyncio
+    import importlib.util
+
+    from spectower.collectors.bench.lengths import OutputLengths
+
+    spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
+    urls = {"gated": simulator_factory(profile=profile).base_url,
+            "ungated": simulator_factory(profile=profile).base_url}  # fmt: skip
+    transports = {name: _RecordingTransport() for name in urls}
+    result = asyncio.run(module.measure(urls, [4], 1, 1.5, OutputLengths(8, 40), 32, transports=transports))
+    assert result["output_len"] == "8-40"
+    gated, ungated = dict(transports["gated"].lengths), dict(transports["ungated"].lengths)
+    assert len({n for n in gated.values()}) >= 4 and all(8 <= n <= 40 for n in gated.values())
+    both = set(gated) & set(ungated)
+    assert both and all(gated[p] == ungated[p] for p in both)

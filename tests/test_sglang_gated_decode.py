@@ -77,8 +77,9 @@ def test_each_adaptive_state_captures_its_own_draft_extend_width(checked: dict[s
 def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked: dict[str, Any]) -> None:
     """Off: SGLang's own stub replaces the draft extend and the requests are remembered as holed. Back on:
     while a holed request is in the batch it runs 0 steps WITH the extend; once they have finished, it
-    drafts. A partial ceiling, or the knob at 0 while the gate explores, gates without skipping (the draft
-    stays warm for the explored batches); an operator's off pauses exploration and skips again."""
+    drafts. A partial ceiling gates without skipping (the draft stays warm); a policy's 0 (the gate
+    explores) skips in its windows' cold part and runs the extend in the warm part until the holed requests
+    have finished and in the exploring part; an operator's off pauses exploration and skips throughout."""
     trace = checked["extend_skip"]["trace"]
     rows = [(t["phase"], t["steps"] > 0, t["extend"], t["holed"]) for t in trace]
     assert rows == [
@@ -89,11 +90,14 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
         ("drain", False, "ran", ["b", "c"]),
         ("drafting again", True, "ran", []),
         ("partial ceiling", False, "ran", []),
-        ("off, exploring", False, "ran", []),
+        *[("policy's off, cold", False, "stub", ["g", "h"])] * 15,
+        ("policy's off, warm", False, "ran", ["g", "h"]),
+        ("policy's off, window", False, "ran", []),
+        ("policy's off, cold again", False, "stub", ["i", "j"]),
         ("off, held by an operator", False, "stub", ["g", "h"]),
     ]
     report = checked["extend_skip"]["report"]
-    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (3, 2, 0)
+    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (19, 2, 0)
     # and /server_info says so, in the knob plugin's block
     assert checked["extend_skip"]["published"] == {**report, "holed_requests": 2}
 
@@ -101,8 +105,11 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
 @plugin_tests.sglang_check
 def test_drained_batches_count_as_gated(checked: dict[str, Any]) -> None:
     """The knob's decode counters see the two drained batches as gated steps (the gate had chosen to draft
-    them): 2 drafted steps ('on', 'drafting again') and 7 gated ones, nothing unmatched."""
+    them): 2 drafted steps ('on', 'drafting again') and 22 gated ones, nothing unmatched; the policy's-off
+    window's two gated batches that ran the extend (warm, window) are kept apart as settling, so the gated
+    rate a policy reads is the cold stream's."""
     counters = checked["extend_skip"]["counters"]
     assert sum(counters["drafted"]["steps"]) == 2
-    assert sum(counters["gated"]["steps"]) == 7
+    assert sum(counters["gated"]["steps"]) == 6 + 16
+    assert counters["settling"]["steps"] == 2
     assert counters["unmatched"] == 0

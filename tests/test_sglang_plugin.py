@@ -417,8 +417,10 @@ def test_decode_counters_per_bin_drafted_and_gated(sglang_checks: SglangChecks, 
 def test_exploration_in_sglang_runs_of_four_per_bin_and_never_under_a_manual_hold(
     sglang_checks: SglangChecks, sglang_version: str
 ) -> None:
-    result = sglang_checks.result(sglang_version, "explore")  # run with SPECTOWER_EXPLORE_SHARE unset
+    # run with SPECTOWER_EXPLORE_SHARE unset and SPECTOWER_EXPLORE_CYCLE=0 (no windows at a policy's 0)
+    result = sglang_checks.result(sglang_version, "explore")
     answers, phases = result["answers"], result["phases"]
+    assert result["initial_explore"].pop("window")["cycle"] == 0
     assert result["initial_explore"] == {"share": 0.02, "period": 50, "run": 4, "batches": 0, "active": True}
     # ceiling 8: batches of 4 draft, but a run from bin 4's 50th batch runs gated; 16 the other way round
     assert [i for i, s in enumerate(phases["below"], 1) if s == 0] == [50, 51, 52, 53]
@@ -431,6 +433,7 @@ def test_exploration_in_sglang_runs_of_four_per_bin_and_never_under_a_manual_hol
     assert answers["release"] is True and answers["share_0.1"] is True and answers["share_0.5"] is False
     assert [i for i, s in enumerate(phases["after_release"], 1) if s > 0] == [30, 31, 32, 33]
     spectower = result["spectower"]
+    assert spectower["explore"].pop("window") == {"active": False, "phase": None, "cycle": 0}
     assert spectower["explore"] == {"share": 0.1, "period": 10, "run": 4, "batches": 12, "active": True}
     assert spectower["owner"] == "policy"  # the unmarked share write took no lock
     bins = spectower["counters"]["bins"]

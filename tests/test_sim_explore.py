@@ -50,7 +50,8 @@ def _steps(engine: Engine, mode: str, batch: int) -> int:
     return int(counters.steps[mode][counters.bin_index(batch)])
 
 
-@pytest.mark.parametrize("knob, majority, minority", [(64, "drafted", "gated"), (0, "gated", "drafted")])
+# (2: gated by a ceiling above 0; at 0 a policy explores in windows, tests/test_sim_warm_gated.py)
+@pytest.mark.parametrize("knob, majority, minority", [(64, "drafted", "gated"), (2, "gated", "drafted")])
 def test_runs_of_four_explore_one_in_fifty_batches_of_a_bin(knob: int, majority: str, minority: str) -> None:
     engine = Engine(SimConfig(profile=load_profile(PROFILE)))  # the default share, 2 %
     assert engine.explore_share == knob_contract.DEFAULT_EXPLORE_SHARE and engine.explore_period == 50
@@ -82,7 +83,11 @@ def test_share_zero_explores_nothing_and_a_lock_pauses_exploring() -> None:
     assert release is not None
     engine.owner.commit(release, previous=0)
     _decode(engine, 12, 500)
-    # exploring again, counted from the release on: runs at 50, 250, 450, their first batches settling
+    # released at 0: a policy's 0, exploring again but in windows, the first one after the cold part
+    assert _steps(engine, "drafted", 12) == 0 and engine.ranks[0].explorer.phase_now == "cold"
+    engine.set_spec_max_bs(2)
+    _decode(engine, 12, 500)
+    # above 0, exploring as before, counted from here on: runs at 50, 250, 450, their first batches settling
     assert _steps(engine, "drafted", 12) == 12 - 3
 
 
@@ -98,7 +103,9 @@ def test_the_share_is_set_at_runtime_and_read_back_per_rank() -> None:
         _decode(engine, 12, 100)  # period 10: runs of 4 at the 10th, 50th and 90th batch
         states = info.server_info()["internal_states"]
         explore: list[dict[str, Any]] = [s["spectower"]["explore"] for s in states]
+        window = explore[0].pop("window")
         assert explore[0] == {"share": 0.1, "period": 10, "run": 4, "batches": 12, "active": True}
+        assert window["active"] is False and window["phase"] is None  # drafting: no window (a policy's 0)
         assert explore[1]["batches"] == 0 and explore[1]["share"] == 0.1
         assert states[0]["spectower"]["owner"] == "policy"  # a settings-only write takes no lock
         counters = states[0]["spectower"]["counters"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from spectower.control import knob_contract
+from spectower.control.explore import WINDOW_CYCLE_BATCHES, WINDOW_EXPLORE_BATCHES, WINDOW_WARM_MAX_BATCHES
 from spectower.simulator import knob_state
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
@@ -96,11 +97,28 @@ def _gated_rate(
     return counters.tokens["gated"][i] / counters.time_s["gated"][i], rank
 
 
-def test_knob_at_zero_with_exploration_on_gates_at_the_warm_rate() -> None:
-    rate, rank = _gated_rate(_profile(), knob=0)
-    assert rate == pytest.approx(WARM, rel=1e-9)
-    assert rank.batches_explored > 0 and rank.batches_drafted > 0  # the explored runs drafted
-    assert not rank.extend_skipped()
+def test_a_policys_zero_gates_cold_and_explores_in_windows_with_the_draft_warm() -> None:
+    """Issue #32: at a policy's 0 (exploring on, no lock) the extend is skipped outside exploration windows;
+    a window's warm part waits for the holed requests (these never finish: cut at its cap) and its gated
+    batches, extend kept, are counted apart, so the counters' gated rate is the cold stream's."""
+    steps = WINDOW_CYCLE_BATCHES + WINDOW_WARM_MAX_BATCHES + 100
+    rate, rank = _gated_rate(_profile(), knob=0, steps=steps)
+    assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
+    assert rank.batches_explored > 0 and rank.batches_drafted > 0  # the window's explored runs drafted
+    window = rank.explorer.windows
+    assert window.windows == 1 and window.warm_cut == 1 and window.batches["warm"] == WINDOW_WARM_MAX_BATCHES
+    assert rank.extend_skipped() and rank.explorer.phase_now == "cold"  # back to cold after the window
+    settling = rank.counters.settling
+    assert settling["steps"] >= window.batches["warm"]  # the warm part's gated batches are kept apart
+    assert settling["tokens"] / settling["time_s"] < SPEC_OFF  # ...and ran slower: the extend ran there
+
+
+def test_during_a_windows_warm_part_a_gated_batch_pays_the_extend() -> None:
+    engine = Engine(SimConfig(profile=_profile(), explore_share=knob_contract.DEFAULT_EXPLORE_SHARE))
+    engine.set_spec_max_bs(0)
+    rank = decode_steps(engine, BATCH, WINDOW_CYCLE_BATCHES - WINDOW_EXPLORE_BATCHES + 1)
+    assert rank.explorer.phase_now == "warm" and not rank.extend_skipped()
+    assert rank.holed  # the cold part's skipped extends left every running request holed
 
 
 @pytest.mark.parametrize("share, locked", [(0.0, False), (knob_contract.DEFAULT_EXPLORE_SHARE, True)])

@@ -46,7 +46,10 @@ async def run_closed_loop(
     duration_s: float | None = None,
     first_index: int = 0,
     on_done: ProgressFn | None = None,
+    output_len_of: Callable[[int], int] | None = None,
 ) -> LoopResult:
+    """``concurrency`` workers, each sending its next request when the last one finished. ``output_len_of``:
+    the output length of request ``index`` (mixed lengths, collectors/bench/lengths.py), else the shape's."""
     if (num_requests is None) == (duration_s is None):
         raise ValueError("give exactly one of num_requests and duration_s")
     result = LoopResult(concurrency=concurrency)
@@ -69,7 +72,8 @@ async def run_closed_loop(
             last_issue = time.perf_counter()
             rec = RequestRecord(index=index, start=last_issue)
             result.records.append(rec)
-            await stream_request(client, prompts(index), shape, record=rec)
+            length = output_len_of(index) if output_len_of is not None else None
+            await stream_request(client, prompts(index), shape, record=rec, output_len=length)
             if on_done is not None:
                 on_done(rec)
 

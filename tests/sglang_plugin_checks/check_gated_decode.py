@@ -201,10 +201,15 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     run("drafting again", ["d", "e"])
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 1})
     run("partial ceiling", ["d", "e", "f"])
-    # exploration (free knob, a share > 0) keeps the extend even at 0: an explored batch must draft warm
+    # a policy's 0 (free knob, a share > 0) explores in windows (SPECTOWER_EXPLORE_CYCLE=16: 15 cold batches
+    # skip the extend; the warm part runs it until the holed requests have finished; one exploring batch)
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
     _harness.set_state(scheduler, {"spectower_explore_share": 0.02})
-    run("off, exploring", ["g", "h"])
+    for _ in range(15):
+        run("policy's off, cold", ["g", "h"])
+    run("policy's off, warm", ["g", "h"])
+    run("policy's off, window", ["i", "j"])
+    run("policy's off, cold again", ["i", "j"])
     # an operator's off (a manual write locks the knob) pauses exploration: the extend is skipped again
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0, "spectower_writer": 1})
     run("off, held by an operator", ["g", "h"])
