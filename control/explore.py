@@ -103,6 +103,12 @@ WINDOW_WARM_MAX_BATCHES = 1024
 # hundred tokens, so about as long as the exploring part.
 WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
 
+# What a gated step's draft KV extend costs, where nothing measured it: gated batches with the extend served
+# 0.87-0.97 of the knob at 0 locked on the H200 (gpu/README.md, "The four policies", 2.; exploration's cost
+# 0.93). The learn policy scales a drafting bin's gated rate (its explored gated batches keep the extend) by
+# 1 / (1 - this), and the simulator charges it where a profile has no measured ``spec_off_warm`` curve.
+DEFAULT_KEPT_EXTEND_TAX = 0.07
+
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
 PHASES = (COLD, WARM, EXPLORE)
 

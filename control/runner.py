@@ -40,6 +40,7 @@ DEFAULT_STALE_AFTER_S = 30.0  # a few missed scrapes at the collector's default 
 # changes an hour" (it was 60, which raised learn's limit to 60 in the demo and every default run).
 DEFAULT_MAX_FLIPS_PER_HOUR = LEARN_MAX_FLIPS_PER_HOUR
 FLIP_WINDOW_S = 3600.0
+START_NOTE_CHARS = 700  # of the start note kept in the auto-start row (a reason: 1000; the CLI prints it all)
 
 Clock = Callable[[], float]
 Say = Callable[[str], None]
@@ -159,8 +160,10 @@ class PolicyRunner:
         config: RunnerConfig | None = None,
         clock: Clock = time.time,
         say: Say | None = None,
+        start_note: str | None = None,
     ) -> None:
         self.db = db
+        self.start_note = start_note  # e.g. the warm start's line: kept with the auto-start audit row
         self.client = client
         self.policy = policy
         self.server_url = client.base_url
@@ -312,7 +315,8 @@ class PolicyRunner:
             self.db, actor=self.actor, server_url=self.server_url, action="auto-start",
             reason=(f"policy {self.policy.name} started: interval {self.config.interval_s:g} s, stale after "
                     f"{self.config.stale_after_s:g} s, max {self.config.max_flips_per_hour} flips/h"
-                    + ("; restored saved state" if restored else "")),
+                    + ("; restored saved state" if restored else "")
+                    + (f"; {self.start_note[:START_NOTE_CHARS]}" if self.start_note else "")),
             confirmed=True, ts=self.clock(),
         )  # fmt: skip
 

@@ -6,7 +6,10 @@ the target number of clients, output tok/s over the last 5 s). The sweep of the 
 ``bench sweep --plain-server``) says what each fixed choice serves at each concurrency: the knob on, the knob
 at 0. For every status window this takes the best of the two at the window's target concurrency
 (interpolated in log concurrency between the swept levels), and reports per policy: tokens served, tokens the
-best fixed choice would have served, their ratio, and the same split into load bands.
+best fixed choice would have served, their ratio, and the same split into load bands. Both baselines are
+printed: a server that never drafts is the sweep's knob-off curve (the knob at 0 locked, nothing explored);
+the best fixed choice per window is the better of it and knob-on, so it is the best achievable here (no
+oracle that explores: a swept point explores nothing).
 
     python3 gpu/policy_table.py --sweep sweep.json load-learn.log load-on.log ... [--json OUT.json]
 """
@@ -66,7 +69,7 @@ def at(curve: dict[int, float], concurrency: float) -> float:
 
 def score(rows: Sequence[tuple[float, int, float]], curves: dict[str, dict[int, float]]) -> dict[str, Any]:
     """Tokens served against the best fixed choice (knob on or knob at 0), overall and per load band."""
-    served = best = 0.0
+    served = best = never = 0.0
     bands = {f"C {lo}-{hi if hi < 1 << 20 else 'max'}": [0.0, 0.0] for lo, hi in BANDS}
     previous = 0.0
     for t, target, tok_s in rows:
@@ -74,9 +77,11 @@ def score(rows: Sequence[tuple[float, int, float]], curves: dict[str, dict[int, 
         previous = t
         if target <= 0 or window <= 0:
             continue
-        fixed = max(at(curves["on"], target), at(curves["off"], target))
+        off = at(curves["off"], target)
+        fixed = max(at(curves["on"], target), off)
         served += tok_s * window
         best += fixed * window
+        never += off * window
         for (lo, hi), cell in zip(BANDS, bands.values(), strict=True):
             if lo <= target <= hi:
                 cell[0] += tok_s * window
@@ -85,6 +90,8 @@ def score(rows: Sequence[tuple[float, int, float]], curves: dict[str, dict[int, 
         "tokens": round(served),
         "best_fixed_tokens": round(best),
         "ratio": served / best if best else None,
+        "never_draft_tokens": round(never),  # the sweep's knob-off curve: the knob at 0 locked
+        "ratio_vs_never_draft": served / never if never else None,
         "bands": {name: (cell[0] / cell[1] if cell[1] else None) for name, cell in bands.items()},
         "seconds": previous,
     }
@@ -109,13 +116,18 @@ def main(argv: list[str] | None = None) -> int:
         name = log.stem.removeprefix("load-")
         rows = read_status(log)
         table[name] = score(rows, curves) if rows else {"error": "no status lines"}
-    print(f"{'policy':<16} {'tokens':>10} {'best fixed':>11} {'ratio':>6}  per band")
+    print("best fixed: per window the better of the sweep's knob-on and knob-off (the best achievable); "
+          "never drafts: the sweep's knob-off curve (the knob at 0 locked); ratio: tokens / best fixed")
+    print(f"{'policy':<16} {'tokens':>10} {'best fixed':>11} {'never drafts':>12} {'ratio':>6} "
+          f"{'/never':>6}  ratio per band")
     for name, row in table.items():
         if "error" in row:
             print(f"{name:<16} {row['error']}")
             continue
         bands = "  ".join(f"{k}: {v:.3f}" for k, v in row["bands"].items() if v is not None)
-        print(f"{name:<16} {row['tokens']:>10} {row['best_fixed_tokens']:>11} {row['ratio']:>6.3f}  {bands}")
+        print(f"{name:<16} {row['tokens']:>10} {row['best_fixed_tokens']:>11} "
+              f"{row['never_draft_tokens']:>12} {row['ratio']:>6.3f} "
+              f"{row['ratio_vs_never_draft']:>6.3f}  {bands}")
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
     return 0

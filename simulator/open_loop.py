@@ -278,8 +278,7 @@ def _tick_mode(
     drafting = batch > 0 and batch <= knob and speculative
     if drafting:
         return tables.on[batch], True
-    skipped = knob_contract.extend_skippable(knob, period, knob_contract.OWNER_FREE)
-    return (tables.off_cold if skipped else tables.off)[batch], False
+    return tables.gated_by_ceiling(period)[batch], False
 
 
 class _Server:
@@ -293,9 +292,8 @@ class _Server:
         self.tables = _Tables.of(profile, self.share)
         self.period = knob_contract.explore_period(self.share)
         self.oracle_off: tuple[_Mode, ...] | None = None
-        if oracle:  # the closed-loop oracle's off: the extend skipped only where nothing explores
-            cold = knob_contract.extend_skippable(0, self.period, knob_contract.OWNER_FREE)
-            self.oracle_off = self.tables.off_cold if cold else self.tables.off
+        if oracle:  # the closed-loop oracle's off: what a batch the ceiling gates serves (harness.py)
+            self.oracle_off = self.tables.gated_by_ceiling(self.period)
         self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
         self.counters = _Counters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
         self.gauges = _Gauges(cfg.gauge_log_interval_steps)

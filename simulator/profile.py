@@ -35,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from spectower.control.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 PROFILE_PACKAGE = "spectower.simulator.profiles"
@@ -94,8 +95,11 @@ class Profile:
     @property
     def spec_off_warm_curve(self) -> tuple[float, ...]:
         """Gated batches with the draft's extend running: ``spec_off_warm`` where the profile has it, else
-        ``spec_off``."""
-        return self.spec_off_warm_tok_s if self.spec_off_warm_tok_s is not None else self.spec_off_tok_s
+        ``spec_off`` less the extend's usual cost (``explore.DEFAULT_KEPT_EXTEND_TAX``, measured on the H200):
+        a real server pays it wherever a gated batch keeps the extend."""
+        if self.spec_off_warm_tok_s is not None:
+            return self.spec_off_warm_tok_s
+        return tuple(v * (1.0 - DEFAULT_KEPT_EXTEND_TAX) for v in self.spec_off_tok_s)
 
     def output_tok_s(self, concurrency: float, spec_on: bool, draft_warm: bool = False) -> float:
         """Aggregate output tokens/s at ``concurrency`` requests decoding together: knob on (``spec_on``) or

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from spectower.control.engine_counters import counter_bins
+from spectower.control.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.control.policy import Decision, Observation, PolicyError, make_policy
 from spectower.control.policy.learn import PENDING_WAITS, WAIT_SAMPLES, LearnPolicy
 from spectower.simulator.harness import HarnessConfig, simulate
@@ -31,7 +32,9 @@ class CounterStream:
     times ``speedups[b]``; the gate drafts bins <= the knob (every bin from ``max_running_requests`` up,
     whose bins still run up to the first one >= it) and explores ``share`` of the time in the other
     mode; the load spends ``weights[b]`` of each interval in bin ``b``. Step time: 20 ms gated, 30 ms
-    drafted, with ``noise`` (relative, per interval and mode)."""
+    drafted, with ``noise`` (relative, per interval and mode). As on a real server, a drafting bin's explored
+    gated batches keep the draft's extend: they serve ``1 - explore.DEFAULT_KEPT_EXTEND_TAX`` of the gated
+    rate (learn corrects for it, so ``speedups`` is what it should estimate)."""
 
     def __init__(
         self,
@@ -70,6 +73,8 @@ class CounterStream:
                 if spent <= 0:
                     continue
                 rate = 100.0 * b**0.8 * (self.speedups[b] if mode == "drafted" else 1.0)
+                if mode == "gated" and drafting:
+                    rate *= 1 - DEFAULT_KEPT_EXTEND_TAX
                 self.time_s[mode][i] += spent * (1 + self.noise * self.rng.gauss(0.0, 1.0))
                 self.tokens[mode][i] += rate * spent
                 self.steps[mode][i] += max(1, round(spent / (0.03 if mode == "drafted" else 0.02)))
@@ -450,3 +455,27 @@ def test_a_bad_state_is_refused_naming_the_field(state: dict[str, Any], field: s
     with pytest.raises(PolicyError, match=field):
         policy.load_state(state)
     assert policy.state() == before  # nothing half-loaded
+
+
+def test_a_drafting_bins_gated_rate_is_scaled_by_the_kept_extends_cost_and_a_gated_bins_is_not() -> None:
+    """Issue #32: a bin the ceiling drafts measures its gated side on explored batches that keep the draft's
+    extend, a bin it gates on batches that skip it; learn scales only the former (kept_extend_tax), and a
+    restored state recomputes the same intervals (the ceiling travels with each kept snapshot)."""
+    stream = CounterStream({b: 1.5 if b <= 8 else 0.8 for b in BINS}, noise=0.0, share=0.1)
+    policy = make_policy("learn", MRR)
+    for ts in (15.0, 30.0, 45.0):  # three kept samples (sample_s 15), the ceiling at 16 throughout
+        policy.decide(observe(ts, 16, stream.advance(15.0, 16)))
+    interval = policy._intervals[-1]
+    gated = dict(zip(interval["bins"], interval["gated"]["tok_s"], strict=True))
+    # bin 16 drafts: its explored gated batches read 0.93 x, scaled back; bin 32 is gated: read as it is
+    assert gated[16] / (100.0 * 16**0.8) == pytest.approx(1.0, rel=1e-6)
+    assert gated[32] / (100.0 * 32**0.8) == pytest.approx(1.0, rel=1e-6)
+    restored = make_policy("learn", MRR)
+    restored.load_state(policy.state())
+    assert restored._intervals[-1]["gated"]["tok_s"] == interval["gated"]["tok_s"]
+    untaxed = make_policy("learn", MRR, kept_extend_tax=0.0)
+    untaxed.load_state(policy.state())
+    read = dict(zip(interval["bins"], untaxed._intervals[-1]["gated"]["tok_s"], strict=True))
+    assert read[16] / (100.0 * 16**0.8) == pytest.approx(1 - DEFAULT_KEPT_EXTEND_TAX, rel=1e-6)
+    with pytest.raises(PolicyError, match="kept_extend_tax"):
+        make_policy("learn", MRR, kept_extend_tax=0.6)

@@ -38,6 +38,10 @@ def test_json_prints_one_object_with_the_scores_and_baselines() -> None:
     assert isinstance(out, dict)
     for key in ("efficiency", "tokens", "oracle_tokens", "flips", "baselines"):
         assert key in out
+    # the best achievable: per interval the better of the (exploring) oracle and never drafting
+    assert out["best_tokens"] >= max(out["oracle_tokens"], out["never_draft_tokens"])
+    assert out["efficiency_vs_best"] == pytest.approx(out["tokens"] / out["best_tokens"], rel=1e-4)
+    assert all("efficiency_vs_best" in base for base in out["baselines"].values())
     assert out["policy"] == "learn" and out["seed"] == 2 and out["duration_s"] == 1800
     assert set(out["baselines"]) == {"always-on", "always-off", "threshold:30", "sglang-default"}
     assert 0 < out["efficiency"] <= 1 and out["tokens"] <= out["oracle_tokens"]
@@ -49,7 +53,17 @@ def test_table_output_names_policy_and_baselines() -> None:
         "--profile", "llama31-8b-1x-h100", "--trace", "ramp", "--policy", "threshold:30", "--duration", "600"
     )
     assert run.returncode == 0, run.stderr
-    for word in ("threshold:30", "always-on", "always-off", "sglang-default", "efficiency", "flips"):
+    for word in (
+        "threshold:30",
+        "always-on",
+        "always-off",
+        "sglang-default",
+        "vs best",
+        "vs oracle",
+        "flips",
+        "never drafting (the knob at 0 locked",
+        "best achievable",
+    ):
         assert word in run.stdout
 
 

@@ -46,6 +46,12 @@ def test_the_best_fixed_choice_scores_one_and_a_fixed_mode_scores_its_share(tmp_
     assert scored["ratio"] == pytest.approx(sum(on.values()) / sum(best.values()), rel=1e-3)
     assert scored["bands"]["C 1-8"] == pytest.approx(1.0, abs=1e-3)
     assert scored["bands"]["C 33-max"] < 1.0
+    # never drafting is the sweep's knob-off curve, never above the best fixed choice
+    off = {c: policy_table.at(curves["off"], c) for c in LEVELS}
+    never = policy_table.score(policy_table.read_status(_log(tmp_path / "off.log", off)), curves)
+    assert never["ratio_vs_never_draft"] == pytest.approx(1.0, abs=1e-3)
+    assert never["never_draft_tokens"] <= never["best_fixed_tokens"]
+    assert scored["ratio_vs_never_draft"] == pytest.approx(sum(on.values()) / sum(off.values()), rel=1e-3)
 
 
 def test_interpolates_in_log_concurrency_between_levels() -> None:
@@ -64,6 +70,8 @@ def test_command_line_prints_the_table_and_refuses_a_sweep_without_both_modes(tm
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "learn" in proc.stdout
+    assert "never drafts: the sweep's knob-off curve" in proc.stdout
+    assert "best fixed: per window" in proc.stdout
     assert 0.4 < json.loads(out.read_text())["learn"]["ratio"] < 1.0
     bad = tmp_path / "sweep.json"
     bad.write_text(json.dumps({"points": [{"mode": "on", "concurrency": 1, "output_throughput": 1.0}]}))

@@ -247,10 +247,12 @@ def test_stale_intervals_reach_the_policy_marked_and_learn_copes() -> None:
     assert result.efficiency >= 0.97
 
 
-def test_gated_ticks_pay_the_kept_extend_unless_the_knob_is_at_0_with_nothing_explored() -> None:
+def test_gated_ticks_pay_the_kept_extend_only_in_exploration_windows() -> None:
     """The h200 profile's spec_off_warm curve (gated steps while the draft's extend runs, measured on the
-    H200): a ceiling of 0 with exploration on serves it; with the share at 0 the extend is skipped and the
-    knob at 0 serves spec_off, what a sweep's locked off measures. The exploring oracle pays the same."""
+    H200, 0.90 of spec_off at 64): a ceiling of 0 with exploration on keeps the extend only in its windows
+    (control/explore.py, about 9 % of the gated steps), so it serves within 2 % of the knob at 0 with the
+    share at 0 (spec_off, what a sweep's locked off measures), where keeping it throughout cost 10 %. The
+    exploring oracle pays the same."""
     profile = load_profile("h200-8b-pair-triton")
     assert profile.spec_off_warm_tok_s is not None
     off, warm = profile.output_tok_s(64, False), profile.output_tok_s(64, False, draft_warm=True)
@@ -260,6 +262,6 @@ def test_gated_ticks_pay_the_kept_extend_unless_the_knob_is_at_0_with_nothing_ex
     exploring = simulate(profile, trace, Scripted(), 120, config=HarnessConfig(**at_0))
     quiet = simulate(profile, trace, Scripted(), 120, config=HarnessConfig(**at_0, explore_share=0.0))
     assert quiet.tokens / 120 == pytest.approx(off, rel=0.01)
-    assert exploring.tokens < 0.95 * quiet.tokens  # the 2 % explored steps alone cost far less than 5 %
-    # the exploring oracle may not pick the skipped extend; the one without exploration does
-    assert exploring.oracle_tokens < 0.95 * exploring.pure_oracle_tokens
+    assert 0.98 * quiet.tokens < exploring.tokens < quiet.tokens  # the windows' kept extend and 2 % explored
+    assert exploring.tokens > 1.05 * warm * 120  # far above the extend kept throughout
+    assert exploring.oracle_tokens > 0.98 * exploring.pure_oracle_tokens

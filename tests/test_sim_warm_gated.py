@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 from spectower.control import knob_contract
-from spectower.control.explore import WINDOW_CYCLE_BATCHES, WINDOW_EXPLORE_BATCHES, WINDOW_WARM_MAX_BATCHES
+from spectower.control.explore import (
+    DEFAULT_KEPT_EXTEND_TAX,
+    WINDOW_CYCLE_BATCHES,
+    WINDOW_EXPLORE_BATCHES,
+    WINDOW_WARM_MAX_BATCHES,
+)
 from spectower.simulator import knob_state
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
@@ -149,8 +154,12 @@ def test_a_drafting_bins_explored_gated_runs_keep_the_extend() -> None:
     "knob, share, locked", [(0, 0.02, False), (0, 0.0, False), (0, 0.02, True), (BATCH - 1, 0.0, False)]
 )
 def test_a_profile_without_the_curve_gates_at_spec_off(knob: int, share: float, locked: bool) -> None:
+    """Without a measured warm curve the extend's usual cost is charged where it runs (the H200's 7 %), and
+    a batch the knob gates still serves spec_off (the extend skipped)."""
     profile = _without_warm()
-    assert profile.spec_off_warm_tok_s is None and profile.spec_off_warm_curve == profile.spec_off_tok_s
+    assert profile.spec_off_warm_tok_s is None
+    charged = tuple(v * (1 - DEFAULT_KEPT_EXTEND_TAX) for v in profile.spec_off_tok_s)
+    assert profile.spec_off_warm_curve == charged
     rate, _ = _gated_rate(profile, knob=knob, share=share, locked=locked)
     assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
 
@@ -162,7 +171,9 @@ def test_the_warm_curve_interpolates_like_the_others_and_round_trips() -> None:
         assert profile.output_tok_s(c, True, draft_warm=True) == profile.output_tok_s(c, True)
         warm = profile.output_tok_s(c, False, draft_warm=True)
         assert warm == old._at(profile.spec_off_warm_curve, c)  # the profile's one interpolation
-        assert old.output_tok_s(c, False, draft_warm=True) == old.output_tok_s(c, False)
+        assert old.output_tok_s(c, False, draft_warm=True) == pytest.approx(
+            old.output_tok_s(c, False) * (1 - DEFAULT_KEPT_EXTEND_TAX), rel=1e-12
+        )
     assert profile.output_tok_s(4, False, draft_warm=True) == 220.0
     assert profile.output_tok_s(16, False, draft_warm=True) == WARM
     again = parse_profile(profile.to_json(), source="again")

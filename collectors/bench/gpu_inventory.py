@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from spectower.collectors.gpu.dcgm import parse_dcgm
 from spectower.collectors.gpu.reading import GpuFacts
-from spectower.collectors.http import BoundedReadError, request_bounded_sync
+from spectower.collectors.http import BoundedReadError, is_loopback_url, request_bounded_sync
 
 DCGM_READ_S = 5.0  # one read of the exporter's page, all of it
 DCGM_MAX_BYTES = 16 * 1024 * 1024
@@ -66,3 +66,10 @@ def dcgm_inventory(url: str, timeout: float = DCGM_READ_S) -> list[dict[str, Any
     return [{**_entry(f), "power_usage_w": power.get((f.host, f.index))} for f in ordered]
 
 
+def server_inventory(server_url: str, gpu_metrics: str | None) -> list[dict[str, Any]] | None:
+    """The GPUs behind ``server_url``: its host's dcgm-exporter when ``gpu_metrics`` names it, else NVML when
+    the server runs on this host, else unknown (None). A sweep keeps this with its run; ``control auto``
+    compares it with the runs' to find what is known for the server's stack."""
+    if gpu_metrics:
+        return dcgm_inventory(gpu_metrics)
+    return nvml_inventory() if is_loopback_url(server_url) else None

@@ -62,8 +62,13 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
             else " spec_off: the knob at 0."
         ),
         "measured": True,
+        "measured_at": result.started_at,
         "gpus": _gpus(gpus),
         "served_model_name": str(info.get("served_model_name") or "default"),
+        # the stack's identity, so `control auto --warm-profile` knows which server this profile describes
+        "model_path": info.get("model_path"),
+        "speculative_draft_model_path": info.get("speculative_draft_model_path"),
+        "sglang_version": info.get("version"),
         "speculative_algorithm": info.get("speculative_algorithm"),
         "speculative_num_steps": steps if isinstance(steps, int) and steps >= 1 else 1,
         "max_running_requests": result.max_running_requests,

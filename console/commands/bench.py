@@ -336,7 +336,7 @@ def sweep(
     ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
-    from spectower.collectors.bench.gpu_inventory import dcgm_inventory, nvml_inventory
+    from spectower.collectors.bench.gpu_inventory import server_inventory
     from spectower.collectors.bench.sweep import (
         DEFAULT_DURATION_S,
         SweepConfig,
@@ -344,7 +344,6 @@ def sweep(
         parse_modes,
         run_sweep,
     )
-    from spectower.collectors.http import is_loopback_url
     from spectower.console.errors import fail, strict_json
     from spectower.control.audit import operator_actor
     from spectower.control.credentials import load_credentials
@@ -380,11 +379,7 @@ def sweep(
             fail(str(exc))
     actor = operator_actor(operator or getpass.getuser() or "unknown")
     creds = load_credentials()
-    inventory: list[dict[str, Any]] | None
-    if gpu_metrics:
-        inventory = dcgm_inventory(gpu_metrics)
-    else:
-        inventory = nvml_inventory() if is_loopback_url(config.server) else None
+    inventory = server_inventory(config.server, gpu_metrics)
     if profile_out is not None and not inventory:
         fail(
             "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "

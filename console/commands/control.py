@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 import typer
@@ -35,6 +36,7 @@ from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
     from spectower.control.knob import KnobClient, KnobState, SetResult
+    from spectower.control.warm_start import Known, WarmStart
     from spectower.storage import Database
 
 app = typer.Typer(
@@ -44,6 +46,16 @@ app = typer.Typer(
 out = Console(highlight=False)
 
 P = ParamSpec("P")
+
+WARM_START_HELP = (
+    "learn: start at the crossover of the newest stored sweep (or --warm-profile) of this server's stack "
+    "(model, draft, SGLang version, GPUs); --no-warm-start: where the launch put the knob"
+)
+WARM_PROFILE_HELP = "learn: a measured profile (bench sweep --profile-out) to consider too (repeatable)"
+WARM_GPU_METRICS_HELP = (
+    "learn's warm start: dcgm-exporter /metrics URL of the server's host, naming its GPUs (default: NVML "
+    "when the server runs on this host)"
+)
 
 
 def _user_errors(command: Callable[P, None]) -> Callable[P, None]:
@@ -483,10 +495,14 @@ def auto(
         maximum_s=LEARN_WINDOW_S / 2,
         help="learn: keep a counters snapshot this often (default 15s)",
     ),
+    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_START_HELP),
+    warm_profiles: list[Path] = typer.Option([], "--warm-profile", help=WARM_PROFILE_HELP),
+    gpu_metrics: str | None = typer.Option(None, "--gpu-metrics", help=WARM_GPU_METRICS_HELP),
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
-    It reads what `spectower collect` stores for the server, so run a collector for it too.
+    It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
+    from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
     from spectower.control.knob import ServerUnreachableError, ensure_ready
     from spectower.control.policy import make_policy
@@ -496,6 +512,9 @@ def auto(
     kind = spec.split(":", 1)[0]
     if sample_s is not None and kind != "learn":
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
+    if kind != "learn" and (warm_profiles or gpu_metrics):
+        fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
+    profiles = [_profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
@@ -504,6 +523,7 @@ def auto(
     database, say_which = _open_for_writing(db)
     client = _client(server)
     try:
+        state: KnobState | None = None
         try:
             state = client.read()
             ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
@@ -519,12 +539,17 @@ def auto(
         if kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
             fail(f"--policy {spec}: N must be in 0..{max_running} (the server's max_running_requests)")
         options: dict[str, Any] = {}
+        start_note = None
         if kind == "learn":
-            options["max_flips_per_hour"] = config.max_flips_per_hour
+            options = {"max_flips_per_hour": config.max_flips_per_hour}
             if sample_s is not None:
                 options["sample_s"] = sample_s
+            warm = _warm_start(database, state, max_running, warm_start, profiles, gpu_metrics)
+            options["initial_ceiling"], start_note = warm.ceiling, warm.line
+            _say_plain(warm.line)
         policy = make_policy(spec, max_running, **options)
-        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain)
+        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain,
+                              start_note=start_note)  # fmt: skip
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -542,6 +567,50 @@ def auto(
     finally:
         client.close()
         database.close()
+
+
+def _warm_start(
+    database: Database,
+    state: KnobState | None,
+    max_running: int,
+    enabled: bool,
+    profiles: list[Known],
+    gpu_metrics: str | None,
+) -> WarmStart:
+    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
+    the server's stack, read here and handed to the policy as a number."""
+    from spectower.collectors.bench.gpu_inventory import server_inventory
+    from spectower.control import warm_start
+
+    launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
+    if not enabled:
+        return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
+    if state is None:
+        why = "the server did not answer, so its stack is unknown"
+        return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
+    try:
+        inventory = server_inventory(state.server_url, gpu_metrics)
+    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
+        fail(str(exc))
+    stack = warm_start.Stack.of(state.info.info, inventory)
+    return warm_start.find(database, stack, max_running, profiles)
+
+
+def _profile_known(path: Path) -> Known:
+    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
+    from spectower.control.warm_start import known_from_profile
+    from spectower.simulator.profile import load_profile
+
+    try:
+        profile = load_profile(path)
+    except ValueError as exc:
+        fail(f"--warm-profile: {exc}")
+    cross = profile.crossover()
+    if cross is not None:
+        status = "found"
+    else:
+        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
+    return known_from_profile(profile.raw, str(path), status, cross)
 
 
 def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:

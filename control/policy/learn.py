@@ -25,6 +25,11 @@ decision this policy
    ``min_dwell_s`` and ``max_flips_per_hour`` times per rolling hour (defaults: 300 s and 12);
 5. gives up waiting for a set that never reads back (the runner refused it, or it failed) after a few
    observations and believes the server again.
+A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
+control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
+any bin is measured, and no move follows for ``min_dwell_s``: a fresh start does not spend its first minutes
+drafting where the sweep says drafting loses. From then on the counters decide as above. A policy that
+restored counters of its own from the last ``window_s`` skips it (its own data knows more).
 Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
@@ -35,7 +40,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spectower.control import engine_counters, speedup
+from spectower.control import engine_counters, explore, speedup
 from spectower.control.policy.base import Decision, Observation, PolicyError
 
 STATE_VERSION = 2
@@ -61,10 +66,10 @@ TOP = 2**31 - 1
 # A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
 # extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
 # windows (control/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
-# extend's share of a gated step: gated batches with the extend served 0.87-0.97 of the knob at 0 locked on
-# the H200 (gpu/README.md, "The four policies", 2.; exploration's cost 0.93). Those bins' gated tokens are
-# scaled up by 1 / (1 - tax), so both sides of a bin compare what each choice would serve.
-DEFAULT_KEPT_EXTEND_TAX = 0.07
+# extend's share of a gated step; those bins' gated tokens are scaled up by 1 / (1 - kept_extend_tax)
+# (default ``explore.DEFAULT_KEPT_EXTEND_TAX``, what the H200 measured), so both sides of a bin compare what
+# each choice would serve.
+DEFAULT_KEPT_EXTEND_TAX = explore.DEFAULT_KEPT_EXTEND_TAX
 # The key a kept snapshot carries the ceiling its interval ran under (the engine counters have no such key).
 CEILING_KEY = "learn_ceiling"
 
@@ -119,10 +124,21 @@ def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
 class LearnPolicy:
     name = "learn"
 
-    def __init__(self, max_running_requests: int, **options: Any) -> None:
+    def __init__(self, max_running_requests: int, initial_ceiling: int | None = None, **options: Any) -> None:
         unknown = sorted(set(options) - set(OPTION_DEFAULTS))
         if unknown:
-            raise PolicyError(f"unknown learn option(s) {unknown}; known: {sorted(OPTION_DEFAULTS)}")
+            known = sorted([*OPTION_DEFAULTS, "initial_ceiling"])
+            raise PolicyError(f"unknown learn option(s) {unknown}; known: {known}")
+        if initial_ceiling is not None and (
+            not isinstance(initial_ceiling, int) or isinstance(initial_ceiling, bool) or initial_ceiling < 0
+        ):
+            raise PolicyError(
+                f"learn option 'initial_ceiling' must be an integer >= 0, got {initial_ceiling!r}"
+            )
+        # the warm start, until the first decision that can apply it; then when it began (its dwell)
+        self.initial_ceiling = initial_ceiling
+        self._warm_since: float | None = None
+        self._note = ""  # said once, before the next decision's reason (a warm start not used)
         self.max_running_requests = max_running_requests
         self.window_s = _option(options, "window_s")
         self.sample_s = _option(options, "sample_s")
@@ -174,6 +190,11 @@ class LearnPolicy:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
             return self._hold(f"hold: waiting for the knob to read back {self.pending}")
+        bins = [int(b) for b in counters["bins"]]
+        if self.initial_ceiling is not None:
+            warm = self._warm_start(now, bins)
+            if warm is not None:
+                return warm
 
         est, thin, busy = self._estimate
         self.last_estimate = est
@@ -183,7 +204,6 @@ class LearnPolicy:
                 f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
                 f"{self.window_s:.0f} s)"
             )
-        bins = [int(b) for b in counters["bins"]]
         target, low, high = self._plan(est, bins)
         knob = self.knob
         if self._allowed(knob, low, high, bins):
@@ -297,6 +317,22 @@ class LearnPolicy:
             return max(target, *switched), None
         return max(knob, bin_floor(min(switched) - 1, bins)), None  # keep the lowest thin one gated
 
+    def _warm_start(self, now: float, bins: list[int]) -> Decision | None:
+        """Move to the warm start's ceiling (on a bin boundary) once, and start a dwell; None when the
+        policy has counters of its own from the last window (restored), which then decide."""
+        wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
+        self.initial_ceiling = None
+        if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
+            self._note = "warm start not used: counters of its own from the last window were restored; "
+            return None
+        self._warm_since = now
+        dwell = f"the counters decide after {self.min_dwell_s:.0f} s"
+        if self.knob is not None and self._ceiling(self.knob) == wanted:
+            return self._hold(f"hold: warm start: the ceiling is already {wanted}, where what is known for "
+                              f"this stack puts it; {dwell}")  # fmt: skip
+        return self._set(now, wanted, f"warm start: move the ceiling {self.knob} -> {wanted}, where what is "
+                                      f"known for this stack puts it; {dwell}")  # fmt: skip
+
     def _span(self, low: int, high: int) -> str:
         if high >= self.max_running_requests:
             return f"on from ceiling {low} up" if low < high else "always on"
@@ -365,9 +401,15 @@ class LearnPolicy:
             self.flip_times.popleft()
         if self.flip_times and now - self.flip_times[-1] < self.min_dwell_s:
             return False
+        warm = self._warm_since
+        if warm is not None and (warm > now or now - warm >= self.min_dwell_s):
+            warm = self._warm_since = None  # the warm start's dwell is over (or from another clock)
+        if warm is not None:
+            return False
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
+        reason, self._note = self._note + reason, ""
         self.flip_times.append(now)
         self.pending = value
         self.pending_waits = 0
@@ -376,6 +418,7 @@ class LearnPolicy:
         return Decision(value, reason)
 
     def _hold(self, reason: str) -> Decision:
+        reason, self._note = self._note + reason, ""
         self.last_reason = reason
         return Decision(None, reason)
 

@@ -1,0 +1,210 @@
+"""A warm start for ``control auto --policy learn``: what is already known about this server's stack.
+
+A stack is the model, the draft, the SGLang version and the GPUs (their names, one per GPU). What is known
+about one is a stored sweep (``bench sweep --save``: the run keeps the server's ``/server_info`` and its GPU
+inventory, collectors/bench/persist.py) or a measured profile (``bench sweep --profile-out``, which keeps the
+same identity). The newest whose stack matches the server's gives the ceiling ``learn`` starts at: the
+sweep's crossover (a ceiling below every bin when drafting never paid there, every bin when it always did).
+The policy's own counters decide from its first dwell on. Nothing matching: it starts where the launch put
+the knob. Either way one line says which.
+
+The data flows the project's way: this module reads storage (``storage.queries.bench_runs``), the command
+line reads the server and passes its stack in, and the policy gets only a number (``initial_ceiling``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spectower.control.engine_counters import counter_bins
+from spectower.control.policy.learn import bin_floor
+from spectower.storage import queries
+from spectower.storage.bench_serving import effective_server_info
+from spectower.storage.database import Database
+from spectower.storage.models import BenchRun
+
+STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What a stack is, as far as a source tells it (None: the source does not say)."""
+
+    model: str | None
+    draft: str | None
+    sglang_version: str | None
+    gpus: tuple[str, ...] | None  # one name per GPU, sorted; None: unknown
+
+    @classmethod
+    def of(cls, server_info: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] | None) -> Stack:
+        """From a ``/server_info`` document (a PD router's: its decode workers') and a GPU inventory
+        (collectors/bench/gpu_inventory.py's entries)."""
+        facts = effective_server_info(dict(server_info))
+        facts = facts if isinstance(facts, dict) else {}
+        names = [_text(g.get("name")) for g in gpus or ()]
+        return cls(
+            model=_text(facts.get("model_path")) or _text(facts.get("served_model_name")),
+            draft=_text(facts.get("speculative_draft_model_path")),
+            sglang_version=_text(facts.get("version")),
+            gpus=tuple(sorted(n for n in names if n)) if names and all(names) else None,
+        )
+
+    def describe(self) -> str:
+        gpus = "GPU unknown" if self.gpus is None else _gpu_text(self.gpus)
+        version = self.sglang_version or "?"
+        return f"model {self.model or '?'}, draft {self.draft or 'none'}, SGLang {version}, {gpus}"
+
+    def differences(self, other: Stack) -> list[str]:
+        """What of ``other`` differs from this stack (this one is the server's). The GPUs are compared when
+        both know them; a model or version the server does not report matches nothing."""
+        out = []
+        for what, mine, theirs in (
+            ("model", self.model, other.model),
+            ("draft", self.draft, other.draft),
+            ("SGLang version", self.sglang_version, other.sglang_version),
+        ):
+            if mine != theirs or (mine is None and what != "draft"):
+                out.append(f"{what} {theirs or '?'}")
+        if self.gpus is not None and other.gpus is not None and self.gpus != other.gpus:
+            out.append(_gpu_text(other.gpus))
+        return out
+
+
+def _gpu_text(gpus: tuple[str, ...]) -> str:
+    names = sorted(set(gpus))
+    return ", ".join(f"{gpus.count(n)}x {n}" for n in names) or "no GPU"
+
+
+@dataclass(frozen=True)
+class Known:
+    """One thing known about a stack: its crossover, from a stored sweep or a measured profile."""
+
+    source: str  # "sweep #12 'tag' of 2026-12-01 10:00 UTC", "profile /path/x.json"
+    created_at: float
+    stack: Stack
+    status: str  # one of STATUSES
+    crossover: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+
+    def ceiling(self, max_running_requests: int) -> int:
+        """The knob that drafts exactly where this source says drafting pays (``ratio.best_knob``'s rule)."""
+        if self.status == "none_in_range":
+            return max_running_requests
+        if self.status == "below_range" or self.crossover is None:
+            return 0
+        return max(0, min(max_running_requests, math.floor(self.crossover)))
+
+    def crossover_text(self) -> str:
+        if self.status == "none_in_range":
+            return "none: drafting paid at every level measured"
+        if self.status == "below_range":
+            return "none: drafting lost at every level measured"
+        interval = f" ({self.lo:.1f}-{self.hi:.1f})" if self.lo is not None and self.hi is not None else ""
+        return f"{self.crossover or 0:.1f}{interval}"
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def known_from_run(run: BenchRun) -> Known | None:
+    """A stored run's crossover and stack (None: the run has no crossover, or no ``/server_info``)."""
+    try:
+        info = json.loads(run.server_info_json or "null")
+        params = json.loads(run.params_json or "null")
+        gpus = json.loads(run.gpu_inventory_json or "null")
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    status = params.get("crossover_status") if isinstance(params, dict) else None
+    if status is None and run.crossover is not None:
+        status = "found"
+    if status not in STATUSES or (status == "found" and run.crossover is None):
+        return None
+    inventory = [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else None
+    tag = f" {run.tag!r}" if run.tag else ""
+    return Known(
+        source=f"sweep #{run.id}{tag} of {_when(run.created_at)}",
+        created_at=run.created_at,
+        stack=Stack.of(info, inventory or None),
+        status=status,
+        crossover=run.crossover,
+        lo=run.crossover_lo,
+        hi=run.crossover_hi,
+    )
+
+
+def known_from_profile(doc: Mapping[str, Any], source: str, status: str, crossover: float | None) -> Known:
+    """A measured profile (``bench sweep --profile-out``'s JSON) and its crossover, as its reader found it.
+    A profile without the identity keys (the shipped ones) matches no server."""
+    raw_gpus = doc.get("gpus")
+    gpus: Mapping[str, Any] = raw_gpus if isinstance(raw_gpus, Mapping) else {}
+    count, name = gpus.get("count"), _text(gpus.get("name"))
+    inventory = [{"name": name}] * count if isinstance(count, int) and 0 < count <= 4096 and name else None
+    info = {"model_path": doc.get("model_path"), "version": doc.get("sglang_version"),
+            "speculative_draft_model_path": doc.get("speculative_draft_model_path")}  # fmt: skip
+    measured = doc.get("measured_at")
+    created = 0.0  # no time: older than any stored sweep
+    if isinstance(measured, int | float) and not isinstance(measured, bool) and math.isfinite(measured):
+        created = float(measured)
+    return Known(source=f"profile {source}", created_at=created,
+                 stack=Stack.of(info, inventory), status=status, crossover=crossover)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Where ``learn`` starts (``ceiling`` None: where the launch put the knob) and the line that says why."""
+
+    ceiling: int | None
+    line: str
+
+
+def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> WarmStart:
+    """The newest source whose stack is the server's; the line names it and its crossover, or says that
+    nothing matched (and what differed in the newest source checked)."""
+    candidates = sorted(known, key=lambda k: k.created_at, reverse=True)
+    for item in candidates:
+        if not server.differences(item.stack):
+            # on a bin boundary, as learn keeps its ceilings (each bin runs one mode)
+            ceiling = item.ceiling(max_running_requests)
+            if ceiling < max_running_requests:
+                ceiling = bin_floor(ceiling, counter_bins(max_running_requests))
+            unchecked = ""
+            if server.gpus is None:
+                unchecked = "; GPUs not compared: the server's are unknown (give --gpu-metrics)"
+            elif item.stack.gpus is None:
+                unchecked = "; GPUs not compared: the source does not name them"
+            return WarmStart(
+                ceiling,
+                f"warm start: {item.source} matches this stack ({server.describe()}): crossover "
+                f"{item.crossover_text()}; learn starts at ceiling {ceiling} (the counters' bin at or below "
+                f"it){unchecked}",
+            )
+    if not candidates:
+        checked = "no stored sweep or measured profile has a crossover"
+    else:
+        newest = candidates[0]
+        checked = (f"{len(candidates)} stored sweep(s)/profile(s) checked, none matched (the newest, "
+                   f"{newest.source}, differs: {'; '.join(server.differences(newest.stack))})")  # fmt: skip
+    return WarmStart(
+        None,
+        f"warm start: nothing known for this stack ({server.describe()}): {checked}; learn starts where "
+        "the launch put the knob",
+    )
+
+
+def find(db: Database, server: Stack, max_running_requests: int, profiles: Sequence[Known] = ()) -> WarmStart:
+    """``choose`` over every stored run with a crossover and the given measured profiles."""
+    runs = [k for k in (known_from_run(run) for run in queries.bench_runs(db)) if k is not None]
+    return choose(server, [*runs, *profiles], max_running_requests)

@@ -1,0 +1,203 @@
+"""learn's warm start (control/warm_start.py, control/policy/learn.py): the newest stored sweep of the
+server's stack gives the ceiling learn starts at; in the simulator harness a fresh start on a stack whose
+sweep says 16 goes to 16 at its first decision and never drafts above it during its first dwell. Virtual
+time: exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spectower.control import warm_start
+from spectower.control.policy import Observation, PolicyError, make_policy
+from spectower.simulator.harness import HarnessConfig, simulate
+from spectower.simulator.profile import load_profile
+from spectower.simulator.traces import parse_trace
+from spectower.storage.models import BenchRun
+
+PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"  # crossover near 15, max_running_requests 64
+INFO = {"model_path": "zai/GLM-5-NVFP4", "speculative_draft_model_path": "zai/GLM-5-EAGLE3",
+        "version": "0.5.9"}  # fmt: skip
+OTHER_VERSION = {**INFO, "version": "0.5.17"}
+H200 = [{"name": "NVIDIA H200"}]
+GPUS = [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}] * 8
+SERVER = warm_start.Stack.of(INFO, GPUS)
+DWELL_S = 300.0  # learn's default min_dwell_s
+
+
+def sweep(
+    run_id: int,
+    crossover: float | None,
+    *,
+    status: str = "found",
+    created_at: float = 1000.0,
+    info: dict[str, Any] | None = None,
+    gpus: list[dict[str, Any]] | None = GPUS,
+) -> BenchRun:
+    """A run as collectors/bench/persist.py stores a sweep: /server_info, GPU inventory, the crossover."""
+    return BenchRun(
+        id=run_id, created_at=created_at, source="sweep", tag=f"run{run_id}",
+        server_info_json=json.dumps(info or INFO), params_json=json.dumps({"crossover_status": status}),
+        gpu_inventory_json=json.dumps(gpus) if gpus is not None else None,
+        crossover=crossover, crossover_lo=None if crossover is None else crossover - 3,
+        crossover_hi=None if crossover is None else crossover + 4,
+    )  # fmt: skip
+
+
+def known(*runs: BenchRun) -> list[warm_start.Known]:
+    return [k for k in map(warm_start.known_from_run, runs) if k is not None]
+
+
+def test_the_newest_matching_sweep_wins_and_a_newer_other_stack_is_ignored() -> None:
+    other_draft = sweep(3, 4.0, created_at=3000.0, info={**INFO, "speculative_draft_model_path": "my/draft"})
+    other_gpu = sweep(4, 40.0, created_at=4000.0, gpus=H200)
+    older = sweep(1, 30.0, created_at=1000.0)
+    newest_match = sweep(2, 16.0, created_at=2000.0)
+    warm = warm_start.choose(SERVER, known(older, newest_match, other_draft, other_gpu), 64)
+    assert warm.ceiling == 16
+    assert warm.line.startswith("warm start: sweep #2 'run2' of ")
+    # on the counters' bins, as learn keeps its ceilings: 17.8 -> 16 (bins ... 12, 16, 24 ...)
+    assert warm_start.choose(SERVER, known(sweep(5, 17.8)), 64).ceiling == 16
+    assert "crossover 16.0 (13.0-20.0); learn starts at ceiling 16" in warm.line
+    assert "8x NVIDIA RTX PRO 6000" in warm.line and "GPUs not compared" not in warm.line
+
+
+def test_nothing_matching_says_so_and_what_differed() -> None:
+    runs = known(sweep(1, 16.0, info=OTHER_VERSION), sweep(2, 8.0, created_at=2000.0, gpus=H200))
+    warm = warm_start.choose(SERVER, runs, 64)
+    assert warm.ceiling is None
+    assert warm.line.startswith("warm start: nothing known for this stack (model zai/GLM-5-NVFP4, ")
+    assert "2 stored sweep(s)/profile(s) checked, none matched" in warm.line
+    assert "the newest, sweep #2 'run2' of 1970-01-01 00:33 UTC, differs: 1x NVIDIA H200" in warm.line
+    assert warm.line.endswith("learn starts where the launch put the knob")
+    empty = warm_start.choose(SERVER, [], 64)
+    assert empty.ceiling is None and "no stored sweep or measured profile has a crossover" in empty.line
+
+
+def test_statuses_map_to_every_bin_or_none_and_unknown_gpus_are_said() -> None:
+    always = warm_start.choose(SERVER, known(sweep(1, None, status="none_in_range")), 48)
+    assert always.ceiling == 48 and "drafting paid at every level measured" in always.line
+    never = warm_start.choose(SERVER, known(sweep(1, None, status="below_range")), 48)
+    assert never.ceiling == 0
+    blind = warm_start.choose(warm_start.Stack.of(INFO, None), known(sweep(1, 16.0)), 64)
+    assert blind.ceiling == 16
+    assert "GPUs not compared: the server's are unknown (give --gpu-metrics)" in blind.line
+    # a run without a crossover, or without a /server_info, is nothing known
+    assert known(sweep(1, None, status="unknown"), BenchRun(id=9, created_at=1.0, source="import:x")) == []
+    # a server that does not say its model matches nothing
+    anonymous = warm_start.Stack.of({"version": "0.5.9"}, GPUS)
+    assert warm_start.choose(anonymous, known(sweep(1, 16.0)), 64).ceiling is None
+
+
+def test_a_measured_profile_carries_its_stack() -> None:
+    doc = {**INFO, "sglang_version": INFO["version"], "measured_at": 5000.0,
+           "gpus": {"count": 8, "name": GPUS[0]["name"]}}  # fmt: skip
+    doc.pop("version")
+    profile = warm_start.known_from_profile(doc, "p.json", "found", 12.5)
+    warm = warm_start.choose(SERVER, [*known(sweep(1, 16.0)), profile], 64)
+    assert warm.ceiling == 12 and warm.line.startswith("warm start: profile p.json matches this stack")
+    shipped = load_profile(PROFILE).raw  # no identity keys: matches no server
+    assert warm_start.known_from_profile(shipped, PROFILE, "found", 15.0).stack.model is None
+
+
+def test_learn_refuses_a_bad_initial_ceiling() -> None:
+    for bad in (-1, 2.5, True, "16"):
+        with pytest.raises(PolicyError, match="initial_ceiling"):
+            make_policy("learn", 64, initial_ceiling=bad)
+
+
+def _knob_in_first_dwell(timeline: list[dict[str, Any]], start: float) -> list[int]:
+    return [row["knob"] for row in timeline if start < row["t"] <= start + DWELL_S]
+
+
+def test_in_the_harness_a_warm_start_at_16_never_drafts_above_16_in_its_first_dwell() -> None:
+    """48 requests on GLM-5: drafting loses there. The stored sweep says 16; learn moves there at its first
+    decision and holds it for the whole dwell (decisions every 5 s, the knob applied 0.5 s later), while a
+    cold learn drafts at 48 (the launch's ceiling 64) until its counters are thick enough, and serves less."""
+    profile = load_profile(PROFILE)
+    trace = parse_trace([[0, 48], [900, 48]], source="busy")
+    warm = warm_start.choose(SERVER, known(sweep(2, 16.0), sweep(3, 4.0, info=OTHER_VERSION)), 64)
+    assert warm.ceiling == 16
+    policy = make_policy("learn", 64, initial_ceiling=warm.ceiling)
+    run = simulate(profile, trace, policy, duration_s=900, keep_timeline=True)
+    first = run.timeline[0]
+    assert first["set"] == 16 and first["reason"].startswith("warm start: move the ceiling 64 -> 16")
+    in_dwell = _knob_in_first_dwell(run.timeline, first["t"])
+    assert len(in_dwell) == DWELL_S / 5 and max(in_dwell) == 16
+    assert all(row["set"] is None for row in run.timeline[1:] if row["t"] <= first["t"] + DWELL_S)
+
+    cold = simulate(profile, trace, make_policy("learn", 64), duration_s=900, keep_timeline=True)
+    assert max(_knob_in_first_dwell(cold.timeline, first["t"])) == 64  # drafting where it loses
+    short = parse_trace([[0, 48], [DWELL_S, 48]], source="busy")
+    warm_tokens = simulate(profile, short, make_policy("learn", 64, initial_ceiling=16)).tokens
+    assert warm_tokens > simulate(profile, short, make_policy("learn", 64)).tokens * 1.02
+
+
+def test_a_ceiling_already_there_still_holds_a_dwell_and_restored_counters_skip_the_warm_start() -> None:
+    profile = load_profile(PROFILE)
+    trace = parse_trace([[0, 48], [600, 48]], source="busy")
+    there = simulate(profile, trace, make_policy("learn", 64, initial_ceiling=20), duration_s=600,
+                     config=HarnessConfig(initial_max_bs=16), keep_timeline=True)  # fmt: skip
+    first = there.timeline[0]
+    assert first["set"] is None and "warm start: the ceiling is already 16" in first["reason"]
+    assert set(_knob_in_first_dwell(there.timeline, first["t"])) == {16}
+
+    learned = make_policy("learn", 64)
+    simulate(profile, trace, learned, duration_s=600)
+    state = learned.state()
+    last, counters = state["snapshots"][-1]
+    obs = Observation(ts=last + 15, num_running_reqs=48, num_queue_reqs=0, output_tok_s=None,
+                      accept_length=None, spec_max_bs=64, max_running_requests=64, stale=False,
+                      counters=counters)  # fmt: skip
+    fresh = make_policy("learn", 64, initial_ceiling=16)
+    assert fresh.decide(obs).max_bs == 16
+    restarted = make_policy("learn", 64, initial_ceiling=16)
+    restarted.load_state(state)  # its own counters of the last window: they decide, not the warm start
+    decision = restarted.decide(obs)
+    assert restarted.initial_ceiling is None and decision.max_bs != 16  # its own estimate's move
+    assert decision.reason.startswith("warm start not used: counters of its own from the last window were "
+                                      "restored; move the ceiling 64 -> ")  # fmt: skip
+    assert "warm start" not in restarted.decide(obs).reason  # said once
+
+
+def test_a_sweep_stored_and_written_as_a_profile_keep_the_same_stack() -> None:
+    """The same sweep saved (persist.to_models) and written with --profile-out (profile_out.build_profile)
+    is known for the same stack."""
+    from spectower.collectors.bench.persist import to_models
+    from spectower.collectors.bench.profile_out import build_profile
+    from spectower.simulator.profile import parse_profile
+
+    from tests.test_bench_results import OFF, ON, _result
+
+    result = _result(ON, OFF)
+    result.server_info |= {"model_path": "org/target", "speculative_draft_model_path": "org/draft"}
+    run, _ = to_models(result)
+    run.id = 7
+    stored = warm_start.known_from_run(run)
+    doc = build_profile(result)
+    profile = parse_profile(doc, source="measured")
+    written = warm_start.known_from_profile(doc, "measured.json", "found", profile.crossover())
+    assert stored is not None and stored.stack == written.stack
+    assert stored.stack.model == "org/target" and stored.stack.draft == "org/draft"
+    assert stored.stack.sglang_version == "0.5.23" and written.created_at == result.started_at
+    # each reader's own crossover fit (the sweep's ratio fit, the simulator's curves): the same bin
+    assert 8 < (stored.crossover or 0) < 16 and 8 < (written.crossover or 0) < 16
+
+
+def test_auto_refuses_warm_start_flags_off_learn_and_a_bad_profile_in_one_line(tmp_path: Path) -> None:
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    base = ["control", "auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db")]
+    env = {"SPECTOWER_ADMIN_KEY": "k", "SPECTOWER_ADMIN_KEY_FILE": ""}
+    other = CliRunner().invoke(app, [*base, "--policy", "threshold:3", "--warm-profile", "x.json"], env=env)
+    assert other.exit_code == 2
+    assert "only --policy learn starts warm (got --policy threshold:3)" in other.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    got = CliRunner().invoke(app, [*base, "--warm-profile", str(bad)], env=env)
+    assert got.exit_code == 2 and "Traceback" not in got.output
+    lines = [line for line in got.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --warm-profile: ") and "bad.json" in lines[0]
