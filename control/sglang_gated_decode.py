@@ -59,9 +59,10 @@ step's GPU time at batch 64 on the H200) and served 0.85-0.94 of a plain server.
 extend at 0 steps (``EAGLEWorkerV2._stub_skipped_draft_extend``, its experimental
 ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``), measured at 0.94-0.99 of the plain server, but a request
 that lived through skipped extends has holes in its draft KV and a stale draft input: drafting it again
-starts cold. So spectower skips the extend only while the knob is at 0 and no batch explores drafting (an
-operator's off locks the knob, which pauses exploration; under a partial ceiling, or a policy's 0 with
-exploration on, the draft stays warm so explored batches and re-entry measure truly), remembers
+starts cold. So spectower skips the extend for a batch the knob gates while nothing needs the draft warm
+(``knob_contract.extend_skippable``: an operator's off locks the knob, which pauses exploration; while a
+policy explores, only in the cold part of an exploration window, control/explore.py; a batch gated by
+exploration inside a drafting bin keeps it, so explored batches and re-entry measure truly), remembers
 which running requests have holes, and when drafting would resume while any of them is still in the
 batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
 until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches (default 4096; then it
@@ -450,7 +451,7 @@ def register() -> None:
             _HOOKED = True
             hooked += (
                 "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
-                "EagleDraftWorker._draft_extend_for_decode (extend skipped at knob 0, then drained)"
+                "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained)"
             )
             # The mirror learns what ran from forward_batch_generation's hook, registered just above.
             mirrored = sglang_seq_lens.register()

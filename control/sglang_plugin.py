@@ -93,7 +93,9 @@ from typing import Any
 from spectower.control import engine_counters, knob_contract
 from spectower.control.explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
 
-PLUGIN_VERSION = "0.3.2"  # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved
+# 0.3.2: the seq-lens mirror counts gated batches SGLang resolved; 0.4.0: every batch the ceiling gates may
+# skip the draft extend, exploration among them in windows (explore.window in the report), the lock's request
+PLUGIN_VERSION = "0.4.0"
 KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).
