@@ -266,8 +266,11 @@ def test_the_suggested_policy_command_runs_as_printed(
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()  # the runner announces itself once it has read the server
-        assert f"policy learn on {sim.base_url}" in first, first + proc.stdout.read(2000)
+        # learn says where it starts (the warm start, issue #32), then the runner announces itself once it
+        # has read the server
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        assert first.startswith("warm start: "), first + second
+        assert f"policy learn on {sim.base_url}" in second, first + second + proc.stdout.read(2000)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

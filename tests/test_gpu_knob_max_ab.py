@@ -91,13 +91,10 @@ class _RecordingTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
-@pytest.mark.integration
-def test_each_round_sends_both_servers_the_same_prompts(
+def _recorded_pair(
     simulator_factory: Callable[..., Any], tmp_path: Path
-) -> None:
-    # With the constructed pair a prompt's acceptance is its own: different prompts per server would add
-    # their acceptance's spread to the ratio (C=1 windows on the H200 read 245-448 tok/s).
-    import asyncio
+) -> tuple[Any, dict[str, str], dict[str, _RecordingTransport]]:
+    """The script as a module, two simulators of the profile, and a recording transport for each."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPT)
@@ -107,7 +104,18 @@ def test_each_round_sends_both_servers_the_same_prompts(
     profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
     urls = {"gated": simulator_factory(profile=profile).base_url,
             "ungated": simulator_factory(profile=profile).base_url}  # fmt: skip
-    transports = {name: _RecordingTransport() for name in urls}
+    return module, urls, {name: _RecordingTransport() for name in urls}
+
+
+@pytest.mark.integration
+def test_each_round_sends_both_servers_the_same_prompts(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    # With the constructed pair a prompt's acceptance is its own: different prompts per server would add
+    # their acceptance's spread to the ratio (C=1 windows on the H200 read 245-448 tok/s).
+    import asyncio
+
+    module, urls, transports = _recorded_pair(simulator_factory, tmp_path)
     asyncio.run(module.measure(urls, [2], 2, 1.0, 16, 32, transports=transports))
     gated, ungated = transports["gated"].prompts, transports["ungated"].prompts
     assert len(gated) >= 4 and len(ungated) >= 4
@@ -186,18 +194,10 @@ def test_mixed_lengths_give_both_servers_the_same_length_per_prompt(
     """``--output-len 8-40``: requests of many lengths (same-length requests finish in waves), each prompt the
     same length on both servers of a round."""
     import asyncio
-    import importlib.util
 
     from spectower.collectors.bench.lengths import OutputLengths
 
-    spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
-    urls = {"gated": simulator_factory(profile=profile).base_url,
-            "ungated": simulator_factory(profile=profile).base_url}  # fmt: skip
-    transports = {name: _RecordingTransport() for name in urls}
+    module, urls, transports = _recorded_pair(simulator_factory, tmp_path)
     result = asyncio.run(module.measure(urls, [4], 1, 1.5, OutputLengths(8, 40), 32, transports=transports))
     assert result["output_len"] == "8-40"
     gated, ungated = dict(transports["gated"].lengths), dict(transports["ungated"].lengths)
