@@ -190,10 +190,17 @@ def test_a_policys_zero_with_windows_against_plain_is_what_the_readme_says() -> 
     """Issue #32 item 1 (2026-12-03): a policy's 0 with exploration in windows against the plain server,
     mixed output lengths, pooled over calls 1 and 4 by ``knob_max_ab.py --summarize``; the same server
     without windows and an operator's 0 from the same launch, as the results' README gives them."""
-    base = "h200-8b-pair-triton-windows-2026-12-03"
+    import importlib.util
+
+    base = RESULTS / "h200-8b-pair-triton-windows-2026-12-03"
+    spec = importlib.util.spec_from_file_location("knob_max_ab", RESULTS.parent / "knob_max_ab.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)  # in-process: the --summarize lines, without a process per group
 
     def paired(*names: str) -> dict[int, float]:
-        lines = _script("knob_max_ab.py", "--summarize", *(f"{base}/{n}" for n in names)).strip().splitlines()
+        rows = script.summarize([base / n for n in names])
+        lines = [script.describe_level(row, row["label"]) for row in rows]
         return {int(line.split(":")[0].removeprefix("C=")): float(line.split("over windows; ")[1].split()[0])
                 for line in lines}  # fmt: skip
 
