@@ -47,6 +47,9 @@ def constant(c: float, seconds: float = 600) -> Any:
 
 # --- the headline: learn on every shipped profile and built-in trace ------------------------------------
 
+# Slow: an hour of virtual time per profile and trace, about 140 s of the unit lane's CPU together; the
+# whole suite (CI) runs it, `./tests/run --fast` leaves it out (issue #34: the unit lane under 3 minutes).
+@pytest.mark.slow
 @pytest.mark.parametrize("trace_name", BUILTIN_TRACES)
 @pytest.mark.parametrize("profile_name", builtin_profile_names())
 def test_learn_reaches_98_percent_within_12_changes_an_hour(profile_name: str, trace_name: str) -> None:
