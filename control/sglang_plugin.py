@@ -128,15 +128,6 @@ DEFAULT_DECISION_MEMORY = 8
 logger = logging.getLogger(__name__)
 
 
-def validate_spec_max_bs(value: object) -> str | None:
-    """Why ``value`` is not a valid ceiling, or None. Only a non-negative int (not a bool) is valid."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{KNOB_KEY} must be a non-negative integer, got {value!r} ({type(value).__name__})"
-    if value < 0:
-        return f"{KNOB_KEY} must be a non-negative integer, got {value}"
-    return None
-
-
 def _env_int(name: str) -> int | None:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

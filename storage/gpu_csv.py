@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sqlmodel import Session
 
 # nvidia-smi field (unit dropped) -> GpuSample column
-SAMPLE_FIELDS: dict[str, str] = {
+NVIDIA_SMI_COLUMNS: dict[str, str] = {
     "utilization.gpu": "gpu_util_pct",
     "utilization.memory": "mem_util_pct",
     "memory.used": "memory_used_mib",
@@ -286,7 +286,7 @@ def gpu_positions(lines: Sequence[tuple[int, float]], warnings: list[tuple[int, 
 def _take_sample(log: GpuCsvLog, cell: Cell, line_no: int, ts: float, r: list[str], key: GpuKey) -> None:
     """One line's sample (and its GPU's facts, at its first line) into ``log``."""
     values: dict[str, Any] = {}
-    for name, column in SAMPLE_FIELDS.items():
+    for name, column in NVIDIA_SMI_COLUMNS.items():
         raw = cell(r, name)
         if raw is None or column in values:
             continue

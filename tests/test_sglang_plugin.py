@@ -31,7 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.control.sglang_plugin import TARGETS, Gate, validate_spec_max_bs
+from spectower.control.sglang_plugin import TARGETS, Gate
 
 from tests import sglang_checks as batches
 from tests.conftest import REPO_ROOT
@@ -348,10 +348,17 @@ def test_override_log_growth_is_bounded_by_hysteresis(sglang_checks: SglangCheck
 # ------------------------------------------------------------------ the gate's own logic (no SGLang needed)
 
 
-def test_validate_spec_max_bs() -> None:
-    assert validate_spec_max_bs(0) is None and validate_spec_max_bs(10**6) is None
+def test_the_plugin_takes_its_ceiling_through_the_one_contract_parser() -> None:
+    """The plugin has no validator of its own (issue #33): the contract's parser accepts and refuses."""
+    from spectower.control import knob_contract, sglang_plugin
+
+    assert not hasattr(sglang_plugin, "validate_spec_max_bs")
+    for good in (0, 10**6):
+        request = knob_contract.parse_request({knob_contract.KNOB_KEY: good})
+        assert request is not None and request.value == good
     for bad in (-1, 2.5, 3.0, True, "8", None):
-        assert validate_spec_max_bs(bad) is not None, bad
+        with pytest.raises(knob_contract.ContractError, match=knob_contract.KNOB_KEY):
+            knob_contract.parse_request({knob_contract.KNOB_KEY: bad})
 
 
 def test_gate_unset_is_always_on_and_zero_is_always_off() -> None:

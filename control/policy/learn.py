@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spectower.control import engine_counters, explore, speedup
+from spectower.control import engine_counters, explore, knob_contract, speedup
 from spectower.control.policy.base import Decision, Observation, PolicyError
 
 STATE_VERSION = 2
@@ -62,7 +62,7 @@ WAIT_SAMPLES = 2
 MIN_INTERVALS = speedup.MIN_INTERVALS
 # Student's t, 97.5 % quantile, by degrees of freedom (at most d): the small-sample width of a 95 % interval.
 # Above every bin: the ceiling that drafts every batch (mapped to max_running_requests).
-TOP = 2**31 - 1
+TOP = knob_contract.MAX_SPEC_MAX_BS
 # A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
 # extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
 # windows (control/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
