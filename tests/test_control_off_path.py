@@ -68,3 +68,19 @@ def test_nothing_where_the_plugins_publish_nothing(real_data: Path, monkeypatch:
     idle = SeqLensMirror(enabled=True, verify_every=256).report()
     assert "off path" not in _printed(_doc(real_data, None, None), monkeypatch)
     assert "seq-lens" not in _printed(_doc(real_data, None, idle), monkeypatch)
+
+
+def test_json_carries_each_ranks_exploration_window(real_data: Path) -> None:
+    """Issue #32: `control get --json` shows where each rank's exploration window is (the plugin's
+    ``explore`` block, its ``window`` from control/explore.py)."""
+    from spectower.control.sglang_plugin import Gate
+
+    gate = Gate(explore_share=0.02, explore_cycle=160)
+    gate.set_ceiling(0)
+    for _ in range(155):
+        gate.decide(64)
+    doc = _doc(real_data, None, None)
+    doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=True)
+    window = knob_state(doc, "http://127.0.0.1:30000").to_dict()["ranks"][0]["explore"]["window"]
+    assert window["active"] and window["phase"] == "explore" and window["windows"] == 1
+    assert window["batches"] == {"cold": 150, "warm": 0, "explore": 5}

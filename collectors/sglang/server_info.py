@@ -89,7 +89,7 @@ AdaptiveConfig = Annotated[str | dict[str, Any] | None, BeforeValidator(_adaptiv
 _RANK_KEYS = ("dp_rank", "speculative_num_steps", "avg_spec_accept_length", "last_gen_throughput")
 _PLUGIN_KEYS = (
     "spec_max_bs", "batches_drafted", "batches_gated", "plugin_version", "refused", "owner", "lock",
-    "last_write", "last_refused", "policy_last", "server_time", "gated_decode", "seq_lens_mirror",
+    "last_write", "last_refused", "policy_last", "server_time", "gated_decode", "seq_lens_mirror", "explore",
 )  # fmt: skip
 
 
@@ -116,8 +116,9 @@ class RankState(BaseModel):
     policy_last: Map = None
     server_time: Float = None
     # The off path (control/sglang_gated_decode.py, control/sglang_seq_lens.py): None where not loaded.
-    gated_decode: Map = None  # draft extends skipped at knob 0, batches drained before drafting again
+    gated_decode: Map = None  # draft extends skipped while gated, batches drained before drafting again
     seq_lens_mirror: Map = None  # flashinfer: gated batches' host lengths remembered, not waited for
+    explore: Map = None  # the share, batches explored and the window among gated batches (control/explore.py)
 
     # the knob client's names for the same two values (`control get` prints them)
     @property
