@@ -187,7 +187,7 @@ class Gate:
         self.explore_share = 0.0
         self.explore_period = 0
         self.set_explore_share(explore_share)
-        # which batches explore: runs, and windows at a policy's 0 (control/explore.py)
+        # which batches explore: runs, and windows among the batches the ceiling gates (control/explore.py)
         self.explorer = Explorer(explore_cycle)
         self.explored_now = False  # the last decide() explored (count() attributes its step change)
         self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
@@ -241,9 +241,9 @@ class Gate:
     def decide(self, batch_size: int, may_explore: bool = True,
                holes_pending: Callable[[], bool] = lambda: False) -> bool:  # fmt: skip
         """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis;
-        the batches the ``Explorer`` picks (runs, in windows at a policy's 0; while ``may_explore``) run the
-        other mode instead, leaving the hysteresis state as it was. ``holes_pending``: whether a request of
-        this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
+        the batches the ``Explorer`` picks (runs; windows where the ceiling gates; while ``may_explore``) run
+        the other mode instead, leaving the hysteresis state as it was. ``holes_pending``: whether a request
+        of this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
         plan = self.explorer.next(batch_size, closed, period, holes_pending)

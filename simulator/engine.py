@@ -196,7 +196,7 @@ class RankScheduler:
         self.batches_drafted = 0
         self.batches_gated = 0
         self.batches_explored = 0
-        # which decode batches explore: the plugin's schedule, in windows at a policy's 0 (control/explore.py)
+        # which decode batches explore: the plugin's, in windows where the knob gates (control/explore.py)
         self.explorer = Explorer()
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
@@ -345,8 +345,8 @@ class RankScheduler:
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
         # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped).
-        skipped = not drafted and self.extend_skipped()
-        if skipped and profile.speculative:
+        skipped = not drafted and self.extend_skipped()  # only where the knob gated a speculative batch
+        if skipped:
             self.holed.update(id(r) for r in self.running)
         rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not skipped)
         step = batch * accept / rate
