@@ -21,7 +21,8 @@
 # each against the plain server with mixed output lengths (OFF_OUTPUT_LEN, default 64-448) at OFF_LEVELS
 # (OFF_POLICY=0 skips the policy's).
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
-# policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each; the
+# policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each (output
+# lengths POLICY_OUTPUT_LEN, default 64-448; learn warm from WARM_PROFILE=profile.json when given); the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait).
 # steps (issue #14, a middle step count): for each K in STEPS_LIST (default "1 2") an un-gated EAGLE-3 server at
 # K steps (K+1 draft tokens, no plugin) replaces the plain one and gpu/knob_max_ab.py measures the gated
@@ -405,11 +406,16 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
              st control set --server "$SPEC_URL" --max-bs "$POLICY_START" --reason "policy run: start" --as gpu-check --yes
            fi
            st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
-           st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1
+           # learn starts warm from WARM_PROFILE (a measured profile of this stack) when one is given
+           local warm=()
+           if [ "$pol" = learn ] && [ -n "${WARM_PROFILE:-}" ]; then warm=(--warm-profile "$WARM_PROFILE"); fi
+           st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" "${warm[@]}" \
+             > "$OUT/auto-$label.log" 2>&1
            apid=$! ;;
       esac
       st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
-        --max-concurrency 64 --output-len 256 --input-len 64 --api generate --status-every 5s > "$OUT/load-$label.log" 2>&1
+        --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
+        > "$OUT/load-$label.log" 2>&1
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check
     }
@@ -422,7 +428,9 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
 export -f st st_bg
-export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600}
+# POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
+export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} \
+  POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
   local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))  # WAIT_UNTIL (epoch seconds) may end it sooner
