@@ -400,12 +400,13 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
       case $pol in
-        on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes ;;
-        off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes ;;
+        on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
+        off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes --db "$DB" ;;
         *) if [ -n "${POLICY_START:-}" ]; then  # where the policy starts from (stop 24 started learn at 0)
-             st control set --server "$SPEC_URL" --max-bs "$POLICY_START" --reason "policy run: start" --as gpu-check --yes
+             st control set --server "$SPEC_URL" --max-bs "$POLICY_START" --reason "policy run: start" --as gpu-check \
+               --yes --db "$DB"
            fi
-           st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check
+           st control release --server "$SPEC_URL" --reason "policy run: $pol" --as gpu-check --db "$DB"
            # learn starts warm from WARM_PROFILE (a measured profile of this stack) when one is given
            local warm=()
            if [ "$pol" = learn ] && [ -n "${WARM_PROFILE:-}" ]; then warm=(--warm-profile "$WARM_PROFILE"); fi
@@ -417,7 +418,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
         --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
         > "$OUT/load-$label.log" 2>&1
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
-      st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check
+      st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check --db "$DB"
     }
     st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
     cpid=$!
