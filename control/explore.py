@@ -82,13 +82,22 @@ class ExploreSchedule:
 #   warm     the extend runs again and nothing explores, until no request of the batch still has the holes
 #            the skipped extends left in its draft KV (they finish; new requests are clean), at most
 #            WINDOW_WARM_MAX_BATCHES, after which the rest are forgotten and recover cold;
-#   explore  WINDOW_EXPLORE_BATCHES batches exploring at the share that puts the cycle's usual number of
-#            explored batches into the window (``ExploreWindows.period_in_window``), the draft warm, then
-#            cold again.
+#   explore  every batch drafts, twice the cycle's usual number of explored batches (the share's: one in
+#            ``period``), at most WINDOW_EXPLORE_BATCHES (``ExploreWindows.explore_length``), then cold again.
+#            Its first half is marked settling (the *turnover*): only the second half is counted.
 #
-# The extend runs in about (warm + explore) / cycle of those batches: about 9 % for requests of a few
-# hundred tokens, so the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm and explore
-# are marked settling: the counters keep them apart, so a gated bin's rate is the cold stream's. A bin the
+# Why a stream, and why the turnover: requests accept differently (code and chat; the GPU pair's fixed
+# point and 2-cycle), and a stream keeps each request for as many steps as it needs. A gated stream keeps a
+# request for its length L, a drafting one for L / a, so its batches hold fewer of the requests that accept
+# more: a drafting stream's tokens per request-step are the harmonic mean of the accept lengths, while a
+# drafting batch explored among gated ones carries the batch the gated stream left, their plain mean (1.125x
+# on the 2026-12-01 H200 run, runs of 4 batches). A drafting stream turns its batch over within a request's
+# drafted lifetime; after that its counted batches measure what a drafting server serves (gpu/README.md,
+# "learn's lean"; simulator: requests of several accept lengths, ``sim serve --accept-kinds``).
+#
+# The extend runs in the warm part only: a few % of those batches for requests of a few hundred tokens, so
+# the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm are marked settling: the
+# counters keep them apart, so a gated bin's rate is the cold stream's. A bin the
 # ceiling drafts explores as before, in runs throughout; its explored gated batches keep the extend (their
 # requests go on drafting), so its gated rate reads low by the extend's share (control/policy/learn.py
 # corrects it). A drafting batch between gated ones leaves the window's clock alone; one with holed requests
@@ -119,14 +128,31 @@ def windowed(gated_by_ceiling: bool, period: int) -> bool:
     return gated_by_ceiling and period > 0
 
 
-def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES) -> float:
-    """The share of the gated batches that run the draft extend under windows, as the policy harness models it
-    (the warm part at its usual length, the exploring part's length); 1.0 without windows (cycle 0)."""
+def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> float:
+    """The share of the batches the ceiling gates that run the draft extend while gated under windows, as the
+    policy harness models it (the warm part at its usual length); 1.0 without windows (cycle 0)."""
     if cycle == 0:
         return 1.0
     windows = ExploreWindows(cycle)
     warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
-    return (warm + windows.explore_batches) / (cycle + warm)
+    return warm / _cycle_batches(windows, warm, period)
+
+
+def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> float:
+    """The share of the batches the ceiling gates that draft in a window's exploring part (turnover included),
+    as the policy harness models it; without windows (cycle 0) the share's own ``1 / period``."""
+    if cycle == 0:
+        return 1.0 / period if period else 0.0
+    windows = ExploreWindows(cycle)
+    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
+    length = windows.explore_batches if period is None else windows.explore_length(period)
+    return length / _cycle_batches(windows, warm, period)
+
+
+def _cycle_batches(windows: ExploreWindows, warm: int, period: int | None) -> int:
+    """One cycle's batches: the cold part, the warm part, the exploring part."""
+    length = windows.explore_batches if period is None else windows.explore_length(period)
+    return windows.cycle - windows.explore_batches + warm + length
 
 
 class ExploreWindows:
@@ -143,23 +169,35 @@ class ExploreWindows:
         self.explore_batches = min(WINDOW_EXPLORE_BATCHES, max(1, cycle // 16))
         self.warm_max = min(WINDOW_WARM_MAX_BATCHES, max(1, cycle // 8))
         self.phase = COLD
-        self._in_phase = 0  # batches of the current phase so far
+        self._in_phase = 0  # batches of the current phase so far (this one included, after step())
         self.windows = 0  # exploring parts begun
         # warm parts ended by warm_max with holed requests left (forgotten: they recover cold)
         self.warm_cut = 0
         self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
         self.batches = dict.fromkeys(PHASES, 0)
 
-    def period_in_window(self, period: int) -> int:
-        """The exploring part's period: the cycle's explored batches (one in ``period``) packed into its
-        window, and at least 2 (a window never drafts every batch of a bin). 0 stays 0."""
+    @property
+    def in_phase(self) -> int:
+        return self._in_phase
+
+    def explore_length(self, period: int) -> int:
+        """The exploring part's batches: the turnover and then the cycle's usual number of explored
+        batches (one in ``period``), each at least 1, at most ``explore_batches`` in all. 0 for period 0."""
         if period <= 0:
             return 0
-        return max(2, round(period * self.explore_batches / self.cycle))
+        counted = max(1, round(self.cycle / period))
+        return min(self.explore_batches, 2 * counted)
 
-    def step(self, holes_pending: Callable[[], bool] = lambda: False) -> str:
+    def turnover(self, period: int) -> int:
+        """The exploring part's first batches, marked settling while the drafting stream turns its batch
+        over: half the part."""
+        return self.explore_length(period) // 2
+
+    def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None) -> str:
         """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
-        batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it)."""
+        batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
+        ``period``: the share's, which sets the exploring part's length (None: ``explore_batches``)."""
+        length = self.explore_batches if period is None else self.explore_length(period)
         self.cut_now = False
         if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
             self.phase, self._in_phase = WARM, 0
@@ -171,7 +209,7 @@ class ExploreWindows:
                 self.windows += 1
                 self.warm_cut += cut
                 self.cut_now = cut
-        elif self.phase == EXPLORE and self._in_phase >= self.explore_batches:
+        elif self.phase == EXPLORE and self._in_phase >= length:
             self.phase, self._in_phase = COLD, 0
         self._in_phase += 1
         self.batches[self.phase] += 1
@@ -194,9 +232,10 @@ class ExploreWindows:
 @dataclass(frozen=True)
 class BatchPlan:
     """What one decode batch does about exploration: ``explore`` (run the other mode than the ceiling says),
-    ``settling`` (counted apart: it switches into or out of a run, or is a gated batch of a window's warm or
-    exploring part, which keeps the extend), ``phase`` (the window's, None when not windowed) and
-    ``forget_holes`` (a warm part was cut short: the holed requests recover cold)."""
+    ``settling`` (counted apart: it switches into or out of a run, is a gated batch of a window's warm part,
+    which keeps the extend, or a drafting batch of the exploring part's turnover), ``phase`` (the window's,
+    None when not windowed) and ``forget_holes`` (a warm part was cut short: the holed requests recover
+    cold)."""
 
     explore: bool
     settling: bool
@@ -244,10 +283,12 @@ class Explorer:
             self.phase_now = None
             explore, settling = self.schedule.next(batch_size, period)
             return BatchPlan(explore, settling, None, False)
-        phase = self.windows.step(holes_pending)
+        phase = self.windows.step(holes_pending, period)
         self.phase_now = phase
-        in_window = self.windows.period_in_window(period) if phase == EXPLORE else 0
-        explore, settling = self.schedule.next(batch_size, in_window)
-        # a batch that does not explore is gated: outside the cold part it keeps the extend
-        settling = settling or (phase != COLD and not explore)
-        return BatchPlan(explore, settling, phase, self.windows.cut_now)
+        self.schedule.next(batch_size, 0)  # a run in a bin the ceiling drafts ends here
+        if phase == EXPLORE:
+            # a drafting stream: its turnover settles, then every batch counts (module comment above)
+            turning = self.windows.in_phase <= self.windows.turnover(period)
+            return BatchPlan(True, turning, phase, self.windows.cut_now)
+        # cold: a steady gated stream, counted; warm: gated with the extend, counted apart
+        return BatchPlan(False, phase == WARM, phase, self.windows.cut_now)

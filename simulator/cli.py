@@ -62,9 +62,16 @@ def serve(
         help="Share of each batch-size bin's decode batches that run the other mode than the ceiling says "
         "(0..0.2; 0 = none). Default: $SPECTOWER_EXPLORE_SHARE, else 0.02, as the SGLang plugin.",
     ),
+    accept_kinds: str | None = typer.Option(
+        None,
+        "--accept-kinds",
+        help="Requests that accept differently: ACCEPT:SHARE,... (e.g. 4:0.5,2:0.5, the GPU check's pair); a "
+        "drafted step commits each request's own accept length. Default: the profile's for every request.",
+    ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.control import knob_contract
+    from spectower.control import explore, knob_contract
+    from spectower.simulator.accept_kinds import parse_accept_kinds
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile
     from spectower.simulator.server import run
@@ -90,6 +97,10 @@ def serve(
     except knob_contract.ContractError as exc:
         fail(str(exc))
     try:
+        # the plugin's exploration windows, as SGLang's environment sets them for the plugin
+        cycle = explore.cycle_of(os.environ.get(explore.EXPLORE_CYCLE_ENV))
+        max_accept = loaded.speculative_num_steps + 1.0
+        kinds = parse_accept_kinds(accept_kinds, max_accept) if accept_kinds is not None else ()
         config = SimConfig(
             profile=loaded,
             host=host,
@@ -102,6 +113,8 @@ def serve(
             dp_size=dp_size,
             max_running_requests=max_running_requests,
             explore_share=explore_share,
+            explore_cycle=cycle,
+            accept_kinds=kinds,
         )
     except ValueError as exc:
         fail(str(exc))

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from spectower.control import knob_contract
 from spectower.control.engine_counters import EngineCounters
 from spectower.control.explore import Explorer
+from spectower.simulator.accept_kinds import kind_of
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
@@ -99,6 +100,7 @@ class SimRequest:
     __slots__ = (
         "_waiter",
         "aborted",
+        "accept",
         "created_mono",
         "created_wall",
         "done",
@@ -131,8 +133,10 @@ class SimRequest:
         streaming: bool,
         seed: int,
         rid: str | None = None,
+        accept: float | None = None,
     ) -> None:
         self.rid = rid or uuid.uuid4().hex
+        self.accept = accept  # its kind's accept length when drafted (None: the profile's; accept_kinds.py)
         self.index = index
         self.prompt_tokens = prompt_tokens
         self.max_new_tokens = max(1, max_new_tokens)
@@ -197,7 +201,7 @@ class RankScheduler:
         self.batches_gated = 0
         self.batches_explored = 0
         # which decode batches explore: the plugin's, in windows where the knob gates (control/explore.py)
-        self.explorer = Explorer()
+        self.explorer = Explorer(engine.config.explore_cycle)
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
         self.holed: set[int] = set()
@@ -364,8 +368,6 @@ class RankScheduler:
         else:
             self.batches_gated += 1
             mean = 1.0
-        base = int(mean)
-        frac = mean - base
         rnd = self._rng.random
         now = time.monotonic()
         produced = 0
@@ -375,7 +377,10 @@ class RankScheduler:
             if r.aborted:
                 continue
             live += 1
-            k = base + 1 if frac > 0 and rnd() < frac else base
+            # a request of a kind commits its own accept length when drafted (the step's time is the batch's)
+            own = min(float(steps + 1), r.accept) if drafted and r.accept is not None else mean
+            base = int(own)
+            k = base + 1 if own > base and rnd() < own - base else base
             new = r._push(k)
             n = len(new)
             produced += n
@@ -509,7 +514,9 @@ class Engine:
     def new_request(
         self, prompt_tokens: int, max_new_tokens: int, streaming: bool, rid: str | None = None
     ) -> SimRequest:
-        return SimRequest(next(self._index), prompt_tokens, max_new_tokens, streaming, self.seed, rid)
+        index = next(self._index)
+        accept = kind_of(index, self.config.accept_kinds)
+        return SimRequest(index, prompt_tokens, max_new_tokens, streaming, self.seed, rid, accept)
 
     def submit(self, req: SimRequest) -> None:
         rank = self.ranks[next(self._rr) % len(self.ranks)]

@@ -224,16 +224,20 @@ class _Tables:
         off_rate = [profile.output_tok_s(c, False) for c in range(n + 1)]
         warm_rate = [profile.output_tok_s(c, False, draft_warm=True) for c in range(n + 1)]
         accept = [profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)]
-        kept = explore.kept_extend_share()  # a gated step's time: that share warm, the rest cold
-        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
-                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         if not profile.speculative:  # no drafting, no gate: nothing to explore
             share = 0.0
+        period = knob_contract.explore_period(share)
+        # the batches the ceiling gates, windowed: a share drafts (the exploring part), a share keeps the
+        # extend (the warm part), the rest is cold; a gated step's time: the warm and cold ones in proportion
+        in_window = explore.window_explore_share(period=period) if period else 0.0
+        kept = explore.kept_extend_share(period=period) / (1.0 - in_window)
+        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
+                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
-            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, share)
+            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, in_window)
                                for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             never_draft=tuple(off_rate),

@@ -203,7 +203,8 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 1})
     run("partial ceiling", ["d", "e", "f"])
     # a policy's 0 (free knob, a share > 0) explores in windows (SPECTOWER_EXPLORE_CYCLE=16: 15 cold batches
-    # skip the extend; the warm part runs it until the holed requests have finished; one exploring batch)
+    # skip the extend; the warm part runs it until the holed requests have finished; one exploring batch,
+    # drafting)
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
     _harness.set_state(scheduler, {"spectower_explore_share": 0.02})
     for _ in range(15):
