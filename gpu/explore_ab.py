@@ -3,7 +3,7 @@
 While a steady closed-loop load runs (``spectower bench load --pattern steps:C``), the share is switched
 between the values of ``--shares`` every ``--window`` seconds, in ``--rounds`` interleaved rounds (so drift
 hits every share alike). Each window's decode throughput is read from the plugin's own counters
-(control/engine_counters.py, summed over DP ranks): output tokens of all decode steps / wall-clock seconds
+(plugin/engine_counters.py, summed over DP ranks): output tokens of all decode steps / wall-clock seconds
 (the first ``--settle`` seconds after a switch are not counted). The share is set with an unmarked write
 (no ``spectower_writer``), which takes no lock, so the gate keeps exploring. Works against the simulator too.
 
@@ -25,9 +25,8 @@ from typing import Any, NamedTuple
 import httpx
 from spectower.collectors.bench.server import read_decode_tokens
 from spectower.collectors.sglang.counters import read_counters
-from spectower.control import knob_contract
-from spectower.control.engine_counters import MODES
-from spectower.control.speedup import served, sum_ranks
+from spectower.plugin import knob_contract
+from spectower.plugin.engine_counters import MODES, served, sum_ranks
 
 
 def _headers() -> dict[str, str]:

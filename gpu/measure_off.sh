@@ -452,7 +452,7 @@ grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3
 curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -P -c '
 import json, sys
 from spectower.collectors.sglang.counters import read_counters
-from spectower.control.speedup import served, sum_ranks
+from spectower.plugin.engine_counters import served, sum_ranks
 info = json.load(sys.stdin)
 ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
 calls = sum((r.get("hooks") or {}).get("calls", 0) for r in ranks)

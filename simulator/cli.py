@@ -64,7 +64,7 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.control import knob_contract
+    from spectower.plugin import knob_contract
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile
     from spectower.simulator.server import run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.control import knob_contract
+from spectower.plugin import knob_contract
 from spectower.simulator.profile import Profile
 
 # Data-parallel ranks, each a scheduler task: past this a value is a typo (1e5 took 12 s and 1.1 GB to start).
@@ -33,7 +33,7 @@ class SimConfig:
     decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL
     dp_size: int = DEFAULT_DP_SIZE
     max_running_requests: int | None = None
-    # The SGLang plugin's exploration share (control/knob_contract.py): every round(1/share)-th decode batch
+    # The SGLang plugin's exploration share (plugin/knob_contract.py): every round(1/share)-th decode batch
     # of a batch-size bin runs the other mode; 0 = none. `sim serve` takes SPECTOWER_EXPLORE_SHARE too.
     explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spectower.control.engine_counters import counter_bins
+from spectower.plugin.engine_counters import counter_bins
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
 

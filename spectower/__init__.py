@@ -2,7 +2,7 @@
 
 The repository keeps one top-level folder per part (collectors/ storage/ control/ simulator/ console/);
 the distribution installs them under this one namespace (``spectower.collectors`` ...), so nothing generic
-lands in site-packages, SGLang's environment included (the plugin is ``spectower.control.sglang_plugin``).
+lands in site-packages, SGLang's environment included (the plugin is ``spectower.plugin.knob_gate``).
 """
 
 from importlib.metadata import PackageNotFoundError, version

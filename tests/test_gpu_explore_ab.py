@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.simulator_process import scaled_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import scaled_profile
 
 SCRIPT = REPO_ROOT / "gpu" / "explore_ab.py"
 KEY = "explore-ab-admin"

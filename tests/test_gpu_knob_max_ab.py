@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.simulator_process import scaled_profile
 from tests.conftest import REPO_ROOT
-from tests.simulator_process import scaled_profile
 
 SCRIPT = REPO_ROOT / "gpu" / "knob_max_ab.py"
 PROFILE = "h200-8b-pair-triton"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectower.control.engine_counters import counter_bins
+from spectower.plugin.engine_counters import counter_bins
 from spectower.simulator import step_model
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile
 from spectower.simulator.traces import load_trace

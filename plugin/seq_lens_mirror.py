@@ -1,9 +1,9 @@
 """Off means off on flashinfer: a gated batch's lengths are known on the host; the next batch waits for none.
 
-Runs INSIDE SGLang (registered by ``sglang_gated_decode.register``, the same entry point), so it imports only
+Runs INSIDE SGLang (registered by ``gated_decode.register``, the same entry point), so it imports only
 the standard library and, lazily, torch.
 
-Why. With the gated verify planned as decode (``sglang_gated_decode``), a gated step's GPU time on the H200
+Why. With the gated verify planned as decode (``gated_decode``), a gated step's GPU time on the H200
 with flashinfer matched a plain server's (4.73 against 4.69 ms at batch 1, 5.85 against 6.05 ms at 64), yet
 the knob at 0 served only 0.75-0.88 of the plain server at every load (gpu/README.md, "Flashinfer"). The
 difference was host time: one ``cudaStreamSynchronize`` of about 1 ms per gated step, where a plain server
@@ -319,7 +319,7 @@ def missing_target() -> str | None:
 
 
 def register() -> str | None:
-    """Registers the resolve hook (the forward hook is ``sglang_gated_decode``'s); returns what it hooked."""
+    """Registers the resolve hook (the forward hook is ``gated_decode``'s); returns what it hooked."""
     if not mirror().enabled:
         return None
     missing = missing_target()

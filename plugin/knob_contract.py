@@ -25,7 +25,7 @@ key                         meaning
                             answer was late or lost still has a known outcome
 ``spectower_explore_share`` 0 .. 0.2: the share of decode batches, per batch-size bin, that run the other
                             mode than the ceiling says (runs of 4, one batch in ``round(1 / share)`` of a
-                            bin: control/explore.py), so
+                            bin: plugin/explore.py), so
                             drafted and gated step rates stay measured at every load; 0 = none; paused
                             while a lock holds the knob (an operator's off means off). Alone (no value,
                             hold or release) it takes no lock. Default ``DEFAULT_EXPLORE_SHARE``, or
@@ -164,9 +164,9 @@ def extend_skippable(
 ) -> bool:
     """Whether a gated batch may skip the draft model's KV extend: the ceiling gated it (not exploration,
     not SGLang's own bands) and no batch of its kind explores drafting (``period`` 0, or a lock holds the
-    knob, which pauses exploration), or exploration runs in windows (control/explore.py) and the batch is in a
+    knob, which pauses exploration), or exploration runs in windows (plugin/explore.py) and the batch is in a
     window's cold part (``window_phase`` "cold"). The one rule for the SGLang plugin
-    (control/sglang_plugin.py, read by the gated-decode plugin's skip), the simulator's ranks and its policy
+    (plugin/knob_gate.py, read by the gated-decode plugin's skip), the simulator's ranks and its policy
     harness. A request that ran through a skipped extend has holes in its draft KV: once the ceiling lets its
     batch draft again, the gated-decode plugin holds the batch at 0 steps with the extend until such requests
     have finished (the drain). A batch gated by exploration inside a drafting bin keeps the extend (its

@@ -1,8 +1,8 @@
-"""Run the SGLang simulator as a real subprocess on free loopback ports, for tests.
+"""Run the SGLang simulator as a real subprocess on free loopback ports, for tests and benchmarks.
 
 Usage (stable API; other engineers' tests depend on it)::
 
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(profile="glm5-nvfp4-8x-rtx-pro-6000", admin_key="s3cret") as sim:
         httpx.get(f"{sim.base_url}/server_info")          # SGLang API
@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,16 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The installed CLI, run as a module so neither tests nor benchmarks need `spectower` on PATH.
+SPECTOWER_CLI = (sys.executable, "-m", "spectower.console.cli")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_START_TIMEOUT_S = 60.0

@@ -2,7 +2,7 @@
 
 Runs INSIDE SGLang's processes (entry point group ``sglang.srt.plugins``; ``load_plugins()`` calls
 ``register()`` in the launcher and in every scheduler process), so it imports only the standard library,
-sglang (lazily) and ``spectower.control.knob_contract`` (the wire contract, itself standard library only).
+sglang (lazily) and ``spectower.plugin.knob_contract`` (the wire contract, itself standard library only).
 Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
 same signatures in both.
 
@@ -14,7 +14,7 @@ speculation off; until the first set the ceiling is unlimited ("always on", repo
 AROUND hooks through SGLang's ``HookRegistry``:
 
 - ``Scheduler.set_internal_state``: a request carrying any ``spectower_*`` key is judged by the wire
-  contract (``control/knob_contract.py``: the value, the writer class manual / policy / sweep, hold,
+  contract (``plugin/knob_contract.py``: the value, the writer class manual / policy / sweep, hold,
   release, force, request id). A malformed request, or a write the lock forbids (a policy while a manual or
   sweep lock holds; a sweep while a manual lock holds, unless forced), answers ``updated=False`` and
   changes nothing (recorded as ``last_refused``). Mixed requests are all-or-nothing, like SGLang's own
@@ -30,7 +30,7 @@ AROUND hooks through SGLang's ``HookRegistry``:
   forced to 0; a batch SGLang's own band put at 0 counts as neither. ``counters``: per batch-size bin
   (half octaves up to ``max_running_requests``: 1, 2, 3, 4, 6, 8, 12, ...), for drafted (steps > 0) and
   gated (0 steps, whoever chose it) decode steps, the steps, output tokens and step time
-  (``control/engine_counters.py`` documents the shape and what the step time includes); counted on every
+  (``plugin/engine_counters.py`` documents the shape and what the step time includes); counted on every
   decode batch, refused or not. ``hooks``: ``{"calls", "seconds"}``, the time spent in the plugin's own
   code of the two decode hooks below (SGLang's wrapped methods excluded), cumulative: against the
   counters' step time it is the plugin's share of a decode step, measured where it runs.
@@ -42,7 +42,7 @@ AROUND hooks through SGLang's ``HookRegistry``:
 
 Exploration: so the engine counters keep measuring both modes at every load the server sees, a small
 deterministic share of each batch-size bin's batches runs the other mode than the gate says, in runs of
-consecutive batches (``control/explore.py``: why runs, and which batches), drafted where the gate would gate
+consecutive batches (``plugin/explore.py``: why runs, and which batches), drafted where the gate would gate
 it and gated where it would draft (a batch the bands themselves put at 0 stays at 0: there is no step count
 to draft it with). The share is ``knob_contract.DEFAULT_EXPLORE_SHARE`` (2 %) unless
 ``SPECTOWER_EXPLORE_SHARE`` says otherwise at launch or ``spectower_explore_share`` at runtime; 0 turns it
@@ -90,8 +90,8 @@ from typing import Any
 
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
-from spectower.control import engine_counters, knob_contract
-from spectower.control.explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
+from spectower.plugin import engine_counters, knob_contract
+from spectower.plugin.explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
 
 # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved; 0.4.0: every batch the ceiling gates may
 # skip the draft extend, exploration among them in windows (explore.window in the report), the lock's request
@@ -183,11 +183,11 @@ class Gate:
         self.batches_gated = 0
         self.verifies_dropped = 0
         self.switches = 0
-        # Exploration (module docstring): runs, one batch in `explore_period` of a bin (control/explore.py).
+        # Exploration (module docstring): runs, one batch in `explore_period` of a bin (plugin/explore.py).
         self.explore_share = 0.0
         self.explore_period = 0
         self.set_explore_share(explore_share)
-        # which batches explore: runs, and windows among the batches the ceiling gates (control/explore.py)
+        # which batches explore: runs, and windows among the batches the ceiling gates (plugin/explore.py)
         self.explorer = Explorer(explore_cycle)
         self.explored_now = False  # the last decide() explored (count() attributes its step change)
         self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
@@ -334,7 +334,7 @@ class _PluginState:
             explore_cycle=_env_explore_cycle(),
         )
         self.owner = knob_contract.KnobOwner()
-        # Per batch-size bin, drafted vs gated: steps, output tokens, step time (control/engine_counters.py).
+        # Per batch-size bin, drafted vs gated: steps, output tokens, step time (plugin/engine_counters.py).
         self.counters = engine_counters.EngineCounters()
         self.refusal: str | None = None
         self.refusal_checked = False
@@ -371,7 +371,7 @@ def engine_counters_state() -> engine_counters.EngineCounters:
 
 def extend_skip_allowed() -> bool:
     """Whether the batch being decided may skip the draft model's extend (the gated-decode plugin asks,
-    control/sglang_gated_decode.py): the ceiling gated it and nothing needs the draft warm now
+    plugin/gated_decode.py): the ceiling gated it and nothing needs the draft warm now
     (``knob_contract.extend_skippable``: no exploration, or a window's cold part)."""
     state = _state()
     gate = state.gate
@@ -381,7 +381,7 @@ def extend_skip_allowed() -> bool:
 
 def _extend_skip() -> Any:
     """The gated-decode plugin's request-hole tracker in this process, or None where it does not skip."""
-    gated_decode = sys.modules.get("spectower.control.sglang_gated_decode")
+    gated_decode = sys.modules.get("spectower.plugin.gated_decode")
     if gated_decode is None or not gated_decode.hooked():
         return None
     return gated_decode.extend_skip()
@@ -585,7 +585,7 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             tracker = _extend_skip()
             if tracker is not None:
                 block["gated_decode"] = tracker.report()
-            seq_lens = sys.modules.get("spectower.control.sglang_seq_lens")
+            seq_lens = sys.modules.get("spectower.plugin.seq_lens_mirror")
             if seq_lens is not None and seq_lens.registered():
                 block["seq_lens_mirror"] = seq_lens.mirror().report()
             state["spectower"] = block

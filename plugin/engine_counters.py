@@ -38,7 +38,7 @@ Published (cumulative since the process started; ``internal_states[i]["spectower
      "settling": {"steps": 0, "tokens": 0, "time_s": 0.0}}
 
 ``settling`` (plugin 0.3.0 on; readers treat it as optional) counts the steps that switch into an
-exploration run or out of it (control/explore.py): a switch's first step is slower than a steady one, and
+exploration run or out of it (plugin/explore.py): a switch's first step is slower than a steady one, and
 exploration would otherwise count only such steps for the explored mode. They are in no bin.
 
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
@@ -49,9 +49,10 @@ later snapshot counts from zero) and bins that grew between the two.
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 COUNTERS_VERSION = 1
@@ -105,7 +106,7 @@ class EngineCounters:
         self.time_s = {mode: [0.0] * n for mode in MODES}
         self.unmatched = 0
         self.dropped = 0
-        # Steps marked settling (the first of an exploration run and the first after it, control/explore.py):
+        # Steps marked settling (the first of an exploration run and the first after it, plugin/explore.py):
         # counted here, in no bin, so that the bins hold steady-stream rates.
         self.settling: dict[str, float] = dict.fromkeys(FIELDS, 0)
         self.started_at = wall()
@@ -251,6 +252,64 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
         ]
         out[mode] = block
     return out
+
+
+def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One counters snapshot summed over DP ranks; ranks whose bins differ (one grew) sum on the union.
+
+    ``started_at`` is the latest rank's: SGLang restarts its schedulers together, so a restart moves it and
+    ``rates`` sees the restart.
+    """
+    if not snapshots:
+        raise ValueError("sum_ranks needs at least one counters snapshot")
+    bins = sorted({int(b) for snap in snapshots for b in snap["bins"]})
+    index = {b: i for i, b in enumerate(bins)}
+    out: dict[str, Any] = {
+        "version": snapshots[0].get("version"),
+        "started_at": max((_number(s.get("started_at")) or 0.0 for s in snapshots), default=0.0),
+        "clock": snapshots[0].get("clock"),
+        "bins": bins,
+        "unmatched": sum(_count(s.get("unmatched")) for s in snapshots),
+        "dropped": sum(_count(s.get("dropped")) for s in snapshots),
+        "ranks": len(snapshots),
+        "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
+    }
+    for mode in MODES:
+        block: dict[str, list[Any]] = {field: [0] * len(bins) for field in FIELDS}
+        for snap in snapshots:
+            for field in FIELDS:
+                for b, v in zip(snap["bins"], snap[mode][field], strict=True):
+                    block[field][index[int(b)]] += v
+        block["time_s"] = [round(t, 9) for t in block["time_s"]]
+        out[mode] = block
+    return out
+
+
+def served(total: Mapping[str, Any]) -> dict[str, float]:
+    """Everything a ``sum_ranks`` total counted, both modes' bins and the settling steps together: steps,
+    output tokens and step time served (what a throughput over all decode steps divides)."""
+    return {field: float(sum(sum(total[mode][field]) for mode in MODES) + total["settling"][field])
+            for field in FIELDS}  # fmt: skip
+
+
+def _settling(snapshot: Mapping[str, Any]) -> dict[str, float]:
+    """A snapshot's settling steps, tokens and step time (plugin/explore.py); zeros where it has none (a
+    plugin before 0.3.0) or where they are malformed (diagnostics must not stop a reader)."""
+    block = snapshot.get("settling")
+    block = block if isinstance(block, Mapping) else {}
+    return {field: _number(block.get(field)) or 0.0 for field in FIELDS}
+
+
+def _number(value: object) -> float | None:
+    """A finite number as a float, else None: ``validate`` checks the counted lists, not the diagnostics
+    (``started_at``, ``unmatched``, ``dropped``), and a bad one must not stop a reader."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _count(value: object) -> int:
+    return int(_number(value) or 0)
 
 
 def validate(snapshot: object) -> str | None:

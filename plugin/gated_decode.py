@@ -61,7 +61,7 @@ extend at 0 steps (``EAGLEWorkerV2._stub_skipped_draft_extend``, its experimenta
 that lived through skipped extends has holes in its draft KV and a stale draft input: drafting it again
 starts cold. So spectower skips the extend for a batch the knob gates while nothing needs the draft warm
 (``knob_contract.extend_skippable``: an operator's off locks the knob, which pauses exploration; while a
-policy explores, only in the cold part of an exploration window, control/explore.py; a batch gated by
+policy explores, only in the cold part of an exploration window, plugin/explore.py; a batch gated by
 exploration inside a drafting bin keeps it, so explored batches and re-entry measure truly), remembers
 which running requests have holes, and when drafting would resume while any of them is still in the
 batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
@@ -71,7 +71,7 @@ lifetime after the knob went up. A drained batch is counted as gated in the deco
 ``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
 
 Flashinfer's host wait. With the extend skipped, a flashinfer server's gated step still waited about 1 ms
-on the host for the previous step's lengths (``sglang_seq_lens``: why, and the mirror that removes the
+on the host for the previous step's lengths (``seq_lens_mirror``: why, and the mirror that removes the
 wait; registered with the skip hooks, whose ``forward_batch_generation`` hook tells it what ran).
 """
 
@@ -84,7 +84,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spectower.control import sglang_seq_lens
+from spectower.plugin import seq_lens_mirror
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def _knob_allows_skip() -> bool:
     """Whether a 0-step batch may skip its draft extend: the knob plugin says its ceiling gated the batch
     and nothing needs the draft warm now (``extend_skip_allowed``), or no knob plugin runs in this process
     (SGLang's own bands chose 0 steps; the drain covers their way back)."""
-    plugin = sys.modules.get("spectower.control.sglang_plugin")
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
     if plugin is None:
         return True
     try:
@@ -204,7 +204,7 @@ def _knob_allows_skip() -> bool:
 
 
 def _relabel_gated(batch_size: int) -> None:
-    plugin = sys.modules.get("spectower.control.sglang_plugin")
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
     if plugin is not None:
         try:
             plugin.engine_counters_state().relabel_latest(batch_size, drafted=False)
@@ -328,12 +328,12 @@ def hook_forward_batch_generation(
     original: Callable[..., Any], worker: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it,
-    and tell the seq-lens mirror what ran (``sglang_seq_lens``: a gated batch's lengths are known)."""
+    and tell the seq-lens mirror what ran (``seq_lens_mirror``: a gated batch's lengths are known)."""
     mode = getattr(batch, "forward_mode", None)
     decode, noted = False, None
     if mode is not None and not mode.is_idle():
         decode = not mode.is_extend() and not getattr(batch, "is_extend_in_batch", False)
-        noted = sglang_seq_lens.before_forward(batch, decode)
+        noted = seq_lens_mirror.before_forward(batch, decode)
     tracker = extend_skip()
     if decode:
         tracker.begin_batch(worker, getattr(batch, "reqs", ()))
@@ -345,7 +345,7 @@ def hook_forward_batch_generation(
     finally:
         if decode:
             tracker.end_batch()
-        sglang_seq_lens.after_forward(noted, worker, ran)
+        seq_lens_mirror.after_forward(noted, worker, ran)
 
 
 def hook_activate_step_by_batch(
@@ -454,7 +454,7 @@ def register() -> None:
                 "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained)"
             )
             # The mirror learns what ran from forward_batch_generation's hook, registered just above.
-            mirrored = sglang_seq_lens.register()
+            mirrored = seq_lens_mirror.register()
             if mirrored:
                 hooked += f"; {mirrored}"
     if reads_launch_width():

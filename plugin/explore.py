@@ -1,7 +1,7 @@
 """Exploration: which decode batches run the other mode than the ceiling says, so that the engine counters
-(control/engine_counters.py) measure drafted and gated steps at every load the server sees (issue #14).
+(plugin/engine_counters.py) measure drafted and gated steps at every load the server sees (issue #14).
 
-Standard library only: the SGLang plugin's gate (control/sglang_plugin.py) and the simulator's ranks
+Standard library only: the SGLang plugin's gate (plugin/knob_gate.py) and the simulator's ranks
 (simulator/engine.py) use this one schedule, so both explore the same batches.
 
 A share ``s`` of each batch-size bin's batches explores, in runs of ``RUN_LENGTH`` consecutive batches: a
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.engine_counters import bin_of
+from spectower.plugin.engine_counters import bin_of
 
 # Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
 # bin fewer runs, and the learn policy needs runs in 3 intervals of a bin before it trusts the bin.
@@ -92,7 +92,7 @@ class ExploreSchedule:
 # ceiling drafts explores as before, in runs throughout; its explored gated batches keep the extend (their
 # requests go on drafting), so its gated rate reads low by the extend's share (control/policy/learn.py
 # corrects it). A drafting batch between gated ones leaves the window's clock alone; one with holed requests
-# is drained first (control/sglang_gated_decode.py).
+# is drained first (plugin/gated_decode.py).
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -221,7 +221,7 @@ def cycle_of(raw: str | None) -> int:
 
 class Explorer:
     """The schedule and the windows together: the one decision per decode batch that the SGLang plugin's gate
-    (control/sglang_plugin.py) and the simulator's ranks (simulator/engine.py) both make. ``cycle`` 0: no
+    (plugin/knob_gate.py) and the simulator's ranks (simulator/engine.py) both make. ``cycle`` 0: no
     windows (gated batches keep the extend throughout while anything explores)."""
 
     def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
