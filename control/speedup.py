@@ -78,7 +78,8 @@ class BinEstimate:
         stream, whose request mix differs from a drafting stream's. Requests that accept more finish sooner
         when drafting, so a drafting stream holds more of the ones that accept less; the explored rate reads
         high by the ratio of the arithmetic to the harmonic mean of the requests' accept lengths (1.12 on
-        the H200 pair, gpu/README.md). The gated side carries one token per request and has no such term."""
+        the H200 pair, data/gpu-runs/NOTEBOOK.md). The gated side carries one token per request and has no
+        such term."""
         total = self.drafted_steps + self.gated_steps
         if total == 0:
             return None

@@ -9,9 +9,9 @@ bin's first run starts at its ``period``-th batch (``period = round(1 / s)``,
 ``knob_contract.explore_period``: as soon as single-batch exploration would have), the next ones every
 ``period x RUN_LENGTH`` batches after it, so a bin explores ``1 / period`` of its batches.
 
-Why runs, not single batches: on the H200 (gpu/README.md, 2026-11-30 evening) single gated batches among
-drafting ones served 4875 tok/s of step time at batch 33-64, where a gated stream at that load serves about
-as much as a plain server (~7700): the first step after a mode switch pays for the switch, and with
+Why runs, not single batches: on the H200 (data/gpu-runs/NOTEBOOK.md, 2026-11-30 evening) single gated batches
+among drafting ones served 4875 tok/s of step time at batch 33-64, where a gated stream at that load serves
+about as much as a plain server (~7700): the first step after a mode switch pays for the switch, and with
 single batches every explored step is such a first step, so the estimate favoured drafting (1.55 x where
 the sweep measured 0.95 x). In a run, only the first explored batch and the first batch after the run
 switch; they are marked ``settling`` and the counters keep them apart, so both modes' rates are the
@@ -71,11 +71,11 @@ class ExploreSchedule:
 #
 # A batch the ceiling gates skips the draft model's KV extend when nothing needs the draft warm
 # (knob_contract.extend_skippable): without the extend, a gated step is a plain server's decode step, with
-# it the H200 served 0.87-0.97 of that (gpu/README.md). But explored drafting batches among the gated ones
-# must find the draft warm, so exploring used to keep the extend on every gated batch: a policy's 0 with the
-# default share served 0.88-0.95 of a plain server where an operator's (locked) 0 served 0.96-1.01. So among
-# the batches the ceiling gates, exploration runs in windows, one per cycle of WINDOW_CYCLE_BATCHES such
-# batches (per process):
+# it the H200 served 0.87-0.97 of that (data/gpu-runs/NOTEBOOK.md). But explored drafting batches among the
+# gated ones must find the draft warm, so exploring used to keep the extend on every gated batch: a policy's 0
+# with the default share served 0.88-0.95 of a plain server where an operator's (locked) 0 served 0.96-1.01.
+# So among the batches the ceiling gates, exploration runs in windows, one per cycle of
+# WINDOW_CYCLE_BATCHES such batches (per process):
 #
 #   cold     the extend is skipped and nothing explores (most of the cycle): a steady gated stream, as an
 #            operator's off;
@@ -104,9 +104,10 @@ WINDOW_WARM_MAX_BATCHES = 1024
 WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
 
 # What a gated step's draft KV extend costs, where nothing measured it: gated batches with the extend served
-# 0.87-0.97 of the knob at 0 locked on the H200 (gpu/README.md, "The four policies", 2.; exploration's cost
-# 0.93). The learn policy scales a drafting bin's gated rate (its explored gated batches keep the extend) by
-# 1 / (1 - this), and the simulator charges it where a profile has no measured ``spec_off_warm`` curve.
+# 0.87-0.97 of the knob at 0 locked on the H200 (data/gpu-runs/NOTEBOOK.md, "The four policies", 2.;
+# exploration's cost 0.93). The learn policy scales a drafting bin's gated rate (its explored gated batches
+# keep the extend) by 1 / (1 - this), and the simulator charges it where a profile has no measured
+# ``spec_off_warm`` curve.
 DEFAULT_KEPT_EXTEND_TAX = 0.07
 
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name

@@ -8,10 +8,11 @@ runs it at 0 draft steps: ``EAGLEWorkerV2._build_trivial_verify_input`` makes a 
 per request with an all-visible mask, which is a decode step in all but name. The triton backend serves
 every TARGET_VERIFY with its extend/verify kernel (``_fwd_kernel``), built for several query tokens per
 request: measured on an H200 with the 8B-shaped pair, 15.4 ms of a 20.7 ms gated step at batch 64 against
-0.7 ms of attention in a plain server's 5.6 ms decode step (gpu/README.md, "Where a gated step's time
-goes"). So under load "off" served 0.51-0.67 of a plain server. The flashinfer backend plans and runs every
-TARGET_VERIFY with its prefill wrappers (``indices_updater_prefill``, ``BatchPrefillWithPagedKVCacheWrapper``,
-eager and in CUDA graphs): 0.51 of a plain server at 64 concurrent requests.
+0.7 ms of attention in a plain server's 5.6 ms decode step (data/gpu-runs/NOTEBOOK.md, "Where a gated step's
+time goes"). So under load "off" served 0.51-0.67 of a plain server. The flashinfer backend plans and runs
+every TARGET_VERIFY with its prefill wrappers (``indices_updater_prefill``,
+``BatchPrefillWithPagedKVCacheWrapper``, eager and in CUDA graphs): 0.51 of a plain server at 64 concurrent
+requests.
 
 What. For the attention backend SGLang builds for the adaptive 0-step state, a TARGET_VERIFY batch whose
 verify is one token per request is presented to the backend as DECODE (triton's and flashinfer's, in 0.5.17
@@ -49,9 +50,9 @@ draft-extend graph runner of every adaptive state takes its width from
 runtime context, ``get_spec()``). So the 0-step state's graph is captured four tokens wide, a gated batch's
 extend is one token wide, ``can_run_graph`` refuses it, and the draft runs eagerly: measured on the H200
 with the 8B pair, the eager extend left the GPU idle about 40 % of a gated step at batch 1
-(gpu/README.md, "Where the rest went"). 0.5.23 reads ``get_spec()`` there. On a 0.5.17 signature (one with
-``server_args``) an AROUND hook answers the draft-extend width from ``get_spec()`` as 0.5.23 does, so each
-state's graph is captured at that state's width; the launch state's answer is unchanged.
+(data/gpu-runs/NOTEBOOK.md, "Where the rest went"). 0.5.23 reads ``get_spec()`` there. On a 0.5.17 signature
+(one with ``server_args``) an AROUND hook answers the draft-extend width from ``get_spec()`` as 0.5.23 does,
+so each state's graph is captured at that state's width; the launch state's answer is unchanged.
 
 The draft's KV extend while off, then a drain before drafting again (both versions). With the attention
 fixed and the extend replaying its graph, a gated step still ran the draft model (about 14 % of a gated

@@ -172,7 +172,8 @@ def extend_skippable(
     have finished (the drain). A batch gated by exploration inside a drafting bin keeps the extend (its
     requests go on drafting), and so does every gated batch of a window's warm and exploring parts, so that
     explored drafting finds the draft warm: with the extend, gated batches served 0.87-0.97 of the knob at 0
-    locked on the H200 (gpu/README.md); the windows confine that to a few % of the gated batches."""
+    locked on the H200 (data/gpu-runs/NOTEBOOK.md); the windows confine that to a few % of the gated
+    batches."""
     if not gated_by_ceiling:
         return False
     return not (period > 0 and owner == OWNER_FREE) or window_phase == "cold"

@@ -5,14 +5,15 @@ the standard library and, lazily, torch.
 
 Why. With the gated verify planned as decode (``gated_decode``), a gated step's GPU time on the H200
 with flashinfer matched a plain server's (4.73 against 4.69 ms at batch 1, 5.85 against 6.05 ms at 64), yet
-the knob at 0 served only 0.75-0.88 of the plain server at every load (gpu/README.md, "Flashinfer"). The
-difference was host time: one ``cudaStreamSynchronize`` of about 1 ms per gated step, where a plain server
-has none. Flashinfer plans on host-side lengths (``needs_cpu_seq_lens``), and an EAGLE v2 step's new lengths
-depend on how many drafts were accepted, so before every batch SGLang's ``FutureMap.resolve_seq_lens_cpu``
-waits for the previous verify to publish them and copies them to the host (0.5.17 and 0.5.23). While
-drafting, that wait overlaps the draft model's extend; a gated batch has no draft work left to hide it
-behind (the extend is skipped at knob 0), so the GPU idles while the host plans the next step. Triton plans
-on device lengths and never waits (``needs_cpu_seq_lens = False``): its knob-at-0 served 0.97-0.99.
+the knob at 0 served only 0.75-0.88 of the plain server at every load (data/gpu-runs/NOTEBOOK.md,
+"Flashinfer"). The difference was host time: one ``cudaStreamSynchronize`` of about 1 ms per gated step, where
+a plain server has none. Flashinfer plans on host-side lengths (``needs_cpu_seq_lens``), and an EAGLE v2
+step's new lengths depend on how many drafts were accepted, so before every batch SGLang's
+``FutureMap.resolve_seq_lens_cpu`` waits for the previous verify to publish them and copies them to the host
+(0.5.17 and 0.5.23). While drafting, that wait overlaps the draft model's extend; a gated batch has no draft
+work left to hide it behind (the extend is skipped at knob 0), so the GPU idles while the host plans the next
+step. Triton plans on device lengths and never waits (``needs_cpu_seq_lens = False``): its knob-at-0 served
+0.97-0.99.
 
 What. A gated batch's verify is one token per request whose only outcome is the bonus token: every request
 in it is exactly one token longer afterwards. A prefill publishes each request's prefilled length, which the

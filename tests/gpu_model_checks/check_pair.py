@@ -1,6 +1,7 @@
-"""Writes the tiny constructed pair with gpu/make_models.py and checks it with real model code, INSIDE the
-SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON object on
-its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py asserts.
+"""Writes the tiny constructed pair with benchmarks/gpu/make_models.py and checks it with real model code,
+INSIDE the SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON
+object on its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py
+asserts.
 
 What is real and what is not:
 
