@@ -118,7 +118,7 @@ def test_load_plugins_discovers_the_entry_point(sglang_checks: SglangChecks, sgl
     result = sglang_checks.result(sglang_version, "load_plugins")
     entry = {"name": "spectower", "value": "spectower.plugin.knob_gate:register", "dist": "spectower"}
     assert entry in result["entry_points"]
-    assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "control" / "knob_gate.py").resolve()
+    assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "plugin" / "knob_gate.py").resolve()
     targets = result["targets"]
     assert set(targets) == {
         "sglang.srt.managers.scheduler.Scheduler.set_internal_state",
