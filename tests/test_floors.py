@@ -34,6 +34,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tests",),
 )
 FLOOR_OF = {folder: level for level, folders in enumerate(FLOORS) for folder in folders}
+# Installed as spectower.<folder> (pyproject.toml's package-dir); the others are folders of the checkout.
+INSTALLED = {"plugin", "spectower", "storage", "collectors", "control", "simulator", "console"}
 # Imported lazily inside the plugin's hooks, only where SGLang runs.
 PLUGIN_LAZY = {"sglang", "torch"}
 
@@ -46,18 +48,34 @@ def _folder_of(module: str) -> str | None:
     return parts[0] if parts[0] in FLOOR_OF and parts[0] != "spectower" else None
 
 
-def _imports(tree: ast.AST) -> Iterator[tuple[int, str, bool]]:
-    """``(line, module, at_module_level)`` for each absolute import in ``tree``."""
+def _package_of(path: Path, folder: str) -> list[str]:
+    """The installed package ``path`` (in ``folder``) belongs to, as parts: ``plugin/knob_gate.py`` ->
+    ``["spectower", "plugin"]``; a folder that is not installed keeps its own name (``["tests"]``)."""
+    inside = list(path.relative_to(REPO_ROOT / folder).parent.parts) if path.is_relative_to(REPO_ROOT) else []
+    top = ["spectower"] if folder == "spectower" else ["spectower", folder]
+    return (top if folder in INSTALLED else [folder]) + inside
+
+
+def _imports(tree: ast.AST, package: list[str] | None = None) -> Iterator[tuple[int, str, bool]]:
+    """``(line, module, at_module_level)`` for each import in ``tree``; a relative import is made absolute
+    from ``package`` (``from .. import storage`` in ``spectower.collectors`` is ``spectower.storage``)."""
     nested: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             nested.update(id(n) for n in ast.walk(node) if n is not node)
     found: list[tuple[int, str, bool]] = []
     for node in ast.walk(tree):
+        top = id(node) not in nested
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name, id(node) not in nested) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module, id(node) not in nested))
+            found += [(node.lineno, alias.name, top) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module, top))
+        elif isinstance(node, ast.ImportFrom) and package is not None:
+            base = package[: len(package) - (node.level - 1)] if node.level - 1 < len(package) else []
+            if node.module:
+                found.append((node.lineno, ".".join([*base, node.module]), top))
+            else:  # from .. import storage: each name may be a module
+                found += [(node.lineno, ".".join([*base, alias.name]), top) for alias in node.names]
     yield from sorted(found)
 
 
@@ -70,7 +88,8 @@ def upward_imports(path: Path, folder: str) -> list[str]:
     ``folder``) that runs up a floor."""
     found: list[str] = []
     shown = _shown(path)
-    for line, module, _ in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for line, module, _ in _imports(tree, _package_of(path, folder)):
         target = _folder_of(module)
         if target is not None and FLOOR_OF[target] > FLOOR_OF[folder]:
             found.append(
@@ -84,7 +103,8 @@ def outside_the_standard_library(path: Path) -> list[str]:
     """``file:line: module`` for each import of ``path`` the plugin may not make: at module level anything
     but the standard library and the plugin itself; inside a function, also sglang and torch."""
     found: list[str] = []
-    for line, module, top_level in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for line, module, top_level in _imports(tree, _package_of(path, "plugin")):
         root = module.split(".")[0]
         if module == "spectower.plugin" or module.startswith("spectower.plugin."):
             continue
@@ -132,6 +152,14 @@ def test_the_checks_see_an_upward_import_and_a_foreign_one(tmp_path: Path) -> No
     ]
     assert upward_imports(sample, "console") == [
         f"{sample}:4: console (floor 6) imports tests.conftest (tests, floor 8): runs up"
+    ]
+    # relative imports count as what they name once installed: collectors/sglang/x.py's ``...control``
+    relative = REPO_ROOT / "collectors" / "sglang" / "relative_probe.py"
+    tree = ast.parse("from ...control import knob\nfrom ... import storage\nfrom . import counters\n")
+    assert list(_imports(tree, _package_of(relative, "collectors"))) == [
+        (1, "spectower.control", True),
+        (2, "spectower.storage", True),
+        (3, "spectower.collectors.sglang.counters", True),
     ]
     plugin_like = tmp_path / "hooks.py"
     plugin_like.write_text(

@@ -42,7 +42,8 @@ MAX_NEW = 14  # not a multiple of the per-verify yields: the last verify step is
 
 
 def load_make_models(repo: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("make_models", repo / "gpu" / "make_models.py")
+    script = repo / "benchmarks" / "gpu" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_models"] = module  # dataclasses look their module up by name
