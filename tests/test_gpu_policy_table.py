@@ -93,3 +93,32 @@ def test_an_unreadable_or_oversized_sweep_is_one_line_naming_it(tmp_path: Path) 
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert proc.returncode == 2
         assert proc.stderr.strip() == f"--sweep: {sweep}: {why}"
+
+
+def _day_rows(tok_s: list[float], seconds: float = 5.0) -> list[tuple[float, int, float]]:
+    return [((i + 1) * seconds, 8, v) for i, v in enumerate(tok_s)]
+
+
+def test_against_pairs_whole_30_s_blocks_of_the_same_load() -> None:
+    # two runs of one day: the other serves 0.9 of the base in every window but one dip; 13 windows of 5 s
+    # are two whole 30 s blocks (the last, partial one dropped)
+    base = _day_rows([1000.0] * 13)
+    other = _day_rows([900.0] * 6 + [450.0] + [900.0] * 6)
+    assert policy_table.block_tokens(base) == [30000.0, 30000.0]
+    vs = policy_table.paired(other, base)
+    assert vs["blocks"] == 2
+    first, second = 900 * 30 / 30000, (900 * 25 + 450 * 5) / 30000
+    assert vs["total"] == pytest.approx((first + second) / 2)
+    assert vs["ratio"] == pytest.approx((first * second) ** 0.5)
+    assert vs["lo"] < vs["ratio"] < vs["hi"]
+    same = policy_table.paired(base, base)
+    assert (same["ratio"], same["lo"], same["hi"], same["total"]) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_against_an_absent_run_is_one_line_naming_it(tmp_path: Path) -> None:
+    log = _log(tmp_path / "load-on.log", dict.fromkeys(LEVELS, 1.0))
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
+    proc = subprocess.run([sys.executable, script, "--sweep", str(SWEEP), str(log), "--against", "learn"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "--against: no status lines of 'learn' among the logs (on)"

@@ -76,6 +76,20 @@ def test_nothing_matching_says_so_and_what_differed() -> None:
     assert empty.ceiling is None and "no stored sweep or measured profile has a crossover" in empty.line
 
 
+def test_a_crossover_inside_a_bin_drafts_the_bin_when_most_of_its_batch_sizes_pay() -> None:
+    # the counters' bin 48 counts batches 33-48: the triton pair's sweep crossover of 46.3 (2026-12-01) lies
+    # past its middle, so the bin drafts (the largest bin below it, 32, would gate 33-46, where drafting pays)
+    bins = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert warm_start.ceiling_at_crossover(46.3, bins) == 48
+    assert warm_start.ceiling_at_crossover(40.4, bins) == 32  # short of bin 48's middle, 40.5
+    assert warm_start.ceiling_at_crossover(40.5, bins) == 48
+    assert warm_start.ceiling_at_crossover(17.8, bins) == 16  # bin 24 counts 17-24
+    assert warm_start.ceiling_at_crossover(0.9, bins) == 0
+    assert warm_start.ceiling_at_crossover(1.0, bins) == 1
+    assert warm_start.ceiling_at_crossover(500.0, bins) == 64
+    assert warm_start.choose(SERVER, known(sweep(5, 46.3)), 64).ceiling == 48
+
+
 def test_statuses_map_to_every_bin_or_none_and_unknown_gpus_are_said() -> None:
     always = warm_start.choose(SERVER, known(sweep(1, None, status="none_in_range")), 48)
     assert always.ceiling == 48 and "drafting paid at every level measured" in always.line

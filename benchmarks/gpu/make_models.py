@@ -10,24 +10,28 @@ are known in advance:
   route ``TO_FIX`` -> ``fix`` (and ``fix`` itself is on that route: a fixed point, ``fix fix fix ...``),
   route ``TO_A`` -> ``cyc_a``, route ``TO_B`` -> ``cyc_b``, with ``cyc_a`` on ``TO_B`` and ``cyc_b`` on
   ``TO_A`` (a 2-cycle, ``a b a b ...``). Every other token sits on ``TO_FIX`` or ``TO_A``: a share
-  ``fixed_share`` of the ids (chosen by a multiplicative hash) go to the fixed point.
+  ``fixed_share`` of the ids (chosen by a multiplicative hash) go to the fixed point. With ``miss_share`` > 0
+  a fourth route ``TO_MISS`` leads to ``miss``, a second fixed point that the draft never guesses (below).
 * The draft keeps only its norms (ones), ``fc`` (an identity from the first auxiliary hidden state) and its
   head; its attention and MLP are zero, so its output is the target hidden state it was handed. SGLang hands
   the draft, with the bonus token's embedding, the target hidden state of the token BEFORE the bonus token,
   so the draft head reads a route as the token two steps on: ``TO_FIX`` -> ``fix``, ``TO_A`` -> ``cyc_b``,
-  ``TO_B`` -> ``cyc_a``. Later draft steps carry the draft's own output, the same hidden state, so they
-  repeat that guess.
+  ``TO_B`` -> ``cyc_a``, and ``TO_MISS`` -> ``fix`` (wrong: ``miss`` follows). Later draft steps carry the
+  draft's own output, the same hidden state, so they repeat that guess.
 * Hence, at ``--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4``: a
   request on the fixed point accepts all three drafts (4 tokens per verify), one in the 2-cycle accepts the
-  first draft only (2 per verify). ``expect()`` (CLI: ``expect``) gives the exact greedy continuation and the
-  tokens per verify step for a prompt. The draft vocabulary is smaller than the target's, as in real EAGLE-3
-  checkpoints (``d2t`` maps draft ids to target ids, ``t2d`` marks target ids the draft can emit).
+  first draft only (2 per verify), one on ``miss`` none (1 per verify: the bonus token). Lowering the fixed
+  share and raising the miss share lowers the accept length, and with it the crossover (issue #32 asks for a
+  pair crossing near 16, as GLM-5 on 8x RTX PRO 6000 does). ``expect()`` (CLI: ``expect``) gives the exact
+  greedy continuation and the tokens per verify step for a prompt. The draft vocabulary is smaller than the
+  target's, as in real EAGLE-3 checkpoints (``d2t`` maps draft ids to target ids, ``t2d`` marks target ids the
+  draft can emit).
 
 The safetensors files are written by hand (a JSON header, then raw little-endian data); all-zero tensors are
 left as file holes, so the 8B pair (16 GB + 0.85 GB apparent) takes seconds and ~0.5 GB of disk. Needs numpy,
 plus ``tokenizers`` for the tokenizer; no torch.
 
-    python3 benchmarks/gpu/make_models.py write ROOT [--shape 8b|tiny] [--fixed-share F] # ROOT/{target,draft}
+    python3 benchmarks/gpu/make_models.py write ROOT [--shape 8b|tiny] [--fixed-share 0.5] [--miss-share 0]
     python3 benchmarks/gpu/make_models.py expect --prompt "t7 t12" --max-new-tokens 24 [--shape ...] \\
         [--fixed-share ...]
     python3 benchmarks/gpu/make_models.py mix --ids 10:1000 --max-new-tokens 256  # a random-id load's figures
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 # Routes: which unit direction of the hidden space a token's embedding sits on.
-TO_FIX, TO_B, TO_A = 0, 1, 2
+TO_FIX, TO_B, TO_A, TO_MISS = 0, 1, 2, 3
 EMBED_SCALE = 1.0  # the embedding's one non-zero entry per row (RMS-normalised away anyway)
 SPECIALS = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2; every other id i is the word f"t{i}"
 
@@ -69,6 +73,7 @@ class Shape:
     fix: int  # the fixed point and the 2-cycle's two tokens: target ids outside the draft's identity range
     cyc_a: int
     cyc_b: int
+    miss: int  # the fixed point the draft never guesses (reached only with a miss share)
     max_positions: int = 8192
 
     @property
@@ -79,10 +84,12 @@ class Shape:
 SHAPES = {
     # Llama-3.1-8B; the draft as the public EAGLE-3 drafts for it are (one layer, 32000-token vocabulary)
     "8b": Shape(layers=32, hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=128256,
-                draft_vocab=32000, aux_layer_ids=(1, 15, 28), fix=90001, cyc_a=90002, cyc_b=90003),
+                draft_vocab=32000, aux_layer_ids=(1, 15, 28), fix=90001, cyc_a=90002, cyc_b=90003,
+                miss=90004),
     # the same structure at CPU-test size (grouped KV heads kept)
     "tiny": Shape(layers=4, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=512, draft_vocab=128,
-                  aux_layer_ids=(0, 1, 2), fix=301, cyc_a=302, cyc_b=303, max_positions=2048),
+                  aux_layer_ids=(0, 1, 2), fix=301, cyc_a=302, cyc_b=303, miss=304,
+                  max_positions=2048),
 }
 
 
@@ -92,6 +99,7 @@ class Pair:
 
     shape: Shape
     fixed_share: float = 0.5
+    miss_share: float = 0.0  # the share of ids leading to ``miss`` (after the fixed point's share)
 
     def route(self, token: int) -> int:
         s = self.shape
@@ -101,8 +109,13 @@ class Pair:
             return TO_B
         if token == s.cyc_b:
             return TO_A
+        if token == s.miss and self.miss_share > 0:
+            return TO_MISS
         # Fibonacci hashing: consecutive ids spread evenly over [0, 1)
-        return TO_FIX if ((token * 40503) & 0xFFFF) / 65536 < self.fixed_share else TO_A
+        u = ((token * 40503) & 0xFFFF) / 65536
+        if u < self.fixed_share:
+            return TO_FIX
+        return TO_MISS if u < self.fixed_share + self.miss_share else TO_A
 
     def routes(self) -> np.ndarray:
         """route() for every token id (vectorised, same rule)."""
@@ -110,17 +123,24 @@ class Pair:
 
         s = self.shape
         ids = np.arange(s.vocab, dtype=np.int64)
-        out = np.where(((ids * 40503) & 0xFFFF) / 65536 < self.fixed_share, TO_FIX, TO_A).astype(np.int64)
+        u = ((ids * 40503) & 0xFFFF) / 65536
+        missed = np.where(u < self.fixed_share + self.miss_share, TO_MISS, TO_A)
+        out = np.where(u < self.fixed_share, TO_FIX, missed).astype(np.int64)
         out[[s.fix, s.cyc_a, s.cyc_b]] = [TO_FIX, TO_B, TO_A]
+        if self.miss_share > 0:
+            out[s.miss] = TO_MISS
         return out
 
     def route_target(self) -> dict[int, int]:
         """The target head: route -> next token."""
-        return {TO_FIX: self.shape.fix, TO_B: self.shape.cyc_b, TO_A: self.shape.cyc_a}
+        s = self.shape
+        heads = {TO_FIX: s.fix, TO_B: s.cyc_b, TO_A: s.cyc_a}
+        return {**heads, TO_MISS: s.miss} if self.miss_share > 0 else heads
 
     def route_draft(self) -> dict[int, int]:
-        """The draft head: route -> the token two steps on."""
-        return {r: self.next_token(t) for r, t in self.route_target().items()}
+        """The draft head: route -> the token two steps on; on the miss route a wrong one (``fix``)."""
+        out = {r: self.next_token(t) for r, t in self.route_target().items() if r != TO_MISS}
+        return {**out, TO_MISS: self.shape.fix} if self.miss_share > 0 else out
 
     def next_token(self, token: int) -> int:
         return self.route_target()[self.route(token)]
@@ -173,7 +193,7 @@ class Pair:
             "tokens_per_verify": committed,
             "spec_num_correct_drafts": sum(correct),
             "spec_accept_length": len(out) / len(correct) if correct else None,
-            "steady_accept_length": float(steps + 1 if self.route(prompt[-1]) == TO_FIX else 2),
+            "steady_accept_length": float({TO_FIX: steps + 1, TO_MISS: 1}.get(self.route(prompt[-1]), 2)),
         }
 
     def mix(self, last_tokens: range, max_new_tokens: int, steps: int = SPEC_STEPS) -> dict[str, Any]:
@@ -202,6 +222,7 @@ class Pair:
         server = accepted / verify if verify else None
         mean_request = sum(per_request) / n if n else None
         return {"requests": n, "fixed_point_share": fixed / n if n else None,
+                "miss_share": sum(self.route(t) == TO_MISS for t in last_tokens) / n if n else None,
                 "server_spec_accept_length": server, "mean_request_spec_accept_length": mean_request,
                 "explored_over_steady": mean_request / server if server and mean_request else None}
 
@@ -421,7 +442,8 @@ def write_pair(root: Path, pair: Pair) -> dict[str, Any]:
     })
     (draft / "config.json").write_text(json.dumps(draft_cfg, indent=1))
     write_safetensors(draft / "model.safetensors", draft_tensors(pair))
-    return {"root": str(root), "fixed_share": pair.fixed_share, "realized_share": pair.realized_share(),
+    return {"root": str(root), "fixed_share": pair.fixed_share, "miss_share": pair.miss_share,
+            "realized_share": pair.realized_share(),
             "fix": word(s.fix), "cycle": [word(s.cyc_a), word(s.cyc_b)]}
 
 
@@ -436,6 +458,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--shape", choices=sorted(SHAPES), default="8b")
         p.add_argument("--fixed-share", type=float, default=0.5,
                        help="share of token ids whose continuation the draft predicts fully (default 0.5)")
+        p.add_argument("--miss-share", type=float, default=0.0,
+                       help="share of token ids leading to a fixed point the draft never guesses (default 0)")
         if name == "write":
             p.add_argument("root", type=Path)
             continue
@@ -448,7 +472,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0.0 <= args.fixed_share <= 1.0:
         parser.error("--fixed-share must be within [0, 1]")
-    pair = Pair(SHAPES[args.shape], args.fixed_share)
+    if not 0.0 <= args.miss_share <= 1.0 - args.fixed_share:
+        parser.error("--miss-share must be within [0, 1 - --fixed-share]")
+    pair = Pair(SHAPES[args.shape], args.fixed_share, args.miss_share)
     if args.command == "write":
         result = write_pair(args.root, pair)
     elif args.command == "expect":

@@ -19,7 +19,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PHASES=${PHASES:-launch policy wait} LOAD_SECONDS=${LOAD_SECONDS:-600}
 export WAIT_UNTIL=$(( $(date +%s) + ${CALL_SECONDS:-570} ))
-export SWEEP_JSON=${SWEEP_JSON:-gpu/results/h200-8b-pair-triton-steps-explore-2026-12-01/1-sweep/sweep.json}
+export SWEEP_JSON=${SWEEP_JSON:-data/gpu-runs/h200-8b-pair-triton-steps-explore-2026-12-01/1-sweep/sweep.json}
 here=$(dirname "${BASH_SOURCE[0]}")
 rm -rf /tmp/pair-out && mkdir -p /tmp/pair-out/a /tmp/pair-out/b
 CUDA_VISIBLE_DEVICES=0 OUT=/tmp/pair-out/a WORK=/tmp/spectower-off-a SPEC_PORT=30000 PLAIN_PORT=30001 \

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spectower.collectors.bench.ratio import paired_ratio_interval
 from spectower.storage.files import parse_json_text, read_text_capped
 
 MAX_SWEEP_BYTES = 16 * 1024 * 1024  # a sweep's --json is under 100 kB
@@ -97,11 +98,55 @@ def score(rows: Sequence[tuple[float, int, float]], curves: dict[str, dict[int, 
     }
 
 
+# Paired comparison (--against): every run walks the same day (same pattern, period and seed), so windows at
+# the same elapsed time carry the same target load; 30 s blocks of them are the pairs (a 5 s window's tokens
+# depend on the one before: a block is long enough for requests of 64-448 tokens to turn over).
+BLOCK_S = 30.0
+
+
+def block_tokens(rows: Sequence[tuple[float, int, float]], block_s: float = BLOCK_S) -> list[float]:
+    """Tokens served per ``block_s`` of the load (only whole blocks: the last partial one is dropped)."""
+    blocks: dict[int, float] = {}
+    previous = 0.0
+    for t, _target, tok_s in rows:
+        block = int(previous // block_s)
+        blocks[block] = blocks.get(block, 0.0) + tok_s * max(0.0, t - previous)
+        previous = t
+    whole = int(previous // block_s)
+    return [blocks.get(i, 0.0) for i in range(whole)]
+
+
+def paired(
+    rows: Sequence[tuple[float, int, float]], base: Sequence[tuple[float, int, float]]
+) -> dict[str, Any]:
+    """This run's tokens over ``base``'s: over the whole load, and per 30 s block as a geometric mean with a
+    95 % t-interval over the blocks both runs completed (collectors.bench.ratio's paired interval)."""
+    mine, theirs = block_tokens(rows), block_tokens(base)
+    n = min(len(mine), len(theirs))
+    pairs = [(a, b) for a, b in zip(mine[:n], theirs[:n], strict=True) if a > 0 and b > 0]
+    if not pairs:
+        return {"blocks": 0}
+    ratio, lo, hi = paired_ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
+    return {
+        "blocks": len(pairs),
+        "block_s": BLOCK_S,
+        "total": sum(a for a, _ in pairs) / sum(b for _, b in pairs),
+        "ratio": ratio,
+        "lo": lo,
+        "hi": hi,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("logs", nargs="+", type=Path, help="load-<policy>.log files")
     parser.add_argument("--sweep", type=Path, required=True, help="the same server's bench sweep --json")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--against",
+        metavar="POLICY",
+        help="also each run's tokens over this run's (load-POLICY.log), paired per 30 s block",
+    )
     args = parser.parse_args(argv)
     try:  # spectower's one capped JSON reader; sweep_curves' own ValueError is a bad sweep too
         curves = sweep_curves(parse_json_text(read_text_capped(args.sweep, MAX_SWEEP_BYTES)))
@@ -112,22 +157,47 @@ def main(argv: list[str] | None = None) -> int:
         print("--sweep: needs knob-on and knob-off points", file=sys.stderr)
         return 2
     table: dict[str, dict[str, Any]] = {}
-    for log in args.logs:
-        name = log.stem.removeprefix("load-")
-        rows = read_status(log)
+    runs = {log.stem.removeprefix("load-"): read_status(log) for log in args.logs}
+    if args.against is not None and not runs.get(args.against):
+        print(
+            f"--against: no status lines of {args.against!r} among the logs ({', '.join(runs)})",
+            file=sys.stderr,
+        )
+        return 2
+    for name, rows in runs.items():
         table[name] = score(rows, curves) if rows else {"error": "no status lines"}
-    print("best fixed: per window the better of the sweep's knob-on and knob-off (the best achievable); "
-          "never drafts: the sweep's knob-off curve (the knob at 0 locked); ratio: tokens / best fixed")
-    print(f"{'policy':<16} {'tokens':>10} {'best fixed':>11} {'never drafts':>12} {'ratio':>6} "
-          f"{'/never':>6}  ratio per band")
+        if rows and args.against is not None:
+            table[name]["against"] = {"policy": args.against, **paired(rows, runs[args.against])}
+    print(
+        "best fixed: per window the better of the sweep's knob-on and knob-off (the best achievable); "
+        "never drafts: the sweep's knob-off curve (the knob at 0 locked); ratio: tokens / best fixed"
+    )
+    print(
+        f"{'policy':<16} {'tokens':>10} {'best fixed':>11} {'never drafts':>12} {'ratio':>6} "
+        f"{'/never':>6}  ratio per band"
+    )
     for name, row in table.items():
         if "error" in row:
             print(f"{name:<16} {row['error']}")
             continue
         bands = "  ".join(f"{k}: {v:.3f}" for k, v in row["bands"].items() if v is not None)
-        print(f"{name:<16} {row['tokens']:>10} {row['best_fixed_tokens']:>11} "
-              f"{row['never_draft_tokens']:>12} {row['ratio']:>6.3f} "
-              f"{row['ratio_vs_never_draft']:>6.3f}  {bands}")
+        print(
+            f"{name:<16} {row['tokens']:>10} {row['best_fixed_tokens']:>11} "
+            f"{row['never_draft_tokens']:>12} {row['ratio']:>6.3f} "
+            f"{row['ratio_vs_never_draft']:>6.3f}  {bands}"
+        )
+    if args.against is not None:
+        print(
+            f"against {args.against}: tokens / its tokens over the whole load; per 30 s block (the same "
+            "target load in every run): geometric mean with its 95 % interval"
+        )
+        for name, row in table.items():
+            vs = row.get("against") or {}
+            if vs.get("blocks"):
+                print(
+                    f"{name:<16} {vs['total']:.3f}  blocks {vs['ratio']:.3f} ({vs['lo']:.3f}-{vs['hi']:.3f}),"
+                    f" {vs['blocks']} blocks"
+                )
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
     return 0
