@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.engine_counters import counter_bins
+from spectower.plugin.engine_counters import counter_bins
 from spectower.storage import queries
 from spectower.storage.bench_serving import effective_server_info
 from spectower.storage.database import Database

@@ -6,7 +6,7 @@ length (tokens per verify step, the bonus token included) and the share of reque
 step's time is still the profile's (a verify costs what it costs whatever lands); each request then commits
 its own kind's tokens. So a drafting stream keeps the requests that accept less for longer, and its batches
 hold more of them than a gated stream's do: the request-mix lean that exploration must not measure
-(control/explore.py, issue #32).
+(plugin/explore.py, issue #32).
 
 Without kinds every request accepts the profile's ``accept_length`` at the batch size, as before.
 """

@@ -70,7 +70,7 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.control import explore, knob_contract
+    from spectower.plugin import explore, knob_contract
     from spectower.simulator.accept_kinds import parse_accept_kinds
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile

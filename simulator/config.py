@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.control import explore, knob_contract
+from spectower.plugin import explore, knob_contract
 from spectower.simulator.accept_kinds import AcceptKind
 from spectower.simulator.profile import Profile
 
@@ -34,10 +34,10 @@ class SimConfig:
     decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL
     dp_size: int = DEFAULT_DP_SIZE
     max_running_requests: int | None = None
-    # The SGLang plugin's exploration share (control/knob_contract.py): every round(1/share)-th decode batch
+    # The SGLang plugin's exploration share (plugin/knob_contract.py): every round(1/share)-th decode batch
     # of a batch-size bin runs the other mode; 0 = none. `sim serve` takes SPECTOWER_EXPLORE_SHARE too.
     explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE
-    # The plugin's exploration windows (control/explore.py): batches per cycle, 0 = none.
+    # The plugin's exploration windows (plugin/explore.py): batches per cycle, 0 = none.
     # `sim serve` takes SPECTOWER_EXPLORE_CYCLE, as the plugin does.
     explore_cycle: int = explore.WINDOW_CYCLE_BATCHES
     # Requests that accept differently (simulator/accept_kinds.py); () = the profile's accept length for all

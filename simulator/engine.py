@@ -12,7 +12,7 @@ decode steps over the running batch:
   (``Profile.speculative`` False, ``sim serve --no-speculation``) never drafts and runs its plain curve.
   ``spec_off`` is measured with the draft model's KV extend skipped, which the gated-decode plugin does for a
   batch the knob gates while nothing explores, or in an exploration window's cold part
-  (``RankScheduler.extend_skipped``, control/explore.py); otherwise (a window's warm and exploring parts, a
+  (``RankScheduler.extend_skipped``, plugin/explore.py); otherwise (a window's warm and exploring parts, a
   batch gated by exploration inside a drafting bin) a gated batch pays the extend and runs the profile's
   ``spec_off_warm`` curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
   Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
@@ -21,10 +21,10 @@ decode steps over the running batch:
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
   modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
-- exploration, as the SGLang plugin's gate does it (``control.explore.ExploreSchedule``, per rank): runs of
+- exploration, as the SGLang plugin's gate does it (``plugin.explore.ExploreSchedule``, per rank): runs of
   decode batches, ``explore_share`` of each batch-size bin's, run the other mode than the knob says, unless
   a lock (manual or sweep) holds the knob; a run's first batch and the first after it count as settling.
-  The knob's owner (``control.knob_contract.KnobOwner``) lives on the engine for that reason.
+  The knob's owner (``plugin.knob_contract.KnobOwner``) lives on the engine for that reason.
 
 Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
 not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
@@ -46,9 +46,9 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
-from spectower.control import knob_contract
-from spectower.control.engine_counters import EngineCounters
-from spectower.control.explore import Explorer
+from spectower.plugin import knob_contract
+from spectower.plugin.engine_counters import EngineCounters
+from spectower.plugin.explore import Explorer
 from spectower.simulator.accept_kinds import kind_of
 from spectower.simulator.config import SimConfig
 from spectower.simulator.profile import Profile
@@ -200,13 +200,13 @@ class RankScheduler:
         self.batches_drafted = 0
         self.batches_gated = 0
         self.batches_explored = 0
-        # which decode batches explore: the plugin's, in windows where the knob gates (control/explore.py)
+        # which decode batches explore: the plugin's, in windows where the knob gates (plugin/explore.py)
         self.explorer = Explorer(engine.config.explore_cycle)
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
         self.holed: set[int] = set()
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
-        # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
+        # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
         self.gauges = SchedulerGauges(

@@ -20,7 +20,7 @@ Effects the real server has that the harness reproduces:
 - the gate explores (``explore_share``, the SGLang plugin's default 2 %): that share of the decode steps
   at every batch size runs the other mode than the ceiling says, so tokens, gauges and counters all
   include it;
-- the engine counters (control/engine_counters.py) as the plugin publishes them, one rank: per
+- the engine counters (plugin/engine_counters.py) as the plugin publishes them, one rank: per
   power-of-two batch-size bin and mode, cumulative steps, tokens and step time, the step time with
   per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``);
   each Observation carries a snapshot (``Observation.counters``).
@@ -49,9 +49,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control import explore, knob_contract
-from spectower.control.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.control.policy import Observation, Policy, make_policy
+from spectower.plugin import explore, knob_contract
+from spectower.plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
 
@@ -211,7 +211,7 @@ class _Tables:
     off: tuple[_Mode, ...]
     # The knob at 0 with no exploration: the plugin skips the extend (spec_off, as a sweep measures it).
     off_cold: tuple[_Mode, ...]
-    # Gated by the ceiling while exploring: windows (control/explore.py) keep the extend in a few % of them.
+    # Gated by the ceiling while exploring: windows (plugin/explore.py) keep the extend in a few % of them.
     off_windowed: tuple[_Mode, ...]
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     never_draft: tuple[float, ...]  # the knob at 0 locked: the extend skipped, nothing explored
@@ -253,7 +253,7 @@ class _Tables:
 
 
 class _Counters:
-    """The engine counters of one rank, cumulative, fed per tick (control/engine_counters.py's shape).
+    """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
 
     A server counts whole decode steps, each with its tokens and its time; the fluid model makes fractions
     of steps per tick, so each (bin, mode) carries its unfinished step over to the next tick and publishes

@@ -32,7 +32,7 @@ ADMIN_KEY = "adm-7e41c0d9b2"
 @pytest.fixture(scope="module")
 def shared_sim() -> Iterator[Any]:
     """One simulator for the quick CLI cases (start-up costs seconds on a loaded machine)."""
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(admin_key=ADMIN_KEY, dp_size=2) as process:
         yield process

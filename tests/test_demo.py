@@ -26,8 +26,8 @@ import httpx
 import psutil
 import pytest
 
+from benchmarks.simulator_process import steady_load
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
-from tests.simulator_process import steady_load
 
 # The demo binds the simulator to its default port (30000) when it is free: two demos started at once
 # race for it between the check and the bind, so the tests that start one run on one worker, in turn.

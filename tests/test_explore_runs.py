@@ -1,4 +1,4 @@
-"""control/explore.py: exploration in runs, and the engine counters' settling steps. The plugin's gate
+"""plugin/explore.py: exploration in runs, and the engine counters' settling steps. The plugin's gate
 (pure logic here; against SGLang's own classes in tests/test_sglang_plugin.py) and the simulator
 (tests/test_sim_explore.py) use the same schedule."""
 
@@ -8,10 +8,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from spectower.control import engine_counters as ec
-from spectower.control import knob_contract as kc
-from spectower.control import speedup
-from spectower.control.explore import (
+from spectower.plugin import engine_counters as ec
+from spectower.plugin import knob_contract as kc
+from spectower.plugin.explore import (
     RUN_LENGTH,
     WINDOW_CYCLE_BATCHES,
     WINDOW_EXPLORE_BATCHES,
@@ -22,7 +21,7 @@ from spectower.control.explore import (
     cycle_of,
     kept_extend_share,
 )
-from spectower.control.sglang_plugin import Gate
+from spectower.plugin.knob_gate import Gate
 
 WORKER = object()
 
@@ -91,12 +90,12 @@ def test_ranks_sum_their_settling_and_an_older_plugin_has_none() -> None:
     b.record(4, True, 6, 0.2, settling=True)
     older = b.snapshot()
     del older["settling"]
-    total = speedup.sum_ranks([a.snapshot(), b.snapshot()])
+    total = ec.sum_ranks([a.snapshot(), b.snapshot()])
     assert total["settling"] == {"steps": 2, "tokens": 16, "time_s": pytest.approx(0.3)}
-    assert speedup.sum_ranks([a.snapshot(), older])["settling"]["tokens"] == 10
+    assert ec.sum_ranks([a.snapshot(), older])["settling"]["tokens"] == 10
     broken = a.snapshot()
     broken["settling"] = "n/a"
-    assert speedup.sum_ranks([broken])["settling"] == {"steps": 0, "tokens": 0, "time_s": 0}
+    assert ec.sum_ranks([broken])["settling"] == {"steps": 0, "tokens": 0, "time_s": 0}
 
 
 def test_the_gate_explores_in_runs_without_moving_the_hysteresis() -> None:
@@ -256,8 +255,8 @@ def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_o
 ) -> None:
     """The knob plugin's gate and the gated-decode plugin's tracker together, as inside SGLang: a policy's
     0 skips the extend in the cold part; the warm part runs the extend until the holed requests finish."""
-    from spectower.control import sglang_gated_decode as gd
-    from spectower.control import sglang_plugin as plugin
+    from spectower.plugin import gated_decode as gd
+    from spectower.plugin import knob_gate as plugin
 
     monkeypatch.setattr(plugin, "_STATE", None)
     monkeypatch.setattr(gd, "_HOOKED", True)

@@ -1,5 +1,6 @@
-"""gpu/explore_lean.py: explored against steady rates per batch-size bin (issue #32, item 2), on the counters
-the H200 policy runs of 2026-12-03 stored (gpu/results/), read through storage's query module."""
+"""benchmarks/gpu/explore_lean.py: explored against steady rates per batch-size bin (issue #32, item 2), on
+the counters the H200 policy runs of 2026-12-03 stored (data/gpu-runs/), read through storage's query
+module."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "gpu"))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import explore_lean
 
-RUNS = REPO_ROOT / "gpu/results/h200-8b-pair-triton-policies-2026-12-03"
+RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
 T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
 BINS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 
@@ -44,7 +45,7 @@ def test_the_h200_runs_explored_gated_rates_read_low_and_corrected_come_near(tmp
     runs = [f"learn={T0 + 10}:{T0 + 300}:48", f"threshold-47={T0 + 310}:{T0 + 607}:47",
             f"on={T0 + 620}:{T0 + 905}:max", f"off={T0 + 925}:{T0 + 1215}:0"]  # fmt: skip
     out = tmp_path / "lean.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "gpu/explore_lean.py"), "--db", str(db),
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/explore_lean.py"), "--db", str(db),
                            *(f"--run={r}" for r in runs), "--json", str(out)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -58,7 +59,7 @@ def test_the_h200_runs_explored_gated_rates_read_low_and_corrected_come_near(tmp
 
 
 def test_a_missing_steady_run_is_one_line(tmp_path: Path) -> None:
-    script = str(REPO_ROOT / "gpu/explore_lean.py")
+    script = str(REPO_ROOT / "benchmarks/gpu/explore_lean.py")
     proc = subprocess.run([sys.executable, script, "--db", str(tmp_path / "x.db"), "--run", "learn=1:2:48"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2

@@ -1,4 +1,4 @@
-"""gpu/make_models.py: the constructed EAGLE-3 pair the GPU check serves (issue #12).
+"""benchmarks/gpu/make_models.py: the constructed EAGLE-3 pair the GPU check serves (issue #12).
 
 The fast tests run the construction here (numpy only): the 8B table has Llama-3.1-8B's tensors, the files are
 valid sparse safetensors, and ``expect()`` says what the construction claims. The ``sglang`` tests write the
@@ -36,7 +36,8 @@ sglang_version = plugin_tests.sglang_version
 
 
 def load_make_models() -> Any:
-    spec = importlib.util.spec_from_file_location("make_models", REPO_ROOT / "gpu" / "make_models.py")
+    script = REPO_ROOT / "benchmarks" / "gpu" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_models"] = module
@@ -193,8 +194,8 @@ def _closed_loop_tokens_per_slot(
 
 
 def test_a_gated_stream_holds_more_of_the_requests_that_accept_more() -> None:
-    # Why learn's drafted estimate leaned high on the H200 (gpu/README.md): a drafting stream's batches hold
-    # the requests that accept less for longer; a gated stream holds every request equally long.
+    # Why learn's drafted estimate leaned high on the H200 (data/gpu-runs/NOTEBOOK.md): a drafting stream's
+    # batches hold the requests that accept less for longer; a gated stream holds every request equally long.
     pair = mm.Pair(mm.SHAPES["8b"], 0.5)
     mix = pair.mix(range(10, 1000), 256)
     accepts = [pair.expect([t], 256)["steady_accept_length"] for t in range(10, 74)]
@@ -282,7 +283,7 @@ def test_the_miss_route_is_in_the_written_heads(tmp_path: Path) -> None:
 
 
 def test_the_command_line_refuses_shares_over_one() -> None:
-    script = str(REPO_ROOT / "gpu/make_models.py")
+    script = str(REPO_ROOT / "benchmarks/gpu/make_models.py")
     proc = subprocess.run([sys.executable, script, "mix", "--fixed-share", "0.9", "--miss-share", "0.2"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2 and "--miss-share must be within [0, 1 - --fixed-share]" in proc.stderr

@@ -66,7 +66,7 @@ def test_switched_off_by_its_environment_variable(sglang_checks: SglangChecks) -
 @plugin_tests.sglang_check
 def test_each_adaptive_state_captures_its_own_draft_extend_width(checked: dict[str, Any]) -> None:
     """The 0-step state's draft-extend CUDA graph is one token wide, so a gated batch's draft extend replays
-    it (0.5.17 read the launch width, four, and ran that extend eagerly: gpu/README.md)."""
+    it (0.5.17 read the launch width, four, and ran that extend eagerly: data/gpu-runs/NOTEBOOK.md)."""
     width = checked["draft_extend_width"]
     assert width["launch"] == 4
     assert width["zero_step_state"] == 1

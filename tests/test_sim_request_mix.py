@@ -6,7 +6,7 @@ A drafting stream keeps a request for length / accept steps, so its batches hold
 accept less: its tokens per request-step are the harmonic mean of the kinds (2.67 here). A drafting batch
 explored among gated ones carries the gated stream's batch, the plain mean (3.0): 1.125x. The windows'
 exploring part is a drafting stream whose first half (the turnover) is not counted, so the explored drafted
-rate is a drafting stream's (control/explore.py). Closed loop, mixed output lengths, virtual time (the step
+rate is a drafting stream's (plugin/explore.py). Closed loop, mixed output lengths, virtual time (the step
 clock's sleep patched out, no noise): the counts are exact.
 """
 

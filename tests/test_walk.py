@@ -21,8 +21,8 @@ from spectower.collectors.bench.walk import (
 from spectower.collectors.promtext import parse_prometheus_text
 from spectower.simulator.profile import load_profile
 
+from benchmarks.simulator_process import SimulatorFactory
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import SimulatorFactory
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 

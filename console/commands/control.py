@@ -30,8 +30,8 @@ from spectower.console.commands.options import (
     say_database,
 )
 from spectower.console.errors import fail, is_user_error, strict_json
-from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
+from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
@@ -274,7 +274,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     from spectower.collectors.sglang.counters import read_counters
     from spectower.console import data
     from spectower.control import speedup
-    from spectower.control.engine_counters import rates
+    from spectower.plugin.engine_counters import rates, sum_ranks
     from spectower.storage import queries
 
     if store is not None:
@@ -292,7 +292,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             "; ".join(read.warnings) or "the server publishes no decode counters (an older spectower plugin)"
         )
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
-    est = speedup.estimate([rates(None, speedup.sum_ranks(read.blocks))]).to_json()
+    est = speedup.estimate([rates(None, sum_ranks(read.blocks))]).to_json()
     return {**est, "source": "since_start", "label": f"{est['label']}, since the server started"}
 
 

@@ -297,7 +297,7 @@ def _hold(text: str) -> tuple[float | None, str | None]:
     if not text.strip():
         return None, None
     from spectower.control.durations import DurationError, parse_duration_within
-    from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+    from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
     try:  # the range `control set --hold` takes
         return parse_duration_within(text, "Hold", MIN_OPERATOR_HOLD_S, MAX_HOLD_S), None

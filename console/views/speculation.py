@@ -149,7 +149,7 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
                 "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
                 "when requests accept differently: requests that accept more finish sooner when drafting, "
                 "so a drafting stream holds more of the ones that accept less than a gated stream does "
-                "(12 % on the H200 test pair, gpu/README.md)."
+                "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md)."
             )
     three = _three_curves(db, run_ids)
     if not three.empty:

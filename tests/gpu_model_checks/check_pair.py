@@ -1,6 +1,7 @@
-"""Writes the tiny constructed pair with gpu/make_models.py and checks it with real model code, INSIDE the
-SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON object on
-its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py asserts.
+"""Writes the tiny constructed pair with benchmarks/gpu/make_models.py and checks it with real model code,
+INSIDE the SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON
+object on its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py
+asserts.
 
 What is real and what is not:
 
@@ -41,7 +42,8 @@ MAX_NEW = 14  # not a multiple of the per-verify yields: the last verify step is
 
 
 def load_make_models(repo: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("make_models", repo / "gpu" / "make_models.py")
+    script = repo / "benchmarks" / "gpu" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_models"] = module  # dataclasses look their module up by name
