@@ -115,7 +115,11 @@ def outside_the_standard_library(path: Path) -> list[str]:
 
 
 def _python_files(folder: str) -> list[Path]:
-    return sorted((REPO_ROOT / folder).rglob("*.py"))
+    """The project's own files: not what a build unpacked beside them (benchmarks/gpu/bundle/ holds SGLang's
+    site-packages for the GPU machine, git-ignored) nor caches."""
+    skipped = {"bundle", "__pycache__", ".venv"}
+    files = (REPO_ROOT / folder).rglob("*.py")
+    return sorted(p for p in files if not skipped & set(p.relative_to(REPO_ROOT).parts))
 
 
 def test_the_floors_name_every_top_level_folder_with_python() -> None:
