@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
+from spectower.console.commands import control_fleet as fleets
+from spectower.console.commands.control_fleet import FLEET_HELP, SERVERS_HELP
 from spectower.console.commands.options import (
     AS_HELP,
     DB_HELP,
@@ -216,7 +218,8 @@ def _print_ownership(state: KnobState, holder: dict[str, Any] | None) -> None:
 @app.command("get")
 @_user_errors
 def get(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     db: str | None = typer.Option(
         None, "--db", help=DB_HELP + "; the speedup comes from its stored counters when it has them"
@@ -233,7 +236,12 @@ def get(
     ),
 ) -> None:
     """Show the knob per DP rank, whether this server can take it, and the speedup speculation gives per
-    batch size (the engine's counters, the estimate the console and the policy use)."""
+    batch size (the engine's counters, the estimate the console and the policy use). With --fleet (or
+    several --server): one row per replica, its knob, owner and who holds its lock."""
+    if fleets.is_fleet(servers, fleet):
+        fleets.get(fleets.resolve(servers, fleet), db, as_json)
+        return
+    server = fleets.resolve(servers, fleet).replicas[0]
     with _client(server) as client:
         state = client.read()
     speed, holder = _from_database(state, db, window_s)
@@ -337,7 +345,8 @@ def _print_result(result: SetResult) -> None:
 @app.command("set")
 @_user_errors
 def set_knob(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     off: bool = typer.Option(False, "--off", help="switch speculation off (max_bs 0)"),
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
@@ -355,7 +364,8 @@ def set_knob(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
     """Set the knob, read it back per rank, audit it; the server locks it against any policy until
-    `control release` (or --hold expires)."""
+    `control release` (or --hold expires). With --fleet (or several --server): asks once, sets every
+    replica at once, one row each; exit 0 all confirmed, 3 partial, 1 none."""
     from spectower.control import audit
     from spectower.control.knob import Target
 
@@ -369,7 +379,17 @@ def set_knob(
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
         fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
-
+    group = fleets.resolve(servers, fleet)
+    if fleets.is_fleet(servers, fleet):
+        database, say_which = _open_for_writing(db)
+        try:
+            outcomes = fleets.set_knob(group, database, target, reason, actor, hold_s, yes)
+        finally:
+            database.close()
+        say_which()
+        fleets.finish(outcomes)
+        return
+    server = group.replicas[0]
     database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
@@ -408,16 +428,29 @@ def set_knob(
 @app.command("release")
 @_user_errors
 def release(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again."""
+    """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again. With --fleet
+    (or several --server): every replica at once, one row each; exit codes as `control set`'s."""
     from spectower.control import audit
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
+    group = fleets.resolve(servers, fleet)
+    if fleets.is_fleet(servers, fleet):
+        database, say_which = _open_for_writing(db)
+        try:
+            outcomes = fleets.release(group, database, actor, reason)
+        finally:
+            database.close()
+        say_which()
+        fleets.finish(outcomes)
+        return
+    server = group.replicas[0]
     database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
@@ -439,7 +472,8 @@ def release(
 @app.command("events")
 @_user_errors
 def events(
-    server: str | None = typer.Option(None, "--server", help="only this server"),
+    servers: list[str] = typer.Option([], "--server", help="only this server (repeatable)"),
+    fleet: str | None = typer.Option(None, "--fleet", help="only this fleet's replicas: " + FLEET_HELP),
     limit: int = int_option(20, "--limit", lo=1, hi=MAX_EVENTS_SHOWN, help="newest N events"),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list"),
@@ -449,9 +483,13 @@ def events(
 
     from spectower.control import audit
 
+    group = fleets.resolve(servers, fleet) if servers or fleet else None
     database = _open_db(db, existing=True)
     try:
-        rows = audit.list_events(database, server, limit=limit)
+        if group is None:
+            rows = audit.list_events(database, None, limit=limit)
+        else:
+            rows = fleets.events(database, group.replicas, limit)
     finally:
         database.close()
     if as_json:

@@ -1,0 +1,177 @@
+"""A simulated SGLang router (the SGLang Model Gateway, ``sgl-router``) in front of simulated replicas.
+
+It speaks the router's worker registry as SGLang documents it (docs/advanced_features/sgl_model_gateway.md,
+"Worker Management APIs"): ``GET /workers`` answers ``{"workers": [{"id", "url", "model_id", "priority",
+"cost", "worker_type", "is_healthy", "load", "connection_mode"}], "total", "stats": {"prefill_count",
+"decode_count", "regular_count"}}``; ``/health``, ``/liveness`` and ``/readiness`` as the router's. Requests
+to ``/generate`` and ``/v1/*completions`` go to the healthy worker with the fewest requests in flight,
+streamed through unchanged, so a load generator pointed at the router loads every replica. Each worker's
+``/health`` is probed every ``HEALTH_INTERVAL_S`` (a stopped replica shows ``is_healthy: false`` and gets no
+traffic, as with the real router's health checker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import typer
+
+from spectower.cli_errors import fail
+
+if TYPE_CHECKING:  # imported where used: `spectower --help` does not load the web stack
+    import httpx
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+HEALTH_INTERVAL_S = 2.0
+HEALTH_TIMEOUT_S = 1.0
+PROXY_CONNECT_TIMEOUT_S = 5.0
+PROXY_READ_TIMEOUT_S = 600.0  # a long generation streams for minutes
+PROXIED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+PASSED_HEADERS = ("content-type", "authorization", "accept")
+
+
+class Registry:
+    """The router's workers: id, URL, health and requests in flight."""
+
+    def __init__(self, urls: Sequence[str], model_id: str) -> None:
+        self.model_id = model_id
+        self.urls = list(urls)
+        self.ids = {url: str(uuid.uuid5(uuid.NAMESPACE_URL, url)) for url in self.urls}
+        self.healthy = dict.fromkeys(self.urls, True)
+        self.load = dict.fromkeys(self.urls, 0)
+
+    def listing(self) -> dict[str, object]:
+        workers = [
+            {"id": self.ids[url], "url": url, "model_id": self.model_id, "priority": 50, "cost": 1.0,
+             "worker_type": "regular", "is_healthy": self.healthy[url], "load": self.load[url],
+             "connection_mode": "Http"}
+            for url in self.urls
+        ]  # fmt: skip
+        stats = {"prefill_count": 0, "decode_count": 0, "regular_count": len(workers)}
+        return {"workers": workers, "total": len(workers), "stats": stats}
+
+    def pick(self, tried: set[str]) -> str | None:
+        """The healthy worker with the fewest requests in flight, not yet tried for this request."""
+        free = [url for url in self.urls if self.healthy[url] and url not in tried]
+        return min(free, key=lambda url: self.load[url]) if free else None
+
+    async def probe(self, client: httpx.AsyncClient) -> None:
+        import httpx
+
+        async def one(url: str) -> None:
+            try:
+                answer = await client.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S)
+                self.healthy[url] = answer.status_code == 200
+            except httpx.HTTPError:
+                self.healthy[url] = False
+
+        await asyncio.gather(*(one(url) for url in self.urls))
+
+
+def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
+    import httpx
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    registry = Registry(urls, model_id)
+    timeout = httpx.Timeout(PROXY_READ_TIMEOUT_S, connect=PROXY_CONNECT_TIMEOUT_S)
+    client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async def health_loop() -> None:
+            while True:
+                await registry.probe(client)
+                await asyncio.sleep(HEALTH_INTERVAL_S)
+
+        task = asyncio.create_task(health_loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await client.aclose()
+
+    app = FastAPI(title="SGLang router (spectower simulator)", docs_url=None, redoc_url=None,
+                  openapi_url=None, lifespan=lifespan)  # fmt: skip
+
+    @app.get("/workers")
+    async def workers() -> JSONResponse:
+        return JSONResponse(registry.listing())
+
+    @app.get("/health")
+    @app.get("/liveness")
+    async def liveness() -> Response:
+        return Response("OK")
+
+    @app.get("/readiness")
+    async def readiness() -> Response:
+        ready = any(registry.healthy.values())
+        return Response("OK" if ready else "no healthy worker", status_code=200 if ready else 503)
+
+    async def proxy(request: Request) -> Response:
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED_HEADERS}
+        tried: set[str] = set()
+        while (url := registry.pick(tried)) is not None:
+            tried.add(url)
+            outgoing = client.build_request("POST", f"{url}{request.url.path}", content=body, headers=headers)
+            try:
+                answer = await client.send(outgoing, stream=True)
+            except httpx.ConnectError:  # nothing was sent: the next worker may take it
+                registry.healthy[url] = False
+                continue
+            return _stream(registry, url, answer)
+        return JSONResponse({"error": "no healthy worker"}, status_code=503)
+
+    for path in PROXIED_PATHS:
+        app.add_api_route(path, proxy, methods=["POST"])
+    return app
+
+
+def _stream(registry: Registry, url: str, answer: httpx.Response) -> StreamingResponse:
+    import httpx
+    from fastapi.responses import StreamingResponse
+
+    registry.load[url] += 1
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in answer.aiter_raw():
+                yield chunk
+        except httpx.HTTPError:
+            return  # the worker went away mid-answer: the client sees the stream end
+        finally:
+            registry.load[url] -= 1
+            await answer.aclose()
+
+    kind = answer.headers.get("content-type", "application/json")
+    return StreamingResponse(body(), status_code=answer.status_code, media_type=kind)
+
+
+def router(
+    worker_urls: list[str] = typer.Option(..., "--worker-url", help="a replica's URL (repeatable)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(30100, "--port", help="The router's port."),
+    model_id: str = typer.Option("default", "--model-id", help="model_id every worker is listed with"),
+) -> None:
+    """Run a simulated SGLang router: its worker list (GET /workers) and least-loaded routing."""
+    from spectower.simulator.cli import cannot_bind
+
+    urls = [u.strip().rstrip("/") for u in worker_urls]
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            fail(f"--worker-url must be an http(s) URL, got {url!r}")
+    problem = cannot_bind(host, port)
+    if problem:
+        fail(f"--port: cannot listen on {host}:{port} ({problem})")
+    import uvicorn
+
+    print(f"spectower sim router: http://{host}:{port} in front of {len(urls)} worker(s)", flush=True)
+    uvicorn.run(build_app(urls, model_id), host=host, port=port, log_level="warning", access_log=False)
