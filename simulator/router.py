@@ -16,17 +16,10 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
-import typer
-
-from spectower.cli_errors import fail
-
-if TYPE_CHECKING:  # imported where used: `spectower --help` does not load the web stack
-    import httpx
-    from fastapi import FastAPI
-    from fastapi.responses import StreamingResponse
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 HEALTH_INTERVAL_S = 2.0
 HEALTH_TIMEOUT_S = 1.0
@@ -62,8 +55,6 @@ class Registry:
         return min(free, key=lambda url: self.load[url]) if free else None
 
     async def probe(self, client: httpx.AsyncClient) -> None:
-        import httpx
-
         async def one(url: str) -> None:
             try:
                 answer = await client.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S)
@@ -75,10 +66,6 @@ class Registry:
 
 
 def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
-    import httpx
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
-
     registry = Registry(urls, model_id)
     timeout = httpx.Timeout(PROXY_READ_TIMEOUT_S, connect=PROXY_CONNECT_TIMEOUT_S)
     client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None))
@@ -135,9 +122,6 @@ def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
 
 
 def _stream(registry: Registry, url: str, answer: httpx.Response) -> StreamingResponse:
-    import httpx
-    from fastapi.responses import StreamingResponse
-
     registry.load[url] += 1
 
     async def body() -> AsyncIterator[bytes]:
@@ -152,26 +136,3 @@ def _stream(registry: Registry, url: str, answer: httpx.Response) -> StreamingRe
 
     kind = answer.headers.get("content-type", "application/json")
     return StreamingResponse(body(), status_code=answer.status_code, media_type=kind)
-
-
-def router(
-    worker_urls: list[str] = typer.Option(..., "--worker-url", help="a replica's URL (repeatable)"),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(30100, "--port", help="The router's port."),
-    model_id: str = typer.Option("default", "--model-id", help="model_id every worker is listed with"),
-) -> None:
-    """Run a simulated SGLang router: its worker list (GET /workers) and least-loaded routing."""
-    from spectower.simulator.cli import cannot_bind
-
-    urls = [u.strip().rstrip("/") for u in worker_urls]
-    for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            fail(f"--worker-url must be an http(s) URL, got {url!r}")
-    problem = cannot_bind(host, port)
-    if problem:
-        fail(f"--port: cannot listen on {host}:{port} ({problem})")
-    import uvicorn
-
-    print(f"spectower sim router: http://{host}:{port} in front of {len(urls)} worker(s)", flush=True)
-    uvicorn.run(build_app(urls, model_id), host=host, port=port, log_level="warning", access_log=False)

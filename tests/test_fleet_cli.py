@@ -19,8 +19,8 @@ from spectower.storage.database import open_database
 from typer.testing import CliRunner
 
 from tests.conftest import free_port
-from tests.slow_proxy import SlowProxy
 from tests.simulator_process import SimulatorProcess
+from tests.slow_proxy import SlowProxy
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,9 @@ def fleet(replicas: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPa
     working directory's spectower.toml, and a fresh database."""
     for sim in replicas["sims"]:
         limit = httpx.get(f"{sim.base_url}/server_info", timeout=5).json()["max_running_requests"]
-        body = {"server_args": {"spectower_spec_max_bs": limit, "spectower_writer": 1, "spectower_release": 1}}
+        body = {
+            "server_args": {"spectower_spec_max_bs": limit, "spectower_writer": 1, "spectower_release": 1}
+        }
         httpx.post(f"{sim.base_url}/set_internal_state", json=body, headers=sim.admin_headers, timeout=5)
     urls = ", ".join(f'"{u}"' for u in replicas["urls"])
     (tmp_path / "spectower.toml").write_text(f'db = "audit.db"\n\n[fleets.prod]\nservers = [{urls}]\n')
