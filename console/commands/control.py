@@ -6,6 +6,7 @@ an argument. Heavy imports stay inside the commands so ``spectower --help`` is f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 import signal
@@ -25,7 +26,6 @@ from spectower.console.commands.options import (
     DB_HELP,
     MAX_EVENTS_SHOWN,
     POLICY_HELP,
-    SERVER_HELP,
     chosen_database,
     duration_option,
     int_option,
@@ -38,6 +38,7 @@ from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
     from spectower.control.knob import KnobClient, KnobState, SetResult
+    from spectower.control.runner import PolicyRunner, RunnerConfig
     from spectower.control.warm_start import Known, WarmStart
     from spectower.storage import Database
 
@@ -508,7 +509,8 @@ def events(
 @app.command("auto")
 @_user_errors
 def auto(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     policy_spec: str = typer.Option("learn", "--policy", help=POLICY_HELP),
     mode: str | None = typer.Option(None, "--mode", hidden=True, help="old name of --policy"),
     max_bs: int | None = typer.Option(None, "--max-bs", hidden=True, help="old: --mode threshold --max-bs N"),
@@ -542,9 +544,8 @@ def auto(
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
     from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
-    from spectower.control.knob import ServerUnreachableError, ensure_ready
-    from spectower.control.policy import make_policy
-    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, PolicyRunner, RunnerConfig
+    from spectower.control.fleet_runner import run_all
+    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
 
     spec = _policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
@@ -552,13 +553,65 @@ def auto(
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
     if kind != "learn" and (warm_profiles or gpu_metrics):
         fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
+    group = fleets.resolve(servers, fleet)
+    if gpu_metrics and len(group.replicas) > 1:
+        fail("--gpu-metrics names one host's GPUs: not with a fleet (each replica's GPUs come through NVML)")
     profiles = [_profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
+    plan = _AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics)
     database, say_which = _open_for_writing(db)
+    runners: list[PolicyRunner] = []
+    try:
+        if not fleets.is_fleet(servers, fleet):
+            runners.append(_runner(database, group.replicas[0], plan, _say_plain))
+        else:
+            runners = fleets.runners(group, lambda url, say: _runner(database, url, plan, say))
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for runner in runners:
+            out.print(f"policy {runner.policy.name} on {runner.server_url}, every {config.interval_s:g} s "
+                      "(Ctrl-C stops)")  # fmt: skip
+        say_which()  # before its first decision is audited there
+        try:
+            run_all(runners, stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        for runner in runners:
+            runner.client.close()
+        database.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _AutoPlan:
+    """What `control auto` runs on each replica (each gets its own policy, counters, client and lock)."""
+
+    spec: str
+    kind: str
+    config: RunnerConfig
+    sample_s: float | None
+    warm_start: bool
+    profiles: list[Known]
+    gpu_metrics: str | None
+
+
+def _runner(database: Database, server: str, plan: _AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
+    """One replica's policy runner: its own client and policy (own counters), its warm start. Raises our
+    errors (unreachable and unknown to the database, no plugin, a threshold past its max_running)."""
+    from spectower.control.knob import KnobValueError, ServerUnreachableError, ensure_ready
+    from spectower.control.policy import make_policy
+    from spectower.control.runner import PolicyRunner
+
     client = _client(server)
     try:
         state: KnobState | None = None
@@ -570,41 +623,28 @@ def auto(
             max_running = _known_max_running(database, client.base_url)
             if max_running is None:
                 raise
-            why = escape(str(exc))
-            out.print(f"[yellow]warning:[/] {why}; max_running_requests={max_running} from the database")
+            say(f"warning: {exc}; max_running_requests={max_running} from the database")
         if max_running is None:
-            fail(f"{client.base_url} does not report max_running_requests")
-        if kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
-            fail(f"--policy {spec}: N must be in 0..{max_running} (the server's max_running_requests)")
+            raise KnobValueError(f"{client.base_url} does not report max_running_requests")
+        spec = plan.spec
+        if plan.kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
+            raise KnobValueError(f"--policy {spec}: N must be in 0..{max_running} (the server's "
+                                 "max_running_requests)")  # fmt: skip
         options: dict[str, Any] = {}
         start_note = None
-        if kind == "learn":
-            options = {"max_flips_per_hour": config.max_flips_per_hour}
-            if sample_s is not None:
-                options["sample_s"] = sample_s
-            warm = _warm_start(database, state, max_running, warm_start, profiles, gpu_metrics)
+        if plan.kind == "learn":
+            options = {"max_flips_per_hour": plan.config.max_flips_per_hour}
+            if plan.sample_s is not None:
+                options["sample_s"] = plan.sample_s
+            warm = _warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
             options["initial_ceiling"], start_note = warm.ceiling, warm.line
-            _say_plain(warm.line)
+            say(warm.line)
         policy = make_policy(spec, max_running, **options)
-        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain,
-                              start_note=start_note)  # fmt: skip
-        stop = threading.Event()
-
-        def on_signal(signum: int, _frame: object) -> None:
-            out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
-            stop.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        out.print(f"policy {policy.name} on {client.base_url}, every {config.interval_s:g} s (Ctrl-C stops)")
-        say_which()  # before its first decision is audited there
-        try:
-            runner.run(stop)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    finally:
+        return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,
+                            start_note=start_note)  # fmt: skip
+    except BaseException:
         client.close()
-        database.close()
+        raise
 
 
 def _warm_start(

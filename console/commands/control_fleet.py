@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from spectower.control.fleet import Fleet
     from spectower.control.fleet_ops import Preview, ReplicaOutcome
     from spectower.control.knob import KnobClient, KnobState, Target
+    from spectower.control.runner import PolicyRunner
     from spectower.storage import Database
 
 FLEET_HELP = (
@@ -219,3 +220,29 @@ def events(database: Database, replicas: Sequence[str], limit: int) -> list[Any]
 
 def stamp(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+# ----------------------------------------------------------------------------------------------- auto
+
+
+def runners(fleet: Fleet, build: Callable[[str, Callable[[str], None]], PolicyRunner]) -> list[PolicyRunner]:
+    """One policy runner per replica (``build(url, say)``); a replica that cannot start one is named and
+    left out, the others run. None at all is the one ``error:`` line."""
+    from spectower.console.errors import is_user_error
+
+    _introduce(fleet)
+    built: list[PolicyRunner] = []
+    for url in fleet.replicas:
+
+        def prefixed(line: str, url: str = url) -> None:
+            say(f"{url}: {line}")
+
+        try:
+            built.append(build(url, prefixed))
+        except Exception as exc:
+            if not is_user_error(exc):
+                raise
+            say(f"{url}: no policy: {exc}")
+    if not built:
+        fail(f"no replica of {fleet.label} can run a policy (each is named above)")
+    return built
