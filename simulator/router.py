@@ -5,7 +5,8 @@ It speaks the router's worker registry as SGLang documents it (docs/advanced_fea
 "cost", "worker_type", "is_healthy", "load", "connection_mode"}], "total", "stats": {"prefill_count",
 "decode_count", "regular_count"}}``; ``/health``, ``/liveness`` and ``/readiness`` as the router's. Requests
 to ``/generate`` and ``/v1/*completions`` go to the healthy worker with the fewest requests in flight,
-streamed through unchanged, so a load generator pointed at the router loads every replica. Each worker's
+streamed through unchanged, so a load generator pointed at the router loads every replica; ``/server_info``,
+``/model_info`` and ``/v1/models`` are answered by one of them. Each worker's
 ``/health`` is probed every ``HEALTH_INTERVAL_S`` (a stopped replica shows ``is_healthy: false`` and gets no
 traffic, as with the real router's health checker).
 """
@@ -26,6 +27,8 @@ HEALTH_TIMEOUT_S = 1.0
 PROXY_CONNECT_TIMEOUT_S = 5.0
 PROXY_READ_TIMEOUT_S = 600.0  # a long generation streams for minutes
 PROXIED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+# The router answers these from one of its workers (as sgl-router does: "Admin and Health Endpoints").
+PROXIED_READS = ("/server_info", "/get_server_info", "/model_info", "/get_model_info", "/v1/models")
 PASSED_HEADERS = ("content-type", "authorization", "accept")
 
 
@@ -107,7 +110,8 @@ def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
         tried: set[str] = set()
         while (url := registry.pick(tried)) is not None:
             tried.add(url)
-            outgoing = client.build_request("POST", f"{url}{request.url.path}", content=body, headers=headers)
+            outgoing = client.build_request(request.method, f"{url}{request.url.path}", content=body,
+                                            headers=headers)  # fmt: skip
             try:
                 answer = await client.send(outgoing, stream=True)
             except httpx.ConnectError:  # nothing was sent: the next worker may take it
@@ -118,6 +122,8 @@ def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
 
     for path in PROXIED_PATHS:
         app.add_api_route(path, proxy, methods=["POST"])
+    for path in PROXIED_READS:
+        app.add_api_route(path, proxy, methods=["GET"])
     return app
 
 
