@@ -247,24 +247,25 @@ def _preview_row(url: str, state: KnobState | None, target: Target | None) -> di
 
 
 def _confirm(pending: dict[str, Any], operator: settings.Operator) -> None:
-    ready = [row["replica"] for row in pending["preview"] if row["problem"] is None]
+    """One confirmation for the whole fleet. Every replica is written (as `control set --fleet --yes`),
+    also one the preview could not read: it may answer now, and if not its attempt is audited and named."""
+    replicas = [row["replica"] for row in pending["preview"]]
+    doubtful = [row for row in pending["preview"] if row["problem"] is not None]
     what = "release every lock" if pending["target"] is None else f"set **{pending['mode']}**"
-    st.warning(f"**Confirm:** {what} on **{len(ready)} of {len(pending['preview'])}** replicas as "
-               f"**{operator.actor}**. Reason: _{pending['reason']}_", icon=":material/warning:")  # fmt: skip
+    st.warning(f"**Confirm:** {what} on **{len(replicas)}** replicas at once as **{operator.actor}** "
+               f"({len(doubtful)} of them cannot be set as they read now). Reason: _{pending['reason']}_",
+               icon=":material/warning:")  # fmt: skip
     st.dataframe(pd.DataFrame(pending["preview"]), width="stretch", hide_index=True)
     ok, cancel = st.columns([1, 6])
-    if ok.button("Confirm", type="primary", key="fl_confirm", disabled=not ready):
-        with st.spinner(f"Writing {len(ready)} replicas at once and reading each back…"):
+    if ok.button("Confirm", type="primary", key="fl_confirm"):
+        with st.spinner(f"Writing {len(replicas)} replicas at once and reading each back…"):
             started = time.monotonic()
             if pending["target"] is None:
-                rows = actions.release_fleet(settings.db_url(), ready, pending["reason"], operator)
+                rows = actions.release_fleet(settings.db_url(), replicas, pending["reason"], operator)
             else:
-                rows = actions.apply_fleet(settings.db_url(), ready, pending["target"], pending["reason"],
+                rows = actions.apply_fleet(settings.db_url(), replicas, pending["target"], pending["reason"],
                                            operator, hold_s=pending["hold_s"])  # fmt: skip
-        skipped = [{"replica": p["replica"], "before": p["now"], "after": None, "owner": None,
-                    "confirmed": False, "why": p["problem"]}
-                   for p in pending["preview"] if p["problem"] is not None]  # fmt: skip
-        st.session_state[RESULT_KEY] = {"rows": rows + skipped, "seconds": time.monotonic() - started}
+        st.session_state[RESULT_KEY] = {"rows": rows, "seconds": time.monotonic() - started}
         st.session_state.pop(PENDING_KEY, None)
         for key in FORM_KEYS:
             st.session_state.pop(key, None)
