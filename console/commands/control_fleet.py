@@ -84,16 +84,16 @@ def get(fleet: Fleet, db: str | None, as_json: bool) -> None:
     states = read_all(fleet.replicas, client_for)
     holders = _holders([s for _, s in states if not isinstance(s, BaseException)], db)
     if as_json:
-        rows = [
+        docs = [
             {"replica": r, "error": str(s)}
             if isinstance(s, BaseException)
             else {"replica": r, **s.to_dict(), "lock_holder": holders.get(r)}
             for r, s in states
         ]
-        print(strict_json({"fleet": fleet.name, "source": fleet.source, "replicas": rows}))
+        print(strict_json({"fleet": fleet.name, "source": fleet.source, "replicas": docs}))
         return
     _introduce(fleet)
-    rows = []
+    rows: list[list[str]] = []
     for replica, state in states:
         if isinstance(state, BaseException):
             rows.append([replica, "-", "-", "-", f"NOT ANSWERING: {state}"])
