@@ -37,6 +37,7 @@ from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
+    from spectower.control.fleet_ops import ReplicaOutcome
     from spectower.control.knob import KnobClient, KnobState, SetResult
     from spectower.control.runner import PolicyRunner, RunnerConfig
     from spectower.control.warm_start import Known, WarmStart
@@ -106,6 +107,18 @@ def _open_for_writing(db: str | None) -> tuple[Database, Callable[[], None]]:
 
     url, why = chosen_database(db)
     return open_database(url), functools.partial(say_database, url, why)
+
+
+def _fleet_write(db: str | None, write: Callable[[Database], Sequence[ReplicaOutcome]]) -> None:
+    """A fleet write on the audit database, the line naming that database, then the fleet's exit code
+    (0 all confirmed, 3 partial, 1 none: ``control_fleet.finish``)."""
+    database, say_which = _open_for_writing(db)
+    try:
+        outcomes = write(database)
+    finally:
+        database.close()
+    say_which()
+    fleets.finish(outcomes)
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
@@ -382,13 +395,7 @@ def set_knob(
         fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
     group = fleets.resolve(servers, fleet)
     if fleets.is_fleet(servers, fleet):
-        database, say_which = _open_for_writing(db)
-        try:
-            outcomes = fleets.set_knob(group, database, target, reason, actor, hold_s, yes)
-        finally:
-            database.close()
-        say_which()
-        fleets.finish(outcomes)
+        _fleet_write(db, lambda store: fleets.set_knob(group, store, target, reason, actor, hold_s, yes))
         return
     server = group.replicas[0]
     database, say_which = _open_for_writing(db)
@@ -443,13 +450,7 @@ def release(
     reason = audit.validate_reason(reason)
     group = fleets.resolve(servers, fleet)
     if fleets.is_fleet(servers, fleet):
-        database, say_which = _open_for_writing(db)
-        try:
-            outcomes = fleets.release(group, database, actor, reason)
-        finally:
-            database.close()
-        say_which()
-        fleets.finish(outcomes)
+        _fleet_write(db, lambda store: fleets.release(group, store, actor, reason))
         return
     server = group.replicas[0]
     database, say_which = _open_for_writing(db)
