@@ -6,12 +6,9 @@ an argument. Heavy imports stay inside the commands so ``spectower --help`` is f
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import getpass
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
@@ -39,8 +36,7 @@ if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
     from spectower.control.fleet_ops import ReplicaOutcome
     from spectower.control.knob import KnobClient, KnobState, SetResult
-    from spectower.control.runner import PolicyRunner, RunnerConfig
-    from spectower.control.warm_start import Known, WarmStart
+    from spectower.control.runner import PolicyRunner
     from spectower.storage import Database
 
 app = typer.Typer(
@@ -542,10 +538,13 @@ def auto(
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
+    With --fleet (or several --server): one policy per replica in this one process, each with its own
+    counters, lock and audit rows; a replica that cannot start is named and left out.
+
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
     from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
-    from spectower.control.fleet_runner import run_all
+    from spectower.console.commands.control_auto import AutoPlan, profile_known, run_policies, runner_for
     from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
 
     spec = _policy_spec(policy_spec, mode, max_bs)
@@ -557,139 +556,25 @@ def auto(
     group = fleets.resolve(servers, fleet)
     if gpu_metrics and len(group.replicas) > 1:
         fail("--gpu-metrics names one host's GPUs: not with a fleet (each replica's GPUs come through NVML)")
-    profiles = [_profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
+    profiles = [profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
-    plan = _AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics)
+    plan = AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics)
     database, say_which = _open_for_writing(db)
     runners: list[PolicyRunner] = []
     try:
         if not fleets.is_fleet(servers, fleet):
-            runners.append(_runner(database, group.replicas[0], plan, _say_plain))
+            runners.append(runner_for(database, group.replicas[0], plan, _say_plain))
         else:
-            runners = fleets.runners(group, lambda url, say: _runner(database, url, plan, say))
-        stop = threading.Event()
-
-        def on_signal(signum: int, _frame: object) -> None:
-            out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
-            stop.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for runner in runners:
-            out.print(f"policy {runner.policy.name} on {runner.server_url}, every {config.interval_s:g} s "
-                      "(Ctrl-C stops)")  # fmt: skip
-        say_which()  # before its first decision is audited there
-        try:
-            run_all(runners, stop)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            runners = fleets.runners(group, lambda url, say: runner_for(database, url, plan, say))
+        run_policies(runners, config.interval_s, say_which, out)
     finally:
         for runner in runners:
             runner.client.close()
         database.close()
-
-
-@dataclasses.dataclass(frozen=True)
-class _AutoPlan:
-    """What `control auto` runs on each replica (each gets its own policy, counters, client and lock)."""
-
-    spec: str
-    kind: str
-    config: RunnerConfig
-    sample_s: float | None
-    warm_start: bool
-    profiles: list[Known]
-    gpu_metrics: str | None
-
-
-def _runner(database: Database, server: str, plan: _AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
-    """One replica's policy runner: its own client and policy (own counters), its warm start. Raises our
-    errors (unreachable and unknown to the database, no plugin, a threshold past its max_running)."""
-    from spectower.control.knob import KnobValueError, ServerUnreachableError, ensure_ready
-    from spectower.control.policy import make_policy
-    from spectower.control.runner import PolicyRunner
-
-    client = _client(server)
-    try:
-        state: KnobState | None = None
-        try:
-            state = client.read()
-            ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
-            max_running = state.max_running_requests
-        except ServerUnreachableError as exc:
-            max_running = _known_max_running(database, client.base_url)
-            if max_running is None:
-                raise
-            say(f"warning: {exc}; max_running_requests={max_running} from the database")
-        if max_running is None:
-            raise KnobValueError(f"{client.base_url} does not report max_running_requests")
-        spec = plan.spec
-        if plan.kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
-            raise KnobValueError(f"--policy {spec}: N must be in 0..{max_running} (the server's "
-                                 "max_running_requests)")  # fmt: skip
-        options: dict[str, Any] = {}
-        start_note = None
-        if plan.kind == "learn":
-            options = {"max_flips_per_hour": plan.config.max_flips_per_hour}
-            if plan.sample_s is not None:
-                options["sample_s"] = plan.sample_s
-            warm = _warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
-            options["initial_ceiling"], start_note = warm.ceiling, warm.line
-            say(warm.line)
-        policy = make_policy(spec, max_running, **options)
-        return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,
-                            start_note=start_note)  # fmt: skip
-    except BaseException:
-        client.close()
-        raise
-
-
-def _warm_start(
-    database: Database,
-    state: KnobState | None,
-    max_running: int,
-    enabled: bool,
-    profiles: list[Known],
-    gpu_metrics: str | None,
-) -> WarmStart:
-    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
-    the server's stack, read here and handed to the policy as a number."""
-    from spectower.collectors.bench.gpu_inventory import server_inventory
-    from spectower.control import warm_start
-
-    launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
-    if not enabled:
-        return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
-    if state is None:
-        why = "the server did not answer, so its stack is unknown"
-        return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
-    try:
-        inventory = server_inventory(state.server_url, gpu_metrics)
-    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
-        fail(str(exc))
-    stack = warm_start.Stack.of(state.info.info, inventory)
-    return warm_start.find(database, stack, max_running, profiles)
-
-
-def _profile_known(path: Path) -> Known:
-    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
-    from spectower.control.warm_start import known_from_profile
-    from spectower.simulator.profile import load_profile
-
-    try:
-        profile = load_profile(path)
-    except ValueError as exc:
-        fail(f"--warm-profile: {exc}")
-    cross = profile.crossover()
-    if cross is not None:
-        status = "found"
-    else:
-        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
-    return known_from_profile(profile.raw, str(path), status, cross)
 
 
 def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
@@ -713,13 +598,3 @@ def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
     except PolicyError:
         fail(f"--policy must be one of {', '.join(POLICY_SPECS)}, got {policy_spec!r}")
     return spec
-
-
-def _known_max_running(database: Database, url: str) -> int | None:
-    """What the collector last stored as the server's max_running_requests (None: never collected)."""
-    from spectower.storage import queries
-
-    try:
-        return queries.server_by_url(database, url).max_running_requests
-    except LookupError:
-        return None
