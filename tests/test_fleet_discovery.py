@@ -3,6 +3,7 @@ discovered from a REAL simulated SGLang router's worker list and from a REAL Pro
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -177,3 +178,30 @@ def _named_or_retry(name: str, cwd: Path, env: dict[str, str]) -> Any:
         return fleets.named(name, cwd=cwd, env=env)
     except FleetError as exc:  # Prometheus not up yet, or its targets not synced yet
         raise AssertionError(str(exc)) from None
+
+
+@pytest.mark.integration
+def test_collect_fleet_collects_every_replica(two_sims: list[SimulatorProcess], tmp_path: Path) -> None:
+    from tests.conftest import db_rows
+
+    urls = ", ".join(f'"{s.base_url}"' for s in two_sims)
+    env = write_config(tmp_path, f"[fleets.pair]\nservers = [{urls}]\n")
+    db = tmp_path / "c.db"
+    argv = [
+        *SPECTOWER_CLI,
+        "collect",
+        "--fleet",
+        "pair",
+        "--db",
+        str(db),
+        "--duration",
+        "3s",
+        "--interval",
+        "1s",
+    ]
+    done = subprocess.run(
+        argv, cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    rows = db_rows(db, "SELECT url FROM server WHERE id IN (SELECT DISTINCT server_id FROM engine_sample)")
+    assert sorted(r[0] for r in rows) == sorted(s.base_url for s in two_sims)
