@@ -14,6 +14,9 @@ Precedence (first found wins):
 
 ``locate_database`` answers with the URL and the reason, so a command that writes can say which database
 it used and why (``database: spectower-demo/spectower.db (the running demo's)``).
+
+The same files (``read_config``, the one reader) and the running demo's marker also name fleets:
+``[fleets.NAME]`` tables, returned unchecked by ``fleet_entries`` (control/fleet.py checks and resolves them).
 """
 
 from __future__ import annotations
