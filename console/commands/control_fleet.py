@@ -71,7 +71,8 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> None:
 
 
 def _introduce(fleet: Fleet) -> None:
-    say(f"fleet {fleet.label}: {len(fleet.replicas)} replica(s) from {fleet.source}")
+    named = f"fleet {fleet.name}: " if fleet.name else ""
+    say(f"{named}{len(fleet.replicas)} replica(s) from {fleet.source}")
 
 
 # ------------------------------------------------------------------------------------------------ get
