@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import typer
+from spectower.console.commands.control_fleet import FLEET_HELP
+from spectower.console.commands.control_fleet import resolve as resolve_fleet
 from spectower.console.commands.options import (
     DB_HELP,
     chosen_database,
@@ -17,6 +19,7 @@ def collect(
     server: list[str] = typer.Option(
         [], "--server", help="SGLang server base URL (repeatable), e.g. http://127.0.0.1:30000"
     ),
+    fleet: str | None = typer.Option(None, "--fleet", help="every replica of this fleet too: " + FLEET_HELP),
     gpu: str = typer.Option(
         "none", "--gpu", help="GPU source: nvml (local GPUs), dcgm=URL (dcgm-exporter), none"
     ),
@@ -67,7 +70,7 @@ def collect(
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
     try:
         config = DaemonConfig(
-            servers=list(server),
+            servers=list(server) if fleet is None else list(resolve_fleet(server, fleet).replicas),
             gpu=gpu,
             prometheus=prometheus,
             interval_s=interval,
