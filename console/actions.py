@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from spectower.console import settings
 
 if TYPE_CHECKING:
-    from spectower.control.knob import KnobClient, KnobState, SetResult, Target
+    from spectower.control.knob import KnobClient
+    from spectower.control.knob_state import KnobState, SetResult, Target
 
 DEFAULT_ACTION_TIMEOUT_S = 5.0
 

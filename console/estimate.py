@@ -90,7 +90,7 @@ def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | N
 def knob_label(max_bs: int | None, max_running: int | None) -> str:
     """How an operator reads the knob (``control.knob.knob_mode``'s rule): off, on, ``threshold N``, or
     unknown."""
-    from spectower.control.knob import knob_mode
+    from spectower.control.knob_state import knob_mode
 
     mode = knob_mode(max_bs, max_running)
     return f"threshold {max_bs}" if mode == "threshold" else mode

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.knob import (
-    KnobClient,
+from spectower.control.knob import KnobClient
+from spectower.control.knob_state import (
     KnobError,
     KnobState,
     SetResult,

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from spectower.control import audit
-from spectower.control.knob import KnobClient, KnobState, SetResult, Target, check_target
+from spectower.control.knob import KnobClient
+from spectower.control.knob_state import KnobState, SetResult, Target, check_target
 from spectower.storage.database import Database
 
 EXIT_ALL_CONFIRMED = 0

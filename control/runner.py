@@ -24,7 +24,8 @@ from typing import Any
 
 from spectower.collectors.sglang.counters import read_counters
 from spectower.control import audit
-from spectower.control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
+from spectower.control.knob import KnobClient
+from spectower.control.knob_state import KnobError, KnobState, SetResult, ensure_ready
 from spectower.control.policy import Decision, Observation, Policy
 from spectower.control.policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
 from spectower.plugin.engine_counters import sum_ranks

@@ -18,9 +18,9 @@ from spectower.collectors.bench.knob import SWEEP_HOLD_S, Found
 from spectower.collectors.sglang.server_info import knob_values
 from spectower.control import audit
 from spectower.control.credentials import Credentials
-from spectower.control.knob import (
+from spectower.control.knob import KnobClient
+from spectower.control.knob_state import (
     OWNERSHIP_PLUGIN_VERSION,
-    KnobClient,
     KnobError,
     KnobState,
     PluginMissingError,

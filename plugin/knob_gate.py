@@ -76,14 +76,12 @@ logic is logged once and the original method's answer is returned.
 
 from __future__ import annotations
 
-import collections
 import copy
 import importlib
 import json
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -91,11 +89,8 @@ from typing import Any
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
 from spectower.plugin import engine_counters, knob_contract
-from spectower.plugin.explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
+from spectower.plugin.gate import PLUGIN_VERSION, Gate
 
-# 0.3.2: the seq-lens mirror counts gated batches SGLang resolved; 0.4.0: every batch the ceiling gates may
-# skip the draft extend, exploration among them in windows (explore.window in the report), the lock's request
-PLUGIN_VERSION = "0.4.0"
 KNOB_KEY = knob_contract.KNOB_KEY
 
 # What the four hooks wrap: (module, class, method).
@@ -114,225 +109,14 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
-ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
-ENV_EXPLORE_SHARE = knob_contract.EXPLORE_ENV
-DEFAULT_GATE_MARGIN_FRACTION = 0.10
-DEFAULT_GATE_MIN_DWELL = 16
 # Reported as the ceiling before the first set when the scheduler's max_running_requests is unknown.
 DEFAULT_UNLIMITED_REPORT = 1 << 20
-# Verify results arrive after the next batch was launched (overlap scheduling): remember this many recent
-# gate decisions to match each verify result with the decision for its own batch.
-DEFAULT_DECISION_MEMORY = 8
-
 logger = logging.getLogger(__name__)
-
-
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        logger.warning("spectower: ignoring %s=%r (must be a non-negative integer)", name, raw)
-        return None
-    return value
-
-
-def _env_explore_share() -> float:
-    """The launch-time exploration share: ``SPECTOWER_EXPLORE_SHARE`` when valid, else the default."""
-    raw = os.environ.get(ENV_EXPLORE_SHARE)
-    if raw is None or raw.strip() == "":
-        return knob_contract.DEFAULT_EXPLORE_SHARE
-    try:
-        return knob_contract.explore_share_of(float(raw), ENV_EXPLORE_SHARE)
-    except (ValueError, knob_contract.ContractError) as exc:
-        logger.warning("spectower: ignoring %s=%r (%s); exploring %g", ENV_EXPLORE_SHARE, raw,
-                       exc, knob_contract.DEFAULT_EXPLORE_SHARE)  # fmt: skip
-        return knob_contract.DEFAULT_EXPLORE_SHARE
-
-
-def _env_explore_cycle() -> int:
-    try:
-        return cycle_of(os.environ.get(EXPLORE_CYCLE_ENV))
-    except ValueError as exc:
-        logger.warning("spectower: ignoring %s; exploring in windows of %d batches", exc,
-                       WINDOW_CYCLE_BATCHES)  # fmt: skip
-        return WINDOW_CYCLE_BATCHES
-
-
-class Gate:
-    """The per-process gate: the ceiling, the hysteresis state and the counters. Pure logic, no sglang."""
-
-    def __init__(
-        self,
-        margin: int | None = None,
-        min_dwell: int = DEFAULT_GATE_MIN_DWELL,
-        explore_share: float = 0.0,
-        explore_cycle: int = WINDOW_CYCLE_BATCHES,
-    ) -> None:
-        self.ceiling: int | None = None  # None: unlimited until the first set
-        self.margin_override = margin
-        self.min_dwell = min_dwell
-        self.closed = False
-        self.closed_batches = 0  # gated batches since the gate last closed
-        self.batches_drafted = 0
-        self.batches_gated = 0
-        self.verifies_dropped = 0
-        self.switches = 0
-        # Exploration (module docstring): runs, one batch in `explore_period` of a bin (plugin/explore.py).
-        self.explore_share = 0.0
-        self.explore_period = 0
-        self.set_explore_share(explore_share)
-        # which batches explore: runs, and windows among the batches the ceiling gates (plugin/explore.py)
-        self.explorer = Explorer(explore_cycle)
-        self.explored_now = False  # the last decide() explored (count() attributes its step change)
-        self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
-        self.forget_holes_now = False  # the last decide() cut a window's warm part short
-        self.gated_by_ceiling_now = False  # the last decide() gated its batch by the ceiling (not exploring)
-        self.batches_explored = 0
-        self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
-        self._last_explored = False
-        # Where step changes come from (each one SGLang applies appends to its override log): changes of
-        # the bands' own answer (SGLang's batch-size bands and acceptance EMA) vs of the answer returned.
-        self.band_changes = 0
-        self.step_changes = 0
-        self._last_band_steps: int | None = None
-        self._last_steps: int | None = None
-        self._decisions: collections.deque[tuple[int, bool]] = collections.deque(
-            maxlen=DEFAULT_DECISION_MEMORY
-        )
-        self._lock = threading.Lock()
-
-    def margin(self) -> int:
-        if self.ceiling is None or self.ceiling <= 1:
-            return 0
-        wanted = self.margin_override
-        if wanted is None:
-            wanted = max(1, round(self.ceiling * DEFAULT_GATE_MARGIN_FRACTION))
-        return min(wanted, self.ceiling - 1)
-
-    def set_explore_share(self, share: float) -> None:
-        """A new exploration share (validated by the caller: 0 .. knob_contract.MAX_EXPLORE_SHARE)."""
-        self.explore_share = float(share)
-        self.explore_period = knob_contract.explore_period(self.explore_share)
-
-    def set_ceiling(self, value: int) -> None:
-        with self._lock:
-            self.ceiling = value
-            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell.
-            self.closed = False
-            self.closed_batches = 0
-
-    def _judge(self, batch_size: int) -> tuple[bool, int]:
-        """What the hysteresis says for this batch: (closed, closed_batches after it); changes nothing."""
-        ceiling = self.ceiling
-        if ceiling is None:
-            return False, self.closed_batches
-        if not self.closed:
-            closed = batch_size > ceiling
-            return closed, 0 if closed else self.closed_batches
-        dwelt = self.closed_batches + 1
-        return not (batch_size <= ceiling - self.margin() and dwelt >= self.min_dwell), dwelt
-
-    def decide(self, batch_size: int, may_explore: bool = True,
-               holes_pending: Callable[[], bool] = lambda: False) -> bool:  # fmt: skip
-        """True when this batch must not draft. Closes at once above the ceiling, reopens with hysteresis;
-        the batches the ``Explorer`` picks (runs; windows where the ceiling gates; while ``may_explore``) run
-        the other mode instead, leaving the hysteresis state as it was. ``holes_pending``: whether a request
-        of this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
-        closed, dwelt = self._judge(batch_size)
-        period = self.explore_period if may_explore else 0
-        plan = self.explorer.next(batch_size, closed, period, holes_pending)
-        explore, self.settling_now, self.forget_holes_now = plan.explore, plan.settling, plan.forget_holes
-        self.gated_by_ceiling_now = closed and not explore
-        if explore:
-            self.explored_now = True
-            self._decisions.append((batch_size, not closed))
-            return not closed
-        self.explored_now = False
-        if closed != self.closed:
-            self.switches += 1
-        self.closed, self.closed_batches = closed, dwelt
-        self._decisions.append((batch_size, closed))
-        return closed
-
-    def count(self, gated: bool, steps: int, explored: bool = False) -> None:
-        """Count one decode batch: ``gated`` by the gate (or by exploration), the bands' ``steps``."""
-        if gated:
-            self.batches_gated += 1
-        elif steps > 0:
-            self.batches_drafted += 1
-        final = 0 if gated else steps
-        # An explored batch the bands put at 0 anyway ran as it would have: no exploration happened.
-        explored = explored and (gated or steps > 0)
-        self.batches_explored += explored
-        if self._last_band_steps is not None and steps != self._last_band_steps:
-            self.band_changes += 1
-        if self._last_steps is not None and final != self._last_steps:
-            self.step_changes += 1
-            self.explore_changes += explored or self._last_explored
-        self._last_band_steps, self._last_steps = steps, final
-        self._last_explored = explored
-
-    def verify_was_gated(self, batch_size: int, num_correct: list[int]) -> bool:
-        """Whether a verify result belongs to a batch this gate forced to 0 steps.
-
-        Matches the oldest remembered decision for the same batch size (results arrive in launch order, at
-        most a batch or two late); decisions that never got a verify are dropped on the way. Without a
-        match, a result is the gate's when the gate is closed now and no draft was accepted.
-        """
-        while self._decisions:
-            size, gated = self._decisions.popleft()
-            if size == batch_size:
-                return gated
-        return self.closed and not any(num_correct)
-
-    def report(self, unlimited_as: int) -> dict[str, Any]:
-        return {
-            "plugin_version": PLUGIN_VERSION,
-            "spec_max_bs": unlimited_as if self.ceiling is None else self.ceiling,
-            "batches_drafted": self.batches_drafted,
-            "batches_gated": self.batches_gated,
-            "gate": {
-                "closed": self.closed,
-                "margin": self.margin(),
-                "min_dwell": self.min_dwell,
-                "switches": self.switches,
-                "band_changes": self.band_changes,
-                "step_changes": self.step_changes,
-                "verifies_dropped": self.verifies_dropped,
-                "ceiling_set": self.ceiling is not None,
-                "explore_changes": self.explore_changes,
-            },
-        }
-
-    def explore_report(self, active: bool) -> dict[str, Any]:
-        """The ``explore`` block (the simulator reports the same): the share, every how many batches of a
-        bin one is explored (in runs of ``run``), how many were, and whether exploring is on now (no lock
-        holds the knob)."""
-        return {
-            "share": self.explore_share,
-            "period": self.explore_period,
-            "run": RUN_LENGTH,
-            "batches": self.batches_explored,
-            "active": active and self.explore_period > 0,
-            "window": self.explorer.window_report(),
-        }
 
 
 class _PluginState:
     def __init__(self) -> None:
-        dwell = _env_int(ENV_GATE_MIN_DWELL)
-        self.gate = Gate(
-            margin=_env_int(ENV_GATE_MARGIN),
-            min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
-            explore_share=_env_explore_share(),
-            explore_cycle=_env_explore_cycle(),
-        )
+        self.gate = Gate.from_environment()
         self.owner = knob_contract.KnobOwner()
         # Per batch-size bin, drafted vs gated: steps, output tokens, step time (plugin/engine_counters.py).
         self.counters = engine_counters.EngineCounters()

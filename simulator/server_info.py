@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # the simulator reports the version of the plugin it stands in for
-from spectower.plugin.knob_gate import PLUGIN_VERSION
+from spectower.plugin.gate import PLUGIN_VERSION
 from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION, SimConfig
 from spectower.simulator.engine import Engine, RankScheduler

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 from spectower.control import audit
-from spectower.control.knob import KnobAuthError, KnobClient, PluginMissingError, ServerUnreachableError
+from spectower.control.knob import KnobClient
+from spectower.control.knob_state import KnobAuthError, PluginMissingError, ServerUnreachableError
 from spectower.storage.database import Database, open_database
 
 from tests.conftest import free_port
@@ -172,7 +173,7 @@ def test_one_change_is_checked_resolved_and_audited_once(
 ) -> None:
     """'on' is checked once, resolved once (against the state read for this very change), sent once, and
     written as one row; a refusal after the read is one `not applied` row carrying the resolved value."""
-    from spectower.control import knob
+    from spectower.control import knob_state
 
     calls: dict[str, int] = {"check": 0, "resolve": 0}
 
@@ -184,8 +185,8 @@ def test_one_change_is_checked_resolved_and_audited_once(
         return wrapper
 
     monkeypatch.setattr(audit, "check_target", counted("check", audit.check_target))
-    monkeypatch.setattr(knob, "check_target", counted("check", knob.check_target))
-    monkeypatch.setattr(knob, "resolve_target", counted("resolve", knob.resolve_target))
+    monkeypatch.setattr(knob_state, "check_target", counted("check", knob_state.check_target))
+    monkeypatch.setattr(knob_state, "resolve_target", counted("resolve", knob_state.resolve_target))
     fake = FakeKnobServer(admin_key=KEY)
     with client_for(fake) as client:
         result = audit.apply_knob(db, client, "on", "back to normal", "operator:alice")

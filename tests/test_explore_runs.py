@@ -21,7 +21,7 @@ from spectower.plugin.explore import (
     cycle_of,
     kept_extend_share,
 )
-from spectower.plugin.knob_gate import Gate
+from spectower.plugin.gate import Gate
 
 WORKER = object()
 

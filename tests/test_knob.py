@@ -10,10 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from spectower.control.knob import (
-    DEFAULT_TIMEOUT,
+from spectower.control.knob import DEFAULT_TIMEOUT, KnobClient
+from spectower.control.knob_state import (
     KnobAuthError,
-    KnobClient,
     KnobProtocolError,
     KnobUnsupportedError,
     KnobValueError,

@@ -31,7 +31,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.plugin.knob_gate import TARGETS, Gate
+from spectower.plugin.gate import Gate
+from spectower.plugin.knob_gate import TARGETS
 
 from tests import sglang_checks as batches
 from tests.conftest import REPO_ROOT
@@ -487,7 +488,7 @@ def test_exploration_in_sglang_runs_of_four_per_bin_and_never_under_a_manual_hol
 def test_the_launch_share_comes_from_the_environment_and_a_bad_one_is_ignored_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from spectower.plugin.knob_gate import _env_explore_share
+    from spectower.plugin.gate import _env_explore_share
 
     monkeypatch.delenv("SPECTOWER_EXPLORE_SHARE", raising=False)
     assert _env_explore_share() == 0.02

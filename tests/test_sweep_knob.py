@@ -20,7 +20,7 @@ import pytest
 from spectower.collectors.bench.server import requests_in_flight
 from spectower.control import audit
 from spectower.control.credentials import Credentials
-from spectower.control.knob import KnobError, PluginMissingError
+from spectower.control.knob_state import KnobError, PluginMissingError
 from spectower.control.sweep_audit import SweepKnob, SweepKnobError, audited_sweep_knob
 from spectower.storage import open_database
 from spectower.storage.database import Database

@@ -347,7 +347,7 @@ def sweep(
     from spectower.console.errors import fail, strict_json
     from spectower.control.audit import operator_actor
     from spectower.control.credentials import load_credentials
-    from spectower.control.knob import normalize_server_url
+    from spectower.control.knob_state import normalize_server_url
     from spectower.control.sweep_audit import audited_sweep_knob
     from spectower.storage import open_database
 

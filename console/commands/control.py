@@ -35,7 +35,8 @@ from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
     from spectower.control.fleet_ops import ReplicaOutcome
-    from spectower.control.knob import KnobClient, KnobState, SetResult
+    from spectower.control.knob import KnobClient
+    from spectower.control.knob_state import KnobState, SetResult
     from spectower.control.runner import PolicyRunner
     from spectower.storage import Database
 
@@ -119,7 +120,7 @@ def _fleet_write(db: str | None, write: Callable[[Database], Sequence[ReplicaOut
 
 def _describe(value: int | None, max_running: int | None) -> str:
     """The knob's value with how it reads (``control.knob.knob_mode``'s rule), e.g. ``0 (off)``."""
-    from spectower.control.knob import knob_mode
+    from spectower.control.knob_state import knob_mode
 
     mode = knob_mode(value, max_running)
     if mode == "unknown":
@@ -377,7 +378,7 @@ def set_knob(
     `control release` (or --hold expires). With --fleet (or several --server): asks once, sets every
     replica at once, one row each; exit 0 all confirmed, 3 partial, 1 none."""
     from spectower.control import audit
-    from spectower.control.knob import Target
+    from spectower.control.knob_state import Target
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]

@@ -15,7 +15,7 @@ from spectower.console.commands.control_fleet import client_for
 from spectower.console.errors import fail
 
 if TYPE_CHECKING:
-    from spectower.control.knob import KnobState
+    from spectower.control.knob_state import KnobState
     from spectower.control.runner import PolicyRunner, RunnerConfig
     from spectower.control.warm_start import Known, WarmStart
     from spectower.storage import Database
@@ -62,7 +62,7 @@ class AutoPlan:
 def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
     """One replica's policy runner: its own client and policy (own counters), its warm start. Raises our
     errors (unreachable and unknown to the database, no plugin, a threshold past its max_running)."""
-    from spectower.control.knob import KnobValueError, ServerUnreachableError, ensure_ready
+    from spectower.control.knob_state import KnobValueError, ServerUnreachableError, ensure_ready
     from spectower.control.policy import make_policy
     from spectower.control.runner import PolicyRunner
 

@@ -21,7 +21,8 @@ from spectower.console.errors import fail, stderr, strict_json
 if TYPE_CHECKING:
     from spectower.control.fleet import Fleet
     from spectower.control.fleet_ops import Preview, ReplicaOutcome
-    from spectower.control.knob import KnobClient, KnobState, Target
+    from spectower.control.knob import KnobClient
+    from spectower.control.knob_state import KnobState, Target
     from spectower.control.runner import PolicyRunner
     from spectower.storage import Database
 
@@ -58,7 +59,7 @@ def client_for(replica: str) -> KnobClient:
 
 
 def _value(value: int | None, max_running: int | None) -> str:
-    from spectower.control.knob import knob_mode
+    from spectower.control.knob_state import knob_mode
 
     mode = knob_mode(value, max_running)
     return "?" if mode == "unknown" else f"{value} ({mode})"

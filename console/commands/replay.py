@@ -163,7 +163,7 @@ def replay(
     from spectower.collectors.http import ServerUnreachable
     from spectower.console.commands.bench import _honour_sigint
     from spectower.console.errors import fail
-    from spectower.control.knob import normalize_server_url
+    from spectower.control.knob_state import normalize_server_url
     from spectower.storage.request_traces import load_request_trace, schedule
 
     try:

@@ -14,7 +14,7 @@ from spectower.console import actions, data, estimate, settings
 from spectower.console.views import common
 
 if TYPE_CHECKING:
-    from spectower.control.knob import KnobState, Target
+    from spectower.control.knob_state import KnobState, Target
 
 # The form's choices: the knob's own modes (control.knob.knob_mode: off / on / threshold), and learn, which
 # hands the knob to the policy process instead of setting it.
@@ -198,7 +198,7 @@ def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, 
     """(what to set, the ceiling it resolves to on this server now, None) or (None, None, error naming the
     field), by control.knob's own rule. The preview only: at Confirm control.audit resolves the target once
     against the server as it is then, and that value is set and audited."""
-    from spectower.control.knob import KnobError, resolve_target
+    from spectower.control.knob_state import KnobError, resolve_target
 
     target: Target
     if mode == "threshold N":
@@ -230,7 +230,7 @@ def _change_form(
     st.subheader("Change the knob")
     if state is None:  # the server cannot be read now: preview against its facts as last collected
         from spectower.collectors.sglang.server_info import ServerInfo
-        from spectower.control.knob import KnobState
+        from spectower.control.knob_state import KnobState
 
         state = KnobState(url, ServerInfo(max_running_requests=max_running), bands_allow_zero=None)
     if "ctl_mode" not in st.session_state and "error" not in live:  # the form starts where the server is

@@ -22,7 +22,7 @@ from spectower.console.views import common
 from spectower.console.views import control as control_view
 
 if TYPE_CHECKING:
-    from spectower.control.knob import KnobState, Target
+    from spectower.control.knob_state import KnobState, Target
     from spectower.storage import Database
 
 ALL_SERVERS = "All collected servers"
@@ -233,7 +233,7 @@ def _review(replicas: list[str], mode: str, n: int | None, hold: str, reason: st
 
 def _preview_row(url: str, state: KnobState | None, target: Target | None) -> dict[str, Any]:
     """What the replica now holds and what the change makes of it there (``resolve_target``)."""
-    from spectower.control.knob import KnobError, resolve_target
+    from spectower.control.knob_state import KnobError, resolve_target
 
     if state is None:
         return {"replica": url, "now": None, "new": None, "problem": "not answering"}
