@@ -5,19 +5,25 @@ Series come back as at most ``max_points`` buckets with min / mean / max each, c
 summarises more than ``DEFAULT_MAX_ROWS_PER_BUCKET`` stored rows: raw samples for short ranges, 1-minute
 rollups for days, 1-hour rollups for months. Raw rows not yet folded into the rollups (past the
 watermark) are added to the rollup buckets, so the newest minutes are never missing from a long chart.
+
+Raw samples live in two places (storage/sealed.py): the head (the sample tables, the newest minutes
+of each series and anything not yet folded into the rollups) and sealed chunks. Every read of raw
+samples here reads both; a chunk only ever holds rows already in the rollups.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from spectower.control.engine_counters import MODES as COUNTER_MODES
 from spectower.control.engine_counters import rates as counter_rates
-from spectower.storage import dialect, models, rollups
+from spectower.storage import dialect, models, rollups, sealed
 from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
@@ -186,7 +192,38 @@ class _SeriesQuery:
         acc = _Acc({}, {})
         with self.db.engine.connect() as conn:
             self._sample_rows(conn, acc, width, after_id=None)
+            self._sealed_rows(conn, acc, width)
         return acc
+
+    def _sealed_rows(self, conn: Any, acc: _Acc, width: float) -> None:
+        """The sealed samples' share of the buckets: decoded, bucketed and aggregated with numpy, the
+        bucket index computed as the database computes it (floor(ts / width))."""
+        spec = sealed.BY_SAMPLE_TABLE[self.spec.sample_table]
+        per_source: dict[int, list[sealed.SealedRun]] = {}
+        for run in sealed.iter_runs(
+            conn, spec, self.ids, self.start, self.end, self.metrics, dp_rank=self.dp_rank
+        ):
+            per_source.setdefault(int(run.source[0]), []).append(run)
+        for src, runs in per_source.items():
+            ts = np.concatenate([r.ts for r in runs])
+            buckets, inverse, counts = np.unique(
+                np.floor(ts / width).astype(np.int64), return_inverse=True, return_counts=True
+            )
+            nb = len(buckets)
+            cells = np.zeros((nb, 4 * len(self.metrics) + 1))
+            cells[:, -1] = counts
+            for k, metric in enumerate(self.metrics):
+                values = np.concatenate([r.columns[metric][0] for r in runs]).astype(np.float64)
+                present = np.concatenate([r.columns[metric][1] for r in runs])
+                v, i = values[present], inverse[present]
+                lo, hi = np.full(nb, np.inf), np.full(nb, -np.inf)
+                np.minimum.at(lo, i, v)
+                np.maximum.at(hi, i, v)
+                cells[:, 4 * k : 4 * k + 4] = np.stack(
+                    [lo, np.bincount(i, weights=v, minlength=nb), hi, np.bincount(i, minlength=nb)], axis=1
+                )
+            for b, row in zip(buckets.tolist(), cells.tolist(), strict=True):
+                acc.add(src, b, row, len(self.metrics))
 
     def rollup(self, width: float, tier: int) -> _Acc:
         r = self.spec.rollup
@@ -286,8 +323,12 @@ def recent_engine_samples(db: Database, urls: Sequence[str], since: float) -> Re
         latest = s.exec(select(func.max(es.ts)).where(col(es.server_id).in_(ids))).one()
         if latest is None or latest < since:  # nothing that new: no row to read
             return RecentEngineSamples(ids, latest, [])
-        rows = s.exec(select(es).where(col(es.server_id).in_(ids), es.ts >= since).order_by(col(es.ts)))
-        return RecentEngineSamples(ids, float(latest), list(rows))
+        rows = list(s.exec(select(es).where(col(es.server_id).in_(ids), es.ts >= since).order_by(col(es.ts))))
+        spec = sealed.ENGINE
+        for run in sealed.iter_runs(s.connection(), spec, ids, since, None, spec.columns):
+            rows += [es(**row) for row in run.rows(spec)]  # the head's rows are the newest: rarely any
+        rows.sort(key=lambda r: r.ts)
+        return RecentEngineSamples(ids, float(latest), rows)
 
 
 def latest_gpus(db: Database, host: str | None = None) -> list[tuple[models.Gpu, models.GpuSample | None]]:
@@ -344,8 +385,65 @@ def dp_ranks(db: Database, server_id: int, start: float, end: float) -> list[int
         .where(col(es.server_id) == server_id, col(es.ts) >= start, col(es.ts) <= end)
         .distinct()
     )
+    c = models.engine_chunk
+    in_chunks = (
+        sa_select(c.c.dp_rank)
+        .where(c.c.server_id == server_id, c.c.end_ts >= start, c.c.start_ts <= end)
+        .distinct()
+    )
     with db.engine.connect() as conn:
-        return sorted(int(r) for (r,) in conn.execute(stmt) if r is not None)
+        found = {int(r) for (r,) in conn.execute(stmt) if r is not None}
+        found |= {int(r) for (r,) in conn.execute(in_chunks)}
+    return sorted(found)
+
+
+def sample_rows(
+    db: Database,
+    kind: SeriesKind,
+    source_ids: Sequence[int],
+    start: float | None = None,
+    end: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every stored sample of the sources (servers for ``engine``, GPUs for ``gpu``) in [start, end], head
+    and sealed, as sample-table rows (column -> value; a sealed row's id is None), by source then time.
+    A generator: it holds a connection while it is read, and decodes one chunk at a time."""
+    spec = _spec(kind)
+    chunk_spec = sealed.BY_SAMPLE_TABLE[spec.sample_table]
+    t = spec.sample
+    first = t.c[spec.source_cols[0]]
+    with db.engine.connect() as conn:
+        for src in sorted({int(i) for i in source_ids}):
+            where = [first == src]
+            if start is not None:
+                where.append(t.c.ts >= start)
+            if end is not None:
+                where.append(t.c.ts <= end)
+            head = (
+                dict(r)
+                for r in conn.execute(sa_select(t).where(and_(*where)).order_by(t.c.ts, t.c.id)).mappings()
+            )
+            # per series (a DP rank), its chunks follow one another in time, decoded as the merge reaches them
+            ranks: list[int | None] = [None]
+            if kind == "engine":
+                c = chunk_spec.chunk
+                ranks = [
+                    int(r)
+                    for (r,) in conn.execute(sa_select(c.c.dp_rank).where(c.c.server_id == src).distinct())
+                ]
+            sealed_rows = [
+                _rows_of_runs(
+                    chunk_spec,
+                    sealed.iter_runs(conn, chunk_spec, [src], start, end, chunk_spec.columns, dp_rank=r),
+                )
+                for r in ranks
+            ]
+            yield from heapq.merge(*sealed_rows, head, key=lambda r: r["ts"])
+
+
+def _rows_of_runs(spec: sealed.ChunkSpec, runs: Iterator[sealed.SealedRun]) -> Iterator[dict[str, Any]]:
+    for run in runs:
+        for row in run.rows(spec):
+            yield {"id": None, **row}
 
 
 # --- the engine's decode counters ------------------------------------------------------------------------

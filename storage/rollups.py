@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.storage import dialect, models
+from spectower.storage import dialect, models, sealed
 from sqlalchemy import Engine, Table, and_, func, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
@@ -154,6 +154,7 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     sample = spec.sample
     dialect.lock_for_rollup(conn, spec.sample_table)  # before reading the watermark and max(id)
     last_id = watermark(conn, spec)
+    _unseal_late_rows(conn, spec, last_id)
     max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
     if max_id is None or max_id <= last_id:
         return 0
@@ -175,6 +176,34 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
             _rebuild(conn, spec, source, float(m0 * MINUTE_S), float(m1 * MINUTE_S))
     _set_watermark(conn, spec, int(max_id), now)
     return n_new
+
+
+def _unseal_late_rows(conn: Connection, spec: RollupSpec, last_id: int) -> None:
+    """New rows that fall into a range already sealed (a collector flushing late): that range's chunks go
+    back into the head first, so its minutes are recomputed from every sample they hold."""
+    chunk_spec = sealed.BY_SAMPLE_TABLE.get(spec.sample_table)
+    if chunk_spec is None:
+        return
+    sample = spec.sample
+    src = [sample.c[c] for c in spec.source_cols]
+    oldest_new = conn.execute(select(*src, func.min(sample.c.ts)).where(sample.c.id > last_id).group_by(*src))
+    for *source, since in oldest_new.all():
+        sealed.unseal(conn, chunk_spec, source, float(since))
+
+
+def seal_heads(engine: Engine, **options: Any) -> int:
+    """Seal what is due in every sample table's head (``storage.sealed.seal``; ``options`` are its
+    keywords), one transaction per table and round, until nothing more is due; returns rows sealed."""
+    total = 0
+    for chunk_spec in sealed.SPECS:
+        spec = next(s for s in SPECS if s.sample_table == chunk_spec.sample_table)
+        while True:
+            with dialect.write_transaction(engine) as conn:
+                n = sealed.seal(conn, chunk_spec, watermark(conn, spec), **options)
+            total += n
+            if not n:
+                break
+    return total
 
 
 def update_rollups(engine: Engine, now: float | None = None) -> int:

@@ -25,7 +25,7 @@ def chunk_input(draw: st.DrawFn) -> tuple[np.ndarray, list[ChunkColumn]]:
     start = draw(st.floats(min_value=0.0, max_value=4e9))
     steps = draw(
         st.lists(
-            st.one_of(st.just(1.0), st.floats(min_value=0.0, max_value=1e5), st.sampled_from([0.999, 1.0003])),
+            st.one_of(st.just(1.0), st.floats(min_value=0, max_value=1e5), st.sampled_from([0.999, 1.0003])),
             min_size=n - 1, max_size=n - 1,
         )
     )  # fmt: skip
