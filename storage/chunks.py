@@ -2,8 +2,9 @@
 
 In the spirit of Prometheus / Gorilla, vectorised with numpy instead of bit-packed one sample at a time:
 
-- timestamps: the float64 bit patterns as int64, delta-of-delta encoded (for times within one binade,
-  as Unix seconds are for decades, the bit pattern is linear in the value: a steady 1 Hz gives a run of
+- timestamps: whole milliseconds (when every one is exactly ms / 1000, as the collectors stamp them)
+  or else the float64 bit patterns as int64 (for times within one binade, as Unix seconds are for
+  decades, the bit pattern is linear in the value), delta-of-delta encoded (a steady 1 Hz gives a run of
   zeros, a jittery one small numbers), zigzagged;
 - float columns: each value's 64 bits XOR'd with the previous value's (an unchanged value is 0, a small
   change leaves the sign, exponent and top mantissa bytes 0);
@@ -37,6 +38,7 @@ _HEADER = struct.Struct("<BHI")  # format version, columns, samples
 _SECTION = struct.Struct("<BI")  # section code, deflated bytes
 # section codes
 _ALL_NULL, _CONSTANT, _WORDS = 0, 1, 2
+_MILLIS = 3  # timestamps only: whole milliseconds, delta-of-delta of the integers
 _HAS_NULLS = 0x80  # flag: a packed NULL bitmap precedes the words
 _INT = 0x40  # flag: the column holds int64 values (deltas), else float64 bit patterns (XOR)
 
@@ -94,14 +96,33 @@ def _deltas(x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-def _encode_timestamps(ts: npt.NDArray[np.float64]) -> bytes:
-    bits = np.ascontiguousarray(ts, dtype=np.float64).view(np.int64)
-    return _deflate(_shuffle(_zigzag(_deltas(_deltas(bits)))))
+def _whole_millis(ts: npt.NDArray[np.float64]) -> npt.NDArray[np.int64] | None:
+    """``ts`` as integer milliseconds when every one of them is exactly ``ms / 1000`` (bit for bit, as the
+    decoder computes it: collectors stamp samples to the millisecond, as Prometheus does), else None."""
+    if not np.isfinite(ts).all() or np.abs(ts).max() >= 2.0**52 / 1000:
+        return None
+    ms = np.round(ts * 1000.0).astype(np.int64)
+    if not np.array_equal((ms.astype(np.float64) / 1000.0).view(np.uint64), ts.view(np.uint64)):
+        return None  # -0.0 included: it comes back as 0.0
+    return ms
 
 
-def _decode_timestamps(data: bytes, n: int) -> npt.NDArray[np.float64]:
+def _encode_timestamps(ts: npt.NDArray[np.float64]) -> tuple[int, bytes]:
+    ts = np.ascontiguousarray(ts, dtype=np.float64)
+    ms = _whole_millis(ts)
+    if ms is not None:  # a steady 1 Hz is then a run of zeros, a jitter of a few ms a byte
+        return _MILLIS, _deflate(_shuffle(_zigzag(_deltas(_deltas(ms)))))
+    return _WORDS, _deflate(_shuffle(_zigzag(_deltas(_deltas(ts.view(np.int64))))))
+
+
+def _decode_timestamps(code: int, data: bytes, n: int) -> npt.NDArray[np.float64]:
     dod = _unzigzag(_unshuffle(_inflate(data), n))
-    return np.cumsum(np.cumsum(dod, dtype=np.int64), dtype=np.int64).view(np.float64)
+    values = np.cumsum(np.cumsum(dod, dtype=np.int64), dtype=np.int64)
+    if code == _MILLIS:
+        return values.astype(np.float64) / 1000.0
+    if code == _WORDS:
+        return values.view(np.float64)
+    raise ChunkError(f"chunk: unknown timestamp code {code}")
 
 
 def _words(column: ChunkColumn) -> tuple[npt.NDArray[np.uint64], ColumnKind]:
@@ -150,7 +171,7 @@ def encode(ts: npt.NDArray[np.float64], columns: Sequence[ChunkColumn]) -> bytes
     n = len(ts)
     if n < 1:
         raise ValueError("chunk: needs at least one sample")
-    sections = [(_WORDS, _encode_timestamps(np.asarray(ts, dtype=np.float64)))]
+    sections = [_encode_timestamps(np.asarray(ts, dtype=np.float64))]
     sections += [_encode_column(c, n) for c in columns]
     head = _HEADER.pack(FORMAT_VERSION, len(columns), n)
     table = b"".join(_SECTION.pack(code, len(body)) for code, body in sections)
@@ -190,7 +211,7 @@ class Chunk:
         return self.blob[self.offsets[k] : self.offsets[k + 1]]
 
     def timestamps(self) -> npt.NDArray[np.float64]:
-        return _decode_timestamps(self._section(0), self.n)
+        return _decode_timestamps(self.codes[0], self._section(0), self.n)
 
     def column(self, k: int) -> tuple[npt.NDArray[np.float64] | npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """Column ``k``'s values (float64 or int64, as they were given) and where they are present."""

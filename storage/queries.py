@@ -17,10 +17,11 @@ import heapq
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from spectower.control.engine_counters import MODES as COUNTER_MODES
 from spectower.control.engine_counters import rates as counter_rates
 from spectower.storage import dialect, models, rollups, sealed
@@ -40,8 +41,9 @@ DEFAULT_EVENT_LIMIT = 500
 NOMINAL_RAW_RES_S = 1.0  # collectors sample at ~1 Hz
 
 
-@dataclass(frozen=True)
-class Bucket:
+class Bucket(NamedTuple):
+    """One chart bucket (a named tuple: a 15-minute chart of 8 GPUs at 1 s makes 7,200 of them)."""
+
     ts: float  # bucket start (Unix s)
     min: float | None
     mean: float | None
@@ -143,39 +145,73 @@ def series_many(
         width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
         tier_name = f"{tier // 60}m" if tier < 3600 else "1h"
         acc = q.rollup(width, tier)
-    points: dict[tuple[int, str], list[Bucket]] = {(src, m): [] for src in ids for m in metrics}
-    for (src, i), aggs in sorted(acc.cells.items()):
-        for metric, agg in zip(metrics, aggs, strict=True):
-            if agg[3]:
-                points[(src, metric)].append(_bucket(i * width, agg))
-    return {
-        (src, m): Series(kind, src, m, start, end, width, tier_name, acc.rows.get(src, 0), pts)
-        for (src, m), pts in points.items()
-    }
+    out: dict[tuple[int, str], Series] = {}
+    for src in ids:
+        buckets, cells = acc.merged(src)
+        starts = (buckets.astype(np.float64) * width).tolist()
+        for k, metric in enumerate(metrics):
+            lo, total, hi, n = cells[:, 4 * k], cells[:, 4 * k + 1], cells[:, 4 * k + 2], cells[:, 4 * k + 3]
+            has = (n > 0).tolist()
+            pts = [
+                Bucket(ts=t, min=a, mean=b / c, max=z, n=int(c))
+                for t, a, b, z, c, h in zip(
+                    starts, lo.tolist(), total.tolist(), hi.tolist(), n.tolist(), has, strict=True
+                )
+                if h
+            ]
+            out[(src, metric)] = Series(kind, src, metric, start, end, width, tier_name, acc.rows(src), pts)
+    return out
+
+
+_NO_CELLS = (np.zeros(0, dtype=np.int64), np.zeros((0, 1)))
 
 
 @dataclass
 class _Acc:
-    cells: dict[tuple[int, int], list[list[Any]]]  # (source, bucket) -> per metric [min, sum, max, n]
-    rows: dict[int, int]  # stored rows aggregated, per source
+    """Per source, parts of a series' buckets: (bucket indexes, cells), a cell row being per metric
+    [min, sum, max, n] and then the stored rows aggregated. Combined with numpy in ``merged``."""
 
-    def add(self, src: int, bucket: int, values: Sequence[Any], n_metrics: int) -> None:
-        aggs = self.cells.setdefault((src, bucket), [[None, 0.0, None, 0] for _ in range(n_metrics)])
-        for k in range(n_metrics):
-            lo, total, hi, n = values[4 * k : 4 * k + 4]
-            if not n:
-                continue
-            cur = aggs[k]
-            cur[0] = lo if cur[0] is None else min(cur[0], lo)
-            cur[2] = hi if cur[2] is None else max(cur[2], hi)
-            cur[1] += float(total)
-            cur[3] += int(n)
-        self.rows[src] = self.rows.get(src, 0) + int(values[4 * n_metrics])
+    n_metrics: int
+    parts: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]] = field(
+        default_factory=dict
+    )
 
+    def add(self, src: int, buckets: npt.NDArray[np.int64], cells: npt.NDArray[np.float64]) -> None:
+        if len(buckets):
+            self.parts.setdefault(src, []).append((buckets, cells))
 
-def _bucket(ts: float, agg: list[Any]) -> Bucket:
-    lo, total, hi, n = agg
-    return Bucket(ts=ts, min=_f(lo), mean=total / n, max=_f(hi), n=n)
+    def add_rows(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Rows of (source, bucket, min, sum, max, n per metric..., rows) as the database grouped them
+        (NULL min / max / sum where a metric has no value in the bucket)."""
+        if not rows:
+            return
+        arr = np.array([tuple(r) for r in rows], dtype=np.float64)  # NULL -> NaN
+        for src in np.unique(arr[:, 0]).tolist():
+            sel = arr[arr[:, 0] == src]
+            self.add(int(src), sel[:, 1].astype(np.int64), sel[:, 2:])
+
+    def rows(self, src: int) -> int:
+        return int(sum(cells[:, -1].sum() for _, cells in self.parts.get(src, [])))
+
+    def merged(self, src: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """The source's buckets, ascending, each once: min of mins, sums of sums and counts, max of maxes."""
+        parts = self.parts.get(src)
+        if not parts:
+            return _NO_CELLS
+        buckets = np.concatenate([b for b, _ in parts])
+        cells = np.concatenate([c for _, c in parts])
+        order = np.argsort(buckets, kind="stable")
+        buckets, cells = buckets[order], cells[order]
+        first = np.ones(len(buckets), dtype=np.bool_)
+        first[1:] = buckets[1:] != buckets[:-1]
+        if first.all():
+            return buckets, cells
+        starts = np.flatnonzero(first)
+        out = np.add.reduceat(np.where(np.isnan(cells), 0.0, cells), starts, axis=0)
+        lo, hi = slice(0, 4 * self.n_metrics, 4), slice(2, 4 * self.n_metrics, 4)
+        out[:, lo] = np.fmin.reduceat(cells[:, lo], starts, axis=0)
+        out[:, hi] = np.fmax.reduceat(cells[:, hi], starts, axis=0)
+        return buckets[starts], out
 
 
 @dataclass
@@ -189,7 +225,7 @@ class _SeriesQuery:
     dp_rank: int | None
 
     def raw(self, width: float) -> _Acc:
-        acc = _Acc({}, {})
+        acc = _Acc(len(self.metrics))
         with self.db.engine.connect() as conn:
             self._sample_rows(conn, acc, width, after_id=None)
             self._sealed_rows(conn, acc, width)
@@ -216,14 +252,13 @@ class _SeriesQuery:
                 values = np.concatenate([r.columns[metric][0] for r in runs]).astype(np.float64)
                 present = np.concatenate([r.columns[metric][1] for r in runs])
                 v, i = values[present], inverse[present]
-                lo, hi = np.full(nb, np.inf), np.full(nb, -np.inf)
-                np.minimum.at(lo, i, v)
-                np.maximum.at(hi, i, v)
+                lo, hi = np.full(nb, np.nan), np.full(nb, np.nan)
+                np.fmin.at(lo, i, v)
+                np.fmax.at(hi, i, v)
                 cells[:, 4 * k : 4 * k + 4] = np.stack(
                     [lo, np.bincount(i, weights=v, minlength=nb), hi, np.bincount(i, minlength=nb)], axis=1
                 )
-            for b, row in zip(buckets.tolist(), cells.tolist(), strict=True):
-                acc.add(src, b, row, len(self.metrics))
+            acc.add(src, buckets, cells)
 
     def rollup(self, width: float, tier: int) -> _Acc:
         r = self.spec.rollup
@@ -242,10 +277,9 @@ class _SeriesQuery:
         if self.dp_rank is not None:
             where.append(r.c.dp_rank == self.dp_rank)
         stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
-        acc = _Acc({}, {})
+        acc = _Acc(len(self.metrics))
         with self.db.engine.connect() as conn:
-            for row in conn.execute(stmt):
-                acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
+            acc.add_rows(conn.execute(stmt).all())
             # raw rows not yet folded into the rollups, so the newest minutes are never missing
             self._sample_rows(conn, acc, width, after_id=rollups.watermark(conn, self.spec))
         return acc
@@ -272,8 +306,7 @@ class _SeriesQuery:
         if self.dp_rank is not None:
             where.append(match(t.c.dp_rank) == self.dp_rank)
         stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
-        for row in conn.execute(stmt):
-            acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
+        acc.add_rows(conn.execute(stmt).all())
 
 
 def _f(v: Any) -> float | None:

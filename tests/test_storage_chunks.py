@@ -30,7 +30,11 @@ def chunk_input(draw: st.DrawFn) -> tuple[np.ndarray, list[ChunkColumn]]:
         )
     )  # fmt: skip
     ts = np.array([start, *(start + np.cumsum(steps))], dtype=np.float64)[:n]
-    if draw(st.booleans()):  # any floats at all, unordered, NaN included
+    shape = draw(st.sampled_from(["steps", "millis", "any"]))
+    if shape == "millis":  # stamped to the millisecond, as the collectors do (-0.0 and 0.0 among them)
+        ts = np.array([round(t, 3) for t in ts], dtype=np.float64)
+        ts[: draw(st.integers(0, 1))] = draw(st.sampled_from([-0.0, 0.0, 1.5]))
+    elif shape == "any":  # any floats at all, unordered, NaN included
         ts = np.array(draw(st.lists(ANY_FLOAT, min_size=n, max_size=n)), dtype=np.float64)
     columns = []
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
@@ -107,3 +111,13 @@ def test_a_damaged_chunk_is_a_clear_error(damage: str) -> None:
         chunk = Chunk.parse(blob)
         chunk.timestamps()
         chunk.column(0)
+
+
+def test_millisecond_stamps_cost_about_half_a_byte_each() -> None:
+    """Timestamps stamped to the millisecond (the collectors' sink does) with a few ms of scrape jitter:
+    stored as whole milliseconds, exactly."""
+    rng = np.random.default_rng(2)
+    ts = np.round(1.76e9 + np.arange(3600) + rng.integers(0, 4, 3600) / 1000, 3)
+    blob = chunks.encode(ts, [])
+    assert _bits(Chunk.parse(blob).timestamps()) == _bits(ts)
+    assert len(blob) < 3600 * 0.6  # whole float64 bit patterns: about 2 bytes each

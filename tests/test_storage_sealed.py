@@ -230,3 +230,27 @@ def test_a_v4_database_migrates_and_every_value_reads_back(tmp_path: Path) -> No
     finally:
         db.close()
     assert (tmp_path / "v4.db.schema-v4.bak").exists()
+
+
+def test_the_sink_stamps_samples_to_the_millisecond_and_chunks_store_them_so(tmp_path: Path) -> None:
+    from spectower.collectors.gpu.reading import GpuFacts, GpuReading
+    from spectower.collectors.sink import StorageSink
+    from spectower.storage import chunks as codec
+
+    db = open_database(tmp_path / "x.db")
+    try:
+        sink = StorageSink(db)
+        for i in range(400):
+            ts = T0 + i + 0.0123456 * (i % 3)
+            sink.gpus([GpuReading(host="h", index=0, uuid="GPU-0", ts=ts, gpu_util_pct=float(i % 9))],
+                      [GpuFacts("h", 0, "GPU-0")])  # fmt: skip
+        assert sink.writer.flush(30)
+        db.update_rollups()
+        assert db.seal(min_rows=1) > 0
+        rows = list(queries.sample_rows(db, "gpu", [1]))
+        assert [r["ts"] for r in rows] == [round(T0 + i + 0.0123456 * (i % 3), 3) for i in range(400)]
+        with db.engine.connect() as conn:
+            blob = conn.execute(text("SELECT data FROM gpu_chunk")).scalars().first()
+        assert codec.Chunk.parse(blob).codes[0] == codec._MILLIS
+    finally:
+        db.close()
