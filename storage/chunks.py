@@ -25,7 +25,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -213,7 +213,7 @@ class Chunk:
     def timestamps(self) -> npt.NDArray[np.float64]:
         return _decode_timestamps(self.codes[0], self._section(0), self.n)
 
-    def column(self, k: int) -> tuple[npt.NDArray[np.float64] | npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    def column(self, k: int) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
         """Column ``k``'s values (float64 or int64, as they were given) and where they are present."""
         n, code = self.n, self.codes[k + 1]
         kind: ColumnKind = "int" if code & _INT else "float"

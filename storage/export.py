@@ -279,6 +279,7 @@ def export_samples(
                 yield from (dict(row._mapping) for row in result)
             return
         # samples: head and sealed chunks, through the query module, with the source's identity in front
+        found: list[tuple[int | None, dict[str, Any]]]
         if kind == "engine":
             found = [
                 (sv.id, {"server_url": sv.url}) for sv in queries.servers(db) if server in (None, sv.url)
@@ -288,7 +289,7 @@ def export_samples(
                 (g.id, {"host": g.host, "gpu_index": g.index, "uuid": g.uuid})
                 for g in queries.gpus(db, host=host)
             ]
-        for source_id, facts in sorted((int(i or 0), f) for i, f in found):
+        for source_id, facts in sorted(((int(i or 0), f) for i, f in found), key=lambda x: x[0]):
             for row in queries.sample_rows(db, kind, [source_id], start, end):  # type: ignore[arg-type]
                 yield {**facts, **row}
 

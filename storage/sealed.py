@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from spectower.storage import chunks, models
-from sqlalchemy import Boolean, Float, Table, and_, func, select
+from sqlalchemy import Boolean, ColumnElement, Float, Table, and_, func, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
@@ -225,7 +225,7 @@ def iter_runs(
     every source), ``columns`` of them, a chunk at a time (decoded when reached), by source then time."""
     c = spec.chunk
     first = c.c[spec.source_cols[0]]
-    where = []
+    where: list[ColumnElement[bool]] = []
     if source_ids is not None:
         where.append(first.in_(list(source_ids)))
     if start is not None:
