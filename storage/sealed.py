@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from spectower.storage import chunks, models
+from spectower.storage import chunks, dialect, models
 from sqlalchemy import Boolean, ColumnElement, Float, Table, and_, func, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
@@ -102,6 +102,8 @@ def seal(
     """Seal what is due of every series of ``spec`` (at most ``limit_rows`` per series in this call);
     returns the rows sealed. ``watermark``: the rollups' (rows above it are never sealed)."""
     t = spec.sample
+    # PostgreSQL with several collectors: one sealer at a time (two would seal the same rows twice)
+    dialect.lock_for_rollup(conn, spec.sample_table)
     src_cols = [t.c[c] for c in spec.source_cols]
     max_id = conn.execute(select(func.max(t.c.id))).scalar_one_or_none()
     if max_id is None:
