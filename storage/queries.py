@@ -163,9 +163,6 @@ def series_many(
     return out
 
 
-_NO_CELLS = (np.zeros(0, dtype=np.int64), np.zeros((0, 1)))
-
-
 @dataclass
 class _Acc:
     """Per source, parts of a series' buckets: (bucket indexes, cells), a cell row being per metric
@@ -197,7 +194,7 @@ class _Acc:
         """The source's buckets, ascending, each once: min of mins, sums of sums and counts, max of maxes."""
         parts = self.parts.get(src)
         if not parts:
-            return _NO_CELLS
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 4 * self.n_metrics + 1))
         buckets = np.concatenate([b for b, _ in parts])
         cells = np.concatenate([c for _, c in parts])
         order = np.argsort(buckets, kind="stable")
