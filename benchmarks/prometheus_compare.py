@@ -18,7 +18,10 @@ counters, not its histograms' buckets). At the end:
 3. a chart of 8 GPUs' utilisation over the last 15 minutes (or the whole run if shorter) at 1 s and 60 s
    buckets: ``queries.series_many`` against ``query_range`` over HTTP (median of 7);
 4. CPU (user + system from /proc) of each collector process and of Prometheus over the run, as a share
-   of one core.
+   of one core;
+5. (unless --no-day) 24 hours of 8 GPUs at 1 Hz put into both stores (spectower: inserted, rolled up,
+   sealed; Prometheus: promtool blocks of the same values): charts of the 24 hours at 60 s and of the
+   last 15 minutes at 1 s and 60 s.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,25 +65,21 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_prometheus(work: Path, base: str, dcgm_url: str) -> tuple[subprocess.Popen[bytes], str]:
-    sg, dc = base.removeprefix("http://"), dcgm_url.removeprefix("http://").removesuffix("/metrics")
-    dcgm_kept = "|".join(sorted({*FIELD_MAP, *FALLBACKS}))
-    (work / "prometheus.yml").write_text(
-        f"""global: {{scrape_interval: 1s, evaluation_interval: 1m}}
-scrape_configs:
-  - job_name: sglang
-    static_configs: [{{targets: ["{sg}"]}}]
-    metric_relabel_configs: [{{source_labels: [__name__], regex: "sglang:({SGLANG_KEPT})", action: keep}}]
-  - job_name: dcgm
-    static_configs: [{{targets: ["{dc}"]}}]
-    metric_relabel_configs: [{{source_labels: [__name__], regex: "{dcgm_kept}", action: keep}}]
-"""
-    )
+def start_prometheus(
+    work: Path, base: str | None, dcgm_url: str | None, *, tsdb: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Prometheus scraping the simulator (``base``, ``dcgm_url``) into ``work``/tsdb, or (None, None)
+    serving ``tsdb`` only."""
+    if base is None or dcgm_url is None:
+        (work / "prometheus.yml").write_text("global: {evaluation_interval: 1m}\n")
+    else:
+        _scrape_config(work / "prometheus.yml", base, dcgm_url)
     port = free_port()
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+        [PROMETHEUS, f"--config.file={work / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tsdb or work / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.min-block-duration=2m",
-         "--storage.tsdb.max-block-duration=2m", "--log.level=warn"],
+         "--storage.tsdb.max-block-duration=2m", "--storage.tsdb.retention.time=30d", "--log.level=warn"],
         stdout=subprocess.DEVNULL, stderr=(work / "prometheus.log").open("wb"),
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -90,6 +91,22 @@ scrape_configs:
             pass
         time.sleep(0.2)
     raise SystemExit("prometheus did not get ready")
+
+
+def _scrape_config(path: Path, base: str, dcgm_url: str) -> None:
+    sg, dc = base.removeprefix("http://"), dcgm_url.removeprefix("http://").removesuffix("/metrics")
+    dcgm_kept = "|".join(sorted({*FIELD_MAP, *FALLBACKS}))
+    path.write_text(
+        f"""global: {{scrape_interval: 1s, evaluation_interval: 1m}}
+scrape_configs:
+  - job_name: sglang
+    static_configs: [{{targets: ["{sg}"]}}]
+    metric_relabel_configs: [{{source_labels: [__name__], regex: "sglang:({SGLANG_KEPT})", action: keep}}]
+  - job_name: dcgm
+    static_configs: [{{targets: ["{dc}"]}}]
+    metric_relabel_configs: [{{source_labels: [__name__], regex: "{dcgm_kept}", action: keep}}]
+"""
+    )
 
 
 def start_collector(db: str, base: str, dcgm_url: str, log: Path) -> subprocess.Popen[bytes]:
@@ -173,28 +190,92 @@ def report_bytes(name: str, db: Database, sizes: dict[str, int], seconds: float)
           f"{month / 2**30:.2f} GiB")  # fmt: skip
 
 
-def chart_times(db: Database, prom: str, end: float, span: float) -> None:
-    gids = [g.id or 0 for g in queries.gpus(db)]
+def chart_times(
+    db: Database,
+    prom: str,
+    end: float,
+    span: float,
+    *,
+    steps: tuple[int, ...] = (1, 60),
+    gids: list[int] | None = None,
+) -> None:
+    """``series_many`` (min / mean / max per bucket) against ``query_range`` over HTTP, raw and the three
+    ``*_over_time`` queries one after the other; medians of 7."""
+    gids = gids or [g.id or 0 for g in queries.gpus(db)]
     start = end - span
-    for step in (1, 60):
-        ours, theirs = [], []
-        points = int(span / step) + 1
+    for step in steps:
+        ours, raw, three = [], [], []
+        # buckets of exactly `step` s: series_many widens a rollup tier's buckets by one tier bucket
+        points = int(span / step) + 1 if step < 60 else math.ceil((span + 60) / step) + 1
         for _ in range(7):
             t = time.perf_counter()
             got = queries.series_many(db, "gpu", gids, ["gpu_util_pct"], start, end, points)
             ours.append(time.perf_counter() - t)
             t = time.perf_counter()
-            params = {"query": "DCGM_FI_DEV_GPU_UTIL", "start": start, "end": end, "step": step}
-            r = httpx.get(f"{prom}/api/v1/query_range", params=params, timeout=30)
-            r.raise_for_status()
-            theirs.append(time.perf_counter() - t)
+            r = _query_range(prom, "DCGM_FI_DEV_GPU_UTIL", start, end, step)
+            raw.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            for agg in ("min", "avg", "max"):
+                _query_range(prom, f"{agg}_over_time(DCGM_FI_DEV_GPU_UTIL[{step}s])", start, end, step)
+            three.append(time.perf_counter() - t)
         n_ours = sum(len(s.points) for s in got.values())
-        n_theirs = sum(len(s["values"]) for s in r.json()["data"]["result"])
+        n_theirs = sum(len(s["values"]) for s in r["data"]["result"])
         tier = next(iter(got.values())).tier
         print(f"    {len(gids)} GPUs, {span / 60:.0f} min, {step} s buckets: "
-              f"spectower {statistics.median(ours) * 1e3:.1f} ms "
-              f"({n_ours} points, {tier}), Prometheus query_range {statistics.median(theirs) * 1e3:.1f} ms "
-              f"({n_theirs} points)")  # fmt: skip
+              f"spectower {statistics.median(ours) * 1e3:.1f} ms ({n_ours} points, {tier}, min/mean/max); "
+              f"Prometheus query_range {statistics.median(raw) * 1e3:.1f} ms raw ({n_theirs} points), "
+              f"{statistics.median(three) * 1e3:.1f} ms min/avg/max")  # fmt: skip
+
+
+def _query_range(prom: str, query: str, start: float, end: float, step: int) -> Any:
+    params = {"query": query, "start": start, "end": end, "step": step}
+    r = httpx.get(f"{prom}/api/v1/query_range", params=params, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
+def day_chart(work: Path, gpus: int = 8) -> None:
+    """The same 24 hours of 1 Hz utilisation of ``gpus`` GPUs in both stores (spectower: inserted, rolled
+    up and sealed as the writer does; Prometheus: blocks made by promtool from the same values), then
+    charts of 24 hours at 60 s and of its last 15 minutes at 1 s, each store answering over its own path
+    (Prometheus: HTTP, raw and min/avg/max over each step)."""
+    import numpy as np
+
+    end = float(int(time.time()) // 3600 * 3600 - 3600)
+    ts = end - DAY_S + 1 + np.arange(DAY_S, dtype=np.float64)
+    rng = np.random.default_rng(7)
+    util = np.clip(50 + np.cumsum(rng.normal(0, 2, (gpus, DAY_S)), axis=1), 0, 100).round()
+    db = open_database(work / "day.db")
+    gids = [db.gpu_id("day", k, f"GPU-day-{k}", ts=end) for k in range(gpus)]
+    for k, gid in enumerate(gids):
+        values = zip(ts.tolist(), util[k].tolist(), strict=True)
+        db.insert_many(
+            "gpu_sample", ({"gpu_id": gid, "ts": t, "lost": False, "gpu_util_pct": u} for t, u in values)
+        )
+    db.update_rollups()
+    db.seal()
+    om = work / "day.om"
+    with om.open("w") as fh:
+        fh.write("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n")
+        for k in range(gpus):
+            fh.writelines(
+                f'DCGM_FI_DEV_GPU_UTIL{{gpu="{k}"}} {u:g} {t:.3f}\n' for t, u in zip(ts, util[k], strict=True)
+            )
+        fh.write("# EOF\n")
+    tsdb = work / "day-tsdb"
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tsdb)], check=True
+    )
+    (work / "day-prom").mkdir()
+    prom, url = start_prometheus(work / "day-prom", None, None, tsdb=tsdb)
+    try:
+        print(f"[5] one day of {gpus} GPUs at 1 Hz, the same values in both stores:")
+        chart_times(db, url, end, DAY_S, steps=(60,), gids=gids)
+        chart_times(db, url, end, 900.0, steps=(1, 60), gids=gids)
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        db.close()
 
 
 def main() -> int:
@@ -252,6 +333,8 @@ def main() -> int:
                 chart_times(db, prom_url, end, min(900.0, args.minutes * 60 - 60))
             db.close()
         print("[4] CPU over the run: " + ", ".join(f"{k} {100 * v:.2f} % of a core" for k, v in cpu.items()))
+        if args.day:
+            day_chart(work)
     finally:
         for p in (*collectors.values(), prom, load, sim):
             if p.poll() is None:

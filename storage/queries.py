@@ -148,17 +148,13 @@ def series_many(
     out: dict[tuple[int, str], Series] = {}
     for src in ids:
         buckets, cells = acc.merged(src)
-        starts = (buckets.astype(np.float64) * width).tolist()
+        starts = buckets.astype(np.float64) * width
         for k, metric in enumerate(metrics):
-            lo, total, hi, n = cells[:, 4 * k], cells[:, 4 * k + 1], cells[:, 4 * k + 2], cells[:, 4 * k + 3]
-            has = (n > 0).tolist()
-            pts = [
-                Bucket(ts=t, min=a, mean=b / c, max=z, n=int(c))
-                for t, a, b, z, c, h in zip(
-                    starts, lo.tolist(), total.tolist(), hi.tolist(), n.tolist(), has, strict=True
-                )
-                if h
-            ]
+            has = cells[:, 4 * k + 3] > 0
+            lo, total, hi, n = (cells[has, 4 * k + j] for j in range(4))
+            # the mean divided as Python would (IEEE), the count back to an int
+            columns = (starts[has], lo, total / n, hi, n.astype(np.int64))
+            pts = list(map(Bucket, *(c.tolist() for c in columns)))
             out[(src, metric)] = Series(kind, src, metric, start, end, width, tier_name, acc.rows(src), pts)
     return out
 
