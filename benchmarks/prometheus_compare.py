@@ -133,7 +133,7 @@ def stored_values(db: Database) -> tuple[int, int]:
     in_chunks = in_head = 0
     with db.engine.connect() as conn:
         for spec in sealed.SPECS:
-            for run in sealed.read(conn, spec, None, None, None, spec.columns):
+            for run in sealed.iter_runs(conn, spec, None, None, None, spec.columns):
                 in_chunks += sum(int(p.sum()) for _, p in run.columns.values())
             t = spec.sample
             counts = conn.execute(select(*[func.count(t.c[c]) for c in spec.columns])).one()

@@ -243,16 +243,3 @@ def iter_runs(
         if len(run.ts):
             yield run
 
-
-def read(
-    conn: Connection,
-    spec: ChunkSpec,
-    source_ids: Sequence[int] | None,
-    start: float | None,
-    end: float | None,
-    columns: Sequence[str],
-    *,
-    dp_rank: int | None = None,
-) -> list[SealedRun]:
-    """``iter_runs``, all decoded."""
-    return list(iter_runs(conn, spec, source_ids, start, end, columns, dp_rank=dp_rank))
