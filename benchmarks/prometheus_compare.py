@@ -284,6 +284,7 @@ def main() -> int:
     ap.add_argument(
         "--postgres", default=None, help="a PostgreSQL URL for a second collector (empty database)"
     )
+    ap.add_argument("--no-day", dest="day", action="store_false", help="skip [5], the 24-hour chart")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="spectower-vs-prometheus-"))
     sim, base, dcgm_url = start_simulator()
