@@ -6,7 +6,8 @@
    i.e. what the collectors put at 1 Hz, with every column filled. Reported with and without the cost
    of building the SQLModel row objects (the collectors pay that, the writer thread does not).
 2. Fills ``--days`` of such 1 Hz data (a day per transaction, generated inside SQLite so filling 23 M
-   rows takes minutes, not hours), folding each day into the rollups as the writer would.
+   rows takes minutes, not hours), folding each day into the rollups and sealing it into chunks as the
+   writer would.
 3. Reads one chart series (gpu_util_pct, 30 days, max_points=1000) for each of the N GPUs, as the
    console does, and reports the time and the rows the database aggregated; the raw-table equivalent
    for one GPU is timed once for comparison.
@@ -119,7 +120,7 @@ def part2_fill(path: Path, gpus: int, days: int) -> tuple[float, float]:
     for k in range(gpus):
         db.gpu_id("bench-host", k, f"GPU-{k:04d}")
     start = T0 - days * DAY_S
-    fill_s = roll_s = 0.0
+    fill_s = roll_s = seal_s = 0.0
     for d in range(days):
         t = time.perf_counter()
         with db.engine.begin() as conn:
@@ -130,14 +131,20 @@ def part2_fill(path: Path, gpus: int, days: int) -> tuple[float, float]:
         t = time.perf_counter()
         db.update_rollups(now=start + (d + 1) * DAY_S)
         roll_s += time.perf_counter() - t
+        t = time.perf_counter()
+        db.seal()  # as the writer's maintenance does: all but each series' newest minutes into chunks
+        seal_s += time.perf_counter() - t
         if d % 5 == 4 or d == days - 1:
             print(
                 f"    filled day {d + 1}/{days} (fill {fill_s:.0f} s, rollups {roll_s:.0f} s so far)",
                 flush=True,
             )
     with db.engine.connect() as conn:
-        n = conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar_one()
-        n += conn.execute(text("SELECT count(*) FROM engine_sample")).scalar_one()
+        n = 0
+        for table in ("gpu_sample", "engine_sample"):
+            n += conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+        for table in ("gpu_chunk", "engine_chunk"):
+            n += conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {table}")).scalar_one()
     # steady state: the writer folds in what arrived during the last minute
     w = db.writer(maintenance=None)
     gids = [g.id for g in queries.gpus(db, host="bench-host")]
@@ -152,6 +159,7 @@ def part2_fill(path: Path, gpus: int, days: int) -> tuple[float, float]:
         f"[2] filled {days} days: {n:,} raw samples ({per_day:,.0f}/day), {n / fill_s:,.0f} rows/s generated;"
     )
     print(f"    rollup backfill: {roll_s / days:.1f} s per day of data ({n / roll_s:,.0f} samples/s);")
+    print(f"    sealing into chunks: {seal_s / days:.1f} s per day of data ({n / seal_s:,.0f} samples/s);")
     print(f"    steady state: folding the last minute ({folded} samples) into rollups: {minute_ms:.0f} ms")
     db.close()
     return start, T0
@@ -198,7 +206,7 @@ def part3_read(path: Path, gpus: int, start: float, end: float, max_points: int)
             {"w": width, "g": gids[0], "a": start, "z": end},
         ).scalar_one()
     raw_s = time.perf_counter() - t
-    print(f"    for comparison, the same series of ONE GPU from raw samples: {raw_s * 1000:,.0f} ms "
+    print(f"    for comparison, the same series of ONE GPU from the head's raw rows: {raw_s * 1000:,.0f} ms "
           f"({(end - start):,.0f} rows read, {n} buckets)")  # fmt: skip
     db.close()
 

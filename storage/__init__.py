@@ -36,6 +36,9 @@ Core API::
     db.save_bench_run(run, points) -> int; db.save_bench_runs([(run, points), ...]) -> [ids]  # 1 txn
     db.insert_many(table, rows) -> int   # bulk load (imports, synthetic histories), one transaction
     db.update_rollups(); db.apply_retention(raw_days=..., rollup_days=..., hourly_days=...)
+    db.seal(**options) -> int         # old head rows (already rolled up) into per-series chunks
+                                      # (storage/sealed.py, storage/chunks.py); the writer's maintenance
+                                      # does it every minute after the rollups
     db.retention = RetentionPolicy(...)  # storage.retention; the writer's maintenance then applies it hourly
     db.close()
 
@@ -46,6 +49,8 @@ Queries (``spectower.storage.queries``)::
         # 30-day chart reads ~720 rows; Series.rows_read says how many stored rows were aggregated
     series_many(db, kind, source_ids, metrics, start, end, ...) -> {(source_id, metric): Series}
         # the same for many sources x metrics in one grouped statement per tier (a page of 8 GPUs)
+    sample_rows(db, "engine"|"gpu", source_ids, start=None, end=None) -> iterator of row dicts
+        # every stored sample, head rows and sealed chunks alike, by source then time (exports)
     latest_engine_samples(db, server_id=None); latest_gpu_samples(db, host=None); dp_ranks(db, sid, a, b)
     latest_gpus(db, host=None) -> [(Gpu, GpuSample | None)]; latest_gpu_processes(db, gpu_ids, since)
     servers(db); server_by_url(db, url); gpus(db, host=None); server_info_snapshots(db, server_id)

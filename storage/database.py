@@ -392,18 +392,25 @@ class Database:
         """Fold raw samples written since the last call into the 1-minute and 1-hour rollups."""
         return rollups.update_rollups(self.engine, now=now)
 
+    def seal(self, **options: Any) -> int:
+        """Move the head's older rows, already folded into the rollups, into chunks (storage/sealed.py;
+        ``options``: ``sealed.seal``'s keywords); returns how many rows were sealed."""
+        return rollups.seal_heads(self.engine, **options)
+
     def maintain(self) -> None:
-        """Fold new samples into the rollups; with ``retention`` set, also delete what is past its
-        horizon, at most once per ``DEFAULT_RETENTION_INTERVAL_S`` (the first call does it)."""
+        """Fold new samples into the rollups and seal what is due; with ``retention`` set, also delete
+        what is past its horizon, at most once per ``DEFAULT_RETENTION_INTERVAL_S`` (the first call
+        does it)."""
         policy = self.retention
         if policy is None or time.monotonic() < self._retention_due:
             self.update_rollups()
-            return
-        self._retention_due = time.monotonic() + DEFAULT_RETENTION_INTERVAL_S
-        # apply_retention folds the rollups first, so nothing is deleted unsummarised
-        deleted = self.apply_retention(policy.raw_days, policy.rollup_days, policy.hourly_days)
-        if any(deleted.values()):
-            log.info("retention: deleted %s", ", ".join(f"{k}={v}" for k, v in deleted.items() if v))
+        else:
+            self._retention_due = time.monotonic() + DEFAULT_RETENTION_INTERVAL_S
+            # apply_retention folds the rollups first, so nothing is deleted unsummarised
+            deleted = self.apply_retention(policy.raw_days, policy.rollup_days, policy.hourly_days)
+            if any(deleted.values()):
+                log.info("retention: deleted %s", ", ".join(f"{k}={v}" for k, v in deleted.items() if v))
+        self.seal()
 
     def apply_retention(
         self,

@@ -270,14 +270,34 @@ def export_samples(
         queries.server_by_url(db, server)  # LookupError naming the unknown server
     stmt, names, types = _sample_query(kind, server, host, start, end)
 
+    def stored() -> Iterator[dict[str, Any]]:
+        if kind == "control":
+            with db.engine.connect() as conn:
+                result = conn.execution_options(stream_results=True, yield_per=DEFAULT_CHUNK_ROWS).execute(
+                    stmt
+                )
+                yield from (dict(row._mapping) for row in result)
+            return
+        # samples: head and sealed chunks, through the query module, with the source's identity in front
+        found: list[tuple[int | None, dict[str, Any]]]
+        if kind == "engine":
+            found = [
+                (sv.id, {"server_url": sv.url}) for sv in queries.servers(db) if server in (None, sv.url)
+            ]
+        else:
+            found = [
+                (g.id, {"host": g.host, "gpu_index": g.index, "uuid": g.uuid})
+                for g in queries.gpus(db, host=host)
+            ]
+        for source_id, facts in sorted(((int(i or 0), f) for i, f in found), key=lambda x: x[0]):
+            for row in queries.sample_rows(db, kind, [source_id], start, end):  # type: ignore[arg-type]
+                yield {**facts, **row}
+
     def rows() -> Iterator[dict[str, Any]]:
-        with db.engine.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=DEFAULT_CHUNK_ROWS).execute(stmt)
-            for row in result:
-                d = dict(row._mapping)
-                for k, v in d.items():
-                    if isinstance(v, float) and math.isnan(v):
-                        d[k] = None
-                yield d
+        for d in stored():
+            for k, v in d.items():
+                if isinstance(v, float) and math.isnan(v):
+                    d[k] = None
+            yield d
 
     return write_rows(rows(), names, fmt, out, types)

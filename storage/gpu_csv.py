@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spectower.storage import models
+from spectower.storage import models, sealed
 from spectower.storage.files import FileReadError, read_text_capped
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, col, select
@@ -335,6 +335,9 @@ def _write_logs(db: Database, s: Session, logs: list[GpuCsvLog], host: str) -> l
         )
         for gpu_id, (lo, hi) in span.items()
     }
+    for gpu_id, (lo, hi) in span.items():  # and what is sealed (storage/sealed.py)
+        for run in sealed.iter_runs(s.connection(), sealed.GPU, [gpu_id], lo, hi, ()):
+            stored[gpu_id].update(run.ts.tolist())
     results: list[GpuCsvResult] = []
     for log, ids in zip(logs, ids_per_log, strict=True):
         result = GpuCsvResult(path=log.path, gpus=sorted(set(ids.values())), warnings=log.warnings)

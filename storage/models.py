@@ -15,6 +15,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -385,3 +386,32 @@ rollup_state = Table(
     Column("last_id", Integer, nullable=False),  # raw rows with id <= last_id are in the rollups
     Column("updated_ts", Float, nullable=False),
 )
+
+
+# --- schema v5: sealed samples, one chunk (storage/chunks.py) per series and time range ----------------
+# engine_sample and gpu_sample are the head: the newest minutes of every series, as rows. The writer's
+# maintenance (storage/sealed.py) moves older rows, once folded into the rollups, into these tables in
+# the same transaction that deletes them from the head. ``data`` holds the timestamps and every value
+# column of the sample table but its id and source columns, in ``sealed.ChunkSpec.columns``' order.
+
+
+def _chunk_table(name: str, sources: list[Column[Any]]) -> Table:
+    return Table(
+        name,
+        SQLModel.metadata,
+        Column("id", Integer, primary_key=True),
+        *sources,
+        Column("start_ts", Float, nullable=False),  # the chunk's earliest and latest sample
+        Column("end_ts", Float, nullable=False),
+        Column("n", Integer, nullable=False),  # samples in the chunk
+        Column("data", LargeBinary, nullable=False),
+        # a chart reads the chunks of its sources that end at or after its start: one index range each
+        Index(f"ix_{name}_source_end", *[c.name for c in sources], "end_ts"),
+    )
+
+
+engine_chunk = _chunk_table(
+    "engine_chunk",
+    [Column("server_id", Integer, nullable=False), Column("dp_rank", Integer, nullable=False)],
+)
+gpu_chunk = _chunk_table("gpu_chunk", [Column("gpu_id", Integer, nullable=False)])

@@ -5,19 +5,26 @@ Series come back as at most ``max_points`` buckets with min / mean / max each, c
 summarises more than ``DEFAULT_MAX_ROWS_PER_BUCKET`` stored rows: raw samples for short ranges, 1-minute
 rollups for days, 1-hour rollups for months. Raw rows not yet folded into the rollups (past the
 watermark) are added to the rollup buckets, so the newest minutes are never missing from a long chart.
+
+Raw samples live in two places (storage/sealed.py): the head (the sample tables, the newest minutes
+of each series and anything not yet folded into the rollups) and sealed chunks. Every read of raw
+samples here reads both; a chunk only ever holds rows already in the rollups.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
 from spectower.plugin.engine_counters import MODES as COUNTER_MODES
 from spectower.plugin.engine_counters import rates as counter_rates
-from spectower.storage import dialect, models, rollups
+from spectower.storage import dialect, models, rollups, sealed
 from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
@@ -34,8 +41,9 @@ DEFAULT_EVENT_LIMIT = 500
 NOMINAL_RAW_RES_S = 1.0  # collectors sample at ~1 Hz
 
 
-@dataclass(frozen=True)
-class Bucket:
+class Bucket(NamedTuple):
+    """One chart bucket (a named tuple: a 15-minute chart of 8 GPUs at 1 s makes 7,200 of them)."""
+
     ts: float  # bucket start (Unix s)
     min: float | None
     mean: float | None
@@ -137,39 +145,66 @@ def series_many(
         width = math.ceil((span + tier) / (max_points - 1) / tier) * tier
         tier_name = f"{tier // 60}m" if tier < 3600 else "1h"
         acc = q.rollup(width, tier)
-    points: dict[tuple[int, str], list[Bucket]] = {(src, m): [] for src in ids for m in metrics}
-    for (src, i), aggs in sorted(acc.cells.items()):
-        for metric, agg in zip(metrics, aggs, strict=True):
-            if agg[3]:
-                points[(src, metric)].append(_bucket(i * width, agg))
-    return {
-        (src, m): Series(kind, src, m, start, end, width, tier_name, acc.rows.get(src, 0), pts)
-        for (src, m), pts in points.items()
-    }
+    out: dict[tuple[int, str], Series] = {}
+    for src in ids:
+        buckets, cells = acc.merged(src)
+        starts = buckets.astype(np.float64) * width
+        for k, metric in enumerate(metrics):
+            has = cells[:, 4 * k + 3] > 0
+            lo, total, hi, n = (cells[has, 4 * k + j] for j in range(4))
+            # the mean divided as Python would (IEEE), the count back to an int
+            columns = (starts[has], lo, total / n, hi, n.astype(np.int64))
+            pts = list(map(Bucket, *(c.tolist() for c in columns)))
+            out[(src, metric)] = Series(kind, src, metric, start, end, width, tier_name, acc.rows(src), pts)
+    return out
 
 
 @dataclass
 class _Acc:
-    cells: dict[tuple[int, int], list[list[Any]]]  # (source, bucket) -> per metric [min, sum, max, n]
-    rows: dict[int, int]  # stored rows aggregated, per source
+    """Per source, parts of a series' buckets: (bucket indexes, cells), a cell row being per metric
+    [min, sum, max, n] and then the stored rows aggregated. Combined with numpy in ``merged``."""
 
-    def add(self, src: int, bucket: int, values: Sequence[Any], n_metrics: int) -> None:
-        aggs = self.cells.setdefault((src, bucket), [[None, 0.0, None, 0] for _ in range(n_metrics)])
-        for k in range(n_metrics):
-            lo, total, hi, n = values[4 * k : 4 * k + 4]
-            if not n:
-                continue
-            cur = aggs[k]
-            cur[0] = lo if cur[0] is None else min(cur[0], lo)
-            cur[2] = hi if cur[2] is None else max(cur[2], hi)
-            cur[1] += float(total)
-            cur[3] += int(n)
-        self.rows[src] = self.rows.get(src, 0) + int(values[4 * n_metrics])
+    n_metrics: int
+    parts: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]] = field(
+        default_factory=dict
+    )
 
+    def add(self, src: int, buckets: npt.NDArray[np.int64], cells: npt.NDArray[np.float64]) -> None:
+        if len(buckets):
+            self.parts.setdefault(src, []).append((buckets, cells))
 
-def _bucket(ts: float, agg: list[Any]) -> Bucket:
-    lo, total, hi, n = agg
-    return Bucket(ts=ts, min=_f(lo), mean=total / n, max=_f(hi), n=n)
+    def add_rows(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Rows of (source, bucket, min, sum, max, n per metric..., rows) as the database grouped them
+        (NULL min / max / sum where a metric has no value in the bucket)."""
+        if not rows:
+            return
+        arr = np.array([tuple(r) for r in rows], dtype=np.float64)  # NULL -> NaN
+        for src in np.unique(arr[:, 0]).tolist():
+            sel = arr[arr[:, 0] == src]
+            self.add(int(src), sel[:, 1].astype(np.int64), sel[:, 2:])
+
+    def rows(self, src: int) -> int:
+        return int(sum(cells[:, -1].sum() for _, cells in self.parts.get(src, [])))
+
+    def merged(self, src: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """The source's buckets, ascending, each once: min of mins, sums of sums and counts, max of maxes."""
+        parts = self.parts.get(src)
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 4 * self.n_metrics + 1))
+        buckets = np.concatenate([b for b, _ in parts])
+        cells = np.concatenate([c for _, c in parts])
+        order = np.argsort(buckets, kind="stable")
+        buckets, cells = buckets[order], cells[order]
+        first = np.ones(len(buckets), dtype=np.bool_)
+        first[1:] = buckets[1:] != buckets[:-1]
+        if first.all():
+            return buckets, cells
+        starts = np.flatnonzero(first)
+        out = np.add.reduceat(np.where(np.isnan(cells), 0.0, cells), starts, axis=0)
+        lo, hi = slice(0, 4 * self.n_metrics, 4), slice(2, 4 * self.n_metrics, 4)
+        out[:, lo] = np.fmin.reduceat(cells[:, lo], starts, axis=0)
+        out[:, hi] = np.fmax.reduceat(cells[:, hi], starts, axis=0)
+        return buckets[starts], out
 
 
 @dataclass
@@ -183,10 +218,40 @@ class _SeriesQuery:
     dp_rank: int | None
 
     def raw(self, width: float) -> _Acc:
-        acc = _Acc({}, {})
+        acc = _Acc(len(self.metrics))
         with self.db.engine.connect() as conn:
             self._sample_rows(conn, acc, width, after_id=None)
+            self._sealed_rows(conn, acc, width)
         return acc
+
+    def _sealed_rows(self, conn: Any, acc: _Acc, width: float) -> None:
+        """The sealed samples' share of the buckets: decoded, bucketed and aggregated with numpy, the
+        bucket index computed as the database computes it (floor(ts / width))."""
+        spec = sealed.BY_SAMPLE_TABLE[self.spec.sample_table]
+        per_source: dict[int, list[sealed.SealedRun]] = {}
+        for run in sealed.iter_runs(
+            conn, spec, self.ids, self.start, self.end, self.metrics, dp_rank=self.dp_rank
+        ):
+            per_source.setdefault(int(run.source[0]), []).append(run)
+        for src, runs in per_source.items():
+            ts = np.concatenate([r.ts for r in runs])
+            buckets, inverse, counts = np.unique(
+                np.floor(ts / width).astype(np.int64), return_inverse=True, return_counts=True
+            )
+            nb = len(buckets)
+            cells = np.zeros((nb, 4 * len(self.metrics) + 1))
+            cells[:, -1] = counts
+            for k, metric in enumerate(self.metrics):
+                values = np.concatenate([r.columns[metric][0] for r in runs]).astype(np.float64)
+                present = np.concatenate([r.columns[metric][1] for r in runs])
+                v, i = values[present], inverse[present]
+                lo, hi = np.full(nb, np.nan), np.full(nb, np.nan)
+                np.fmin.at(lo, i, v)
+                np.fmax.at(hi, i, v)
+                cells[:, 4 * k : 4 * k + 4] = np.stack(
+                    [lo, np.bincount(i, weights=v, minlength=nb), hi, np.bincount(i, minlength=nb)], axis=1
+                )
+            acc.add(src, buckets, cells)
 
     def rollup(self, width: float, tier: int) -> _Acc:
         r = self.spec.rollup
@@ -205,10 +270,9 @@ class _SeriesQuery:
         if self.dp_rank is not None:
             where.append(r.c.dp_rank == self.dp_rank)
         stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
-        acc = _Acc({}, {})
+        acc = _Acc(len(self.metrics))
         with self.db.engine.connect() as conn:
-            for row in conn.execute(stmt):
-                acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
+            acc.add_rows(conn.execute(stmt).all())
             # raw rows not yet folded into the rollups, so the newest minutes are never missing
             self._sample_rows(conn, acc, width, after_id=rollups.watermark(conn, self.spec))
         return acc
@@ -235,8 +299,7 @@ class _SeriesQuery:
         if self.dp_rank is not None:
             where.append(match(t.c.dp_rank) == self.dp_rank)
         stmt = sa_select(src, b, *aggs, func.count()).where(and_(*where)).group_by(src, b)
-        for row in conn.execute(stmt):
-            acc.add(int(row[0]), int(row[1]), row[2:], len(self.metrics))
+        acc.add_rows(conn.execute(stmt).all())
 
 
 def _f(v: Any) -> float | None:
@@ -286,8 +349,12 @@ def recent_engine_samples(db: Database, urls: Sequence[str], since: float) -> Re
         latest = s.exec(select(func.max(es.ts)).where(col(es.server_id).in_(ids))).one()
         if latest is None or latest < since:  # nothing that new: no row to read
             return RecentEngineSamples(ids, latest, [])
-        rows = s.exec(select(es).where(col(es.server_id).in_(ids), es.ts >= since).order_by(col(es.ts)))
-        return RecentEngineSamples(ids, float(latest), list(rows))
+        rows = list(s.exec(select(es).where(col(es.server_id).in_(ids), es.ts >= since).order_by(col(es.ts))))
+        spec = sealed.ENGINE
+        for run in sealed.iter_runs(s.connection(), spec, ids, since, None, spec.columns):
+            rows += [es(**row) for row in run.rows(spec)]  # the head's rows are the newest: rarely any
+        rows.sort(key=lambda r: r.ts)
+        return RecentEngineSamples(ids, float(latest), rows)
 
 
 def latest_gpus(db: Database, host: str | None = None) -> list[tuple[models.Gpu, models.GpuSample | None]]:
@@ -344,8 +411,65 @@ def dp_ranks(db: Database, server_id: int, start: float, end: float) -> list[int
         .where(col(es.server_id) == server_id, col(es.ts) >= start, col(es.ts) <= end)
         .distinct()
     )
+    c = models.engine_chunk
+    in_chunks = (
+        sa_select(c.c.dp_rank)
+        .where(c.c.server_id == server_id, c.c.end_ts >= start, c.c.start_ts <= end)
+        .distinct()
+    )
     with db.engine.connect() as conn:
-        return sorted(int(r) for (r,) in conn.execute(stmt) if r is not None)
+        found = {int(r) for (r,) in conn.execute(stmt) if r is not None}
+        found |= {int(r) for (r,) in conn.execute(in_chunks)}
+    return sorted(found)
+
+
+def sample_rows(
+    db: Database,
+    kind: SeriesKind,
+    source_ids: Sequence[int],
+    start: float | None = None,
+    end: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every stored sample of the sources (servers for ``engine``, GPUs for ``gpu``) in [start, end], head
+    and sealed, as sample-table rows (column -> value; a sealed row's id is None), by source then time.
+    A generator: it holds a connection while it is read, and decodes one chunk at a time."""
+    spec = _spec(kind)
+    chunk_spec = sealed.BY_SAMPLE_TABLE[spec.sample_table]
+    t = spec.sample
+    first = t.c[spec.source_cols[0]]
+    with db.engine.connect() as conn:
+        for src in sorted({int(i) for i in source_ids}):
+            where = [first == src]
+            if start is not None:
+                where.append(t.c.ts >= start)
+            if end is not None:
+                where.append(t.c.ts <= end)
+            head = (
+                dict(r)
+                for r in conn.execute(sa_select(t).where(and_(*where)).order_by(t.c.ts, t.c.id)).mappings()
+            )
+            # per series (a DP rank), its chunks follow one another in time, decoded as the merge reaches them
+            ranks: list[int | None] = [None]
+            if kind == "engine":
+                c = chunk_spec.chunk
+                ranks = [
+                    int(r)
+                    for (r,) in conn.execute(sa_select(c.c.dp_rank).where(c.c.server_id == src).distinct())
+                ]
+            sealed_rows = [
+                _rows_of_runs(
+                    chunk_spec,
+                    sealed.iter_runs(conn, chunk_spec, [src], start, end, chunk_spec.columns, dp_rank=r),
+                )
+                for r in ranks
+            ]
+            yield from heapq.merge(*sealed_rows, head, key=lambda r: r["ts"])
+
+
+def _rows_of_runs(spec: sealed.ChunkSpec, runs: Iterator[sealed.SealedRun]) -> Iterator[dict[str, Any]]:
+    for run in runs:
+        for row in run.rows(spec):
+            yield {"id": None, **row}
 
 
 # --- the engine's decode counters ------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Retention: raw samples for a few days, 1-minute rollups for months, 1-hour rollups for years.
 
 Every rolled-up sample table (rollups.SPECS: engine and GPU samples, the engine's decode counters) is
-kept to the same horizons.
+kept to the same horizons. Sealed samples (storage/sealed.py) go a whole chunk at a time, once its newest
+sample is past the raw horizon.
 
 Rollups are brought up to date before raw rows go, so nothing reaches the bin unsummarised. The
 horizons reached are written to ``meta`` (``retention_<tier>_before``) so queries know which tier still
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from spectower.storage import dialect, schema
+from spectower.storage import dialect, schema, sealed
 from spectower.storage.rollups import HOUR_S, MINUTE_S, SPECS, update_rollups
 from sqlalchemy import Engine, and_, select
 from sqlmodel import SQLModel
@@ -86,6 +87,10 @@ def apply_retention(
                 col = sample.c[spec.source_cols[0]]
                 n += conn.execute(sample.delete().where(and_(col == src, sample.c.ts < raw_cut))).rowcount
             deleted[spec.sample_table] = n
+            chunk_spec = sealed.BY_SAMPLE_TABLE.get(spec.sample_table)
+            if chunk_spec is not None:  # whole chunks only: one that ends after the cut is kept
+                c = chunk_spec.chunk
+                deleted[c.name] = conn.execute(c.delete().where(c.c.end_ts < raw_cut)).rowcount
             for res, cut in cuts.items():
                 r = spec.rollup
                 deleted[f"{r.name}_{res}s"] = conn.execute(

@@ -13,13 +13,14 @@ only then reads max(id): every row up to the new watermark is committed, none is
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.storage import dialect, models
-from sqlalchemy import Engine, Table, and_, func, literal_column, select
+from spectower.storage import dialect, models, sealed
+from sqlalchemy import Engine, Float, Table, and_, bindparam, func, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
@@ -81,28 +82,35 @@ def _ranges(indexes: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: float, hi: float) -> None:
-    """Recompute one source's minute rollups over [lo, hi) (minute-aligned) from raw samples, then
-    its hour rollups over the whole hours that range touches, from the minute rollups."""
-    name = conn.dialect.name
+@dataclass(frozen=True)
+class _RebuildStatements:
+    """``_rebuild``'s four statements for one spec and dialect, built once: the source, the minute range
+    and the hour range are bound parameters (building them per source and minute cost the writer more
+    CPU than running them)."""
+
+    clear_minutes: Any
+    minutes: Any
+    clear_hours: Any
+    hours: Any
+
+
+@functools.cache
+def _rebuild_statements(spec: RollupSpec, dialect_name: str) -> _RebuildStatements:
     sample, rollup = spec.sample, spec.rollup
-    src_where = [sample.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
-    roll_where = [rollup.c[c] == v for c, v in zip(spec.source_cols, source, strict=True)]
+    src_where = [sample.c[c] == bindparam(f"src_{c}") for c in spec.source_cols]
+    roll_where = [rollup.c[c] == bindparam(f"src_{c}") for c in spec.source_cols]
     metric_cols = [f"{m}_{agg}" for m in spec.metrics for agg in ("min", "max", "sum", "n")]
     cols = ["res_s", *spec.source_cols, "bucket_ts", "n", *metric_cols]
-    h_lo = math.floor(lo / HOUR_S) * HOUR_S
-    h_hi = math.ceil(hi / HOUR_S) * HOUR_S
+    lo, hi = bindparam("lo", type_=Float), bindparam("hi", type_=Float)
+    h_lo, h_hi = bindparam("h_lo", type_=Float), bindparam("h_hi", type_=Float)
 
-    def clear(res: int, a: float, b: float) -> None:
-        conn.execute(
-            rollup.delete().where(
-                and_(rollup.c.res_s == res, *roll_where, rollup.c.bucket_ts >= a, rollup.c.bucket_ts < b)
-            )
+    def clear(res: int, a: Any, b: Any) -> Any:
+        return rollup.delete().where(
+            and_(rollup.c.res_s == res, *roll_where, rollup.c.bucket_ts >= a, rollup.c.bucket_ts < b)
         )
 
     # minute buckets from raw samples
-    clear(MINUTE_S, lo, hi)
-    bucket = dialect.bucket_index(name, sample.c.ts, 0.0, MINUTE_S)
+    bucket = dialect.bucket_index(dialect_name, sample.c.ts, 0.0, MINUTE_S)
     aggs: list[Any] = []
     for m in spec.metrics:
         c = sample.c[m]
@@ -118,11 +126,8 @@ def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: fl
         .where(and_(*src_where, sample.c.ts >= lo, sample.c.ts < hi))
         .group_by(*[sample.c[c] for c in spec.source_cols], bucket)
     )
-    conn.execute(rollup.insert().from_select(cols, minute_sel))
-
     # hour buckets from the minute buckets (60 rows an hour: cheap to redo whole)
-    clear(HOUR_S, h_lo, h_hi)
-    hbucket = dialect.bucket_index(name, rollup.c.bucket_ts, 0.0, HOUR_S)
+    hbucket = dialect.bucket_index(dialect_name, rollup.c.bucket_ts, 0.0, HOUR_S)
     haggs: list[Any] = []
     for m in spec.metrics:
         haggs += [
@@ -146,7 +151,28 @@ def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: fl
         )
         .group_by(*[rollup.c[c] for c in spec.source_cols], hbucket)
     )
-    conn.execute(rollup.insert().from_select(cols, hour_sel))
+    return _RebuildStatements(
+        clear(MINUTE_S, lo, hi),
+        rollup.insert().from_select(cols, minute_sel),
+        clear(HOUR_S, h_lo, h_hi),
+        rollup.insert().from_select(cols, hour_sel),
+    )
+
+
+def _rebuild(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], lo: float, hi: float) -> None:
+    """Recompute one source's minute rollups over [lo, hi) (minute-aligned) from raw samples, then
+    its hour rollups over the whole hours that range touches, from the minute rollups."""
+    st = _rebuild_statements(spec, conn.dialect.name)
+    params: dict[str, Any] = {f"src_{c}": v for c, v in zip(spec.source_cols, source, strict=True)}
+    params |= {"lo": lo, "hi": hi}
+    params |= {
+        "h_lo": float(math.floor(lo / HOUR_S) * HOUR_S),
+        "h_hi": float(math.ceil(hi / HOUR_S) * HOUR_S),
+    }
+    conn.execute(st.clear_minutes, params)
+    conn.execute(st.minutes, params)
+    conn.execute(st.clear_hours, params)
+    conn.execute(st.hours, params)
 
 
 def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
@@ -154,6 +180,7 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     sample = spec.sample
     dialect.lock_for_rollup(conn, spec.sample_table)  # before reading the watermark and max(id)
     last_id = watermark(conn, spec)
+    _unseal_late_rows(conn, spec, last_id)
     max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
     if max_id is None or max_id <= last_id:
         return 0
@@ -175,6 +202,34 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
             _rebuild(conn, spec, source, float(m0 * MINUTE_S), float(m1 * MINUTE_S))
     _set_watermark(conn, spec, int(max_id), now)
     return n_new
+
+
+def _unseal_late_rows(conn: Connection, spec: RollupSpec, last_id: int) -> None:
+    """New rows that fall into a range already sealed (a collector flushing late): that range's chunks go
+    back into the head first, so its minutes are recomputed from every sample they hold."""
+    chunk_spec = sealed.BY_SAMPLE_TABLE.get(spec.sample_table)
+    if chunk_spec is None:
+        return
+    sample = spec.sample
+    src = [sample.c[c] for c in spec.source_cols]
+    oldest_new = conn.execute(select(*src, func.min(sample.c.ts)).where(sample.c.id > last_id).group_by(*src))
+    for *source, since in oldest_new.all():
+        sealed.unseal(conn, chunk_spec, source, float(since))
+
+
+def seal_heads(engine: Engine, **options: Any) -> int:
+    """Seal what is due in every sample table's head (``storage.sealed.seal``; ``options`` are its
+    keywords), one transaction per table and round, until nothing more is due; returns rows sealed."""
+    total = 0
+    for chunk_spec in sealed.SPECS:
+        spec = next(s for s in SPECS if s.sample_table == chunk_spec.sample_table)
+        while True:
+            with dialect.write_transaction(engine) as conn:
+                n = sealed.seal(conn, chunk_spec, watermark(conn, spec), **options)
+            total += n
+            if not n:
+                break
+    return total
 
 
 def update_rollups(engine: Engine, now: float | None = None) -> int:

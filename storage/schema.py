@@ -16,6 +16,8 @@ History:
   rollups (``engine_counter_rollup``).
 - v4: ``control_event.request_id`` (the knob request, for who holds a lock) and ``control_event.note``
   (what a confirmed row says, which v3 kept in ``error``).
+- v5: sealed sample chunks (``engine_chunk``, ``gpu_chunk`` + indexes; storage/sealed.py). The sample
+  tables stay as they are and become the head; the writer's first maintenance seals what they hold.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sqlalchemy import Engine, Index, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA_VERSION_KEY = "schema_version"
 
 
@@ -68,8 +70,15 @@ def _v3_to_v4(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE control_event ADD COLUMN note VARCHAR"))
 
 
+def _v4_to_v5(conn: Connection) -> None:
+    # New tables only: the rows stay in the sample tables (now the head) until the writer seals them, a
+    # chunk per series and time range at a time, each in its own transaction (storage/sealed.py).
+    models.engine_chunk.create(conn, checkfirst=True)
+    models.gpu_chunk.create(conn, checkfirst=True)
+
+
 # MIGRATIONS[v] turns a version-v database into version v+1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def read_version(conn: Connection) -> int | None:

@@ -62,9 +62,9 @@ def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
     make_v1_file(path)
     db = open_database(path)
     try:
-        assert db.schema_version == SCHEMA_VERSION == 4
+        assert db.schema_version == SCHEMA_VERSION == 5
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "4"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "5"
             cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
             assert "source_sha256" in cols
             assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
@@ -140,6 +140,8 @@ def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> N
         ALTER TABLE control_event DROP COLUMN note;
         DROP TABLE engine_counter_sample;
         DROP TABLE engine_counter_rollup;
+        DROP TABLE engine_chunk;
+        DROP TABLE gpu_chunk;
         UPDATE meta SET value='2' WHERE key='schema_version';
         INSERT INTO server (id, url, first_seen, last_seen) VALUES (1, 'http://v2:30000', 100.0, 200.0);
         INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (1, 0, 150.0, 3.0);
@@ -149,7 +151,7 @@ def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> N
     con.close()
     db = open_database(path)
     try:
-        assert db.schema_version == 4
+        assert db.schema_version == 5
         assert queries.counter_intervals(db, 1, 0.0, 300.0) == []
         assert [r.num_running_reqs for r in queries.latest_engine_samples(db)] == [3.0]
     finally:
@@ -168,6 +170,8 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
         """
         ALTER TABLE control_event DROP COLUMN request_id;
         ALTER TABLE control_event DROP COLUMN note;
+        DROP TABLE engine_chunk;
+        DROP TABLE gpu_chunk;
         UPDATE meta SET value='3' WHERE key='schema_version';
         INSERT INTO control_event (ts, actor, server_url, action, old_max_bs, new_max_bs, reason, confirmed,
                                    error)
@@ -179,7 +183,7 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
     con.close()
     db = open_database(path)
     try:
-        assert db.schema_version == 4
+        assert db.schema_version == 5
         (row,) = queries.control_events(db)
         assert (row.error, row.note, row.request_id) == ("manual lock until released", None, None)
     finally:
