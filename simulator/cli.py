@@ -64,7 +64,6 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.control import knob_contract
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile
     from spectower.simulator.server import run
@@ -77,18 +76,7 @@ def serve(
         loaded = loaded.without_speculation()
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
-    share_from = "--explore-share"
-    if explore_share is None:
-        share_from = knob_contract.EXPLORE_ENV
-        raw = os.environ.get(share_from, "").strip()
-        try:
-            explore_share = float(raw) if raw else knob_contract.DEFAULT_EXPLORE_SHARE
-        except ValueError:
-            fail(f"{share_from} must be a number in 0..{knob_contract.MAX_EXPLORE_SHARE:g}, got {raw!r}")
-    try:
-        knob_contract.explore_share_of(explore_share, share_from)
-    except knob_contract.ContractError as exc:
-        fail(str(exc))
+    explore_share = _explore_share(explore_share)
     try:
         config = SimConfig(
             profile=loaded,
@@ -105,12 +93,37 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    for what, value in (("--port", port), ("--gpu-metrics-port", gpu_metrics_port)):
+    _fail_unless_bindable(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
+    run(config)
+
+
+def _explore_share(given: float | None) -> float:
+    """``--explore-share``, else $SPECTOWER_EXPLORE_SHARE, else the plugin's default; one error line naming
+    where a bad value came from."""
+    from spectower.control import knob_contract
+
+    share_from = "--explore-share"
+    if given is None:
+        share_from = knob_contract.EXPLORE_ENV
+        raw = os.environ.get(share_from, "").strip()
+        try:
+            given = float(raw) if raw else knob_contract.DEFAULT_EXPLORE_SHARE
+        except ValueError:
+            fail(f"{share_from} must be a number in 0..{knob_contract.MAX_EXPLORE_SHARE:g}, got {raw!r}")
+    try:
+        knob_contract.explore_share_of(given, share_from)
+    except knob_contract.ContractError as exc:
+        fail(str(exc))
+    return given
+
+
+def _fail_unless_bindable(host: str, ports: dict[str, int | None]) -> None:
+    """One error line for the first port (by its option) that cannot be listened on."""
+    for what, value in ports.items():
         if value:
             problem = cannot_bind(host, value)
             if problem:
                 fail(f"{what}: cannot listen on {host}:{value} ({problem})")
-    run(config)
 
 
 def cannot_bind(host: str, port: int) -> str | None:

@@ -364,31 +364,8 @@ class RankScheduler:
         else:
             self.batches_gated += 1
             mean = 1.0
-        base = int(mean)
-        frac = mean - base
-        rnd = self._rng.random
         now = time.monotonic()
-        produced = 0
-        live = 0
-        finished: list[SimRequest] = []
-        for r in self.running:
-            if r.aborted:
-                continue
-            live += 1
-            k = base + 1 if frac > 0 and rnd() < frac else base
-            new = r._push(k)
-            n = len(new)
-            produced += n
-            r.spec_verify_ct += 1
-            if drafted:
-                r.spec_accepted_drafts += k - 1
-                r.spec_proposed_drafts += steps
-            if r.last_token_mono is not None and n:
-                self.engine.tokenizer.itl.observe((now - r.last_token_mono) / n, n)
-            r.last_token_mono = now
-            if len(r.output) >= r.max_new_tokens:
-                finished.append(r)
-            self._emit(r)
+        produced, live, finished = self._push_tokens(mean, drafted, steps, now)
         self.cum_accept_tokens += produced
         self.cum_verify_ct += live
         self.total_decode_tokens += produced
@@ -411,6 +388,37 @@ class RankScheduler:
         if self._win_steps >= self.engine.config.decode_log_interval:
             self._publish(now, prefill=False)
         return deadline
+
+    def _push_tokens(
+        self, mean: float, drafted: bool, steps: int, now: float
+    ) -> tuple[int, int, list[SimRequest]]:
+        """One decode step's tokens to every live request (``mean`` per request on average, whole tokens
+        drawn around it); returns the tokens made, the live requests, and those now finished."""
+        base = int(mean)
+        frac = mean - base
+        rnd = self._rng.random
+        produced = 0
+        live = 0
+        finished: list[SimRequest] = []
+        for r in self.running:
+            if r.aborted:
+                continue
+            live += 1
+            k = base + 1 if frac > 0 and rnd() < frac else base
+            new = r._push(k)
+            n = len(new)
+            produced += n
+            r.spec_verify_ct += 1
+            if drafted:
+                r.spec_accepted_drafts += k - 1
+                r.spec_proposed_drafts += steps
+            if r.last_token_mono is not None and n:
+                self.engine.tokenizer.itl.observe((now - r.last_token_mono) / n, n)
+            r.last_token_mono = now
+            if len(r.output) >= r.max_new_tokens:
+                finished.append(r)
+            self._emit(r)
+        return produced, live, finished
 
     def _holes_pending(self) -> bool:
         if self.holed:  # an aborted request leaves the batch for good too, as in the plugin's begin_batch

@@ -52,6 +52,7 @@ def test_the_wheel_installs_one_namespace_with_its_data_and_entry_points(wheel: 
     assert tops == {"spectower", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "spectower/control/sglang_plugin.py" in names
     assert "spectower/simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json" in names
+    assert "spectower/simulator/sglang_server_args.json" in names  # the simulator's /server_info template
     assert "spectower/console/pages/overview.py" in names
     dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = configparser.ConfigParser()
