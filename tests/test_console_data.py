@@ -6,12 +6,14 @@ import time
 from pathlib import Path
 
 import pytest
-from spectower.console import data, synthetic
+from spectower.console import data
 from spectower.control import speedup
 from spectower.storage import Database, open_database, queries
 from spectower.storage.models import EngineSample
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
+
+from benchmarks import synthetic
 
 
 @pytest.fixture
