@@ -66,7 +66,6 @@ def serve(
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     from spectower.simulator.profile import ProfileError, load_profile
-    from spectower.simulator.server import run
 
     try:
         loaded = load_profile(profile)
@@ -94,6 +93,9 @@ def serve(
     except ValueError as exc:
         fail(str(exc))
     _fail_unless_bindable(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
+    # imported once the arguments hold: the web stack is most of a start-up, and a refusal needs none of it
+    from spectower.simulator.server import run
+
     run(config)
 
 

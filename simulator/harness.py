@@ -313,7 +313,7 @@ class _Counters:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Totals:
     """Tokens over the run: under the policy, and what each reference (oracle, never drafting, the best of
     both, a plain server) would have made under the same load."""
@@ -341,7 +341,7 @@ class _Totals:
             self.drafting_time += mode.drafted_time
 
 
-@dataclass
+@dataclass(slots=True)
 class _Gauges:
     """SGLang's throughput and accept-length gauges: the last finished window of ``log_interval_steps``
     decode steps; the throughput decays to 0 after ``GAUGE_IDLE_DECAY_S`` idle."""
@@ -373,7 +373,7 @@ class _Gauges:
             self.tok_s = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Interval:
     """What a runner polling every tick averages over one decision interval."""
 
@@ -437,7 +437,7 @@ class _Runner:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Knob:
     """The ceiling the server applies: a policy's set lands ``knob_delay_s`` after its decision."""
 

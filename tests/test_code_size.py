@@ -98,3 +98,19 @@ def test_the_check_names_what_breaks_the_limit() -> None:
 def test_every_installed_folder_is_checked() -> None:
     names = {folder.name for folder in product_folders()}
     assert {"collectors", "storage", "control", "simulator", "console", "spectower"} <= names
+
+
+def test_test_and_benchmark_helpers_stay_out_of_the_package() -> None:
+    """benchmarks/synthetic.py (made-up histories) was console/synthetic.py: nothing installed may need the
+    helpers of tests/ or benchmarks/, which the wheel does not carry."""
+    reaching_out = []
+    for folder in product_folders():
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                if any(name.split(".")[0] in ("tests", "benchmarks") for name in names):
+                    reaching_out.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert reaching_out == []
+    assert not [p for folder in product_folders() for p in folder.rglob("synthetic.py")]
