@@ -104,3 +104,11 @@ def test_nothing_reads_outside_the_repository() -> None:
         if any(n in path.read_text(errors="replace") for n in needles)
     ]  # fmt: skip
     assert offenders == []
+
+
+def test_xdist_groups_hold(request: pytest.FixtureRequest) -> None:
+    """Under --dist loadgroup (./tests/run, both lanes) this module's tests carry their group, so one worker
+    runs them all and builds the wheel once; pytest 9 with pytest-xdist 3.8 dropped the group silently and
+    two workers built the wheel in one build/ at once (pyproject.toml pins pytest below 9)."""
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@wheel"), request.node.nodeid
