@@ -3,6 +3,7 @@ FROM python:3.11-slim
 WORKDIR /opt/spectower
 COPY pyproject.toml README.md ./
 COPY spectower ./spectower
+COPY plugin ./plugin
 COPY collectors ./collectors
 COPY storage ./storage
 COPY control ./control

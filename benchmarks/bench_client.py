@@ -30,7 +30,7 @@ from spectower.collectors.bench.stats import point_figures
 from spectower.collectors.bench.stream import RequestShape
 from spectower.simulator.profile import load_profile
 
-from tests.simulator_process import SimulatorProcess
+from benchmarks.simulator_process import SimulatorProcess
 
 DEFAULT_PROFILE = "llama31-8b-1x-h100"  # the fastest shipped profile: the most chunks per second
 

@@ -35,7 +35,7 @@ from spectower.collectors.bench.stats import point_figures
 from spectower.collectors.bench.stream import RequestShape
 from spectower.simulator.profile import load_profile
 
-from tests.simulator_process import SimulatorProcess
+from benchmarks.simulator_process import SimulatorProcess
 
 DEFAULT_SGLANG_PYTHON = Path.home() / ".cache/spectower/sglang-0.5.23/bin/python"
 TOLERANCE = 0.05

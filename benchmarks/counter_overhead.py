@@ -1,4 +1,4 @@
-"""CPU cost per decode step of the decode counters (control/engine_counters.py) as the SGLang plugin runs
+"""CPU cost per decode step of the decode counters (plugin/engine_counters.py) as the SGLang plugin runs
 them: ``begin`` in the get_steps_for_batch hook and ``end`` in the on_verify_complete hook (the real
 ``time.perf_counter`` clock, a verify result of ``--batch`` requests), and the simulator's ``record``.
 
@@ -15,7 +15,7 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 
-from spectower.control import engine_counters, sglang_plugin
+from spectower.plugin import engine_counters, knob_gate
 
 
 def per_step_ns(fn: Callable[[int], None], steps: int) -> float:
@@ -55,8 +55,8 @@ def main() -> None:
         candidate_steps = (0, 3)
 
     params = Params()
-    sglang_plugin._STATE = None
-    state = sglang_plugin._state()
+    knob_gate._STATE = None
+    state = knob_gate._state()
     state.refusal, state.refusal_checked = None, True  # as on a server the plugin accepted
     state.gate.set_ceiling(batch)  # drafting: the gate's path for every batch
 
@@ -68,8 +68,8 @@ def main() -> None:
 
     def hooks(n: int) -> None:
         steps_hook, verify_hook = (
-            sglang_plugin.hook_get_steps_for_batch,
-            sglang_plugin.hook_on_verify_complete,
+            knob_gate.hook_get_steps_for_batch,
+            knob_gate.hook_on_verify_complete,
         )
         for _ in range(n):
             steps_hook(original_steps, params, batch)

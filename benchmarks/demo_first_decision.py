@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.sim_fidelity import machine  # noqa: E402
-from tests.conftest import SPECTOWER_CLI, free_port  # noqa: E402
+from benchmarks.simulator_process import SPECTOWER_CLI, free_port  # noqa: E402
 
 BOUND_S = 120.0
 QUERIES = {

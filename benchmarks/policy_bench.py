@@ -42,8 +42,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO_ROOT))  # a source checkout without an install; an installed spectower comes first
 
-from spectower.control import knob_contract  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
+from spectower.plugin import knob_contract  # noqa: E402
 from spectower.simulator import step_model  # noqa: E402
 from spectower.simulator.harness import HarnessConfig, RunResult, simulate  # noqa: E402
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile  # noqa: E402

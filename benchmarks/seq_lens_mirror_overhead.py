@@ -1,4 +1,4 @@
-"""CPU cost per gated decode step of the seq-lens mirror (control/sglang_seq_lens.py) as SGLang's scheduler
+"""CPU cost per gated decode step of the seq-lens mirror (plugin/seq_lens_mirror.py) as SGLang's scheduler
 runs it on a flashinfer server: ``before_forward`` and ``after_forward`` around the step, then the next
 resolve's answer from the mirror (``lengths_for`` and the host tensor), for ``--batch`` requests.
 
@@ -18,8 +18,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from spectower.control import sglang_seq_lens
-from spectower.control.sglang_seq_lens import SeqLensMirror
+from spectower.plugin import seq_lens_mirror
+from spectower.plugin.seq_lens_mirror import SeqLensMirror
 
 
 class Request:  # SGLang's Req hashes by identity: so does this
@@ -53,7 +53,7 @@ def main() -> None:
 
     state = SeqLensMirror(enabled=True, verify_every=0)
     state.active = True
-    sglang_seq_lens._MIRROR = state  # the module's hooks read this process's mirror
+    seq_lens_mirror._MIRROR = state  # the module's hooks read this process's mirror
     reqs = [Request(f"r{i}") for i in range(args.batch)]
     worker = types.SimpleNamespace(speculative_num_steps=0)  # a gated step
     lengths = [100 + i for i in range(args.batch)]
@@ -62,8 +62,8 @@ def main() -> None:
     state.after_decode(reqs, lengths, gated=True)
 
     def one_step() -> None:
-        noted = sglang_seq_lens.before_forward(batch, decode=True)
-        sglang_seq_lens.after_forward(noted, worker)
+        noted = seq_lens_mirror.before_forward(batch, decode=True)
+        seq_lens_mirror.after_forward(noted, worker)
         known = state.lengths_for(reqs)
         assert known is not None
         batch.seq_lens_cpu = host(known)

@@ -1,6 +1,6 @@
 """Does `spectower bench sweep` measure what the simulator serves? Curve, crossover and off/plain figures.
 
-Runs the real CLI (a subprocess) against the simulator (a subprocess, ``tests.simulator_process``) and
+Runs the real CLI (a subprocess) against the simulator (a subprocess, ``benchmarks.simulator_process``) and
 prints, per level and mode, the sweep's steady output tok/s beside the profile's and the simulator's own
 decode counter, then the crossover it found beside the profile's. The tests (tests/test_bench_sweep_sim.py,
 tests/test_bench_plain_sim.py) check the sweep's behaviour on short runs; how close it comes to the profile
@@ -38,8 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from spectower.simulator.profile import Profile, load_profile  # noqa: E402
 
 from benchmarks.sim_fidelity import machine  # noqa: E402
-from tests.conftest import SPECTOWER_CLI  # noqa: E402
-from tests.simulator_process import SimulatorProcess  # noqa: E402
+from benchmarks.simulator_process import SPECTOWER_CLI, SimulatorProcess  # noqa: E402
 
 SHIPPED = ("glm5-nvfp4-8x-rtx-pro-6000", "llama31-8b-1x-h100")
 LEVELS = "1,2,4,8,16,32,64"

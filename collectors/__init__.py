@@ -1,5 +1,5 @@
 """Collectors: outside sources (SGLang, NVML, dcgm-exporter, Prometheus, load sweeps) -> typed samples.
-May import storage and control's contract modules (knob_contract, engine_counters, speedup).
+May import storage and the plugin package's contracts (knob_contract, engine_counters: standard library).
 
 Public API (import from the modules; this package imports nothing so the NVML sampler runs on a bare GPU
 host):

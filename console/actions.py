@@ -8,6 +8,7 @@ typed ``SetResult``, turned into the ``ActionResult`` the page keeps in its sess
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -113,3 +114,47 @@ def release_lock(db_url: str, server_url: str, reason: str, operator: settings.O
         except _REFUSALS as exc:
             return ActionResult.refused(server_url, None, exc, "release")
     return ActionResult.of(outcome.result, "release")
+
+
+# ------------------------------------------------------------------------------------------- fleets
+
+
+def read_fleet(
+    replicas: Sequence[str], operator: settings.Operator | None, timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+) -> list[tuple[str, KnobState | BaseException]]:
+    """Every replica's knob as it reports it, read at once (an unreachable one: its error)."""
+    from spectower.control.fleet_ops import read_all
+
+    return read_all(replicas, lambda url: _client(url, operator, timeout_s))
+
+
+def apply_fleet(
+    db_url: str,
+    replicas: Sequence[str],
+    target: Target,
+    reason: str,
+    operator: settings.Operator,
+    hold_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """The fleet flip: ``target`` on every replica at once, each read back and audited
+    (``control.fleet_ops.set_all``, as `control set --fleet`); one row per replica."""
+    from spectower.control.fleet_ops import set_all
+    from spectower.storage import open_database
+
+    with open_database(db_url) as db:
+        outcomes = set_all(db, replicas, lambda url: _client(url, operator, DEFAULT_ACTION_TIMEOUT_S), target,
+                           reason, operator.actor, hold_s=hold_s)  # fmt: skip
+    return [outcome.to_dict() for outcome in outcomes]
+
+
+def release_fleet(
+    db_url: str, replicas: Sequence[str], reason: str, operator: settings.Operator
+) -> list[dict[str, Any]]:
+    """Every replica's lock cleared at once, each read back and audited (``fleet_ops.release_all``)."""
+    from spectower.control.fleet_ops import release_all
+    from spectower.storage import open_database
+
+    with open_database(db_url) as db:
+        outcomes = release_all(db, replicas, lambda url: _client(url, operator, DEFAULT_ACTION_TIMEOUT_S),
+                               operator.actor, reason)  # fmt: skip
+    return [outcome.to_dict() for outcome in outcomes]

@@ -17,6 +17,7 @@ PAGES = [
     st.Page("pages/speculation.py", title="Speculation", icon=":material/bolt:"),
     st.Page("pages/gpus.py", title="GPUs", icon=":material/memory:"),
     st.Page("pages/control.py", title="Control", icon=":material/tune:"),
+    st.Page("pages/fleet.py", title="Fleet", icon=":material/dns:"),
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/bar_chart:"),
 ]
 

@@ -254,3 +254,47 @@ def bench_runs(db: Database) -> pd.DataFrame:
 
 def bench_points(db: Database, run_ids: Sequence[int]) -> pd.DataFrame:
     return _frame(queries.bench_points_many(db, run_ids), models.BenchPoint)
+
+
+# ---------------------------------------------------------------- fleets
+
+FLEET_SERIES = ("output_tok_s", "num_running_reqs", "spec_max_bs")
+
+
+def fleet_totals(
+    db: Database, server_ids: Sequence[int], t0: float, t1: float, max_points: int
+) -> pd.DataFrame:
+    """A fleet over time: ``ts, output_tok_s`` (summed over the replicas that reported in the bucket),
+    ``replicas_drafting`` (knob above 0 and the running batch within it: the replica drafts) and
+    ``replicas_reporting``, in at most ``max_points`` buckets common to every replica."""
+    columns = ["ts", "output_tok_s", "replicas_drafting", "replicas_reporting"]
+    step = max((t1 - t0) / max(1, max_points), 1e-9)
+    per_replica = []
+    for server_id in server_ids:
+        frame = engine_series(db, int(server_id), t0, t1, FLEET_SERIES, max_points)
+        if frame.empty:
+            continue
+        bucket = ((frame["ts"] - t0) // step).astype(int)
+        means = frame.assign(bucket=bucket).groupby("bucket")[list(FLEET_SERIES)].mean()
+        knob, running = means["spec_max_bs"], means["num_running_reqs"]
+        per_replica.append(means.assign(drafting=((knob > 0) & (running <= knob)).astype(int), reporting=1))
+    if not per_replica:
+        return pd.DataFrame(columns=columns)
+    summed = pd.concat(per_replica).groupby(level=0).agg(
+        output_tok_s=("output_tok_s", "sum"), replicas_drafting=("drafting", "sum"),
+        replicas_reporting=("reporting", "sum"),
+    )  # fmt: skip
+    summed["ts"] = t0 + (summed.index.to_numpy() + 0.5) * step
+    return summed.reset_index(drop=True)[columns]
+
+
+def speedup_at(live: LiveSpeedup, running: float | None) -> dict[str, Any] | None:
+    """The live estimate's bin nearest the current running batch (``batch_size, speedup, lo, hi``), or None
+    when nothing is measured in both modes yet (or the load is unknown)."""
+    measured = live.measured
+    if running is None or measured.empty:
+        return None
+    nearest = measured.iloc[int((measured["batch_size"] - running).abs().to_numpy().argmin())]
+    lo, hi = nearest["lo"], nearest["hi"]
+    return {"batch_size": int(nearest["batch_size"]), "speedup": float(nearest["speedup"]),
+            "lo": None if pd.isna(lo) else float(lo), "hi": None if pd.isna(hi) else float(hi)}  # fmt: skip

@@ -1,3 +1,3 @@
-"""The speculation knob: its contract, client, audit trail, policies, SGLang plugin and launch config.
-May import storage and the collectors' parsers/plumbing; the plugin and contract modules: standard library."""
+"""The speculation knob from outside the server: client, audit trail, policies, SGLang launch config.
+May import storage, the collectors' parsers/plumbing and the plugin package (wire contract, counters)."""
 

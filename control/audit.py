@@ -2,7 +2,7 @@
 
 Every attempt becomes a ``ControlEvent`` row (who, when, old -> new, why, the per-rank read-back, the
 outcome). ``apply_knob`` is what the CLI, the console and the policy runner call. Who holds the knob is NOT
-kept here: the server keeps it (control/knob_contract.py), so a manual set holds against a policy whatever
+kept here: the server keeps it (plugin/knob_contract.py), so a manual set holds against a policy whatever
 database, URL spelling, host or console each of them uses. ``confirmed`` is true only when the read-back
 shows this very request applied on every rank; otherwise ``error`` starts with ``not applied:`` or
 ``outcome unknown:``.
@@ -212,7 +212,7 @@ def apply_knob(
     """Set, settle the outcome by read-back, audit it. Returns the result whatever the outcome.
 
     Bad input (actor, reason, a negative, non-integer or too large value) is refused before anything is
-    sent or written. Who may write is the server's decision (control/knob_contract.py): a manual set takes
+    sent or written. Who may write is the server's decision (plugin/knob_contract.py): a manual set takes
     the server's lock (``hold_s`` seconds, or until released); a policy's set is refused while a lock holds
     (audited as not applied, then ``PolicyPaused`` is raised). The old value is the one the server itself
     recorded as replaced by this very request (atomic with the write), not an earlier read.

@@ -21,14 +21,14 @@ import httpx
 from spectower.collectors.auth import auth_headers
 from spectower.collectors.http import BodyTooLarge, check_http_url, is_loopback_url, request_bounded_sync
 from spectower.collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
-from spectower.control import knob_contract
-from spectower.control.knob_contract import KNOB_KEY, KnobRequest
 from spectower.control.sglang_config import (
     PLUGIN_INSTALL_HINT,
     adaptive_config_of,
     bands_allow_zero,
     server_info_problems,
 )
+from spectower.plugin import knob_contract
+from spectower.plugin.knob_contract import KNOB_KEY, KnobRequest
 
 DEFAULT_TIMEOUT = 5.0  # seconds; /server_info and /set_internal_state answer in milliseconds when healthy
 DEFAULT_READBACK_ATTEMPTS = 3  # a DP rank may report the new value one scheduler tick late

@@ -27,7 +27,7 @@ from spectower.control import audit
 from spectower.control.knob import KnobClient, KnobError, KnobState, SetResult, ensure_ready
 from spectower.control.policy import Decision, Observation, Policy
 from spectower.control.policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
-from spectower.control.speedup import sum_ranks
+from spectower.plugin.engine_counters import sum_ranks
 from spectower.storage import queries
 from spectower.storage.database import Database
 from spectower.storage.models import EngineSample

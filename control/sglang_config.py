@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spectower.collectors.sglang.server_info import ServerInfo
-from spectower.control.knob_contract import KNOB_KEY
+from spectower.plugin.knob_contract import KNOB_KEY
 from spectower.storage.files import atomic_write_text, check_out
 
 # SGLang's bands without --speculative-adaptive-config (adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG,

@@ -1,5 +1,5 @@
 """The one speedup estimator: drafted vs gated decode throughput per batch-size bin, from the engine's own
-counters (control/engine_counters.py), with a 95 % interval and the crossover.
+counters (plugin/engine_counters.py), with a 95 % interval and the crossover.
 
 Standard library only (the policy and the simulator import it; no pandas). Used by the console's live
 curve and crossover, ``spectower control get`` and the learning policy, so every reader of one server at
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spectower.collectors.bench.ratio import first_fall, fit_ratios
-from spectower.control.engine_counters import FIELDS, MODES, rates
+from spectower.plugin.engine_counters import MODES, rates
 
 Z95 = 1.96
 # Floor on a bin's log-speedup standard error when weighting the fit, the sweep's floor
@@ -78,7 +78,8 @@ class BinEstimate:
         stream, whose request mix differs from a drafting stream's. Requests that accept more finish sooner
         when drafting, so a drafting stream holds more of the ones that accept less; the explored rate reads
         high by the ratio of the arithmetic to the harmonic mean of the requests' accept lengths (1.12 on
-        the H200 pair, gpu/README.md). The gated side carries one token per request and has no such term."""
+        the H200 pair, data/gpu-runs/NOTEBOOK.md). The gated side carries one token per request and has no
+        such term."""
         total = self.drafted_steps + self.gated_steps
         if total == 0:
             return None
@@ -137,64 +138,6 @@ class SpeedupEstimate:
 
 
 # ---- counters -> intervals ------------------------------------------------------------------------------
-
-
-def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One counters snapshot summed over DP ranks; ranks whose bins differ (one grew) sum on the union.
-
-    ``started_at`` is the latest rank's: SGLang restarts its schedulers together, so a restart moves it and
-    ``rates`` sees the restart.
-    """
-    if not snapshots:
-        raise ValueError("sum_ranks needs at least one counters snapshot")
-    bins = sorted({int(b) for snap in snapshots for b in snap["bins"]})
-    index = {b: i for i, b in enumerate(bins)}
-    out: dict[str, Any] = {
-        "version": snapshots[0].get("version"),
-        "started_at": max((_number(s.get("started_at")) or 0.0 for s in snapshots), default=0.0),
-        "clock": snapshots[0].get("clock"),
-        "bins": bins,
-        "unmatched": sum(_count(s.get("unmatched")) for s in snapshots),
-        "dropped": sum(_count(s.get("dropped")) for s in snapshots),
-        "ranks": len(snapshots),
-        "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
-    }
-    for mode in MODES:
-        block: dict[str, list[Any]] = {field: [0] * len(bins) for field in FIELDS}
-        for snap in snapshots:
-            for field in FIELDS:
-                for b, v in zip(snap["bins"], snap[mode][field], strict=True):
-                    block[field][index[int(b)]] += v
-        block["time_s"] = [round(t, 9) for t in block["time_s"]]
-        out[mode] = block
-    return out
-
-
-def served(total: Mapping[str, Any]) -> dict[str, float]:
-    """Everything a ``sum_ranks`` total counted, both modes' bins and the settling steps together: steps,
-    output tokens and step time served (what a throughput over all decode steps divides)."""
-    return {field: float(sum(sum(total[mode][field]) for mode in MODES) + total["settling"][field])
-            for field in FIELDS}  # fmt: skip
-
-
-def _settling(snapshot: Mapping[str, Any]) -> dict[str, float]:
-    """A snapshot's settling steps, tokens and step time (control/explore.py); zeros where it has none (a
-    plugin before 0.3.0) or where they are malformed (diagnostics must not stop a reader)."""
-    block = snapshot.get("settling")
-    block = block if isinstance(block, Mapping) else {}
-    return {field: _number(block.get(field)) or 0.0 for field in FIELDS}
-
-
-def _number(value: object) -> float | None:
-    """A finite number as a float, else None: ``validate`` checks the counted lists, not the diagnostics
-    (``started_at``, ``unmatched``, ``dropped``), and a bad one must not stop a reader."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _count(value: object) -> int:
-    return int(_number(value) or 0)
 
 
 def intervals_from_snapshots(snapshots: Sequence[tuple[float, Mapping[str, Any]]]) -> list[dict[str, Any]]:

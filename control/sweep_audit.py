@@ -16,7 +16,7 @@ from typing import Any
 
 from spectower.collectors.bench.knob import SWEEP_HOLD_S, Found
 from spectower.collectors.sglang.server_info import knob_values
-from spectower.control import audit, knob_contract
+from spectower.control import audit
 from spectower.control.credentials import Credentials
 from spectower.control.knob import (
     OWNERSHIP_PLUGIN_VERSION,
@@ -29,8 +29,9 @@ from spectower.control.knob import (
     new_request_id,
     prepare_set,
 )
-from spectower.control.knob_contract import KnobRequest
 from spectower.control.sglang_config import PLUGIN_INSTALL_HINT
+from spectower.plugin import knob_contract
+from spectower.plugin.knob_contract import KnobRequest
 from spectower.storage.database import Database
 
 SWEEP_REASON = "bench sweep"

@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.engine_counters import counter_bins
-from spectower.control.policy.learn import bin_floor
+from spectower.plugin.engine_counters import counter_bins
 from spectower.storage import queries
 from spectower.storage.bench_serving import effective_server_info
 from spectower.storage.database import Database
@@ -113,6 +112,22 @@ class Known:
         return f"{self.crossover or 0:.1f}{interval}"
 
 
+def ceiling_at_crossover(crossover: float, bins: list[int]) -> int:
+    """The ceiling on a bin boundary for a crossover measured on the batch-size axis (a sweep's, a profile's).
+
+    A counters' bin counts the batches above the bin before it up to its own size (bin 48: 33-48), and learn
+    keeps its ceilings on bin boundaries so that each bin runs one mode. A bin drafts when most of its batch
+    sizes lie below the crossover, i.e. the crossover is past the bin's middle: 46.3 (the triton pair's,
+    2026-12-01) drafts bin 48, where the largest bin at or below it (32) would gate 33-46, where drafting
+    pays."""
+    ceiling, below = 0, 0
+    for top in bins:
+        if crossover < (below + 1 + top) / 2:
+            break
+        ceiling, below = top, top
+    return ceiling
+
+
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
 
@@ -178,8 +193,9 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
         if not server.differences(item.stack):
             # on a bin boundary, as learn keeps its ceilings (each bin runs one mode)
             ceiling = item.ceiling(max_running_requests)
-            if ceiling < max_running_requests:
-                ceiling = bin_floor(ceiling, counter_bins(max_running_requests))
+            if ceiling < max_running_requests and item.crossover is not None and item.status == "found":
+                bins = counter_bins(max_running_requests)
+                ceiling = min(ceiling_at_crossover(item.crossover, bins), max_running_requests)
             unchecked = ""
             if server.gpus is None:
                 unchecked = "; GPUs not compared: the server's are unknown (give --gpu-metrics)"
@@ -188,8 +204,7 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
             return WarmStart(
                 ceiling,
                 f"warm start: {item.source} matches this stack ({server.describe()}): crossover "
-                f"{item.crossover_text()}; learn starts at ceiling {ceiling} (the counters' bin at or below "
-                f"it){unchecked}",
+                f"{item.crossover_text()}; learn starts at ceiling {ceiling}{unchecked}",
             )
     if not candidates:
         checked = "no stored sweep or measured profile has a crossover"

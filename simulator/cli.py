@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 from spectower.cli_errors import fail
+
+if TYPE_CHECKING:
+    from spectower.simulator.profile import Profile
 
 
 def _read_key(path: Path | None, env: str, what: str) -> str | None:
@@ -62,21 +66,26 @@ def serve(
         help="Share of each batch-size bin's decode batches that run the other mode than the ceiling says "
         "(0..0.2; 0 = none). Default: $SPECTOWER_EXPLORE_SHARE, else 0.02, as the SGLang plugin.",
     ),
+    accept_kinds: str | None = typer.Option(
+        None,
+        "--accept-kinds",
+        help="Requests that accept differently: ACCEPT:SHARE,... (e.g. 4:0.5,2:0.5, the GPU check's pair); a "
+        "drafted step commits each request's own accept length. Default: the profile's for every request.",
+    ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
+    from spectower.plugin import explore
+    from spectower.simulator.accept_kinds import parse_accept_kinds
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
-    from spectower.simulator.profile import ProfileError, load_profile
-
-    try:
-        loaded = load_profile(profile)
-    except ProfileError as exc:
-        fail(str(exc))
-    if no_speculation:
-        loaded = loaded.without_speculation()
+    loaded = _profile(profile, no_speculation)
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
     explore_share = _explore_share(explore_share)
     try:
+        # the plugin's exploration windows, as SGLang's environment sets them for the plugin
+        cycle = explore.cycle_of(os.environ.get(explore.EXPLORE_CYCLE_ENV))
+        max_accept = loaded.speculative_num_steps + 1.0
+        kinds = parse_accept_kinds(accept_kinds, max_accept) if accept_kinds is not None else ()
         config = SimConfig(
             profile=loaded,
             host=host,
@@ -89,6 +98,8 @@ def serve(
             dp_size=dp_size,
             max_running_requests=max_running_requests,
             explore_share=explore_share,
+            explore_cycle=cycle,
+            accept_kinds=kinds,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -99,10 +110,22 @@ def serve(
     run(config)
 
 
+def _profile(name_or_path: str, no_speculation: bool) -> Profile:
+    """The --profile to serve (one error line when it cannot be read), as a plain server's with
+    --no-speculation."""
+    from spectower.simulator.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(name_or_path)
+    except ProfileError as exc:
+        fail(str(exc))
+    return loaded.without_speculation() if no_speculation else loaded
+
+
 def _explore_share(given: float | None) -> float:
     """``--explore-share``, else $SPECTOWER_EXPLORE_SHARE, else the plugin's default; one error line naming
     where a bad value came from."""
-    from spectower.control import knob_contract
+    from spectower.plugin import knob_contract
 
     share_from = "--explore-share"
     if given is None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.control import knob_contract
+from spectower.plugin import explore, knob_contract
+from spectower.simulator.accept_kinds import AcceptKind
 from spectower.simulator.profile import Profile
 
 # Data-parallel ranks, each a scheduler task: past this a value is a typo (1e5 took 12 s and 1.1 GB to start).
@@ -33,9 +34,14 @@ class SimConfig:
     decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL
     dp_size: int = DEFAULT_DP_SIZE
     max_running_requests: int | None = None
-    # The SGLang plugin's exploration share (control/knob_contract.py): every round(1/share)-th decode batch
+    # The SGLang plugin's exploration share (plugin/knob_contract.py): every round(1/share)-th decode batch
     # of a batch-size bin runs the other mode; 0 = none. `sim serve` takes SPECTOWER_EXPLORE_SHARE too.
     explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE
+    # The plugin's exploration windows (plugin/explore.py): batches per cycle, 0 = none.
+    # `sim serve` takes SPECTOWER_EXPLORE_CYCLE, as the plugin does.
+    explore_cycle: int = explore.WINDOW_CYCLE_BATCHES
+    # Requests that accept differently (simulator/accept_kinds.py); () = the profile's accept length for all
+    accept_kinds: tuple[AcceptKind, ...] = ()
 
     @property
     def effective_max_running_requests(self) -> int:
@@ -49,6 +55,7 @@ class SimConfig:
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise ValueError(f"max-running-requests must be >= 1, got {self.max_running_requests}")
         knob_contract.explore_share_of(self.explore_share, "explore-share")  # ContractError is a ValueError
+        explore.cycle_of(str(self.explore_cycle))  # ValueError naming SPECTOWER_EXPLORE_CYCLE
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if self.gpu_metrics_port is not None and not 0 <= self.gpu_metrics_port <= 65535:

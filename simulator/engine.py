@@ -12,7 +12,7 @@ decode steps over the running batch:
   (``Profile.speculative`` False, ``sim serve --no-speculation``) never drafts and runs its plain curve.
   ``spec_off`` is measured with the draft model's KV extend skipped, which the gated-decode plugin does for a
   batch the knob gates while nothing explores, or in an exploration window's cold part
-  (``RankScheduler.extend_skipped``, control/explore.py); otherwise (a window's warm and exploring parts, a
+  (``RankScheduler.extend_skipped``, plugin/explore.py); otherwise (a window's warm and exploring parts, a
   batch gated by exploration inside a drafting bin) a gated batch pays the extend and runs the profile's
   ``spec_off_warm`` curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
   Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
@@ -21,10 +21,10 @@ decode steps over the running batch:
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
   modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
-- exploration, as the SGLang plugin's gate does it (``control.explore.ExploreSchedule``, per rank): runs of
+- exploration, as the SGLang plugin's gate does it (``plugin.explore.ExploreSchedule``, per rank): runs of
   decode batches, ``explore_share`` of each batch-size bin's, run the other mode than the knob says, unless
   a lock (manual or sweep) holds the knob; a run's first batch and the first after it count as settling.
-  The knob's owner (``control.knob_contract.KnobOwner``) lives on the engine for that reason.
+  The knob's owner (``plugin.knob_contract.KnobOwner``) lives on the engine for that reason.
 
 Steps are scheduled against absolute monotonic deadlines (``deadline += step``), so event-loop jitter does
 not accumulate into drift; a loop that falls more than ``MAX_LAG_S`` behind (an overloaded machine) resets
@@ -44,13 +44,13 @@ import random
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 
-from spectower.control import knob_contract
-from spectower.control.engine_counters import EngineCounters
-from spectower.control.explore import Explorer
+from spectower.plugin import knob_contract
+from spectower.plugin.engine_counters import EngineCounters
+from spectower.plugin.explore import Explorer
+from spectower.simulator.accept_kinds import kind_of
 from spectower.simulator.config import SimConfig
-from spectower.simulator.profile import Profile
+from spectower.simulator.memory import memory_layout
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
 from spectower.simulator.textgen import TokenStream
 
@@ -60,37 +60,8 @@ MAX_LAG_S = 0.5
 MIN_PREFILL_S = 0.001
 # SGLang's default --max-prefill-tokens: one prefill batch admits at most this many prompt tokens.
 MAX_PREFILL_TOKENS = 16384
-# KV cache bytes per token of a large model in bf16 (sizes the simulated token pool from GPU memory).
-KV_BYTES_PER_TOKEN = 131072
-# Share of GPU memory SGLang's --mem-fraction-static leaves to weights / KV cache / CUDA graphs.
-WEIGHT_MEMORY_SHARE = 0.45
-KV_MEMORY_SHARE = 0.40
-GRAPH_MEMORY_SHARE = 0.02
 # A request's published state is its cumulative output length; this value means "aborted".
 ABORTED = -1
-
-
-@dataclass(frozen=True)
-class MemoryLayout:
-    weight_gb: float
-    kv_cache_gb: float
-    graph_gb: float
-    max_total_num_tokens: int
-    startup_available_gb: float
-
-
-def memory_layout(profile: Profile) -> MemoryLayout:
-    gib_per_gpu = profile.gpus.memory_mib / 1024.0
-    kv_gb = gib_per_gpu * KV_MEMORY_SHARE
-    # Tensor parallel over all GPUs: each GPU holds 1/count of every token's KV.
-    tokens = int(kv_gb * profile.gpus.count * 1024**3 / KV_BYTES_PER_TOKEN)
-    return MemoryLayout(
-        weight_gb=round(gib_per_gpu * WEIGHT_MEMORY_SHARE, 3),
-        kv_cache_gb=round(kv_gb, 3),
-        graph_gb=round(gib_per_gpu * GRAPH_MEMORY_SHARE, 3),
-        max_total_num_tokens=tokens,
-        startup_available_gb=round(gib_per_gpu * 0.97, 3),
-    )
 
 
 class SimRequest:
@@ -99,6 +70,7 @@ class SimRequest:
     __slots__ = (
         "_waiter",
         "aborted",
+        "accept",
         "created_mono",
         "created_wall",
         "done",
@@ -131,8 +103,10 @@ class SimRequest:
         streaming: bool,
         seed: int,
         rid: str | None = None,
+        accept: float | None = None,
     ) -> None:
         self.rid = rid or uuid.uuid4().hex
+        self.accept = accept  # its kind's accept length when drafted (None: the profile's; accept_kinds.py)
         self.index = index
         self.prompt_tokens = prompt_tokens
         self.max_new_tokens = max(1, max_new_tokens)
@@ -196,13 +170,13 @@ class RankScheduler:
         self.batches_drafted = 0
         self.batches_gated = 0
         self.batches_explored = 0
-        # which decode batches explore: the plugin's, in windows where the knob gates (control/explore.py)
-        self.explorer = Explorer()
+        # which decode batches explore: the plugin's, in windows where the knob gates (plugin/explore.py)
+        self.explorer = Explorer(engine.config.explore_cycle)
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
         self.holed: set[int] = set()
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
-        # The plugin's decode counters (control/engine_counters.py), fed the modelled step durations.
+        # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
         self.gauges = SchedulerGauges(
@@ -394,8 +368,6 @@ class RankScheduler:
     ) -> tuple[int, int, list[SimRequest]]:
         """One decode step's tokens to every live request (``mean`` per request on average, whole tokens
         drawn around it); returns the tokens made, the live requests, and those now finished."""
-        base = int(mean)
-        frac = mean - base
         rnd = self._rng.random
         produced = 0
         live = 0
@@ -404,7 +376,10 @@ class RankScheduler:
             if r.aborted:
                 continue
             live += 1
-            k = base + 1 if frac > 0 and rnd() < frac else base
+            # a request of a kind commits its own accept length when drafted (the step's time is the batch's)
+            own = min(float(steps + 1), r.accept) if drafted and r.accept is not None else mean
+            base = int(own)
+            k = base + 1 if own > base and rnd() < own - base else base
             new = r._push(k)
             n = len(new)
             produced += n
@@ -517,7 +492,9 @@ class Engine:
     def new_request(
         self, prompt_tokens: int, max_new_tokens: int, streaming: bool, rid: str | None = None
     ) -> SimRequest:
-        return SimRequest(next(self._index), prompt_tokens, max_new_tokens, streaming, self.seed, rid)
+        index = next(self._index)
+        accept = kind_of(index, self.config.accept_kinds)
+        return SimRequest(index, prompt_tokens, max_new_tokens, streaming, self.seed, rid, accept)
 
     def submit(self, req: SimRequest) -> None:
         rank = self.ranks[next(self._rr) % len(self.ranks)]

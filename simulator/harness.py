@@ -20,7 +20,7 @@ Effects the real server has that the harness reproduces:
 - the gate explores (``explore_share``, the SGLang plugin's default 2 %): that share of the decode steps
   at every batch size runs the other mode than the ceiling says, so tokens, gauges and counters all
   include it;
-- the engine counters (control/engine_counters.py) as the plugin publishes them, one rank: per
+- the engine counters (plugin/engine_counters.py) as the plugin publishes them, one rank: per
   power-of-two batch-size bin and mode, cumulative steps, tokens and step time, the step time with
   per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``);
   each Observation carries a snapshot (``Observation.counters``).
@@ -49,9 +49,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control import explore, knob_contract
-from spectower.control.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.control.policy import Observation, Policy, make_policy
+from spectower.plugin import explore, knob_contract
+from spectower.plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
 
@@ -211,7 +211,7 @@ class _Tables:
     off: tuple[_Mode, ...]
     # The knob at 0 with no exploration: the plugin skips the extend (spec_off, as a sweep measures it).
     off_cold: tuple[_Mode, ...]
-    # Gated by the ceiling while exploring: windows (control/explore.py) keep the extend in a few % of them.
+    # Gated by the ceiling while exploring: windows (plugin/explore.py) keep the extend in a few % of them.
     off_windowed: tuple[_Mode, ...]
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     never_draft: tuple[float, ...]  # the knob at 0 locked: the extend skipped, nothing explored
@@ -224,16 +224,20 @@ class _Tables:
         off_rate = [profile.output_tok_s(c, False) for c in range(n + 1)]
         warm_rate = [profile.output_tok_s(c, False, draft_warm=True) for c in range(n + 1)]
         accept = [profile.accept_length_at(c) if c else 1.0 for c in range(n + 1)]
-        kept = explore.kept_extend_share()  # a gated step's time: that share warm, the rest cold
-        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
-                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         if not profile.speculative:  # no drafting, no gate: nothing to explore
             share = 0.0
+        period = knob_contract.explore_period(share)
+        # the batches the ceiling gates, windowed: a share drafts (the exploring part), a share keeps the
+        # extend (the warm part), the rest is cold; a gated step's time: the warm and cold ones in proportion
+        in_window = explore.window_explore_share(period=period) if period else 0.0
+        kept = explore.kept_extend_share(period=period) / (1.0 - in_window)
+        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
+                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
-            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, share)
+            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, in_window)
                                for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             never_draft=tuple(off_rate),
@@ -249,7 +253,7 @@ class _Tables:
 
 
 class _Counters:
-    """The engine counters of one rank, cumulative, fed per tick (control/engine_counters.py's shape).
+    """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
 
     A server counts whole decode steps, each with its tokens and its time; the fluid model makes fractions
     of steps per tick, so each (bin, mode) carries its unfinished step over to the next tick and publishes

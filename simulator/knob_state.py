@@ -1,7 +1,7 @@
 """The simulator's side of the knob contract: who holds the knob, beside the engine's per-rank ceiling and
 exploration share.
 
-Ownership is ``control.knob_contract.KnobOwner``, the same logic the SGLang plugin runs, so the simulator
+Ownership is ``plugin.knob_contract.KnobOwner``, the same logic the SGLang plugin runs, so the simulator
 refuses, locks, expires and reports exactly as a real server with the plugin does. One owner per engine
 (every rank of the simulated server sees the same requests, as every scheduler of a DP server does); it
 lives on the engine, whose exploration pauses while a lock holds.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectower.control import knob_contract
-from spectower.control.explore import RUN_LENGTH
+from spectower.plugin import knob_contract
+from spectower.plugin.explore import RUN_LENGTH
 from spectower.simulator.engine import Engine, RankScheduler
 
 

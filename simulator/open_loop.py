@@ -29,8 +29,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control import knob_contract
 from spectower.control.policy import Observation, Policy, make_policy
+from spectower.plugin import knob_contract
 from spectower.simulator.harness import (
     BASELINES,
     GAUGE_IDLE_DECAY_S,

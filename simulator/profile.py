@@ -11,7 +11,7 @@ server without speculation (its curve is ``plain``, else ``spec_off``; no knob).
 Optionally, ``output_tok_s.spec_off_warm``: gated batches while the draft model's KV extend still runs over
 each new token (the draft stays warm for drafting later). spectower's gated-decode plugin skips that extend
 only while the knob is at 0 and no batch explores (a lock holds the knob, or the exploration share is 0:
-``control/knob_contract.py``, ``extend_skippable``), which is how a sweep measures ``spec_off``; under
+``plugin/knob_contract.py``, ``extend_skippable``), which is how a sweep measures ``spec_off``; under
 any ceiling > 0, or the knob at 0 with exploration on, a gated batch pays the extend and runs this curve
 (measured on an H200: 0.88-0.97 of ``spec_off``). Without it, ``spec_off`` stands for both (the extend free).
 
@@ -35,7 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from spectower.control.explore import DEFAULT_KEPT_EXTEND_TAX
+from spectower.plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 PROFILE_PACKAGE = "spectower.simulator.profiles"

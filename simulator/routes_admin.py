@@ -1,7 +1,7 @@
 """Read and admin endpoints: ``/server_info``, ``/model_info``, ``/v1/loads``, health, ``/flush_cache``,
 ``/metrics`` and the speculation knob ``/set_internal_state``.
 
-The knob contract (docs/design.md, control/knob_contract.py): ``{"server_args": {"spectower_spec_max_bs": N,
+The knob contract (docs/design.md, plugin/knob_contract.py): ``{"server_args": {"spectower_spec_max_bs": N,
 "spectower_writer": W, ...}}`` answers one boolean per DP rank. The body is validated like SGLang's
 ``SetInternalStateReq`` (``server_args: Dict[str, Union[int, float]]``) so non-numbers get SGLang's 400; an
 unknown key answers ``[false]`` for every rank ("Updating {key} is not supported."); a malformed spectower
@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
-from spectower.control import knob_contract
+from spectower.plugin import knob_contract
 from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION
 from spectower.simulator.engine import Engine, RankScheduler

@@ -5,7 +5,7 @@ live per-rank state (the knob's read-back included).
 ``speculative_num_steps`` is the *active* value (0 while the last decode batch was gated), plus
 ``avg_spec_accept_length`` (absent until a decode step ran), ``last_gen_throughput``, ``memory_usage`` and
 ``spectower = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters", "explore",
-...}`` (docs/design.md; ``counters``: control/engine_counters.py, from the simulator's modelled step times;
+...}`` (docs/design.md; ``counters``: plugin/engine_counters.py, from the simulator's modelled step times;
 ``explore``: the exploration share and the batches it ran the other way, shaped as the plugin's).
 
 The server reports ``speculative_adaptive: true`` and an adaptive config whose every band allows step 0
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # the simulator reports the version of the plugin it stands in for
-from spectower.control.sglang_plugin import PLUGIN_VERSION
+from spectower.plugin.knob_gate import PLUGIN_VERSION
 from spectower.simulator import knob_state
 from spectower.simulator.config import SGLANG_VERSION, SimConfig
 from spectower.simulator.engine import Engine, RankScheduler

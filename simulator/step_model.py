@@ -19,9 +19,10 @@ length ``AL_K``) and 0 (``spec_off``, the knob at 0). The model interpolates bet
   against a middle count, not for it.
 
 ``serve(k) = B * AL_k / t_k``; ``k = 0`` and ``k = K`` give back the profile's two curves exactly. Which count
-really wins is for a GPU to say (``gpu/measure_off.sh``'s ``steps`` phase measures K-step servers against the
-launch's, ``gpu/results/h200-8b-pair-triton-steps-explore-2026-12-01``: no middle count beat both ends at
-any level); this says where the profile's own numbers point, with the step cost's shape measured once.
+really wins is for a GPU to say (``benchmarks/gpu/measure_off.sh``'s ``steps`` phase measures K-step servers
+against the launch's, ``data/gpu-runs/h200-8b-pair-triton-steps-explore-2026-12-01``: no middle count beat
+both ends at any level); this says where the profile's own numbers point, with the step cost's shape measured
+once.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spectower.control.engine_counters import counter_bins
+from spectower.plugin.engine_counters import counter_bins
 from spectower.simulator.profile import Profile
 from spectower.simulator.traces import Trace
 

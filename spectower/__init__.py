@@ -1,8 +1,9 @@
 """spectower: observability and live control of EAGLE-3 speculation on SGLang servers.
 
-The repository keeps one top-level folder per part (collectors/ storage/ control/ simulator/ console/);
-the distribution installs them under this one namespace (``spectower.collectors`` ...), so nothing generic
-lands in site-packages, SGLang's environment included (the plugin is ``spectower.control.sglang_plugin``).
+The repository keeps one top-level folder per part (plugin/ storage/ collectors/ control/ simulator/
+console/); the distribution installs them under this one namespace (``spectower.collectors`` ...), so
+nothing generic lands in site-packages, SGLang's environment included (what SGLang loads is
+``spectower.plugin``).
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,5 +1,5 @@
 """Storage: the database (SQLite WAL by default, any SQLAlchemy URL for fleets), snapshots and files written.
-May import nothing of ours but control.engine_counters (standard library: the counters' names and rates()).
+May import nothing of ours but plugin.engine_counters (standard library: the counters' names and rates()).
 Inside, ``database.py`` is on top: rollups, retention and bench runs take a SQLAlchemy engine or a session
 and never import ``Database`` (tests/test_storage_imports.py: no import circle).
 

@@ -14,6 +14,9 @@ Precedence (first found wins):
 
 ``locate_database`` answers with the URL and the reason, so a command that writes can say which database
 it used and why (``database: spectower-demo/spectower.db (the running demo's)``).
+
+The same files (``read_config``, the one reader) and the running demo's marker also name fleets:
+``[fleets.NAME]`` tables, returned unchecked by ``fleet_entries`` (control/fleet.py checks and resolves them).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DB_ENV_VAR = "SPECTOWER_DB"
 DEFAULT_DB_PATH = "spectower.db"
@@ -32,6 +36,7 @@ PROJECT_CONFIG_NAME = "spectower.toml"
 USER_CONFIG_NAME = "config.toml"
 DEMO_MARKER_NAME = "demo.json"
 CONFIG_DB_KEY = "db"
+CONFIG_FLEETS_KEY = "fleets"
 # A config file or marker is a few lines; past this it is not one (and /dev/zero is never read for ever).
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -73,11 +78,10 @@ def locate_database(
     if env.get(DB_ENV_VAR):
         return DatabaseChoice(env[DB_ENV_VAR], f"${DB_ENV_VAR}")
     here = Path.cwd() if cwd is None else cwd
-    for config in (here / PROJECT_CONFIG_NAME, user_config_dir(env) / USER_CONFIG_NAME):
+    for config in config_paths(here, env):
         value = _config_db(config)
         if value is not None:
-            shown = PROJECT_CONFIG_NAME if config.parent == here else str(config)
-            return DatabaseChoice(value, shown)
+            return DatabaseChoice(value, shown_config(config, here))
     demo_db = running_demo_db(env)
     if demo_db is not None:
         return DatabaseChoice(demo_db, "the running demo's")
@@ -87,16 +91,9 @@ def locate_database(
 def _config_db(path: Path) -> str | None:
     """The ``db`` of a config file (a path made absolute against the file's folder); None when there is
     no such file or it has no ``db`` key."""
-    from spectower.storage.files import FileReadError, read_text_capped
-
-    if not path.is_file():
+    doc = read_config(path)
+    if doc is None:
         return None
-    try:
-        doc = tomllib.loads(read_text_capped(path, MAX_CONFIG_BYTES))
-    except FileReadError as exc:
-        raise DatabaseURLError(f"{path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise DatabaseURLError(f"{path}: not TOML ({exc})") from None
     value = doc.get(CONFIG_DB_KEY)
     if value is None:
         return None
@@ -109,9 +106,75 @@ def _config_db(path: Path) -> str | None:
     return str(path.parent / Path(value).expanduser())
 
 
+def config_paths(cwd: Path, env: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+    """The config files every command reads, first found wins: ``./spectower.toml``, then the user's."""
+    return cwd / PROJECT_CONFIG_NAME, user_config_dir(env) / USER_CONFIG_NAME
+
+
+def shown_config(path: Path, cwd: Path) -> str:
+    """How a config file is named in a line a user reads (``spectower.toml`` for the working directory's)."""
+    return PROJECT_CONFIG_NAME if path.parent == cwd else str(path)
+
+
+def read_config(path: Path) -> dict[str, Any] | None:
+    """A config file's TOML document, None when there is no such file. ``DatabaseURLError`` (one line naming
+    the file) when it cannot be read or is no TOML. The one reader of spectower's config files: the
+    database (``db``) and the fleets (``[fleets.NAME]``) both come from it."""
+    from spectower.storage.files import FileReadError, read_text_capped
+
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(read_text_capped(path, MAX_CONFIG_BYTES))
+    except FileReadError as exc:
+        raise DatabaseURLError(f"{path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DatabaseURLError(f"{path}: not TOML ({exc})") from None
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """A fleet's table as a config file (or the running demo) defines it, not yet checked (control/fleet.py
+    checks and resolves it); ``where``: the file, e.g. ``spectower.toml: fleets.prod``."""
+
+    name: str
+    table: Any
+    where: str
+
+
+def fleet_entries(*, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> dict[str, FleetEntry]:
+    """Every fleet defined where the database is looked for (``[fleets.NAME]`` of the config files, then the
+    running demo's marker); a name defined twice is the first one's, as for ``db``."""
+    here = Path.cwd() if cwd is None else cwd
+    found: dict[str, FleetEntry] = {}
+    sources: list[tuple[Any, str]] = []
+    for config in config_paths(here, env):
+        doc = read_config(config)
+        if doc is not None:
+            sources.append((doc.get(CONFIG_FLEETS_KEY), shown_config(config, here)))
+    marker = running_demo_marker(env)
+    if marker is not None:
+        sources.append((marker.get(CONFIG_FLEETS_KEY), "the running demo"))
+    for fleets, shown in sources:
+        if fleets is None:
+            continue
+        if not isinstance(fleets, dict):
+            raise DatabaseURLError(f"{shown}: {CONFIG_FLEETS_KEY}: must be a table of fleets, got {fleets!r}")
+        for name, table in fleets.items():
+            found.setdefault(str(name), FleetEntry(str(name), table, f"{shown}: {CONFIG_FLEETS_KEY}.{name}"))
+    return found
+
+
 def running_demo_db(env: Mapping[str, str] | None = None) -> str | None:
     """The database of the ``spectower demo`` running now on this machine for this user (its marker, locked
     while it runs), else None. A marker nobody holds, or one that cannot be read, counts as no demo."""
+    marker = running_demo_marker(env)
+    db = None if marker is None else marker.get("db")
+    return db if isinstance(db, str) and db else None
+
+
+def running_demo_marker(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The running demo's marker document (``db``, ``pid``, ``fleets``), else None."""
     import fcntl
 
     try:
@@ -131,10 +194,10 @@ def running_demo_db(env: Mapping[str, str] | None = None) -> str | None:
     finally:
         os.close(fd)
     try:
-        db = json.loads(raw).get("db")
-    except (ValueError, AttributeError):  # being written right now, or not ours
+        doc = json.loads(raw)
+    except ValueError:  # being written right now, or not ours
         return None
-    return db if isinstance(db, str) and db else None
+    return doc if isinstance(doc, dict) else None
 
 
 class DemoMarker:
@@ -146,7 +209,7 @@ class DemoMarker:
         self.path = demo_marker_path() if path is None else path
         self._fd: int | None = None
 
-    def claim(self, db_path: Path) -> str | None:
+    def claim(self, db_path: Path, fleets: Mapping[str, Any] | None = None) -> str | None:
         """Take the marker for ``db_path``; None when done, else why not (another demo holds it, the config
         folder cannot be written): the demo runs on, and commands without --db just do not find it."""
         import fcntl
@@ -161,7 +224,10 @@ class DemoMarker:
         except OSError:
             os.close(fd)
             return f"another spectower demo runs (it holds {self.path})"
-        body = json.dumps({"db": str(db_path.resolve()), "pid": os.getpid()}) + "\n"
+        doc: dict[str, Any] = {"db": str(db_path.resolve()), "pid": os.getpid()}
+        if fleets:
+            doc[CONFIG_FLEETS_KEY] = dict(fleets)
+        body = json.dumps(doc) + "\n"
         os.ftruncate(fd, 0)
         os.pwrite(fd, body.encode(), 0)
         self._fd = fd

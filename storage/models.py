@@ -128,7 +128,7 @@ class EngineSample(SQLModel, table=True):
 
 
 class EngineCounterSample(SQLModel, table=True):
-    """Schema v3: the engine's own decode counters (control/engine_counters.py) over one scrape interval
+    """Schema v3: the engine's own decode counters (plugin/engine_counters.py) over one scrape interval
     of one server, DP ranks summed: one row per batch-size bin and mode that saw steps (zero rows are not
     stored). ``control.speedup.estimate`` turns these into the speedup per batch size."""
 
@@ -137,7 +137,7 @@ class EngineCounterSample(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     server_id: int = Field(foreign_key="server.id")
     ts: float  # the end of the interval (the scrape that read it)
-    batch_size: int  # the bin (control/engine_counters.py): a batch counts in the smallest bin >= its size
+    batch_size: int  # the bin (plugin/engine_counters.py): a batch counts in the smallest bin >= its size
     mode: str  # drafted | gated
     # 64-bit: after a restart an interval holds the new process's counts since it started
     steps: int = Field(sa_type=BigInteger)
@@ -201,7 +201,7 @@ class ControlEvent(SQLModel, table=True):
     confirmed: bool = False
     per_rank_json: str | None = None  # read-back per DP rank
     error: str | None = None  # why it was not applied or its outcome is unknown (empty when confirmed)
-    # schema v4: the knob request's id (control/knob_contract.py: the server's lock names the set that took
+    # schema v4: the knob request's id (plugin/knob_contract.py: the server's lock names the set that took
     # it, so `control get` finds who holds it here), and what else the row says (the lock a set took)
     request_id: int | None = Field(default=None, sa_type=BigInteger)
     note: str | None = None

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from spectower.control.engine_counters import MODES as COUNTER_MODES
-from spectower.control.engine_counters import rates as counter_rates
+from spectower.plugin.engine_counters import MODES as COUNTER_MODES
+from spectower.plugin.engine_counters import rates as counter_rates
 from spectower.storage import dialect, models, rollups
 from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
@@ -365,7 +365,7 @@ def counter_intervals(
     max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
 ) -> list[dict[str, Any]]:
     """A server's decode-counter intervals in [start, end], oldest first, each shaped like
-    ``control.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
+    ``plugin.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
     ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
     ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
     for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
@@ -420,7 +420,7 @@ def counter_intervals(
 
 def _counter_interval(ts: float, res_s: int, cells: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
     """Stored (bin, mode) -> [steps, tokens, time_s] of one interval, in ``rates()``'s shape: the
-    interval's totals through ``control.engine_counters.rates`` (the one place tok/s and step time are
+    interval's totals through ``plugin.engine_counters.rates`` (the one place tok/s and step time are
     computed from them)."""
     bins = sorted({b for b, _ in cells})
     totals: dict[str, Any] = {"bins": bins}

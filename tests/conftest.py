@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import os
-import socket
 import sqlite3
 import subprocess
-import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.simulator_process import DEFAULT_PROFILE, SPECTOWER_CLI, SimulatorProcess, free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The installed CLI, run as a module so tests need no `spectower` on PATH.
-SPECTOWER_CLI = (sys.executable, "-m", "spectower.console.cli")
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Files real tools wrote (SGLang servers, its benchmark client, NVML), byte for byte: real/SOURCES.md.
 REAL_DATA = FIXTURES / "real"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def collect_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -74,21 +67,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# ---- the SGLang simulator as a real subprocess (tests/simulator_process.py) ----------------------------
-from typing import TYPE_CHECKING  # noqa: E402
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from tests.simulator_process import SimulatorProcess
+# ---- the SGLang simulator as a real subprocess (benchmarks/simulator_process.py) -----------------------
 
 
 @pytest.fixture
 def simulator_factory() -> Iterator[Callable[..., SimulatorProcess]]:
     """A callable ``(profile="glm5-nvfp4-8x-rtx-pro-6000", admin_key=None, api_key=None, **flags)`` that
-    starts a ``tests.simulator_process.SimulatorProcess`` (healthy on return); all are stopped at teardown."""
-    # Imported here: tests.simulator_process imports this module (free_port).
-    from tests.simulator_process import DEFAULT_PROFILE, SimulatorProcess
+    starts a ``benchmarks.simulator_process.SimulatorProcess`` (healthy on return); all are stopped at
+    teardown."""
 
     started: list[SimulatorProcess] = []
 

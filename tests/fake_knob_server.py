@@ -1,7 +1,7 @@
 """A unit-level stand-in for an SGLang server's knob endpoints, for ``httpx.MockTransport``.
 
 It starts from the REAL ``/server_info`` captured on an H200 (SGLang 0.5.17 with a stand-in plugin) and
-follows the knob contract (control/knob_contract.py, the same ``KnobOwner`` the plugin and the simulator
+follows the knob contract (plugin/knob_contract.py, the same ``KnobOwner`` the plugin and the simulator
 run): ``/set_internal_state`` answers one boolean per DP rank, applies a valid request on every rank, answers
 ``[false]`` for unknown keys, refused writes or when no plugin is installed, 400 for non-numbers, 401 when
 the admin key does not match. ``lose_answers`` makes the next N sets apply (or not, ``lose_before_apply``)
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from spectower.control import knob_contract
+from spectower.plugin import knob_contract
 
 from tests.conftest import REAL_DATA
 

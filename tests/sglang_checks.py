@@ -44,6 +44,7 @@ STEPS = 3  # must match _harness.N_STEPS: the working step of the generated conf
 MAX_RUNNING_REQUESTS = 48
 OVERRIDE_BATCHES = 4000
 PAIR_SHARE = {"0.5.23": 0.5, "0.5.17": 0.3}  # fixed-point share of the constructed pair checked per version
+PAIR_MISS_SHARE = {"0.5.23": 0.2, "0.5.17": 0.0}  # and of the route the draft never guesses (0.5.23's check)
 CHECK_TIMEOUT_S = 300  # one check, forked from the imported state (about a second)
 RUNNER_TIMEOUT_S = 840  # the import (10-100 s on a loaded 2-core machine) and every check of one version
 # Imported once, before the first fork: what the checks import (a module a version lacks is left out; the
@@ -126,7 +127,8 @@ ONLY_0_5_23 = (
 
 
 def checks_of(version: str) -> tuple[Check, ...]:
-    pair = Check("pair", PAIR_CHECK, (str(REPO_ROOT), "{models}", str(PAIR_SHARE[version])))
+    pair = Check("pair", PAIR_CHECK, (str(REPO_ROOT), "{models}", str(PAIR_SHARE[version]),
+                                      str(PAIR_MISS_SHARE[version])))
     return (*BOTH_VERSIONS, *(ONLY_0_5_23 if version == "0.5.23" else ()), pair)
 
 

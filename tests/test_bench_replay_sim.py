@@ -22,8 +22,8 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun
 from sqlmodel import select
 
+from benchmarks.simulator_process import SimulatorFactory
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import SimulatorFactory
 
 AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
 ROWS = 12  # 0 .. 9.4 s of the trace; 899 output tokens (44 to 152 a request)

@@ -29,8 +29,8 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
+from benchmarks.simulator_process import SimulatorFactory, SimulatorProcess
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 LEVELS = (1, 2, 8)
 MAX_RUNNING = 16  # the knob's "on" value; not a level, so a move to it is told apart from one to a level

@@ -39,3 +39,17 @@ def test_policy_bench_scores_against_the_best_achievable_and_prints_both_baselin
     assert any(c["never_vs_oracle"] > 1.0 for c in cells)
     # ten minutes: a warm start (the crossover, as from a stored sweep) skips learn's cold first minutes
     assert sum(c["warm_mean"] for c in cells) > sum(c["learn_mean"] for c in cells) + 0.01
+
+
+def test_fleet_pooling_runs_every_arm_and_its_pool_reaches_the_policies() -> None:
+    """The pooled arms decide on other replicas' counters: a replica of another profile in the pool moves
+    the others' result (were the pool not reaching the policies, both odd arms would print the same)."""
+    script = REPO_ROOT / "benchmarks" / "fleet_pooling.py"
+    args = ["--replicas", "2", "--hours", "0.25", "--seeds", "1"]
+    done = subprocess.run([sys.executable, str(script), *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    rows = {line[:20].strip(): line[20:].split() for line in lines}
+    assert set(rows) == {"independent", "pooled", "odd, independent", "odd, pooled"}, done.stdout
+    assert rows["odd, independent"][0] != rows["odd, pooled"][0]

@@ -18,15 +18,13 @@ from tests.conftest import REPO_ROOT
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 600
 
-# TEMPORARY: offenders in code other branches own this session (storage/: #36; control/ and
-# console/commands/control.py: the lead and #35). The lead empties this list once they are split; an
+# TEMPORARY: offenders in code other branches own this session (storage/: #36; control/: the lead and #35;
+# plugin/, was control/sglang_plugin.py: #33 floors). The lead empties this list once they are split; an
 # entry that no longer offends fails the test too, so the list only shrinks.
 NOT_YET_SPLIT = {
     "storage/queries.py",
     "control/knob.py",
-    "control/sglang_plugin.py",
-    "console/commands/control.py",
-    "console/commands/control.py:auto",
+    "plugin/knob_gate.py",
 }
 
 

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from benchmarks import synthetic
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
-PAGES = ("overview", "speculation", "gpus", "control", "benchmarks")
+PAGES = ("overview", "speculation", "gpus", "control", "benchmarks", "fleet")
 PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 TIMEOUT = 120  # a loaded 2-core machine renders slowly; assertions are on content, not speed
 
@@ -137,15 +137,15 @@ def test_empty_database_says_what_to_start(
 def test_a_gpu_only_database_draws_the_pages_that_need_no_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: str
 ) -> None:
-    # common.page_database: Overview, Speculation and Control need a collected server; GPUs and Benchmarks
-    # draw from the database alone (a collector run with --gpu and no --server)
+    # common.page_database: Overview, Speculation, Control and Fleet need a collected server; GPUs and
+    # Benchmarks draw from the database alone (a collector run with --gpu and no --server)
     db = tmp_path / "gpus.db"
     now = time.time()
     with open_database(_url(db)) as store:
         synthetic.fill(store, t0=now - 600, t1=now, servers=0, gpus=2, step_s=5.0)
     at = _app(db, monkeypatch, page)
     says_no_server = "No SGLang server has been collected" in _text(at)
-    assert says_no_server == (page in ("overview", "speculation", "control")), _text(at)
+    assert says_no_server == (page in ("overview", "speculation", "control", "fleet")), _text(at)
     if page == "gpus":
         assert _charts(at) >= 1
 

@@ -13,7 +13,7 @@ from spectower.storage.models import ControlEvent, EngineSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-from tests.simulator_process import scaled_profile
+from benchmarks.simulator_process import scaled_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 APP = str(REPO_ROOT / "console" / "app.py")

@@ -32,7 +32,7 @@ ADMIN_KEY = "adm-7e41c0d9b2"
 @pytest.fixture(scope="module")
 def shared_sim() -> Iterator[Any]:
     """One simulator for the quick CLI cases (start-up costs seconds on a loaded machine)."""
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(admin_key=ADMIN_KEY, dp_size=2) as process:
         yield process
@@ -417,7 +417,7 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
 
 def test_known_max_running_is_what_the_collector_stored(tmp_path: Path) -> None:
     """`control auto` falls back on the stored max_running_requests while the server does not answer."""
-    from spectower.console.commands.control import _known_max_running
+    from spectower.console.commands.control_auto import known_max_running as _known_max_running
 
     with open_database(tmp_path / "known.db") as db:
         db.server_id("http://a:30000", max_running_requests=48)

@@ -1,11 +1,11 @@
-"""control/knob_contract.py's exploration key: validation, who may set it, and that alone it moves no lock."""
+"""plugin/knob_contract.py's exploration key: validation, who may set it, and that alone it moves no lock."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from spectower.control import knob_contract as kc
+from spectower.plugin import knob_contract as kc
 
 
 def test_the_share_is_validated_naming_the_key() -> None:

@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 from spectower.console.commands import control as control_cli
 from spectower.control.knob import knob_state
-from spectower.control.sglang_gated_decode import ExtendSkip
-from spectower.control.sglang_seq_lens import SeqLensMirror
+from spectower.plugin.gated_decode import ExtendSkip
+from spectower.plugin.seq_lens_mirror import SeqLensMirror
 
 
 def _doc(real_data: Path, skip: dict[str, Any] | None, mirror: dict[str, Any] | None) -> dict[str, Any]:
@@ -72,8 +72,8 @@ def test_nothing_where_the_plugins_publish_nothing(real_data: Path, monkeypatch:
 
 def test_json_carries_each_ranks_exploration_window(real_data: Path) -> None:
     """Issue #32: `control get --json` shows where each rank's exploration window is (the plugin's
-    ``explore`` block, its ``window`` from control/explore.py)."""
-    from spectower.control.sglang_plugin import Gate
+    ``explore`` block, its ``window`` from plugin/explore.py)."""
+    from spectower.plugin.knob_gate import Gate
 
     gate = Gate(explore_share=0.02, explore_cycle=160)
     gate.set_ceiling(0)

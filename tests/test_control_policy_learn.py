@@ -14,10 +14,10 @@ import random
 from typing import Any
 
 import pytest
-from spectower.control.engine_counters import counter_bins
-from spectower.control.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.control.policy import Decision, Observation, PolicyError, make_policy
 from spectower.control.policy.learn import PENDING_WAITS, WAIT_SAMPLES, LearnPolicy
+from spectower.plugin.engine_counters import counter_bins
+from spectower.plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.simulator.harness import HarnessConfig, simulate
 from spectower.simulator.profile import load_profile, parse_profile
 from spectower.simulator.traces import load_trace

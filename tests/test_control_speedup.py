@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 import pytest
-from spectower.control import engine_counters as ec
 from spectower.control import speedup as sp
+from spectower.plugin import engine_counters as ec
 
 
 def _counters(max_running: int = 64, started_at: float = 1000.0) -> ec.EngineCounters:
@@ -168,7 +168,7 @@ def test_dp_ranks_sum_on_the_union_of_their_bins() -> None:
     r1.record(4, True, 60, 0.2)
     r1.record(8, False, 80, 0.4)
     r0.dropped, r1.unmatched = 1, 2
-    total = sp.sum_ranks([r0.snapshot(), r1.snapshot()])
+    total = ec.sum_ranks([r0.snapshot(), r1.snapshot()])
     assert ec.validate(total) is None
     assert total["bins"] == [1, 2, 3, 4, 6, 8]
     assert total["drafted"]["tokens"] == [0, 0, 0, 100, 0, 0]
@@ -178,7 +178,7 @@ def test_dp_ranks_sum_on_the_union_of_their_bins() -> None:
     est = sp.estimate([ec.rates(None, total)])
     assert _bin(est, 4).drafted_tok_s == pytest.approx(100 / 0.3)
     with pytest.raises(ValueError):
-        sp.sum_ranks([])
+        ec.sum_ranks([])
 
 
 def test_bins_that_grew_between_intervals_line_up_by_batch_size() -> None:
@@ -230,7 +230,7 @@ def test_to_json_is_plain() -> None:
 def test_sum_ranks_tolerates_bad_diagnostics() -> None:
     snap = _counters().snapshot()
     snap.update(started_at="yesterday", unmatched="many", dropped=float("nan"))
-    total = sp.sum_ranks([snap, _counters(started_at=7.0).snapshot()])
+    total = ec.sum_ranks([snap, _counters(started_at=7.0).snapshot()])
     assert (total["started_at"], total["unmatched"], total["dropped"]) == (7.0, 0, 0)
 
 
@@ -239,5 +239,5 @@ def test_served_counts_both_modes_bins_and_the_settling_steps_over_ranks() -> No
     one.record(4, True, 12, 0.005)
     one.record(20, False, 20, 0.004)
     two.record(4, True, 9, 0.003, settling=True)  # in no bin, served all the same
-    total = sp.sum_ranks([one.snapshot(), two.snapshot()])
-    assert sp.served(total) == pytest.approx({"steps": 3.0, "tokens": 41.0, "time_s": 0.012})
+    total = ec.sum_ranks([one.snapshot(), two.snapshot()])
+    assert ec.served(total) == pytest.approx({"steps": 3.0, "tokens": 41.0, "time_s": 0.012})

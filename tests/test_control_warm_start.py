@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def shared_sim() -> Iterator[Any]:
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(admin_key=ADMIN_KEY) as process:
         yield process

@@ -26,8 +26,8 @@ import httpx
 import psutil
 import pytest
 
+from benchmarks.simulator_process import steady_load
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
-from tests.simulator_process import steady_load
 
 # The demo binds the simulator to its default port (30000) when it is free: two demos started at once
 # race for it between the check and the bind, so the tests that start one run on one worker, in turn.
@@ -161,7 +161,8 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
         assert demo.proc.poll() is None, f"the demo exited early:\n{demo.output}"
         assert counts["engine"] > 0 and counts["gpu"] > 0, counts
         assert counts["decisions"] >= 1, f"no policy decision within {DECISION_TIMEOUT_S:g} s: {counts}"
-        assert set(pids) == {"sim", "collect", "policy", "load", "console"}
+        assert set(pids) == {"sim", "sim2", "sim3", "router", "collect", "policy", "load", "console"}
+        _fleet_flip_through_the_router(demo, db)
         out = demo.stop()
     finally:
         demo.kill()
@@ -200,6 +201,35 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
         after = conn.execute("SELECT count(*) FROM engine_sample").fetchone()[0]
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert after > before
+
+
+def _fleet_flip_through_the_router(demo: Demo, db: Path) -> None:
+    """`control set --fleet demo` (no --db, no URL) finds the running demo's fleet (its router's worker
+    list) and database, and flips all three replicas at once; `release` hands them back."""
+    router = re.search(r"behind the simulated SGLang router (http://127\.0\.0\.1:\d+)", demo.output)
+    assert router is not None, demo.output
+    workers = httpx.get(f"{router.group(1)}/workers", timeout=5).json()["workers"]
+    assert len(workers) == 3 and all(w["is_healthy"] for w in workers)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
+    env["SPECTOWER_ADMIN_KEY_FILE"] = str(db.parent / "admin_key")
+
+    def control(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [*SPECTOWER_CLI, "control", *args, "--reason", "demo incident", "--as", "tess"]
+        return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    flipped = control("set", "--fleet", "demo", "--off", "--yes")
+    assert flipped.returncode == 0, flipped.stdout + flipped.stderr
+    assert "confirmed on 3 of 3 replica(s)" in flipped.stdout and "(the running demo's)" in flipped.stderr
+    for worker in workers:
+        info = httpx.get(f"{worker['url']}/server_info", timeout=5).json()
+        assert {s["spectower"]["spec_max_bs"] for s in info["internal_states"]} == {0}
+    released = control("release", "--fleet", "demo")
+    assert released.returncode == 0, released.stdout + released.stderr
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT action, confirmed FROM control_event WHERE actor = 'operator:tess'"
+        ).fetchall()
+    assert sorted(rows) == [("release", 1)] * 3 + [("set", 1)] * 3
 
 
 @pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from spectower.control.durations import DurationError, allowed_range, parse_duration, parse_duration_within
-from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
 
 def test_units_and_plain_seconds() -> None:

@@ -1,4 +1,4 @@
-"""The decode counters (control/engine_counters.py): binning, drafted vs gated, step time with an injected
+"""The decode counters (plugin/engine_counters.py): binning, drafted vs gated, step time with an injected
 clock, snapshot deltas and rates; and the simulator publishing the same shape in /server_info."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.control import engine_counters as ec
+from spectower.plugin import engine_counters as ec
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
-from tests.simulator_process import DEFAULT_PROFILE, SimulatorFactory
+from benchmarks.simulator_process import DEFAULT_PROFILE, SimulatorFactory
 
 
 class FakeClock:

@@ -1,11 +1,11 @@
-"""The draft-extend skip and drain (spectower.control.sglang_gated_decode.ExtendSkip), as pure logic: which
+"""The draft-extend skip and drain (spectower.plugin.gated_decode.ExtendSkip), as pure logic: which
 batches skip, how long a drain holds, and its cap. Inside SGLang: tests/test_sglang_gated_decode.py."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from spectower.control.sglang_gated_decode import ExtendSkip
+from spectower.plugin.gated_decode import ExtendSkip
 
 WORKER = object()
 

@@ -1,5 +1,5 @@
-"""gpu/check_acceptance.py's failures: a server that is not up (a launch still capturing its CUDA graphs, as
-on the H200 on 2026-12-01), or one whose answer passes the byte cap, is one line and exit 2, not a
+"""benchmarks/gpu/check_acceptance.py's failures: a server that is not up (a launch still capturing its CUDA
+graphs, as on the H200 on 2026-12-01), or one whose answer passes the byte cap, is one line and exit 2, not a
 traceback."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "gpu" / "check_acceptance.py"
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "check_acceptance.py"
 
 
 def _closed_port() -> int:

@@ -1,6 +1,7 @@
-"""gpu/explore_ab.py: exploration's cost on a live server, read from the plugin's counters and, beside them,
-from SGLang's own decode-token count. Against a simulator of the measured H200 profile under a steady load:
-the two counts agree, each mode's tokens per step fit the batch, and the explored share is what was set."""
+"""benchmarks/gpu/explore_ab.py: exploration's cost on a live server, read from the plugin's counters and,
+beside them, from SGLang's own decode-token count. Against a simulator of the measured H200 profile under a
+steady load: the two counts agree, each mode's tokens per step fit the batch, and the explored share is what
+was set."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.simulator_process import scaled_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import scaled_profile
 
-SCRIPT = REPO_ROOT / "gpu" / "explore_ab.py"
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "explore_ab.py"
 KEY = "explore-ab-admin"
 LEVEL = 8
 

@@ -1,6 +1,6 @@
-"""gpu/knob_max_ab.py: the knob at max against an un-gated server, measured with the sweep's own client
-pieces. Against two simulators of the measured H200 profile (speculation about 2x a plain server at C=1):
-with the knob at max the two serve alike; with the knob at 0 the "gated" one serves about half."""
+"""benchmarks/gpu/knob_max_ab.py: the knob at max against an un-gated server, measured with the sweep's own
+client pieces. Against two simulators of the measured H200 profile (speculation about 2x a plain server at
+C=1): with the knob at max the two serve alike; with the knob at 0 the "gated" one serves about half."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.simulator_process import scaled_profile
 from tests.conftest import REPO_ROOT
-from tests.simulator_process import scaled_profile
 
-SCRIPT = REPO_ROOT / "gpu" / "knob_max_ab.py"
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "knob_max_ab.py"
 PROFILE = "h200-8b-pair-triton"
 KEY = "knob-ab-admin"
 

@@ -1,6 +1,6 @@
-"""gpu/lib.sh: the GPU scripts' background CLI. ``kill $!`` after ``st_bg ...`` must stop the CLI itself: with
-``st ... &`` it stopped only a subshell, and the CLI went on (a load kept loading the server for the next
-measurement, a policy kept writing the knob). A simulator stands in for the long-running command."""
+"""benchmarks/gpu/lib.sh: the GPU scripts' background CLI. ``kill $!`` after ``st_bg ...`` must stop the CLI
+itself: with ``st ... &`` it stopped only a subshell, and the CLI went on (a load kept loading the server for
+the next measurement, a policy kept writing the knob). A simulator stands in for the long-running command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import REPO_ROOT, free_port
 
 SCRIPT = """
-. gpu/lib.sh
+. benchmarks/gpu/lib.sh
 st_bg sim serve --port "$PORT" --profile h200-8b-pair-triton > "$LOG" 2>&1
 pid=$!
 python3 - "$PORT" <<'PY'
@@ -54,7 +54,7 @@ def test_kill_of_the_background_pid_stops_the_cli_itself(tmp_path: Path) -> None
 
 
 RUNNERS = [REPO_ROOT / "tests/run", REPO_ROOT / ".ci/run"]
-SHELL_SCRIPTS = sorted([*REPO_ROOT.glob("gpu/*.sh"), *REPO_ROOT.glob("tests/*.sh"), *RUNNERS])
+SHELL_SCRIPTS = sorted([*REPO_ROOT.glob("benchmarks/gpu/*.sh"), *REPO_ROOT.glob("tests/*.sh"), *RUNNERS])
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda path: str(path.relative_to(REPO_ROOT)))
@@ -69,8 +69,8 @@ def test_every_shell_script_parses(script: Path) -> None:
 def _measure_off(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     work = tmp_path / "work"
     environ = {**os.environ, "WORK": str(work), "OUT": str(tmp_path / "out"), "PHASES": "sweep", **env}
-    return subprocess.run(["bash", "gpu/measure_off.sh"], cwd=REPO_ROOT, env=environ, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    argv = ["bash", "benchmarks/gpu/measure_off.sh"]
+    return subprocess.run(argv, cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=120)
 
 
 def test_a_throughput_phase_refuses_servers_profiled_since_their_launch(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""gpu/make_models.py: the constructed EAGLE-3 pair the GPU check serves (issue #12).
+"""benchmarks/gpu/make_models.py: the constructed EAGLE-3 pair the GPU check serves (issue #12).
 
 The fast tests run the construction here (numpy only): the 8B table has Llama-3.1-8B's tensors, the files are
 valid sparse safetensors, and ``expect()`` says what the construction claims. The ``sglang`` tests write the
@@ -18,6 +18,7 @@ import importlib.util
 import itertools
 import json
 import struct
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 
 from tests import test_sglang_plugin as plugin_tests
 from tests.conftest import REPO_ROOT
-from tests.sglang_checks import PAIR_SHARE, SglangChecks
+from tests.sglang_checks import PAIR_MISS_SHARE, PAIR_SHARE, SglangChecks
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
 # The SGLang venv's python and version (skip / fail rules, the 0.5.17 overlay): the plugin tests' fixtures.
@@ -35,7 +36,8 @@ sglang_version = plugin_tests.sglang_version
 
 
 def load_make_models() -> Any:
-    spec = importlib.util.spec_from_file_location("make_models", REPO_ROOT / "gpu" / "make_models.py")
+    script = REPO_ROOT / "benchmarks" / "gpu" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_models"] = module
@@ -192,8 +194,8 @@ def _closed_loop_tokens_per_slot(
 
 
 def test_a_gated_stream_holds_more_of_the_requests_that_accept_more() -> None:
-    # Why learn's drafted estimate leaned high on the H200 (gpu/README.md): a drafting stream's batches hold
-    # the requests that accept less for longer; a gated stream holds every request equally long.
+    # Why learn's drafted estimate leaned high on the H200 (data/gpu-runs/NOTEBOOK.md): a drafting stream's
+    # batches hold the requests that accept less for longer; a gated stream holds every request equally long.
     pair = mm.Pair(mm.SHAPES["8b"], 0.5)
     mix = pair.mix(range(10, 1000), 256)
     accepts = [pair.expect([t], 256)["steady_accept_length"] for t in range(10, 74)]
@@ -210,9 +212,9 @@ def test_a_gated_stream_holds_more_of_the_requests_that_accept_more() -> None:
 
 @plugin_tests.sglang_check
 def test_pair_decodes_and_drafts_as_constructed(sglang_checks: SglangChecks, sglang_version: str) -> None:
-    share = PAIR_SHARE[sglang_version]
-    result = sglang_checks.result(sglang_version, "pair")  # check_pair.py REPO_ROOT MODELS share
-    pair = mm.Pair(mm.SHAPES["tiny"], share)
+    share, miss = PAIR_SHARE[sglang_version], PAIR_MISS_SHARE[sglang_version]
+    result = sglang_checks.result(sglang_version, "pair")  # check_pair.py REPO_ROOT MODELS share miss
+    pair = mm.Pair(mm.SHAPES["tiny"], share, miss)
     s = pair.shape
 
     # the folders load: no missing / unexpected target tensors, every draft tensor reaches its parameter
@@ -243,3 +245,45 @@ def test_pair_decodes_and_drafts_as_constructed(sglang_checks: SglangChecks, sgl
     assert cases["into the 2-cycle"]["greedy"] == [s.cyc_a, s.cyc_b] * 7
     for name in ("2-cycle at a", "2-cycle at b", "into the 2-cycle"):
         assert cases[name]["speculative"]["correct_drafts"] == [1] * 7, name
+    if miss:  # the route the draft never guesses: one token per verify step, the bonus token
+        for name in ("miss point", "into the miss point"):
+            assert cases[name]["greedy"] == [s.miss] * 14, name
+            assert cases[name]["speculative"]["correct_drafts"] == [0] * 13, name
+
+
+def test_a_miss_share_adds_a_fixed_point_the_draft_never_guesses() -> None:
+    # issue #32's early-crossover pair: fixed share 0.1, miss share 0.2 accept ~1.74 per verify step
+    pair = mm.Pair(mm.SHAPES["8b"], 0.1, 0.2)
+    s = pair.shape
+    bench_ids = range(10, 1000)
+    assert abs(sum(pair.route(t) == mm.TO_MISS for t in bench_ids) / len(bench_ids) - 0.2) < 0.02
+    assert pair.routes().tolist()[:2000] == [pair.route(t) for t in range(2000)]
+    miss = pair.expect([7, s.miss], 24)
+    assert miss["continuation"] == [s.miss] * 24 and set(miss["correct_drafts"]) == {0}
+    assert miss["steady_accept_length"] == 1.0
+    assert miss["spec_accept_length"] == 24 / 23  # prefill emits the first token, each verify one more
+    mix = pair.mix(bench_ids, 256)
+    assert 1.70 < mix["server_spec_accept_length"] < 1.78
+    assert mix["explored_over_steady"] > 1.1  # the kinds accept 4, 2 and 1: a larger request-mix lean
+    # without a miss share the construction is the one every earlier run served
+    assert mm.Pair(mm.SHAPES["8b"], 0.5).route_target() == mm.Pair(mm.SHAPES["8b"], 0.5, 0.0).route_target()
+    assert mm.TO_MISS not in mm.Pair(mm.SHAPES["8b"], 0.5).routes().tolist()
+
+
+def test_the_miss_route_is_in_the_written_heads(tmp_path: Path) -> None:
+    pair = mm.Pair(mm.SHAPES["tiny"], 0.3, 0.2)
+    s = pair.shape
+    head = next(t for t in mm.draft_tensors(pair) if t.name == "lm_head.weight")
+    draft_id = {t: d for d, t in enumerate(pair.draft_vocab())}
+    # the draft's head row of `fix` reads both the fixed point's route and the miss route (its wrong guess)
+    rows = sorted((int(i) // s.hidden, int(i) % s.hidden) for i in head.index)
+    assert (draft_id[s.fix], mm.TO_MISS) in rows and (draft_id[s.fix], mm.TO_FIX) in rows
+    target_head = next(t for t in mm.target_tensors(pair) if t.name == "lm_head.weight")
+    assert s.miss * s.hidden + mm.TO_MISS in set(target_head.index.tolist())
+
+
+def test_the_command_line_refuses_shares_over_one() -> None:
+    script = str(REPO_ROOT / "benchmarks/gpu/make_models.py")
+    proc = subprocess.run([sys.executable, script, "mix", "--fixed-share", "0.9", "--miss-share", "0.2"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "--miss-share must be within [0, 1 - --fixed-share]" in proc.stderr

@@ -1,5 +1,5 @@
-"""gpu/policy_table.py: tokens served under one load per policy against the best fixed choice per level,
-read from `bench load` status lines and a real three-curve sweep of the H200 (gpu/results/)."""
+"""benchmarks/gpu/policy_table.py: tokens served under one load per policy against the best fixed choice per
+level, read from `bench load` status lines and a real three-curve sweep of the H200 (data/gpu-runs/)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from spectower.collectors.bench.walk import WalkStats, status_line
 
 from tests.conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "gpu"))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import policy_table
 
-SWEEP = REPO_ROOT / "gpu/results/h200-8b-pair-triton-off-fixes-2026-11-30/5-sweep-skip-extend/sweep.json"
+SWEEP = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-off-fixes-2026-11-30/5-sweep-skip-extend/sweep.json"
 LEVELS = (1, 4, 16, 48, 64)
 
 
@@ -65,7 +65,7 @@ def test_command_line_prints_the_table_and_refuses_a_sweep_without_both_modes(tm
     curves = _curves()
     log = _log(tmp_path / "load-learn.log", {c: policy_table.at(curves["off"], c) for c in LEVELS})
     out = tmp_path / "table.json"
-    script = str(REPO_ROOT / "gpu/policy_table.py")
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
     proc = subprocess.run([sys.executable, script, "--sweep", str(SWEEP), str(log), "--json", str(out)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -84,7 +84,7 @@ def test_command_line_prints_the_table_and_refuses_a_sweep_without_both_modes(tm
 def test_an_unreadable_or_oversized_sweep_is_one_line_naming_it(tmp_path: Path) -> None:
     # spectower's one capped reader: a sweep is under 100 kB, so a 16 MiB file is not one (read whole before)
     log = _log(tmp_path / "load-on.log", dict.fromkeys(LEVELS, 1.0))
-    script = str(REPO_ROOT / "gpu/policy_table.py")
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
     huge = tmp_path / "huge.json"
     huge.write_bytes(b" " * (16 * 1024 * 1024 + 1))
     for sweep, why in ((tmp_path / "absent.json", "cannot read (No such file or directory)"),
@@ -93,3 +93,32 @@ def test_an_unreadable_or_oversized_sweep_is_one_line_naming_it(tmp_path: Path) 
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert proc.returncode == 2
         assert proc.stderr.strip() == f"--sweep: {sweep}: {why}"
+
+
+def _day_rows(tok_s: list[float], seconds: float = 5.0) -> list[tuple[float, int, float]]:
+    return [((i + 1) * seconds, 8, v) for i, v in enumerate(tok_s)]
+
+
+def test_against_pairs_whole_30_s_blocks_of_the_same_load() -> None:
+    # two runs of one day: the other serves 0.9 of the base in every window but one dip; 13 windows of 5 s
+    # are two whole 30 s blocks (the last, partial one dropped)
+    base = _day_rows([1000.0] * 13)
+    other = _day_rows([900.0] * 6 + [450.0] + [900.0] * 6)
+    assert policy_table.block_tokens(base) == [30000.0, 30000.0]
+    vs = policy_table.paired(other, base)
+    assert vs["blocks"] == 2
+    first, second = 900 * 30 / 30000, (900 * 25 + 450 * 5) / 30000
+    assert vs["total"] == pytest.approx((first + second) / 2)
+    assert vs["ratio"] == pytest.approx((first * second) ** 0.5)
+    assert vs["lo"] < vs["ratio"] < vs["hi"]
+    same = policy_table.paired(base, base)
+    assert (same["ratio"], same["lo"], same["hi"], same["total"]) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_against_an_absent_run_is_one_line_naming_it(tmp_path: Path) -> None:
+    log = _log(tmp_path / "load-on.log", dict.fromkeys(LEVELS, 1.0))
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
+    proc = subprocess.run([sys.executable, script, "--sweep", str(SWEEP), str(log), "--against", "learn"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "--against: no status lines of 'learn' among the logs (on)"

@@ -1,5 +1,5 @@
-"""gpu/profile_table.py: GPU time per step, and how much of the wall time the GPU sat idle, from SGLang's
-traces."""
+"""benchmarks/gpu/profile_table.py: GPU time per step, and how much of the wall time the GPU sat idle, from
+SGLang's traces."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "gpu"))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import profile_table
 
 

@@ -1,8 +1,8 @@
-"""The real-GPU check's database (gpu/results/): a real SGLang 0.5.17 + EAGLE-3 server with spectower's
+"""The real-GPU check's database (data/gpu-runs/): a real SGLang 0.5.17 + EAGLE-3 server with spectower's
 plugin on two H200s, recorded by spectower's own collector, sweep and policy, read back here.
 
 What it proves: the history a real server leaves is readable by storage and the console, with the real
-values the run saw (gpu/README.md lists them).
+values the run saw (data/gpu-runs/NOTEBOOK.md lists them).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from spectower.storage.models import EngineSample, Gpu, GpuSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
 
-RESULTS = Path(__file__).resolve().parents[1] / "gpu" / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
+SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 
 
@@ -82,7 +83,8 @@ def test_the_second_one_gpu_sweep_reads_back(tmp_path: Path) -> None:
 
 
 def _compare_saved_sweeps(tmp_path: Path, before: str, after: str) -> Any:
-    """`bench compare` of two sweeps under gpu/results/, each read back from a copy of its saved database."""
+    """`bench compare` of two sweeps under data/gpu-runs/, each read back from a copy of its saved
+    database."""
     runs = []
     for folder in (before, after):
         copy = tmp_path / f"{len(runs)}.db"  # opening may migrate: the committed file stays as recorded
@@ -117,7 +119,7 @@ def test_a_profile_shows_in_a_compare_of_one_launch_before_and_after_it(tmp_path
     """`bench compare` over the two C=64 sweeps of one flashinfer launch (2026-12-02, later), the first
     before two profiles of the same servers and the second after them, each read back from the database its
     sweep saved: only the knob at 0 lost (CUPTI left on by the profiler costs a host-paced gated step most;
-    gpu/README.md, "A profile leaves its mark"), the plain server and the knob on held."""
+    data/gpu-runs/NOTEBOOK.md, "A profile leaves its mark"), the plain server and the knob on held."""
     launch = "h200-8b-pair-flashinfer-2026-12-02b"
     comp = _compare_saved_sweeps(
         tmp_path, f"{launch}/2-launch-sweep-48-64-profile-64", f"{launch}/3-profile-64-sweep-64"
@@ -134,7 +136,7 @@ def test_two_sweeps_of_one_fresh_flashinfer_launch_compare_as_the_readme_says(tm
     """`bench compare` over the two 5-round C=32/48/64 sweeps of one unprofiled flashinfer launch
     (2026-12-02, stop 28), each read back from the database its sweep saved: the same stack, the knob at 0
     against the plain server as each sweep printed it (the README of
-    gpu/results/h200-8b-pair-flashinfer-2026-12-02c), and drafting still above the plain server at every
+    data/gpu-runs/h200-8b-pair-flashinfer-2026-12-02c), and drafting still above the plain server at every
     level (no crossover within 64)."""
     launch = "h200-8b-pair-flashinfer-2026-12-02c"
     comp = _compare_saved_sweeps(tmp_path, f"{launch}/2-sweep-32-48-64-a", f"{launch}/2-sweep-32-48-64-b")
@@ -149,7 +151,7 @@ def test_two_sweeps_of_one_fresh_flashinfer_launch_compare_as_the_readme_says(tm
 
 
 def _script(name: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(RESULTS.parent / name), *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
                           timeout=120, cwd=RESULTS)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -158,7 +160,7 @@ def _script(name: str, *args: str) -> str:
 def test_flashinfer_knob_at_max_over_every_saved_run_is_what_the_readme_says() -> None:
     """The knob at max against an un-gated EAGLE-3 server on flashinfer, every saved run with the gated
     decode on (stop 28's two unpaired, 2026-12-03's three paired), pooled by ``knob_max_ab.py --summarize``:
-    the paired figure at each level as gpu/results/h200-8b-pair-flashinfer-2026-12-03/README.md gives it,
+    the paired figure at each level as data/gpu-runs/h200-8b-pair-flashinfer-2026-12-03/README.md gives it,
     each at least the 0.97 that issue #12 asks."""
     old, new = "h200-8b-pair-flashinfer-2026-12-02c", "h200-8b-pair-flashinfer-2026-12-03"
     files = [f"{old}/3-knob-max-vs-ungated/knob_max_vs_ungated.json",
@@ -193,7 +195,7 @@ def test_a_policys_zero_with_windows_against_plain_is_what_the_readme_says() -> 
     import importlib.util
 
     base = RESULTS / "h200-8b-pair-triton-windows-2026-12-03"
-    spec = importlib.util.spec_from_file_location("knob_max_ab", RESULTS.parent / "knob_max_ab.py")
+    spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPTS / "knob_max_ab.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)  # in-process: the --summarize lines, without a process per group

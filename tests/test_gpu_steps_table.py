@@ -1,6 +1,7 @@
-"""gpu/steps_table.py: whether a middle step count beats both ends, per level, from a real three-curve sweep
-of the H200 (gpu/results/) and knob_max_ab.py outputs written here from known windows. The expected figures
-are worked out below from the same inputs: the sweep's points and the windows' ratio interval."""
+"""benchmarks/gpu/steps_table.py: whether a middle step count beats both ends, per level, from a real
+three-curve sweep of the H200 (data/gpu-runs/) and knob_max_ab.py outputs written here from known windows. The
+expected figures are worked out below from the same inputs: the sweep's points and the windows' ratio
+interval."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from spectower.collectors.bench.ratio import ratio_interval
 
 from tests.conftest import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "gpu" / "steps_table.py"
-SWEEP = REPO_ROOT / "gpu/results/h200-8b-pair-triton-plugin-skip-2026-11-30/3-sweep-repeat/sweep.json"
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "steps_table.py"
+SWEEP = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-plugin-skip-2026-11-30/3-sweep-repeat/sweep.json"
 LAUNCH_WINDOWS = [1000.0, 1012.0, 991.0, 1004.0, 996.0, 1008.0, 989.0, 1001.0]  # 2 rounds x 4 windows
 
 

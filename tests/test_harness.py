@@ -8,8 +8,8 @@ import statistics
 from typing import Any
 
 import pytest
-from spectower.control import engine_counters
 from spectower.control.policy import Decision, Observation, make_policy
+from spectower.plugin import engine_counters
 from spectower.simulator.harness import BASELINES, HarnessConfig, HarnessError, evaluate, simulate
 from spectower.simulator.profile import builtin_profile_names, load_profile
 from spectower.simulator.traces import BUILTIN_TRACES, load_trace, parse_trace
@@ -257,7 +257,7 @@ def test_stale_intervals_reach_the_policy_marked_and_learn_copes() -> None:
 def test_gated_ticks_pay_the_kept_extend_only_in_exploration_windows() -> None:
     """The h200 profile's spec_off_warm curve (gated steps while the draft's extend runs, measured on the
     H200, 0.90 of spec_off at 64): a ceiling of 0 with exploration on keeps the extend only in its windows
-    (control/explore.py, about 9 % of the gated steps), so it serves within 2 % of the knob at 0 with the
+    (plugin/explore.py, about 9 % of the gated steps), so it serves within 2 % of the knob at 0 with the
     share at 0 (spec_off, what a sweep's locked off measures), where keeping it throughout cost 10 %. The
     exploring oracle pays the same."""
     profile = load_profile("h200-8b-pair-triton")

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 import pytest
-from spectower.control.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.control.policy import make_policy
+from spectower.plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.simulator.harness import HarnessConfig, evaluate, simulate
 from spectower.simulator.profile import Profile, load_profile, parse_profile
 from spectower.simulator.traces import parse_trace

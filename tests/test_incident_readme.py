@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.simulator_process import steady_load
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, db_rows, free_port
-from tests.simulator_process import steady_load
 
 # The demo binds the simulator to its default port (30000) when it is free: two demos started at once
 # race for it between the check and the bind, so the tests that start one run on one worker, in turn.

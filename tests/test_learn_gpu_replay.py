@@ -1,4 +1,4 @@
-"""control/policy/learn.py replayed on the counters a real H200 gave it (gpu/results/, 2026-12-01).
+"""control/policy/learn.py replayed on the counters a real H200 gave it (data/gpu-runs/, 2026-12-01).
 
 ``spectower control auto --policy learn`` ran for 10 minutes under a day-shaped load (``bench load
 --pattern day --period 600s --max-concurrency 64``) on an SGLang 0.5.17 + EAGLE-3 server with spectower's
@@ -24,7 +24,7 @@ import pytest
 from spectower.control.policy import Decision, Observation, make_policy
 from spectower.storage import open_database, queries
 
-RUN = Path(__file__).resolve().parents[1] / "gpu" / "results" / "h200x2-8b-pair-triton-policies-2026-12-01"
+RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "h200x2-8b-pair-triton-policies-2026-12-01"
 SERVER = "http://127.0.0.1:30010"
 MRR = 64
 

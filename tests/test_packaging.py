@@ -4,6 +4,7 @@ data files, and a plugin module that imports with the standard library alone (it
 from __future__ import annotations
 
 import configparser
+import json
 import subprocess
 import sys
 import tomllib
@@ -19,7 +20,7 @@ from tests.namespace_tree import package_dirs
 # workers) share its build/ and egg-info, and one of them failed in a full run on 2026-12-01.
 pytestmark = pytest.mark.xdist_group("wheel")
 
-FOLDERS = ("collectors", "storage", "control", "simulator", "console")
+FOLDERS = ("plugin", "collectors", "storage", "control", "simulator", "console")
 
 
 @pytest.fixture(scope="module")
@@ -50,29 +51,55 @@ def test_the_wheel_installs_one_namespace_with_its_data_and_entry_points(wheel: 
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert tops == {"spectower", wheel.name.split("-py3")[0] + ".dist-info"}
-    assert "spectower/control/sglang_plugin.py" in names
+    assert "spectower/plugin/knob_gate.py" in names
     assert "spectower/simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json" in names
     assert "spectower/simulator/sglang_server_args.json" in names  # the simulator's /server_info template
     assert "spectower/console/pages/overview.py" in names
     dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = configparser.ConfigParser()
     entry_points.read_string(zipfile.ZipFile(wheel).read(dist).decode())
-    assert entry_points["sglang.srt.plugins"]["spectower"] == "spectower.control.sglang_plugin:register"
+    assert entry_points["sglang.srt.plugins"]["spectower"] == "spectower.plugin.knob_gate:register"
     assert entry_points["console_scripts"]["spectower"] == "spectower.console.cli:main"
 
 
-def test_the_plugin_imports_from_the_wheel_with_the_stdlib_alone(wheel: Path, tmp_path: Path) -> None:
-    # As the README installs it into SGLang's environment: --no-deps, nothing else of ours beside it.
+# Run in the wheel's extracted tree by ``python -I -S``: no site-packages, no user site, no environment, no
+# current folder; only the wheel's files (its dist-info included) on the path.
+_ALONE_PROBE = """
+import importlib, importlib.metadata, json, pkgutil, sys
+sys.path[:] = [p for p in sys.path if "site-packages" not in p and "dist-packages" not in p]
+sys.path.insert(0, ROOT)
+import spectower.plugin as package
+modules = sorted(m.name for m in pkgutil.iter_modules(package.__path__, "spectower.plugin."))
+for name in modules:
+    importlib.import_module(name)
+entry = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="sglang.srt.plugins")}
+loaded = {ep.name: ep.load().__module__ for ep in importlib.metadata.entry_points(group="sglang.srt.plugins")}
+tops = {name.split(".")[0] for name in sys.modules}
+print(json.dumps({"file": package.__file__, "modules": modules, "entry": entry, "loaded": loaded,
+                  "foreign": sorted(tops - set(sys.stdlib_module_names) - {"spectower", "__main__"})}))
+"""
+
+
+def test_the_plugin_package_imports_from_the_wheel_with_the_stdlib_alone(wheel: Path, tmp_path: Path) -> None:
+    # As the README installs it into SGLang's environment: --no-deps, nothing else of ours or anyone's beside
+    # it. Every module of spectower.plugin imports, and SGLang's entry points resolve into it.
     zipfile.ZipFile(wheel).extractall(tmp_path)
-    probe = (
-        "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p and p != '']; "
-        f"sys.path.insert(0, {str(tmp_path)!r}); "
-        "import spectower.control.sglang_plugin as m; print(m.__file__)"
-    )
-    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path)  # fmt: skip
+    probe = "ROOT = " + repr(str(tmp_path)) + _ALONE_PROBE
+    argv = [sys.executable, "-I", "-S", "-c", probe]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env={})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().startswith(str(tmp_path / "spectower" / "control"))
+    found = json.loads(out.stdout)
+    assert found["file"] == str(tmp_path / "spectower" / "plugin" / "__init__.py")
+    expected = {"spectower." + ".".join(p.with_suffix("").relative_to(REPO_ROOT).parts)
+                for p in (REPO_ROOT / "plugin").glob("*.py") if p.name != "__init__.py"}  # fmt: skip
+    assert set(found["modules"]) == expected
+    assert found["foreign"] == []  # nothing outside the standard library was imported
+    assert found["entry"] == {
+        "spectower": "spectower.plugin.knob_gate:register",
+        "spectower-gated-decode": "spectower.plugin.gated_decode:register",
+    }
+    assert found["loaded"] == {"spectower": "spectower.plugin.knob_gate",
+                               "spectower-gated-decode": "spectower.plugin.gated_decode"}  # fmt: skip
 
 
 def test_version_and_help_read_like_a_command_line_tool() -> None:

@@ -16,8 +16,8 @@ from spectower.collectors.gpu.dcgm import parse_dcgm
 from spectower.collectors.prometheus import PrometheusSource, PrometheusSourceError, instance_url
 from spectower.collectors.sglang.metrics import parse_metrics
 
+from benchmarks.simulator_process import SimulatorProcess
 from tests.conftest import free_port
-from tests.simulator_process import SimulatorProcess
 from tests.test_daemon import Load
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.control import audit, engine_counters
+from spectower.control import audit
 from spectower.control.knob import KnobClient
 from spectower.control.policy import make_policy
 from spectower.control.runner import (
@@ -24,6 +24,7 @@ from spectower.control.runner import (
     RunnerConfigError,
     observe_storage,
 )
+from spectower.plugin import engine_counters
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import EngineSample
 
@@ -212,7 +213,7 @@ def test_flip_rate_is_capped_per_rolling_hour(db: Database) -> None:
 
 
 def counters_block(steps: int, bins: int = 6) -> dict[str, Any]:
-    """One rank's counters (control/engine_counters.py's shape): ``steps`` drafted and gated ones in bin 4."""
+    """One rank's counters (plugin/engine_counters.py's shape): ``steps`` drafted and gated ones in bin 4."""
     block = engine_counters.EngineCounters(2 ** (bins - 1), clock_name="model").snapshot()
     block["started_at"] = 1.0
     i = block["bins"].index(4)

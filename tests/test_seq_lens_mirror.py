@@ -1,4 +1,4 @@
-"""The seq-lens mirror (spectower.control.sglang_seq_lens.SeqLensMirror) as pure logic: what it remembers
+"""The seq-lens mirror (spectower.plugin.seq_lens_mirror.SeqLensMirror) as pure logic: what it remembers
 after each kind of batch, when it answers, and how a difference turns it off. Inside SGLang, against its own
 FutureMap: tests/test_sglang_seq_lens.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from spectower.control.sglang_seq_lens import DEFAULT_VERIFY_EVERY, SeqLensMirror
+from spectower.plugin.seq_lens_mirror import DEFAULT_VERIFY_EVERY, SeqLensMirror
 
 
 def test_a_gated_batch_grows_each_request_by_one_and_forgets_who_left() -> None:
@@ -94,9 +94,9 @@ def test_its_own_failure_never_reaches_sglang(monkeypatch: pytest.MonkeyPatch) -
     """A batch the mirror cannot read (shaped unlike 0.5.17's or 0.5.23's) turns it off; SGLang resolves."""
     from types import SimpleNamespace
 
-    from spectower.control import sglang_seq_lens
+    from spectower.plugin import seq_lens_mirror
 
-    monkeypatch.setattr(sglang_seq_lens, "_MIRROR", SeqLensMirror(enabled=True, verify_every=0))
+    monkeypatch.setattr(seq_lens_mirror, "_MIRROR", SeqLensMirror(enabled=True, verify_every=0))
     resolved = []
     future_map = SimpleNamespace(needs_cpu_seq_lens=True)
     unreadable = SimpleNamespace(spec_info=SimpleNamespace(future_indices=[1]), reqs=42)  # not a sequence
@@ -105,11 +105,11 @@ def test_its_own_failure_never_reaches_sglang(monkeypatch: pytest.MonkeyPatch) -
         resolved.append(batch)
         return "sglang"
 
-    assert sglang_seq_lens.hook_resolve_seq_lens_cpu(original, future_map, unreadable) == "sglang"
+    assert seq_lens_mirror.hook_resolve_seq_lens_cpu(original, future_map, unreadable) == "sglang"
     assert resolved == [unreadable] and future_map.needs_cpu_seq_lens is True
-    state = sglang_seq_lens.mirror()
+    state = seq_lens_mirror.mirror()
     assert state.enabled is False and "could not read the batch" in (state.off_reason or "")
-    assert sglang_seq_lens.before_forward(unreadable, decode=True) is None  # off: nothing noted
+    assert seq_lens_mirror.before_forward(unreadable, decode=True) is None  # off: nothing noted
 
 
 def test_a_gated_batch_sglang_resolved_is_counted_as_a_miss() -> None:

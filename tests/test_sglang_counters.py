@@ -17,13 +17,13 @@ import pytest
 from spectower.collectors.sglang.counters import CounterDeltas, CounterRow, read_counters
 from spectower.collectors.sglang.scraper import SglangScraper
 from spectower.collectors.sink import StorageSink
-from spectower.control import engine_counters as ec
 from spectower.control import speedup
+from spectower.plugin import engine_counters as ec
 from spectower.storage import open_database, queries
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
+from benchmarks.simulator_process import SimulatorFactory
 from tests.conftest import REAL_DATA
-from tests.simulator_process import SimulatorFactory
 
 METRICS = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_text()
 INFO = json.loads((REAL_DATA / "sglang-0.5.17-h200/server_info_after.json").read_text())

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.control.sglang_gated_decode import is_one_token_verify
+from spectower.plugin.gated_decode import is_one_token_verify
 
 from tests import sglang_checks as batches
 from tests import test_sglang_plugin as plugin_tests

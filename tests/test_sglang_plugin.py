@@ -31,7 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.control.sglang_config import build_adaptive_config, write_config
-from spectower.control.sglang_plugin import TARGETS, Gate
+from spectower.plugin.knob_gate import TARGETS, Gate
 
 from tests import sglang_checks as batches
 from tests.conftest import REPO_ROOT
@@ -116,9 +116,9 @@ def run_check(
 @sglang_check
 def test_load_plugins_discovers_the_entry_point(sglang_checks: SglangChecks, sglang_version: str) -> None:
     result = sglang_checks.result(sglang_version, "load_plugins")
-    entry = {"name": "spectower", "value": "spectower.control.sglang_plugin:register", "dist": "spectower"}
+    entry = {"name": "spectower", "value": "spectower.plugin.knob_gate:register", "dist": "spectower"}
     assert entry in result["entry_points"]
-    assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "control" / "sglang_plugin.py").resolve()
+    assert Path(result["plugin_file"]).resolve() == (REPO_ROOT / "plugin" / "knob_gate.py").resolve()
     targets = result["targets"]
     assert set(targets) == {
         "sglang.srt.managers.scheduler.Scheduler.set_internal_state",
@@ -350,9 +350,9 @@ def test_override_log_growth_is_bounded_by_hysteresis(sglang_checks: SglangCheck
 
 def test_the_plugin_takes_its_ceiling_through_the_one_contract_parser() -> None:
     """The plugin has no validator of its own (issue #33): the contract's parser accepts and refuses."""
-    from spectower.control import knob_contract, sglang_plugin
+    from spectower.plugin import knob_contract, knob_gate
 
-    assert not hasattr(sglang_plugin, "validate_spec_max_bs")
+    assert not hasattr(knob_gate, "validate_spec_max_bs")
     for good in (0, 10**6):
         request = knob_contract.parse_request({knob_contract.KNOB_KEY: good})
         assert request is not None and request.value == good
@@ -487,7 +487,7 @@ def test_exploration_in_sglang_runs_of_four_per_bin_and_never_under_a_manual_hol
 def test_the_launch_share_comes_from_the_environment_and_a_bad_one_is_ignored_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from spectower.control.sglang_plugin import _env_explore_share
+    from spectower.plugin.knob_gate import _env_explore_share
 
     monkeypatch.delenv("SPECTOWER_EXPLORE_SHARE", raising=False)
     assert _env_explore_share() == 0.02

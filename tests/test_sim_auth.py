@@ -8,7 +8,7 @@ import httpx
 import pytest
 from spectower.simulator.auth import bearer_token, is_allowed
 
-from tests.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import SimulatorFactory
 
 KNOB = {"server_args": {"spectower_spec_max_bs": 0}}
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import SimulatorFactory
 
 POLL_TIMEOUT_S = 60.0  # generous for a loaded 2-core machine; the test returns once the readings show it
 

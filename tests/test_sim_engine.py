@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from spectower.control.engine_counters import rates
+from spectower.plugin.engine_counters import rates
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, SimRequest
 from spectower.simulator.profile import load_profile

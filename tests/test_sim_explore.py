@@ -1,4 +1,4 @@
-"""The simulator's exploration, as the SGLang plugin's gate does it (``control.explore``): runs of 4 decode
+"""The simulator's exploration, as the SGLang plugin's gate does it (``plugin.explore``): runs of 4 decode
 batches, one in ``round(1 / share)`` of a batch-size bin's, run the other mode, counted in the engine
 counters (a run's first batch and the first after it as settling); none while a lock holds the
 knob; the share set at launch or through ``spectower_explore_share``. The decode loop runs in virtual time
@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from spectower.control import knob_contract
+from spectower.plugin import knob_contract
 from spectower.simulator import knob_state
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler

@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.control.engine_counters import rates
+from spectower.plugin.engine_counters import rates
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import Measurement, measure
-from tests.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import SimulatorFactory
 
 # on/off 3x at both levels, each mode 2x from one request to two; whole tokens per drafted step and no
 # per-step noise, so the model-time rates are the profile's exactly

@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.control.engine_counters import rates
+from spectower.plugin.engine_counters import rates
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
+from benchmarks.simulator_process import SimulatorFactory, SimulatorProcess
 from tests.conftest import REPO_ROOT
-from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 KNOB = "spectower_spec_max_bs"
 # the tests on the module's one default simulator run on one xdist worker (--dist loadgroup): one start-up

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.sim_fidelity import completion_tokens
+from benchmarks.simulator_process import SimulatorFactory, SimulatorProcess
 from tests.conftest import FIXTURES
-from tests.simulator_process import SimulatorFactory, SimulatorProcess
 
 TSV = FIXTURES / "reference" / "sglang-0.5.23-metrics.tsv"
 GAUGE_TOKENS = 80

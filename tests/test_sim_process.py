@@ -1,11 +1,11 @@
-"""tests/simulator_process.py itself: start, kill, restart on the same ports, stop."""
+"""benchmarks/simulator_process.py itself: start, kill, restart on the same ports, stop."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from tests.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import SimulatorFactory
 
 
 def test_kill_restart_same_ports_stop(simulator_factory: SimulatorFactory) -> None:
@@ -43,7 +43,7 @@ def test_kill_restart_same_ports_stop(simulator_factory: SimulatorFactory) -> No
 
 
 def test_context_manager_stops(simulator_factory: SimulatorFactory) -> None:
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(profile="llama31-8b-1x-h100") as sim:
         assert httpx.get(f"{sim.base_url}/health", timeout=5).status_code == 200

@@ -12,15 +12,15 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import connect_sse
-from spectower.control.knob_contract import KnobOwner
+from spectower.plugin.knob_contract import KnobOwner
 
-from tests.simulator_process import SimulatorProcess
+from benchmarks.simulator_process import SimulatorProcess
 
 # Keys 0.5.23 reports that the 0.5.17 capture lacks (docs/sglang-reference.md §3).
 NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 # The plugin's block: the knob (the first contract), the engine counters, the exploration block (the
 # plugin's Gate.explore_report shape), and who holds the knob (the ownership report both the plugin and the
-# simulator take from control/knob_contract.py).
+# simulator take from plugin/knob_contract.py).
 SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
                   "explore"} | set(KnobOwner().report())  # fmt: skip
 SEPARATORS = ("\u2028", "\u0085")

@@ -15,8 +15,8 @@ import json
 from typing import Any
 
 import pytest
-from spectower.control import knob_contract
-from spectower.control.explore import (
+from spectower.plugin import knob_contract
+from spectower.plugin.explore import (
     DEFAULT_KEPT_EXTEND_TAX,
     WINDOW_CYCLE_BATCHES,
     WINDOW_EXPLORE_BATCHES,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectower.control.engine_counters import counter_bins
+from spectower.plugin.engine_counters import counter_bins
 from spectower.simulator import step_model
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile
 from spectower.simulator.traces import load_trace
@@ -86,7 +86,7 @@ def test_a_larger_fixed_share_never_helps_a_middle_count(share: float, batch: in
         assert all(fixed.tok_s[k] < fixed.tok_s[3] for k in (1, 2))
 
 
-MEASURED = REPO_ROOT / "gpu" / "results" / "h200-8b-pair-triton-steps-explore-2026-12-01"
+MEASURED = REPO_ROOT / "data" / "gpu-runs" / "h200-8b-pair-triton-steps-explore-2026-12-01"
 
 
 def _measured_middles() -> dict[int, dict[int, float]]:

@@ -51,7 +51,7 @@ async def _running(sim: Any) -> int | None:
 
 @pytest.fixture(scope="module")
 def sim() -> Any:
-    from tests.simulator_process import SimulatorProcess
+    from benchmarks.simulator_process import SimulatorProcess
 
     with SimulatorProcess(admin_key=ADMIN_KEY, max_running_requests=48) as process:
         yield process

@@ -6,8 +6,10 @@ import asyncio
 import itertools
 import subprocess
 
+import httpx
 import pytest
 from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.lengths import OutputLengths
 from spectower.collectors.bench.walk import (
     DEFAULT_MAX_CONCURRENCY,
     HOVER_SPREAD,
@@ -16,10 +18,11 @@ from spectower.collectors.bench.walk import (
     parse_pattern,
     walk,
 )
+from spectower.collectors.promtext import parse_prometheus_text
 from spectower.simulator.profile import load_profile
 
+from benchmarks.simulator_process import SimulatorFactory
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
-from tests.simulator_process import SimulatorFactory
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 
@@ -148,6 +151,32 @@ def test_walk_follows_the_target_against_the_simulator(simulator_factory: Simula
     # at some status line while the target was 12, more than 2 requests were streaming at once
     in_flight = [int(line.split("in flight")[1].split()[0]) for line in statuses if "target C=12" in line]
     assert max(in_flight) > 2
+
+
+@pytest.mark.integration
+def test_walk_sends_mixed_output_lengths_by_request_index(simulator_factory: SimulatorFactory) -> None:
+    # issue #32: one length for every request finishes in waves; --output-len 8-200 spreads them, each
+    # request's length a function of its index (collectors/bench/lengths.py), here across the simulator's
+    # generation-length bucket at 100 tokens
+    sim = simulator_factory(profile=GLM5)
+    lengths = OutputLengths(8, 200)
+    config = WalkConfig(server=sim.base_url, pattern=parse_pattern("hover:4", 4.0), duration_s=4.0,
+                        output_len=lengths)  # fmt: skip
+    stats = asyncio.run(walk(config))
+    assert stats.errors == 0, stats.last_error
+    samples = parse_prometheus_text(httpx.get(f"{sim.base_url}/metrics", timeout=10).text)
+    name = "sglang:generation_tokens_histogram_bucket"
+    buckets = {s.labels["le"]: s.value for s in samples if s.name == name}
+    finished = buckets["+Inf"]
+    assert finished >= 4
+    # some finished at 100 tokens or fewer, some above: the lengths differ
+    assert 0 < buckets["100.0"] < finished
+
+
+def test_bad_mixed_output_lengths_are_refused_naming_the_flag() -> None:
+    with pytest.raises(BenchError, match="--output-len"):
+        WalkConfig(server="http://127.0.0.1:9", pattern=parse_pattern("ramp"),
+                   output_len=OutputLengths(50, 10)).validate()  # fmt: skip
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """Load sweeps (speculation on vs off per concurrency) and the load walker, measured from the client side.
-May import storage, the collectors' parsers and plumbing, and control.knob_contract (the knob is a protocol).
+May import storage, the collectors' parsers and plumbing, and plugin.knob_contract (the knob is a protocol).
 
 Modules, one concept each: ``sse`` (stream parsing), ``prompts`` (seeded local prompts), ``stream`` (one
 streamed request -> ``RequestRecord``), ``loadgen`` (the closed loop), ``stats`` (bench_serving's figures),

@@ -3,7 +3,7 @@
 The implementation is control's (control/sweep_audit.py ``SweepKnob``, on the one knob client
 ``control.knob.KnobClient`` and the contract's sweep writer, audited there): collectors do not import
 control's client or its database side. What the server does with a sweep's writes is the contract's
-(control/knob_contract.py):
+(plugin/knob_contract.py):
 
 - ``borrow(running)``: refused (unless forced) when the server is serving other requests or a lock holds
   (the error names ``--force``); otherwise the sweep takes the server's sweep lock (a policy is then refused
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from spectower.control import knob_contract as kc
+from spectower.plugin import knob_contract as kc
 
 SWEEP_HOLD_S = kc.SWEEP_DEFAULT_HOLD_S
 

@@ -3,7 +3,7 @@
 Why: requests of one length finish in waves, so a counter read over a window moves in steps of
 (concurrency x length) tokens, and two identical servers read up to 0.83 apart (issue #32). Lengths spread
 over a range desynchronise the finishes. Each request's length is a function of its index alone, so two
-servers given the same prompt indices (gpu/knob_max_ab.py's paired rounds) get the same lengths.
+servers given the same prompt indices (benchmarks/gpu/knob_max_ab.py's paired rounds) get the same lengths.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 from spectower.collectors.auth import auth_headers
 from spectower.collectors.bench.errors import BenchError
+from spectower.collectors.bench.lengths import OutputLengths
 from spectower.collectors.bench.limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.records import RequestRecord
@@ -234,10 +235,18 @@ class WalkConfig:
     pattern: PatternSpec
     duration_s: float | None = None
     api: Api = "generate"
-    output_len: int = DEFAULT_OUTPUT_LEN
+    # one length for every request, or OutputLengths (``--output-len 64-448``): requests of one length finish
+    # in waves, which a counter read over a window sees as steps (issue #32)
+    output_len: int | OutputLengths = DEFAULT_OUTPUT_LEN
     input_len: int = DEFAULT_INPUT_LEN
     seed: int = DEFAULT_SEED
     status_every_s: float = DEFAULT_STATUS_EVERY_S
+
+    @property
+    def output_lengths(self) -> OutputLengths:
+        if isinstance(self.output_len, OutputLengths):
+            return self.output_len
+        return OutputLengths(self.output_len, self.output_len)
 
     def validate(self) -> WalkConfig:
         check_http_url(self.server, "--server", BenchError)
@@ -245,7 +254,8 @@ class WalkConfig:
             raise BenchError(f"--duration must be a positive duration, got {self.duration_s}")
         if self.api not in ("generate", "openai"):
             raise BenchError(f"--api must be generate or openai, got {self.api!r}")
-        check_between(self.output_len, "--output-len", 1, MAX_TOKENS)
+        check_between(self.output_lengths.low, "--output-len", 1, MAX_TOKENS)
+        check_between(self.output_lengths.high, "--output-len", self.output_lengths.low, MAX_TOKENS)
         check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
         return self
 
@@ -284,7 +294,8 @@ async def walk(
     ) as client:  # fmt: skip
         info = await get_server_info(client)  # unreachable / not SGLang: a clear error before any load
         model = info.served_model_name or "default"
-        shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
+        lengths = config.output_lengths
+        shape = RequestShape(api=config.api, output_len=lengths.low, model=model)
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         issued = 0
         workers: dict[int, asyncio.Task[None]] = {}
@@ -297,7 +308,8 @@ async def walk(
                 rec = RequestRecord(index=index, start=time.perf_counter())
                 stats.in_flight[index] = rec
                 try:
-                    await stream_request(client, prompts(index), shape, record=rec)
+                    length = lengths.of(index)
+                    await stream_request(client, prompts(index), shape, output_len=length, record=rec)
                 finally:
                     stats.in_flight.pop(index, None)
                     stats.finished_tokens += rec.output_tokens

@@ -2,7 +2,7 @@
 
 The spectower plugin (and the simulator) publish cumulative per-batch-size-bin counters of drafted and
 gated decode steps at ``internal_states[i]["spectower"]["counters"]``, one block per DP rank
-(control/engine_counters.py has the format). Here they are read from a /server_info document the scraper
+(plugin/engine_counters.py has the format). Here they are read from a /server_info document the scraper
 already fetched, validated per rank, summed over ranks, and turned into deltas between consecutive
 reads: one ``CounterRow`` per (bin, mode) that saw anything in the interval.
 
@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from spectower.control.engine_counters import MODES, rates, validate
-from spectower.control.speedup import sum_ranks
+from spectower.plugin.engine_counters import MODES, rates, sum_ranks, validate
 from spectower.storage.bench_serving import effective_server_info
 
 

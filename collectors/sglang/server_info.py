@@ -7,7 +7,7 @@ load walker (collectors/bench), and the Benchmarks page's sweep watcher. So ther
 
 ``/server_info`` is the flat, resolved server args plus ``internal_states`` (one dict per DP rank, with
 runtime overrides applied). The spectower plugin adds ``internal_states[i]["spectower"]`` (the knob, its
-owner and lock, the engine's counters: control/knob_contract.py and docs/design.md). A PD router answers
+owner and lock, the engine's counters: plugin/knob_contract.py and docs/design.md). A PD router answers
 ``{"prefill": [...], "decode": [...]}``; its decode workers' facts and ranks are read. Secrets (``api_key``,
 ``admin_api_key``, key passwords, ``--api-key`` in ``launch_command``) are redacted before anything is kept;
 ``ServerInfo.info`` is the redacted document as it came, for readers of blocks the model does not type
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
-from spectower.control import knob_contract
+from spectower.plugin import knob_contract
 from spectower.storage.bench_serving import effective_server_info
 from spectower.storage.models import int_or_none
 from spectower.storage.redact import redact
@@ -108,17 +108,17 @@ class RankState(BaseModel):
     batches_gated: Int = None
     plugin_version: Str = None
     refused: Str = None  # the plugin's own reason it cannot honour the knob on this rank
-    # Ownership (control/knob_contract.py); None on a plugin that predates it.
+    # Ownership (plugin/knob_contract.py); None on a plugin that predates it.
     owner: Annotated[str | None, BeforeValidator(_owner)] = None  # manual / sweep while locked, else policy
     lock: Map = None  # {"writer", "since", "expires_at"}; None expiry: until released
     last_write: Map = None
     last_refused: Map = None
     policy_last: Map = None
     server_time: Float = None
-    # The off path (control/sglang_gated_decode.py, control/sglang_seq_lens.py): None where not loaded.
+    # The off path (plugin/gated_decode.py, plugin/seq_lens_mirror.py): None where not loaded.
     gated_decode: Map = None  # draft extends skipped while gated, batches drained before drafting again
     seq_lens_mirror: Map = None  # flashinfer: gated batches' host lengths remembered, not waited for
-    explore: Map = None  # the share, batches explored and the window among gated batches (control/explore.py)
+    explore: Map = None  # the share, batches explored and the window among gated batches (plugin/explore.py)
 
     # the knob client's names for the same two values (`control get` prints them)
     @property

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
+from spectower.console.commands.control_fleet import FLEET_HELP
+from spectower.console.commands.control_fleet import resolve as resolve_fleet
 from spectower.console.commands.options import (
     DB_HELP,
     chosen_database,
@@ -23,6 +25,7 @@ def collect(
     server: list[str] = typer.Option(
         [], "--server", help="SGLang server base URL (repeatable), e.g. http://127.0.0.1:30000"
     ),
+    fleet: str | None = typer.Option(None, "--fleet", help="every replica of this fleet too: " + FLEET_HELP),
     gpu: str = typer.Option(
         "none", "--gpu", help="GPU source: nvml (local GPUs), dcgm=URL (dcgm-exporter), none"
     ),
@@ -63,7 +66,7 @@ def collect(
     _log_at(log_level)
     try:
         config = DaemonConfig(
-            servers=list(server),
+            servers=list(server) if fleet is None else list(resolve_fleet(server, fleet).replicas),
             gpu=gpu,
             prometheus=prometheus,
             interval_s=interval,

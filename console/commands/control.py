@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import functools
 import getpass
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec
@@ -18,25 +16,27 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
+from spectower.console.commands import control_fleet as fleets
+from spectower.console.commands.control_fleet import FLEET_HELP, SERVERS_HELP
 from spectower.console.commands.options import (
     AS_HELP,
     DB_HELP,
     MAX_EVENTS_SHOWN,
     POLICY_HELP,
-    SERVER_HELP,
     chosen_database,
     duration_option,
     int_option,
     say_database,
 )
 from spectower.console.errors import fail, is_user_error, strict_json
-from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
+from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
 if TYPE_CHECKING:
     from spectower.collectors.sglang.server_info import RankState
+    from spectower.control.fleet_ops import ReplicaOutcome
     from spectower.control.knob import KnobClient, KnobState, SetResult
-    from spectower.control.warm_start import Known, WarmStart
+    from spectower.control.runner import PolicyRunner
     from spectower.storage import Database
 
 app = typer.Typer(
@@ -103,6 +103,18 @@ def _open_for_writing(db: str | None) -> tuple[Database, Callable[[], None]]:
 
     url, why = chosen_database(db)
     return open_database(url), functools.partial(say_database, url, why)
+
+
+def _fleet_write(db: str | None, write: Callable[[Database], Sequence[ReplicaOutcome]]) -> None:
+    """A fleet write on the audit database, the line naming that database, then the fleet's exit code
+    (0 all confirmed, 3 partial, 1 none: ``control_fleet.finish``)."""
+    database, say_which = _open_for_writing(db)
+    try:
+        outcomes = write(database)
+    finally:
+        database.close()
+    say_which()
+    fleets.finish(outcomes)
 
 
 def _describe(value: int | None, max_running: int | None) -> str:
@@ -216,7 +228,8 @@ def _print_ownership(state: KnobState, holder: dict[str, Any] | None) -> None:
 @app.command("get")
 @_user_errors
 def get(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     db: str | None = typer.Option(
         None, "--db", help=DB_HELP + "; the speedup comes from its stored counters when it has them"
@@ -233,7 +246,12 @@ def get(
     ),
 ) -> None:
     """Show the knob per DP rank, whether this server can take it, and the speedup speculation gives per
-    batch size (the engine's counters, the estimate the console and the policy use)."""
+    batch size (the engine's counters, the estimate the console and the policy use). With --fleet (or
+    several --server): one row per replica, its knob, owner and who holds its lock."""
+    if fleets.is_fleet(servers, fleet):
+        fleets.get(fleets.resolve(servers, fleet), db, as_json)
+        return
+    server = fleets.resolve(servers, fleet).replicas[0]
     with _client(server) as client:
         state = client.read()
     speed, holder = _from_database(state, db, window_s)
@@ -274,7 +292,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     from spectower.collectors.sglang.counters import read_counters
     from spectower.console import data
     from spectower.control import speedup
-    from spectower.control.engine_counters import rates
+    from spectower.plugin.engine_counters import rates, sum_ranks
     from spectower.storage import queries
 
     if store is not None:
@@ -292,7 +310,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             "; ".join(read.warnings) or "the server publishes no decode counters (an older spectower plugin)"
         )
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
-    est = speedup.estimate([rates(None, speedup.sum_ranks(read.blocks))]).to_json()
+    est = speedup.estimate([rates(None, sum_ranks(read.blocks))]).to_json()
     return {**est, "source": "since_start", "label": f"{est['label']}, since the server started"}
 
 
@@ -337,7 +355,8 @@ def _print_result(result: SetResult) -> None:
 @app.command("set")
 @_user_errors
 def set_knob(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     off: bool = typer.Option(False, "--off", help="switch speculation off (max_bs 0)"),
     on: bool = typer.Option(False, "--on", help="speculation always on (max_bs = max_running_requests)"),
     max_bs: int | None = typer.Option(None, "--max-bs", help="draft while the running batch is <= N"),
@@ -355,7 +374,8 @@ def set_knob(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
     """Set the knob, read it back per rank, audit it; the server locks it against any policy until
-    `control release` (or --hold expires)."""
+    `control release` (or --hold expires). With --fleet (or several --server): asks once, sets every
+    replica at once, one row each; exit 0 all confirmed, 3 partial, 1 none."""
     from spectower.control import audit
     from spectower.control.knob import Target
 
@@ -369,7 +389,11 @@ def set_knob(
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
         fail("stdin is not a terminal, so the change cannot be confirmed: pass --yes")
-
+    group = fleets.resolve(servers, fleet)
+    if fleets.is_fleet(servers, fleet):
+        _fleet_write(db, lambda store: fleets.set_knob(group, store, target, reason, actor, hold_s, yes))
+        return
+    server = group.replicas[0]
     database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
@@ -408,16 +432,23 @@ def set_knob(
 @app.command("release")
 @_user_errors
 def release(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     reason: str = typer.Option(..., "--reason", help="why (required; goes to the audit trail)"),
     as_name: str | None = typer.Option(None, "--as", help=AS_HELP),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again."""
+    """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again. With --fleet
+    (or several --server): every replica at once, one row each; exit codes as `control set`'s."""
     from spectower.control import audit
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
+    group = fleets.resolve(servers, fleet)
+    if fleets.is_fleet(servers, fleet):
+        _fleet_write(db, lambda store: fleets.release(group, store, actor, reason))
+        return
+    server = group.replicas[0]
     database, say_which = _open_for_writing(db)
     try:
         with _client(server) as client:
@@ -439,7 +470,8 @@ def release(
 @app.command("events")
 @_user_errors
 def events(
-    server: str | None = typer.Option(None, "--server", help="only this server"),
+    servers: list[str] = typer.Option([], "--server", help="only this server (repeatable)"),
+    fleet: str | None = typer.Option(None, "--fleet", help="only this fleet's replicas: " + FLEET_HELP),
     limit: int = int_option(20, "--limit", lo=1, hi=MAX_EVENTS_SHOWN, help="newest N events"),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list"),
@@ -449,9 +481,13 @@ def events(
 
     from spectower.control import audit
 
+    group = fleets.resolve(servers, fleet) if servers or fleet else None
     database = _open_db(db, existing=True)
     try:
-        rows = audit.list_events(database, server, limit=limit)
+        if group is None:
+            rows = audit.list_events(database, None, limit=limit)
+        else:
+            rows = fleets.events(database, group.replicas, limit)
     finally:
         database.close()
     if as_json:
@@ -470,7 +506,8 @@ def events(
 @app.command("auto")
 @_user_errors
 def auto(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(None, "--fleet", help=FLEET_HELP),
     policy_spec: str = typer.Option("learn", "--policy", help=POLICY_HELP),
     mode: str | None = typer.Option(None, "--mode", hidden=True, help="old name of --policy"),
     max_bs: int | None = typer.Option(None, "--max-bs", hidden=True, help="old: --mode threshold --max-bs N"),
@@ -501,12 +538,14 @@ def auto(
 ) -> None:
     """Run a policy on the server's knob until SIGINT/SIGTERM (the server keeps the last ceiling).
 
+    With --fleet (or several --server): one policy per replica in this one process, each with its own
+    counters, lock and audit rows; a replica that cannot start is named and left out.
+
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
     from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
-    from spectower.control.knob import ServerUnreachableError, ensure_ready
-    from spectower.control.policy import make_policy
-    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, PolicyRunner, RunnerConfig
+    from spectower.console.commands.control_auto import AutoPlan, profile_known, run_policies, runner_for
+    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
 
     spec = _policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
@@ -514,103 +553,28 @@ def auto(
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
     if kind != "learn" and (warm_profiles or gpu_metrics):
         fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
-    profiles = [_profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
+    group = fleets.resolve(servers, fleet)
+    if gpu_metrics and len(group.replicas) > 1:
+        fail("--gpu-metrics names one host's GPUs: not with a fleet (each replica's GPUs come through NVML)")
+    profiles = [profile_known(path) for path in warm_profiles]  # a bad file: one line, before the server
     config = RunnerConfig(
         interval_s=interval_s,
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
+    plan = AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics)
     database, say_which = _open_for_writing(db)
-    client = _client(server)
+    runners: list[PolicyRunner] = []
     try:
-        state: KnobState | None = None
-        try:
-            state = client.read()
-            ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
-            max_running = state.max_running_requests
-        except ServerUnreachableError as exc:
-            max_running = _known_max_running(database, client.base_url)
-            if max_running is None:
-                raise
-            why = escape(str(exc))
-            out.print(f"[yellow]warning:[/] {why}; max_running_requests={max_running} from the database")
-        if max_running is None:
-            fail(f"{client.base_url} does not report max_running_requests")
-        if kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
-            fail(f"--policy {spec}: N must be in 0..{max_running} (the server's max_running_requests)")
-        options: dict[str, Any] = {}
-        start_note = None
-        if kind == "learn":
-            options = {"max_flips_per_hour": config.max_flips_per_hour}
-            if sample_s is not None:
-                options["sample_s"] = sample_s
-            warm = _warm_start(database, state, max_running, warm_start, profiles, gpu_metrics)
-            options["initial_ceiling"], start_note = warm.ceiling, warm.line
-            _say_plain(warm.line)
-        policy = make_policy(spec, max_running, **options)
-        runner = PolicyRunner(database, client, policy, mode=kind, config=config, say=_say_plain,
-                              start_note=start_note)  # fmt: skip
-        stop = threading.Event()
-
-        def on_signal(signum: int, _frame: object) -> None:
-            out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
-            stop.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        out.print(f"policy {policy.name} on {client.base_url}, every {config.interval_s:g} s (Ctrl-C stops)")
-        say_which()  # before its first decision is audited there
-        try:
-            runner.run(stop)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        if not fleets.is_fleet(servers, fleet):
+            runners.append(runner_for(database, group.replicas[0], plan, _say_plain))
+        else:
+            runners = fleets.runners(group, lambda url, say: runner_for(database, url, plan, say))
+        run_policies(runners, config.interval_s, say_which, out)
     finally:
-        client.close()
+        for runner in runners:
+            runner.client.close()
         database.close()
-
-
-def _warm_start(
-    database: Database,
-    state: KnobState | None,
-    max_running: int,
-    enabled: bool,
-    profiles: list[Known],
-    gpu_metrics: str | None,
-) -> WarmStart:
-    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
-    the server's stack, read here and handed to the policy as a number."""
-    from spectower.collectors.bench.gpu_inventory import server_inventory
-    from spectower.control import warm_start
-
-    launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
-    if not enabled:
-        return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
-    if state is None:
-        why = "the server did not answer, so its stack is unknown"
-        return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
-    try:
-        inventory = server_inventory(state.server_url, gpu_metrics)
-    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
-        fail(str(exc))
-    stack = warm_start.Stack.of(state.info.info, inventory)
-    return warm_start.find(database, stack, max_running, profiles)
-
-
-def _profile_known(path: Path) -> Known:
-    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
-    from spectower.control.warm_start import known_from_profile
-    from spectower.simulator.profile import load_profile
-
-    try:
-        profile = load_profile(path)
-    except ValueError as exc:
-        fail(f"--warm-profile: {exc}")
-    cross = profile.crossover()
-    if cross is not None:
-        status = "found"
-    else:
-        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
-    return known_from_profile(profile.raw, str(path), status, cross)
 
 
 def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
@@ -634,13 +598,3 @@ def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
     except PolicyError:
         fail(f"--policy must be one of {', '.join(POLICY_SPECS)}, got {policy_spec!r}")
     return spec
-
-
-def _known_max_running(database: Database, url: str) -> int | None:
-    """What the collector last stored as the server's max_running_requests (None: never collected)."""
-    from spectower.storage import queries
-
-    try:
-        return queries.server_by_url(database, url).max_running_requests
-    except LookupError:
-        return None

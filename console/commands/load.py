@@ -50,7 +50,9 @@ def load(
     max_concurrency: int = typer.Option(
         48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
     ),
-    output_len: int = typer.Option(128, "--output-len", help="Output tokens per request (ignore_eos)."),
+    output_len: str = typer.Option(
+        "128", "--output-len", help="Output tokens per request (ignore_eos): N, or LOW-HIGH (mixed lengths)."
+    ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
@@ -68,15 +70,18 @@ def load(
 
     from spectower.collectors.auth import load_api_key
     from spectower.collectors.bench.errors import BenchError
+    from spectower.collectors.bench.lengths import parse_output_lengths
     from spectower.collectors.bench.walk import WalkConfig, parse_pattern, walk
     from spectower.collectors.http import ServerUnreachable
 
     period_s, duration_s, status_s = period, duration, status_every
     try:
         spec = parse_pattern(pattern, period_s, max_concurrency, seed)
+        lengths = parse_output_lengths(output_len, minimum=1)
         config = WalkConfig(
             server=server.rstrip("/"), pattern=spec, duration_s=duration_s, api=api,  # type: ignore[arg-type]
-            output_len=output_len, input_len=input_len, seed=seed, status_every_s=status_s,
+            output_len=lengths if lengths.mixed else lengths.low, input_len=input_len, seed=seed,
+            status_every_s=status_s,
         ).validate()  # fmt: skip
         api_key = load_api_key()
     except ValueError as exc:
@@ -95,7 +100,7 @@ def load(
         say(
             f"bench load on {config.server}: pattern {spec.text}, period {period_s:g} s, "
             f"up to {spec.ceiling} "
-            f"clients, {config.api} API, {config.output_len} output tokens (Ctrl-C stops)"
+            f"clients, {config.api} API, {config.output_lengths} output tokens (Ctrl-C stops)"
         )
         stats = await walk(config, api_key=api_key, stop=stop, on_status=say)
         why = "signal" if stop.is_set() else "duration reached"

@@ -71,5 +71,5 @@ def steps(
     out.print(
         f"Model: any drafting step pays {share:.0%} of the measured on-off step time (fitted to 1- and "
         "2-step servers on the H200), each draft step an equal part of the rest; each draft position "
-        "lands with one fitted probability. A GPU measures it: gpu/measure_off.sh's steps phase."
+        "lands with one fitted probability. A GPU measures it: benchmarks/gpu/measure_off.sh's steps phase."
     )

@@ -2,11 +2,15 @@
 
 Children (each `python -m ...` of this same interpreter, so the demo works from a plain checkout):
 
-1. ``sim``: the simulator with its dcgm-exporter style GPU metrics, the admin key from a 0600 file;
-2. ``collect``: engine samples every second and the simulated GPUs through the dcgm endpoint;
-3. ``policy``: ``control auto --policy learn`` (admin key through SPECTOWER_ADMIN_KEY_FILE, never argv);
-4. ``load``: ``bench load --pattern day``, a compressed day with bursts;
-5. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file).
+1. ``sim``, ``sim2``, ``sim3``: three simulated replicas (a fleet), the first with its dcgm-exporter style
+   GPU metrics, the admin key from a 0600 file;
+2. ``router``: a simulated SGLang router in front of them (its worker list, ``GET /workers``, names the fleet
+   ``demo``: the demo's marker carries it, so ``control set --fleet demo`` finds the replicas);
+3. ``collect``: engine samples of every replica every second and the simulated GPUs through the dcgm endpoint;
+4. ``policy``: ``control auto --policy learn`` on every replica, one policy each (admin key through
+   SPECTOWER_ADMIN_KEY_FILE, never argv);
+5. ``load``: ``bench load --pattern day`` through the router, a compressed day with bursts;
+6. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ DEFAULT_DB_NAME = "spectower.db"
 DEFAULT_CONSOLE_PORT = 8501
 DEFAULT_SIM_PORT = 30000
 DEFAULT_GPU_METRICS_PORT = 9400  # dcgm-exporter's port
+DEFAULT_ROUTER_PORT = 30080
+DEMO_REPLICAS = 3
+DEMO_FLEET = "demo"
 # The demo's tuning: a day compressed into 4 minutes (night, ramp, plateau above the glm5 crossover of
 # about 15, evening peak, bursts); the policy decides every 5 s so its first exploration shows in ~30 s.
 DEMO_PERIOD = "240s"
@@ -49,7 +56,7 @@ PIDS_FILE_NAME = "pids.json"
 START_TIMEOUT_S = 120.0  # Streamlit's first start on a loaded 2-core machine
 POLL_S = 0.5
 # Stop the traffic and the decisions first, then the readers/writers, the simulator last.
-STOP_ORDER = (("load", "policy"), ("collect", "console"), ("sim",))
+STOP_ORDER = (("load", "policy"), ("collect", "console", "router"), ("sim", "sim2", "sim3"))
 # Inherited variables that would override the demo's own key or database.
 SCRUBBED_ENV = (
     "SPECTOWER_ADMIN_KEY", "SPECTOWER_ADMIN_KEY_FILE", "SPECTOWER_API_KEY", "SPECTOWER_API_KEY_FILE",
@@ -73,7 +80,11 @@ class DemoConfig:
     gpu_metrics_port: int = DEFAULT_GPU_METRICS_PORT
     period: str = DEMO_PERIOD
     policy_interval: str = POLICY_INTERVAL
+    router_port: int = DEFAULT_ROUTER_PORT
+    replicas: int = DEMO_REPLICAS
     notes: list[str] = field(default_factory=list)
+    # the ports of replicas 2..N, chosen by assign_ports (the first is sim_port)
+    more_sim_ports: list[int] = field(default_factory=list)
 
     @property
     def folder(self) -> Path:
@@ -82,6 +93,21 @@ class DemoConfig:
     @property
     def sim_url(self) -> str:
         return f"http://127.0.0.1:{self.sim_port}"
+
+    @property
+    def sim_ports(self) -> list[int]:
+        """Every replica's port: as assign_ports chose them, else the ones after ``sim_port``."""
+        more = self.more_sim_ports or [self.sim_port + i for i in range(1, self.replicas)]
+        return [self.sim_port, *more]
+
+    @property
+    def sim_urls(self) -> list[str]:
+        """Every replica, the first (``sim_url``, with the GPU metrics) first."""
+        return [f"http://127.0.0.1:{port}" for port in self.sim_ports]
+
+    @property
+    def router_url(self) -> str:
+        return f"http://127.0.0.1:{self.router_port}"
 
     @property
     def console_url(self) -> str:
@@ -98,13 +124,21 @@ class DemoConfig:
     def assign_ports(self) -> None:
         """Each port as asked if free, else the next free one (noted). PortError when none is near."""
         taken: set[int] = set()
-        for attr, what in (("console_port", "console (--port)"), ("sim_port", "simulator"),
-                           ("gpu_metrics_port", "simulator GPU metrics")):  # fmt: skip
-            choice = choose_port(getattr(self, attr), what, taken)
-            setattr(self, attr, choice.port)
+
+        def choose(wanted: int, what: str) -> int:
+            choice = choose_port(wanted, what, taken)
             taken.add(choice.port)
             if choice.note:
                 self.notes.append(choice.note)
+            return choice.port
+
+        for attr, what in (("console_port", "console (--port)"), ("sim_port", "simulator"),
+                           ("gpu_metrics_port", "simulator GPU metrics"),
+                           ("router_port", "simulated router")):  # fmt: skip
+            setattr(self, attr, choose(getattr(self, attr), what))
+        self.more_sim_ports = [
+            choose(self.sim_port + i, f"simulator {i + 1}") for i in range(1, self.replicas)
+        ]
 
 
 def write_key_file(path: Path) -> None:
@@ -137,22 +171,37 @@ def build_children(config: DemoConfig) -> list[Child]:
     def child(name: str, argv: list[str], env: dict[str, str]) -> Child:
         return Child(name=name, argv=argv, env=env, log_path=folder / f"{name}.log")
 
+    servers = [arg for url in config.sim_urls for arg in ("--server", url)]
+    key_file = str(config.key_file.resolve())
+    sims = [
+        child(name, [py, "-m", "simulator", "serve", "--profile", config.profile, "--host", "127.0.0.1",
+                     "--port", str(port), "--seed", str(index), "--admin-api-key-file", key_file]
+              + (["--gpu-metrics-port", str(config.gpu_metrics_port)] if index == 0 else []), base)
+        for index, (name, port) in enumerate(zip(sim_names(config), config.sim_ports,
+                                                 strict=True))
+    ]  # fmt: skip
     return [
-        child("sim", [py, "-m", "simulator", "serve", "--profile", config.profile, "--host", "127.0.0.1",
-                      "--port", str(config.sim_port), "--gpu-metrics-port", str(config.gpu_metrics_port),
-                      "--admin-api-key-file", str(config.key_file.resolve())], base),
-        child("collect", [*cli, "collect", "--server", config.sim_url,
+        *sims,
+        child("router", [*cli, "sim", "router", "--port", str(config.router_port),
+                         *[arg for url in config.sim_urls for arg in ("--worker-url", url)]], base),
+        child("collect", [*cli, "collect", *servers,
                           "--gpu", f"dcgm=http://127.0.0.1:{config.gpu_metrics_port}/metrics",
                           "--interval", COLLECT_INTERVAL, "--db", db, "--log-level", "WARNING"], base),
-        child("policy", [*cli, "control", "auto", "--server", config.sim_url, "--policy", "learn",
+        child("policy", [*cli, "control", "auto", *servers, "--policy", "learn",
                          "--interval", config.policy_interval, "--sample", POLICY_SAMPLE, "--db", db],
               key_env),
-        child("load", [*cli, "bench", "load", "--server", config.sim_url, "--pattern", "day",
-                       "--period", config.period, "--max-concurrency", str(DEMO_MAX_CONCURRENCY),
+        child("load", [*cli, "bench", "load", "--server", config.router_url, "--pattern", "day",
+                       "--period", config.period,
+                       "--max-concurrency", str(DEMO_MAX_CONCURRENCY * config.replicas),
                        "--output-len", str(DEMO_OUTPUT_LEN)], base),
         child("console", [*cli, "console", "--db", db, "--port", str(config.console_port)],
               {**key_env, "SPECTOWER_OPERATOR": OPERATOR}),
     ]  # fmt: skip
+
+
+def sim_names(config: DemoConfig) -> list[str]:
+    """The replicas' child names: ``sim``, ``sim2``, ``sim3``."""
+    return ["sim"] + [f"sim{i + 1}" for i in range(1, config.replicas)]
 
 
 def _healthy(url: str) -> bool:
@@ -188,7 +237,8 @@ def what_to_look_at(config: DemoConfig) -> str:
     return "\n".join([
         f"spectower demo is up: open {config.console_url}",
         f"  simulated SGLang server {config.sim_url} (profile {config.profile}), GPU metrics on port "
-        f"{config.gpu_metrics_port}",
+        f"{config.gpu_metrics_port}, and {len(config.sim_urls) - 1} more replicas "
+        f"({', '.join(config.sim_urls[1:])}), all behind the simulated SGLang router {config.router_url}",
         f"  database {config.db_path.resolve()}; logs and pids in {config.folder.resolve()}/",
         "What to look at:",
         "  Overview     throughput, running requests and the knob over time as the load walks through a day",
@@ -200,9 +250,13 @@ def what_to_look_at(config: DemoConfig) -> str:
         f"               you are pre-authorised as operator '{OPERATOR}'; a manual flip pauses the policy",
         "               until you release it there.",
         "  GPUs         the simulated GPUs from the dcgm-exporter style endpoint.",
+        "  Fleet        every replica on one screen, and one flip for all of them (the fleet",
+        f"               {DEMO_FLEET!r}: the router's worker list, {config.router_url}/workers).",
         "From a shell (the admin key is in the demo folder, never on a command line):",
         f"  SPECTOWER_ADMIN_KEY_FILE={config.key_file.resolve()} spectower control set --server "
         f"{config.sim_url} --off --reason 'demo' --yes   (without --db: this demo's database while it runs)",
+        f"  SPECTOWER_ADMIN_KEY_FILE={config.key_file.resolve()} spectower control set --fleet {DEMO_FLEET} "
+        "--off --reason 'demo incident'   (every replica at once)",
         "Ctrl-C stops everything; running the demo again reuses the database.",
     ])  # fmt: skip
 
@@ -236,12 +290,17 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
         write_key_file(config.key_file)
         # Commands run without --db while the demo runs use its database (storage.locate), so an
         # operator's audit lands where the console reads it.
-        not_marked = marker.claim(config.db_path)
+        not_marked = marker.claim(config.db_path, {DEMO_FLEET: {"router": config.router_url}})
         if not_marked:
             say(f"note: {not_marked}; commands without --db will not find this demo's database")
-        say(f"starting the simulator ({config.profile}) on {config.sim_url} ...")
-        sup.start(children["sim"])
-        _wait_healthy(sup, children["sim"], f"{config.sim_url}/health", stop)
+        more = config.replicas - 1
+        say(f"starting the simulator ({config.profile}) on {config.sim_url} and {more} more replicas ...")
+        for name in sim_names(config):
+            sup.start(children[name])
+        for name, url in zip(sim_names(config), config.sim_urls, strict=True):
+            _wait_healthy(sup, children[name], f"{url}/health", stop)
+        sup.start(children["router"])
+        _wait_healthy(sup, children["router"], f"{config.router_url}/readiness", stop)
         for name in ("collect", "policy", "load", "console"):
             if not stop.is_set():
                 sup.start(children[name])

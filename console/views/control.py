@@ -77,12 +77,17 @@ def _lock_text(live: dict[str, Any]) -> str:
     return f"{lock.get('writer')} lock since {_when(lock.get('since'))}, {until}{more}"
 
 
+def credentials() -> settings.CredentialStatus:
+    """Who may act on this page (and the Fleet page), and why not when nobody may."""
+    return settings.operator_credentials(secrets=_secrets(), user=_user(), headers=_headers())
+
+
 def render() -> None:
     st.title("Control")
     db = common.page_database()
     if db is None:
         return
-    creds = settings.operator_credentials(secrets=_secrets(), user=_user(), headers=_headers())
+    creds = credentials()
     operator = creds.operator
     if operator is None:
         st.warning(f"**Read-only.** {creds.why_not}.", icon=":material/lock:")
@@ -253,7 +258,7 @@ def _change_form(
     reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_reason")
     if st.button("Review change", type="primary", key="ctl_review"):
         target, value, error = _target(mode, n, state)
-        hold_s, hold_error = _hold(hold)
+        hold_s, hold_error = hold_seconds(hold)
         if error or hold_error:
             st.error(error or hold_error)
         elif not reason.strip():
@@ -293,11 +298,11 @@ def _change_form(
             st.rerun()
 
 
-def _hold(text: str) -> tuple[float | None, str | None]:
+def hold_seconds(text: str) -> tuple[float | None, str | None]:
     if not text.strip():
         return None, None
     from spectower.control.durations import DurationError, parse_duration_within
-    from spectower.control.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+    from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
     try:  # the range `control set --hold` takes
         return parse_duration_within(text, "Hold", MIN_OPERATOR_HOLD_S, MAX_HOLD_S), None

@@ -206,7 +206,7 @@ def _tables(view: _LiveData) -> None:
                 "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
                 "when requests accept differently: requests that accept more finish sooner when drafting, "
                 "so a drafting stream holds more of the ones that accept less than a gated stream does "
-                "(12 % on the H200 test pair, gpu/README.md)."
+                "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md)."
             )
     if not view.three_curves.empty:
         with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):

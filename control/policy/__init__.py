@@ -1,7 +1,7 @@
 """Load-aware speculation policies: ``make_policy(spec, max_running_requests, **options) -> Policy``.
 
 Specs: ``learn``, ``threshold:N``, ``always-on``, ``always-off``, ``sglang-default``.
-Of ours, this package imports only the engine counters and the speedup estimator (``control.engine_counters``,
+Of ours, this package imports only the engine counters and the speedup estimator (``plugin.engine_counters``,
 ``control.speedup``; no server, storage or simulator code): the simulator's harness imports it, never the
 other way round.
 """

@@ -25,8 +25,8 @@ class Observation:
     spec_max_bs: int | None  # the knob's read-back (None: unknown / plugin not reporting)
     max_running_requests: int
     stale: bool  # metrics stale or server unreachable: never act on this observation
-    # The engine's decode counters at ``ts`` (control/engine_counters.py's snapshot, summed over DP ranks
-    # with control.speedup.sum_ranks); None when the server does not publish them (no plugin, an older
+    # The engine's decode counters at ``ts`` (plugin/engine_counters.py's snapshot, summed over DP ranks
+    # with plugin.engine_counters.sum_ranks); None when the server does not publish them (no plugin, an older
     # one, a failed read).
     counters: Mapping[str, Any] | None = None
 

@@ -1,8 +1,8 @@
 """``learn``: set the speculation ceiling from the engine's own counters, drafted vs gated per batch-size bin.
 
 The server measures both modes at every load it sees: its gate explores (a small share of each
-batch-size bin's decode batches runs the other mode than the ceiling says, control/sglang_plugin.py) and
-its counters (control/engine_counters.py) add up steps, tokens and step time per bin and mode. Every
+batch-size bin's decode batches runs the other mode than the ceiling says, plugin/knob_gate.py) and
+its counters (plugin/engine_counters.py) add up steps, tokens and step time per bin and mode. Every
 decision this policy
 1. holds on a stale observation, on missing counters (no plugin, an older one, a failed read) and on a
    malformed counters block, saying why;
@@ -40,8 +40,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spectower.control import engine_counters, explore, knob_contract, speedup
+from spectower.control import speedup
 from spectower.control.policy.base import Decision, Observation, PolicyError
+from spectower.plugin import engine_counters, explore, knob_contract
 
 STATE_VERSION = 2
 DEFAULT_WINDOW_S = 1800.0
@@ -65,7 +66,7 @@ MIN_INTERVALS = speedup.MIN_INTERVALS
 TOP = knob_contract.MAX_SPEC_MAX_BS
 # A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
 # extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
-# windows (control/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
+# windows (plugin/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
 # extend's share of a gated step; those bins' gated tokens are scaled up by 1 / (1 - kept_extend_tax)
 # (default ``explore.DEFAULT_KEPT_EXTEND_TAX``, what the H200 measured), so both sides of a bin compare what
 # each choice would serve.

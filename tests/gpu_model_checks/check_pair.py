@@ -1,6 +1,7 @@
-"""Writes the tiny constructed pair with gpu/make_models.py and checks it with real model code, INSIDE the
-SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON object on
-its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py asserts.
+"""Writes the tiny constructed pair with benchmarks/gpu/make_models.py and checks it with real model code,
+INSIDE the SGLang venv (tests/sglang_env.sh): ``check_pair.py REPO_ROOT OUT_DIR FIXED_SHARE``. Prints ONE JSON
+object on its last stdout line (observations beside the construction's expectations); tests/test_gpu_models.py
+asserts.
 
 What is real and what is not:
 
@@ -41,7 +42,8 @@ MAX_NEW = 14  # not a multiple of the per-verify yields: the last verify step is
 
 
 def load_make_models(repo: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("make_models", repo / "gpu" / "make_models.py")
+    script = repo / "benchmarks" / "gpu" / "make_models.py"
+    spec = importlib.util.spec_from_file_location("make_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_models"] = module  # dataclasses look their module up by name
@@ -211,11 +213,11 @@ def speculate(target: Target, draft: Draft, prompt: list[int], max_new: int) -> 
     }
 
 
-def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
+def main(repo: Path, out_dir: Path, fixed_share: float, miss_share: float = 0.0) -> dict[str, Any]:
     t0 = time.monotonic()
     mm = load_make_models(repo)
     shape = mm.SHAPES["tiny"]
-    pair = mm.Pair(shape, fixed_share)
+    pair = mm.Pair(shape, fixed_share, miss_share)
     written = mm.write_pair(out_dir, pair)
     result: dict[str, Any] = {"written": written, "write_s": round(time.monotonic() - t0, 2)}
     torch.manual_seed(0)
@@ -246,7 +248,7 @@ def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
     # the draft's first guess after (previous token p, bonus token f(p)): the special and constructed ids and
     # every 8th id (both routes of the hash, each route's head row)
     mismatches = []
-    probes = sorted({0, 1, 2, shape.fix, shape.cyc_a, shape.cyc_b, *range(3, shape.vocab, 8)})
+    probes = sorted({0, 1, 2, shape.fix, shape.cyc_a, shape.cyc_b, shape.miss, *range(3, shape.vocab, 8)})
     result["first_guess_probes"] = len(probes)
     for p in probes:
         seq = [p, pair.next_token(p)]
@@ -263,6 +265,10 @@ def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
         "2-cycle at b": [shape.cyc_b],
         "into the 2-cycle": [17, 23, generic_cyc],
     }
+    if miss_share > 0:  # the fixed point the draft never guesses
+        generic_miss = next(t for t in range(3, shape.vocab) if routes[t] == mm.TO_MISS and t != shape.miss)
+        prompts["miss point"] = [5, shape.miss]
+        prompts["into the miss point"] = [13, generic_miss]
     rng = torch.Generator().manual_seed(1)
     for i in range(3):
         prompts[f"random {i}"] = torch.randint(3, shape.vocab, (4,), generator=rng).tolist()
@@ -282,8 +288,9 @@ def main(repo: Path, out_dir: Path, fixed_share: float) -> dict[str, Any]:
 
 if __name__ == "__main__":
     repo_root, out, share = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    miss = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     with contextlib.redirect_stdout(sys.stderr):  # SGLang and transformers may print; the JSON goes last
-        report = main(repo_root, out, share)
+        report = main(repo_root, out, share, miss)
     print(json.dumps(report))
     sys.stdout.flush()
     with contextlib.suppress(Exception):

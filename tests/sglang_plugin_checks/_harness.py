@@ -46,7 +46,7 @@ class LogCapture(logging.Handler):
         self.records.append(record)
 
     def messages(
-        self, name_prefix: str = "spectower.control.sglang_plugin", level: int = logging.INFO
+        self, name_prefix: str = "spectower.plugin.knob_gate", level: int = logging.INFO
     ) -> list[str]:
         return [r.getMessage() for r in self.records if r.name.startswith(name_prefix) and r.levelno >= level]
 
@@ -190,7 +190,7 @@ def load_plugin() -> Any:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    return sys.modules.get("spectower.control.sglang_plugin")
+    return sys.modules.get("spectower.plugin.knob_gate")
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The decode counters (control/engine_counters.py) through SGLang's real classes: the real AdaptiveController
+"""The decode counters (plugin/engine_counters.py) through SGLang's real classes: the real AdaptiveController
 asks the real (hooked) AdaptiveSpeculativeParams for each batch's steps and feeds it the verify results;
 get_internal_state publishes the counters. The counters' clock is replaced with a fake one (deterministic).
 

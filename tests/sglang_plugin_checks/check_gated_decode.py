@@ -1,4 +1,4 @@
-"""The gated-decode plugin (spectower.control.sglang_gated_decode) through SGLang's real load_plugins():
+"""The gated-decode plugin (spectower.plugin.gated_decode) through SGLang's real load_plugins():
 a one-token TARGET_VERIFY on the 0-step backend is planned and run as DECODE; everything else passes.
 
 Real: load_plugins() and entry-point discovery, HookRegistry, ``TritonAttnBackend`` (the class whose
@@ -104,7 +104,7 @@ def main() -> None:
         "prefill_on_gated_backend": run(backend(1), batch(ForwardMode.EXTEND)),
     }
     result: dict[str, Any] = {"targets": targets, "cases": cases, "draft_extend_width": draft_extend_width()}
-    if len(sys.argv) > 1 and "spectower.control.sglang_gated_decode" in sys.modules:
+    if len(sys.argv) > 1 and "spectower.plugin.gated_decode" in sys.modules:
         result["extend_skip"] = extend_skip(sys.argv[1], knob)
     _harness.emit(result)
 
@@ -182,7 +182,7 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
         return b
 
     trace = []
-    gated_decode = sys.modules["spectower.control.sglang_gated_decode"]
+    gated_decode = sys.modules["spectower.plugin.gated_decode"]
 
     def run(phase: str, rids: list[str]) -> None:
         out = worker.forward_batch_generation(batch(rids))
@@ -203,7 +203,8 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 1})
     run("partial ceiling", ["d", "e", "f"])
     # a policy's 0 (free knob, a share > 0) explores in windows (SPECTOWER_EXPLORE_CYCLE=16: 15 cold batches
-    # skip the extend; the warm part runs it until the holed requests have finished; one exploring batch)
+    # skip the extend; the warm part runs it until the holed requests have finished; one exploring batch,
+    # drafting)
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0})
     _harness.set_state(scheduler, {"spectower_explore_share": 0.02})
     for _ in range(15):

@@ -1,4 +1,4 @@
-"""The gated-decode plugin on flashinfer (spectower.control.sglang_gated_decode), through SGLang's real
+"""The gated-decode plugin on flashinfer (spectower.plugin.gated_decode), through SGLang's real
 load_plugins(): a one-token TARGET_VERIFY on a ``FlashInferAttnBackend`` is planned and run as DECODE, eager
 and in CUDA-graph capture and replay; a drafting verify and a prefill pass through.
 

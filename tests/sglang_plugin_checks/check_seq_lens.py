@@ -1,4 +1,4 @@
-"""The seq-lens mirror (spectower.control.sglang_seq_lens) through SGLang's real load_plugins(): a flashinfer
+"""The seq-lens mirror (spectower.plugin.seq_lens_mirror) through SGLang's real load_plugins(): a flashinfer
 server's gated batches resolve their host lengths without SGLang's host copy, and every length equals what
 SGLang's own copy gives.
 
@@ -56,7 +56,7 @@ def main() -> None:
 
     install_worker_body()
     _harness.load_plugin()
-    mirror_module = sys.modules["spectower.control.sglang_seq_lens"]
+    mirror_module = sys.modules["spectower.plugin.seq_lens_mirror"]
     scheduler, worker = _harness.make_decode_worker(sys.argv[1])
 
     pool = types.SimpleNamespace(req_to_token=torch.zeros((16, 64), dtype=torch.int32))

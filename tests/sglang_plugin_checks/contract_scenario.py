@@ -1,4 +1,4 @@
-"""One scenario of the knob's ownership contract (control/knob_contract.py), run unchanged against the SGLang
+"""One scenario of the knob's ownership contract (plugin/knob_contract.py), run unchanged against the SGLang
 plugin inside SGLang's real Scheduler methods (check_contract.py, 0.5.17 and 0.5.23) and against the
 simulator over HTTP (tests/test_sim_knob.py): the two implementations must give the same answers.
 

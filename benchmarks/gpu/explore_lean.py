@@ -1,0 +1,182 @@
+"""Do the rates exploration measures lean? Per batch-size bin, explored against steady, from one policy.db.
+
+Issue #32, item 2. ``measure_off.sh``'s policy phase runs the same day-shaped load under several policies on
+one server while ``spectower collect`` stores the plugin's decode counters (``engine_counter_sample``). Under
+a policy's ceiling a bin at or below it drafts and explores gated batches; a bin above it is gated and
+explores drafting ones (in windows, plugin/explore.py). Under an operator's lock (always on, always off)
+nothing explores: those runs are the steady rates. For every bin this prints output tok/s of step time per
+mode, explored against steady, and the gated ratio again after learn's kept-extend correction
+(``kept_extend_tax``, control/policy/learn.py), which is what learn's estimate uses.
+
+    python3 benchmarks/gpu/explore_lean.py --db policy.db --run learn=START:END:48 --run on=START:END:max \\
+        --run off=START:END:0 [--steady-on on] [--steady-off off] [--json OUT.json]
+
+``START:END`` are unix seconds (the runs' control events say them), the third field the run's ceiling
+(``max``: always on, ``0``: always off). Counters are read through storage's one query module. The bin the
+ceiling falls in runs both modes by design (the gate reopens below the ceiling minus a margin): ``mixed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spectower.control.policy.learn import OPTION_DEFAULTS
+from spectower.storage import queries
+from spectower.storage.database import open_database
+
+FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
+TOP = 1 << 30  # the ceiling of an always-on run: above every bin
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    start: float
+    end: float
+    ceiling: int  # TOP: drafts every bin; 0: gates every bin
+
+
+def parse_run(text: str) -> Run:
+    """``NAME=START:END:CEILING`` (CEILING: an integer or ``max``), or ValueError naming the problem."""
+    name, _, rest = text.partition("=")
+    parts = rest.split(":")
+    if not name or len(parts) != 3:
+        raise ValueError(f"--run: expected NAME=START:END:CEILING, got {text!r}")
+    try:
+        start, end = float(parts[0]), float(parts[1])
+        ceiling = TOP if parts[2] == "max" else int(parts[2])
+    except ValueError:
+        raise ValueError(
+            f"--run: START and END must be numbers, CEILING an integer or max, got {text!r}"
+        ) from None
+    if not start < end or ceiling < 0:
+        raise ValueError(f"--run: needs START < END and CEILING >= 0, got {text!r}")
+    return Run(name, start, end, ceiling)
+
+
+def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
+    """(bin, mode) -> [steps, tokens, step seconds] summed over the intervals."""
+    out: dict[tuple[int, str], list[float]] = {}
+    for interval in intervals:
+        for i, b in enumerate(interval["bins"]):
+            for mode in ("drafted", "gated"):
+                block = interval[mode]
+                cell = out.setdefault((int(b), mode), [0.0, 0.0, 0.0])
+                cell[0] += block["steps"][i]
+                cell[1] += block["tokens"][i]
+                cell[2] += block["time_s"][i]
+    return out
+
+
+def rate(cell: Sequence[float] | None, min_steps: int) -> float | None:
+    """Output tok/s of step time, None below ``min_steps`` steps."""
+    if cell is None or cell[0] < min_steps or cell[2] <= 0:
+        return None
+    return cell[1] / cell[2]
+
+
+def lean_table(
+    totals: dict[str, dict[tuple[int, str], list[float]]],
+    runs: Sequence[Run],
+    steady_on: str,
+    steady_off: str,
+    tax: float,
+    min_steps: int,
+) -> list[dict[str, Any]]:
+    """Per bin and explored run: the explored rate of the mode the ceiling did not choose, over the steady
+    rate of that mode (the always-on run's drafted, the always-off run's gated)."""
+    bins = sorted({b for cells in totals.values() for b, _ in cells})
+    rows = []
+    for below, b in zip([0, *bins], bins, strict=False):
+        steady = {
+            "drafted": rate(totals[steady_on].get((b, "drafted")), min_steps),
+            "gated": rate(totals[steady_off].get((b, "gated")), min_steps),
+        }
+        for run in runs:
+            if run.name in (steady_on, steady_off):
+                continue
+            mode = explored_mode(below, b, bins, run.ceiling)
+            if mode is None:
+                rows.append({"bin": b, "run": run.name, "mode": "mixed", "steps": 0})
+                continue
+            cell = totals[run.name].get((b, mode))
+            explored = rate(cell, min_steps)
+            row: dict[str, Any] = {
+                "bin": b,
+                "run": run.name,
+                "mode": mode,
+                "steps": int(cell[0]) if cell else 0,
+                "explored_tok_s": explored,
+                "steady_tok_s": steady[mode],
+            }
+            if explored is not None and steady[mode]:
+                row["ratio"] = explored / steady[mode]
+                # learn reads a drafted bin's explored gated rate as if the extend were skipped: / (1 - tax)
+                row["corrected"] = row["ratio"] / (1.0 - tax) if mode == "gated" else row["ratio"]
+            rows.append(row)
+    return rows
+
+
+def explored_mode(below: int, b: int, bins: Sequence[int], ceiling: int) -> str | None:
+    """The mode a run explored in the bin counting batches ``below + 1 .. b``: drafted when every one of them
+    is above the ceiling, gated when every one is at or below it and the bin is not the ceiling's own (where
+    the gate's hysteresis gates some by design); None (mixed) otherwise."""
+    if below >= ceiling:
+        return "drafted"
+    own = max((x for x in bins if x <= ceiling), default=0)
+    if b <= ceiling and b != own:
+        return "gated"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL)")
+    parser.add_argument("--run", action="append", default=[], help="NAME=START:END:CEILING, once per run")
+    parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on)")
+    parser.add_argument("--steady-off", default="off", help="the always-off run's name (default off)")
+    parser.add_argument(
+        "--min-steps", type=int, default=50, help="fewer steps in a cell: no rate (default 50)"
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        runs = [parse_run(text) for text in args.run]
+        names = {r.name for r in runs}
+        for flag, name in (("--steady-on", args.steady_on), ("--steady-off", args.steady_off)):
+            if name not in names:
+                raise ValueError(f"{flag}: no --run named {name!r}")
+        db = open_database(args.db, existing=True)
+        servers = queries.servers(db)
+        if len(servers) != 1:
+            raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
+        totals = {run.name: bin_totals(queries.counter_intervals(db, servers[0].id, run.start, run.end,
+                                                                 max_intervals=100_000))
+                  for run in runs}  # fmt: skip
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    tax = float(OPTION_DEFAULTS["kept_extend_tax"])
+    rows = lean_table(totals, runs, args.steady_on, args.steady_off, tax, args.min_steps)
+    print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax}), as learn reads")
+    head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.")
+    widths = (4, -14, -8, 6, 9, 9, 6, 6)
+    print(" ".join(f"{h:>{w}}" if w > 0 else f"{h:<{-w}}" for h, w in zip(head, widths, strict=True)))
+    for row in rows:
+        values = [row["bin"], row["run"], row["mode"], row["steps"]]
+        for key, fmt in FORMATS:
+            values.append("-" if row.get(key) is None else format(row[key], fmt))
+        print(" ".join(f"{v:>{w}}" if w > 0 else f"{v:<{-w}}" for v, w in zip(values, widths, strict=True)))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

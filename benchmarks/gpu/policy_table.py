@@ -1,0 +1,207 @@
+"""Tokens served under one load by each knob policy, against the best fixed choice per load level.
+
+``measure_off.sh``'s ``policy`` phase runs the same day-shaped closed-loop load (``spectower bench load
+--status-every 5s``) once per policy and keeps each run's status lines (``load-<policy>.log``: elapsed time,
+the target number of clients, output tok/s over the last 5 s). The sweep of the same server (``sweep.json``,
+``bench sweep --plain-server``) says what each fixed choice serves at each concurrency: the knob on, the knob
+at 0. For every status window this takes the best of the two at the window's target concurrency
+(interpolated in log concurrency between the swept levels), and reports per policy: tokens served, tokens the
+best fixed choice would have served, their ratio, and the same split into load bands. Both baselines are
+printed: a server that never drafts is the sweep's knob-off curve (the knob at 0 locked, nothing explored);
+the best fixed choice per window is the better of it and knob-on, so it is the best achievable here (no
+oracle that explores: a swept point explores nothing).
+
+    python3 benchmarks/gpu/policy_table.py --sweep sweep.json load-learn.log load-on.log ... [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spectower.collectors.bench.ratio import paired_ratio_interval
+from spectower.storage.files import parse_json_text, read_text_capped
+
+MAX_SWEEP_BYTES = 16 * 1024 * 1024  # a sweep's --json is under 100 kB
+STATUS = re.compile(r"t=\s*(?P<t>[\d.]+)s\s+target C=(?P<c>\d+)\s+in flight\s+\d+\s+tok/s\s+(?P<tok>[\d.]+)")
+BANDS = ((1, 8), (9, 32), (33, 1 << 20))  # low, middle and high load, in target clients
+
+
+def read_status(path: Path) -> list[tuple[float, int, float]]:
+    """(elapsed s, target clients, tok/s over the window before it) for every status line of a load log."""
+    rows = []
+    for line in path.read_text(errors="replace").splitlines():
+        match = STATUS.search(line)
+        if match:
+            rows.append((float(match["t"]), int(match["c"]), float(match["tok"])))
+    return rows
+
+
+def sweep_curves(sweep: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """Mean output tok/s per mode ('on', 'off', 'plain') and concurrency, from a ``bench sweep --json``."""
+    sums: dict[str, dict[int, list[float]]] = {}
+    for point in sweep.get("points", []):
+        tok = point.get("steady_output_throughput") or point.get("output_throughput")
+        if tok is None or point.get("mode") is None:
+            continue
+        sums.setdefault(point["mode"], {}).setdefault(int(point["concurrency"]), []).append(float(tok))
+    return {mode: {c: sum(v) / len(v) for c, v in by_c.items()} for mode, by_c in sums.items()}
+
+
+def at(curve: dict[int, float], concurrency: float) -> float:
+    """The curve at ``concurrency``, linear in log concurrency between levels, flat beyond the ends."""
+    levels = sorted(curve)
+    if concurrency <= levels[0]:
+        return curve[levels[0]] * concurrency / levels[0]  # below the first level: fewer clients, less served
+    if concurrency >= levels[-1]:
+        return curve[levels[-1]]
+    i = bisect.bisect_left(levels, concurrency)
+    lo, hi = levels[i - 1], levels[i]
+    w = (math.log(concurrency) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return curve[lo] + w * (curve[hi] - curve[lo])
+
+
+def score(rows: Sequence[tuple[float, int, float]], curves: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """Tokens served against the best fixed choice (knob on or knob at 0), overall and per load band."""
+    served = best = never = 0.0
+    bands = {f"C {lo}-{hi if hi < 1 << 20 else 'max'}": [0.0, 0.0] for lo, hi in BANDS}
+    previous = 0.0
+    for t, target, tok_s in rows:
+        window = max(0.0, t - previous)
+        previous = t
+        if target <= 0 or window <= 0:
+            continue
+        off = at(curves["off"], target)
+        fixed = max(at(curves["on"], target), off)
+        served += tok_s * window
+        best += fixed * window
+        never += off * window
+        for (lo, hi), cell in zip(BANDS, bands.values(), strict=True):
+            if lo <= target <= hi:
+                cell[0] += tok_s * window
+                cell[1] += fixed * window
+    return {
+        "tokens": round(served),
+        "best_fixed_tokens": round(best),
+        "ratio": served / best if best else None,
+        "never_draft_tokens": round(never),  # the sweep's knob-off curve: the knob at 0 locked
+        "ratio_vs_never_draft": served / never if never else None,
+        "bands": {name: (cell[0] / cell[1] if cell[1] else None) for name, cell in bands.items()},
+        "seconds": previous,
+    }
+
+
+# Paired comparison (--against): every run walks the same day (same pattern, period and seed), so windows at
+# the same elapsed time carry the same target load; 30 s blocks of them are the pairs (a 5 s window's tokens
+# depend on the one before: a block is long enough for requests of 64-448 tokens to turn over).
+BLOCK_S = 30.0
+
+
+def block_tokens(rows: Sequence[tuple[float, int, float]], block_s: float = BLOCK_S) -> list[float]:
+    """Tokens served per ``block_s`` of the load (only whole blocks: the last partial one is dropped)."""
+    blocks: dict[int, float] = {}
+    previous = 0.0
+    for t, _target, tok_s in rows:
+        block = int(previous // block_s)
+        blocks[block] = blocks.get(block, 0.0) + tok_s * max(0.0, t - previous)
+        previous = t
+    whole = int(previous // block_s)
+    return [blocks.get(i, 0.0) for i in range(whole)]
+
+
+def paired(
+    rows: Sequence[tuple[float, int, float]], base: Sequence[tuple[float, int, float]]
+) -> dict[str, Any]:
+    """This run's tokens over ``base``'s: over the whole load, and per 30 s block as a geometric mean with a
+    95 % t-interval over the blocks both runs completed (collectors.bench.ratio's paired interval)."""
+    mine, theirs = block_tokens(rows), block_tokens(base)
+    n = min(len(mine), len(theirs))
+    pairs = [(a, b) for a, b in zip(mine[:n], theirs[:n], strict=True) if a > 0 and b > 0]
+    if not pairs:
+        return {"blocks": 0}
+    ratio, lo, hi = paired_ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
+    return {
+        "blocks": len(pairs),
+        "block_s": BLOCK_S,
+        "total": sum(a for a, _ in pairs) / sum(b for _, b in pairs),
+        "ratio": ratio,
+        "lo": lo,
+        "hi": hi,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("logs", nargs="+", type=Path, help="load-<policy>.log files")
+    parser.add_argument("--sweep", type=Path, required=True, help="the same server's bench sweep --json")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--against",
+        metavar="POLICY",
+        help="also each run's tokens over this run's (load-POLICY.log), paired per 30 s block",
+    )
+    args = parser.parse_args(argv)
+    try:  # spectower's one capped JSON reader; sweep_curves' own ValueError is a bad sweep too
+        curves = sweep_curves(parse_json_text(read_text_capped(args.sweep, MAX_SWEEP_BYTES)))
+    except ValueError as exc:
+        print(f"--sweep: {args.sweep}: {exc}", file=sys.stderr)
+        return 2
+    if not {"on", "off"} <= curves.keys():
+        print("--sweep: needs knob-on and knob-off points", file=sys.stderr)
+        return 2
+    table: dict[str, dict[str, Any]] = {}
+    runs = {log.stem.removeprefix("load-"): read_status(log) for log in args.logs}
+    if args.against is not None and not runs.get(args.against):
+        print(
+            f"--against: no status lines of {args.against!r} among the logs ({', '.join(runs)})",
+            file=sys.stderr,
+        )
+        return 2
+    for name, rows in runs.items():
+        table[name] = score(rows, curves) if rows else {"error": "no status lines"}
+        if rows and args.against is not None:
+            table[name]["against"] = {"policy": args.against, **paired(rows, runs[args.against])}
+    print(
+        "best fixed: per window the better of the sweep's knob-on and knob-off (the best achievable); "
+        "never drafts: the sweep's knob-off curve (the knob at 0 locked); ratio: tokens / best fixed"
+    )
+    print(
+        f"{'policy':<16} {'tokens':>10} {'best fixed':>11} {'never drafts':>12} {'ratio':>6} "
+        f"{'/never':>6}  ratio per band"
+    )
+    for name, row in table.items():
+        if "error" in row:
+            print(f"{name:<16} {row['error']}")
+            continue
+        bands = "  ".join(f"{k}: {v:.3f}" for k, v in row["bands"].items() if v is not None)
+        print(
+            f"{name:<16} {row['tokens']:>10} {row['best_fixed_tokens']:>11} "
+            f"{row['never_draft_tokens']:>12} {row['ratio']:>6.3f} "
+            f"{row['ratio_vs_never_draft']:>6.3f}  {bands}"
+        )
+    if args.against is not None:
+        print(
+            f"against {args.against}: tokens / its tokens over the whole load; per 30 s block (the same "
+            "target load in every run): geometric mean with its 95 % interval"
+        )
+        for name, row in table.items():
+            vs = row.get("against") or {}
+            if vs.get("blocks"):
+                print(
+                    f"{name:<16} {vs['total']:.3f}  blocks {vs['ratio']:.3f} ({vs['lo']:.3f}-{vs['hi']:.3f}),"
+                    f" {vs['blocks']} blocks"
+                )
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Run the SGLang simulator as a real subprocess on free loopback ports, for tests and benchmarks.
+
+Usage (stable API; other engineers' tests depend on it)::
+
+    from benchmarks.simulator_process import SimulatorProcess
+
+    with SimulatorProcess(profile="glm5-nvfp4-8x-rtx-pro-6000", admin_key="s3cret") as sim:
+        httpx.get(f"{sim.base_url}/server_info")          # SGLang API
+        httpx.get(sim.gpu_metrics_url)                      # dcgm-exporter style /metrics
+        sim.stop()      # SIGTERM, then SIGKILL after a grace period
+        sim.restart()   # same ports, same keys, same flags
+        sim.kill()      # SIGKILL (a crash)
+
+or the pytest fixture ``simulator_factory`` (``tests/conftest.py``)::
+
+    def test_x(simulator_factory):
+        sim = simulator_factory(profile="llama31-8b-1x-h100", admin_key="k", decode_log_interval=10)
+
+``SimulatorProcess(profile=..., admin_key=None, api_key=None, **flags)``: ``flags`` are the other
+``spectower sim serve`` options by their Python names (``seed``, ``decode_log_interval``, ``dp_size``,
+``max_running_requests``, ``port``, ``gpu_metrics_port``); ``True`` makes a bare flag. Keys go to the child
+through its environment (``SPECTOWER_SIM_ADMIN_API_KEY`` / ``SPECTOWER_SIM_API_KEY``), never argv.
+Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``port``, ``gpu_metrics_port``, ``gpu_metrics_url``
+(``.../metrics``), ``admin_key``, ``api_key``, ``admin_headers`` (``{"Authorization": "Bearer ..."}`` or
+``{}``), ``pid``, ``output()`` (the child's stdout+stderr so far). The constructor starts the process and
+returns once ``/health`` answers 200 (or raises ``RuntimeError`` with the child's output).
+
+``steady_load(base_url, clients)``: ``spectower bench load --pattern hover:N`` as a child process (about N
+closed-loop clients on /generate until stopped), a context manager; for tests that need a busy server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The installed CLI, run as a module so neither tests nor benchmarks need `spectower` on PATH.
+SPECTOWER_CLI = (sys.executable, "-m", "spectower.console.cli")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
+DEFAULT_START_TIMEOUT_S = 60.0
+DEFAULT_STOP_GRACE_S = 10.0
+
+
+def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> str:
+    """A shipped profile with every throughput curve times ``factor`` (and ``changes`` on top), written into
+    ``folder``; its path, for ``simulator_factory(profile=...)``."""
+    profile = json.loads((REPO_ROOT / "simulator" / "profiles" / f"{name}.json").read_text())
+    curves = profile["output_tok_s"]
+    profile.update(name=f"{name}-x{factor:g}", output_tok_s={mode: [v * factor for v in rates]
+                                                             for mode, rates in curves.items()})  # fmt: skip
+    profile.update(changes)
+    path = folder / f"{name}-x{factor:g}.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
+
+
+class SimulatorProcess:
+    def __init__(
+        self,
+        profile: str = DEFAULT_PROFILE,
+        admin_key: str | None = None,
+        api_key: str | None = None,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        **flags: Any,
+    ) -> None:
+        self.profile = profile
+        self.admin_key = admin_key
+        self.api_key = api_key
+        self.port = int(flags.pop("port", None) or free_port())
+        self.gpu_metrics_port = int(flags.pop("gpu_metrics_port", None) or free_port())
+        self.flags = flags
+        self.start_timeout_s = start_timeout_s
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.gpu_metrics_url = f"http://127.0.0.1:{self.gpu_metrics_port}/metrics"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.NamedTemporaryFile(prefix="spectower-sim-", suffix=".log", delete=False)  # noqa: SIM115
+        self.start()
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def _argv(self) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "simulator",
+            "serve",
+            "--profile",
+            self.profile,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--gpu-metrics-port",
+            str(self.gpu_metrics_port),
+        ]
+        for name, value in self.flags.items():
+            if value is None or value is False:
+                continue
+            opt = "--" + name.replace("_", "-")
+            argv.extend([opt] if value is True else [opt, str(value)])
+        return argv
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("SPECTOWER_SIM_ADMIN_API_KEY", None)
+        env.pop("SPECTOWER_SIM_API_KEY", None)
+        if self.admin_key:
+            env["SPECTOWER_SIM_ADMIN_API_KEY"] = self.admin_key
+        if self.api_key:
+            env["SPECTOWER_SIM_API_KEY"] = self.api_key
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._proc = subprocess.Popen(
+            self._argv(),
+            cwd=REPO_ROOT,
+            env=self._env(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"simulator exited with {self._proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"simulator did not become healthy in {self.start_timeout_s}s:\n{self.output()}")
+
+    def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``grace_s``."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies as in a crash."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Stop (if running) and start again on the same ports with the same keys and flags."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
+
+    # ---- info -------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        key = self.admin_key or self.api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def output(self) -> str:
+        try:
+            return Path(self._log.name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def __enter__(self) -> SimulatorProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SimulatorProcess(profile={self.profile!r}, base_url={self.base_url!r}, pid={self.pid})"
+
+
+# The ``simulator_factory`` fixture's type: ``(profile=..., admin_key=None, api_key=None, **flags)``.
+SimulatorFactory = Callable[..., SimulatorProcess]
+
+
+@contextlib.contextmanager
+def steady_load(base_url: str, clients: int, output_len: int = 128) -> Iterator[subprocess.Popen[bytes]]:
+    """About ``clients`` closed-loop streaming clients on ``base_url``'s /generate (the product's own
+    `spectower bench load --pattern hover:N`, N-2..N+2 clients) until the block ends."""
+    proc = subprocess.Popen(
+        [*SPECTOWER_CLI, "bench", "load", "--server", base_url, "--pattern", f"hover:{clients}",
+         "--api", "generate", "--output-len", str(output_len), "--status-every", "1h"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)  # the load's Ctrl-C: it stops its clients and exits
+        try:
+            proc.wait(timeout=DEFAULT_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

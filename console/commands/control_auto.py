@@ -1,0 +1,155 @@
+"""`spectower control auto` on one server or a fleet: what each replica's policy runner is built from
+(its own client, policy and warm start) and the loop that runs them until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from spectower.console.commands.control_fleet import client_for
+from spectower.console.errors import fail
+
+if TYPE_CHECKING:
+    from spectower.control.knob import KnobState
+    from spectower.control.runner import PolicyRunner, RunnerConfig
+    from spectower.control.warm_start import Known, WarmStart
+    from spectower.storage import Database
+
+
+def run_policies(
+    runners: Sequence[PolicyRunner], interval_s: float, say_which: Callable[[], None], out: Console
+) -> None:
+    """Every runner until SIGINT/SIGTERM (each server keeps its last ceiling)."""
+    from spectower.control.fleet_runner import run_all
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        out.print(f"{signal.Signals(signum).name}: stopping; the server keeps its current ceiling")
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for runner in runners:
+        out.print(
+            f"policy {runner.policy.name} on {runner.server_url}, every {interval_s:g} s (Ctrl-C stops)"
+        )
+    say_which()  # before its first decision is audited there
+    try:
+        run_all(runners, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class AutoPlan:
+    """What `control auto` runs on each replica (each gets its own policy, counters, client and lock)."""
+
+    spec: str
+    kind: str
+    config: RunnerConfig
+    sample_s: float | None
+    warm_start: bool
+    profiles: list[Known]
+    gpu_metrics: str | None
+
+
+def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
+    """One replica's policy runner: its own client and policy (own counters), its warm start. Raises our
+    errors (unreachable and unknown to the database, no plugin, a threshold past its max_running)."""
+    from spectower.control.knob import KnobValueError, ServerUnreachableError, ensure_ready
+    from spectower.control.policy import make_policy
+    from spectower.control.runner import PolicyRunner
+
+    client = client_for(server)
+    try:
+        state: KnobState | None = None
+        try:
+            state = client.read()
+            ensure_ready(state)  # no plugin / not adaptive: refuse now rather than hold forever
+            max_running = state.max_running_requests
+        except ServerUnreachableError as exc:
+            max_running = known_max_running(database, client.base_url)
+            if max_running is None:
+                raise
+            say(f"warning: {exc}; max_running_requests={max_running} from the database")
+        if max_running is None:
+            raise KnobValueError(f"{client.base_url} does not report max_running_requests")
+        spec = plan.spec
+        if plan.kind == "threshold" and not 0 <= int(spec.split(":", 1)[1]) <= max_running:
+            raise KnobValueError(f"--policy {spec}: N must be in 0..{max_running} (the server's "
+                                 "max_running_requests)")  # fmt: skip
+        options: dict[str, Any] = {}
+        start_note = None
+        if plan.kind == "learn":
+            options = {"max_flips_per_hour": plan.config.max_flips_per_hour}
+            if plan.sample_s is not None:
+                options["sample_s"] = plan.sample_s
+            warm = warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
+            options["initial_ceiling"], start_note = warm.ceiling, warm.line
+            say(warm.line)
+        policy = make_policy(spec, max_running, **options)
+        return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,
+                            start_note=start_note)  # fmt: skip
+    except BaseException:
+        client.close()
+        raise
+
+
+def warm_start(
+    database: Database,
+    state: KnobState | None,
+    max_running: int,
+    enabled: bool,
+    profiles: list[Known],
+    gpu_metrics: str | None,
+) -> WarmStart:
+    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
+    the server's stack, read here and handed to the policy as a number."""
+    from spectower.collectors.bench.gpu_inventory import server_inventory
+    from spectower.control import warm_start
+
+    launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
+    if not enabled:
+        return warm_start.WarmStart(None, f"warm start: off (--no-warm-start); learn starts at {launch}")
+    if state is None:
+        why = "the server did not answer, so its stack is unknown"
+        return warm_start.WarmStart(None, f"warm start: none: {why}; learn starts at {launch}")
+    try:
+        inventory = server_inventory(state.server_url, gpu_metrics)
+    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
+        fail(str(exc))
+    stack = warm_start.Stack.of(state.info.info, inventory)
+    return warm_start.find(database, stack, max_running, profiles)
+
+
+def profile_known(path: Path) -> Known:
+    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
+    from spectower.control.warm_start import known_from_profile
+    from spectower.simulator.profile import load_profile
+
+    try:
+        profile = load_profile(path)
+    except ValueError as exc:
+        fail(f"--warm-profile: {exc}")
+    cross = profile.crossover()
+    if cross is not None:
+        status = "found"
+    else:
+        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
+    return known_from_profile(profile.raw, str(path), status, cross)
+
+
+def known_max_running(database: Database, url: str) -> int | None:
+    """What the collector last stored as the server's max_running_requests (None: never collected)."""
+    from spectower.storage import queries
+
+    try:
+        return queries.server_by_url(database, url).max_running_requests
+    except LookupError:
+        return None

@@ -1,0 +1,334 @@
+"""Per-batch-size decode counters, drafted vs gated: what the engine measures for the crossover estimator.
+
+Standard library only: the SGLang plugin imports this module inside SGLang's scheduler processes, and the
+simulator publishes the same counters from its model, so both report one shape.
+
+What is counted, per batch-size bin and per mode:
+
+- bins: half octaves, ``1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ...`` (each power of two, then 1.5 x it;
+  all of them batch sizes SGLang captures CUDA graphs for) up to the first one >= ``max_running_requests``.
+  A batch of size ``b`` counts in the smallest bin >= ``b``, the way a CUDA graph pads a batch to its
+  captured size; a batch larger than the last bin grows the bins (rare: only when ``max_running_requests``
+  was unknown). Why not octaves: the learn policy sets the ceiling on bin boundaries, and a measured H200
+  crossover (about 49-53 of 64) sat inside the octave 33-64, where neither boundary was within 2 % of the
+  best choice (benchmarks/policy_bench.py); half octaves put a boundary within a third of any load.
+- modes: ``drafted`` (the step ran with speculative steps > 0) and ``gated`` (it ran 0 steps: forced to 0
+  by the spectower gate, or put at 0 by SGLang's own adaptive band; both cost a 1-token verify).
+- ``steps``: decode steps; ``tokens``: output tokens (per request ``accepted drafts + 1``, summed over the
+  batch); ``time_s``: seconds of step time.
+
+Step time in the plugin (``begin`` at ``AdaptiveSpeculativeParams.get_steps_for_batch``, before the batch
+is launched; ``end`` at ``on_verify_complete``, once the verify result is on the CPU): a batch's time runs
+from the later of its own ``begin`` and the previous batch's ``end`` to its own ``end``. Without overlap
+scheduling that is launch -> result of the batch (draft + verify + the scheduler's CPU work for it). With
+overlap scheduling the next batch is launched before the previous result is processed, so the span is
+result -> result: the pipelined step time, which is what throughput sees. Idle time between batches (an
+empty queue) is never counted. A prefill batch that runs while a decode batch is in flight (overlap) is
+counted in that decode step's time. A verify result without a matching ``begin`` (same batch size, among
+the last ``PENDING_MEMORY`` launches) is counted in ``unmatched`` and nowhere else; launches that never
+got a verify are counted in ``dropped``. The simulator records its modelled step duration directly.
+
+Published (cumulative since the process started; ``internal_states[i]["spectower"]["counters"]``)::
+
+    {"version": 1, "started_at": <unix time the counters started>, "clock": "perf_counter" | "model",
+     "bins": [1, 2, 3, 4, 6, ..., 64],
+     "drafted": {"steps": [...], "tokens": [...], "time_s": [...]},
+     "gated":   {"steps": [...], "tokens": [...], "time_s": [...]},
+     "unmatched": 0, "dropped": 0,
+     "settling": {"steps": 0, "tokens": 0, "time_s": 0.0}}
+
+``settling`` (plugin 0.3.0 on; readers treat it as optional) counts the steps that switch into an
+exploration run or out of it (plugin/explore.py): a switch's first step is slower than a steady one, and
+exploration would otherwise count only such steps for the explored mode. They are in no bin.
+
+Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
+rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
+later snapshot counts from zero) and bins that grew between the two.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+COUNTERS_VERSION = 1
+MODES = ("drafted", "gated")
+FIELDS = ("steps", "tokens", "time_s")
+# Verify results arrive at most a batch or two after their launch (overlap scheduling): remember this many.
+PENDING_MEMORY = 8
+# Bins never grow past this batch size (2**16; SGLang's max_running_requests is far below).
+MAX_BIN = 1 << 16
+
+
+def next_bin(b: int) -> int:
+    """The bin after ``b``: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ... (a power of two, then 1.5 x it)."""
+    if b < 2:
+        return b + 1
+    return b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
+
+
+def counter_bins(max_running_requests: int | None) -> list[int]:
+    """The bins up to the first one >= ``max_running_requests`` (at least ``[1]``)."""
+    top = max(1, min(int(max_running_requests or 1), MAX_BIN))
+    bins = [1]
+    while bins[-1] < top:
+        bins.append(next_bin(bins[-1]))
+    return bins
+
+
+_ALL_BINS = counter_bins(MAX_BIN)
+
+
+def bin_of(batch_size: int) -> int:
+    """The bin a batch of ``batch_size`` counts in: the smallest bin >= it (``MAX_BIN`` at most)."""
+    return _ALL_BINS[min(bisect.bisect_left(_ALL_BINS, batch_size), len(_ALL_BINS) - 1)]
+
+
+class EngineCounters:
+    """Cumulative decode counters of one scheduler (one DP rank). Not thread-safe by itself: SGLang calls
+    both hooks and ``get_internal_state`` on the scheduler thread; a snapshot copies each list."""
+
+    def __init__(
+        self,
+        max_running_requests: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        clock_name: str = "perf_counter",
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.bins = counter_bins(max_running_requests)
+        n = len(self.bins)
+        self.steps = {mode: [0] * n for mode in MODES}
+        self.tokens = {mode: [0] * n for mode in MODES}
+        self.time_s = {mode: [0.0] * n for mode in MODES}
+        self.unmatched = 0
+        self.dropped = 0
+        # Steps marked settling (the first of an exploration run and the first after it, plugin/explore.py):
+        # counted here, in no bin, so that the bins hold steady-stream rates.
+        self.settling: dict[str, float] = dict.fromkeys(FIELDS, 0)
+        self.started_at = wall()
+        self.clock = clock
+        self.clock_name = clock_name
+        self._pending: deque[tuple[int, bool, float, bool]] = deque()
+        self._last_end: float | None = None
+
+    # ---- bins -------------------------------------------------------------------------------------------
+    def ensure(self, batch_size: int) -> None:
+        """Grow the bins so that ``batch_size`` has one (up to ``MAX_BIN``)."""
+        while self.bins[-1] < batch_size and self.bins[-1] < MAX_BIN:
+            self.bins.append(next_bin(self.bins[-1]))
+            for mode in MODES:
+                self.steps[mode].append(0)
+                self.tokens[mode].append(0)
+                self.time_s[mode].append(0.0)
+
+    def bin_index(self, batch_size: int) -> int:
+        """The index of the smallest bin >= ``batch_size`` (growing the bins when needed)."""
+        if batch_size > self.bins[-1]:
+            self.ensure(batch_size)
+        return min(bisect.bisect_left(self.bins, batch_size), len(self.bins) - 1)
+
+    # ---- counting ---------------------------------------------------------------------------------------
+    def record(
+        self, batch_size: int, drafted: bool, tokens: int, seconds: float, settling: bool = False
+    ) -> None:
+        """Count one decode step (the simulator calls this with its modelled duration); a ``settling`` step
+        is counted apart from the bins (module docstring)."""
+        if settling:
+            self.settling["steps"] += 1
+            self.settling["tokens"] += tokens
+            self.settling["time_s"] += seconds
+            return
+        i = self.bin_index(batch_size)
+        mode = "drafted" if drafted else "gated"
+        self.steps[mode][i] += 1
+        self.tokens[mode][i] += tokens
+        self.time_s[mode][i] += seconds
+
+    def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
+        """A decode batch is about to launch (the plugin's get_steps_for_batch hook)."""
+        pending = self._pending
+        if len(pending) >= PENDING_MEMORY:
+            pending.popleft()
+            self.dropped += 1
+        pending.append((batch_size, drafted, self.clock(), settling))
+
+    def relabel_latest(self, batch_size: int, drafted: bool) -> None:
+        """The launch just begun runs the other mode after all (the gated-decode plugin's drain, which holds
+        a batch at 0 steps after the gate chose to draft it): count it as what it runs."""
+        pending = self._pending
+        if pending and pending[-1][0] == batch_size:
+            pending[-1] = (batch_size, drafted, pending[-1][2], pending[-1][3])
+
+    def end(self, batch_size: int, num_correct_drafts_per_req: Sequence[int]) -> None:
+        """A decode batch's verify result is on the CPU (the plugin's on_verify_complete hook).
+
+        Matches the oldest pending launch of the same batch size; older launches passed on the way never got
+        a verify (counted in ``dropped``).
+        """
+        now = self.clock()
+        pending = self._pending
+        while pending:
+            size, drafted, started, settling = pending.popleft()
+            if size == batch_size:
+                last = self._last_end
+                seconds = now - (started if last is None or started > last else last)
+                self._last_end = now
+                tokens = sum(num_correct_drafts_per_req) + len(num_correct_drafts_per_req)
+                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling)
+                return
+            self.dropped += 1
+        self.unmatched += 1
+        self._last_end = now
+
+    # ---- reporting --------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The published shape (module docstring): plain lists, JSON-ready."""
+        return {
+            "version": COUNTERS_VERSION,
+            "started_at": self.started_at,
+            "clock": self.clock_name,
+            "bins": list(self.bins),
+            **{
+                mode: {
+                    "steps": list(self.steps[mode]),
+                    "tokens": list(self.tokens[mode]),
+                    "time_s": [round(t, 9) for t in self.time_s[mode]],
+                }
+                for mode in MODES
+            },
+            "unmatched": self.unmatched,
+            "dropped": self.dropped,
+            "settling": {**self.settling, "time_s": round(self.settling["time_s"], 9)},
+        }
+
+
+def _padded(values: Sequence[float], n: int) -> list[float]:
+    return [*values, *([0] * (n - len(values)))]
+
+
+def _restarted(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    if before.get("started_at") != after.get("started_at"):
+        return True
+    bins_b, bins_a = before.get("bins") or [], after.get("bins") or []
+    if bins_a[: len(bins_b)] != bins_b:
+        return True
+    for mode in MODES:
+        for field in FIELDS:
+            old, new = before[mode][field], after[mode][field]
+            if any(b > a + 1e-9 for b, a in zip(old, new, strict=False)):
+                return True
+    return False
+
+
+def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """Per-bin deltas and rates between two snapshots (``before`` None: since the counters started).
+
+    Returns ``{"bins": [...], "restarted": bool, "drafted": {"steps", "tokens", "time_s", "tok_s",
+    "step_s"}, "gated": {...}}``, lists parallel to ``bins``; ``tok_s`` (output tokens per second of step
+    time) and ``step_s`` (mean step time) are None where the bin saw no step time in the interval. When the
+    counters restarted in between, the deltas are ``after``'s own values (``restarted`` True).
+    """
+    bins = list(after["bins"])
+    n = len(bins)
+    restarted = before is not None and _restarted(before, after)
+    base = None if before is None or restarted else before
+    out: dict[str, Any] = {"bins": bins, "restarted": restarted}
+    for mode in MODES:
+        block: dict[str, list[Any]] = {}
+        for field in FIELDS:
+            new = _padded(after[mode][field], n)
+            old = _padded(base[mode][field], n) if base is not None else [0] * n
+            block[field] = [a - b for a, b in zip(new, old, strict=True)]
+        block["time_s"] = [round(t, 9) for t in block["time_s"]]
+        block["tok_s"] = [
+            tok / t if t > 0 else None for tok, t in zip(block["tokens"], block["time_s"], strict=True)
+        ]
+        block["step_s"] = [
+            t / s if s > 0 and t > 0 else None for t, s in zip(block["time_s"], block["steps"], strict=True)
+        ]
+        out[mode] = block
+    return out
+
+
+def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One counters snapshot summed over DP ranks; ranks whose bins differ (one grew) sum on the union.
+
+    ``started_at`` is the latest rank's: SGLang restarts its schedulers together, so a restart moves it and
+    ``rates`` sees the restart.
+    """
+    if not snapshots:
+        raise ValueError("sum_ranks needs at least one counters snapshot")
+    bins = sorted({int(b) for snap in snapshots for b in snap["bins"]})
+    index = {b: i for i, b in enumerate(bins)}
+    out: dict[str, Any] = {
+        "version": snapshots[0].get("version"),
+        "started_at": max((_number(s.get("started_at")) or 0.0 for s in snapshots), default=0.0),
+        "clock": snapshots[0].get("clock"),
+        "bins": bins,
+        "unmatched": sum(_count(s.get("unmatched")) for s in snapshots),
+        "dropped": sum(_count(s.get("dropped")) for s in snapshots),
+        "ranks": len(snapshots),
+        "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
+    }
+    for mode in MODES:
+        block: dict[str, list[Any]] = {field: [0] * len(bins) for field in FIELDS}
+        for snap in snapshots:
+            for field in FIELDS:
+                for b, v in zip(snap["bins"], snap[mode][field], strict=True):
+                    block[field][index[int(b)]] += v
+        block["time_s"] = [round(t, 9) for t in block["time_s"]]
+        out[mode] = block
+    return out
+
+
+def served(total: Mapping[str, Any]) -> dict[str, float]:
+    """Everything a ``sum_ranks`` total counted, both modes' bins and the settling steps together: steps,
+    output tokens and step time served (what a throughput over all decode steps divides)."""
+    return {field: float(sum(sum(total[mode][field]) for mode in MODES) + total["settling"][field])
+            for field in FIELDS}  # fmt: skip
+
+
+def _settling(snapshot: Mapping[str, Any]) -> dict[str, float]:
+    """A snapshot's settling steps, tokens and step time (plugin/explore.py); zeros where it has none (a
+    plugin before 0.3.0) or where they are malformed (diagnostics must not stop a reader)."""
+    block = snapshot.get("settling")
+    block = block if isinstance(block, Mapping) else {}
+    return {field: _number(block.get(field)) or 0.0 for field in FIELDS}
+
+
+def _number(value: object) -> float | None:
+    """A finite number as a float, else None: ``validate`` checks the counted lists, not the diagnostics
+    (``started_at``, ``unmatched``, ``dropped``), and a bad one must not stop a reader."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _count(value: object) -> int:
+    return int(_number(value) or 0)
+
+
+def validate(snapshot: object) -> str | None:
+    """Why ``snapshot`` is not a counters block of this shape, or None (for readers of /server_info)."""
+    if not isinstance(snapshot, dict):
+        return "counters must be an object"
+    bins = snapshot.get("bins")
+    if not isinstance(bins, list) or not bins or not all(isinstance(b, int) and b > 0 for b in bins):
+        return "counters.bins must be a non-empty list of positive integers"
+    if bins != sorted(set(bins)):
+        return "counters.bins must be strictly ascending"
+    for mode in MODES:
+        block = snapshot.get(mode)
+        if not isinstance(block, dict):
+            return f"counters.{mode} must be an object"
+        for field in FIELDS:
+            values = block.get(field)
+            if not isinstance(values, list) or len(values) != len(bins):
+                return f"counters.{mode}.{field} must be a list as long as bins"
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+                return f"counters.{mode}.{field} must hold non-negative numbers"
+    return None

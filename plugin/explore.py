@@ -1,0 +1,295 @@
+"""Exploration: which decode batches run the other mode than the ceiling says, so that the engine counters
+(plugin/engine_counters.py) measure drafted and gated steps at every load the server sees (issue #14).
+
+Standard library only: the SGLang plugin's gate (plugin/knob_gate.py) and the simulator's ranks
+(simulator/engine.py) use this one schedule, so both explore the same batches.
+
+A share ``s`` of each batch-size bin's batches explores, in runs of ``RUN_LENGTH`` consecutive batches: a
+bin's first run starts at its ``period``-th batch (``period = round(1 / s)``,
+``knob_contract.explore_period``: as soon as single-batch exploration would have), the next ones every
+``period x RUN_LENGTH`` batches after it, so a bin explores ``1 / period`` of its batches.
+
+Why runs, not single batches: on the H200 (data/gpu-runs/NOTEBOOK.md, 2026-11-30 evening) single gated batches
+among drafting ones served 4875 tok/s of step time at batch 33-64, where a gated stream at that load serves
+about as much as a plain server (~7700): the first step after a mode switch pays for the switch, and with
+single batches every explored step is such a first step, so the estimate favoured drafting (1.55 x where
+the sweep measured 0.95 x). In a run, only the first explored batch and the first batch after the run
+switch; they are marked ``settling`` and the counters keep them apart, so both modes' rates are the
+rates of a steady stream. Runs also cut the entries a switch appends to SGLang's never-trimmed override log
+by ``RUN_LENGTH``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spectower.plugin.engine_counters import bin_of
+
+# Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
+# bin fewer runs, and the learn policy needs runs in 3 intervals of a bin before it trusts the bin.
+RUN_LENGTH = 4
+
+
+class ExploreSchedule:
+    """Per process (one DP rank): counts batches per bin and says which explore. Not thread-safe by itself:
+    its callers hold their own lock or run on SGLang's scheduler thread."""
+
+    def __init__(self) -> None:
+        self._bin_batches: dict[int, int] = {}
+        self._left = 0  # batches still to explore in the current run
+        self._last = False  # whether the previous batch explored
+
+    def next(self, batch_size: int, period: int) -> tuple[bool, bool]:
+        """(explore, settling) for the next decode batch; ``period`` 0 means exploring is off or paused
+        (a lock holds the knob): nothing explores and a run under way ends.
+
+        ``settling``: this batch switches into a run or is the first one after it (its step pays the switch).
+        """
+        if period <= 0:
+            self._left = 0
+            explore = False
+        else:
+            key = bin_of(batch_size)
+            seen = self._bin_batches.get(key, 0) + 1
+            self._bin_batches[key] = seen
+            if self._left > 0:
+                self._left -= 1
+                explore = True
+            elif seen % (period * RUN_LENGTH) == period:
+                self._left = RUN_LENGTH - 1
+                explore = True
+            else:
+                explore = False
+        settling = explore != self._last
+        self._last = explore
+        return explore, settling
+
+
+# ---- Windows for the batches the ceiling gates (issue #32) ---------------------------------------------
+#
+# A batch the ceiling gates skips the draft model's KV extend when nothing needs the draft warm
+# (knob_contract.extend_skippable): without the extend, a gated step is a plain server's decode step, with
+# it the H200 served 0.87-0.97 of that (data/gpu-runs/NOTEBOOK.md). But explored drafting batches among the
+# gated ones must find the draft warm, so exploring used to keep the extend on every gated batch: a policy's 0
+# with the default share served 0.88-0.95 of a plain server where an operator's (locked) 0 served 0.96-1.01.
+# So among the batches the ceiling gates, exploration runs in windows, one per cycle of
+# WINDOW_CYCLE_BATCHES such batches (per process):
+#
+#   cold     the extend is skipped and nothing explores (most of the cycle): a steady gated stream, as an
+#            operator's off;
+#   warm     the extend runs again and nothing explores, until no request of the batch still has the holes
+#            the skipped extends left in its draft KV (they finish; new requests are clean), at most
+#            WINDOW_WARM_MAX_BATCHES, after which the rest are forgotten and recover cold;
+#   explore  every batch drafts, twice the cycle's usual number of explored batches (the share's: one in
+#            ``period``), at most WINDOW_EXPLORE_BATCHES (``ExploreWindows.explore_length``), then cold again.
+#            Its first half is marked settling (the *turnover*): only the second half is counted.
+#
+# Why a stream, and why the turnover: requests accept differently (code and chat; the GPU pair's fixed
+# point and 2-cycle), and a stream keeps each request for as many steps as it needs. A gated stream keeps a
+# request for its length L, a drafting one for L / a, so its batches hold fewer of the requests that accept
+# more: a drafting stream's tokens per request-step are the harmonic mean of the accept lengths, while a
+# drafting batch explored among gated ones carries the batch the gated stream left, their plain mean (1.125x
+# on the 2026-12-01 H200 run, runs of 4 batches). A drafting stream turns its batch over within a request's
+# drafted lifetime; after that its counted batches measure what a drafting server serves (gpu/README.md,
+# "learn's lean"; simulator: requests of several accept lengths, ``sim serve --accept-kinds``).
+#
+# The extend runs in the warm part only: a few % of those batches for requests of a few hundred tokens, so
+# the exploring tax falls from 5-12 % to under 1 %. The gated batches of warm are marked settling: the
+# counters keep them apart, so a gated bin's rate is the cold stream's. A bin the
+# ceiling drafts explores as before, in runs throughout; its explored gated batches keep the extend (their
+# requests go on drafting), so its gated rate reads low by the extend's share (control/policy/learn.py
+# corrects it). A drafting batch between gated ones leaves the window's clock alone; one with holed requests
+# is drained first (plugin/gated_decode.py).
+
+WINDOW_CYCLE_BATCHES = 8192
+MAX_WINDOW_CYCLE_BATCHES = 1 << 20
+EXPLORE_CYCLE_ENV = "SPECTOWER_EXPLORE_CYCLE"
+WINDOW_EXPLORE_BATCHES = 384
+WINDOW_WARM_MAX_BATCHES = 1024
+# The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
+# hundred tokens, so about as long as the exploring part.
+WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
+
+# What a gated step's draft KV extend costs, where nothing measured it: gated batches with the extend served
+# 0.87-0.97 of the knob at 0 locked on the H200 (data/gpu-runs/NOTEBOOK.md, "The four policies", 2.;
+# exploration's cost 0.93). The learn policy scales a drafting bin's gated rate (its explored gated batches
+# keep the extend) by 1 / (1 - this), and the simulator charges it where a profile has no measured
+# ``spec_off_warm`` curve.
+DEFAULT_KEPT_EXTEND_TAX = 0.07
+
+COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
+PHASES = (COLD, WARM, EXPLORE)
+
+
+def windowed(gated_by_ceiling: bool, period: int) -> bool:
+    """Whether a batch's exploration runs in windows: the ceiling gates it and exploring is on (``period``
+    > 0: a share, and no lock; the caller passes 0 under a lock)."""
+    return gated_by_ceiling and period > 0
+
+
+def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> float:
+    """The share of the batches the ceiling gates that run the draft extend while gated under windows, as the
+    policy harness models it (the warm part at its usual length); 1.0 without windows (cycle 0)."""
+    if cycle == 0:
+        return 1.0
+    windows = ExploreWindows(cycle)
+    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
+    return warm / _cycle_batches(windows, warm, period)
+
+
+def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> float:
+    """The share of the batches the ceiling gates that draft in a window's exploring part (turnover included),
+    as the policy harness models it; without windows (cycle 0) the share's own ``1 / period``."""
+    if cycle == 0:
+        return 1.0 / period if period else 0.0
+    windows = ExploreWindows(cycle)
+    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
+    length = windows.explore_batches if period is None else windows.explore_length(period)
+    return length / _cycle_batches(windows, warm, period)
+
+
+def _cycle_batches(windows: ExploreWindows, warm: int, period: int | None) -> int:
+    """One cycle's batches: the cold part, the warm part, the exploring part."""
+    length = windows.explore_batches if period is None else windows.explore_length(period)
+    return windows.cycle - windows.explore_batches + warm + length
+
+
+class ExploreWindows:
+    """The phase of each batch the ceiling gates (the comment above). Per process, like the schedule.
+
+    ``cycle`` batches per window (``SPECTOWER_EXPLORE_CYCLE`` in SGLang's environment; 0 turns windows off:
+    exploring then runs throughout and every gated batch keeps the extend, as before issue #32); a shorter
+    cycle than the default scales the exploring part (a 16th) and the warm cap (an 8th) with it."""
+
+    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
+        if cycle < 2:
+            raise ValueError(f"an exploration cycle needs at least 2 batches, got {cycle}")
+        self.cycle = cycle
+        self.explore_batches = min(WINDOW_EXPLORE_BATCHES, max(1, cycle // 16))
+        self.warm_max = min(WINDOW_WARM_MAX_BATCHES, max(1, cycle // 8))
+        self.phase = COLD
+        self._in_phase = 0  # batches of the current phase so far (this one included, after step())
+        self.windows = 0  # exploring parts begun
+        # warm parts ended by warm_max with holed requests left (forgotten: they recover cold)
+        self.warm_cut = 0
+        self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
+        self.batches = dict.fromkeys(PHASES, 0)
+
+    @property
+    def in_phase(self) -> int:
+        return self._in_phase
+
+    def explore_length(self, period: int) -> int:
+        """The exploring part's batches: the turnover and then the cycle's usual number of explored
+        batches (one in ``period``), each at least 1, at most ``explore_batches`` in all. 0 for period 0."""
+        if period <= 0:
+            return 0
+        counted = max(1, round(self.cycle / period))
+        return min(self.explore_batches, 2 * counted)
+
+    def turnover(self, period: int) -> int:
+        """The exploring part's first batches, marked settling while the drafting stream turns its batch
+        over: half the part."""
+        return self.explore_length(period) // 2
+
+    def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None) -> str:
+        """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
+        batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
+        ``period``: the share's, which sets the exploring part's length (None: ``explore_batches``)."""
+        length = self.explore_batches if period is None else self.explore_length(period)
+        self.cut_now = False
+        if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
+            self.phase, self._in_phase = WARM, 0
+        if self.phase == WARM:
+            pending = holes_pending()
+            cut = pending and self._in_phase >= self.warm_max
+            if not pending or cut:
+                self.phase, self._in_phase = EXPLORE, 0
+                self.windows += 1
+                self.warm_cut += cut
+                self.cut_now = cut
+        elif self.phase == EXPLORE and self._in_phase >= length:
+            self.phase, self._in_phase = COLD, 0
+        self._in_phase += 1
+        self.batches[self.phase] += 1
+        return self.phase
+
+    def report(self, active: bool) -> dict[str, Any]:
+        """The ``window`` block of the plugin's (and the simulator's) ``explore`` report."""
+        return {
+            "active": active,
+            "phase": self.phase if active else None,
+            "cycle": self.cycle,
+            "explore_batches": self.explore_batches,
+            "warm_max": self.warm_max,
+            "windows": self.windows,
+            "warm_cut": self.warm_cut,
+            "batches": dict(self.batches),
+        }
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What one decode batch does about exploration: ``explore`` (run the other mode than the ceiling says),
+    ``settling`` (counted apart: it switches into or out of a run, is a gated batch of a window's warm part,
+    which keeps the extend, or a drafting batch of the exploring part's turnover), ``phase`` (the window's,
+    None when not windowed) and ``forget_holes`` (a warm part was cut short: the holed requests recover
+    cold)."""
+
+    explore: bool
+    settling: bool
+    phase: str | None
+    forget_holes: bool
+
+
+def cycle_of(raw: str | None) -> int:
+    """The cycle that ``SPECTOWER_EXPLORE_CYCLE`` asks for (unset: the default; 0: no windows), or
+    ValueError naming the variable."""
+    if raw is None or raw.strip() == "":
+        return WINDOW_CYCLE_BATCHES
+    try:
+        cycle = int(raw)
+    except ValueError:
+        raise ValueError(f"{EXPLORE_CYCLE_ENV} must be a whole number of batches, got {raw!r}") from None
+    if cycle != 0 and not 2 <= cycle <= MAX_WINDOW_CYCLE_BATCHES:
+        raise ValueError(f"{EXPLORE_CYCLE_ENV} must be 0 (no windows) or 2..{MAX_WINDOW_CYCLE_BATCHES}, "
+                         f"got {cycle}")  # fmt: skip
+    return cycle
+
+
+class Explorer:
+    """The schedule and the windows together: the one decision per decode batch that the SGLang plugin's gate
+    (plugin/knob_gate.py) and the simulator's ranks (simulator/engine.py) both make. ``cycle`` 0: no
+    windows (gated batches keep the extend throughout while anything explores)."""
+
+    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
+        self.schedule = ExploreSchedule()
+        self.windows = ExploreWindows(cycle) if cycle else None
+        self.phase_now: str | None = None  # the last batch's window phase (None: not windowed)
+
+    def window_report(self) -> dict[str, Any]:
+        """The ``window`` block of the ``explore`` report (the plugin's and the simulator's)."""
+        if self.windows is None:
+            return {"active": False, "phase": None, "cycle": 0}
+        return self.windows.report(self.phase_now is not None)
+
+    def next(self, batch_size: int, gated_by_ceiling: bool, period: int,
+             holes_pending: Callable[[], bool] = lambda: False) -> BatchPlan:  # fmt: skip
+        """``gated_by_ceiling``: the ceiling (its hysteresis included) gates this batch; ``period``: the
+        share's period, 0 when exploring is off or paused (a lock holds the knob). The windows' clock runs on
+        the batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
+        if self.windows is None or not windowed(gated_by_ceiling, period):
+            self.phase_now = None
+            explore, settling = self.schedule.next(batch_size, period)
+            return BatchPlan(explore, settling, None, False)
+        phase = self.windows.step(holes_pending, period)
+        self.phase_now = phase
+        self.schedule.next(batch_size, 0)  # a run in a bin the ceiling drafts ends here
+        if phase == EXPLORE:
+            # a drafting stream: its turnover settles, then every batch counts (module comment above)
+            turning = self.windows.in_phase <= self.windows.turnover(period)
+            return BatchPlan(True, turning, phase, self.windows.cut_now)
+        # cold: a steady gated stream, counted; warm: gated with the extend, counted apart
+        return BatchPlan(False, phase == WARM, phase, self.windows.cut_now)

@@ -1,0 +1,466 @@
+"""Off means off: a gated batch's one-token verify runs SGLang's decode attention, as a plain server's does.
+
+Runs INSIDE SGLang (its own entry point in the ``sglang.srt.plugins`` group, beside the knob plugin), so it
+imports only the standard library and, lazily, sglang.
+
+Why. When the knob gates a batch (``spectower_spec_max_bs`` below the batch size), SGLang's EAGLE v2 worker
+runs it at 0 draft steps: ``EAGLEWorkerV2._build_trivial_verify_input`` makes a TARGET_VERIFY of ONE token
+per request with an all-visible mask, which is a decode step in all but name. The triton backend serves
+every TARGET_VERIFY with its extend/verify kernel (``_fwd_kernel``), built for several query tokens per
+request: measured on an H200 with the 8B-shaped pair, 15.4 ms of a 20.7 ms gated step at batch 64 against
+0.7 ms of attention in a plain server's 5.6 ms decode step (data/gpu-runs/NOTEBOOK.md, "Where a gated step's
+time goes"). So under load "off" served 0.51-0.67 of a plain server. The flashinfer backend plans and runs
+every TARGET_VERIFY with its prefill wrappers (``indices_updater_prefill``,
+``BatchPrefillWithPagedKVCacheWrapper``, eager and in CUDA graphs): 0.51 of a plain server at 64 concurrent
+requests.
+
+What. For the attention backend SGLang builds for the adaptive 0-step state, a TARGET_VERIFY batch whose
+verify is one token per request is presented to the backend as DECODE (triton's and flashinfer's, in 0.5.17
+and 0.5.23, whose decode CUDA-graph runner plans attention only through ``init_forward_metadata_out_graph``:
+at capture with ``in_capture=True``, then before every replay):
+
+- ``init_forward_metadata`` / ``init_forward_metadata_out_graph`` (eager, CUDA-graph capture and replay)
+  get a view of the batch with ``forward_mode`` DECODE, no spec info, and ``seq_lens + 1``: the verify
+  token's KV slot is already in ``req_to_token`` at position ``seq_len`` (``eagle_prepare_for_verify``
+  assigned it), and a decode batch's lengths count its new token. Flashinfer then plans
+  ``indices_updater_decode`` over its ``decode_wrappers`` (eager), or at capture creates that batch size's
+  CUDA-graph decode wrappers (``_prepare_cuda_graph_metadata``, over the buffers ``init_cuda_graph_state``
+  gave every capturing backend) and replans them before each replay (``fast_decode_plan``), as a plain
+  server's decode graphs do;
+- ``forward_extend`` on such a batch runs ``forward_decode`` (same KV write to ``out_cache_loc``, then
+  the decode kernel over ``seq_len + 1`` entries).
+
+Which backend: triton's keeps its state's width (``num_draft_tokens``) and only the one built at 1 acts.
+Flashinfer's keeps none, so the verify's own width decides: ``spec_info.draft_token_num == 1``, what the
+0-step state's batches carry (``_build_trivial_verify_input``) and its graph runner captures with; a drafting
+state's verify is wider. Flashinfer reading an FP4 KV cache through a dequant workspace is left alone (its
+decode would size that workspace from the caller's ``seq_lens``, short of the verify token).
+
+The rest of the verify path (logits, the one-node acceptance, the bonus token, the draft's KV extend) is
+SGLang's own, unchanged; the CUDA graphs captured for the 0-step state hold decode kernels. Drafting verifies,
+the draft model's backends (other forward modes) and every other attention backend (trtllm_mha, flashinfer's
+subclass, overrides the hooked methods) are untouched. ``SPECTOWER_GATED_DECODE=0`` in SGLang's environment
+turns it off.
+
+The draft's KV extend in the 0-step state, SGLang 0.5.17 only. A gated batch still runs the draft model's
+extend over its one new token per request, and in 0.5.17 that extend never replays a CUDA graph: the
+draft-extend graph runner of every adaptive state takes its width from
+``resolve_num_tokens_per_req(phase="draft_extend", server_args=...)``, which reads the LAUNCH arguments
+(``server_args`` is SGLang's pristine startup record; the adaptive state being captured is only in the
+runtime context, ``get_spec()``). So the 0-step state's graph is captured four tokens wide, a gated batch's
+extend is one token wide, ``can_run_graph`` refuses it, and the draft runs eagerly: measured on the H200
+with the 8B pair, the eager extend left the GPU idle about 40 % of a gated step at batch 1
+(data/gpu-runs/NOTEBOOK.md, "Where the rest went"). 0.5.23 reads ``get_spec()`` there. On a 0.5.17 signature
+(one with ``server_args``) an AROUND hook answers the draft-extend width from ``get_spec()`` as 0.5.23 does,
+so each state's graph is captured at that state's width; the launch state's answer is unchanged.
+
+The draft's KV extend while off, then a drain before drafting again (both versions). With the attention
+fixed and the extend replaying its graph, a gated step still ran the draft model (about 14 % of a gated
+step's GPU time at batch 64 on the H200) and served 0.85-0.94 of a plain server. SGLang can skip that
+extend at 0 steps (``EAGLEWorkerV2._stub_skipped_draft_extend``, its experimental
+``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``), measured at 0.94-0.99 of the plain server, but a request
+that lived through skipped extends has holes in its draft KV and a stale draft input: drafting it again
+starts cold. So spectower skips the extend for a batch the knob gates while nothing needs the draft warm
+(``knob_contract.extend_skippable``: an operator's off locks the knob, which pauses exploration; while a
+policy explores, only in the cold part of an exploration window, plugin/explore.py; a batch gated by
+exploration inside a drafting bin keeps it, so explored batches and re-entry measure truly), remembers
+which running requests have holes, and when drafting would resume while any of them is still in the
+batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
+until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches (default 4096; then it
+drafts anyway and the rest recover cold). Drafting therefore resumes at its full accept length, a request
+lifetime after the knob went up. A drained batch is counted as gated in the decode counters.
+``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
+
+Flashinfer's host wait. With the extend skipped, a flashinfer server's gated step still waited about 1 ms
+on the host for the previous step's lengths (``seq_lens_mirror``: why, and the mirror that removes the
+wait; registered with the skip hooks, whose ``forward_batch_generation`` hook tells it what ran).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from spectower.plugin import seq_lens_mirror
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "SPECTOWER_GATED_DECODE"
+TRITON_BACKEND = ("sglang.srt.layers.attention.triton_backend", "TritonAttnBackend")
+FLASHINFER_BACKEND = ("sglang.srt.layers.attention.flashinfer_backend", "FlashInferAttnBackend")
+ATTENTION_BACKENDS = (TRITON_BACKEND, FLASHINFER_BACKEND)
+WIDTH_FUNCTION = "sglang.srt.speculative.spec_utils.resolve_num_tokens_per_req"
+
+
+def is_one_token_verify(backend: Any, forward_batch: Any) -> bool:
+    """A TARGET_VERIFY of one token per request, on the backend of the 0-step runtime state: triton's says
+    so by its ``num_draft_tokens``; flashinfer's keeps no width, so the verify's ``draft_token_num`` does."""
+    width = getattr(backend, "num_draft_tokens", None)
+    if width is not None and width != 1:
+        return False
+    mode = getattr(forward_batch, "forward_mode", None)
+    if mode is None or not mode.is_target_verify():
+        return False
+    tokens = getattr(getattr(forward_batch, "spec_info", None), "draft_token_num", None)
+    if width is None:  # flashinfer: its FP4 dequant-workspace decode would read the caller's seq_lens
+        return tokens == 1 and not getattr(backend, "decode_uses_dequant_workspace", False)
+    return tokens is None or tokens == 1
+
+
+def as_decode(forward_batch: Any) -> Any:
+    """A shallow view of the verify batch that the backend plans as a decode batch (see the module doc)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    view = copy.copy(forward_batch)
+    view.forward_mode = ForwardMode.DECODE
+    view.spec_info = None
+    view.seq_lens = forward_batch.seq_lens + 1
+    batch_size = int(forward_batch.seq_lens.shape[0])
+    if getattr(forward_batch, "seq_lens_sum", None) is not None:
+        view.seq_lens_sum = forward_batch.seq_lens_sum + batch_size
+    if getattr(forward_batch, "seq_lens_cpu", None) is not None:
+        view.seq_lens_cpu = forward_batch.seq_lens_cpu + 1
+    return view
+
+
+def _batch_arg(args: tuple[Any, ...], kwargs: dict[str, Any], position: int) -> Any:
+    return args[position] if len(args) > position else kwargs.get("forward_batch")
+
+
+def hook_init_forward_metadata(original: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
+    """``init_forward_metadata(forward_batch)`` / ``init_forward_metadata_out_graph(forward_batch, ...)``."""
+    forward_batch = _batch_arg(args, kwargs, 0)
+    if is_one_token_verify(backend, forward_batch):
+        view = as_decode(forward_batch)
+        if args:
+            args = (view, *args[1:])
+        else:
+            kwargs = {**kwargs, "forward_batch": view}
+    return original(backend, *args, **kwargs)
+
+
+def hook_forward_extend(original: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
+    """``forward_extend(q, k, v, layer, forward_batch, save_kv_cache, ...)``: same arguments as decode's."""
+    if is_one_token_verify(backend, _batch_arg(args, kwargs, 4)):
+        return backend.forward_decode(*args, **kwargs)
+    return original(backend, *args, **kwargs)
+
+
+HOOKS: dict[str, Callable[..., Any]] = {
+    "init_forward_metadata": hook_init_forward_metadata,
+    "init_forward_metadata_out_graph": hook_init_forward_metadata,
+    "forward_extend": hook_forward_extend,
+}
+
+
+def hook_resolve_num_tokens_per_req(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """0.5.17's ``resolve_num_tokens_per_req``: the draft-extend width of the state in the runtime context."""
+    width = original(*args, **kwargs)
+    if kwargs.get("phase") != "draft_extend":
+        return width
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        active = int(get_spec().speculative_num_draft_tokens)
+    except Exception:  # no published context (a unit test, a tool): SGLang's own answer
+        return width
+    return active if active >= 1 else width
+
+
+def reads_launch_width() -> bool:
+    """True where the draft-extend width is read from the launch arguments (0.5.17: a ``server_args``)."""
+    import importlib
+    import inspect
+
+    module_name, _, name = WIDTH_FUNCTION.rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+        return "server_args" in inspect.signature(function).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+SKIP_ENV = "SPECTOWER_GATED_SKIP_EXTEND"
+DRAIN_ENV = "SPECTOWER_DRAIN_MAX_STEPS"
+DEFAULT_DRAIN_MAX_STEPS = 4096
+WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")
+DRAFT_WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker")
+
+
+def _knob_allows_skip() -> bool:
+    """Whether a 0-step batch may skip its draft extend: the knob plugin says its ceiling gated the batch
+    and nothing needs the draft warm now (``extend_skip_allowed``), or no knob plugin runs in this process
+    (SGLang's own bands chose 0 steps; the drain covers their way back)."""
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
+    if plugin is None:
+        return True
+    try:
+        return bool(plugin.extend_skip_allowed())
+    except Exception:
+        return False
+
+
+def _relabel_gated(batch_size: int) -> None:
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
+    if plugin is not None:
+        try:
+            plugin.engine_counters_state().relabel_latest(batch_size, drafted=False)
+        except Exception:
+            logger.debug("spectower gated decode: counters not relabelled", exc_info=True)
+
+
+def _zero_step_controller(worker: Any) -> Any:
+    """The worker's adaptive controller when it can run 0 steps (a registered 0-step state), else None."""
+    controller = getattr(worker, "adaptive_controller", None)
+    states = getattr(controller, "_states", None)
+    if controller is None or not hasattr(controller, "params") or not isinstance(states, dict):
+        return None
+    return controller if 0 in states else None
+
+
+class ExtendSkip:
+    """Which running requests have draft-KV holes, and what the batch being run does about them.
+
+    One per scheduler process (SGLang calls every hook on its scheduler thread). ``allowed`` says whether
+    a 0-step batch may skip (injectable; ``_knob_allows_skip`` inside SGLang)."""
+
+    def __init__(
+        self,
+        allowed: Callable[[], bool] = _knob_allows_skip,
+        enabled: bool | None = None,
+        drain_max_steps: int | None = None,
+    ) -> None:
+        self.allowed = allowed
+        self.enabled = os.environ.get(SKIP_ENV, "1") != "0" if enabled is None else enabled
+        if drain_max_steps is None:
+            try:
+                drain_max_steps = int(os.environ.get(DRAIN_ENV, DEFAULT_DRAIN_MAX_STEPS))
+            except ValueError:
+                drain_max_steps = DEFAULT_DRAIN_MAX_STEPS
+        self.drain_max_steps = max(0, drain_max_steps)
+        self.holed: set[Any] = set()
+        self.worker: Any = None  # the EAGLEWorkerV2 running the current decode batch
+        self.reqs: Sequence[Any] = ()  # the decode batch's requests (their ids read only when needed)
+        self.skip_now = False
+        self.draining_now = False
+        self.drain_steps = 0
+        self.batches_skipped = 0
+        self.batches_drained = 0
+        self.drains_cut_short = 0
+
+    def begin_batch(self, worker: Any, reqs: Sequence[Any]) -> None:
+        self.worker, self.reqs, self.skip_now, self.draining_now = worker, reqs, False, False
+        if self.holed:
+            self.holed.intersection_update(self._rids())  # a finished request leaves the batch for good
+
+    def end_batch(self) -> None:
+        self.worker, self.reqs, self.skip_now, self.draining_now = None, (), False, False
+
+    def _rids(self) -> list[Any]:
+        # Read per batch only while some request is holed or the batch skips: drafting batches never pay it.
+        return [getattr(req, "rid", None) for req in self.reqs]
+
+    def steps_for(self, wanted: int) -> int:
+        """The steps this batch runs, given what SGLang's bands and the knob's gate want: 0 while draining."""
+        self.draining_now = False
+        if wanted > 0 and self.holed:
+            if self.drain_steps < self.drain_max_steps:
+                self.drain_steps += 1
+                self.batches_drained += 1
+                self.draining_now = True
+                return 0
+            self.drains_cut_short += 1  # drafts anyway: the requests still holed recover cold
+            self.holed.clear()
+        if not self.holed:
+            self.drain_steps = 0
+        return wanted
+
+    def holes_pending(self) -> bool:
+        """Whether a request of the batch being run still has holes (a window's warm part waits for none)."""
+        return bool(self.holed)
+
+    def forget_holes(self) -> None:
+        """Stop waiting for the holed requests (a window's warm part ran out): they draft again and recover
+        cold, as after a drain cut short."""
+        if self.holed:
+            self.drains_cut_short += 1
+            self.holed.clear()
+        self.drain_steps = 0
+
+    def mark(self, steps: int) -> None:
+        """The batch runs ``steps``: outside a drain, a 0-step batch skips its draft extend where allowed."""
+        if steps == 0 and not self.draining_now and self.enabled and self.allowed():
+            self.skip_now = True
+            self.batches_skipped += 1
+            self.holed.update(self._rids())
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "holed_requests": len(self.holed),
+            "batches_skipped": self.batches_skipped,
+            "batches_drained": self.batches_drained,
+            "drains_cut_short": self.drains_cut_short,
+        }
+
+
+_SKIP: ExtendSkip | None = None
+_HOOKED = False
+
+
+def hooked() -> bool:
+    """Whether this process registered the skip-and-drain hooks (what the knob plugin's state block shows)."""
+    return _HOOKED
+
+
+def extend_skip() -> ExtendSkip:
+    """This process's request-hole tracker (created on first use)."""
+    global _SKIP
+    if _SKIP is None:
+        _SKIP = ExtendSkip()
+    return _SKIP
+
+
+def hook_forward_batch_generation(
+    original: Callable[..., Any], worker: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``EAGLEWorkerV2.forward_batch_generation``: note a decode batch's requests for the hooks inside it,
+    and tell the seq-lens mirror what ran (``seq_lens_mirror``: a gated batch's lengths are known)."""
+    mode = getattr(batch, "forward_mode", None)
+    decode, noted = False, None
+    if mode is not None and not mode.is_idle():
+        decode = not mode.is_extend() and not getattr(batch, "is_extend_in_batch", False)
+        noted = seq_lens_mirror.before_forward(batch, decode)
+    tracker = extend_skip()
+    if decode:
+        tracker.begin_batch(worker, getattr(batch, "reqs", ()))
+    ran = False
+    try:
+        result = original(worker, batch, *args, **kwargs)
+        ran = True
+        return result
+    finally:
+        if decode:
+            tracker.end_batch()
+        seq_lens_mirror.after_forward(noted, worker, ran)
+
+
+def hook_activate_step_by_batch(
+    original: Callable[..., Any], worker: Any, batch_size: int, *args: Any, **kwargs: Any
+) -> Any:
+    """``EAGLEWorkerV2.activate_step_by_batch`` for a decode batch: SGLang's own two steps (ask
+    ``params.get_steps_for_batch``, where the knob's gate answers, then switch the runtime state when it
+    differs: ``AdaptiveController.activate_step_by_batch`` in 0.5.17 and 0.5.23) with the drain between
+    them, so a drained batch never switches to drafting and back."""
+    tracker = extend_skip()
+    controller = _zero_step_controller(worker) if worker is tracker.worker else None
+    if controller is None:
+        return original(worker, batch_size, *args, **kwargs)
+    steps = tracker.steps_for(int(controller.params.get_steps_for_batch(batch_size)))
+    if steps != worker.speculative_num_steps:
+        controller._activate(steps)
+    if tracker.draining_now:
+        _relabel_gated(int(batch_size))
+    tracker.mark(int(worker.speculative_num_steps))
+    return None
+
+
+def hook_draft_extend_for_decode(
+    original: Callable[..., Any], draft_worker: Any, batch: Any, batch_result: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``EagleDraftWorker._draft_extend_for_decode``: SGLang's own stub instead, when this batch skips."""
+    tracker = extend_skip()
+    if tracker.skip_now and tracker.worker is not None:
+        tracker.worker._stub_skipped_draft_extend(batch, batch_result)
+        return None
+    return original(draft_worker, batch, batch_result, *args, **kwargs)
+
+
+SKIP_HOOKS: dict[tuple[tuple[str, str], str], Callable[..., Any]] = {
+    (WORKER_CLASS, "forward_batch_generation"): hook_forward_batch_generation,
+    (WORKER_CLASS, "activate_step_by_batch"): hook_activate_step_by_batch,
+    (DRAFT_WORKER_CLASS, "_draft_extend_for_decode"): hook_draft_extend_for_decode,
+}
+
+
+def missing_skip_targets() -> list[str]:
+    """What the skip-and-drain hooks need that this SGLang lacks (0.5.17 and 0.5.23 have all of it)."""
+    import importlib
+
+    wanted = [*SKIP_HOOKS, (WORKER_CLASS, "_stub_skipped_draft_extend")]
+    missing = []
+    for (module_name, class_name), name in wanted:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            return [f"{module_name}.{class_name} ({exc})"]
+        if not callable(getattr(cls, name, None)):
+            missing.append(f"{class_name}.{name}")
+    return missing
+
+
+def missing_targets(backend: tuple[str, str] = TRITON_BACKEND) -> list[str]:
+    """The hooked methods of one attention backend (triton's, flashinfer's) this SGLang lacks, empty when
+    all exist (0.5.17 and 0.5.23 have them, and ``forward_decode``, which ``forward_extend``'s hook calls)."""
+    import importlib
+
+    module_name, class_name = backend
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        return [f"{module_name}.{class_name} ({exc})"]
+    wanted = [*HOOKS, "forward_decode"]
+    return [f"{class_name}.{name}" for name in wanted if not callable(getattr(cls, name, None))]
+
+
+def register() -> None:
+    """Entry point (``sglang.srt.plugins``): SGLang's ``load_plugins()`` calls it in each of its processes."""
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        print(f"spectower gated decode: off ({DISABLE_ENV}=0)", file=sys.stderr, flush=True)
+        return
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError as exc:
+        logger.warning("spectower gated decode: NOT hooking: no SGLang HookRegistry (%s)", exc)
+        return
+    backends = []
+    for module_name, class_name in ATTENTION_BACKENDS:
+        missing = missing_targets((module_name, class_name))
+        if missing:
+            logger.warning("spectower gated decode: NOT hooking %s (missing %s); its gated batches run "
+                           "SGLang's own one-token verify", class_name, ", ".join(missing))  # fmt: skip
+            continue
+        for name, hook in HOOKS.items():
+            HookRegistry.register(f"{module_name}.{class_name}.{name}", hook, HookType.AROUND)
+        backends.append(f"{class_name}.{', '.join(HOOKS)}")
+    if not backends:
+        return
+    hooked = "; ".join(backends)
+    if extend_skip().enabled:
+        skip_missing = missing_skip_targets()
+        if skip_missing:
+            logger.warning("spectower gated decode: the draft extend is not skipped (missing %s)",
+                           ", ".join(skip_missing))  # fmt: skip
+        else:
+            for ((module, cls), name), hook in SKIP_HOOKS.items():
+                HookRegistry.register(f"{module}.{cls}.{name}", hook, HookType.AROUND)
+            global _HOOKED
+            _HOOKED = True
+            hooked += (
+                "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
+                "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained)"
+            )
+            # The mirror learns what ran from forward_batch_generation's hook, registered just above.
+            mirrored = seq_lens_mirror.register()
+            if mirrored:
+                hooked += f"; {mirrored}"
+    if reads_launch_width():
+        HookRegistry.register(WIDTH_FUNCTION, hook_resolve_num_tokens_per_req, HookType.AROUND)
+        hooked += ", resolve_num_tokens_per_req (draft-extend width per adaptive state)"
+    # SGLang configures logging after the plugins load: print the one line that says what was hooked.
+    print(f"spectower gated decode: AROUND hooks on {hooked} (pid {os.getpid()})", file=sys.stderr,
+          flush=True)  # fmt: skip

@@ -1,0 +1,66 @@
+"""benchmarks/gpu/explore_lean.py: explored against steady rates per batch-size bin (issue #32, item 2), on
+the counters the H200 policy runs of 2026-12-03 stored (data/gpu-runs/), read through storage's query
+module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
+import explore_lean
+
+RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
+T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
+BINS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+
+
+def test_a_bin_is_explored_in_the_mode_its_ceiling_did_not_choose_and_the_ceilings_own_bin_is_mixed() -> None:
+    assert explore_lean.explored_mode(48, 64, BINS, 48) == "drafted"  # 49-64, all above 48
+    assert explore_lean.explored_mode(32, 48, BINS, 48) is None  # the ceiling's own bin: hysteresis
+    assert explore_lean.explored_mode(24, 32, BINS, 48) == "gated"
+    assert explore_lean.explored_mode(32, 48, BINS, 47) is None  # 33-48 straddles 47
+    assert explore_lean.explored_mode(0, 1, BINS, 0) == "drafted"
+
+
+BAD_RUNS = ["learn", "learn=1:2", "learn=2:1:4", "learn=a:2:4", "learn=1:2:-1", "=1:2:3"]
+
+
+@pytest.mark.parametrize("text", BAD_RUNS)
+def test_a_bad_run_is_refused_naming_the_flag(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^--run: "):
+        explore_lean.parse_run(text)
+
+
+def test_the_h200_runs_explored_gated_rates_read_low_and_corrected_come_near(tmp_path: Path) -> None:
+    db = tmp_path / "policy.db"
+    shutil.copy(RUNS / "policy.db", db)  # opening migrates in place: never the committed file
+    runs = [f"learn={T0 + 10}:{T0 + 300}:48", f"threshold-47={T0 + 310}:{T0 + 607}:47",
+            f"on={T0 + 620}:{T0 + 905}:max", f"off={T0 + 925}:{T0 + 1215}:0"]  # fmt: skip
+    out = tmp_path / "lean.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/explore_lean.py"), "--db", str(db),
+                           *(f"--run={r}" for r in runs), "--json", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["bin"], r["run"]): r for r in json.loads(out.read_text())}
+    bin32 = rows[(32, "learn")]
+    assert bin32["mode"] == "gated" and bin32["steps"] > 100
+    assert 0.85 < bin32["ratio"] < 0.95  # the kept extend: explored gated batches serve ~0.9 of steady ones
+    assert abs(bin32["corrected"] - 1) < 0.03
+    assert rows[(48, "learn")]["mode"] == "mixed"
+    assert rows[(64, "threshold-47")]["mode"] == "drafted"
+
+
+def test_a_missing_steady_run_is_one_line(tmp_path: Path) -> None:
+    script = str(REPO_ROOT / "benchmarks/gpu/explore_lean.py")
+    proc = subprocess.run([sys.executable, script, "--db", str(tmp_path / "x.db"), "--run", "learn=1:2:48"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "--steady-on: no --run named 'on'"
