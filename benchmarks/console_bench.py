@@ -23,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from spectower.console import synthetic  # noqa: E402
 from spectower.storage import open_database  # noqa: E402
+
+from benchmarks import synthetic  # noqa: E402
 
 APP = str(REPO / "console" / "app.py")
 PAGES = ("overview", "speculation", "gpus", "control", "benchmarks")

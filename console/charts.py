@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +16,6 @@ COLOR_LIVE = "#1f77b4"
 COLOR_STALE = "#9e9e9e"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 CONCURRENCY_TITLE = "concurrency (concurrent requests)"
-RATE_TITLE = "request rate (req/s, open loop)"
 # Time tick labels that stay readable at every range: seconds only when ticks are seconds apart, the date
 # once ticks are a day or more apart (plotly picks the stop from the tick spacing it chose).
 TIME_TICK_STOPS = [
@@ -25,19 +23,8 @@ TIME_TICK_STOPS = [
     {"dtickrange": [60_000, 86_400_000], "value": "%H:%M"},
     {"dtickrange": [86_400_000, None], "value": "%b %d"},
 ]
-# Benchmark columns an axis can show, with their unit.
-BENCH_UNITS = {
-    "output_throughput": ("output throughput", "tok/s"),
-    "median_ttft_ms": ("median TTFT", "ms"),
-    "p99_ttft_ms": ("p99 TTFT", "ms"),
-    "median_itl_ms": ("median ITL", "ms"),
-    "p99_itl_ms": ("p99 ITL", "ms"),
-    "median_e2e_latency_ms": ("median end-to-end latency", "ms"),
-    "p99_e2e_latency_ms": ("p99 end-to-end latency", "ms"),
-}
 
-
-def _base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) -> dict[str, Any]:
+def base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 15}},
         "height": height,
@@ -52,7 +39,7 @@ def _base_layout(title: str, y_title: str = "", height: int = DEFAULT_HEIGHT) ->
     }
 
 
-def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+def figure_of(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     """A figure from plain dicts without plotly's per-property validation (the slowest part of a live
     refresh on a busy host); every key used in this module is a documented plotly attribute."""
     return go.Figure({"data": data, "layout": layout}, _validate=False)
@@ -154,7 +141,8 @@ def _times(ts: pd.Series) -> list[str]:
     return pd.to_datetime(ts, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
 
 
-def _values(s: pd.Series) -> list[float | None]:
+def numbers(s: pd.Series) -> list[float | None]:
+    """A column as JSON-ready floats, None where missing (plotly draws a gap)."""
     return [None if pd.isna(v) else float(v) for v in s]
 
 
@@ -203,12 +191,12 @@ def timeseries(
                 continue
             color = COLOR_STALE if stale else PALETTE[i % len(PALETTE)]
             if band and f"{col}_max" in df and f"{col}_min" in df:
-                data += _band(x, _values(df[f"{col}_min"]), _values(df[f"{col}_max"]), _rgba(color, 0.15))
+                data += _band(x, numbers(df[f"{col}_min"]), numbers(df[f"{col}_max"]), _rgba(color, 0.15))
             data.append(
                 {
                     "type": "scatter",
                     "x": x,
-                    "y": _values(df[col]),
+                    "y": numbers(df[col]),
                     "name": label,
                     "mode": _line_mode(len(x)),
                     "line": {"color": color},
@@ -216,14 +204,15 @@ def timeseries(
             )
     if stale:
         title += "  (STALE)"
-    layout = _base_layout(title, y_title, height)
+    layout = base_layout(title, y_title, height)
     layout["xaxis"] = time_axis(*(x_range or (None, None)))
     if not data:
-        _no_data(layout, "no data in this range")
-    return _figure(data, layout)
+        note_no_data(layout, "no data in this range")
+    return figure_of(data, layout)
 
 
-def _no_data(layout: dict[str, Any], text: str) -> None:
+def note_no_data(layout: dict[str, Any], text: str) -> None:
+    """Say in the middle of an empty chart why it is empty."""
     layout["annotations"].append(
         {"text": text, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
          "font": {"size": 15, "color": "#999"}}
@@ -240,7 +229,7 @@ def load_and_knob(
 ) -> go.Figure:
     """Running and queued requests with the knob (spec_max_bs, a step line) on the same axis, since the
     knob is a running-requests threshold; each confirmed change is a marker naming who set it."""
-    layout = _base_layout("Requests and the knob" + ("  (STALE)" if stale else ""), "requests", height)
+    layout = base_layout("Requests and the knob" + ("  (STALE)" if stale else ""), "requests", height)
     layout["xaxis"] = time_axis(*(x_range or (None, None)))
     data: list[dict[str, Any]] = []
     if not df.empty:
@@ -249,11 +238,11 @@ def load_and_knob(
                                  ("num_queue_reqs", "queued", PALETTE[1])):  # fmt: skip
             if col in df and df[col].notna().any():
                 line = {"color": COLOR_STALE if stale else color}
-                data.append({"type": "scatter", "x": x, "y": _values(df[col]), "name": name,
+                data.append({"type": "scatter", "x": x, "y": numbers(df[col]), "name": name,
                              "mode": "lines", "line": line})  # fmt: skip
         if "spec_max_bs" in df and df["spec_max_bs"].notna().any():
             knob = df["spec_max_bs"].clip(upper=max_running) if max_running else df["spec_max_bs"]
-            data.append({"type": "scatter", "x": x, "y": _values(knob), "name": "knob (spec_max_bs)",
+            data.append({"type": "scatter", "x": x, "y": numbers(knob), "name": "knob (spec_max_bs)",
                          "mode": "lines", "line": {"shape": "hv", "color": COLOR_ON, "width": 2,
                                                    "dash": "dot"}})  # fmt: skip
     if not events.empty:
@@ -263,14 +252,14 @@ def load_and_knob(
             ys = ys.clip(upper=max_running)
         text = [f"{a}: {_knob_word(o)} → {_knob_word(n)}<br>{r}" for a, o, n, r in
                 zip(ev["actor"], ev["old_max_bs"], ev["new_max_bs"], ev["reason"], strict=True)]  # fmt: skip
-        data.append({"type": "scatter", "x": _times(ev["ts"]), "y": _values(ys), "name": "knob set by",
+        data.append({"type": "scatter", "x": _times(ev["ts"]), "y": numbers(ys), "name": "knob set by",
                      "mode": "markers", "text": text, "hovertemplate": "%{text}<extra></extra>",
                      "marker": {"symbol": "diamond", "size": 9, "color": COLOR_ON}})  # fmt: skip
     if max_running:
         _hline(layout, max_running, f"max_running_requests {max_running}", "#999")
     if not data:
-        _no_data(layout, "no data in this range")
-    return _figure(data, layout)
+        note_no_data(layout, "no data in this range")
+    return figure_of(data, layout)
 
 
 def _knob_word(v: object) -> str:
@@ -302,49 +291,11 @@ def speedup_chart(
     interval as a band (``live``: ``batch_size, speedup, lo, hi, drafted_steps, gated_steps``, as
     ``console.data.LiveSpeedup.table``), benchmark curves, crossovers (the live one's interval shaded),
     now."""
-    layout = _base_layout("Speedup from speculation vs load", "spec on / spec off", 420)
+    layout = base_layout("Speedup from speculation vs load", "spec on / spec off", 420)
     data: list[dict[str, Any]] = []
     _hline(layout, 1.0, "break-even", side="left")
-    for i, (label, curve) in enumerate(bench.items()):
-        if curve.empty:
-            continue
-        color = PALETTE[(i + 1) % len(PALETTE)]
-        if {"ci_lo", "ci_hi"} <= set(curve.columns) and curve["ci_lo"].notna().any():
-            ci = curve.dropna(subset=["ci_lo", "ci_hi"])
-            data += _band(_values(ci["concurrency"]), _values(ci["ci_lo"]), _values(ci["ci_hi"]),
-                          _rgba(color, 0.18), name=f"95% interval: {label}", group=label)  # fmt: skip
-        data.append(
-            {
-                "type": "scatter",
-                "x": _values(curve["concurrency"]),
-                "y": _values(curve["speedup"]),
-                "name": f"benchmark: {label}",
-                "mode": "lines+markers",
-                "legendgroup": label,
-                "line": {"color": color, "dash": "dash"},
-            }
-        )
-    if not live.empty and live["speedup"].notna().any():
-        ok = live.dropna(subset=["speedup"])
-        band = ok.dropna(subset=["lo", "hi"])
-        if not band.empty:
-            data += _band(_values(band["batch_size"]), _values(band["lo"]), _values(band["hi"]),
-                          _rgba(COLOR_LIVE, 0.2), name="95% interval: live", group="live")  # fmt: skip
-        data.append(
-            {
-                "type": "scatter",
-                "x": _values(ok["batch_size"]),
-                "y": _values(ok["speedup"]),
-                "name": "live (engine counters, per batch size)",
-                "mode": "lines+markers",
-                "legendgroup": "live",
-                "line": {"color": COLOR_LIVE, "width": 3},
-                "marker": {"size": 9},
-                "customdata": ok[["drafted_steps", "gated_steps"]].astype(int).values.tolist(),
-                "hovertemplate": "batch %{x:.0f}: speedup=%{y:.3f} (steps drafted %{customdata[0]}, "
-                "gated %{customdata[1]})<extra></extra>",
-            }
-        )
+    data += _bench_speedup_traces(bench)
+    data += _live_speedup_traces(live)
     if live_crossover_interval is not None:
         lo, hi = live_crossover_interval
         layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": lo, "x1": hi, "y0": 0,
@@ -357,25 +308,7 @@ def speedup_chart(
             side = "left" if x > 0.5 * x_hi else "right"
             _vline(layout, x, f"crossover {label}: {x:.1f}", "#d62728", side=side, y=1 - 0.09 * k)
     if operating_point is not None:
-        cx, cy, text = operating_point
-        data.append(
-            {
-                "type": "scatter",
-                "x": [cx],
-                "y": [cy],
-                "name": "now",
-                "mode": "markers+text",
-                "text": [text],
-                "textposition": "top right" if cx < 0.5 * x_hi else "top left",
-                "cliponaxis": False,
-                "marker": {
-                    "size": 18,
-                    "symbol": "star",
-                    "color": "#ffbf00",
-                    "line": {"width": 1, "color": "#000"},
-                },
-            }
-        )
+        data.append(_now_marker(operating_point, x_hi))
     if max_running:
         _vline(layout, max_running, f"max_running_requests {max_running}", "#999", "dot", y=0.12)
         layout["xaxis"]["range"] = [0, max_running * 1.05]
@@ -393,7 +326,76 @@ def speedup_chart(
             }
         )
     layout["xaxis"]["title"] = {"text": CONCURRENCY_TITLE}
-    return _figure(data, layout)
+    return figure_of(data, layout)
+
+
+def _bench_speedup_traces(bench: Mapping[str, pd.DataFrame]) -> list[dict[str, Any]]:
+    """Each benchmark's speedup curve (dashed), with its 95 % band where the run has one."""
+    data: list[dict[str, Any]] = []
+    for i, (label, curve) in enumerate(bench.items()):
+        if curve.empty:
+            continue
+        color = PALETTE[(i + 1) % len(PALETTE)]
+        if {"ci_lo", "ci_hi"} <= set(curve.columns) and curve["ci_lo"].notna().any():
+            ci = curve.dropna(subset=["ci_lo", "ci_hi"])
+            data += _band(numbers(ci["concurrency"]), numbers(ci["ci_lo"]), numbers(ci["ci_hi"]),
+                          _rgba(color, 0.18), name=f"95% interval: {label}", group=label)  # fmt: skip
+        data.append(
+            {
+                "type": "scatter",
+                "x": numbers(curve["concurrency"]),
+                "y": numbers(curve["speedup"]),
+                "name": f"benchmark: {label}",
+                "mode": "lines+markers",
+                "legendgroup": label,
+                "line": {"color": color, "dash": "dash"},
+            }
+        )
+    return data
+
+
+def _live_speedup_traces(live: pd.DataFrame) -> list[dict[str, Any]]:
+    """The live estimate per batch-size bin (thick, with the steps behind each point) and its 95 % band."""
+    if live.empty or not live["speedup"].notna().any():
+        return []
+    ok = live.dropna(subset=["speedup"])
+    band = ok.dropna(subset=["lo", "hi"])
+    data: list[dict[str, Any]] = []
+    if not band.empty:
+        data += _band(numbers(band["batch_size"]), numbers(band["lo"]), numbers(band["hi"]),
+                      _rgba(COLOR_LIVE, 0.2), name="95% interval: live", group="live")  # fmt: skip
+    data.append(
+        {
+            "type": "scatter",
+            "x": numbers(ok["batch_size"]),
+            "y": numbers(ok["speedup"]),
+            "name": "live (engine counters, per batch size)",
+            "mode": "lines+markers",
+            "legendgroup": "live",
+            "line": {"color": COLOR_LIVE, "width": 3},
+            "marker": {"size": 9},
+            "customdata": ok[["drafted_steps", "gated_steps"]].astype(int).values.tolist(),
+            "hovertemplate": "batch %{x:.0f}: speedup=%{y:.3f} (steps drafted %{customdata[0]}, "
+            "gated %{customdata[1]})<extra></extra>",
+        }
+    )
+    return data
+
+
+def _now_marker(operating_point: tuple[float, float, str], x_hi: float) -> dict[str, Any]:
+    """Today's load on the chart: a star with its text on the side with room."""
+    cx, cy, text = operating_point
+    return {
+        "type": "scatter",
+        "x": [cx],
+        "y": [cy],
+        "name": "now",
+        "mode": "markers+text",
+        "text": [text],
+        "textposition": "top right" if cx < 0.5 * x_hi else "top left",
+        "cliponaxis": False,
+        "marker": {"size": 18, "symbol": "star", "color": "#ffbf00", "line": {"width": 1, "color": "#000"}},
+    }
 
 
 def _x_extent(
@@ -419,7 +421,7 @@ def policy_timeline(
     x_range: tuple[float, float] | None = None,
 ) -> go.Figure:
     """Running requests over time with the knob (step line) and each policy decision as a marker."""
-    layout = _base_layout("Policy decisions under the load they answered", "requests / batch size", 320)
+    layout = base_layout("Policy decisions under the load they answered", "requests / batch size", 320)
     layout["xaxis"] = time_axis(*(x_range or (None, None)))
     data: list[dict[str, Any]] = []
     if not load.empty:
@@ -428,7 +430,7 @@ def policy_timeline(
             {
                 "type": "scatter",
                 "x": x,
-                "y": _values(load["num_running_reqs"]),
+                "y": numbers(load["num_running_reqs"]),
                 "name": "running requests",
                 "mode": "lines",
             }
@@ -438,7 +440,7 @@ def policy_timeline(
                 {
                     "type": "scatter",
                     "x": x,
-                    "y": _values(load["spec_max_bs"]),
+                    "y": numbers(load["spec_max_bs"]),
                     "name": "knob (spec_max_bs)",
                     "mode": "lines",
                     "line": {"shape": "hv", "color": COLOR_ON, "width": 2},
@@ -455,7 +457,7 @@ def policy_timeline(
             {
                 "type": "scatter",
                 "x": _times(ev["ts"]),
-                "y": _values(ev["new_max_bs"].astype(float)),
+                "y": numbers(ev["new_max_bs"].astype(float)),
                 "name": "policy decision",
                 "mode": "markers",
                 "text": text,
@@ -465,7 +467,7 @@ def policy_timeline(
         )
     if max_running:
         _hline(layout, max_running, f"max_running_requests {max_running}", "#999")
-    return _figure(data, layout)
+    return figure_of(data, layout)
 
 
 def gpu_grid(
@@ -551,54 +553,3 @@ def gpu_grid(
 def _unit(v: float) -> float:
     """Clamp a paper coordinate to [0, 1] (float error may leave -5e-17)."""
     return min(1.0, max(0.0, round(v, 6)))
-
-
-def _point_mode(extra_json: Any) -> str | None:
-    try:
-        extra = json.loads(extra_json) if isinstance(extra_json, str) and extra_json else {}
-    except ValueError:
-        return None
-    return extra.get("mode") if isinstance(extra, dict) else None
-
-
-def bench_curves(runs: Mapping[str, pd.DataFrame], what: str = "output_throughput") -> go.Figure:
-    """Throughput (or a latency column) vs load, spec on solid, spec off dashed, a plain server (or a point of
-    unknown speculation state) dotted, per run. The load is the concurrency, or for an open-loop run (an
-    imported bench_serving request-rate sweep, no max_concurrency) its request rate."""
-    data: list[dict[str, Any]] = []
-    by_rate = 0
-    for i, (label, pts) in enumerate(runs.items()):
-        if pts.empty:
-            continue
-        color = PALETTE[i % len(PALETTE)]
-        closed_loop = pts["concurrency"].notna().any() or "request_rate" not in pts
-        x_col = "concurrency" if closed_loop else "request_rate"
-        by_rate += x_col == "request_rate"
-        for flag, dash, name in ((True, "solid", "spec on"), (False, "dash", "spec off"), (None, "dot", "")):
-            part = pts[pts["spec_on"].isna()] if flag is None else pts[pts["spec_on"] == flag]
-            part = part.dropna(subset=[x_col, what]).sort_values(x_col)
-            if part.empty:
-                continue
-            modes = {_point_mode(t) for t in part["extra_json"]} if "extra_json" in part else set()
-            if flag is None and modes == {"plain"}:
-                name = "plain"  # a sweep's --plain-server rows (spec_on NULL, mode in extra_json)
-            data.append(
-                {
-                    "type": "scatter",
-                    "x": _values(part[x_col]),
-                    "y": _values(part[what]),
-                    "mode": "lines+markers",
-                    "name": f"{label} {name}".strip(),
-                    "line": {"color": color, "dash": dash},
-                }
-            )
-    name, unit = BENCH_UNITS.get(what, (what.replace("_", " "), ""))
-    layout = _base_layout(f"{name[0].upper()}{name[1:]} vs load", f"{name} ({unit})" if unit else name, 360)
-    layout["xaxis"]["title"] = {"text": RATE_TITLE if by_rate and by_rate == len(runs) else CONCURRENCY_TITLE}
-    if not data:
-        _no_data(layout, f"this run has no {name}")
-    return _figure(data, layout)
-
-
-def bench_speedups(curves: Mapping[str, pd.DataFrame], crossovers: Mapping[str, float | None]) -> go.Figure:
-    return speedup_chart(pd.DataFrame(columns=["speedup"]), curves, crossovers, None)

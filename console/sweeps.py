@@ -523,7 +523,7 @@ def _sweeps_panel() -> None:
 
 def _result(run_id: int) -> None:
     """The newest finished sweep's outcome: crossover, best knob, speedup with its interval."""
-    from spectower.console import charts, data, estimate
+    from spectower.console import bench_charts, data, estimate
     from spectower.console.views import common
 
     db = common.database()
@@ -543,5 +543,5 @@ def _result(run_id: int) -> None:
     c1.metric("Crossover", common.fmt(cross, 1) if cross is not None else estimate.crossover_label(cs, ss))
     best = row.iloc[0]["best_max_bs"]
     c2.metric("Best knob", "—" if pd.isna(best) else str(int(best)))
-    fig = charts.bench_speedups({f"#{run_id}": curve}, {f"#{run_id}": cross})
+    fig = bench_charts.bench_speedups({f"#{run_id}": curve}, {f"#{run_id}": cross})
     common.chart(fig, curve, f"sw_result_{run_id}", f"run{run_id}-speedup")

@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 from spectower.cli_errors import fail
+
+if TYPE_CHECKING:
+    from spectower.simulator.profile import Profile
 
 
 def _read_key(path: Path | None, env: str, what: str) -> str | None:
@@ -70,32 +74,13 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.plugin import explore, knob_contract
+    from spectower.plugin import explore
     from spectower.simulator.accept_kinds import parse_accept_kinds
     from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
-    from spectower.simulator.profile import ProfileError, load_profile
-    from spectower.simulator.server import run
-
-    try:
-        loaded = load_profile(profile)
-    except ProfileError as exc:
-        fail(str(exc))
-    if no_speculation:
-        loaded = loaded.without_speculation()
+    loaded = _profile(profile, no_speculation)
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
-    share_from = "--explore-share"
-    if explore_share is None:
-        share_from = knob_contract.EXPLORE_ENV
-        raw = os.environ.get(share_from, "").strip()
-        try:
-            explore_share = float(raw) if raw else knob_contract.DEFAULT_EXPLORE_SHARE
-        except ValueError:
-            fail(f"{share_from} must be a number in 0..{knob_contract.MAX_EXPLORE_SHARE:g}, got {raw!r}")
-    try:
-        knob_contract.explore_share_of(explore_share, share_from)
-    except knob_contract.ContractError as exc:
-        fail(str(exc))
+    explore_share = _explore_share(explore_share)
     try:
         # the plugin's exploration windows, as SGLang's environment sets them for the plugin
         cycle = explore.cycle_of(os.environ.get(explore.EXPLORE_CYCLE_ENV))
@@ -118,12 +103,52 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    for what, value in (("--port", port), ("--gpu-metrics-port", gpu_metrics_port)):
+    _fail_unless_bindable(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
+    # imported once the arguments hold: the web stack is most of a start-up, and a refusal needs none of it
+    from spectower.simulator.server import run
+
+    run(config)
+
+
+def _profile(name_or_path: str, no_speculation: bool) -> Profile:
+    """The --profile to serve (one error line when it cannot be read), as a plain server's with
+    --no-speculation."""
+    from spectower.simulator.profile import ProfileError, load_profile
+
+    try:
+        loaded = load_profile(name_or_path)
+    except ProfileError as exc:
+        fail(str(exc))
+    return loaded.without_speculation() if no_speculation else loaded
+
+
+def _explore_share(given: float | None) -> float:
+    """``--explore-share``, else $SPECTOWER_EXPLORE_SHARE, else the plugin's default; one error line naming
+    where a bad value came from."""
+    from spectower.plugin import knob_contract
+
+    share_from = "--explore-share"
+    if given is None:
+        share_from = knob_contract.EXPLORE_ENV
+        raw = os.environ.get(share_from, "").strip()
+        try:
+            given = float(raw) if raw else knob_contract.DEFAULT_EXPLORE_SHARE
+        except ValueError:
+            fail(f"{share_from} must be a number in 0..{knob_contract.MAX_EXPLORE_SHARE:g}, got {raw!r}")
+    try:
+        knob_contract.explore_share_of(given, share_from)
+    except knob_contract.ContractError as exc:
+        fail(str(exc))
+    return given
+
+
+def _fail_unless_bindable(host: str, ports: dict[str, int | None]) -> None:
+    """One error line for the first port (by its option) that cannot be listened on."""
+    for what, value in ports.items():
         if value:
             problem = cannot_bind(host, value)
             if problem:
                 fail(f"{what}: cannot listen on {host}:{value} ({problem})")
-    run(config)
 
 
 def cannot_bind(host: str, port: int) -> str | None:

@@ -44,14 +44,13 @@ import random
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 
 from spectower.plugin import knob_contract
 from spectower.plugin.engine_counters import EngineCounters
 from spectower.plugin.explore import Explorer
 from spectower.simulator.accept_kinds import kind_of
 from spectower.simulator.config import SimConfig
-from spectower.simulator.profile import Profile
+from spectower.simulator.memory import memory_layout
 from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
 from spectower.simulator.textgen import TokenStream
 
@@ -61,37 +60,8 @@ MAX_LAG_S = 0.5
 MIN_PREFILL_S = 0.001
 # SGLang's default --max-prefill-tokens: one prefill batch admits at most this many prompt tokens.
 MAX_PREFILL_TOKENS = 16384
-# KV cache bytes per token of a large model in bf16 (sizes the simulated token pool from GPU memory).
-KV_BYTES_PER_TOKEN = 131072
-# Share of GPU memory SGLang's --mem-fraction-static leaves to weights / KV cache / CUDA graphs.
-WEIGHT_MEMORY_SHARE = 0.45
-KV_MEMORY_SHARE = 0.40
-GRAPH_MEMORY_SHARE = 0.02
 # A request's published state is its cumulative output length; this value means "aborted".
 ABORTED = -1
-
-
-@dataclass(frozen=True)
-class MemoryLayout:
-    weight_gb: float
-    kv_cache_gb: float
-    graph_gb: float
-    max_total_num_tokens: int
-    startup_available_gb: float
-
-
-def memory_layout(profile: Profile) -> MemoryLayout:
-    gib_per_gpu = profile.gpus.memory_mib / 1024.0
-    kv_gb = gib_per_gpu * KV_MEMORY_SHARE
-    # Tensor parallel over all GPUs: each GPU holds 1/count of every token's KV.
-    tokens = int(kv_gb * profile.gpus.count * 1024**3 / KV_BYTES_PER_TOKEN)
-    return MemoryLayout(
-        weight_gb=round(gib_per_gpu * WEIGHT_MEMORY_SHARE, 3),
-        kv_cache_gb=round(kv_gb, 3),
-        graph_gb=round(gib_per_gpu * GRAPH_MEMORY_SHARE, 3),
-        max_total_num_tokens=tokens,
-        startup_available_gb=round(gib_per_gpu * 0.97, 3),
-    )
 
 
 class SimRequest:
@@ -368,8 +338,37 @@ class RankScheduler:
         else:
             self.batches_gated += 1
             mean = 1.0
-        rnd = self._rng.random
         now = time.monotonic()
+        produced, live, finished = self._push_tokens(mean, drafted, steps, now)
+        self.cum_accept_tokens += produced
+        self.cum_verify_ct += live
+        self.total_decode_tokens += produced
+        self._win_steps += 1
+        self._win_tokens += produced
+        self._win_verify += live
+        if drafted:
+            self._win_accepted += produced - live
+            self._win_proposed += live * steps
+        self.last_decode_mono = now
+        self.engine.on_decode(produced, live, drafted)
+        if live:
+            self.counters.record(live, drafted, produced, step, settling)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            self.holed -= done
+            for r in finished:
+                self.engine.on_finish(r, now)
+        if self._win_steps >= self.engine.config.decode_log_interval:
+            self._publish(now, prefill=False)
+        return deadline
+
+    def _push_tokens(
+        self, mean: float, drafted: bool, steps: int, now: float
+    ) -> tuple[int, int, list[SimRequest]]:
+        """One decode step's tokens to every live request (``mean`` per request on average, whole tokens
+        drawn around it); returns the tokens made, the live requests, and those now finished."""
+        rnd = self._rng.random
         produced = 0
         live = 0
         finished: list[SimRequest] = []
@@ -394,28 +393,7 @@ class RankScheduler:
             if len(r.output) >= r.max_new_tokens:
                 finished.append(r)
             self._emit(r)
-        self.cum_accept_tokens += produced
-        self.cum_verify_ct += live
-        self.total_decode_tokens += produced
-        self._win_steps += 1
-        self._win_tokens += produced
-        self._win_verify += live
-        if drafted:
-            self._win_accepted += produced - live
-            self._win_proposed += live * steps
-        self.last_decode_mono = now
-        self.engine.on_decode(produced, live, drafted)
-        if live:
-            self.counters.record(live, drafted, produced, step, settling)
-        if finished:
-            done = set(map(id, finished))
-            self.running = [r for r in self.running if id(r) not in done]
-            self.holed -= done
-            for r in finished:
-                self.engine.on_finish(r, now)
-        if self._win_steps >= self.engine.config.decode_log_interval:
-            self._publish(now, prefill=False)
-        return deadline
+        return produced, live, finished
 
     def _holes_pending(self) -> bool:
         if self.holed:  # an aborted request leaves the batch for good too, as in the plugin's begin_batch

@@ -317,6 +317,149 @@ class _Counters:
         }
 
 
+@dataclass(slots=True)
+class _Totals:
+    """Tokens over the run: under the policy, and what each reference (oracle, never drafting, the best of
+    both, a plain server) would have made under the same load."""
+
+    tokens: float = 0.0
+    oracle: float = 0.0
+    pure_oracle: float = 0.0
+    plain: float = 0.0
+    never_draft: float = 0.0
+    best: float = 0.0
+    busy_ticks: int = 0
+    drafting_time: float = 0.0
+
+    def add(self, tables: _Tables, oracle_off: tuple[_Mode, ...], running: int, mode: _Mode,
+            tick: float) -> None:
+        self.tokens += mode.rate * tick
+        oracle_rate = max(tables.on[running].rate, oracle_off[running].rate)
+        self.oracle += oracle_rate * tick
+        self.never_draft += tables.never_draft[running] * tick
+        self.best += max(oracle_rate, tables.never_draft[running]) * tick
+        self.pure_oracle += tables.pure_best[running] * tick
+        self.plain += tables.plain[running] * tick
+        if running:
+            self.busy_ticks += 1
+            self.drafting_time += mode.drafted_time
+
+
+@dataclass(slots=True)
+class _Gauges:
+    """SGLang's throughput and accept-length gauges: the last finished window of ``log_interval_steps``
+    decode steps; the throughput decays to 0 after ``GAUGE_IDLE_DECAY_S`` idle."""
+
+    log_interval_steps: int
+    tok_s: float | None = None
+    accept: float | None = None
+    _steps: float = 0.0
+    _tokens: float = 0.0
+    _time: float = 0.0
+    _accept_steps: float = 0.0
+    _idle_s: float = 0.0
+
+    def busy(self, mode: _Mode, tick: float) -> None:
+        self._idle_s = 0.0
+        steps = mode.steps_s * tick
+        self._steps += steps
+        self._tokens += mode.rate * tick
+        self._time += tick
+        self._accept_steps += mode.accept * steps
+        if self._steps >= self.log_interval_steps:
+            self.tok_s = self._tokens / self._time
+            self.accept = self._accept_steps / self._steps
+            self._steps = self._tokens = self._time = self._accept_steps = 0.0
+
+    def idle(self, tick: float) -> None:
+        self._idle_s += tick
+        if self._idle_s >= GAUGE_IDLE_DECAY_S and self.tok_s is not None:
+            self.tok_s = 0.0
+
+
+@dataclass(slots=True)
+class _Interval:
+    """What a runner polling every tick averages over one decision interval."""
+
+    running: float = 0.0
+    queued: float = 0.0
+    gauge_sum: float = 0.0
+    accept_sum: float = 0.0
+    n_gauge: int = 0
+    n_accept: int = 0
+
+    def add(self, running: int, queued: int, gauges: _Gauges) -> None:
+        self.running += running
+        self.queued += queued
+        if gauges.tok_s is not None:
+            self.gauge_sum += gauges.tok_s
+            self.n_gauge += 1
+        if gauges.accept is not None:
+            self.accept_sum += gauges.accept
+            self.n_accept += 1
+
+    def noisy_gauges(self, noise_cv: float, rng: random.Random) -> tuple[float | None, float | None]:
+        """The interval's mean throughput and accept length with the profile's noise (None: no gauge yet)."""
+        tok_s = acc = None
+        if self.n_gauge:
+            tok_s = max(0.0, self.gauge_sum / self.n_gauge * (1.0 + noise_cv * rng.gauss(0.0, 1.0)))
+        if self.n_accept:
+            acc = max(1.0, self.accept_sum / self.n_accept * (1.0 + noise_cv / 3 * rng.gauss(0.0, 1.0)))
+        return tok_s, acc
+
+
+@dataclass
+class _Runner:
+    """What the runner hands the policy at each decision: the interval's gauges with noise, the counters,
+    and now and then (``stale_probability``) nothing fresh, as when a scrape failed."""
+
+    max_running_requests: int
+    speculative: bool
+    noise_cv: float
+    stale_probability: float
+    ticks_per_decision: int
+    counters: _Counters
+    rng: random.Random
+    stale_rng: random.Random  # its own stream: staleness does not reshuffle the noise
+
+    def observe(self, interval: _Interval, ts: float, knob: int) -> Observation:
+        tok_s, acc = interval.noisy_gauges(self.noise_cv, self.rng)
+        stale = self.stale_probability > 0 and self.stale_rng.random() < self.stale_probability
+        if stale:  # what a runner hands over when the scrape failed: no fresh numbers
+            tok_s = acc = None
+        n = self.ticks_per_decision
+        return Observation(
+            ts=ts,
+            num_running_reqs=interval.running / n,
+            num_queue_reqs=interval.queued / n,
+            output_tok_s=tok_s,
+            accept_length=acc,
+            spec_max_bs=knob,
+            max_running_requests=self.max_running_requests,
+            stale=stale,
+            counters=None if stale or not self.speculative else self.counters.snapshot(),
+        )
+
+
+@dataclass(slots=True)
+class _Knob:
+    """The ceiling the server applies: a policy's set lands ``knob_delay_s`` after its decision."""
+
+    value: int
+    flips: int = 0
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (tick at which it applies, value)
+
+    def request(self, at_tick: int, value: int) -> None:
+        self.pending.append((at_tick, value))
+
+    def apply_due(self, tick_index: int) -> None:
+        while self.pending and self.pending[0][0] <= tick_index:
+            _, value = self.pending.pop(0)
+            if value != self.value:
+                self.flips += 1
+                self.value = value
+
+
 def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float | None = None, seed: int = 0,
              config: HarnessConfig | None = None, keep_timeline: bool = False) -> RunResult:
     """Replay ``trace`` for ``duration_s`` virtual seconds (default: the trace's length) under ``policy``."""
@@ -329,118 +472,51 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     share = cfg.effective_explore_share if profile.speculative else 0.0
     tables = _Tables.of(profile, share)
     noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
-    rng = random.Random(f"harness:{seed}")
-    stale_rng = random.Random(f"stale:{seed}")  # its own stream: staleness does not reshuffle the noise
-    # The counters' noise has its own stream too: the gauges' noise stays what it was before counters.
-    counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
-
     tick = cfg.tick_s
     n_ticks = round(duration / tick)
     ticks_per_decision = max(1, round(cfg.decision_interval_s / tick))
     delay_ticks = math.ceil(cfg.knob_delay_s / tick - 1e-9)
-
-    knob = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
-    pending: list[tuple[int, int]] = []  # (tick at which it applies, value)
-    tokens = oracle = pure_oracle = plain = never_draft = best = 0.0
-    flips = decisions = 0
-    busy_ticks = 0
-    drafting_time = 0.0
-    # gauge state: the window being accumulated, and the last published values
-    win_steps = win_tokens = win_time = win_accept_steps = 0.0
-    gauge_tok_s: float | None = None
-    gauge_accept: float | None = None
-    idle_s = 0.0
-    # interval accumulators
-    sum_running = sum_queued = sum_gauge = sum_accept = 0.0
-    n_gauge = n_accept = 0
+    # The counters' noise has its own stream too: the gauges' noise stays what it was before counters.
+    counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
+    runner = _Runner(mrr, profile.speculative, noise_cv, cfg.stale_probability, ticks_per_decision, counters,
+                     random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}"))  # fmt: skip
+    knob = _Knob(mrr if cfg.initial_max_bs is None else cfg.initial_max_bs)
+    decisions = 0
+    totals = _Totals()
+    gauges = _Gauges(cfg.gauge_log_interval_steps)
+    interval = _Interval()
     timeline: list[dict[str, Any]] = []
 
-    period = knob_contract.explore_period(share)
     # gated by the ceiling: the extend skipped where nothing explores (the plugin's rule, once), else outside
     # the exploration windows; the oracle's off likewise
-    gated_off = tables.gated_by_ceiling(period)
-    oracle_off = gated_off
+    gated_off = tables.gated_by_ceiling(knob_contract.explore_period(share))
     for i in range(n_ticks):
-        while pending and pending[0][0] <= i:
-            _, value = pending.pop(0)
-            if value != knob:
-                flips += 1
-                knob = value
-        t = i * tick
-        conc = max(0, round(trace.concurrency_at(t)))
+        knob.apply_due(i)
+        conc = max(0, round(trace.concurrency_at(i * tick)))
         running = min(conc, mrr)
-        queued = conc - running
-        drafting = running > 0 and running <= knob and profile.speculative
+        drafting = running > 0 and running <= knob.value and profile.speculative
         mode = (tables.on if drafting else gated_off)[running]
-        rate = mode.rate
-        tokens += rate * tick
-        oracle_rate = max(tables.on[running].rate, oracle_off[running].rate)
-        oracle += oracle_rate * tick
-        never_draft += tables.never_draft[running] * tick
-        best += max(oracle_rate, tables.never_draft[running]) * tick
-        pure_oracle += tables.pure_best[running] * tick
-        plain += tables.plain[running] * tick
+        totals.add(tables, gated_off, running, mode, tick)
         if running:
-            busy_ticks += 1
-            drafting_time += mode.drafted_time
-            idle_s = 0.0
             counters.add(running, mode, tick)
-            steps = mode.steps_s * tick
-            win_steps += steps
-            win_tokens += rate * tick
-            win_time += tick
-            win_accept_steps += mode.accept * steps
-            if win_steps >= cfg.gauge_log_interval_steps:
-                gauge_tok_s = win_tokens / win_time
-                gauge_accept = win_accept_steps / win_steps
-                win_steps = win_tokens = win_time = win_accept_steps = 0.0
+            gauges.busy(mode, tick)
         else:
-            idle_s += tick
-            if idle_s >= GAUGE_IDLE_DECAY_S and gauge_tok_s is not None:
-                gauge_tok_s = 0.0
-        sum_running += running
-        sum_queued += queued
-        if gauge_tok_s is not None:
-            sum_gauge += gauge_tok_s
-            n_gauge += 1
-        if gauge_accept is not None:
-            sum_accept += gauge_accept
-            n_accept += 1
-
-        if (i + 1) % ticks_per_decision == 0:
-            n = ticks_per_decision
-            tok_s = None
-            if n_gauge:
-                tok_s = max(0.0, sum_gauge / n_gauge * (1.0 + noise_cv * rng.gauss(0.0, 1.0)))
-            acc = None
-            if n_accept:
-                acc = max(1.0, sum_accept / n_accept * (1.0 + noise_cv / 3 * rng.gauss(0.0, 1.0)))
-            stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
-            if stale:  # what a runner hands over when the scrape failed: no fresh numbers
-                tok_s = acc = None
-            obs = Observation(
-                ts=(i + 1) * tick,
-                num_running_reqs=sum_running / n,
-                num_queue_reqs=sum_queued / n,
-                output_tok_s=tok_s,
-                accept_length=acc,
-                spec_max_bs=knob,
-                max_running_requests=mrr,
-                stale=stale,
-                counters=None if stale or not profile.speculative else counters.snapshot(),
-            )
-            decision = policy.decide(obs)
-            decisions += 1
-            if decision.max_bs is not None:
-                if decision.max_bs < 0:
-                    raise HarnessError(f"policy {policy.name} asked for a negative ceiling {decision.max_bs}")
-                pending.append((i + 1 + delay_ticks, int(decision.max_bs)))
-            if keep_timeline:
-                timeline.append({"t": obs.ts, "running": obs.num_running_reqs, "queued": obs.num_queue_reqs,
-                                 "tok_s": tok_s, "accept": acc, "knob": knob, "set": decision.max_bs,
-                                 "reason": decision.reason})
-            sum_running = sum_queued = sum_gauge = sum_accept = 0.0
-            n_gauge = n_accept = 0
+            gauges.idle(tick)
+        interval.add(running, conc - running, gauges)
+        if (i + 1) % ticks_per_decision:
+            continue
+        obs = runner.observe(interval, (i + 1) * tick, knob.value)
+        interval = _Interval()
+        decision = policy.decide(obs)
+        decisions += 1
+        if decision.max_bs is not None:
+            if decision.max_bs < 0:
+                raise HarnessError(f"policy {policy.name} asked for a negative ceiling {decision.max_bs}")
+            knob.request(i + 1 + delay_ticks, int(decision.max_bs))
+        if keep_timeline:
+            timeline.append({"t": obs.ts, "running": obs.num_running_reqs, "queued": obs.num_queue_reqs,
+                             "tok_s": obs.output_tok_s, "accept": obs.accept_length, "knob": knob.value,
+                             "set": decision.max_bs, "reason": decision.reason})  # fmt: skip
 
     return RunResult(
         policy=policy.name,
@@ -448,17 +524,17 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         trace=trace.name,
         seed=seed,
         duration_s=n_ticks * tick,
-        tokens=tokens,
-        oracle_tokens=oracle,
-        plain_tokens=plain,
-        flips=flips,
+        tokens=totals.tokens,
+        oracle_tokens=totals.oracle,
+        plain_tokens=totals.plain,
+        flips=knob.flips,
         decisions=decisions,
-        spec_on_fraction=drafting_time / busy_ticks if busy_ticks else 0.0,
-        final_max_bs=knob,
+        spec_on_fraction=totals.drafting_time / totals.busy_ticks if totals.busy_ticks else 0.0,
+        final_max_bs=knob.value,
         explore_share=share,
-        pure_oracle_tokens=pure_oracle,
-        never_draft_tokens=never_draft,
-        best_tokens=best,
+        pure_oracle_tokens=totals.pure_oracle,
+        never_draft_tokens=totals.never_draft,
+        best_tokens=totals.best,
         timeline=timeline,
     )
 

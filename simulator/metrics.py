@@ -178,169 +178,178 @@ class SGLangCollector(Collector):
         self.http = http
 
     def collect(self) -> Iterator[Metric]:
-        engine = self.engine
-        model = engine.profile.served_model_name
-        dp = engine.config.dp_size > 1
-        s_names = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"] + (
-            ["dp_rank"] if dp else []
-        )
-        t_names = ["model_name", "engine_type"]
-        t_vals = [model, ENGINE_TYPE]
+        # SGLang's scheduler processes publish per rank; its tokenizer and HTTP server, once per server
+        yield from _scheduler_families(self.engine)
+        yield from _tokenizer_families(self.engine)
+        yield from _http_and_process_families(self.http)
 
-        def s_vals(rank: RankScheduler) -> list[str]:
-            return [model, ENGINE_TYPE, "0", "0", "0"] + ([str(rank.dp_rank)] if dp else [])
 
-        per_rank = [(s_vals(r), _gauge_values(engine, r), r) for r in engine.ranks]
-        for name, doc in _SCHED_GAUGES:
-            fam = GaugeMetricFamily(f"sglang:{name}", doc, labels=s_names)
-            for labels, values, _ in per_rank:
-                fam.add_metric(labels, float(values[name]))
-            yield fam
-        graph = GaugeMetricFamily(
-            "sglang:graph_memory_usage_gb",
-            "Memory used by captured device graphs in GB.",
-            labels=[*s_names, "phase"],
+def _scheduler_families(engine: Engine) -> Iterator[Metric]:
+    """The scheduler side: one series per DP rank (``dp_rank`` label only when ``--dp-size > 1``)."""
+    model = engine.profile.served_model_name
+    dp = engine.config.dp_size > 1
+    s_names = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"] + (["dp_rank"] if dp else [])
+
+    def s_vals(rank: RankScheduler) -> list[str]:
+        return [model, ENGINE_TYPE, "0", "0", "0"] + ([str(rank.dp_rank)] if dp else [])
+
+    per_rank = [(s_vals(r), _gauge_values(engine, r), r) for r in engine.ranks]
+    for name, doc in _SCHED_GAUGES:
+        fam = GaugeMetricFamily(f"sglang:{name}", doc, labels=s_names)
+        for labels, values, _ in per_rank:
+            fam.add_metric(labels, float(values[name]))
+        yield fam
+    graph = GaugeMetricFamily(
+        "sglang:graph_memory_usage_gb",
+        "Memory used by captured device graphs in GB.",
+        labels=[*s_names, "phase"],
+    )
+    for labels, _, _ in per_rank:
+        for phase in CUDA_GRAPH_PHASES:
+            share = 0.0 if phase == "decode" else engine.memory.graph_gb / (len(CUDA_GRAPH_PHASES) - 1)
+            graph.add_metric([*labels, phase], share)
+    yield graph
+    for key, doc in (
+        ("routing_key_running_req_count", "running"),
+        ("routing_key_all_req_count", "running+waiting"),
+    ):
+        fam = GaugeMetricFamily(
+            f"sglang:{key}",
+            f"Distribution of routing keys by {doc} request count (gt < count <= le).",
+            labels=[*s_names, "gt", "le"],
         )
         for labels, _, _ in per_rank:
-            for phase in CUDA_GRAPH_PHASES:
-                share = 0.0 if phase == "decode" else engine.memory.graph_gb / (len(CUDA_GRAPH_PHASES) - 1)
-                graph.add_metric([*labels, phase], share)
-        yield graph
-        for key, doc in (
-            ("routing_key_running_req_count", "running"),
-            ("routing_key_all_req_count", "running+waiting"),
-        ):
-            fam = GaugeMetricFamily(
-                f"sglang:{key}",
-                f"Distribution of routing keys by {doc} request count (gt < count <= le).",
-                labels=[*s_names, "gt", "le"],
-            )
-            for labels, _, _ in per_rank:
-                for gt, le in ROUTING_KEY_BUCKETS:
-                    fam.add_metric([*labels, str(gt), "+Inf" if le is None else str(le)], 0.0)
-            yield fam
-        realtime = CounterMetricFamily(
-            "sglang:realtime_tokens",
-            "Total number of tokens processed (updated on "
-            "each log interval). mode: prefill_compute, prefill_cache, decode.",
-            labels=[*s_names, "mode"],
-        )
-        passes = CounterMetricFamily(
-            "sglang:cuda_graph_passes",
-            "Total number of forward passes categorized by CUDA graph.",
-            labels=[*s_names, "mode"],
-        )
-        for labels, _, r in per_rank:
-            realtime.add_metric([*labels, "prefill_compute"], float(r.total_prefill_tokens))
-            realtime.add_metric([*labels, "prefill_cache"], 0.0)
-            realtime.add_metric([*labels, "decode"], float(r.total_decode_tokens))
-            passes.add_metric([*labels, "prefill_cuda_graph"], float(r.prefill_passes))
-            passes.add_metric([*labels, "decode_cuda_graph"], float(r.decode_passes))
-        yield realtime
-        yield passes
+            for gt, le in ROUTING_KEY_BUCKETS:
+                fam.add_metric([*labels, str(gt), "+Inf" if le is None else str(le)], 0.0)
+        yield fam
+    realtime = CounterMetricFamily(
+        "sglang:realtime_tokens",
+        "Total number of tokens processed (updated on "
+        "each log interval). mode: prefill_compute, prefill_cache, decode.",
+        labels=[*s_names, "mode"],
+    )
+    passes = CounterMetricFamily(
+        "sglang:cuda_graph_passes",
+        "Total number of forward passes categorized by CUDA graph.",
+        labels=[*s_names, "mode"],
+    )
+    for labels, _, r in per_rank:
+        realtime.add_metric([*labels, "prefill_compute"], float(r.total_prefill_tokens))
+        realtime.add_metric([*labels, "prefill_cache"], 0.0)
+        realtime.add_metric([*labels, "decode"], float(r.total_decode_tokens))
+        passes.add_metric([*labels, "prefill_cuda_graph"], float(r.prefill_passes))
+        passes.add_metric([*labels, "decode_cuda_graph"], float(r.decode_passes))
+    yield realtime
+    yield passes
+    yield _hist(
+        "sglang:queue_time_seconds",
+        "Histogram of queueing time in seconds.",
+        s_names,
+        ((labels, r.queue_hist) for labels, _, r in per_rank),
+    )
+
+
+def _tokenizer_families(engine: Engine) -> Iterator[Metric]:
+    """The tokenizer side: startup phases, request and token counters, latency histograms."""
+    model = engine.profile.served_model_name
+    t_names = ["model_name", "engine_type"]
+    t_vals = [model, ENGINE_TYPE]
+    t = engine.tokenizer
+    for name, doc, phases in (
+        ("startup_time_seconds", "Engine startup duration by phase in seconds.", STARTUP_PHASES),
+        ("startup_cuda_graph_time_seconds", "CUDA graph capture duration by phase in seconds.",
+         CUDA_GRAPH_STARTUP),
+    ):  # fmt: skip
+        startup = GaugeMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "phase"])
+        for phase, secs in phases.items():
+            startup.add_metric([*t_vals, phase], secs)
+        yield startup
+    for name, doc, data in (
+        ("prompt_tokens", "Number of prefill tokens processed.", t.prompt_tokens),
+        ("generation_tokens", "Number of generation tokens processed.", t.generation_tokens),
+        ("num_requests", "Number of requests processed.", t.num_requests),
+    ):
+        counter = CounterMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "is_streaming"])
+        for flag in ("false", "true"):
+            counter.add_metric([*t_vals, flag], float(data[flag]))
+        yield counter
+    verify = CounterMetricFamily(
+        "sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels=t_names
+    )
+    verify.add_metric(t_vals, float(t.spec_verify_calls))
+    yield verify
+    cached = CounterMetricFamily(
+        "sglang:cached_tokens",
+        "Number of cached prompt tokens by source (device/host/storage).",
+        labels=[*t_names, "cache_source"],
+    )
+    cached.add_metric([*t_vals, "device"], float(t.cached_tokens))
+    yield cached
+    aborted = CounterMetricFamily(
+        "sglang:num_aborted_requests", "Number of requests aborted.", labels=t_names
+    )
+    aborted.add_metric(t_vals, float(t.num_aborted))
+    yield aborted
+    for name, doc, hist in (
+        ("prompt_tokens_histogram", "Histogram of prompt token length.", t.prompt_hist),
+        (
+            "uncached_prompt_tokens_histogram",
+            "Histogram of uncached (compute) prompt token length.",
+            t.uncached_prompt_hist,
+        ),
+        ("generation_tokens_histogram", "Histogram of generation token length.", t.generation_hist),
+        ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", t.itl),
+        ("get_loads_duration_seconds", "Time spent serving /v1/loads requests (seconds).", t.get_loads),
+    ):
+        yield _hist(f"sglang:{name}", doc, t_names, [(t_vals, hist)])
+    for name, doc, split in (
+        ("time_to_first_token_seconds", "Histogram of time to first token in seconds.", t.ttft),
+        ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", t.e2e),
+        (
+            "request_time_per_output_token_seconds",
+            "Histogram of request time per output token in seconds.",
+            t.tpot,
+        ),
+    ):
         yield _hist(
-            "sglang:queue_time_seconds",
-            "Histogram of queueing time in seconds.",
-            s_names,
-            ((labels, r.queue_hist) for labels, _, r in per_rank),
+            f"sglang:{name}",
+            doc,
+            [*t_names, "is_streaming"],
+            (([*t_vals, flag], split[flag]) for flag in ("false", "true")),
         )
 
-        # ---- tokenizer side ----
-        t = engine.tokenizer
-        for name, doc, phases in (
-            ("startup_time_seconds", "Engine startup duration by phase in seconds.", STARTUP_PHASES),
-            ("startup_cuda_graph_time_seconds", "CUDA graph capture duration by phase in seconds.",
-             CUDA_GRAPH_STARTUP),
-        ):  # fmt: skip
-            startup = GaugeMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "phase"])
-            for phase, secs in phases.items():
-                startup.add_metric([*t_vals, phase], secs)
-            yield startup
-        for name, doc, data in (
-            ("prompt_tokens", "Number of prefill tokens processed.", t.prompt_tokens),
-            ("generation_tokens", "Number of generation tokens processed.", t.generation_tokens),
-            ("num_requests", "Number of requests processed.", t.num_requests),
-        ):
-            counter = CounterMetricFamily(f"sglang:{name}", doc, labels=[*t_names, "is_streaming"])
-            for flag in ("false", "true"):
-                counter.add_metric([*t_vals, flag], float(data[flag]))
-            yield counter
-        verify = CounterMetricFamily(
-            "sglang:spec_verify_calls", "Number of speculative decoding verification calls.", labels=t_names
-        )
-        verify.add_metric(t_vals, float(t.spec_verify_calls))
-        yield verify
-        cached = CounterMetricFamily(
-            "sglang:cached_tokens",
-            "Number of cached prompt tokens by source (device/host/storage).",
-            labels=[*t_names, "cache_source"],
-        )
-        cached.add_metric([*t_vals, "device"], float(t.cached_tokens))
-        yield cached
-        aborted = CounterMetricFamily(
-            "sglang:num_aborted_requests", "Number of requests aborted.", labels=t_names
-        )
-        aborted.add_metric(t_vals, float(t.num_aborted))
-        yield aborted
-        for name, doc, hist in (
-            ("prompt_tokens_histogram", "Histogram of prompt token length.", t.prompt_hist),
-            (
-                "uncached_prompt_tokens_histogram",
-                "Histogram of uncached (compute) prompt token length.",
-                t.uncached_prompt_hist,
-            ),
-            ("generation_tokens_histogram", "Histogram of generation token length.", t.generation_hist),
-            ("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", t.itl),
-            ("get_loads_duration_seconds", "Time spent serving /v1/loads requests (seconds).", t.get_loads),
-        ):
-            yield _hist(f"sglang:{name}", doc, t_names, [(t_vals, hist)])
-        for name, doc, split in (
-            ("time_to_first_token_seconds", "Histogram of time to first token in seconds.", t.ttft),
-            ("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", t.e2e),
-            (
-                "request_time_per_output_token_seconds",
-                "Histogram of request time per output token in seconds.",
-                t.tpot,
-            ),
-        ):
-            yield _hist(
-                f"sglang:{name}",
-                doc,
-                [*t_names, "is_streaming"],
-                (([*t_vals, flag], split[flag]) for flag in ("false", "true")),
-            )
 
-        # ---- HTTP server ----
-        http = self.http
-        by_request = ["endpoint", "method"]
-        http_families = (
-            (CounterMetricFamily, "http_requests", "Total number of HTTP requests by endpoint and method",
-             by_request, http.requests),
-            (CounterMetricFamily, "http_responses",
-             "Total number of HTTP responses by endpoint and status code",
-             ["endpoint", "status_code", "method"], http.responses),
-            (GaugeMetricFamily, "http_requests_active", "Number of currently active HTTP requests",
-             by_request, http.active),
-        )  # fmt: skip
-        for family, name, doc, label_names, counts in http_families:
-            counted = family(f"sglang:{name}", doc, labels=label_names)
-            for label_values, n in list(counts.items()):
-                counted.add_metric(list(label_values), float(n))
-            yield counted
-        yield GaugeMetricFamily(
-            "sglang:routing_keys_active", "Number of unique routing keys with active requests", value=0.0
-        )
-        cpu = CounterMetricFamily(
-            "sglang:process_cpu_seconds",
-            "Total CPU time consumed by this process (user + system)",
-            labels=["component"],
-        )
-        times = os.times()
-        own = times.user + times.system
-        # One process plays SGLang's tokenizer and detokenizer: split its CPU time between them.
-        cpu.add_metric(["detokenizer"], own / 3)
-        cpu.add_metric(["tokenizer"], own * 2 / 3)
-        yield cpu
+def _http_and_process_families(http: HttpCounters) -> Iterator[Metric]:
+    """The HTTP server's request counters and the process's CPU time."""
+    by_request = ["endpoint", "method"]
+    http_families = (
+        (CounterMetricFamily, "http_requests", "Total number of HTTP requests by endpoint and method",
+         by_request, http.requests),
+        (CounterMetricFamily, "http_responses",
+         "Total number of HTTP responses by endpoint and status code",
+         ["endpoint", "status_code", "method"], http.responses),
+        (GaugeMetricFamily, "http_requests_active", "Number of currently active HTTP requests",
+         by_request, http.active),
+    )  # fmt: skip
+    for family, name, doc, label_names, counts in http_families:
+        counted = family(f"sglang:{name}", doc, labels=label_names)
+        for label_values, n in list(counts.items()):
+            counted.add_metric(list(label_values), float(n))
+        yield counted
+    yield GaugeMetricFamily(
+        "sglang:routing_keys_active", "Number of unique routing keys with active requests", value=0.0
+    )
+    cpu = CounterMetricFamily(
+        "sglang:process_cpu_seconds",
+        "Total CPU time consumed by this process (user + system)",
+        labels=["component"],
+    )
+    times = os.times()
+    own = times.user + times.system
+    # One process plays SGLang's tokenizer and detokenizer: split its CPU time between them.
+    cpu.add_metric(["detokenizer"], own / 3)
+    cpu.add_metric(["tokenizer"], own * 2 / 3)
+    yield cpu
 
 
 def build_registry(engine: Engine, http: HttpCounters) -> CollectorRegistry:

@@ -231,47 +231,8 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         raise ProfileError(f"{source}: 'concurrency' must be strictly ascending, got {list(concurrency)}")
     if concurrency[0] <= 0:
         raise ProfileError(f"{source}: 'concurrency' values must be > 0")
-    tok_s = _require(data, "output_tok_s", source)
-    if not isinstance(tok_s, dict):
-        raise ProfileError(f"{source}: 'output_tok_s' must be an object with 'spec_off' and 'spec_on'")
-    unknown = sorted(set(tok_s) - {"spec_off", "spec_on", "plain", "spec_off_warm"})
-    if unknown:
-        raise ProfileError(
-            f"{source}: 'output_tok_s.{unknown[0]}' is not a curve "
-            "(expected spec_on, spec_off, plain, spec_off_warm)"
-        )
-    spec_off = _series(tok_s, "spec_off", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
-    spec_on = _series(tok_s, "spec_on", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
-    plain = None
-    if "plain" in tok_s:
-        plain = _series(tok_s, "plain", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
-    warm = None
-    if "spec_off_warm" in tok_s:
-        warm = _series(tok_s, "spec_off_warm", source, prefix="output_tok_s.", maximum=MAX_TOK_S)
-    accept = _series(data, "accept_length", source, maximum=MAX_ACCEPT_LENGTH)
-    curves: list[tuple[str, tuple[float, ...]]] = [
-        ("output_tok_s.spec_off", spec_off),
-        ("output_tok_s.spec_on", spec_on),
-        ("accept_length", accept),
-    ]
-    if plain is not None:
-        curves.append(("output_tok_s.plain", plain))
-    if warm is not None:
-        curves.append(("output_tok_s.spec_off_warm", warm))
-    for key, values in curves:
-        if len(values) != len(concurrency):
-            raise ProfileError(
-                f"{source}: '{key}' has {len(values)} values but 'concurrency' has {len(concurrency)}"
-            )
-        if any(v <= 0 for v in values):
-            raise ProfileError(f"{source}: '{key}' values must be > 0")
-    if any(a < 1.0 for a in accept):
-        raise ProfileError(f"{source}: 'accept_length' values must be >= 1 (the bonus token counts)")
-    gpus = _require(data, "gpus", source)
-    if not isinstance(gpus, dict):
-        raise ProfileError(f"{source}: 'gpus' must be an object")
-    gpu_count = _integer(gpus, "count", source, prefix="gpus.", minimum=1, maximum=MAX_GPUS)
-    gpu_name = _text(gpus, "name", source, prefix="gpus.")
+    curves = _curves(data, source, len(concurrency))
+    gpus = _gpu_spec(data, source)
     served = _text(data, "served_model_name", source)
     if "name" in data and data["name"] is not None:
         _text(data, "name", source)
@@ -289,9 +250,9 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         name=str(data.get("name") or default_name),
         served_model_name=served,
         concurrency=concurrency,
-        spec_off_tok_s=spec_off,
-        spec_on_tok_s=spec_on,
-        accept_length=accept,
+        spec_off_tok_s=curves["spec_off"],
+        spec_on_tok_s=curves["spec_on"],
+        accept_length=curves["accept_length"],
         max_running_requests=_integer(
             data, "max_running_requests", source, minimum=1, maximum=MAX_RUNNING_REQUESTS
         ),
@@ -300,20 +261,59 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         ),
         prefill_tok_s=_number(data, "prefill_tok_s", source, positive=True, maximum=MAX_TOK_S),
         noise_cv=noise_cv,
-        gpus=GpuSpec(
-            count=gpu_count,
-            name=gpu_name,
-            memory_mib=_number(
-                gpus, "memory_mib", source, prefix="gpus.", positive=True, maximum=MAX_GPU_MEMORY_MIB
-            ),
-            power_limit_w=_number(
-                gpus, "power_limit_w", source, prefix="gpus.", positive=True, maximum=MAX_POWER_W
-            ),
-        ),
+        gpus=gpus,
         raw=dict(data),
-        plain_tok_s=plain,
+        plain_tok_s=curves.get("plain"),
         speculative=algorithm is not None,
-        spec_off_warm_tok_s=warm,
+        spec_off_warm_tok_s=curves.get("spec_off_warm"),
+    )
+
+
+_TOK_S_CURVES = ("spec_off", "spec_on", "plain", "spec_off_warm")  # plain and spec_off_warm are optional
+
+
+def _curves(data: dict[str, Any], source: str, points: int) -> dict[str, tuple[float, ...]]:
+    """The throughput curves under ``output_tok_s`` and ``accept_length``, by name, each checked to have one
+    positive value per concurrency point."""
+    tok_s = _require(data, "output_tok_s", source)
+    if not isinstance(tok_s, dict):
+        raise ProfileError(f"{source}: 'output_tok_s' must be an object with 'spec_off' and 'spec_on'")
+    unknown = sorted(set(tok_s) - set(_TOK_S_CURVES))
+    if unknown:
+        raise ProfileError(
+            f"{source}: 'output_tok_s.{unknown[0]}' is not a curve "
+            "(expected spec_on, spec_off, plain, spec_off_warm)"
+        )
+    curves = {
+        name: _series(tok_s, name, source, prefix="output_tok_s.", maximum=MAX_TOK_S)
+        for name in _TOK_S_CURVES
+        if name in ("spec_off", "spec_on") or name in tok_s
+    }
+    accept = _series(data, "accept_length", source, maximum=MAX_ACCEPT_LENGTH)
+    keyed = {f"output_tok_s.{name}": values for name, values in curves.items()}
+    for key, values in {**keyed, "accept_length": accept}.items():
+        if len(values) != points:
+            raise ProfileError(f"{source}: '{key}' has {len(values)} values but 'concurrency' has {points}")
+        if any(v <= 0 for v in values):
+            raise ProfileError(f"{source}: '{key}' values must be > 0")
+    if any(a < 1.0 for a in accept):
+        raise ProfileError(f"{source}: 'accept_length' values must be >= 1 (the bonus token counts)")
+    return {**curves, "accept_length": accept}
+
+
+def _gpu_spec(data: dict[str, Any], source: str) -> GpuSpec:
+    gpus = _require(data, "gpus", source)
+    if not isinstance(gpus, dict):
+        raise ProfileError(f"{source}: 'gpus' must be an object")
+    return GpuSpec(
+        count=_integer(gpus, "count", source, prefix="gpus.", minimum=1, maximum=MAX_GPUS),
+        name=_text(gpus, "name", source, prefix="gpus."),
+        memory_mib=_number(
+            gpus, "memory_mib", source, prefix="gpus.", positive=True, maximum=MAX_GPU_MEMORY_MIB
+        ),
+        power_limit_w=_number(
+            gpus, "power_limit_w", source, prefix="gpus.", positive=True, maximum=MAX_POWER_W
+        ),
     )
 
 

@@ -80,26 +80,7 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
 
     @router.get("/v1/loads")
     async def loads(include: str | None = None, format: str = "json", dp_rank: int | None = None) -> Response:
-        started = time.perf_counter()
-        sections = _parse_include(include)
-        if sections is None:
-            return bad_request(f"invalid include: {include!r} (choose from all, {', '.join(LOAD_SECTIONS)})")
-        ranks = [r for r in engine.ranks if dp_rank is None or r.dp_rank == dp_rank]
-        payload = [_load(engine, r, sections) for r in ranks]
-        engine.tokenizer.get_loads.observe(time.perf_counter() - started)
-        if format == "prometheus":
-            return PlainTextResponse(_loads_prometheus(payload), media_type=CONTENT_TYPE)
-        if format != "json":
-            return bad_request(f"invalid format: {format!r} (json or prometheus)")
-        return JSONResponse(
-            {
-                "timestamp": datetime.now(UTC).isoformat(),
-                "version": SGLANG_VERSION,
-                "accelerator": engine.profile.gpus.name,
-                "num_accelerators": engine.profile.gpus.count,
-                "loads": payload,
-            }
-        )
+        return _loads_response(engine, include, format, dp_rank)
 
     @router.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
@@ -112,52 +93,81 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
             body = SetInternalStateReq.model_validate(await read_json(request))
         except ValueError as exc:  # not JSON, or pydantic's ValidationError (a ValueError)
             return bad_request(str(exc))
-        args = body.server_args
-        owner = knob_state.owner_of(engine)
-        knob_req: knob_contract.KnobRequest | None = None
-        ok = True
-        if knob_contract.ours(args) and not engine.profile.speculative:
-            # a server without speculation has no knob: SGLang answers an unknown key with updated=False
-            logger.warning("Updating %s is not supported.", knob_contract.KNOB_KEY)
-            return JSONResponse([False for _ in engine.ranks])
-        if knob_contract.ours(args):
-            try:
-                knob_req = knob_contract.parse_request(args)
-            except knob_contract.ContractError as exc:
-                logger.warning("spectower: %s refused: %s", knob_contract.KNOB_KEY, exc)
-                owner.refuse(args, str(exc))
-                return JSONResponse([False for _ in engine.ranks])
-        staged: dict[str, int | float] = {}
-        for key, value in args.items():
-            if key.startswith(knob_contract.KEY_PREFIX):
-                continue
-            if key in SGLANG_STATE_KEYS:
-                staged[key] = value
-            else:
-                logger.warning("Updating %s is not supported.", key)
-                ok = False
-        with owner.lock:  # judge, then apply everything or nothing
-            if knob_req is not None:
-                rest = sorted(k for k in args if not k.startswith(knob_contract.KEY_PREFIX))
-                why = owner.check(knob_req) if ok else f"SGLang refused the other keys {rest}"
-                if why is not None:
-                    logger.warning("spectower: %s write refused: %s", knob_req.writer_name, why)
-                    owner.refuse(args, why)
-                    return JSONResponse([False for _ in engine.ranks])
-            if not ok:
-                return JSONResponse([False for _ in engine.ranks])
-            for key, value in staged.items():
-                info.overrides[key] = value
-                if key.startswith("speculative_accept_threshold"):
-                    for r in engine.ranks:
-                        r.flush()
-            if knob_req is not None:
-                previous = knob_state.current_value(engine)
-                knob_state.apply(engine, knob_req)  # the ceiling and the exploration share
-                owner.commit(knob_req, previous)
-        return JSONResponse([True for _ in engine.ranks])
+        return JSONResponse([_set_internal_state(engine, info, body.server_args)] * len(engine.ranks))
 
     return router
+
+
+def _loads_response(engine: Engine, include: str | None, format: str, dp_rank: int | None) -> Response:
+    """``GET /v1/loads``: each rank's load sections as JSON, or as Prometheus text."""
+    started = time.perf_counter()
+    sections = _parse_include(include)
+    if sections is None:
+        return bad_request(f"invalid include: {include!r} (choose from all, {', '.join(LOAD_SECTIONS)})")
+    ranks = [r for r in engine.ranks if dp_rank is None or r.dp_rank == dp_rank]
+    payload = [_load(engine, r, sections) for r in ranks]
+    engine.tokenizer.get_loads.observe(time.perf_counter() - started)
+    if format == "prometheus":
+        return PlainTextResponse(_loads_prometheus(payload), media_type=CONTENT_TYPE)
+    if format != "json":
+        return bad_request(f"invalid format: {format!r} (json or prometheus)")
+    return JSONResponse(
+        {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": SGLANG_VERSION,
+            "accelerator": engine.profile.gpus.name,
+            "num_accelerators": engine.profile.gpus.count,
+            "loads": payload,
+        }
+    )
+
+
+def _set_internal_state(engine: Engine, info: ServerInfo, args: dict[str, int | float]) -> bool:
+    """Judge ``server_args`` as SGLang and the plugin would, then apply all of it or nothing; every rank
+    answers the same boolean."""
+    owner = knob_state.owner_of(engine)
+    knob_req: knob_contract.KnobRequest | None = None
+    ok = True
+    if knob_contract.ours(args) and not engine.profile.speculative:
+        # a server without speculation has no knob: SGLang answers an unknown key with updated=False
+        logger.warning("Updating %s is not supported.", knob_contract.KNOB_KEY)
+        return False
+    if knob_contract.ours(args):
+        try:
+            knob_req = knob_contract.parse_request(args)
+        except knob_contract.ContractError as exc:
+            logger.warning("spectower: %s refused: %s", knob_contract.KNOB_KEY, exc)
+            owner.refuse(args, str(exc))
+            return False
+    staged: dict[str, int | float] = {}
+    for key, value in args.items():
+        if key.startswith(knob_contract.KEY_PREFIX):
+            continue
+        if key in SGLANG_STATE_KEYS:
+            staged[key] = value
+        else:
+            logger.warning("Updating %s is not supported.", key)
+            ok = False
+    with owner.lock:  # judge, then apply everything or nothing
+        if knob_req is not None:
+            rest = sorted(k for k in args if not k.startswith(knob_contract.KEY_PREFIX))
+            why = owner.check(knob_req) if ok else f"SGLang refused the other keys {rest}"
+            if why is not None:
+                logger.warning("spectower: %s write refused: %s", knob_req.writer_name, why)
+                owner.refuse(args, why)
+                return False
+        if not ok:
+            return False
+        for key, value in staged.items():
+            info.overrides[key] = value
+            if key.startswith("speculative_accept_threshold"):
+                for r in engine.ranks:
+                    r.flush()
+        if knob_req is not None:
+            previous = knob_state.current_value(engine)
+            knob_state.apply(engine, knob_req)  # the ceiling and the exploration share
+            owner.commit(knob_req, previous)
+    return True
 
 
 def _parse_include(include: str | None) -> set[str] | None:

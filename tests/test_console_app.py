@@ -10,13 +10,15 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from spectower.console import data, synthetic
+from spectower.console import data
 from spectower.console.views import common, speculation
 from spectower.storage import open_database
 from spectower.storage.models import ControlEvent, EngineSample
 from sqlalchemy import text
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
+
+from benchmarks import synthetic
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 PAGES = ("overview", "speculation", "gpus", "control", "benchmarks", "fleet")

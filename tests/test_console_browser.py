@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 import pytest
-from spectower.console import synthetic
 from spectower.storage import open_database
 from spectower.storage.bench_serving import import_file
 from spectower.storage.models import ControlEvent
 from sqlmodel import select
 
+from benchmarks import synthetic
 from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
 from tests.console_layout import SETTLE_JS, full_page_screenshot, layout_problems
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
-from spectower.console import charts
+from spectower.console import bench_charts, charts
 
 
 def _annotation(fig: object, prefix: str) -> dict[str, object]:
@@ -56,10 +56,10 @@ def test_time_axes_span_the_window_with_readable_ticks() -> None:
 def test_benchmark_axes_have_units() -> None:
     pts = pd.DataFrame({"concurrency": [1.0, 1.0], "spec_on": [True, False], "median_ttft_ms": [20.0, 18.0],
                         "output_throughput": [100.0, 90.0]})  # fmt: skip
-    tok = charts.bench_curves({"#1": pts}).to_dict()["layout"]
+    tok = bench_charts.bench_curves({"#1": pts}).to_dict()["layout"]
     assert tok["yaxis"]["title"]["text"] == "output throughput (tok/s)"
     assert tok["xaxis"]["title"]["text"] == "concurrency (concurrent requests)"
-    lat = charts.bench_curves({"#1": pts}, "median_ttft_ms").to_dict()["layout"]
+    lat = bench_charts.bench_curves({"#1": pts}, "median_ttft_ms").to_dict()["layout"]
     assert lat["yaxis"]["title"]["text"] == "median TTFT (ms)"
 
 
@@ -67,14 +67,14 @@ def test_request_rate_runs_and_plain_rows_are_drawn_and_named() -> None:
     # an imported request-rate sweep has no concurrency: it is drawn against its request rate
     rate = pd.DataFrame({"concurrency": [None, None], "request_rate": [1.0, 4.0], "spec_on": [None, None],
                          "output_throughput": [537.0, 1900.0], "extra_json": [None, None]})  # fmt: skip
-    fig = charts.bench_curves({"#7": rate}).to_dict()
+    fig = bench_charts.bench_curves({"#7": rate}).to_dict()
     assert fig["data"][0]["x"] == [1.0, 4.0]
     assert fig["layout"]["xaxis"]["title"]["text"] == "request rate (req/s, open loop)"
     # a sweep's --plain-server rows are a curve named "plain"
     sweep = pd.DataFrame({"concurrency": [8.0, 8.0, 8.0], "request_rate": [None] * 3,
                           "spec_on": [True, False, None], "output_throughput": [2668.0, 1121.0, 1637.0],
                           "extra_json": [f'{{"mode": "{m}"}}' for m in ("on", "off", "plain")]})  # fmt: skip
-    names = [t["name"] for t in charts.bench_curves({"#1": sweep}).to_dict()["data"]]
+    names = [t["name"] for t in bench_charts.bench_curves({"#1": sweep}).to_dict()["data"]]
     assert names == ["#1 spec on", "#1 spec off", "#1 plain"]
 
 

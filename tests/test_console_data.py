@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spectower.console import data, synthetic
+from spectower.console import data
 from spectower.control import speedup
 from spectower.storage import Database, open_database, queries
 from spectower.storage.models import EngineSample
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from benchmarks import synthetic
 
-@pytest.fixture
-def db(tmp_path: Path) -> Database:
-    store = open_database(f"sqlite:///{tmp_path / 'd.db'}")
+
+@pytest.fixture(scope="module")
+def _two_hours(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two hours of one server and two GPUs at 1 s, filled once per module (a fill costs a second of CPU);
+    each test gets its own copy. Aged by at most the module's run: the reads below take their windows from
+    the clock and ask for less than the two hours."""
+    path = tmp_path_factory.mktemp("console-data") / "d.db"
+    store = open_database(f"sqlite:///{path}")
     now = time.time()
     synthetic.fill(store, t0=now - 7200, t1=now, servers=1, gpus=2, step_s=1.0, knob_period_s=300)
+    store.close()
+    return path
+
+
+@pytest.fixture
+def db(_two_hours: Path, tmp_path: Path) -> Iterator[Database]:
+    copy = tmp_path / "d.db"
+    shutil.copyfile(_two_hours, copy)
+    store = open_database(f"sqlite:///{copy}")
     yield store
     store.close()
 

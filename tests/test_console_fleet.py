@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from spectower.console import data, synthetic
+from spectower.console import data
 from spectower.storage import open_database
 from streamlit.testing.v1 import AppTest
+
+from benchmarks import synthetic
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 TIMEOUT = 120

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from spectower.collectors.bench.persist import to_models
-from spectower.console import synthetic
 from spectower.storage import open_database
 from streamlit.testing.v1 import AppTest
 
+from benchmarks import synthetic
 from tests.test_bench_plain_results import _result
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")

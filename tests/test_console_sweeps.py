@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from spectower.console import sweeps, synthetic
+from spectower.console import sweeps
 from spectower.storage import open_database
 from streamlit.testing.v1 import AppTest
+
+from benchmarks import synthetic
 
 APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 # A stand-in for `spectower bench sweep`: waits for a go file (so the test decides when it ends), says what

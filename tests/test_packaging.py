@@ -53,6 +53,7 @@ def test_the_wheel_installs_one_namespace_with_its_data_and_entry_points(wheel: 
     assert tops == {"spectower", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "spectower/plugin/knob_gate.py" in names
     assert "spectower/simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json" in names
+    assert "spectower/simulator/sglang_server_args.json" in names  # the simulator's /server_info template
     assert "spectower/console/pages/overview.py" in names
     dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = configparser.ConfigParser()
@@ -130,3 +131,11 @@ def test_nothing_reads_outside_the_repository() -> None:
         if any(n in path.read_text(errors="replace") for n in needles)
     ]  # fmt: skip
     assert offenders == []
+
+
+def test_xdist_groups_hold(request: pytest.FixtureRequest) -> None:
+    """Under --dist loadgroup (./tests/run, both lanes) this module's tests carry their group, so one worker
+    runs them all and builds the wheel once; pytest 9 with pytest-xdist 3.8 dropped the group silently and
+    two workers built the wheel in one build/ at once (pyproject.toml pins pytest below 9)."""
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@wheel"), request.node.nodeid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,6 +18,8 @@ from benchmarks.simulator_process import SimulatorFactory, SimulatorProcess
 from tests.conftest import REPO_ROOT
 
 KNOB = "spectower_spec_max_bs"
+# the tests on the module's one default simulator run on one xdist worker (--dist loadgroup): one start-up
+ONE_SIMULATOR = pytest.mark.xdist_group("test_sim_knob_default_sim")
 
 
 def _set(sim: SimulatorProcess, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -27,8 +30,26 @@ def _state(sim: SimulatorProcess) -> dict[str, Any]:
     return httpx.get(f"{sim.base_url}/server_info", timeout=10).json()["internal_states"][0]
 
 
-def test_knob_set_and_read_back(simulator_factory: SimulatorFactory) -> None:
-    sim = simulator_factory()
+@pytest.fixture(scope="module")
+def _one_simulator() -> Iterator[SimulatorProcess]:
+    with SimulatorProcess() as sim:
+        yield sim
+
+
+@pytest.fixture
+def default_sim(_one_simulator: SimulatorProcess) -> SimulatorProcess:
+    """The module's default simulator, its knob back at the default (64) before each test: the tests
+    that use it write unmarked (no spectower_writer), which takes no lock, so nothing else carries over
+    (one start-up for all of them instead of one each)."""
+    sim = _one_simulator
+    assert _set(sim, {"server_args": {KNOB: 64}}).json() == [True]
+    assert _state(sim)["spectower"]["owner"] == "policy" and _state(sim)["spectower"]["lock"] is None
+    return sim
+
+
+@ONE_SIMULATOR
+def test_knob_set_and_read_back(default_sim: SimulatorProcess) -> None:
+    sim = default_sim
     assert _state(sim)["spectower"]["spec_max_bs"] == 64
     r = _set(sim, {"server_args": {KNOB: 8}})
     assert r.status_code == 200 and r.json() == [True]
@@ -72,18 +93,18 @@ def test_ownership_contract_matches_the_plugin(simulator_factory: SimulatorFacto
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, -0.5, 2**31])
-def test_negative_or_fractional_refused_and_unchanged(
-    simulator_factory: SimulatorFactory, value: float
-) -> None:
-    sim = simulator_factory()
+@ONE_SIMULATOR
+def test_negative_or_fractional_refused_and_unchanged(default_sim: SimulatorProcess, value: float) -> None:
+    sim = default_sim
     _set(sim, {"server_args": {KNOB: 7}})
     r = _set(sim, {"server_args": {KNOB: value}})
     assert r.status_code == 200 and r.json() == [False]
     assert _state(sim)["spectower"]["spec_max_bs"] == 7
 
 
-def test_unknown_key_false_and_nothing_applied(simulator_factory: SimulatorFactory) -> None:
-    sim = simulator_factory()
+@ONE_SIMULATOR
+def test_unknown_key_false_and_nothing_applied(default_sim: SimulatorProcess) -> None:
+    sim = default_sim
     _set(sim, {"server_args": {KNOB: 7}})
     assert _set(sim, {"server_args": {"no_such_key": 3}}).json() == [False]
     # one bad key in the body: nothing of it is applied
@@ -102,8 +123,9 @@ def test_unknown_key_false_and_nothing_applied(simulator_factory: SimulatorFacto
         [1, 2],
     ],
 )
-def test_non_numbers_get_sglangs_400(simulator_factory: SimulatorFactory, body: Any) -> None:
-    sim = simulator_factory()
+@ONE_SIMULATOR
+def test_non_numbers_get_sglangs_400(default_sim: SimulatorProcess, body: Any) -> None:
+    sim = default_sim
     r = _set(sim, body)
     assert r.status_code == 400
     assert r.json()["object"] == "error"

@@ -310,40 +310,51 @@ async def run_sweep(
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         plain_model = str((result.plain_server_info or {}).get("served_model_name") or "default")
         plain_shape = RequestShape(api=config.api, output_len=config.output_len, model=plain_model)
+        swept = _Target(client, knob, shape, admin_key)
+        targets = {mode: swept for mode in config.measured_modes}
+        if plain_client is not None:  # no knob there, and no flush: the admin key is the swept server's
+            targets[PLAIN] = _Target(plain_client, None, plain_shape, None)
         next_index = 0
         try:
             # Borrow the knob (a sweep lock on the server; refused while others use the server or an
             # operator holds the knob, unless --force); given back with its owner in the finally below.
             result.knob_found = (await knob.borrow(await srv.requests_in_flight(client))).describe()
             for c in config.concurrency:
-                # Modes alternate within a level (on, off[, plain], on, off[, plain], ...): a change in
-                # the machine's load then hits every mode alike, which the ratios need more than accuracy.
-                slices: dict[Mode, list[_Slice]] = {m: [] for m in config.measured_modes}
-                for _ in range(config.rounds):
-                    for mode in config.measured_modes:
-                        if mode == PLAIN and plain_client is not None:
-                            sl, used = await _measure_point(
-                                plain_client, None, config, plain_shape, prompts, c, mode,
-                                result.max_running_requests, None, next_index, progress,
-                            )  # fmt: skip
-                        else:
-                            sl, used = await _measure_point(
-                                client, knob, config, shape, prompts, c, mode, result.max_running_requests,
-                                admin_key, next_index, progress,
-                            )  # fmt: skip
-                        next_index += used
-                        slices[mode].append(sl)
-                for mode in config.measured_modes:
-                    point = _point_from_slices(
-                        c, mode, _mode_value(mode, result.max_running_requests), slices[mode], config.windows
-                    )
-                    result.points.append(point)
-                    progress.point_finished(point)
+                next_index = await _measure_level(c, targets, config, prompts, result, next_index, progress)
         except asyncio.CancelledError:
             result.interrupted = True
         finally:
             result.knob_restored = await _restore(knob, result)
         return result
+
+
+async def _measure_level(
+    c: int,
+    targets: dict[Mode, _Target],
+    config: SweepConfig,
+    prompts: PromptFactory,
+    result: SweepResult,
+    next_index: int,
+    progress: SweepProgress,
+) -> int:
+    """Every measured mode at concurrency ``c``, ``rounds`` slices each, into ``result.points``; returns the
+    next prompt index."""
+    # Modes alternate within a level (on, off[, plain], on, off[, plain], ...): a change in the machine's
+    # load then hits every mode alike, which the ratios need more than accuracy.
+    slices: dict[Mode, list[_Slice]] = {m: [] for m in config.measured_modes}
+    for _ in range(config.rounds):
+        for mode in config.measured_modes:
+            sl, used = await _measure_point(
+                targets[mode], config, prompts, c, mode, result.max_running_requests, next_index, progress
+            )
+            next_index += used
+            slices[mode].append(sl)
+    for mode in config.measured_modes:
+        value = _mode_value(mode, result.max_running_requests)
+        point = _point_from_slices(c, mode, value, slices[mode], config.windows)
+        result.points.append(point)
+        progress.point_finished(point)
+    return next_index
 
 
 async def _restore(knob: Knob, result: SweepResult) -> bool:
@@ -370,23 +381,31 @@ class _Slice:
     accept_source: str | None
 
 
+@dataclass
+class _Target:
+    """Where a mode's slices run: the swept server and its knob, or --plain-server (no knob)."""
+
+    client: httpx.AsyncClient
+    knob: Knob | None
+    shape: RequestShape
+    admin_key: str | None  # for /flush_cache when the server publishes no counters
+
+
 async def _measure_point(
-    client: httpx.AsyncClient,
-    knob: Knob | None,
+    target: _Target,
     config: SweepConfig,
-    shape: RequestShape,
     prompts: PromptFactory,
     c: int,
     mode: Mode,
     max_running: int,
-    admin_key: str | None,
     first_index: int,
     progress: SweepProgress,
 ) -> tuple[_Slice, int]:
-    """One slice of ``mode`` at level ``c``; ``knob`` None: a server without one (--plain-server)."""
+    """One slice of ``mode`` at level ``c`` on ``target``."""
+    client, shape = target.client, target.shape
     value = _mode_value(mode, max_running)
-    if knob is not None and value is not None:
-        await knob.set(value, KNOB_REASON)
+    if target.knob is not None and value is not None:
+        await target.knob.set(value, KNOB_REASON)
     warm = await run_warmup(
         client,
         prompts,
@@ -402,7 +421,7 @@ async def _measure_point(
     first_index += len(warm)
     speculative = mode != PLAIN
     before = await srv.read_spec_counters(client) if speculative else None
-    flushed = speculative and before is None and await srv.flush_cache(client, admin_key)
+    flushed = speculative and before is None and await srv.flush_cache(client, target.admin_key)
     started_at = time.time()
     per_round_requests = (
         math.ceil(config.requests_per_level / config.rounds)
@@ -411,31 +430,10 @@ async def _measure_point(
     )
     per_round_s = config.duration_per_level / config.rounds if config.duration_per_level is not None else None
     progress.point_started(c, mode, per_round_requests, per_round_s)
-    t0 = time.perf_counter()
-    tokens = 0
-
-    def done(rec: RequestRecord) -> None:
-        nonlocal tokens
-        tokens += rec.output_tokens
-        progress.request_done(rec, tokens, time.perf_counter() - t0)
-
     sampler = srv.DecodeSampler(client)
-    sampling = asyncio.create_task(sampler.run())
-    try:
-        loop: LoopResult = await run_closed_loop(
-            client,
-            prompts,
-            shape,
-            c,
-            num_requests=per_round_requests,
-            duration_s=per_round_s,
-            first_index=first_index,
-            on_done=done,
-        )
-    finally:
-        sampling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sampling
+    loop = await _sampled_loop(
+        target, sampler, prompts, c, per_round_requests, per_round_s, first_index, progress
+    )
     tokens_delta = calls_delta = accept_value = None
     source: str | None = None
     after = await srv.read_spec_counters(client) if before is not None else None
@@ -451,6 +449,44 @@ async def _measure_point(
     sl = _Slice(loop, started_at, server_rate, tokens_delta, calls_delta, accept_value, source)
     progress.slice_finished(c, mode)
     return sl, len(warm) + len(loop.records)
+
+
+async def _sampled_loop(
+    target: _Target,
+    sampler: srv.DecodeSampler,
+    prompts: PromptFactory,
+    c: int,
+    num_requests: int | None,
+    duration_s: float | None,
+    first_index: int,
+    progress: SweepProgress,
+) -> LoopResult:
+    """The closed loop of one slice, the server's decode rate sampled beside it, each finished request
+    reported to ``progress``."""
+    t0 = time.perf_counter()
+    tokens = 0
+
+    def done(rec: RequestRecord) -> None:
+        nonlocal tokens
+        tokens += rec.output_tokens
+        progress.request_done(rec, tokens, time.perf_counter() - t0)
+
+    sampling = asyncio.create_task(sampler.run())
+    try:
+        return await run_closed_loop(
+            target.client,
+            prompts,
+            target.shape,
+            c,
+            num_requests=num_requests,
+            duration_s=duration_s,
+            first_index=first_index,
+            on_done=done,
+        )
+    finally:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
 
 
 def _point_from_slices(

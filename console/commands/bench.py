@@ -27,8 +27,11 @@ from spectower.console.commands.options import (
 if TYPE_CHECKING:
     from rich.console import Console
     from spectower.collectors.bench.compare import Comparison
+    from spectower.collectors.bench.ratio import RatioPoint
     from spectower.collectors.bench.records import RequestRecord
-    from spectower.collectors.bench.sweep import PointResult, SweepResult
+    from spectower.collectors.bench.sweep import PointResult, SweepConfig, SweepResult
+    from spectower.control.credentials import Credentials
+    from spectower.control.sweep_audit import SweepKnob
     from spectower.storage.database import Database
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
@@ -186,21 +189,7 @@ def _print_result(result: SweepResult) -> None:
     if cross is not None and cross.bracket is not None:
         out.print(f"  between measured levels {cross.bracket[0]:g} and {cross.bracket[1]:g}")
     if plain:
-        vs_plain = result.crossover_vs_plain()
-        out.print(
-            "crossover vs plain server (on / plain): "
-            + (vs_plain.describe() if vs_plain else "not measured (needs spec on and the plain server)")
-        )
-        spec_model = result.server_info.get("served_model_name")
-        plain_model = (result.plain_server_info or {}).get("served_model_name")
-        if spec_model != plain_model:
-            out.print(f"[yellow]note: the plain server serves {plain_model!r}, --server {spec_model!r}[/]")
-        worst = min(off_plain.values(), key=lambda r: r.ratio, default=None)
-        if worst is not None:
-            out.print(
-                f"knob off serves {worst.ratio:.2f} of the plain server at C={worst.concurrency:g} "
-                "(the lowest off/plain measured)"
-            )
+        _print_vs_plain(out, result, list(off_plain.values()))
     best = result.best_max_bs()
     if best is not None:
         out.print(
@@ -210,6 +199,25 @@ def _print_result(result: SweepResult) -> None:
     out.print(f"knob: found {result.knob_found or result.knob_before}; {given_back}")
     if result.interrupted:
         out.print(f"[yellow]interrupted: kept {len(result.points)} finished point(s)[/]")
+
+
+def _print_vs_plain(out: Console, result: SweepResult, off_plain: list[RatioPoint]) -> None:
+    """With --plain-server: the crossover against it, a model mismatch, and what the knob at 0 gives up."""
+    vs_plain = result.crossover_vs_plain()
+    out.print(
+        "crossover vs plain server (on / plain): "
+        + (vs_plain.describe() if vs_plain else "not measured (needs spec on and the plain server)")
+    )
+    spec_model = result.server_info.get("served_model_name")
+    plain_model = (result.plain_server_info or {}).get("served_model_name")
+    if spec_model != plain_model:
+        out.print(f"[yellow]note: the plain server serves {plain_model!r}, --server {spec_model!r}[/]")
+    worst = min(off_plain, key=lambda r: r.ratio, default=None)
+    if worst is not None:
+        out.print(
+            f"knob off serves {worst.ratio:.2f} of the plain server at C={worst.concurrency:g} "
+            "(the lowest off/plain measured)"
+        )
 
 
 def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | None) -> dict[str, Any]:
@@ -336,31 +344,17 @@ def sweep(
     ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
-    from spectower.collectors.bench.gpu_inventory import server_inventory
-    from spectower.collectors.bench.sweep import (
-        DEFAULT_DURATION_S,
-        SweepConfig,
-        parse_concurrency,
-        parse_modes,
-        run_sweep,
-    )
-    from spectower.console.errors import fail, strict_json
-    from spectower.control.audit import operator_actor
+    from spectower.collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
     from spectower.control.credentials import load_credentials
     from spectower.control.knob_state import normalize_server_url
-    from spectower.control.sweep_audit import audited_sweep_knob
     from spectower.storage import open_database
 
-    if requests_per_level is not None and duration_per_level is not None:
-        fail("--requests-per-level and --duration-per-level: give one, not both")
-    if requests_per_level is None and duration_per_level is None:
-        duration_per_level = DEFAULT_DURATION_S
     config = SweepConfig(
         server=normalize_server_url(server),
         concurrency=parse_concurrency(concurrency),
         modes=parse_modes(modes),
         requests_per_level=requests_per_level,
-        duration_per_level=duration_per_level,
+        duration_per_level=_duration_per_level(requests_per_level, duration_per_level),
         input_len=input_len,
         output_len=output_len,
         api=api,  # type: ignore[arg-type]
@@ -370,31 +364,103 @@ def sweep(
         rounds=rounds,
         plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
-    if profile_out is not None:  # before the sweep: it would end writing nowhere
+    inventory = _inventory_for(config.server, gpu_metrics, profile_out)
+    creds = load_credentials()
+    url, why = chosen_database(db)
+    database = open_database(url)
+    say_database(url, why)
+    knob = _sweep_knob(config.server, creds, database, operator, force)
+    result = _run_with_progress(config, knob, creds, inventory)
+    _keep_and_report(result, database, save, profile_out, as_json)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _keep_and_report(
+    result: SweepResult, database: Database, save: bool, profile_out: Path | None, as_json: bool
+) -> None:
+    """Save the run (--save) and write the profile (--profile-out) when it measured anything, then print
+    the result (table or --json) and where it was kept."""
+    from spectower.console.errors import strict_json
+
+    run_id = _save(database, result) if save and result.points else None
+    written = None
+    if profile_out is not None and result.points:
+        from spectower.collectors.bench.profile_out import write_profile
+
+        write_profile(result, profile_out)
+        written = profile_out
+    database.close()
+    if as_json:
+        print(strict_json(_result_json(result, run_id, written)))
+        return
+    _print_result(result)
+    if run_id is not None:
+        print(f"saved as run {run_id} in {database.url}")
+    if written is not None:
+        print(f"profile written to {written}")
+
+
+def _sweep_knob(
+    server: str, creds: Credentials, database: Database, operator: str | None, force: bool
+) -> SweepKnob:
+    """The knob through control's client: one audit row when the sweep borrows it, one when it gives it
+    back, in the name of --as (else the login name)."""
+    from spectower.control.audit import operator_actor
+    from spectower.control.sweep_audit import audited_sweep_knob
+
+    actor = operator_actor(operator or getpass.getuser() or "unknown")
+    return audited_sweep_knob(server, creds, database, actor, force=force)
+
+
+def _duration_per_level(requests_per_level: int | None, duration_per_level: float | None) -> float | None:
+    """A point lasts a number of requests or of seconds (the default when neither is given), not both."""
+    from spectower.collectors.bench.sweep import DEFAULT_DURATION_S
+    from spectower.console.errors import fail
+
+    if requests_per_level is not None and duration_per_level is not None:
+        fail("--requests-per-level and --duration-per-level: give one, not both")
+    if requests_per_level is None and duration_per_level is None:
+        return DEFAULT_DURATION_S
+    return duration_per_level
+
+
+def _inventory_for(
+    server: str, gpu_metrics: str | None, profile_out: Path | None
+) -> list[dict[str, Any]] | None:
+    """The swept server's GPU inventory; with --profile-out, refused before the sweep when that file cannot
+    be written or the inventory is unknown (the sweep would end writing nowhere)."""
+    from spectower.collectors.bench.gpu_inventory import server_inventory
+    from spectower.console.errors import fail
+
+    if profile_out is not None:
         from spectower.storage.files import check_out
 
         try:
             check_out(profile_out, "--profile-out")
         except ValueError as exc:
             fail(str(exc))
-    actor = operator_actor(operator or getpass.getuser() or "unknown")
-    creds = load_credentials()
-    inventory = server_inventory(config.server, gpu_metrics)
+    inventory = server_inventory(server, gpu_metrics)
     if profile_out is not None and not inventory:
         fail(
             "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "
             "dcgm-exporter) or run on the server's host where NVML sees its GPUs"
         )
-    url, why = chosen_database(db)
-    database = open_database(url)
-    say_database(url, why)
+    return inventory
+
+
+def _run_with_progress(
+    config: SweepConfig, knob: SweepKnob, creds: Credentials, inventory: list[dict[str, Any]] | None
+) -> SweepResult:
+    """The sweep under a live progress display; Ctrl-C ends it with the knob given back."""
+    from spectower.collectors.bench.sweep import run_sweep
+    from spectower.console.errors import fail
+
     _honour_sigint()
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
-    # the knob through control's client: one audit row when the sweep borrows it, one when it gives it back
-    knob = audited_sweep_knob(config.server, creds, database, actor, force=force)
     try:
         with progress, knob:
-            result = asyncio.run(
+            return asyncio.run(
                 run_sweep(
                     config,
                     knob=knob,
@@ -406,24 +472,6 @@ def sweep(
             )
     except KeyboardInterrupt:  # a Ctrl-C before the sweep started (or a second one)
         fail("interrupted", code=EXIT_INTERRUPTED)
-    run_id = _save(database, result) if save and result.points else None
-    written = None
-    if profile_out is not None and result.points:
-        from spectower.collectors.bench.profile_out import write_profile
-
-        write_profile(result, profile_out)
-        written = profile_out
-    database.close()
-    if as_json:
-        print(strict_json(_result_json(result, run_id, written)))
-    else:
-        _print_result(result)
-        if run_id is not None:
-            print(f"saved as run {run_id} in {database.url}")
-        if written is not None:
-            print(f"profile written to {written}")
-    if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _save(database: Database, result: SweepResult) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from spectower.console.commands.control_fleet import FLEET_HELP
 from spectower.console.commands.control_fleet import resolve as resolve_fleet
@@ -13,6 +15,10 @@ from spectower.console.commands.options import (
     say_database,
 )
 from spectower.console.errors import fail
+
+if TYPE_CHECKING:
+    from spectower.collectors.daemon import DaemonConfig
+    from spectower.storage.retention import RetentionPolicy
 
 
 def collect(
@@ -53,21 +59,11 @@ def collect(
     The API key of an --api-key server comes from SPECTOWER_API_KEY or the file named by
     SPECTOWER_API_KEY_FILE (never the command line). Older samples are deleted hourly per --raw-days /
     --rollup-days / --hourly-days (audit rows, gaps and benchmark runs are kept)."""
-    import asyncio
-    import logging
-
     from spectower.collectors.auth import load_api_key
-    from spectower.collectors.daemon import Collector, DaemonConfig
-    from spectower.collectors.sink import StorageSink
-    from spectower.storage import open_database
+    from spectower.collectors.daemon import DaemonConfig
     from spectower.storage.retention import RetentionPolicy
 
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
-        fail(f"--log-level: unknown level {log_level!r}")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: at 1 Hz per source that drowns the collector's own health lines.
-    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    _log_at(log_level)
     try:
         config = DaemonConfig(
             servers=list(server) if fleet is None else list(resolve_fleet(server, fleet).replicas),
@@ -81,6 +77,29 @@ def collect(
         retention = RetentionPolicy(raw_days, rollup_days, hourly_days)
     except ValueError as exc:
         fail(_flag_names(str(exc)))
+    _run_collector(config, db, retention)
+
+
+def _log_at(log_level: str) -> None:
+    """The collector's log on stderr at ``--log-level``; httpx's request lines only from WARNING up."""
+    import logging
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        fail(f"--log-level: unknown level {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: at 1 Hz per source that drowns the collector's own health lines.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+
+
+def _run_collector(config: DaemonConfig, db: str | None, retention: RetentionPolicy) -> None:
+    """Open the chosen database (one error line for a bad --db, a second collector, a failing server) and
+    collect into it until the run ends."""
+    import asyncio
+
+    from spectower.collectors.daemon import Collector
+    from spectower.collectors.sink import StorageSink
+    from spectower.storage import open_database
     from spectower.storage.database import CollectorConflictError
     from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError

@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from spectower.console import bench_io, charts, data, estimate, settings, sweeps
+from spectower.console import bench_io, data, estimate, settings, sweeps
+from spectower.console.bench_charts import bench_curves, bench_speedups
 from spectower.console.views import common
 from spectower.storage import Database
 
@@ -118,10 +119,10 @@ def _runs(db: Any, runs: pd.DataFrame) -> None:
     c3.metric("Points", str(len(points)))
     left, right = st.columns(2)
     with left:
-        common.chart(charts.bench_curves({f"#{rid}": points}), _point_columns(points), "bench_tok",
+        common.chart(bench_curves({f"#{rid}": points}), _point_columns(points), "bench_tok",
                      f"run{rid}-throughput")  # fmt: skip
     with right:
-        common.chart(charts.bench_speedups({f"#{rid}": curve}, {f"#{rid}": cross}), curve, "bench_speed",
+        common.chart(bench_speedups({f"#{rid}": curve}, {f"#{rid}": cross}), curve, "bench_speed",
                      f"run{rid}-speedup")  # fmt: skip
     if not curve.empty and curve["ci_lo"].isna().all():
         st.caption("This run stores no interval on its speedups (imported results have none; sweeps do).")
@@ -137,7 +138,7 @@ def _runs(db: Any, runs: pd.DataFrame) -> None:
         ],
         key="bench_lat",
     )
-    common.chart(charts.bench_curves({f"#{rid}": points}, lat), _point_columns(points, lat), "bench_latency",
+    common.chart(bench_curves({f"#{rid}": points}, lat), _point_columns(points, lat), "bench_latency",
                  f"run{rid}-{lat}")  # fmt: skip
     with st.expander("Points"):
         st.dataframe(points.drop(columns=["extra_json"], errors="ignore"), width="stretch", hide_index=True)
@@ -207,10 +208,10 @@ def _compare(db: Any, runs: pd.DataFrame) -> None:
     )
     left, right = st.columns(2)
     with left:
-        common.chart(charts.bench_curves({f"A #{a}": pa, f"B #{b}": pb}), _point_columns(points), "cmp_tok",
+        common.chart(bench_curves({f"A #{a}": pa, f"B #{b}": pb}), _point_columns(points), "cmp_tok",
                      f"runs{a}-{b}-throughput")  # fmt: skip
     with right:
-        fig = charts.bench_speedups({f"A #{a}": ca, f"B #{b}": cb}, {f"A #{a}": xa, f"B #{b}": xb})
+        fig = bench_speedups({f"A #{a}": ca, f"B #{b}": cb}, {f"A #{a}": xa, f"B #{b}": xb})
         both = pd.concat([ca.assign(run=a), cb.assign(run=b)], ignore_index=True)
         common.chart(fig, both, "cmp_speed", f"runs{a}-{b}-speedup")
     st.markdown("**Stack difference** (what changed between the two runs)")

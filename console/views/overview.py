@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 from spectower.console import charts, data, estimate, settings
@@ -87,10 +89,35 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
     stale = common.is_stale(latest["ts"])
     if stale:
         common.stale_banner(server["url"], latest["ts"])
+    setter = data.last_setter(db, str(server["url"]))
+    series, knob_sets = _server_series(db, server, win)
+    _numbers_now(server, latest, setter, stale)
+    _server_charts(server, series, knob_sets, win, stale)
+    _latency_now(latest, stale)
+
+
+def _server_series(db: Database, server: pd.Series, win: common.Window) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The server's throughput, requests and knob over the window, and the confirmed knob sets in it."""
+    series = data.engine_series(
+        db, int(server["id"]), win.t0, win.t1,
+        ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs"],
+        OVERVIEW_MAX_POINTS,
+    )  # fmt: skip
+    events = data.control_events(db, server_url=str(server["url"]), t0=win.t0)
+    if not events.empty:
+        events = events[
+            (events["action"] == "set") & events["confirmed"].astype(bool) & (events["ts"] <= win.t1)
+        ]
+    return series, events
+
+
+def _numbers_now(
+    server: pd.Series, latest: dict[str, Any], setter: dict[str, Any] | None, stale: bool
+) -> None:
+    """The newest sample's figures: output, speculation and who set the knob, load, accept, KV cache."""
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     knob = latest.get("spec_max_bs")
     knob_int = None if knob is None else int(knob)
-    setter = data.last_setter(db, str(server["url"]))
     who = f"set by {setter['actor']} {common.ago(setter['ts'])}" if setter else "never set through spectower"
     gated = None if stale else gated_reason(latest)
 
@@ -131,17 +158,13 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
     if gated:
         st.caption(f"Speculation is gated: {gated}. Accept length and rate apply only while drafting.")
 
-    series = data.engine_series(
-        db, int(server["id"]), win.t0, win.t1,
-        ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs"],
-        OVERVIEW_MAX_POINTS,
-    )  # fmt: skip
-    events = data.control_events(db, server_url=str(server["url"]), t0=win.t0)
-    if not events.empty:
-        events = events[
-            (events["action"] == "set") & events["confirmed"].astype(bool) & (events["ts"] <= win.t1)
-        ]
+
+def _server_charts(
+    server: pd.Series, series: pd.DataFrame, knob_sets: pd.DataFrame, win: common.Window, stale: bool
+) -> None:
+    """Throughput beside requests and the knob (with its confirmed sets), each with its CSV."""
     sid = int(server["id"])
+    max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     left, right = st.columns(2)
     with left:
@@ -152,10 +175,13 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
         common.chart(fig, series[["ts", *[c for c in series if c.startswith(("output_tok", "prefill_tok"))]]],
                      f"ov_tok_{sid}", f"throughput-server{sid}")  # fmt: skip
     with right:
-        fig = charts.load_and_knob(series, events, max_running, x_range, stale=stale)
+        fig = charts.load_and_knob(series, knob_sets, max_running, x_range, stale=stale)
         knob_cols = ["ts", "num_running_reqs", "num_queue_reqs", "spec_max_bs"]
-        common.chart(fig, lambda: _with_events(series[knob_cols], events), f"ov_knob_{sid}",
+        common.chart(fig, lambda: _with_events(series[knob_cols], knob_sets), f"ov_knob_{sid}",
                      f"requests-knob-server{sid}")  # fmt: skip
+
+
+def _latency_now(latest: dict[str, Any], stale: bool) -> None:
     lat = pd.DataFrame(
         {
             name: [common.fmt(_ms(latest.get(f"{key}_{p}_s")), 0, "ms") for p in ("p50", "p90", "p99")]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -49,22 +51,72 @@ def _run_label(r: object) -> str:
     return f"#{getattr(r, 'id', '?')} {tag} ({common.clock(getattr(r, 'created_at', None))[:16]})"
 
 
-def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
-    db = common.store()
-    win = common.window()
+@dataclass(frozen=True)
+class _LiveData:
+    """What the live part of the page shows, read from the database once per refresh; the layout
+    functions below draw only this."""
+
+    window: common.Window
+    server_url: str
+    max_running: int | None
+    latest: dict[str, Any] | None
+    stale: bool
+    live: data.LiveSpeedup
+    live_table: pd.DataFrame
+    measured: pd.DataFrame
+    curves: dict[str, pd.DataFrame]
+    crossovers: dict[str, float | None]  # "live" first, then each benchmark curve's
+    operating_point: tuple[float, float, str] | None
+    verdict: tuple[str, str]
+    series: pd.DataFrame
+    x_range: tuple[float, float]
+    events: pd.DataFrame
+    three_curves: pd.DataFrame
+
+
+def _live_data(db: Database, server_id: int, run_ids: tuple[int, ...], win: common.Window) -> _LiveData:
     servers = data.servers(db)
     server = servers[servers["id"] == server_id].iloc[0]
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     latest = data.latest_engine(db, server_id)
-    stale = latest is None or common.is_stale(latest["ts"])
-
     live = data.live_speedup(db, server_id, win.t0, win.t1)
-    est = live.estimate
     measured = live.measured
     curves, crossovers = _bench_curves(db, run_ids)
-    crossovers = {"live": est.crossover, **crossovers}
-
     op, verdict = _operating_point(latest, measured, curves, max_running)
+    columns = ["spec_accept_length", "spec_accept_rate", "num_running_reqs", "spec_max_bs"]
+    series = data.engine_series(db, server_id, win.t0, win.t1, columns, SPEC_MAX_POINTS)
+    url = str(server["url"])
+    return _LiveData(
+        window=win,
+        server_url=url,
+        max_running=max_running,
+        latest=latest,
+        stale=latest is None or common.is_stale(latest["ts"]),
+        live=live,
+        live_table=live.table,
+        measured=measured,
+        curves=curves,
+        crossovers={"live": live.estimate.crossover, **crossovers},
+        operating_point=op,
+        verdict=verdict,
+        series=series,
+        x_range=charts.data_window(win.t0, win.t1, server.get("first_seen"), series),
+        events=data.control_events(db, server_url=url, t0=win.t0, actor_prefix="policy:"),
+        three_curves=_three_curves(db, run_ids),
+    )
+
+
+def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
+    view = _live_data(common.store(), server_id, run_ids, common.window())
+    _headline(view)
+    _speedup_chart(view)
+    _accept_and_policy(view)
+    _tables(view)
+
+
+def _headline(view: _LiveData) -> None:
+    """Speedup now, the live and benchmark crossovers, the knob; a banner when the samples are stale."""
+    latest, est = view.latest, view.live.estimate
     cols = st.columns([2, 1, 1, 1])
     with cols[0]:
         if latest is None:
@@ -72,12 +124,12 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         else:
             common.big_number(
                 "Speedup now (spec on / off)",
-                verdict[0],
-                ("STALE — " if stale else "") + verdict[1],
-                stale=stale,
+                view.verdict[0],
+                ("STALE — " if view.stale else "") + view.verdict[1],
+                stale=view.stale,
             )
     crossover_value, crossover_note = (
-        estimate.live_crossover_metric(est.label, est.status) if live.has_counters else ("—", "")
+        estimate.live_crossover_metric(est.label, est.status) if view.live.has_counters else ("—", "")
     )
     cols[1].metric(
         "Crossover (live)",
@@ -87,47 +139,48 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
     )
     if crossover_note:
         cols[1].caption(crossover_note)
-    first_bench = next((x for k, x in crossovers.items() if k != "live" and x is not None), None)
+    first_bench = next((x for k, x in view.crossovers.items() if k != "live" and x is not None), None)
     cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
     knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
-    cols[3].metric("Knob", estimate.knob_label(knob, max_running), help=f"spec_max_bs = {knob}")
-    if stale and latest is not None:
-        common.stale_banner(str(server["url"]), latest["ts"])
+    cols[3].metric("Knob", estimate.knob_label(knob, view.max_running), help=f"spec_max_bs = {knob}")
+    if view.stale and latest is not None:
+        common.stale_banner(view.server_url, latest["ts"])
 
+
+def _speedup_chart(view: _LiveData) -> None:
+    """The live speedup per batch size with its band, beside the benchmark curves, and how it was read."""
+    est = view.live.estimate
     band = None
     if est.crossover_lo is not None and est.crossover_hi is not None:
         band = (est.crossover_lo, est.crossover_hi)
     st.plotly_chart(
-        charts.speedup_chart(live.table, curves, crossovers, op, max_running, band),
+        charts.speedup_chart(
+            view.live_table, view.curves, view.crossovers, view.operating_point, view.max_running, band
+        ),
         width="stretch",
         key="spec_speedup",
     )
-    common.csv_button(live.table, "spec_speedup", "speedup-live-bins")
-    if not live.has_counters:
+    common.csv_button(view.live_table, "spec_speedup", "speedup-live-bins")
+    if not view.live.has_counters:
         st.caption(NO_COUNTERS)
-    else:
-        st.caption(
-            f"Live estimate over the last {common.span_text(win.span_s)}: the engine's own decode counters, "
-            "output tokens per second of step time of drafted vs gated steps per batch-size bin "
-            f"({est.intervals} intervals, {est.seconds:.0f} s of step time); the band is its 95 % interval."
-            + (
-                ""
-                if not measured.empty
-                else " Not enough of both yet: a bin gets a speedup once batches of that size have run "
-                "both drafted and gated (a threshold knob, or the learning policy)."
-            )
+        return
+    st.caption(
+        f"Live estimate over the last {common.span_text(view.window.span_s)}: the engine's own decode "
+        "counters, output tokens per second of step time of drafted vs gated steps per batch-size bin "
+        f"({est.intervals} intervals, {est.seconds:.0f} s of step time); the band is its 95 % interval."
+        + (
+            ""
+            if not view.measured.empty
+            else " Not enough of both yet: a bin gets a speedup once batches of that size have run "
+            "both drafted and gated (a threshold knob, or the learning policy)."
         )
-
-    series = data.engine_series(
-        db,
-        server_id,
-        win.t0,
-        win.t1,
-        ["spec_accept_length", "spec_accept_rate", "num_running_reqs", "spec_max_bs"],
-        SPEC_MAX_POINTS,
     )
+
+
+def _accept_and_policy(view: _LiveData) -> None:
+    """Accept length and rate over time, then the policy's decisions on the knob."""
+    series, span, stale = view.series, view.x_range, view.stale
     left, right = st.columns(2)
-    span = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     with left:
         fig = charts.timeseries(series, {"spec_accept_length": "accept length"}, "Accept length",
                                 "tokens/step", stale=stale, x_range=span)  # fmt: skip
@@ -136,14 +189,18 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
         fig = charts.timeseries(series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction",
                                 stale=stale, x_range=span)  # fmt: skip
         common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
-    events = data.control_events(db, server_url=str(server["url"]), t0=win.t0, actor_prefix="policy:")
-    common.chart(charts.policy_timeline(series, events, max_running, x_range=span),
+    events = view.events
+    common.chart(charts.policy_timeline(series, events, view.max_running, x_range=span),
                  lambda: pd.concat([series, events], ignore_index=True), "spec_policy", "policy")  # fmt: skip
     if events.empty:
         st.caption("No policy decisions in this range (start one with `spectower control auto`).")
-    if live.has_counters:
+
+
+def _tables(view: _LiveData) -> None:
+    """The live bins and the benchmark's three curves (on, knob off, plain) as tables, folded away."""
+    if view.live.has_counters:
         with st.expander("Live bins"):
-            st.dataframe(live.table, width="stretch", hide_index=True)
+            st.dataframe(view.live_table, width="stretch", hide_index=True)
             st.caption(
                 "ran_mostly: the mode a bin's batches mostly ran; the other mode's rate there comes from "
                 "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
@@ -151,10 +208,9 @@ def _live(server_id: int, run_ids: tuple[int, ...]) -> None:
                 "so a drafting stream holds more of the ones that accept less than a gated stream does "
                 "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md)."
             )
-    three = _three_curves(db, run_ids)
-    if not three.empty:
+    if not view.three_curves.empty:
         with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):
-            st.dataframe(three, width="stretch", hide_index=True)
+            st.dataframe(view.three_curves, width="stretch", hide_index=True)
             st.caption(
                 "knob off = spectower_spec_max_bs 0 (gated batches verified one token at a time); plain = a "
                 "second server launched without speculation, measured in the same sweep (--plain-server). "
