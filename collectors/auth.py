@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
+from ..storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 ADMIN_KEY_ENV = "SPECTOWER_ADMIN_KEY"
 ADMIN_KEY_FILE_ENV = "SPECTOWER_ADMIN_KEY_FILE"

@@ -22,11 +22,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
-from spectower.collectors.gpu.dcgm import DcgmScraper
-from spectower.collectors.gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
-from spectower.collectors.http import check_http_url
-from spectower.collectors.sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
-from spectower.collectors.sink import StorageSink
+
+from .gpu.dcgm import DcgmScraper
+from .gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
+from .http import check_http_url
+from .sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
+from .sink import StorageSink
 
 log = logging.getLogger("spectower.collect")
 
@@ -346,7 +347,7 @@ class Collector:
                 dcgm = DcgmScraper(cfg.gpu[5:], client, timeout_s=cfg.request_timeout_s, clock=self.clock)
                 tasks.append(asyncio.create_task(self._source_loop("dcgm", dcgm.url, self._dcgm_once(dcgm))))
             if cfg.prometheus:
-                from spectower.collectors.prometheus import PrometheusSource
+                from .prometheus import PrometheusSource
 
                 prom = PrometheusSource(cfg.prometheus, timeout_s=cfg.request_timeout_s, clock=self.clock)
                 tasks.append(
@@ -382,7 +383,7 @@ class Collector:
         )
 
     def _prom_once(self, prom: object) -> Callable[[], Awaitable[None]]:
-        from spectower.collectors.prometheus import PrometheusSource
+        from .prometheus import PrometheusSource
 
         assert isinstance(prom, PrometheusSource)
 

@@ -23,20 +23,21 @@ from typing import Any
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.exceptions import RequestException
-from spectower.collectors.gpu.dcgm import readings_from_samples
-from spectower.collectors.gpu.reading import GpuFacts, GpuReading
-from spectower.collectors.http import DeadlineCalls
-from spectower.collectors.promtext import PromSample
-from spectower.collectors.sglang.metrics import (
+from urllib3.util.retry import Retry
+
+from .gpu.dcgm import readings_from_samples
+from .gpu.reading import GpuFacts, GpuReading
+from .http import DeadlineCalls
+from .promtext import PromSample
+from .sglang.metrics import (
     COUNTERS,
     GAUGES,
     HISTOGRAM_FALLBACKS,
     HISTOGRAMS,
     snapshot_from_samples,
 )
-from spectower.collectors.sglang.reading import EngineDeriver
-from spectower.collectors.sglang.scraper import ScrapeResult
-from urllib3.util.retry import Retry
+from .sglang.reading import EngineDeriver
+from .sglang.scraper import ScrapeResult
 
 DEFAULT_TIMEOUT_S = 10.0
 # An instant query over a fleet answers far less than this; a runaway answer is cut here.

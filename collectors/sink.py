@@ -21,11 +21,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from spectower.collectors.gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
-from spectower.collectors.sglang.scraper import ScrapeResult
-from spectower.storage import BatchWriter, Database, queries
-from spectower.storage.models import EngineCounterSample, EngineSample, GpuProcessSample, GpuSample
 from sqlmodel import SQLModel
+
+from ..storage import BatchWriter, Database, queries
+from ..storage.models import EngineCounterSample, EngineSample, GpuProcessSample, GpuSample
+from .gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
+from .sglang.scraper import ScrapeResult
 
 log = logging.getLogger(__name__)
 

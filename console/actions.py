@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spectower.console import settings
+from . import settings
 
 if TYPE_CHECKING:
-    from spectower.control.knob import KnobClient
-    from spectower.control.knob_state import KnobState, SetResult, Target
+    from ..control.knob import KnobClient
+    from ..control.knob_state import KnobState, SetResult, Target
 
 DEFAULT_ACTION_TIMEOUT_S = 5.0
 
@@ -64,8 +64,8 @@ class ActionResult:
 
 def _client(server_url: str, operator: settings.Operator | None, timeout_s: float) -> KnobClient:
     """The operator's admin key for writes; the API key (environment or its file) for an --api-key server."""
-    from spectower.control.credentials import load_api_key
-    from spectower.control.knob import KnobClient
+    from ..control.credentials import load_api_key
+    from ..control.knob import KnobClient
 
     admin_key = operator.admin_key if operator else None
     return KnobClient(server_url, admin_key=admin_key, api_key=load_api_key(), timeout=timeout_s)
@@ -92,8 +92,8 @@ def apply_knob(
     hold_s: float | None = None,
 ) -> ActionResult:
     """Set ``target`` (``"off"``, ``"on"`` or N), read back and audited through control.audit.apply_knob."""
-    from spectower.control.audit import apply_knob as audited_apply
-    from spectower.storage import open_database
+    from ..control.audit import apply_knob as audited_apply
+    from ..storage import open_database
 
     requested = target if isinstance(target, int) else (0 if target == "off" else None)
     with open_database(db_url) as db, _client(server_url, operator, DEFAULT_ACTION_TIMEOUT_S) as client:
@@ -106,8 +106,8 @@ def apply_knob(
 
 def release_lock(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> ActionResult:
     """Clear the server's lock (manual or sweep) so a policy acts again; read back and audited."""
-    from spectower.control.audit import release
-    from spectower.storage import open_database
+    from ..control.audit import release
+    from ..storage import open_database
 
     with open_database(db_url) as db, _client(server_url, operator, DEFAULT_ACTION_TIMEOUT_S) as client:
         try:
@@ -124,7 +124,7 @@ def read_fleet(
     replicas: Sequence[str], operator: settings.Operator | None, timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
 ) -> list[tuple[str, KnobState | BaseException]]:
     """Every replica's knob as it reports it, read at once (an unreachable one: its error)."""
-    from spectower.control.fleet_ops import read_all
+    from ..control.fleet_ops import read_all
 
     return read_all(replicas, lambda url: _client(url, operator, timeout_s))
 
@@ -139,8 +139,8 @@ def apply_fleet(
 ) -> list[dict[str, Any]]:
     """The fleet flip: ``target`` on every replica at once, each read back and audited
     (``control.fleet_ops.set_all``, as `control set --fleet`); one row per replica."""
-    from spectower.control.fleet_ops import set_all
-    from spectower.storage import open_database
+    from ..control.fleet_ops import set_all
+    from ..storage import open_database
 
     with open_database(db_url) as db:
         outcomes = set_all(db, replicas, lambda url: _client(url, operator, DEFAULT_ACTION_TIMEOUT_S), target,
@@ -152,8 +152,8 @@ def release_fleet(
     db_url: str, replicas: Sequence[str], reason: str, operator: settings.Operator
 ) -> list[dict[str, Any]]:
     """Every replica's lock cleared at once, each read back and audited (``fleet_ops.release_all``)."""
-    from spectower.control.fleet_ops import release_all
-    from spectower.storage import open_database
+    from ..control.fleet_ops import release_all
+    from ..storage import open_database
 
     with open_database(db_url) as db:
         outcomes = release_all(db, replicas, lambda url: _client(url, operator, DEFAULT_ACTION_TIMEOUT_S),

@@ -9,7 +9,8 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-from spectower.console.charts import (
+
+from .charts import (
     CONCURRENCY_TITLE,
     PALETTE,
     base_layout,

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spectower.storage import Database
-from spectower.storage.bench_serving import import_file as storage_import_file
-from spectower.storage.export import export_bench
+from ..storage import Database
+from ..storage.bench_serving import import_file as storage_import_file
+from ..storage.export import export_bench
 
 FORMATS = ("CSV", "JSONL", "Parquet")
 MIME = {"CSV": "text/csv", "JSONL": "application/jsonl", "Parquet": "application/vnd.apache.parquet"}

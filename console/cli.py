@@ -10,7 +10,11 @@ from collections.abc import Sequence
 
 import typer
 import typer.core
-from spectower.console.commands import (
+
+from spectower import __version__
+from spectower.cli_errors import run_cli
+
+from .commands import (
     bench,
     collect,
     control,
@@ -24,10 +28,7 @@ from spectower.console.commands import (
     store,
     ui,
 )
-from spectower.console.commands.options import EXAMPLES
-
-from spectower import __version__
-from spectower.cli_errors import run_cli
+from .commands.options import EXAMPLES
 
 # What usage lines and error lines call the program, however it was started (`python -m ...` too).
 PROG_NAME = "spectower"

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from spectower.control import speedup
-from spectower.control.speedup import SpeedupEstimate
-from spectower.storage import Database, models, open_database, queries, rollups
 from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
+
+from ..control import speedup
+from ..control.speedup import SpeedupEstimate
+from ..storage import Database, models, open_database, queries, rollups
 
 # The numeric sample columns storage keeps series (and rollups) of: one list, owned by storage.
 ENGINE_COLUMNS = rollups.ENGINE.metrics

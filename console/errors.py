@@ -16,6 +16,6 @@ def strict_json(obj: Any, *, indent: int | None = 2) -> str:
     """``obj`` as strictly valid JSON for ``--json`` output: NaN and +-Infinity (which Python's json
     writes as bare NaN / Infinity, which no JSON parser accepts) become null; other objects their str."""
     # imported here: every command imports this module, and spectower.storage brings sqlmodel (seconds)
-    from spectower.storage.files import finite_or_null
+    from ..storage.files import finite_or_null
 
     return json.dumps(finite_or_null(obj), indent=indent, allow_nan=False, default=str)

@@ -12,7 +12,8 @@ import math
 from collections.abc import Sequence
 
 import pandas as pd
-from spectower.collectors.bench.ratio import first_fall, fit_ratios
+
+from ..collectors.bench.ratio import first_fall, fit_ratios
 
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +91,7 @@ def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | N
 def knob_label(max_bs: int | None, max_running: int | None) -> str:
     """How an operator reads the knob (``control.knob.knob_mode``'s rule): off, on, ``threshold N``, or
     unknown."""
-    from spectower.control.knob_state import knob_mode
+    from ..control.knob_state import knob_mode
 
     mode = knob_mode(max_bs, max_running)
     return f"threshold {max_bs}" if mode == "threshold" else mode

@@ -47,7 +47,7 @@ def db_url() -> str:
 
     Same rule as every other command (storage.default_db_url): plain paths become sqlite URLs.
     """
-    from spectower.storage import default_db_url
+    from ..storage import default_db_url
 
     return default_db_url(os.environ.get(ENV_DB_URL) or None)
 
@@ -181,7 +181,7 @@ def operator_credentials(
         key_file = section.get("admin_key_file") or None
         source = "[spectower] admin_key_file"
     if key is None and key_file is not None:
-        from spectower.collectors.auth import CredentialError, read_key_file
+        from ..collectors.auth import CredentialError, read_key_file
 
         try:  # the one key reader: one line, and errors that name the setting, never the key
             key = read_key_file(key_file, source)

@@ -34,9 +34,10 @@ from typing import Any
 import httpx
 import pandas as pd
 import streamlit as st
-from spectower.collectors.bench.sweep import DEFAULT_CONCURRENCY, DEFAULT_ROUNDS, MODE_CHOICES
-from spectower.collectors.bench.sweep import DEFAULT_DURATION_S as SWEEP_DURATION_S
-from spectower.console import settings
+
+from ..collectors.bench.sweep import DEFAULT_CONCURRENCY, DEFAULT_ROUNDS, MODE_CHOICES
+from ..collectors.bench.sweep import DEFAULT_DURATION_S as SWEEP_DURATION_S
+from . import settings
 
 DEFAULT_LEVELS = ",".join(str(c) for c in DEFAULT_CONCURRENCY)
 DEFAULT_DURATION_S = int(SWEEP_DURATION_S)
@@ -114,7 +115,7 @@ def state_dir(db_url: str) -> Path:
 
 
 def _write(rec: SweepRecord, folder: Path) -> None:
-    from spectower.storage.files import atomic_write_text
+    from ..storage.files import atomic_write_text
 
     atomic_write_text(folder / f"{rec.id}.json", json.dumps(asdict(rec)))  # a reader never sees half a file
 
@@ -265,7 +266,7 @@ def is_slice_start(last_write: Mapping[str, Any] | None) -> bool:
 def _watch_headers() -> dict[str, str]:
     """The API key of an --api-key server (the one key reader); none when it cannot be read: the watch is
     only for the progress bar, and the sweep itself reports a bad key."""
-    from spectower.collectors.auth import CredentialError, auth_headers, load_api_key
+    from ..collectors.auth import CredentialError, auth_headers, load_api_key
 
     try:
         return auth_headers(load_api_key())
@@ -279,9 +280,9 @@ def _wait(proc: subprocess.Popen[bytes], rec: SweepRecord, folder: Path) -> None
     seen: set[float] = set()
     baseline: float | None = None  # the write before the sweep (server clock; only compared with itself)
     first = True
-    from spectower.collectors.http import request_bounded_sync
-    from spectower.collectors.sglang.server_info import parse_server_info
-    from spectower.control.knob import MAX_SERVER_INFO_BYTES
+    from ..collectors.http import request_bounded_sync
+    from ..collectors.sglang.server_info import parse_server_info
+    from ..control.knob import MAX_SERVER_INFO_BYTES
 
     try:
         with httpx.Client(headers=_watch_headers()) as http:
@@ -425,7 +426,7 @@ DEFAULT_SERVER = "http://127.0.0.1:30000"
 def render_sweep_form(default_server: str | None = None) -> None:
     """Running and recent sweeps (every session sees them), then the form to start one (``default_server``:
     the collected server the form offers first)."""
-    from spectower.console.views import common
+    from .views import common
 
     st.fragment(run_every=2.0)(common.shows_database_errors(_sweeps_panel))()
     creds = settings.operator_credentials()
@@ -523,8 +524,8 @@ def _sweeps_panel() -> None:
 
 def _result(run_id: int) -> None:
     """The newest finished sweep's outcome: crossover, best knob, speedup with its interval."""
-    from spectower.console import bench_charts, data, estimate
-    from spectower.console.views import common
+    from . import bench_charts, data, estimate
+    from .views import common
 
     db = common.database()
     if db is None:

@@ -17,8 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.control.knob import KnobClient
-from spectower.control.knob_state import (
+from ..storage import queries
+from ..storage.database import Database
+from ..storage.models import ControlEvent, PolicyState
+from .knob import KnobClient
+from .knob_state import (
     KnobError,
     KnobState,
     SetResult,
@@ -30,9 +33,6 @@ from spectower.control.knob_state import (
     prepare_set,
     resolve_target,
 )
-from spectower.storage import queries
-from spectower.storage.database import Database
-from spectower.storage.models import ControlEvent, PolicyState
 
 MAX_REASON_CHARS = 1000
 ACTOR_KINDS = ("operator", "policy")

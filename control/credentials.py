@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spectower.collectors.auth import CredentialError, load_admin_key, load_api_key
+from ..collectors.auth import CredentialError, load_admin_key, load_api_key
 
 __all__ = ["CredentialError", "Credentials", "load_admin_key", "load_api_key", "load_credentials"]
 

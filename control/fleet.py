@@ -24,8 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from spectower.collectors.http import BodyTooLarge, check_http_url, request_bounded_sync
-from spectower.storage.locate import FleetEntry, fleet_entries
+
+from ..collectors.http import BodyTooLarge, check_http_url, request_bounded_sync
+from ..storage.locate import FleetEntry, fleet_entries
 
 DISCOVERY_TIMEOUT_S = 5.0
 # A router's worker list or Prometheus' targets of a large fleet are well under this.

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from spectower.control import audit
-from spectower.control.knob import KnobClient
-from spectower.control.knob_state import KnobState, SetResult, Target, check_target
-from spectower.storage.database import Database
+from ..storage.database import Database
+from . import audit
+from .knob import KnobClient
+from .knob_state import KnobState, SetResult, Target, check_target
 
 EXIT_ALL_CONFIRMED = 0
 EXIT_NONE_CONFIRMED = 1

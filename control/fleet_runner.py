@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from spectower.control.runner import PolicyRunner
+from .runner import PolicyRunner
 
 log = logging.getLogger(__name__)
 JOIN_POLL_S = 0.5  # the main thread wakes this often, so a signal handler runs while runners work

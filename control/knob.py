@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import BodyTooLarge, request_bounded_sync
-from spectower.collectors.sglang.server_info import RankState
-from spectower.control.knob_state import (
+
+from ..collectors.auth import auth_headers
+from ..collectors.http import BodyTooLarge, request_bounded_sync
+from ..collectors.sglang.server_info import RankState
+from ..plugin import knob_contract
+from ..plugin.knob_contract import KNOB_KEY, KnobRequest
+from .knob_state import (
     OWNERSHIP_PLUGIN_VERSION,
     KnobAuthError,
     KnobError,
@@ -40,9 +43,7 @@ from spectower.control.knob_state import (
     normalize_server_url,
     prepare_set,
 )
-from spectower.control.sglang_config import PLUGIN_INSTALL_HINT
-from spectower.plugin import knob_contract
-from spectower.plugin.knob_contract import KNOB_KEY, KnobRequest
+from .sglang_config import PLUGIN_INSTALL_HINT
 
 DEFAULT_TIMEOUT = 5.0  # seconds; /server_info and /set_internal_state answer in milliseconds when healthy
 DEFAULT_READBACK_ATTEMPTS = 3  # a DP rank may report the new value one scheduler tick late

@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from spectower.collectors.http import check_http_url, is_loopback_url
-from spectower.collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
-from spectower.control.sglang_config import (
+from ..collectors.http import check_http_url, is_loopback_url
+from ..collectors.sglang.server_info import RankState, ServerInfo, ServerInfoError, parse_server_info
+from ..plugin import knob_contract
+from ..plugin.knob_contract import KnobRequest
+from .sglang_config import (
     PLUGIN_INSTALL_HINT,
     adaptive_config_of,
     bands_allow_zero,
     server_info_problems,
 )
-from spectower.plugin import knob_contract
-from spectower.plugin.knob_contract import KnobRequest
 
 # The first plugin release that keeps who holds the knob (older ones take only a plain manual set).
 OWNERSHIP_PLUGIN_VERSION = "0.2.0"

@@ -22,16 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.collectors.sglang.counters import read_counters
-from spectower.control import audit
-from spectower.control.knob import KnobClient
-from spectower.control.knob_state import KnobError, KnobState, SetResult, ensure_ready
-from spectower.control.policy import Decision, Observation, Policy
-from spectower.control.policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
-from spectower.plugin.engine_counters import sum_ranks
-from spectower.storage import queries
-from spectower.storage.database import Database
-from spectower.storage.models import EngineSample
+from ..collectors.sglang.counters import read_counters
+from ..plugin.engine_counters import sum_ranks
+from ..storage import queries
+from ..storage.database import Database
+from ..storage.models import EngineSample
+from . import audit
+from .knob import KnobClient
+from .knob_state import KnobError, KnobState, SetResult, ensure_ready
+from .policy import Decision, Observation, Policy
+from .policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
 
 log = logging.getLogger(__name__)
 

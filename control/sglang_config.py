@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spectower.collectors.sglang.server_info import ServerInfo
-from spectower.plugin.knob_contract import KNOB_KEY
-from spectower.storage.files import atomic_write_text, check_out
+from ..collectors.sglang.server_info import ServerInfo
+from ..plugin.knob_contract import KNOB_KEY
+from ..storage.files import atomic_write_text, check_out
 
 # SGLang's bands without --speculative-adaptive-config (adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG,
 # 0.5.23; 0.5.17 differs only in band 1, which lacks 0 in both; docs/sglang-reference.md §1): batch sizes

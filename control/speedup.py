@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spectower.collectors.bench.ratio import first_fall, fit_ratios
-from spectower.plugin.engine_counters import MODES, rates
+from ..collectors.bench.ratio import first_fall, fit_ratios
+from ..plugin.engine_counters import MODES, rates
 
 Z95 = 1.96
 # Floor on a bin's log-speedup standard error when weighting the fit, the sweep's floor

@@ -14,12 +14,15 @@ import asyncio
 import time
 from typing import Any
 
-from spectower.collectors.bench.knob import SWEEP_HOLD_S, Found
-from spectower.collectors.sglang.server_info import knob_values
-from spectower.control import audit
-from spectower.control.credentials import Credentials
-from spectower.control.knob import KnobClient
-from spectower.control.knob_state import (
+from ..collectors.bench.knob import SWEEP_HOLD_S, Found
+from ..collectors.sglang.server_info import knob_values
+from ..plugin import knob_contract
+from ..plugin.knob_contract import KnobRequest
+from ..storage.database import Database
+from . import audit
+from .credentials import Credentials
+from .knob import KnobClient
+from .knob_state import (
     OWNERSHIP_PLUGIN_VERSION,
     KnobError,
     KnobState,
@@ -29,10 +32,7 @@ from spectower.control.knob_state import (
     new_request_id,
     prepare_set,
 )
-from spectower.control.sglang_config import PLUGIN_INSTALL_HINT
-from spectower.plugin import knob_contract
-from spectower.plugin.knob_contract import KnobRequest
-from spectower.storage.database import Database
+from .sglang_config import PLUGIN_INSTALL_HINT
 
 SWEEP_REASON = "bench sweep"
 # Every knob request of a sweep has this deadline, whatever the sweep's own (long) request timeout is.

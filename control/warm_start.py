@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.plugin.engine_counters import counter_bins
-from spectower.storage import queries
-from spectower.storage.bench_serving import effective_server_info
-from spectower.storage.database import Database
-from spectower.storage.models import BenchRun
+from ..plugin.engine_counters import counter_bins
+from ..storage import queries
+from ..storage.bench_serving import effective_server_info
+from ..storage.database import Database
+from ..storage.models import BenchRun
 
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
 

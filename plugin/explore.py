@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.plugin.engine_counters import bin_of
+from .engine_counters import bin_of
 
 # Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
 # bin fewer runs, and the learn policy needs runs in 3 intervals of a bin before it trusts the bin.

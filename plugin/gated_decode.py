@@ -85,7 +85,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spectower.plugin import seq_lens_mirror
+from . import seq_lens_mirror
 
 logger = logging.getLogger(__name__)
 

@@ -88,8 +88,8 @@ from typing import Any
 
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
-from spectower.plugin import engine_counters, knob_contract
-from spectower.plugin.gate import PLUGIN_VERSION, Gate
+from . import engine_counters, knob_contract
+from .gate import PLUGIN_VERSION, Gate
 
 KNOB_KEY = knob_contract.KNOB_KEY
 

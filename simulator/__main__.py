@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 
 import typer
-from spectower.simulator.cli import serve
 
 from spectower.cli_errors import run_cli
+
+from .cli import serve
 
 
 def main() -> None:

@@ -7,12 +7,13 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.requests import Request
 from fastapi.responses import JSONResponse
-from spectower.simulator import routes_admin, routes_generate, routes_openai
-from spectower.simulator.config import SimConfig
-from spectower.simulator.engine import Engine
-from spectower.simulator.errors import bad_request
-from spectower.simulator.http_metrics import GuardMiddleware, HttpCounters
-from spectower.simulator.server_info import ServerInfo
+
+from . import routes_admin, routes_generate, routes_openai
+from .config import SimConfig
+from .engine import Engine
+from .errors import bad_request
+from .http_metrics import GuardMiddleware, HttpCounters
+from .server_info import ServerInfo
 
 
 def build_app(config: SimConfig, engine: Engine, info: ServerInfo) -> tuple[FastAPI, HttpCounters]:

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from spectower.storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
 
 from spectower.cli_errors import fail
 
+from ..storage.files import MAX_KEY_FILE_BYTES, FileReadError, read_text_capped
+
 if TYPE_CHECKING:
-    from spectower.simulator.profile import Profile
+    from .profile import Profile
 
 
 def _read_key(path: Path | None, env: str, what: str) -> str | None:
@@ -74,9 +75,9 @@ def serve(
     ),
 ) -> None:
     """Run a simulated SGLang server (EAGLE-3, with the spectower knob) driven by a performance profile."""
-    from spectower.plugin import explore
-    from spectower.simulator.accept_kinds import parse_accept_kinds
-    from spectower.simulator.config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
+    from ..plugin import explore
+    from .accept_kinds import parse_accept_kinds
+    from .config import ENV_ADMIN_API_KEY, ENV_API_KEY, SimConfig
     loaded = _profile(profile, no_speculation)
     admin_key = _read_key(admin_api_key_file, ENV_ADMIN_API_KEY, "admin API key")
     api_key = _read_key(api_key_file, ENV_API_KEY, "API key")
@@ -105,7 +106,7 @@ def serve(
         fail(str(exc))
     _fail_unless_bindable(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
     # imported once the arguments hold: the web stack is most of a start-up, and a refusal needs none of it
-    from spectower.simulator.server import run
+    from .server import run
 
     run(config)
 
@@ -113,7 +114,7 @@ def serve(
 def _profile(name_or_path: str, no_speculation: bool) -> Profile:
     """The --profile to serve (one error line when it cannot be read), as a plain server's with
     --no-speculation."""
-    from spectower.simulator.profile import ProfileError, load_profile
+    from .profile import ProfileError, load_profile
 
     try:
         loaded = load_profile(name_or_path)
@@ -125,7 +126,7 @@ def _profile(name_or_path: str, no_speculation: bool) -> Profile:
 def _explore_share(given: float | None) -> float:
     """``--explore-share``, else $SPECTOWER_EXPLORE_SHARE, else the plugin's default; one error line naming
     where a bad value came from."""
-    from spectower.plugin import knob_contract
+    from ..plugin import knob_contract
 
     share_from = "--explore-share"
     if given is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.plugin import explore, knob_contract
-from spectower.simulator.accept_kinds import AcceptKind
-from spectower.simulator.profile import Profile
+from ..plugin import explore, knob_contract
+from .accept_kinds import AcceptKind
+from .profile import Profile
 
 # Data-parallel ranks, each a scheduler task: past this a value is a typo (1e5 took 12 s and 1.1 GB to start).
 MAX_DP_SIZE = 256

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from spectower.simulator.exposition import exposition
-from spectower.simulator.gpus import VirtualGpus
+
+from .exposition import exposition
+from .gpus import VirtualGpus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DRIVER_VERSION = "580.95.05"

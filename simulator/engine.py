@@ -45,14 +45,14 @@ import time
 import uuid
 from collections import deque
 
-from spectower.plugin import knob_contract
-from spectower.plugin.engine_counters import EngineCounters
-from spectower.plugin.explore import Explorer
-from spectower.simulator.accept_kinds import kind_of
-from spectower.simulator.config import SimConfig
-from spectower.simulator.memory import memory_layout
-from spectower.simulator.stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
-from spectower.simulator.textgen import TokenStream
+from ..plugin import knob_contract
+from ..plugin.engine_counters import EngineCounters
+from ..plugin.explore import Explorer
+from .accept_kinds import kind_of
+from .config import SimConfig
+from .memory import memory_layout
+from .stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
+from .textgen import TokenStream
 
 # Falling further behind than this (seconds) resets the step clock instead of catching up in a burst.
 MAX_LAG_S = 0.5

@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from spectower.simulator.engine import Engine
+from .engine import Engine
 
 SAMPLE_INTERVAL_S = 1.0
 IDLE_POWER_SHARE = 0.18  # idle draw as a share of the power limit (H200: ~127 W of 700 W)

@@ -49,11 +49,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control.policy import Observation, Policy, make_policy
-from spectower.plugin import explore, knob_contract
-from spectower.plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
-from spectower.simulator.profile import Profile
-from spectower.simulator.traces import Trace
+from ..control.policy import Observation, Policy, make_policy
+from ..plugin import explore, knob_contract
+from ..plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
+from .profile import Profile
+from .traces import Trace
 
 DEFAULT_DECISION_INTERVAL_S = 5.0
 DEFAULT_TICK_S = 0.5

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from spectower.simulator.auth import UNAUTHORIZED_BODY, is_allowed
+from .auth import UNAUTHORIZED_BODY, is_allowed
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectower.plugin import knob_contract
-from spectower.plugin.explore import RUN_LENGTH
-from spectower.simulator.engine import Engine, RankScheduler
+from ..plugin import knob_contract
+from ..plugin.explore import RUN_LENGTH
+from .engine import Engine, RankScheduler
 
 
 def owner_of(engine: Engine) -> knob_contract.KnobOwner:

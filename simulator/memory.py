@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.simulator.profile import Profile
+from .profile import Profile
 
 # KV cache bytes per token of a large model in bf16 (sizes the simulated token pool from GPU memory).
 KV_BYTES_PER_TOKEN = 131072

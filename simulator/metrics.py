@@ -22,10 +22,11 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from spectower.simulator.engine import Engine, RankScheduler
-from spectower.simulator.http_metrics import HttpCounters
-from spectower.simulator.server_info import STARTUP_TIME
-from spectower.simulator.stats import Hist
+
+from .engine import Engine, RankScheduler
+from .http_metrics import HttpCounters
+from .server_info import STARTUP_TIME
+from .stats import Hist
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENGINE_TYPE = "unified"

@@ -29,19 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.control.policy import Observation, Policy, make_policy
-from spectower.plugin import knob_contract
-from spectower.simulator.harness import (
-    BASELINES,
-    GAUGE_IDLE_DECAY_S,
-    HarnessConfig,
-    HarnessError,
-    _Counters,
-    _Mode,
-    _Tables,
-)
-from spectower.simulator.profile import Profile
-from spectower.storage.request_traces import (
+from ..control.policy import Observation, Policy, make_policy
+from ..plugin import knob_contract
+from ..storage.request_traces import (
     DEFAULT_SLO,
     Arrival,
     RequestOutcome,
@@ -50,6 +40,16 @@ from spectower.storage.request_traces import (
     open_loop_figures,
     schedule,
 )
+from .harness import (
+    BASELINES,
+    GAUGE_IDLE_DECAY_S,
+    HarnessConfig,
+    HarnessError,
+    _Counters,
+    _Mode,
+    _Tables,
+)
+from .profile import Profile
 
 OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
 MIN_DRAIN_LIMIT_S = 600.0

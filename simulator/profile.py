@@ -35,8 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from spectower.plugin.explore import DEFAULT_KEPT_EXTEND_TAX
-from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
+from ..plugin.explore import DEFAULT_KEPT_EXTEND_TAX
+from ..storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 PROFILE_PACKAGE = "spectower.simulator.profiles"
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"

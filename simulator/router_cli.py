@@ -18,8 +18,9 @@ def router(
 ) -> None:
     """Run a simulated SGLang router: its worker list (GET /workers) and least-loaded routing."""
     import uvicorn
-    from spectower.simulator.cli import cannot_bind
-    from spectower.simulator.router import build_app
+
+    from .cli import cannot_bind
+    from .router import build_app
 
     urls = [u.strip().rstrip("/") for u in worker_urls]
     for url in urls:

@@ -21,15 +21,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
-from spectower.plugin import knob_contract
-from spectower.simulator import knob_state
-from spectower.simulator.config import SGLANG_VERSION
-from spectower.simulator.engine import Engine, RankScheduler
-from spectower.simulator.errors import bad_request, read_json
-from spectower.simulator.exposition import exposition
-from spectower.simulator.http_metrics import HttpCounters
-from spectower.simulator.metrics import CONTENT_TYPE, build_registry, render
-from spectower.simulator.server_info import ServerInfo
+
+from ..plugin import knob_contract
+from . import knob_state
+from .config import SGLANG_VERSION
+from .engine import Engine, RankScheduler
+from .errors import bad_request, read_json
+from .exposition import exposition
+from .http_metrics import HttpCounters
+from .metrics import CONTENT_TYPE, build_registry, render
+from .server_info import ServerInfo
 
 logger = logging.getLogger("simulator")
 

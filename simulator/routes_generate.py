@@ -16,9 +16,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from spectower.simulator.engine import ABORTED, Engine, SimRequest
-from spectower.simulator.errors import bad_request, read_json
-from spectower.simulator.textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
+
+from .engine import ABORTED, Engine, SimRequest
+from .errors import bad_request, read_json
+from .textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
 
 DEFAULT_MAX_NEW_TOKENS = 128
 WEIGHT_VERSION = "default"

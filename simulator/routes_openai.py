@@ -15,10 +15,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from spectower.simulator.engine import ABORTED, Engine, SimRequest
-from spectower.simulator.errors import bad_request, error_response, read_json
-from spectower.simulator.routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
-from spectower.simulator.textgen import estimate_prompt_tokens, piece
+
+from .engine import ABORTED, Engine, SimRequest
+from .errors import bad_request, error_response, read_json
+from .routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
+from .textgen import estimate_prompt_tokens, piece
 
 DEFAULT_MAX_TOKENS = 128
 # Tokens a chat template adds around each message (role markers, separators).

@@ -15,12 +15,13 @@ import sys
 from collections.abc import Iterator
 
 import uvicorn
-from spectower.simulator.app import build_app
-from spectower.simulator.config import SimConfig
-from spectower.simulator.dcgm import build_app as build_dcgm_app
-from spectower.simulator.engine import Engine
-from spectower.simulator.gpus import SAMPLE_INTERVAL_S, VirtualGpus
-from spectower.simulator.server_info import ServerInfo
+
+from .app import build_app
+from .config import SimConfig
+from .dcgm import build_app as build_dcgm_app
+from .engine import Engine
+from .gpus import SAMPLE_INTERVAL_S, VirtualGpus
+from .server_info import ServerInfo
 
 # On SIGTERM, open streams get this long to finish before their connections are closed.
 GRACEFUL_SHUTDOWN_S = 2

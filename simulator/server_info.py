@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 # the simulator reports the version of the plugin it stands in for
-from spectower.plugin.gate import PLUGIN_VERSION
-from spectower.simulator import knob_state
-from spectower.simulator.config import SGLANG_VERSION, SimConfig
-from spectower.simulator.engine import Engine, RankScheduler
-from spectower.simulator.server_args import internal_only_template, server_args_template
+from ..plugin.gate import PLUGIN_VERSION
+from . import knob_state
+from .config import SGLANG_VERSION, SimConfig
+from .engine import Engine, RankScheduler
+from .server_args import internal_only_template, server_args_template
 
 ADAPTIVE_BANDS = (1, 8, 32, 64)
 # How long the emulated server took to start, by phase, as /server_info reports it (simulator.metrics' startup

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spectower.plugin.engine_counters import counter_bins
-from spectower.simulator.profile import Profile
-from spectower.simulator.traces import Trace
+from ..plugin.engine_counters import counter_bins
+from .profile import Profile
+from .traces import Trace
 
 # A middle count "beats both ends" when it serves at least this much more than the better end: below it the
 # model's own assumptions (the step cost's shape, geometric acceptance) are larger than the difference.

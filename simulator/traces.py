@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectower.storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
+from ..storage.files import FileReadError, is_file_path, parse_json_text, read_text_capped
 
 DEFAULT_DURATION_S = 3600.0
 BUILTIN_TRACES = ("day", "bursty", "ramp", "steps", "jump")

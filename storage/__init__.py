@@ -81,9 +81,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spectower.storage.database import Database, DatabaseURLError, default_db_url, open_database
-    from spectower.storage.schema import SCHEMA_VERSION, SchemaError
-    from spectower.storage.writer import BatchWriter, WriterStats
+    from .database import Database, DatabaseURLError, default_db_url, open_database
+    from .schema import SCHEMA_VERSION, SchemaError
+    from .writer import BatchWriter, WriterStats
 
 # Loaded on first use (PEP 562): ``spectower.storage.files`` and ``timeparse`` serve the CLI's every command,
 # and importing the package must not load SQLAlchemy and sqlmodel for them (0.4 s of each command's start).

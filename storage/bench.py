@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from spectower.storage import models
-from spectower.storage.redact import redact_json_text
 from sqlmodel import Session
+
+from . import models
+from .redact import redact_json_text
 
 
 def save_bench_runs(s: Session, runs: list[tuple[models.BenchRun, list[models.BenchPoint]]]) -> list[int]:

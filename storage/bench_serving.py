@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spectower.storage import models, queries
-from spectower.storage.database import Database
-from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
-from spectower.storage.redact import redact
 from sqlmodel import col, select
+
+from . import models, queries
+from .database import Database
+from .files import FileReadError, parse_json_text, read_text_capped
+from .redact import redact
 
 # bench_serving key -> BenchPoint column
 POINT_KEYS: dict[str, str] = {

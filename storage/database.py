@@ -15,16 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from spectower.storage import bench, dialect, models, retention, rollups, schema
-from spectower.storage.locate import DatabaseURLError, locate_database
-from spectower.storage.redact import redact
-from spectower.storage.retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
-from spectower.storage.snapshots import stable_server_info_hash
-from spectower.storage.writer import BatchWriter
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, select
+
+from . import bench, dialect, models, retention, rollups, schema
+from .locate import DatabaseURLError, locate_database
+from .redact import redact
+from .retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
+from .snapshots import stable_server_info_hash
+from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
 

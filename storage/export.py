@@ -22,12 +22,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from spectower.storage import queries
-from spectower.storage.bench_serving import export_lines
-from spectower.storage.database import Database
-from spectower.storage.files import atomic_path, check_out, finite_or_null
 from sqlalchemy import Boolean, Float, Integer, select
 from sqlmodel import SQLModel
+
+from . import queries
+from .bench_serving import export_lines
+from .database import Database
+from .files import atomic_path, check_out, finite_or_null
 
 Format = Literal["csv", "jsonl", "parquet"]
 FORMATS: tuple[str, ...] = ("csv", "jsonl", "parquet")

@@ -26,16 +26,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spectower.storage import models, sealed
-from spectower.storage.files import FileReadError, read_text_capped
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, col, select
+
+from . import models, sealed
+from .files import FileReadError, read_text_capped
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from spectower.storage.database import Database
     from sqlmodel import Session
+
+    from .database import Database
 
 # nvidia-smi field (unit dropped) -> GpuSample column
 NVIDIA_SMI_COLUMNS: dict[str, str] = {

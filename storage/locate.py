@@ -120,7 +120,7 @@ def read_config(path: Path) -> dict[str, Any] | None:
     """A config file's TOML document, None when there is no such file. ``DatabaseURLError`` (one line naming
     the file) when it cannot be read or is no TOML. The one reader of spectower's config files: the
     database (``db``) and the fleets (``[fleets.NAME]``) both come from it."""
-    from spectower.storage.files import FileReadError, read_text_capped
+    from .files import FileReadError, read_text_capped
 
     if not path.is_file():
         return None

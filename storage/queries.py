@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from spectower.plugin.engine_counters import MODES as COUNTER_MODES
-from spectower.plugin.engine_counters import rates as counter_rates
-from spectower.storage import dialect, models, rollups, sealed
-from spectower.storage.retention import horizons
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
+from ..plugin.engine_counters import MODES as COUNTER_MODES
+from ..plugin.engine_counters import rates as counter_rates
+from . import dialect, models, rollups, sealed
+from .retention import horizons
+
 if TYPE_CHECKING:
-    from spectower.storage.database import Database
+    from .database import Database
 
 SeriesKind = Literal["engine", "gpu"]
 DEFAULT_MAX_POINTS = 500

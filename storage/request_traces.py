@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spectower.storage.files import FileReadError, read_text_capped
+from .files import FileReadError, read_text_capped
 
 MAX_REQUEST_TRACE_BYTES = 64 << 20  # Azure's week-long 2024 traces are larger: cut them first
 MAX_REQUEST_TRACE_ROWS = 2_000_000

@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from spectower.storage import dialect, schema, sealed
-from spectower.storage.rollups import HOUR_S, MINUTE_S, SPECS, update_rollups
 from sqlalchemy import Engine, and_, select
 from sqlmodel import SQLModel
+
+from . import dialect, schema, sealed
+from .rollups import HOUR_S, MINUTE_S, SPECS, update_rollups
 
 DEFAULT_RAW_DAYS = 14.0
 DEFAULT_ROLLUP_DAYS = 180.0  # 1-minute rollups

@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.storage import dialect, models, sealed
 from sqlalchemy import Engine, Float, Table, and_, bindparam, func, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
+
+from . import dialect, models, sealed
 
 MINUTE_S = 60
 HOUR_S = 3600

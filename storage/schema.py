@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spectower.storage import dialect, models
 from sqlalchemy import Engine, Index, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
+
+from . import dialect, models
 
 SCHEMA_VERSION = 5
 SCHEMA_VERSION_KEY = "schema_version"

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from spectower.storage import chunks, dialect, models
 from sqlalchemy import Boolean, ColumnElement, Float, Table, and_, func, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
+
+from . import chunks, dialect, models
 
 DEFAULT_KEEP_S = 120.0  # the head keeps each series' newest 2 minutes as rows
 DEFAULT_MIN_ROWS = 600  # a chunk waits for 10 minutes of 1 Hz samples ...

@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.storage import dialect
 from sqlalchemy import Engine, Table
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlmodel import SQLModel
+
+from . import dialect
 
 log = logging.getLogger(__name__)
 

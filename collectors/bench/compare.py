@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectower.storage import queries
-from spectower.storage.database import Database
-from spectower.storage.models import BenchPoint, BenchRun
+from ...storage import queries
+from ...storage.database import Database
+from ...storage.models import BenchPoint, BenchRun
 
 # server_info keys that change from one launch to the next without changing the stack.
 VOLATILE_KEYS = frozenset(

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from spectower.collectors.gpu.dcgm import parse_dcgm
-from spectower.collectors.gpu.reading import GpuFacts
-from spectower.collectors.http import BoundedReadError, is_loopback_url, request_bounded_sync
+
+from ..gpu.dcgm import parse_dcgm
+from ..gpu.reading import GpuFacts
+from ..http import BoundedReadError, is_loopback_url, request_bounded_sync
 
 DCGM_READ_S = 5.0  # one read of the exporter's page, all of it
 DCGM_MAX_BYTES = 16 * 1024 * 1024
@@ -31,7 +32,7 @@ def _entry(facts: GpuFacts) -> dict[str, Any]:
 def nvml_inventory() -> list[dict[str, Any]] | None:
     """The GPUs NVML sees on this host, or None where there is no NVML (no driver, no GPU): the collector's
     NVML sampler's inventory (collectors/gpu/nvml.py, the one NVML wrapper)."""
-    from spectower.collectors.gpu.nvml import NvmlSampler, NvmlUnavailableError
+    from ..gpu.nvml import NvmlSampler, NvmlUnavailableError
 
     sampler = NvmlSampler()
     try:

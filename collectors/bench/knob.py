@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from spectower.plugin import knob_contract as kc
+from ...plugin import knob_contract as kc
 
 SWEEP_HOLD_S = kc.SWEEP_DEFAULT_HOLD_S
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectower.collectors.bench.errors import BenchError
-from spectower.collectors.bench.limits import MAX_TOKENS
+from .errors import BenchError
+from .limits import MAX_TOKENS
 
 # Knuth's multiplicative hash: consecutive indices land far apart in the range, deterministically.
 _MULTIPLIER = 2654435761

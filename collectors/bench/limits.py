@@ -7,7 +7,7 @@ prompt for ever, each while holding the server's knob.
 
 from __future__ import annotations
 
-from spectower.collectors.bench.errors import BenchError
+from .errors import BenchError
 
 MAX_CONCURRENCY = 4096  # clients at once; SGLang's max_running_requests is far below
 MAX_TOKENS = 1 << 20  # a prompt or an answer, in tokens (words): past any model's context

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-from spectower.collectors.bench.prompts import PromptFactory
-from spectower.collectors.bench.records import RequestRecord
-from spectower.collectors.bench.stream import RequestShape, stream_request
+
+from .prompts import PromptFactory
+from .records import RequestRecord
+from .stream import RequestShape, stream_request
 
 ProgressFn = Callable[[RequestRecord], None]
 

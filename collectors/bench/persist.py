@@ -18,11 +18,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from spectower.collectors.bench.ratio import Crossover, RatioPoint
-from spectower.collectors.bench.replay import ReplayResult
-from spectower.collectors.bench.stats import request_figures
-from spectower.collectors.bench.sweep import PLAIN, PointResult, SweepResult
-from spectower.storage.models import BenchPoint, BenchRun
+from ...storage.models import BenchPoint, BenchRun
+from .ratio import Crossover, RatioPoint
+from .replay import ReplayResult
+from .stats import request_figures
+from .sweep import PLAIN, PointResult, SweepResult
 
 SOURCE = "sweep"
 _COLUMNS = {

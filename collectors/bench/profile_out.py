@@ -11,9 +11,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from spectower.collectors.bench.errors import BenchError
-from spectower.collectors.bench.sweep import SweepResult
-from spectower.storage.files import atomic_write_text, check_out
+from ...storage.files import atomic_write_text, check_out
+from .errors import BenchError
+from .sweep import SweepResult
 
 MAX_NOISE_CV = 0.5
 

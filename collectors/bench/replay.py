@@ -23,15 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.bench import server as srv
-from spectower.collectors.bench.errors import BenchError
-from spectower.collectors.bench.limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
-from spectower.collectors.bench.prompts import DEFAULT_SEED, PromptFactory
-from spectower.collectors.bench.records import RequestRecord
-from spectower.collectors.bench.stream import API_CHOICES, Api, RequestShape, stream_request
-from spectower.collectors.http import check_http_url
-from spectower.storage.request_traces import DEFAULT_SLO, Arrival, RequestOutcome, Slo, open_loop_figures
+
+from ...storage.request_traces import DEFAULT_SLO, Arrival, RequestOutcome, Slo, open_loop_figures
+from ..auth import auth_headers
+from ..http import check_http_url
+from . import server as srv
+from .errors import BenchError
+from .limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
+from .prompts import DEFAULT_SEED, PromptFactory
+from .records import RequestRecord
+from .stream import API_CHOICES, Api, RequestShape, stream_request
 
 DEFAULT_MAX_IN_FLIGHT = 1024
 DEFAULT_REQUEST_DEADLINE_S = 600.0

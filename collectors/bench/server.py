@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import BoundedReadError, ServerUnreachable, get_bounded, request_bounded
-from spectower.collectors.promtext import MetricsParseError
-from spectower.collectors.sglang.loads import LoadsError, parse_loads_json
-from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
-from spectower.collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
+
+from ..auth import auth_headers
+from ..http import BoundedReadError, ServerUnreachable, get_bounded, request_bounded
+from ..promtext import MetricsParseError
+from ..sglang.loads import LoadsError, parse_loads_json
+from ..sglang.metrics import MetricsSnapshot, parse_metrics
+from ..sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
 
 SERVER_INFO_PATH = "/server_info"
 LOADS_PATH = "/v1/loads?include=core&format=json"

@@ -18,11 +18,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from spectower.collectors.bench.loadgen import LoopResult
-from spectower.collectors.bench.records import RequestRecord
-
 # the one percentile rule, shared with the open-loop figures (a replay's and the simulator's)
-from spectower.storage.request_traces import percentile
+from ...storage.request_traces import percentile
+from .loadgen import LoopResult
+from .records import RequestRecord
 
 DEFAULT_WINDOWS = 5
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from spectower.collectors.bench.prompts import Prompt
-from spectower.collectors.bench.records import RequestRecord
-from spectower.collectors.bench.sse import aiter_json_events
+
+from .prompts import Prompt
+from .records import RequestRecord
+from .sse import aiter_json_events
 
 Api = Literal["openai", "generate"]
 API_CHOICES: tuple[Api, ...] = ("openai", "generate")

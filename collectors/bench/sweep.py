@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.bench import server as srv
-from spectower.collectors.bench.errors import BenchError
-from spectower.collectors.bench.knob import Knob
-from spectower.collectors.bench.limits import (
+
+from ..auth import auth_headers
+from ..http import ServerUnreachable, check_http_url
+from . import server as srv
+from .errors import BenchError
+from .knob import Knob
+from .limits import (
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_LEVEL,
     MAX_ROUNDS,
@@ -29,13 +31,12 @@ from spectower.collectors.bench.limits import (
     MAX_WARMUP,
     check_between,
 )
-from spectower.collectors.bench.loadgen import LoopResult, run_closed_loop, run_warmup
-from spectower.collectors.bench.prompts import DEFAULT_SEED, PromptFactory
-from spectower.collectors.bench.ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
-from spectower.collectors.bench.records import RequestRecord
-from spectower.collectors.bench.stats import DEFAULT_WINDOWS, point_figures
-from spectower.collectors.bench.stream import API_CHOICES, Api, RequestShape
-from spectower.collectors.http import ServerUnreachable, check_http_url
+from .loadgen import LoopResult, run_closed_loop, run_warmup
+from .prompts import DEFAULT_SEED, PromptFactory
+from .ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
+from .records import RequestRecord
+from .stats import DEFAULT_WINDOWS, point_figures
+from .stream import API_CHOICES, Api, RequestShape
 
 Mode = Literal["on", "off", "plain"]
 MODE_CHOICES: tuple[Mode, ...] = ("on", "off")  # the knob's modes (--modes)

@@ -27,15 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.bench.errors import BenchError
-from spectower.collectors.bench.lengths import OutputLengths
-from spectower.collectors.bench.limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
-from spectower.collectors.bench.prompts import PromptFactory
-from spectower.collectors.bench.records import RequestRecord
-from spectower.collectors.bench.server import get_server_info
-from spectower.collectors.bench.stream import Api, RequestShape, stream_request
-from spectower.collectors.http import check_http_url
+
+from ..auth import auth_headers
+from ..http import check_http_url
+from .errors import BenchError
+from .lengths import OutputLengths
+from .limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
+from .prompts import PromptFactory
+from .records import RequestRecord
+from .server import get_server_info
+from .stream import Api, RequestShape, stream_request
 
 DEFAULT_PERIOD_S = 300.0
 DEFAULT_MAX_CONCURRENCY = 48

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
-from spectower.collectors.gpu.reading import GpuFacts, GpuReading
-from spectower.collectors.http import BoundedReadError, get_bounded
-from spectower.collectors.promtext import MetricsParseError, PromSample, parse_prometheus_text
-from spectower.storage.models import int_or_none
+
+from ...storage.models import int_or_none
+from ..http import BoundedReadError, get_bounded
+from ..promtext import MetricsParseError, PromSample, parse_prometheus_text
+from .reading import GpuFacts, GpuReading
 
 DEFAULT_TIMEOUT_S = 5.0
 

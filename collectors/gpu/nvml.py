@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
-from spectower.collectors.gpu.reading import GpuFacts, GpuReading, ProcessReading
-from spectower.collectors.rates import CounterRates
+
+from ..rates import CounterRates
+from .reading import GpuFacts, GpuReading, ProcessReading
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 import pynvml
-from spectower.collectors.gpu.nvml import FI_NVLINK_RX, FI_NVLINK_TX, NvmlSampler, field_value
+
+from .nvml import FI_NVLINK_RX, FI_NVLINK_TX, NvmlSampler, field_value
 
 # A bf16 matmul loop plus host->device copies, so both SM load and PCIe traffic show.
 DEFAULT_LOAD = (

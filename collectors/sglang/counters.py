@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from spectower.plugin.engine_counters import MODES, rates, sum_ranks, validate
-from spectower.storage.bench_serving import effective_server_info
+from ...plugin.engine_counters import MODES, rates, sum_ranks, validate
+from ...storage.bench_serving import effective_server_info
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from spectower.collectors.promtext import parse_prometheus_text
-from spectower.storage.models import int_or_none
+from ...storage.models import int_or_none
+from ..promtext import parse_prometheus_text
 
 
 class LoadsError(ValueError):

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from spectower.collectors.promtext import PromSample, parse_prometheus_text
-from spectower.storage.models import int_or_none
+from ...storage.models import int_or_none
+from ..promtext import PromSample, parse_prometheus_text
 
 PREFIX = "sglang:"
 SCHEDULER_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")

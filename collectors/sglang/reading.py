@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spectower.collectors.histograms import bucket_delta, quantile
-from spectower.collectors.rates import CounterRates
-from spectower.collectors.sglang.loads import Loads
-from spectower.collectors.sglang.metrics import MetricsSnapshot
-from spectower.collectors.sglang.server_info import ServerInfo
+from ..histograms import bucket_delta, quantile
+from ..rates import CounterRates
+from .loads import Loads
+from .metrics import MetricsSnapshot
+from .server_info import ServerInfo
 
 QUANTILES = ((0.5, "p50"), (0.9, "p90"), (0.99, "p99"))
 # EngineReading field -> /v1/loads rank field, for a server whose /metrics is off

@@ -14,20 +14,21 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import httpx
-from spectower.collectors.auth import auth_headers
-from spectower.collectors.http import (
+
+from ..auth import auth_headers
+from ..http import (
     DEFAULT_MAX_BODY_BYTES,
     BoundedReadError,
     BoundedResponse,
     ServerUnreachable,
     get_bounded,
 )
-from spectower.collectors.promtext import MetricsParseError
-from spectower.collectors.sglang.counters import CounterDeltas, CounterRow, read_counters
-from spectower.collectors.sglang.loads import Loads, LoadsError, parse_loads_json
-from spectower.collectors.sglang.metrics import MetricsSnapshot, parse_metrics
-from spectower.collectors.sglang.reading import EngineDeriver, EngineReading
-from spectower.collectors.sglang.server_info import ServerInfo, ServerInfoError, parse_server_info
+from ..promtext import MetricsParseError
+from .counters import CounterDeltas, CounterRow, read_counters
+from .loads import Loads, LoadsError, parse_loads_json
+from .metrics import MetricsSnapshot, parse_metrics
+from .reading import EngineDeriver, EngineReading
+from .server_info import ServerInfo, ServerInfoError, parse_server_info
 
 log = logging.getLogger(__name__)
 

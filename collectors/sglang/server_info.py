@@ -22,11 +22,12 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
-from spectower.plugin import knob_contract
-from spectower.storage.bench_serving import effective_server_info
-from spectower.storage.models import int_or_none
-from spectower.storage.redact import redact
-from spectower.storage.snapshots import stable_server_info_hash
+
+from ...plugin import knob_contract
+from ...storage.bench_serving import effective_server_info
+from ...storage.models import int_or_none
+from ...storage.redact import redact
+from ...storage.snapshots import stable_server_info_hash
 
 
 class ServerInfoError(ValueError):

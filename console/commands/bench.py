@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from spectower.console.commands.options import (
+
+from .options import (
     API_DEFAULT,
     API_HELP,
     AS_HELP,
@@ -26,13 +27,14 @@ from spectower.console.commands.options import (
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from spectower.collectors.bench.compare import Comparison
-    from spectower.collectors.bench.ratio import RatioPoint
-    from spectower.collectors.bench.records import RequestRecord
-    from spectower.collectors.bench.sweep import PointResult, SweepConfig, SweepResult
-    from spectower.control.credentials import Credentials
-    from spectower.control.sweep_audit import SweepKnob
-    from spectower.storage.database import Database
+
+    from ...collectors.bench.compare import Comparison
+    from ...collectors.bench.ratio import RatioPoint
+    from ...collectors.bench.records import RequestRecord
+    from ...collectors.bench.sweep import PointResult, SweepConfig, SweepResult
+    from ...control.credentials import Credentials
+    from ...control.sweep_audit import SweepKnob
+    from ...storage.database import Database
 
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
 
@@ -344,10 +346,10 @@ def sweep(
     ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
-    from spectower.collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
-    from spectower.control.credentials import load_credentials
-    from spectower.control.knob_state import normalize_server_url
-    from spectower.storage import open_database
+    from ...collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
+    from ...control.credentials import load_credentials
+    from ...control.knob_state import normalize_server_url
+    from ...storage import open_database
 
     config = SweepConfig(
         server=normalize_server_url(server),
@@ -381,12 +383,12 @@ def _keep_and_report(
 ) -> None:
     """Save the run (--save) and write the profile (--profile-out) when it measured anything, then print
     the result (table or --json) and where it was kept."""
-    from spectower.console.errors import strict_json
+    from ..errors import strict_json
 
     run_id = _save(database, result) if save and result.points else None
     written = None
     if profile_out is not None and result.points:
-        from spectower.collectors.bench.profile_out import write_profile
+        from ...collectors.bench.profile_out import write_profile
 
         write_profile(result, profile_out)
         written = profile_out
@@ -406,8 +408,8 @@ def _sweep_knob(
 ) -> SweepKnob:
     """The knob through control's client: one audit row when the sweep borrows it, one when it gives it
     back, in the name of --as (else the login name)."""
-    from spectower.control.audit import operator_actor
-    from spectower.control.sweep_audit import audited_sweep_knob
+    from ...control.audit import operator_actor
+    from ...control.sweep_audit import audited_sweep_knob
 
     actor = operator_actor(operator or getpass.getuser() or "unknown")
     return audited_sweep_knob(server, creds, database, actor, force=force)
@@ -415,8 +417,8 @@ def _sweep_knob(
 
 def _duration_per_level(requests_per_level: int | None, duration_per_level: float | None) -> float | None:
     """A point lasts a number of requests or of seconds (the default when neither is given), not both."""
-    from spectower.collectors.bench.sweep import DEFAULT_DURATION_S
-    from spectower.console.errors import fail
+    from ...collectors.bench.sweep import DEFAULT_DURATION_S
+    from ..errors import fail
 
     if requests_per_level is not None and duration_per_level is not None:
         fail("--requests-per-level and --duration-per-level: give one, not both")
@@ -430,11 +432,11 @@ def _inventory_for(
 ) -> list[dict[str, Any]] | None:
     """The swept server's GPU inventory; with --profile-out, refused before the sweep when that file cannot
     be written or the inventory is unknown (the sweep would end writing nowhere)."""
-    from spectower.collectors.bench.gpu_inventory import server_inventory
-    from spectower.console.errors import fail
+    from ...collectors.bench.gpu_inventory import server_inventory
+    from ..errors import fail
 
     if profile_out is not None:
-        from spectower.storage.files import check_out
+        from ...storage.files import check_out
 
         try:
             check_out(profile_out, "--profile-out")
@@ -453,8 +455,8 @@ def _run_with_progress(
     config: SweepConfig, knob: SweepKnob, creds: Credentials, inventory: list[dict[str, Any]] | None
 ) -> SweepResult:
     """The sweep under a live progress display; Ctrl-C ends it with the knob given back."""
-    from spectower.collectors.bench.sweep import run_sweep
-    from spectower.console.errors import fail
+    from ...collectors.bench.sweep import run_sweep
+    from ..errors import fail
 
     _honour_sigint()
     progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
@@ -475,7 +477,7 @@ def _run_with_progress(
 
 
 def _save(database: Database, result: SweepResult) -> int:
-    from spectower.collectors.bench.persist import to_models
+    from ...collectors.bench.persist import to_models
 
     run, points = to_models(result)
     return int(database.save_bench_run(run, points))
@@ -555,9 +557,9 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Two saved runs side by side, and what differs in their stacks."""
-    from spectower.collectors.bench.compare import compare_runs, load_run
-    from spectower.console.errors import fail
-    from spectower.storage import default_db_url, open_database
+    from ...collectors.bench.compare import compare_runs, load_run
+    from ...storage import default_db_url, open_database
+    from ..errors import fail
 
     try:
         database = open_database(default_db_url(db), existing=True)
@@ -568,7 +570,7 @@ def compare(
     finally:
         database.close()
     if as_json:
-        from spectower.console.errors import strict_json
+        from ..errors import strict_json
 
         print(strict_json(comp.to_json()))  # valid JSON always: NaN / Infinity become null
     else:

@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
-from spectower.console.commands.control_fleet import FLEET_HELP
-from spectower.console.commands.control_fleet import resolve as resolve_fleet
-from spectower.console.commands.options import (
+
+from ..errors import fail
+from .control_fleet import FLEET_HELP
+from .control_fleet import resolve as resolve_fleet
+from .options import (
     DB_HELP,
     chosen_database,
     duration_option,
     run_duration_option,
     say_database,
 )
-from spectower.console.errors import fail
 
 if TYPE_CHECKING:
-    from spectower.collectors.daemon import DaemonConfig
-    from spectower.storage.retention import RetentionPolicy
+    from ...collectors.daemon import DaemonConfig
+    from ...storage.retention import RetentionPolicy
 
 
 def collect(
@@ -59,9 +60,9 @@ def collect(
     The API key of an --api-key server comes from SPECTOWER_API_KEY or the file named by
     SPECTOWER_API_KEY_FILE (never the command line). Older samples are deleted hourly per --raw-days /
     --rollup-days / --hourly-days (audit rows, gaps and benchmark runs are kept)."""
-    from spectower.collectors.auth import load_api_key
-    from spectower.collectors.daemon import DaemonConfig
-    from spectower.storage.retention import RetentionPolicy
+    from ...collectors.auth import load_api_key
+    from ...collectors.daemon import DaemonConfig
+    from ...storage.retention import RetentionPolicy
 
     _log_at(log_level)
     try:
@@ -97,12 +98,13 @@ def _run_collector(config: DaemonConfig, db: str | None, retention: RetentionPol
     collect into it until the run ends."""
     import asyncio
 
-    from spectower.collectors.daemon import Collector
-    from spectower.collectors.sink import StorageSink
-    from spectower.storage import open_database
-    from spectower.storage.database import CollectorConflictError
-    from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
+
+    from ...collectors.daemon import Collector
+    from ...collectors.sink import StorageSink
+    from ...storage import open_database
+    from ...storage.database import CollectorConflictError
+    from ...storage.dialect import error_line
 
     url, why = chosen_database(db)
     try:

@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import typer
 from rich.console import Console
 from rich.markup import escape
-from spectower.console.commands import control_fleet as fleets
-from spectower.console.commands.control_fleet import FLEET_HELP, SERVERS_HELP
-from spectower.console.commands.options import (
+
+from ...control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
+from ...plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+from ..errors import fail, is_user_error, strict_json
+from . import control_fleet as fleets
+from .control_fleet import FLEET_HELP, SERVERS_HELP
+from .options import (
     AS_HELP,
     DB_HELP,
     MAX_EVENTS_SHOWN,
@@ -28,17 +32,14 @@ from spectower.console.commands.options import (
     int_option,
     say_database,
 )
-from spectower.console.errors import fail, is_user_error, strict_json
-from spectower.control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
-from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
 if TYPE_CHECKING:
-    from spectower.collectors.sglang.server_info import RankState
-    from spectower.control.fleet_ops import ReplicaOutcome
-    from spectower.control.knob import KnobClient
-    from spectower.control.knob_state import KnobState, SetResult
-    from spectower.control.runner import PolicyRunner
-    from spectower.storage import Database
+    from ...collectors.sglang.server_info import RankState
+    from ...control.fleet_ops import ReplicaOutcome
+    from ...control.knob import KnobClient
+    from ...control.knob_state import KnobState, SetResult
+    from ...control.runner import PolicyRunner
+    from ...storage import Database
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -83,8 +84,8 @@ def _stdin_is_tty() -> bool:
 
 
 def _client(server: str) -> KnobClient:
-    from spectower.control.credentials import load_credentials
-    from spectower.control.knob import KnobClient
+    from ...control.credentials import load_credentials
+    from ...control.knob import KnobClient
 
     creds = load_credentials()
     return KnobClient(server, creds.admin_key, api_key=creds.api_key)
@@ -92,7 +93,7 @@ def _client(server: str) -> KnobClient:
 
 def _open_db(db: str | None, existing: bool = False) -> Database:
     """The database (``existing``: one that is there, for a command that only reads it)."""
-    from spectower.storage.database import default_db_url, open_database
+    from ...storage.database import default_db_url, open_database
 
     return open_database(default_db_url(db), existing=existing)
 
@@ -100,7 +101,7 @@ def _open_db(db: str | None, existing: bool = False) -> Database:
 def _open_for_writing(db: str | None) -> tuple[Database, Callable[[], None]]:
     """The database a command writes its audit to, and what says which one it is and why (called once the
     command has written there: a refusal of bad input stays its one ``error:`` line)."""
-    from spectower.storage.database import open_database
+    from ...storage.database import open_database
 
     url, why = chosen_database(db)
     return open_database(url), functools.partial(say_database, url, why)
@@ -120,7 +121,7 @@ def _fleet_write(db: str | None, write: Callable[[Database], Sequence[ReplicaOut
 
 def _describe(value: int | None, max_running: int | None) -> str:
     """The knob's value with how it reads (``control.knob.knob_mode``'s rule), e.g. ``0 (off)``."""
-    from spectower.control.knob_state import knob_mode
+    from ...control.knob_state import knob_mode
 
     mode = knob_mode(value, max_running)
     if mode == "unknown":
@@ -201,7 +202,7 @@ def _when(ts: Any) -> str:
 def _print_ownership(state: KnobState, holder: dict[str, Any] | None) -> None:
     """Owner, lock, expiry, last writer and the policy's last decision, as the server reports them; who holds
     a manual lock (``holder``: the audit row of the set that took it)."""
-    from spectower.control.audit import lock_text
+    from ...control.audit import lock_text
 
     say = functools.partial(out.print, markup=False, soft_wrap=True)
     say(f"owner            {state.owner or 'unknown'} ({lock_text(state)})")
@@ -269,9 +270,9 @@ def _from_database(
     """What the database adds to the server's own account: the speedup (``_speedup``) and who holds a
     manual lock (``control.audit.lock_holder``: actor, since, reason; None when the database has no such
     row). A missing SQLite file is not created."""
-    from spectower.console import data
-    from spectower.control.audit import lock_holder
-    from spectower.storage.database import default_db_url
+    from ...control.audit import lock_holder
+    from ...storage.database import default_db_url
+    from .. import data
 
     store = data.open_store(default_db_url(db))
     if store is None:
@@ -290,11 +291,11 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     else over the counters since the server started (one read of /server_info)."""
     import time
 
-    from spectower.collectors.sglang.counters import read_counters
-    from spectower.console import data
-    from spectower.control import speedup
-    from spectower.plugin.engine_counters import rates, sum_ranks
-    from spectower.storage import queries
+    from ...collectors.sglang.counters import read_counters
+    from ...control import speedup
+    from ...plugin.engine_counters import rates, sum_ranks
+    from ...storage import queries
+    from .. import data
 
     if store is not None:
         try:
@@ -377,8 +378,8 @@ def set_knob(
     """Set the knob, read it back per rank, audit it; the server locks it against any policy until
     `control release` (or --hold expires). With --fleet (or several --server): asks once, sets every
     replica at once, one row each; exit 0 all confirmed, 3 partial, 1 none."""
-    from spectower.control import audit
-    from spectower.control.knob_state import Target
+    from ...control import audit
+    from ...control.knob_state import Target
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
@@ -441,7 +442,7 @@ def release(
 ) -> None:
     """Clear the server's lock (a manual set's, or a stuck sweep's) so its policy acts again. With --fleet
     (or several --server): every replica at once, one row each; exit codes as `control set`'s."""
-    from spectower.control import audit
+    from ...control import audit
 
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
@@ -480,7 +481,7 @@ def events(
     """The audit trail, newest first."""
     import time
 
-    from spectower.control import audit
+    from ...control import audit
 
     group = fleets.resolve(servers, fleet) if servers or fleet else None
     database = _open_db(db, existing=True)
@@ -545,8 +546,8 @@ def auto(
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
     from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
     """
-    from spectower.console.commands.control_auto import AutoPlan, profile_known, run_policies, runner_for
-    from spectower.control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
+    from ...control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
+    from .control_auto import AutoPlan, profile_known, run_policies, runner_for
 
     spec = _policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
@@ -580,7 +581,7 @@ def auto(
 
 def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
     """The policy as ``sim evaluate --policy`` names it; the old ``--mode X [--max-bs N]`` still works."""
-    from spectower.control.policy import POLICY_SPECS, PolicyError, make_policy
+    from ...control.policy import POLICY_SPECS, PolicyError, make_policy
 
     if mode is not None:
         if mode == "threshold":

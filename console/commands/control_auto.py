@@ -11,21 +11,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from spectower.console.commands.control_fleet import client_for
-from spectower.console.errors import fail
+
+from ..errors import fail
+from .control_fleet import client_for
 
 if TYPE_CHECKING:
-    from spectower.control.knob_state import KnobState
-    from spectower.control.runner import PolicyRunner, RunnerConfig
-    from spectower.control.warm_start import Known, WarmStart
-    from spectower.storage import Database
+    from ...control.knob_state import KnobState
+    from ...control.runner import PolicyRunner, RunnerConfig
+    from ...control.warm_start import Known, WarmStart
+    from ...storage import Database
 
 
 def run_policies(
     runners: Sequence[PolicyRunner], interval_s: float, say_which: Callable[[], None], out: Console
 ) -> None:
     """Every runner until SIGINT/SIGTERM (each server keeps its last ceiling)."""
-    from spectower.control.fleet_runner import run_all
+    from ...control.fleet_runner import run_all
 
     stop = threading.Event()
 
@@ -62,9 +63,9 @@ class AutoPlan:
 def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
     """One replica's policy runner: its own client and policy (own counters), its warm start. Raises our
     errors (unreachable and unknown to the database, no plugin, a threshold past its max_running)."""
-    from spectower.control.knob_state import KnobValueError, ServerUnreachableError, ensure_ready
-    from spectower.control.policy import make_policy
-    from spectower.control.runner import PolicyRunner
+    from ...control.knob_state import KnobValueError, ServerUnreachableError, ensure_ready
+    from ...control.policy import make_policy
+    from ...control.runner import PolicyRunner
 
     client = client_for(server)
     try:
@@ -111,8 +112,8 @@ def warm_start(
 ) -> WarmStart:
     """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
     the server's stack, read here and handed to the policy as a number."""
-    from spectower.collectors.bench.gpu_inventory import server_inventory
-    from spectower.control import warm_start
+    from ...collectors.bench.gpu_inventory import server_inventory
+    from ...control import warm_start
 
     launch = "the launch's ceiling" + (f" ({state.spec_max_bs})" if state is not None else "")
     if not enabled:
@@ -130,8 +131,8 @@ def warm_start(
 
 def profile_known(path: Path) -> Known:
     """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
-    from spectower.control.warm_start import known_from_profile
-    from spectower.simulator.profile import load_profile
+    from ...control.warm_start import known_from_profile
+    from ...simulator.profile import load_profile
 
     try:
         profile = load_profile(path)
@@ -147,7 +148,7 @@ def profile_known(path: Path) -> Known:
 
 def known_max_running(database: Database, url: str) -> int | None:
     """What the collector last stored as the server's max_running_requests (None: never collected)."""
-    from spectower.storage import queries
+    from ...storage import queries
 
     try:
         return queries.server_by_url(database, url).max_running_requests

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from spectower.console.errors import fail, stderr, strict_json
+
+from ..errors import fail, stderr, strict_json
 
 if TYPE_CHECKING:
-    from spectower.control.fleet import Fleet
-    from spectower.control.fleet_ops import Preview, ReplicaOutcome
-    from spectower.control.knob import KnobClient
-    from spectower.control.knob_state import KnobState, Target
-    from spectower.control.runner import PolicyRunner
-    from spectower.storage import Database
+    from ...control.fleet import Fleet
+    from ...control.fleet_ops import Preview, ReplicaOutcome
+    from ...control.knob import KnobClient
+    from ...control.knob_state import KnobState, Target
+    from ...control.runner import PolicyRunner
+    from ...storage import Database
 
 FLEET_HELP = (
     "a fleet: the [fleets.NAME] table of ./spectower.toml or the user config.toml (servers = [...], "
@@ -37,7 +38,7 @@ say = functools.partial(out.print, markup=False, soft_wrap=True)
 
 def resolve(servers: Sequence[str], fleet: str | None) -> Fleet:
     """``--server``s and ``--fleet`` as one list of replicas; a mistake is the one ``error:`` line."""
-    from spectower.control.fleet import FleetError, resolve
+    from ...control.fleet import FleetError, resolve
 
     try:
         return resolve(list(servers), fleet)
@@ -51,15 +52,15 @@ def is_fleet(servers: Sequence[str], fleet: str | None) -> bool:
 
 
 def client_for(replica: str) -> KnobClient:
-    from spectower.control.credentials import load_credentials
-    from spectower.control.knob import KnobClient
+    from ...control.credentials import load_credentials
+    from ...control.knob import KnobClient
 
     creds = load_credentials()
     return KnobClient(replica, creds.admin_key, api_key=creds.api_key)
 
 
 def _value(value: int | None, max_running: int | None) -> str:
-    from spectower.control.knob_state import knob_mode
+    from ...control.knob_state import knob_mode
 
     mode = knob_mode(value, max_running)
     return "?" if mode == "unknown" else f"{value} ({mode})"
@@ -81,7 +82,7 @@ def _introduce(fleet: Fleet) -> None:
 
 def get(fleet: Fleet, db: str | None, as_json: bool) -> None:
     """Every replica's knob, owner and lock holder (the person, from this database's audit)."""
-    from spectower.control.fleet_ops import read_all
+    from ...control.fleet_ops import read_all
 
     states = read_all(fleet.replicas, client_for)
     holders = _holders([s for _, s in states if not isinstance(s, BaseException)], db)
@@ -113,9 +114,9 @@ def get(fleet: Fleet, db: str | None, as_json: bool) -> None:
 
 def _holders(states: Sequence[KnobState], db: str | None) -> dict[str, dict[str, Any]]:
     """Who holds each manual lock (``control.audit.lock_holder``), by replica; {} without a database."""
-    from spectower.console import data
-    from spectower.control.audit import lock_holder
-    from spectower.storage.database import default_db_url
+    from ...control.audit import lock_holder
+    from ...storage.database import default_db_url
+    from .. import data
 
     store = data.open_store(default_db_url(db))
     if store is None:
@@ -138,7 +139,7 @@ def set_knob(
     fleet: Fleet, database: Database, target: Target, reason: str, actor: str, hold_s: float | None, yes: bool
 ) -> list[ReplicaOutcome]:
     """The fleet set: preview and ask once (unless ``yes``), then every replica at once."""
-    from spectower.control.fleet_ops import ReplicaOutcome, preview, set_all, timed
+    from ...control.fleet_ops import ReplicaOutcome, preview, set_all, timed
 
     _introduce(fleet)
     replicas = list(fleet.replicas)
@@ -177,7 +178,7 @@ def _show_preview(previews: Sequence[Preview], hold_s: float | None) -> None:
 
 
 def release(fleet: Fleet, database: Database, actor: str, reason: str) -> list[ReplicaOutcome]:
-    from spectower.control.fleet_ops import release_all, timed
+    from ...control.fleet_ops import release_all, timed
 
     _introduce(fleet)
     outcomes, seconds = timed(lambda: release_all(database, fleet.replicas, client_for, actor, reason))
@@ -198,7 +199,7 @@ def _report(outcomes: Sequence[ReplicaOutcome], seconds: float, action: str) -> 
 
 def finish(outcomes: Sequence[ReplicaOutcome]) -> None:
     """Leave with the fleet write's exit code (0 all, 3 partial, 1 none), naming what was not set."""
-    from spectower.control.fleet_ops import EXIT_ALL_CONFIRMED, exit_code
+    from ...control.fleet_ops import EXIT_ALL_CONFIRMED, exit_code
 
     code = exit_code(outcomes)
     if code != EXIT_ALL_CONFIRMED:
@@ -213,7 +214,7 @@ def finish(outcomes: Sequence[ReplicaOutcome]) -> None:
 
 def events(database: Database, replicas: Sequence[str], limit: int) -> list[Any]:
     """The newest ``limit`` audit rows of these replicas together, newest first."""
-    from spectower.control import audit
+    from ...control import audit
 
     rows = [row for url in replicas for row in audit.list_events(database, url, limit=limit)]
     rows.sort(key=lambda row: row.ts, reverse=True)
@@ -230,7 +231,7 @@ def stamp(ts: float) -> str:
 def runners(fleet: Fleet, build: Callable[[str, Callable[[str], None]], PolicyRunner]) -> list[PolicyRunner]:
     """One policy runner per replica (``build(url, say)``); a replica that cannot start one is named and
     left out, the others run. None at all is the one ``error:`` line."""
-    from spectower.console.errors import is_user_error
+    from ..errors import is_user_error
 
     _introduce(fleet)
     built: list[PolicyRunner] = []

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from spectower.console.commands.options import run_duration_option
-from spectower.console.errors import fail
+
+from ..errors import fail
+from .options import run_duration_option
 
 
 def demo(
@@ -22,9 +23,9 @@ def demo(
     duration: float | None = run_duration_option("Ctrl-C"),
 ) -> None:
     """Run the whole thing locally against the simulator, no GPU needed (Ctrl-C stops every child)."""
-    from spectower.console.demo.ports import PortError
-    from spectower.console.demo.run import DemoConfig, run_demo
-    from spectower.simulator.profile import ProfileError, load_profile
+    from ...simulator.profile import ProfileError, load_profile
+    from ..demo.ports import PortError
+    from ..demo.run import DemoConfig, run_demo
 
     try:
         load_profile(profile)  # a bad profile is refused here, not as a dead child

@@ -7,14 +7,15 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-from spectower.console.commands.options import (
+
+from ..errors import fail, strict_json
+from .options import (
     POLICY_HELP,
     TRACE_HELP,
     duration_option,
     factor_option,
     slo_option,
 )
-from spectower.console.errors import fail, strict_json
 
 out = Console(highlight=False)
 
@@ -46,10 +47,10 @@ def evaluate(
     A request trace (a .csv file in Azure's TIMESTAMP,ContextTokens,GeneratedTokens format) is replayed
     open-loop instead: every policy serves the same tokens once the queue drains, so it is scored by goodput
     (requests/s within --slo) and latency beside each baseline's."""
-    from spectower.simulator.harness import evaluate as run_evaluation
-    from spectower.simulator.profile import load_profile
-    from spectower.simulator.traces import load_trace
-    from spectower.storage.request_traces import is_request_trace_path
+    from ...simulator.harness import evaluate as run_evaluation
+    from ...simulator.profile import load_profile
+    from ...simulator.traces import load_trace
+    from ...storage.request_traces import is_request_trace_path
 
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
@@ -114,8 +115,8 @@ def _print_table(result: dict[str, Any]) -> None:
 
 def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | None, seed: int, speedup: float,
                         rate_scale: float, slo: Any, as_json: bool) -> None:
-    from spectower.simulator.open_loop import evaluate_open_loop
-    from spectower.storage.request_traces import load_request_trace
+    from ...simulator.open_loop import evaluate_open_loop
+    from ...storage.request_traces import load_request_trace
 
     requests = load_request_trace(trace)
     result = evaluate_open_loop(prof, requests, policy, speedup=speedup, rate_scale=rate_scale,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import typer
-from spectower.console.commands.options import (
+
+from ..errors import fail
+from .options import (
     API_DEFAULT,
     API_HELP,
     LONGEST_RUN_S,
@@ -11,7 +13,6 @@ from spectower.console.commands.options import (
     duration_option,
     run_duration_option,
 )
-from spectower.console.errors import fail
 
 # glibc raises its mmap threshold after the first large free, so asyncio's 256 KiB receive buffers then come
 # from the heap and, shrunk to the bytes received, fragment it: at 40 streams the walker's RSS grew ~9 MiB/min
@@ -68,11 +69,11 @@ def load(
     import signal
     import sys
 
-    from spectower.collectors.auth import load_api_key
-    from spectower.collectors.bench.errors import BenchError
-    from spectower.collectors.bench.lengths import parse_output_lengths
-    from spectower.collectors.bench.walk import WalkConfig, parse_pattern, walk
-    from spectower.collectors.http import ServerUnreachable
+    from ...collectors.auth import load_api_key
+    from ...collectors.bench.errors import BenchError
+    from ...collectors.bench.lengths import parse_output_lengths
+    from ...collectors.bench.walk import WalkConfig, parse_pattern, walk
+    from ...collectors.http import ServerUnreachable
 
     period_s, duration_s, status_s = period, duration, status_every
     try:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from spectower.control.durations import DurationError, allowed_range, parse_duration_within
+
+from ...control.durations import DurationError, allowed_range, parse_duration_within
 
 SERVER_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000"
 DB_HELP = (
@@ -55,8 +56,8 @@ MAX_EVENTS_SHOWN = 100_000
 def chosen_database(db: str | None) -> tuple[str, str]:
     """The database URL and why it is the one (storage.database.database_choice); a bad ``--db``,
     ``$SPECTOWER_DB`` or config file is the one ``error:`` line."""
-    from spectower.console.errors import fail
-    from spectower.storage.database import database_choice
+    from ...storage.database import database_choice
+    from ..errors import fail
 
     try:
         return database_choice(db)
@@ -68,15 +69,15 @@ def say_database(url: str, why: str) -> None:
     """The one line a command that writes prints on stderr once it has the database, e.g. ``database:
     spectower-demo/spectower.db (the running demo's)``, so an operator sees where the rows went (printed
     after the work, so a refusal of bad input stays its one ``error:`` line)."""
-    from spectower.console.errors import stderr
-    from spectower.storage.database import shown_database
+    from ...storage.database import shown_database
+    from ..errors import stderr
 
     stderr.print(f"database: {shown_database(url)} ({why})", markup=False, soft_wrap=True, highlight=False)
 
 
 def whole_number(text: object, name: str, lo: int, hi: int) -> int:
     """``text`` as an int within [lo, hi]; else the one ``error: ...`` line naming ``name``, exit 2."""
-    from spectower.console.errors import fail
+    from ..errors import fail
 
     try:
         value = int(str(text).strip())
@@ -116,7 +117,7 @@ def duration_option(
     ``error: ...`` line naming the flag, exit 2."""
 
     def parse(text: str) -> float:
-        from spectower.console.errors import fail
+        from ..errors import fail
 
         try:
             return parse_duration_within(str(text), flag, minimum_s, maximum_s)
@@ -152,8 +153,8 @@ SLO_KEYS = ("ttft", "itl", "e2e")
 def parse_slo(text: str, flag: str = "--slo") -> Any:
     """``ttft=2s,itl=100ms[,e2e=30s]`` as a ``storage.request_traces.Slo``; a key left out keeps the default
     (``SLO_DEFAULT_TEXT``). ``ValueError`` naming ``flag`` and the item for anything else."""
-    from spectower.control.durations import DurationError, parse_duration
-    from spectower.storage.request_traces import DEFAULT_SLO, Slo
+    from ...control.durations import DurationError, parse_duration
+    from ...storage.request_traces import DEFAULT_SLO, Slo
 
     values: dict[str, float] = {}
     for item in (part.strip() for part in str(text).split(",")):
@@ -180,7 +181,7 @@ def slo_option() -> Any:
     """``--slo``: parsed by ``parse_slo`` (one ``error:`` line naming the item); help shows the default."""
 
     def parse(text: str) -> Any:
-        from spectower.console.errors import fail
+        from ..errors import fail
 
         try:
             return parse_slo(text)
@@ -195,7 +196,7 @@ def positive_float(text: object, name: str, hi: float) -> float:
     """``text`` as a finite number > 0 and <= ``hi``; else the one ``error: ...`` line naming ``name``."""
     import math
 
-    from spectower.console.errors import fail
+    from ..errors import fail
 
     try:
         value = float(str(text).strip())

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from spectower.console.commands.options import (
+
+from .options import (
     API_DEFAULT,
     API_HELP,
     DB_HELP,
@@ -24,9 +25,10 @@ from spectower.console.commands.options import (
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from spectower.collectors.bench.records import RequestRecord
-    from spectower.collectors.bench.replay import ReplayResult
-    from spectower.storage.database import Database
+
+    from ...collectors.bench.records import RequestRecord
+    from ...collectors.bench.replay import ReplayResult
+    from ...storage.database import Database
 
 EXIT_INTERRUPTED = 130
 
@@ -85,7 +87,8 @@ def _ms(value: Any) -> str:
 
 def _print_replay(result: ReplayResult, figures: dict[str, Any]) -> None:
     from rich.table import Table
-    from spectower.console.commands.bench import _out
+
+    from .bench import _out
 
     out = _out()
     cfg = result.config
@@ -157,14 +160,14 @@ def replay(
 
     Prints TTFT, ITL and end-to-end percentiles, tokens/s, requests/s and goodput (requests/s within
     --slo). The API key of an --api-key server comes from SPECTOWER_API_KEY or SPECTOWER_API_KEY_FILE."""
-    from spectower.collectors.auth import load_api_key
-    from spectower.collectors.bench.errors import BenchError
-    from spectower.collectors.bench.replay import ReplayConfig, run_replay
-    from spectower.collectors.http import ServerUnreachable
-    from spectower.console.commands.bench import _honour_sigint
-    from spectower.console.errors import fail
-    from spectower.control.knob_state import normalize_server_url
-    from spectower.storage.request_traces import load_request_trace, schedule
+    from ...collectors.auth import load_api_key
+    from ...collectors.bench.errors import BenchError
+    from ...collectors.bench.replay import ReplayConfig, run_replay
+    from ...collectors.http import ServerUnreachable
+    from ...control.knob_state import normalize_server_url
+    from ...storage.request_traces import load_request_trace, schedule
+    from ..errors import fail
+    from .bench import _honour_sigint
 
     try:
         config = ReplayConfig(
@@ -180,7 +183,7 @@ def replay(
         fail("--trace: no arrivals to send (--duration or --rate-scale left none)")
     database = None
     if save:  # opened before the replay: a database that cannot be written fails now, not after it
-        from spectower.storage import default_db_url, open_database
+        from ...storage import default_db_url, open_database
 
         database = open_database(default_db_url(db))
     _honour_sigint()
@@ -198,12 +201,12 @@ def replay(
 
 def _report(result: ReplayResult, database: Database | None, as_json: bool) -> None:
     """Save the run (when a database is given) and print its figures, as a table or one JSON object."""
-    from spectower.console.errors import strict_json
+    from ..errors import strict_json
 
     figures = result.figures()
     run_id = None
     if database is not None:
-        from spectower.collectors.bench.persist import replay_to_models
+        from ...collectors.bench.persist import replay_to_models
 
         run, points = replay_to_models(result)
         run_id = int(database.save_bench_run(run, points))

@@ -6,7 +6,8 @@ import shlex
 from pathlib import Path
 
 import typer
-from spectower.console.errors import fail
+
+from ..errors import fail
 
 
 def sglang_config(
@@ -22,7 +23,7 @@ def sglang_config(
     ),
 ) -> None:
     """Write SGLang's --speculative-adaptive-config for spectower and print the launch flags."""
-    from spectower.control.sglang_config import (
+    from ...control.sglang_config import (
         PLUGIN_INSTALL_HINT,
         SglangConfigError,
         band_keys,

@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import typer
-from spectower.simulator.cli import serve
-from spectower.simulator.router_cli import router
+
+from ...simulator.cli import serve
+from ...simulator.router_cli import router
 
 app = typer.Typer(no_args_is_help=True, help="The SGLang simulator and policy scoring.")
 app.command("serve")(serve)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 from rich.table import Table
-from spectower.console.commands.evaluate import PROFILE_HELP
-from spectower.console.commands.options import TRACE_HELP
-from spectower.console.errors import strict_json
+
+from ..errors import strict_json
+from .evaluate import PROFILE_HELP
+from .options import TRACE_HELP
 
 out = Console(highlight=False)
 
@@ -23,9 +24,9 @@ def steps(
 ) -> None:
     """Output tok/s at every step count per bin, in the model (a fixed share of the drafting cost, the rest
     linear in the step count; geometric acceptance)."""
-    from spectower.simulator import step_model
-    from spectower.simulator.profile import load_profile
-    from spectower.simulator.traces import load_trace
+    from ...simulator import step_model
+    from ...simulator.profile import load_profile
+    from ...simulator.traces import load_trace
 
     prof = load_profile(profile)  # a ProfileError is a ValueError: one clean line
     rows = step_model.step_table(prof)

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
-from spectower.console.commands.options import (
+
+from ..errors import fail, stderr
+from .options import (
     DB_HELP,
     INT64_MAX,
     chosen_database,
     say_database,
     whole_number,
 )
-from spectower.console.errors import fail, stderr
 
 if TYPE_CHECKING:
-    from spectower.storage import Database
+    from ...storage import Database
 
 export_app = typer.Typer(no_args_is_help=True, help="Export benchmark runs and samples.")
 import_app = typer.Typer(no_args_is_help=True, help="Import benchmark histories and GPU logs.")
@@ -39,9 +40,10 @@ _SUFFIX_FORMATS = {
 def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
     """The database (``existing``: one that is there, for the exports, which only read it). An import
     says which database it wrote to and why once it has (an import refused wrote nothing: one line)."""
-    from spectower.storage import open_database
-    from spectower.storage.dialect import error_line
     from sqlalchemy.exc import SQLAlchemyError
+
+    from ...storage import open_database
+    from ...storage.dialect import error_line
 
     url, why = chosen_database(db_url)
     try:
@@ -76,7 +78,7 @@ def _format(fmt: str | None, out: Path) -> str:
         if guessed is None:
             fail(f"--format: not given and {out.name!r} has no .csv/.jsonl/.parquet suffix to tell")
         return guessed
-    from spectower.storage.export import check_format
+    from ...storage.export import check_format
 
     try:
         return check_format(fmt.lower())
@@ -94,7 +96,7 @@ def export_bench(
     """Export benchmark runs (JSONL uses SGLang bench_serving's key names)."""
     ids = list(dict.fromkeys(whole_number(raw, "run id", 1, INT64_MAX) for raw in run_ids))  # each once
     chosen = _format(fmt, out)
-    from spectower.storage.export import export_bench as do_export
+    from ...storage.export import export_bench as do_export
 
     with _database(db, existing=True) as database:
         n = do_export(database, ids, chosen, out)
@@ -115,9 +117,9 @@ def export_samples(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Export engine samples, GPU samples or control events over a time range."""
-    from spectower.storage.export import SAMPLE_KINDS
-    from spectower.storage.export import export_samples as do_export
-    from spectower.storage.timeparse import parse_time
+    from ...storage.export import SAMPLE_KINDS
+    from ...storage.export import export_samples as do_export
+    from ...storage.timeparse import parse_time
 
     if kind not in SAMPLE_KINDS:
         fail(f"--kind: {kind!r} is not one of {', '.join(SAMPLE_KINDS)}")
@@ -142,7 +144,7 @@ def import_bench_serving(
 ) -> None:
     """Import SGLang bench_serving result files (every key-set version); one run per file. All files
     or none: one that cannot be imported (unreadable, a NaN or infinite figure) leaves nothing written."""
-    from spectower.storage.bench_serving import BenchImportError, import_files
+    from ...storage.bench_serving import BenchImportError, import_files
 
     with _database(db) as database:
         try:
@@ -186,7 +188,7 @@ def import_gpu_csv(
     nvidia-smi writes every GPU once per tick, in index order, with one timestamp (or a few ms apart), so the
     k-th line of a tick is GPU index k, and a single-GPU log is GPU 0. A tick with fewer or more lines than
     the others is skipped with a warning."""
-    from spectower.storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError, import_gpu_csvs
+    from ...storage.gpu_csv import MAX_UTC_OFFSET_H, GpuCsvError, import_gpu_csvs
 
     if not (math.isfinite(utc_offset) and abs(utc_offset) <= MAX_UTC_OFFSET_H):
         bound = f"{MAX_UTC_OFFSET_H:g}"

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import typer
-from spectower.console.commands.options import DB_HELP
-from spectower.console.errors import fail
-from spectower.console.settings import allowed_hosts
+
+from ..errors import fail
+from ..settings import allowed_hosts
+from .options import DB_HELP
 
 DEFAULT_PORT = 8501
 DEFAULT_HOST = "127.0.0.1"  # loopback unless the operator says otherwise (put a proxy with auth in front)
@@ -46,10 +47,11 @@ def console(
 ) -> None:
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
     SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or \\[spectower] in .streamlit/secrets.toml."""
-    from spectower.simulator.cli import cannot_bind
-    from spectower.storage import default_db_url
-    from spectower.storage.dialect import is_sqlite_file
     from sqlalchemy.engine import make_url
+
+    from ...simulator.cli import cannot_bind
+    from ...storage import default_db_url
+    from ...storage.dialect import is_sqlite_file
 
     if not 1 <= port <= 65535:
         fail(f"--port must be between 1 and 65535, got {port}")

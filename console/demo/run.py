@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from spectower.console.commands.load import MMAP_THRESHOLD_BYTES
-from spectower.console.demo.ports import choose_port
-from spectower.console.demo.supervisor import Child, Supervisor
-from spectower.storage.locate import DemoMarker
+
+from ...storage.locate import DemoMarker
+from ..commands.load import MMAP_THRESHOLD_BYTES
+from .ports import choose_port
+from .supervisor import Child, Supervisor
 
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_DIR = Path("spectower-demo")
@@ -263,7 +264,7 @@ def what_to_look_at(config: DemoConfig) -> str:
 
 def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
     """Start everything, wait for Ctrl-C / SIGTERM / ``duration_s``, stop everything; the exit code."""
-    from spectower.storage import open_database
+    from ...storage import open_database
 
     config.folder.mkdir(parents=True, exist_ok=True)
     config.assign_ports()

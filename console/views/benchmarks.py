@@ -7,10 +7,11 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from spectower.console import bench_io, data, estimate, settings, sweeps
-from spectower.console.bench_charts import bench_curves, bench_speedups
-from spectower.console.views import common
-from spectower.storage import Database
+
+from ...storage import Database
+from .. import bench_io, data, estimate, settings, sweeps
+from ..bench_charts import bench_curves, bench_speedups
+from . import common
 
 RUN_COLUMNS = [
     "id",

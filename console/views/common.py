@@ -13,10 +13,11 @@ from typing import Any, ParamSpec
 
 import pandas as pd
 import streamlit as st
-from spectower.console import data, settings
-from spectower.storage import Database, DatabaseURLError
-from spectower.storage.dialect import error_line
 from sqlalchemy.exc import SQLAlchemyError
+
+from ...storage import Database, DatabaseURLError
+from ...storage.dialect import error_line
+from .. import data, settings
 
 P = ParamSpec("P")
 

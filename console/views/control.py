@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
-from spectower.console import actions, data, estimate, settings
-from spectower.console.views import common
+
+from .. import actions, data, estimate, settings
+from . import common
 
 if TYPE_CHECKING:
-    from spectower.control.knob_state import KnobState, Target
+    from ...control.knob_state import KnobState, Target
 
 # The form's choices: the knob's own modes (control.knob.knob_mode: off / on / threshold), and learn, which
 # hands the knob to the policy process instead of setting it.
@@ -154,7 +155,7 @@ def render() -> None:
 def _lock_holder(db: Any, state: KnobState | None) -> str | None:
     """Who holds a manual lock and since when, from the audit row of the set that took it
     (control.audit.lock_holder); None when no manual lock holds."""
-    from spectower.control.audit import lock_holder
+    from ...control.audit import lock_holder
 
     if state is None or not state.lock or state.lock.get("writer") != "manual":
         return None
@@ -198,7 +199,7 @@ def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, 
     """(what to set, the ceiling it resolves to on this server now, None) or (None, None, error naming the
     field), by control.knob's own rule. The preview only: at Confirm control.audit resolves the target once
     against the server as it is then, and that value is set and audited."""
-    from spectower.control.knob_state import KnobError, resolve_target
+    from ...control.knob_state import KnobError, resolve_target
 
     target: Target
     if mode == "threshold N":
@@ -229,8 +230,8 @@ def _change_form(
 ) -> None:
     st.subheader("Change the knob")
     if state is None:  # the server cannot be read now: preview against its facts as last collected
-        from spectower.collectors.sglang.server_info import ServerInfo
-        from spectower.control.knob_state import KnobState
+        from ...collectors.sglang.server_info import ServerInfo
+        from ...control.knob_state import KnobState
 
         state = KnobState(url, ServerInfo(max_running_requests=max_running), bands_allow_zero=None)
     if "ctl_mode" not in st.session_state and "error" not in live:  # the form starts where the server is
@@ -301,8 +302,8 @@ def _change_form(
 def hold_seconds(text: str) -> tuple[float | None, str | None]:
     if not text.strip():
         return None, None
-    from spectower.control.durations import DurationError, parse_duration_within
-    from spectower.plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
+    from ...control.durations import DurationError, parse_duration_within
+    from ...plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 
     try:  # the range `control set --hold` takes
         return parse_duration_within(text, "Hold", MIN_OPERATOR_HOLD_S, MAX_HOLD_S), None
@@ -394,7 +395,7 @@ def _num(v: object) -> str:
 
 
 def _audit_trail(url: str) -> None:
-    from spectower.control import audit
+    from ...control import audit
 
     st.subheader("Audit trail")
     db = common.store()

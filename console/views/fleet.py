@@ -17,13 +17,14 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 import streamlit as st
-from spectower.console import actions, charts, data, estimate, settings
-from spectower.console.views import common
-from spectower.console.views import control as control_view
+
+from .. import actions, charts, data, estimate, settings
+from . import common
+from . import control as control_view
 
 if TYPE_CHECKING:
-    from spectower.control.knob_state import KnobState, Target
-    from spectower.storage import Database
+    from ...control.knob_state import KnobState, Target
+    from ...storage import Database
 
 ALL_SERVERS = "All collected servers"
 FLEET_PARAM = "fleet"
@@ -55,7 +56,7 @@ def render() -> None:
 def _choose_fleet(db: Database) -> list[str]:
     """The replicas of the fleet chosen (``?fleet=NAME`` keeps it in the page's address); [] after saying
     why there are none."""
-    from spectower.control import fleet as fleets
+    from ...control import fleet as fleets
 
     try:
         names = sorted(fleets.defined())
@@ -145,7 +146,7 @@ def _knob_text(state: KnobState | BaseException, latest: dict[str, Any] | None) 
 
 def _owner_text(db: Database, state: KnobState | BaseException) -> str:
     """The owner as the server reports it, with the person when an operator's lock holds."""
-    from spectower.control.audit import lock_holder
+    from ...control.audit import lock_holder
 
     if isinstance(state, BaseException):
         return "?"
@@ -233,7 +234,7 @@ def _review(replicas: list[str], mode: str, n: int | None, hold: str, reason: st
 
 def _preview_row(url: str, state: KnobState | None, target: Target | None) -> dict[str, Any]:
     """What the replica now holds and what the change makes of it there (``resolve_target``)."""
-    from spectower.control.knob_state import KnobError, resolve_target
+    from ...control.knob_state import KnobError, resolve_target
 
     if state is None:
         return {"replica": url, "now": None, "new": None, "problem": "not answering"}

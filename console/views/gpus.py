@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from spectower.console import charts, data, settings
-from spectower.console.views import common
+
+from .. import charts, data, settings
+from . import common
 
 GPU_PAGE_MAX_POINTS = 300
 # NVML clock-event reasons worth an operator's attention (nvmlClocksEventReason* bits).

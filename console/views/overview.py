@@ -6,9 +6,10 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from spectower.console import charts, data, estimate, settings
-from spectower.console.views import common
-from spectower.storage import Database
+
+from ...storage import Database
+from .. import charts, data, estimate, settings
+from . import common
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
 GPU_MAX_POINTS = 120  # each GPU small multiple: at most this many buckets

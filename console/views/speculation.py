@@ -8,9 +8,10 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from spectower.console import charts, data, estimate, settings
-from spectower.console.views import common
-from spectower.storage import Database
+
+from ...storage import Database
+from .. import charts, data, estimate, settings
+from . import common
 
 SPEC_MAX_POINTS = 400
 NO_COUNTERS = (

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectower.control.policy.base import Decision, Observation, Policy, PolicyError
-from spectower.control.policy.static import SglangDefaultPolicy, ThresholdPolicy
+from .base import Decision, Observation, Policy, PolicyError
+from .static import SglangDefaultPolicy, ThresholdPolicy
 
 POLICY_SPECS = ("learn", "threshold:N", "always-on", "always-off", "sglang-default")
 
@@ -35,7 +35,7 @@ def make_policy(spec: str, max_running_requests: int, **options: Any) -> Policy:
         raise PolicyError(f"max_running_requests must be an integer >= 1, got {max_running_requests!r}")
     text = spec.strip() if isinstance(spec, str) else spec
     if text == "learn":
-        from spectower.control.policy.learn import LearnPolicy
+        from .learn import LearnPolicy
 
         return LearnPolicy(max_running_requests, **options)
     if options:

@@ -40,9 +40,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spectower.control import speedup
-from spectower.control.policy.base import Decision, Observation, PolicyError
-from spectower.plugin import engine_counters, explore, knob_contract
+from ...plugin import engine_counters, explore, knob_contract
+from .. import speedup
+from .base import Decision, Observation, PolicyError
 
 STATE_VERSION = 2
 DEFAULT_WINDOW_S = 1800.0

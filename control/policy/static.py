@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectower.control.policy.base import Decision, Observation, PolicyError
-from spectower.plugin import knob_contract
+from ...plugin import knob_contract
+from .base import Decision, Observation, PolicyError
 
 # SGLang 0.5.23's default --speculative-adaptive bands (speculative/adaptive_spec_params.py):
 # band key (padded batch size) -> candidate steps.
