@@ -46,7 +46,7 @@ def free_port() -> int:
 def start_simulator() -> tuple[subprocess.Popen[bytes], str, str]:
     port, gport = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "serve", "--profile", PROFILE, "--port", str(port),
+        [sys.executable, "-m", "spectower.simulator", "serve", "--profile", PROFILE, "--port", str(port),
          "--gpu-metrics-port", str(gport)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

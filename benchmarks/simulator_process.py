@@ -103,7 +103,7 @@ class SimulatorProcess:
         argv = [
             sys.executable,
             "-m",
-            "simulator",
+            "spectower.simulator",
             "serve",
             "--profile",
             self.profile,

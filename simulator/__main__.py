@@ -1,4 +1,4 @@
-"""``python -m simulator [serve] --profile ...``: the same as ``spectower sim serve``."""
+"""``python -m spectower.simulator [serve] --profile ...``: the same as ``spectower sim serve``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def main() -> None:
     command.command()(serve)
     # a parse error (`--bogus`, a value its type refuses) is one `error:` line, as every spectower command's
     # (typer's standalone mode would print its usage box)
-    run_cli(command, args, "python -m simulator")
+    run_cli(command, args, "python -m spectower.simulator")
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def test_sim_serve_refuses_it_too(tmp_path: Path) -> None:
     path = tmp_path / "huge-mrr.json"
     path.write_text(json.dumps(_with("max_running_requests", 10**9)))
     proc = subprocess.run(
-        [sys.executable, "-m", "simulator", "serve", "--profile", str(path), "--port", "0"],
+        [sys.executable, "-m", "spectower.simulator", "serve", "--profile", str(path), "--port", "0"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2

@@ -119,7 +119,7 @@ def test_keys_from_files(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "simulator",
+            "spectower.simulator",
             "serve",
             "--profile",
             "llama31-8b-1x-h100",

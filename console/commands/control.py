@@ -548,8 +548,9 @@ def auto(
     """
     from ...control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
     from .control_auto import AutoPlan, profile_known, run_policies, runner_for
+    from .control_auto import policy_spec as parse_policy_spec
 
-    spec = _policy_spec(policy_spec, mode, max_bs)
+    spec = parse_policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
     if sample_s is not None and kind != "learn":
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
@@ -578,25 +579,3 @@ def auto(
             runner.client.close()
         database.close()
 
-
-def _policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
-    """The policy as ``sim evaluate --policy`` names it; the old ``--mode X [--max-bs N]`` still works."""
-    from ...control.policy import POLICY_SPECS, PolicyError, make_policy
-
-    if mode is not None:
-        if mode == "threshold":
-            if max_bs is None:
-                fail("--mode threshold needs --max-bs N (or use --policy threshold:N)")
-            policy_spec = f"threshold:{max_bs}"
-        elif max_bs is not None:
-            fail(f"--max-bs applies to --mode threshold only (got --mode {mode})")
-        else:
-            policy_spec = mode
-    elif max_bs is not None:
-        fail("--max-bs goes with --mode threshold; use --policy threshold:N")
-    spec = policy_spec.strip()
-    try:
-        make_policy(spec, 1 << 20)  # the spelling only; the bound on N is checked against the server
-    except PolicyError:
-        fail(f"--policy must be one of {', '.join(POLICY_SPECS)}, got {policy_spec!r}")
-    return spec

@@ -154,3 +154,26 @@ def known_max_running(database: Database, url: str) -> int | None:
         return queries.server_by_url(database, url).max_running_requests
     except LookupError:
         return None
+
+
+def policy_spec(policy_spec: str, mode: str | None, max_bs: int | None) -> str:
+    """The policy as ``sim evaluate --policy`` names it; the old ``--mode X [--max-bs N]`` still works."""
+    from ...control.policy import POLICY_SPECS, PolicyError, make_policy
+
+    if mode is not None:
+        if mode == "threshold":
+            if max_bs is None:
+                fail("--mode threshold needs --max-bs N (or use --policy threshold:N)")
+            policy_spec = f"threshold:{max_bs}"
+        elif max_bs is not None:
+            fail(f"--max-bs applies to --mode threshold only (got --mode {mode})")
+        else:
+            policy_spec = mode
+    elif max_bs is not None:
+        fail("--max-bs goes with --mode threshold; use --policy threshold:N")
+    spec = policy_spec.strip()
+    try:
+        make_policy(spec, 1 << 20)  # the spelling only; the bound on N is checked against the server
+    except PolicyError:
+        fail(f"--policy must be one of {', '.join(POLICY_SPECS)}, got {policy_spec!r}")
+    return spec
