@@ -196,7 +196,8 @@ def router_workers(base: str, *, transport: httpx.BaseTransport | None = None) -
 
 def prometheus_targets(base: str, job: str, *, transport: httpx.BaseTransport | None = None) -> list[str]:
     """The base URLs of the active scrape targets of ``job`` (``/api/v1/targets``: each target's
-    ``scrapeUrl`` without its path), each once, in Prometheus' order."""
+    ``scrapeUrl`` without its path), each once, sorted: Prometheus lists its targets in no fixed order, and a
+    fleet's replicas keep theirs from one command to the next."""
     what = "prometheus"
     doc = _get_json(base, f"{PROMETHEUS_TARGETS_PATH}?state=active", what, transport)
     data = doc.get("data") if isinstance(doc, Mapping) else None
@@ -219,4 +220,4 @@ def prometheus_targets(base: str, job: str, *, transport: httpx.BaseTransport | 
         urls.append(_normal(f"{parts.scheme}://{parts.netloc}", f"{what} target of job {job}"))
     if not urls:
         raise FleetError(f"{what}: {base} has no active target of job {job!r}")
-    return list(dict.fromkeys(urls))
+    return sorted(set(urls))

@@ -164,7 +164,8 @@ def test_a_prometheus_fleet_is_the_active_targets_of_its_job(
     try:
         env = write_config(tmp_path, f'[fleets.p]\nprometheus = "http://127.0.0.1:{port}"\njob = "sglang"\n')
         got = _wait_for(lambda: _named_or_retry("p", tmp_path, env), proc)
-        assert got.replicas == tuple(s.base_url for s in two_sims)  # not the dcgm job's target
+        # not the dcgm job's target; sorted (Prometheus lists its targets in no fixed order)
+        assert got.replicas == tuple(sorted(s.base_url for s in two_sims))
         env = write_config(tmp_path, f'[fleets.p]\nprometheus = "http://127.0.0.1:{port}"\njob = "vllm"\n')
         with pytest.raises(FleetError, match="has no active target of job 'vllm'"):
             fleets.named("p", cwd=tmp_path, env=env)
@@ -205,3 +206,18 @@ def test_collect_fleet_collects_every_replica(two_sims: list[SimulatorProcess], 
     assert done.returncode == 0, done.stderr
     rows = db_rows(db, "SELECT url FROM server WHERE id IN (SELECT DISTINCT server_id FROM engine_sample)")
     assert sorted(r[0] for r in rows) == sorted(s.base_url for s in two_sims)
+
+
+def test_prometheus_targets_come_sorted_whatever_order_prometheus_lists_them() -> None:
+    # Prometheus answers /api/v1/targets from a map: the same targets in another order on the next call
+    def targets(order: list[str]) -> dict[str, Any]:
+        active = [{"labels": {"job": "sglang"}, "scrapeUrl": f"http://{where}/metrics"} for where in order]
+        active.append({"labels": {"job": "dcgm"}, "scrapeUrl": "http://10.0.0.9:9400/metrics"})
+        return {"status": "success", "data": {"activeTargets": active}}
+
+    seen = []
+    for order in (["10.0.0.2:30000", "10.0.0.1:30000"], ["10.0.0.1:30000", "10.0.0.2:30000"]):
+        body = targets(order)
+        transport = httpx.MockTransport(lambda request, body=body: httpx.Response(200, json=body))
+        seen.append(fleets.prometheus_targets("http://prom:9090", "sglang", transport=transport))
+    assert seen[0] == seen[1] == ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]
