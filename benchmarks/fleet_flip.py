@@ -46,7 +46,8 @@ def start_replicas(count: int) -> tuple[list[subprocess.Popen[bytes]], list[str]
     procs, urls = [], []
     for _ in range(count):
         port = free_port()
-        argv = [sys.executable, "-m", "spectower.simulator", "serve", "--profile", PROFILE, "--port", str(port)]
+        argv = [sys.executable, "-m", "spectower.simulator", "serve", "--profile", PROFILE,
+                "--port", str(port)]
         procs.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))  # fmt: skip
         urls.append(f"http://127.0.0.1:{port}")

@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     if base_url is None:
         port = _free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "spectower.simulator", "serve", "--profile", args.profile, "--port", str(port)],
+            [sys.executable, "-m", "spectower.simulator", "serve", "--profile", args.profile,
+             "--port", str(port)],
             cwd=REPO_ROOT,
             stdout=subprocess.DEVNULL,
             env={k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_SIM_")},

@@ -1,4 +1,5 @@
-"""The ``serve`` command of the simulator, shared by ``spectower sim serve`` and ``python -m spectower.simulator``.
+"""The ``serve`` command of the simulator, shared by ``spectower sim serve`` and
+``python -m spectower.simulator``.
 
 Keys come from files (``--admin-api-key-file``, ``--api-key-file``) or the environment
 (``SPECTOWER_SIM_ADMIN_API_KEY``, ``SPECTOWER_SIM_API_KEY``), never from the command line.

@@ -19,6 +19,8 @@ from tests.conftest import REPO_ROOT, free_port
 
 SPECTOWER = shutil.which("spectower")
 
+SIM = (sys.executable, "-m", "spectower.simulator")
+
 
 def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
@@ -47,7 +49,7 @@ def test_malformed_profile_one_clear_error_exit_2(tmp_path: Path, mutate: str, k
     cmd = (
         [SPECTOWER or "spectower", "sim", "serve"]
         if entry == "spectower"
-        else [sys.executable, "-m", "spectower.simulator", "serve"]
+        else [*SIM, "serve"]
     )
     res = _run([*cmd, "--profile", str(path), "--port", str(free_port())])
     assert res.returncode == 2, res
@@ -58,12 +60,12 @@ def test_malformed_profile_one_clear_error_exit_2(tmp_path: Path, mutate: str, k
 
 
 def test_unknown_profile_name_and_bad_flags(tmp_path: Path) -> None:
-    res = _run([sys.executable, "-m", "spectower.simulator", "--profile", "nope", "--port", str(free_port())])
+    res = _run([*SIM, "--profile", "nope", "--port", str(free_port())])
     assert res.returncode == 2 and "nope" in res.stderr and "Traceback" not in res.stderr
-    res = _run([sys.executable, "-m", "spectower.simulator", "--profile", "llama31-8b-1x-h100", "--dp-size", "0"])
+    res = _run([*SIM, "--profile", "llama31-8b-1x-h100", "--dp-size", "0"])
     assert res.returncode == 2 and "dp-size" in res.stderr and "Traceback" not in res.stderr
     # 1e5 took 12 s and 1.1 GB before it served; 1e20 grew without end
-    res = _run([sys.executable, "-m", "spectower.simulator", "--profile", "llama31-8b-1x-h100", "--dp-size", "100000"])
+    res = _run([*SIM, "--profile", "llama31-8b-1x-h100", "--dp-size", "100000"])
     assert res.returncode == 2 and "dp-size must be between 1 and 256, got 100000" in res.stderr
     res = _run(
         [
@@ -80,7 +82,7 @@ def test_unknown_profile_name_and_bad_flags(tmp_path: Path) -> None:
 
 
 def test_no_key_flags_on_the_command_line() -> None:
-    res = _run([sys.executable, "-m", "spectower.simulator", "--help"])
+    res = _run([*SIM, "--help"])
     assert res.returncode == 0
     assert "--admin-api-key-file" in res.stdout
     assert "--admin-api-key " not in res.stdout and "--api-key " not in res.stdout
@@ -129,7 +131,7 @@ def test_port_in_use_is_one_clear_error() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         res = _run(
-            [sys.executable, "-m", "spectower.simulator", "--profile", "llama31-8b-1x-h100", "--port", str(port)]
+            [*SIM, "--profile", "llama31-8b-1x-h100", "--port", str(port)]
         )
     assert res.returncode == 2, res
     assert "Traceback" not in res.stderr
@@ -137,7 +139,7 @@ def test_port_in_use_is_one_clear_error() -> None:
 
 
 def test_a_bad_exploration_share_is_one_clear_error_naming_its_source() -> None:
-    base = [sys.executable, "-m", "spectower.simulator", "--profile", "llama31-8b-1x-h100", "--port", str(free_port())]
+    base = [*SIM, "--profile", "llama31-8b-1x-h100", "--port", str(free_port())]
     res = _run([*base, "--explore-share", "0.5"])
     assert res.returncode == 2 and "Traceback" not in res.stderr, res
     assert "--explore-share must be a number in 0..0.2, got 0.5" in res.stderr
@@ -157,7 +159,7 @@ def test_a_bad_exploration_share_is_one_clear_error_naming_its_source() -> None:
 )
 def test_a_parse_error_is_one_line_as_every_spectower_command(args: list[str], named: str) -> None:
     # typer's standalone mode printed its rich usage box here; `spectower ...` says one `error:` line
-    res = _run([sys.executable, "-m", "spectower.simulator", *args])
+    res = _run([*SIM, *args])
     assert res.returncode == 2, res
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: python -m spectower.simulator: "), res.stderr

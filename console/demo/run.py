@@ -175,8 +175,9 @@ def build_children(config: DemoConfig) -> list[Child]:
     servers = [arg for url in config.sim_urls for arg in ("--server", url)]
     key_file = str(config.key_file.resolve())
     sims = [
-        child(name, [py, "-m", "spectower.simulator", "serve", "--profile", config.profile, "--host", "127.0.0.1",
-                     "--port", str(port), "--seed", str(index), "--admin-api-key-file", key_file]
+        child(name, [py, "-m", "spectower.simulator", "serve", "--profile", config.profile,
+                     "--host", "127.0.0.1", "--port", str(port), "--seed", str(index),
+                     "--admin-api-key-file", key_file]
               + (["--gpu-metrics-port", str(config.gpu_metrics_port)] if index == 0 else []), base)
         for index, (name, port) in enumerate(zip(sim_names(config), config.sim_ports,
                                                  strict=True))
