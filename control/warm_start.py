@@ -96,12 +96,14 @@ class Known:
     hi: float | None = None
 
     def ceiling(self, max_running_requests: int) -> int:
-        """The knob that drafts exactly where this source says drafting pays (``ratio.best_knob``'s rule)."""
+        """The knob that drafts where this source says drafting pays, on the counters' bins as learn keeps its
+        ceilings (``ceiling_at_crossover``: a bin drafts when most of its batch sizes pay)."""
         if self.status == "none_in_range":
             return max_running_requests
         if self.status == "below_range" or self.crossover is None:
             return 0
-        return max(0, min(max_running_requests, math.floor(self.crossover)))
+        bins = counter_bins(max_running_requests)
+        return max(0, min(max_running_requests, ceiling_at_crossover(self.crossover, bins)))
 
     def crossover_text(self) -> str:
         if self.status == "none_in_range":
@@ -193,9 +195,6 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
         if not server.differences(item.stack):
             # on a bin boundary, as learn keeps its ceilings (each bin runs one mode)
             ceiling = item.ceiling(max_running_requests)
-            if ceiling < max_running_requests and item.crossover is not None and item.status == "found":
-                bins = counter_bins(max_running_requests)
-                ceiling = min(ceiling_at_crossover(item.crossover, bins), max_running_requests)
             unchecked = ""
             if server.gpus is None:
                 unchecked = "; GPUs not compared: the server's are unknown (give --gpu-metrics)"

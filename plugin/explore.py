@@ -146,14 +146,12 @@ def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None =
         return 1.0 / period if period else 0.0
     windows = ExploreWindows(cycle)
     warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
-    length = windows.explore_batches if period is None else windows.explore_length(period)
-    return length / _cycle_batches(windows, warm, period)
+    return windows.explore_length(period) / _cycle_batches(windows, warm, period)
 
 
 def _cycle_batches(windows: ExploreWindows, warm: int, period: int | None) -> int:
     """One cycle's batches: the cold part, the warm part, the exploring part."""
-    length = windows.explore_batches if period is None else windows.explore_length(period)
-    return windows.cycle - windows.explore_batches + warm + length
+    return windows.cycle - windows.explore_batches + warm + windows.explore_length(period)
 
 
 class ExploreWindows:
@@ -181,9 +179,12 @@ class ExploreWindows:
     def in_phase(self) -> int:
         return self._in_phase
 
-    def explore_length(self, period: int) -> int:
+    def explore_length(self, period: int | None) -> int:
         """The exploring part's batches: the turnover and then the cycle's usual number of explored
-        batches (one in ``period``), each at least 1, at most ``explore_batches`` in all. 0 for period 0."""
+        batches (one in ``period``), each at least 1, at most ``explore_batches`` in all. 0 for period 0;
+        ``explore_batches`` for None (no share given)."""
+        if period is None:
+            return self.explore_batches
         if period <= 0:
             return 0
         counted = max(1, round(self.cycle / period))
@@ -197,8 +198,8 @@ class ExploreWindows:
     def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None) -> str:
         """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
         batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
-        ``period``: the share's, which sets the exploring part's length (None: ``explore_batches``)."""
-        length = self.explore_batches if period is None else self.explore_length(period)
+        ``period``: the share's, which sets the exploring part's length (``explore_length``)."""
+        length = self.explore_length(period)
         self.cut_now = False
         if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
             self.phase, self._in_phase = WARM, 0

@@ -81,7 +81,7 @@ def load(
         lengths = parse_output_lengths(output_len, minimum=1)
         config = WalkConfig(
             server=server.rstrip("/"), pattern=spec, duration_s=duration_s, api=api,  # type: ignore[arg-type]
-            output_len=lengths if lengths.mixed else lengths.low, input_len=input_len, seed=seed,
+            output_len=lengths, input_len=input_len, seed=seed,
             status_every_s=status_s,
         ).validate()  # fmt: skip
         api_key = load_api_key()
