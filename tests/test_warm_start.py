@@ -217,3 +217,25 @@ def test_auto_refuses_warm_start_flags_off_learn_and_a_bad_profile_in_one_line(t
     assert got.exit_code == 2 and "Traceback" not in got.output
     lines = [line for line in got.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: --warm-profile: ") and "bad.json" in lines[0]
+
+
+GPU_RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
+EARLY_PAIR_RUN = GPU_RUNS / "h200-8b-early-pair-triton-policies-2026-12-03"
+
+
+def test_a_measured_profile_warm_starts_where_its_own_sweep_puts_the_ceiling() -> None:
+    """The H200 early-crossover pair's sweep (1 round of 7 s per level) dips at 12 and pays again at 16: its
+    crossover (the ratios fitted non-increasing) is 16.1 and its best ceiling 16, which served the most of
+    the fixed policies under the day load. Read as a --warm-profile, the same sweep's profile once gave 9.7
+    (the simulator's first sign change), so learn started at 8 and served 0.971 of threshold:16. Both readers
+    now find the crossover one way: the same ceiling."""
+    from spectower.console.commands.control_auto import profile_known
+
+    sweep_doc = json.loads((EARLY_PAIR_RUN / "sweep.json").read_text())
+    known = profile_known(EARLY_PAIR_RUN / "profile.json")
+    assert known.status == "found" and known.crossover is not None
+    low, high = sweep_doc["crossover"]["bracket"]
+    assert low <= known.crossover <= high, (known.crossover, sweep_doc["crossover"])
+    assert known.ceiling(64) == sweep_doc["best_max_bs"] == 16
+    # the simulator's own reading of the curves (a model's exact crossing, not an estimate) stays as it was
+    assert 8 < (load_profile(EARLY_PAIR_RUN / "profile.json").crossover() or 0) < 12

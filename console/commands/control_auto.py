@@ -130,7 +130,11 @@ def warm_start(
 
 
 def profile_known(path: Path) -> Known:
-    """A --warm-profile file, read as `sim serve` reads a profile; its crossover the simulator's."""
+    """A --warm-profile file, read as `sim serve` reads a profile. Its crossover is found as a sweep finds
+    its own (``find_crossover``: the ratios fitted non-increasing first): a measured profile is as noisy as
+    the sweep it came from, and the simulator's first sign change read 9.7 on the H200 early-crossover pair
+    (a dip at 12, 1 round of 7 s) where the same sweep's crossover, and the best fixed ceiling, was 16."""
+    from ...collectors.bench.ratio import RatioPoint, find_crossover
     from ...control.warm_start import known_from_profile
     from ...simulator.profile import load_profile
 
@@ -138,12 +142,9 @@ def profile_known(path: Path) -> Known:
         profile = load_profile(path)
     except ValueError as exc:
         fail(f"--warm-profile: {exc}")
-    cross = profile.crossover()
-    if cross is not None:
-        status = "found"
-    else:
-        status = "none_in_range" if profile.speedup(profile.concurrency[0]) >= 1.0 else "below_range"
-    return known_from_profile(profile.raw, str(path), status, cross)
+    curves = zip(profile.concurrency, profile.spec_on_tok_s, profile.spec_off_tok_s, strict=True)
+    cross = find_crossover([RatioPoint(c, on / off, on / off, on / off) for c, on, off in curves])
+    return known_from_profile(profile.raw, str(path), cross.status, cross.value)
 
 
 def known_max_running(database: Database, url: str) -> int | None:

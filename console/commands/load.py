@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ...collectors.bench.lengths import OutputLengths
 from ..errors import fail
 from .options import (
     API_DEFAULT,
@@ -11,6 +12,7 @@ from .options import (
     LONGEST_RUN_S,
     SERVER_HELP,
     duration_option,
+    output_len_option,
     run_duration_option,
 )
 
@@ -51,9 +53,7 @@ def load(
     max_concurrency: int = typer.Option(
         48, "--max-concurrency", help="Clients at the day's evening peak / the ramp's top."
     ),
-    output_len: str = typer.Option(
-        "128", "--output-len", help="Output tokens per request (ignore_eos): N, or LOW-HIGH (mixed lengths)."
-    ),
+    output_len: OutputLengths = output_len_option("128", minimum=1),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     seed: int = typer.Option(1, "--seed", help="Seed for the bursts, the hover walk and the prompts."),
@@ -71,17 +71,15 @@ def load(
 
     from ...collectors.auth import load_api_key
     from ...collectors.bench.errors import BenchError
-    from ...collectors.bench.lengths import parse_output_lengths
     from ...collectors.bench.walk import WalkConfig, parse_pattern, walk
     from ...collectors.http import ServerUnreachable
 
     period_s, duration_s, status_s = period, duration, status_every
     try:
         spec = parse_pattern(pattern, period_s, max_concurrency, seed)
-        lengths = parse_output_lengths(output_len, minimum=1)
         config = WalkConfig(
             server=server.rstrip("/"), pattern=spec, duration_s=duration_s, api=api,  # type: ignore[arg-type]
-            output_len=lengths, input_len=input_len, seed=seed,
+            output_len=output_len, input_len=input_len, seed=seed,
             status_every_s=status_s,
         ).validate()  # fmt: skip
         api_key = load_api_key()

@@ -192,6 +192,29 @@ def slo_option() -> Any:
                         help=SLO_HELP)  # fmt: skip
 
 
+OUTPUT_LEN_HELP = (
+    "Output tokens per request (ignore_eos): N, or LOW-HIGH (mixed lengths: requests of one length finish "
+    "in waves, which a window's count reads as steps; each request's length by its index, the same on "
+    "every server and in every mode)."
+)
+
+
+def output_len_option(default: str, *, minimum: int) -> Any:
+    """``--output-len N`` or ``LOW-HIGH`` as OutputLengths (collectors/bench/lengths.py), each at least
+    ``minimum`` tokens; a bad value is one ``error:`` line naming the flag."""
+
+    def parse(text: str) -> Any:
+        from ...collectors.bench.lengths import parse_output_lengths
+        from ..errors import fail
+
+        try:
+            return parse_output_lengths(text, minimum=minimum)
+        except ValueError as exc:
+            fail(str(exc))
+
+    return typer.Option(default, "--output-len", parser=parse, metavar="N|LOW-HIGH", help=OUTPUT_LEN_HELP)
+
+
 def positive_float(text: object, name: str, hi: float) -> float:
     """``text`` as a finite number > 0 and <= ``hi``; else the one ``error: ...`` line naming ``name``."""
     import math
