@@ -129,6 +129,27 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     extra = json.loads(point.extra_json or "{}")
     assert extra["goodput_rps"] == pytest.approx(b["goodput_rps"]) and extra["slo"]["ttft_s"] == 0.2
 
+    # benchmarks/gpu/replay_table.py scores such runs per policy against the best fixed one (issue #32,
+    # item 6): the spread run stands for a fixed policy, the burst one (same SLO) for another policy
+    from benchmarks.gpu import replay_table
+
+    slo = ("--slo", "ttft=200ms,itl=100ms")
+    spread_slo = _replay(sim.base_url, trace, "--speedup", "2", "--max-context", "64", *slo)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "replay-threshold-2.json").write_text(spread_slo.stdout)
+    (runs / "replay-learn.json").write_text(burst.stdout)
+    rows = replay_table.table({replay_table.policy_of(p): replay_table.read_run(p)
+                               for p in sorted(runs.glob("replay-*.json"))})  # fmt: skip
+    assert rows["learn"]["against"] == rows["threshold-2"]["against"] == "threshold-2"
+    # the best fixed policy is chosen among the fixed ones only (learn's goodput here, over a span 500x
+    # shorter, is the higher)
+    fixed = json.loads(spread_slo.stdout)
+    assert rows["threshold-2"]["goodput_ratio"] == 1.0
+    assert rows["learn"]["goodput_ratio"] == pytest.approx(b["goodput_rps"] / fixed["goodput_rps"])
+    assert rows["learn"]["ttft_p99_ratio"] == pytest.approx(b["ttft_p99_s"] / fixed["ttft_p99_s"])
+    assert rows["learn"]["ttft_p99_ratio"] > 3
+
     exported = tmp_path / "replay.csv"
     run = subprocess.run(
         [*SPECTOWER_CLI, "export", "bench", str(b["run_id"]), "--db", str(db), "--out", str(exported)],

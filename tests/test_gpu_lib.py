@@ -129,3 +129,28 @@ def test_policy_at_the_sweep_refuses_a_launch_without_a_sweep(tmp_path: Path) ->
     assert "threshold:sweep / WARM_PROFILE=sweep need a sweep of this launch" in refused.stdout
     assert "policy runs started" not in refused.stdout
     assert not (tmp_path / "work" / "policy-out" / "policy.log").exists()
+
+
+def test_a_call_with_more_files_than_the_device_hands_back_packs_them(tmp_path: Path) -> None:
+    """The device tool hands back 8 files a call: on 2026-12-03 a sweep's sweep.json and the policy runs'
+    policy.db were left out and cost a call to fetch. Past 8 files, everything but measure.log goes back as
+    out.tgz."""
+    import tarfile
+
+    runs = tmp_path / "work" / "policy-out"
+    runs.mkdir(parents=True)
+    (tmp_path / "work" / "policy.done").touch()
+    (runs / "policy.log").write_text("[02:45:29] policy on\n")
+    names = [f"load-threshold-{n}.log" for n in range(9)]
+    for name in names:
+        (runs / name).write_text(f"{name}\n")
+    (runs / "policy.db").write_bytes(b"")
+    done = _measure_off(tmp_path, PHASES="wait", WAIT_SECONDS="1", SPEC_PORT="9", CURL_MAX_S="2")
+    assert done.returncode == 0, done.stdout
+    assert "packed into out.tgz" in done.stdout
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == {"measure.log", "out.tgz"}
+    with tarfile.open(out / "out.tgz") as packed:
+        members = {Path(m.name).name for m in packed.getmembers() if m.isfile()}
+        text = packed.extractfile("./load-threshold-3.log").read().decode()  # type: ignore[union-attr]
+    assert members >= {*names, "policy.db", "policy.log"} and text == "load-threshold-3.log\n"

@@ -414,6 +414,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
+      [ -e "$OUT/load-$label.log" ] && label=$label-2  # a policy run twice (alternating order): both kept
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
         off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes --db "$DB" ;;
@@ -429,9 +430,15 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
              > "$OUT/auto-$label.log" 2>&1
            apid=$! ;;
       esac
-      st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
-        --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
-        > "$OUT/load-$label.log" 2>&1
+      if [ -n "${REPLAY_TRACE:-}" ]; then  # open loop: the trace'"'"'s arrivals of LOAD_SECONDS, then the drain
+        st bench replay --server "$SPEC_URL" --trace "$REPLAY_TRACE" --speedup "$REPLAY_SPEEDUP" \
+          --rate-scale "$REPLAY_RATE_SCALE" --duration "${LOAD_SECONDS}s" --api generate --save --db "$DB" \
+          --tag "replay-$label" --json > "$OUT/replay-$label.json" 2> "$OUT/load-$label.log"
+      else
+        st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
+          --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
+          > "$OUT/load-$label.log" 2>&1
+      fi
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check --db "$DB"
     }
@@ -446,8 +453,12 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
 export -f st st_bg
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
+# REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
+# (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
+# benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} \
-  POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-}
+  POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} \
+  REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
   local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))  # WAIT_UNTIL (epoch seconds) may end it sooner
@@ -456,13 +467,15 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
   tail -3 "$WORK/policy-out/policy.log"
   # the database is copied whole only once the collector has stopped (its -wal would be missing otherwise)
   cp "$WORK"/policy-out/*.log "$OUT"/
+  cp "$WORK"/policy-out/*.json "$OUT"/ 2>/dev/null  # replay-<policy>.json (REPLAY_TRACE)
   if [ -f "$WORK/policy.done" ]; then
     cp "$WORK/policy-out/policy.db" "$OUT"/
     say "policy runs done"
     # the score needs a sweep of the same servers; a launch that ran none (2026-12-03: always on after
     # the knob-at-max calls) still hands back its runs, to be scored against a sweep saved elsewhere
     local sweep=${SWEEP_JSON:-$WORK/sweep.json}
-    if [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
+    if compgen -G "$OUT/replay-*.json" >/dev/null; then python3 benchmarks/gpu/replay_table.py "$OUT"/replay-*.json
+    elif [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
     else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
   else say "policy runs still going"; fi
 }
@@ -516,3 +529,10 @@ for name in spec plain; do
   [ -f "$WORK/$name.log" ] && sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"
 done
 say "done: $PHASES"
+# The device tool hands back at most 8 files a call (2026-12-03: sweep.json and policy.db were left out): past
+# that, everything but this log goes back as one archive (tar -xzf out.tgz)
+if [ "$(find "$OUT" -mindepth 1 -maxdepth 1 | wc -l)" -gt "${OUT_MAX_FILES:-8}" ]; then
+  tar -C "$OUT" -czf "$WORK/out.tgz" --exclude ./measure.log . \
+    && find "$OUT" -mindepth 1 -maxdepth 1 ! -name measure.log -exec rm -rf {} + && mv "$WORK/out.tgz" "$OUT/out.tgz" \
+    && echo "[$(( $(date +%s) - t0 ))s] more than ${OUT_MAX_FILES:-8} files: packed into out.tgz"
+fi
