@@ -440,6 +440,30 @@ def test_auto_sample_is_learns_alone(tmp_path: Path) -> None:
     ]
 
 
+def test_auto_dwell_is_learns_alone_and_reaches_its_policy(sim: Any, tmp_path: Path) -> None:
+    """--dwell sets learn's least time between ceiling changes (default 5 min): a load compressed into minutes
+    (the H200's 270-s day, issue #32) otherwise ends before learn may move once."""
+    from spectower.console.commands.control_auto import AutoPlan, runner_for
+    from spectower.control.runner import RunnerConfig
+
+    got = run_cli(["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db"),
+                   "--policy", "always-on", "--dwell", "30s"])  # fmt: skip
+    assert got.exit_code == 2 and got.stderr.strip().splitlines() == [
+        "error: --dwell: only --policy learn moves on its own (got --policy always-on)"
+    ]
+    base = ["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db")]
+    short = run_cli([*base, "--dwell", "1s"])
+    assert short.exit_code == 2 and "--dwell" in short.stderr and "Traceback" not in short.output
+    with open_database(tmp_path / "d.db") as db:
+        for dwell, expected in ((None, 300.0), (30.0, 30.0)):
+            plan = AutoPlan("learn", "learn", RunnerConfig(), None, False, [], None, dwell)
+            runner = runner_for(db, sim.base_url, plan, lambda line: None)
+            try:
+                assert runner.policy.min_dwell_s == expected  # type: ignore[attr-defined]
+            finally:
+                runner.client.close()
+
+
 @pytest.mark.parametrize("command", [["get"], ["release", "--reason", "x"], ["events"]])
 def test_a_server_url_that_does_not_parse_is_one_line(command: list[str], tmp_path: Path) -> None:
     # "http://[::1" raised urllib's ValueError as a traceback (control.knob.normalize_server_url)

@@ -426,6 +426,8 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
            # learn starts warm from WARM_PROFILE (a measured profile of this stack) when one is given
            local warm=()
            if [ "$pol" = learn ] && [ -n "${WARM_PROFILE:-}" ]; then warm=(--warm-profile "$WARM_PROFILE"); fi
+           # LEARN_ARGS: more flags for learn, e.g. "--dwell 60s" (its 5-min default outlasts a 270-s day)
+           if [ "$pol" = learn ] && [ -n "${LEARN_ARGS:-}" ]; then read -r -a more <<< "$LEARN_ARGS"; warm+=("${more[@]}"); fi
            st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" "${warm[@]}" \
              > "$OUT/auto-$label.log" 2>&1
            apid=$! ;;
@@ -457,7 +459,7 @@ export -f st st_bg
 # (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
 # benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} \
-  POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} \
+  POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} LEARN_ARGS=${LEARN_ARGS:-} \
   REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)

@@ -534,6 +534,10 @@ def auto(
         maximum_s=LEARN_WINDOW_S / 2,
         help="learn: keep a counters snapshot this often (default 15s)",
     ),
+    # learn's default is 5 min; a load compressed into minutes (a 5-minute day on the GPU) wants less
+    dwell_s: float | None = duration_option(
+        None, "--dwell", minimum_s=10.0, maximum_s=3600.0, help="learn: at least this long between moves (5m)"
+    ),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help=WARM_START_HELP),
     warm_profiles: list[Path] = typer.Option([], "--warm-profile", help=WARM_PROFILE_HELP),
     gpu_metrics: str | None = typer.Option(None, "--gpu-metrics", help=WARM_GPU_METRICS_HELP),
@@ -554,6 +558,8 @@ def auto(
     kind = spec.split(":", 1)[0]
     if sample_s is not None and kind != "learn":
         fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
+    if dwell_s is not None and kind != "learn":
+        fail(f"--dwell: only --policy learn moves on its own (got --policy {spec})")
     if kind != "learn" and (warm_profiles or gpu_metrics):
         fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
     group = fleets.resolve(servers, fleet)
@@ -565,7 +571,7 @@ def auto(
         stale_after_s=stale_after_s,
         max_flips_per_hour=DEFAULT_MAX_FLIPS_PER_HOUR if max_flips_per_hour is None else max_flips_per_hour,
     )
-    plan = AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics)
+    plan = AutoPlan(spec, kind, config, sample_s, warm_start, profiles, gpu_metrics, dwell_s)
     database, say_which = _open_for_writing(db)
     runners: list[PolicyRunner] = []
     try:

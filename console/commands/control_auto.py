@@ -58,6 +58,7 @@ class AutoPlan:
     warm_start: bool
     profiles: list[Known]
     gpu_metrics: str | None
+    dwell_s: float | None = None  # learn: at least this long between ceiling changes (None: its default)
 
 
 def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[str], None]) -> PolicyRunner:
@@ -91,6 +92,8 @@ def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[s
             options = {"max_flips_per_hour": plan.config.max_flips_per_hour}
             if plan.sample_s is not None:
                 options["sample_s"] = plan.sample_s
+            if plan.dwell_s is not None:
+                options["min_dwell_s"] = plan.dwell_s
             warm = warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
             options["initial_ceiling"], start_note = warm.ceiling, warm.line
             say(warm.line)
