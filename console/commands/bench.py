@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from .control_fleet import FLEET_HELP, SERVERS_HELP, is_fleet
+from .control_fleet import resolve as resolve_fleet
 from .options import (
     API_DEFAULT,
     API_HELP,
     AS_HELP,
     DB_HELP,
-    SERVER_HELP,
     chosen_database,
     duration_option,
     run_id_argument,
@@ -301,7 +302,10 @@ def _honour_sigint() -> None:
 
 @app.command("sweep")
 def sweep(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    fleet: str | None = typer.Option(
+        None, "--fleet", help="sweep every replica of it, one at a time, the others untouched: " + FLEET_HELP
+    ),
     concurrency: str = typer.Option(
         DEFAULT_CONCURRENCY_TEXT, "--concurrency", help="Comma-separated levels."
     ),
@@ -345,14 +349,16 @@ def sweep(
         "touched. Adds off/plain, on/plain and the crossover vs plain.",
     ),
 ) -> None:
-    """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
+    """Measure output throughput with speculation on and off at each concurrency; find the crossover.
+    With --fleet (or several --server): one replica at a time, each saved as its own run, one summary."""
     from ...collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
     from ...control.credentials import load_credentials
     from ...control.knob_state import normalize_server_url
     from ...storage import open_database
 
+    group = resolve_fleet(servers, fleet)  # one replica for a single --server
     config = SweepConfig(
-        server=normalize_server_url(server),
+        server=group.replicas[0],
         concurrency=parse_concurrency(concurrency),
         modes=parse_modes(modes),
         requests_per_level=requests_per_level,
@@ -366,6 +372,11 @@ def sweep(
         rounds=rounds,
         plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
+    if is_fleet(servers, fleet):
+        from .bench_fleet import FleetSweepOptions, sweep_fleet
+
+        options = FleetSweepOptions(gpu_metrics, profile_out, operator, force, save, as_json, db)
+        raise typer.Exit(sweep_fleet(group, config, options))
     inventory = _inventory_for(config.server, gpu_metrics, profile_out)
     creds = load_credentials()
     url, why = chosen_database(db)
@@ -385,13 +396,7 @@ def _keep_and_report(
     the result (table or --json) and where it was kept."""
     from ..errors import strict_json
 
-    run_id = _save(database, result) if save and result.points else None
-    written = None
-    if profile_out is not None and result.points:
-        from ...collectors.bench.profile_out import write_profile
-
-        write_profile(result, profile_out)
-        written = profile_out
+    run_id, written = _keep(result, database, save, profile_out)
     database.close()
     if as_json:
         print(strict_json(_result_json(result, run_id, written)))
@@ -401,6 +406,20 @@ def _keep_and_report(
         print(f"saved as run {run_id} in {database.url}")
     if written is not None:
         print(f"profile written to {written}")
+
+
+def _keep(
+    result: SweepResult, database: Database, save: bool, profile_out: Path | None
+) -> tuple[int | None, Path | None]:
+    """Save the run (``save``) and write the profile (``profile_out``) when it measured anything: the run's
+    id and the profile's path, each None when not kept."""
+    run_id = _save(database, result) if save and result.points else None
+    if profile_out is None or not result.points:
+        return run_id, None
+    from ...collectors.bench.profile_out import write_profile
+
+    write_profile(result, profile_out)
+    return run_id, profile_out
 
 
 def _sweep_knob(
