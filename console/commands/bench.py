@@ -8,6 +8,7 @@ import json
 import math
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
     from ...collectors.bench.compare import Comparison
     from ...collectors.bench.ratio import RatioPoint
-    from ...collectors.bench.records import RequestRecord
     from ...collectors.bench.sweep import PointResult, SweepConfig, SweepResult
     from ...control.credentials import Credentials
     from ...control.sweep_audit import SweepKnob
@@ -41,84 +41,6 @@ app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on v
 
 DEFAULT_CONCURRENCY_TEXT = "1,2,4,8,16,32,64"
 EXIT_INTERRUPTED = 130
-
-
-class _RichProgress:
-    """On stderr: one line per slice (level, mode, requests done, live tok/s) under one line for the whole
-    sweep (slices done of all, elapsed, time left at the pace measured so far)."""
-
-    def __init__(self, total_slices: int, console: Console | None = None) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console if console is not None else Console(stderr=True),
-            transient=False,
-        )
-        self._total_slices = total_slices
-        self._overall: Any = None
-        self._task: Any = None
-        self._duration: float | None = None
-        self._done = 0
-
-    def __enter__(self) -> _RichProgress:
-        self.progress.start()
-        self._overall = self.progress.add_task(
-            f"[bold]sweep[/] 0/{self._total_slices} slices", total=self._total_slices, detail=""
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    def point_started(
-        self, concurrency: int, mode: str, total_requests: int | None, duration_s: float | None
-    ) -> None:
-        self._duration = duration_s
-        self._done = 0
-        total = float(total_requests) if total_requests is not None else duration_s
-        label = "plain" if mode == "plain" else f"spec {mode}"
-        self._task = self.progress.add_task(f"[bold]C={concurrency:<4}[/] {label:<8}", total=total,
-                                            detail=self._detail(0, 0.0))  # fmt: skip
-
-    @staticmethod
-    def _detail(done: int, tok_s: float) -> str:
-        return f"{done} req done {tok_s:>8.0f} tok/s"
-
-    def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None:
-        if self._task is None:
-            return
-        self._done += 1
-        completed = min(elapsed_s, self._duration) if self._duration is not None else self._done
-        tok_s = tokens_so_far / max(elapsed_s, 1e-9)
-        self.progress.update(self._task, completed=completed, detail=self._detail(self._done, tok_s))
-
-    def point_finished(self, point: PointResult) -> None:
-        """The level's pooled figure for one mode, on a line of its own: it sums every round of that mode,
-        so it belongs on no single slice's line (each keeps the figures it measured)."""
-        tok_s = point.tok_s or point.figures.get("output_throughput") or 0.0
-        done = int(point.figures.get("completed", 0) or 0)
-        label = "plain" if point.mode == "plain" else f"spec {point.mode}"
-        rounds = int(point.figures.get("rounds", 0) or 0)
-        pooled = f"pooled over {rounds} rounds" if rounds > 1 else "steady"
-        self.progress.console.print(
-            f"C={point.concurrency:<4} {label:<8} {pooled}: {done} req done, {tok_s:.0f} tok/s"
-        )
-
-    def slice_finished(self, concurrency: int, mode: str) -> None:
-        if self._task is not None:  # the slice's own line ends full, with its own last figures
-            task = next(t for t in self.progress.tasks if t.id == self._task)
-            self.progress.update(self._task, completed=task.total or 0)
-            self._task = None
-        self.progress.advance(self._overall)
-        finished = int(next(t for t in self.progress.tasks if t.id == self._overall).completed)
-        label = f"[bold]sweep[/] {finished}/{self._total_slices} slices"
-        self.progress.update(self._overall, description=label)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -352,9 +274,7 @@ def sweep(
     """Measure output throughput with speculation on and off at each concurrency; find the crossover.
     With --fleet (or several --server): one replica at a time, each saved as its own run, one summary."""
     from ...collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
-    from ...control.credentials import load_credentials
     from ...control.knob_state import normalize_server_url
-    from ...storage import open_database
 
     group = resolve_fleet(servers, fleet)  # one replica for a single --server
     config = SweepConfig(
@@ -372,19 +292,40 @@ def sweep(
         rounds=rounds,
         plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
+    options = SweepOptions(gpu_metrics, profile_out, operator, force, save, as_json, db)
     if is_fleet(servers, fleet):
-        from .bench_fleet import FleetSweepOptions, sweep_fleet
+        from .bench_fleet import sweep_fleet
 
-        options = FleetSweepOptions(gpu_metrics, profile_out, operator, force, save, as_json, db)
         raise typer.Exit(sweep_fleet(group, config, options))
-    inventory = _inventory_for(config.server, gpu_metrics, profile_out)
+    _sweep_server(config, options)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What a sweep does around its measurements (the ``SweepConfig``): the same for every replica."""
+
+    gpu_metrics: str | None
+    profile_out: Path | None
+    operator: str | None
+    force: bool
+    save: bool
+    as_json: bool
+    db: str | None
+
+
+def _sweep_server(config: SweepConfig, options: SweepOptions) -> None:
+    """One server's sweep, kept and printed; exit 130 when it was interrupted."""
+    from ...control.credentials import load_credentials
+    from ...storage import open_database
+
+    inventory = _inventory_for(config.server, options.gpu_metrics, options.profile_out)
     creds = load_credentials()
-    url, why = chosen_database(db)
+    url, why = chosen_database(options.db)
     database = open_database(url)
     say_database(url, why)
-    knob = _sweep_knob(config.server, creds, database, operator, force)
+    knob = _sweep_knob(config.server, creds, database, options.operator, options.force)
     result = _run_with_progress(config, knob, creds, inventory)
-    _keep_and_report(result, database, save, profile_out, as_json)
+    _keep_and_report(result, database, options.save, options.profile_out, options.as_json)
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 
@@ -478,7 +419,9 @@ def _run_with_progress(
     from ..errors import fail
 
     _honour_sigint()
-    progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
+    from .bench_progress import SweepProgressLines
+
+    progress = SweepProgressLines(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     try:
         with progress, knob:
             return asyncio.run(

@@ -32,19 +32,7 @@ if TYPE_CHECKING:
     from ...control.credentials import Credentials
     from ...control.fleet import Fleet
     from ...storage.database import Database
-
-
-@dataclass(frozen=True)
-class FleetSweepOptions:
-    """The sweep options every replica's sweep shares (the rest is the ``SweepConfig``)."""
-
-    gpu_metrics: str | None
-    profile_out: Path | None
-    operator: str | None
-    force: bool
-    save: bool
-    as_json: bool
-    db: str | None
+    from .bench import SweepOptions
 
 
 @dataclass
@@ -70,7 +58,7 @@ INTERRUPTED = "interrupted"
 NOT_REACHED = "not swept: the fleet sweep was interrupted before this replica"
 
 
-def sweep_fleet(group: Fleet, config: SweepConfig, options: FleetSweepOptions) -> int:
+def sweep_fleet(group: Fleet, config: SweepConfig, options: SweepOptions) -> int:
     """Sweep every replica of ``group`` in turn; the exit code (0 all, 3 partial, 1 none, 130 stopped)."""
     from ...control.credentials import load_credentials
     from ...control.fleet_ops import exit_code_of
@@ -111,7 +99,7 @@ def sweep_fleet(group: Fleet, config: SweepConfig, options: FleetSweepOptions) -
     return code
 
 
-def _say(options: FleetSweepOptions, line: str) -> None:
+def _say(options: SweepOptions, line: str) -> None:
     if not options.as_json:
         bench._out().print(line, markup=False, highlight=False)
 
@@ -146,7 +134,7 @@ def _profile_path(profile_out: Path | None, replica: str) -> Path | None:
 
 def _sweep_replica(
     config: SweepConfig, profile: Path | None, creds: Credentials, database: Database,
-    options: FleetSweepOptions,
+    options: SweepOptions,
 ) -> ReplicaSweep:  # fmt: skip
     """One replica's single sweep (``bench.py``'s steps), kept; its failure is its row, not the fleet's."""
     import httpx

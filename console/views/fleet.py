@@ -10,10 +10,8 @@ read back and audited, one row per replica.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import pandas as pd
 import streamlit as st
@@ -33,7 +31,6 @@ TOTALS_MAX_POINTS = 300
 CHOICES = ("off", "on", "threshold N", "release")
 PENDING_KEY, RESULT_KEY = "fl_pending", "fl_result"
 FORM_KEYS = ("fl_mode", "fl_n", "fl_reason", "fl_hold")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def render() -> None:
@@ -170,9 +167,10 @@ def _speedup_text(db: Database, server: pd.Series | None, running: Any, win: com
 
 def _gpu_text(db: Database, url: str) -> str:
     """Utilisation of the GPUs collected on the replica's host (a loopback URL: this machine)."""
+    from ...control.fleet import replica_hosts
+
     gpus = data.latest_gpu(db)
-    host = urlsplit(url).hostname or ""
-    hosts = {host, socket.gethostname()} if host in LOOPBACK else {host}
+    hosts = set(replica_hosts(url))
     mine = gpus[gpus["host"].isin(hosts)] if not gpus.empty else gpus
     util = mine["gpu_util_pct"].dropna() if not mine.empty else pd.Series(dtype=float)
     if util.empty:
