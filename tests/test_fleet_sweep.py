@@ -10,9 +10,12 @@ and exit 3 (partial), 0 (all), 2 (bad input: nothing sent)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,7 +55,8 @@ def sims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SimulatorPro
     """Replicas A and B of the fleet and a bystander outside it, started once for the module."""
     path = tmp_path_factory.mktemp("profile") / "fleet-sweep.json"
     path.write_text(json.dumps(PROFILE))
-    started = [SimulatorProcess(profile=str(path), admin_key=ADMIN_KEY) for _ in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        started = list(pool.map(lambda _: SimulatorProcess(profile=str(path), admin_key=ADMIN_KEY), range(3)))
     try:
         yield started
     finally:
@@ -75,14 +79,19 @@ def fleet(sims: list[SimulatorProcess], tmp_path: Path) -> dict[str, Any]:
     return {"a": a, "b": b, "down": down, "bystander": bystander, "cwd": tmp_path, "db": tmp_path / "f.db"}
 
 
-def _sweep(fleet: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+def _command(fleet: dict[str, Any], *args: str, level_s: int = 1) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
     env |= {"SPECTOWER_ADMIN_KEY": ADMIN_KEY, "XDG_CONFIG_HOME": str(fleet["cwd"] / "config")}
     argv = [
         *SPECTOWER_CLI, "bench", "sweep", *args, "--concurrency", ",".join(map(str, LEVELS)),
-        "--modes", "on,off", "--duration-per-level", "1", "--rounds", "1", "--input-len", "8",
+        "--modes", "on,off", "--duration-per-level", str(level_s), "--rounds", "1", "--input-len", "8",
         "--output-len", "16", "--warmup", "1", "--db", str(fleet["db"]), "--as", "tester",
     ]  # fmt: skip
+    return argv, env
+
+
+def _sweep(fleet: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    argv, env = _command(fleet, *args)
     return subprocess.run(argv, cwd=fleet["cwd"], env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -91,6 +100,11 @@ def _knob_state(url: str) -> list[dict[str, Any]]:
     info = httpx.get(f"{url}/server_info", timeout=5).json()
     keys = ("spec_max_bs", "owner", "lock", "last_write")
     return [{k: rank["spectower"][k] for k in keys} for rank in info["internal_states"]]
+
+
+def _running(url: str) -> int:
+    loads = httpx.get(f"{url}/v1/loads", timeout=5).json()["loads"]
+    return sum(int(rank.get("num_running_reqs") or 0) for rank in loads)
 
 
 def _audit(db_path: Path) -> list[ControlEvent]:
@@ -175,6 +189,42 @@ def test_every_replica_down_exits_1(fleet: dict[str, Any]) -> None:
     assert proc.returncode == 1, proc.stderr
     assert f"failed: not swept: {fleet['down']}, {other} (exit 1)" in proc.stderr
     assert not any(row["swept"] for row in json.loads(proc.stdout)["replicas"])
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_the_fleet_sweep_the_replica_swept_gets_its_knob_back_the_next_is_untouched(
+    fleet: dict[str, Any],
+) -> None:
+    b_before = _knob_state(fleet["b"])
+    argv, env = _command(
+        fleet, "--server", fleet["a"], "--server", fleet["b"], "--save", "--json", level_s=30
+    )
+    proc = subprocess.Popen(argv, cwd=fleet["cwd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        # A's first slice is under way once A's knob is under the sweep's lock and A serves requests
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (_knob_state(fleet["a"])[0]["owner"] == "sweep"
+                                                   and _running(fleet["a"])):  # fmt: skip
+            time.sleep(0.1)
+        assert _knob_state(fleet["a"])[0]["owner"] == "sweep", "the sweep of the first replica did not start"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert f"interrupted: not swept: {fleet['a']}, {fleet['b']} (exit 130)" in err
+    rows = {row["replica"]: row for row in json.loads(out)["replicas"]}
+    assert rows[fleet["a"]]["result"]["interrupted"] and rows[fleet["a"]]["result"]["knob_restored"]
+    assert (
+        rows[fleet["b"]]["result"] is None and "interrupted before this replica" in rows[fleet["b"]]["error"]
+    )
+    assert [rank["spec_max_bs"] for rank in _knob_state(fleet["a"])] == [START_KNOBS[0]]
+    assert _knob_state(fleet["b"]) == b_before
+    assert [(e.server_url, e.action) for e in _audit(fleet["db"])] == [
+        (fleet["a"], "sweep-start"), (fleet["a"], "sweep-end"),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
