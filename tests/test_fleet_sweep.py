@@ -227,6 +227,38 @@ def test_ctrl_c_stops_the_fleet_sweep_the_replica_swept_gets_its_knob_back_the_n
     ]  # fmt: skip
 
 
+@pytest.mark.integration
+def test_a_replica_killed_mid_sweep_is_named_and_the_next_is_still_swept(
+    fleet: dict[str, Any], simulator_factory: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    doomed = simulator_factory(profile=str(path), admin_key=ADMIN_KEY)
+    argv, env = _command(fleet, "--server", doomed.base_url, "--server", fleet["b"], "--json", level_s=5)
+    proc = subprocess.Popen(argv, cwd=fleet["cwd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (_knob_state(doomed.base_url)[0]["owner"] == "sweep"
+                                                   and _running(doomed.base_url)):  # fmt: skip
+            time.sleep(0.1)
+        doomed.kill()  # mid-slice, its knob under the sweep's lock
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    rows = {row["replica"]: row for row in json.loads(out)["replicas"]}
+    assert (
+        not rows[doomed.base_url]["swept"]
+        and doomed.base_url.split("//")[1] in rows[doomed.base_url]["error"]
+    )
+    assert rows[fleet["b"]]["swept"] and not rows[fleet["b"]]["result"]["interrupted"]
+    assert f"partial: not swept: {doomed.base_url} (exit 3)" in err
+    ends = [e for e in _audit(fleet["db"]) if e.action == "sweep-end"]
+    assert [(e.server_url, e.confirmed) for e in ends] == [(doomed.base_url, False), (fleet["b"], True)]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [

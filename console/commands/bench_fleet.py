@@ -44,6 +44,7 @@ class ReplicaSweep:
     run_id: int | None = None
     profile: Path | None = None
     why: str | None = None
+    borrowed: bool = False  # the sweep borrowed this replica's knob (before it failed, if it did)
 
     @property
     def interrupted(self) -> bool:
@@ -151,7 +152,10 @@ def _sweep_replica(
                 "GPUs: run the sweep on the replica's host, or sweep it alone with --gpu-metrics)"
             )
         knob = bench._sweep_knob(config.server, creds, database, options.operator, options.force)
-        sweep.result = bench._run_with_progress(config, knob, creds, inventory)
+        try:
+            sweep.result = bench._run_with_progress(config, knob, creds, inventory)
+        finally:
+            sweep.borrowed = knob.found is not None
         sweep.run_id, sweep.profile = bench._keep(sweep.result, database, options.save, profile)
     except KeyboardInterrupt:  # outside the sweep itself (which keeps its points and gives the knob back)
         sweep.why = INTERRUPTED
@@ -194,14 +198,17 @@ def _summary(sweeps: list[ReplicaSweep]) -> None:
         table.add_row(
             sweep.replica, outcome, "-" if sweep.run_id is None else str(sweep.run_id),
             cross.describe() if cross is not None else "-", "-" if best is None else str(best),
-            _knob_after(result),
+            _knob_after(sweep),
         )  # fmt: skip
     bench._out().print(table)
 
 
-def _knob_after(result: SweepResult | None) -> str:
+def _knob_after(sweep: ReplicaSweep) -> str:
+    """How the sweep left the replica's knob: restored, never touched, or unknown (it failed after it
+    borrowed the knob: its audit's sweep-end row says whether the give-back got through)."""
+    result = sweep.result
     if result is None:
-        return "untouched"
+        return "unknown: failed after borrowing it (see control get)" if sweep.borrowed else "untouched"
     return "restored" if result.knob_restored else (result.knob_note or "not given back")
 
 
