@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .control_fleet import FLEET_HELP, SERVERS_HELP, is_fleet
+from .control_fleet import FLEET_HELP, is_fleet
 from .control_fleet import resolve as resolve_fleet
 from .options import (
     API_DEFAULT,
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
 
 DEFAULT_CONCURRENCY_TEXT = "1,2,4,8,16,32,64"
+SWEPT_SERVERS_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000 (repeatable: swept one at a time)"
 EXIT_INTERRUPTED = 130
 
 
@@ -224,7 +225,7 @@ def _honour_sigint() -> None:
 
 @app.command("sweep")
 def sweep(
-    servers: list[str] = typer.Option([], "--server", help=SERVERS_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SWEPT_SERVERS_HELP),
     fleet: str | None = typer.Option(
         None, "--fleet", help="sweep every replica of it, one at a time, the others untouched: " + FLEET_HELP
     ),
