@@ -86,6 +86,14 @@ def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     return row
 
 
+def running_per_rank(latest: dict[str, Any] | None) -> float | None:
+    """The running requests of one DP rank's batch (the server's newest, summed over ranks, over its
+    ranks): the batch the knob is compared with and the live speedup's bins are measured at."""
+    if latest is None or latest.get("num_running_reqs") is None:
+        return None
+    return float(latest["num_running_reqs"]) / max(1, int(latest.get("dp_ranks") or 1))
+
+
 def _series_frame(
     db: Database,
     kind: queries.SeriesKind,
@@ -265,9 +273,10 @@ FLEET_SERIES = ("output_tok_s", "num_running_reqs", "spec_max_bs")
 def fleet_totals(
     db: Database, server_ids: Sequence[int], t0: float, t1: float, max_points: int
 ) -> pd.DataFrame:
-    """A fleet over time: ``ts, output_tok_s`` (summed over the replicas that reported in the bucket),
-    ``replicas_drafting`` (knob above 0 and the running batch within it: the replica drafts) and
-    ``replicas_reporting``, in at most ``max_points`` buckets common to every replica."""
+    """A fleet over time: ``ts, output_tok_s`` (summed over the replicas that reported in the bucket, and
+    over each one's DP ranks), ``replicas_drafting`` (knob above 0 and one DP rank's running batch, the
+    replica's over its ranks, within it: the replica drafts) and ``replicas_reporting``, in at most
+    ``max_points`` buckets common to every replica."""
     columns = ["ts", "output_tok_s", "replicas_drafting", "replicas_reporting"]
     step = max((t1 - t0) / max(1, max_points), 1e-9)
     per_replica = []
@@ -277,7 +286,9 @@ def fleet_totals(
             continue
         bucket = ((frame["ts"] - t0) // step).astype(int)
         means = frame.assign(bucket=bucket).groupby("bucket")[list(FLEET_SERIES)].mean()
-        knob, running = means["spec_max_bs"], means["num_running_reqs"]
+        # the knob gates each DP rank's own batch; engine_series sums the ranks' running requests
+        ranks = max(1, len(_dp_ranks(db, int(server_id), t0, t1)))
+        knob, running = means["spec_max_bs"], means["num_running_reqs"] / ranks
         per_replica.append(means.assign(drafting=((knob > 0) & (running <= knob)).astype(int), reporting=1))
     if not per_replica:
         return pd.DataFrame(columns=columns)

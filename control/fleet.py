@@ -17,6 +17,7 @@ Every mistake is one ``FleetError`` line naming the flag or the config key.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ MAX_REPLICAS = 1024
 ROUTER_WORKERS_PATH = "/workers"
 PROMETHEUS_TARGETS_PATH = "/api/v1/targets"
 FLEET_KEYS = ("servers", "router", "prometheus", "job")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class FleetError(ValueError):
@@ -55,6 +57,13 @@ class Fleet:
     @property
     def label(self) -> str:
         return self.name or ("--server" if len(self.replicas) == 1 else f"{len(self.replicas)} servers")
+
+
+def replica_hosts(url: str) -> tuple[str, ...]:
+    """The host names a replica's GPUs are stored under: its URL's host, and for a loopback URL this
+    machine's name too (NVML and dcgm-exporter name the host by its hostname)."""
+    host = urlsplit(url).hostname or ""
+    return (host, socket.gethostname()) if host in LOOPBACK else (host,)
 
 
 def _normal(url: str, where: str) -> str:

@@ -84,10 +84,16 @@ def each(replicas: Sequence[str], work: Callable[[str], T]) -> list[tuple[str, T
 
 
 def exit_code(outcomes: Sequence[ReplicaOutcome]) -> int:
-    confirmed = sum(1 for o in outcomes if o.confirmed)
-    if outcomes and confirmed == len(outcomes):
+    return exit_code_of([o.confirmed for o in outcomes])
+
+
+def exit_code_of(done: Sequence[bool]) -> int:
+    """The exit code of any fleet command from whether each replica's part was done: 0 all, 3 some
+    (partial), 1 none (also the code of an empty fleet)."""
+    count = sum(1 for d in done if d)
+    if done and count == len(done):
         return EXIT_ALL_CONFIRMED
-    return EXIT_PARTIAL if confirmed else EXIT_NONE_CONFIRMED
+    return EXIT_PARTIAL if count else EXIT_NONE_CONFIRMED
 
 
 def read_all(replicas: Sequence[str], client_for: ClientFor) -> list[tuple[str, KnobState | BaseException]]:

@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -159,8 +160,12 @@ def _point_columns() -> list[str]:
     return ["point_id" if c == "id" else c for c in cols]
 
 
-def export_bench(db: Database, run_ids: Sequence[int], fmt: str, out: str | Path) -> int:
-    """Write the points of ``run_ids`` (in that order); returns the number of points written."""
+def export_bench(
+    db: Database, run_ids: Sequence[int], fmt: str, out: str | Path, *, name_each: bool = False
+) -> int:
+    """Write the points of ``run_ids`` (in that order); returns the number of points written. As JSONL,
+    every line names its run (``spectower_run``, with its server) when there are several runs or
+    ``name_each`` (a fleet's export: every line says which replica it came from)."""
     fmt = check_format(fmt)
     check_out(out)
     if not run_ids:
@@ -168,7 +173,7 @@ def export_bench(db: Database, run_ids: Sequence[int], fmt: str, out: str | Path
     runs = [queries.bench_run(db, rid) for rid in run_ids]  # LookupError naming a missing id, before writing
     if fmt == "jsonl":
         # several runs in one file: every line says its run (spectower_run), so import splits them again
-        several = len({r.id for r in runs}) > 1
+        several = len({r.id for r in runs}) > 1 or name_each
         lines = [
             line
             for run in runs
@@ -208,9 +213,21 @@ def export_bench(db: Database, run_ids: Sequence[int], fmt: str, out: str | Path
     return write_rows(rows(), columns, fmt, out, types)
 
 
+def bench_runs_of(db: Database, servers: Sequence[str]) -> dict[str, list[int]]:
+    """The ids of every run stored for each server (oldest first), by server in the order given (a
+    server with none: an empty list)."""
+    wanted = {url.rstrip("/"): url for url in servers}
+    found: dict[str, list[int]] = {url: [] for url in servers}
+    for run in sorted(queries.bench_runs(db), key=lambda r: int(r.id or 0)):
+        url = wanted.get((run.server_url or "").rstrip("/"))
+        if url is not None and run.id is not None:
+            found[url].append(int(run.id))
+    return found
+
+
 # --- samples ----------------------------------------------------------------------------------
 def _sample_query(
-    kind: str, server: str | None, host: str | None, start: float | None, end: float | None
+    kind: str, server: list[str] | None, host: list[str] | None, start: float | None, end: float | None
 ) -> tuple[Any, list[str], dict[str, Any]]:
     t = SQLModel.metadata.tables
     if kind == "engine":
@@ -218,7 +235,7 @@ def _sample_query(
         cols = [srv.c.url.label("server_url"), *[c for c in es.columns]]
         stmt = select(*cols).join(srv, srv.c.id == es.c.server_id)
         if server is not None:
-            stmt = stmt.where(srv.c.url == server)
+            stmt = stmt.where(srv.c.url.in_(server))
         if host is not None:
             raise ValueError("--host: applies to --kind gpu only")
         ts, order = es.c.ts, [es.c.server_id, es.c.ts]
@@ -229,14 +246,14 @@ def _sample_query(
         if server is not None:
             raise ValueError("--server: applies to --kind engine and control; use --host for GPUs")
         if host is not None:
-            stmt = stmt.where(gpu.c.host == host)
+            stmt = stmt.where(gpu.c.host.in_(host))
         ts, order = gs.c.ts, [gs.c.gpu_id, gs.c.ts]
     elif kind == "control":
         ce = t["control_event"]
         cols = list(ce.columns)
         stmt = select(*cols)
         if server is not None:
-            stmt = stmt.where(ce.c.server_url == server)
+            stmt = stmt.where(ce.c.server_url.in_(server))
         if host is not None:
             raise ValueError("--host: applies to --kind gpu only")
         ts, order = ce.c.ts, [ce.c.ts, ce.c.id]
@@ -261,15 +278,23 @@ def export_samples(
     host: str | None = None,
     start: float | None = None,
     end: float | None = None,
+    servers: Sequence[str] | None = None,
+    hosts: Sequence[str] | None = None,
+    tally: Counter[str] | None = None,
 ) -> int:
-    """Stream engine samples, GPU samples or control events in [start, end] to ``out``."""
+    """Stream engine samples, GPU samples or control events in [start, end] to ``out``. ``server`` /
+    ``host``: only that one (an unknown server is an error); ``servers`` / ``hosts``: only those (a fleet's
+    replicas, each row naming its own; one with nothing stored adds no row). ``tally``: rows written by
+    server URL (engine, control) or host (gpu)."""
     fmt = check_format(fmt)
     check_out(out)
     if start is not None and end is not None and end < start:
         raise ValueError("--end: is before --start")
     if server is not None and kind in ("engine",):
         queries.server_by_url(db, server)  # LookupError naming the unknown server
-    stmt, names, types = _sample_query(kind, server, host, start, end)
+    only_servers = [server] if server is not None else (list(servers) if servers is not None else None)
+    only_hosts = [host] if host is not None else (list(hosts) if hosts is not None else None)
+    stmt, names, types = _sample_query(kind, only_servers, only_hosts, start, end)
 
     def stored() -> Iterator[dict[str, Any]]:
         if kind == "control":
@@ -283,22 +308,29 @@ def export_samples(
         found: list[tuple[int | None, dict[str, Any]]]
         if kind == "engine":
             found = [
-                (sv.id, {"server_url": sv.url}) for sv in queries.servers(db) if server in (None, sv.url)
+                (sv.id, {"server_url": sv.url})
+                for sv in queries.servers(db)
+                if only_servers is None or sv.url in only_servers
             ]
         else:
             found = [
                 (g.id, {"host": g.host, "gpu_index": g.index, "uuid": g.uuid})
-                for g in queries.gpus(db, host=host)
+                for g in queries.gpus(db)
+                if only_hosts is None or g.host in only_hosts
             ]
         for source_id, facts in sorted(((int(i or 0), f) for i, f in found), key=lambda x: x[0]):
             for row in queries.sample_rows(db, kind, [source_id], start, end):  # type: ignore[arg-type]
                 yield {**facts, **row}
+
+    source_key = "host" if kind == "gpu" else "server_url"
 
     def rows() -> Iterator[dict[str, Any]]:
         for d in stored():
             for k, v in d.items():
                 if isinstance(v, float) and math.isnan(v):
                     d[k] = None
+            if tally is not None:
+                tally[str(d.get(source_key))] += 1
             yield d
 
     return write_rows(rows(), names, fmt, out, types)

@@ -192,7 +192,7 @@ def test_each_slice_line_keeps_its_own_figures_and_the_pooled_point_gets_its_own
     from rich.console import Console
     from spectower.collectors.bench.records import RequestRecord
     from spectower.collectors.bench.sweep import PointResult
-    from spectower.console.commands.bench import _RichProgress
+    from spectower.console.commands.bench_progress import SweepProgressLines as _RichProgress
 
     console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False)
     progress = _RichProgress(4, console=console)

@@ -75,3 +75,34 @@ def test_the_fleet_page_shows_one_row_per_replica_and_since_when_one_stopped(fil
     assert any("Read-only" in w for w in warnings)  # no operator: no flip form
     at.selectbox(key="fl_fleet").set_value("All collected servers").run()
     assert len(at.dataframe[0].value) == 3
+
+
+def test_a_replica_with_two_dp_ranks_drafts_by_one_ranks_batch_and_its_gpus_are_named_by_host(
+    tmp_path: Path,
+) -> None:
+    """Two DP ranks of 20 running requests each under a knob of 24: each rank's batch is within the knob,
+    so the replica drafts (the summed 40 is not one batch), and its tokens/s is both ranks'. Its GPUs are
+    the ones collected on its URL's host, named by it."""
+    from spectower.console.views import fleet as fleet_view
+    from spectower.storage.models import EngineSample, GpuSample
+
+    t0 = 1_000_000.0
+    with open_database(f"sqlite:///{tmp_path / 'dp.db'}") as db:
+        server = db.server_id("http://node-a:30000")
+        writer = db.writer(maintenance=None)
+        writer.put(*[EngineSample(server_id=server, dp_rank=rank, ts=t0 + i, num_running_reqs=20.0,
+                                  output_tok_s=500.0, spec_max_bs=24)
+                     for i in range(120) for rank in (0, 1)])  # fmt: skip
+        for index, util in enumerate((40.0, 60.0)):
+            gpu = db.gpu_id("node-a", index, f"GPU-a{index}")
+            writer.put(GpuSample(gpu_id=gpu, ts=t0 + 119, gpu_util_pct=util))
+        other = db.gpu_id("node-b", 0, "GPU-b0")
+        writer.put(GpuSample(gpu_id=other, ts=t0 + 119, gpu_util_pct=99.0))
+        assert writer.flush(30)
+        totals = data.fleet_totals(db, [server], t0, t0 + 120, 10)
+        latest = data.latest_engine(db, server)
+        gpus = fleet_view._gpu_text(db, "http://node-a:30000")
+    assert len(totals) >= 5 and set(totals["replicas_drafting"]) == {1}
+    assert totals["output_tok_s"].tolist() == pytest.approx([1000.0] * len(totals))
+    assert data.running_per_rank(latest) == 20.0
+    assert gpus == "node-a: 2 GPUs 50 % (max 60 %)"

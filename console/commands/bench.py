@@ -8,18 +8,20 @@ import json
 import math
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ...collectors.bench.lengths import OutputLengths
+from .control_fleet import FLEET_HELP, is_fleet
+from .control_fleet import resolve as resolve_fleet
 from .options import (
     API_DEFAULT,
     API_HELP,
     AS_HELP,
     DB_HELP,
-    SERVER_HELP,
     chosen_database,
     duration_option,
     output_len_option,
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
 
     from ...collectors.bench.compare import Comparison
     from ...collectors.bench.ratio import RatioPoint
-    from ...collectors.bench.records import RequestRecord
     from ...collectors.bench.sweep import PointResult, SweepConfig, SweepResult
     from ...control.credentials import Credentials
     from ...control.sweep_audit import SweepKnob
@@ -41,85 +42,8 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, help="Benchmark sweeps: speculation on vs off at each concurrency.")
 
 DEFAULT_CONCURRENCY_TEXT = "1,2,4,8,16,32,64"
+SWEPT_SERVERS_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000 (repeatable: swept one at a time)"
 EXIT_INTERRUPTED = 130
-
-
-class _RichProgress:
-    """On stderr: one line per slice (level, mode, requests done, live tok/s) under one line for the whole
-    sweep (slices done of all, elapsed, time left at the pace measured so far)."""
-
-    def __init__(self, total_slices: int, console: Console | None = None) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console if console is not None else Console(stderr=True),
-            transient=False,
-        )
-        self._total_slices = total_slices
-        self._overall: Any = None
-        self._task: Any = None
-        self._duration: float | None = None
-        self._done = 0
-
-    def __enter__(self) -> _RichProgress:
-        self.progress.start()
-        self._overall = self.progress.add_task(
-            f"[bold]sweep[/] 0/{self._total_slices} slices", total=self._total_slices, detail=""
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    def point_started(
-        self, concurrency: int, mode: str, total_requests: int | None, duration_s: float | None
-    ) -> None:
-        self._duration = duration_s
-        self._done = 0
-        total = float(total_requests) if total_requests is not None else duration_s
-        label = "plain" if mode == "plain" else f"spec {mode}"
-        self._task = self.progress.add_task(f"[bold]C={concurrency:<4}[/] {label:<8}", total=total,
-                                            detail=self._detail(0, 0.0))  # fmt: skip
-
-    @staticmethod
-    def _detail(done: int, tok_s: float) -> str:
-        return f"{done} req done {tok_s:>8.0f} tok/s"
-
-    def request_done(self, record: RequestRecord, tokens_so_far: int, elapsed_s: float) -> None:
-        if self._task is None:
-            return
-        self._done += 1
-        completed = min(elapsed_s, self._duration) if self._duration is not None else self._done
-        tok_s = tokens_so_far / max(elapsed_s, 1e-9)
-        self.progress.update(self._task, completed=completed, detail=self._detail(self._done, tok_s))
-
-    def point_finished(self, point: PointResult) -> None:
-        """The level's pooled figure for one mode, on a line of its own: it sums every round of that mode,
-        so it belongs on no single slice's line (each keeps the figures it measured)."""
-        tok_s = point.tok_s or point.figures.get("output_throughput") or 0.0
-        done = int(point.figures.get("completed", 0) or 0)
-        label = "plain" if point.mode == "plain" else f"spec {point.mode}"
-        rounds = int(point.figures.get("rounds", 0) or 0)
-        pooled = f"pooled over {rounds} rounds" if rounds > 1 else "steady"
-        self.progress.console.print(
-            f"C={point.concurrency:<4} {label:<8} {pooled}: {done} req done, {tok_s:.0f} tok/s"
-        )
-
-    def slice_finished(self, concurrency: int, mode: str) -> None:
-        if self._task is not None:  # the slice's own line ends full, with its own last figures
-            task = next(t for t in self.progress.tasks if t.id == self._task)
-            self.progress.update(self._task, completed=task.total or 0)
-            self._task = None
-        self.progress.advance(self._overall)
-        finished = int(next(t for t in self.progress.tasks if t.id == self._overall).completed)
-        label = f"[bold]sweep[/] {finished}/{self._total_slices} slices"
-        self.progress.update(self._overall, description=label)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -303,7 +227,10 @@ def _honour_sigint() -> None:
 
 @app.command("sweep")
 def sweep(
-    server: str = typer.Option(..., "--server", help=SERVER_HELP),
+    servers: list[str] = typer.Option([], "--server", help=SWEPT_SERVERS_HELP),
+    fleet: str | None = typer.Option(
+        None, "--fleet", help="sweep every replica of it, one at a time, the others untouched: " + FLEET_HELP
+    ),
     concurrency: str = typer.Option(
         DEFAULT_CONCURRENCY_TEXT, "--concurrency", help="Comma-separated levels."
     ),
@@ -347,14 +274,14 @@ def sweep(
         "touched. Adds off/plain, on/plain and the crossover vs plain.",
     ),
 ) -> None:
-    """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
+    """Measure output throughput with speculation on and off at each concurrency; find the crossover.
+    With --fleet (or several --server): one replica at a time, each saved as its own run, one summary."""
     from ...collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
-    from ...control.credentials import load_credentials
     from ...control.knob_state import normalize_server_url
-    from ...storage import open_database
 
+    group = resolve_fleet(servers, fleet)  # one replica for a single --server
     config = SweepConfig(
-        server=normalize_server_url(server),
+        server=group.replicas[0],
         concurrency=parse_concurrency(concurrency),
         modes=parse_modes(modes),
         requests_per_level=requests_per_level,
@@ -368,14 +295,40 @@ def sweep(
         rounds=rounds,
         plain_server=normalize_server_url(plain_server) if plain_server else None,
     ).validate()
-    inventory = _inventory_for(config.server, gpu_metrics, profile_out)
+    options = SweepOptions(gpu_metrics, profile_out, operator, force, save, as_json, db)
+    if is_fleet(servers, fleet):
+        from .bench_fleet import sweep_fleet
+
+        raise typer.Exit(sweep_fleet(group, config, options))
+    _sweep_server(config, options)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What a sweep does around its measurements (the ``SweepConfig``): the same for every replica."""
+
+    gpu_metrics: str | None
+    profile_out: Path | None
+    operator: str | None
+    force: bool
+    save: bool
+    as_json: bool
+    db: str | None
+
+
+def _sweep_server(config: SweepConfig, options: SweepOptions) -> None:
+    """One server's sweep, kept and printed; exit 130 when it was interrupted."""
+    from ...control.credentials import load_credentials
+    from ...storage import open_database
+
+    inventory = _inventory_for(config.server, options.gpu_metrics, options.profile_out)
     creds = load_credentials()
-    url, why = chosen_database(db)
+    url, why = chosen_database(options.db)
     database = open_database(url)
     say_database(url, why)
-    knob = _sweep_knob(config.server, creds, database, operator, force)
+    knob = _sweep_knob(config.server, creds, database, options.operator, options.force)
     result = _run_with_progress(config, knob, creds, inventory)
-    _keep_and_report(result, database, save, profile_out, as_json)
+    _keep_and_report(result, database, options.save, options.profile_out, options.as_json)
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 
@@ -387,13 +340,7 @@ def _keep_and_report(
     the result (table or --json) and where it was kept."""
     from ..errors import strict_json
 
-    run_id = _save(database, result) if save and result.points else None
-    written = None
-    if profile_out is not None and result.points:
-        from ...collectors.bench.profile_out import write_profile
-
-        write_profile(result, profile_out)
-        written = profile_out
+    run_id, written = _keep(result, database, save, profile_out)
     database.close()
     if as_json:
         print(strict_json(_result_json(result, run_id, written)))
@@ -403,6 +350,20 @@ def _keep_and_report(
         print(f"saved as run {run_id} in {database.url}")
     if written is not None:
         print(f"profile written to {written}")
+
+
+def _keep(
+    result: SweepResult, database: Database, save: bool, profile_out: Path | None
+) -> tuple[int | None, Path | None]:
+    """Save the run (``save``) and write the profile (``profile_out``) when it measured anything: the run's
+    id and the profile's path, each None when not kept."""
+    run_id = _save(database, result) if save and result.points else None
+    if profile_out is None or not result.points:
+        return run_id, None
+    from ...collectors.bench.profile_out import write_profile
+
+    write_profile(result, profile_out)
+    return run_id, profile_out
 
 
 def _sweep_knob(
@@ -461,7 +422,9 @@ def _run_with_progress(
     from ..errors import fail
 
     _honour_sigint()
-    progress = _RichProgress(len(config.concurrency) * len(config.measured_modes) * config.rounds)
+    from .bench_progress import SweepProgressLines
+
+    progress = SweepProgressLines(len(config.concurrency) * len(config.measured_modes) * config.rounds)
     try:
         with progress, knob:
             return asyncio.run(

@@ -12,6 +12,8 @@ import typer
 from rich.markup import escape
 
 from ..errors import fail, stderr
+from .control_fleet import FLEET_HELP, is_fleet
+from .control_fleet import resolve as resolve_fleet
 from .options import (
     DB_HELP,
     INT64_MAX,
@@ -88,12 +90,30 @@ def _format(fmt: str | None, out: Path) -> str:
 
 @export_app.command("bench")
 def export_bench(
-    run_ids: list[str] = typer.Argument(..., metavar="RUN_ID", help="Benchmark run ids."),
+    run_ids: list[str] | None = typer.Argument(
+        None, metavar="RUN_ID", help="Benchmark run ids (or --fleet / --server instead)."
+    ),
+    servers: list[str] = typer.Option(
+        [], "--server", help="Every run stored for this server (repeatable), instead of run ids."
+    ),
+    fleet: str | None = typer.Option(None, "--fleet", help="Every run of each replica of " + FLEET_HELP),
     fmt: str | None = typer.Option(None, "--format", "-f", help=FORMAT_HELP),
     out: Path = typer.Option(..., "--out", "-o", help="Output file."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Export benchmark runs (JSONL uses SGLang bench_serving's key names)."""
+    """Export benchmark runs (JSONL uses SGLang bench_serving's key names). With --fleet or --server:
+    every run stored for each replica, each row naming its server (JSONL: spectower_run.server_url)."""
+    if servers or fleet is not None:
+        if run_ids:
+            fail("RUN_ID: give run ids or --fleet / --server, not both")
+        from .store_fleet import export_runs
+
+        group, chosen = resolve_fleet(servers, fleet), _format(fmt, out)
+        with _database(db, existing=True) as database:
+            export_runs(database, group, chosen, out)
+        return
+    if not run_ids:
+        fail("RUN_ID: give at least one benchmark run id, or --fleet NAME / --server URL")
     ids = list(dict.fromkeys(whole_number(raw, "run id", 1, INT64_MAX) for raw in run_ids))  # each once
     chosen = _format(fmt, out)
     from ...storage.export import export_bench as do_export
@@ -108,7 +128,12 @@ def export_bench(
 @export_app.command("samples")
 def export_samples(
     kind: str = typer.Option(..., "--kind", "-k", help="engine, gpu or control."),
-    server: str | None = typer.Option(None, "--server", help="Only this server URL (engine, control)."),
+    servers: list[str] = typer.Option(
+        [], "--server", help="Only this server URL (repeatable; gpu: the GPUs of its host)."
+    ),
+    fleet: str | None = typer.Option(
+        None, "--fleet", help="Only this fleet's replicas (gpu: their hosts' GPUs): " + FLEET_HELP
+    ),
     host: str | None = typer.Option(None, "--host", help="Only the GPUs of this host (gpu)."),
     start: str | None = typer.Option(None, "--start", help="ISO 8601, Unix seconds, or relative (-1h)."),
     end: str | None = typer.Option(None, "--end", help="ISO 8601, Unix seconds, 'now', or relative."),
@@ -116,7 +141,9 @@ def export_samples(
     out: Path = typer.Option(..., "--out", "-o", help="Output file."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Export engine samples, GPU samples or control events over a time range."""
+    """Export engine samples, GPU samples or control events over a time range. With --fleet or several
+    --server: every replica's rows in one file, each naming its server (gpu: its host), and a count per
+    replica."""
     from ...storage.export import SAMPLE_KINDS
     from ...storage.export import export_samples as do_export
     from ...storage.timeparse import parse_time
@@ -129,6 +156,16 @@ def export_samples(
     except ValueError as exc:
         fail(str(exc))
     chosen = _format(fmt, out)
+    if is_fleet(servers, fleet) or (servers and kind == "gpu"):
+        from .store_fleet import export_replica_samples
+
+        if host is not None:
+            fail("--host: not with --server / --fleet, which choose the hosts (their replicas')")
+        group = resolve_fleet(servers, fleet)
+        with _database(db, existing=True) as database:
+            export_replica_samples(database, group, kind, chosen, out, start=t0, end=t1)
+        return
+    server = servers[0] if servers else None
     with _database(db, existing=True) as database:
         n = do_export(database, kind, chosen, out, server=server, host=host, start=t0, end=t1)
     stderr.print(f"wrote {n} {kind} row(s) to {out} ({chosen})", soft_wrap=True)

@@ -10,10 +10,8 @@ read back and audited, one row per replica.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import pandas as pd
 import streamlit as st
@@ -33,7 +31,6 @@ TOTALS_MAX_POINTS = 300
 CHOICES = ("off", "on", "threshold N", "release")
 PENDING_KEY, RESULT_KEY = "fl_pending", "fl_result"
 FORM_KEYS = ("fl_mode", "fl_n", "fl_reason", "fl_hold")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def render() -> None:
@@ -112,7 +109,7 @@ def replica_row(
         status = "not answering, never collected"
     else:
         status = f"stopped answering since {common.clock(last_ts)} ({common.ago(last_ts)})"
-    running = None if latest is None else latest.get("num_running_reqs")
+    running = data.running_per_rank(latest)  # the live speedup's bins are one DP rank's batch
     row: dict[str, Any] = {
         "replica": url, "status": status,
         "output tok/s": _round(latest, "output_tok_s"), "running": _round(latest, "num_running_reqs"),
@@ -169,15 +166,19 @@ def _speedup_text(db: Database, server: pd.Series | None, running: Any, win: com
 
 
 def _gpu_text(db: Database, url: str) -> str:
-    """Utilisation of the GPUs collected on the replica's host (a loopback URL: this machine)."""
+    """Utilisation of the GPUs collected on the replica's host (a loopback URL: this machine), named by
+    that host: ``gpu-node-3: 8 GPUs 71 % (max 93 %)``."""
+    from ...control.fleet import replica_hosts
+
     gpus = data.latest_gpu(db)
-    host = urlsplit(url).hostname or ""
-    hosts = {host, socket.gethostname()} if host in LOOPBACK else {host}
-    mine = gpus[gpus["host"].isin(hosts)] if not gpus.empty else gpus
-    util = mine["gpu_util_pct"].dropna() if not mine.empty else pd.Series(dtype=float)
-    if util.empty:
+    if gpus.empty:
         return "—"
-    return f"{len(mine)} GPUs: {util.mean():.0f} % (max {util.max():.0f} %)"
+    parts = []
+    for host in replica_hosts(url):
+        util = gpus.loc[gpus["host"] == host, "gpu_util_pct"]
+        if not util.dropna().empty:
+            parts.append(f"{host}: {len(util)} GPUs {util.mean():.0f} % (max {util.max():.0f} %)")
+    return "; ".join(parts) or "—"
 
 
 def _totals(db: Database, replicas: list[str], win: common.Window) -> None:

@@ -291,10 +291,10 @@ def _operating_point(
 ) -> tuple[tuple[float, float, str] | None, tuple[str, str]]:
     """Where today's load sits on the speedup chart, and the verdict in words. ``live``: the measured
     bins of ``data.LiveSpeedup`` (per DP rank's batch size, so the load is read per rank too)."""
-    if latest is None or latest.get("num_running_reqs") is None:
+    c = data.running_per_rank(latest)
+    if latest is None or c is None:
         return None, ("—", "no load reading")
     ranks = max(1, int(latest.get("dp_ranks") or 1))  # type: ignore[call-overload]
-    c = float(latest["num_running_reqs"]) / ranks  # type: ignore[arg-type]
     knob = latest.get("spec_max_bs")
     knob_text = estimate.knob_label(None if knob is None else int(knob), max_running)  # type: ignore[call-overload]
     y, source = None, ""
