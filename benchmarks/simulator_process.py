@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -63,6 +63,44 @@ DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0
 
 
+# The GPUs a test profile names (simulator/profile.py's "gpus"): one, as the shipped profiles give it
+H200 = {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700}
+H100 = {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700}
+
+
+def curve_profile(
+    name: str,
+    concurrency: Sequence[float],
+    output_tok_s: Mapping[str, Sequence[float]],
+    *,
+    max_running_requests: int,
+    accept_length: float | Sequence[float] = 2.0,
+    gpus: Mapping[str, Any] = H200,
+    **more: Any,
+) -> dict[str, Any]:
+    """A profile's JSON (simulator/profile.py) whose curves are exactly ``output_tok_s`` at ``concurrency``:
+    EAGLE3 at 3 steps, no per-step noise, prefill at 40k tok/s, served as ``name``. ``accept_length``: one
+    value at every level, or one per level; ``more`` sets any other key (description, served_model_name). The
+    curves' lists are shared with the caller, not copied."""
+    levels = list(concurrency)
+    accept = [float(accept_length)] * len(levels) if isinstance(accept_length, int | float) else accept_length
+    return {
+        "name": name, "served_model_name": name, "gpus": dict(gpus),
+        "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+        "max_running_requests": max_running_requests, "concurrency": levels,
+        "output_tok_s": dict(output_tok_s),  # as given: a test of a bad curve passes one
+        "accept_length": list(accept), "prefill_tok_s": 40000.0, "noise_cv": 0.0, **more,
+    }  # fmt: skip
+
+
+def write_profile(profile: Mapping[str, Any], folder: Path) -> str:
+    """``profile`` written into ``folder`` as ``<name>.json``; its path, for ``--profile`` and
+    ``simulator_factory(profile=...)``."""
+    path = folder / f"{profile['name']}.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
+
+
 def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> str:
     """A shipped profile with every throughput curve times ``factor`` (and ``changes`` on top), written into
     ``folder``; its path, for ``simulator_factory(profile=...)``."""
@@ -71,9 +109,7 @@ def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> st
     profile.update(name=f"{name}-x{factor:g}", output_tok_s={mode: [v * factor for v in rates]
                                                              for mode, rates in curves.items()})  # fmt: skip
     profile.update(changes)
-    path = folder / f"{name}-x{factor:g}.json"
-    path.write_text(json.dumps(profile))
-    return str(path)
+    return write_profile(profile, folder)
 
 
 class SimulatorProcess:
