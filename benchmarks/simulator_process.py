@@ -58,6 +58,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_ok(
+    url: str,
+    timeout_s: float,
+    proc: subprocess.Popen[Any] | None = None,
+    output: Callable[[], str] = lambda: "",
+) -> None:
+    """Return once ``url`` answers 200 (a child's health or readiness page); RuntimeError, with ``output()``
+    (the child's log), when ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}:\n{output()}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout_s:g} s:\n{output()}")
+
+
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0
@@ -179,18 +200,11 @@ class SimulatorProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"simulator exited with {self._proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"simulator did not become healthy in {self.start_timeout_s}s:\n{self.output()}")
+        try:
+            wait_until_ok(f"{self.base_url}/health", self.start_timeout_s, self._proc, self.output)
+        except RuntimeError:
+            self.kill()
+            raise
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``grace_s``."""
