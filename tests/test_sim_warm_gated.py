@@ -28,6 +28,7 @@ from spectower.simulator.profile import Profile, ProfileError, load_profile, par
 
 from benchmarks.simulator_process import curve_profile
 from tests.test_sim_explore import _decode as decode_steps
+from tests.test_sim_explore import virtual_time  # noqa: F401 (autouse: the step clock's sleep patched out)
 
 BATCH = 16  # a profile point: the curves there are the profile's numbers
 SPEC_OFF, WARM, SPEC_ON = 650.0, 560.0, 750.0  # at 16
@@ -53,15 +54,6 @@ def _profile(**curves: Any) -> Profile:
 
 def _without_warm() -> Profile:
     return _profile(spec_off_warm=None)
-
-
-async def _no_sleep(self: RankScheduler, deadline: float) -> float:
-    return deadline
-
-
-@pytest.fixture(autouse=True)
-def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
 
 
 def _lock(engine: Engine, value: int) -> None:
