@@ -191,10 +191,17 @@ def test_sweep_saves_restores_interleaves_and_replays(
 
     # where speculation pays at every level measured (1 and 2 here, over /generate): no crossover in range,
     # the best knob is max_running_requests, and the knob is given back again
-    proc = _sweep(sim, tmp_path, "--api", "generate", "--concurrency", "1,2", "--rounds", "1")
+    # with mixed output lengths (--output-len LOW-HIGH, each request's length by its index): requests of
+    # one length finish in waves, which a window's count reads as steps (issue #32)
+    proc = _sweep(
+        sim, tmp_path, "--api", "generate", "--concurrency", "1,2", "--rounds", "1", "--output-len", "8-24"
+    )
     assert proc.returncode == 0, proc.stderr
     low = json.loads(proc.stdout)
     assert low["params"]["api"] == "generate" and low["run_id"] is None
+    assert (low["params"]["output_len"], low["params"]["output_len_low"]) == (24, 8)
+    per_request = {p["total_output_tokens"] / p["completed"] for p in low["points"] if p["completed"]}
+    assert all(8 <= n <= 24 for n in per_request) and per_request != {16.0}, per_request
     assert low["crossover"]["status"] == "none_in_range", low["ratios"]
     assert low["best_max_bs"] == MAX_RUNNING
     assert low["knob_restored"] and _knob(sim) == START_KNOB

@@ -117,3 +117,15 @@ def test_wait_hands_back_policy_runs_without_a_sweep_to_score_them(tmp_path: Pat
     assert "no sweep at" in done.stdout and "to score against" in done.stdout
     assert "done: wait" in done.stdout
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"load-on.log", "policy.db", "policy.log"}
+
+
+def test_policy_at_the_sweep_refuses_a_launch_without_a_sweep(tmp_path: Path) -> None:
+    """``threshold:sweep`` and ``WARM_PROFILE=sweep`` take the threshold and learn's warm start from this
+    launch's sweep (issue #32's early-crossover pair: its crossover is not known before the call that sweeps
+    it); without a sweep on the machine the phase stops in one line before any policy runs."""
+    (tmp_path / "work").mkdir()
+    refused = _measure_off(tmp_path, PHASES="policy", POLICIES="learn threshold:sweep", WARM_PROFILE="sweep")
+    assert refused.returncode == 1
+    assert "threshold:sweep / WARM_PROFILE=sweep need a sweep of this launch" in refused.stdout
+    assert "policy runs started" not in refused.stdout
+    assert not (tmp_path / "work" / "policy-out" / "policy.log").exists()

@@ -52,6 +52,8 @@ SPEC_URL=http://127.0.0.1:$SPEC_PORT PLAIN_URL=http://127.0.0.1:$PLAIN_PORT
 LEVELS=${LEVELS:-1,2,4,8,16,32,64}
 PROF_LEVELS=${PROF_LEVELS:-1 16 64}
 SWEEP_SECONDS=${SWEEP_SECONDS:-6}
+# mixed lengths (issue #32): requests of one length finish in waves, which a window's count reads as steps
+SWEEP_OUTPUT_LEN=${SWEEP_OUTPUT_LEN:-64-448}
 MAX_RUNNING=64
 PROF_STEPS=12
 t0=$(date +%s)
@@ -203,11 +205,12 @@ do_sweep() {
   local DB=sqlite:///$OUT/bench.db
   say "three curves, one client: knob on, knob off (spectower_spec_max_bs 0), plain server; C=$LEVELS"
 st bench sweep --server "$SPEC_URL" --plain-server "$PLAIN_URL" --concurrency "$LEVELS" --modes "${MODES:-on,off}" \
-  --duration-per-level "$SWEEP_SECONDS" --rounds "${ROUNDS:-2}" --warmup 4 --output-len 256 --input-len 64 --api generate \
+  --duration-per-level "$SWEEP_SECONDS" --rounds "${ROUNDS:-2}" --warmup 4 --output-len "$SWEEP_OUTPUT_LEN" --input-len 64 --api generate \
   --tag "h200-sglang-0.5.17-$ATTN-8b-pair${MISS_SHARE:+-fixed${FIXED_SHARE:-0.5}-miss$MISS_SHARE}" --save --db "$DB" --profile-out "$OUT/profile.json" --as gpu-check \
   --json > "$OUT/sweep.json"
-cp "$OUT/sweep.json" "$WORK/sweep.json"  # the policy phases of a later call score against it
 say "sweep exit $?"
+cp "$OUT/sweep.json" "$WORK/sweep.json"  # the policy phases of a later call score against it
+[ -f "$OUT/profile.json" ] && cp "$OUT/profile.json" "$WORK/profile.json"  # learn's warm start (WARM_PROFILE=sweep)
 python3 - "$OUT/sweep.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -399,6 +402,15 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   # The runs outlive this device call and $OUT is emptied for the next one: they write to $WORK/policy-out,
   # and every do_wait copies what is there into that call's $OUT.
   rm -rf "$WORK/policy.done" "$WORK/policy-out" && mkdir -p "$WORK/policy-out"
+  # threshold:sweep: the threshold at this launch's sweep (its best ceiling); WARM_PROFILE=sweep: its profile
+  if [[ " $POLICIES $WARM_PROFILE " == *sweep* ]]; then
+    [ -f "$WORK/sweep.json" ] || { say "policy: threshold:sweep / WARM_PROFILE=sweep need a sweep of this launch"; return 1; }
+    local best
+    best=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["best_max_bs"])' "$WORK/sweep.json") || return 1
+    POLICIES=${POLICIES//threshold:sweep/threshold:$best}
+    [ "$WARM_PROFILE" = sweep ] && WARM_PROFILE=$WORK/profile.json
+    say "the sweep's best ceiling: $best; policies: $POLICIES; warm profile: ${WARM_PROFILE:-none}"
+  fi
   OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
@@ -433,6 +445,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
 }
 export -f st st_bg
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
+# (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} \
   POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-}
 

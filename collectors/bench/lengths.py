@@ -37,6 +37,11 @@ class OutputLengths:
         return f"{self.low}-{self.high}" if self.mixed else str(self.low)
 
 
+def as_lengths(setting: int | OutputLengths) -> OutputLengths:
+    """A config's ``output_len`` (one length, or a range) as a range."""
+    return setting if isinstance(setting, OutputLengths) else OutputLengths(setting, setting)
+
+
 def parse_output_lengths(text: str, flag: str = "--output-len", minimum: int = 2) -> OutputLengths:
     """``N`` or ``LOW-HIGH`` (inclusive), each ``minimum`` .. MAX_TOKENS, or BenchError naming ``flag``."""
     parts = text.strip().split("-")

@@ -54,7 +54,7 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
         "name": name or f"measured-{info.get('served_model_name') or 'server'}",
         "description": f"Measured by spectower bench sweep against {result.config.server} "
         f"(SGLang {info.get('version', '?')}), input {result.config.input_len} / "
-        f"output {result.config.output_len} tokens, api {result.config.api}."
+        f"output {result.config.output_lengths} tokens, api {result.config.api}."
         + (
             f" spec_off: the knob at 0; plain: {result.config.plain_server}, a server without speculation "
             f"(SGLang {(result.plain_server_info or {}).get('version', '?')}), measured in the same rounds."

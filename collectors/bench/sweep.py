@@ -23,6 +23,7 @@ from ..http import ServerUnreachable, check_http_url
 from . import server as srv
 from .errors import BenchError
 from .knob import Knob
+from .lengths import OutputLengths, as_lengths
 from .limits import (
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_LEVEL,
@@ -60,7 +61,9 @@ class SweepConfig:
     requests_per_level: int | None = None
     duration_per_level: float | None = DEFAULT_DURATION_S
     input_len: int = DEFAULT_INPUT_LEN
-    output_len: int = DEFAULT_OUTPUT_LEN
+    # one length for every request, or OutputLengths (``--output-len 64-448``): one length finishes in waves,
+    # which a window's count sees as steps of (concurrency x length) tokens (issue #32)
+    output_len: int | OutputLengths = DEFAULT_OUTPUT_LEN
     api: Api = "openai"
     warmup: int = DEFAULT_WARMUP
     tag: str | None = None
@@ -69,6 +72,10 @@ class SweepConfig:
     rounds: int = DEFAULT_ROUNDS
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     plain_server: str | None = None  # measured beside on/off at every level, in the same rounds
+
+    @property
+    def output_lengths(self) -> OutputLengths:
+        return as_lengths(self.output_len)
 
     @property
     def measured_modes(self) -> tuple[Mode, ...]:
@@ -101,7 +108,9 @@ class SweepConfig:
         ):
             raise BenchError("--duration-per-level: must be a positive number of seconds")
         check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
-        check_between(self.output_len, "--output-len", 2, MAX_TOKENS)  # inter-token latency needs two tokens
+        # inter-token latency needs two tokens
+        check_between(self.output_lengths.low, "--output-len", 2, MAX_TOKENS)
+        check_between(self.output_lengths.high, "--output-len", self.output_lengths.low, MAX_TOKENS)
         if self.api not in API_CHOICES:
             raise BenchError(f"--api: expected one of {', '.join(API_CHOICES)}, got {self.api!r}")
         check_between(self.warmup, "--warmup", 0, MAX_WARMUP)
@@ -117,7 +126,9 @@ class SweepConfig:
             "requests_per_level": self.requests_per_level,
             "duration_per_level": self.duration_per_level,
             "input_len": self.input_len,
-            "output_len": self.output_len,
+            # the longest (bench_serving's random_output_len on export); the shortest beside it when mixed
+            "output_len": self.output_lengths.high,
+            **({"output_len_low": self.output_lengths.low} if self.output_lengths.mixed else {}),
             "api": self.api,
             "warmup": self.warmup,
             "rounds": self.rounds,
@@ -307,10 +318,10 @@ async def run_sweep(
         if on_start is not None:
             on_start(result)
         model = info.served_model_name or "default"
-        shape = RequestShape(api=config.api, output_len=config.output_len, model=model)
+        shape = RequestShape(api=config.api, output_len=config.output_lengths.low, model=model)
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         plain_model = str((result.plain_server_info or {}).get("served_model_name") or "default")
-        plain_shape = RequestShape(api=config.api, output_len=config.output_len, model=plain_model)
+        plain_shape = RequestShape(api=config.api, output_len=config.output_lengths.low, model=plain_model)
         swept = _Target(client, knob, shape, admin_key)
         targets = {mode: swept for mode in config.measured_modes}
         if plain_client is not None:  # no knob there, and no flush: the admin key is the swept server's
@@ -413,7 +424,7 @@ async def _measure_point(
         shape,
         config.warmup,
         c,
-        min(config.output_len, DEFAULT_WARMUP_OUTPUT_LEN),
+        min(config.output_lengths.low, DEFAULT_WARMUP_OUTPUT_LEN),
         first_index,
     )
     failed = [r for r in warm if not r.success]
@@ -433,8 +444,9 @@ async def _measure_point(
     progress.point_started(c, mode, per_round_requests, per_round_s)
     sampler = srv.DecodeSampler(client)
     loop = await _sampled_loop(
-        target, sampler, prompts, c, per_round_requests, per_round_s, first_index, progress
-    )
+        target, sampler, prompts, c, per_round_requests, per_round_s, first_index, progress,
+        config.output_lengths,
+    )  # fmt: skip
     tokens_delta = calls_delta = accept_value = None
     source: str | None = None
     after = await srv.read_spec_counters(client) if before is not None else None
@@ -461,6 +473,7 @@ async def _sampled_loop(
     duration_s: float | None,
     first_index: int,
     progress: SweepProgress,
+    lengths: OutputLengths,
 ) -> LoopResult:
     """The closed loop of one slice, the server's decode rate sampled beside it, each finished request
     reported to ``progress``."""
@@ -483,6 +496,8 @@ async def _sampled_loop(
             duration_s=duration_s,
             first_index=first_index,
             on_done=done,
+            # the same index, the same length, in every mode and on the plain server
+            output_len_of=lengths.of if lengths.mixed else None,
         )
     finally:
         sampling.cancel()

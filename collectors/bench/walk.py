@@ -31,7 +31,7 @@ import httpx
 from ..auth import auth_headers
 from ..http import check_http_url
 from .errors import BenchError
-from .lengths import OutputLengths
+from .lengths import OutputLengths, as_lengths
 from .limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
 from .prompts import PromptFactory
 from .records import RequestRecord
@@ -245,9 +245,7 @@ class WalkConfig:
 
     @property
     def output_lengths(self) -> OutputLengths:
-        if isinstance(self.output_len, OutputLengths):
-            return self.output_len
-        return OutputLengths(self.output_len, self.output_len)
+        return as_lengths(self.output_len)
 
     def validate(self) -> WalkConfig:
         check_http_url(self.server, "--server", BenchError)

@@ -315,7 +315,13 @@ def sweep(
         help="Seconds per point (20, 20s, 1m; default 20 unless --requests-per-level).",
     ),
     input_len: int = typer.Option(128, "--input-len", help="Prompt length (tokens / words)."),
-    output_len: int = typer.Option(256, "--output-len", help="Output tokens per request (ignore_eos)."),
+    output_len: str = typer.Option(
+        "256",
+        "--output-len",
+        help="Output tokens per request (ignore_eos): N, or LOW-HIGH (mixed lengths: one length finishes "
+        "in waves, which a window's count reads as steps; each request's length by its index, the same in "
+        "every mode).",
+    ),
     api: str = typer.Option(API_DEFAULT, "--api", help=API_HELP),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before each point."),
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
@@ -346,6 +352,7 @@ def sweep(
     ),
 ) -> None:
     """Measure output throughput with speculation on and off at each concurrency; find the crossover."""
+    from ...collectors.bench.lengths import parse_output_lengths
     from ...collectors.bench.sweep import SweepConfig, parse_concurrency, parse_modes
     from ...control.credentials import load_credentials
     from ...control.knob_state import normalize_server_url
@@ -358,7 +365,7 @@ def sweep(
         requests_per_level=requests_per_level,
         duration_per_level=_duration_per_level(requests_per_level, duration_per_level),
         input_len=input_len,
-        output_len=output_len,
+        output_len=parse_output_lengths(output_len),
         api=api,  # type: ignore[arg-type]
         warmup=warmup,
         tag=tag,
