@@ -25,6 +25,10 @@ Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``port``, ``gpu_metrics_po
 ``{}``), ``pid``, ``output()`` (the child's stdout+stderr so far). The constructor starts the process and
 returns once ``/health`` answers 200 (or raises ``RuntimeError`` with the child's output).
 
+``curve_profile(name, concurrency, output_tok_s, max_running_requests=...)``: a test profile's JSON with
+exact curves (no noise); ``write_profile(profile, folder)`` writes it for ``profile=``; ``scaled_profile``
+scales a shipped one. ``wait_until_ok(url, timeout_s, proc)``: return once a child's health page answers 200.
+
 ``steady_load(base_url, clients)``: ``spectower bench load --pattern hover:N`` as a child process (about N
 closed-loop clients on /generate until stopped), a context manager; for tests that need a busy server.
 """
