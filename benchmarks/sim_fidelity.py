@@ -21,13 +21,11 @@ import json
 import os
 import platform
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -35,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from spectower.simulator.profile import Profile, load_profile  # noqa: E402
+
+from benchmarks.simulator_process import SimulatorProcess  # noqa: E402
 
 DEFAULT_WINDOW_S = 10.0
 DEFAULT_WARMUP_S = 3.0
@@ -96,6 +96,35 @@ class TokenClock:
         return sum(n for t, n in self.events if t0 <= t < t1)
 
 
+def generate_body(max_new_tokens: int) -> dict[str, Any]:
+    """What each worker streams from ``/generate``: ``max_new_tokens`` tokens, never cut short by EOS."""
+    return {
+        "text": "Explain speculative decoding in one paragraph.",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0},
+    }
+
+
+@dataclass
+class StreamTokens:
+    """One /generate stream's bytes, fed as they arrive: each SSE event's ``completion_tokens`` past the
+    last one seen goes to ``clock``."""
+
+    clock: TokenClock
+    buf: bytes = b""
+    seen: int = 0
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        # SSE events end with a blank line; only LF (or CR/CRLF) ends a line, never U+2028.
+        while b"\n\n" in self.buf:
+            event, self.buf = self.buf.split(b"\n\n", 1)
+            n = completion_tokens(event)
+            if n is not None and n > self.seen:
+                self.clock.add(n - self.seen)
+                self.seen = n
+
+
 async def stream_worker(
     client: httpx.AsyncClient,
     base_url: str,
@@ -104,25 +133,13 @@ async def stream_worker(
     stop_at: float,
     headers: dict[str, str],
 ) -> None:
-    body = {
-        "text": "Explain speculative decoding in one paragraph.",
-        "stream": True,
-        "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0},
-    }
+    body = generate_body(max_new_tokens)
     while time.monotonic() < stop_at:
-        seen = 0
         async with client.stream("POST", f"{base_url}/generate", json=body, headers=headers) as resp:
             resp.raise_for_status()
-            buf = b""
+            stream = StreamTokens(clock)
             async for raw in resp.aiter_raw():
-                buf += raw
-                # SSE events end with a blank line; only LF (or CR/CRLF) ends a line, never U+2028.
-                while b"\n\n" in buf:
-                    event, buf = buf.split(b"\n\n", 1)
-                    n = completion_tokens(event)
-                    if n is not None and n > seen:
-                        clock.add(n - seen)
-                        seen = n
+                stream.feed(raw)
                 if time.monotonic() >= stop_at:
                     return
 
@@ -136,13 +153,7 @@ async def raw_stream_worker(
     server, not by the client's per-chunk overhead.
     """
     url = httpx.URL(base_url)
-    body = json.dumps(
-        {
-            "text": "Explain speculative decoding in one paragraph.",
-            "stream": True,
-            "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0},
-        }
-    ).encode()
+    body = json.dumps(generate_body(max_new_tokens)).encode()
     extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     request = (
         f"POST /generate HTTP/1.1\r\nHost: {url.host}:{url.port}\r\nContent-Type: application/json\r\n"
@@ -156,21 +167,13 @@ async def raw_stream_worker(
             status = head.split(b" ", 2)[1]
             if status != b"200" or b"transfer-encoding: chunked" not in head.lower():
                 raise RuntimeError(f"unexpected response head: {head[:200]!r}")
-            seen = 0
-            buf = b""
+            stream = StreamTokens(clock)
             while True:
                 size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
                 if size == 0:
                     await reader.readuntil(b"\r\n")  # end of the chunked body
                     break
-                buf += (await reader.readexactly(size + 2))[:-2]
-                # SSE events end with a blank line; only LF (or CR/CRLF) ends a line, never U+2028.
-                while b"\n\n" in buf:
-                    event, buf = buf.split(b"\n\n", 1)
-                    n = completion_tokens(event)
-                    if n is not None and n > seen:
-                        clock.add(n - seen)
-                        seen = n
+                stream.feed((await reader.readexactly(size + 2))[:-2])
                 if time.monotonic() >= stop_at:
                     return
     finally:
@@ -214,12 +217,6 @@ async def measure(
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def machine() -> str:
     load = os.getloadavg()
     return (
@@ -237,24 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default=None, help="comma-separated subset (default: the profile's)")
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
-    proc = None
-    base_url = args.url
-    if base_url is None:
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spectower.simulator", "serve", "--profile", args.profile,
-             "--port", str(port)],
-            cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL,
-            env={k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_SIM_")},
-        )
-        base_url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
     levels = (
         [int(c) for c in args.concurrency.split(",")]
         if args.concurrency
@@ -267,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'C':>4} {'mode':>8} {'profile tok/s':>14} {'measured tok/s':>15} {'error':>8}")
     worst = 0.0
-    try:
+    with contextlib.ExitStack() as stack:
+        base_url = args.url or stack.enter_context(SimulatorProcess(profile=args.profile)).base_url
         for c in levels:
             for spec_on in (False, True):
                 m = asyncio.run(measure(base_url, profile, c, spec_on, args.window, args.warmup))
@@ -277,10 +257,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{m.measured_tok_s:>15.1f} {m.error * 100:>7.2f}%",
                     flush=True,
                 )
-    finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=15)
     print(f"worst |error|: {worst * 100:.2f}%  ({machine()})")
     return 0
 

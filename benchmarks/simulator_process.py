@@ -25,6 +25,10 @@ Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``port``, ``gpu_metrics_po
 ``{}``), ``pid``, ``output()`` (the child's stdout+stderr so far). The constructor starts the process and
 returns once ``/health`` answers 200 (or raises ``RuntimeError`` with the child's output).
 
+``curve_profile(name, concurrency, output_tok_s, max_running_requests=...)``: a test profile's JSON with
+exact curves (no noise); ``write_profile(profile, folder)`` writes it for ``profile=``; ``scaled_profile``
+scales a shipped one. ``wait_until_ok(url, timeout_s, proc)``: return once a child's health page answers 200.
+
 ``steady_load(base_url, clients)``: ``spectower bench load --pattern hover:N`` as a child process (about N
 closed-loop clients on /generate until stopped), a context manager; for tests that need a busy server.
 """
@@ -40,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,9 +62,68 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_ok(
+    url: str,
+    timeout_s: float,
+    proc: subprocess.Popen[Any] | None = None,
+    output: Callable[[], str] = lambda: "",
+) -> None:
+    """Return once ``url`` answers 200 (a child's health or readiness page); RuntimeError, with ``output()``
+    (the child's log), when ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}:\n{output()}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout_s:g} s:\n{output()}")
+
+
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_START_TIMEOUT_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0
+
+
+# The GPUs a test profile names (simulator/profile.py's "gpus"): one, as the shipped profiles give it
+H200 = {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700}
+H100 = {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700}
+
+
+def curve_profile(
+    name: str,
+    concurrency: Sequence[float],
+    output_tok_s: Mapping[str, Sequence[float]],
+    *,
+    max_running_requests: int,
+    accept_length: float | Sequence[float] = 2.0,
+    gpus: Mapping[str, Any] = H200,
+    **more: Any,
+) -> dict[str, Any]:
+    """A profile's JSON (simulator/profile.py) whose curves are exactly ``output_tok_s`` at ``concurrency``:
+    EAGLE3 at 3 steps, no per-step noise, prefill at 40k tok/s, served as ``name``. ``accept_length``: one
+    value at every level, or one per level; ``more`` sets any other key (description, served_model_name). The
+    curves' lists are shared with the caller, not copied."""
+    levels = list(concurrency)
+    accept = [float(accept_length)] * len(levels) if isinstance(accept_length, int | float) else accept_length
+    return {
+        "name": name, "served_model_name": name, "gpus": dict(gpus),
+        "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+        "max_running_requests": max_running_requests, "concurrency": levels,
+        "output_tok_s": dict(output_tok_s),  # as given: a test of a bad curve passes one
+        "accept_length": list(accept), "prefill_tok_s": 40000.0, "noise_cv": 0.0, **more,
+    }  # fmt: skip
+
+
+def write_profile(profile: Mapping[str, Any], folder: Path) -> str:
+    """``profile`` written into ``folder`` as ``<name>.json``; its path, for ``--profile`` and
+    ``simulator_factory(profile=...)``."""
+    path = folder / f"{profile['name']}.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
 
 
 def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> str:
@@ -71,9 +134,7 @@ def scaled_profile(name: str, factor: float, folder: Path, **changes: Any) -> st
     profile.update(name=f"{name}-x{factor:g}", output_tok_s={mode: [v * factor for v in rates]
                                                              for mode, rates in curves.items()})  # fmt: skip
     profile.update(changes)
-    path = folder / f"{name}-x{factor:g}.json"
-    path.write_text(json.dumps(profile))
-    return str(path)
+    return write_profile(profile, folder)
 
 
 class SimulatorProcess:
@@ -143,18 +204,11 @@ class SimulatorProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"simulator exited with {self._proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"simulator did not become healthy in {self.start_timeout_s}s:\n{self.output()}")
+        try:
+            wait_until_ok(f"{self.base_url}/health", self.start_timeout_s, self._proc, self.output)
+        except RuntimeError:
+            self.kill()
+            raise
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``grace_s``."""

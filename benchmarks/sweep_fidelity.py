@@ -38,31 +38,19 @@ sys.path.insert(0, str(REPO_ROOT))
 from spectower.simulator.profile import Profile, load_profile  # noqa: E402
 
 from benchmarks.sim_fidelity import machine  # noqa: E402
-from benchmarks.simulator_process import SPECTOWER_CLI, SimulatorProcess  # noqa: E402
+from benchmarks.simulator_process import SPECTOWER_CLI, SimulatorProcess, curve_profile, write_profile  # noqa: E402
 
 SHIPPED = ("glm5-nvfp4-8x-rtx-pro-6000", "llama31-8b-1x-h100")
 LEVELS = "1,2,4,8,16,32,64"
 ADMIN_KEY = "sweep-fidelity-admin-key"
 # Knob-off well under a plain server at load (issue #12's H200 shape): off/plain 0.84, 0.63, 0.54; the
 # crossover against knob-off (none in range) and the one against plain (between 4 and 16) differ.
-THREE_CURVES: dict[str, Any] = {
-    "name": "three-curves",
-    "description": "benchmark profile: knob-off measured apart from a plain server",
-    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
-    "served_model_name": "eight-b-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 64,
-    "concurrency": [1, 4, 16],
-    "output_tok_s": {
-        "spec_on": [95.0, 215.0, 375.0],
-        "spec_off": [42.0, 120.0, 325.0],
-        "plain": [50.0, 190.0, 600.0],
-    },
-    "accept_length": [2.0, 2.0, 1.9],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+THREE_CURVES = curve_profile(
+    "three-curves", [1, 4, 16],
+    {"spec_on": [95.0, 215.0, 375.0], "spec_off": [42.0, 120.0, 325.0], "plain": [50.0, 190.0, 600.0]},
+    max_running_requests=64, accept_length=[2.0, 2.0, 1.9], served_model_name="eight-b-shaped",
+    description="benchmark profile: knob-off measured apart from a plain server",
+)  # fmt: skip
 
 
 def replay_profile(name: str, out_dir: Path, max_chunks_s: float, max_request_tok_s: float) -> Path:
@@ -80,9 +68,7 @@ def replay_profile(name: str, out_dir: Path, max_chunks_s: float, max_request_to
     data["output_tok_s"] = {"spec_on": scaled_on, "spec_off": scaled_off}
     data["noise_cv"] = 0.0
     data["name"] = f"{name}-replay"
-    path = out_dir / f"{data['name']}.json"
-    path.write_text(json.dumps(data))
-    return path
+    return Path(write_profile(data, out_dir))
 
 
 def run_sweep(spec_url: str, levels: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
@@ -147,14 +133,13 @@ def shipped_profiles(args: argparse.Namespace, tmp: Path) -> float:
 
 
 def three_curves(args: argparse.Namespace, tmp: Path) -> float:
-    path = tmp / "three-curves.json"
-    path.write_text(json.dumps(THREE_CURVES))
+    path = write_profile(THREE_CURVES, tmp)
     profile = load_profile(path)
     levels = ",".join(map(str, THREE_CURVES["concurrency"]))
     with (
-        SimulatorProcess(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1) as spec,
+        SimulatorProcess(profile=path, admin_key=ADMIN_KEY, decode_log_interval=1) as spec,
         SimulatorProcess(
-            profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1, no_speculation=True
+            profile=path, admin_key=ADMIN_KEY, decode_log_interval=1, no_speculation=True
         ) as plain,
     ):
         out = run_sweep(spec.base_url, levels, args, "--plain-server", plain.base_url, "--api", "generate")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import knob_contract
-from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, Explorer, cycle_of
+from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchPlan, Explorer, cycle_of
 
 # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved; 0.4.0: every batch the ceiling gates may
 # skip the draft extend, exploration among them in windows (explore.window in the report), the lock's request;
@@ -29,6 +29,8 @@ DEFAULT_GATE_MIN_DWELL = 16
 # Verify results arrive after the next batch was launched (overlap scheduling): remember this many recent
 # gate decisions to match each verify result with the decision for its own batch.
 DEFAULT_DECISION_MEMORY = 8
+# The plan before the first decode batch: nothing explored, nothing settling, no window.
+NO_BATCH_YET = BatchPlan(explore=False, settling=False, phase=None, forget_holes=False)
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +96,11 @@ class Gate:
         self.set_explore_share(explore_share)
         # which batches explore: runs, and windows among the batches the ceiling gates (plugin/explore.py)
         self.explorer = Explorer(explore_cycle)
-        self.explored_now = False  # the last decide() explored (count() attributes its step change)
-        self.settling_now = False  # the last decide() switched into or out of a run (counted apart)
-        self.forget_holes_now = False  # the last decide() cut a window's warm part short
-        self.gated_by_ceiling_now = False  # the last decide() gated its batch by the ceiling (not exploring)
+        # The last decide()'s batch: the explorer's plan for it (explored: count() attributes its step change;
+        # settling: counted apart; forget_holes: a window's warm part was cut short), and whether the
+        # ceiling gated it (not exploration).
+        self.plan = NO_BATCH_YET
+        self.gated_by_ceiling_now = False
         self.batches_explored = 0
         self.explore_changes = 0  # step changes to or from an explored batch (override-log entries)
         self._last_explored = False
@@ -151,14 +154,11 @@ class Gate:
         of this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
-        plan = self.explorer.next(batch_size, closed, period, holes_pending)
-        explore, self.settling_now, self.forget_holes_now = plan.explore, plan.settling, plan.forget_holes
-        self.gated_by_ceiling_now = closed and not explore
-        if explore:
-            self.explored_now = True
+        self.plan = self.explorer.next(batch_size, closed, period, holes_pending)
+        self.gated_by_ceiling_now = closed and not self.plan.explore
+        if self.plan.explore:
             self._decisions.append((batch_size, not closed))
             return not closed
-        self.explored_now = False
         if closed != self.closed:
             self.switches += 1
         self.closed, self.closed_batches = closed, dwelt

@@ -419,12 +419,12 @@ def hook_get_steps_for_batch(
             # is measured as set.
             free = gate.explore_period > 0 and state.owner.owner() == knob_contract.OWNER_FREE
             gated = gate.decide(int(batch_size), may_explore=free, holes_pending=_holes_pending)
-            gate.count(gated, steps, gate.explored_now)
-            if gate.forget_holes_now:
+            gate.count(gated, steps, gate.plan.explore)
+            if gate.plan.forget_holes:
                 tracker = _extend_skip()
                 if tracker is not None:
                     tracker.forget_holes()
-            settling = gate.settling_now
+            settling = gate.plan.settling
             final = 0 if gated else steps
     except Exception:
         _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)

@@ -24,6 +24,7 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
+from benchmarks.simulator_process import curve_profile, write_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 ADMIN_KEY = "plain-admin-key"
@@ -33,30 +34,16 @@ LEVELS = (1, 2, 8)
 # Every ordering the test relies on has a margin of 1.56x or more, so a loaded machine cannot flip it; rates
 # stay low (at most 480 SSE chunks/s, the plain server at 8) so two simulators and the client fit on a shared
 # 2-core box, and 16-token requests finish within a second at every level.
-THREE_CURVES = {
-    "name": "three-curves",
-    "description": "test profile: knob-off measured apart from a plain server",
-    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
-    "served_model_name": "eight-b-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 64,
-    "concurrency": list(LEVELS),
-    "output_tok_s": {
-        "spec_on": [100.0, 180.0, 240.0],
-        "spec_off": [40.0, 72.0, 150.0],
-        "plain": [64.0, 115.0, 480.0],
-    },
-    "accept_length": [2.0, 2.0, 2.0],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+THREE_CURVES = curve_profile(
+    "three-curves", LEVELS,
+    {"spec_on": [100.0, 180.0, 240.0], "spec_off": [40.0, 72.0, 150.0], "plain": [64.0, 115.0, 480.0]},
+    max_running_requests=64, served_model_name="eight-b-shaped",
+    description="test profile: knob-off measured apart from a plain server",
+)  # fmt: skip
 
 
-def _profile(tmp_path: Path) -> Path:
-    path = tmp_path / "three-curves.json"
-    path.write_text(json.dumps(THREE_CURVES))
-    return path
+def _profile(tmp_path: Path) -> str:
+    return write_profile(THREE_CURVES, tmp_path)
 
 
 def _sweep(spec_url: str, plain_url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -73,7 +60,7 @@ def _sweep(spec_url: str, plain_url: str, tmp_path: Path, *extra: str) -> subpro
 def test_no_speculation_simulator_speaks_a_plain_servers_wire_format(
     simulator_factory, tmp_path: Path
 ) -> None:
-    plain = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY, no_speculation=True)
+    plain = simulator_factory(profile=_profile(tmp_path), admin_key=ADMIN_KEY, no_speculation=True)
     info = httpx.get(f"{plain.base_url}/server_info").json()
     assert info["speculative_algorithm"] is None
     assert info["speculative_num_steps"] is None and info["speculative_adaptive"] is False
@@ -95,8 +82,8 @@ def test_no_speculation_simulator_speaks_a_plain_servers_wire_format(
 def test_plain_server_that_runs_speculation_is_refused_before_the_knob_moves(
     simulator_factory, tmp_path: Path
 ) -> None:
-    spec = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY)
-    other = simulator_factory(profile=str(_profile(tmp_path)), admin_key=ADMIN_KEY)
+    spec = simulator_factory(profile=_profile(tmp_path), admin_key=ADMIN_KEY)
+    other = simulator_factory(profile=_profile(tmp_path), admin_key=ADMIN_KEY)
     proc = _sweep(spec.base_url, other.base_url, tmp_path)
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -118,10 +105,8 @@ def test_plain_server_same_url_is_refused(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_three_curves_one_run(simulator_factory, tmp_path: Path) -> None:
     path = _profile(tmp_path)
-    spec = simulator_factory(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1)
-    plain = simulator_factory(
-        profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1, no_speculation=True
-    )
+    spec = simulator_factory(profile=path, admin_key=ADMIN_KEY, decode_log_interval=1)
+    plain = simulator_factory(profile=path, admin_key=ADMIN_KEY, decode_log_interval=1, no_speculation=True)
     profile_out = tmp_path / "measured.json"
     proc = _sweep(
         spec.base_url, plain.base_url, tmp_path, "--json", "--save", "--tag", "three",

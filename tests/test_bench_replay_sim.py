@@ -14,7 +14,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun
 from sqlmodel import select
 
-from benchmarks.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import H100, SimulatorFactory, curve_profile, write_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
@@ -31,20 +30,11 @@ ROWS = 12  # 0 .. 9.4 s of the trace; 899 output tokens (44 to 152 a request)
 # request takes 0.02-0.25 s, all 12 about 0.65 s back to back. At --speedup 2 (a request every 0.4 s, 0.04 s
 # apart at the closest) the server keeps up; at --speedup 1000 (all within 10 ms) the last ones wait for
 # ten others to finish.
-REPLAY_SHAPE: dict[str, Any] = {
-    "name": "replay-shape",
-    "description": "test profile: two running requests, a few hundred tokens/s",
-    "gpus": {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
-    "served_model_name": "replay-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 2,
-    "concurrency": [1, 2],
-    "output_tok_s": {"spec_on": [800.0, 1400.0], "spec_off": [400.0, 800.0]},
-    "accept_length": [4.0, 4.0],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+REPLAY_SHAPE = curve_profile(
+    "replay-shape", [1, 2], {"spec_on": [800.0, 1400.0], "spec_off": [400.0, 800.0]},
+    max_running_requests=2, accept_length=4.0, gpus=H100, served_model_name="replay-shaped",
+    description="test profile: two running requests, a few hundred tokens/s",
+)  # fmt: skip
 
 
 def _slice(tmp_path: Path) -> Path:
@@ -76,9 +66,7 @@ def _replay(base_url: str, trace: Path, *extra: str) -> subprocess.CompletedProc
 def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
-    profile = tmp_path / "replay-shape.json"
-    profile.write_text(json.dumps(REPLAY_SHAPE))
-    sim = simulator_factory(profile=str(profile))
+    sim = simulator_factory(profile=write_profile(REPLAY_SHAPE, tmp_path))
     trace = _slice(tmp_path)
     db = tmp_path / "spectower.db"
     spread = _replay(sim.base_url, trace, "--speedup", "2", "--max-context", "64")
@@ -199,9 +187,7 @@ def _served(base_url: str) -> float:
 def test_ctrl_c_stops_sending_cancels_what_is_in_flight_and_scores_what_finished(
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
-    profile = tmp_path / "replay-shape.json"
-    profile.write_text(json.dumps(REPLAY_SHAPE))
-    sim = simulator_factory(profile=str(profile))
+    sim = simulator_factory(profile=write_profile(REPLAY_SHAPE, tmp_path))
     argv = [*SPECTOWER_CLI, "bench", "replay", "--server", sim.base_url, "--trace", str(AZURE), "--api",
             "generate", "--speedup", "4", "--duration", "60", "--max-context", "64", "--json"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

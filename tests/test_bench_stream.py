@@ -115,9 +115,17 @@ async def test_http_error_is_recorded_not_raised() -> None:
 
 
 @pytest.mark.anyio
-async def test_server_error_event_is_recorded() -> None:
-    rec = await _run(_sse([{"error": {"message": "boom"}}]), RequestShape(api="generate", output_len=4))
-    assert not rec.success and "boom" in (rec.error or "")
+@pytest.mark.parametrize(
+    ("api", "text_event"),
+    [
+        ("generate", {"text": "ab", "meta_info": {"completion_tokens": 2}}),
+        ("openai", {"choices": [{"text": "ab"}], "usage": {"completion_tokens": 2}}),
+    ],
+)
+async def test_server_error_event_is_recorded_and_ends_the_stream(api: str, text_event: dict) -> None:
+    events = [{"error": {"message": "boom"}}, text_event, "[DONE]"]
+    rec = await _run(_sse(events), RequestShape(api=api, output_len=4))
+    assert not rec.success and "boom" in (rec.error or "") and rec.output_tokens == 0
 
 
 @pytest.mark.anyio

@@ -29,35 +29,26 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
-from benchmarks.simulator_process import SimulatorFactory, SimulatorProcess
+from benchmarks.simulator_process import (
+    H100,
+    SimulatorFactory,
+    SimulatorProcess,
+    curve_profile,
+    write_profile,
+)
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 LEVELS = (1, 2, 8)
 MAX_RUNNING = 16  # the knob's "on" value; not a level, so a move to it is told apart from one to a level
-SWEEP_SHAPE: dict[str, Any] = {
-    "name": "sweep-shape",
-    "description": "test profile: speculation pays at 1 and 2, loses at 8",
-    "gpus": {"count": 2, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
-    "served_model_name": "sweep-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": MAX_RUNNING,
-    "concurrency": list(LEVELS),
-    "output_tok_s": {"spec_on": [150.0, 240.0, 160.0], "spec_off": [50.0, 100.0, 480.0]},
-    # whole tokens per drafted step: the accept length the sweep reads from the counters is exact
-    "accept_length": [2.0, 2.0, 2.0],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+# whole tokens per drafted step (accept length 2): the accept length read from the counters is exact
+SWEEP_SHAPE = curve_profile(
+    "sweep-shape", LEVELS, {"spec_on": [150.0, 240.0, 160.0], "spec_off": [50.0, 100.0, 480.0]},
+    max_running_requests=MAX_RUNNING, gpus={**H100, "count": 2}, served_model_name="sweep-shaped",
+    description="test profile: speculation pays at 1 and 2, loses at 8",
+)  # fmt: skip
 ADMIN_KEY = "bench-admin-key"
 START_KNOB = 7  # neither "on" nor "off": proves the sweep restores what was there
 ROUNDS = 2
-
-
-def _profile(tmp_path: Path) -> Path:
-    path = tmp_path / "sweep-shape.json"
-    path.write_text(json.dumps(SWEEP_SHAPE))
-    return path
 
 
 def _sweep(sim: SimulatorProcess, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -113,8 +104,8 @@ def _check_ratios_follow_points(out: dict[str, Any]) -> None:
 def test_sweep_saves_restores_interleaves_and_replays(
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
-    path = _profile(tmp_path)
-    sim = simulator_factory(profile=str(path), admin_key=ADMIN_KEY, decode_log_interval=1)
+    profile = write_profile(SWEEP_SHAPE, tmp_path)
+    sim = simulator_factory(profile=profile, admin_key=ADMIN_KEY, decode_log_interval=1)
     _set_knob(sim, START_KNOB)
     profile_out = tmp_path / "measured.json"
     proc = _sweep(sim, tmp_path, "--save", "--tag", "shape", "--profile-out", str(profile_out),

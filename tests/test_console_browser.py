@@ -30,6 +30,7 @@ from spectower.storage.models import ControlEvent
 from sqlmodel import select
 
 from benchmarks import synthetic
+from benchmarks.simulator_process import wait_until_ok
 from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
 from tests.console_layout import SETTLE_JS, full_page_screenshot, layout_problems
 
@@ -111,18 +112,6 @@ class Load:
             t.join(70)
 
 
-def _wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{url} did not come up within {timeout_s} s")
-
-
 def _knob(sim: Any) -> int:
     info = httpx.get(f"{sim.base_url}/server_info", timeout=10).json()
     return int(info["internal_states"][0]["spectower"]["spec_max_bs"])
@@ -169,7 +158,7 @@ def live_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str, 
                 "SPECTOWER_SWEEP_DIR": str(tmp_path / "sweeps"),
             },
         )
-        _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
+        wait_until_ok(f"http://127.0.0.1:{port}/_stcore/health", 60)
         yield f"http://127.0.0.1:{port}", sim, db_url
     finally:
         load.close()
@@ -345,7 +334,7 @@ def test_a_fresh_console_at_1280_keeps_every_text_in_its_column(tmp_path: Path) 
     console = _spawn(argv, tmp_path / "console.log", env)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_http(f"{base}/_stcore/health", 90)
+        wait_until_ok(f"{base}/_stcore/health", 90)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})

@@ -17,9 +17,10 @@ import pytest
 from spectower.control import audit
 from spectower.storage import open_database
 
+from benchmarks.simulator_process import wait_until_ok
 from tests.conftest import SPECTOWER_CLI, free_port
 from tests.console_layout import full_page_screenshot
-from tests.test_console_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _spawn, _stop, _wait_http
+from tests.test_console_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _spawn, _stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ADMIN_KEY = "fleet-browser-admin-key"
@@ -52,7 +53,7 @@ def fleet_console(tmp_path: Path, simulator_factory: Any) -> Iterator[tuple[str,
     console = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
+        wait_until_ok(f"http://127.0.0.1:{port}/_stcore/health", 60)
         deadline = time.monotonic() + 60
         while len(_servers_with_samples(db)) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -9,14 +9,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from spectower.console import settings
 from spectower.console.commands.ui import APP_PATH, streamlit_argv
 
+from benchmarks.simulator_process import wait_until_ok
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 KEY = {"SPECTOWER_ADMIN_KEY": "k"}
@@ -74,14 +73,7 @@ def _upgrade_status(port: int, host: str, origin: str | None = None) -> int:
 
 
 def _wait_healthy(port: int) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # polled until healthy (Streamlit's first start is slow)
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).text == "ok":
-                return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise AssertionError("the console did not come up")
+    wait_until_ok(f"http://127.0.0.1:{port}/_stcore/health", 120)  # Streamlit's first start is slow
 
 
 @pytest.mark.integration

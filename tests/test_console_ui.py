@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 from spectower.console.commands.ui import APP_PATH, streamlit_argv
 
+from benchmarks.simulator_process import wait_until_ok
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
 
 
@@ -53,15 +52,7 @@ def test_serves_on_loopback(tmp_path: Path) -> None:
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).text == "ok":
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError("the console did not come up")
+        wait_until_ok(f"http://127.0.0.1:{port}/_stcore/health", 90, proc)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)

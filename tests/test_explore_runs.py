@@ -105,8 +105,8 @@ def test_the_gate_explores_in_runs_without_moving_the_hysteresis() -> None:
     below = []
     for _ in range(449):
         gated = gate.decide(4)
-        gate.count(gated, 3, gate.explored_now)
-        below.append((gated, gate.settling_now))
+        gate.count(gated, 3, gate.plan.explore)
+        below.append((gated, gate.plan.settling))
     runs = [*range(50, 54), *range(250, 254)]
     assert [i for i, (gated, _) in enumerate(below, 1) if gated] == runs
     assert [i for i, (_, settling) in enumerate(below, 1) if settling] == [50, 54, 250, 254]
@@ -152,16 +152,16 @@ def test_the_gate_counts_explored_batches_and_their_step_changes() -> None:
     gate.set_ceiling(8)
     for _ in range(8):  # the run: batches 5-8
         gated = gate.decide(4)
-        gate.count(gated, 3, gate.explored_now)
+        gate.count(gated, 3, gate.plan.explore)
     assert (gate.batches_explored, gate.batches_gated, gate.batches_drafted) == (4, 4, 4)
     assert gate.step_changes == gate.explore_changes == 1 and gate.switches == 0  # 3 -> 0 at the 5th
     gated = gate.decide(4)
-    gate.count(gated, 3, gate.explored_now)
-    assert not gated and gate.settling_now and gate.step_changes == gate.explore_changes == 2
+    gate.count(gated, 3, gate.plan.explore)
+    assert not gated and gate.plan.settling and gate.step_changes == gate.explore_changes == 2
     gate.set_ceiling(0)
     for _ in range(20):  # bin 2's run: explored to draft, but the bands say 0: nothing explored
         gated = gate.decide(2)
-        gate.count(gated, 0, gate.explored_now)
+        gate.count(gated, 0, gate.plan.explore)
     assert gate.batches_explored == 4
     assert Gate().explore_report(active=True)["active"] is False  # share 0: nothing to explore
 
@@ -269,7 +269,7 @@ def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_o
     def batch(rids: list[str]) -> tuple[str | None, bool, bool]:
         tracker.begin_batch(WORKER, [SimpleNamespace(rid=rid) for rid in rids])
         wanted = 0 if gate.decide(len(rids), holes_pending=plugin._holes_pending) else 3
-        if gate.forget_holes_now:
+        if gate.plan.forget_holes:
             tracker.forget_holes()
         steps = tracker.steps_for(wanted)
         tracker.mark(steps)

@@ -15,25 +15,18 @@ from spectower.simulator.open_loop import evaluate_open_loop, simulate_open_loop
 from spectower.simulator.profile import Profile, parse_profile
 from spectower.storage.request_traces import Arrival, Slo, load_request_trace, schedule
 
+from benchmarks.simulator_process import H100, curve_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
 # Drafting doubles a lone request's speed and loses past 4 running: always-on is the slower server under
 # a queue, always-off the slower one when requests come one at a time.
-LATE_LOSER: dict[str, Any] = {
-    "name": "late-loser",
-    "description": "test profile: speculation pays at 1-2 running, loses from 4",
-    "gpus": {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
-    "served_model_name": "late-loser",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 8,
-    "concurrency": [1, 2, 4, 8],
-    "output_tok_s": {"spec_on": [200.0, 360.0, 400.0, 440.0], "spec_off": [100.0, 200.0, 400.0, 800.0]},
-    "accept_length": [2.0, 2.0, 2.0, 2.0],
-    "prefill_tok_s": 50000.0,
-    "noise_cv": 0.0,
-}
+LATE_LOSER = curve_profile(
+    "late-loser", [1, 2, 4, 8],
+    {"spec_on": [200.0, 360.0, 400.0, 440.0], "spec_off": [100.0, 200.0, 400.0, 800.0]},
+    max_running_requests=8, gpus=H100, prefill_tok_s=50000.0,
+    description="test profile: speculation pays at 1-2 running, loses from 4",
+)  # fmt: skip
 
 
 def _profile(**changes: Any) -> Profile:

@@ -16,7 +16,7 @@ from spectower.collectors.gpu.dcgm import parse_dcgm
 from spectower.collectors.prometheus import PrometheusSource, PrometheusSourceError, instance_url
 from spectower.collectors.sglang.metrics import parse_metrics
 
-from benchmarks.simulator_process import SimulatorProcess
+from benchmarks.simulator_process import SimulatorProcess, wait_until_ok
 from tests.conftest import free_port
 from tests.test_daemon import Load
 
@@ -63,16 +63,7 @@ scrape_configs:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_until_ok(f"{url}/-/ready", 60, proc, (tmp_path / "prometheus.log").read_text)
         yield url, sim
     finally:
         proc.terminate()

@@ -105,49 +105,16 @@ def test_both_keys_api_key_is_not_admin(simulator_factory: SimulatorFactory) -> 
     assert _spec_max_bs(sim.base_url, api) == 0
 
 
-def test_keys_from_files(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import REPO_ROOT, free_port
-
+def test_keys_from_files(simulator_factory: SimulatorFactory, tmp_path: Path) -> None:
     key_file = tmp_path / "admin.key"
     key_file.write_text("file-secret\n")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spectower.simulator",
-            "serve",
-            "--profile",
-            "llama31-8b-1x-h100",
-            "--port",
-            str(port),
-            "--admin-api-key-file",
-            str(key_file),
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        assert httpx.post(f"{base}/set_internal_state", json=KNOB, timeout=10).status_code == 401
-        assert httpx.post(
-            f"{base}/set_internal_state",
-            json=KNOB,
-            timeout=10,
-            headers={"Authorization": "Bearer file-secret"},
-        ).json() == [True]
-    finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=15)
-    assert b"file-secret" not in out
+    sim = simulator_factory(profile="llama31-8b-1x-h100", admin_api_key_file=str(key_file))
+    assert httpx.post(f"{sim.base_url}/set_internal_state", json=KNOB, timeout=10).status_code == 401
+    assert httpx.post(
+        f"{sim.base_url}/set_internal_state",
+        json=KNOB,
+        timeout=10,
+        headers={"Authorization": "Bearer file-secret"},
+    ).json() == [True]
+    sim.stop()
+    assert "file-secret" not in sim.output()

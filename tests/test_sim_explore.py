@@ -26,6 +26,8 @@ async def _no_sleep(self: RankScheduler, deadline: float) -> float:
 
 @pytest.fixture(autouse=True)
 def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Virtual time: a rank's sleep returns at once, so a step lasts what the scheduler computed (the tests
+    that import this fixture get it too)."""
     monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
 
 

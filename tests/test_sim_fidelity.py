@@ -15,7 +15,6 @@ How close the client-side figures come to the profile on this machine is printed
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +24,15 @@ from spectower.plugin.engine_counters import rates
 from spectower.simulator.profile import load_profile
 
 from benchmarks.sim_fidelity import Measurement, measure
-from benchmarks.simulator_process import SimulatorFactory
+from benchmarks.simulator_process import H100, SimulatorFactory, curve_profile, write_profile
 
 # on/off 3x at both levels, each mode 2x from one request to two; whole tokens per drafted step and no
 # per-step noise, so the model-time rates are the profile's exactly
-ORDER_SHAPE: dict[str, Any] = {
-    "name": "order-shape",
-    "description": "test profile: wide margins between modes and levels",
-    "gpus": {"count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "power_limit_w": 700},
-    "served_model_name": "order-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 8,
-    "concurrency": [1, 2, 4],
-    "output_tok_s": {"spec_on": [120.0, 240.0, 400.0], "spec_off": [40.0, 80.0, 160.0]},
-    "accept_length": [2.0, 2.0, 2.0],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+ORDER_SHAPE = curve_profile(
+    "order-shape", [1, 2, 4], {"spec_on": [120.0, 240.0, 400.0], "spec_off": [40.0, 80.0, 160.0]},
+    max_running_requests=8, gpus=H100, served_model_name="order-shaped",
+    description="test profile: wide margins between modes and levels",
+)  # fmt: skip
 WINDOW_S = 1.5
 WARMUP_S = 0.3
 # A step whose batch still holds a request the client just dropped is timed for the full batch: at most a
@@ -61,10 +51,9 @@ def _counters(base_url: str) -> dict[str, Any]:
 def test_rates_follow_the_profile_in_model_time_and_in_order_client_side(
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
-    path = tmp_path / "order-shape.json"
-    path.write_text(json.dumps(ORDER_SHAPE))
+    path = write_profile(ORDER_SHAPE, tmp_path)
     profile = load_profile(path)
-    sim = simulator_factory(profile=str(path))
+    sim = simulator_factory(profile=path)
     client: dict[tuple[int, bool], Measurement] = {}
     for concurrency in (1, 2):
         for spec_on in (False, True):

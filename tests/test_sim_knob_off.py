@@ -19,6 +19,7 @@ from spectower.simulator.profile import Profile, parse_profile
 from spectower.simulator.server_info import ServerInfo
 
 from tests.test_bench_plain_sim import THREE_CURVES
+from tests.test_sim_explore import virtual_time  # noqa: F401 (autouse: the step clock's sleep patched out)
 
 BATCH = 16  # a profile point: the curve there is the profile's number, no interpolation
 
@@ -30,10 +31,6 @@ CURVES = {"spec_on": [190.0, 430.0, 750.0], "spec_off": [84.0, 240.0, 650.0], "p
 def _profile(**changes: Any) -> Profile:
     data = json.loads(json.dumps(THREE_CURVES)) | {"output_tok_s": CURVES}
     return parse_profile(data | changes, source="three-curves")
-
-
-async def _no_sleep(self: RankScheduler, deadline: float) -> float:
-    return deadline
 
 
 def _decode_rate(profile: Profile, knob: int | None, steps: int = 200) -> tuple[float, RankScheduler]:
@@ -53,11 +50,6 @@ def _decode_rate(profile: Profile, knob: int | None, steps: int = 200) -> tuple[
         return (rank.total_decode_tokens - tokens) / (rank.busy_s - busy), rank
 
     return asyncio.run(run())
-
-
-@pytest.fixture(autouse=True)
-def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
 
 
 def test_knob_zero_serves_the_measured_knob_off_curve_not_the_plain_one() -> None:

@@ -27,6 +27,7 @@ from spectower.simulator.accept_kinds import (
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 
+from tests.test_sim_explore import virtual_time  # noqa: F401 (autouse: the step clock's sleep patched out)
 from tests.test_sim_warm_gated import _profile
 
 BATCH = 16
@@ -34,15 +35,6 @@ KINDS = (AcceptKind(4.0, 0.5), AcceptKind(2.0, 0.5))
 LENGTHS = OutputLengths(16, 48)  # a request lives 4-24 drafted steps: a 64-batch window turns over
 CYCLE = 1024  # batches per exploration window (the plugin's default is 8192: shorter to keep the test short)
 SHARE = 0.2  # one in 5: the window's exploring part is its longest, 64 batches, 32 of them turnover
-
-
-async def _no_sleep(self: RankScheduler, deadline: float) -> float:
-    return deadline
-
-
-@pytest.fixture(autouse=True)
-def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
 
 
 def _closed_loop(engine: Engine, steps: int) -> RankScheduler:

@@ -180,23 +180,16 @@ def test_chat_completion_matches_capture(sim: SimulatorProcess, real_data: Path)
     assert mine["choices"][0]["finish_reason"] == "length"
 
 
+def _sse_data(url: str, body: dict[str, Any]) -> list[str]:
+    """The ``data`` of every SSE event a streamed POST answers, ``[DONE]`` included."""
+    with httpx.Client(timeout=30) as client, connect_sse(client, "POST", url, json=body) as source:
+        return [sse.data for sse in source.iter_sse()]
+
+
 def test_chat_stream_with_usage_chunk(sim: SimulatorProcess) -> None:
-    with (
-        httpx.Client(timeout=30) as client,
-        connect_sse(
-            client,
-            "POST",
-            f"{sim.base_url}/v1/chat/completions",
-            json={
-                "model": "m",
-                "messages": [{"role": "user", "content": "Hi"}],
-                "max_tokens": 12,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            },
-        ) as source,
-    ):
-        datas = [sse.data for sse in source.iter_sse()]
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    url = f"{sim.base_url}/v1/chat/completions"
+    datas = _sse_data(url, chat | {"max_tokens": 12, "stream_options": {"include_usage": True}})
     assert datas[-1] == "[DONE]"
     chunks = [json.loads(d) for d in datas[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -207,21 +200,7 @@ def test_chat_stream_with_usage_chunk(sim: SimulatorProcess) -> None:
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
     assert text
     # without include_usage: no usage chunk
-    with (
-        httpx.Client(timeout=30) as client,
-        connect_sse(
-            client,
-            "POST",
-            f"{sim.base_url}/v1/chat/completions",
-            json={
-                "model": "m",
-                "messages": [{"role": "user", "content": "Hi"}],
-                "max_tokens": 5,
-                "stream": True,
-            },
-        ) as source,
-    ):
-        chunks = [json.loads(s.data) for s in source.iter_sse() if s.data != "[DONE]"]
+    chunks = [json.loads(d) for d in _sse_data(url, chat | {"max_tokens": 5}) if d != "[DONE]"]
     assert all(c["choices"] for c in chunks)
 
 
@@ -230,22 +209,9 @@ def test_completions_stream_and_plain(sim: SimulatorProcess) -> None:
         f"{sim.base_url}/v1/completions", json={"model": "m", "prompt": "Once", "max_tokens": 6}, timeout=30
     ).json()
     assert body["object"] == "text_completion" and body["usage"]["completion_tokens"] == 6
-    with (
-        httpx.Client(timeout=30) as client,
-        connect_sse(
-            client,
-            "POST",
-            f"{sim.base_url}/v1/completions",
-            json={
-                "model": "m",
-                "prompt": "Once",
-                "max_tokens": 6,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            },
-        ) as source,
-    ):
-        chunks = [json.loads(s.data) for s in source.iter_sse() if s.data != "[DONE]"]
+    streamed = {"model": "m", "prompt": "Once", "max_tokens": 6, "stream": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+    chunks = [json.loads(d) for d in _sse_data(f"{sim.base_url}/v1/completions", streamed) if d != "[DONE]"]
     assert chunks[-1]["usage"]["completion_tokens"] == 6
     assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) != ""
 

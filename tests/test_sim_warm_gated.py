@@ -11,7 +11,6 @@ the scheduler computed and the rates are exact.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -27,36 +26,26 @@ from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.profile import Profile, ProfileError, load_profile, parse_profile
 
+from benchmarks.simulator_process import curve_profile
 from tests.test_sim_explore import _decode as decode_steps
+from tests.test_sim_explore import virtual_time  # noqa: F401 (autouse: the step clock's sleep patched out)
 
 BATCH = 16  # a profile point: the curves there are the profile's numbers
 SPEC_OFF, WARM, SPEC_ON = 650.0, 560.0, 750.0  # at 16
 
-BASE: dict[str, Any] = {
-    "name": "warm-gated",
-    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
-    "served_model_name": "eight-b-shaped",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 64,
-    "concurrency": [1, 4, 16],
-    "output_tok_s": {
-        "spec_on": [190.0, 430.0, SPEC_ON],
-        "spec_off": [84.0, 240.0, SPEC_OFF],
-        "plain": [100.0, 380.0, 1200.0],
-        "spec_off_warm": [80.0, 220.0, WARM],
-    },
-    "accept_length": [2.0, 2.0, 2.0],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
+CURVES: dict[str, Any] = {
+    "spec_on": [190.0, 430.0, SPEC_ON],
+    "spec_off": [84.0, 240.0, SPEC_OFF],
+    "plain": [100.0, 380.0, 1200.0],
+    "spec_off_warm": [80.0, 220.0, WARM],
 }
 
 
 def _data(**curves: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(json.dumps(BASE))
-    data["output_tok_s"].update(curves)
-    data["output_tok_s"] = {k: v for k, v in data["output_tok_s"].items() if v is not None}
-    return data
+    """The test profile with ``curves`` replacing its own (None: without that curve)."""
+    chosen = {mode: rates for mode, rates in (CURVES | curves).items() if rates is not None}
+    return curve_profile("warm-gated", [1, 4, 16], chosen, max_running_requests=64,
+                         served_model_name="eight-b-shaped")  # fmt: skip
 
 
 def _profile(**curves: Any) -> Profile:
@@ -65,15 +54,6 @@ def _profile(**curves: Any) -> Profile:
 
 def _without_warm() -> Profile:
     return _profile(spec_off_warm=None)
-
-
-async def _no_sleep(self: RankScheduler, deadline: float) -> float:
-    return deadline
-
-
-@pytest.fixture(autouse=True)
-def virtual_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RankScheduler, "_sleep_until", _no_sleep)
 
 
 def _lock(engine: Engine, value: int) -> None:

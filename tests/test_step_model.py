@@ -15,26 +15,16 @@ from spectower.simulator import step_model
 from spectower.simulator.profile import Profile, builtin_profile_names, load_profile, parse_profile
 from spectower.simulator.traces import load_trace
 
+from benchmarks.simulator_process import curve_profile
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI
 
 # 64 is where on and off cross: 5000 tok/s either way
-CROSSING = {
-    "name": "crossing",
-    "gpus": {"count": 1, "name": "NVIDIA H200", "memory_mib": 143771, "power_limit_w": 700},
-    "served_model_name": "test",
-    "speculative_algorithm": "EAGLE3",
-    "speculative_num_steps": 3,
-    "max_running_requests": 64,
-    "concurrency": [1, 64],
-    "output_tok_s": {"spec_on": [200.0, 5000.0], "spec_off": [100.0, 5000.0]},
-    "accept_length": [2.5, 2.5],
-    "prefill_tok_s": 40000.0,
-    "noise_cv": 0.0,
-}
+CROSSING = curve_profile("crossing", [1, 64], {"spec_on": [200.0, 5000.0], "spec_off": [100.0, 5000.0]},
+                         max_running_requests=64, accept_length=2.5, served_model_name="test")  # fmt: skip
 
 
 def _profile(**changes: Any) -> Profile:
-    return parse_profile(json.loads(json.dumps(CROSSING)) | changes, source="crossing")
+    return parse_profile(CROSSING | changes, source="crossing")
 
 
 @pytest.mark.parametrize("name", builtin_profile_names())

@@ -18,6 +18,16 @@ from tests.conftest import REPO_ROOT
 V1_DDL = REPO_ROOT / "storage" / "schema_v1_sqlite.sql"
 
 
+def stamped(path: Path, version: int, sql: str = "") -> None:
+    """At ``path``, what this version creates, changed by ``sql`` (what another version lacks) and stamped
+    ``version``: an older or newer spectower's database, made by hand."""
+    open_database(path).close()
+    con = sqlite3.connect(path)
+    con.executescript(f"{sql}\nUPDATE meta SET value='{version}' WHERE key='schema_version';")
+    con.commit()
+    con.close()
+
+
 def make_v1_file(path: Path) -> None:
     con = sqlite3.connect(path)
     con.executescript(V1_DDL.read_text())
@@ -107,11 +117,7 @@ def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
 
 def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
-    open_database(path).close()
-    con = sqlite3.connect(path)
-    con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    con.commit()
-    con.close()
+    stamped(path, 99)
     with pytest.raises(SchemaError, match="newer than this spectower"):
         open_database(path)
     con = sqlite3.connect(path)
@@ -132,9 +138,9 @@ def test_foreign_database_is_refused(tmp_path: Path) -> None:
 def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> None:
     # A v2 database: what this version creates, less the v3 tables and v4 columns, stamped 2.
     path = tmp_path / "v2.db"
-    open_database(path).close()
-    con = sqlite3.connect(path)
-    con.executescript(
+    stamped(
+        path,
+        2,
         """
         ALTER TABLE control_event DROP COLUMN request_id;
         ALTER TABLE control_event DROP COLUMN note;
@@ -142,13 +148,10 @@ def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> N
         DROP TABLE engine_counter_rollup;
         DROP TABLE engine_chunk;
         DROP TABLE gpu_chunk;
-        UPDATE meta SET value='2' WHERE key='schema_version';
         INSERT INTO server (id, url, first_seen, last_seen) VALUES (1, 'http://v2:30000', 100.0, 200.0);
         INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (1, 0, 150.0, 3.0);
-        """
+        """,
     )
-    con.commit()
-    con.close()
     db = open_database(path)
     try:
         assert db.schema_version == 5
@@ -164,23 +167,20 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
     """v4 (#34): a confirmed set's note (the lock it took) has a column of its own; a v3 row kept it in
     ``error``, and ``control events`` shows it as the note it is, not as an error."""
     path = tmp_path / "v3.db"
-    open_database(path).close()
-    con = sqlite3.connect(path)
-    con.executescript(
+    stamped(
+        path,
+        3,
         """
         ALTER TABLE control_event DROP COLUMN request_id;
         ALTER TABLE control_event DROP COLUMN note;
         DROP TABLE engine_chunk;
         DROP TABLE gpu_chunk;
-        UPDATE meta SET value='3' WHERE key='schema_version';
         INSERT INTO control_event (ts, actor, server_url, action, old_max_bs, new_max_bs, reason, confirmed,
                                    error)
         VALUES (100.0, 'operator:alice', 'http://v3:30000', 'set', 16, 0, 'incident', 1,
                 'manual lock until released');
-        """
+        """,
     )
-    con.commit()
-    con.close()
     db = open_database(path)
     try:
         assert db.schema_version == 5

@@ -12,6 +12,8 @@ from spectower.console.cli import app
 from spectower.storage import open_database
 from typer.testing import CliRunner
 
+from tests.test_storage_schema import stamped
+
 runner = CliRunner()
 BENCH = "bench_serving"
 
@@ -103,15 +105,7 @@ def test_installed_command_shows_no_traceback(tmp_path: Path) -> None:
 
 
 def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
-    import sqlite3
-
-    from spectower.storage import open_database
-
     path = tmp_path / "n.db"
-    open_database(path).close()
-    con = sqlite3.connect(path)
-    con.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
-    con.commit()
-    con.close()
+    stamped(path, 7)
     code, out = run("export", "bench", "1", "--out", str(tmp_path / "x.csv"), "--db", str(path))
     assert code == 2 and "newer than this spectower" in out and "Traceback" not in out

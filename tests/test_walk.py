@@ -113,23 +113,21 @@ def test_bad_pattern_input_names_the_flag(text: str, period: float, max_c: int, 
         parse_pattern(text, period, max_c)
 
 
+def _load_nowhere(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bench load`` against a port nothing listens on."""
+    argv = [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9", *args]
+    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
 def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
-    proc = subprocess.run(
-        [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9",
-         "--pattern", "hover:abc"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = _load_nowhere("--pattern", "hover:abc")
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "hover:N" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_unreachable_server_is_a_clear_error() -> None:
-    proc = subprocess.run(
-        [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9",
-         "--duration", "5s"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = _load_nowhere("--duration", "5s")
     assert proc.returncode == 2
     assert "unreachable" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -52,37 +52,52 @@ def dataset_name(api: str) -> str:
     return "random-ids" if api == "generate" else "random"
 
 
+def _measured_run(
+    source: str, result: SweepResult | ReplayResult, dataset: str, params: dict[str, Any], **more: Any
+) -> BenchRun:
+    """The run of a measurement this client made (a sweep or a replay): the columns both fill the same way
+    (when, what measured it, against which server, what that server said it is, the parameters: the
+    config's, whether it was interrupted, the server's max_running_requests, then ``params``), ``more`` the
+    columns only one of them has."""
+    cfg, info = result.config, result.server_info
+    shared = {"interrupted": result.interrupted, "max_running_requests": result.max_running_requests}
+    return BenchRun(
+        created_at=result.started_at,
+        source=source,
+        tag=cfg.tag,
+        server_url=cfg.server,
+        backend=backend_name(cfg.api),
+        dataset_name=dataset,
+        served_model_name=info.get("served_model_name"),
+        sglang_version=info.get("version"),
+        server_info_json=json.dumps(info, default=str),
+        params_json=json.dumps(cfg.params() | shared | params),
+        **more,
+    )
+
+
 def to_models(result: SweepResult) -> tuple[BenchRun, list[BenchPoint]]:
     cfg = result.config
     cross = result.crossover()
-    info = result.server_info
-    params = cfg.params() | {
-        "interrupted": result.interrupted,
+    params = {
         "knob_before": result.knob_before,
         "knob_restored": result.knob_restored,
         # the knob's per-slice moves live in the run, not the audit (two audit rows per sweep)
         "knob_found": result.knob_found,
         "knob_note": result.knob_note,
         "knob_moves": result.knob_moves,
-        "max_running_requests": result.max_running_requests,
         "crossover_status": cross.status if cross else None,
     }
     if cfg.plain_server is not None:
         plain_info = result.plain_server_info or {}
         params["plain_server_info"] = {k: plain_info.get(k) for k in PLAIN_INFO_KEYS}
         params["crossover_vs_plain"] = _crossover_json(result.crossover_vs_plain())
-    run = BenchRun(
-        created_at=result.started_at,
-        source=SOURCE,
-        tag=cfg.tag,
-        server_url=cfg.server,
-        backend=backend_name(cfg.api),
-        dataset_name=dataset_name(cfg.api),
-        served_model_name=info.get("served_model_name"),
-        sglang_version=info.get("version"),
-        server_info_json=json.dumps(info, default=str),
+    run = _measured_run(
+        SOURCE,
+        result,
+        dataset_name(cfg.api),
+        params,
         gpu_inventory_json=json.dumps(result.gpu_inventory) if result.gpu_inventory is not None else None,
-        params_json=json.dumps(params),
         crossover=cross.value if cross else None,
         crossover_lo=cross.lo if cross else None,
         crossover_hi=cross.hi if cross else None,
@@ -167,26 +182,9 @@ def replay_to_models(result: ReplayResult) -> tuple[BenchRun, list[BenchPoint]]:
     figures (goodput, the SLO, shed and cut requests) in ``extra_json``; the run's ``params_json`` keeps the
     trace, its speedup and rate scale, and the knob the server had."""
     cfg = result.config
-    info = result.server_info
     figures = result.figures()
-    params = cfg.params() | {
-        "interrupted": result.interrupted,
-        "knob": result.knob,
-        "max_running_requests": result.max_running_requests,
-        "goodput_rps": figures["goodput_rps"],
-    }
-    run = BenchRun(
-        created_at=result.started_at,
-        source=REPLAY_SOURCE,
-        tag=cfg.tag,
-        server_url=cfg.server,
-        backend=backend_name(cfg.api),
-        dataset_name=f"trace:{Path(cfg.trace).name}",
-        served_model_name=info.get("served_model_name"),
-        sglang_version=info.get("version"),
-        server_info_json=json.dumps(info, default=str),
-        params_json=json.dumps(params),
-    )
+    params = {"knob": result.knob, "goodput_rps": figures["goodput_rps"]}
+    run = _measured_run(REPLAY_SOURCE, result, f"trace:{Path(cfg.trace).name}", params)
     columns = request_figures([r for r in result.records if not r.aborted], result.span_s)
     extra = {k: v for k, v in columns.items() if k not in _COLUMNS}
     extra.update({k: v for k, v in figures.items() if k not in _COLUMNS})

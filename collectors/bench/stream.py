@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,13 +132,21 @@ def _note_chunk(rec: RequestRecord, total_tokens: int) -> None:
     rec.output_tokens = total_tokens
 
 
-async def _consume_generate(resp: httpx.Response, rec: RequestRecord) -> None:
+async def _events(
+    resp: httpx.Response, rec: RequestRecord, section: str
+) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each JSON event of the stream with its ``section`` (``meta_info``, ``usage``): a dict, empty where the
+    event has none. An error event ends the stream, its message in ``rec.error``."""
     async for event in aiter_json_events(resp):
         if "error" in event:
             rec.error = f"server error: {event['error']}"
             return
-        meta = event.get("meta_info")
-        meta = meta if isinstance(meta, dict) else {}
+        part = event.get(section)
+        yield event, part if isinstance(part, dict) else {}
+
+
+async def _consume_generate(resp: httpx.Response, rec: RequestRecord) -> None:
+    async for event, meta in _events(resp, rec, "meta_info"):
         completion = _count(meta.get("completion_tokens"))
         if completion is None:
             ids = event.get("output_ids")
@@ -157,12 +166,7 @@ async def _consume_openai(resp: httpx.Response, rec: RequestRecord) -> None:
     # (with speculation one chunk carries several tokens, about the same number each step).
     per_chunk_usage = False
     final_total: int | None = None
-    async for event in aiter_json_events(resp):
-        if "error" in event:
-            rec.error = f"server error: {event['error']}"
-            return
-        usage = event.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+    async for event, usage in _events(resp, rec, "usage"):
         choices = event.get("choices")
         has_text = isinstance(choices, list) and any(_has_text(c) for c in choices)
         total, prompt_tokens = _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens"))

@@ -197,26 +197,32 @@ def _accept_and_policy(view: _LiveData) -> None:
         st.caption("No policy decisions in this range (start one with `spectower control auto`).")
 
 
+def _folded_table(title: str, table: pd.DataFrame, caption: str) -> None:
+    with st.expander(title):
+        st.dataframe(table, width="stretch", hide_index=True)
+        st.caption(caption)
+
+
 def _tables(view: _LiveData) -> None:
     """The live bins and the benchmark's three curves (on, knob off, plain) as tables, folded away."""
     if view.live.has_counters:
-        with st.expander("Live bins"):
-            st.dataframe(view.live_table, width="stretch", hide_index=True)
-            st.caption(
-                "ran_mostly: the mode a bin's batches mostly ran; the other mode's rate there comes from "
-                "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
-                "when requests accept differently: requests that accept more finish sooner when drafting, "
-                "so a drafting stream holds more of the ones that accept less than a gated stream does "
-                "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md)."
-            )
+        _folded_table(
+            "Live bins",
+            view.live_table,
+            "ran_mostly: the mode a bin's batches mostly ran; the other mode's rate there comes from "
+            "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
+            "when requests accept differently: requests that accept more finish sooner when drafting, "
+            "so a drafting stream holds more of the ones that accept less than a gated stream does "
+            "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md).",
+        )
     if not view.three_curves.empty:
-        with st.expander("Benchmark throughput: knob on, knob off, plain server (no speculation)"):
-            st.dataframe(view.three_curves, width="stretch", hide_index=True)
-            st.caption(
-                "knob off = spectower_spec_max_bs 0 (gated batches verified one token at a time); plain = a "
-                "second server launched without speculation, measured in the same sweep (--plain-server). "
-                "The speedup chart's 'vs plain' curve is on / plain."
-            )
+        _folded_table(
+            "Benchmark throughput: knob on, knob off, plain server (no speculation)",
+            view.three_curves,
+            "knob off = spectower_spec_max_bs 0 (gated batches verified one token at a time); plain = a "
+            "second server launched without speculation, measured in the same sweep (--plain-server). "
+            "The speedup chart's 'vs plain' curve is on / plain.",
+        )
 
 
 def _bench_curves(

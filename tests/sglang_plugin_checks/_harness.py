@@ -168,14 +168,27 @@ def make_controller(config_path: str) -> tuple[Any, Any, Any]:
     return controller, params, worker
 
 
+def start_scheduler(config_path: str) -> tuple[Any, Any]:
+    """(plugin, scheduler): SGLang's load_plugins() run (``load_plugin``), then the config's server args
+    published and a Scheduler over them (``make_scheduler``): where every check of the knob starts."""
+    plugin = load_plugin()
+    return plugin, make_scheduler(publish_context(config_path))
+
+
+def start_decoding(config_path: str) -> tuple[Any, Any, Any, Any, Any]:
+    """(plugin, scheduler, controller, params, worker): ``start_scheduler``, then ``make_controller``: the
+    checks that drive decode steps through the adaptive controller."""
+    plugin, scheduler = start_scheduler(config_path)
+    return (plugin, scheduler, *make_controller(config_path))
+
+
 def make_decode_worker(config_path: str) -> tuple[Any, Any]:
     """(scheduler, worker) for a decode step's checks: ``make_scheduler``'s Scheduler, and
     ``make_controller``'s EAGLEWorkerV2 with an ``EagleDraftWorker`` object as its draft worker and the
     real AdaptiveController attached, so the plugins' worker hooks see SGLang's classes."""
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
-    server_args = publish_context(config_path)
-    scheduler = make_scheduler(server_args)
+    scheduler = make_scheduler(publish_context(config_path))
     controller, _params, worker = make_controller(config_path)
     draft = object.__new__(EagleDraftWorker)
     for name, value in vars(worker._draft_worker).items():

@@ -15,9 +15,7 @@ import contract_scenario
 def main() -> None:
     config_path = sys.argv[1]
     logs = _harness.capture_logs()
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
+    plugin, scheduler = _harness.start_scheduler(config_path)
 
     def get_spectower() -> dict:
         return dict(_harness.get_state(scheduler).get("spectower") or {})

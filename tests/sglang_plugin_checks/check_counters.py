@@ -22,10 +22,7 @@ class FakeClock:
 
 def main() -> None:
     config_path = sys.argv[1]
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, _params, worker = _harness.make_controller(config_path)
+    plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
     clock = FakeClock()
     plugin.engine_counters_state().clock = clock
     out: dict = {"plugin_loaded": plugin is not None, "phases": {}}

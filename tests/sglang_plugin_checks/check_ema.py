@@ -23,10 +23,7 @@ def slot_state(params, band: int) -> dict:
 
 def main() -> None:
     config_path = sys.argv[1]
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, params, worker = _harness.make_controller(config_path)
+    plugin, scheduler, controller, params, worker = _harness.start_decoding(config_path)
     from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
 
     out: dict = {"plugin_loaded": plugin is not None}

@@ -17,10 +17,7 @@ import _harness
 
 def main() -> None:
     config_path = sys.argv[1]
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, _params, worker = _harness.make_controller(config_path)
+    plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
     from sglang.srt.runtime_context import get_context
 
     gate = plugin.gate_state() if plugin is not None else None

@@ -18,9 +18,7 @@ HTTP_KNOB_VALUES = ("true", "false", "1.0", '"1"', "3", "null")
 def main() -> None:
     config_path = sys.argv[1]
     logs = _harness.capture_logs()
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
+    plugin, scheduler = _harness.start_scheduler(config_path)
     from sglang.srt.runtime_context import get_context
 
     initial = _harness.get_state(scheduler)

@@ -24,10 +24,7 @@ SEED = 7
 
 def main() -> None:
     config_path, batches, patterns = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-    plugin = _harness.load_plugin()
-    server_args = _harness.publish_context(config_path)
-    scheduler = _harness.make_scheduler(server_args)
-    controller, _params, worker = _harness.make_controller(config_path)
+    plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
     from sglang.srt.runtime_context import get_context
 
     gate = plugin.gate_state() if plugin is not None else None
