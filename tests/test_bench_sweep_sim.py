@@ -45,6 +45,7 @@ SWEEP_SHAPE = curve_profile(
     "sweep-shape", LEVELS, {"spec_on": [150.0, 240.0, 160.0], "spec_off": [50.0, 100.0, 480.0]},
     max_running_requests=MAX_RUNNING, gpus={**H100, "count": 2}, served_model_name="sweep-shaped",
     description="test profile: speculation pays at 1 and 2, loses at 8",
+    prefill_tok_s=10000.0,  # the probe's 2048-token prompts take 0.2 s: far above a loaded box's jitter
 )  # fmt: skip
 ADMIN_KEY = "bench-admin-key"
 START_KNOB = 7  # neither "on" nor "off": proves the sweep restores what was there
@@ -125,6 +126,13 @@ def test_sweep_saves_restores_interleaves_and_replays(
     assert all(1.5 <= a <= 2.0 for a in on_accept), on_accept
 
     _check_ratios_follow_points(out)
+    # the prefill probe (a lone short and a lone long prompt, three each) reads the profile's prefill rate:
+    # the short prompts' time to first token, mostly fixed cost, cancels out (collectors/bench/prefill.py)
+    probe = out["prefill"]
+    assert (probe["short_len"], probe["long_len"]) == (8, 2048)
+    assert 0.6 < probe["tok_s"] / SWEEP_SHAPE["prefill_tok_s"] < 1.6, probe
+    # the profile the sweep writes carries it (it once carried prompt tokens / TTFT at C=1: mostly overhead)
+    assert json.loads(profile_out.read_text())["prefill_tok_s"] == pytest.approx(probe["tok_s"], rel=1e-3)
     # the profile's ratios (3.0, 2.4, 0.33) place the crossover between 2 and 8 with a wide margin
     cross = out["crossover"]
     assert cross["status"] == "found" and cross["bracket"] == [2, 8], out["ratios"]

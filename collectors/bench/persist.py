@@ -87,6 +87,7 @@ def to_models(result: SweepResult) -> tuple[BenchRun, list[BenchPoint]]:
         "knob_note": result.knob_note,
         "knob_moves": result.knob_moves,
         "crossover_status": cross.status if cross else None,
+        "prefill": result.prefill.to_json() if result.prefill is not None else None,
     }
     if cfg.plain_server is not None:
         plain_info = result.plain_server_info or {}

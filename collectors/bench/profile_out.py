@@ -100,7 +100,11 @@ def _accept(result: SweepResult, c: int) -> float:
 
 
 def _prefill_tok_s(result: SweepResult) -> float:
-    """Prompt tokens per second of TTFT at the lowest concurrency (an estimate: TTFT includes the network)."""
+    """The prefill probe's rate (collectors/bench/prefill.py); without one, prompt tokens per second of TTFT
+    at the lowest concurrency (a floor: that TTFT is mostly fixed cost)."""
+    probed = result.prefill.tok_s if result.prefill is not None else None
+    if probed is not None:
+        return round(probed, 1)
     first = min(result.points, key=lambda p: p.concurrency)
     ttft_ms = first.figures.get("median_ttft_ms")
     done = first.figures.get("completed") or 0

@@ -33,6 +33,7 @@ from .limits import (
     check_between,
 )
 from .loadgen import LoopResult, run_closed_loop, run_warmup
+from .prefill import PrefillProbe, long_length, probe_prefill
 from .prompts import DEFAULT_SEED, PromptFactory
 from .ratio import Crossover, RatioPoint, best_knob, find_crossover, ratio_interval
 from .records import RequestRecord
@@ -204,6 +205,7 @@ class SweepResult:
     error: str | None = None
     gpu_inventory: list[dict[str, Any]] | None = None
     plain_server_info: dict[str, Any] | None = None  # --plain-server's /server_info
+    prefill: PrefillProbe | None = None  # the server's prefill rate (collectors/bench/prefill.py)
 
     def point(self, concurrency: int, mode: Mode) -> PointResult | None:
         return next((p for p in self.points if p.concurrency == concurrency and p.mode == mode), None)
@@ -331,6 +333,12 @@ async def run_sweep(
             # Borrow the knob (a sweep lock on the server; refused while others use the server or an
             # operator holds the knob, unless --force); given back with its owner in the finally below.
             result.knob_found = (await knob.borrow(await srv.requests_in_flight(client))).describe()
+            long_len = long_length(config.input_len, info.max_req_input_len)
+            if long_len is not None:  # before the levels: the server idle, its knob as found
+                result.prefill, used = await probe_prefill(
+                    client, prompts, shape, config.input_len, long_len, next_index
+                )
+                next_index += used
             for c in config.concurrency:
                 next_index = await _measure_level(c, targets, config, prompts, result, next_index, progress)
         except asyncio.CancelledError:

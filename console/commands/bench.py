@@ -196,6 +196,7 @@ def _result_json(result: SweepResult, run_id: int | None, profile_out: Path | No
         "knob_note": result.knob_note,
         "knob_moves": result.knob_moves,
         "interrupted": result.interrupted,
+        "prefill": result.prefill.to_json() if result.prefill is not None else None,
         "profile_out": str(profile_out) if profile_out else None,
     }
 
