@@ -165,6 +165,7 @@ class BatchWriter:
         self._last_error: str | None = None
         self._rejected_by_kind: dict[str, int] = {}
         self._flush_waiters = 0
+        self._maintenance_more = False  # the last maintenance had more to do: run it again after a batch
         self._stopping = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="spectower-db-writer", daemon=True)
@@ -282,7 +283,9 @@ class BatchWriter:
         with self._cond:
             next_maint = time.monotonic() + self._maintenance_interval_s
             while not self._buf and not self._records and not self._stopping:
-                if self._maintenance is not None and time.monotonic() >= next_maint:
+                if self._maintenance is not None and (
+                    self._maintenance_more or time.monotonic() >= next_maint
+                ):
                     return []
                 self._cond.wait(0.5)
             # Give a trickle of rows a moment to grow into a batch, unless someone waits on a flush.
@@ -318,11 +321,15 @@ class BatchWriter:
                     log.exception("writer: unexpected error on a batch of %d entries: %s", len(batch), exc)
                     self._count_refused(f"writer: {type(exc).__name__}", exc, rows=self._inflight_rows)
                     self._finish(batch, written=0, rejected=self._inflight_rows)
-            due = time.monotonic() - last_maint >= self._maintenance_interval_s
+            more = self._maintenance_more and not self._stopping  # a long seal does not hold up a close
+            due = more or time.monotonic() - last_maint >= self._maintenance_interval_s
             if self._maintenance is not None and due:
                 last_maint = time.monotonic()
+                self._maintenance_more = False
                 try:
-                    self._maintenance()
+                    # True: it stopped at its step's bound with more to do; the next step comes after the
+                    # next batch, so rows queued meanwhile are written between steps
+                    self._maintenance_more = self._maintenance() is True
                 except Exception as exc:  # the writer outlives a failed maintenance (retried later)
                     log.warning("storage maintenance failed: %s", exc)
             with self._cond:
