@@ -20,8 +20,8 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 # A real 0.5.17 scrape is ~70 KB; an 8-rank server with all schedulers reporting stays well under this.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -31,8 +31,9 @@ class MetricsParseError(ValueError):
     """The body is not Prometheus text (or was cut off)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PromSample:
+class PromSample(NamedTuple):
+    """One sample (a named tuple: a few hundred are made per scrape, and a tuple is the cheapest to make)."""
+
     name: str  # the sample name (with _bucket/_sum/_count/_total suffixes as exposed)
     family: str  # the family it belongs to
     type: str  # counter | gauge | histogram | summary | unknown | ...
