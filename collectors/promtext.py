@@ -57,7 +57,7 @@ _TAIL_RE = re.compile(rf"[ \t]+({_VALUE})(?:[ \t]+-?[0-9]+)?")
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 # heads read so far -> (name, labels): a scrape repeats the same series (16 servers + GPUs: a few thousand)
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
-_MAX_HEADS = 100_000
+_MAX_HEADS = 20_000  # ~7x 16 servers + their GPUs; past it (~25 MB at most) the cache starts over
 _NAME_RE = re.compile(_NAME)
 _ESCAPE_RE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
