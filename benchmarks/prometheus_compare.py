@@ -2,6 +2,7 @@
 query times and the collectors' CPU.
 
     python3 benchmarks/prometheus_compare.py [--minutes 20] [--postgres postgresql://USER@HOST/DB]
+    python3 benchmarks/prometheus_compare.py --minutes 5 --servers 16 --cpu-only
 
 Starts the simulator (glm5 profile: 8 GPUs on its dcgm-exporter port) under a closed-loop load, then for
 ``--minutes`` scrapes it every second with ``spectower collect`` into SQLite (and with ``--postgres`` a
@@ -18,7 +19,9 @@ counters, not its histograms' buckets). At the end:
 3. a chart of 8 GPUs' utilisation over the last 15 minutes (or the whole run if shorter) at 1 s and 60 s
    buckets: ``queries.series_many`` against ``query_range`` over HTTP (median of 7);
 4. CPU (user + system from /proc) of each collector process and of Prometheus over the run, as a share
-   of one core;
+   of one core, with the machine's load average (``--servers N``: N simulated servers, each under a
+   closed loop of 2 requests, all scraped by one collector and one Prometheus, beside the first's 8 GPUs;
+   ``--cpu-only`` prints only this);
 5. (unless --no-day) 24 hours of 8 GPUs at 1 Hz put into both stores (spectower: inserted, rolled up,
    sealed; Prometheus: promtool blocks of the same values): charts of the 24 hours at 60 s and of the
    last 15 minutes at 1 s and 60 s.
@@ -66,14 +69,14 @@ def cpu_s(pid: int) -> float:
 
 
 def start_prometheus(
-    work: Path, base: str | None, dcgm_url: str | None, *, tsdb: Path | None = None
+    work: Path, bases: list[str] | None, dcgm_url: str | None, *, tsdb: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Prometheus scraping the simulator (``base``, ``dcgm_url``) into ``work``/tsdb, or (None, None)
+    """Prometheus scraping the simulators (``bases``, ``dcgm_url``) into ``work``/tsdb, or (None, None)
     serving ``tsdb`` only."""
-    if base is None or dcgm_url is None:
+    if bases is None or dcgm_url is None:
         (work / "prometheus.yml").write_text("global: {evaluation_interval: 1m}\n")
     else:
-        _scrape_config(work / "prometheus.yml", base, dcgm_url)
+        _scrape_config(work / "prometheus.yml", bases, dcgm_url)
     port = free_port()
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={work / 'prometheus.yml'}",
@@ -93,14 +96,15 @@ def start_prometheus(
     raise SystemExit("prometheus did not get ready")
 
 
-def _scrape_config(path: Path, base: str, dcgm_url: str) -> None:
-    sg, dc = base.removeprefix("http://"), dcgm_url.removeprefix("http://").removesuffix("/metrics")
+def _scrape_config(path: Path, bases: list[str], dcgm_url: str) -> None:
+    sg = ", ".join(f'"{b.removeprefix("http://")}"' for b in bases)
+    dc = dcgm_url.removeprefix("http://").removesuffix("/metrics")
     dcgm_kept = "|".join(sorted({*FIELD_MAP, *FALLBACKS}))
     path.write_text(
         f"""global: {{scrape_interval: 1s, evaluation_interval: 1m}}
 scrape_configs:
   - job_name: sglang
-    static_configs: [{{targets: ["{sg}"]}}]
+    static_configs: [{{targets: [{sg}]}}]
     metric_relabel_configs: [{{source_labels: [__name__], regex: "sglang:({SGLANG_KEPT})", action: keep}}]
   - job_name: dcgm
     static_configs: [{{targets: ["{dc}"]}}]
@@ -109,11 +113,11 @@ scrape_configs:
     )
 
 
-def start_collector(db: str, base: str, dcgm_url: str, log: Path) -> subprocess.Popen[bytes]:
+def start_collector(db: str, bases: list[str], dcgm_url: str, log: Path) -> subprocess.Popen[bytes]:
     spectower = Path(sys.executable).with_name("spectower")
+    servers = [arg for base in bases for arg in ("--server", base)]
     return subprocess.Popen(
-        [str(spectower), "collect", "--db", db, "--server", base, "--gpu", f"dcgm={dcgm_url}",
-         "--interval", "1s"],
+        [str(spectower), "collect", "--db", db, *servers, "--gpu", f"dcgm={dcgm_url}", "--interval", "1s"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
 
@@ -278,66 +282,95 @@ def day_chart(work: Path, gpus: int = 8) -> None:
         db.close()
 
 
+def start_servers(n: int) -> tuple[list[subprocess.Popen[bytes]], list[str], str]:
+    """``n`` simulated servers under load (processes to stop, their URLs) and the first one's dcgm URL."""
+    procs: list[subprocess.Popen[bytes]] = []
+    bases: list[str] = []
+    dcgm_url = ""
+    for _ in range(n):
+        sim, base, dcgm = start_simulator()
+        procs += [sim, start_load(base, 8 if n == 1 else 2)]
+        bases.append(base)
+        dcgm_url = dcgm_url or dcgm
+    return procs, bases, dcgm_url
+
+
+def measure_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each process's CPU (user + system, /proc) over ``seconds`` as a share of one core; prints the load
+    average around it (the machine is shared: compare within a run)."""
+    before = os.getloadavg()
+    cpu0, t0 = {k: cpu_s(p) for k, p in pids.items()}, time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    cpu = {k: (cpu_s(p) - cpu0[k]) / elapsed for k, p in pids.items()}
+    after = os.getloadavg()
+    print(f"    measured over {elapsed:.0f} s; load average (1 min) {before[0]:.1f} at the start, "
+          f"{after[0]:.1f} at the end, on {os.cpu_count()} CPUs")  # fmt: skip
+    return cpu
+
+
+def report_stores(
+    args: argparse.Namespace, work: Path, targets: dict[str, str], prom_url: str, end: float
+) -> None:
+    print("[1, 2] bytes")
+    size, samples, blocks = prometheus_blocks(work / "tsdb")
+    print(
+        f"    Prometheus: {blocks} compacted blocks, {samples:,} samples, "
+        f"{size / max(samples, 1):.2f} B/value"
+    )
+    per_s = size / max(samples, 1) * samples / (blocks * 120 or 1)
+    print(
+        f"      30 days extrapolated: {per_s / 8:.0f} B per GPU-second, {per_s * 30 * DAY_S / 2**30:.2f} GiB"
+    )
+    for name, url in targets.items():
+        db = open_database(url)
+        db.update_rollups()
+        db.seal(min_rows=1)
+        sizes = sqlite_bytes(db, work) if name == "SQLite" else postgres_bytes(db)
+        report_bytes(name, db, sizes, args.minutes * 60)
+        if name == "SQLite":
+            print("[3] charts")
+            chart_times(db, prom_url, end, min(900.0, args.minutes * 60 - 60))
+        db.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=20.0)
     ap.add_argument(
         "--postgres", default=None, help="a PostgreSQL URL for a second collector (empty database)"
     )
+    ap.add_argument("--servers", type=int, default=1, help="simulated SGLang servers (the first's 8 GPUs)")
+    ap.add_argument("--cpu-only", action="store_true", help="print [4] only (no bytes, no charts)")
     ap.add_argument("--no-day", dest="day", action="store_false", help="skip [5], the 24-hour chart")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="spectower-vs-prometheus-"))
-    sim, base, dcgm_url = start_simulator()
-    load = start_load(base)
-    prom, prom_url = start_prometheus(work, base, dcgm_url)
+    procs, bases, dcgm_url = start_servers(args.servers)
+    prom, prom_url = start_prometheus(work, bases, dcgm_url)
     targets = {"SQLite": str(work / "spectower.db")} | (
         {"PostgreSQL": args.postgres} if args.postgres else {}
     )
     collectors = {
-        k: start_collector(v, base, dcgm_url, work / f"collect-{k}.log") for k, v in targets.items()
+        k: start_collector(v, bases, dcgm_url, work / f"collect-{k}.log") for k, v in targets.items()
     }
     try:
         time.sleep(10)  # start-up (imports, inventory, first /server_info) not counted
-        pids = {**{k: p.pid for k, p in collectors.items()}, "Prometheus": prom.pid}
-        cpu0, t0 = {k: cpu_s(p) for k, p in pids.items()}, time.monotonic()
-        time.sleep(args.minutes * 60 - 10)
-        elapsed = time.monotonic() - t0
-        cpu = {k: (cpu_s(p) - cpu0[k]) / elapsed for k, p in pids.items()}
+        pids = {**{f"spectower collect ({k})": p.pid for k, p in collectors.items()}, "Prometheus": prom.pid}
+        print(f"run: {args.minutes:g} min at 1 s, {args.servers} SGLang server(s) (simulator, "
+              f"{8 if args.servers == 1 else 2} concurrent requests each) + 8 GPUs (dcgm)")  # fmt: skip
+        cpu = measure_cpu(pids, args.minutes * 60 - 10)
         for p in collectors.values():
             p.send_signal(signal.SIGINT)
             p.wait(timeout=60)
         end = time.time()
         time.sleep(2)
-        print(
-            f"run: {args.minutes:g} min at 1 s, 1 SGLang server (simulator, 8 concurrent requests)"
-            " + 8 GPUs (dcgm)"
-        )
-        print("[1, 2] bytes")
-        size, samples, blocks = prometheus_blocks(work / "tsdb")
-        print(
-            f"    Prometheus: {blocks} compacted blocks, {samples:,} samples, "
-            f"{size / max(samples, 1):.2f} B/value"
-        )
-        per_s = size / max(samples, 1) * samples / (blocks * 120 or 1)
-        print(
-            f"      30 days extrapolated: {per_s / 8:.0f} B per GPU-second, "
-            f"{per_s * 30 * DAY_S / 2**30:.2f} GiB"
-        )
-        for name, url in targets.items():
-            db = open_database(url)
-            db.update_rollups()
-            db.seal(min_rows=1)
-            sizes = sqlite_bytes(db, work) if name == "SQLite" else postgres_bytes(db)
-            report_bytes(name, db, sizes, args.minutes * 60)
-            if name == "SQLite":
-                print("[3] charts")
-                chart_times(db, prom_url, end, min(900.0, args.minutes * 60 - 60))
-            db.close()
+        if not args.cpu_only:
+            report_stores(args, work, targets, prom_url, end)
         print("[4] CPU over the run: " + ", ".join(f"{k} {100 * v:.2f} % of a core" for k, v in cpu.items()))
-        if args.day:
+        if args.day and not args.cpu_only:
             day_chart(work)
     finally:
-        for p in (*collectors.values(), prom, load, sim):
+        for p in (*collectors.values(), prom, *procs):
             if p.poll() is None:
                 p.terminate()
                 p.wait(timeout=30)

@@ -21,10 +21,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlmodel import SQLModel
-
 from ..storage import BatchWriter, Database, queries
 from ..storage.models import EngineCounterSample, EngineSample, GpuProcessSample, GpuSample
+from ..storage.writer import TableRow, table_row
 from .gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
 from .sglang.scraper import ScrapeResult
 
@@ -87,12 +86,12 @@ class StorageSink:
     # -- producer side (never waits on the database) ---------------------------------------------------
     def engine(self, url: str, result: ScrapeResult) -> None:
         """One scrape of one SGLang server: its engine samples and decode-counter rows."""
-        rows: list[SQLModel] = [
-            EngineSample(server_id=UNRESOLVED_ID, **{**r.as_row(), "ts": stamp(r.ts)})
+        rows = [
+            table_row(EngineSample, **{**r.as_row(), "server_id": UNRESOLVED_ID, "ts": stamp(r.ts)})
             for r in result.readings
         ]
         rows += [
-            EngineCounterSample(server_id=UNRESOLVED_ID, **{**c.as_row(), "ts": stamp(c.ts)})
+            table_row(EngineCounterSample, **{**c.as_row(), "server_id": UNRESOLVED_ID, "ts": stamp(c.ts)})
             for c in result.counters
         ]
         self._writer().put_job("engine", functools.partial(self._resolve_server, url, result, rows), rows)
@@ -100,17 +99,18 @@ class StorageSink:
     def gpus(self, readings: list[GpuReading], facts: list[GpuFacts]) -> None:
         """One read of a GPU source: a sample per GPU and its per-process memory rows."""
         by_key = {(f.host, f.uuid): f for f in facts}
-        rows: list[SQLModel] = []
+        rows: list[TableRow] = []
         owners: list[GpuFacts] = []  # the GPU of each row, in order
         for r in readings:
             f = by_key.get((r.host, r.uuid)) or GpuFacts(r.host, r.index, r.uuid)
             ts = stamp(r.ts)
-            rows.append(GpuSample(gpu_id=UNRESOLVED_ID, ts=ts, **{k: getattr(r, k) for k in SAMPLE_FIELDS}))
+            sample = {k: getattr(r, k) for k in SAMPLE_FIELDS}
+            rows.append(table_row(GpuSample, gpu_id=UNRESOLVED_ID, ts=ts, **sample))
             owners.append(f)
             for p in r.processes:
-                rows.append(GpuProcessSample(gpu_id=UNRESOLVED_ID, ts=ts, pid=p.pid,
-                                             process_name=p.process_name,
-                                             used_memory_mib=p.used_memory_mib))  # fmt: skip
+                rows.append(table_row(GpuProcessSample, gpu_id=UNRESOLVED_ID, ts=ts, pid=p.pid,
+                                      process_name=p.process_name,
+                                      used_memory_mib=p.used_memory_mib))  # fmt: skip
                 owners.append(f)
         self._writer().put_job("gpu", functools.partial(self._resolve_gpus, rows, owners), rows)
 
@@ -145,7 +145,7 @@ class StorageSink:
         self._writer().put_job(kind, write, keep=True)
 
     # -- jobs (run on the writer thread) --------------------------------------------------------------
-    def _resolve_server(self, url: str, result: ScrapeResult, rows: list[SQLModel]) -> None:
+    def _resolve_server(self, url: str, result: ScrapeResult, rows: list[TableRow]) -> None:
         info = result.info
         sid = self._server_ids.get(url)
         if sid is None or info is not None:
@@ -164,11 +164,11 @@ class StorageSink:
             self.db.record_server_info(sid, info.info, result.ts)
             self._server_info_hash[url] = info.info_hash
         for row in rows:
-            row.server_id = sid
+            row.values["server_id"] = sid
 
-    def _resolve_gpus(self, rows: list[SQLModel], owners: list[GpuFacts]) -> None:
+    def _resolve_gpus(self, rows: list[TableRow], owners: list[GpuFacts]) -> None:
         for row, facts in zip(rows, owners, strict=True):
-            row.gpu_id = self._gpu_id(facts)
+            row.values["gpu_id"] = self._gpu_id(facts)
 
     def _gpu_id(self, facts: GpuFacts) -> int:
         key = (facts.host, facts.uuid)

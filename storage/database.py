@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, select
 
-from . import bench, dialect, models, retention, rollups, schema
+from . import bench, dialect, models, retention, rollups, schema, sealed
 from .locate import DatabaseURLError, locate_database
 from .redact import redact
 from .retention import DEFAULT_RETENTION_INTERVAL_S, RetentionPolicy
@@ -398,10 +398,11 @@ class Database:
         ``options``: ``sealed.seal``'s keywords); returns how many rows were sealed."""
         return rollups.seal_heads(self.engine, **options)
 
-    def maintain(self) -> None:
-        """Fold new samples into the rollups and seal what is due; with ``retention`` set, also delete
-        what is past its horizon, at most once per ``DEFAULT_RETENTION_INTERVAL_S`` (the first call
-        does it)."""
+    def maintain(self) -> bool:
+        """Fold new samples into the rollups and seal what is due, at most ``sealed.DEFAULT_STEP_ROWS``
+        rows of it; with ``retention`` set, also delete what is past its horizon, at most once per
+        ``DEFAULT_RETENTION_INTERVAL_S`` (the first call does it). Returns whether more may be due to
+        seal (the writer then calls again after its next batch, not a minute later)."""
         policy = self.retention
         if policy is None or time.monotonic() < self._retention_due:
             self.update_rollups()
@@ -411,7 +412,7 @@ class Database:
             deleted = self.apply_retention(policy.raw_days, policy.rollup_days, policy.hourly_days)
             if any(deleted.values()):
                 log.info("retention: deleted %s", ", ".join(f"{k}={v}" for k, v in deleted.items() if v))
-        self.seal()
+        return self.seal(budget=sealed.DEFAULT_STEP_ROWS) >= sealed.DEFAULT_STEP_ROWS
 
     def apply_retention(
         self,

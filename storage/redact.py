@@ -6,6 +6,7 @@ included (seen on a real 0.5.17 server), and ``launch_command`` repeats the ``--
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -52,12 +53,27 @@ def redact(obj: Any) -> Any:
 def _is_secret(key: Any, value: Any) -> bool:
     if not isinstance(key, str):
         return False
-    if SECRET_KEY_RE.search(key) and value not in (None, "", [], {}):
+    kind = _key_kind(key)
+    if kind == _SECRET and value not in (None, "", [], {}):
         return True
-    return bool(SECRET_TOKEN_KEY_RE.search(key) and isinstance(value, str) and value)
+    return kind == _TOKEN and isinstance(value, str) and bool(value)
+
+
+_PLAIN, _SECRET, _TOKEN = 0, 1, 2
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_kind(key: str) -> int:
+    """What a key's name says of its value (a /server_info repeats the same few hundred keys every read, so
+    the collector asks these two patterns once per name, not once per key per read)."""
+    if SECRET_KEY_RE.search(key):
+        return _SECRET
+    return _TOKEN if SECRET_TOKEN_KEY_RE.search(key) else _PLAIN
 
 
 def redact_flags(command: str) -> str:
+    if "--" not in command:  # every flag it hides starts with --
+        return command
     return SECRET_FLAG_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", command)
 
 

@@ -218,15 +218,17 @@ def _unseal_late_rows(conn: Connection, spec: RollupSpec, last_id: int) -> None:
         sealed.unseal(conn, chunk_spec, source, float(since))
 
 
-def seal_heads(engine: Engine, **options: Any) -> int:
+def seal_heads(engine: Engine, *, budget: int | None = None, **options: Any) -> int:
     """Seal what is due in every sample table's head (``storage.sealed.seal``; ``options`` are its
-    keywords), one transaction per table and round, until nothing more is due; returns rows sealed."""
+    keywords), one transaction per table and round, until nothing more is due or (``budget``) about
+    that many rows are sealed; returns rows sealed (at least ``budget``: more may be due)."""
     total = 0
     for chunk_spec in sealed.SPECS:
         spec = next(s for s in SPECS if s.sample_table == chunk_spec.sample_table)
-        while True:
+        while budget is None or total < budget:
+            left = None if budget is None else budget - total
             with dialect.write_transaction(engine) as conn:
-                n = sealed.seal(conn, chunk_spec, watermark(conn, spec), **options)
+                n = sealed.seal(conn, chunk_spec, watermark(conn, spec), budget=left, **options)
             total += n
             if not n:
                 break

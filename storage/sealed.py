@@ -38,6 +38,10 @@ DEFAULT_KEEP_S = 120.0  # the head keeps each series' newest 2 minutes as rows
 DEFAULT_MIN_ROWS = 600  # a chunk waits for 10 minutes of 1 Hz samples ...
 DEFAULT_MAX_WAIT_S = 3600.0  # ... or for its oldest row to be an hour older than the head
 DEFAULT_MAX_ROWS = 3600  # samples per chunk at most
+# Rows one maintenance step seals at most (two full chunks, ~1 s here): the writer inserts what queued
+# between steps, so a large head (a database upgraded from v4: days of rows) seals over many steps
+# instead of holding the collector's rows for minutes.
+DEFAULT_STEP_ROWS = 2 * DEFAULT_MAX_ROWS
 DELETE_BATCH = 500  # ids per DELETE statement
 
 
@@ -99,9 +103,11 @@ def seal(
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     max_rows: int = DEFAULT_MAX_ROWS,
     limit_rows: int = 20 * DEFAULT_MAX_ROWS,
+    budget: int | None = None,
 ) -> int:
-    """Seal what is due of every series of ``spec`` (at most ``limit_rows`` per series in this call);
-    returns the rows sealed. ``watermark``: the rollups' (rows above it are never sealed)."""
+    """Seal what is due of every series of ``spec`` (at most ``limit_rows`` per series in this call, and
+    with ``budget`` no series begun once that many rows are sealed); returns the rows sealed.
+    ``watermark``: the rollups' (rows above it are never sealed)."""
     t = spec.sample
     # PostgreSQL with several collectors: one sealer at a time (two would seal the same rows twice)
     dialect.lock_for_rollup(conn, spec.sample_table)
@@ -113,6 +119,8 @@ def seal(
     newest = conn.execute(select(*src_cols, func.max(t.c.ts)).group_by(*src_cols)).all()
     sealed = 0
     for *source, newest_ts in newest:
+        if budget is not None and sealed >= budget:
+            break
         cutoff = float(newest_ts) - keep_s
         where = and_(
             *[c == v for c, v in zip(src_cols, source, strict=True)], t.c.ts < cutoff, t.c.id <= ceiling
@@ -124,7 +132,7 @@ def seal(
             select(t.c.id, t.c.ts, *[t.c[c] for c in spec.columns])
             .where(where)
             .order_by(t.c.ts, t.c.id)
-            .limit(limit_rows)
+            .limit(limit_rows if budget is None else min(limit_rows, max(max_rows, budget - sealed)))
         ).all()
         for lo in range(0, len(rows), max_rows):
             part = rows[lo : lo + max_rows]
@@ -243,4 +251,3 @@ def iter_runs(
         run = _decode(spec, tuple(source), data, columns).within(start, end)
         if len(run.ts):
             yield run
-

@@ -127,7 +127,7 @@ def test_garbage_is_an_error() -> None:
     with pytest.raises(MetricsParseError, match="not Prometheus text"):
         parse_metrics('sglang:num_running_reqs{tp_rank="0" 1.0\n')
     with pytest.raises(MetricsParseError):
-        parse_prometheus_text("x" * 100, max_bytes=10)
+        parse_prometheus_text("x" * 100, families=frozenset({"x"}), max_bytes=10)
 
 
 @settings(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spectower.collectors.sglang.server_info import parse_server_info
-from spectower.storage.redact import REDACTED, redact, redact_flags
+from spectower.storage.redact import REDACTED, _key_kind, redact, redact_flags
 
 SECRET = "s3cr3t value"
 
@@ -37,3 +38,15 @@ def test_nested_tokens_and_argv_lists() -> None:
     assert out["argv"][-2:] == ["--port", "1"]
     info = parse_server_info({**doc, "launch_command": f"x --ssl-keyfile-password '{SECRET}'"})
     assert SECRET not in json.dumps(info.info) and "value" not in json.dumps(info.info)
+
+
+def test_a_key_name_is_judged_once_however_often_the_collector_reads_it(real_data: Path) -> None:
+    # the collector redacts every /server_info it reads (a few hundred keys, every 5 s per server): the
+    # key patterns are asked once per name, and a document with no secrets comes back equal
+    doc = json.loads((real_data / "sglang-0.5.17-h200/server_info_after.json").read_text())
+    _key_kind.cache_clear()
+    first = redact(doc)
+    misses = _key_kind.cache_info().misses
+    assert redact(doc) == first
+    assert _key_kind.cache_info().misses == misses  # the second read asked no pattern
+    assert first["api_key"] in (None, REDACTED) and first["model_path"] == doc["model_path"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,44 @@ def test_the_sink_stamps_samples_to_the_millisecond_and_chunks_store_them_so(tmp
         assert codec.Chunk.parse(blob).codes[0] == codec._MILLIS
     finally:
         db.close()
+
+
+def test_the_writer_keeps_taking_rows_while_a_large_head_seals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database upgraded from v4 holds days of rows in its head; its first sealing once ran in one go on
+    the writer thread (~93 s per day of 1 server + 8 GPUs) while the collector's rows queued. Now each
+    maintenance step seals a bounded number of rows, and what was put meanwhile is written between steps."""
+    monkeypatch.setattr(sealed, "DEFAULT_STEP_ROWS", sealed.DEFAULT_MAX_ROWS)  # one chunk a step
+    db = open_database(tmp_path / "big.db")
+    gids = [db.gpu_id("h", k, f"GPU-{k}", ts=T0) for k in range(4)]
+    seconds = 3 * sealed.DEFAULT_MAX_ROWS  # three chunks per GPU: about 12 steps
+    db.insert_many("gpu_sample", (_gpu(g, i) for g in gids for i in range(seconds)))
+    db.update_rollups()
+    step_started, sealing_done = threading.Event(), threading.Event()
+    steps: list[int] = []
+
+    def maintain() -> bool:
+        steps.append(len(steps))
+        step_started.set()
+        more = db.maintain()
+        if not more:
+            sealing_done.set()
+        return more
+
+    w = db.writer(maintenance=maintain, maintenance_interval_s=0.05)
+    try:
+        assert step_started.wait(60)  # the first step is under way: a collector's row arrives now
+        w.put(GpuSample(**_gpu(gids[0], seconds + 1)))
+        assert w.flush(60)
+        with db.engine.connect() as conn:
+            unsealed = conn.execute(text("SELECT count(*) FROM gpu_sample WHERE ts < :t"), {"t": T0 + 3000})
+            assert unsealed.scalar_one() > 0  # written while old rows were still waiting to be sealed
+        assert sealing_done.wait(120)
+    finally:
+        w.close()
+    assert len(steps) >= 8  # about one chunk a step
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT sum(n) FROM gpu_chunk")).scalar_one() > 4 * (seconds - 200)
+    assert sum(1 for _ in queries.sample_rows(db, "gpu", gids)) == 4 * seconds + 1
+    db.close()

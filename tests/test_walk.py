@@ -162,8 +162,9 @@ def test_walk_sends_mixed_output_lengths_by_request_index(simulator_factory: Sim
                         output_len=lengths)  # fmt: skip
     stats = asyncio.run(walk(config))
     assert stats.errors == 0, stats.last_error
-    samples = parse_prometheus_text(httpx.get(f"{sim.base_url}/metrics", timeout=10).text)
     name = "sglang:generation_tokens_histogram_bucket"
+    body = httpx.get(f"{sim.base_url}/metrics", timeout=10).text
+    samples = parse_prometheus_text(body, families=frozenset({name.removesuffix("_bucket")}))
     buckets = {s.labels["le"]: s.value for s in samples if s.name == name}
     finished = buckets["+Inf"]
     assert finished >= 4

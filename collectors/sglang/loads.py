@@ -92,9 +92,12 @@ def parse_loads_json(doc: Any) -> Loads:
     )
 
 
+_PROMETHEUS_FAMILIES = frozenset(f"sglang_{f}" for f in (*_NUMERIC, "spec_accept_length", "spec_accept_rate"))
+
+
 def parse_loads_prometheus(text: str) -> Loads:
     by_rank: dict[int, RankLoad] = {}
-    for s in parse_prometheus_text(text):
+    for s in parse_prometheus_text(text, families=_PROMETHEUS_FAMILIES):
         if not s.name.startswith("sglang_") or "dp_rank" not in s.labels:
             continue
         try:

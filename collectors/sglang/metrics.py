@@ -17,6 +17,7 @@ Tokenizer series (no rank labels at all) are server-wide: they are summed over t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...storage.models import int_or_none
@@ -77,7 +78,7 @@ class MetricsSnapshot:
         return self.ranks[dp_rank]
 
 
-def _int_label(labels: dict[str, str], key: str) -> int:
+def _int_label(labels: Mapping[str, str], key: str) -> int:
     raw = labels.get(key)
     if raw is None or raw == "":
         return 0
@@ -88,11 +89,11 @@ def _int_label(labels: dict[str, str], key: str) -> int:
     return value if int_or_none(value, lo=0) is not None else 0  # a rank no column holds: rank 0
 
 
-def _is_scheduler(labels: dict[str, str]) -> bool:
+def _is_scheduler(labels: Mapping[str, str]) -> bool:
     return "dp_rank" in labels or any(k in labels for k in SCHEDULER_RANK_LABELS)
 
 
-def _sched_key(labels: dict[str, str]) -> tuple[int, int, int]:
+def _sched_key(labels: Mapping[str, str]) -> tuple[int, int, int]:
     return (_int_label(labels, "tp_rank"), _int_label(labels, "pp_rank"), _int_label(labels, "moe_ep_rank"))
 
 

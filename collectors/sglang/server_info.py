@@ -223,7 +223,7 @@ def parse_server_info(doc: Any) -> ServerInfo:
             "/server_info: neither 'version' nor 'internal_states' present (nor a PD router's decode workers)"
         )
     info = redact(doc)  # the document as it came (redacted) is what is kept
-    facts: dict[str, Any] = redact(engine)
+    facts: dict[str, Any] = info if engine is doc else redact(engine)
     states = facts.get("internal_states")
     if states is not None and not isinstance(states, list):
         raise ServerInfoError("/server_info: 'internal_states' is not a list")
