@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _TEST_CONFIG_HOME: list[str] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Streamlit's AppTest scans every installed distribution's metadata for components at each new AppTest
+    (about 0.2 CPU-s, 300+ metadata parses; the console's tests make a hundred): in a test process the
+    installed set does not change, so the first scan's answer serves the rest."""
+    if "streamlit.testing.v1" not in sys.modules:  # no AppTest among the collected modules
+        return
+    import functools
+
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    manifest_scanner.scan_component_manifests = lambda max_workers=None: list(scan(max_workers))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
