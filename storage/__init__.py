@@ -66,7 +66,7 @@ Queries (``spectower.storage.queries``)::
 Export/import: ``spectower.storage.export`` (export_bench, export_samples, neutralise_cell),
 ``storage.bench_serving`` (import_files / import_file, export_lines), ``storage.gpu_csv`` (import_gpu_csvs /
 import_gpu_csv: nvidia-smi CSV logs); an import of several files is all or nothing. Integers from outside
-are range-checked with ``storage.models.int_or_none``. Times typed by users: ``storage.timeparse``.
+are range-checked with ``storage.integers.int_or_none``. Times typed by users: ``storage.timeparse``.
 Default database: ``default_db_url(explicit=None)`` / ``database_choice`` (with why): ``--db``, env
 ``SPECTOWER_DB``, a config file, the running demo's, ``./spectower.db`` (``storage.locate``).
 Dialect-specific SQL lives only in ``storage/dialect.py`` (with ``write_transaction`` and ``error_line``,

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ...storage.models import int_or_none
+from ...storage.integers import int_or_none
 from ..http import BoundedReadError, get_bounded
 from ..promtext import MetricsParseError, PromSample, parse_prometheus_text
 from .reading import GpuFacts, GpuReading

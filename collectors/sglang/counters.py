@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...plugin.engine_counters import MODES, rates, sum_ranks, validate
-from ...storage.bench_serving import effective_server_info
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,8 @@ class CountersRead:
 
 def read_counters(doc: Any) -> CountersRead:
     """The counters blocks of a decoded /server_info document (a PD router's decode workers too)."""
+    from ...storage.bench_serving import effective_server_info  # the database layer, once it is needed
+
     engine = effective_server_info(doc)
     states = engine.get("internal_states") if isinstance(engine, dict) else None
     if not isinstance(states, list):

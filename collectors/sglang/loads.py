@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...storage.models import int_or_none
+from ...storage.integers import int_or_none
 from ..promtext import parse_prometheus_text
 
 

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ...storage.models import int_or_none
+from ...storage.integers import int_or_none
 from ..promtext import PromSample, parse_prometheus_text
 
 PREFIX = "sglang:"

@@ -24,8 +24,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from ...plugin import knob_contract
-from ...storage.bench_serving import effective_server_info
-from ...storage.models import int_or_none
+from ...storage.integers import int_or_none
 from ...storage.redact import redact
 from ...storage.snapshots import stable_server_info_hash
 
@@ -217,6 +216,10 @@ def parse_server_info(doc: Any) -> ServerInfo:
     """Parse a decoded /server_info JSON document. Raises ServerInfoError (one line) for anything else."""
     if not isinstance(doc, dict):
         raise ServerInfoError(f"/server_info: expected a JSON object, got {type(doc).__name__}")
+    # here, not at the top: storage.bench_serving loads the database layer, which a command that stops
+    # before any /server_info (a refused argument, an unreachable server) never needs
+    from ...storage.bench_serving import effective_server_info
+
     engine = effective_server_info(doc)
     if "internal_states" not in engine and "version" not in engine:
         raise ServerInfoError(
