@@ -345,9 +345,22 @@ def test_daemon_nvml_source_writes_rows(
     db = open_database(str(tmp_path / "n.db"))
     collector = Collector(DaemonConfig(gpu="nvml", interval_s=0.5), StorageSink(db))
 
+    def stored() -> int:
+        con = sqlite3.connect(tmp_path / "n.db")
+        try:
+            return int(con.execute("select count(*) from gpu_sample").fetchone()[0])
+        except sqlite3.OperationalError:  # not written yet
+            return 0
+        finally:
+            con.close()
+
     async def main() -> None:
         task = asyncio.create_task(collector.run())
-        await asyncio.sleep(2.0)
+        # until the writer has stored 3 samples (a fixed 2 s once stored 2 on a loaded box), 60 s at most
+        for _ in range(600):
+            if stored() >= 3 or task.done():
+                break
+            await asyncio.sleep(0.1)
         collector.stop()
         await task
 
