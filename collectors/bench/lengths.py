@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import BenchError
-from .limits import MAX_TOKENS
+from .limits import MAX_TOKENS, check_between
 
 # Knuth's multiplicative hash: consecutive indices land far apart in the range, deterministically.
 _MULTIPLIER = 2654435761
@@ -28,6 +28,11 @@ class OutputLengths:
         """The length of request ``index`` (the same index, the same length, on every server)."""
         span = self.high - self.low + 1
         return self.low + (index * _MULTIPLIER) % (1 << 32) % span
+
+    def check(self, minimum: int, flag: str = "--output-len") -> None:
+        """A config's lengths (built in code, not parsed): each ``minimum`` .. MAX_TOKENS, low <= high."""
+        check_between(self.low, flag, minimum, MAX_TOKENS)
+        check_between(self.high, flag, self.low, MAX_TOKENS)
 
     @property
     def mixed(self) -> bool:

@@ -109,9 +109,7 @@ class SweepConfig:
         ):
             raise BenchError("--duration-per-level: must be a positive number of seconds")
         check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
-        # inter-token latency needs two tokens
-        check_between(self.output_lengths.low, "--output-len", 2, MAX_TOKENS)
-        check_between(self.output_lengths.high, "--output-len", self.output_lengths.low, MAX_TOKENS)
+        self.output_lengths.check(minimum=2)  # inter-token latency needs two tokens
         if self.api not in API_CHOICES:
             raise BenchError(f"--api: expected one of {', '.join(API_CHOICES)}, got {self.api!r}")
         check_between(self.warmup, "--warmup", 0, MAX_WARMUP)

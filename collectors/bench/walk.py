@@ -253,8 +253,7 @@ class WalkConfig:
             raise BenchError(f"--duration must be a positive duration, got {self.duration_s}")
         if self.api not in ("generate", "openai"):
             raise BenchError(f"--api must be generate or openai, got {self.api!r}")
-        check_between(self.output_lengths.low, "--output-len", 1, MAX_TOKENS)
-        check_between(self.output_lengths.high, "--output-len", self.output_lengths.low, MAX_TOKENS)
+        self.output_lengths.check(minimum=1)
         check_between(self.input_len, "--input-len", 1, MAX_TOKENS)
         return self
 
