@@ -181,7 +181,6 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
     sample = spec.sample
     dialect.lock_for_rollup(conn, spec.sample_table)  # before reading the watermark and max(id)
     last_id = watermark(conn, spec)
-    _unseal_late_rows(conn, spec, last_id)
     max_id = conn.execute(select(func.max(sample.c.id))).scalar_one_or_none()
     if max_id is None or max_id <= last_id:
         return 0
@@ -200,22 +199,31 @@ def update_spec(conn: Connection, spec: RollupSpec, now: float) -> int:
         n_new += int(n)
     for source, minutes in per_source.items():
         for m0, m1 in _ranges(minutes):
+            _unseal_minutes(conn, spec, source, m0, m1)
             _rebuild(conn, spec, source, float(m0 * MINUTE_S), float(m1 * MINUTE_S))
-    _set_watermark(conn, spec, int(max_id), now)
+    # The rows unsealed above drew ids past max_id; they were folded before they were sealed and still are
+    # (their other minutes' samples did not change), so the watermark passes them too. Nothing else can
+    # have drawn one: the table is locked (SQLite: the transaction began IMMEDIATE).
+    folded_to = conn.execute(select(func.max(sample.c.id))).scalar_one()
+    _set_watermark(conn, spec, int(folded_to), now)
     return n_new
 
 
-def _unseal_late_rows(conn: Connection, spec: RollupSpec, last_id: int) -> None:
-    """New rows that fall into a range already sealed (a collector flushing late): that range's chunks go
-    back into the head first, so its minutes are recomputed from every sample they hold."""
+def _unseal_minutes(conn: Connection, spec: RollupSpec, source: tuple[Any, ...], m0: int, m1: int) -> None:
+    """Put every chunk holding a sample of minutes [m0, m1) of ``source`` back into the head, so that
+    ``_rebuild`` recomputes those minutes from all their samples.
+
+    A chunk can end mid-minute: it was sealed before the minute's later samples arrived (a late row; or
+    another collector sealed this series' folded rows while its own collector inserted the next ones).
+    Looking for chunks that end at or after the new rows' oldest timestamp misses such a chunk, and the
+    minute was rebuilt from the head alone, without the chunk's part of it (PostgreSQL with two
+    collectors: 19 of 3 000 rows). Only the new rows' minutes are rebuilt, not every minute of the
+    chunks put back: those still hold the same samples, and rebuilding them would reach into the chunk
+    before, which may end mid-minute too. The second of margin either side costs at most an extra chunk,
+    never a missed one (a minute's index and its bounds are computed in different arithmetic)."""
     chunk_spec = sealed.BY_SAMPLE_TABLE.get(spec.sample_table)
-    if chunk_spec is None:
-        return
-    sample = spec.sample
-    src = [sample.c[c] for c in spec.source_cols]
-    oldest_new = conn.execute(select(*src, func.min(sample.c.ts)).where(sample.c.id > last_id).group_by(*src))
-    for *source, since in oldest_new.all():
-        sealed.unseal(conn, chunk_spec, source, float(since))
+    if chunk_spec is not None:
+        sealed.unseal(conn, chunk_spec, source, m0 * MINUTE_S - 1.0, m1 * MINUTE_S + 1.0)
 
 
 def seal_heads(engine: Engine, *, budget: int | None = None, **options: Any) -> int:
@@ -228,6 +236,8 @@ def seal_heads(engine: Engine, *, budget: int | None = None, **options: Any) -> 
         while budget is None or total < budget:
             left = None if budget is None else budget - total
             with dialect.write_transaction(engine) as conn:
+                # the watermark read after the lock: the one the last fold committed, not an older one
+                dialect.lock_for_rollup(conn, spec.sample_table)
                 n = sealed.seal(conn, chunk_spec, watermark(conn, spec), budget=left, **options)
             total += n
             if not n:

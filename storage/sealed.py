@@ -14,9 +14,10 @@ and once there are ``min_rows`` of them (or the oldest waited ``max_wait_s``), w
 at most ``max_rows`` samples and deletes them from the head, in one transaction: a crash leaves either
 the rows or the chunk, never both nor neither.
 
-A row that arrives late, into a range already sealed, is folded by the rollups after ``unseal`` put that
-range's chunks back into the head (storage/rollups.py), so a minute is always recomputed from all of
-its samples. Readers (storage/queries.py) read chunks and head together.
+A row that arrives late, into a range already sealed, or a row of a minute whose older samples another
+collector sealed meanwhile, is folded by the rollups after ``unseal`` put the chunks holding that minute
+back into the head (storage/rollups.py), so a minute is always recomputed from all of its samples.
+Readers (storage/queries.py) read chunks and head together.
 """
 
 from __future__ import annotations
@@ -159,14 +160,16 @@ def _write_chunk(
     )
 
 
-def unseal(conn: Connection, spec: ChunkSpec, source: Sequence[Any], since: float) -> int:
-    """Put the chunks of ``source`` that end at or after ``since`` back into the head as rows (new ids,
-    so the rollups fold their minutes again with the late rows); returns the rows put back."""
+def unseal(conn: Connection, spec: ChunkSpec, source: Sequence[Any], start: float, end: float) -> int:
+    """Put the chunks of ``source`` holding samples in [start, end) back into the head as rows (new
+    ids); returns the rows put back. A chunk is taken whole, samples outside the range included."""
     c = spec.chunk
-    where = and_(*[c.c[k] == v for k, v in zip(spec.source_cols, source, strict=True)], c.c.end_ts >= since)
+    where = and_(
+        *[c.c[k] == v for k, v in zip(spec.source_cols, source, strict=True)],
+        c.c.end_ts >= start,
+        c.c.start_ts < end,
+    )
     found = conn.execute(select(c.c.id, c.c.data).where(where)).all()
-    if not found:
-        return 0
     back = 0
     for chunk_id, data in found:
         run = _decode(spec, tuple(source), data, spec.columns)

@@ -156,6 +156,66 @@ def test_a_late_row_into_a_sealed_range_is_folded_with_the_rest(tmp_path: Path) 
         db.close()
 
 
+def _minute_counts(db: Database, sid: int) -> dict[float, int]:
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT bucket_ts, n FROM engine_rollup WHERE res_s = 60 AND server_id = :s"), {"s": sid}
+        ).all()
+    return {float(ts): int(n) for ts, n in rows}
+
+
+def _put_seconds(db: Database, sid: int, seconds: range) -> None:
+    w = db.writer(maintenance=None)
+    w.put(*[EngineSample(server_id=sid, ts=T0 + i, num_running_reqs=1.0) for i in seconds])
+    assert w.flush(30)
+
+
+def test_one_collector_seals_another_collectors_series_mid_minute_and_no_row_is_lost(db_url: str) -> None:
+    """Two collectors on one database, their transactions in the order that lost rows under load
+    (tests/test_storage_faults.py's two-collector test, 2 981 of 3 000): A folds B's rows up to second 99,
+    B inserts seconds 100-299, A seals B's folded rows (a chunk ending at second 99, mid-minute), B folds.
+    The minute 60-119 must still count its 60 samples, not only the 20 left in the head."""
+    a, b = open_database(db_url), open_database(db_url)
+    try:
+        sid = b.server_id("http://b")
+        _put_seconds(b, sid, range(0, 100))
+        assert a.update_rollups() == 100
+        _put_seconds(b, sid, range(100, 300))
+        assert a.seal(min_rows=1) == 100  # newest 299 less 120 s kept: the folded seconds 0-99
+        assert b.update_rollups() == 200
+        assert _minute_counts(b, sid) == {T0 + 60 * m: 60 for m in range(5)}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_late_row_unseals_only_the_chunks_of_its_minute_and_keeps_the_minutes_around_it(
+    db_url: str,
+) -> None:
+    """Chunks that end mid-minute (sealed in two steps): a late row into the second chunk's last minute
+    must not leave the minute the two chunks share counting only the second chunk's part of it."""
+    db = open_database(db_url)
+    try:
+        sid = db.server_id("http://a")
+        _put_seconds(db, sid, range(0, 400))
+        db.update_rollups()
+        assert db.seal(min_rows=1, keep_s=309.5) == 90  # seconds 0-89: a chunk ending mid-minute 60-119
+        assert db.seal(min_rows=1, keep_s=219.5) == 90  # seconds 90-179
+        late = T0 + 170.5
+        w = db.writer(maintenance=None)
+        w.put(EngineSample(server_id=sid, ts=late, num_running_reqs=1.0))
+        assert w.flush(30)
+        assert db.update_rollups() == 1
+        assert _minute_counts(db, sid) == {T0 + 60 * m: 61 if m == 2 else 60 for m in range(7)} | {
+            T0 + 360: 40
+        }
+        with db.engine.connect() as conn:  # only the chunk holding minute 120-179 went back to the head
+            assert conn.execute(text("SELECT count(*) FROM engine_chunk")).scalar_one() == 1
+        assert db.integrity_check() == "ok"
+    finally:
+        db.close()
+
+
 def test_a_failed_seal_leaves_the_rows_where_they_were(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
