@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import typer
 import typer.core
 
-from spectower import __version__
 from spectower.cli_errors import run_cli
 
 from .commands import (
@@ -68,6 +67,8 @@ typer.core.TyperArgument.display_type_rich = _argument_type_label  # type: ignor
 
 def _show_version(value: bool) -> None:
     if value:
+        from spectower import __version__  # importlib.metadata: only for --version
+
         print(f"spectower {__version__}")
         raise typer.Exit()
 

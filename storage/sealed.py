@@ -25,15 +25,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy import Boolean, ColumnElement, Float, Table, and_, func, select
 from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
-from . import chunks, dialect, models
+from . import dialect, models
+
+if TYPE_CHECKING:  # numpy and the codec are imported where a chunk is written or read: every process that
+    # opens a database imports this module, most never touch a chunk, and numpy costs ~0.1 CPU-s to import
+    import numpy as np
+    import numpy.typing as npt
 
 DEFAULT_KEEP_S = 120.0  # the head keeps each series' newest 2 minutes as rows
 DEFAULT_MIN_ROWS = 600  # a chunk waits for 10 minutes of 1 Hz samples ...
@@ -81,6 +84,10 @@ BY_SAMPLE_TABLE = {s.sample_table: s for s in SPECS}
 
 def _encode(spec: ChunkSpec, rows: Sequence[Sequence[Any]]) -> bytes:
     """Rows of (ts, *spec.columns) -> a chunk."""
+    import numpy as np
+
+    from . import chunks
+
     ts = np.array([r[0] for r in rows], dtype=np.float64)
     cols = []
     for k, name in enumerate(spec.columns, start=1):
@@ -189,6 +196,8 @@ class SealedRun:
     columns: dict[str, tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]]
 
     def within(self, start: float | None, end: float | None) -> SealedRun:
+        import numpy as np
+
         keep = np.ones(len(self.ts), dtype=np.bool_)
         if start is not None:
             keep &= self.ts >= start
@@ -213,6 +222,10 @@ class SealedRun:
 
 
 def _decode(spec: ChunkSpec, source: tuple[Any, ...], data: bytes, columns: Sequence[str]) -> SealedRun:
+    import numpy as np
+
+    from . import chunks
+
     chunk = chunks.Chunk.parse(data)
     got: dict[str, tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]] = {}
     ncols = len(chunk.codes) - 1

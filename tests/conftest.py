@@ -82,6 +82,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# ---- where the lane's CPU goes: SPECTOWER_TEST_CPU_LOG=FILE appends one line per test ------------------
+CPU_LOG_ENV = "SPECTOWER_TEST_CPU_LOG"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With SPECTOWER_TEST_CPU_LOG set: the test's CPU seconds in this process (setup, call, teardown),
+    its children's (the ones it waited for: a fixture's simulator counts where it is stopped), and its
+    wall seconds, tab-separated after its node id, appended to that file (each worker appends its own
+    lines whole). ``tests/cpu_report.py FILE`` sums them by test and by file."""
+    path = os.environ.get(CPU_LOG_ENV)
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu0, child0, wall0 = time.process_time(), children(), time.perf_counter()
+    yield
+    cpu, child, wall = time.process_time() - cpu0, children() - child0, time.perf_counter() - wall0
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{item.nodeid}\t{cpu:.3f}\t{child:.3f}\t{wall:.3f}\n")
+
+
 # ---- the SGLang simulator as a real subprocess (benchmarks/simulator_process.py) -----------------------
 
 

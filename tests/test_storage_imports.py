@@ -122,3 +122,25 @@ def test_the_cli_starts_without_loading_the_database_layer() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_command_and_a_database_that_touches_no_chunk_import_neither_numpy_nor_package_metadata(
+    tmp_path: Path,
+) -> None:
+    """Each command, collector and simulator a user (or the unit lane: about 300 of them) starts pays for
+    what it imports: the command line reads the package metadata only for --version, and storage imports
+    numpy only where a chunk is written or read (storage/sealed.py)."""
+    probe = (
+        "import sys\n"
+        "import spectower.console.cli\n"
+        "assert 'importlib.metadata' not in sys.modules, 'the command line read the package metadata'\n"
+        "from spectower.storage import open_database\n"
+        f"db = open_database({str(tmp_path / 'x.db')!r})\n"
+        "sid = db.server_id('http://a')\n"
+        "db.insert_many('engine_sample', [{'server_id': sid, 'ts': 1e9 + i} for i in range(10)])\n"
+        "assert db.update_rollups() == 10 and db.seal() == 0\n"
+        "db.close()\n"
+        "assert 'numpy' not in sys.modules, 'a database without chunks imported numpy'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

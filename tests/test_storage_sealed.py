@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -46,6 +47,26 @@ def _fill(db: Database) -> tuple[int, list[int]]:
         w.put(*[EngineSample(**_engine(sid, r, i)) for r in (0, 1)], *[GpuSample(**_gpu(g, i)) for g in gids])
     assert w.flush(60)
     return sid, gids
+
+
+@pytest.fixture(scope="module")
+def filled_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[int]]:
+    """A SQLite file ``_fill`` wrote once for the module (closed: nothing left in its WAL), with its
+    server id and GPU ids; ``_filled`` copies it for a test to change (filling it took a second a test)."""
+    path = tmp_path_factory.mktemp("sealed") / "filled.db"
+    db = open_database(path)
+    try:
+        sid, gids = _fill(db)
+    finally:
+        db.close()
+    return path, sid, gids
+
+
+def _filled(template: tuple[Path, int, list[int]], path: Path) -> tuple[Database, int, list[int]]:
+    """A copy of the module's filled file at ``path``, opened."""
+    source, sid, gids = template
+    shutil.copyfile(source, path)
+    return open_database(path), sid, gids
 
 
 def _everything(db: Database, sid: int, gids: list[int]) -> dict[str, Any]:
@@ -111,10 +132,9 @@ def test_sealing_changes_no_answer(db_url: str) -> None:
         db.close()
 
 
-def test_export_reads_sealed_samples(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "x.db")
+def test_export_reads_sealed_samples(tmp_path: Path, filled_file: tuple[Path, int, list[int]]) -> None:
+    db, _sid, _gids = _filled(filled_file, tmp_path / "x.db")
     try:
-        _sid, _gids = _fill(db)
         db.update_rollups()
         out_before, out_after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
         assert (
@@ -133,10 +153,11 @@ def test_export_reads_sealed_samples(tmp_path: Path) -> None:
         db.close()
 
 
-def test_a_late_row_into_a_sealed_range_is_folded_with_the_rest(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "x.db")
+def test_a_late_row_into_a_sealed_range_is_folded_with_the_rest(
+    tmp_path: Path, filled_file: tuple[Path, int, list[int]]
+) -> None:
+    db, _sid, gids = _filled(filled_file, tmp_path / "x.db")
     try:
-        _sid, gids = _fill(db)
         db.update_rollups()
         db.seal()
         minute = math.floor((T0 + 300) / 60) * 60
@@ -217,11 +238,10 @@ def test_a_late_row_unseals_only_the_chunks_of_its_minute_and_keeps_the_minutes_
 
 
 def test_a_failed_seal_leaves_the_rows_where_they_were(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filled_file: tuple[Path, int, list[int]]
 ) -> None:
-    db = open_database(tmp_path / "x.db")
+    db, _sid, _gids = _filled(filled_file, tmp_path / "x.db")
     try:
-        _fill(db)
         db.update_rollups()
         written = []
 
@@ -243,10 +263,9 @@ def test_a_failed_seal_leaves_the_rows_where_they_were(
         db.close()
 
 
-def test_retention_deletes_whole_chunks(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "x.db")
+def test_retention_deletes_whole_chunks(tmp_path: Path, filled_file: tuple[Path, int, list[int]]) -> None:
+    db, _sid, gids = _filled(filled_file, tmp_path / "x.db")
     try:
-        _sid, gids = _fill(db)
         db.update_rollups()
         db.seal(max_rows=300)
         with db.engine.connect() as conn:
@@ -263,12 +282,13 @@ def test_retention_deletes_whole_chunks(tmp_path: Path) -> None:
         db.close()
 
 
-def test_a_v4_database_migrates_and_every_value_reads_back(tmp_path: Path) -> None:
+def test_a_v4_database_migrates_and_every_value_reads_back(
+    tmp_path: Path, filled_file: tuple[Path, int, list[int]]
+) -> None:
     """A database written by schema v4 (no chunk tables): opened, migrated, sealed by the writer's
     maintenance; every value of every sample reads back as written."""
     path = tmp_path / "v4.db"
-    db = open_database(path)
-    sid, gids = _fill(db)
+    db, sid, gids = _filled(filled_file, path)
     want = {kind: [{k: v for k, v in r.items() if k != "id"} for r in queries.sample_rows(db, kind, ids)]
             for kind, ids in (("engine", [sid]), ("gpu", gids))}  # fmt: skip
     db.close()
