@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from spectower.collectors.bench.limits import MAX_CONCURRENCY, MAX_TOKENS
 from spectower.collectors.bench.sweep import SweepConfig
 from spectower.collectors.bench.walk import WalkConfig, parse_pattern
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import cli_in_process
 
 HUGE = 10**20
 
@@ -53,9 +52,9 @@ def test_sweep_counts_have_bounds(field: str, flag: str) -> None:
 
 
 def test_the_cli_says_it_in_one_line_before_contacting_anything() -> None:
-    cmd = [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9", "--duration", "4s",
+    cmd = ["bench", "load", "--server", "http://127.0.0.1:9", "--duration", "4s",
            "--max-concurrency", str(HUGE), "--pattern", "ramp"]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    done = cli_in_process(*cmd)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     said = f"--max-concurrency: must be between 1 and {MAX_CONCURRENCY}, got {HUGE}"
     assert done.stderr.strip() == f"error: {said}"
@@ -64,8 +63,8 @@ def test_the_cli_says_it_in_one_line_before_contacting_anything() -> None:
 def test_a_profile_out_that_cannot_be_written_is_said_before_the_sweep(tmp_path: Path) -> None:
     # it was found at the end of the sweep (a folder), or made silently (a missing folder)
     for out, said in ((tmp_path, "is a folder, not a file"), (tmp_path / "no" / "p.json", "does not exist")):
-        cmd = [*SPECTOWER_CLI, "bench", "sweep", "--server", "http://127.0.0.1:9", "--profile-out", str(out),
+        cmd = ["bench", "sweep", "--server", "http://127.0.0.1:9", "--profile-out", str(out),
                "--db", str(tmp_path / "db.sqlite")]  # fmt: skip
-        done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        done = cli_in_process(*cmd)
         assert done.returncode == 2 and done.stderr.startswith("error: --profile-out: "), done.stderr
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1

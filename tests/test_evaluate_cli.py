@@ -1,4 +1,5 @@
-"""`spectower sim evaluate`, run as the real command line in a subprocess."""
+"""`spectower sim evaluate`, run as the real command line (its console script's ``main``, in this process:
+a subprocess each cost ~0.6 CPU-s of the unit lane; tests/test_sim_cli.py starts the real process)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import REPO_ROOT, cli_in_process
 
 GLM = "glm5-nvfp4-8x-rtx-pro-6000"
 
 
 def spectower(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240
-    )
+    return cli_in_process("sim", "evaluate", *args)
 
 
 def test_json_prints_one_object_with_the_scores_and_baselines() -> None:

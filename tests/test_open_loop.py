@@ -16,7 +16,7 @@ from spectower.simulator.profile import Profile, parse_profile
 from spectower.storage.request_traces import Arrival, Slo, load_request_trace, schedule
 
 from benchmarks.simulator_process import H100, curve_profile
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import REPO_ROOT, cli_in_process
 
 AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
 # Drafting doubles a lone request's speed and loses past 4 running: always-on is the slower server under
@@ -111,9 +111,7 @@ def test_evaluate_scores_the_policy_beside_every_baseline_and_the_oracle() -> No
 
 # ---- the command line -------------------------------------------------------------------------------
 def _evaluate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SPECTOWER_CLI, "sim", "evaluate", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240
-    )
+    return cli_in_process("sim", "evaluate", *args)
 
 
 def _slice(tmp_path: Path, rows: int) -> Path:
