@@ -35,16 +35,23 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
     does not turn into an ``error:`` line comes through as raised, as a traceback would in a terminal."""
     import contextlib
     import io
+    import signal
 
     from spectower.console.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             main(list(args))
         except SystemExit as stop:
             code = stop.code
+    changed = [sig.name for sig, handler in handlers.items() if signal.getsignal(sig) is not handler]
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    # a command that took over the process's signals (a sweep) would take over the test worker's
+    assert not changed, f"spectower {' '.join(args)} set {changed}: run it as a subprocess"
     if not isinstance(code, int):  # sys.exit("message") prints it and exits 1, as the interpreter does
         err.write(f"{code}\n" if code is not None else "")
         code = 1 if code is not None else 0

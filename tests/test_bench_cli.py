@@ -15,7 +15,7 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process, free_port
 
 ADMIN_KEY = "cli-admin-key"
 
@@ -61,7 +61,7 @@ def _set_knob(sim, value: int) -> None:
     ],
 )
 def test_bad_input_names_the_field_without_traceback(tmp_path: Path, args: list[str], field: str) -> None:
-    proc = _run(_argv("http://127.0.0.1:9", tmp_path, *args))
+    proc = cli_in_process(*_argv("http://127.0.0.1:9", tmp_path, *args)[len(SPECTOWER_CLI) :])
     assert proc.returncode == 2
     assert "error:" in proc.stderr and field in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -69,7 +69,7 @@ def test_bad_input_names_the_field_without_traceback(tmp_path: Path, args: list[
 
 def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    proc = _run(_argv(url, tmp_path, "--concurrency", "1"))
+    proc = _run(_argv(url, tmp_path, "--concurrency", "1"))  # a subprocess: the sweep sets its signals
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "127.0.0.1" in proc.stderr
     assert "Traceback" not in proc.stderr
