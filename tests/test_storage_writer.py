@@ -30,10 +30,11 @@ def _write_locked(path: Path) -> Iterator[None]:
         blocker.close()
 
 
-def _until_stuck(w: BatchWriter) -> None:
-    """Until the writer has met the lock (its first retry): what is put from now on queues behind it."""
+def _until_stuck(w: BatchWriter, retries: int = 1) -> None:
+    """Until the writer has met the lock (its first retry; ``retries``: met it that many times): what is
+    put from now on queues behind it."""
     deadline = time.monotonic() + 60  # a guard only: the wait ends on the writer's own count
-    while w.stats().retries < 1:
+    while w.stats().retries < retries:
         assert time.monotonic() < deadline, "the writer never met the lock"
         time.sleep(0.01)
 
@@ -98,9 +99,9 @@ def test_locked_database_is_retried_and_rows_kept(tmp_path: Path) -> None:
         assert reader.execute("SELECT count(*) FROM gpu").fetchone() == (1,)
         reader.close()
         w.put(*[GpuSample(gpu_id=gid, ts=float(i)) for i in range(100)])
-        assert not w.flush(timeout=3)  # cannot finish while the lock is held
+        _until_stuck(w, retries=3)  # was: a 3 s flush that had to time out
+        assert not w.flush(timeout=0.05)  # cannot finish while the lock is held
         assert w.stats().pending == 100
-        assert w.stats().retries >= 1
     assert w.flush(timeout=60)
     st = w.stats()
     assert (st.written, st.dropped, st.pending) == (100, 0, 0)
@@ -209,7 +210,8 @@ def test_a_locked_database_keeps_jobs_queued_in_order_then_runs_them(tmp_path: P
     with _write_locked(path):
         for name in ("a", "b", "c"):
             w.put_job("gap_open", lambda n=name: (order.append(n), db.server_id(f"http://{n}")), keep=True)
-        assert not w.flush(timeout=1)  # the lock holds: nothing can be written
+        _until_stuck(w, retries=3)  # was: a 1 s flush that had to time out
+        assert not w.flush(timeout=0.05)  # the lock holds: nothing can be written
         st = w.stats()
         assert st.records_pending == 3 and st.retries >= 1 and st.records_rejected == 0
     assert w.flush(timeout=60)
