@@ -28,34 +28,41 @@ def collect_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Pop
     return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """``spectower ARGS...`` run by the console script's own ``main`` in this process: its exit code and
-    what it printed to stdout and stderr, as a subprocess would give them, without the ~0.6 CPU-s of a new
-    interpreter importing the stack (for tests not about the process boundary). An exception the command
-    does not turn into an ``error:`` line comes through as raised, as a traceback would in a terminal."""
+def cli_in_process(*args: str, module: str = "spectower.console.cli") -> subprocess.CompletedProcess[str]:
+    """``spectower ARGS...`` run by the console script's own ``main`` in this process (``module``:
+    whose ``main`` runs, ``spectower.simulator.__main__`` for ``python -m spectower.simulator ARGS``): its
+    exit code and what it printed to stdout and stderr, as a subprocess would give them, without the ~0.6
+    CPU-s of a new interpreter importing the stack (for tests not about the process boundary). An
+    exception the command does not turn into an ``error:`` line comes through as raised, as a traceback
+    would in a terminal."""
     import contextlib
+    import importlib
     import io
     import signal
 
-    from spectower.console.cli import main
-
+    main = importlib.import_module(module).main
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = 0
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as stop:
-            code = stop.code
+    argv = sys.argv
+    sys.argv = [module, *args]  # a main that reads sys.argv (the simulator's) gets the arguments too
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args)) if module == "spectower.console.cli" else main()
+            except SystemExit as stop:
+                code = stop.code
+    finally:
+        sys.argv = argv
     changed = [sig.name for sig, handler in handlers.items() if signal.getsignal(sig) is not handler]
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
-    # a command that took over the process's signals (a sweep) would take over the test worker's
-    assert not changed, f"spectower {' '.join(args)} set {changed}: run it as a subprocess"
+    # a command that took over the process's signals (a sweep, a server) would take over the test worker's
+    assert not changed, f"{module} {' '.join(args)} set {changed}: run it as a subprocess"
     if not isinstance(code, int):  # sys.exit("message") prints it and exits 1, as the interpreter does
         err.write(f"{code}\n" if code is not None else "")
         code = 1 if code is not None else 0
-    return subprocess.CompletedProcess(["spectower", *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess([module, *args], code, out.getvalue(), err.getvalue())
 
 
 def db_rows(db_path: Path, sql: str) -> list[tuple[Any, ...]]:

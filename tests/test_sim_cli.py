@@ -15,7 +15,7 @@ import httpx
 import pytest
 from spectower.simulator.profile import load_profile
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.conftest import REPO_ROOT, cli_in_process, free_port
 
 SPECTOWER = shutil.which("spectower")
 
@@ -24,6 +24,11 @@ SIM = (sys.executable, "-m", "spectower.simulator")
 
 def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _sim(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m spectower.simulator ARGS`` by its ``main`` in this process (a refusal before serving)."""
+    return cli_in_process(*args, module="spectower.simulator.__main__")
 
 
 def _bad_profile(tmp_path: Path, mutate: str) -> Path:
@@ -46,12 +51,11 @@ def _bad_profile(tmp_path: Path, mutate: str) -> Path:
 @pytest.mark.parametrize("entry", ["spectower", "module"])
 def test_malformed_profile_one_clear_error_exit_2(tmp_path: Path, mutate: str, key: str, entry: str) -> None:
     path = _bad_profile(tmp_path, mutate)
-    cmd = (
-        [SPECTOWER or "spectower", "sim", "serve"]
-        if entry == "spectower"
-        else [*SIM, "serve"]
-    )
-    res = _run([*cmd, "--profile", str(path), "--port", str(free_port())])
+    args = ["--profile", str(path), "--port", str(free_port())]
+    if entry == "spectower":
+        res = cli_in_process("sim", "serve", *args)
+    else:  # the entry point as a process once (test_a_parse_error_...: its error lines as a process)
+        res = _run([*SIM, "serve", *args]) if mutate == "missing" else _sim("serve", *args)
     assert res.returncode == 2, res
     assert "Traceback" not in res.stderr + res.stdout
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -60,24 +64,14 @@ def test_malformed_profile_one_clear_error_exit_2(tmp_path: Path, mutate: str, k
 
 
 def test_unknown_profile_name_and_bad_flags(tmp_path: Path) -> None:
-    res = _run([*SIM, "--profile", "nope", "--port", str(free_port())])
+    res = _sim("--profile", "nope", "--port", str(free_port()))
     assert res.returncode == 2 and "nope" in res.stderr and "Traceback" not in res.stderr
-    res = _run([*SIM, "--profile", "llama31-8b-1x-h100", "--dp-size", "0"])
+    res = _sim("--profile", "llama31-8b-1x-h100", "--dp-size", "0")
     assert res.returncode == 2 and "dp-size" in res.stderr and "Traceback" not in res.stderr
     # 1e5 took 12 s and 1.1 GB before it served; 1e20 grew without end
-    res = _run([*SIM, "--profile", "llama31-8b-1x-h100", "--dp-size", "100000"])
+    res = _sim("--profile", "llama31-8b-1x-h100", "--dp-size", "100000")
     assert res.returncode == 2 and "dp-size must be between 1 and 256, got 100000" in res.stderr
-    res = _run(
-        [
-            sys.executable,
-            "-m",
-            "spectower.simulator",
-            "--profile",
-            "llama31-8b-1x-h100",
-            "--admin-api-key-file",
-            str(tmp_path / "missing.key"),
-        ]
-    )
+    res = _sim("--profile", "llama31-8b-1x-h100", "--admin-api-key-file", str(tmp_path / "missing.key"))
     assert res.returncode == 2 and "admin API key file" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -130,9 +124,7 @@ def test_port_in_use_is_one_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        res = _run(
-            [*SIM, "--profile", "llama31-8b-1x-h100", "--port", str(port)]
-        )
+        res = _run([*SIM, "--profile", "llama31-8b-1x-h100", "--port", str(port)])
     assert res.returncode == 2, res
     assert "Traceback" not in res.stderr
     assert f"--port: cannot listen on 127.0.0.1:{port}" in res.stderr
