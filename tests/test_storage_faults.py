@@ -236,6 +236,10 @@ def test_postgres_rollup_waits_for_an_insert_that_drew_a_lower_id(postgres_url: 
         db.close()
 
 
+# The whole suite's: two real writers racing (6 000 rows, maintenance every 50 ms). The unit lane has the
+# interleaving that lost rows here (2 981 of 3 000 under load) step by step, on both backends:
+# test_storage_sealed.py::test_one_collector_seals_another_collectors_series_mid_minute_and_no_row_is_lost.
+@pytest.mark.slow
 def test_two_collectors_write_one_postgres_database_rollups_exact(postgres_url: str) -> None:
     dbs = [open_database(postgres_url) for _ in range(2)]
     try:
