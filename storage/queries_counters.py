@@ -1,0 +1,195 @@
+"""The engine's decode counters as ``control.speedup.estimate`` reads them: one interval per stored scrape
+(raw) or per 1-minute / 1-hour rollup bucket, each in ``plugin.engine_counters.rates()``'s shape.
+
+Read through ``storage.queries`` (``counter_intervals``, ``has_counters``). The stored rows are already
+per-interval deltas (the collector took ``rates()`` of consecutive snapshots, restarts included), so an
+interval's rates are ``rates(None, totals)`` of its summed cells. A 24-hour window is 1,440 intervals and a
+1-hour one up to 3,600: ``_intervals`` computes them for all intervals at once with numpy, and
+tests/test_queries_counters.py holds it equal to ``rates()`` itself, the one definition of what a rate is
+(the plugin's module is standard library only, so it cannot call numpy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import ColumnElement, and_, func, literal_column
+from sqlalchemy import select as sa_select
+
+from ..plugin.engine_counters import MODES as COUNTER_MODES
+from . import rollups
+from .retention import horizons
+
+if TYPE_CHECKING:
+    from .database import Database
+
+# The collector stores one counters interval per /server_info read (every 5 s by default).
+COUNTER_RAW_RES_S = 5.0
+# An estimate reads at most about this many intervals: raw ones for short windows, then 1-minute and
+# 1-hour rollups, so a 30-day window costs what a few hours do.
+DEFAULT_MAX_COUNTER_INTERVALS = 2000
+# rates()'s step time is rounded to this many decimals (nanoseconds)
+TIME_DECIMALS = 9
+_MODE_CODE = {mode: k for k, mode in enumerate(COUNTER_MODES)}
+
+
+def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
+    """0 (raw) or the rollup resolution that keeps the window under ``max_intervals`` intervals."""
+    span = end - start
+    hz = horizons(db.engine)
+    for res in (0, rollups.MINUTE_S):
+        covered = start >= hz.get("raw" if res == 0 else res, -math.inf)
+        if covered and span / (res or COUNTER_RAW_RES_S) <= max_intervals:
+            return res
+    return rollups.HOUR_S
+
+
+def counter_intervals(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> list[dict[str, Any]]:
+    """A server's decode-counter intervals in [start, end], oldest first, each shaped like
+    ``plugin.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
+    ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
+    ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
+    for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
+    yet folded into them are added to their buckets, so the newest minutes are never missing."""
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
+    if not (isinstance(max_intervals, int) and max_intervals >= 1):
+        raise ValueError(f"max_intervals: must be a positive integer, got {max_intervals!r}")
+    tier = _tier(db, start, end, max_intervals)
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+
+    def zero_if_null(c: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.coalesce(c, literal_column("0"))  # a NULL count adds nothing (not NaN)
+
+    raw_cols = (sample.c.batch_size, sample.c.mode,
+                *(zero_if_null(sample.c[f]) for f in ("steps", "tokens", "time_s")))  # fmt: skip
+    with db.engine.connect() as conn:
+        if tier == 0:
+            stmt = sa_select(sample.c.ts, *raw_cols).where(
+                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
+            )
+            rows = conn.execute(stmt).all()
+            return _intervals(_Cells.of(rows), 0)
+        lo_ts = math.floor(start / tier) * tier
+        stmt = sa_select(
+            roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
+            *(zero_if_null(roll.c[f"{f}_sum"]) for f in ("steps", "tokens", "time_s")),
+        ).where(
+            and_(roll.c.res_s == tier, roll.c.server_id == server_id,
+                 roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
+        )  # fmt: skip
+        rolled = _Cells.of(conn.execute(stmt).all())
+        tail = sa_select(sample.c.ts, *raw_cols).where(
+            and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
+                 sample.c.server_id == server_id, sample.c.ts >= lo_ts, sample.c.ts <= end)
+        )  # fmt: skip
+        late = _Cells.of(conn.execute(tail).all())
+    # raw rows past the watermark count in their bucket, after the bucket's rolled-up sums
+    late.ts = np.floor(late.ts / tier) * tier
+    return _intervals(rolled.then(late), tier)
+
+
+class _Cells:
+    """Stored counter rows as columns: the interval's ``ts``, ``batch_size``, mode (its index in
+    ``COUNTER_MODES``; -1 for a mode this version does not know) and ``values`` (steps, tokens, time_s)."""
+
+    def __init__(
+        self,
+        ts: npt.NDArray[np.float64],
+        bins: npt.NDArray[np.int64],
+        modes: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+    ) -> None:
+        self.ts, self.bins, self.modes, self.values = ts, bins, modes, values
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> _Cells:
+        """Rows of (ts, batch_size, mode, steps, tokens, time_s), in the order the database gave them."""
+        if not rows:
+            return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3)))
+        ts, bins, modes, *values = zip(*rows, strict=True)
+        return cls(
+            np.array(ts, dtype=np.float64),
+            np.array(bins, dtype=np.int64),
+            np.array([_MODE_CODE.get(str(m), -1) for m in modes], dtype=np.int64),
+            np.array(values, dtype=np.float64).T,
+        )
+
+    def then(self, other: _Cells) -> _Cells:
+        return _Cells(
+            np.concatenate([self.ts, other.ts]),
+            np.concatenate([self.bins, other.bins]),
+            np.concatenate([self.modes, other.modes]),
+            np.concatenate([self.values, other.values]),
+        )
+
+
+def _none_where(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) -> list[float | None]:
+    out = values.astype(object)
+    out[~keep] = None
+    return out.tolist()  # type: ignore[no-any-return]
+
+
+def _intervals(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
+    """One ``rates(None, totals)``-shaped interval per distinct ``ts``, oldest first, where ``totals`` sums
+    the cells of each (bin, mode) in row order; ``bins`` are the interval's own, each mode zero where it
+    has no cell. What ``rates()`` does per bin, here on every interval's bins at once."""
+    if not len(cells.ts):
+        return []
+    stamps, ts_index = np.unique(cells.ts, return_inverse=True)
+    bin_values, bin_index = np.unique(cells.bins, return_inverse=True)
+    # one entry per (interval, bin) that has a cell, by interval then bin: the intervals' bins end to end
+    pair_keys, pair_index = np.unique(ts_index * len(bin_values) + bin_index, return_inverse=True)
+    n = len(pair_keys)
+    ends = np.cumsum(np.bincount(pair_keys // len(bin_values), minlength=len(stamps))).tolist()
+    bins = bin_values[pair_keys % len(bin_values)].tolist()
+    blocks: list[dict[str, list[Any]]] = []
+    for code in range(len(COUNTER_MODES)):
+        mine = cells.modes == code
+        # bincount adds each entry's rows in order, starting from 0.0: what summing them one by one does
+        steps, tokens, seconds = (
+            np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=n) for k in range(3)
+        )
+        steps, tokens = np.trunc(steps), np.trunc(tokens)  # int() of the sums
+        time_s = [round(t, TIME_DECIMALS) for t in seconds.tolist()]  # Python's rounding, as rates() does
+        rounded = np.array(time_s, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tok_s = _none_where(tokens / rounded, rounded > 0)
+            step_s = _none_where(rounded / steps, (steps > 0) & (rounded > 0))
+        blocks.append({"steps": steps.astype(np.int64).tolist(), "tokens": tokens.astype(np.int64).tolist(),
+                       "time_s": time_s, "tok_s": tok_s, "step_s": step_s})  # fmt: skip
+    out: list[dict[str, Any]] = []
+    start = 0
+    for ts, end in zip(stamps.tolist(), ends, strict=True):
+        interval: dict[str, Any] = {"ts": ts, "res_s": res_s, "bins": bins[start:end], "restarted": False}
+        for mode, block in zip(COUNTER_MODES, blocks, strict=True):
+            interval[mode] = {field: values[start:end] for field, values in block.items()}
+        out.append(interval)
+        start = end
+    return out
+
+
+def has_counters(db: Database, server_id: int) -> bool:
+    """Whether the server ever had decode counters stored (raw or rolled up): False for a server whose
+    plugin does not publish them."""
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups
+    probes: list[tuple[Any, ColumnElement[bool]]] = [(sample, sample.c.server_id == server_id)]
+    for res in rollups.ROLLUP_RESOLUTIONS_S:
+        probes.append((roll, and_(roll.c.res_s == res, roll.c.server_id == server_id)))
+    with db.engine.connect() as conn:
+        for table, where in probes:
+            if conn.execute(sa_select(literal_column("1")).select_from(table).where(where).limit(1)).first():
+                return True
+    return False
