@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, and_, func, literal_column
+from sqlalchemy import ColumnElement, and_, func
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
@@ -320,11 +320,10 @@ class _SeriesQuery:
         tail = after_id is not None
 
         def match(column: ColumnElement[Any]) -> ColumnElement[Any]:
-            # Past the watermark: rows found by primary key range; `+ 0` keeps the planner off the
-            # (source, ts) index, which would walk the whole range instead of the few new rows. Grouping
-            # by that expression too: grouping by the bare column lets SQLite walk the whole (source, ts)
-            # index to get its order for free (4.8 M rows: 280 ms).
-            return column + literal_column("0") if tail else column
+            # Past the watermark: rows found by primary key range (dialect.off_index). Grouping by that
+            # expression too: grouping by the bare column lets SQLite walk the whole (source, ts) index
+            # to get its order for free (4.8 M rows: 280 ms).
+            return dialect.off_index(column) if tail else column
 
         src = match(t.c[self.spec.source_cols[0]])
         where = [t.c.id > after_id] if after_id is not None else []

@@ -11,6 +11,7 @@ tests/test_queries_counters.py holds it equal to ``rates()`` itself, the one def
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from sqlalchemy import ColumnElement, and_, func, literal_column
 from sqlalchemy import select as sa_select
 
 from ..plugin.engine_counters import MODES as COUNTER_MODES
-from . import rollups
+from . import dialect, rollups
 from .retention import horizons
 
 if TYPE_CHECKING:
@@ -90,9 +91,10 @@ def counter_intervals(
                  roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
         )  # fmt: skip
         rolled = _Cells.of(conn.execute(stmt).all())
+        ts = dialect.off_index(sample.c.ts)  # found by primary key range past the watermark
         tail = sa_select(sample.c.ts, *raw_cols).where(
             and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
-                 sample.c.server_id == server_id, sample.c.ts >= lo_ts, sample.c.ts <= end)
+                 dialect.off_index(sample.c.server_id) == server_id, ts >= lo_ts, ts <= end)
         )  # fmt: skip
         late = _Cells.of(conn.execute(tail).all())
     # raw rows past the watermark count in their bucket, after the bucket's rolled-up sums
@@ -154,7 +156,8 @@ def _intervals(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
     n = len(pair_keys)
     ends = np.cumsum(np.bincount(pair_keys // len(bin_values), minlength=len(stamps))).tolist()
     bins = bin_values[pair_keys % len(bin_values)].tolist()
-    blocks: list[dict[str, list[Any]]] = []
+    spans = list(itertools.pairwise([0, *ends]))
+    per_mode: list[list[dict[str, list[Any]]]] = []  # per mode, each interval's block
     for code in range(len(COUNTER_MODES)):
         mine = cells.modes == code
         # bincount adds each entry's rows in order, starting from 0.0: what summing them one by one does
@@ -167,17 +170,17 @@ def _intervals(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
         with np.errstate(divide="ignore", invalid="ignore"):
             tok_s = _none_where(tokens / rounded, rounded > 0)
             step_s = _none_where(rounded / steps, (steps > 0) & (rounded > 0))
-        blocks.append({"steps": steps.astype(np.int64).tolist(), "tokens": tokens.astype(np.int64).tolist(),
-                       "time_s": time_s, "tok_s": tok_s, "step_s": step_s})  # fmt: skip
-    out: list[dict[str, Any]] = []
-    start = 0
-    for ts, end in zip(stamps.tolist(), ends, strict=True):
-        interval: dict[str, Any] = {"ts": ts, "res_s": res_s, "bins": bins[start:end], "restarted": False}
-        for mode, block in zip(COUNTER_MODES, blocks, strict=True):
-            interval[mode] = {field: values[start:end] for field, values in block.items()}
-        out.append(interval)
-        start = end
-    return out
+        steps_l, tokens_l = steps.astype(np.int64).tolist(), tokens.astype(np.int64).tolist()
+        per_mode.append([
+            {"steps": steps_l[a:b], "tokens": tokens_l[a:b], "time_s": time_s[a:b], "tok_s": tok_s[a:b],
+             "step_s": step_s[a:b]}
+            for a, b in spans
+        ])  # fmt: skip
+    return [
+        {"ts": ts, "res_s": res_s, "bins": bins[a:b], "restarted": False,
+         **dict(zip(COUNTER_MODES, blocks, strict=True))}
+        for ts, (a, b), *blocks in zip(stamps.tolist(), spans, *per_mode, strict=True)
+    ]  # fmt: skip
 
 
 def has_counters(db: Database, server_id: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from spectower.storage import Database, open_database, queries
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.queries_counters import _Cells, _intervals
+from sqlalchemy import event
 
 from tests import queries_reference as reference
 
@@ -103,3 +105,30 @@ def test_counter_intervals_equal_the_reference_on_every_tier(db: Database) -> No
         assert got == reference.counter_intervals(db, sid, start, stop, limit)
         tiers |= {i["res_s"] for i in got}
     assert tiers == {0, 60, 3600}
+
+
+def test_rows_past_the_watermark_are_found_by_primary_key(tmp_path: Path) -> None:
+    """The rollup tiers add the raw rows past the watermark: SQLite must find them by id, not walk the
+    (server_id, ts) index over the whole window (7 days of counters: 220 ms to find no row)."""
+    db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
+    sid = db.server_id("http://a")
+    rows = _random_rows(sid, T0, 200, seed=1)
+    db.insert_many("engine_counter_sample", (r.model_dump(exclude={"id"}) for r in rows))
+    db.update_rollups()
+    seen: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        assert queries.counter_intervals(db, sid, T0, T0 + 600, max_intervals=10)  # the minute tier
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+    tail = [(s, p) for s, p in seen if "engine_counter_sample.id >" in s]
+    assert len(tail) == 1
+    statement, parameters = tail[0]
+    with db.engine.connect() as conn:
+        plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
+    assert "PRIMARY KEY" in plan and "ix_engine_counter_sample_server_ts" not in plan, plan
+    db.close()
