@@ -129,6 +129,7 @@ def test_rows_past_the_watermark_are_found_by_primary_key(tmp_path: Path) -> Non
     assert len(tail) == 1
     statement, parameters = tail[0]
     with db.engine.connect() as conn:
-        plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
+        steps = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+    plan = " ".join(str(step[-1]) for step in steps)
     assert "PRIMARY KEY" in plan and "ix_engine_counter_sample_server_ts" not in plan, plan
     db.close()
