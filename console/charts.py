@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -499,13 +500,17 @@ def gpu_grid(
     }
     data: list[dict[str, Any]] = []
     ymax = float(df[metric].max()) if not df.empty and metric in df and df[metric].notna().any() else None
+    axis = time_axis(*(x_range or (None, None)))  # every panel's: formatted once, not once a panel
+    # each panel's rows: the frame's times formatted once (8 panels: 8 pandas round trips saved)
+    gpu_of = df["gpu_id"].to_numpy() if not df.empty else np.zeros(0)
+    times = np.array(_times(df["ts"]) if not df.empty else [], dtype=object)
     for j, gid in enumerate(ids):
         r, c = divmod(j, cols)
         k = "" if j == 0 else str(j + 1)
         x0, y1 = c * (w + gap_x), 1 - r * (h + gap_y)
         # every panel over the same window, three ticks, labels that would spill into the next panel hidden
         layout[f"xaxis{k}"] = {
-            **time_axis(*(x_range or (None, None))),
+            **axis,
             "domain": [_unit(x0), _unit(x0 + w)],
             "anchor": f"y{k}",
             "nticks": 4,
@@ -530,18 +535,18 @@ def gpu_grid(
                 "font": {"size": 11},
             }
         )
-        part = df[df["gpu_id"] == gid] if not df.empty else df
-        if part.empty or metric not in part:
+        mine = gpu_of == gid
+        if not mine.any() or metric not in df:
             continue
         data.append(
             {
                 "type": "scatter",
-                "mode": _line_mode(len(part)),
+                "mode": _line_mode(int(mine.sum())),
                 "name": labels[gid],
                 "xaxis": f"x{k}",
                 "yaxis": f"y{k}",
-                "x": _times(part["ts"]),
-                "y": part[metric].tolist(),
+                "x": times[mine].tolist(),
+                "y": df[metric].to_numpy()[mine].tolist(),
                 "line": {"color": PALETTE[j % len(PALETTE)]},
             }
         )

@@ -183,11 +183,11 @@ class LiveSpeedup:
 
 def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpeedup:
     """The live estimate every page shows for ``server_id`` over [t0, t1]: the stored counter intervals
-    (raw for short windows, rollups for long ones: storage.queries.counter_intervals) through
-    ``control.speedup.estimate``."""
-    intervals = queries.counter_intervals(db, server_id, t0, t1)
-    has = bool(intervals) or queries.has_counters(db, server_id)
-    return LiveSpeedup(speedup.estimate(intervals), has, t0, t1)
+    (raw for short windows, rollups for long ones: storage.queries.counter_samples, the intervals of
+    counter_intervals grouped per bin) through ``control.speedup.estimate_per_bin``."""
+    samples = queries.counter_samples(db, server_id, t0, t1)
+    has = samples.intervals > 0 or queries.has_counters(db, server_id)
+    return LiveSpeedup(speedup.estimate_per_bin(samples.per_bin, samples.intervals), has, t0, t1)
 
 
 # ---------------------------------------------------------------- GPUs

@@ -31,7 +31,9 @@ from . import dialect, models, rollups, sealed
 from .queries_counters import (  # noqa: F401
     COUNTER_RAW_RES_S,
     DEFAULT_MAX_COUNTER_INTERVALS,
+    CounterSamples,
     counter_intervals,
+    counter_samples,
     has_counters,
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +64,39 @@ def counter_intervals(
     ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
     for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
     yet folded into them are added to their buckets, so the newest minutes are never missing."""
+    cells, tier = _read(db, server_id, start, end, max_intervals)
+    return _intervals(_Entries.of(cells), tier)
+
+
+Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
+
+
+@dataclass(frozen=True)
+class CounterSamples:
+    """``counter_intervals`` as ``control.speedup.estimate_per_bin`` reads them (``per_bin``: what
+    ``speedup._per_bin`` makes of the intervals), without a dict per interval: 3,600 intervals of an
+    hour are 50,000 lists and dicts, and their garbage collections cost as much as building them."""
+
+    intervals: int  # how many intervals went in
+    per_bin: Samples  # bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]
+
+
+def counter_samples(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> CounterSamples:
+    """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode."""
+    cells, _ = _read(db, server_id, start, end, max_intervals)
+    entries = _Entries.of(cells)
+    return CounterSamples(len(entries.stamps), _per_bin(entries))
+
+
+def _read(db: Database, server_id: int, start: float, end: float, max_intervals: int) -> tuple[_Cells, int]:
+    """The stored rows of the window's intervals, and the tier read (0: raw, else the rollup's seconds)."""
     if not (math.isfinite(start) and math.isfinite(end)) or end < start:
         raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
     if not (isinstance(max_intervals, int) and max_intervals >= 1):
@@ -80,8 +114,7 @@ def counter_intervals(
             stmt = sa_select(sample.c.ts, *raw_cols).where(
                 and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
             )
-            rows = conn.execute(stmt).all()
-            return _intervals(_Cells.of(rows), 0)
+            return _Cells.of(conn.execute(stmt).all()), 0
         lo_ts = math.floor(start / tier) * tier
         stmt = sa_select(
             roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
@@ -99,7 +132,7 @@ def counter_intervals(
         late = _Cells.of(conn.execute(tail).all())
     # raw rows past the watermark count in their bucket, after the bucket's rolled-up sums
     late.ts = np.floor(late.ts / tier) * tier
-    return _intervals(rolled.then(late), tier)
+    return rolled.then(late), tier
 
 
 class _Cells:
@@ -143,29 +176,51 @@ def _none_where(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) ->
     return out.tolist()  # type: ignore[no-any-return]
 
 
-def _intervals(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Entries:
+    """Stored cells summed per (interval, bin, mode) as ``rates(None, totals)`` sees them: one entry per
+    (interval, bin) that has a cell, by interval then bin (the intervals' bins end to end), each mode's
+    counts zero where it has no cell."""
+
+    stamps: list[float]  # each interval's ts, ascending
+    spans: list[tuple[int, int]]  # each interval's entries
+    bins: list[int]  # each entry's bin
+    steps: list[npt.NDArray[np.float64]]  # per mode: int() of the summed steps, as floats
+    tokens: list[npt.NDArray[np.float64]]  # per mode: int() of the summed tokens, as floats
+    time_s: list[list[float]]  # per mode: the summed step time rounded as rates() rounds it
+
+    @classmethod
+    def of(cls, cells: _Cells) -> _Entries:
+        if not len(cells.ts):
+            modes = range(len(COUNTER_MODES))
+            return cls(
+                [], [], [], [np.zeros(0) for _ in modes], [np.zeros(0) for _ in modes], [[] for _ in modes]
+            )
+        stamps, ts_index = np.unique(cells.ts, return_inverse=True)
+        bin_values, bin_index = np.unique(cells.bins, return_inverse=True)
+        nb = len(bin_values)
+        pair_keys, pair_index = np.unique(ts_index * nb + bin_index, return_inverse=True)
+        ends = np.cumsum(np.bincount(pair_keys // nb, minlength=len(stamps))).tolist()
+        steps, tokens, time_s = [], [], []
+        for code in range(len(COUNTER_MODES)):
+            mine = cells.modes == code
+            # bincount adds each entry's rows in order from 0.0: what summing them one by one does
+            summed = [np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=len(pair_keys))
+                      for k in range(3)]  # fmt: skip
+            steps.append(np.trunc(summed[0]))
+            tokens.append(np.trunc(summed[1]))
+            time_s.append([round(t, TIME_DECIMALS) for t in summed[2].tolist()])  # Python's rounding
+        return cls(stamps.tolist(), list(itertools.pairwise([0, *ends])),
+                   bin_values[pair_keys % nb].tolist(), steps, tokens, time_s)  # fmt: skip
+
+
+def _intervals(entries: _Entries, res_s: int) -> list[dict[str, Any]]:
     """One ``rates(None, totals)``-shaped interval per distinct ``ts``, oldest first, where ``totals`` sums
-    the cells of each (bin, mode) in row order; ``bins`` are the interval's own, each mode zero where it
-    has no cell. What ``rates()`` does per bin, here on every interval's bins at once."""
-    if not len(cells.ts):
-        return []
-    stamps, ts_index = np.unique(cells.ts, return_inverse=True)
-    bin_values, bin_index = np.unique(cells.bins, return_inverse=True)
-    # one entry per (interval, bin) that has a cell, by interval then bin: the intervals' bins end to end
-    pair_keys, pair_index = np.unique(ts_index * len(bin_values) + bin_index, return_inverse=True)
-    n = len(pair_keys)
-    ends = np.cumsum(np.bincount(pair_keys // len(bin_values), minlength=len(stamps))).tolist()
-    bins = bin_values[pair_keys % len(bin_values)].tolist()
-    spans = list(itertools.pairwise([0, *ends]))
+    the cells of each (bin, mode) in row order; ``bins`` are the interval's own. What ``rates()`` does per
+    bin, here on every interval's bins at once."""
+    spans = entries.spans
     per_mode: list[list[dict[str, list[Any]]]] = []  # per mode, each interval's block
-    for code in range(len(COUNTER_MODES)):
-        mine = cells.modes == code
-        # bincount adds each entry's rows in order, starting from 0.0: what summing them one by one does
-        steps, tokens, seconds = (
-            np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=n) for k in range(3)
-        )
-        steps, tokens = np.trunc(steps), np.trunc(tokens)  # int() of the sums
-        time_s = [round(t, TIME_DECIMALS) for t in seconds.tolist()]  # Python's rounding, as rates() does
+    for steps, tokens, time_s in zip(entries.steps, entries.tokens, entries.time_s, strict=True):
         rounded = np.array(time_s, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             tok_s = _none_where(tokens / rounded, rounded > 0)
@@ -177,10 +232,28 @@ def _intervals(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
             for a, b in spans
         ])  # fmt: skip
     return [
-        {"ts": ts, "res_s": res_s, "bins": bins[a:b], "restarted": False,
+        {"ts": ts, "res_s": res_s, "bins": entries.bins[a:b], "restarted": False,
          **dict(zip(COUNTER_MODES, blocks, strict=True))}
-        for ts, (a, b), *blocks in zip(stamps.tolist(), spans, *per_mode, strict=True)
+        for ts, (a, b), *blocks in zip(entries.stamps, spans, *per_mode, strict=True)
     ]  # fmt: skip
+
+
+def _per_bin(entries: _Entries) -> Samples:
+    """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there, oldest first]: what
+    ``control.speedup._per_bin`` makes of ``_intervals(entries)``."""
+    out: Samples = {}
+    bins = np.array(entries.bins, dtype=np.int64)
+    for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,
+                                           strict=True):  # fmt: skip
+        ran = np.flatnonzero(steps > 0)
+        order = ran[np.argsort(bins[ran], kind="stable")]  # by bin, each bin's intervals in time order
+        seconds = [time_s[i] for i in order.tolist()]
+        samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
+        for b, group in itertools.groupby(
+            zip(bins[order].tolist(), samples, strict=True), key=lambda x: x[0]
+        ):
+            out.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = [sample for _, sample in group]
+    return out
 
 
 def has_counters(db: Database, server_id: int) -> bool:

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spectower.control import speedup
 from spectower.storage import Database, open_database, queries
 from spectower.storage.models import EngineCounterSample
-from spectower.storage.queries_counters import _Cells, _intervals
+from spectower.storage.queries_counters import _Cells, _Entries, _intervals, _per_bin
 from sqlalchemy import event
 
 from tests import queries_reference as reference
@@ -48,8 +49,11 @@ def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res
     for ts, b, mode, *values in rows:
         reference.add_row(cells, ts, b, mode, values)
     want = reference.intervals_of(cells, res_s)
-    got = _intervals(_Cells.of(rows), res_s)
+    entries = _Entries.of(_Cells.of(rows))
+    got = _intervals(entries, res_s)
     assert got == want
+    # grouped per bin as the estimator groups the intervals: the same samples, in the same order
+    assert _per_bin(entries) == speedup._per_bin(want)
     # same types too: ints stay ints, a missing rate is None (not NaN)
     assert [type(v) for i in got for m in ("drafted", "gated") for v in i[m]["steps"]] == [
         int for i in want for m in ("drafted", "gated") for _ in i[m]["steps"]
@@ -57,7 +61,8 @@ def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res
 
 
 def test_no_rows_no_intervals() -> None:
-    assert _intervals(_Cells.of([]), 0) == []
+    entries = _Entries.of(_Cells.of([]))
+    assert _intervals(entries, 0) == [] and _per_bin(entries) == {}
 
 
 @pytest.fixture
@@ -104,6 +109,10 @@ def test_counter_intervals_equal_the_reference_on_every_tier(db: Database) -> No
         got = queries.counter_intervals(db, sid, start, stop, max_intervals=limit)
         assert got == reference.counter_intervals(db, sid, start, stop, limit)
         tiers |= {i["res_s"] for i in got}
+        samples = queries.counter_samples(db, sid, start, stop, max_intervals=limit)
+        assert samples.intervals == len(got) and samples.per_bin == speedup._per_bin(got)
+        old = speedup.estimate(got)
+        assert speedup.estimate_per_bin(samples.per_bin, samples.intervals) == old
     assert tiers == {0, 60, 3600}
 
 
