@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spectower.console import bench_charts, charts
 
 
@@ -116,3 +118,18 @@ def test_gpu_grid_panels_hold_each_gpus_rows() -> None:
     assert math.isnan(traces["#2"]["y"][1])
     window = charts.time_axis(ts[0], ts[4])["range"]
     assert [fig["layout"][f"xaxis{k}"]["range"] for k in ("", "2", "3")] == [window] * 3
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.one_of(st.floats(-2e9, 4e9), st.just(float("nan"))), max_size=20))
+def test_times_format_as_pandas_strftime(stamps: list[float]) -> None:
+    ts = pd.Series(stamps, dtype=float)
+    want = pd.to_datetime(ts, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
+    assert charts._times(ts) == want or (
+        any(math.isnan(v) for v in stamps) and _same_with_gaps(charts._times(ts), want)
+    )
+
+
+def _same_with_gaps(got: list[object], want: list[object]) -> bool:
+    return len(got) == len(want) and all((isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)) or a == b
+               for a, b in zip(got, want, strict=True))  # fmt: skip
