@@ -131,5 +131,9 @@ def test_times_format_as_pandas_strftime(stamps: list[float]) -> None:
 
 
 def _same_with_gaps(got: list[object], want: list[object]) -> bool:
-    return len(got) == len(want) and all((isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)) or a == b
-               for a, b in zip(got, want, strict=True))  # fmt: skip
+    def gap(v: object) -> bool:
+        return isinstance(v, float) and math.isnan(v)
+
+    return len(got) == len(want) and all(
+        (gap(a) and gap(b)) or a == b for a, b in zip(got, want, strict=True)
+    )
