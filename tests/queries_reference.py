@@ -1,6 +1,6 @@
-"""The reference for storage/queries_counters.py: how spectower read the decode counters before the
-vectorised path, one interval at a time through ``plugin.engine_counters.rates`` (the one definition of a
-rate). Used by tests only, to show the new reads return exactly the same intervals."""
+"""The reference for storage's reads as they were before the console's refresh got faster: the decode
+counters one interval at a time through ``plugin.engine_counters.rates`` (the one definition of a rate),
+the newest engine samples as ORM models. Used by tests only, to show the new reads return exactly the same."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from spectower.plugin.engine_counters import MODES, rates
-from spectower.storage import Database, rollups
+from spectower.storage import Database, models, rollups
 from spectower.storage.queries_counters import _tier
 from sqlalchemy import and_
 from sqlalchemy import select as sa_select
+from sqlmodel import col, select
 
 Cells = dict[float, dict[tuple[int, str], list[float]]]
 
@@ -74,3 +75,19 @@ def counter_intervals(
             for ts, b, mode, *values in conn.execute(tail):
                 add_row(cells, math.floor(ts / tier) * tier, b, mode, values)
     return intervals_of(cells, tier)
+
+
+def latest_engine_samples(db: Database, server_id: int | None = None) -> list[models.EngineSample]:
+    """storage.queries.latest_engine_samples as it was: ORM models of the newest 256 rows of each server."""
+    es = models.EngineSample
+    out: list[models.EngineSample] = []
+    with db.session() as s:
+        ids = [server_id] if server_id is not None else list(s.exec(select(models.Server.id)))
+        for sid in ids:
+            rows = s.exec(select(es).where(es.server_id == sid).order_by(col(es.ts).desc()).limit(256))
+            seen: set[int] = set()
+            for row in rows:
+                if row.dp_rank not in seen:
+                    seen.add(row.dp_rank)
+                    out.append(row)
+    return sorted(out, key=lambda r: (r.server_id, r.dp_rank))
