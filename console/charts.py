@@ -152,7 +152,10 @@ def _times(ts: pd.Series) -> list[str]:
 
 def numbers(s: pd.Series) -> list[float | None]:
     """A column as JSON-ready floats, None where missing (plotly draws a gap)."""
-    return [None if pd.isna(v) else float(v) for v in s]
+    values = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    out = values.astype(object)
+    out[np.isnan(values)] = None
+    return out.tolist()  # type: ignore[no-any-return]
 
 
 def _band(

@@ -9,6 +9,7 @@ the page shows it as one line (``console.views.common.render_page``); "no rows" 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,11 +166,12 @@ class LiveSpeedup:
     t0: float
     t1: float
 
-    @property
+    @functools.cached_property
     def table(self) -> pd.DataFrame:
         """Per batch-size bin: ``batch_size, speedup, lo, hi, drafted_tok_s, gated_tok_s, drafted_steps,
         gated_steps, ran_mostly`` (speedup None where a bin saw only one mode; lo/hi None until it has 2
-        intervals; ran_mostly the mode its batches mostly ran: ``BinEstimate.ran_mostly``)."""
+        intervals; ran_mostly the mode its batches mostly ran: ``BinEstimate.ran_mostly``). Built once
+        (a page reads it and ``measured`` several times a refresh); read it, never change it."""
         rows = [[getattr(b, c) for c in LIVE_TABLE_COLUMNS] for b in self.estimate.bins]
         return pd.DataFrame(rows, columns=list(LIVE_TABLE_COLUMNS)).astype(
             {c: float for c in ("speedup", "lo", "hi", "drafted_tok_s", "gated_tok_s")}

@@ -137,3 +137,13 @@ def _same_with_gaps(got: list[object], want: list[object]) -> bool:
     return len(got) == len(want) and all(
         (gap(a) and gap(b)) or a == b for a, b in zip(got, want, strict=True)
     )
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(), st.integers(-(2**40), 2**40))),
+    st.sampled_from(["float64", "object", "Float64"]),
+)
+def test_numbers_are_floats_with_none_for_gaps(values: list[float | int | None], dtype: str) -> None:
+    column = pd.Series(values, dtype=dtype) if dtype != "float64" else pd.Series(values, dtype=float)
+    assert charts.numbers(column) == [None if pd.isna(v) else float(v) for v in column]  # the old definition

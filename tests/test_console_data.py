@@ -88,6 +88,7 @@ def test_live_speedup_is_the_counters_estimate(db: Database) -> None:
     assert est.crossover_lo <= est.crossover <= est.crossover_hi
     # exactly the one estimator over the stored intervals (what control get and the policy compute)
     assert est == speedup.estimate(queries.counter_intervals(db, 1, now - 3600, now))
+    assert live.table is live.table  # built once a refresh, however often the page reads it
 
 
 def test_live_speedup_of_a_server_without_counters(db: Database) -> None:
