@@ -69,7 +69,7 @@ class PlainFigure(go.Figure):
     def to_dict(self) -> dict[str, Any]:
         plain = self.__dict__.get("_plain")
         if plain is None:
-            return super().to_dict()  # type: ignore[no-any-return]
+            return super().to_dict()
         layout = _fresh(plain["layout"])
         if layout.get("template") is None and pio.templates.default is not None:
             default = pio.templates.default
@@ -190,7 +190,7 @@ def _times(ts: pd.Series) -> list[str]:
     faster than pandas' strftime, which formats element by element); strftime where one is missing."""
     stamps = pd.to_datetime(ts, unit="s")
     if stamps.isna().any():
-        return stamps.dt.tz_localize("UTC").dt.strftime(TIME_FORMAT).tolist()  # type: ignore[no-any-return]
+        return stamps.dt.tz_localize("UTC").dt.strftime(TIME_FORMAT).tolist()
     return [text + "Z" for text in np.datetime_as_string(stamps.to_numpy(), unit="s").tolist()]
 
 
@@ -199,7 +199,7 @@ def numbers(s: pd.Series) -> list[float | None]:
     values = s.to_numpy(dtype=np.float64, na_value=np.nan)
     out = values.astype(object)
     out[np.isnan(values)] = None
-    return out.tolist()  # type: ignore[no-any-return]
+    return out.tolist()
 
 
 def _band(

@@ -350,7 +350,7 @@ def latest_engine_samples(db: Database, server_id: int | None = None) -> list[mo
         ids = (
             [server_id]
             if server_id is not None
-            else list(conn.execute(sa_select(models.Server.id)).scalars())
+            else list(conn.execute(sa_select(col(models.Server.id))).scalars())
         )
         for sid in ids:
             # plain rows, a model made only of each rank's newest (256 models cost a page 8 ms)

@@ -173,7 +173,7 @@ class _Cells:
 def _none_where(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) -> list[float | None]:
     out = values.astype(object)
     out[~keep] = None
-    return out.tolist()  # type: ignore[no-any-return]
+    return out.tolist()
 
 
 @dataclass(frozen=True)
