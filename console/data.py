@@ -68,22 +68,28 @@ def servers(db: Database) -> pd.DataFrame:
 def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     """The newest sample of a server, DP ranks combined (additive columns summed), or None. A rank
     counts when its newest sample is within ``LATEST_RANKS_WINDOW_S`` of the server's newest."""
-    df = _frame(queries.latest_engine_samples(db, server_id), models.EngineSample)
+    return combine_ranks(_frame(queries.latest_engine_samples(db, server_id), models.EngineSample))
+
+
+def combine_ranks(df: pd.DataFrame) -> dict[str, Any] | None:
+    """``latest_engine`` of the newest sample of each DP rank (engine_sample columns), None when empty."""
     if df.empty:
         return None
     newest = df[df["ts"] >= df["ts"].max() - LATEST_RANKS_WINDOW_S]
     row: dict[str, Any] = {"ts": float(newest["ts"].max()), "dp_ranks": len(newest)}
-    for col in ENGINE_COLUMNS:
-        values = newest[col].dropna()
-        if values.empty:
+    # each column's values as pandas holds them, missing ones dropped, summed by numpy as Series.sum and
+    # Series.mean do (mean = sum / count): the same figures without 3 Series per column (25 columns)
+    for col in (*ENGINE_COLUMNS, "batches_drafted", "batches_gated"):
+        values = newest[col].to_numpy()
+        values = values[~pd.isna(values)]
+        if not len(values):
             row[col] = None
+        elif col in ("batches_drafted", "batches_gated"):
+            row[col] = int(values.sum())
         elif col in ADDITIVE_ENGINE_COLUMNS:
             row[col] = float(values.sum())
         else:
-            row[col] = float(values.mean())
-    for col in ("batches_drafted", "batches_gated"):
-        values = newest[col].dropna()
-        row[col] = int(values.sum()) if not values.empty else None
+            row[col] = float(values.sum() / len(values))
     return row
 
 

@@ -73,3 +73,23 @@ def _three_curves(db: Database, run_ids: tuple[int, ...]) -> pd.DataFrame:
                          "plain tok/s": plain, "off / plain": off / plain if plain else None,
                          "on / plain": on / plain if plain else None})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def combine_ranks(df: pd.DataFrame) -> dict[str, object] | None:
+    """console.data.latest_engine's combination of the ranks' newest samples as it was (pandas per column)."""
+    if df.empty:
+        return None
+    newest = df[df["ts"] >= df["ts"].max() - data.LATEST_RANKS_WINDOW_S]
+    row: dict[str, object] = {"ts": float(newest["ts"].max()), "dp_ranks": len(newest)}
+    for col in data.ENGINE_COLUMNS:
+        values = newest[col].dropna()
+        if values.empty:
+            row[col] = None
+        elif col in data.ADDITIVE_ENGINE_COLUMNS:
+            row[col] = float(values.sum())
+        else:
+            row[col] = float(values.mean())
+    for col in ("batches_drafted", "batches_gated"):
+        values = newest[col].dropna()
+        row[col] = int(values.sum()) if not values.empty else None
+    return row
