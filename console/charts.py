@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -141,8 +142,14 @@ def time_axis(t0: float | None = None, t1: float | None = None) -> dict[str, Any
     axis: dict[str, Any] = {"type": "date", "tickformatstops": TIME_TICK_STOPS, "nticks": 6,
                             "ticklabeloverflow": "hide past domain"}  # fmt: skip
     if t0 is not None and t1 is not None:
-        axis["range"] = _times(pd.Series([t0, t1]))
+        axis["range"] = list(_window_times(t0, t1))
     return axis
+
+
+@functools.lru_cache(maxsize=16)
+def _window_times(t0: float, t1: float) -> tuple[str, ...]:
+    """The window's ends as times: every chart of a page has the same window (a pandas round trip each)."""
+    return tuple(_times(pd.Series([t0, t1])))
 
 
 def _vline(
