@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
-from _plotly_utils.utils import convert_to_base64
-from plotly.basedatatypes import BasePlotlyType
+
+from .plain_figure import PlainFigure
 
 DEFAULT_HEIGHT = 300
 COLOR_ON = "#2ca02c"
@@ -48,47 +47,6 @@ def figure_of(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     """A figure from plain dicts without plotly's per-property validation (the slowest part of a live
     refresh on a busy host); every key used in this module is a documented plotly attribute."""
     return PlainFigure(data, layout)
-
-
-class PlainFigure(go.Figure):
-    """A figure kept as the plain dicts it was built from until something asks for more than ``to_dict``
-    (all ``st.plotly_chart`` asks for): plotly's object tree for 8 GPU panels took 6 ms to build and its
-    ``to_dict`` another 3 to deep-copy back out, per chart and refresh. ``to_dict`` gives what
-    ``go.Figure({"data": data, "layout": layout}, _validate=False).to_dict()`` gives (tests/
-    test_console_charts.py holds them equal); any other attribute builds that figure first."""
-
-    def __init__(self, data: list[dict[str, Any]], layout: dict[str, Any]) -> None:
-        self.__dict__["_plain"] = {"data": data, "layout": layout}  # BaseFigure's __setattr__ not involved
-
-    def __getattr__(self, name: str) -> Any:
-        plain = self.__dict__.pop("_plain", None)
-        if plain is None:  # a real miss (or BaseFigure's own lookups once built)
-            raise AttributeError(name)
-        go.Figure.__init__(self, plain, _validate=False)
-        return getattr(self, name)
-
-    def to_dict(self) -> dict[str, Any]:
-        plain = self.__dict__.get("_plain")
-        if plain is None:
-            return super().to_dict()
-        layout = _fresh(plain["layout"])
-        if layout.get("template") is None and pio.templates.default is not None:
-            default = pio.templates.default
-            template = default if isinstance(default, BasePlotlyType) else pio.templates[default]
-            layout["template"] = template.to_plotly_json()  # as BaseFigure adds the default template
-        out = {"data": [_fresh(trace) for trace in plain["data"]], "layout": layout}
-        convert_to_base64(out)  # as BaseFigure.to_dict does: numeric arrays to typed-array specs
-        return out
-
-
-def _fresh(value: Any) -> Any:
-    """A copy of every dict and list that holds dicts or lists (what ``convert_to_base64`` may write into),
-    sharing the lists of plain values (thousands of points, never written to)."""
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
-    if isinstance(value, list | tuple) and any(isinstance(v, dict | list | tuple) for v in value):
-        return [_fresh(v) for v in value]
-    return value
 
 
 def _hline(layout: dict[str, Any], y: float, text: str, color: str = "#888", side: str = "right") -> None:

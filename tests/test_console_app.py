@@ -101,7 +101,7 @@ def test_the_startup_heap_is_frozen(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_every_chart_is_the_figure_plotly_would_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """charts.PlainFigure hands Streamlit its plain dicts: on every page and range, what Streamlit gets
+    """plain_figure.PlainFigure hands Streamlit its plain dicts: on every page and range, what Streamlit gets
     equals go.Figure(..., _validate=False).to_dict() of the same dicts (the figure the page built before)."""
     checked: list[str] = []
     plain_to_dict = charts.PlainFigure.to_dict
