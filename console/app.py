@@ -11,6 +11,7 @@ from spectower.console import settings
 from spectower.console.views import common
 
 st.set_page_config(page_title="spectower", page_icon=":material/speed:", layout="wide")
+common.freeze_startup_heap()
 
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", default=True),

@@ -241,10 +241,17 @@ def _fmt(x: float) -> str:
 
 def estimate(intervals: Sequence[Mapping[str, Any]], *, z: float = Z95) -> SpeedupEstimate:
     """Per-bin speedups with ``z``-sigma intervals and the crossover, from ``rates()``-shaped intervals."""
-    grouped = _per_bin(intervals)
+    return estimate_per_bin(_per_bin(intervals), len(intervals), z=z)
+
+
+def estimate_per_bin(
+    grouped: Mapping[int, Mapping[str, _Samples]], n: int, *, z: float = Z95
+) -> SpeedupEstimate:
+    """``estimate`` of ``n`` intervals already grouped as ``_per_bin`` groups them (bin -> mode ->
+    [(tokens, time_s, steps)]): storage.queries.counter_samples reads them so, without building a dict
+    per interval."""
     bins = tuple(_bin_estimate(b, grouped[b], z) for b in sorted(grouped))
     seconds = math.fsum(b.drafted_s + b.gated_s for b in bins)
-    n = len(intervals)
     both = [b for b in bins if b.speedup is not None and b.speedup > 0]
     if not both:
         return SpeedupEstimate(bins, None, None, None, "not enough data", seconds, "no_data", n)

@@ -144,6 +144,14 @@ def bucket_index(dialect: str, ts: ColumnElement[Any], origin: float, width: flo
     return expr.cast(BigInteger())
 
 
+def off_index(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``column + 0``: the same value, which no index covers. For reads of the rows past a rollup
+    watermark (found by primary-key range): compared on the bare columns, both dialects' planners walk
+    the (source, ts) index over the whole window instead (SQLite: 220 ms for 7 days of counters, to find
+    no row)."""
+    return column + literal_column("0")
+
+
 def integrity_check(conn: Connection) -> str:
     """'ok' or the problems the database reports (SQLite only; other servers check themselves)."""
     if conn.dialect.name == "sqlite":

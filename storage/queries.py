@@ -21,13 +21,21 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, and_, func, literal_column
+from sqlalchemy import ColumnElement, and_, func
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 
-from ..plugin.engine_counters import MODES as COUNTER_MODES
-from ..plugin.engine_counters import rates as counter_rates
 from . import dialect, models, rollups, sealed
+
+# the decode counters' reads (storage/queries_counters.py): callers read storage through this module
+from .queries_counters import (  # noqa: F401
+    COUNTER_RAW_RES_S,
+    DEFAULT_MAX_COUNTER_INTERVALS,
+    CounterSamples,
+    counter_intervals,
+    counter_samples,
+    has_counters,
+)
 
 # storage/records.py's reads and writes of the bookkeeping tables: callers read storage through this module
 from .records import (  # noqa: F401
@@ -314,11 +322,10 @@ class _SeriesQuery:
         tail = after_id is not None
 
         def match(column: ColumnElement[Any]) -> ColumnElement[Any]:
-            # Past the watermark: rows found by primary key range; `+ 0` keeps the planner off the
-            # (source, ts) index, which would walk the whole range instead of the few new rows. Grouping
-            # by that expression too: grouping by the bare column lets SQLite walk the whole (source, ts)
-            # index to get its order for free (4.8 M rows: 280 ms).
-            return column + literal_column("0") if tail else column
+            # Past the watermark: rows found by primary key range (dialect.off_index). Grouping by that
+            # expression too: grouping by the bare column lets SQLite walk the whole (source, ts) index
+            # to get its order for free (4.8 M rows: 280 ms).
+            return dialect.off_index(column) if tail else column
 
         src = match(t.c[self.spec.source_cols[0]])
         where = [t.c.id > after_id] if after_id is not None else []
@@ -337,21 +344,27 @@ def _f(v: Any) -> float | None:
 def latest_engine_samples(db: Database, server_id: int | None = None) -> list[models.EngineSample]:
     """The newest sample of every (server, DP rank) (of one server if ``server_id`` is given)."""
     es = models.EngineSample
+    t = es.__table__  # type: ignore[attr-defined]
     out: list[models.EngineSample] = []
-    with db.session() as s:
-        ids = [server_id] if server_id is not None else list(s.exec(select(models.Server.id)))
+    with db.engine.connect() as conn:
+        ids = (
+            [server_id]
+            if server_id is not None
+            else list(conn.execute(sa_select(col(models.Server.id))).scalars())
+        )
         for sid in ids:
-            rows = s.exec(
-                select(es)
-                .where(es.server_id == sid)
-                .order_by(col(es.ts).desc())
+            # plain rows, a model made only of each rank's newest (256 models cost a page 8 ms)
+            rows = conn.execute(
+                sa_select(t)
+                .where(t.c.server_id == sid)
+                .order_by(t.c.ts.desc())
                 .limit(DEFAULT_LATEST_SCAN_ROWS)
-            )
+            ).mappings()
             seen: set[int] = set()
             for row in rows:
-                if row.dp_rank not in seen:
-                    seen.add(row.dp_rank)
-                    out.append(row)
+                if row["dp_rank"] not in seen:
+                    seen.add(row["dp_rank"])
+                    out.append(es(**row))
     return sorted(out, key=lambda r: (r.server_id, r.dp_rank))
 
 
@@ -497,104 +510,3 @@ def _rows_of_runs(spec: sealed.ChunkSpec, runs: Iterator[sealed.SealedRun]) -> I
     for run in runs:
         for row in run.rows(spec):
             yield {"id": None, **row}
-
-
-# --- the engine's decode counters ------------------------------------------------------------------------
-# The collector stores one counters interval per /server_info read (every 5 s by default).
-COUNTER_RAW_RES_S = 5.0
-# An estimate reads at most about this many intervals: raw ones for short windows, then 1-minute and
-# 1-hour rollups, so a 30-day window costs what a few hours do.
-DEFAULT_MAX_COUNTER_INTERVALS = 2000
-
-
-def counter_intervals(
-    db: Database,
-    server_id: int,
-    start: float,
-    end: float,
-    *,
-    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
-) -> list[dict[str, Any]]:
-    """A server's decode-counter intervals in [start, end], oldest first, each shaped like
-    ``plugin.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
-    ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
-    ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
-    for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
-    yet folded into them are added to their buckets, so the newest minutes are never missing."""
-    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
-        raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
-    if not (isinstance(max_intervals, int) and max_intervals >= 1):
-        raise ValueError(f"max_intervals: must be a positive integer, got {max_intervals!r}")
-    span = end - start
-    hz = horizons(db.engine)
-    tier = rollups.HOUR_S
-    for res in (0, rollups.MINUTE_S):
-        covered = start >= hz.get("raw" if res == 0 else res, -math.inf)
-        if covered and span / (res or COUNTER_RAW_RES_S) <= max_intervals:
-            tier = res
-            break
-    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
-    cells: dict[float, dict[tuple[int, str], list[float]]] = {}
-
-    def add(ts: float, b: int, mode: str, values: Sequence[Any]) -> None:
-        cell = cells.setdefault(float(ts), {}).setdefault((int(b), str(mode)), [0.0, 0.0, 0.0])
-        for k, v in enumerate(values):
-            cell[k] += float(v or 0)
-
-    raw_cols = (sample.c.batch_size, sample.c.mode, sample.c.steps, sample.c.tokens, sample.c.time_s)
-    with db.engine.connect() as conn:
-        if tier == 0:
-            stmt = sa_select(sample.c.ts, *raw_cols).where(
-                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
-            )
-            for ts, b, mode, *values in conn.execute(stmt):
-                add(ts, b, mode, values)
-        else:
-            lo_ts = math.floor(start / tier) * tier
-            stmt = sa_select(
-                roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
-                roll.c.steps_sum, roll.c.tokens_sum, roll.c.time_s_sum,
-            ).where(
-                and_(roll.c.res_s == tier, roll.c.server_id == server_id,
-                     roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
-            )  # fmt: skip
-            for bucket_ts, b, mode, *values in conn.execute(stmt):
-                add(bucket_ts, b, mode, values)
-            tail = sa_select(sample.c.ts, *raw_cols).where(
-                and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
-                     sample.c.server_id == server_id, sample.c.ts >= lo_ts, sample.c.ts <= end)
-            )  # fmt: skip
-            for ts, b, mode, *values in conn.execute(tail):
-                add(math.floor(ts / tier) * tier, b, mode, values)
-    return [_counter_interval(ts, tier, cells[ts]) for ts in sorted(cells)]
-
-
-def _counter_interval(ts: float, res_s: int, cells: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
-    """Stored (bin, mode) -> [steps, tokens, time_s] of one interval, in ``rates()``'s shape: the
-    interval's totals through ``plugin.engine_counters.rates`` (the one place tok/s and step time are
-    computed from them)."""
-    bins = sorted({b for b, _ in cells})
-    totals: dict[str, Any] = {"bins": bins}
-    for mode in COUNTER_MODES:
-        rows = [cells.get((b, mode), (0.0, 0.0, 0.0)) for b in bins]
-        totals[mode] = {
-            "steps": [int(steps) for steps, _, _ in rows],
-            "tokens": [int(tokens) for _, tokens, _ in rows],
-            "time_s": [seconds for _, _, seconds in rows],
-        }
-    return {"ts": ts, "res_s": res_s, **counter_rates(None, totals)}
-
-
-def has_counters(db: Database, server_id: int) -> bool:
-    """Whether the server ever had decode counters stored (raw or rolled up): False for a server whose
-    plugin does not publish them."""
-    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
-    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups
-    probes: list[tuple[Any, ColumnElement[bool]]] = [(sample, sample.c.server_id == server_id)]
-    for res in rollups.ROLLUP_RESOLUTIONS_S:
-        probes.append((roll, and_(roll.c.res_s == res, roll.c.server_id == server_id)))
-    with db.engine.connect() as conn:
-        for table, where in probes:
-            if conn.execute(sa_select(literal_column("1")).select_from(table).where(where).limit(1)).first():
-                return True
-    return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import time
@@ -9,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
-from spectower.console import data
+from spectower.console import charts, data
 from spectower.console.views import common, speculation
 from spectower.storage import open_database
 from spectower.storage.models import ControlEvent, EngineSample
@@ -84,6 +87,50 @@ def test_every_page_renders_with_data(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "STALE" not in _text(at)
     if page in ("overview", "speculation", "gpus", "benchmarks"):
         assert _charts(at) >= 1
+
+
+def test_the_startup_heap_is_frozen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console freezes what is alive once its libraries are loaded (common.freeze_startup_heap): a full
+    collection then walks a refresh's objects, not every module's (100 ms of a Speculation refresh)."""
+    db = tmp_path / "s.db"
+    _fill(db, gpus=1, bench=False, span_s=600)
+    _app(db, monkeypatch)
+    assert gc.get_freeze_count() > 10_000
+
+
+def test_every_chart_is_the_figure_plotly_would_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """plain_figure.PlainFigure hands Streamlit its plain dicts: on every page and range, what Streamlit gets
+    equals go.Figure(..., _validate=False).to_dict() of the same dicts (the figure the page built before)."""
+    checked: list[str] = []
+    plain_to_dict = charts.PlainFigure.to_dict
+
+    def compared(fig: charts.PlainFigure) -> dict[str, Any]:
+        built = fig.__dict__.get("_plain")
+        got = plain_to_dict(fig)
+        if built is not None:
+            want = go.Figure(built, _validate=False).to_dict()
+            assert got == want
+            assert json.loads(pio.to_json(got, validate=False)) == json.loads(
+                pio.to_json(want, validate=False)
+            )
+            checked.append(str(got["layout"].get("title", {}).get("text")))
+        return got
+
+    monkeypatch.setattr(charts.PlainFigure, "to_dict", compared)
+    db = tmp_path / "s.db"
+    _fill(db, gpus=2)
+    at = _app(db, monkeypatch)
+    for rng in ("1 h", "24 h"):
+        at.session_state["time_range"] = rng
+        for page in PAGES:
+            at.switch_page(f"pages/{page}.py")
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+    assert len(checked) >= 2 * 8 and {"Throughput", "Speedup from speculation vs load"} <= set(checked), (
+        checked
+    )
 
 
 def test_overview_shows_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

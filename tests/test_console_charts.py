@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spectower.console import bench_charts, charts
 
 
@@ -92,3 +96,54 @@ def test_a_young_servers_time_axis_starts_where_its_data_does() -> None:
     assert charts.data_window(t0, t1, t0 - 86400, young) == (t0, t1)  # an old server's gap stays a gap
     assert charts.data_window(t0, t1, t1 - 5, young.iloc[-1:]) == (t1 - 60, t1)  # at least a minute
     assert charts.data_window(t0, t1, None, pd.DataFrame()) == (t0, t1)  # nothing at all: the window
+
+
+def test_gpu_grid_panels_hold_each_gpus_rows() -> None:
+    """Each panel's trace is its GPU's rows (times formatted once for the frame, gaps kept as NaN), a GPU
+    without rows gets an empty panel, and every panel spans the window."""
+    ts = [1_764_000_000.0 + 60 * k for k in range(5)]
+    df = pd.DataFrame({
+        "gpu_id": [3, 1, 3, 1, 3, 1, 3, 3],
+        "ts": [ts[0], ts[0], ts[1], ts[1], ts[2], ts[3], ts[3], ts[4]],
+        "power_w": [300.0, 100.0, float("nan"), 110.0, 320.0, 120.0, 330.0, 340.0],
+    })  # fmt: skip
+    labels = {1: "#0", 2: "#1", 3: "#2"}
+    fig = charts.gpu_grid(df, "power_w", labels, "Power", "W", (ts[0], ts[4])).to_dict()
+    traces = {t["name"]: t for t in fig["data"]}
+    assert set(traces) == {"#0", "#2"}  # GPU 2 has no rows: its panel stays empty
+    for gid, name in ((1, "#0"), (3, "#2")):
+        rows = df[df["gpu_id"] == gid]
+        assert traces[name]["x"] == charts._times(rows["ts"])
+        assert traces[name]["y"][0] == rows["power_w"].iloc[0] and len(traces[name]["y"]) == len(rows)
+    assert math.isnan(traces["#2"]["y"][1])
+    window = charts.time_axis(ts[0], ts[4])["range"]
+    assert [fig["layout"][f"xaxis{k}"]["range"] for k in ("", "2", "3")] == [window] * 3
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.one_of(st.floats(-2e9, 4e9), st.just(float("nan"))), max_size=20))
+def test_times_format_as_pandas_strftime(stamps: list[float]) -> None:
+    ts = pd.Series(stamps, dtype=float)
+    want = pd.to_datetime(ts, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
+    assert charts._times(ts) == want or (
+        any(math.isnan(v) for v in stamps) and _same_with_gaps(charts._times(ts), want)
+    )
+
+
+def _same_with_gaps(got: list[object], want: list[object]) -> bool:
+    def gap(v: object) -> bool:
+        return isinstance(v, float) and math.isnan(v)
+
+    return len(got) == len(want) and all(
+        (gap(a) and gap(b)) or a == b for a, b in zip(got, want, strict=True)
+    )
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(), st.integers(-(2**40), 2**40))),
+    st.sampled_from(["float64", "object", "Float64"]),
+)
+def test_numbers_are_floats_with_none_for_gaps(values: list[float | int | None], dtype: str) -> None:
+    column = pd.Series(values, dtype=dtype) if dtype != "float64" else pd.Series(values, dtype=float)
+    assert charts.numbers(column) == [None if pd.isna(v) else float(v) for v in column]  # the old definition

@@ -6,8 +6,11 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spectower.console import data
 from spectower.control import speedup
 from spectower.storage import Database, open_database, queries
@@ -16,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from benchmarks import synthetic
+from tests import console_reference as reference
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +92,7 @@ def test_live_speedup_is_the_counters_estimate(db: Database) -> None:
     assert est.crossover_lo <= est.crossover <= est.crossover_hi
     # exactly the one estimator over the stored intervals (what control get and the policy compute)
     assert est == speedup.estimate(queries.counter_intervals(db, 1, now - 3600, now))
+    assert live.table is live.table  # built once a refresh, however often the page reads it
 
 
 def test_live_speedup_of_a_server_without_counters(db: Database) -> None:
@@ -168,3 +173,26 @@ def test_bench_frames_count_and_order_points(db: Database) -> None:
     keys = list(zip(points["concurrency"], points["spec_on"], strict=True))
     assert keys == sorted(keys)
     assert data.last_setter(db, "http://nowhere") is None
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, -1.0, -4.9, -5.0, -7.0]),  # each rank's newest, relative to the newest
+            st.one_of(st.none(), st.floats(-1e6, 1e6)),
+            st.one_of(st.none(), st.floats(-1e6, 1e6)),
+            st.one_of(st.none(), st.integers(0, 2**40)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_ranks_combine_as_the_pandas_definition(ranks: list[tuple[float, Any, Any, Any]]) -> None:
+    rows = [
+        EngineSample(server_id=1, dp_rank=r, ts=1000.0 + age, output_tok_s=tok, spec_accept_length=accept,
+                     batches_drafted=drafted)
+        for r, (age, tok, accept, drafted) in enumerate(ranks)
+    ]  # fmt: skip
+    frame = data._frame(rows, EngineSample)
+    assert data.combine_ranks(frame) == reference.combine_ranks(frame)

@@ -11,6 +11,8 @@ from spectower.storage import Database, open_database, queries
 from spectower.storage.models import ControlEvent, EngineSample, GpuSample, PolicyState
 from sqlalchemy import text
 
+from tests import queries_reference as reference
+
 T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
 
 
@@ -139,6 +141,10 @@ def test_latest_samples(db: Database) -> None:
     latest = queries.latest_engine_samples(db)
     assert [(r.server_id, r.dp_rank, r.ts) for r in latest] == [(a, 0, T0 + 49), (a, 1, T0 + 49), (b, 0, T0)]
     assert [r.power_w for r in queries.latest_gpu_samples(db)] == [200.0]
+    # every column as the ORM read gave it (models made of plain rows now), for all servers and for one
+    for sid in (None, a, b):
+        want = [r.model_dump() for r in reference.latest_engine_samples(db, sid)]
+        assert [r.model_dump() for r in queries.latest_engine_samples(db, sid)] == want
 
 
 def test_control_events_filters(db: Database) -> None:

@@ -1,0 +1,271 @@
+"""The engine's decode counters as ``control.speedup.estimate`` reads them: one interval per stored scrape
+(raw) or per 1-minute / 1-hour rollup bucket, each in ``plugin.engine_counters.rates()``'s shape.
+
+Read through ``storage.queries`` (``counter_intervals``, ``has_counters``). The stored rows are already
+per-interval deltas (the collector took ``rates()`` of consecutive snapshots, restarts included), so an
+interval's rates are ``rates(None, totals)`` of its summed cells. A 24-hour window is 1,440 intervals and a
+1-hour one up to 3,600: ``_intervals`` computes them for all intervals at once with numpy, and
+tests/test_queries_counters.py holds it equal to ``rates()`` itself, the one definition of what a rate is
+(the plugin's module is standard library only, so it cannot call numpy).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import ColumnElement, and_, func, literal_column
+from sqlalchemy import select as sa_select
+
+from ..plugin.engine_counters import MODES as COUNTER_MODES
+from . import dialect, rollups
+from .retention import horizons
+
+if TYPE_CHECKING:
+    from .database import Database
+
+# The collector stores one counters interval per /server_info read (every 5 s by default).
+COUNTER_RAW_RES_S = 5.0
+# An estimate reads at most about this many intervals: raw ones for short windows, then 1-minute and
+# 1-hour rollups, so a 30-day window costs what a few hours do.
+DEFAULT_MAX_COUNTER_INTERVALS = 2000
+# rates()'s step time is rounded to this many decimals (nanoseconds)
+TIME_DECIMALS = 9
+_MODE_CODE = {mode: k for k, mode in enumerate(COUNTER_MODES)}
+
+
+def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
+    """0 (raw) or the rollup resolution that keeps the window under ``max_intervals`` intervals."""
+    span = end - start
+    hz = horizons(db.engine)
+    for res in (0, rollups.MINUTE_S):
+        covered = start >= hz.get("raw" if res == 0 else res, -math.inf)
+        if covered and span / (res or COUNTER_RAW_RES_S) <= max_intervals:
+            return res
+    return rollups.HOUR_S
+
+
+def counter_intervals(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> list[dict[str, Any]]:
+    """A server's decode-counter intervals in [start, end], oldest first, each shaped like
+    ``plugin.engine_counters.rates()`` (``bins``, ``restarted``, per mode ``steps``, ``tokens``,
+    ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
+    ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
+    for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
+    yet folded into them are added to their buckets, so the newest minutes are never missing."""
+    cells, tier = _read(db, server_id, start, end, max_intervals)
+    return _intervals(_Entries.of(cells), tier)
+
+
+Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
+
+
+@dataclass(frozen=True)
+class CounterSamples:
+    """``counter_intervals`` as ``control.speedup.estimate_per_bin`` reads them (``per_bin``: what
+    ``speedup._per_bin`` makes of the intervals), without a dict per interval: 3,600 intervals of an
+    hour are 50,000 lists and dicts, and their garbage collections cost as much as building them."""
+
+    intervals: int  # how many intervals went in
+    per_bin: Samples  # bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]
+
+
+def counter_samples(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> CounterSamples:
+    """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode."""
+    cells, _ = _read(db, server_id, start, end, max_intervals)
+    entries = _Entries.of(cells)
+    return CounterSamples(len(entries.stamps), _per_bin(entries))
+
+
+def _read(db: Database, server_id: int, start: float, end: float, max_intervals: int) -> tuple[_Cells, int]:
+    """The stored rows of the window's intervals, and the tier read (0: raw, else the rollup's seconds)."""
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
+    if not (isinstance(max_intervals, int) and max_intervals >= 1):
+        raise ValueError(f"max_intervals: must be a positive integer, got {max_intervals!r}")
+    tier = _tier(db, start, end, max_intervals)
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+
+    def zero_if_null(c: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.coalesce(c, literal_column("0"))  # a NULL count adds nothing (not NaN)
+
+    raw_cols = (sample.c.batch_size, sample.c.mode,
+                *(zero_if_null(sample.c[f]) for f in ("steps", "tokens", "time_s")))  # fmt: skip
+    with db.engine.connect() as conn:
+        if tier == 0:
+            stmt = sa_select(sample.c.ts, *raw_cols).where(
+                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
+            )
+            return _Cells.of(conn.execute(stmt).all()), 0
+        lo_ts = math.floor(start / tier) * tier
+        stmt = sa_select(
+            roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
+            *(zero_if_null(roll.c[f"{f}_sum"]) for f in ("steps", "tokens", "time_s")),
+        ).where(
+            and_(roll.c.res_s == tier, roll.c.server_id == server_id,
+                 roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
+        )  # fmt: skip
+        rolled = _Cells.of(conn.execute(stmt).all())
+        ts = dialect.off_index(sample.c.ts)  # found by primary key range past the watermark
+        tail = sa_select(sample.c.ts, *raw_cols).where(
+            and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
+                 dialect.off_index(sample.c.server_id) == server_id, ts >= lo_ts, ts <= end)
+        )  # fmt: skip
+        late = _Cells.of(conn.execute(tail).all())
+    # raw rows past the watermark count in their bucket, after the bucket's rolled-up sums
+    late.ts = np.floor(late.ts / tier) * tier
+    return rolled.then(late), tier
+
+
+class _Cells:
+    """Stored counter rows as columns: the interval's ``ts``, ``batch_size``, mode (its index in
+    ``COUNTER_MODES``; -1 for a mode this version does not know) and ``values`` (steps, tokens, time_s)."""
+
+    def __init__(
+        self,
+        ts: npt.NDArray[np.float64],
+        bins: npt.NDArray[np.int64],
+        modes: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+    ) -> None:
+        self.ts, self.bins, self.modes, self.values = ts, bins, modes, values
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> _Cells:
+        """Rows of (ts, batch_size, mode, steps, tokens, time_s), in the order the database gave them."""
+        if not rows:
+            return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3)))
+        ts, bins, modes, *values = zip(*rows, strict=True)
+        return cls(
+            np.array(ts, dtype=np.float64),
+            np.array(bins, dtype=np.int64),
+            np.array([_MODE_CODE.get(str(m), -1) for m in modes], dtype=np.int64),
+            np.array(values, dtype=np.float64).T,
+        )
+
+    def then(self, other: _Cells) -> _Cells:
+        return _Cells(
+            np.concatenate([self.ts, other.ts]),
+            np.concatenate([self.bins, other.bins]),
+            np.concatenate([self.modes, other.modes]),
+            np.concatenate([self.values, other.values]),
+        )
+
+
+def _none_where(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) -> list[float | None]:
+    out = values.astype(object)
+    out[~keep] = None
+    return out.tolist()
+
+
+@dataclass(frozen=True)
+class _Entries:
+    """Stored cells summed per (interval, bin, mode) as ``rates(None, totals)`` sees them: one entry per
+    (interval, bin) that has a cell, by interval then bin (the intervals' bins end to end), each mode's
+    counts zero where it has no cell."""
+
+    stamps: list[float]  # each interval's ts, ascending
+    spans: list[tuple[int, int]]  # each interval's entries
+    bins: list[int]  # each entry's bin
+    steps: list[npt.NDArray[np.float64]]  # per mode: int() of the summed steps, as floats
+    tokens: list[npt.NDArray[np.float64]]  # per mode: int() of the summed tokens, as floats
+    time_s: list[list[float]]  # per mode: the summed step time rounded as rates() rounds it
+
+    @classmethod
+    def of(cls, cells: _Cells) -> _Entries:
+        if not len(cells.ts):
+            modes = range(len(COUNTER_MODES))
+            return cls(
+                [], [], [], [np.zeros(0) for _ in modes], [np.zeros(0) for _ in modes], [[] for _ in modes]
+            )
+        stamps, ts_index = np.unique(cells.ts, return_inverse=True)
+        bin_values, bin_index = np.unique(cells.bins, return_inverse=True)
+        nb = len(bin_values)
+        pair_keys, pair_index = np.unique(ts_index * nb + bin_index, return_inverse=True)
+        ends = np.cumsum(np.bincount(pair_keys // nb, minlength=len(stamps))).tolist()
+        steps, tokens, time_s = [], [], []
+        for code in range(len(COUNTER_MODES)):
+            mine = cells.modes == code
+            # bincount adds each entry's rows in order from 0.0: what summing them one by one does
+            summed = [np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=len(pair_keys))
+                      for k in range(3)]  # fmt: skip
+            steps.append(np.trunc(summed[0]))
+            tokens.append(np.trunc(summed[1]))
+            time_s.append([round(t, TIME_DECIMALS) for t in summed[2].tolist()])  # Python's rounding
+        return cls(stamps.tolist(), list(itertools.pairwise([0, *ends])),
+                   bin_values[pair_keys % nb].tolist(), steps, tokens, time_s)  # fmt: skip
+
+
+def _intervals(entries: _Entries, res_s: int) -> list[dict[str, Any]]:
+    """One ``rates(None, totals)``-shaped interval per distinct ``ts``, oldest first, where ``totals`` sums
+    the cells of each (bin, mode) in row order; ``bins`` are the interval's own. What ``rates()`` does per
+    bin, here on every interval's bins at once."""
+    spans = entries.spans
+    per_mode: list[list[dict[str, list[Any]]]] = []  # per mode, each interval's block
+    for steps, tokens, time_s in zip(entries.steps, entries.tokens, entries.time_s, strict=True):
+        rounded = np.array(time_s, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tok_s = _none_where(tokens / rounded, rounded > 0)
+            step_s = _none_where(rounded / steps, (steps > 0) & (rounded > 0))
+        steps_l, tokens_l = steps.astype(np.int64).tolist(), tokens.astype(np.int64).tolist()
+        per_mode.append([
+            {"steps": steps_l[a:b], "tokens": tokens_l[a:b], "time_s": time_s[a:b], "tok_s": tok_s[a:b],
+             "step_s": step_s[a:b]}
+            for a, b in spans
+        ])  # fmt: skip
+    return [
+        {"ts": ts, "res_s": res_s, "bins": entries.bins[a:b], "restarted": False,
+         **dict(zip(COUNTER_MODES, blocks, strict=True))}
+        for ts, (a, b), *blocks in zip(entries.stamps, spans, *per_mode, strict=True)
+    ]  # fmt: skip
+
+
+def _per_bin(entries: _Entries) -> Samples:
+    """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there, oldest first]: what
+    ``control.speedup._per_bin`` makes of ``_intervals(entries)``."""
+    out: Samples = {}
+    bins = np.array(entries.bins, dtype=np.int64)
+    for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,
+                                           strict=True):  # fmt: skip
+        ran = np.flatnonzero(steps > 0)
+        order = ran[np.argsort(bins[ran], kind="stable")]  # by bin, each bin's intervals in time order
+        seconds = [time_s[i] for i in order.tolist()]
+        samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
+        for b, group in itertools.groupby(
+            zip(bins[order].tolist(), samples, strict=True), key=lambda x: x[0]
+        ):
+            out.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = [sample for _, sample in group]
+    return out
+
+
+def has_counters(db: Database, server_id: int) -> bool:
+    """Whether the server ever had decode counters stored (raw or rolled up): False for a server whose
+    plugin does not publish them."""
+    sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
+    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups
+    probes: list[tuple[Any, ColumnElement[bool]]] = [(sample, sample.c.server_id == server_id)]
+    for res in rollups.ROLLUP_RESOLUTIONS_S:
+        probes.append((roll, and_(roll.c.res_s == res, roll.c.server_id == server_id)))
+    with db.engine.connect() as conn:
+        for table, where in probes:
+            if conn.execute(sa_select(literal_column("1")).select_from(table).where(where).limit(1)).first():
+                return True
+    return False

@@ -1,0 +1,144 @@
+"""storage/queries_counters.py: the decode-counter intervals computed for all intervals at once equal, value
+for value, what ``plugin.engine_counters.rates`` gives one interval at a time (tests/queries_reference.py,
+the read as it was): on random cells (sparse intervals, bins that come and go, zero and tiny step times,
+counts past 2**31 as after a restart, an unknown mode) and on a database read through every tier."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spectower.control import speedup
+from spectower.storage import Database, open_database, queries
+from spectower.storage.models import EngineCounterSample
+from spectower.storage.queries_counters import _Cells, _Entries, _intervals, _per_bin
+from sqlalchemy import event
+
+from tests import queries_reference as reference
+
+SETTINGS = settings(
+    max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
+T0 = 1_764_000_000.0  # a whole hour
+
+seconds = st.one_of(
+    st.just(0.0),
+    st.floats(min_value=0.0, max_value=10.0, allow_nan=False),
+    st.integers(0, 10**6).map(lambda n: n * 1e-9 + 0.5e-9),  # halfway between nanoseconds: rounding matters
+)
+counts = st.one_of(st.integers(0, 1000), st.integers(0, 2**40))
+row = st.tuples(
+    st.sampled_from([T0 + 5 * k for k in range(6)] + [T0 + 2.5, T0 + 3600.0]),  # sparse: gaps between
+    st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 64, 96]),
+    st.sampled_from(["drafted", "gated", "settling"]),  # an unknown mode: its bin shows, no counts
+    counts,
+    counts,
+    seconds,
+)
+
+
+@SETTINGS
+@given(rows=st.lists(row, max_size=60), res_s=st.sampled_from([0, 60, 3600]))
+def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res_s: int) -> None:
+    cells: reference.Cells = {}
+    for ts, b, mode, *values in rows:
+        reference.add_row(cells, ts, b, mode, values)
+    want = reference.intervals_of(cells, res_s)
+    entries = _Entries.of(_Cells.of(rows))
+    got = _intervals(entries, res_s)
+    assert got == want
+    # grouped per bin as the estimator groups the intervals: the same samples, in the same order
+    assert _per_bin(entries) == speedup._per_bin(want)
+    # same types too: ints stay ints, a missing rate is None (not NaN)
+    assert [type(v) for i in got for m in ("drafted", "gated") for v in i[m]["steps"]] == [
+        int for i in want for m in ("drafted", "gated") for _ in i[m]["steps"]
+    ]
+
+
+def test_no_rows_no_intervals() -> None:
+    entries = _Entries.of(_Cells.of([]))
+    assert _intervals(entries, 0) == [] and _per_bin(entries) == {}
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    d = open_database(db_url)  # SQLite and PostgreSQL
+    yield d
+    d.close()
+
+
+def _random_rows(sid: int, start: float, n: int, seed: int) -> list[EngineCounterSample]:
+    """n scrapes 5 s apart (some missing: gaps) with a few bins and modes each, random counts."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        if rng.random() < 0.1:
+            continue
+        for b in rng.sample([1, 2, 4, 8, 16, 32], rng.randint(1, 3)):
+            for mode in rng.sample(["drafted", "gated"], rng.randint(1, 2)):
+                steps = rng.randint(0, 500)
+                out.append(EngineCounterSample(
+                    server_id=sid, ts=start + 5 * k + rng.random(), batch_size=b, mode=mode, steps=steps,
+                    tokens=steps * rng.randint(1, 40), time_s=round(steps * rng.uniform(0.005, 0.05), 9),
+                ))  # fmt: skip
+    return out
+
+
+def test_counter_intervals_equal_the_reference_on_every_tier(db: Database) -> None:
+    sid = db.server_id("http://a")
+    other = db.server_id("http://b")
+    rows = _random_rows(sid, T0, 3 * 720, seed=1) + _random_rows(other, T0, 100, seed=2)
+    db.insert_many("engine_counter_sample", (r.model_dump(exclude={"id"}) for r in rows))
+    db.update_rollups()
+    late = _random_rows(sid, T0 + 3 * 3600, 24, seed=3)  # after the fold: past the watermark
+    db.insert_many("engine_counter_sample", (r.model_dump(exclude={"id"}) for r in late))
+    end = T0 + 3 * 3600 + 130
+    tiers = set()
+    for start, stop, limit in [
+        (T0, T0 + 600, 2000),  # raw
+        (T0 + 33, end, 2000),  # minutes, a partial first bucket, the late rows in the last ones
+        (T0, end, 50),  # hours
+        (T0 + 3 * 3600 + 10, end, 2000),  # raw: only the rows past the watermark
+        (T0 - 600, T0 - 1, 2000),  # nothing
+    ]:
+        got = queries.counter_intervals(db, sid, start, stop, max_intervals=limit)
+        assert got == reference.counter_intervals(db, sid, start, stop, limit)
+        tiers |= {i["res_s"] for i in got}
+        samples = queries.counter_samples(db, sid, start, stop, max_intervals=limit)
+        assert samples.intervals == len(got) and samples.per_bin == speedup._per_bin(got)
+        old = speedup.estimate(got)
+        assert speedup.estimate_per_bin(samples.per_bin, samples.intervals) == old
+    assert tiers == {0, 60, 3600}
+
+
+def test_rows_past_the_watermark_are_found_by_primary_key(tmp_path: Path) -> None:
+    """The rollup tiers add the raw rows past the watermark: SQLite must find them by id, not walk the
+    (server_id, ts) index over the whole window (7 days of counters: 220 ms to find no row)."""
+    db = open_database(f"sqlite:///{tmp_path / 'spectower.db'}")
+    sid = db.server_id("http://a")
+    rows = _random_rows(sid, T0, 200, seed=1)
+    db.insert_many("engine_counter_sample", (r.model_dump(exclude={"id"}) for r in rows))
+    db.update_rollups()
+    seen: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        assert queries.counter_intervals(db, sid, T0, T0 + 600, max_intervals=10)  # the minute tier
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+    tail = [(s, p) for s, p in seen if "engine_counter_sample.id >" in s]
+    assert len(tail) == 1
+    statement, parameters = tail[0]
+    with db.engine.connect() as conn:
+        steps = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+    plan = " ".join(str(step[-1]) for step in steps)
+    assert "PRIMARY KEY" in plan and "ix_engine_counter_sample_server_ts" not in plan, plan
+    db.close()
