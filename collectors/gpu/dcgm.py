@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ...storage.integers import int_or_none
-from ..http import BoundedReadError, get_bounded
+from ..http import BoundedReadError, KeepAliveGets, get_bounded
 from ..promtext import MetricsParseError, PromSample, parse_prometheus_text
 from .reading import GpuFacts, GpuReading
 
@@ -135,7 +135,7 @@ class DcgmScraper:
     def __init__(
         self,
         url: str,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | KeepAliveGets,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.time,
