@@ -160,30 +160,43 @@ class _Families:
         return self.out
 
     def _comment(self, line: str) -> None:
-        parts = _COMMENT_SPLIT_RE.split(line, 3)
-        if len(parts) < 2 or parts[1] not in ("TYPE", "HELP"):
+        read = _read_comment(line)
+        if read is None:
             return  # a comment
-        name = parts[2] if len(parts) > 2 else ""
-        if '"' in name:
-            raise _not_text("a quoted metric name", line)
-        if len(parts) > 2 and not _NAME_RE.fullmatch(name):
-            raise _not_text(f"a {parts[1]} line that names no metric", line)
-        if parts[1] == "HELP":
+        kind, name, typ = read
+        if kind == "HELP":
             if name != self.name:
                 self._close()
                 self.name, self.type, self.allowed, self.samples = name, "untyped", (name,), []
             return
-        if len(parts) < 4:
-            raise _not_text("a TYPE line without a type", line)
         if name != self.name:
             self._close()
             self.name, self.samples = name, []
-        self.type = parts[3]
-        self.allowed = tuple(name + s for s in _SUFFIXES.get(self.type, ("",)))
+        self.type = typ
+        self.allowed = tuple(name + s for s in _SUFFIXES.get(typ, ("",)))
 
     def _close(self) -> None:
         if self.name:
             _emit(self.out, self.name, self.type, self.samples)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_comment(line: str) -> tuple[str, str, str] | None:
+    """(TYPE or HELP, metric name, type or "") of a TYPE/HELP line, None for another comment. The same
+    lines come at every scrape: each is read once (a line refused is refused again: errors are not kept)."""
+    parts = _COMMENT_SPLIT_RE.split(line, 3)
+    if len(parts) < 2 or parts[1] not in ("TYPE", "HELP"):
+        return None
+    name = parts[2] if len(parts) > 2 else ""
+    if '"' in name:
+        raise _not_text("a quoted metric name", line)
+    if len(parts) > 2 and not _NAME_RE.fullmatch(name):
+        raise _not_text(f"a {parts[1]} line that names no metric", line)
+    if parts[1] == "HELP":
+        return "HELP", name, ""
+    if len(parts) < 4:
+        raise _not_text("a TYPE line without a type", line)
+    return "TYPE", name, parts[3]
 
 
 def _emit(

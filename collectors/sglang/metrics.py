@@ -97,6 +97,28 @@ def _sched_key(labels: Mapping[str, str]) -> tuple[int, int, int]:
     return (_int_label(labels, "tp_rank"), _int_label(labels, "pp_rank"), _int_label(labels, "moe_ep_rank"))
 
 
+# A label set's rank, by the identity of its mapping: promtext hands out the same read-only mapping for a
+# series every scrape, so its rank is worked out once, not at every scrape of every sample. The entry keeps
+# the mapping alive (its id cannot be reused while held) and is checked to be that very mapping.
+_RANKS: dict[int, tuple[Mapping[str, str], int, tuple[int, int, int] | None]] = {}
+_MAX_RANKS = 20_000  # as promtext's head cache; label sets made afresh each time (Prometheus source) cycle
+
+
+def _rank_of(labels: Mapping[str, str]) -> tuple[int, tuple[int, int, int] | None]:
+    """(DP rank, scheduler key) of a sample's labels; the key is None for a tokenizer (server-wide) series."""
+    known = _RANKS.get(id(labels))
+    if known is not None and known[0] is labels:
+        return known[1], known[2]
+    if _is_scheduler(labels):
+        dp, key = _int_label(labels, "dp_rank"), _sched_key(labels)
+    else:
+        dp, key = 0, None
+    if len(_RANKS) >= _MAX_RANKS:
+        _RANKS.clear()
+    _RANKS[id(labels)] = (labels, dp, key)
+    return dp, key
+
+
 def _families() -> frozenset[str]:
     names = {f"{PREFIX}{g}" for g in GAUGES}
     names |= {f"{PREFIX}{c}" for c in COUNTERS} | {f"{PREFIX}{c.removesuffix('_total')}" for c in COUNTERS}
@@ -118,16 +140,15 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
     snap = MetricsSnapshot(ranks={}, sample_count=len(ours))
 
     # 1. Which scheduler reports for each DP group: the lowest (tp, pp, ep) seen in it.
-    for s in ours:
-        if _is_scheduler(s.labels):
-            dp = _int_label(s.labels, "dp_rank")
-            key = _sched_key(s.labels)
+    ranked = [(s, *_rank_of(s.labels)) for s in ours]
+    for _s, dp, key in ranked:
+        if key is not None:
             cur = snap.reporting_schedulers.get(dp)
             if cur is None or key < cur:
                 snap.reporting_schedulers[dp] = key
 
     startup: list[tuple[str, float]] = []
-    for s in ours:
+    for s, dp, key in ranked:
         short = s.name[len(PREFIX) :]
         labels = s.labels
         if snap.model_name is None and labels.get("model_name"):
@@ -135,15 +156,9 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
         if short == "startup_time_seconds":
             startup.append((labels.get("phase", ""), s.value))
             continue
-        if _is_scheduler(labels):
-            dp = _int_label(labels, "dp_rank")
-            if _sched_key(labels) != snap.reporting_schedulers.get(dp):
-                continue  # another TP/PP/EP rank of the same DP group: the same numbers again
-            server_wide = False
-        else:
-            dp = 0
-            server_wide = True
-        _take(snap, short, s, dp, server_wide)
+        if key is not None and key != snap.reporting_schedulers.get(dp):
+            continue  # another TP/PP/EP rank of the same DP group: the same numbers again
+        _take(snap, short, s, dp, key is None)
 
     for r in snap.ranks.values():
         legacy = r.histograms.pop("itl_legacy", None)
