@@ -474,7 +474,14 @@ def _column_names(table: Table) -> tuple[str, ...]:
     return tuple(c.key for c in table.columns)
 
 
+@functools.cache
+def _insert_statement(table: Table) -> Any:
+    """One INSERT per table for the process (SQLAlchemy then finds its compiled form by identity, not by
+    building and hashing a new statement at every batch)."""
+    return table.insert()
+
+
 def _insert(engine: Engine, rows: list[Row]) -> None:
     with dialect.write_transaction(engine) as conn:
         for table, values in rows_by_table(rows):
-            conn.execute(table.insert(), values)
+            conn.execute(_insert_statement(table), values)
