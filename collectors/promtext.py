@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 # A real 0.5.17 scrape is ~70 KB; an 8-rank server with all schedulers reporting stays well under this.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -39,6 +39,9 @@ class PromSample(NamedTuple):
     type: str  # counter | gauge | histogram | summary | unknown | ...
     labels: Mapping[str, str]  # shared between samples of the same series: read-only
     value: float
+
+
+T = TypeVar("T")
 
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -63,6 +66,29 @@ _ESCAPE_RE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 # a comment's tokens are split on ASCII whitespace only, as prometheus_client splits them
 _COMMENT_SPLIT_RE = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+class PerLabelSet(Generic[T]):
+    """What a reader works out from a sample's labels (its GPU, its rank), kept per label set: this parser
+    hands out the same read-only mapping for a series at every scrape (``_HEADS``), so ``derive`` runs
+    once per series, not once per sample per scrape. Keyed by the mapping's identity: an entry holds its
+    mapping (so that id is not reused while held) and answers only for that very mapping; label sets made
+    afresh each time (the Prometheus source's) are derived again and, past ``_MAX_HEADS``, start it over."""
+
+    def __init__(self, derive: Callable[[Mapping[str, str]], T]) -> None:
+        self._derive = derive
+        self._known: dict[int, tuple[Mapping[str, str], T]] = {}
+
+    def __call__(self, labels: Mapping[str, str]) -> T:
+        known = self._known.get(id(labels))
+        if known is not None and known[0] is labels:
+            return known[1]
+        value = self._derive(labels)
+        if len(self._known) >= _MAX_HEADS:
+            self._known.clear()
+        self._known[id(labels)] = (labels, value)
+        return value
+
 
 # TYPE -> the sample names (family name + suffix) that belong to the family; any other is its own family
 _SUFFIXES = {"summary": ("_count", "_sum", ""), "histogram": ("_count", "_sum", "_bucket")}

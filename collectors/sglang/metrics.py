@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...storage.integers import int_or_none
-from ..promtext import PromSample, parse_prometheus_text
+from ..promtext import PerLabelSet, PromSample, parse_prometheus_text
 
 PREFIX = "sglang:"
 SCHEDULER_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")
@@ -97,26 +97,14 @@ def _sched_key(labels: Mapping[str, str]) -> tuple[int, int, int]:
     return (_int_label(labels, "tp_rank"), _int_label(labels, "pp_rank"), _int_label(labels, "moe_ep_rank"))
 
 
-# A label set's rank, by the identity of its mapping: promtext hands out the same read-only mapping for a
-# series every scrape, so its rank is worked out once, not at every scrape of every sample. The entry keeps
-# the mapping alive (its id cannot be reused while held) and is checked to be that very mapping.
-_RANKS: dict[int, tuple[Mapping[str, str], int, tuple[int, int, int] | None]] = {}
-_MAX_RANKS = 20_000  # as promtext's head cache; label sets made afresh each time (Prometheus source) cycle
-
-
-def _rank_of(labels: Mapping[str, str]) -> tuple[int, tuple[int, int, int] | None]:
+def _rank(labels: Mapping[str, str]) -> tuple[int, tuple[int, int, int] | None]:
     """(DP rank, scheduler key) of a sample's labels; the key is None for a tokenizer (server-wide) series."""
-    known = _RANKS.get(id(labels))
-    if known is not None and known[0] is labels:
-        return known[1], known[2]
     if _is_scheduler(labels):
-        dp, key = _int_label(labels, "dp_rank"), _sched_key(labels)
-    else:
-        dp, key = 0, None
-    if len(_RANKS) >= _MAX_RANKS:
-        _RANKS.clear()
-    _RANKS[id(labels)] = (labels, dp, key)
-    return dp, key
+        return _int_label(labels, "dp_rank"), _sched_key(labels)
+    return 0, None
+
+
+_rank_of = PerLabelSet(_rank)
 
 
 def _families() -> frozenset[str]:
