@@ -181,8 +181,9 @@ class Collector:
                 next_tick = scheduled + interval
                 if next_tick < done:  # fell behind (slow source): skip the missed ticks, no burst
                     next_tick = done + (interval - (done - scheduled) % interval)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, next_tick - loop.time()))
+            # A plain sleep to the next tick: a stop cancels this task (``_run``), so the loop need not
+            # also wait on the stop event (a task and a timer per tick per source).
+            await asyncio.sleep(max(0.0, next_tick - loop.time()))
 
     # -- the sources ----------------------------------------------------------------------------------
     def _sglang_once(self, scraper: SglangScraper) -> Callable[[], Awaitable[None]]:
