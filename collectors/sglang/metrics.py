@@ -158,21 +158,25 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
     return snap
 
 
+_GAUGE_NAMES = frozenset(GAUGES)
+_COUNTER_NAMES = frozenset(COUNTERS)
+_BUCKET_NAMES = {f"{fam}_bucket": name for fam, name in (*HISTOGRAMS.items(), *HISTOGRAM_FALLBACKS.items())}
+
+
 def _take(snap: MetricsSnapshot, short: str, s: PromSample, dp: int, server_wide: bool) -> None:
-    if s.type == "gauge" and short in GAUGES:
+    if s.type == "gauge" and short in _GAUGE_NAMES:
         # A gauge is per scheduler; old releases (no rank labels) are rank 0 either way.
         snap.rank(dp).gauges[short] = s.value
         return
-    if short in COUNTERS and s.type in ("counter", "untyped", "unknown"):
+    if short in _COUNTER_NAMES and s.type in ("counter", "untyped", "unknown"):
         key = short
         if short == "realtime_tokens_total":
             key = f"{short}:{s.labels.get('mode', '')}"
         r = snap.rank(dp)
         r.counters[key] = r.counters.get(key, 0.0) + s.value  # sum over is_streaming etc.
         return
-    if s.type == "histogram" and short.endswith("_bucket"):
-        fam = short[: -len("_bucket")]
-        name = HISTOGRAMS.get(fam) or HISTOGRAM_FALLBACKS.get(fam)
+    if s.type == "histogram":
+        name = _BUCKET_NAMES.get(short)
         if name is None:
             return
         le_raw = s.labels.get("le")
