@@ -246,13 +246,14 @@ class KeepAliveGets:
     async def _get_once(
         self, url: str, headers: list[tuple[bytes, bytes]], max_bytes: int, *, reuse: bool
     ) -> BoundedResponse:
-        origin = httpcore.URL(url).origin
+        target = httpcore.URL(url)  # parsed once, for the origin and the request
+        origin = target.origin
         conn = await self._take_idle(origin) if reuse else None
         reused = conn is not None
         conn = conn or await self._connect(origin)
         answered = keep = False
         try:
-            async with conn.stream("GET", url, headers=headers) as resp:
+            async with conn.stream("GET", target, headers=headers) as resp:
                 answered = True
                 cap = _BodyCap(url, max_bytes, _header(resp.headers, b"content-length"))
                 inflate = _inflater(url, _header(resp.headers, b"content-encoding"))
