@@ -197,6 +197,8 @@ class BatchWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("BatchWriter is closed")
+            was_idle = not self._buf and not self._records
+            done_before = self._done_seq
             for entry in entries:
                 if isinstance(entry, _Job) and entry.keep:
                     self._records.append(entry)
@@ -206,7 +208,11 @@ class BatchWriter:
             self._put_seq += len(entries)
             self._accepted += rows
             self._drop_overflow()
-            self._cond.notify_all()
+            # The thread waits for a first entry, then up to max_delay_s for a full batch: only those two
+            # wake it (16 sources put ~20 entries a second; each wake-up is a thread switch for nothing),
+            # and a drop, which a flush may be waiting to see
+            if was_idle or self._buf_rows >= self._batch_size or self._done_seq != done_before:
+                self._cond.notify_all()
 
     def _drop_overflow(self) -> None:
         """Past the bound, drop the oldest droppable entries (whole: a job with all its rows)."""
