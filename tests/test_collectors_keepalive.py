@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ from spectower.collectors.http import (
     get_bounded,
 )
 
-from tests.drip_server import DripServer
+from tests.drip_server import DripServer, LocalHttpServer, QuietHandler
 
 
 class KeepAliveServer:
@@ -36,7 +34,7 @@ class KeepAliveServer:
         self.seen_headers: dict[str, str] = {}
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
@@ -51,18 +49,11 @@ class KeepAliveServer:
                 self.wfile.write(body)
                 self.close_connection = outer.close_after
 
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LocalHttpServer(Handler)
+        self.url = self.http.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 @pytest.fixture
