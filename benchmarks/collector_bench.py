@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from spectower.collectors.daemon import Collector, DaemonConfig  # noqa: E402
 from spectower.collectors.gpu.dcgm import DcgmScraper  # noqa: E402
+from spectower.collectors.http import KeepAliveGets  # noqa: E402
 from spectower.collectors.sglang.scraper import SglangScraper  # noqa: E402
 from spectower.collectors.sink import StorageSink  # noqa: E402
 from spectower.storage import open_database  # noqa: E402
@@ -87,7 +88,7 @@ def start_load(base: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
 async def back_to_back(base: str, dcgm_url: str, cycles: int, db_path: Path) -> tuple[float, int, int]:
     db = open_database(str(db_path))
     sink = StorageSink(db)
-    async with httpx.AsyncClient() as client:
+    async with KeepAliveGets() as client:  # as the daemon reads its targets
         sg = SglangScraper(base, client)
         dc = DcgmScraper(dcgm_url, client)
         await sg.scrape()  # warm-up (first /server_info, connections)

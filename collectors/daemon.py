@@ -21,11 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import httpx
-
 from .gpu.dcgm import DcgmScraper
 from .gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
-from .http import check_http_url
+from .http import KeepAliveGets, check_http_url
 from .sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
 from .sink import StorageSink
 
@@ -183,8 +181,9 @@ class Collector:
                 next_tick = scheduled + interval
                 if next_tick < done:  # fell behind (slow source): skip the missed ticks, no burst
                     next_tick = done + (interval - (done - scheduled) % interval)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, next_tick - loop.time()))
+            # A plain sleep to the next tick: a stop cancels this task (``_run``), so the loop need not
+            # also wait on the stop event (a task and a timer per tick per source).
+            await asyncio.sleep(max(0.0, next_tick - loop.time()))
 
     # -- the sources ----------------------------------------------------------------------------------
     def _sglang_once(self, scraper: SglangScraper) -> Callable[[], Awaitable[None]]:
@@ -313,8 +312,7 @@ class Collector:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop)
-        limits = httpx.Limits(max_connections=max(10, 4 * len(cfg.servers) + 4))
-        async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+        async with KeepAliveGets() as client:
             tasks: list[asyncio.Task[None]] = []
             for url in cfg.servers:
                 scraper = SglangScraper(

@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 # A real 0.5.17 scrape is ~70 KB; an 8-rank server with all schedulers reporting stays well under this.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -39,6 +39,9 @@ class PromSample(NamedTuple):
     type: str  # counter | gauge | histogram | summary | unknown | ...
     labels: Mapping[str, str]  # shared between samples of the same series: read-only
     value: float
+
+
+T = TypeVar("T")
 
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -63,6 +66,29 @@ _ESCAPE_RE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 # a comment's tokens are split on ASCII whitespace only, as prometheus_client splits them
 _COMMENT_SPLIT_RE = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+class PerLabelSet(Generic[T]):
+    """What a reader works out from a sample's labels (its GPU, its rank), kept per label set: this parser
+    hands out the same read-only mapping for a series at every scrape (``_HEADS``), so ``derive`` runs
+    once per series, not once per sample per scrape. Keyed by the mapping's identity: an entry holds its
+    mapping (so that id is not reused while held) and answers only for that very mapping; label sets made
+    afresh each time (the Prometheus source's) are derived again and, past ``_MAX_HEADS``, start it over."""
+
+    def __init__(self, derive: Callable[[Mapping[str, str]], T]) -> None:
+        self._derive = derive
+        self._known: dict[int, tuple[Mapping[str, str], T]] = {}
+
+    def __call__(self, labels: Mapping[str, str]) -> T:
+        known = self._known.get(id(labels))
+        if known is not None and known[0] is labels:
+            return known[1]
+        value = self._derive(labels)
+        if len(self._known) >= _MAX_HEADS:
+            self._known.clear()
+        self._known[id(labels)] = (labels, value)
+        return value
+
 
 # TYPE -> the sample names (family name + suffix) that belong to the family; any other is its own family
 _SUFFIXES = {"summary": ("_count", "_sum", ""), "histogram": ("_count", "_sum", "_bucket")}
@@ -160,30 +186,43 @@ class _Families:
         return self.out
 
     def _comment(self, line: str) -> None:
-        parts = _COMMENT_SPLIT_RE.split(line, 3)
-        if len(parts) < 2 or parts[1] not in ("TYPE", "HELP"):
+        read = _read_comment(line)
+        if read is None:
             return  # a comment
-        name = parts[2] if len(parts) > 2 else ""
-        if '"' in name:
-            raise _not_text("a quoted metric name", line)
-        if len(parts) > 2 and not _NAME_RE.fullmatch(name):
-            raise _not_text(f"a {parts[1]} line that names no metric", line)
-        if parts[1] == "HELP":
+        kind, name, typ = read
+        if kind == "HELP":
             if name != self.name:
                 self._close()
                 self.name, self.type, self.allowed, self.samples = name, "untyped", (name,), []
             return
-        if len(parts) < 4:
-            raise _not_text("a TYPE line without a type", line)
         if name != self.name:
             self._close()
             self.name, self.samples = name, []
-        self.type = parts[3]
-        self.allowed = tuple(name + s for s in _SUFFIXES.get(self.type, ("",)))
+        self.type = typ
+        self.allowed = tuple(name + s for s in _SUFFIXES.get(typ, ("",)))
 
     def _close(self) -> None:
         if self.name:
             _emit(self.out, self.name, self.type, self.samples)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_comment(line: str) -> tuple[str, str, str] | None:
+    """(TYPE or HELP, metric name, type or "") of a TYPE/HELP line, None for another comment. The same
+    lines come at every scrape: each is read once (a line refused is refused again: errors are not kept)."""
+    parts = _COMMENT_SPLIT_RE.split(line, 3)
+    if len(parts) < 2 or parts[1] not in ("TYPE", "HELP"):
+        return None
+    name = parts[2] if len(parts) > 2 else ""
+    if '"' in name:
+        raise _not_text("a quoted metric name", line)
+    if len(parts) > 2 and not _NAME_RE.fullmatch(name):
+        raise _not_text(f"a {parts[1]} line that names no metric", line)
+    if parts[1] == "HELP":
+        return "HELP", name, ""
+    if len(parts) < 4:
+        raise _not_text("a TYPE line without a type", line)
+    return "TYPE", name, parts[3]
 
 
 def _emit(

@@ -26,14 +26,18 @@ SECRET_FLAG_NAMES = frozenset(_FLAGS.replace("(?:admin-)?", "").split("|")) | {"
 def redact(obj: Any) -> Any:
     """A copy with every secret value replaced (keys named like api_key/password; --api-key flags)."""
     if isinstance(obj, dict):
-        out: dict[str, Any] = {}
+        # Copied whole (in C), then only what may change is visited: a /server_info is ~1 000 keys, read
+        # every few seconds per server, nearly all plain names with numbers or short strings.
+        out = dict(obj)
         for k, v in obj.items():
-            if _is_secret(k, v):
-                out[k] = REDACTED
-            elif isinstance(v, str):
-                out[k] = redact_flags(v)  # launch_command, or any other string carrying a command line
-            else:
+            if isinstance(v, str):
+                if "--" in v:  # launch_command, or any other string carrying a command line
+                    out[k] = redact_flags(v)
+            elif isinstance(v, _CONTAINERS):
                 out[k] = redact(v)
+        for k in _named_secret(tuple(obj)):
+            if _is_secret(k, obj[k]):
+                out[k] = REDACTED
         return out
     if isinstance(obj, list):
         # an argv list: ["--api-key", "KEY"] / ["--api-key=KEY"]
@@ -48,6 +52,16 @@ def redact(obj: Any) -> Any:
             items.append(redact_flags(v) if isinstance(v, str) else redact(v))
         return items
     return obj
+
+
+_CONTAINERS = (dict, list)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_secret(keys: tuple[Any, ...]) -> tuple[str, ...]:
+    """The keys of a dict whose names say their values may be secrets (a server answers the same key set
+    every time: worked out once per set)."""
+    return tuple(k for k in keys if isinstance(k, str) and _key_kind(k) != _PLAIN)
 
 
 def _is_secret(key: Any, value: Any) -> bool:

@@ -197,6 +197,8 @@ class BatchWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("BatchWriter is closed")
+            was_idle = not self._buf and not self._records
+            done_before = self._done_seq
             for entry in entries:
                 if isinstance(entry, _Job) and entry.keep:
                     self._records.append(entry)
@@ -206,7 +208,11 @@ class BatchWriter:
             self._put_seq += len(entries)
             self._accepted += rows
             self._drop_overflow()
-            self._cond.notify_all()
+            # The thread waits for a first entry, then up to max_delay_s for a full batch: only those two
+            # wake it (16 sources put ~20 entries a second; each wake-up is a thread switch for nothing),
+            # and a drop, which a flush may be waiting to see
+            if was_idle or self._buf_rows >= self._batch_size or self._done_seq != done_before:
+                self._cond.notify_all()
 
     def _drop_overflow(self) -> None:
         """Past the bound, drop the oldest droppable entries (whole: a job with all its rows)."""
@@ -474,7 +480,14 @@ def _column_names(table: Table) -> tuple[str, ...]:
     return tuple(c.key for c in table.columns)
 
 
+@functools.cache
+def _insert_statement(table: Table) -> Any:
+    """One INSERT per table for the process (SQLAlchemy then finds its compiled form by identity, not by
+    building and hashing a new statement at every batch)."""
+    return table.insert()
+
+
 def _insert(engine: Engine, rows: list[Row]) -> None:
     with dialect.write_transaction(engine) as conn:
         for table, values in rows_by_table(rows):
-            conn.execute(table.insert(), values)
+            conn.execute(_insert_statement(table), values)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class DripServer:
@@ -49,3 +51,26 @@ class DripServer:
         self.stop.set()
         self.sock.close()
         self.thread.join(5)
+
+
+class LocalHttpServer:
+    """A real threaded HTTP server on 127.0.0.1 answering with ``handler`` (a ``BaseHTTPRequestHandler``
+    class), for tests of what the collectors read over the network."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that keeps the test's output clean (no access log lines)."""
+
+    def log_message(self, *a: Any) -> None:
+        pass

@@ -9,11 +9,9 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from spectower.storage import open_database, queries
 from spectower.storage.models import EngineSample
 
 from tests.conftest import REAL_DATA, collect_cli, db_rows
+from tests.drip_server import LocalHttpServer, QuietHandler
 
 METRICS = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_bytes()
 INFO = json.loads((REAL_DATA / "sglang-0.5.17-h200/server_info_after.json").read_text())
@@ -50,7 +49,7 @@ class FakeSglang:
         self.metrics_hits = 0
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.0"
 
             def do_GET(self) -> None:
@@ -97,18 +96,11 @@ class FakeSglang:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LocalHttpServer(Handler)
+        self.url = self.http.url
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 @pytest.fixture
@@ -333,7 +325,7 @@ def test_two_collectors_on_one_postgres_database(postgres_url: str) -> None:
 
 
 def test_fake_server_binds_loopback_only(fake: FakeSglang) -> None:
-    host = fake.server.server_address[0]
+    host = fake.http.server.server_address[0]
     assert host == "127.0.0.1" and socket.inet_aton(host)
 
 

@@ -238,6 +238,18 @@ def test_a_series_read_once_is_read_the_same_again_with_a_new_value(monkeypatch:
         assert len(promtext._HEADS) <= 2
 
 
+def test_what_a_reader_works_out_from_labels_is_worked_out_once_per_series() -> None:
+    derived: list[dict[str, str]] = []
+    gpu_of = promtext.PerLabelSet(lambda labels: derived.append(dict(labels)) or labels.get("gpu"))
+    text = '# TYPE m gauge\nm{gpu="0"} 1\nm{gpu="1"} 2\n'
+    for _ in range(3):  # three scrapes of the same two series
+        assert [gpu_of(s.labels) for s in parse_prometheus_text(text, families=FAMS)] == ["0", "1"]
+    assert derived == [{"gpu": "0"}, {"gpu": "1"}]
+    # a mapping made afresh (the Prometheus source's) with the same labels, or other labels at a freed
+    # mapping's address, is derived for itself: the answer is never another mapping's
+    assert [gpu_of({"gpu": str(k)}) for k in range(50)] == [str(k) for k in range(50)]
+
+
 def test_the_collector_does_not_load_prometheus_clients_parser() -> None:
     # one parser per format: the daemon reads /metrics with collectors/promtext.py only
     code = (

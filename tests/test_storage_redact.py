@@ -50,3 +50,12 @@ def test_a_key_name_is_judged_once_however_often_the_collector_reads_it(real_dat
     assert redact(doc) == first
     assert _key_kind.cache_info().misses == misses  # the second read asked no pattern
     assert first["api_key"] in (None, REDACTED) and first["model_path"] == doc["model_path"]
+
+
+def test_the_redacted_copy_shares_nothing_the_caller_could_change() -> None:
+    doc = {"api_key": ["k1"], "hub": {"password": {"x": 1}, "n": [1, {"token": "t"}]}, "hf_token": 3}
+    out = redact(doc)
+    assert out == {"api_key": REDACTED, "hub": {"password": REDACTED, "n": [1, {"token": REDACTED}]},
+                   "hf_token": 3}  # fmt: skip
+    out["hub"]["n"][1]["token"] = "changed"
+    assert doc["hub"]["n"][1] == {"token": "t"} and doc["api_key"] == ["k1"]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import httpx
 
 from ...storage.integers import int_or_none
-from ..http import BoundedReadError, get_bounded
-from ..promtext import MetricsParseError, PromSample, parse_prometheus_text
+from ..http import BoundedReadError, KeepAliveGets, get_bounded
+from ..promtext import MetricsParseError, PerLabelSet, PromSample, parse_prometheus_text
 from .reading import GpuFacts, GpuReading
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -58,6 +58,23 @@ def exporter_host(url: str) -> str:
     return parts.netloc or url
 
 
+def _gpu(labels: Mapping[str, str]) -> tuple[str, int, str | None] | None:
+    """(UUID, index, Hostname label) of a series' labels; None when they name no GPU (one GPU's odd label
+    skips that GPU, not the whole scrape's rows)."""
+    uuid = labels.get("UUID") or labels.get("uuid")
+    gpu = labels.get("gpu")
+    if not uuid or gpu is None:
+        return None
+    try:
+        index = int_or_none(int(gpu), lo=0)  # a column of int32 on every backend: range-checked here
+    except ValueError:
+        return None
+    return None if index is None else (uuid, index, labels.get("Hostname") or None)
+
+
+_gpu_of = PerLabelSet(_gpu)
+
+
 def readings_from_samples(
     samples: list[PromSample], ts: float, default_host: str
 ) -> tuple[list[GpuReading], list[GpuFacts]]:
@@ -68,17 +85,11 @@ def readings_from_samples(
     for s in samples:
         if not s.name.startswith("DCGM_FI_"):
             continue
-        uuid = s.labels.get("UUID") or s.labels.get("uuid")
-        gpu = s.labels.get("gpu")
-        if not uuid or gpu is None:
+        gpu = _gpu_of(s.labels)
+        if gpu is None:
             continue
-        try:
-            index = int_or_none(int(gpu), lo=0)  # a column of int32 on every backend: range-checked here
-        except ValueError:
-            continue
-        if index is None:  # one GPU's odd label skips that GPU, not the whole scrape's rows
-            continue
-        host = s.labels.get("Hostname") or default_host
+        uuid, index, hostname = gpu
+        host = hostname or default_host
         key = (host, uuid)
         r = by_gpu.get(key)
         if r is None:
@@ -135,7 +146,7 @@ class DcgmScraper:
     def __init__(
         self,
         url: str,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | KeepAliveGets,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.time,

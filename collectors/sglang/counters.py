@@ -12,7 +12,7 @@ server without counters (an older plugin, no plugin) gives no rows and no warnin
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ...plugin.engine_counters import MODES, rates, sum_ranks, validate
@@ -31,7 +31,8 @@ class CounterRow:
     time_s: float
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        # every field is a plain value: a shallow copy is asdict's answer without its recursive deep copy
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)

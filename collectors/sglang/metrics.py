@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...storage.integers import int_or_none
-from ..promtext import PromSample, parse_prometheus_text
+from ..promtext import PerLabelSet, PromSample, parse_prometheus_text
 
 PREFIX = "sglang:"
 SCHEDULER_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")
@@ -97,6 +97,16 @@ def _sched_key(labels: Mapping[str, str]) -> tuple[int, int, int]:
     return (_int_label(labels, "tp_rank"), _int_label(labels, "pp_rank"), _int_label(labels, "moe_ep_rank"))
 
 
+def _rank(labels: Mapping[str, str]) -> tuple[int, tuple[int, int, int] | None]:
+    """(DP rank, scheduler key) of a sample's labels; the key is None for a tokenizer (server-wide) series."""
+    if _is_scheduler(labels):
+        return _int_label(labels, "dp_rank"), _sched_key(labels)
+    return 0, None
+
+
+_rank_of = PerLabelSet(_rank)
+
+
 def _families() -> frozenset[str]:
     names = {f"{PREFIX}{g}" for g in GAUGES}
     names |= {f"{PREFIX}{c}" for c in COUNTERS} | {f"{PREFIX}{c.removesuffix('_total')}" for c in COUNTERS}
@@ -118,16 +128,15 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
     snap = MetricsSnapshot(ranks={}, sample_count=len(ours))
 
     # 1. Which scheduler reports for each DP group: the lowest (tp, pp, ep) seen in it.
-    for s in ours:
-        if _is_scheduler(s.labels):
-            dp = _int_label(s.labels, "dp_rank")
-            key = _sched_key(s.labels)
+    ranked = [(s, *_rank_of(s.labels)) for s in ours]
+    for _s, dp, key in ranked:
+        if key is not None:
             cur = snap.reporting_schedulers.get(dp)
             if cur is None or key < cur:
                 snap.reporting_schedulers[dp] = key
 
     startup: list[tuple[str, float]] = []
-    for s in ours:
+    for s, dp, key in ranked:
         short = s.name[len(PREFIX) :]
         labels = s.labels
         if snap.model_name is None and labels.get("model_name"):
@@ -135,15 +144,9 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
         if short == "startup_time_seconds":
             startup.append((labels.get("phase", ""), s.value))
             continue
-        if _is_scheduler(labels):
-            dp = _int_label(labels, "dp_rank")
-            if _sched_key(labels) != snap.reporting_schedulers.get(dp):
-                continue  # another TP/PP/EP rank of the same DP group: the same numbers again
-            server_wide = False
-        else:
-            dp = 0
-            server_wide = True
-        _take(snap, short, s, dp, server_wide)
+        if key is not None and key != snap.reporting_schedulers.get(dp):
+            continue  # another TP/PP/EP rank of the same DP group: the same numbers again
+        _take(snap, short, s, dp, key is None)
 
     for r in snap.ranks.values():
         legacy = r.histograms.pop("itl_legacy", None)
@@ -155,21 +158,25 @@ def snapshot_from_samples(samples: list[PromSample]) -> MetricsSnapshot:
     return snap
 
 
+_GAUGE_NAMES = frozenset(GAUGES)
+_COUNTER_NAMES = frozenset(COUNTERS)
+_BUCKET_NAMES = {f"{fam}_bucket": name for fam, name in (*HISTOGRAMS.items(), *HISTOGRAM_FALLBACKS.items())}
+
+
 def _take(snap: MetricsSnapshot, short: str, s: PromSample, dp: int, server_wide: bool) -> None:
-    if s.type == "gauge" and short in GAUGES:
+    if s.type == "gauge" and short in _GAUGE_NAMES:
         # A gauge is per scheduler; old releases (no rank labels) are rank 0 either way.
         snap.rank(dp).gauges[short] = s.value
         return
-    if short in COUNTERS and s.type in ("counter", "untyped", "unknown"):
+    if short in _COUNTER_NAMES and s.type in ("counter", "untyped", "unknown"):
         key = short
         if short == "realtime_tokens_total":
             key = f"{short}:{s.labels.get('mode', '')}"
         r = snap.rank(dp)
         r.counters[key] = r.counters.get(key, 0.0) + s.value  # sum over is_streaming etc.
         return
-    if s.type == "histogram" and short.endswith("_bucket"):
-        fam = short[: -len("_bucket")]
-        name = HISTOGRAMS.get(fam) or HISTOGRAM_FALLBACKS.get(fam)
+    if s.type == "histogram":
+        name = _BUCKET_NAMES.get(short)
         if name is None:
             return
         le_raw = s.labels.get("le")

@@ -20,6 +20,7 @@ from ..http import (
     DEFAULT_MAX_BODY_BYTES,
     BoundedReadError,
     BoundedResponse,
+    KeepAliveGets,
     ServerUnreachable,
     get_bounded,
 )
@@ -66,7 +67,7 @@ class SglangScraper:
     def __init__(
         self,
         url: str,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | KeepAliveGets,
         *,
         api_key: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
