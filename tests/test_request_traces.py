@@ -240,6 +240,28 @@ def test_the_server_reports_its_longest_prompt_and_the_replay_leaves_room_for_th
     assert prompt_limit(None, None, 100) is None
 
 
+def sglang_accepts(prompt: int, output: int, *, context: int, reserved: int) -> bool:
+    """SGLang 0.5.2x's TokenizerManager._validate_one_request: the prompt plus the draft slots it reserves
+    must stay under the context, and with max_new_tokens within it."""
+    counted = prompt + reserved
+    return counted < context and counted + output <= context
+
+
+def test_an_eagle_servers_draft_slots_are_left_free_beside_the_prompt_and_its_output() -> None:
+    """2026-12-03 on the H200: 127 of 1 738 replayed prompts were refused with "4 036 tokens from the input
+    messages and 62 for the completion" (context 4 096): SGLang counts EAGLE's 4 draft slots on top."""
+    doc = json.loads((REPO_ROOT / "tests/fixtures/real/sglang-0.5.17-h200/server_info_idle.json").read_text())
+    info = parse_server_info(doc)
+    assert info.speculative_algorithm == "EAGLE3" and info.reserved_output_tokens == 4  # 4 draft tokens
+    assert not sglang_accepts(prompt_limit(4090, None, 62) or 0, 62, context=4096, reserved=4)  # the old cut
+    for output in (1, 4, 62, 500, 4000):
+        limit = prompt_limit(4090, None, output, info.reserved_output_tokens)
+        assert limit is not None and sglang_accepts(limit, output, context=4096, reserved=4), output
+    plain = parse_server_info({**doc, "speculative_algorithm": None})
+    assert plain.reserved_output_tokens == 0
+    assert prompt_limit(4090, None, 62, plain.reserved_output_tokens) == 4096 - 62 - 2
+
+
 def test_a_prompt_has_the_length_asked_for_each_request() -> None:
     ids = PromptFactory(8, as_text=False, seed=1)
     assert len(ids(3).input_ids or []) == 8 and len(ids(3, 250).input_ids or []) == 250

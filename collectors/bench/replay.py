@@ -92,6 +92,7 @@ class ReplayResult:
     server_max_input: int | None  # the server's max_req_input_len (None: it does not say)
     knob: int | None  # the server's speculation knob when the replay started (None: no plugin)
     max_running_requests: int | None
+    reserved_tokens: int = 0  # slots the server counts on top of every prompt (EAGLE's drafts)
     records: list[RequestRecord] = field(default_factory=list)
     cut_prompts: int = 0  # prompts cut to fit (``prompt_limit``)
     shed: int = 0  # arrivals not sent: ``max_in_flight`` requests were in flight
@@ -118,6 +119,7 @@ class ReplayResult:
             shed=self.shed,
             cut_prompts=self.cut_prompts,
             server_max_input=self.server_max_input,
+            reserved_tokens=self.reserved_tokens,
             most_late_s=self.most_late_s,
             peak_in_flight=self.peak_in_flight,
             aborted=sum(1 for r in self.records if r.aborted),
@@ -140,17 +142,22 @@ class ReplayProgress:
 # SGLang (tp_worker.get_worker_info): max_req_input_len = min(context_len - 1, KV tokens - 1) - 5, so the
 # context is at least max_req_input_len + 6. It refuses a prompt of max_req_input_len tokens or more
 # (managers/utils.validate_input_length) and a prompt + max_new_tokens past the context
-# (TokenizerManager._validate_one_request). One more token is kept for a BOS the tokenizer may add.
+# (TokenizerManager._validate_one_request, which also counts EAGLE's draft slots:
+# ServerInfo.reserved_output_tokens). One more token is kept for a BOS the tokenizer may add.
 CONTEXT_OVER_MAX_INPUT = 6
 PROMPT_MARGIN = 2
 
 
-def prompt_limit(server_max_input: int | None, max_context: int | None, output_tokens: int) -> int | None:
+def prompt_limit(
+    server_max_input: int | None, max_context: int | None, output_tokens: int, reserved_tokens: int = 0
+) -> int | None:
     """The longest prompt a request with ``output_tokens`` may send: what the server takes with that many
-    output tokens (from its ``max_req_input_len``) and ``--max-context``; None when neither says."""
+    output tokens and its ``reserved_tokens`` (from its ``max_req_input_len``) and ``--max-context``; None
+    when neither says."""
     limits = [] if max_context is None else [max_context]
     if server_max_input is not None and server_max_input > 0:
-        top = min(server_max_input, server_max_input + CONTEXT_OVER_MAX_INPUT - output_tokens)
+        room = server_max_input + CONTEXT_OVER_MAX_INPUT - reserved_tokens
+        top = min(server_max_input, room - output_tokens, room - 1)
         limits.append(top - PROMPT_MARGIN)
     return max(1, min(limits)) if limits else None
 
@@ -183,6 +190,7 @@ async def run_replay(
             server_max_input=info.max_req_input_len,
             knob=info.knob,
             max_running_requests=info.max_running_requests,
+            reserved_tokens=info.reserved_output_tokens,
         )
         shape = RequestShape(api=config.api, output_len=1, model=info.served_model_name or "default")
         await _send_all(client, config, arrivals, shape, result, progress)
@@ -218,7 +226,9 @@ async def _send_all(
                 progress.sent(len(in_flight), result.shed)
                 continue
             length = arrival.input_tokens
-            limit = prompt_limit(result.server_max_input, config.max_context, arrival.output_tokens)
+            limit = prompt_limit(
+                result.server_max_input, config.max_context, arrival.output_tokens, result.reserved_tokens
+            )
             if limit is not None and length > limit:
                 length = limit
                 result.cut_prompts += 1

@@ -142,6 +142,10 @@ class RankState(BaseModel):
         return max(0.0, float(expires) - self.server_time)
 
 
+# SpeculativeAlgorithm.is_eagle(): the algorithms whose draft tokens take output slots
+EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP"})
+
+
 class ServerInfo(BaseModel):
     """The server's facts (a PD router's decode workers') and its ranks."""
 
@@ -157,6 +161,8 @@ class ServerInfo(BaseModel):
     speculative_adaptive: Bool = None
     speculative_adaptive_config: AdaptiveConfig = None
     speculative_eagle_topk: Int = None
+    speculative_num_draft_tokens: Int = None
+    max_speculative_num_draft_tokens: Int = None  # SGLang >= 0.5.2x: the most an adaptive state drafts
     decode_log_interval: Int = None
     tp_size: Int = None
     dp_size: Int = None
@@ -172,6 +178,19 @@ class ServerInfo(BaseModel):
         """The spectower knob if every rank agrees, else None (see ``ranks`` for the per-rank values)."""
         values = {r.spec_max_bs for r in self.ranks}
         return values.pop() if len(values) == 1 else None
+
+    @property
+    def reserved_output_tokens(self) -> int:
+        """Token slots SGLang counts on top of every prompt (managers/utils.compute_num_reserved_tokens):
+        EAGLE stores its draft tokens in the request's output slots, so a prompt + max_new_tokens must leave
+        room for them too; 0 for any other algorithm. On 2026-12-03 an EAGLE-3 server with 4 draft tokens
+        refused 127 of a replay's 1 738 prompts that fit without them ("4 036 tokens from the input")."""
+        if (self.speculative_algorithm or "").upper() not in EAGLE_ALGORITHMS:
+            return 0
+        bounds = [self.speculative_num_draft_tokens or 0, self.max_speculative_num_draft_tokens or 0]
+        if self.speculative_eagle_topk and self.speculative_num_steps:
+            bounds.append(self.speculative_eagle_topk * self.speculative_num_steps)
+        return max(bounds)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
