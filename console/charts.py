@@ -528,21 +528,10 @@ def gpu_grid(
         r, c = divmod(j, cols)
         k = "" if j == 0 else str(j + 1)
         x0, y1 = c * (w + gap_x), 1 - r * (h + gap_y)
-        # every panel over the same window, three ticks, labels that would spill into the next panel hidden
-        layout[f"xaxis{k}"] = {
-            **axis,
-            "domain": [_unit(x0), _unit(x0 + w)],
-            "anchor": f"y{k}",
-            "nticks": 4,
-            "showticklabels": r == rows - 1 or j + cols >= n,
-        }
-        layout[f"yaxis{k}"] = {"domain": [_unit(y1 - h), _unit(y1)], "anchor": f"x{k}", "rangemode": "tozero"}
-        if ymax is not None:
-            layout[f"yaxis{k}"]["range"] = [0, ymax * 1.05 or 1]
-        if c == 0:
-            layout[f"yaxis{k}"]["title"] = {"text": y_title}
-        else:
-            layout[f"yaxis{k}"]["showticklabels"] = False
+        layout.update(
+            _panel_axes(k, axis, (x0, y1, w, h), y_title, ymax, first_col=c == 0,
+                        tick_labels=r == rows - 1 or j + cols >= n)
+        )
         layout["annotations"].append(
             {
                 "text": labels[gid],
@@ -573,6 +562,31 @@ def gpu_grid(
     # without validation: the dict above is built from known-good keys; plotly's validation of 8 panels is
     # the slowest part of a refresh (~200 ms on a busy 2-core host), the figure it produces is the same.
     return figure_of(data, layout)
+
+
+def _panel_axes(
+    k: str,
+    axis: dict[str, Any],
+    box: tuple[float, float, float, float],
+    y_title: str,
+    ymax: float | None,
+    *,
+    first_col: bool,
+    tick_labels: bool,
+) -> dict[str, Any]:
+    """One gpu_grid panel's x and y axes: every panel over the same window, three ticks, the time labels
+    that would spill into the next panel hidden, one y scale for all, the y title on the first column."""
+    x0, y1, w, h = box
+    x = {**axis, "domain": [_unit(x0), _unit(x0 + w)], "anchor": f"y{k}", "nticks": 4}
+    x["showticklabels"] = tick_labels
+    y: dict[str, Any] = {"domain": [_unit(y1 - h), _unit(y1)], "anchor": f"x{k}", "rangemode": "tozero"}
+    if ymax is not None:
+        y["range"] = [0, ymax * 1.05 or 1]
+    if first_col:
+        y["title"] = {"text": y_title}
+    else:
+        y["showticklabels"] = False
+    return {f"xaxis{k}": x, f"yaxis{k}": y}
 
 
 def _unit(v: float) -> float:
