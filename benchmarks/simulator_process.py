@@ -56,6 +56,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SPECTOWER_CLI = (sys.executable, "-m", "spectower.console.cli")
 
 
+PORT_ATTEMPTS = 3  # a simulator's first start, on fresh ports each time its port was taken meanwhile
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -149,15 +152,28 @@ class SimulatorProcess:
         self.profile = profile
         self.admin_key = admin_key
         self.api_key = api_key
-        self.port = int(flags.pop("port", None) or free_port())
-        self.gpu_metrics_port = int(flags.pop("gpu_metrics_port", None) or free_port())
+        given_port, given_gpu_port = flags.pop("port", None), flags.pop("gpu_metrics_port", None)
         self.flags = flags
         self.start_timeout_s = start_timeout_s
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.gpu_metrics_url = f"http://127.0.0.1:{self.gpu_metrics_port}/metrics"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="spectower-sim-", suffix=".log", delete=False)  # noqa: SIM115
-        self.start()
+        # A port free_port() found free can be taken before the child binds it (another test's outgoing
+        # connection draws from the same ephemeral range; a full suite lost a fleet fixture to that once):
+        # ports picked here are picked again when the child says so; ports the caller gave are not.
+        for attempt in range(PORT_ATTEMPTS):
+            self._use_ports(int(given_port or free_port()), int(given_gpu_port or free_port()))
+            try:
+                self.start()
+                return
+            except RuntimeError as exc:
+                taken = "Address already in use" in str(exc)
+                if not taken or (given_port and given_gpu_port) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+
+    def _use_ports(self, port: int, gpu_metrics_port: int) -> None:
+        self.port, self.gpu_metrics_port = port, gpu_metrics_port
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.gpu_metrics_url = f"http://127.0.0.1:{self.gpu_metrics_port}/metrics"
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def _argv(self) -> list[str]:

@@ -48,3 +48,27 @@ def test_context_manager_stops(simulator_factory: SimulatorFactory) -> None:
     with SimulatorProcess(profile="llama31-8b-1x-h100") as sim:
         assert httpx.get(f"{sim.base_url}/health", timeout=5).status_code == 200
     assert not sim.running
+
+
+def test_a_port_taken_between_its_pick_and_the_childs_bind_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race a full suite lost a fleet fixture to: free_port() hands out a port that something else binds
+    before the simulator does. The child refuses it ("Address already in use"); the start picks again."""
+    import socket
+
+    from benchmarks import simulator_process
+
+    taker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taker.bind(("127.0.0.1", 0))
+    taker.listen()
+    taken = taker.getsockname()[1]
+    picks = iter([taken])
+    real = simulator_process.free_port
+    monkeypatch.setattr(simulator_process, "free_port", lambda: next(picks, None) or real())
+    sim = simulator_process.SimulatorProcess()
+    try:
+        assert sim.port != taken and httpx.get(f"{sim.base_url}/health", timeout=5).status_code == 200
+    finally:
+        sim.close()
+        taker.close()
