@@ -31,7 +31,9 @@ def _run(tmp_path: Path, cores: int, *args: str, **env: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("cores", "workers"), [(1, "2"), (2, "3"), (7, "8"), (16, "8")])
-def test_the_unit_lane_runs_a_worker_per_core_and_one_more_at_most_8(tmp_path: Path, cores: int, workers: str) -> None:
+def test_the_unit_lane_runs_a_worker_per_core_and_one_more_at_most_8(
+    tmp_path: Path, cores: int, workers: str
+) -> None:
     argv = _run(tmp_path, cores, "--fast", "-x")
     assert argv[1:6] == ["-m", "pytest", "-n", workers, "--dist"] and argv[-1] == "-x"
     assert "not integration and not slow and not sglang" in " ".join(argv)
