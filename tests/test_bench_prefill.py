@@ -20,3 +20,10 @@ def test_the_long_prompt_fits_the_server_or_the_probe_is_skipped() -> None:
     fits = prompt_limit(1000, None, 2)
     assert fits is not None and long_length(64, 1000) == fits < 1000  # what the server takes with 2 outputs
     assert long_length(64, 200) is None  # not clearly longer than the short prompt (4x): no slope to read
+
+
+def test_the_long_prompt_leaves_an_eagle_servers_draft_slots_free() -> None:
+    """The replay's cut and the probe's length are one rule: on a small context the probe's long prompt
+    leaves room for the draft slots SGLang counts on top of every prompt (topk x steps, 8 with topk 2 and 4
+    steps): 1 000 + 6 of context, less 8 slots, less its 2 outputs, less the BOS margin."""
+    assert long_length(64, 1000, 8) == prompt_limit(1000, None, 2, 8) == 1006 - 8 - 2 - 2

@@ -45,10 +45,11 @@ class PrefillProbe:
                 "long_ttft_s": self.long_ttft_s, "tok_s": self.tok_s}  # fmt: skip
 
 
-def long_length(short_len: int, server_max_input: int | None) -> int | None:
-    """The probe's long prompt: PROBE_LONG_LEN, within what the server takes (its ``max_req_input_len``);
-    None when that leaves no length clearly longer than the short prompt (4x)."""
-    limit = prompt_limit(server_max_input, None, PROBE_OUTPUT_LEN)
+def long_length(short_len: int, server_max_input: int | None, reserved_tokens: int = 0) -> int | None:
+    """The probe's long prompt: PROBE_LONG_LEN, within what the server takes (its ``max_req_input_len``,
+    less the draft slots an EAGLE server counts on top: ``ServerInfo.reserved_output_tokens``); None when
+    that leaves no length clearly longer than the short prompt (4x)."""
+    limit = prompt_limit(server_max_input, None, PROBE_OUTPUT_LEN, reserved_tokens)
     long_len = min(PROBE_LONG_LEN, limit) if limit is not None else PROBE_LONG_LEN
     return long_len if long_len >= 4 * short_len else None
 

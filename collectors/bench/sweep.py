@@ -331,7 +331,7 @@ async def run_sweep(
             # Borrow the knob (a sweep lock on the server; refused while others use the server or an
             # operator holds the knob, unless --force); given back with its owner in the finally below.
             result.knob_found = (await knob.borrow(await srv.requests_in_flight(client))).describe()
-            long_len = long_length(config.input_len, info.max_req_input_len)
+            long_len = long_length(config.input_len, info.max_req_input_len, info.reserved_output_tokens)
             if long_len is not None:  # before the levels: the server idle, its knob as found
                 result.prefill, used = await probe_prefill(
                     client, prompts, shape, config.input_len, long_len, next_index
