@@ -108,6 +108,14 @@ MAX_WINDOW_CYCLE_BATCHES = 1 << 20
 EXPLORE_CYCLE_ENV = "SPECTOWER_EXPLORE_CYCLE"
 WINDOW_EXPLORE_BATCHES = 384
 WINDOW_WARM_MAX_BATCHES = 1024
+# A window's parts are counted in time as well as in batches: the cold part lasts at least as long, per batch
+# of the cycle, as the last exploring part did. Drafted batches cost 2-5x a gated step where contexts are long
+# (Azure's conversation trace on the H200, 2026-12-04: drafting explored above a ceiling of 8 took 12 % of
+# the step time and cost 5.5-5.9 % of it, where the share asked for 2 % of the batches), so a share of batches
+# is a larger share of time; stretching the cold part keeps the exploring part's share of the time at its
+# share of the batches. A gap between two such batches longer than this counts as this: the server was idle,
+# not busy.
+WINDOW_MAX_BATCH_GAP_S = 0.5
 # The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
 # hundred tokens, so about as long as the exploring part.
 WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
@@ -149,6 +157,15 @@ def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None =
     return windows.explore_length(period) / _cycle_batches(windows, warm, period)
 
 
+def timed_share(batch_share: float, cost_ratio: float) -> float:
+    """A window part's share of the gated batches once the cold part keeps time (``ExploreWindows.step``
+    with a clock): drafting ``cost_ratio`` times as dear per step as a gated step stretches the cold part by
+    that much, so the part's batch share falls and its share of the time stays ``batch_share``."""
+    if batch_share <= 0.0:
+        return 0.0
+    return batch_share / (batch_share + (1.0 - batch_share) * max(1.0, cost_ratio))
+
+
 def _cycle_batches(windows: ExploreWindows, warm: int, period: int | None) -> int:
     """One cycle's batches: the cold part, the warm part, the exploring part."""
     return windows.cycle - windows.explore_batches + warm + windows.explore_length(period)
@@ -174,6 +191,12 @@ class ExploreWindows:
         self.warm_cut = 0
         self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
         self.batches = dict.fromkeys(PHASES, 0)
+        # time (module comment above WINDOW_MAX_BATCH_GAP_S): busy seconds of the current part, of the last
+        # exploring part, and the cold part's least seconds that follow from it
+        self._prev_now: float | None = None
+        self._busy_s = 0.0
+        self.last_explore_s: float | None = None
+        self.cold_min_s = 0.0
 
     @property
     def in_phase(self) -> int:
@@ -195,13 +218,28 @@ class ExploreWindows:
         over: half the part."""
         return self.explore_length(period) // 2
 
-    def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None) -> str:
+    def _elapse(self, now: float | None) -> None:
+        """Add the time since the previous batch (capped: idle is not busy) to the current part's."""
+        if now is None:
+            return
+        if self._prev_now is not None:
+            self._busy_s += min(max(now - self._prev_now, 0.0), WINDOW_MAX_BATCH_GAP_S)
+        self._prev_now = now
+
+    def _cold_done(self) -> bool:
+        return self._in_phase >= self.cycle - self.explore_batches and self._busy_s >= self.cold_min_s
+
+    def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None,
+             now: float | None = None) -> str:  # fmt: skip
         """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
         batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
-        ``period``: the share's, which sets the exploring part's length (``explore_length``)."""
+        ``period``: the share's, which sets the exploring part's length (``explore_length``); ``now``: a
+        monotonic clock's seconds (None: count batches only), by which the cold part lasts at least as long
+        per batch as the last exploring part did."""
         length = self.explore_length(period)
         self.cut_now = False
-        if self.phase == COLD and self._in_phase >= self.cycle - self.explore_batches:
+        self._elapse(now)
+        if self.phase == COLD and self._cold_done():
             self.phase, self._in_phase = WARM, 0
         if self.phase == WARM:
             pending = holes_pending()
@@ -212,7 +250,12 @@ class ExploreWindows:
                 self.warm_cut += cut
                 self.cut_now = cut
         elif self.phase == EXPLORE and self._in_phase >= length:
+            if now is not None:
+                self.last_explore_s = self._busy_s
+                self.cold_min_s = self._busy_s * (self.cycle - self.explore_batches) / max(1, self._in_phase)
             self.phase, self._in_phase = COLD, 0
+        if self._in_phase == 0:
+            self._busy_s = 0.0
         self._in_phase += 1
         self.batches[self.phase] += 1
         return self.phase
@@ -228,6 +271,8 @@ class ExploreWindows:
             "windows": self.windows,
             "warm_cut": self.warm_cut,
             "batches": dict(self.batches),
+            "last_explore_s": self.last_explore_s,
+            "cold_min_s": round(self.cold_min_s, 3),
         }
 
 
@@ -277,15 +322,17 @@ class Explorer:
         return self.windows.report(self.phase_now is not None)
 
     def next(self, batch_size: int, gated_by_ceiling: bool, period: int,
-             holes_pending: Callable[[], bool] = lambda: False) -> BatchPlan:  # fmt: skip
+             holes_pending: Callable[[], bool] = lambda: False,
+             now: float | None = None) -> BatchPlan:  # fmt: skip
         """``gated_by_ceiling``: the ceiling (its hysteresis included) gates this batch; ``period``: the
-        share's period, 0 when exploring is off or paused (a lock holds the knob). The windows' clock runs on
-        the batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
+        share's period, 0 when exploring is off or paused (a lock holds the knob); ``now``: a monotonic
+        clock's seconds for the windows' time (``ExploreWindows.step``). The windows' clock runs on the
+        batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
         if self.windows is None or not windowed(gated_by_ceiling, period):
             self.phase_now = None
             explore, settling = self.schedule.next(batch_size, period)
             return BatchPlan(explore, settling, None, False)
-        phase = self.windows.step(holes_pending, period)
+        phase = self.windows.step(holes_pending, period, now)
         self.phase_now = phase
         self.schedule.next(batch_size, 0)  # a run in a bin the ceiling drafts ends here
         if phase == EXPLORE:

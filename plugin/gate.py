@@ -10,6 +10,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,7 @@ class Gate:
         min_dwell: int = DEFAULT_GATE_MIN_DWELL,
         explore_share: float = 0.0,
         explore_cycle: int = WINDOW_CYCLE_BATCHES,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.ceiling: int | None = None  # None: unlimited until the first set
         self.margin_override = margin
@@ -96,6 +98,8 @@ class Gate:
         self.set_explore_share(explore_share)
         # which batches explore: runs, and windows among the batches the ceiling gates (plugin/explore.py)
         self.explorer = Explorer(explore_cycle)
+        # the windows' time (plugin/explore.py): a window's parts in seconds too; None counts batches only
+        self.clock = clock
         # The last decide()'s batch: the explorer's plan for it (explored: count() attributes its step change;
         # settling: counted apart; forget_holes: a window's warm part was cut short), and whether the
         # ceiling gated it (not exploration).
@@ -154,7 +158,8 @@ class Gate:
         of this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
-        self.plan = self.explorer.next(batch_size, closed, period, holes_pending)
+        self.plan = self.explorer.next(batch_size, closed, period, holes_pending,
+                                       self.clock() if self.clock is not None else None)
         self.gated_by_ceiling_now = closed and not self.plan.explore
         if self.plan.explore:
             self._decisions.append((batch_size, not closed))
@@ -239,4 +244,5 @@ class Gate:
             min_dwell=DEFAULT_GATE_MIN_DWELL if dwell is None else dwell,
             explore_share=_env_explore_share(),
             explore_cycle=_env_explore_cycle(),
+            clock=time.monotonic,  # inside SGLang the windows keep time (plugin/explore.py)
         )

@@ -231,13 +231,19 @@ class _Tables:
         # extend (the warm part), the rest is cold; a gated step's time: the warm and cold ones in proportion
         in_window = explore.window_explore_share(period=period) if period else 0.0
         kept = explore.kept_extend_share(period=period) / (1.0 - in_window)
-        windowed_rate = [1.0 / (kept / w + (1.0 - kept) / o) if w > 0 and o > 0 else o
-                         for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
+        # the cold part keeps time: where a drafted step costs k gated ones, the window's parts are a smaller
+        # share of the batches (explore.timed_share), the same share of the time
+        cost = [a * o / d if d > 0 and o > 0 else 1.0
+                for a, o, d in zip(accept, off_rate, on_rate, strict=True)]  # fmt: skip
+        in_window_at = [explore.timed_share(in_window, k) for k in cost]
+        kept_at = [explore.timed_share(kept, k) for k in cost]
+        windowed_rate = [1.0 / (k / w + (1.0 - k) / o) if w > 0 and o > 0 else o
+                         for k, w, o in zip(kept_at, warm_rate, off_rate, strict=True)]  # fmt: skip
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
-            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, in_window)
+            off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, in_window_at[c])
                                for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             never_draft=tuple(off_rate),

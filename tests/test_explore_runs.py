@@ -14,6 +14,7 @@ from spectower.plugin.explore import (
     RUN_LENGTH,
     WINDOW_CYCLE_BATCHES,
     WINDOW_EXPLORE_BATCHES,
+    WINDOW_MAX_BATCH_GAP_S,
     WINDOW_WARM_MAX_BATCHES,
     Explorer,
     ExploreSchedule,
@@ -227,6 +228,52 @@ def test_among_gated_batches_exploring_packs_into_windows_and_the_rest_is_cold()
     assert explorer.windows.explore_length(50) == 2 * round(WINDOW_CYCLE_BATCHES / 50)
     assert explorer.windows.explore_length(0) == 0
     assert explorer.windows.explore_length(2) == WINDOW_EXPLORE_BATCHES
+
+
+def _timed_windows(explore_step_s: float, cold_step_s: float, batches: int) -> tuple[list[str], float, float]:
+    """Walk ``batches`` gated batches through windows on an injected clock, each batch taking the step time of
+    its phase; (the phases, seconds spent exploring, seconds in all)."""
+    explorer, now, phases = Explorer(), 0.0, []
+    explored_s = total_s = 0.0
+    for _ in range(batches):
+        plan = explorer.next(64, True, 50, now=now)
+        step = explore_step_s if plan.explore else cold_step_s
+        now += step
+        total_s += step
+        explored_s += step if plan.explore else 0.0
+        phases.append(plan.phase or "")
+    return phases, explored_s, total_s
+
+
+def test_windows_keep_exploring_to_its_share_of_the_time_when_a_drafted_step_costs_more() -> None:
+    """Drafted batches cost 2-5x a gated step with long contexts (the H200 under Azure's replay): counted in
+    batches only, the exploring part took 12 % of the step time where the share meant a few %. With the clock,
+    the cold part after a window lasts as long per batch as the window did."""
+    cycle_batches = 6 * WINDOW_CYCLE_BATCHES
+    equal, equal_explored, equal_total = _timed_windows(0.008, 0.008, cycle_batches)
+    dear, dear_explored, dear_total = _timed_windows(0.032, 0.008, cycle_batches)
+    batch_share = equal.count("explore") / len(equal)
+    assert abs(equal_explored / equal_total - batch_share) < 0.002  # same cost: time share = batch share
+    # 4x dearer drafting: fewer windows in as many batches, and the time share stays near the batch share
+    assert dear.count("explore") < equal.count("explore") / 2
+    assert dear_explored / dear_total < 1.3 * batch_share
+    # without the clock (None) the same walk spends ~4x the share of the time exploring
+    explorer = Explorer()
+    steps = [0.032 if explorer.next(64, True, 50).explore else 0.008 for _ in range(cycle_batches)]
+    assert sum(s for s in steps if s > 0.008) / sum(steps) > 3 * batch_share
+
+
+def test_an_idle_server_does_not_stretch_the_next_cold_part() -> None:
+    windows = ExploreWindows()
+    now = 0.0
+    while windows.step(period=50, now=now) != "explore":
+        now += 0.008
+    for _ in range(windows.explore_length(50)):  # the window, idle for an hour in its middle
+        now += 3600.0 if windows.in_phase == 10 else 0.008
+        windows.step(period=50, now=now)
+    assert windows.phase == "cold" and windows.last_explore_s is not None
+    assert windows.last_explore_s <= windows.explore_length(50) * 0.008 + WINDOW_MAX_BATCH_GAP_S + 1e-9
+    assert windows.report(True)["cold_min_s"] == round(windows.cold_min_s, 3) > 0
 
 
 def test_cycle_zero_turns_windows_off_and_a_bad_cycle_is_one_line() -> None:

@@ -49,7 +49,7 @@ def test_the_h200_runs_explored_gated_rates_read_low_and_corrected_come_near(tmp
                            *(f"--run={r}" for r in runs), "--json", str(out)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    rows = {(r["bin"], r["run"]): r for r in json.loads(out.read_text())}
+    rows = {(r["bin"], r["run"]): r for r in json.loads(out.read_text())["lean"]}
     bin32 = rows[(32, "learn")]
     assert bin32["mode"] == "gated" and bin32["steps"] > 100
     assert 0.85 < bin32["ratio"] < 0.95  # the kept extend: explored gated batches serve ~0.9 of steady ones
@@ -64,3 +64,25 @@ def test_a_missing_steady_run_is_one_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip() == "--steady-on: no --run named 'on'"
+
+
+REPLAY = REPO_ROOT / "data/gpu-runs/h200-8b-early-pair-triton-replay-2026-12-04"
+
+
+def test_drafting_explored_above_learns_ceiling_under_the_azure_replay_took_a_tenth_of_the_step_time(
+    tmp_path: Path,
+) -> None:
+    """The 2026-12-04 replay: with the ceiling at 8, windows drafted bins where a drafted step costs 2.5-4.5x a
+    gated one (the fix: plugin/explore.py's windows keep time); threshold:16 gates fewer batches and paid less."""
+    db = tmp_path / "policy.db"
+    shutil.copy(REPLAY / "policy.db", db)
+    runs = ["threshold-16=1796354015.5:1796354259.5:16", "learn@8=1796354331.3:1796354512.8:8",
+            "off=1796353762:1796354009:0"]  # fmt: skip
+    out = tmp_path / "lean.json"
+    assert explore_lean.main(["--db", str(db), "--steady-on", "", "--min-steps", "30", "--json", str(out),
+                              *(f"--run={r}" for r in runs)]) == 0  # fmt: skip
+    cost = {c["run"]: c for c in json.loads(out.read_text())["cost"]}
+    assert set(cost) == {"threshold-16", "learn@8"}  # an operator's off explores nothing
+    assert 0.10 < cost["learn@8"]["explored_share"] < 0.14 and 0.04 < cost["learn@8"]["extra_share"] < 0.07
+    assert cost["threshold-16"]["explored_share"] < 0.05
+    assert cost["learn@8"]["extra_s"] < cost["learn@8"]["explored_s"]  # its tokens were worth something

@@ -8,6 +8,11 @@ nothing explores: those runs are the steady rates. For every bin this prints out
 mode, explored against steady, and the gated ratio again after learn's kept-extend correction
 (``kept_extend_tax``, control/policy/learn.py), which is what learn's estimate uses.
 
+Then what exploring cost each run under a ceiling, in time: the step seconds of drafting explored above the
+ceiling, and the seconds more than their tokens would have taken gated (the bin's own gated rate in that
+run), as shares of the run's step time. Explored drafting batches cost 2-5x a gated step where contexts are
+long (Azure's replay on the H200, 2026-12-04), so a share of batches is a larger share of time.
+
     python3 benchmarks/gpu/explore_lean.py --db policy.db --run learn=START:END:48 --run on=START:END:max \\
         --run off=START:END:0 [--steady-on on] [--steady-off off] [--json OUT.json]
 
@@ -94,9 +99,9 @@ def lean_table(
     bins = sorted({b for cells in totals.values() for b, _ in cells})
     rows = []
     for below, b in zip([0, *bins], bins, strict=False):
-        steady = {
-            "drafted": rate(totals[steady_on].get((b, "drafted")), min_steps),
-            "gated": rate(totals[steady_off].get((b, "gated")), min_steps),
+        steady = {  # no steady run of a mode (its name ""): no ratio for it
+            "drafted": rate(totals.get(steady_on, {}).get((b, "drafted")), min_steps),
+            "gated": rate(totals.get(steady_off, {}).get((b, "gated")), min_steps),
         }
         for run in runs:
             if run.name in (steady_on, steady_off):
@@ -123,6 +128,37 @@ def lean_table(
     return rows
 
 
+def explore_cost(
+    totals: dict[str, dict[tuple[int, str], list[float]]], runs: Sequence[Run], min_steps: int
+) -> list[dict[str, Any]]:
+    """Per run under a ceiling: its step seconds, the seconds of drafting explored above the ceiling, and
+    the extra seconds that cost (those steps' time less what their tokens took gated in the same bin, at
+    that bin's gated rate in the run). Only drafting above the ceiling is counted: every batch there is
+    gated by the ceiling, so each drafted one explored; below it the gate's margin and dwell also gate
+    batches, so a gated batch there need not be an explored one. Bins with fewer than ``min_steps`` gated
+    steps are left out of the extra."""
+    out = []
+    for run in runs:
+        if run.ceiling in (0, TOP):
+            continue  # an operator's run explores nothing
+        cells = totals[run.name]
+        bins = sorted({b for b, _ in cells})
+        total = sum(cell[2] for cell in cells.values())
+        explored = extra = 0.0
+        for below, b in zip([0, *bins], bins, strict=False):
+            cell = cells.get((b, "drafted"))
+            if explored_mode(below, b, bins, run.ceiling) != "drafted" or cell is None or not cell[1]:
+                continue
+            explored += cell[2]
+            gated = cells.get((b, "gated"))
+            if gated is not None and gated[0] >= min_steps and gated[1] > 0:
+                extra += cell[2] - cell[1] * gated[2] / gated[1]
+        if total > 0:
+            share = {"explored_share": explored / total, "extra_share": extra / total}
+            out.append({"run": run.name, "step_s": total, "explored_s": explored, "extra_s": extra, **share})
+    return out
+
+
 def explored_mode(below: int, b: int, bins: Sequence[int], ceiling: int) -> str | None:
     """The mode a run explored in the bin counting batches ``below + 1 .. b``: drafted when every one of them
     is above the ceiling, gated when every one is at or below it and the bin is not the ceiling's own (where
@@ -139,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL)")
     parser.add_argument("--run", action="append", default=[], help="NAME=START:END:CEILING, once per run")
-    parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on)")
-    parser.add_argument("--steady-off", default="off", help="the always-off run's name (default off)")
+    parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on; '' none)")
+    parser.add_argument(
+        "--steady-off", default="off", help="the always-off run's name (default off; '' none)"
+    )
     parser.add_argument(
         "--min-steps", type=int, default=50, help="fewer steps in a cell: no rate (default 50)"
     )
@@ -150,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [parse_run(text) for text in args.run]
         names = {r.name for r in runs}
         for flag, name in (("--steady-on", args.steady_on), ("--steady-off", args.steady_off)):
-            if name not in names:
+            if name and name not in names:
                 raise ValueError(f"{flag}: no --run named {name!r}")
         db = open_database(args.db, existing=True)
         servers = queries.servers(db)
@@ -173,8 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         for key, fmt in FORMATS:
             values.append("-" if row.get(key) is None else format(row[key], fmt))
         print(" ".join(f"{v:>{w}}" if w > 0 else f"{v:<{-w}}" for v, w in zip(values, widths, strict=True)))
+    costs = explore_cost(totals, runs, args.min_steps)
+    if costs:
+        print("drafting explored above the ceiling: step s, explored s (share), extra s over gated (share)")
+        for c in costs:
+            print(f"{c['run']:<14} {c['step_s']:8.1f} {c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
+                  f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"lean": rows, "cost": costs}, indent=1))
     return 0
 
 
