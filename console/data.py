@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
@@ -90,7 +91,26 @@ def combine_ranks(df: pd.DataFrame) -> dict[str, Any] | None:
             row[col] = float(values.sum())
         else:
             row[col] = float(values.sum() / len(values))
+    _weigh_accept(newest, row)
     return row
+
+
+def _weigh_accept(newest: pd.DataFrame, row: dict[str, Any]) -> None:
+    """Accept length and rate over DP ranks as the server's own: all tokens over all verify steps (a rank's
+    steps: its output tok/s over its accept length), the rate weighted by those steps. An idle rank (no
+    output) drafts nothing and leaves them as they are; a plain mean let it pull the figure toward 1. Where
+    no rank has both a positive output and accept length, the plain mean stands."""
+    out = newest["output_tok_s"].to_numpy(dtype=float, na_value=np.nan)
+    accept = newest["spec_accept_length"].to_numpy(dtype=float, na_value=np.nan)
+    usable = (out > 0) & (accept > 0)  # NaN compares False
+    if not usable.any():
+        return
+    steps = np.where(usable, out / np.where(usable, accept, 1.0), 0.0)
+    row["spec_accept_length"] = float(out[usable].sum() / steps.sum())
+    rate = newest["spec_accept_rate"].to_numpy(dtype=float, na_value=np.nan)
+    rated = usable & ~np.isnan(rate)
+    if rated.any():
+        row["spec_accept_rate"] = float((rate[rated] * steps[rated]).sum() / steps[rated].sum())
 
 
 def running_per_rank(latest: dict[str, Any] | None) -> float | None:

@@ -92,4 +92,13 @@ def combine_ranks(df: pd.DataFrame) -> dict[str, object] | None:
     for col in ("batches_drafted", "batches_gated"):
         values = newest[col].dropna()
         row[col] = int(values.sum()) if not values.empty else None
+    # accept: all tokens over all verify steps, over the ranks that made output and report an accept length
+    usable = newest[(newest["output_tok_s"] > 0) & (newest["spec_accept_length"] > 0)]
+    if not usable.empty:
+        steps = usable["output_tok_s"] / usable["spec_accept_length"]
+        row["spec_accept_length"] = float(usable["output_tok_s"].sum() / steps.sum())
+        rated = usable["spec_accept_rate"].notna()
+        if rated.any():
+            row["spec_accept_rate"] = float((usable["spec_accept_rate"][rated] * steps[rated]).sum()
+                                            / steps[rated].sum())  # fmt: skip
     return row

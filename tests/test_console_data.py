@@ -71,7 +71,7 @@ def test_latest_engine_sums_dp_ranks(db: Database) -> None:
     got = data.latest_engine(db, 1)
     assert got is not None
     assert got["num_running_reqs"] == 20 and got["output_tok_s"] == 200  # additive: summed
-    assert got["spec_accept_length"] == pytest.approx(2.5)  # the rest: averaged
+    assert got["spec_accept_length"] == pytest.approx(200 / (100 / 2 + 100 / 3))  # tokens over verify steps
     assert got["dp_ranks"] == 2
 
 
@@ -173,6 +173,23 @@ def test_bench_frames_count_and_order_points(db: Database) -> None:
     keys = list(zip(points["concurrency"], points["spec_on"], strict=True))
     assert keys == sorted(keys)
     assert data.last_setter(db, "http://nowhere") is None
+
+
+def test_accept_over_dp_ranks_is_all_tokens_over_all_steps_and_an_idle_rank_does_not_pull_it_down() -> None:
+    def combined(*ranks: tuple[float | None, float | None, float | None]) -> dict[str, Any]:
+        rows = [EngineSample(server_id=1, dp_rank=r, ts=1000.0, output_tok_s=tok, spec_accept_length=accept,
+                             spec_accept_rate=rate) for r, (tok, accept, rate) in enumerate(ranks)]  # fmt: skip
+        row = data.combine_ranks(data._frame(rows, EngineSample))
+        assert row is not None
+        return row
+
+    idle = combined((900.0, 3.0, 0.6), (0.0, 1.0, 0.0))  # rank 1 idle: it verified nothing
+    assert idle["spec_accept_length"] == pytest.approx(3.0) and idle["spec_accept_rate"] == pytest.approx(0.6)
+    busy = combined((100.0, 2.0, 0.4), (300.0, 3.0, 0.8))  # 50 + 100 steps made 400 tokens
+    assert busy["spec_accept_length"] == pytest.approx(400 / 150)
+    assert busy["spec_accept_rate"] == pytest.approx((0.4 * 50 + 0.8 * 100) / 150)
+    unknown = combined((None, 2.0, None), (None, 3.0, None))  # no output figure: the plain mean stands
+    assert unknown["spec_accept_length"] == pytest.approx(2.5)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
