@@ -177,8 +177,8 @@ def test_bench_frames_count_and_order_points(db: Database) -> None:
 
 def test_accept_over_dp_ranks_is_all_tokens_over_all_steps_and_an_idle_rank_does_not_pull_it_down() -> None:
     def combined(*ranks: tuple[float | None, float | None, float | None]) -> dict[str, Any]:
-        rows = [EngineSample(server_id=1, dp_rank=r, ts=1000.0, output_tok_s=tok, spec_accept_length=accept,
-                             spec_accept_rate=rate) for r, (tok, accept, rate) in enumerate(ranks)]  # fmt: skip
+        rows = [EngineSample(server_id=1, dp_rank=r, ts=1000.0, output_tok_s=tok, spec_accept_length=a,
+                             spec_accept_rate=rate) for r, (tok, a, rate) in enumerate(ranks)]  # fmt: skip
         row = data.combine_ranks(data._frame(rows, EngineSample))
         assert row is not None
         return row
