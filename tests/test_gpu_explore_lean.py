@@ -73,7 +73,7 @@ def test_drafting_explored_above_learns_ceiling_under_the_azure_replay_took_a_te
     tmp_path: Path,
 ) -> None:
     """The 2026-12-04 replay: with the ceiling at 8, windows drafted bins where a drafted step costs 2.5-4.5x
-    a gated one (the fix: plugin/explore.py's windows keep time); threshold:16 gates fewer batches, paid less."""
+    a gated one (fixed since: plugin/explore.py's windows keep time); threshold:16 gated less, paid less."""
     db = tmp_path / "policy.db"
     shutil.copy(REPLAY / "policy.db", db)
     runs = ["threshold-16=1796354015.5:1796354259.5:16", "learn@8=1796354331.3:1796354512.8:8",
