@@ -199,6 +199,16 @@ def replay(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
+def _with_records(figures_json: str, records: dict[str, Any]) -> str:
+    """``figures_json`` (an indented object) with the ``records`` block added last, one line per column:
+    indented entry by entry, 1 738 requests would take 20 000 lines."""
+    from ..errors import strict_json
+
+    columns = ",\n".join(f"    {strict_json(name)}: {strict_json(column, indent=None)}"
+                          for name, column in records.items())  # fmt: skip
+    return f'{figures_json.removesuffix("}").rstrip()},\n  "records": {{\n{columns}\n  }}\n}}'
+
+
 def _report(result: ReplayResult, database: Database | None, as_json: bool) -> None:
     """Save the run (when a database is given) and print its figures, as a table or one JSON object."""
     from ..errors import strict_json
@@ -212,10 +222,12 @@ def _report(result: ReplayResult, database: Database | None, as_json: bool) -> N
         run_id = int(database.save_bench_run(run, points))
         database.close()
     if as_json:
+        from ...collectors.bench.replay_records import replay_records
+
         cfg = result.config
         head = {"server": cfg.server, "run_id": run_id, "params": cfg.params(), "knob": result.knob,
                 "interrupted": result.interrupted}  # fmt: skip
-        print(strict_json({**head, **figures}))
+        print(_with_records(strict_json({**head, **figures}), replay_records(result).to_json()))
         return
     _print_replay(result, figures)
     if run_id is not None and database is not None:
