@@ -293,8 +293,7 @@ def _ratio_cell(row: dict[str, Any], ratio: str) -> str:
 
 
 def print_table(scored: dict[str, Any]) -> None:
-    rows, pooled = scored["runs"], scored["pooled"]
-    against = scored["against"]
+    rows, against = scored["runs"], scored["against"]
     refs = scored["reference_runs"]
     mean = f" ({', '.join(refs)}: their mean)" if len(refs) > 1 else ""
     print(
@@ -310,7 +309,13 @@ def print_table(scored: dict[str, Any]) -> None:
         print(f"{policy:16}" + "".join(f" {cell:>9}" for cell in cells))
     if against is None:
         print("no fixed policy (on, off, threshold-N) among the runs: no ratios")
-        return
+    else:
+        print_ratios(scored)
+
+
+def print_ratios(scored: dict[str, Any]) -> None:
+    """Each run's ratios to the best fixed policy, then each policy run more than once, pooled."""
+    rows, pooled, against = scored["runs"], scored["pooled"], scored["against"]
     if scored["blocks"]:
         spread = " [lowest-highest of its runs]" if pooled else ""
         print(f"ratios to {against}: point (95 % interval){spread}; the interval from a paired bootstrap of "
@@ -319,8 +324,11 @@ def print_table(scored: dict[str, Any]) -> None:
     else:
         why = next(iter(rows.values()))["no_interval"]
         print(f"ratios to {against}: no interval ({why})")
-    heads = ("goodput/", "ttft p99/", "e2e p50/")
-    print((f"{'policy':16}" + "".join(f" {head:<34}" for head in heads)).rstrip())
+    print(
+        (
+            f"{'policy':16}" + "".join(f" {head:<34}" for head in ("goodput/", "ttft p99/", "e2e p50/"))
+        ).rstrip()
+    )
     named = [(policy, row) for policy, row in sorted(rows.items())]
     named += [(f"{group} x{len(row['runs'])}", row) for group, row in sorted(pooled.items())]
     for policy, row in named:
