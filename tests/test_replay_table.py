@@ -232,3 +232,18 @@ def test_a_bad_or_missing_record_field_is_one_line_naming_the_file_and_field(
     run = _main(str(good), str(bad))
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.splitlines() == [f"error: {bad}: {message}"]
+
+
+def test_a_ratio_undefined_in_many_draws_says_so_rather_than_printing_a_bound(tmp_path: Path) -> None:
+    trace = Trace.make(5, 4, per_block=10)
+    off = run_doc(trace, 1)
+    # one request of 40 met the SLO: a third of the draws of 4 blocks miss its block, and divide by 0
+    off["records"]["slo_met"] = [i == 0 for i in range(40)]
+    off["slo_met"], off["goodput_rps"] = 1, 1 / off["span_s"]
+    learn = run_doc(trace, 2)
+    run = _main(str(write(tmp_path, "off", off)), str(write(tmp_path, "learn", learn)), "--draws", "200")
+    assert run.returncode == 0, run.stderr
+    learn_line = [line for line in run.stdout.splitlines() if line.startswith("learn ")][-1]
+    point = f"{learn['goodput_rps'] / off['goodput_rps']:.3f}"
+    assert learn_line.split()[1:3] == [point, "(undefined*)"]  # the goodput cell: its point, no bounds
+    assert "only 4 blocks" in run.stdout and "* undefined:" in run.stdout

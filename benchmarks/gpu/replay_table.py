@@ -53,6 +53,7 @@ DEFAULT_BLOCK_S = 30.0
 DEFAULT_DRAWS = 2000
 DEFAULT_SEED = 1
 LOW_Q, HIGH_Q = 2.5, 97.5  # a 95 % interval
+FEW_BLOCKS = 10  # under it the block bootstrap's interval is too narrow to trust (see the tests)
 MOST_UNDEFINED = 0.05  # of the draws: past it a ratio gets no interval (e.g. no goodput in the drawn blocks)
 SAME_TIME_S = 1e-5  # two runs' scheduled times this close are one arrival (they are kept to the microsecond)
 
@@ -285,9 +286,9 @@ def _f(value: Any, digits: int = 3) -> str:
 
 def _ratio_cell(row: dict[str, Any], ratio: str) -> str:
     cell = _f(row.get(ratio))
-    interval = (row.get("intervals") or {}).get(ratio)
-    if interval is not None:
-        cell += f" ({interval[0]:.3f}-{interval[1]:.3f})"
+    if row.get("intervals"):
+        interval = row["intervals"][ratio]
+        cell += " (undefined*)" if interval is None else f" ({interval[0]:.3f}-{interval[1]:.3f})"
     spread = row.get(f"{ratio}_spread")
     return cell + (f" [{spread[0]:.3f}-{spread[1]:.3f}]" if spread else "")
 
@@ -321,6 +322,9 @@ def print_ratios(scored: dict[str, Any]) -> None:
         print(f"ratios to {against}: point (95 % interval){spread}; the interval from a paired bootstrap of "
               f"{scored['blocks']} blocks of {scored['block_s']:g} s of arrivals ({scored['draws']} draws, "
               f"seed {scored['seed']})")  # fmt: skip
+        if scored["blocks"] < FEW_BLOCKS:
+            print(f"only {scored['blocks']} blocks: with under {FEW_BLOCKS} the bootstrap's interval runs "
+                  "narrow (a longer replay or a shorter --block gives more)")  # fmt: skip
     else:
         why = next(iter(rows.values()))["no_interval"]
         print(f"ratios to {against}: no interval ({why})")
@@ -335,6 +339,11 @@ def print_ratios(scored: dict[str, Any]) -> None:
         line = f"{policy:16}" + "".join(f" {_ratio_cell(row, ratio):<34}" for ratio in RATIOS)
         why = row.get("no_interval")
         print(line.rstrip() + (f"  no interval: {why}" if why and scored["blocks"] else ""))
+    if any(" (undefined*)" in _ratio_cell(row, ratio) for _, row in named for ratio in RATIOS):
+        print(
+            f"* undefined: the figure was missing or the reference's was 0 in more than "
+            f"{MOST_UNDEFINED:.0%} of the draws (few blocks, or blocks where none met the SLO)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

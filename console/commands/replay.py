@@ -131,6 +131,8 @@ TRACE_HELP = ("a request trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens: Azu
               "format), e.g. data/traces/AzureLLMInferenceTrace_conv_first30min.csv")
 MAX_IN_FLIGHT_HELP = "safety limit: an arrival finding this many in flight is not sent (counted as failed)"
 RATE_SCALE_HELP = "send about X times the trace's requests (0.5 thins, 2 thickens; seeded)"
+JSON_HELP = ("Print one JSON object instead of the table: the figures, then every arrival's outcome "
+             "(records: one list per field)")
 MAX_CONTEXT_HELP = "cut prompts to this many tokens (always: so prompt and output fit the server's context)"
 
 
@@ -154,7 +156,7 @@ def replay(
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
     save: bool = typer.Option(False, "--save", help="Save the run in the database (like a sweep)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:  # fmt: skip
     """Send a request trace open-loop: each request at its time, its prompt length, its output forced.
 
