@@ -207,6 +207,8 @@ def _break(doc: dict[str, Any], how: str) -> None:
         records["version"] = 7
     elif how == "span_s":
         del doc["span_s"]
+    elif how == "goodput_rps":
+        doc["goodput_rps"] = "fast"
 
 
 @pytest.mark.parametrize(
@@ -219,6 +221,7 @@ def _break(doc: dict[str, Any], how: str) -> None:
         ("index[5]", "records.index[5]: arrivals must be in ascending order, each once"),
         ("version", "records.version: expected 1, got 7"),
         ("span_s", "span_s: expected the replay's span in seconds (> 0), got None"),
+        ("goodput_rps", "goodput_rps: expected a number, got 'fast'"),
     ],
 )
 def test_a_bad_or_missing_record_field_is_one_line_naming_the_file_and_field(

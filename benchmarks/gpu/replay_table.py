@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import re
 import statistics
@@ -81,13 +82,22 @@ def read_run(path: Path) -> ReplayRun:
     missing = [key for key in FIGURES if not isinstance(doc, dict) or key not in doc]
     if missing:
         raise ValueError(f"{path}: not a bench replay --json result (missing {', '.join(missing)})")
+    for key in FIGURES:  # a latency is null when nothing completed; goodput is always a number
+        value = doc[key]
+        if not (_is_number(value) or (value is None and key != "goodput_rps")):
+            raise ValueError(f"{path}: {key}: expected a number{'' if key == 'goodput_rps' else ' or null'}, "
+                             f"got {value!r}")  # fmt: skip
     records = None
     if "records" in doc:
         records = read_replay_records(doc["records"], str(path))
         span = doc.get("span_s")
-        if not isinstance(span, int | float) or isinstance(span, bool) or not span > 0:
+        if not _is_number(span) or not span > 0:
             raise ValueError(f"{path}: span_s: expected the replay's span in seconds (> 0), got {span!r}")
     return ReplayRun(path=path, figures=doc, records=records)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_fixed(policy: str) -> bool:
