@@ -14,11 +14,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from spectower.collectors.bench.replay_records import read_replay_records
 from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun
+from spectower.storage.request_traces import load_request_trace, percentile, schedule
 from sqlmodel import select
 
 from benchmarks.simulator_process import H100, SimulatorFactory, curve_profile, write_profile
@@ -96,6 +99,7 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     assert b["peak_in_flight"] > 2 * REPLAY_SHAPE["max_running_requests"]
     assert b["ttft_p99_s"] > 3 * a["ttft_p99_s"] and b["ttft_p99_s"] > 0.3
     assert b["slo_met"] < ROWS and b["goodput_rps"] < b["request_rps"]  # the queued ones missed 200 ms
+    _check_records(b, burst.stdout, trace, speedup=1000)
 
     database = open_database(f"sqlite:///{db}", existing=True)
     try:
@@ -123,12 +127,14 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
 
     slo = ("--slo", "ttft=200ms,itl=100ms")
     spread_slo = _replay(sim.base_url, trace, "--speedup", "2", "--max-context", "64", *slo)
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    (runs / "replay-threshold-2.json").write_text(spread_slo.stdout)
-    (runs / "replay-learn.json").write_text(burst.stdout)
-    rows = replay_table.table({replay_table.policy_of(p): replay_table.read_run(p)
-                               for p in sorted(runs.glob("replay-*.json"))})  # fmt: skip
+    run_dir = tmp_path / "runs"
+    run_dir.mkdir()
+    (run_dir / "replay-threshold-2.json").write_text(spread_slo.stdout)
+    (run_dir / "replay-learn.json").write_text(burst.stdout)
+    boot = replay_table.Bootstrap(block_s=1.0, draws=200)
+    scored = replay_table.table({replay_table.policy_of(p): replay_table.read_run(p)
+                                 for p in sorted(run_dir.glob("replay-*.json"))}, boot)  # fmt: skip
+    rows = scored["runs"]
     assert rows["learn"]["against"] == rows["threshold-2"]["against"] == "threshold-2"
     # the best fixed policy is chosen among the fixed ones only (learn's goodput here, over a span 500x
     # shorter, is the higher)
@@ -137,6 +143,16 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     assert rows["learn"]["goodput_ratio"] == pytest.approx(b["goodput_rps"] / fixed["goodput_rps"])
     assert rows["learn"]["ttft_p99_ratio"] == pytest.approx(b["ttft_p99_s"] / fixed["ttft_p99_s"])
     assert rows["learn"]["ttft_p99_ratio"] > 3
+    # the burst's arrivals are not the spread one's: no interval; two runs of one schedule pair and get one
+    assert rows["learn"]["intervals"] is None and rows["learn"]["no_interval"].startswith("other arrivals")
+    (run_dir / "replay-learn.json").write_text(spread.stdout)
+    paired = replay_table.table({replay_table.policy_of(p): replay_table.read_run(p)
+                                 for p in sorted(run_dir.glob("replay-*.json"))}, boot)  # fmt: skip
+    assert paired["blocks"] >= 4  # 12 arrivals over 4.7 s, blocks of 1 s
+    learn = paired["runs"]["learn"]
+    assert learn["no_interval"] is None and set(learn["intervals"]) == set(replay_table.RATIOS)
+    lo, hi = learn["intervals"]["e2e_p50_ratio"]
+    assert 0 < lo <= hi
 
     exported = tmp_path / "replay.csv"
     run = subprocess.run(
@@ -156,6 +172,34 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     # twelve arrivals in 10 ms; the first two answers take 60 ms or more: ten find two in flight
     assert fig["shed"] >= 8 and fig["completed"] == ROWS - fig["shed"] and fig["failed"] == fig["shed"]
     assert fig["peak_in_flight"] == 2
+    shed = read_replay_records(fig["records"], "shed run")
+    assert len(shed) == ROWS and shed.status.count("shed") == fig["shed"]
+    assert shed.status.count("ok") == fig["completed"]
+    for i, status in enumerate(shed.status):  # a shed arrival was never sent
+        assert (status == "shed") == (shed.sent_s[i] is None) == (shed.prompt_tokens[i] is None)
+        assert status == "ok" or not shed.slo_met[i]
+
+
+def _check_records(figures: dict[str, Any], stdout: str, trace: Path, speedup: float) -> None:
+    """The run's per-request records, read back, are the schedule's arrivals and add up to its figures."""
+    records = read_replay_records(figures["records"], "burst run")
+    planned = schedule(load_request_trace(str(trace)), speedup, 1.0, 1)
+    assert records.index == list(range(ROWS)) and records.row == [a.row for a in planned]
+    assert records.scheduled_s == pytest.approx([a.t_s for a in planned], abs=1e-6)
+    sent_due = zip(records.sent_s, records.scheduled_s, strict=True)
+    assert all(sent is not None and sent >= due - 1e-5 for sent, due in sent_due)
+    assert records.status == ["ok"] * ROWS and records.error == [None] * ROWS
+    assert records.prompt_tokens == [64] * ROWS  # every prompt cut to --max-context
+    assert records.output_tokens == [a.output_tokens for a in planned]  # each forced to its GeneratedTokens
+    assert sum(records.slo_met) == figures["slo_met"]
+    ttft = [t for t in records.ttft_s if t is not None]
+    e2e = [t for t in records.e2e_s if t is not None]
+    assert percentile(ttft, 99) == pytest.approx(figures["ttft_p99_s"], abs=1e-5)
+    assert percentile(e2e, 50) == pytest.approx(figures["e2e_p50_s"], abs=1e-5)
+    itl = [(e - t) / (n - 1) for t, e, n in zip(ttft, e2e, records.output_tokens, strict=True)]
+    assert records.itl_s == pytest.approx(itl, abs=1e-5)  # the mean ITL the SLO checks
+    # one line per column, not per value: ~100 bytes a request (a 1 738-request replay: ~170 kB)
+    assert len(stdout) - stdout.index('"records"') < 150 * ROWS
 
 
 def test_an_unreachable_server_is_one_error_line(tmp_path: Path) -> None:

@@ -4,26 +4,68 @@
 replay --json``) once per policy and keeps each run's figures in ``replay-<policy>.json``. In open loop every
 policy serves the same tokens once the queue drains, so the runs are compared by goodput (requests per second
 that met the SLO) and latency, not tokens. The best fixed policy is the fixed one (always on, always off, a
-threshold) with the most goodput; every run is set against it: its goodput ratio and its p99 TTFT ratio (the
-item asks learn >= 0.98 and within 10 %).
+threshold) with the most goodput; every run is set against it: its goodput ratio, its p99 TTFT ratio (the
+item asks learn >= 0.98 and within 10 %) and its median end-to-end ratio.
+
+A policy run more than once (``learn``, ``learn-2``: measure_off.sh names a repeat ``-2``) is listed run by
+run and pooled in one row: the mean of its runs' ratios and their spread (lowest-highest). A fixed policy's
+repeats are pooled the same way before the best is chosen, and the best is its runs' mean.
+
+Intervals: a run whose --json carries its per-request records (collectors/bench/replay_records.py) gets a 95 %
+interval on each ratio from a paired block bootstrap. The arrivals are cut into blocks of ``--block`` seconds
+of scheduled arrival time (30 s: a burst stays in one block); a draw takes as many blocks as there are, with
+replacement, the same blocks for every run (one trace, one seed: the same arrivals, paired by their index),
+and recomputes each run's goodput (SLO-met requests of the drawn blocks over the run's span), p99 TTFT and
+median end-to-end latency, so a ratio's interval keeps the two runs' shared bursts together. The bounds are
+the 2.5th and 97.5th percentiles of ``--draws`` draws, seeded (``--seed``): the same files, the same table.
+The interval says how much the ratio depends on which stretches of the trace were replayed, not how much a
+second run on the same server would move (the repeats' spread says that). A run without records, or with
+other arrivals than the best fixed policy's, prints "no interval" and why.
 
     python3 benchmarks/gpu/replay_table.py replay-learn.json replay-on.json ... [--json OUT.json]
+        [--block 30] [--draws 2000] [--seed 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
+import re
+import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from spectower.collectors.bench.replay_records import ReplayRecords, read_replay_records
 from spectower.storage.files import parse_json_text, read_text_capped
+from spectower.storage.request_traces import percentile
 
-MAX_REPLAY_BYTES = 4 * 1024 * 1024  # one run's --json is a few kB
+MAX_REPLAY_BYTES = 32 * 1024 * 1024  # one run's --json: a few kB of figures, ~100 bytes a request of records
 FIXED_PREFIXES = ("on", "off", "threshold")  # how measure_off.sh labels the fixed policies' runs
 FIGURES = ("goodput_rps", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tok_s", "completed", "failed")
+# each ratio against the best fixed policy and the figure it divides
+RATIOS = {"goodput_ratio": "goodput_rps", "ttft_p99_ratio": "ttft_p99_s", "e2e_p50_ratio": "e2e_p50_s"}
+DEFAULT_BLOCK_S = 30.0
+DEFAULT_DRAWS = 2000
+DEFAULT_SEED = 1
+LOW_Q, HIGH_Q = 2.5, 97.5  # a 95 % interval
+FEW_BLOCKS = 10  # under it the block bootstrap's interval is too narrow to trust (see the tests)
+MOST_UNDEFINED = 0.05  # of the draws: past it a ratio gets no interval (e.g. no goodput in the drawn blocks)
+SAME_TIME_S = 1e-5  # two runs' scheduled times this close are one arrival (they are kept to the microsecond)
+
+
+@dataclass(frozen=True)
+class ReplayRun:
+    """One ``bench replay --json`` result: its figures, and its per-request records when it has them."""
+
+    path: Path
+    figures: dict[str, Any]
+    records: ReplayRecords | None
 
 
 def policy_of(path: Path) -> str:
@@ -31,8 +73,8 @@ def policy_of(path: Path) -> str:
     return path.stem.removeprefix("replay-")
 
 
-def read_run(path: Path) -> dict[str, Any]:
-    """One ``bench replay --json`` object; a figure it lacks is a one-line error naming the file."""
+def read_run(path: Path) -> ReplayRun:
+    """One ``bench replay --json`` result; a figure or record field it lacks is one line naming the file."""
     try:
         doc = parse_json_text(read_text_capped(path, MAX_REPLAY_BYTES))
     except ValueError as exc:
@@ -40,56 +82,300 @@ def read_run(path: Path) -> dict[str, Any]:
     missing = [key for key in FIGURES if not isinstance(doc, dict) or key not in doc]
     if missing:
         raise ValueError(f"{path}: not a bench replay --json result (missing {', '.join(missing)})")
-    return doc
+    for key in FIGURES:  # a latency is null when nothing completed; goodput is always a number
+        value = doc[key]
+        if not (_is_number(value) or (value is None and key != "goodput_rps")):
+            raise ValueError(f"{path}: {key}: expected a number{'' if key == 'goodput_rps' else ' or null'}, "
+                             f"got {value!r}")  # fmt: skip
+    records = None
+    if "records" in doc:
+        records = read_replay_records(doc["records"], str(path))
+        span = doc.get("span_s")
+        if not _is_number(span) or not span > 0:
+            raise ValueError(f"{path}: span_s: expected the replay's span in seconds (> 0), got {span!r}")
+    return ReplayRun(path=path, figures=doc, records=records)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_fixed(policy: str) -> bool:
     return policy.split("-", 1)[0] in FIXED_PREFIXES
 
 
-def table(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy its figures and, against the best fixed policy (most goodput), goodput and TTFT ratios."""
-    fixed = [p for p in runs if is_fixed(p)]
-    best = max(fixed, key=lambda p: runs[p]["goodput_rps"]) if fixed else None
-    out: dict[str, dict[str, Any]] = {}
-    for policy, run in runs.items():
-        row = {key: run[key] for key in FIGURES}
-        if best is not None:
-            ref = runs[best]
-            row["against"] = best
-            row["goodput_ratio"] = run["goodput_rps"] / ref["goodput_rps"] if ref["goodput_rps"] else None
-            ttft, ref_ttft = run["ttft_p99_s"], ref["ttft_p99_s"]
-            row["ttft_p99_ratio"] = ttft / ref_ttft if ttft is not None and ref_ttft else None
-        out[policy] = row
+def repeat_groups(labels: Sequence[str]) -> dict[str, list[str]]:
+    """Runs of one policy together: ``learn-2`` is a repeat of ``learn`` when ``learn`` is one of the runs
+    (``threshold-16`` alone is not a repeat of anything)."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        repeat = re.fullmatch(r"(.+)-(\d+)", label)
+        first = repeat[1] if repeat and int(repeat[2]) >= 2 and repeat[1] in labels else label
+        groups.setdefault(first, []).append(label)
+    return groups
+
+
+def ratios_to(figures: dict[str, dict[str, Any]], reference: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each run's RATIOS against the mean of the ``reference`` runs' figures (None where either is missing
+    or the reference is 0)."""
+    out: dict[str, dict[str, Any]] = {label: {} for label in figures}
+    for ratio, key in RATIOS.items():
+        refs = [figures[label][key] for label in reference]
+        ref = statistics.fmean(refs) if refs and None not in refs else None
+        for label, figs in figures.items():
+            value = figs[key]
+            out[label][ratio] = value / ref if value is not None and ref else None
     return out
+
+
+def pooled_mean(per_run: dict[str, dict[str, Any]], members: Sequence[str], ratio: str) -> float | None:
+    values = [per_run[label][ratio] for label in members]
+    return statistics.fmean(values) if values and None not in values else None
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """One run's requests by block of scheduled arrival time: per block the requests that met the SLO, and
+    the TTFT and end-to-end latencies of those that completed (as ``open_loop_figures`` counts them), each
+    block's in order: a draw's latencies are then a few sorted runs, which ``percentile``'s sort merges
+    several times faster than it sorts them shuffled."""
+
+    span_s: float
+    met: list[int]
+    ttft_s: list[list[float]]
+    e2e_s: list[list[float]]
+
+    def figures(self, draw: Sequence[int]) -> dict[str, float | None]:
+        ttft = list(chain.from_iterable(self.ttft_s[b] for b in draw))
+        e2e = list(chain.from_iterable(self.e2e_s[b] for b in draw))
+        return {
+            "goodput_rps": sum(self.met[b] for b in draw) / self.span_s,
+            "ttft_p99_s": percentile(ttft, 99) if ttft else None,
+            "e2e_p50_s": percentile(e2e, 50) if e2e else None,
+        }
+
+
+def cut_in_blocks(run: ReplayRun, starts: dict[int, int], blocks: int) -> Blocked:
+    """``run``'s records by block (``starts``: the block of each arrival index)."""
+    assert run.records is not None
+    rec = run.records
+    cut = Blocked(float(run.figures["span_s"]), [0] * blocks, [[] for _ in range(blocks)],
+                  [[] for _ in range(blocks)])  # fmt: skip
+    for i, index in enumerate(rec.index):
+        block = starts[index]
+        cut.met[block] += rec.slo_met[i]
+        if rec.status[i] == "ok":
+            if (ttft := rec.ttft_s[i]) is not None:
+                cut.ttft_s[block].append(ttft)
+            if (e2e := rec.e2e_s[i]) is not None:
+                cut.e2e_s[block].append(e2e)
+    for latencies in (*cut.ttft_s, *cut.e2e_s):
+        latencies.sort()
+    return cut
+
+
+def same_arrivals(a: ReplayRecords, b: ReplayRecords) -> bool:
+    return a.index == b.index and all(
+        abs(x - y) <= SAME_TIME_S for x, y in zip(a.scheduled_s, b.scheduled_s, strict=True)
+    )
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    block_s: float = DEFAULT_BLOCK_S
+    draws: int = DEFAULT_DRAWS
+    seed: int = DEFAULT_SEED
+
+
+Bounds = dict[str, tuple[float, float] | None]  # per ratio, its interval (None: undefined too often)
+
+
+@dataclass(frozen=True)
+class Intervals:
+    runs: dict[str, Bounds]  # per run
+    pools: dict[str, Bounds]  # per policy run more than once: the interval of its runs' mean
+    blocks: int
+
+
+def paired_intervals(
+    runs: dict[str, ReplayRun], reference: Sequence[str], groups: dict[str, list[str]], boot: Bootstrap
+) -> Intervals:
+    """Each ratio's interval from ``boot``'s paired block bootstrap, per run and per policy run more than
+    once. ``runs`` all have the reference's arrivals."""
+    first = next(iter(runs.values())).records
+    assert first is not None
+    ids = sorted({int(t // boot.block_s) for t in first.scheduled_s})
+    position = {block: n for n, block in enumerate(ids)}
+    starts = {index: position[int(t // boot.block_s)]
+              for index, t in zip(first.index, first.scheduled_s, strict=True)}  # fmt: skip
+    cut = {label: cut_in_blocks(run, starts, len(ids)) for label, run in runs.items()}
+    pools = {group: members for group, members in groups.items()
+             if len(members) > 1 and set(members) <= set(runs)}  # fmt: skip
+    by_run: dict[str, dict[str, list[float | None]]] = {label: {r: [] for r in RATIOS} for label in runs}
+    by_pool: dict[str, dict[str, list[float | None]]] = {group: {r: [] for r in RATIOS} for group in pools}
+    rng = random.Random(boot.seed)
+    for _ in range(boot.draws):
+        draw = [rng.randrange(len(ids)) for _ in ids]  # the same blocks for every run: paired
+        per_run = ratios_to({label: blocked.figures(draw) for label, blocked in cut.items()}, reference)
+        for ratio in RATIOS:
+            for label in runs:
+                by_run[label][ratio].append(per_run[label][ratio])
+            for group, members in pools.items():
+                by_pool[group][ratio].append(pooled_mean(per_run, members, ratio))
+
+    def interval(samples: dict[str, dict[str, list[float | None]]]) -> dict[str, Bounds]:
+        return {key: {ratio: bounds(values) for ratio, values in by.items()} for key, by in samples.items()}
+
+    return Intervals(interval(by_run), interval(by_pool), len(ids))
+
+
+def bounds(draws: Sequence[float | None]) -> tuple[float, float] | None:
+    """The 95 % percentile interval of ``draws``; None when too many of them are undefined."""
+    defined = [v for v in draws if v is not None]
+    if not defined or len(draws) - len(defined) > MOST_UNDEFINED * len(draws):
+        return None
+    return percentile(defined, LOW_Q), percentile(defined, HIGH_Q)
+
+
+def interval_runs(
+    runs: dict[str, ReplayRun], reference: Sequence[str]
+) -> tuple[dict[str, ReplayRun], dict[str, str]]:
+    """The runs that can be paired with the reference's arrivals, and why each other run cannot."""
+    ref_records = [runs[label].records for label in reference]
+    if not reference or any(r is None for r in ref_records):
+        why = "the best fixed policy's run has no per-request records" if reference else "no fixed policy"
+        return {}, dict.fromkeys(runs, why)
+    base = ref_records[0]
+    assert base is not None
+    paired: dict[str, ReplayRun] = {}
+    why_not: dict[str, str] = {}
+    for label, run in runs.items():
+        if run.records is None:
+            why_not[label] = "no per-request records"
+        elif not same_arrivals(run.records, base):
+            why_not[label] = f"other arrivals than {reference[0]}'s (trace, speedup, rate scale, seed)"
+        else:
+            paired[label] = run
+    if set(reference) - set(paired):
+        return {}, dict.fromkeys(runs, "the best fixed policy's runs have different arrivals")
+    return paired, why_not
+
+
+def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str, Any]:
+    """Per run and per pooled policy its ratios against the best fixed policy, with intervals where the
+    records allow (see the module's docstring)."""
+    boot = boot or Bootstrap()
+    groups = repeat_groups(list(runs))
+    goodput = {group: statistics.fmean(runs[label].figures["goodput_rps"] for label in members)
+               for group, members in groups.items() if is_fixed(group)}  # fmt: skip
+    best = max(goodput, key=goodput.__getitem__) if goodput else None
+    reference = groups[best] if best is not None else []
+    figures = {label: {key: run.figures[key] for key in FIGURES} for label, run in runs.items()}
+    points = ratios_to(figures, reference) if reference else {label: {} for label in runs}
+    paired, why_not = interval_runs(runs, reference)
+    found = paired_intervals(paired, reference, groups, boot) if paired else Intervals({}, {}, 0)
+    rows = {label: {**figures[label], "against": best, **points[label], "intervals": found.runs.get(label),
+                    "no_interval": why_not.get(label)} for label in runs}  # fmt: skip
+    pooled: dict[str, dict[str, Any]] = {}
+    for group, members in groups.items():
+        if len(members) < 2 or not reference:
+            continue
+        row: dict[str, Any] = {"runs": members, "intervals": found.pools.get(group)}
+        for ratio in RATIOS:
+            values = [points[label][ratio] for label in members]
+            row[ratio] = pooled_mean(points, members, ratio)
+            row[f"{ratio}_spread"] = None if None in values else [min(values), max(values)]
+        pooled[group] = row
+    return {"against": best, "reference_runs": reference, "block_s": boot.block_s, "blocks": found.blocks,
+            "draws": boot.draws, "seed": boot.seed, "runs": rows, "pooled": pooled}  # fmt: skip
 
 
 def _f(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _ratio_cell(row: dict[str, Any], ratio: str) -> str:
+    cell = _f(row.get(ratio))
+    if row.get("intervals"):
+        interval = row["intervals"][ratio]
+        cell += " (undefined*)" if interval is None else f" ({interval[0]:.3f}-{interval[1]:.3f})"
+    spread = row.get(f"{ratio}_spread")
+    return cell + (f" [{spread[0]:.3f}-{spread[1]:.3f}]" if spread else "")
+
+
+def print_table(scored: dict[str, Any]) -> None:
+    rows, against = scored["runs"], scored["against"]
+    refs = scored["reference_runs"]
+    mean = f" ({', '.join(refs)}: their mean)" if len(refs) > 1 else ""
+    print(
+        f"open loop: goodput (req/s within the SLO) and latency; against the best fixed: {against or '-'}"
+        + mean
+    )
+    heads = ("goodput", "ttft p99", "e2e p50", "e2e p99", "tok/s", "done", "failed")
+    print(f"{'policy':16}" + "".join(f" {head:>9}" for head in heads))
+    for policy, row in sorted(rows.items()):
+        cells = (_f(row["goodput_rps"]), _f(row["ttft_p99_s"], 2), _f(row["e2e_p50_s"], 2),
+                 _f(row["e2e_p99_s"], 2), _f(row["output_tok_s"], 0), str(row["completed"]),
+                 str(row["failed"]))  # fmt: skip
+        print(f"{policy:16}" + "".join(f" {cell:>9}" for cell in cells))
+    if against is None:
+        print("no fixed policy (on, off, threshold-N) among the runs: no ratios")
+    else:
+        print_ratios(scored)
+
+
+def print_ratios(scored: dict[str, Any]) -> None:
+    """Each run's ratios to the best fixed policy, then each policy run more than once, pooled."""
+    rows, pooled, against = scored["runs"], scored["pooled"], scored["against"]
+    if scored["blocks"]:
+        spread = " [lowest-highest of its runs]" if pooled else ""
+        print(f"ratios to {against}: point (95 % interval){spread}; the interval from a paired bootstrap of "
+              f"{scored['blocks']} blocks of {scored['block_s']:g} s of arrivals ({scored['draws']} draws, "
+              f"seed {scored['seed']})")  # fmt: skip
+        if scored["blocks"] < FEW_BLOCKS:
+            print(f"only {scored['blocks']} blocks: with under {FEW_BLOCKS} the bootstrap's interval runs "
+                  "narrow (a longer replay or a shorter --block gives more)")  # fmt: skip
+    else:
+        why = next(iter(rows.values()))["no_interval"]
+        print(f"ratios to {against}: no interval ({why})")
+    print(
+        (
+            f"{'policy':16}" + "".join(f" {head:<34}" for head in ("goodput/", "ttft p99/", "e2e p50/"))
+        ).rstrip()
+    )
+    named = [(policy, row) for policy, row in sorted(rows.items())]
+    named += [(f"{group} x{len(row['runs'])}", row) for group, row in sorted(pooled.items())]
+    for policy, row in named:
+        line = f"{policy:16}" + "".join(f" {_ratio_cell(row, ratio):<34}" for ratio in RATIOS)
+        why = row.get("no_interval")
+        print(line.rstrip() + (f"  no interval: {why}" if why and scored["blocks"] else ""))
+    if any(" (undefined*)" in _ratio_cell(row, ratio) for _, row in named for ratio in RATIOS):
+        print(
+            f"* undefined: the figure was missing or the reference's was 0 in more than "
+            f"{MOST_UNDEFINED:.0%} of the draws (few blocks, or blocks where none met the SLO)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="replay-<policy>.json files")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="write the table (and its intervals) here")
+    parser.add_argument("--block", type=float, default=DEFAULT_BLOCK_S, help="seconds of arrivals a block")
+    parser.add_argument("--draws", type=int, default=DEFAULT_DRAWS, help="bootstrap draws")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the bootstrap's seed")
     args = parser.parse_args(argv)
+    if not args.block > 0 or not 100 <= args.draws <= 100_000:
+        print("error: --block must be > 0 s and --draws between 100 and 100000", file=sys.stderr)
+        return 2
     try:
         runs = {policy_of(path): read_run(path) for path in args.runs}
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = table(runs)
-    best = next((row["against"] for row in rows.values() if "against" in row), None)
-    print(f"open loop: goodput (req/s within the SLO) and latency; against the best fixed: {best or '-'}")
-    heads = ("goodput", "ttft p99", "e2e p50", "e2e p99", "tok/s", "done", "failed", "goodput/", "ttft p99/")
-    print(f"{'policy':16}" + "".join(f" {head:>9}" for head in heads))
-    for policy, row in sorted(rows.items()):
-        cells = (_f(row["goodput_rps"]), _f(row["ttft_p99_s"], 2), _f(row["e2e_p50_s"], 2),
-                 _f(row["e2e_p99_s"], 2), _f(row["output_tok_s"], 0), str(row["completed"]),
-                 str(row["failed"]), _f(row.get("goodput_ratio")), _f(row.get("ttft_p99_ratio")))  # fmt: skip
-        print(f"{policy:16}" + "".join(f" {cell:>9}" for cell in cells))
+    scored = table(runs, Bootstrap(args.block, args.draws, args.seed))
+    print_table(scored)
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        args.json.write_text(json.dumps(scored, indent=1) + "\n")
     return 0
 
 

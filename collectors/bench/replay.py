@@ -94,20 +94,27 @@ class ReplayResult:
     max_running_requests: int | None
     reserved_tokens: int = 0  # slots the server counts on top of every prompt (EAGLE's drafts)
     records: list[RequestRecord] = field(default_factory=list)
+    # what the per-request records (collectors/bench/replay_records.py) need beside ``records``: the
+    # arrivals as scheduled, the prompt length each sent request had (after a cut) by its arrival index,
+    # the arrivals not sent, and the replay's start on the records' clock (``time.perf_counter``)
+    schedule: list[Arrival] = field(default_factory=list)
+    prompt_tokens: dict[int, int] = field(default_factory=dict)
+    shed_indices: list[int] = field(default_factory=list)  # not sent: ``max_in_flight`` were in flight
+    clock_start: float = 0.0
     cut_prompts: int = 0  # prompts cut to fit (``prompt_limit``)
-    shed: int = 0  # arrivals not sent: ``max_in_flight`` requests were in flight
     most_late_s: float = 0.0  # the most a request was sent after its time (the client's own lag)
     peak_in_flight: int = 0
     span_s: float = 0.0  # the replay's start to its last answer
     interrupted: bool = False
 
+    @property
+    def shed(self) -> int:
+        """Arrivals not sent: ``max_in_flight`` requests were in flight (each scored as a failure)."""
+        return len(self.shed_indices)
+
     def outcomes(self) -> list[RequestOutcome]:
         """Every request scored (a shed one as a failure); requests cut short by Ctrl-C are left out."""
-        done = [
-            RequestOutcome(ok=r.success, output_tokens=r.output_tokens, ttft_s=r.ttft_s, e2e_s=r.e2e_s)
-            for r in self.records
-            if not r.aborted
-        ]
+        done = [outcome_of(r) for r in self.records if not r.aborted]
         return done + [RequestOutcome(ok=False)] * self.shed
 
     def figures(self) -> dict[str, Any]:
@@ -127,6 +134,13 @@ class ReplayResult:
         errors = [r.error for r in self.records if r.error]
         out["first_error"] = errors[0] if errors else None
         return out
+
+
+def outcome_of(record: RequestRecord) -> RequestOutcome:
+    """A sent request as the open-loop figures score it (storage.request_traces)."""
+    return RequestOutcome(
+        ok=record.success, output_tokens=record.output_tokens, ttft_s=record.ttft_s, e2e_s=record.e2e_s
+    )
 
 
 class ReplayProgress:
@@ -187,6 +201,7 @@ async def run_replay(
             started_at=time.time(),
             arrivals=len(arrivals),
             schedule_span_s=arrivals[-1].t_s - arrivals[0].t_s if arrivals else 0.0,
+            schedule=list(arrivals),
             server_max_input=info.max_req_input_len,
             knob=info.knob,
             max_running_requests=info.max_running_requests,
@@ -214,7 +229,7 @@ async def _send_all(
             progress.request_done(rec, len(in_flight))
 
     progress.started(len(arrivals))
-    start = time.perf_counter()
+    start = result.clock_start = time.perf_counter()
     try:
         for index, arrival in enumerate(arrivals):
             wait = start + arrival.t_s - time.perf_counter()
@@ -222,7 +237,7 @@ async def _send_all(
                 await asyncio.sleep(wait)
             result.most_late_s = max(result.most_late_s, time.perf_counter() - start - arrival.t_s)
             if len(in_flight) >= config.max_in_flight:
-                result.shed += 1
+                result.shed_indices.append(index)
                 progress.sent(len(in_flight), result.shed)
                 continue
             length = arrival.input_tokens
@@ -232,6 +247,7 @@ async def _send_all(
             if limit is not None and length > limit:
                 length = limit
                 result.cut_prompts += 1
+            result.prompt_tokens[index] = length
             rec = RequestRecord(index=index, start=time.perf_counter())
             result.records.append(rec)
             task = asyncio.create_task(

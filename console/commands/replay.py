@@ -131,6 +131,8 @@ TRACE_HELP = ("a request trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens: Azu
               "format), e.g. data/traces/AzureLLMInferenceTrace_conv_first30min.csv")
 MAX_IN_FLIGHT_HELP = "safety limit: an arrival finding this many in flight is not sent (counted as failed)"
 RATE_SCALE_HELP = "send about X times the trace's requests (0.5 thins, 2 thickens; seeded)"
+JSON_HELP = ("Print one JSON object instead of the table: the figures, then every arrival's outcome "
+             "(records: one list per field)")
 MAX_CONTEXT_HELP = "cut prompts to this many tokens (always: so prompt and output fit the server's context)"
 
 
@@ -154,7 +156,7 @@ def replay(
     tag: str | None = typer.Option(None, "--tag", help="A label kept with the saved run."),
     save: bool = typer.Option(False, "--save", help="Save the run in the database (like a sweep)."),
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:  # fmt: skip
     """Send a request trace open-loop: each request at its time, its prompt length, its output forced.
 
@@ -199,6 +201,16 @@ def replay(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
+def _with_records(figures_json: str, records: dict[str, Any]) -> str:
+    """``figures_json`` (an indented object) with the ``records`` block added last, one line per column:
+    indented entry by entry, 1 738 requests would take 20 000 lines."""
+    from ..errors import strict_json
+
+    columns = ",\n".join(f"    {strict_json(name)}: {strict_json(column, indent=None)}"
+                          for name, column in records.items())  # fmt: skip
+    return f'{figures_json.removesuffix("}").rstrip()},\n  "records": {{\n{columns}\n  }}\n}}'
+
+
 def _report(result: ReplayResult, database: Database | None, as_json: bool) -> None:
     """Save the run (when a database is given) and print its figures, as a table or one JSON object."""
     from ..errors import strict_json
@@ -212,10 +224,12 @@ def _report(result: ReplayResult, database: Database | None, as_json: bool) -> N
         run_id = int(database.save_bench_run(run, points))
         database.close()
     if as_json:
+        from ...collectors.bench.replay_records import replay_records
+
         cfg = result.config
         head = {"server": cfg.server, "run_id": run_id, "params": cfg.params(), "knob": result.knob,
                 "interrupted": result.interrupted}  # fmt: skip
-        print(strict_json({**head, **figures}))
+        print(_with_records(strict_json({**head, **figures}), replay_records(result).to_json()))
         return
     _print_replay(result, figures)
     if run_id is not None and database is not None:

@@ -1,0 +1,252 @@
+"""benchmarks/gpu/replay_table.py: replays of one trace under several policies, their ratios to the best fixed
+policy, the paired block-bootstrap intervals on them (from the runs' per-request records), and a policy's
+repeats pooled.
+
+The records here are synthetic with a known truth: two runs see the same arrivals and the same bursts (a
+latency factor per 30-s block, shared, as a burst in the trace loads every policy), and one run's latencies
+are drawn from the other's distribution times ``k``, so its true p99 TTFT and median e2e ratios are ``k``;
+its requests meet the SLO ``g`` times as often, so its true goodput ratio is ``g``. The figures beside the
+records come from storage.request_traces.open_loop_figures, as a replay's do, and the records are written by
+collectors/bench/replay_records.py's own ``ReplayRecords`` (a replay against the simulator writes them in
+tests/test_bench_replay_sim.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spectower.collectors.bench.replay_records import ReplayRecords
+from spectower.storage.request_traces import RequestOutcome, Slo, open_loop_figures
+
+from benchmarks.gpu import replay_table
+
+BLOCK_S = 30.0
+SLO = Slo(ttft_s=2.0, itl_s=0.1)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The arrivals every run of one synthetic trace shares: scheduled times and a burst factor per block."""
+
+    scheduled_s: list[float]
+    bursts: list[float]
+
+    @classmethod
+    def make(cls, seed: int, blocks: int, per_block: int) -> Trace:
+        rng = random.Random(f"trace:{seed}")
+        times = sorted(rng.uniform(0, blocks * BLOCK_S) for _ in range(blocks * per_block))
+        return cls(times, [rng.lognormvariate(0.0, 0.6) for _ in range(blocks)])
+
+
+def run_doc(trace: Trace, seed: int, *, k: float = 1.0, met_rate: float = 0.9) -> dict[str, Any]:
+    """One synthetic run's --json: latencies k times the base run's distribution, SLO met at ``met_rate``."""
+    rng = random.Random(f"run:{seed}")
+    outcomes, met = [], []
+    for t in trace.scheduled_s:
+        burst = trace.bursts[int(t // BLOCK_S)]
+        ttft = k * burst * 0.2 * rng.lognormvariate(0.0, 0.5)
+        e2e = ttft + k * burst * rng.lognormvariate(1.0, 0.3)
+        outcomes.append(RequestOutcome(ok=True, output_tokens=100, ttft_s=ttft, e2e_s=e2e))
+        met.append(rng.random() < met_rate)
+    n = len(outcomes)
+    span_s = trace.scheduled_s[-1] + 20.0
+    figures = open_loop_figures(outcomes, span_s, SLO)
+    figures.update(slo_met=sum(met), goodput_rps=sum(met) / span_s)  # the SLO met as drawn, not as checked
+    times = [round(t, 6) for t in trace.scheduled_s]
+    records = ReplayRecords(
+        index=list(range(n)), row=[i + 1 for i in range(n)], scheduled_s=times,
+        sent_s=[t + 0.001 for t in times], prompt_tokens=[500] * n, output_tokens=[100] * n,
+        ttft_s=[o.ttft_s for o in outcomes], e2e_s=[o.e2e_s for o in outcomes],
+        itl_s=[o.itl_s for o in outcomes], status=["ok"] * n, error=[None] * n, slo_met=met,
+    )  # fmt: skip
+    return {**figures, "records": records.to_json()}
+
+
+def write(directory: Path, label: str, doc: dict[str, Any]) -> Path:
+    path = directory / f"replay-{label}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def score(paths: list[Path], **boot: Any) -> dict[str, Any]:
+    runs = {replay_table.policy_of(p): replay_table.read_run(p) for p in paths}
+    return replay_table.table(runs, replay_table.Bootstrap(**boot))
+
+
+def test_the_interval_covers_the_true_ratio_and_narrows_with_more_blocks(tmp_path: Path) -> None:
+    k, g = 1.25, 0.8
+    widths: dict[int, list[float]] = {}
+    covered = {ratio: 0 for ratio in replay_table.RATIOS}
+    datasets = 12
+    for blocks in (10, 80):
+        for seed in range(datasets if blocks == 10 else 3):
+            trace = Trace.make(seed, blocks, per_block=30)
+            learn = run_doc(trace, 2 * seed + 1, k=k, met_rate=0.9 * g)
+            paths = [write(tmp_path, "off", run_doc(trace, 2 * seed)), write(tmp_path, "learn", learn)]
+            scored = score(paths, draws=300, seed=seed)
+            assert scored["blocks"] == blocks and scored["against"] == "off"
+            row = scored["runs"]["learn"]
+            assert row["no_interval"] is None
+            for ratio, truth in (("goodput_ratio", g), ("ttft_p99_ratio", k), ("e2e_p50_ratio", k)):
+                lo, hi = row["intervals"][ratio]
+                covered[ratio] += blocks == 10 and lo <= truth <= hi
+                if ratio == "ttft_p99_ratio":
+                    widths.setdefault(blocks, []).append(math.log(hi / lo))
+            # the reference against itself: exactly 1 in every draw
+            assert scored["runs"]["off"]["intervals"]["goodput_ratio"] == (1.0, 1.0)
+    # a 95 % interval from 10 blocks covers the truth in most of 12 datasets (the block bootstrap of few
+    # blocks runs a little narrow); a wrong centre or a bound taken from the wrong tail covers it rarely
+    assert all(count >= 9 for count in covered.values()), covered
+    # 8x the blocks: the interval narrower (about 1.9x here: with few blocks the bootstrap runs narrow)
+    mean_10 = sum(widths[10]) / len(widths[10])
+    mean_80 = sum(widths[80]) / len(widths[80])
+    assert mean_80 < 0.7 * mean_10, widths
+
+
+def test_the_draws_are_paired_the_same_blocks_for_every_run(tmp_path: Path) -> None:
+    """A run whose every request took exactly 1.5x the other's: whatever blocks a draw takes, it takes
+    them for both runs, so the latency ratios are 1.5 in every draw (drawn apart, they would spread)."""
+    trace = Trace.make(4, 10, per_block=20)
+    off = run_doc(trace, 1)
+    slow = json.loads(json.dumps(off))
+    for column in ("ttft_s", "e2e_s"):
+        slow["records"][column] = [1.5 * v for v in off["records"][column]]
+    slow["ttft_p99_s"], slow["e2e_p50_s"] = 1.5 * off["ttft_p99_s"], 1.5 * off["e2e_p50_s"]
+    scored = score([write(tmp_path, "off", off), write(tmp_path, "learn", slow)], draws=200)
+    intervals = scored["runs"]["learn"]["intervals"]
+    assert intervals["ttft_p99_ratio"] == pytest.approx((1.5, 1.5))
+    assert intervals["e2e_p50_ratio"] == pytest.approx((1.5, 1.5))
+    assert intervals["goodput_ratio"] == pytest.approx((1.0, 1.0))
+
+
+def test_repeats_pool_into_one_row_with_their_spread_against_the_reference_runs_mean(tmp_path: Path) -> None:
+    trace = Trace.make(7, 12, per_block=20)
+    docs = {"off": run_doc(trace, 1), "off-2": run_doc(trace, 2), "on": run_doc(trace, 3, met_rate=0.5),
+            "learn": run_doc(trace, 4, k=1.1), "learn-2": run_doc(trace, 5, k=1.3),
+            "threshold-16": run_doc(trace, 6, k=1.2, met_rate=0.7)}  # fmt: skip
+    scored = score([write(tmp_path, label, doc) for label, doc in docs.items()], draws=200)
+    assert scored["against"] == "off" and scored["reference_runs"] == ["off", "off-2"]
+    ref_ttft = (docs["off"]["ttft_p99_s"] + docs["off-2"]["ttft_p99_s"]) / 2
+    rows = scored["runs"]
+    assert rows["learn"]["ttft_p99_ratio"] == pytest.approx(docs["learn"]["ttft_p99_s"] / ref_ttft)
+    assert set(scored["pooled"]) == {"off", "learn"}  # threshold-16 is not a repeat of anything
+    learn = scored["pooled"]["learn"]
+    each = [rows["learn"]["ttft_p99_ratio"], rows["learn-2"]["ttft_p99_ratio"]]
+    assert learn["runs"] == ["learn", "learn-2"]
+    assert learn["ttft_p99_ratio"] == pytest.approx(sum(each) / 2)
+    assert learn["ttft_p99_ratio_spread"] == [min(each), max(each)]
+    lo, hi = learn["intervals"]["ttft_p99_ratio"]
+    assert lo < learn["ttft_p99_ratio"] < hi
+    # the reference's own mean is 1 whatever blocks are drawn
+    assert scored["pooled"]["off"]["intervals"]["ttft_p99_ratio"] == pytest.approx((1.0, 1.0))
+    assert replay_table.repeat_groups(["threshold-16", "threshold-16-2", "learn-2"]) == {
+        "threshold-16": ["threshold-16", "threshold-16-2"],
+        "learn-2": ["learn-2"],
+    }
+
+
+def test_the_table_is_reproducible_from_its_seed(tmp_path: Path) -> None:
+    trace = Trace.make(3, 10, per_block=20)
+    paths = [write(tmp_path, "off", run_doc(trace, 1)), write(tmp_path, "learn", run_doc(trace, 2, k=1.2))]
+    first, again, other = (score(paths, draws=200, seed=seed) for seed in (5, 5, 6))
+    assert first == again
+    assert first["runs"]["learn"]["intervals"] != other["runs"]["learn"]["intervals"]
+
+
+def _main(*args: str) -> subprocess.CompletedProcess[str]:
+    """The script's ``main`` in this process: its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = replay_table.main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_runs_without_records_or_with_other_arrivals_still_score_with_no_interval(tmp_path: Path) -> None:
+    trace = Trace.make(1, 6, per_block=20)
+    off = run_doc(trace, 1)
+    bare = {key: value for key, value in run_doc(trace, 2, k=1.5).items() if key != "records"}
+    other = run_doc(Trace.make(2, 6, per_block=20), 3)  # another schedule: nothing to pair with
+    paths = [write(tmp_path, "off", off), write(tmp_path, "learn", bare), write(tmp_path, "on", other)]
+    run = _main(*map(str, paths), "--draws", "200", "--json", str(tmp_path / "table.json"))
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "table.json").read_text())["runs"]
+    assert rows["learn"]["ttft_p99_ratio"] == pytest.approx(bare["ttft_p99_s"] / off["ttft_p99_s"])
+    assert rows["learn"]["intervals"] is None and rows["learn"]["no_interval"] == "no per-request records"
+    assert rows["on"]["intervals"] is None and rows["on"]["no_interval"].startswith("other arrivals than off")
+    learn_line = [line for line in run.stdout.splitlines() if line.startswith("learn ")][-1]  # its ratios
+    assert learn_line.endswith("no interval: no per-request records")
+    # no run with records (every run before records were kept): the table of points, as before
+    old = _main(str(write(tmp_path, "off", {k: v for k, v in off.items() if k != "records"})), str(paths[1]))
+    assert old.returncode == 0, old.stderr
+    assert "no interval (the best fixed policy's run has no per-request records)" in old.stdout
+    assert f"{bare['ttft_p99_s'] / off['ttft_p99_s']:.3f}" in old.stdout
+
+
+def _break(doc: dict[str, Any], how: str) -> None:
+    records = doc["records"]
+    if how == "ttft_s[3]":
+        records["ttft_s"][3] = "fast"
+    elif how == "slo_met":
+        del records["slo_met"]
+    elif how == "status[0]":
+        records["status"][0] = "maybe"
+    elif how == "e2e_s":
+        records["e2e_s"].pop()
+    elif how == "index[5]":
+        records["index"][5] = records["index"][4]
+    elif how == "version":
+        records["version"] = 7
+    elif how == "span_s":
+        del doc["span_s"]
+    elif how == "goodput_rps":
+        doc["goodput_rps"] = "fast"
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("ttft_s[3]", "records.ttft_s[3]: expected seconds or null, got 'fast'"),
+        ("slo_met", "records.slo_met: expected a list of 120 entries (true or false), got None"),
+        ("status[0]", "records.status[0]: expected one of ok, error, shed, aborted, got 'maybe'"),
+        ("e2e_s", "records.e2e_s: expected a list of 120 entries (seconds or null), got a list of 119"),
+        ("index[5]", "records.index[5]: arrivals must be in ascending order, each once"),
+        ("version", "records.version: expected 1, got 7"),
+        ("span_s", "span_s: expected the replay's span in seconds (> 0), got None"),
+        ("goodput_rps", "goodput_rps: expected a number, got 'fast'"),
+    ],
+)
+def test_a_bad_or_missing_record_field_is_one_line_naming_the_file_and_field(
+    tmp_path: Path, how: str, message: str
+) -> None:
+    trace = Trace.make(1, 6, per_block=20)
+    doc = run_doc(trace, 1)
+    _break(doc, how)
+    good = write(tmp_path, "off", run_doc(trace, 2))
+    bad = write(tmp_path, "learn", doc)
+    run = _main(str(good), str(bad))
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.splitlines() == [f"error: {bad}: {message}"]
+
+
+def test_a_ratio_undefined_in_many_draws_says_so_rather_than_printing_a_bound(tmp_path: Path) -> None:
+    trace = Trace.make(5, 4, per_block=10)
+    off = run_doc(trace, 1)
+    # one request of 40 met the SLO: a third of the draws of 4 blocks miss its block, and divide by 0
+    off["records"]["slo_met"] = [i == 0 for i in range(40)]
+    off["slo_met"], off["goodput_rps"] = 1, 1 / off["span_s"]
+    learn = run_doc(trace, 2)
+    run = _main(str(write(tmp_path, "off", off)), str(write(tmp_path, "learn", learn)), "--draws", "200")
+    assert run.returncode == 0, run.stderr
+    learn_line = [line for line in run.stdout.splitlines() if line.startswith("learn ")][-1]
+    point = f"{learn['goodput_rps'] / off['goodput_rps']:.3f}"
+    assert learn_line.split()[1:3] == [point, "(undefined*)"]  # the goodput cell: its point, no bounds
+    assert "only 4 blocks" in run.stdout and "* undefined:" in run.stdout
