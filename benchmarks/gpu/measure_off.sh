@@ -476,7 +476,7 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
     # the score needs a sweep of the same servers; a launch that ran none (2026-12-03: always on after
     # the knob-at-max calls) still hands back its runs, to be scored against a sweep saved elsewhere
     local sweep=${SWEEP_JSON:-$WORK/sweep.json}
-    if compgen -G "$OUT/replay-*.json" >/dev/null; then python3 benchmarks/gpu/replay_table.py "$OUT"/replay-*.json
+    if compgen -G "$OUT/replay-*.json" >/dev/null; then python3 benchmarks/gpu/replay_table.py --block "${REPLAY_BLOCK_S:-15}" "$OUT"/replay-*.json
     elif [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
     else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
   else say "policy runs still going"; fi
