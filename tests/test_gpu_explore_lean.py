@@ -16,6 +16,7 @@ from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import explore_lean
+from spectower.storage.database import open_database
 
 RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
 T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
@@ -86,3 +87,19 @@ def test_drafting_explored_above_learns_ceiling_under_the_azure_replay_took_a_te
     assert 0.10 < cost["learn@8"]["explored_share"] < 0.14 and 0.04 < cost["learn@8"]["extra_share"] < 0.07
     assert cost["threshold-16"]["explored_share"] < 0.05
     assert cost["learn@8"]["extra_s"] < cost["learn@8"]["explored_s"]  # its tokens were worth something
+
+
+def test_the_databases_replays_are_found_as_runs_split_where_learn_moved_its_ceiling(tmp_path: Path) -> None:
+    db_path = tmp_path / "policy.db"
+    shutil.copy(REPLAY / "policy.db", db_path)
+    runs = {r.name: r for r in explore_lean.runs_from_db(open_database(str(db_path), existing=True), 64)}
+    assert sorted(runs) == ["learn-2@16", "learn-2@8", "learn@16", "learn@8", "off", "threshold-16",
+                            "threshold-16-2"]  # fmt: skip
+    assert runs["off"].ceiling == 0 and runs["threshold-16"].ceiling == 16 and runs["learn@8"].ceiling == 8
+    assert runs["learn@16"].end == runs["learn@8"].start == pytest.approx(1796354331.28, abs=0.01)  # the set
+    assert 235 < runs["off"].end - runs["off"].start < 250  # the replay's measured duration
+    out = tmp_path / "found.json"
+    # no always-on run among them: no drafted steady rate, and no error
+    assert explore_lean.main(["--db", str(db_path), "--runs-from-db", "--min-steps", "30",
+                              "--json", str(out)]) == 0  # fmt: skip
+    assert {c["run"] for c in json.loads(out.read_text())["cost"]} == set(runs) - {"off"}

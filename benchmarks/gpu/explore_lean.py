@@ -17,8 +17,12 @@ long (Azure's replay on the H200, 2026-12-04), so a share of batches is a larger
         --run off=START:END:0 [--steady-on on] [--steady-off off] [--json OUT.json]
 
 ``START:END`` are unix seconds (the runs' control events say them), the third field the run's ceiling
-(``max``: always on, ``0``: always off). Counters are read through storage's one query module. The bin the
-ceiling falls in runs both modes by design (the gate reopens below the ceiling minus a margin): ``mixed``.
+(``max``: always on, ``0``: always off). ``--runs-from-db`` finds them instead for the replays the database
+holds (``bench replay``'s saved runs, as ``measure_off.sh`` makes them): each run from its start for its
+measured duration, split where a set moved the ceiling (``learn@16``, ``learn@8``), an operator's set of 0
+as ``0`` and of the server's maximum as ``max``. Counters are read through storage's one query module. The
+bin the ceiling falls in runs both modes by design (the gate reopens below the ceiling minus a margin):
+``mixed``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from typing import Any
 
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.storage import queries
-from spectower.storage.database import open_database
+from spectower.storage.database import Database, open_database
+from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
+from sqlmodel import select
 
 FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
 TOP = 1 << 30  # the ceiling of an always-on run: above every bin
@@ -63,6 +69,35 @@ def parse_run(text: str) -> Run:
     if not start < end or ceiling < 0:
         raise ValueError(f"--run: needs START < END and CEILING >= 0, got {text!r}")
     return Run(name, start, end, ceiling)
+
+
+def runs_from_db(db: Database, max_running_requests: int) -> list[Run]:
+    """The replays the database holds as runs, each split where a confirmed set moved the ceiling."""
+    with db.session() as session:
+        replay = select(BenchRun).where(BenchRun.source == "replay").order_by(BenchRun.created_at)
+        replays = session.exec(replay).all()
+        points = {p.run_id: p for p in session.exec(select(BenchPoint)).all()}
+        confirmed = (ControlEvent.action == "set", ControlEvent.confirmed == True)  # noqa: E712
+        sets = session.exec(select(ControlEvent).where(*confirmed).order_by(ControlEvent.ts)).all()
+    out: list[Run] = []
+    for run in replays:
+        point = points.get(run.id)
+        if point is None or not point.duration_s:
+            continue
+        name = (run.tag or f"run-{run.id}").removeprefix("replay-")
+        start, end = float(run.created_at), float(run.created_at) + float(point.duration_s)
+        before = [e for e in sets if e.ts <= start and e.new_max_bs is not None]
+        ceiling = before[-1].new_max_bs if before else None
+        cuts = [e for e in sets if start < e.ts < end and e.new_max_bs is not None]
+        bounds = [start, *(float(e.ts) for e in cuts), end]
+        ceilings = [ceiling, *(e.new_max_bs for e in cuts)]
+        for i, value in enumerate(ceilings):
+            if value is None:
+                continue  # the ceiling is unknown until the first set
+            top = value >= max_running_requests
+            label = name if len(ceilings) == 1 else f"{name}@{'max' if top else value}"
+            out.append(Run(label, bounds[i], bounds[i + 1], TOP if top else int(value)))
+    return out
 
 
 def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
@@ -175,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL)")
     parser.add_argument("--run", action="append", default=[], help="NAME=START:END:CEILING, once per run")
+    parser.add_argument("--runs-from-db", action="store_true",
+                        help="the database's replays as runs, split where the ceiling moved")  # fmt: skip
+    parser.add_argument("--max-running-requests", type=int, default=64,
+                        help="with --runs-from-db: a set at or above it is always on")  # fmt: skip
     parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on; '' none)")
     parser.add_argument(
         "--steady-off", default="off", help="the always-off run's name (default off; '' none)"
@@ -186,11 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs = [parse_run(text) for text in args.run]
-        names = {r.name for r in runs}
-        for flag, name in (("--steady-on", args.steady_on), ("--steady-off", args.steady_off)):
-            if name and name not in names:
-                raise ValueError(f"{flag}: no --run named {name!r}")
+        steady = {"--steady-on": args.steady_on, "--steady-off": args.steady_off}
+        if not args.runs_from_db:
+            for flag, name in steady.items():
+                if name and name not in {r.name for r in runs}:
+                    raise ValueError(f"{flag}: no --run named {name!r}")
         db = open_database(args.db, existing=True)
+        if args.runs_from_db:
+            runs += runs_from_db(db, args.max_running_requests)
+            if not runs:
+                raise ValueError("--runs-from-db: the database holds no saved replay runs")
+            # a found run set may lack a steady one: no ratio for that mode
+            steady = {flag: name if name in {r.name for r in runs} else "" for flag, name in steady.items()}
         servers = queries.servers(db)
         if len(servers) != 1:
             raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
@@ -201,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     tax = float(OPTION_DEFAULTS["kept_extend_tax"])
-    rows = lean_table(totals, runs, args.steady_on, args.steady_off, tax, args.min_steps)
+    rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps)
     print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax}), as learn reads")
     head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.")
     widths = (4, -14, -8, 6, 9, 9, 6, 6)

@@ -477,6 +477,9 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
     # the knob-at-max calls) still hands back its runs, to be scored against a sweep saved elsewhere
     local sweep=${SWEEP_JSON:-$WORK/sweep.json}
     if compgen -G "$OUT/replay-*.json" >/dev/null; then python3 benchmarks/gpu/replay_table.py --block "${REPLAY_BLOCK_S:-15}" "$OUT"/replay-*.json
+      # what exploring cost each run in time (drafting explored above its ceiling), from the runs' own counters
+      { python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db \
+        --min-steps 30 | sed -n '/^drafting explored/,$p' || true; }
     elif [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
     else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
   else say "policy runs still going"; fi
