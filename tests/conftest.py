@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from benchmarks.simulator_process import DEFAULT_PROFILE, SPECTOWER_CLI, SimulatorProcess, free_port
 
@@ -77,6 +78,21 @@ def db_rows(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
         con.close()
 
 
+# ---- property tests: how many examples each draws --------------------------------------------------------
+# The unit lane (tests/run --fast) loads this profile: a quarter of every property test's examples (the
+# same first ones, where a test is derandomized), the whole suite all of them. Its examples were a tenth of
+# the lane's CPU, on parsers and codecs that other tests also cover example by example.
+UNIT_LANE_PROFILE = "unit-lane"
+settings.register_profile(UNIT_LANE_PROFILE, max_examples=25)
+FEWEST_EXAMPLES = 10
+
+
+def examples(full: int) -> int:
+    """``max_examples`` for a property test that draws ``full`` under hypothesis's default profile (100 a
+    test): scaled with the loaded profile's (``--hypothesis-profile``), never below 10."""
+    return max(FEWEST_EXAMPLES, full * settings.default.max_examples // 100)
+
+
 @pytest.fixture
 def real_data() -> Path:
     return REAL_DATA
@@ -93,6 +109,33 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _TEST_CONFIG_HOME.append(tempfile.mkdtemp(prefix="spectower-test-config-"))
     os.environ["XDG_CONFIG_HOME"] = _TEST_CONFIG_HOME[-1]
+    _share_the_default_tls_context()
+
+
+def _share_the_default_tls_context() -> None:
+    """httpx builds a new TLS context for each client it makes (each ``httpx.get``, ``KnobClient``, health
+    poll), and building one loads certifi's CA bundle: 46 ms of CPU, on plain http too. A test process
+    makes hundreds: 650 in the unit lane, 50 of its ~390 CPU-s. In this process the default verification
+    context (``verify=True``, no client cert) is built once per trust setting and shared, as the console
+    shares its own (console/actions.py ``_tls_context``): a context is meant to be shared, and what httpcore
+    sets on it per connection (ALPN) is the same for every client here (none asks for HTTP/2)."""
+    import functools
+    import ssl
+
+    from httpx._transports import default as transports
+
+    build = transports.create_ssl_context
+
+    @functools.cache
+    def shared(trust_env: bool, cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+        return build(verify=True, cert=None, trust_env=trust_env)  # reads SSL_CERT_FILE/DIR itself
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        return shared(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+    transports.create_ssl_context = create_ssl_context
 
 
 _TEST_CONFIG_HOME: list[str] = []

@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from benchmarks import synthetic
 from tests import console_reference as reference
+from tests.conftest import examples
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_bench_frames_count_and_order_points(db: Database) -> None:
     assert data.last_setter(db, "http://nowhere") is None
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None)
 @given(
     st.lists(
         st.tuples(
