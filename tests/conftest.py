@@ -141,6 +141,25 @@ def _share_the_default_tls_context() -> None:
 _TEST_CONFIG_HOME: list[str] = []
 
 
+# A fixture shared this widely is built once per worker that runs one of its tests.
+SHARED_SCOPES = ("class", "module", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which writes each test's group into its node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under --dist loadgroup (tests/run) a test with no group is a unit of its own, so a module's shared
+    fixture (a simulator, a filled database) was built on every worker that drew one of its tests: three
+    times on three workers. The tests that use one, and have no group of their own, form their module's
+    group: one worker runs them and builds it once (groups go out largest first, single tests fill in)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        defs = info.name2fixturedefs
+        if any(defs[name][-1].scope in SHARED_SCOPES for name in item.fixturenames if defs.get(name)):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Streamlit's AppTest scans every installed distribution's metadata for components at each new AppTest
     (about 0.2 CPU-s, 300+ metadata parses; the console's tests make a hundred): in a test process the

@@ -87,3 +87,25 @@ def test_workers_can_be_set_and_bytecode_is_cached_whatever_the_environment_says
     (a worker's collection: 13 CPU-s against 5)."""
     argv = _run(tmp_path, 2, "--fast", PYTHONDONTWRITEBYTECODE="1", SPECTOWER_TEST_WORKERS="3")
     assert argv[0] == "-" and argv[3:5] == ["-n", "3"]
+
+
+@pytest.fixture(scope="module")
+def _built_once_a_module() -> str:
+    return "shared"
+
+
+def test_the_tests_on_a_module_fixture_are_their_modules_group(
+    request: pytest.FixtureRequest, _built_once_a_module: str
+) -> None:
+    """One worker runs them (--dist loadgroup), so the fixture is built once, not once per worker."""
+    group = request.node.get_closest_marker("xdist_group")
+    assert group is not None and group.args == ("test_tests_run",)
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@test_tests_run"), request.node.nodeid
+
+
+def test_a_test_on_its_own_fixtures_goes_to_any_worker(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    assert request.node.get_closest_marker("xdist_group") is None
+    assert "@" not in request.node.nodeid
