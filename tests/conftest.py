@@ -110,6 +110,23 @@ def pytest_configure(config: pytest.Config) -> None:
     _TEST_CONFIG_HOME.append(tempfile.mkdtemp(prefix="spectower-test-config-"))
     os.environ["XDG_CONFIG_HOME"] = _TEST_CONFIG_HOME[-1]
     _share_the_default_tls_context()
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import threading
+
+        threading.Thread(target=_find_the_characters_text_draws_from, daemon=True).start()
+
+
+def _find_the_characters_text_draws_from() -> None:
+    """Hypothesis's ``text()`` draws from the characters UTF-8 can encode, which it finds by encoding
+    every code point (2.9 CPU-s) once per checkout and keeps in .hypothesis/. On a fresh clone every
+    xdist worker found them at its first property test, at once; the controller (idle meanwhile) finds
+    them while the workers import the tests (seconds), and they read the file. Should a worker get there
+    first, it finds them itself, as before."""
+    try:
+        from hypothesis.internal.charmap import intervals_from_codec
+    except ImportError:  # moved in another hypothesis: each worker finds them itself
+        return
+    intervals_from_codec("utf-8")
 
 
 def _share_the_default_tls_context() -> None:
