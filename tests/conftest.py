@@ -313,9 +313,8 @@ def postgres_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_url(postgres_server: str) -> str:
-    """A fresh, empty database on the session's PostgreSQL server (one per test)."""
+def new_postgres_database(postgres_server: str) -> str:
+    """The URL of a fresh, empty database on the server ``postgres_server`` (its base URL) runs."""
     import psycopg
 
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -323,6 +322,12 @@ def postgres_url(postgres_server: str) -> str:
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"{postgres_server}/{name}"
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (one per test)."""
+    return new_postgres_database(postgres_server)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
