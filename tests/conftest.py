@@ -110,6 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _TEST_CONFIG_HOME.append(tempfile.mkdtemp(prefix="spectower-test-config-"))
     os.environ["XDG_CONFIG_HOME"] = _TEST_CONFIG_HOME[-1]
     _share_the_default_tls_context()
+
+
+@pytest.hookimpl(trylast=True)  # after hypothesis's own: its files are not to be touched before then
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         import threading
 
