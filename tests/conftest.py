@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from benchmarks.simulator_process import DEFAULT_PROFILE, SPECTOWER_CLI, SimulatorProcess, free_port
 
@@ -77,6 +78,21 @@ def db_rows(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
         con.close()
 
 
+# ---- property tests: how many examples each draws --------------------------------------------------------
+# The unit lane (tests/run --fast) loads this profile: a quarter of every property test's examples (the
+# same first ones, where a test is derandomized), the whole suite all of them. Its examples were a tenth of
+# the lane's CPU, on parsers and codecs that other tests also cover example by example.
+UNIT_LANE_PROFILE = "unit-lane"
+settings.register_profile(UNIT_LANE_PROFILE, max_examples=25)
+FEWEST_EXAMPLES = 10
+
+
+def examples(full: int) -> int:
+    """``max_examples`` for a property test that draws ``full`` under hypothesis's default profile (100 a
+    test): scaled with the loaded profile's (``--hypothesis-profile``), never below 10."""
+    return max(FEWEST_EXAMPLES, full * settings.default.max_examples // 100)
+
+
 @pytest.fixture
 def real_data() -> Path:
     return REAL_DATA
@@ -93,9 +109,77 @@ def pytest_configure(config: pytest.Config) -> None:
 
     _TEST_CONFIG_HOME.append(tempfile.mkdtemp(prefix="spectower-test-config-"))
     os.environ["XDG_CONFIG_HOME"] = _TEST_CONFIG_HOME[-1]
+    _share_the_default_tls_context()
+
+
+@pytest.hookimpl(trylast=True)  # after hypothesis's own: its files are not to be touched before then
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        import threading
+
+        threading.Thread(target=_find_the_characters_text_draws_from, daemon=True).start()
+
+
+def _find_the_characters_text_draws_from() -> None:
+    """Hypothesis's ``text()`` draws from the characters UTF-8 can encode, which it finds by encoding
+    every code point (2.9 CPU-s) once per checkout and keeps in .hypothesis/. On a fresh clone every
+    xdist worker found them at its first property test, at once; the controller (idle meanwhile) finds
+    them while the workers import the tests (seconds), and they read the file. Should a worker get there
+    first, it finds them itself, as before."""
+    try:
+        from hypothesis.internal.charmap import intervals_from_codec
+    except ImportError:  # moved in another hypothesis: each worker finds them itself
+        return
+    intervals_from_codec("utf-8")
+
+
+def _share_the_default_tls_context() -> None:
+    """httpx builds a new TLS context for each client it makes (each ``httpx.get``, ``KnobClient``, health
+    poll), and building one loads certifi's CA bundle: 46 ms of CPU, on plain http too. A test process
+    makes hundreds: 650 in the unit lane, 50 of its ~390 CPU-s. In this process the default verification
+    context (``verify=True``, no client cert) is built once per trust setting and shared, as the console
+    shares its own (console/actions.py ``_tls_context``): a context is meant to be shared, and what httpcore
+    sets on it per connection (ALPN) is the same for every client here (none asks for HTTP/2)."""
+    import functools
+    import ssl
+
+    from httpx._transports import default as transports
+
+    build = transports.create_ssl_context
+
+    @functools.cache
+    def shared(trust_env: bool, cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+        return build(verify=True, cert=None, trust_env=trust_env)  # reads SSL_CERT_FILE/DIR itself
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        return shared(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+    transports.create_ssl_context = create_ssl_context
 
 
 _TEST_CONFIG_HOME: list[str] = []
+
+
+# A fixture shared this widely is built once per worker that runs one of its tests.
+SHARED_SCOPES = ("class", "module", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which writes each test's group into its node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under --dist loadgroup (tests/run) a test with no group is a unit of its own, so a module's shared
+    fixture (a simulator, a filled database) was built on every worker that drew one of its tests: three
+    times on three workers. The tests that use one, and have no group of their own, form their module's
+    group: one worker runs them and builds it once (groups go out largest first, single tests fill in)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        defs = info.name2fixturedefs
+        if any(defs[name][-1].scope in SHARED_SCOPES for name in item.fixturenames if defs.get(name)):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -234,9 +318,8 @@ def postgres_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_url(postgres_server: str) -> str:
-    """A fresh, empty database on the session's PostgreSQL server (one per test)."""
+def new_postgres_database(postgres_server: str) -> str:
+    """The URL of a fresh, empty database on the server ``postgres_server`` (its base URL) runs."""
     import psycopg
 
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -244,6 +327,12 @@ def postgres_url(postgres_server: str) -> str:
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"{postgres_server}/{name}"
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (one per test)."""
+    return new_postgres_database(postgres_server)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectower.console import bench_charts, charts
 
+from tests.conftest import examples
+
 
 def _annotation(fig: object, prefix: str) -> dict[str, object]:
     return next(a for a in fig.to_dict()["layout"]["annotations"] if a["text"].startswith(prefix))  # type: ignore[attr-defined]
@@ -120,7 +122,7 @@ def test_gpu_grid_panels_hold_each_gpus_rows() -> None:
     assert [fig["layout"][f"xaxis{k}"]["range"] for k in ("", "2", "3")] == [window] * 3
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(st.lists(st.one_of(st.floats(-2e9, 4e9), st.just(float("nan"))), max_size=20))
 def test_times_format_as_pandas_strftime(stamps: list[float]) -> None:
     ts = pd.Series(stamps, dtype=float)
@@ -139,7 +141,7 @@ def _same_with_gaps(got: list[object], want: list[object]) -> bool:
     )
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(
     st.lists(st.one_of(st.none(), st.floats(), st.integers(-(2**40), 2**40))),
     st.sampled_from(["float64", "object", "Float64"]),

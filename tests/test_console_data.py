@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from benchmarks import synthetic
 from tests import console_reference as reference
+from tests.conftest import examples
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ def test_accept_over_dp_ranks_is_all_tokens_over_all_steps_and_an_idle_rank_does
     assert unknown["spec_accept_length"] == pytest.approx(2.5)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None)
 @given(
     st.lists(
         st.tuples(

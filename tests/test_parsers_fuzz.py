@@ -26,13 +26,17 @@ from spectower.storage.bench_serving import POINT_KEYS, build_run, parse_lines
 from spectower.storage.gpu_csv import GpuCsvError, import_gpu_csv
 from spectower.storage.models import INT32_MAX, INT32_MIN, EngineSample
 
-from tests.conftest import REAL_DATA
+from tests.conftest import REAL_DATA, examples
 
 METRICS = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_text()
 INFO = json.loads((REAL_DATA / "sglang-0.5.17-h200/server_info_after.json").read_text())
 # derandomize: the same examples on every run (CI stays deterministic); raise max_examples to hunt locally
 FUZZ = settings(
-    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(60),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
 
 # numbers at the edges: huge ints, non-finite floats, negative counts, bools posing as ints

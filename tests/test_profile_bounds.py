@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from spectower.simulator.harness import evaluate
 from spectower.simulator.profile import ProfileError, load_profile, parse_profile
 from spectower.simulator.traces import load_trace
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import cli_in_process
 
 BASE = load_profile("llama31-8b-1x-h100").to_json()
 
@@ -108,10 +106,7 @@ def test_sim_evaluate_refuses_a_billion_running_requests_in_one_line(tmp_path: P
     path = tmp_path / "huge-mrr.json"
     path.write_text(json.dumps(_with("max_running_requests", 10**9)))
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [*SPECTOWER_CLI, "sim", "evaluate", "--profile", str(path), "--trace", "diurnal"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = cli_in_process("sim", "evaluate", "--profile", str(path), "--trace", "diurnal")
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "'max_running_requests' must be an integer <= 4096" in lines[0], proc.stderr
@@ -121,9 +116,8 @@ def test_sim_evaluate_refuses_a_billion_running_requests_in_one_line(tmp_path: P
 def test_sim_serve_refuses_it_too(tmp_path: Path) -> None:
     path = tmp_path / "huge-mrr.json"
     path.write_text(json.dumps(_with("max_running_requests", 10**9)))
-    proc = subprocess.run(
-        [sys.executable, "-m", "spectower.simulator", "serve", "--profile", str(path), "--port", "0"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = cli_in_process(
+        "serve", "--profile", str(path), "--port", "0", module="spectower.simulator.__main__"
+    )
     assert proc.returncode == 2
     assert "max_running_requests" in proc.stderr and "4096" in proc.stderr

@@ -24,11 +24,15 @@ from spectower.simulator.engine import Engine
 from spectower.simulator.gpus import VirtualGpus
 from spectower.simulator.profile import load_profile
 
-from tests.conftest import REAL_DATA
+from tests.conftest import REAL_DATA, examples
 from tests.promtext_reference import reference_parse
 
 SETTINGS = settings(
-    max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(150),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
 
 

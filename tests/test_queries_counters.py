@@ -20,9 +20,14 @@ from spectower.storage.queries_counters import _Cells, _Entries, _intervals, _pe
 from sqlalchemy import event
 
 from tests import queries_reference as reference
+from tests.conftest import examples
 
 SETTINGS = settings(
-    max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(300),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
 )
 T0 = 1_764_000_000.0  # a whole hour
 

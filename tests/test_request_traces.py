@@ -26,7 +26,7 @@ from spectower.storage.request_traces import (
     schedule,
 )
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process
 
 AZURE = REPO_ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv_first30min.csv"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -211,11 +211,8 @@ def test_slo_parser_names_the_bad_item(text: str, message: str) -> None:
 
 
 def test_a_bad_slo_on_the_command_line_is_one_error_line() -> None:
-    run = subprocess.run(
-        [*SPECTOWER_CLI, "bench", "replay", "--server", "http://127.0.0.1:9", "--trace", str(AZURE),
-         "--slo", "ttft=fast"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = cli_in_process("bench", "replay", "--server", "http://127.0.0.1:9", "--trace", str(AZURE),
+                         "--slo", "ttft=fast")  # fmt: skip
     assert run.returncode == 2
     assert run.stderr.strip() == "error: --slo ttft must be a duration like 5s, 500ms or 2m, got 'fast'"
 

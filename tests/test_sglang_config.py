@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from spectower.control.sglang_config import (
 )
 from typer.testing import CliRunner
 
-from tests.conftest import SPECTOWER_CLI
+from tests.conftest import cli_in_process
 
 runner = CliRunner()
 
@@ -144,14 +143,11 @@ def test_command_default_max_bs(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_command_errors_are_one_clear_line(args: list[str], message: str, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [*SPECTOWER_CLI, "sglang-config", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+def test_command_errors_are_one_clear_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    proc = cli_in_process("sglang-config", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from spectower.collectors.promtext import MetricsParseError, parse_prometheus_text
 from spectower.collectors.sglang.metrics import parse_metrics
 
+from tests.conftest import examples
+
 
 def _read(real_data: Path, rel: str) -> str:
     return (real_data / rel).read_text(encoding="utf-8")
@@ -131,7 +133,7 @@ def test_garbage_is_an_error() -> None:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -35,7 +35,7 @@ from spectower.plugin.gate import Gate
 from spectower.plugin.knob_gate import TARGETS
 
 from tests import sglang_checks as batches
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, examples
 from tests.namespace_tree import link_tree, write_dist_info
 from tests.sglang_checks import OVERRIDE_BATCHES, STEPS, VERSION_PARAMS, SglangChecks
 from tests.sglang_checks import overlay_of as overlay_of  # re-exported: checks that import it from here
@@ -369,7 +369,7 @@ def test_gate_unset_is_always_on_and_zero_is_always_off() -> None:
     assert all(gate.decide(size) for size in [1] * 100 + [2, 48])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     ceiling=st.integers(0, 64),
     margin=st.one_of(st.none(), st.integers(0, 8)),

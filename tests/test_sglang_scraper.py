@@ -18,7 +18,7 @@ from spectower.collectors.sglang.scraper import ScrapeError, SglangScraper
 from spectower.collectors.sink import StorageSink
 from spectower.storage import open_database
 
-from tests.conftest import REAL_DATA
+from tests.conftest import REAL_DATA, examples
 
 BASE = (REAL_DATA / "sglang-0.5.17-h200/metrics_after.txt").read_text()
 INFO = (REAL_DATA / "sglang-0.5.17-h200/server_info_after.json").read_text()
@@ -86,7 +86,7 @@ def _mutate(text: str, cut: int | None, junk: str, value: str, line_no: int) -> 
     return body + junk
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cut=st.none() | st.integers(min_value=0, max_value=80_000),
     junk=st.sampled_from(["", "\n", "garbage\n", 'sglang:x{a="1"} 1 2 3\n', "\x00\xff", "# TYPE\n"]),

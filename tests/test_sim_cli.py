@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -130,13 +129,15 @@ def test_port_in_use_is_one_clear_error() -> None:
     assert f"--port: cannot listen on 127.0.0.1:{port}" in res.stderr
 
 
-def test_a_bad_exploration_share_is_one_clear_error_naming_its_source() -> None:
-    base = [*SIM, "--profile", "llama31-8b-1x-h100", "--port", str(free_port())]
-    res = _run([*base, "--explore-share", "0.5"])
+def test_a_bad_exploration_share_is_one_clear_error_naming_its_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = ["--profile", "llama31-8b-1x-h100", "--port", str(free_port())]
+    res = _sim(*base, "--explore-share", "0.5")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res
     assert "--explore-share must be a number in 0..0.2, got 0.5" in res.stderr
-    env = {**os.environ, "SPECTOWER_EXPLORE_SHARE": "lots"}
-    res = subprocess.run(base, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+    monkeypatch.setenv("SPECTOWER_EXPLORE_SHARE", "lots")
+    res = _sim(*base)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res
     assert "SPECTOWER_EXPLORE_SHARE must be a number in 0..0.2" in res.stderr
 

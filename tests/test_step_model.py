@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from typing import Any
 
@@ -16,7 +15,7 @@ from spectower.simulator.profile import Profile, builtin_profile_names, load_pro
 from spectower.simulator.traces import load_trace
 
 from benchmarks.simulator_process import curve_profile
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import REPO_ROOT, cli_in_process
 
 # 64 is where on and off cross: 5000 tok/s either way
 CROSSING = curve_profile("crossing", [1, 64], {"spec_on": [200.0, 5000.0], "spec_off": [100.0, 5000.0]},
@@ -123,13 +122,17 @@ def test_a_one_step_launch_has_no_middle_and_a_plain_server_no_rows() -> None:
     assert step_model.step_table(_profile().without_speculation()) == []
 
 
+@pytest.fixture
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # one table row per line
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "160"}  # one table row per line
-    return subprocess.run([*SPECTOWER_CLI, "sim", "steps", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, env=env)  # fmt: skip
+    """``spectower sim steps ARGS`` in this process (a new interpreter each cost 0.5-1 CPU-s)."""
+    return cli_in_process("sim", "steps", *args)
 
 
-def test_sim_steps_prints_the_table_and_json_agrees_with_the_model() -> None:
+def test_sim_steps_prints_the_table_and_json_agrees_with_the_model(_wide: None) -> None:
     name = "h200-8b-pair-triton"
     table = _cli("--profile", name)
     assert table.returncode == 0, table.stderr
@@ -141,7 +144,7 @@ def test_sim_steps_prints_the_table_and_json_agrees_with_the_model() -> None:
     assert [b["tok_s"] for b in out["bins"]] == [pytest.approx(list(r.tok_s)) for r in rows]
 
 
-def test_sim_steps_unknown_profile_is_one_line() -> None:
+def test_sim_steps_unknown_profile_is_one_line(_wide: None) -> None:
     bad = _cli("--profile", "no-such-profile")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "no-such-profile" in bad.stderr
@@ -163,7 +166,7 @@ def test_the_best_count_per_batch_size_over_a_load() -> None:
     assert step_model.best_count_gain(crossing, [0, 0]) == 0.0
 
 
-def test_sim_steps_over_a_trace_reports_the_best_count_gain() -> None:
+def test_sim_steps_over_a_trace_reports_the_best_count_gain(_wide: None) -> None:
     name = "h200-8b-pair-triton"
     profile = load_profile(name)
     out = json.loads(_cli("--profile", name, "--trace", "day", "--json").stdout)

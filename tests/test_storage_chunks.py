@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from spectower.storage import chunks
 from spectower.storage.chunks import Chunk, ChunkColumn, ChunkError
 
+from tests.conftest import examples
+
 ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True, width=64)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -55,7 +57,7 @@ def chunk_input(draw: st.DrawFn) -> tuple[np.ndarray, list[ChunkColumn]]:
     return ts, columns
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(chunk_input())
 def test_every_bit_comes_back(case: tuple[np.ndarray, list[ChunkColumn]]) -> None:
     ts, columns = case

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
 from spectower.storage import Database, open_database, queries
@@ -12,6 +13,7 @@ from spectower.storage.models import ControlEvent, EngineSample, GpuSample, Poli
 from sqlalchemy import text
 
 from tests import queries_reference as reference
+from tests.conftest import new_postgres_database
 
 T0 = 1_764_000_000.0  # a whole hour (multiple of 3600)
 
@@ -65,11 +67,29 @@ def test_raw_series_buckets_are_bounded_and_exact(db: Database, max_points: int)
         assert s.rows_read == sum(1 for ts, _ in data if start <= ts <= end)
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def six_hours(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Database, int, list[tuple[float, float | None]]]]:
+    """Six hours of one GPU at 1 s, rolled up, on each backend: written once for the module (a fill took
+    0.4-0.8 CPU-s a test), for tests that only read it."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('six-hours') / 'spectower.db'}"
+    else:
+        url = new_postgres_database(request.getfixturevalue("postgres_server"))
+    d = open_database(url)
+    gid = d.gpu_id("h", 0, "U")
+    data = fill_gpu(d, gid, 6 * 3600)
+    assert d.update_rollups() == len(data)
+    yield d, gid, data
+    d.close()
+
+
 @pytest.mark.parametrize("max_points", [3, 10, 24, 100, 1000])
-def test_rollup_series_match_raw_aggregation(db: Database, max_points: int) -> None:
-    gid = db.gpu_id("h", 0, "U")
-    data = fill_gpu(db, gid, 6 * 3600)  # six hours
-    assert db.update_rollups() == len(data)
+def test_rollup_series_match_raw_aggregation(
+    six_hours: tuple[Database, int, list[tuple[float, float | None]]], max_points: int
+) -> None:
+    db, gid, data = six_hours
     start, end = T0, T0 + 6 * 3600
     s = queries.series(db, "gpu", gid, "gpu_util_pct", start, end, max_points)
     assert 1 <= len(s.points) <= max_points

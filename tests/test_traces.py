@@ -154,16 +154,13 @@ def test_jump_refuses_a_top_below_one() -> None:
 def test_an_error_naming_brackets_is_printed_as_text(tmp_path: Path) -> None:
     """The CLI's last line of defence printed messages as rich markup: a path with "[/b]" in it raised
     MarkupError as a traceback, and "[t_seconds, concurrency]" vanished from the message."""
-    import subprocess
-
-    from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+    from tests.conftest import cli_in_process
 
     folder = tmp_path / "a[/b]"
     folder.mkdir(parents=True)  # "a[" holding "b]": the path reads a[/b]
     trace = folder / "t.json"
     trace.write_text("[]")
-    cmd = [*SPECTOWER_CLI, "sim", "evaluate", "--profile", "h200-8b-pair-triton", "--trace", str(trace)]
-    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    done = cli_in_process("sim", "evaluate", "--profile", "h200-8b-pair-triton", "--trace", str(trace))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     said = f"{trace}: a trace is a non-empty JSON list of [t_seconds, concurrency] pairs"
     assert done.stderr.strip() == f"error: {said}"

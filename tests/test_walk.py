@@ -22,7 +22,7 @@ from spectower.collectors.promtext import parse_prometheus_text
 from spectower.simulator.profile import load_profile
 
 from benchmarks.simulator_process import SimulatorFactory
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 
@@ -114,9 +114,9 @@ def test_bad_pattern_input_names_the_flag(text: str, period: float, max_c: int, 
 
 
 def _load_nowhere(*args: str) -> subprocess.CompletedProcess[str]:
-    """``bench load`` against a port nothing listens on."""
-    argv = [*SPECTOWER_CLI, "bench", "load", "--server", "http://127.0.0.1:9", *args]
-    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    """``bench load`` against a port nothing listens on, in this process: refused before it takes the
+    process's signals (a new interpreter each cost 0.7 CPU-s)."""
+    return cli_in_process("bench", "load", "--server", "http://127.0.0.1:9", *args)
 
 
 def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
