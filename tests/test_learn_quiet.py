@@ -1,5 +1,6 @@
-"""learn quiets exploration while its estimate is decisive where the load is (control/policy/learn.py, item 6),
-and asks for its normal share again as soon as a busy bin is undecided; the harness charges it what it explores.
+"""learn quiets exploration while its estimate is decisive where the load is (control/policy/learn.py,
+item 6), and asks for its normal share again as soon as a busy bin is undecided; the harness charges it
+what it explores.
 
 Driven by the constructed counters stream of tests/test_control_policy_learn.py, with a server whose
 exploration share follows what the policy asks (and reads back), and by the virtual-time harness.
@@ -7,6 +8,7 @@ exploration share follows what the policy asks (and reads back), and by the virt
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -97,8 +99,9 @@ def test_a_share_that_never_reads_back_is_asked_again_not_every_decision() -> No
     server = Server(CounterStream(SPEEDUPS, weights=DECISIVE), applies=False)
     decisions = server.run(policy, 900, DECISIVE)
     first = server.asks[0][0]
-    after = [t for t, _ in server.asks]
-    assert len(after) >= 2 and all(b - a >= (PENDING_WAITS + 1) * INTERVAL_S for a, b in zip(after, after[1:]))
+    times = [t for t, _ in server.asks]
+    assert len(times) >= 2
+    assert all(b - a >= (PENDING_WAITS + 1) * INTERVAL_S for a, b in itertools.pairwise(times))
     assert all(d.explore_share in (None, 0.005) for d in decisions) and first >= 120
 
 

@@ -60,7 +60,8 @@ def _runner(db: Database, client: KnobClient, policy: AskingPolicy) -> PolicyRun
 
 
 @pytest.mark.integration
-def test_the_runner_writes_the_share_reads_it_back_and_audits_it(db: Database, simulator_factory: Any) -> None:
+def test_the_runner_writes_the_share_reads_it_back_and_audits_it(db: Database, simulator_factory: Any
+                                                                  ) -> None:  # fmt: skip
     sim = simulator_factory(admin_key=ADMIN_KEY, dp_size=2)
     client = KnobClient(sim.base_url, ADMIN_KEY)
     ceiling = client.read().spec_max_bs
@@ -97,7 +98,8 @@ def test_under_a_manual_lock_the_runner_writes_no_share(db: Database, simulator_
 
 
 @pytest.mark.integration
-def test_a_lock_taken_while_the_policy_decides_refuses_the_share(db: Database, simulator_factory: Any) -> None:
+def test_a_lock_taken_while_the_policy_decides_refuses_the_share(db: Database, simulator_factory: Any
+                                                                  ) -> None:  # fmt: skip
     """The operator sets the knob after the runner read the server but before its share write lands: the
     server refuses the policy's write, the step is paused (no crash), and the refusal is audited."""
     sim = simulator_factory(admin_key=ADMIN_KEY, dp_size=2)
