@@ -210,12 +210,10 @@ def main() -> int:
               f"{cell.learn_explore_cost:>8.2%}  {'MISSED: ' + '; '.join(bad) if bad else 'ok'}")
     print()
     worst = min(cells, key=lambda c: c.learn_min)
+    oracle, mine = [c.explore_cost for c in cells], [c.learn_explore_cost for c in cells]
     print(f"learn, worst run: {worst.learn_min:.4f} of the best achievable ({worst.profile}, {worst.trace}); "
-          "most changes: "
-          f"{max(c.changes_per_hour_max for c in cells):.0f}/h; exploration costs the oracle "
-          f"{min(c.explore_cost for c in cells):.2%}-{max(c.explore_cost for c in cells):.2%}, learn's "
-          f"server {min(c.learn_explore_cost for c in cells):.2%}-"
-          f"{max(c.learn_explore_cost for c in cells):.2%}")
+          f"most changes: {max(c.changes_per_hour_max for c in cells):.0f}/h; exploration costs the oracle "
+          f"{min(oracle):.2%}-{max(oracle):.2%}, learn's server {min(mine):.2%}-{max(mine):.2%}")
     print("middle step counts, in the simulator's step model (simulator/step_model.py):")
     for profile in profiles:
         print(f"  {step_model.summary(profile)}")

@@ -16,11 +16,14 @@ import pytest
 from spectower.control.policy import Decision, Observation, PolicyError, make_policy
 from spectower.control.policy.learn import PENDING_WAITS
 from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
-from spectower.simulator.harness import simulate
+from spectower.simulator.harness import HarnessConfig, simulate
+from spectower.simulator.open_loop import simulate_open_loop
 from spectower.simulator.profile import load_profile
 from spectower.simulator.traces import load_trace
+from spectower.storage.request_traces import Arrival
 
 from tests.test_control_policy_learn import BINS, INTERVAL_S, MRR, CounterStream
+from tests.test_open_loop import _profile
 
 # bin 12 breaks even (its interval straddles 1 for ever); 2 clearly pays, 32 clearly loses
 SPEEDUPS = {**dict.fromkeys(BINS, 1.0), 1: 1.4, 2: 1.3, 32: 0.8, 64: 0.7}
@@ -152,3 +155,38 @@ def test_in_the_harness_quieting_spends_less_on_exploring_on_a_shipped_profile()
                                                                          loud.policy_explore_cost)
     assert quiet.efficiency_vs_best >= loud.efficiency_vs_best - 0.002
     assert quiet.oracle_tokens == pytest.approx(loud.oracle_tokens)  # the oracle keeps the configured share
+
+
+class SharePolicy:
+    """Holds the ceiling where the launch put it and asks for ``share`` at its first decision."""
+
+    name = "share"
+
+    def __init__(self, share: float | None) -> None:
+        self.share = share
+        self.seen: list[float | None] = []
+
+    def decide(self, obs: Observation) -> Decision:
+        self.seen.append(obs.explore_share)
+        return Decision(None, "hold", explore_share=self.share if len(self.seen) == 1 else None)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def test_the_open_loop_evaluator_applies_and_reads_back_a_policys_share() -> None:
+    """Drafting pays at 1-2 running: a server told to explore 20 % (gating a fifth of those batches) serves
+    its requests later than one that explores nothing, and the policy reads the share back."""
+    profile = _profile()
+    arrivals = [Arrival(0.5 * i, 100, 200, i) for i in range(40)]  # about one running at a time
+    config = HarnessConfig(explore_share=0.0)
+    runs = {}
+    for share in (None, 0.2):
+        policy = SharePolicy(share)
+        runs[share] = simulate_open_loop(profile, arrivals, policy, trace_name="t", config=config)
+        assert policy.seen[0] == 0.0 and policy.seen[-1] == (share or 0.0)
+    quiet, loud = (sum(o.e2e_s or 0.0 for o in runs[s].outcomes) for s in (None, 0.2))
+    assert loud > 1.02 * quiet, (quiet, loud)
