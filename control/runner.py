@@ -328,23 +328,24 @@ class PolicyRunner:
         a lock that came meanwhile pauses it, a failure is this step's error, never a crash."""
         obs, decision = outcome.observation, outcome.decision
         assert decision is not None
+        prior = f"{outcome.reason}; " if outcome.action != "hold" else ""  # a set made, or rate-limited
         try:
             result = audit.apply_explore_share(self.db, self.client, share, decision.reason, self.actor,
                                                clock=self.clock)  # fmt: skip
         except audit.PolicyPaused as exc:
             hint = f"`spectower control release --server {self.server_url}`"
-            why = f"explore share {share:g} not written: {exc} ({hint})"
+            why = f"{prior}explore share {share:g} not written: {exc} ({hint})"
             return StepOutcome(now, "paused", why, obs, decision, outcome.result)
         except KnobError as exc:  # audited by apply_explore_share; the loop keeps going
-            why = f"explore share {share:g} failed: {exc}"
+            why = f"{prior}explore share {share:g} failed: {exc}"
             return StepOutcome(now, "error", why, obs, decision, outcome.result)
         seen = explore_share_of(result.after) if result.after is not None else None
         old = obs.explore_share if obs is not None else None
         state = "confirmed" if result.confirmed else f"{result.outcome.upper()} ({result.error or '?'})"
         text = (f"explore share {'?' if old is None else f'{old:g}'} -> {share:g} {state}, read back "
                 f"{'?' if seen is None else f'{seen:g}'}")  # fmt: skip
-        if outcome.action == "set":
-            return StepOutcome(now, "set", f"{outcome.reason}; {text}", obs, decision, outcome.result)
+        if prior:
+            return StepOutcome(now, outcome.action, prior + text, obs, decision, outcome.result)
         return StepOutcome(now, "explore", f"{text}: {decision.reason}", obs, decision, result)
 
     # -- the loop

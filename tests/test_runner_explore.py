@@ -27,8 +27,9 @@ class AskingPolicy:
 
     name = "learn"
 
-    def __init__(self, share: float, before: Callable[[], None] | None = None) -> None:
-        self.share, self.before = share, before
+    def __init__(self, share: float, before: Callable[[], None] | None = None, max_bs: int | None = None
+                 ) -> None:  # fmt: skip
+        self.share, self.before, self.max_bs = share, before, max_bs
         self.seen: list[float | None] = []
 
     def decide(self, obs: Observation) -> Decision:
@@ -37,7 +38,7 @@ class AskingPolicy:
             return Decision(None, "hold")
         if self.before is not None:
             self.before()
-        return Decision(None, "hold; quiet: bins 2-32 decided", explore_share=self.share)
+        return Decision(self.max_bs, "hold; quiet: bins 2-32 decided", explore_share=self.share)
 
     def state(self) -> dict[str, Any]:
         return {}
@@ -127,4 +128,20 @@ def test_a_failed_share_write_is_an_error_outcome_not_a_crash(db: Database, simu
     assert outcome.action == "error" and outcome.reason.startswith("explore share 0.005 failed: ")
     (row,) = audit.list_events(db, sim.base_url, action="explore")
     assert not row.confirmed and row.error is not None
+    client.close()
+
+
+@pytest.mark.integration
+def test_a_move_and_a_share_in_one_decision_are_both_applied(db: Database, simulator_factory: Any) -> None:
+    """learn wakes exploring when it moves the ceiling: the set first, then the share, each audited."""
+    sim = simulator_factory(admin_key=ADMIN_KEY, dp_size=2)
+    client = KnobClient(sim.base_url, ADMIN_KEY)
+    outcome = _runner(db, client, AskingPolicy(0.1, max_bs=6)).step()
+    assert outcome.action == "set" and outcome.result is not None and outcome.result.requested == 6
+    assert "; explore share 0.02 -> 0.1 confirmed, read back 0.1" in outcome.reason
+    after = client.read()
+    assert (after.spec_max_bs, explore_share_of(after)) == (6, 0.1)
+    rows = audit.list_events(db, sim.base_url)
+    assert [(r.action, r.new_max_bs, r.confirmed) for r in reversed(rows)] == [("set", 6, True),
+                                                                               ("explore", 6, True)]
     client.close()
