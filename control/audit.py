@@ -20,7 +20,7 @@ from typing import Any
 from ..storage import queries
 from ..storage.database import Database
 from ..storage.models import ControlEvent, PolicyState
-from .knob import KnobClient
+from .knob import KnobClient, explore_share_of
 from .knob_state import (
     KnobError,
     KnobState,
@@ -118,11 +118,14 @@ def record_failure(
     old: int | None = None,
     new: int | None = None,
     clock: Clock = time.time,
+    action: str = "set",
+    note: str | None = None,
 ) -> ControlEvent:
     """Audit a set that was refused or failed (the message of our errors never holds a key)."""
     return record_event(
-        db, actor=actor, server_url=server_url, action="set", reason=reason, old_max_bs=old,
-        new_max_bs=new, confirmed=False, error=f"not applied: {type(exc).__name__}: {exc}", ts=clock(),
+        db, actor=actor, server_url=server_url, action=action, reason=reason, old_max_bs=old,
+        new_max_bs=new, confirmed=False, error=f"not applied: {type(exc).__name__}: {exc}", note=note,
+        ts=clock(),
     )  # fmt: skip
 
 
@@ -249,12 +252,54 @@ def apply_knob(
     return result
 
 
+def _share_text(share: float | None) -> str:
+    return "unknown" if share is None else f"{share:g}"
+
+
+def apply_explore_share(
+    db: Database, client: KnobClient, share: float, reason: str, actor: str, *, clock: Clock = time.time
+) -> SetResult:
+    """Write the server's exploration share alone (no ceiling: no lock taken), settle it by read-back and
+    audit it as action ``explore`` (the ceiling columns keep the current value; the note says old -> new
+    share and what the server read back). A policy's write is refused while a lock holds: audited as not
+    applied, then ``PolicyPaused`` is raised, as ``apply_knob`` does."""
+    actor = validate_actor(actor)
+    reason = validate_reason(reason)
+    url = client.base_url
+    kind = _writer_of(actor, None)
+    before: KnobState | None = None
+    try:
+        before = client.read()
+        result = client.set_explore_share(share, before=before, writer=kind)
+    except KnobError as exc:
+        notes: list[str] = []
+        old = _db_int(before.spec_max_bs if before is not None else None, "old value", notes)
+        old_share = explore_share_of(before) if before is not None else None
+        note = f"explore share {_share_text(old_share)} -> {share:g}"
+        record_failure(db, url, actor, reason, exc, old=old, new=old, clock=clock, action="explore",
+                       note=note)  # fmt: skip
+        raise
+    seen = explore_share_of(result.after) if result.after is not None else None
+    old_share = explore_share_of(before)
+    note = f"explore share {_share_text(old_share)} -> {share:g} (read back {_share_text(seen)})"
+    _audit_result(db, actor, reason, "explore", result, clock, note=note)
+    if kind == "policy" and result.refused_by_lock:
+        raise PolicyPaused(url, result.refused_why or "a lock holds")
+    return result
+
+
 def _audit_result(
-    db: Database, actor: str, reason: str, action: str, result: SetResult, clock: Clock
+    db: Database,
+    actor: str,
+    reason: str,
+    action: str,
+    result: SetResult,
+    clock: Clock,
+    note: str | None = None,
 ) -> ControlEvent:
     # What went wrong goes to ``error``; what a row only tells (the lock a confirmed set took, a value the
     # database cannot hold) to ``note``: a confirmed set never reads as an error.
-    notes: list[str] = []
+    notes: list[str] = [note] if note else []
     old = _db_int(result.old_max_bs, "old value", notes)
     new = _db_int(result.requested if result.requested is not None else result.old_max_bs, "new value", notes)
     if result.confirmed and result.after is not None and result.writer == "manual" and action == "set":

@@ -220,6 +220,22 @@ class KnobClient:
         )  # fmt: skip
         return self.write(request, state)
 
+    def set_explore_share(
+        self, share: float, *, before: KnobState | None = None, writer: Writer = "policy"
+    ) -> SetResult:
+        """Set the server's exploration share alone (``spectower_explore_share``: no ceiling, hold or
+        release, so no lock moves); a policy's is refused by the server while a lock holds, as its sets are.
+        The result's ``after`` carries the read-back (``explore_share_of``)."""
+        try:
+            share = knob_contract.explore_share_of(share, "explore_share")
+        except knob_contract.ContractError as exc:
+            raise KnobValueError(str(exc)) from None
+        state = before if before is not None else self.read()
+        ensure_ready(state)
+        request = KnobRequest(writer=knob_contract.WRITER_CODES[writer], explore_share=share,
+                              request_id=new_request_id())  # fmt: skip
+        return self.write(request, state)
+
     def write(self, request: KnobRequest, before: KnobState) -> SetResult:
         """Send one contract request, then settle its outcome by reading the server back."""
         if not before.ownership_supported:
@@ -324,6 +340,18 @@ class KnobClient:
             self.base_url, request.value, before, after, accepted, error, outcome, request.writer_name,
             request.release, request.request_id, previous, lost, why, tuple(verdicts),
         )  # fmt: skip
+
+
+def explore_share_of(state: KnobState) -> float | None:
+    """The exploration share every DP rank reports (its ``explore`` block), or None: a rank does not report
+    one (no plugin, an older one) or the ranks disagree."""
+    shares: set[float] = set()
+    for rank in state.ranks:
+        raw = (rank.explore or {}).get("share")
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            return None
+        shares.add(float(raw))
+    return shares.pop() if len(shares) == 1 else None
 
 
 def _rank_verdict(rank: RankState, request: KnobRequest) -> str:

@@ -6,9 +6,11 @@ summed over DP ranks) plus the knob's read-back and the engine's decode counters
 ``control.audit.apply_knob`` (actor ``policy:<mode>``, writer class policy) only when the decision changes
 it. Safety rails that hold whatever the policy says: stale metrics or an unreachable server hold; while the
 server reports a lock (a manual set, or a sweep) the loop is paused, and the server itself refuses a
-policy write that races a new lock; no more than ``max_flips_per_hour`` sets per rolling hour. The
-policy's state is persisted after every decision and reloaded on start. On stop the server keeps its
-last ceiling.
+policy write that races a new lock; no more than ``max_flips_per_hour`` sets per rolling hour. A decision's
+exploration share (``Decision.explore_share``: learn quieting exploring where its estimate is decisive) is
+written alone after the ceiling (``audit.apply_explore_share``: read back, audited as action ``explore``);
+never while a lock holds (exploring is paused on the server then anyway). The policy's state is persisted
+after every decision and reloaded on start. On stop the server keeps its last ceiling.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..storage import queries
 from ..storage.database import Database
 from ..storage.models import EngineSample
 from . import audit
-from .knob import KnobClient
+from .knob import KnobClient, explore_share_of
 from .knob_state import KnobError, KnobState, SetResult, ensure_ready
 from .policy import Decision, Observation, Policy
 from .policy.learn import DEFAULT_MAX_FLIPS_PER_HOUR as LEARN_MAX_FLIPS_PER_HOUR
@@ -68,7 +70,8 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What one iteration did: ``set``, ``hold``, ``paused``, ``rate-limited`` or ``error``."""
+    """What one iteration did: ``set``, ``hold``, ``explore`` (the exploration share alone), ``paused``,
+    ``rate-limited`` or ``error``."""
 
     ts: float
     action: str
@@ -258,6 +261,7 @@ class PolicyRunner:
             max_running_requests=self.max_running_requests or 0,
             stale=why_stale is not None,
             counters=counters,
+            explore_share=explore_share_of(knob) if knob is not None and why_stale is None else None,
         )
         return obs, why_stale
 
@@ -270,7 +274,8 @@ class PolicyRunner:
             else "until " + time.strftime("%H:%M:%S", time.localtime(float(expires)))
         )
         return (
-            f"the server's {knob.owner} lock holds the knob {until} "
+            f"the server's {knob.owner} lock holds the knob {until}; the policy writes neither the ceiling "
+            f"nor the exploration share (exploring is paused on the server while it holds) "
             f"(`spectower control release --server {self.server_url}`)"
         )
 
@@ -284,6 +289,16 @@ class PolicyRunner:
         self.save_state()
         if why_stale is not None:  # hold whatever the policy said: never act on stale data
             return StepOutcome(now, "hold", why_stale, obs, decision)
+        outcome = self._apply_ceiling(now, obs, decision)
+        if decision.explore_share is None:
+            return outcome
+        if outcome.action in ("paused", "error"):  # a lock won the race, or the server failed: not now
+            why = f"{outcome.reason}; explore share {decision.explore_share:g} not written"
+            return StepOutcome(now, outcome.action, why, obs, decision, outcome.result)
+        return self._apply_share(now, outcome, decision.explore_share)
+
+    def _apply_ceiling(self, now: float, obs: Observation, decision: Decision) -> StepOutcome:
+        """Move the knob as the decision says (or hold), with the rails; audited by ``apply_knob``."""
         if decision.max_bs is None:
             return StepOutcome(now, "hold", decision.reason, obs, decision)
         if decision.max_bs == obs.spec_max_bs:
@@ -307,6 +322,31 @@ class PolicyRunner:
         state = "confirmed" if result.confirmed else f"{result.outcome.upper()} ({result.error or '?'})"
         reason = f"{result.old_max_bs} -> {result.requested} {state}: {decision.reason}"
         return StepOutcome(now, "set", reason, obs, decision, result)
+
+    def _apply_share(self, now: float, outcome: StepOutcome, share: float) -> StepOutcome:
+        """Write the decision's exploration share alone after the ceiling's outcome (audited as ``explore``);
+        a lock that came meanwhile pauses it, a failure is this step's error, never a crash."""
+        obs, decision = outcome.observation, outcome.decision
+        assert decision is not None
+        prior = f"{outcome.reason}; " if outcome.action != "hold" else ""  # a set made, or rate-limited
+        try:
+            result = audit.apply_explore_share(self.db, self.client, share, decision.reason, self.actor,
+                                               clock=self.clock)  # fmt: skip
+        except audit.PolicyPaused as exc:
+            hint = f"`spectower control release --server {self.server_url}`"
+            why = f"{prior}explore share {share:g} not written: {exc} ({hint})"
+            return StepOutcome(now, "paused", why, obs, decision, outcome.result)
+        except KnobError as exc:  # audited by apply_explore_share; the loop keeps going
+            why = f"{prior}explore share {share:g} failed: {exc}"
+            return StepOutcome(now, "error", why, obs, decision, outcome.result)
+        seen = explore_share_of(result.after) if result.after is not None else None
+        old = obs.explore_share if obs is not None else None
+        state = "confirmed" if result.confirmed else f"{result.outcome.upper()} ({result.error or '?'})"
+        text = (f"explore share {'?' if old is None else f'{old:g}'} -> {share:g} {state}, read back "
+                f"{'?' if seen is None else f'{seen:g}'}")  # fmt: skip
+        if prior:
+            return StepOutcome(now, outcome.action, prior + text, obs, decision, outcome.result)
+        return StepOutcome(now, "explore", f"{text}: {decision.reason}", obs, decision, result)
 
     # -- the loop
 

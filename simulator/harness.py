@@ -39,6 +39,10 @@ nothing explored, the profile's cold ``spec_off`` curve) can beat it where draft
 32-64 requests on the GLM-5 profile, by 10 % at 64 on the H200 triton one (its warm off). So the result
 also carries ``never_draft_tokens`` and ``best_tokens`` (per tick the better of the oracle and never
 drafting: the best achievable), and ``efficiency_vs_best`` against it.
+
+A policy may set the share (``Decision.explore_share``: learn quiets it where its estimate is decisive): it
+lands with the ceiling's delay and reads back (``Observation.explore_share``); the oracle keeps the configured
+share. ``policy_explore_cost``: 1 - the policy's tokens / those of its ceilings with nothing explored.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..control.policy import Observation, Policy, make_policy
+from ..control.policy import Decision, Observation, Policy, make_policy
 from ..plugin import explore, knob_contract
 from ..plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
 from .profile import Profile
@@ -103,8 +107,13 @@ class HarnessConfig:
     @property
     def effective_explore_share(self) -> float:
         """The share the gate really explores: one batch in ``round(1 / explore_share)`` per bin."""
-        period = knob_contract.explore_period(self.explore_share)
-        return 1.0 / period if period else 0.0
+        return effective_share(self.explore_share)
+
+
+def effective_share(share: float) -> float:
+    """The share the gate really explores: one batch in ``round(1 / share)`` per bin."""
+    period = knob_contract.explore_period(share)
+    return 1.0 / period if period else 0.0
 
 
 @dataclass
@@ -125,6 +134,7 @@ class RunResult:
     pure_oracle_tokens: float = 0.0  # the oracle without exploration
     never_draft_tokens: float = 0.0  # the knob at 0 locked: extend skipped, no exploration (cold spec_off)
     best_tokens: float = 0.0  # per tick the better of the oracle and never drafting: the best achievable
+    unexplored_tokens: float = 0.0  # the policy's ceilings with nothing explored (extend skipped when gated)
     timeline: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
@@ -141,6 +151,12 @@ class RunResult:
         """What exploring costs the oracle: 1 - its tokens / an oracle's that never explores."""
         pure = self.pure_oracle_tokens
         return 1.0 - self.oracle_tokens / pure if pure > 0 else 0.0
+
+    @property
+    def policy_explore_cost(self) -> float:
+        """What exploring cost the policy's server: 1 - its tokens / the same ceilings' with none explored."""
+        bare = self.unexplored_tokens
+        return 1.0 - self.tokens / bare if bare > 0 else 0.0
 
     @property
     def changes_per_hour(self) -> float:
@@ -167,6 +183,7 @@ class RunResult:
             "final_max_bs": self.final_max_bs,
             "explore_share": self.explore_share,
             "explore_cost": round(self.explore_cost, 6),
+            "policy_explore_cost": round(self.policy_explore_cost, 6),
         }
 
 
@@ -258,6 +275,24 @@ class _Tables:
         return self.off_windowed if explore.windowed(True, period) else self.off
 
 
+class _TablesByShare:
+    """The tables (and the batch a ceiling gates) at each exploration share set, ``_Tables.of`` once each."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._cache: dict[float, tuple[_Tables, tuple[_Mode, ...]]] = {}
+
+    def at(self, share: float) -> tuple[_Tables, tuple[_Mode, ...]]:
+        """(tables, gated by the ceiling) at ``share`` as set (the gate explores its effective share)."""
+        found = self._cache.get(share)
+        if found is None:
+            effective = effective_share(share) if self.profile.speculative else 0.0
+            tables = _Tables.of(self.profile, effective)
+            gated = tables.gated_by_ceiling(knob_contract.explore_period(effective))
+            found = self._cache[share] = (tables, gated)
+        return found
+
+
 class _Counters:
     """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
 
@@ -334,12 +369,14 @@ class _Totals:
     plain: float = 0.0
     never_draft: float = 0.0
     best: float = 0.0
+    unexplored: float = 0.0
     busy_ticks: int = 0
     drafting_time: float = 0.0
 
     def add(self, tables: _Tables, oracle_off: tuple[_Mode, ...], running: int, mode: _Mode,
-            tick: float) -> None:
+            tick: float, bare: _Mode) -> None:
         self.tokens += mode.rate * tick
+        self.unexplored += bare.rate * tick
         oracle_rate = max(tables.on[running].rate, oracle_off[running].rate)
         self.oracle += oracle_rate * tick
         self.never_draft += tables.never_draft[running] * tick
@@ -428,7 +465,7 @@ class _Runner:
     rng: random.Random
     stale_rng: random.Random  # its own stream: staleness does not reshuffle the noise
 
-    def observe(self, interval: _Interval, ts: float, knob: int) -> Observation:
+    def observe(self, interval: _Interval, ts: float, knob: int, share: float) -> Observation:
         tok_s, acc = interval.noisy_gauges(self.noise_cv, self.rng)
         stale = self.stale_probability > 0 and self.stale_rng.random() < self.stale_probability
         if stale:  # what a runner hands over when the scrape failed: no fresh numbers
@@ -444,24 +481,35 @@ class _Runner:
             max_running_requests=self.max_running_requests,
             stale=stale,
             counters=None if stale or not self.speculative else self.counters.snapshot(),
+            explore_share=None if stale else share,
         )
 
 
 @dataclass(slots=True)
 class _Knob:
-    """The ceiling the server applies: a policy's set lands ``knob_delay_s`` after its decision."""
+    """The ceiling and exploration share the server applies: a policy's set lands ``knob_delay_s`` after its
+    decision."""
 
     value: int
+    share: float  # as set (the server's read-back); the gate explores its effective share
     flips: int = 0
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (tick at which it applies, value)
+    # (tick at which it applies, ceiling, share; None: unchanged)
+    pending: list[tuple[int, int | None, float | None]] = field(default_factory=list)
 
-    def request(self, at_tick: int, value: int) -> None:
-        self.pending.append((at_tick, value))
+    def request(self, at_tick: int, decision: Decision, policy: str) -> None:
+        if decision.max_bs is not None and decision.max_bs < 0:
+            raise HarnessError(f"policy {policy} asked for a negative ceiling {decision.max_bs}")
+        share = decision.explore_share
+        if share is not None and not 0 <= share <= knob_contract.MAX_EXPLORE_SHARE:
+            raise HarnessError(f"policy {policy} asked for an exploration share {share} outside 0..0.2")
+        if decision.max_bs is not None or share is not None:
+            self.pending.append((at_tick, None if decision.max_bs is None else int(decision.max_bs), share))
 
     def apply_due(self, tick_index: int) -> None:
         while self.pending and self.pending[0][0] <= tick_index:
-            _, value = self.pending.pop(0)
-            if value != self.value:
+            _, value, share = self.pending.pop(0)
+            self.share = self.share if share is None else share
+            if value is not None and value != self.value:
                 self.flips += 1
                 self.value = value
 
@@ -475,8 +523,6 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     if not math.isfinite(duration) or duration <= 0:
         raise HarnessError(f"duration must be > 0 seconds, got {duration_s!r}")
     mrr = profile.max_running_requests
-    share = cfg.effective_explore_share if profile.speculative else 0.0
-    tables = _Tables.of(profile, share)
     noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
     tick = cfg.tick_s
     n_ticks = round(duration / tick)
@@ -486,23 +532,22 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
     runner = _Runner(mrr, profile.speculative, noise_cv, cfg.stale_probability, ticks_per_decision, counters,
                      random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}"))  # fmt: skip
-    knob = _Knob(mrr if cfg.initial_max_bs is None else cfg.initial_max_bs)
-    decisions = 0
-    totals = _Totals()
-    gauges = _Gauges(cfg.gauge_log_interval_steps)
-    interval = _Interval()
+    knob = _Knob(mrr if cfg.initial_max_bs is None else cfg.initial_max_bs, cfg.explore_share)
+    totals, gauges, interval = _Totals(), _Gauges(cfg.gauge_log_interval_steps), _Interval()
     timeline: list[dict[str, Any]] = []
-
     # gated by the ceiling: the extend skipped where nothing explores (the plugin's rule, once), else outside
-    # the exploration windows; the oracle's off likewise
-    gated_off = tables.gated_by_ceiling(knob_contract.explore_period(share))
+    # the exploration windows; the oracle's off likewise, at the configured share whatever the policy sets
+    by_share = _TablesByShare(profile)
+    oracle, oracle_off = by_share.at(cfg.explore_share)
+    bare, bare_off = by_share.at(0.0)  # the same ceilings with nothing explored
     for i in range(n_ticks):
         knob.apply_due(i)
+        tables, gated_off = by_share.at(knob.share)
         conc = max(0, round(trace.concurrency_at(i * tick)))
         running = min(conc, mrr)
         drafting = running > 0 and running <= knob.value and profile.speculative
         mode = (tables.on if drafting else gated_off)[running]
-        totals.add(tables, gated_off, running, mode, tick)
+        totals.add(oracle, oracle_off, running, mode, tick, (bare.on if drafting else bare_off)[running])
         if running:
             counters.add(running, mode, tick)
             gauges.busy(mode, tick)
@@ -511,38 +556,24 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         interval.add(running, conc - running, gauges)
         if (i + 1) % ticks_per_decision:
             continue
-        obs = runner.observe(interval, (i + 1) * tick, knob.value)
+        obs = runner.observe(interval, (i + 1) * tick, knob.value, knob.share)
         interval = _Interval()
         decision = policy.decide(obs)
-        decisions += 1
-        if decision.max_bs is not None:
-            if decision.max_bs < 0:
-                raise HarnessError(f"policy {policy.name} asked for a negative ceiling {decision.max_bs}")
-            knob.request(i + 1 + delay_ticks, int(decision.max_bs))
+        knob.request(i + 1 + delay_ticks, decision, policy.name)
         if keep_timeline:
             timeline.append({"t": obs.ts, "running": obs.num_running_reqs, "queued": obs.num_queue_reqs,
                              "tok_s": obs.output_tok_s, "accept": obs.accept_length, "knob": knob.value,
-                             "set": decision.max_bs, "reason": decision.reason})  # fmt: skip
-
+                             "set": decision.max_bs, "share": knob.share,
+                             "reason": decision.reason})  # fmt: skip
     return RunResult(
-        policy=policy.name,
-        profile=profile.name,
-        trace=trace.name,
-        seed=seed,
-        duration_s=n_ticks * tick,
-        tokens=totals.tokens,
-        oracle_tokens=totals.oracle,
-        plain_tokens=totals.plain,
-        flips=knob.flips,
-        decisions=decisions,
+        policy=policy.name, profile=profile.name, trace=trace.name, seed=seed, duration_s=n_ticks * tick,
+        tokens=totals.tokens, oracle_tokens=totals.oracle, plain_tokens=totals.plain, flips=knob.flips,
+        decisions=n_ticks // ticks_per_decision,
         spec_on_fraction=totals.drafting_time / totals.busy_ticks if totals.busy_ticks else 0.0,
-        final_max_bs=knob.value,
-        explore_share=share,
-        pure_oracle_tokens=totals.pure_oracle,
-        never_draft_tokens=totals.never_draft,
-        best_tokens=totals.best,
-        timeline=timeline,
-    )
+        final_max_bs=knob.value, explore_share=cfg.effective_explore_share if profile.speculative else 0.0,
+        pure_oracle_tokens=totals.pure_oracle, never_draft_tokens=totals.never_draft, best_tokens=totals.best,
+        unexplored_tokens=totals.unexplored, timeline=timeline,
+    )  # fmt: skip
 
 
 def evaluate(profile: Profile, trace: Trace, policy_spec: str, duration_s: float | None = None, seed: int = 0,

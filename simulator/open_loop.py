@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..control.policy import Observation, Policy, make_policy
-from ..plugin import knob_contract
 from ..storage.request_traces import (
     DEFAULT_SLO,
     Arrival,
@@ -46,8 +45,10 @@ from .harness import (
     HarnessConfig,
     HarnessError,
     _Counters,
+    _Knob,
     _Mode,
     _Tables,
+    _TablesByShare,
 )
 from .profile import Profile
 
@@ -238,47 +239,24 @@ class OpenLoopResult:
         }
 
 
-@dataclass
-class _Knob:
-    """The ceiling as the gate applies it: decisions take effect ``delay_ticks`` later."""
-
-    value: int
-    delay_ticks: int
-    pending: list[tuple[int, int]] = field(default_factory=list)
-    flips: int = 0
-
-    def advance(self, tick: int) -> None:
-        while self.pending and self.pending[0][0] <= tick:
-            _, value = self.pending.pop(0)
-            if value != self.value:
-                self.flips += 1
-                self.value = value
-
-    def decide(self, tick: int, value: int | None, policy: str) -> None:
-        if value is None:
-            return
-        if value < 0:
-            raise HarnessError(f"policy {policy} asked for a negative ceiling {value}")
-        self.pending.append((tick + self.delay_ticks, int(value)))
-
-
 def _tick_mode(
     tables: _Tables,
     batch: int,
     knob: int,
-    period: int,
+    gated: tuple[_Mode, ...],
     speculative: bool,
     oracle_off: tuple[_Mode, ...] | None,
 ) -> tuple[_Mode, bool]:
     """The decode mode of a batch of ``batch`` under ceiling ``knob`` (the plugin's rule, as ``simulate``
-    applies it), or with ``oracle_off`` the faster of drafting and that gated table; and whether it drafts."""
+    applies it; ``gated``: a batch the ceiling gates), or with ``oracle_off`` the faster of drafting and that
+    gated table; and whether it drafts."""
     if oracle_off is not None:
         drafting = speculative and tables.on[batch].rate >= oracle_off[batch].rate
         return (tables.on[batch] if drafting else oracle_off[batch]), drafting
     drafting = batch > 0 and batch <= knob and speculative
     if drafting:
         return tables.on[batch], True
-    return tables.gated_by_ceiling(period)[batch], False
+    return gated[batch], False
 
 
 class _Server:
@@ -289,17 +267,18 @@ class _Server:
         mrr = profile.max_running_requests
         self.profile = profile
         self.share = cfg.effective_explore_share if profile.speculative else 0.0
-        self.tables = _Tables.of(profile, self.share)
-        self.period = knob_contract.explore_period(self.share)
+        # the tables at the share the server runs now (a policy may set it: Decision.explore_share)
+        self.by_share = _TablesByShare(profile)
         self.oracle_off: tuple[_Mode, ...] | None = None
         if oracle:  # the closed-loop oracle's off: what a batch the ceiling gates serves (harness.py)
-            self.oracle_off = self.tables.gated_by_ceiling(self.period)
+            self.oracle_off = self.by_share.at(cfg.explore_share)[1]
         self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
         self.counters = _Counters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
         self.gauges = _Gauges(cfg.gauge_log_interval_steps)
         self.queue = _Queue(mrr, profile.prefill_tok_s)
         start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
-        self.knob = _Knob(start, math.ceil(cfg.knob_delay_s / tick_s - 1e-9))
+        self.knob = _Knob(start, cfg.explore_share)
+        self.delay_ticks = math.ceil(cfg.knob_delay_s / tick_s - 1e-9)
         self.busy_ticks = 0
         self.drafting_time = 0.0
 
@@ -309,8 +288,9 @@ class _Server:
         queue.admit()
         left = queue.prefill(now, tick_s)
         batch = len(queue.decoding)
+        tables, gated = self.by_share.at(self.knob.share)
         if batch:
-            mode, _ = _tick_mode(self.tables, batch, self.knob.value, self.period, self.profile.speculative,
+            mode, _ = _tick_mode(tables, batch, self.knob.value, gated, self.profile.speculative,
                                  self.oracle_off)  # fmt: skip
             queue.decode(now + tick_s - left, left, mode.rate)
             self.counters.add(batch, mode, left)
@@ -318,7 +298,7 @@ class _Server:
             self.busy_ticks += 1
             self.drafting_time += mode.drafted_time
         elif queue.running:
-            gauges.busy(self.tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
+            gauges.busy(tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
         else:
             gauges.idle(tick_s)
         gauges.poll(queue.running, len(queue.waiting))
@@ -333,6 +313,7 @@ class _Server:
             ts=ts, num_running_reqs=running, num_queue_reqs=queued, output_tok_s=tok_s, accept_length=acc,
             spec_max_bs=self.knob.value, max_running_requests=self.profile.max_running_requests,
             stale=stale, counters=None if stale or not speculative else self.counters.snapshot(),
+            explore_share=None if stale else self.knob.share,
         )  # fmt: skip
 
 
@@ -354,7 +335,7 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
     decisions = i = nxt = 0
     while i * tick_s <= stop_at and (nxt < len(requests) or not server.queue.empty):
         now = i * tick_s
-        server.knob.advance(i)
+        server.knob.apply_due(i)
         while nxt < len(requests) and requests[nxt].arrival.t_s <= now:
             server.queue.waiting.append(requests[nxt])
             nxt += 1
@@ -364,7 +345,7 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
             decisions += 1
             stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
             obs = server.observe(i * tick_s, per_decision, rng, stale)
-            server.knob.decide(i, policy.decide(obs).max_bs, policy.name)
+            server.knob.request(i + server.delay_ticks, policy.decide(obs), policy.name)
     busy = server.busy_ticks
     return OpenLoopResult(
         policy=policy.name if policy is not None else ORACLE, profile=profile.name, trace=trace_name,

@@ -549,6 +549,10 @@ def auto(
 
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
     from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
+
+    learn quiets exploring (the server's spectower_explore_share 0.02 -> 0.005) after 2 minutes of holds with
+    every busy bin decided (its interval on one side of 1), and restores it as soon as one is not; each such
+    write is read back and audited as an `explore` row, and none is made while a lock holds.
     """
     from ...control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
     from .control_auto import AutoPlan, profile_known, run_policies, runner_for

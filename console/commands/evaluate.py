@@ -109,7 +109,8 @@ def _print_table(result: dict[str, Any]) -> None:
     )
     out.print(
         f"exploration: {result['explore_share']:.1%} of each bin's batches run the other mode; it costs the "
-        f"oracle {result['explore_cost']:.2%} of its tokens (both are charged it)"
+        f"oracle {result['explore_cost']:.2%} of its tokens, the policy's server "
+        f"{result['policy_explore_cost']:.2%} (learn quiets it where its estimate is decisive)"
     )
 
 

@@ -29,14 +29,20 @@ class Observation:
     # with plugin.engine_counters.sum_ranks); None when the server does not publish them (no plugin, an older
     # one, a failed read).
     counters: Mapping[str, Any] | None = None
+    # The server's exploration share as it reports it (``spectower_explore_share``: every rank's ``explore``
+    # block agreeing); None when unknown (no plugin, an older one, ranks that disagree, a failed read).
+    explore_share: float | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
-    """``max_bs`` None = hold (leave the knob as it is); otherwise set the knob to it."""
+    """``max_bs`` None = hold (leave the knob as it is); otherwise set the knob to it. ``explore_share`` None
+    = leave the server's exploration share as it is; otherwise write it (``spectower_explore_share``, alone:
+    it takes no lock)."""
 
     max_bs: int | None
     reason: str
+    explore_share: float | None = None
 
 
 @runtime_checkable

@@ -24,7 +24,17 @@ decision this policy
    the hysteresis: a ceiling the data cannot tell from the best one stays), at most once per
    ``min_dwell_s`` and ``max_flips_per_hour`` times per rolling hour (defaults: 300 s and 12);
 5. gives up waiting for a set that never reads back (the runner refused it, or it failed) after a few
-   observations and believes the server again.
+   observations and believes the server again;
+6. quiets exploration while its estimate is decisive where the load is: exploring costs throughput (drafting
+   explored above the ceiling cost 5.5-5.9 % of its step time on the H200 under Azure's replay,
+   data/gpu-runs/h200-8b-early-pair-triton-replay-2026-12-04/README.md). When it holds because the
+   ceiling is within what the crossover allows and every busy bin (steps in the last kept sample) has a
+   95 % interval on one side of 1, for at least ``quiet_after_s`` (default 120 s), it asks the server for
+   ``quiet_share`` (default 0.005) of exploration; as soon as a busy bin is undecided or thin, the counters
+   are too thin or a move is wanted, for ``explore_share`` (default ``DEFAULT_EXPLORE_SHARE``) again. It
+   asks only on a change (``Decision.explore_share``), and believes the server's read-back
+   (``Observation.explore_share``) when what it asked never shows there. ``quiet_share`` equal to
+   ``explore_share`` turns quieting off.
 A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
 control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
 any bin is measured, and no move follows for ``min_dwell_s``: a fresh start does not spend its first minutes
@@ -38,6 +48,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
@@ -71,6 +82,10 @@ TOP = knob_contract.MAX_SPEC_MAX_BS
 # (default ``explore.DEFAULT_KEPT_EXTEND_TAX``, what the H200 measured), so both sides of a bin compare what
 # each choice would serve.
 DEFAULT_KEPT_EXTEND_TAX = explore.DEFAULT_KEPT_EXTEND_TAX
+# Exploration while the estimate is decisive where the load is (item 6 above): a quarter of the default share
+# still measures every busy bin (one batch in 200 per bin, in runs) so that a drift shows within minutes.
+DEFAULT_QUIET_SHARE = 0.005
+DEFAULT_QUIET_AFTER_S = 120.0
 # The key a kept snapshot carries the ceiling its interval ran under (the engine counters have no such key).
 CEILING_KEY = "learn_ceiling"
 
@@ -81,6 +96,9 @@ OPTION_DEFAULTS: dict[str, float] = {
     "max_flips_per_hour": DEFAULT_MAX_FLIPS_PER_HOUR,
     "z": DEFAULT_Z,
     "kept_extend_tax": DEFAULT_KEPT_EXTEND_TAX,
+    "explore_share": knob_contract.DEFAULT_EXPLORE_SHARE,
+    "quiet_share": DEFAULT_QUIET_SHARE,
+    "quiet_after_s": DEFAULT_QUIET_AFTER_S,
 }
 
 
@@ -89,6 +107,14 @@ def _option(options: dict[str, Any], key: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
         raise PolicyError(f"learn option {key!r} must be a non-negative number, got {value!r}")
     return float(value)
+
+
+def _share_option(options: dict[str, Any], key: str) -> float:
+    value = _option(options, key)
+    try:
+        return knob_contract.explore_share_of(value, f"learn option {key!r}")
+    except knob_contract.ContractError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 def bin_floor(x: float, bins: list[int]) -> int:
@@ -151,6 +177,19 @@ class LearnPolicy:
         self.kept_extend_tax = _option(options, "kept_extend_tax")
         if self.kept_extend_tax >= 0.5:
             raise PolicyError(f"learn option 'kept_extend_tax' must be below 0.5, got {self.kept_extend_tax}")
+        self.explore_share = _share_option(options, "explore_share")
+        self.quiet_share = _share_option(options, "quiet_share")
+        if self.quiet_share > self.explore_share:
+            raise PolicyError(f"learn option 'quiet_share' must be at most 'explore_share' "
+                              f"({self.explore_share:g}), got {self.quiet_share:g}")  # fmt: skip
+        self.quiet_after_s = _option(options, "quiet_after_s")
+        self.share_asked: float | None = None  # the exploration share last asked for (None: none asked)
+        self.share_confirmed = False  # the server read it back
+        self._share_waits = 0
+        self._share_seen: float | None = None  # the server's share as last read back
+        self.decided_since: float | None = None  # since when every busy bin's interval is on one side of 1
+        # this decision's view on exploring: (decisive where the load is, why), None: none (keep the share)
+        self._share_view: tuple[bool, str] | None = None
         self.snapshots: deque[tuple[float, dict[str, Any]]] = deque()  # kept: one per sample_s
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         self.flip_times: deque[float] = deque()
@@ -166,6 +205,11 @@ class LearnPolicy:
 
     # --- the decision ------------------------------------------------------------------------------
     def decide(self, obs: Observation) -> Decision:
+        self._share_view = None
+        self._share_read_back(obs.explore_share)
+        return self._with_share(self._decide(obs), obs.ts)
+
+    def _decide(self, obs: Observation) -> Decision:
         now = obs.ts
         if obs.stale:
             return self._hold("hold: metrics stale or server unreachable, keeping the last ceiling")
@@ -199,6 +243,7 @@ class LearnPolicy:
 
         est, thin, busy = self._estimate
         self.last_estimate = est
+        self._share_view = (False, "counters too thin")
         if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
             return self._hold(
                 f"hold: counters too thin: no batch-size bin measured in both modes over "
@@ -208,11 +253,13 @@ class LearnPolicy:
         target, low, high = self._plan(est, bins)
         knob = self.knob
         if self._allowed(knob, low, high, bins):
+            self._share_view = self._decided(est, busy)
             return self._hold(
                 f"hold: ceiling {knob} is within what the crossover allows "
                 f"({self._span(low, high)}; crossover {est.label})"
             )
         wanted = target
+        self._share_view = (False, f"a move {knob} -> {wanted} is wanted")
         target, waiting = self._spare_thin(est, thin, knob, target, bins, busy, now)
         if waiting is not None or target == knob:
             which = (
@@ -383,6 +430,58 @@ class LearnPolicy:
             interval["gated"] = gated
         return intervals
 
+    # --- exploration --------------------------------------------------------------------------------
+    @staticmethod
+    def _decided(est: speedup.SpeedupEstimate, busy: set[int]) -> tuple[bool, str] | None:
+        """Whether every busy bin's interval lies on one side of 1 (drafting clearly wins or clearly loses
+        there), and which bins, or the first one that does not; None while no bin is busy (an idle server
+        explores nothing, so it neither quiets nor wakes exploring)."""
+        if not busy:
+            return None
+        by_bin = {b.batch_size: b for b in est.bins}
+        for b in sorted(busy):
+            bin_est = by_bin.get(b)
+            if bin_est is None or bin_est.lo is None or bin_est.hi is None:
+                return False, f"bin {b} thin (no interval yet)"
+            if bin_est.lo <= 1.0 <= bin_est.hi:
+                return False, f"bin {b} undecided ({bin_est.lo:.2f}-{bin_est.hi:.2f}x)"
+        low, high = min(busy), max(busy)
+        return True, (f"bins {low}-{high} decided" if low != high else f"bin {low} decided")
+
+    def _share_read_back(self, seen: float | None) -> None:
+        """What the server reports: confirms what was asked, or after ``PENDING_WAITS`` observations that do
+        not show it (the runner did not write it, or it failed) the server is believed again."""
+        if seen is None:
+            return
+        self._share_seen = seen
+        if self.share_asked is None or self.share_confirmed:
+            return
+        if math.isclose(seen, self.share_asked, abs_tol=1e-12):
+            self.share_confirmed = True
+            return
+        self._share_waits += 1
+        if self._share_waits > PENDING_WAITS:
+            self.share_asked = None
+
+    def _with_share(self, decision: Decision, now: float) -> Decision:
+        """The decision, asking for another exploration share when this one's view changes what it wants."""
+        if self._share_view is None:
+            return decision
+        decided, why = self._share_view
+        if not decided or self.decided_since is None or self.decided_since > now:
+            self.decided_since = now if decided else None
+        held = now - self.decided_since if self.decided_since is not None else 0.0
+        wanted = self.quiet_share if decided and held >= self.quiet_after_s else self.explore_share
+        current = self.share_asked if self.share_asked is not None else self._share_seen
+        current = self.explore_share if current is None else current
+        if math.isclose(wanted, current, abs_tol=1e-12):
+            return decision
+        self.share_asked, self.share_confirmed, self._share_waits = wanted, False, 0
+        why = f"{why} for {held:.0f} s" if decided else why
+        reason = f"explore share {current:g} -> {wanted:g}: {why}; {decision.reason}"
+        self.last_reason = reason
+        return replace(decision, reason=reason, explore_share=wanted)
+
     # --- the knob's read-back ----------------------------------------------------------------------
     def _read_back(self, value: int | None) -> None:
         if value is None:
@@ -430,6 +529,9 @@ class LearnPolicy:
             "version": STATE_VERSION,
             "flip_times": list(self.flip_times),
             "snapshots": [[ts, snap] for ts, snap in self.snapshots],
+            "explore_share_asked": self.share_asked,
+            "explore_share_confirmed": self.share_confirmed,
+            "decided_since": self.decided_since,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -462,7 +564,24 @@ class LearnPolicy:
                 raise PolicyError(f"learn state: 'snapshots[{i}]': {problem}")
             snapshots.append((float(item[0]), dict(item[1])))
         snapshots.sort(key=lambda pair: pair[0])
+        self._load_share_state(state)
         self.flip_times = deque(sorted(float(t) for t in flips))
         self.snapshots = deque(snapshots)
         self._intervals = self._corrected(snapshots)
         self._estimate = None
+
+    def _load_share_state(self, state: dict[str, Any]) -> None:
+        """The exploration share asked for and since when the estimate is decisive (absent: none)."""
+        asked, since = state.get("explore_share_asked"), state.get("decided_since")
+        if asked is not None:
+            try:
+                asked = knob_contract.explore_share_of(asked, "learn state: 'explore_share_asked'")
+            except knob_contract.ContractError as exc:
+                raise PolicyError(str(exc)) from None
+        confirmed = state.get("explore_share_confirmed", False)
+        if not isinstance(confirmed, bool):
+            raise PolicyError("learn state: 'explore_share_confirmed' must be true or false")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)):
+            raise PolicyError("learn state: 'decided_since' must be a number or null")
+        self.share_asked, self.share_confirmed, self._share_waits = asked, confirmed, 0
+        self.decided_since = None if since is None else float(since)
