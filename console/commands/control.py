@@ -505,6 +505,16 @@ def events(
         out.print(line, markup=False)
 
 
+def _refuse_learn_options(spec: str, sample_s: float | None, dwell_s: float | None, warm: bool) -> None:
+    """One line naming the option that only learn takes, before anything reaches the server."""
+    if sample_s is not None:
+        fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
+    if dwell_s is not None:
+        fail(f"--dwell: only --policy learn moves on its own (got --policy {spec})")
+    if warm:
+        fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
+
+
 @app.command("auto")
 @_user_errors
 def auto(
@@ -560,12 +570,8 @@ def auto(
 
     spec = parse_policy_spec(policy_spec, mode, max_bs)
     kind = spec.split(":", 1)[0]
-    if sample_s is not None and kind != "learn":
-        fail(f"--sample: only --policy learn keeps counters snapshots (got --policy {spec})")
-    if dwell_s is not None and kind != "learn":
-        fail(f"--dwell: only --policy learn moves on its own (got --policy {spec})")
-    if kind != "learn" and (warm_profiles or gpu_metrics):
-        fail(f"--warm-profile, --gpu-metrics: only --policy learn starts warm (got --policy {spec})")
+    if kind != "learn":
+        _refuse_learn_options(spec, sample_s, dwell_s, bool(warm_profiles or gpu_metrics))
     group = fleets.resolve(servers, fleet)
     if gpu_metrics and len(group.replicas) > 1:
         fail("--gpu-metrics names one host's GPUs: not with a fleet (each replica's GPUs come through NVML)")
