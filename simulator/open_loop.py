@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..control.policy import Observation, Policy, make_policy
+from ..plugin.gate import DEFAULT_GATE_MARGIN_FRACTION
+from ..plugin.gated_decode import DEFAULT_DRAIN_MAX_STEPS
 from ..storage.request_traces import (
     DEFAULT_SLO,
     Arrival,
@@ -50,6 +52,7 @@ from .harness import (
     _Tables,
     _TablesByShare,
 )
+from .open_loop_cost import count_stall, cut_prompt, step_extras, with_context
 from .profile import Profile
 
 OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
@@ -61,8 +64,11 @@ ORACLE = "oracle"  # per tick, the faster of the two modes at the batch size now
 class _Request:
     arrival: Arrival
     prefill_left: float  # prompt tokens still to prefill
+    prompt: int = 0  # its prompt, cut to the server's context (the KV it holds once prefilled)
     first_token_t: float | None = None
     done_t: float | None = None
+    ctx_offset: float = 0.0  # prompt less the queue's progress when it began decoding (_Queue.context)
+    holed: bool = False  # it decoded in a batch whose draft extend was skipped (plugin/gated_decode.py)
 
     def outcome(self) -> RequestOutcome:
         a = self.arrival
@@ -92,6 +98,26 @@ class _Queue:
         self.progress = 0.0
         self.tokens = 0.0  # output tokens made so far
         self._seq = 0
+        self._ctx_offsets = 0.0  # the decoding requests' ctx_offset, summed
+        self.holed = 0  # decoding requests with holes in their draft KV
+
+    def mark_holed(self) -> None:
+        """Every decoding request ran a batch whose draft extend was skipped: its draft KV has holes."""
+        for _, _, req in self.decoding:
+            if not req.holed:
+                req.holed = True
+                self.holed += 1
+
+    def forget_holes(self) -> None:
+        """The drain ran out: the holed requests draft again (they recover cold)."""
+        for _, _, req in self.decoding:
+            req.holed = False
+        self.holed = 0
+
+    @property
+    def context(self) -> float:
+        """Tokens of context the decoding requests hold: each its prompt and what it has decoded so far."""
+        return self._ctx_offsets + len(self.decoding) * self.progress
 
     @property
     def running(self) -> int:
@@ -101,8 +127,10 @@ class _Queue:
         while self.waiting and self.running < self.max_running:
             self.prefilling.append(self.waiting.popleft())
 
-    def prefill(self, now: float, budget: float) -> float:
-        """Prefill in arrival order for at most ``budget`` seconds; the seconds left for decoding."""
+    def prefill(self, now: float, budget: float, wait_s: float = 0.0) -> float:
+        """Prefill in arrival order for at most ``budget`` seconds; the seconds left for decoding. ``wait_s``:
+        what each first token made here waits beyond its prefill (the decode step in flight, which a real
+        scheduler finishes first; the fluid model runs the prefill at once and the step's work after it)."""
         while self.prefilling and budget > 0:
             head = self.prefilling[0]
             need = head.prefill_left / self.prefill_tok_s
@@ -112,7 +140,7 @@ class _Queue:
             budget -= need
             self.prefilling.popleft()
             head.prefill_left = 0.0
-            head.first_token_t = now + need
+            head.first_token_t = now + need + wait_s
             now += need
             self.tokens += 1  # prefill makes the first token
             rest = head.arrival.output_tokens - 1
@@ -120,6 +148,8 @@ class _Queue:
                 head.done_t = head.first_token_t
             else:
                 self._seq += 1
+                head.ctx_offset = head.prompt + 1 - self.progress
+                self._ctx_offsets += head.ctx_offset
                 heapq.heappush(self.decoding, (self.progress + rest, self._seq, head))
         return budget
 
@@ -135,7 +165,11 @@ class _Queue:
         while self.decoding and self.decoding[0][0] <= self.progress + 1e-9:
             target, _, req = heapq.heappop(self.decoding)
             req.done_t = now + (target - before) / per_request
+            self._ctx_offsets -= req.ctx_offset
+            self.holed -= req.holed
             self.tokens -= self.progress - target  # the tokens past its end were never made
+        if not self.decoding:
+            self._ctx_offsets = 0.0  # no rounding carried from one busy period to the next
 
     @property
     def empty(self) -> bool:
@@ -213,6 +247,8 @@ class OpenLoopResult:
     explore_share: float
     undrained: int  # requests still queued or running at the drain limit (scored as failed)
     outcomes: list[RequestOutcome] = field(default_factory=list, repr=False)
+    peak_in_flight: int = 0  # the most requests queued or running at a tick's end (bench replay's figure)
+    counters: dict[str, Any] = field(default_factory=dict, repr=False)  # the engine counters at the end
 
     def figures(self) -> dict[str, Any]:
         last = self.duration_s
@@ -235,6 +271,7 @@ class OpenLoopResult:
             "final_max_bs": self.final_max_bs,
             "explore_share": self.explore_share,
             "undrained": self.undrained,
+            "peak_in_flight": self.peak_in_flight,
             **figures,
         }
 
@@ -246,17 +283,20 @@ def _tick_mode(
     gated: tuple[_Mode, ...],
     speculative: bool,
     oracle_off: tuple[_Mode, ...] | None,
+    extras: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[_Mode, bool]:
     """The decode mode of a batch of ``batch`` under ceiling ``knob`` (the plugin's rule, as ``simulate``
     applies it; ``gated``: a batch the ceiling gates), or with ``oracle_off`` the faster of drafting and that
-    gated table; and whether it drafts."""
+    gated table; and whether it drafts. ``extras``: what the batch's context adds to a drafted and a gated
+    step (open_loop_cost.step_extras), seconds."""
     if oracle_off is not None:
-        drafting = speculative and tables.on[batch].rate >= oracle_off[batch].rate
-        return (tables.on[batch] if drafting else oracle_off[batch]), drafting
+        on, off = with_context(tables.on[batch], *extras), with_context(oracle_off[batch], *extras)
+        drafting = speculative and on.rate >= off.rate
+        return (on if drafting else off), drafting
     drafting = batch > 0 and batch <= knob and speculative
     if drafting:
-        return tables.on[batch], True
-    return gated[batch], False
+        return with_context(tables.on[batch], *extras), True
+    return with_context(gated[batch], *extras), False
 
 
 class _Server:
@@ -279,29 +319,86 @@ class _Server:
         start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
         self.knob = _Knob(start, cfg.explore_share)
         self.delay_ticks = math.ceil(cfg.knob_delay_s / tick_s - 1e-9)
-        self.busy_ticks = 0
-        self.drafting_time = 0.0
+        self.busy_s = 0.0  # seconds a batch decoded
+        self.peak_in_flight = 0
+        self.gate_ceiling, self.gate_closed = self.knob.value, False  # plugin/gate.py's hysteresis
+        self.drain_steps = 0.0  # steps the current drain has held (plugin/gated_decode.py)
+        self.drafting_s = 0.0  # of them, in drafted steps
 
-    def tick(self, now: float, tick_s: float) -> None:
-        """Admit, prefill, then decode for what is left of the tick; the gauges and counters follow."""
+    def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
+        """The tick from ``now``, split where a request arrives (it joins the queue then, so its prefill
+        starts when it comes, not at the next tick); the gauges are polled once, at its end."""
+        t, end = now, now + tick_s
+        while True:
+            while arrivals and arrivals[0].arrival.t_s <= t:
+                self.queue.waiting.append(arrivals.popleft())
+            stop = min(end, arrivals[0].arrival.t_s) if arrivals else end
+            self._segment(t, stop - t)
+            if stop >= end:
+                break
+            t = stop
+        self.gauges.poll(self.queue.running, len(self.queue.waiting))
+        self.peak_in_flight = max(self.peak_in_flight, self.queue.running + len(self.queue.waiting))
+
+    def _segment(self, now: float, seconds: float) -> None:
+        """Admit, prefill, then decode for what is left; the gauges and counters follow."""
         queue, gauges = self.queue, self.gauges
         queue.admit()
-        left = queue.prefill(now, tick_s)
-        batch = len(queue.decoding)
+        in_flight = len(queue.decoding)  # the batch whose step a prefill runs beside (overlap scheduling)
         tables, gated = self.by_share.at(self.knob.share)
+        wait = 0.0
+        if in_flight and queue.prefilling:  # half the step in flight, on average, before the prefill runs
+            extras = step_extras(self.profile, in_flight, queue.context)
+            running, _ = _tick_mode(tables, in_flight, self.knob.value, gated, self.profile.speculative,
+                                    self.oracle_off, extras)  # fmt: skip
+            wait = 0.5 / running.steps_s if running.steps_s > 0 else 0.0
+        left = queue.prefill(now, seconds, wait)
+        batch = len(queue.decoding)
         if batch:
-            mode, _ = _tick_mode(tables, batch, self.knob.value, gated, self.profile.speculative,
-                                 self.oracle_off)  # fmt: skip
-            queue.decode(now + tick_s - left, left, mode.rate)
+            extras = step_extras(self.profile, batch, queue.context)
+            mode = self._decode_mode(tables, gated, batch, extras, left)
+            count_stall(self.counters, in_flight, mode, seconds - left)
+            queue.decode(now + seconds - left, left, mode.rate)
             self.counters.add(batch, mode, left)
-            gauges.busy(mode, left, tick_s)
-            self.busy_ticks += 1
-            self.drafting_time += mode.drafted_time
+            gauges.busy(mode, left, seconds)
+            self.busy_s += left
+            self.drafting_s += mode.drafted_time * left
         elif queue.running:
-            gauges.busy(tables.off[0], 0.0, tick_s)  # prefilling only: busy, no decode step
+            gauges.busy(tables.off[0], 0.0, seconds)  # prefilling only: busy, no decode step
         else:
-            gauges.idle(tick_s)
-        gauges.poll(queue.running, len(queue.waiting))
+            gauges.idle(seconds)
+
+    def _decode_mode(self, tables: _Tables, gated: tuple[_Mode, ...], batch: int, extras: tuple[float, float],
+                     seconds: float) -> _Mode:  # fmt: skip
+        """The plugin's gate (plugin/gate.py, its hysteresis: it closes above the ceiling and reopens at the
+        ceiling less its margin) and the gated-decode plugin's drain (plugin/gated_decode.py): a batch the
+        ceiling gates skips the draft's extend (in an exploration window's cold part, most of it, or with
+        nothing exploring), leaving holes in its requests' draft KV; where the gate would draft again while
+        a holed request is in the batch, the batch stays gated with the extend until those have finished (at
+        most DEFAULT_DRAIN_MAX_STEPS steps). Under open-loop traffic near the ceiling that is most batches.
+        The oracle (a reference) has neither."""
+        knob = self.knob.value
+        if self.oracle_off is not None or not self.profile.speculative:
+            speculative = self.profile.speculative
+            return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
+        if knob != self.gate_ceiling:  # a new ceiling: the gate judges the next batch afresh
+            self.gate_ceiling, self.gate_closed = knob, False
+        margin = min(max(1, round(knob * DEFAULT_GATE_MARGIN_FRACTION)), knob - 1) if knob > 1 else 0
+        if batch > knob:
+            self.gate_closed = True
+        elif self.gate_closed and batch <= knob - margin:
+            self.gate_closed = False
+        if self.gate_closed:
+            self.queue.mark_holed()
+            return with_context(gated[batch], *extras)
+        if self.queue.holed and self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
+            mode = with_context(tables.off[batch], *extras)  # gated with the extend running
+            self.drain_steps += mode.steps_s * seconds
+            return mode
+        if self.queue.holed:
+            self.queue.forget_holes()
+        self.drain_steps = 0.0
+        return with_context(tables.on[batch], *extras)
 
     def observe(self, ts: float, polls: int, rng: random.Random, stale: bool) -> Observation:
         """What a runner hands the policy at ``ts`` (``simulate``'s Observation, by the same rules)."""
@@ -328,31 +425,32 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
         raise HarnessError("the trace has no arrivals to replay")
     server = _Server(profile, cfg, policy is None, seed, tick_s)
     rng, stale_rng = random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}")
-    requests = [_Request(a, float(a.input_tokens)) for a in arrivals]
+    requests = []
+    for a in arrivals:
+        prompt = cut_prompt(profile, a.input_tokens, a.output_tokens)
+        requests.append(_Request(a, float(prompt), prompt))
+    pending = deque(requests)
     per_decision = max(1, round(cfg.decision_interval_s / tick_s))
     last = arrivals[-1].t_s
     stop_at = last + (drain_limit_s if drain_limit_s is not None else max(MIN_DRAIN_LIMIT_S, 10 * last))
-    decisions = i = nxt = 0
-    while i * tick_s <= stop_at and (nxt < len(requests) or not server.queue.empty):
-        now = i * tick_s
+    decisions = i = 0
+    while i * tick_s <= stop_at and (pending or not server.queue.empty):
         server.knob.apply_due(i)
-        while nxt < len(requests) and requests[nxt].arrival.t_s <= now:
-            server.queue.waiting.append(requests[nxt])
-            nxt += 1
-        server.tick(now, tick_s)
+        server.tick(i * tick_s, tick_s, pending)
         i += 1
         if i % per_decision == 0 and policy is not None:
             decisions += 1
             stale = cfg.stale_probability > 0 and stale_rng.random() < cfg.stale_probability
             obs = server.observe(i * tick_s, per_decision, rng, stale)
             server.knob.request(i + server.delay_ticks, policy.decide(obs), policy.name)
-    busy = server.busy_ticks
+    busy = server.busy_s
     return OpenLoopResult(
         policy=policy.name if policy is not None else ORACLE, profile=profile.name, trace=trace_name,
         seed=seed, slo=slo, duration_s=i * tick_s, tokens=server.queue.tokens, flips=server.knob.flips,
-        decisions=decisions, spec_on_fraction=server.drafting_time / busy if busy else 0.0,
+        decisions=decisions, spec_on_fraction=server.drafting_s / busy if busy else 0.0,
         final_max_bs=server.knob.value, explore_share=server.share,
         undrained=sum(1 for r in requests if r.done_t is None), outcomes=[r.outcome() for r in requests],
+        peak_in_flight=server.peak_in_flight, counters=server.counters.snapshot(),
     )  # fmt: skip
 
 

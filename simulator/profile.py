@@ -54,6 +54,20 @@ MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per GPU
 MAX_POWER_W = 100_000.0
 MAX_NAME_CHARS = 256
 MAX_PROFILE_BYTES = 1 << 20  # a profile file (JSON text)
+MAX_CONTEXT_TOKENS = 1 << 24  # a server's context length
+MAX_S_PER_CONTEXT_TOKEN = 1e-3  # a decode step's cost per context token: a ms per token is already absurd
+
+
+@dataclass(frozen=True)
+class ContextCost:
+    """What a decode step pays per token of context its requests hold (prompt + output so far), beyond the
+    ``reference_tokens`` per request that the profile's own curves were measured at (a sweep's short
+    prompts): attention reads every context token's KV each step, and a drafted step reads it for the verify
+    and the draft's extend as well, so its cost per token is larger (simulator/open_loop.py's model)."""
+
+    gated_s_per_token: float
+    drafted_s_per_token: float
+    reference_tokens: float
 
 
 class ProfileError(ValueError):
@@ -86,6 +100,10 @@ class Profile:
     speculative: bool = True  # False: this profile is a server without speculation (no drafting, no knob)
     # Gated batches with the draft's KV extend running (module docstring); None: spec_off stands for it.
     spec_off_warm_tok_s: tuple[float, ...] | None = None
+    # Open loop only (simulator/open_loop.py): a decode step's cost per context token (None: free, the
+    # curves stand for every context length), and the server's context (None: prompts are never cut).
+    context_cost: ContextCost | None = None
+    context_length: int | None = None
 
     @property
     def plain_curve(self) -> tuple[float, ...]:
@@ -266,7 +284,28 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         plain_tok_s=curves.get("plain"),
         speculative=algorithm is not None,
         spec_off_warm_tok_s=curves.get("spec_off_warm"),
+        context_cost=_context_cost(data, source),
+        context_length=(
+            None
+            if data.get("context_length") is None
+            else _integer(data, "context_length", source, minimum=2, maximum=MAX_CONTEXT_TOKENS)
+        ),
     )
+
+
+def _context_cost(data: dict[str, Any], source: str) -> ContextCost | None:
+    """The optional ``context_cost`` object (seconds per context token of a gated and a drafted step, and
+    the context per request the curves were measured at)."""
+    cost = data.get("context_cost")
+    if cost is None:
+        return None
+    if not isinstance(cost, dict):
+        raise ProfileError(f"{source}: 'context_cost' must be an object with gated_s_per_token, "
+                           "drafted_s_per_token and reference_tokens")  # fmt: skip
+    per_token = {key: _number(cost, key, source, prefix="context_cost.", maximum=MAX_S_PER_CONTEXT_TOKEN)
+                 for key in ("gated_s_per_token", "drafted_s_per_token")}  # fmt: skip
+    reference = _number(cost, "reference_tokens", source, prefix="context_cost.", maximum=MAX_CONTEXT_TOKENS)
+    return ContextCost(per_token["gated_s_per_token"], per_token["drafted_s_per_token"], reference)
 
 
 _TOK_S_CURVES = ("spec_off", "spec_on", "plain", "spec_off_warm")  # plain and spec_off_warm are optional

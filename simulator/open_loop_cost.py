@@ -1,0 +1,74 @@
+"""What long contexts cost an open-loop server (simulator/open_loop.py): decode steps that read more KV, and
+the prompts cut to the server's context.
+
+A profile's curves are measured by a sweep with short prompts (64 tokens on the GPU runs), so they price a
+decode step whose requests hold a few hundred tokens of context each. Production prompts are longer (Azure's
+conversation trace: 1 158 tokens on average at rate scale 0.5, up to the context), and every decode step
+reads every running request's KV: a gated step pays ``context_cost.gated_s_per_token`` per context token
+over ``reference_tokens`` per request, a drafted one ``drafted_s_per_token`` (the verify's and the draft's
+attention over the same context, which on triton costs an order of magnitude more per token than a 1-token
+decode's: measured on the H200, a drafted step at batch bin 12 cost 2.5x a gated one under Azure's prompts
+and 1.8x under the sweep's). Without ``context_cost`` a profile's curves stand for every context.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .harness import _Counters, _Mode
+from .profile import Profile
+
+# Besides a prompt and its output, an EAGLE server reserves the draft's slots per request
+# (``ServerInfo.reserved_output_tokens``, ``speculative_num_steps + 1``), and ``bench replay`` keeps a token
+# or two for a BOS (collectors/bench/replay.py's PROMPT_MARGIN, which this mirrors).
+PROMPT_MARGIN = 2
+
+
+def cut_prompt(profile: Profile, prompt: int, output: int) -> int:
+    """``prompt`` cut so that it, ``output`` and the draft's slots fit the server's context (as ``bench
+    replay`` cuts an over-long prompt); unchanged where the profile does not say its context."""
+    if profile.context_length is None:
+        return prompt
+    reserved = profile.speculative_num_steps + 1 if profile.speculative else 0
+    room = profile.context_length - output - reserved - PROMPT_MARGIN
+    return max(1, min(prompt, room))
+
+
+def step_extras(profile: Profile, batch: int, context: float) -> tuple[float, float]:
+    """Seconds a drafted and a gated step at ``batch`` requests holding ``context`` tokens in all take over
+    the profile's curves."""
+    cost = profile.context_cost
+    if cost is None or batch <= 0:
+        return 0.0, 0.0
+    over = max(0.0, context - batch * cost.reference_tokens)
+    return over * cost.drafted_s_per_token, over * cost.gated_s_per_token
+
+
+def with_context(m: _Mode, extra_drafted_s: float, extra_gated_s: float) -> _Mode:
+    """``m`` with each drafted step ``extra_drafted_s`` longer and each gated one ``extra_gated_s``: the
+    same steps and tokens, in more time (the mode's share of drafted steps is the batch's, as before)."""
+    if m.steps_s <= 0 or (extra_drafted_s <= 0 and extra_gated_s <= 0):
+        return m
+    step = 1.0 / m.steps_s
+    p_d = m.drafted_steps_s * step
+    p_g = 1.0 - p_d
+    t_d = m.drafted_time * step / p_d + extra_drafted_s if p_d > 0 else 0.0
+    t_g = (1.0 - m.drafted_time) * step / p_g + extra_gated_s if p_g > 0 else 0.0
+    new_step = p_d * t_d + p_g * t_g
+    tokens = m.rate * step  # per step, unchanged
+    return _Mode(
+        rate=tokens / new_step, accept=m.accept, steps_s=1.0 / new_step, drafted_steps_s=p_d / new_step,
+        gated_steps_s=p_g / new_step, drafted_time=p_d * t_d / new_step,
+        drafted_tok_share=m.drafted_tok_share,
+    )  # fmt: skip
+
+
+def count_stall(counters: _Counters, batch: int, m: _Mode, seconds: float) -> None:
+    """A prefill that ran while ``batch`` requests decoded in mode ``m``: the plugin's step time runs from
+    one verify result to the next (overlap scheduling), so the prefill's seconds land in the decode step in
+    flight, split between the modes as that batch's step time is; they publish with the next whole step."""
+    if batch <= 0 or seconds <= 0:
+        return
+    i = min(bisect.bisect_left(counters.bins, batch), len(counters.bins) - 1)
+    counters.partial["drafted"][i][2] += m.drafted_time * seconds
+    counters.partial["gated"][i][2] += (1.0 - m.drafted_time) * seconds
