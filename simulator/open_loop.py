@@ -69,6 +69,7 @@ class _Request:
     done_t: float | None = None
     ctx_offset: float = 0.0  # prompt less the queue's progress when it began decoding (_Queue.context)
     holed: bool = False  # it decoded in a batch whose draft extend was skipped (plugin/gated_decode.py)
+    ready_t: float = 0.0  # when the scheduler has it: its arrival and the profile's first_token_latency_s
 
     def outcome(self) -> RequestOutcome:
         a = self.arrival
@@ -323,6 +324,7 @@ class _Server:
         self.peak_in_flight = 0
         self.gate_ceiling, self.gate_closed = self.knob.value, False  # plugin/gate.py's hysteresis
         self.drain_steps = 0.0  # steps the current drain has held (plugin/gated_decode.py)
+        self.stall_s = 0.0  # prefill seconds with no decode step in flight, for the next step's time
         self.drafting_s = 0.0  # of them, in drafted steps
 
     def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
@@ -330,9 +332,9 @@ class _Server:
         starts when it comes, not at the next tick); the gauges are polled once, at its end."""
         t, end = now, now + tick_s
         while True:
-            while arrivals and arrivals[0].arrival.t_s <= t:
+            while arrivals and arrivals[0].ready_t <= t:
                 self.queue.waiting.append(arrivals.popleft())
-            stop = min(end, arrivals[0].arrival.t_s) if arrivals else end
+            stop = min(end, arrivals[0].ready_t) if arrivals else end
             self._segment(t, stop - t)
             if stop >= end:
                 break
@@ -357,7 +359,9 @@ class _Server:
         if batch:
             extras = step_extras(self.profile, batch, queue.context)
             mode = self._decode_mode(tables, gated, batch, extras, left)
-            count_stall(self.counters, in_flight, mode, seconds - left)
+            # a prefill with no step in flight (an idle server) lands in the step launched after it
+            count_stall(self.counters, in_flight or batch, mode, seconds - left + self.stall_s)
+            self.stall_s = 0.0
             queue.decode(now + seconds - left, left, mode.rate)
             self.counters.add(batch, mode, left)
             gauges.busy(mode, left, seconds)
@@ -365,6 +369,7 @@ class _Server:
             self.drafting_s += mode.drafted_time * left
         elif queue.running:
             gauges.busy(tables.off[0], 0.0, seconds)  # prefilling only: busy, no decode step
+            self.stall_s += seconds - left
         else:
             gauges.idle(seconds)
 
@@ -428,7 +433,7 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
     requests = []
     for a in arrivals:
         prompt = cut_prompt(profile, a.input_tokens, a.output_tokens)
-        requests.append(_Request(a, float(prompt), prompt))
+        requests.append(_Request(a, float(prompt), prompt, ready_t=a.t_s + profile.first_token_latency_s))
     pending = deque(requests)
     per_decision = max(1, round(cfg.decision_interval_s / tick_s))
     last = arrivals[-1].t_s

@@ -55,6 +55,7 @@ MAX_POWER_W = 100_000.0
 MAX_NAME_CHARS = 256
 MAX_PROFILE_BYTES = 1 << 20  # a profile file (JSON text)
 MAX_CONTEXT_TOKENS = 1 << 24  # a server's context length
+MAX_FIRST_TOKEN_LATENCY_S = 60.0  # time outside the GPU's work per request
 MAX_S_PER_CONTEXT_TOKEN = 1e-3  # a decode step's cost per context token: a ms per token is already absurd
 
 
@@ -104,6 +105,10 @@ class Profile:
     # curves stand for every context length), and the server's context (None: prompts are never cut).
     context_cost: ContextCost | None = None
     context_length: int | None = None
+    # Open loop only: seconds a request's answer spends outside the GPU's work (the HTTP server, the
+    # tokenizer manager, the scheduler's and detokenizer's hand-offs), added to its TTFT and end-to-end
+    # latency; 0: none.
+    first_token_latency_s: float = 0.0
 
     @property
     def plain_curve(self) -> tuple[float, ...]:
@@ -285,6 +290,11 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
         speculative=algorithm is not None,
         spec_off_warm_tok_s=curves.get("spec_off_warm"),
         context_cost=_context_cost(data, source),
+        first_token_latency_s=(
+            0.0
+            if data.get("first_token_latency_s") is None
+            else _number(data, "first_token_latency_s", source, maximum=MAX_FIRST_TOKEN_LATENCY_S)
+        ),
         context_length=(
             None
             if data.get("context_length") is None

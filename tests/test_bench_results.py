@@ -106,6 +106,8 @@ def test_profile_out_is_accepted_by_the_simulator_loader(tmp_path: Path) -> None
     assert written["gpus"]["power_limit_w_source"].startswith("max observed")
     assert 8 < (prof.crossover() or 0) < 16
     assert not list(tmp_path.glob("sub/.p.json.*"))  # no temp file left behind
+    # without a prefill probe the prefill figure is TTFT at the lowest concurrency, and says so
+    assert written["prefill_source"] == "ttft_floor" and prof.first_token_latency_s == 0.0
 
 
 def test_profile_out_refuses_without_both_modes_or_gpus(tmp_path: Path) -> None:

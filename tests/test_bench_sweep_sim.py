@@ -132,7 +132,12 @@ def test_sweep_saves_restores_interleaves_and_replays(
     assert (probe["short_len"], probe["long_len"]) == (8, 2048)
     assert 0.6 < probe["tok_s"] / SWEEP_SHAPE["prefill_tok_s"] < 1.6, probe
     # the profile the sweep writes carries it (it once carried prompt tokens / TTFT at C=1: mostly overhead)
-    assert json.loads(profile_out.read_text())["prefill_tok_s"] == pytest.approx(probe["tok_s"], rel=1e-3)
+    written = json.loads(profile_out.read_text())
+    assert written["prefill_tok_s"] == pytest.approx(probe["tok_s"], rel=1e-3)
+    # and says so, with what a lone short prompt's TTFT spent beyond its prefill (the open loop adds it)
+    assert written["prefill_source"] == "probe"
+    beyond = probe["short_ttft_s"] - probe["short_len"] / probe["tok_s"]
+    assert written["first_token_latency_s"] == pytest.approx(max(0.0, beyond), abs=1e-5)
     # the profile's ratios (3.0, 2.4, 0.33) place the crossover between 2 and 8 with a wide margin
     cross = out["crossover"]
     assert cross["status"] == "found" and cross["bracket"] == [2, 8], out["ratios"]

@@ -62,6 +62,18 @@ def test_a_first_token_waits_for_the_decode_step_in_flight() -> None:
     assert second.ttft_s == pytest.approx(1000 / PREFILL_TOK_S + 0.005, rel=1e-3)
 
 
+def test_time_outside_the_gpus_work_adds_to_every_answer_once() -> None:
+    # 20 ms of HTTP and hand-offs per request: its TTFT and end-to-end latency carry it, its decode does not
+    prof = _profile(first_token_latency_s=0.02)
+    arrivals = [Arrival(2.0 * i + 0.013, 1000, 11, i + 1) for i in range(3)]
+    base = _run(_profile(), arrivals, "always-off").outcomes
+    for late, plain in zip(_run(prof, arrivals, "always-off").outcomes, base, strict=True):
+        assert late.ttft_s == pytest.approx((plain.ttft_s or 0) + 0.02, rel=1e-6)
+        assert late.e2e_s == pytest.approx((plain.e2e_s or 0) + 0.02, rel=1e-6)
+    with pytest.raises(ProfileError, match="'first_token_latency_s' must be >= 0"):
+        _profile(first_token_latency_s=-1)
+
+
 def _decode_s(profile: Profile, prompt: int, policy: str) -> float:
     out = _run(profile, [Arrival(0.0, prompt, 101, 1)], policy).outcomes[0]
     assert out.e2e_s is not None and out.ttft_s is not None
@@ -124,6 +136,15 @@ def test_prefill_seconds_land_in_the_decode_step_they_ran_beside() -> None:
     c = _run(_profile(), arrivals, "always-off").counters
     steps, seconds = c["gated"]["steps"][0], c["gated"]["time_s"][0]
     assert seconds == pytest.approx(steps * 0.01 + 4 * 4000 / PREFILL_TOK_S, rel=0.02)
+
+
+def test_a_prefill_on_an_idle_server_lands_in_the_first_step_after_it() -> None:
+    # the plugin's step runs from one result to the next: the first decode step after an idle server's
+    # prefill was launched while the prefill ran, so its time holds the prefill
+    arrivals = [Arrival(0.0, 4000, 101, 1)]
+    c = _run(_profile(), arrivals, "always-off").counters
+    assert c["gated"]["steps"][0] == 100
+    assert c["gated"]["time_s"][0] == pytest.approx(100 * 0.01 + 4000 / PREFILL_TOK_S, rel=1e-3)
 
 
 @pytest.mark.parametrize(

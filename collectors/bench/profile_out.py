@@ -76,6 +76,7 @@ def build_profile(result: SweepResult, name: str | None = None) -> dict[str, Any
         "output_tok_s": curves,
         "accept_length": accept,
         "prefill_tok_s": _prefill_tok_s(result),
+        **_prefill_source(result),
         "noise_cv": min(MAX_NOISE_CV, statistics.median(cvs)) if cvs else 0.0,
     }
 
@@ -112,6 +113,18 @@ def _prefill_tok_s(result: SweepResult) -> float:
     if ttft_ms and done and tokens:
         return round(tokens / done / (ttft_ms / 1000.0), 1)
     return 1.0
+
+
+def _prefill_source(result: SweepResult) -> dict[str, Any]:
+    """Where ``prefill_tok_s`` came from, for the simulator's open loop (which prices long prompts by it):
+    ``probe`` (and the lone short prompt's time to first token beyond its prefill: what a request spends
+    outside the GPU's work, ``first_token_latency_s``), or ``ttft_floor`` (a floor, far below the truth)."""
+    probe = result.prefill
+    rate = probe.tok_s if probe is not None else None
+    if probe is None or rate is None:
+        return {"prefill_source": "ttft_floor"}
+    latency = max(0.0, probe.short_ttft_s - probe.short_len / rate)
+    return {"prefill_source": "probe", "first_token_latency_s": round(latency, 6)}
 
 
 def _gpus(inventory: list[dict[str, Any]]) -> dict[str, Any]:
