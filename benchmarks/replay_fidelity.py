@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 
 from explore_lean import bin_totals, runs_from_db  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
+from spectower.plugin import explore  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # noqa: E402
 from spectower.simulator.profile import ContextCost, Profile, load_profile  # noqa: E402
@@ -264,8 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-tokens", type=float, default=216.0,
                         help="--fit: context per request of the profile's curves where it does not say")
     parser.add_argument("--fit", action="store_true", help="search prefill rate and context costs")
+    parser.add_argument("--windows-by-batches", action="store_true",
+                        help="model the run's plugin (0.4.1): a window's parts are a share of the gated batches, "
+                        "not of their time (the fix after the run: ExploreWindows.step(now=...))")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.windows_by_batches:
+        explore.timed_share = lambda share, cost_ratio: share  # the share of batches, whatever a step costs
     try:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)
