@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from spectower.control.policy import make_policy  # noqa: E402
 from spectower.plugin import explore  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # noqa: E402
+from spectower.simulator.open_loop_cost import WindowStreams  # noqa: E402
 from spectower.simulator.profile import ContextCost, Profile, load_profile  # noqa: E402
 from spectower.storage import queries  # noqa: E402
 from spectower.storage.database import open_database  # noqa: E402
@@ -99,7 +101,7 @@ def measured_bins(run_dir: Path, max_running: int) -> dict[str, dict[tuple[int, 
 
 
 def simulate(profile: Profile, run: Measured, trace_path: str, ceiling_before: int,
-             learn_warm: int, learn_dwell_s: float) -> OpenLoopResult:  # fmt: skip
+             learn_warm: int, learn_dwell_s: float, window_start: int = 0) -> OpenLoopResult:  # fmt: skip
     """The simulator's open loop on the replay's arrivals under the run's policy."""
     p = run.replay["params"]
     arrivals = schedule(load_request_trace(trace_path), float(p["speedup"]), float(p["rate_scale"]),
@@ -115,7 +117,8 @@ def simulate(profile: Profile, run: Measured, trace_path: str, ceiling_before: i
         policy = make_policy(run.policy.replace("-", ":"), mrr)
         config = HarnessConfig(initial_max_bs=ceiling_before)
     return simulate_open_loop(profile, arrivals, policy, trace_name=Path(trace_path).stem,
-                              seed=int(p["seed"]), slo=slo, config=config)  # fmt: skip
+                              seed=int(p["seed"]), slo=slo, config=config,
+                              window_start=window_start)  # fmt: skip
 
 
 def sim_bins(result: OpenLoopResult) -> dict[tuple[int, str], list[float]]:
@@ -126,13 +129,13 @@ def sim_bins(result: OpenLoopResult) -> dict[tuple[int, str], list[float]]:
 
 
 def simulate_all(profile: Profile, runs: Sequence[Measured], trace: str, learn_warm: int,
-                 learn_dwell_s: float) -> dict[str, OpenLoopResult]:  # fmt: skip
+                 learn_dwell_s: float, window_start: int = 0) -> dict[str, OpenLoopResult]:  # fmt: skip
     """One simulated run per policy, each on a server whose ceiling the measured run before it left."""
     out: dict[str, OpenLoopResult] = {}
     ceiling = profile.max_running_requests
     for run in runs:
         if run.policy not in out:
-            out[run.policy] = simulate(profile, run, trace, ceiling, learn_warm, learn_dwell_s)
+            out[run.policy] = simulate(profile, run, trace, ceiling, learn_warm, learn_dwell_s, window_start)
         ceiling = out[run.policy].final_max_bs
     return out
 
@@ -161,14 +164,21 @@ def _round(v: float | None, digits: int = 3) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def figure_rows(runs: Sequence[Measured], sims: dict[str, OpenLoopResult]) -> list[dict[str, Any]]:
-    """Per measured run: its replay figures and the simulated run's of the same policy."""
+def figure_rows(runs: Sequence[Measured],
+                by_start: dict[int, dict[str, OpenLoopResult]]) -> list[dict[str, Any]]:  # fmt: skip
+    """Per measured run: its replay figures and the simulated runs' of the same policy, one per window
+    start (``simulated``: their median, ``sim_range``: their least and most)."""
     rows = []
     for run in runs:
-        sim = sims[run.policy].to_json()
-        rows.append({"tag": run.tag, "policy": run.policy,
-                     "measured": {k: run.replay.get(k) for k in FIGURES},
-                     "simulated": {k: sim.get(k) for k in FIGURES}})  # fmt: skip
+        sims = [by_start[start][run.policy].to_json() for start in sorted(by_start)]
+        simulated, ranges = {}, {}
+        for k in FIGURES:
+            values = sorted(v for s in sims if (v := s.get(k)) is not None)
+            simulated[k] = statistics.median(values) if values else None
+            ranges[k] = [values[0], values[-1]] if values else None
+        measured = {k: run.replay.get(k) for k in FIGURES}
+        rows.append({"tag": run.tag, "policy": run.policy, "measured": measured,
+                     "simulated": simulated, "sim_range": ranges})  # fmt: skip
     return rows
 
 
@@ -243,16 +253,29 @@ def print_tables(figures: list[dict[str, Any]], bins: list[dict[str, Any]]) -> N
         cells = []
         for k in FIGURES:
             m, s = row["measured"][k], row["simulated"][k]
-            fmt = "d" if k == "peak_in_flight" else ".3f"
+            fmt = ".0f" if k == "peak_in_flight" else ".3f"
             ratio = f" ({s / m:.2f}x)" if m and s is not None else ""
             cells.append(f"{_cell(m, fmt)}/{_cell(s, fmt)}{ratio}")
         print(f"{row['tag']:<16}" + "".join(f"{c:>22}" for c in cells))
+        spans = [f"sim {_cell(r[0], '.3g')}-{_cell(r[1], '.3g')}" if (r := row["sim_range"][k]) else "-"
+                 for k in FIGURES]  # fmt: skip
+        print(f"{'':<16}" + "".join(f"{c:>22}" for c in spans))
     print("\nper bin: ms per step, measured / simulated (prefills beside a step counted in it)")
     print(f"{'policy':<14}{'bin':>4} {'mode':<8}{'steps':>7}{'measured':>10}{'sim':>10}{'ratio':>7}")
     for r in bins:
         ratio = f"{r['sim_ms'] / r['measured_ms']:.2f}" if r["sim_ms"] else "-"
         print(f"{r['policy']:<14}{r['bin']:>4} {r['mode']:<8}{r['steps']:>7}{r['measured_ms']:>10.2f}"
               f"{_cell(r['sim_ms'], '.2f'):>10}{ratio:>7}")  # fmt: skip
+
+
+def _starts(text: str) -> list[int]:
+    try:
+        starts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers, comma-separated, got {text!r}") from None
+    if not starts or min(starts) < 0:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 0, got {text!r}")
+    return starts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,10 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows-by-batches", action="store_true",
                         help="model the run's plugin (0.4.1): a window's parts are a share of the gated "
                         "batches, not of their time (the fix after the run: ExploreWindows.step(now=...))")
+    parser.add_argument("--window-starts", type=_starts, default=[0, 2048, 4096, 6144],
+                        help="where in the exploration cycle each simulated server begins (gated batches, "
+                        "comma-separated): which burst a window's drafting stream meets is chance")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.windows_by_batches:
         explore.timed_share = lambda share, cost_ratio: share  # the share of batches, whatever a step costs
+        WindowStreams.TIMED = False
     try:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)
@@ -283,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         fit(profile, runs, measured, args)
         return 0
-    sims = simulate_all(profile, runs, args.trace, args.learn_warm, args.learn_dwell)
-    figures, bins = figure_rows(runs, sims), bin_rows(measured, sims)
-    print(f"profile {args.profile}; runs {args.run_dir}; measured / simulated")
+    by_start = {start: simulate_all(profile, runs, args.trace, args.learn_warm, args.learn_dwell, start)
+                for start in args.window_starts}  # fmt: skip
+    figures, bins = figure_rows(runs, by_start), bin_rows(measured, by_start[args.window_starts[0]])
+    starts = ", ".join(map(str, args.window_starts))
+    print(f"profile {args.profile}; runs {args.run_dir}; measured / simulated (the median of "
+          f"{len(args.window_starts)} window starts, {starts} gated batches)")
     print_tables(figures, bins)
     if args.json:
         args.json.write_text(json.dumps({"figures": figures, "bins": bins}, indent=1))

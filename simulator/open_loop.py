@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..control.policy import Observation, Policy, make_policy
+from ..plugin import knob_contract
+from ..plugin.explore import EXPLORE, WARM
 from ..plugin.gate import DEFAULT_GATE_MARGIN_FRACTION
 from ..plugin.gated_decode import DEFAULT_DRAIN_MAX_STEPS
 from ..storage.request_traces import (
@@ -51,8 +53,9 @@ from .harness import (
     _Mode,
     _Tables,
     _TablesByShare,
+    effective_share,
 )
-from .open_loop_cost import count_stall, cut_prompt, step_extras, with_context
+from .open_loop_cost import WindowStreams, count_stall, cut_prompt, step_extras, with_context
 from .profile import Profile
 
 OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
@@ -304,7 +307,8 @@ class _Server:
     """The open-loop server in virtual time: its queue, the knob's gate (or the oracle's choice), and what
     it reports (the gauges and the engine counters)."""
 
-    def __init__(self, profile: Profile, cfg: HarnessConfig, oracle: bool, seed: int, tick_s: float) -> None:
+    def __init__(self, profile: Profile, cfg: HarnessConfig, oracle: bool, seed: int, tick_s: float,
+                 window_start: int = 0) -> None:  # fmt: skip
         mrr = profile.max_running_requests
         self.profile = profile
         self.share = cfg.effective_explore_share if profile.speculative else 0.0
@@ -325,6 +329,9 @@ class _Server:
         self.gate_ceiling, self.gate_closed = self.knob.value, False  # plugin/gate.py's hysteresis
         self.drain_steps = 0.0  # steps the current drain has held (plugin/gated_decode.py)
         self.stall_s = 0.0  # prefill seconds with no decode step in flight, for the next step's time
+        # the windows of the batches the ceiling gates (plugin/explore.py)
+        self.streams = WindowStreams(window_start)
+        self.window_step, self.counted = False, True  # the segment's batches: in a window; counted
         self.drafting_s = 0.0  # of them, in drafted steps
 
     def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
@@ -359,11 +366,16 @@ class _Server:
         if batch:
             extras = step_extras(self.profile, batch, queue.context)
             mode = self._decode_mode(tables, gated, batch, extras, left)
-            # a prefill with no step in flight (an idle server) lands in the step launched after it
-            count_stall(self.counters, in_flight or batch, mode, seconds - left + self.stall_s)
+            if self.counted:  # a window's warm part and turnover are settling: in no bin
+                # a prefill with no step in flight (an idle server) lands in the step launched after it
+                count_stall(self.counters, in_flight or batch, mode, seconds - left + self.stall_s)
+                self.counters.add(batch, mode, left)
             self.stall_s = 0.0
             queue.decode(now + seconds - left, left, mode.rate)
-            self.counters.add(batch, mode, left)
+            if self.window_step:
+                period = knob_contract.explore_period(effective_share(self.knob.share))
+                if self.streams.advance(mode.steps_s * left, period, lambda: queue.holed > 0, now):
+                    queue.forget_holes()
             gauges.busy(mode, left, seconds)
             self.busy_s += left
             self.drafting_s += mode.drafted_time * left
@@ -383,6 +395,7 @@ class _Server:
         most DEFAULT_DRAIN_MAX_STEPS steps). Under open-loop traffic near the ceiling that is most batches.
         The oracle (a reference) has neither."""
         knob = self.knob.value
+        self.window_step, self.counted = False, True
         if self.oracle_off is not None or not self.profile.speculative:
             speculative = self.profile.speculative
             return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
@@ -394,8 +407,17 @@ class _Server:
         elif self.gate_closed and batch <= knob - margin:
             self.gate_closed = False
         if self.gate_closed:
+            period = knob_contract.explore_period(effective_share(self.knob.share))
+            if period <= 0:  # nothing explores (a lock, or no share): every such batch skips the extend
+                self.queue.mark_holed()
+                return with_context(gated[batch], *extras)
+            self.window_step, self.counted = True, self.streams.counted(period)
+            if self.streams.phase == EXPLORE:  # the drafting stream, whatever the batch size now
+                return with_context(tables.on[batch], *extras)
+            if self.streams.phase == WARM:  # the extend runs again until the holed requests are gone
+                return with_context(tables.off[batch], *extras)
             self.queue.mark_holed()
-            return with_context(gated[batch], *extras)
+            return with_context(tables.off_cold[batch], *extras)
         if self.queue.holed and self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
             mode = with_context(tables.off[batch], *extras)  # gated with the extend running
             self.drain_steps += mode.steps_s * seconds
@@ -421,14 +443,15 @@ class _Server:
 
 def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy | None, *, trace_name: str,
                        seed: int = 0, slo: Slo = DEFAULT_SLO, config: HarnessConfig | None = None,
-                       tick_s: float = OPEN_LOOP_TICK_S,
-                       drain_limit_s: float | None = None) -> OpenLoopResult:  # fmt: skip
-    """Replay ``arrivals`` open-loop under ``policy`` (None: the per-tick oracle) until the queue drains."""
+                       tick_s: float = OPEN_LOOP_TICK_S, drain_limit_s: float | None = None,
+                       window_start: int = 0) -> OpenLoopResult:  # fmt: skip
+    """Replay ``arrivals`` open-loop under ``policy`` (None: the per-tick oracle) until the queue drains.
+    ``window_start``: gated batches the exploration windows counted before (open_loop_cost.WindowStreams)."""
     cfg = config or HarnessConfig()
     cfg.validate()
     if not arrivals:
         raise HarnessError("the trace has no arrivals to replay")
-    server = _Server(profile, cfg, policy is None, seed, tick_s)
+    server = _Server(profile, cfg, policy is None, seed, tick_s, window_start)
     rng, stale_rng = random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}")
     requests = []
     for a in arrivals:

@@ -14,7 +14,9 @@ and 1.8x under the sweep's). Without ``context_cost`` a profile's curves stand f
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
+from ..plugin.explore import COLD, EXPLORE, ExploreWindows
 from .harness import _Counters, _Mode
 from .profile import Profile
 
@@ -72,3 +74,46 @@ def count_stall(counters: _Counters, batch: int, m: _Mode, seconds: float) -> No
     i = min(bisect.bisect_left(counters.bins, batch), len(counters.bins) - 1)
     counters.partial["drafted"][i][2] += m.drafted_time * seconds
     counters.partial["gated"][i][2] += (1.0 - m.drafted_time) * seconds
+
+
+class WindowStreams:
+    """The exploration windows of the batches the ceiling gates, as the plugin runs them: one
+    ``ExploreWindows`` (plugin/explore.py) stepped once per whole gated-by-ceiling decode step of the fluid
+    model. Its exploring part is a stream of drafted batches in a row (twice the cycle's share, 328 at the
+    default 2 %), at whatever batch size the load has then: under a burst a drafted step at 32-64 requests
+    costs 2.5-4.5x a gated one where prompts are long, and the whole batch waits through it. A fluid share of
+    drafting spread over every batch (what the closed-loop harness's tables do) has the same mean cost but
+    not that tail. The warm part (the extend runs until the holed requests finish) and the exploring part's
+    first half (the turnover) are settling: the counters leave them out, as the plugin does."""
+
+    # False: count batches only, as plugin 0.4.1 did (before ExploreWindows.step(now=...) kept time)
+    TIMED = True
+
+    def __init__(self, start: int = 0) -> None:
+        """``start``: gated batches the windows have counted already (a server that ran before: where in its
+        cycle a window falls decides which burst its drafting stream meets)."""
+        self.windows = ExploreWindows()
+        self._carry = 0.0  # fractional steps not yet stepped
+        for _ in range(start):
+            self.windows.step()
+
+    @property
+    def phase(self) -> str:
+        """The phase of the last batch stepped: the next batches run in it (a segment lags by one step)."""
+        return self.windows.phase
+
+    def counted(self, period: int) -> bool:
+        """Whether batches now count in the decode counters (not warm, not the turnover)."""
+        w = self.windows
+        return w.phase == COLD or (w.phase == EXPLORE and w.in_phase > w.turnover(period))
+
+    def advance(self, steps: float, period: int, holes_pending: Callable[[], bool], now: float) -> bool:
+        """Step the windows by ``steps`` gated-by-ceiling batches; True when a warm part ran out with holed
+        requests left (they are forgotten: they recover cold)."""
+        self._carry += steps
+        cut = False
+        while self._carry >= 1.0:
+            self._carry -= 1.0
+            self.windows.step(holes_pending, period, now if self.TIMED else None)
+            cut = cut or self.windows.cut_now
+        return cut
