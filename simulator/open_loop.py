@@ -412,12 +412,13 @@ class _Server:
                 self.queue.mark_holed()
                 return with_context(gated[batch], *extras)
             self.window_step, self.counted = True, self.streams.counted(period)
+            pure = self.by_share.at(0.0)[0]  # each part runs one mode: the window is the exploration
             if self.streams.phase == EXPLORE:  # the drafting stream, whatever the batch size now
-                return with_context(tables.on[batch], *extras)
+                return with_context(pure.on[batch], *extras)
             if self.streams.phase == WARM:  # the extend runs again until the holed requests are gone
-                return with_context(tables.off[batch], *extras)
+                return with_context(pure.off[batch], *extras)
             self.queue.mark_holed()
-            return with_context(tables.off_cold[batch], *extras)
+            return with_context(pure.off_cold[batch], *extras)
         if self.queue.holed and self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
             mode = with_context(tables.off[batch], *extras)  # gated with the extend running
             self.drain_steps += mode.steps_s * seconds

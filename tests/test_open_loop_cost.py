@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from spectower.control.policy import make_policy
+from spectower.plugin.explore import ExploreWindows
 from spectower.simulator.harness import HarnessConfig
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop
 from spectower.simulator.profile import Profile, ProfileError, parse_profile
@@ -31,12 +32,13 @@ def _profile(**changes: Any) -> Profile:
     return parse_profile({**BASE, **changes}, source="ctx")
 
 
-def _run(profile: Profile, arrivals: list[Arrival], policy: str, share: float = 0.0) -> OpenLoopResult:
+def _run(profile: Profile, arrivals: list[Arrival], policy: str, share: float = 0.0,
+         window_start: int = 0) -> OpenLoopResult:  # fmt: skip
     # the knob where the policy keeps it from the start (a server launched with it)
     ceiling = 0 if policy == "always-off" else int(policy.split(":")[1]) if ":" in policy else None
     config = HarnessConfig(explore_share=share, initial_max_bs=ceiling)
     return simulate_open_loop(profile, arrivals, make_policy(policy, profile.max_running_requests),
-                              trace_name="t", config=config)  # fmt: skip
+                              trace_name="t", config=config, window_start=window_start)  # fmt: skip
 
 
 def test_a_server_below_capacity_answers_in_a_prefills_time_from_the_arrival_itself() -> None:
@@ -127,6 +129,29 @@ def test_requests_the_ceiling_gated_keep_the_batch_gated_until_they_finish() -> 
     assert drafted[1] > 40 and gated[1] == 0  # the late request drafts
     late = res.outcomes[-1]
     assert late.e2e_s is not None and late.e2e_s < 0.6  # 99 tokens, 2 a step at 10 ms: half a second
+
+
+def _steps(res: OpenLoopResult, mode: str) -> dict[int, int]:
+    return dict(zip(res.counters["bins"], res.counters[mode]["steps"], strict=True))
+
+
+def test_a_window_explores_in_a_stream_of_drafted_batches_above_the_ceiling() -> None:
+    # six long requests above a ceiling of 2 with exploration on: the gated batches' window (plugin/explore.py)
+    # explores nothing until its cold part is done, then, once the warm part has given up on the holed
+    # requests (they outlive it), drafts a stream of 328 batches in a row at 6 running, the first half
+    # (the turnover) left out of the counters
+    windows = ExploreWindows()
+    length = windows.explore_length(50)  # the default 2 % share: one batch in 50
+    arrivals = [Arrival(0.0, 100, 3000, i) for i in range(1, 7)]
+    fresh = _run(_profile(), arrivals, "threshold:2", share=0.02)
+    assert _steps(fresh, "drafted")[6] == 0 and _steps(fresh, "gated")[6] > 2000
+    late = _run(_profile(), arrivals, "threshold:2", share=0.02,
+                window_start=windows.cycle - windows.explore_batches - 100)  # fmt: skip
+    counted = length - windows.turnover(50)
+    assert counted - 2 <= _steps(late, "drafted")[6] <= counted
+    # the stream holds all six for its length: drafting at 6 costs them more than the gated steps would
+    by = {r.e2e_s for r in late.outcomes}
+    assert min(by) > max({r.e2e_s for r in fresh.outcomes})  # type: ignore[type-var]
 
 
 def test_prefill_seconds_land_in_the_decode_step_they_ran_beside() -> None:
