@@ -9,7 +9,7 @@ the plugin's decode counters (per bin and mode: steps, tokens, step seconds). Th
 each bin's step time drafted and gated (the counters' seconds per step, prefills run beside a step
 included, as the plugin counts them under overlap scheduling).
 
-    python3 benchmarks/replay_fidelity.py [--run-dir DIR] [--profile PROFILE.json] [--json OUT]
+    python3 benchmarks/replay_fidelity.py [--run-dir DIR] [--profile NAME|PATH] [--json OUT]
     python3 benchmarks/replay_fidelity.py --fit  # least squares of prefill rate and context costs
 
 ``--fit`` searches the profile's ``prefill_tok_s`` and ``context_cost`` (gated and drafted seconds per
@@ -53,7 +53,9 @@ from spectower.storage.database import open_database  # noqa: E402
 from spectower.storage.request_traces import Slo, load_request_trace, schedule  # noqa: E402
 
 RUN_DIR = REPO_ROOT / "data" / "gpu-runs" / "h200-8b-early-pair-triton-replay-2026-12-04"
-PROFILE = REPO_ROOT / "data" / "gpu-runs" / "h200-8b-early-pair-triton-policies-2026-12-03" / "profile.json"
+# the 2026-12-03 sweep's curves with the open-loop constants this script's --fit found (the shipped profile);
+# ``--fit`` searches them again from its ``prefill_tok_s_ttft_floor`` and ``context_cost.reference_tokens``
+PROFILE = "h200-8b-early-pair-triton"
 FIGURES = ("goodput_rps", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "peak_in_flight")
 SWEEP_INPUT_LEN = 64  # the GPU sweeps' prompt length (the profile's description says it)
 MIN_STEPS = 30  # a bin with fewer measured steps is left out of the per-bin table and the fit
@@ -281,7 +283,7 @@ def _starts(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR)
-    parser.add_argument("--profile", default=str(PROFILE))
+    parser.add_argument("--profile", default=PROFILE)
     parser.add_argument("--trace", default=None, help="default: the trace the replays name")
     parser.add_argument("--learn-warm", type=int, default=16, help="learn's warm-start ceiling")
     parser.add_argument("--learn-dwell", type=float, default=60.0, help="learn's --dwell, seconds")
