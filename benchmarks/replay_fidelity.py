@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows-by-batches", action="store_true",
                         help="model the run's plugin (0.4.1): a window's parts are a share of the gated "
                         "batches, not of their time (the fix after the run: ExploreWindows.step(now=...))")
-    parser.add_argument("--window-starts", type=_starts, default=[0, 2048, 4096, 6144],
+    parser.add_argument("--window-starts", type=_starts, default=[1024 * i for i in range(8)],
                         help="where in the exploration cycle each simulated server begins (gated batches, "
                         "comma-separated): which burst a window's drafting stream meets is chance")
     parser.add_argument("--json", type=Path, default=None)
