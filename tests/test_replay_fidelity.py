@@ -1,0 +1,59 @@
+"""benchmarks/replay_fidelity.py: the simulator's open loop against a measured replay, on the H200 Azure
+replay of 2026-12-04 (data/gpu-runs/): its replay summaries and the counters its policy.db stored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import replay_fidelity
+
+RUN_DIR = REPO_ROOT / "data/gpu-runs/h200-8b-early-pair-triton-replay-2026-12-04"
+
+
+def test_the_replays_are_read_in_the_order_they_ran_with_their_policies() -> None:
+    runs = replay_fidelity.measured_runs(RUN_DIR)
+    assert [r.tag for r in runs] == ["off", "threshold-16", "learn", "threshold-16-2", "learn-2"]
+    assert [r.policy for r in runs] == ["off", "threshold-16", "learn", "threshold-16", "learn"]
+    bins = replay_fidelity.measured_bins(RUN_DIR, 64)
+    assert set(bins) == {"off", "threshold-16", "learn"}
+    # under an operator's lock nothing drafts; under threshold:16 both modes run
+    assert not any(cell[0] for (_, mode), cell in bins["off"].items() if mode == "drafted")
+    assert any(cell[0] for (_, mode), cell in bins["threshold-16"].items() if mode == "drafted")
+
+
+def test_it_prints_every_run_simulated_beside_measured_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fidelity.json"
+    assert replay_fidelity.main(["--window-starts", "0,4096", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    for tag in ("off", "threshold-16", "learn", "threshold-16-2", "learn-2"):
+        assert any(line.startswith(tag + " ") for line in text.splitlines()), tag
+    data = json.loads(out.read_text())
+    rows = {r["tag"]: r for r in data["figures"]}
+    for row in rows.values():
+        assert row["measured"]["goodput_rps"] > 0 and row["simulated"]["goodput_rps"] > 0
+        low, high = row["sim_range"]["e2e_p50_s"]
+        assert low <= row["simulated"]["e2e_p50_s"] <= high
+    # the repeats of one policy are one simulated run
+    assert rows["learn"]["simulated"] == rows["learn-2"]["simulated"]
+    assert {b["mode"] for b in data["bins"]} == {"drafted", "gated"}
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay_fidelity.main(["--run-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().startswith("--run-dir: no replay-<tag>.json")
+    for name in ("replay-off.json",):
+        shutil.copy(RUN_DIR / name, tmp_path / name)
+    assert replay_fidelity.main(["--run-dir", str(tmp_path)]) == 2  # no policy.db beside it
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        replay_fidelity.main(["--window-starts", "1,x"])
