@@ -58,6 +58,9 @@ from .harness import (
 from .open_loop_cost import WindowStreams, count_stall, cut_prompt, step_extras, with_context
 from .profile import Profile
 
+# One prefill batch takes at most this many prompt tokens: SGLang's chunked prefill budget (its
+# --chunked-prefill-size, 8192 on the H200 replay's server, server_info in its policy.db).
+PREFILL_BATCH_TOKENS = 8192
 OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
 MIN_DRAIN_LIMIT_S = 600.0
 ORACLE = "oracle"  # per tick, the faster of the two modes at the batch size now (a reference, not a policy)
@@ -104,6 +107,8 @@ class _Queue:
         self._seq = 0
         self._ctx_offsets = 0.0  # the decoding requests' ctx_offset, summed
         self.holed = 0  # decoding requests with holes in their draft KV
+        # the prefill batch running: how many of the first requests prefilling, and its tokens left
+        self._batch, self._batch_left = 0, 0.0
 
     def mark_holed(self) -> None:
         """Every decoding request ran a batch whose draft extend was skipped: its draft KV has holes."""
@@ -132,30 +137,50 @@ class _Queue:
             self.prefilling.append(self.waiting.popleft())
 
     def prefill(self, now: float, budget: float, wait_s: float = 0.0) -> float:
-        """Prefill in arrival order for at most ``budget`` seconds; the seconds left for decoding. ``wait_s``:
-        what each first token made here waits beyond its prefill (the decode step in flight, which a real
-        scheduler finishes first; the fluid model runs the prefill at once and the step's work after it)."""
-        while self.prefilling and budget > 0:
-            head = self.prefilling[0]
-            need = head.prefill_left / self.prefill_tok_s
+        """Prefill for at most ``budget`` seconds; the seconds left for decoding. Requests prefill in arrival
+        order, in batches of what has been admitted when a batch begins, up to PREFILL_BATCH_TOKENS prompt
+        tokens (SGLang's chunked prefill budget per batch): each gets its first token at its batch's end.
+        ``wait_s``: what each first token made here waits beyond its prefill (the decode step in flight,
+        which a real scheduler finishes first; the fluid model runs the prefill at once and the step's work
+        after it)."""
+        while budget > 0:
+            if not self._batch:
+                self._form_batch()
+                if not self._batch:
+                    break
+            need = self._batch_left / self.prefill_tok_s
             if need > budget:
-                head.prefill_left -= budget * self.prefill_tok_s
+                self._batch_left -= budget * self.prefill_tok_s
                 return 0.0
             budget -= need
-            self.prefilling.popleft()
-            head.prefill_left = 0.0
-            head.first_token_t = now + need + wait_s
             now += need
-            self.tokens += 1  # prefill makes the first token
-            rest = head.arrival.output_tokens - 1
-            if rest <= 0:
-                head.done_t = head.first_token_t
-            else:
-                self._seq += 1
-                head.ctx_offset = head.prompt + 1 - self.progress
-                self._ctx_offsets += head.ctx_offset
-                heapq.heappush(self.decoding, (self.progress + rest, self._seq, head))
+            for _ in range(self._batch):
+                self._first_token(self.prefilling.popleft(), now + wait_s)
+            self._batch, self._batch_left = 0, 0.0
         return budget
+
+    def _form_batch(self) -> None:
+        tokens, n = 0.0, 0
+        for req in self.prefilling:
+            if n and tokens + req.prefill_left > PREFILL_BATCH_TOKENS:
+                break
+            tokens += req.prefill_left
+            n += 1
+        self._batch, self._batch_left = n, tokens
+
+    def _first_token(self, req: _Request, t: float) -> None:
+        """``req``'s prefill ended: its first token at ``t``; it decodes the rest."""
+        req.prefill_left = 0.0
+        req.first_token_t = t
+        self.tokens += 1  # prefill makes the first token
+        rest = req.arrival.output_tokens - 1
+        if rest <= 0:
+            req.done_t = req.first_token_t
+        else:
+            self._seq += 1
+            req.ctx_offset = req.prompt + 1 - self.progress
+            self._ctx_offsets += req.ctx_offset
+            heapq.heappush(self.decoding, (self.progress + rest, self._seq, req))
 
     def decode(self, now: float, seconds: float, rate: float) -> None:
         """``seconds`` of decoding at ``rate`` aggregate tok/s, shared by the batch; finished ones leave."""

@@ -57,6 +57,20 @@ def test_a_prompts_prefill_grows_with_its_length_at_the_profiles_rate() -> None:
     assert ttfts == pytest.approx([n / PREFILL_TOK_S for n in lengths], rel=1e-6)
 
 
+def test_requests_waiting_together_prefill_in_one_batch_and_a_later_one_in_the_next() -> None:
+    # two 1000-token prompts at once: one batch, both first tokens at its end; a third arriving while it
+    # runs waits for it, then prefills alone; 6000 + 4000 tokens exceed a batch's 8192: two batches (one
+    # output token each: no decode step to wait for)
+    prof = _profile()
+    arrivals = [Arrival(0.0, 1000, 1, 1), Arrival(0.0, 1000, 1, 2), Arrival(0.05, 1000, 1, 3)]
+    first, second, third = (o.ttft_s for o in _run(prof, arrivals, "always-off").outcomes)
+    assert first == second == pytest.approx(2000 / PREFILL_TOK_S, rel=1e-6)
+    assert third == pytest.approx(3000 / PREFILL_TOK_S - 0.05, rel=1e-6)
+    big = [Arrival(0.0, 6000, 1, 1), Arrival(0.0, 4000, 1, 2)]
+    a, b = (o.ttft_s for o in _run(prof, big, "always-off").outcomes)
+    assert a == pytest.approx(6000 / PREFILL_TOK_S) and b == pytest.approx(10000 / PREFILL_TOK_S)
+
+
 def test_a_first_token_waits_for_the_decode_step_in_flight() -> None:
     # the second request arrives while the first decodes (10 ms steps): half a step on top of its prefill
     arrivals = [Arrival(0.0, 100, 200, 1), Arrival(0.5, 1000, 2, 2)]
