@@ -354,6 +354,7 @@ class _Server:
         self.gate_ceiling, self.gate_closed = self.knob.value, False  # plugin/gate.py's hysteresis
         self.drain_steps = 0.0  # steps the current drain has held (plugin/gated_decode.py)
         self.stall_s = 0.0  # prefill seconds with no decode step in flight, for the next step's time
+        self.step_s = 0.0  # the last decode step's length
         # the windows of the batches the ceiling gates (plugin/explore.py)
         self.streams = WindowStreams(window_start)
         self.window_step, self.counted = False, True  # the segment's batches: in a window; counted
@@ -380,17 +381,14 @@ class _Server:
         queue.admit()
         in_flight = len(queue.decoding)  # the batch whose step a prefill runs beside (overlap scheduling)
         tables, gated = self.by_share.at(self.knob.share)
-        wait = 0.0
-        if in_flight and queue.prefilling:  # half the step in flight, on average, before the prefill runs
-            extras = step_extras(self.profile, in_flight, queue.context)
-            running, _ = _tick_mode(tables, in_flight, self.knob.value, gated, self.profile.speculative,
-                                    self.oracle_off, extras)  # fmt: skip
-            wait = 0.5 / running.steps_s if running.steps_s > 0 else 0.0
+        # half the decode step in flight (the last one's length), on average, before a prefill runs
+        wait = 0.5 * self.step_s if in_flight else 0.0
         left = queue.prefill(now, seconds, wait)
         batch = len(queue.decoding)
         if batch:
             extras = step_extras(self.profile, batch, queue.context)
             mode = self._decode_mode(tables, gated, batch, extras, left)
+            self.step_s = 1.0 / mode.steps_s if mode.steps_s > 0 else 0.0
             if self.counted:  # a window's warm part and turnover are settling: in no bin
                 # a prefill with no step in flight (an idle server) lands in the step launched after it
                 count_stall(self.counters, in_flight or batch, mode, seconds - left + self.stall_s)
