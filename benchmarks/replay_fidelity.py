@@ -59,7 +59,7 @@ PROFILE = "h200-8b-early-pair-triton"
 FIGURES = ("goodput_rps", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "peak_in_flight")
 SWEEP_INPUT_LEN = 64  # the GPU sweeps' prompt length (the profile's description says it)
 MIN_STEPS = 30  # a bin with fewer measured steps is left out of the per-bin table and the fit
-TAG = re.compile(r"^replay-(?P<policy>off|threshold-\d+|learn)(?:-\d+)?$")
+TAG = re.compile(r"^replay-(?P<policy>off|on|threshold-\d+|learn)(?:-\d+)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,10 @@ def measured_runs(run_dir: Path) -> list[Measured]:
 
 
 def measured_bins(run_dir: Path, max_running: int) -> dict[str, dict[tuple[int, str], list[float]]]:
-    """Per policy (repeats summed): (bin, mode) -> [steps, tokens, step seconds] from ``policy.db``."""
+    """Per policy (repeats summed): (bin, mode) -> [steps, tokens, step seconds] from ``policy.db`` (none
+    where the run kept no policy.db: its replays are compared without bins)."""
+    if not (run_dir / "policy.db").exists():
+        return {}
     db = open_database(run_dir / "policy.db", existing=True)
     servers = queries.servers(db)
     if len(servers) != 1:
@@ -115,6 +118,8 @@ def simulate(profile: Profile, run: Measured, trace_path: str, ceiling_before: i
     elif run.policy == "learn":
         policy = make_policy("learn", mrr, initial_ceiling=learn_warm, min_dwell_s=learn_dwell_s)
         config = HarnessConfig(initial_max_bs=ceiling_before)
+    elif run.policy == "on":
+        policy, config = make_policy("always-on", mrr), HarnessConfig(initial_max_bs=mrr)
     else:
         policy = make_policy(run.policy.replace("-", ":"), mrr)
         config = HarnessConfig(initial_max_bs=ceiling_before)
