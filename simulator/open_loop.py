@@ -1,16 +1,22 @@
 """Score a speculation policy on a request trace open-loop, in virtual time (`sim evaluate --trace X.csv`).
 
 The closed-loop harness (simulator/harness.py) holds a concurrency; here requests arrive at their trace
-times (storage/request_traces.py's ``schedule``) whatever the server does, as in production. Each needs its
-prefill (``ContextTokens / prefill_tok_s`` seconds of the whole engine, which gives its first token) and
-then ``GeneratedTokens - 1`` decode tokens. At most ``max_running_requests`` run; the rest wait in arrival
-order. In a tick, prefill goes first (SGLang schedules a waiting prefill before the next decode step), the
-rest of the tick decodes the running batch at the profile's rate for that batch size and the knob's mode
-(``harness._Tables``: drafted, gated with the draft's extend, or gated with it skipped, exploration
-included), shared equally among the batch. A slower mode therefore grows the queue, and TTFT and
-end-to-end latency with it. KV-cache capacity is not modelled (a batch is bounded by the request count).
-Time moves in ticks of ``OPEN_LOOP_TICK_S``: a request joins the queue at the first tick at or after its
-arrival, and its latencies count from the arrival itself.
+times (storage/request_traces.py's ``schedule``) whatever the server does, as in production. Each reaches
+the scheduler ``first_token_latency_s`` after its arrival (what a request spends outside the GPU's work),
+needs its prefill (its ``ContextTokens``, cut to the profile's ``context_length``, at ``prefill_tok_s``
+seconds of the whole engine, in batches of what waits when one begins, up to PREFILL_BATCH_TOKENS; the
+first token comes at its batch's end, half a decode step later where one was in flight) and then
+``GeneratedTokens - 1`` decode tokens. At most ``max_running_requests`` run; the rest wait in arrival
+order. Time moves in ticks of ``OPEN_LOOP_TICK_S``, each split where a request arrives; in each part,
+prefill goes first (SGLang schedules a waiting prefill before the next decode step) and the rest decodes
+the running batch at the profile's rate for that batch size and mode (``harness._Tables``), each step
+longer by what its requests' context costs (``open_loop_cost.step_extras``), shared equally among the
+batch. The mode is the plugin's: its gate with hysteresis, the drain of requests whose draft KV has holes,
+and the exploration windows of the batches the ceiling gates, run as the plugin runs them
+(``open_loop_cost.WindowStreams``); the oracle has none of these. A slower mode grows the queue, and TTFT
+and end-to-end latency with it. KV-cache capacity is not modelled (a batch is bounded by the request
+count). Latencies count from the arrival itself. ``benchmarks/replay_fidelity.py`` compares all this with
+a measured replay.
 
 The policy sees what ``simulate`` gives it (``control.policy.Observation``: mean running and queued
 requests, the throughput and accept-length gauges with the profile's noise, the knob, the engine
