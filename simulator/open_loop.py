@@ -449,7 +449,8 @@ class _Server:
             self.queue.mark_holed()
             return with_context(pure.off_cold[batch], *extras)
         if self.queue.holed and self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
-            mode = with_context(tables.off[batch], *extras)  # gated with the extend running
+            # gated with the extend running, every batch: the drain drafts none, explored or not
+            mode = with_context(self.by_share.at(0.0)[0].off[batch], *extras)
             self.drain_steps += mode.steps_s * seconds
             return mode
         if self.queue.holed:
