@@ -298,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows-by-batches", action="store_true",
                         help="model the run's plugin (0.4.1): a window's parts are a share of the gated "
                         "batches, not of their time (the fix after the run: ExploreWindows.step(now=...))")
+    parser.add_argument("--what-if-stream-limit", type=float, default=None, metavar="X",
+                        help="a what-if, not the plugin: a window's exploring part drafts only batches of at "
+                        "most X times the ceiling")
     parser.add_argument("--window-starts", type=_starts, default=[1024 * i for i in range(8)],
                         help="where in the exploration cycle each simulated server begins (gated batches, "
                         "comma-separated): which burst a window's drafting stream meets is chance")
@@ -306,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.windows_by_batches:
         explore.timed_share = lambda share, cost_ratio: share  # the share of batches, whatever a step costs
         WindowStreams.TIMED = False
+    WindowStreams.MAX_OVER_CEILING = args.what_if_stream_limit
     try:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)

@@ -443,7 +443,9 @@ class _Server:
             self.window_step, self.counted = True, self.streams.counted(period)
             pure = self.by_share.at(0.0)[0]  # each part runs one mode: the window is the exploration
             if self.streams.phase == EXPLORE:  # the drafting stream, whatever the batch size now
-                return with_context(pure.on[batch], *extras)
+                if self.streams.drafts(batch, knob):
+                    return with_context(pure.on[batch], *extras)
+                self.counted = False
             if self.streams.phase == WARM:  # the extend runs again until the holed requests are gone
                 return with_context(pure.off[batch], *extras)
             self.queue.mark_holed()

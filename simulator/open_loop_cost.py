@@ -88,6 +88,14 @@ class WindowStreams:
 
     # False: count batches only, as plugin 0.4.1 did (before ExploreWindows.step(now=...) kept time)
     TIMED = True
+    # A what-if, not the plugin: a stream drafts only batches of at most this many times the ceiling (the
+    # rest run cold, uncounted); None: at whatever batch size, as the plugin does
+    MAX_OVER_CEILING: float | None = None
+
+    def drafts(self, batch: int, ceiling: int) -> bool:
+        """Whether a batch of the exploring part drafts (always, but under the MAX_OVER_CEILING what-if)."""
+        limit = self.MAX_OVER_CEILING
+        return limit is None or batch <= limit * max(1, ceiling)
 
     def __init__(self, start: int = 0) -> None:
         """``start``: gated batches the windows have counted already (a server that ran before: where in its
