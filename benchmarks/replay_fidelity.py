@@ -53,9 +53,10 @@ from spectower.storage.database import open_database  # noqa: E402
 from spectower.storage.request_traces import Slo, load_request_trace, schedule  # noqa: E402
 
 RUN_DIR = REPO_ROOT / "data" / "gpu-runs" / "h200-8b-early-pair-triton-replay-2026-12-04"
-# the 2026-12-03 sweep's curves with the open-loop constants this script's --fit found (the shipped profile);
+# the 2026-12-03 sweep's curves with the open-loop constants this script's --fit found (not shipped with the
+# simulator: the built-in closed-loop traces do not cross its crossover, ~10, tests/test_traces.py);
 # ``--fit`` searches them again from its ``prefill_tok_s_ttft_floor`` and ``context_cost.reference_tokens``
-PROFILE = "h200-8b-early-pair-triton"
+PROFILE = str(REPO_ROOT / "data" / "profiles" / "h200-8b-early-pair-triton.json")
 FIGURES = ("goodput_rps", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "peak_in_flight")
 SWEEP_INPUT_LEN = 64  # the GPU sweeps' prompt length (the profile's description says it)
 MIN_STEPS = 30  # a bin with fewer measured steps is left out of the per-bin table and the fit
@@ -288,7 +289,7 @@ def _starts(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR)
-    parser.add_argument("--profile", default=PROFILE)
+    parser.add_argument("--profile", default=PROFILE, help="a profile JSON path or a shipped profile's name")
     parser.add_argument("--trace", default=None, help="default: the trace the replays name")
     parser.add_argument("--learn-warm", type=int, default=16, help="learn's warm-start ceiling")
     parser.add_argument("--learn-dwell", type=float, default=60.0, help="learn's --dwell, seconds")

@@ -124,8 +124,8 @@ def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | No
     if floor and not as_json:
         out.print(f"note: {prof.name}'s prefill_tok_s ({prof.prefill_tok_s:,.0f}) is a sweep's TTFT floor, "
                   "not a prefill rate (no prefill probe): long prompts prefill far slower here than on the "
-                  "server (a sweep with the probe measures it; the shipped h200-8b-early-pair-triton carries "
-                  "constants fitted to a replay)", soft_wrap=True)  # fmt: skip
+                  "server (a sweep with the probe measures it; data/profiles/h200-8b-early-pair-triton.json "
+                  "carries constants fitted to a replay)", soft_wrap=True)  # fmt: skip
     result = evaluate_open_loop(prof, requests, policy, speedup=speedup, rate_scale=rate_scale,
                                 duration_s=duration, seed=seed, slo=slo)  # fmt: skip
     if as_json:
