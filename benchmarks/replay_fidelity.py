@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 from explore_lean import bin_totals, runs_from_db  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
 from spectower.plugin import explore  # noqa: E402
+from spectower.simulator import open_loop_cost  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # noqa: E402
 from spectower.simulator.open_loop_cost import WindowStreams  # noqa: E402
@@ -299,9 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows-by-batches", action="store_true",
                         help="model the run's plugin (0.4.1): a window's parts are a share of the gated "
                         "batches, not of their time (the fix after the run: ExploreWindows.step(now=...))")
-    parser.add_argument("--what-if-stream-limit", type=float, default=None, metavar="X",
-                        help="a what-if, not the plugin: a window's exploring part drafts only batches of at "
-                        "most X times the ceiling")
+    parser.add_argument("--stream-unlimited", action="store_true",
+                        help="model the run's plugin (0.4.1): a window's exploring part drafts at any "
+                        "batch size (0.4.2 drafts up to plugin.explore.stream_limit: twice the ceiling, at "
+                        "least 8)")
     parser.add_argument("--window-starts", type=_starts, default=[1024 * i for i in range(8)],
                         help="where in the exploration cycle each simulated server begins (gated batches, "
                         "comma-separated): which burst a window's drafting stream meets is chance")
@@ -310,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.windows_by_batches:
         explore.timed_share = lambda share, cost_ratio: share  # the share of batches, whatever a step costs
         WindowStreams.TIMED = False
-    WindowStreams.MAX_OVER_CEILING = args.what_if_stream_limit
+    if args.stream_unlimited:
+        open_loop_cost.stream_drafts = lambda batch, ceiling: True  # the one rule WindowStreams reads
     try:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)

@@ -102,6 +102,25 @@ class ExploreSchedule:
 # requests go on drafting), so its gated rate reads low by the extend's share (control/policy/learn.py
 # corrects it). A drafting batch between gated ones leaves the window's clock alone; one with holed requests
 # is drained first (plugin/gated_decode.py).
+#
+# The stream's limit (plugin 0.4.2): the exploring part drafts only batches of at most ``stream_limit`` of the
+# ceiling, twice it (EXPLORE_STREAM_OVER_CEILING), never less than EXPLORE_STREAM_FLOOR. Drafting "at whatever
+# batch size the load has then" put a stream's drafted steps into bursts: on the H200 under Azure's replay
+# a drafted step at 32-64 requests cost 2.5-4.5x a gated one with long prompts, and the whole batch waited
+# through it, so learn at a ceiling of 8 served e2e p50 1.23x always-off's (simulator, calibrated on that run:
+# docs/off-means-off.md). Above the limit a batch of the exploring part runs gated WITH the draft extend: its
+# requests may draft again in this stream once the batch shrinks below the limit, so their draft KV must stay
+# whole (a skipped extend would leave holes the drafting batch must drain first); and it is settling, as the
+# warm part's gated batches are: its step pays the extend, so it is no cold gated step. Such batches use up
+# the part's batches (its length counts every batch of it): the part, and with it the batches that pay the
+# extend, stays bounded however long a burst lasts, and the cold part's clock (per batch of the last part)
+# reads their cheaper steps. The turnover counts drafted batches only: the stream turns its batch over by
+# drafting, so a part spent above the limit counts no drafted batch it has not turned over first (a burst's
+# window measures little, which the learn policy sees as a thin bin, never as evidence).
+# Climbing still works: learn's ceilings lie on bin boundaries and twice a boundary is one (1, 2, 3, 4, 6, 8,
+# 12, 16, ...: engine_counters.counter_bins), so at a ceiling c the bins up to 2c are measured whole and the
+# bins above it not at all (thin: learn keeps their side); once 2c's bin pays, learn may move to 2c, which
+# explores up to 4c, and so on, one move per dwell.
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -127,8 +146,30 @@ WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
 # ``spec_off_warm`` curve.
 DEFAULT_KEPT_EXTEND_TAX = 0.07
 
+# The stream's limit (comment above): twice the ceiling, as the simulator's what-if measured (learn e2e p50
+# 1.61 s vs 1.79 s unlimited, p99 4.86 s vs always-off's 4.77 s); twice a bin boundary is a bin boundary.
+EXPLORE_STREAM_OVER_CEILING = 2
+# ...and at least 8 requests: a ceiling of 0 (or 1-3) must still explore drafting where it is cheapest to try,
+# or learn could never find that small batches pay and climb out of a low ceiling (learn only moves up to
+# bins measured in both modes). The smallest batches are where a drafted step costs least over a gated one (a
+# small batch is memory-bound: the verify's extra tokens ride along nearly free) and where a burst is not:
+# under the ceiling's what-if limit (2x a ceiling >= 1, so at least 2) a ceiling of 0 explored batches of 2 at
+# most, which a server at any load rarely has. 8 is a bin boundary, so the bins up to it are measured whole.
+EXPLORE_STREAM_FLOOR = 8
+
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
 PHASES = (COLD, WARM, EXPLORE)
+
+
+def stream_limit(ceiling: int) -> int:
+    """The largest batch a window's exploring part drafts under ``ceiling`` (comment above)."""
+    return max(EXPLORE_STREAM_FLOOR, EXPLORE_STREAM_OVER_CEILING * max(0, ceiling))
+
+
+def stream_drafts(batch_size: int, ceiling: int) -> bool:
+    """Whether a batch of ``batch_size`` in a window's exploring part drafts (else: gated with the extend,
+    settling)."""
+    return batch_size <= stream_limit(ceiling)
 
 
 def windowed(gated_by_ceiling: bool, period: int) -> bool:
@@ -190,6 +231,8 @@ class ExploreWindows:
         # warm parts ended by warm_max with holed requests left (forgotten: they recover cold)
         self.warm_cut = 0
         self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
+        self.stream_drafted = 0  # drafted batches of the current exploring part (its turnover counts these)
+        self.over_limit = 0  # batches of exploring parts above the stream's limit (gated with the extend)
         self.batches = dict.fromkeys(PHASES, 0)
         # time (module comment above WINDOW_MAX_BATCH_GAP_S): busy seconds of the current part, of the last
         # exploring part, and the cold part's least seconds that follow from it
@@ -214,9 +257,24 @@ class ExploreWindows:
         return min(self.explore_batches, 2 * counted)
 
     def turnover(self, period: int) -> int:
-        """The exploring part's first batches, marked settling while the drafting stream turns its batch
-        over: half the part."""
+        """The exploring part's first drafted batches, marked settling while the drafting stream turns its
+        batch over: half the part."""
         return self.explore_length(period) // 2
+
+    def stream(self, drafts: bool, period: int) -> bool:
+        """Note whether the exploring part's batch just stepped drafts (``stream_drafts``); True when it
+        counts: it drafts, past the turnover's drafted batches. A batch above the stream's limit never counts
+        (gated with the extend: settling) and leaves the turnover where it was."""
+        if not drafts:
+            self.over_limit += 1
+            return False
+        self.stream_drafted += 1
+        return self.stream_drafted > self.turnover(period)
+
+    def turned_over(self, period: int) -> bool:
+        """Whether the exploring part's drafted batches are past its turnover (the next drafted one
+        counts)."""
+        return self.stream_drafted >= self.turnover(period)
 
     def _elapse(self, now: float | None) -> None:
         """Add the time since the previous batch (capped: idle is not busy) to the current part's."""
@@ -246,6 +304,7 @@ class ExploreWindows:
             cut = pending and self._in_phase >= self.warm_max
             if not pending or cut:
                 self.phase, self._in_phase = EXPLORE, 0
+                self.stream_drafted = 0
                 self.windows += 1
                 self.warm_cut += cut
                 self.cut_now = cut
@@ -270,6 +329,7 @@ class ExploreWindows:
             "warm_max": self.warm_max,
             "windows": self.windows,
             "warm_cut": self.warm_cut,
+            "over_limit": self.over_limit,
             "batches": dict(self.batches),
             "last_explore_s": self.last_explore_s,
             "cold_min_s": round(self.cold_min_s, 3),
@@ -280,7 +340,8 @@ class ExploreWindows:
 class BatchPlan:
     """What one decode batch does about exploration: ``explore`` (run the other mode than the ceiling says),
     ``settling`` (counted apart: it switches into or out of a run, is a gated batch of a window's warm part,
-    which keeps the extend, or a drafting batch of the exploring part's turnover), ``phase`` (the window's,
+    which keeps the extend, a drafting batch of the exploring part's turnover, or a batch of the exploring
+    part above the stream's limit, gated with the extend), ``phase`` (the window's,
     None when not windowed) and ``forget_holes`` (a warm part was cut short: the holed requests recover
     cold)."""
 
@@ -323,10 +384,11 @@ class Explorer:
 
     def next(self, batch_size: int, gated_by_ceiling: bool, period: int,
              holes_pending: Callable[[], bool] = lambda: False,
-             now: float | None = None) -> BatchPlan:  # fmt: skip
+             now: float | None = None, *, ceiling: int) -> BatchPlan:  # fmt: skip
         """``gated_by_ceiling``: the ceiling (its hysteresis included) gates this batch; ``period``: the
         share's period, 0 when exploring is off or paused (a lock holds the knob); ``now``: a monotonic
-        clock's seconds for the windows' time (``ExploreWindows.step``). The windows' clock runs on the
+        clock's seconds for the windows' time (``ExploreWindows.step``); ``ceiling``: the ceiling now, which
+        sets the exploring part's stream limit (``stream_limit``). The windows' clock runs on the
         batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
         if self.windows is None or not windowed(gated_by_ceiling, period):
             self.phase_now = None
@@ -336,8 +398,10 @@ class Explorer:
         self.phase_now = phase
         self.schedule.next(batch_size, 0)  # a run in a bin the ceiling drafts ends here
         if phase == EXPLORE:
-            # a drafting stream: its turnover settles, then every batch counts (module comment above)
-            turning = self.windows.in_phase <= self.windows.turnover(period)
-            return BatchPlan(True, turning, phase, self.windows.cut_now)
+            # a drafting stream: its turnover settles, then every drafted batch counts; above the stream's
+            # limit gated with the extend (phase explore: knob_contract.extend_skippable keeps it), settling
+            drafts = stream_drafts(batch_size, ceiling)
+            counted = self.windows.stream(drafts, period)
+            return BatchPlan(drafts, not counted, phase, self.windows.cut_now)
         # cold: a steady gated stream, counted; warm: gated with the extend, counted apart
         return BatchPlan(False, phase == WARM, phase, self.windows.cut_now)

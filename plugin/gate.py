@@ -19,8 +19,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 
 # 0.3.2: the seq-lens mirror counts gated batches SGLang resolved; 0.4.0: every batch the ceiling gates may
 # skip the draft extend, exploration among them in windows (explore.window in the report), the lock's request;
-# 0.4.1: a window's exploring part is a drafting stream whose first half (the turnover) is not counted
-PLUGIN_VERSION = "0.4.1"
+# 0.4.1: a window's exploring part is a drafting stream whose first half (the turnover) is not counted;
+# 0.4.2: the stream drafts only batches up to its limit (explore.stream_limit: twice the ceiling, at least 8),
+# larger ones run gated with the extend, settling (explore.window.over_limit in the report)
+PLUGIN_VERSION = "0.4.2"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
@@ -158,8 +160,10 @@ class Gate:
         of this batch still has draft-KV holes (the gated-decode plugin knows; a window's warm part waits)."""
         closed, dwelt = self._judge(batch_size)
         period = self.explore_period if may_explore else 0
-        self.plan = self.explorer.next(batch_size, closed, period, holes_pending,
-                                       self.clock() if self.clock is not None else None)
+        # the ceiling sets the exploring part's stream limit; None (unlimited) gates nothing: never read
+        ceiling = self.ceiling if self.ceiling is not None else 0
+        now = self.clock() if self.clock is not None else None
+        self.plan = self.explorer.next(batch_size, closed, period, holes_pending, now, ceiling=ceiling)
         self.gated_by_ceiling_now = closed and not self.plan.explore
         if self.plan.explore:
             self._decisions.append((batch_size, not closed))

@@ -309,7 +309,8 @@ class RankScheduler:
         drafted = profile.speculative and batch <= self.spec_max_bs
         period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
         plan = self.explorer.next(batch, profile.speculative and not drafted, period, self._holes_pending,
-                                  deadline)  # the simulated clock: a window's parts in seconds too
+                                  deadline,  # the simulated clock: a window's parts in seconds too
+                                  ceiling=self.spec_max_bs)  # fmt: skip
         self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
         settling = plan.settling
         if plan.forget_holes:

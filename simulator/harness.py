@@ -47,7 +47,6 @@ share. ``policy_explore_cost``: 1 - the policy's tokens / those of its ceilings 
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from typing import Any
 
 from ..control.policy import Decision, Observation, Policy, make_policy
 from ..plugin import explore, knob_contract
-from ..plugin.engine_counters import COUNTERS_VERSION, MODES, counter_bins
+from .fluid_counters import _Counters
 from .profile import Profile
 from .traces import Trace
 
@@ -230,6 +229,9 @@ class _Tables:
     off_cold: tuple[_Mode, ...]
     # Gated by the ceiling while exploring: windows (plugin/explore.py) keep the extend in a few % of them.
     off_windowed: tuple[_Mode, ...]
+    # ...at a batch above the exploring stream's limit (explore.stream_limit): the exploring part runs it
+    # gated with the extend, as the warm part does, so nothing drafts and both parts keep the extend.
+    off_windowed_over: tuple[_Mode, ...]
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     never_draft: tuple[float, ...]  # the knob at 0 locked: the extend skipped, nothing explored
     plain: tuple[float, ...]
@@ -256,12 +258,17 @@ class _Tables:
         kept_at = [explore.timed_share(kept, k) for k in cost]
         windowed_rate = [1.0 / (k / w + (1.0 - k) / o) if w > 0 and o > 0 else o
                          for k, w, o in zip(kept_at, warm_rate, off_rate, strict=True)]  # fmt: skip
+        kept_over = kept * (1.0 - in_window) + in_window  # no drafting: the parts' batches are gated steps
+        over_rate = [1.0 / (kept_over / w + (1.0 - kept_over) / o) if w > 0 and o > 0 else o
+                     for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_cold=tuple(_mode(c, on_rate[c], off_rate[c], accept[c], False, share) for c in range(n + 1)),
             off_windowed=tuple(_mode(c, on_rate[c], windowed_rate[c], accept[c], False, in_window_at[c])
                                for c in range(n + 1)),
+            off_windowed_over=tuple(_mode(c, on_rate[c], over_rate[c], accept[c], False, 0.0)
+                                    for c in range(n + 1)),
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             never_draft=tuple(off_rate),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
@@ -273,6 +280,13 @@ class _Tables:
         if knob_contract.extend_skippable(True, period, knob_contract.OWNER_FREE):
             return self.off_cold
         return self.off_windowed if explore.windowed(True, period) else self.off
+
+    def gated_mode(self, gated: tuple[_Mode, ...], batch: int, ceiling: int) -> _Mode:
+        """A batch of ``batch`` the ceiling gates (``gated``: ``gated_by_ceiling``'s table): in windows,
+        above the exploring stream's limit (plugin/explore.py, ``stream_drafts``) nothing of it drafts."""
+        if gated is self.off_windowed and not explore.stream_drafts(batch, ceiling):
+            return self.off_windowed_over[batch]
+        return gated[batch]
 
 
 class _TablesByShare:
@@ -291,71 +305,6 @@ class _TablesByShare:
             gated = tables.gated_by_ceiling(knob_contract.explore_period(effective))
             found = self._cache[share] = (tables, gated)
         return found
-
-
-class _Counters:
-    """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
-
-    A server counts whole decode steps, each with its tokens and its time; the fluid model makes fractions
-    of steps per tick, so each (bin, mode) carries its unfinished step over to the next tick and publishes
-    only whole ones (a sparse mode, e.g. the explored one at batch size 1, thus never shows time without
-    the tokens made in it)."""
-
-    def __init__(self, max_running_requests: int, noise_cv: float, rng: random.Random) -> None:
-        self.bins = counter_bins(max_running_requests)
-        n = len(self.bins)
-        self.steps = {mode: [0] * n for mode in MODES}
-        self.tokens = {mode: [0.0] * n for mode in MODES}
-        self.time_s = {mode: [0.0] * n for mode in MODES}
-        # the unfinished step of each (mode, bin): [steps, tokens, seconds]
-        self.partial = {mode: [[0.0, 0.0, 0.0] for _ in range(n)] for mode in MODES}
-        self.noise_cv = noise_cv
-        self.rng = rng
-
-    def add(self, batch: int, m: _Mode, seconds: float) -> None:
-        i = min(bisect.bisect_left(self.bins, batch), len(self.bins) - 1)
-        for mode, steps_s, time_share, tok_share in (
-            ("drafted", m.drafted_steps_s, m.drafted_time, m.drafted_tok_share),
-            ("gated", m.gated_steps_s, 1.0 - m.drafted_time, 1.0 - m.drafted_tok_share),
-        ):
-            steps = steps_s * seconds
-            if steps <= 0:
-                continue
-            part = self.partial[mode][i]
-            part[0] += steps
-            part[1] += tok_share * m.rate * seconds
-            part[2] += time_share * seconds
-            whole = math.floor(part[0] + 1e-9)
-            if whole < 1:
-                continue
-            share = whole / part[0]
-            tokens, spent = part[1] * share, part[2] * share
-            if self.noise_cv > 0:  # each step's time carries noise_cv: n steps average it down
-                spent *= max(0.2, 1.0 + self.noise_cv / math.sqrt(whole) * self.rng.gauss(0.0, 1.0))
-            self.steps[mode][i] += whole
-            self.tokens[mode][i] += tokens
-            self.time_s[mode][i] += spent
-            part[0] -= whole
-            part[1] -= tokens
-            part[2] -= part[2] * share
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "version": COUNTERS_VERSION,
-            "started_at": 0.0,
-            "clock": "model",
-            "bins": list(self.bins),
-            **{
-                mode: {
-                    "steps": list(self.steps[mode]),
-                    "tokens": [round(v, 6) for v in self.tokens[mode]],
-                    "time_s": [round(v, 9) for v in self.time_s[mode]],
-                }
-                for mode in MODES
-            },
-            "unmatched": 0,
-            "dropped": 0,
-        }
 
 
 @dataclass(slots=True)
@@ -546,7 +495,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         conc = max(0, round(trace.concurrency_at(i * tick)))
         running = min(conc, mrr)
         drafting = running > 0 and running <= knob.value and profile.speculative
-        mode = (tables.on if drafting else gated_off)[running]
+        mode = tables.on[running] if drafting else tables.gated_mode(gated_off, running, knob.value)
         totals.add(oracle, oracle_off, running, mode, tick, (bare.on if drafting else bare_off)[running])
         if running:
             counters.add(running, mode, tick)

@@ -49,12 +49,12 @@ from ..storage.request_traces import (
     open_loop_figures,
     schedule,
 )
+from .fluid_counters import _Counters
 from .harness import (
     BASELINES,
     GAUGE_IDLE_DECAY_S,
     HarnessConfig,
     HarnessError,
-    _Counters,
     _Knob,
     _Mode,
     _Tables,
@@ -403,7 +403,8 @@ class _Server:
             queue.decode(now + seconds - left, left, mode.rate)
             if self.window_step:
                 period = knob_contract.explore_period(effective_share(self.knob.share))
-                if self.streams.advance(mode.steps_s * left, period, lambda: queue.holed > 0, now):
+                if self.streams.advance(mode.steps_s * left, period, lambda: queue.holed > 0, now, batch,
+                                        self.knob.value):  # fmt: skip
                     queue.forget_holes()
             gauges.busy(mode, left, seconds)
             self.busy_s += left
@@ -442,11 +443,11 @@ class _Server:
                 return with_context(gated[batch], *extras)
             self.window_step, self.counted = True, self.streams.counted(period)
             pure = self.by_share.at(0.0)[0]  # each part runs one mode: the window is the exploration
-            if self.streams.phase == EXPLORE:  # the drafting stream, whatever the batch size now
+            if self.streams.phase == EXPLORE:  # the drafting stream, up to its limit (explore.stream_limit)
                 if self.streams.drafts(batch, knob):
                     return with_context(pure.on[batch], *extras)
-                self.counted = False
-            if self.streams.phase == WARM:  # the extend runs again until the holed requests are gone
+                self.counted = False  # above it: gated with the extend, settling (as the warm part below)
+            if self.streams.phase in (WARM, EXPLORE):  # the extend runs (warm: until the holes are gone)
                 return with_context(pure.off[batch], *extras)
             self.queue.mark_holed()
             return with_context(pure.off_cold[batch], *extras)

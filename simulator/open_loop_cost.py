@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from ..plugin.explore import COLD, EXPLORE, ExploreWindows
-from .harness import _Counters, _Mode
+from ..plugin.explore import COLD, EXPLORE, ExploreWindows, stream_drafts
+from .fluid_counters import _Counters
+from .harness import _Mode
 from .profile import Profile
 
 # Besides a prompt and its output, an EAGLE server reserves the draft's slots per request
@@ -80,22 +81,21 @@ class WindowStreams:
     """The exploration windows of the batches the ceiling gates, as the plugin runs them: one
     ``ExploreWindows`` (plugin/explore.py) stepped once per whole gated-by-ceiling decode step of the fluid
     model. Its exploring part is a stream of drafted batches in a row (twice the cycle's share, 328 at the
-    default 2 %), at whatever batch size the load has then: under a burst a drafted step at 32-64 requests
-    costs 2.5-4.5x a gated one where prompts are long, and the whole batch waits through it. A fluid share of
-    drafting spread over every batch (what the closed-loop harness's tables do) has the same mean cost but
-    not that tail. The warm part (the extend runs until the holed requests finish) and the exploring part's
-    first half (the turnover) are settling: the counters leave them out, as the plugin does."""
+    default 2 %) up to the stream's limit (``explore.stream_limit``: twice the ceiling, at least 8); a batch
+    above it runs gated with the draft extend, settling. Before plugin 0.4.2 the stream drafted at whatever
+    batch size the load had then: under a burst a drafted step at 32-64 requests costs 2.5-4.5x a gated one
+    where prompts are long, and the whole batch waits through it. A fluid share of drafting spread over every
+    batch (what the closed-loop harness's tables do) has the same mean cost but not that tail. The warm part
+    (the extend runs until the holed requests finish), the exploring part's turnover (its first drafted
+    batches) and its batches above the limit are settling: the counters leave them out, as the plugin does."""
 
     # False: count batches only, as plugin 0.4.1 did (before ExploreWindows.step(now=...) kept time)
     TIMED = True
-    # A what-if, not the plugin: a stream drafts only batches of at most this many times the ceiling (the
-    # rest run cold, uncounted); None: at whatever batch size, as the plugin does
-    MAX_OVER_CEILING: float | None = None
 
-    def drafts(self, batch: int, ceiling: int) -> bool:
-        """Whether a batch of the exploring part drafts (always, but under the MAX_OVER_CEILING what-if)."""
-        limit = self.MAX_OVER_CEILING
-        return limit is None or batch <= limit * max(1, ceiling)
+    @staticmethod
+    def drafts(batch: int, ceiling: int) -> bool:
+        """Whether a batch of the exploring part drafts: the plugin's rule (``explore.stream_drafts``)."""
+        return stream_drafts(batch, ceiling)
 
     def __init__(self, start: int = 0) -> None:
         """``start``: gated batches the windows have counted already (a server that ran before: where in its
@@ -111,17 +111,21 @@ class WindowStreams:
         return self.windows.phase
 
     def counted(self, period: int) -> bool:
-        """Whether batches now count in the decode counters (not warm, not the turnover)."""
+        """Whether the next drafted batches count in the decode counters (cold, or the exploring part past its
+        turnover; a batch above the stream's limit never counts: the caller knows it)."""
         w = self.windows
-        return w.phase == COLD or (w.phase == EXPLORE and w.in_phase > w.turnover(period))
+        return w.phase == COLD or (w.phase == EXPLORE and w.turned_over(period))
 
-    def advance(self, steps: float, period: int, holes_pending: Callable[[], bool], now: float) -> bool:
-        """Step the windows by ``steps`` gated-by-ceiling batches; True when a warm part ran out with holed
-        requests left (they are forgotten: they recover cold)."""
+    def advance(self, steps: float, period: int, holes_pending: Callable[[], bool], now: float,
+                batch: int, ceiling: int) -> bool:  # fmt: skip
+        """Step the windows by ``steps`` gated-by-ceiling batches of ``batch`` requests under ``ceiling``;
+        True when a warm part ran out with holed requests left (they are forgotten: they recover cold)."""
         self._carry += steps
         cut = False
         while self._carry >= 1.0:
             self._carry -= 1.0
             self.windows.step(holes_pending, period, now if self.TIMED else None)
+            if self.windows.phase == EXPLORE:
+                self.windows.stream(stream_drafts(batch, ceiling), period)
             cut = cut or self.windows.cut_now
         return cut

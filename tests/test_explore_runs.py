@@ -202,7 +202,7 @@ def test_a_warm_part_that_runs_out_is_cut_and_the_holes_forgotten() -> None:
 def test_above_zero_the_explorer_is_the_schedule_alone() -> None:
     explorer, schedule = Explorer(), ExploreSchedule()
     sizes = [4, 16, 4, 64] * 500
-    plans = [explorer.next(b, False, 50) for b in sizes]
+    plans = [explorer.next(b, False, 50, ceiling=64) for b in sizes]
     assert [(p.explore, p.settling) for p in plans] == [schedule.next(b, 50) for b in sizes]
     assert {p.phase for p in plans} == {None} and explorer.phase_now is None
 
@@ -210,7 +210,7 @@ def test_above_zero_the_explorer_is_the_schedule_alone() -> None:
 def test_among_gated_batches_exploring_packs_into_windows_and_the_rest_is_cold() -> None:
     explorer = Explorer()
     cycle = WINDOW_CYCLE_BATCHES + 1  # the warm part takes one batch: no holes here
-    plans = [explorer.next(64, True, 50) for _ in range(2 * cycle)]
+    plans = [explorer.next(64, True, 50, ceiling=32) for _ in range(2 * cycle)]
     explored = [i for i, p in enumerate(plans) if p.explore]
     assert all(plans[i].phase == "explore" for i in explored)
     # the share's number of explored batches counted per cycle, all in the window's few hundred batches,
@@ -236,7 +236,7 @@ def _timed_windows(explore_step_s: float, cold_step_s: float, batches: int) -> t
     explorer, now, phases = Explorer(), 0.0, []
     explored_s = total_s = 0.0
     for _ in range(batches):
-        plan = explorer.next(64, True, 50, now=now)
+        plan = explorer.next(64, True, 50, now=now, ceiling=32)
         step = explore_step_s if plan.explore else cold_step_s
         now += step
         total_s += step
@@ -259,7 +259,8 @@ def test_windows_keep_exploring_to_its_share_of_the_time_when_a_drafted_step_cos
     assert dear_explored / dear_total < 1.3 * batch_share
     # without the clock (None) the same walk spends ~4x the share of the time exploring
     explorer = Explorer()
-    steps = [0.032 if explorer.next(64, True, 50).explore else 0.008 for _ in range(cycle_batches)]
+    steps = [0.032 if explorer.next(64, True, 50, ceiling=32).explore else 0.008
+             for _ in range(cycle_batches)]  # fmt: skip
     assert sum(s for s in steps if s > 0.008) / sum(steps) > 3 * batch_share
 
 
@@ -278,7 +279,8 @@ def test_an_idle_server_does_not_stretch_the_next_cold_part() -> None:
 
 def test_cycle_zero_turns_windows_off_and_a_bad_cycle_is_one_line() -> None:
     explorer = Explorer(cycle_of("0"))
-    plans = [explorer.next(64, True, 50) for _ in range(500)]  # exploring throughout, as before windows
+    # exploring throughout, as before windows
+    plans = [explorer.next(64, True, 50, ceiling=32) for _ in range(500)]
     assert {p.phase for p in plans} == {None} and sum(p.explore for p in plans) == 12
     assert explorer.window_report() == {"active": False, "phase": None, "cycle": 0}
     assert cycle_of(None) == cycle_of(" ") == WINDOW_CYCLE_BATCHES and cycle_of("64") == 64

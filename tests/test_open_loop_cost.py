@@ -11,7 +11,6 @@ from spectower.control.policy import make_policy
 from spectower.plugin.explore import ExploreWindows
 from spectower.simulator.harness import HarnessConfig
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop
-from spectower.simulator.open_loop_cost import WindowStreams
 from spectower.simulator.profile import Profile, ProfileError, parse_profile
 from spectower.storage.request_traces import Arrival
 
@@ -150,9 +149,7 @@ def _steps(res: OpenLoopResult, mode: str) -> dict[int, int]:
     return dict(zip(res.counters["bins"], res.counters[mode]["steps"], strict=True))
 
 
-def test_a_window_explores_in_a_stream_of_drafted_batches_above_the_ceiling(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_window_explores_in_a_stream_of_drafted_batches_above_the_ceiling() -> None:
     # six long requests above a ceiling of 2 with exploration on: the gated batches' window
     # (plugin/explore.py) explores nothing until its cold part is done, then, once the warm part has given up
     # on the holed
@@ -170,11 +167,15 @@ def test_a_window_explores_in_a_stream_of_drafted_batches_above_the_ceiling(
     # the stream holds all six for its length: drafting at 6 costs them more than the gated steps would
     slow = [r.e2e_s or 0.0 for r in late.outcomes]
     assert min(slow) > max(r.e2e_s or 0.0 for r in fresh.outcomes)
-    # the what-if of a stream that drafts only up to twice the ceiling: at 6 running it stays cold
-    monkeypatch.setattr(WindowStreams, "MAX_OVER_CEILING", 2.0)
-    limited = _run(_profile(), arrivals, "threshold:2", share=0.02,
+    # twelve running are above the stream's limit under a ceiling of 2 (explore.stream_limit: 8): the
+    # exploring part runs them gated with the extend, settling: nothing drafted, and its batches in no bin
+    many = [Arrival(0.0, 100, 3000, i) for i in range(1, 13)]
+    wide = _profile(max_running_requests=16)
+    cold = _run(wide, many, "threshold:2", share=0.02)
+    limited = _run(wide, many, "threshold:2", share=0.02,
                    window_start=windows.cycle - windows.explore_batches - 100)  # fmt: skip
-    assert _steps(limited, "drafted")[6] == 0
+    assert _steps(limited, "drafted")[12] == 0 and _steps(cold, "drafted")[12] == 0
+    assert _steps(cold, "gated")[12] - _steps(limited, "gated")[12] >= length - 2
 
 
 def test_prefill_seconds_land_in_the_decode_step_they_ran_beside() -> None:

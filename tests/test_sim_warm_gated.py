@@ -83,12 +83,13 @@ def _gated_rate(
     return counters.tokens["gated"][i] / counters.time_s["gated"][i], rank
 
 
-def test_a_policys_zero_gates_cold_and_explores_in_windows_with_the_draft_warm() -> None:
-    """Issue #32: at a policy's 0 (exploring on, no lock) the extend is skipped outside exploration windows;
-    a window's warm part waits for the holed requests (these never finish: cut at its cap) and its gated
-    batches, extend kept, are counted apart, so the counters' gated rate is the cold stream's."""
+def test_a_policys_ceiling_gates_cold_and_explores_in_windows_with_the_draft_warm() -> None:
+    """Issue #32: under a policy's ceiling (exploring on, no lock) the extend is skipped outside exploration
+    windows; a window's warm part waits for the holed requests (these never finish: cut at its cap) and its
+    gated batches, extend kept, are counted apart, so the counters' gated rate is the cold stream's. (A
+    ceiling of 8: 16 running is within the stream's limit, explore.stream_limit.)"""
     steps = WINDOW_CYCLE_BATCHES + WINDOW_WARM_MAX_BATCHES + 100
-    rate, rank = _gated_rate(_profile(), knob=0, steps=steps)
+    rate, rank = _gated_rate(_profile(), knob=8, steps=steps)
     assert rate == pytest.approx(SPEC_OFF, rel=1e-9)
     assert rank.batches_explored > 0 and rank.batches_drafted > 0  # the window's explored runs drafted
     window = rank.explorer.windows
@@ -97,6 +98,19 @@ def test_a_policys_zero_gates_cold_and_explores_in_windows_with_the_draft_warm()
     settling = rank.counters.settling
     assert settling["steps"] >= window.batches["warm"]  # the warm part's gated batches are kept apart
     assert settling["tokens"] / settling["time_s"] < SPEC_OFF  # ...and ran slower: the extend ran there
+
+
+def test_at_a_policys_zero_a_window_drafts_nothing_above_the_streams_limit() -> None:
+    """Plugin 0.4.2: at a policy's 0 the stream drafts batches of at most 8 (explore.stream_limit); 16 running
+    stay gated through the exploring part, the extend kept (its phase is not cold), and settling."""
+    steps = WINDOW_CYCLE_BATCHES + WINDOW_WARM_MAX_BATCHES + 100
+    rate, rank = _gated_rate(_profile(), knob=0, steps=steps)
+    assert rate == pytest.approx(SPEC_OFF, rel=1e-9) and rank.batches_drafted == 0
+    window = rank.explorer.windows
+    assert window.windows == 1 and window.batches["explore"] == window.explore_length(50) == window.over_limit
+    settling = rank.counters.settling
+    assert settling["steps"] >= window.batches["warm"] + window.batches["explore"]
+    assert settling["tokens"] / settling["time_s"] == pytest.approx(WARM, rel=1e-9)  # all with the extend
 
 
 def test_during_a_windows_warm_part_a_gated_batch_pays_the_extend() -> None:

@@ -1,0 +1,84 @@
+"""plugin/explore.py, plugin 0.4.2: a window's exploring part drafts only batches up to the stream's limit
+(``stream_limit``: twice the ceiling, at least ``EXPLORE_STREAM_FLOOR``); a batch above it runs gated with the
+draft extend and is settling. The plugin's gate (pure logic) decides it; tests/test_sglang_plugin.py runs the
+same gate against SGLang's own classes."""
+
+from __future__ import annotations
+
+from spectower.plugin import engine_counters as ec
+from spectower.plugin import knob_contract as kc
+from spectower.plugin.explore import (
+    EXPLORE,
+    EXPLORE_STREAM_FLOOR,
+    EXPLORE_STREAM_OVER_CEILING,
+    Explorer,
+    stream_drafts,
+    stream_limit,
+)
+from spectower.plugin.gate import Gate
+
+# a short cycle (64 batches: 60 cold, a warm part, an exploring part of 4 whose first 2 drafted ones turn
+# over) at the largest share (one batch in 5)
+CYCLE, SHARE, PERIOD = 64, 0.2, 5
+
+
+def test_the_limit_is_twice_the_ceiling_and_at_least_the_floor_on_bin_boundaries() -> None:
+    assert (EXPLORE_STREAM_OVER_CEILING, EXPLORE_STREAM_FLOOR) == (2, 8)
+    assert [stream_limit(c) for c in (0, 1, 4, 8, 12, 16, 48)] == [8, 8, 8, 16, 24, 32, 96]
+    assert stream_drafts(16, 8) and not stream_drafts(17, 8)
+    assert stream_drafts(8, 0) and not stream_drafts(9, 0)
+    bins = ec.counter_bins(256)
+    # a ceiling on a bin boundary (learn's) explores whole bins: twice a boundary is a boundary
+    assert all(stream_limit(b) in bins for b in bins if stream_limit(b) <= bins[-1])
+
+
+def _to_window(explorer: Explorer, ceiling: int) -> None:
+    """Walk gated batches (of the ceiling's size plus one) until one is a window's first exploring batch."""
+    for _ in range(4 * CYCLE):
+        if explorer.next(ceiling + 1, True, PERIOD, ceiling=ceiling).phase == EXPLORE:
+            return
+    raise AssertionError("no window")
+
+
+def test_an_exploring_batch_above_the_limit_runs_gated_with_the_extend_and_is_not_counted() -> None:
+    explorer = Explorer(CYCLE)
+    windows = explorer.windows
+    assert windows is not None and windows.explore_length(PERIOD) == 4 and windows.turnover(PERIOD) == 2
+    _to_window(explorer, 8)  # the window's first batch was 9 running: drafted (turnover)
+    sizes = [40, 12, 16]  # the rest of the part: above, below, at the limit (16 under 8)
+    plans = [explorer.next(size, True, PERIOD, ceiling=8) for size in sizes]
+    assert [p.phase for p in plans] == [EXPLORE] * 3
+    assert [p.explore for p in plans] == [False, True, True]
+    # above the limit: settling (counted apart); the turnover counts drafted batches only: the second drafted
+    # one still turns over, the third counts
+    assert [p.settling for p in plans] == [True, True, False]
+    # an above-limit batch uses up the part: four batches in all, then cold
+    assert explorer.next(9, True, PERIOD, ceiling=8).phase == "cold"
+    assert explorer.window_report()["over_limit"] == 1
+    # the extend runs for them: the exploring part's phase is not "cold" (knob_contract.extend_skippable)
+    assert not kc.extend_skippable(True, PERIOD, kc.OWNER_FREE, EXPLORE)
+
+
+def test_the_gate_keeps_a_burst_out_of_the_stream() -> None:
+    """The plugin's per-batch decision (Gate.decide, what the SGLang hook asks): at a ceiling of 8 a window
+    meets a burst of 48 running, which stays gated (decide says gate) with the extend, settling; once the
+    batch shrinks to 16 it drafts again in the same stream."""
+    gate = Gate(explore_share=SHARE, explore_cycle=CYCLE)
+    gate.set_ceiling(8)
+    answers = []
+    while True:
+        gated = gate.decide(48)
+        answers.append((gated, gate.plan.phase, gate.plan.settling))
+        if gate.plan.phase == EXPLORE:
+            break
+    assert all(a[0] for a in answers)  # a burst above the limit never drafts, window or not
+    assert answers[-1] == (True, EXPLORE, True) and gate.gated_by_ceiling_now
+    # what plugin/knob_gate.py asks before the draft extend: it runs (the requests may draft in this stream)
+    assert not kc.extend_skippable(gate.gated_by_ceiling_now, gate.explore_period, kc.OWNER_FREE,
+                                   gate.explorer.phase_now)  # fmt: skip
+    assert gate.decide(16) is False and gate.plan.explore and gate.plan.phase == EXPLORE
+    assert not gate.gated_by_ceiling_now
+    # the part's last two batches draft too; explored batches leave the hysteresis closed, so the next batch
+    # at 16, cold, is gated by the ceiling
+    assert gate.decide(16) is False and gate.decide(16) is False
+    assert gate.decide(16) is True and gate.plan.phase == "cold"
