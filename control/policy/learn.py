@@ -17,7 +17,9 @@ decision this policy
    while a thin bin it would switch is busy now;
 3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
    the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
-   at every bin measured). Ceilings stay on bin boundaries so that each bin runs one mode (plus the
+   at every bin measured: a bin the exploring windows never draft, above twice a gated ceiling
+   (plugin/explore.py, ``stream_limit``), is unmeasured: a move up goes at most to twice the ceiling, or 8).
+   Ceilings stay on bin boundaries so that each bin runs one mode (plus the
    exploration share of the other): a ceiling inside a bin would compare its drafted small batches with
    its gated large ones and bias that bin's speedup;
 4. moves only when the current ceiling lies outside what the crossover's interval allows (the interval is
