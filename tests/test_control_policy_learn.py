@@ -254,8 +254,8 @@ def test_waiting_for_a_busy_thin_bin_ends_after_a_sample_or_two() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="plugin 0.4.2: a window's stream drafts up to twice the ceiling "
-                   "only (explore.stream_limit), so a load that rises far above a low ceiling within a minute "
-                   "goes unmeasured and learn holds low until the load passes back through (c, 2c]")
+                   "only (explore.stream_limit), so a load that rises far above a low ceiling within a "
+                   "minute goes unmeasured and learn holds low until the load passes back through (c, 2c]")
 def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_minutes() -> None:
     """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 600 s on the
     H200 8B pair's profile, the ceiling at 0 at the start. The night is short, so bins 1-12 see a few
