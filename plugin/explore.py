@@ -271,10 +271,10 @@ class ExploreWindows:
         self.stream_drafted += 1
         return self.stream_drafted > self.turnover(period)
 
-    def turned_over(self, period: int) -> bool:
-        """Whether the exploring part's drafted batches are past its turnover (the next drafted one
-        counts)."""
-        return self.stream_drafted >= self.turnover(period)
+    def past_turnover(self, period: int) -> bool:
+        """Whether the exploring part's drafted batches so far are more than its turnover (the last one
+        counted, as ``stream`` said)."""
+        return self.stream_drafted > self.turnover(period)
 
     def _elapse(self, now: float | None) -> None:
         """Add the time since the previous batch (capped: idle is not busy) to the current part's."""

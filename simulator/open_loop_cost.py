@@ -111,10 +111,10 @@ class WindowStreams:
         return self.windows.phase
 
     def counted(self, period: int) -> bool:
-        """Whether the next drafted batches count in the decode counters (cold, or the exploring part past its
-        turnover; a batch above the stream's limit never counts: the caller knows it)."""
+        """Whether batches now count in the decode counters (cold, or the exploring part's drafted batches
+        past its turnover; a batch above the stream's limit never counts: the caller knows it)."""
         w = self.windows
-        return w.phase == COLD or (w.phase == EXPLORE and w.turned_over(period))
+        return w.phase == COLD or (w.phase == EXPLORE and w.past_turnover(period))
 
     def advance(self, steps: float, period: int, holes_pending: Callable[[], bool], now: float,
                 batch: int, ceiling: int) -> bool:  # fmt: skip
