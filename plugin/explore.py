@@ -120,7 +120,8 @@ class ExploreSchedule:
 # Climbing still works: learn's ceilings lie on bin boundaries and twice a boundary is one (1, 2, 3, 4, 6, 8,
 # 12, 16, ...: engine_counters.counter_bins), so at a ceiling c the bins up to 2c are measured whole and the
 # bins above it not at all (thin: learn keeps their side); once 2c's bin pays, learn may move to 2c, which
-# explores up to 4c, and so on, one move per dwell.
+# explores up to 4c, and so on, one move per dwell. Only where the load passes through (c, 2c], though: a load
+# that sits far above a low ceiling goes unmeasured, and learn holds there (docs/off-means-off.md).
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -153,8 +154,8 @@ EXPLORE_STREAM_OVER_CEILING = 2
 # or learn could never find that small batches pay and climb out of a low ceiling (learn only moves up to
 # bins measured in both modes). The smallest batches are where a drafted step costs least over a gated one (a
 # small batch is memory-bound: the verify's extra tokens ride along nearly free) and where a burst is not:
-# under the ceiling's what-if limit (2x a ceiling >= 1, so at least 2) a ceiling of 0 explored batches of 2 at
-# most, which a server at any load rarely has. 8 is a bin boundary, so the bins up to it are measured whole.
+# under the what-if's rule (twice the ceiling, the ceiling taken as at least 1) a ceiling of 0 explored batches
+# of 2 at most, which a loaded server rarely has. 8 is a bin boundary, so the bins up to it are measured whole.
 EXPLORE_STREAM_FLOOR = 8
 
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
