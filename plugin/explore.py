@@ -154,8 +154,9 @@ EXPLORE_STREAM_OVER_CEILING = 2
 # or learn could never find that small batches pay and climb out of a low ceiling (learn only moves up to
 # bins measured in both modes). The smallest batches are where a drafted step costs least over a gated one (a
 # small batch is memory-bound: the verify's extra tokens ride along nearly free) and where a burst is not:
-# under the what-if's rule (twice the ceiling, the ceiling taken as at least 1) a ceiling of 0 explored batches
-# of 2 at most, which a loaded server rarely has. 8 is a bin boundary, so the bins up to it are measured whole.
+# under the what-if's rule (twice the ceiling, the ceiling taken as at least 1) a ceiling of 0 explored
+# batches of 2 at most, which a loaded server rarely has. 8 is a bin boundary: the bins up to it are measured
+# whole.
 EXPLORE_STREAM_FLOOR = 8
 
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
