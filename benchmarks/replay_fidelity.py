@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--fit: context per request of the profile's curves where it does not say")
     parser.add_argument("--fit", action="store_true", help="search prefill rate and context costs")
     parser.add_argument("--windows-by-batches", action="store_true",
-                        help="model the run's plugin (0.4.1, with --stream-unlimited): a window's parts are a "
-                        "share of the gated batches, not of their time (the fix after the run: "
+                        help="model the run's plugin (0.4.1, with --stream-unlimited): a window's parts are "
+                        "a share of the gated batches, not of their time (the fix after the run: "
                         "ExploreWindows.step(now=...))")
     parser.add_argument("--stream-unlimited", action="store_true",
                         help="model the run's plugin (0.4.1): a window's exploring part drafts at any "
