@@ -44,7 +44,6 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 from explore_lean import bin_totals, runs_from_db  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
 from spectower.plugin import explore  # noqa: E402
-from spectower.simulator import open_loop_cost  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # noqa: E402
 from spectower.simulator.open_loop_cost import WindowStreams  # noqa: E402
@@ -304,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-unlimited", action="store_true",
                         help="model the run's plugin (0.4.1): a window's exploring part drafts at any "
                         "batch size (0.4.2 drafts up to plugin.explore.stream_limit: twice the ceiling, at "
-                        "least 8)")
+                        "least 8; 0.4.3 doubles it after each part above it)")
+    parser.add_argument("--stream-fixed", action="store_true",
+                        help="model plugin 0.4.2: the stream's limit never doubles (explore.next_doublings)")
     parser.add_argument("--window-starts", type=_starts, default=[1024 * i for i in range(8)],
                         help="where in the exploration cycle each simulated server begins (gated batches, "
                         "comma-separated): which burst a window's drafting stream meets is chance")
@@ -313,8 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.windows_by_batches:
         explore.timed_share = lambda share, cost_ratio: share  # the share of batches, whatever a step costs
         WindowStreams.TIMED = False
+    if args.stream_fixed:
+        explore.next_doublings = lambda doublings, largest, ceiling: 0  # the rule ExploreWindows reads
     if args.stream_unlimited:
-        open_loop_cost.stream_drafts = lambda batch, ceiling: True  # the one rule WindowStreams reads
+        WindowStreams.drafts = lambda self, batch, ceiling: True  # type: ignore[method-assign]  # the one rule
     try:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .engine_counters import bin_of
+from .engine_counters import MAX_BIN, bin_of
 
 # Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
 # bin fewer runs, and the learn policy needs runs in 3 intervals of a bin before it trusts the bin.
@@ -120,8 +120,20 @@ class ExploreSchedule:
 # Climbing still works: learn's ceilings lie on bin boundaries and twice a boundary is one (1, 2, 3, 4, 6, 8,
 # 12, 16, ...: engine_counters.counter_bins), so at a ceiling c the bins up to 2c are measured whole and the
 # bins above it not at all (thin: learn keeps their side); once 2c's bin pays, learn may move to 2c, which
-# explores up to 4c, and so on, one move per dwell. Only where the load passes through (c, 2c], though: a load
-# that sits far above a low ceiling goes unmeasured, and learn holds there (docs/off-means-off.md).
+# explores up to 4c, and so on, one move per dwell. Only where the load passes through (c, 2c], though.
+# Escalation (plugin 0.4.3): a load that rose far above a low ceiling and stays there went unmeasured for good
+# (learn held at 0 under a load of 40 on the H200 pair, whose crossover is ~49: simulator, 0.90 of the oracle
+# against 0.99), so the limit doubles after each exploring part whose largest batch was above it
+# (``next_doublings``), and comes back down to what the last part's largest batch needs: to twice the ceiling
+# once the part's batches are all within it. A burst meets one window's part at most, so it still stays out
+# of the stream: the next part drafts under twice the limit, and only if the burst lasts a window's cycle
+# (WINDOW_CYCLE_BATCHES gated batches, about a minute on the H200 pair) does it reach the stream then; a load
+# that stays high is measured within log2(load / limit) windows. Why the largest batch and not "the part
+# drafted nothing" (starved): a part that drafted its smaller batches while the load rose left the limit
+# where it was, so the load outran it; and resetting to the floor as soon as a part drafts made a held load
+# drop back out of reach every other window. The rule lags the load by windows: a load that doubles within a
+# window (the ten-minute day of tests/test_control_policy_learn.py) is still measured late
+# (docs/off-means-off.md).
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -158,20 +170,43 @@ EXPLORE_STREAM_OVER_CEILING = 2
 # batches of 2 at most, which a loaded server rarely has. 8 is a bin boundary: the bins up to it are measured
 # whole.
 EXPLORE_STREAM_FLOOR = 8
+# ...and doubled after each part above it (comment above), up to this many requests at most (the largest bin
+# the counters keep); in practice the doublings stop at the largest batch the server runs: a part whose limit
+# is above every batch drafts them all and doubles nothing.
+EXPLORE_STREAM_CAP = MAX_BIN
+# The most doublings that can matter (the floor's up to the cap): bounds ``ExploreWindows.doublings``.
+MAX_DOUBLINGS = (EXPLORE_STREAM_CAP // EXPLORE_STREAM_FLOOR).bit_length() - 1
 
 COLD, WARM, EXPLORE = "cold", "warm", "explore"  # knob_contract.extend_skippable knows "cold" by name
 PHASES = (COLD, WARM, EXPLORE)
 
 
-def stream_limit(ceiling: int) -> int:
-    """The largest batch a window's exploring part drafts under ``ceiling`` (comment above)."""
-    return max(EXPLORE_STREAM_FLOOR, EXPLORE_STREAM_OVER_CEILING * max(0, ceiling))
+def stream_limit(ceiling: int, doublings: int = 0) -> int:
+    """The largest batch a window's exploring part drafts under ``ceiling`` with ``doublings`` (comment
+    above): twice the ceiling, at least the floor, doubled that often up to the cap (never below the
+    undoubled limit)."""
+    base = max(EXPLORE_STREAM_FLOOR, EXPLORE_STREAM_OVER_CEILING * max(0, ceiling))
+    return min(base << min(max(0, doublings), MAX_DOUBLINGS), max(base, EXPLORE_STREAM_CAP))
 
 
-def stream_drafts(batch_size: int, ceiling: int) -> bool:
+def stream_drafts(batch_size: int, ceiling: int, doublings: int = 0) -> bool:
     """Whether a batch of ``batch_size`` in a window's exploring part drafts (else: gated with the extend,
     settling)."""
-    return batch_size <= stream_limit(ceiling)
+    return batch_size <= stream_limit(ceiling, doublings)
+
+
+def next_doublings(doublings: int, largest: int | None, ceiling: int) -> int:
+    """The limit's doublings once an exploring part ends whose largest batch was ``largest`` (None: it had
+    none) under ``ceiling`` (comment above): one more where that batch was above the limit, at most the
+    fewest that draft it: back to 0 as soon as the part's batches were all within twice the ceiling. The one
+    rule the plugin (``ExploreWindows``) and the simulator's fluid harness (simulator/fluid_windows.py)
+    follow."""
+    if largest is None:
+        return doublings
+    fewest = 0
+    while fewest < MAX_DOUBLINGS and largest > stream_limit(ceiling, fewest):
+        fewest += 1
+    return min(doublings + 1, fewest)
 
 
 def windowed(gated_by_ceiling: bool, period: int) -> bool:
@@ -198,6 +233,13 @@ def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None =
     windows = ExploreWindows(cycle)
     warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
     return windows.explore_length(period) / _cycle_batches(windows, warm, period)
+
+
+def window_batches(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> int:
+    """One window's gated batches (cold, warm, exploring), as the policy harness models it (the warm part at
+    its usual length, the cold part counted in batches)."""
+    windows = ExploreWindows(cycle)
+    return _cycle_batches(windows, min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES), period)
 
 
 def timed_share(batch_share: float, cost_ratio: float) -> float:
@@ -235,6 +277,9 @@ class ExploreWindows:
         self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
         self.stream_drafted = 0  # drafted batches of the current exploring part (its turnover counts these)
         self.over_limit = 0  # batches of exploring parts above the stream's limit (gated with the extend)
+        self.doublings = 0  # the limit's doublings (next_doublings)
+        self.ceiling: int | None = None  # the ceiling of the last exploring batch (the report's limit)
+        self.stream_largest: int | None = None  # the largest batch of the current exploring part
         self.batches = dict.fromkeys(PHASES, 0)
         # time (module comment above WINDOW_MAX_BATCH_GAP_S): busy seconds of the current part, of the last
         # exploring part, and the cold part's least seconds that follow from it
@@ -263,6 +308,17 @@ class ExploreWindows:
         batch over: half the part."""
         return self.explore_length(period) // 2
 
+    def limit(self, ceiling: int) -> int:
+        """The stream's limit under ``ceiling`` now (``stream_limit`` with the parts' doublings so far)."""
+        return stream_limit(ceiling, self.doublings)
+
+    def drafts(self, batch_size: int, ceiling: int) -> bool:
+        """Whether the exploring part's batch of ``batch_size`` drafts under ``ceiling`` (its limit now)."""
+        self.ceiling = ceiling
+        if self.stream_largest is None or batch_size > self.stream_largest:
+            self.stream_largest = batch_size
+        return batch_size <= self.limit(ceiling)
+
     def stream(self, drafts: bool, period: int) -> bool:
         """Note whether the exploring part's batch just stepped drafts (``stream_drafts``); True when it
         counts: it drafts, past the turnover's drafted batches. A batch above the stream's limit never counts
@@ -277,6 +333,11 @@ class ExploreWindows:
         """Whether the exploring part's drafted batches so far are more than its turnover (the last one
         counted, as ``stream`` said)."""
         return self.stream_drafted > self.turnover(period)
+
+    def _end_stream(self) -> None:
+        """The exploring part ends: the limit's doublings for the next one (``next_doublings``)."""
+        self.doublings = next_doublings(self.doublings, self.stream_largest, self.ceiling or 0)
+        self.stream_largest = None
 
     def _elapse(self, now: float | None) -> None:
         """Add the time since the previous batch (capped: idle is not busy) to the current part's."""
@@ -311,6 +372,7 @@ class ExploreWindows:
                 self.warm_cut += cut
                 self.cut_now = cut
         elif self.phase == EXPLORE and self._in_phase >= length:
+            self._end_stream()
             if now is not None:
                 self.last_explore_s = self._busy_s
                 self.cold_min_s = self._busy_s * (self.cycle - self.explore_batches) / max(1, self._in_phase)
@@ -332,6 +394,8 @@ class ExploreWindows:
             "windows": self.windows,
             "warm_cut": self.warm_cut,
             "over_limit": self.over_limit,
+            "limit": None if self.ceiling is None else self.limit(self.ceiling),
+            "doublings": self.doublings,
             "batches": dict(self.batches),
             "last_explore_s": self.last_explore_s,
             "cold_min_s": round(self.cold_min_s, 3),
@@ -402,7 +466,7 @@ class Explorer:
         if phase == EXPLORE:
             # a drafting stream: its turnover settles, then every drafted batch counts; above the stream's
             # limit gated with the extend (phase explore: knob_contract.extend_skippable keeps it), settling
-            drafts = stream_drafts(batch_size, ceiling)
+            drafts = self.windows.drafts(batch_size, ceiling)
             counted = self.windows.stream(drafts, period)
             return BatchPlan(drafts, not counted, phase, self.windows.cut_now)
         # cold: a steady gated stream, counted; warm: gated with the extend, counted apart

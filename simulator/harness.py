@@ -55,6 +55,7 @@ from typing import Any
 from ..control.policy import Decision, Observation, Policy, make_policy
 from ..plugin import explore, knob_contract
 from .fluid_counters import _Counters
+from .fluid_windows import FluidWindows
 from .profile import Profile
 from .traces import Trace
 
@@ -281,12 +282,16 @@ class _Tables:
             return self.off_cold
         return self.off_windowed if explore.windowed(True, period) else self.off
 
-    def gated_mode(self, gated: tuple[_Mode, ...], batch: int, ceiling: int) -> _Mode:
+    def gated_mode(self, gated: tuple[_Mode, ...], batch: int, windows: FluidWindows, ceiling: int) -> _Mode:
         """A batch of ``batch`` the ceiling gates (``gated``: ``gated_by_ceiling``'s table): in windows,
-        above the exploring stream's limit (plugin/explore.py, ``stream_drafts``) nothing of it drafts."""
-        if gated is self.off_windowed and not explore.stream_drafts(batch, ceiling):
-            return self.off_windowed_over[batch]
-        return gated[batch]
+        above the exploring stream's limit (plugin/explore.py, with its doublings after parts above it:
+        simulator/fluid_windows.py) nothing of it drafts. Counts the batches into ``windows``."""
+        if gated is not self.off_windowed:
+            return gated[batch]
+        within = windows.drafts(batch, ceiling)
+        mode = gated[batch] if within else self.off_windowed_over[batch]
+        windows.add(mode.steps_s * windows.tick_s, batch, ceiling)
+        return mode
 
 
 class _TablesByShare:
@@ -489,13 +494,14 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     by_share = _TablesByShare(profile)
     oracle, oracle_off = by_share.at(cfg.explore_share)
     bare, bare_off = by_share.at(0.0)  # the same ceilings with nothing explored
+    windows = FluidWindows(tick_s=tick)  # the stream limit's doublings (plugin 0.4.3)
     for i in range(n_ticks):
         knob.apply_due(i)
         tables, gated_off = by_share.at(knob.share)
         conc = max(0, round(trace.concurrency_at(i * tick)))
         running = min(conc, mrr)
         drafting = running > 0 and running <= knob.value and profile.speculative
-        mode = tables.on[running] if drafting else tables.gated_mode(gated_off, running, knob.value)
+        mode = tables.on[running] if drafting else tables.gated_mode(gated_off, running, windows, knob.value)
         totals.add(oracle, oracle_off, running, mode, tick, (bare.on if drafting else bare_off)[running])
         if running:
             counters.add(running, mode, tick)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from ..plugin.explore import COLD, EXPLORE, ExploreWindows, stream_drafts
+from ..plugin.explore import COLD, EXPLORE, ExploreWindows
 from .fluid_counters import _Counters
 from .harness import _Mode
 from .profile import Profile
@@ -81,10 +81,11 @@ class WindowStreams:
     """The exploration windows of the batches the ceiling gates, as the plugin runs them: one
     ``ExploreWindows`` (plugin/explore.py) stepped once per whole gated-by-ceiling decode step of the fluid
     model. Its exploring part is a stream of drafted batches in a row (twice the cycle's share, 328 at the
-    default 2 %) up to the stream's limit (``explore.stream_limit``: twice the ceiling, at least 8); a batch
-    above it runs gated with the draft extend, settling. Before plugin 0.4.2 the stream drafted at whatever
-    batch size the load had then: under a burst a drafted step at 32-64 requests costs 2.5-4.5x a gated one
-    where prompts are long, and the whole batch waits through it. A fluid share of drafting spread over every
+    default 2 %) up to the stream's limit (``ExploreWindows.limit``: twice the ceiling, at least 8, doubled
+    after each part above it: plugin 0.4.3); a batch above it runs gated with the draft extend,
+    settling. Before plugin 0.4.2 the stream drafted at whatever batch size the load had then: under a burst
+    a drafted step at 32-64 requests costs 2.5-4.5x a gated one where prompts are long, and the whole batch
+    waits through it. A fluid share of drafting spread over every
     batch (what the closed-loop harness's tables do) has the same mean cost but not that tail. The warm part
     (the extend runs until the holed requests finish), the exploring part's turnover (its first drafted
     batches) and its batches above the limit are settling: the counters leave them out, as the plugin does."""
@@ -92,10 +93,10 @@ class WindowStreams:
     # False: count batches only, as plugin 0.4.1 did (before ExploreWindows.step(now=...) kept time)
     TIMED = True
 
-    @staticmethod
-    def drafts(batch: int, ceiling: int) -> bool:
-        """Whether a batch of the exploring part drafts: the plugin's rule (``explore.stream_drafts``)."""
-        return stream_drafts(batch, ceiling)
+    def drafts(self, batch: int, ceiling: int) -> bool:
+        """Whether a batch of the exploring part drafts: the plugin's rule (``ExploreWindows.drafts``: the
+        limit with its doublings)."""
+        return self.windows.drafts(batch, ceiling)
 
     def __init__(self, start: int = 0) -> None:
         """``start``: gated batches the windows have counted already (a server that ran before: where in its
@@ -126,6 +127,6 @@ class WindowStreams:
             self._carry -= 1.0
             self.windows.step(holes_pending, period, now if self.TIMED else None)
             if self.windows.phase == EXPLORE:
-                self.windows.stream(stream_drafts(batch, ceiling), period)
+                self.windows.stream(self.drafts(batch, ceiling), period)
             cut = cut or self.windows.cut_now
         return cut

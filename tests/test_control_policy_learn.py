@@ -20,7 +20,7 @@ from spectower.plugin.engine_counters import counter_bins
 from spectower.plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from spectower.simulator.harness import HarnessConfig, simulate
 from spectower.simulator.profile import load_profile, parse_profile
-from spectower.simulator.traces import load_trace
+from spectower.simulator.traces import load_trace, parse_trace
 
 MRR = 64
 BINS = counter_bins(MRR)  # 1, 2, 3, 4, 6, 8, ..., 48, 64
@@ -253,9 +253,11 @@ def test_waiting_for_a_busy_thin_bin_ends_after_a_sample_or_two() -> None:
     assert changes[0][0] - waits[0] <= WAIT_SAMPLES * policy.sample_s + INTERVAL_S
 
 
-@pytest.mark.xfail(strict=True, reason="plugin 0.4.2: a window's stream drafts up to twice the ceiling "
-                   "only (explore.stream_limit), so a load that rises far above a low ceiling within a "
-                   "minute goes unmeasured and learn holds low until the load passes back through (c, 2c]")
+@pytest.mark.xfail(strict=True, reason="a window's stream drafts up to twice the ceiling "
+                   "(explore.stream_limit), doubled after each window whose part was above it (0.4.3): the "
+                   "limit lags a load that doubles within a window (about 45 s here): it reaches 64 at 184 s,"
+                   " past bin 48, so learn moves on the way down (445 s, 0.949 of the oracle; 0.920 under "
+                   "0.4.2, 0.956 unlimited)")
 def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_minutes() -> None:
     """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 600 s on the
     H200 8B pair's profile, the ceiling at 0 at the start. The night is short, so bins 1-12 see a few
@@ -274,6 +276,22 @@ def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_min
     assert result.final_max_bs >= 32, result.to_json()
 
 
+def test_started_gated_under_a_load_held_far_above_the_stream_limit_learn_measures_it_and_turns_on() -> None:
+    """Plugin 0.4.3: 40 running from the 40th second, held, at a ceiling of 0 on the H200 pair (crossover
+    ~49, so drafting pays at 40). Under 0.4.2 the stream drafted up to 8 only: the load was never measured
+    drafted and learn held 0 for the half hour (0.90 of the oracle). The limit now doubles after each window
+    whose part ran above it (8, 16, 32, then 64 drafts 40: three windows of about 45 s), and learn turns
+    speculation on once bin 48 has its intervals."""
+    profile = load_profile("h200-8b-pair-triton")
+    mrr = profile.max_running_requests
+    trace = parse_trace([[0, 2], [30, 2], [40, 40], [1800, 40]], "held")
+    result = simulate(profile, trace, make_policy("learn", mrr), duration_s=1800,
+                      config=HarnessConfig(initial_max_bs=0), keep_timeline=True)  # fmt: skip
+    changes = _ceilings(result)
+    assert [c for _, c in changes] == [0, 48] and changes[1][0] <= 300, changes
+    assert result.efficiency >= 0.98, result.to_json()
+
+
 def _ceilings(result: Any) -> list[tuple[float, int]]:
     """(time, ceiling) at each change of the knob in ``result``'s timeline."""
     changes: list[tuple[float, int]] = []
@@ -283,23 +301,23 @@ def _ceilings(result: Any) -> list[tuple[float, int]]:
     return changes
 
 
-def test_started_gated_under_a_high_crossover_learn_climbs_one_doubling_per_dwell() -> None:
-    """Plugin 0.4.2: a window's stream drafts up to twice the ceiling (at least 8: explore.stream_limit), so
-    the bins above that are never measured drafted and learn (which drafts up to the highest bin measured
-    in both modes) can move at most there: 0 -> 8 -> 16 -> 32 -> 48 (the H200 pair's crossover is ~49),
-    each move a dwell (300 s) after the last. On the jump trace (a new load in 1..64 every second: every bin
-    busy) the first move comes once bins 1-8 have MIN_INTERVALS (3) samples of 15 s (about 55 s), so the
-    crossover's bin is reached by 55 + 3 x 300 = 955 s: asserted with a sample's slack, 975 s."""
+def test_started_gated_under_a_high_crossover_learn_reaches_it_a_dwell_after_its_first_move() -> None:
+    """A window's stream drafts up to twice the ceiling (at least 8: explore.stream_limit), so learn (which
+    drafts up to the highest bin measured in both modes) first moves to 8 once bins 1-8 have MIN_INTERVALS
+    (3) samples of 15 s (about 55 s). On the jump trace (a new load in 1..64 every second) every window's
+    exploring part also meets batches above the limit, so the limit doubles per window (plugin 0.4.3: 16,
+    32, 64 within three windows of about 45 s) and the bins up to 64 are measured by the time the dwell
+    (300 s) after the first move is over: learn moves straight to the crossover's bin (48; the H200 pair's
+    crossover is ~49) at 55 + 300 s, asserted with a sample's slack. Under 0.4.2 the limit stayed at twice
+    the ceiling and learn climbed one doubling per dwell, 0-8-16-32-48 by 955 s."""
     profile = load_profile("h200-8b-pair-triton")
     mrr = profile.max_running_requests
     trace = load_trace("jump", duration_s=1800, max_running_requests=mrr)
     result = simulate(profile, trace, make_policy("learn", mrr), duration_s=1800,
                       config=HarnessConfig(initial_max_bs=0), keep_timeline=True)  # fmt: skip
     changes = _ceilings(result)
-    assert [c for _, c in changes] == [0, 8, 16, 32, 48], changes
-    assert changes[1][0] <= 60 and changes[-1][0] <= 975, changes
-    # one doubling per dwell: each move waited the dwell after the last
-    assert all(b[0] - a[0] >= 300 for a, b in itertools.pairwise(changes[1:])), changes
+    assert [c for _, c in changes] == [0, 8, 48], changes
+    assert changes[1][0] <= 60 and changes[2][0] <= 375, changes
     assert result.final_max_bs == 48
 
 

@@ -1,7 +1,7 @@
 """plugin/explore.py, plugin 0.4.2: a window's exploring part drafts only batches up to the stream's limit
-(``stream_limit``: twice the ceiling, at least ``EXPLORE_STREAM_FLOOR``); a batch above it runs gated with the
-draft extend and is settling. The plugin's gate (pure logic) decides it; tests/test_sglang_plugin.py runs the
-same gate against SGLang's own classes."""
+(``stream_limit``: twice the ceiling, at least ``EXPLORE_STREAM_FLOOR``, doubled after parts above it: 0.4.3);
+a batch above it runs gated with the draft extend and is settling. The plugin's gate (pure logic) decides it;
+tests/test_sglang_plugin.py runs the same gate against SGLang's own classes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from spectower.plugin import engine_counters as ec
 from spectower.plugin import knob_contract as kc
 from spectower.plugin.explore import (
     EXPLORE,
+    EXPLORE_STREAM_CAP,
     EXPLORE_STREAM_FLOOR,
     EXPLORE_STREAM_OVER_CEILING,
+    MAX_DOUBLINGS,
     Explorer,
+    next_doublings,
     stream_drafts,
     stream_limit,
 )
@@ -82,3 +85,48 @@ def test_the_gate_keeps_a_burst_out_of_the_stream() -> None:
     # at 16, cold, is gated by the ceiling
     assert gate.decide(16) is False and gate.decide(16) is False
     assert gate.decide(16) is True and gate.plan.phase == "cold"
+
+
+def _part(explorer: Explorer, size: int, ceiling: int) -> list[bool]:
+    """Walk gated batches of ``size`` to the next window's exploring part and through it (the first cold batch
+    after it ends the part); whether each of the part's batches drafted."""
+    drafted: list[bool] = []
+    for _ in range(4 * CYCLE):
+        plan = explorer.next(size, True, PERIOD, ceiling=ceiling)
+        if plan.phase == EXPLORE:
+            drafted.append(plan.explore)
+        elif drafted:
+            return drafted
+    raise AssertionError("no window")
+
+
+def test_the_limit_doubles_per_part_above_it_and_comes_back_down_with_the_load() -> None:
+    """Plugin 0.4.3: a load that stays far above a low ceiling is measured within a few windows. A part whose
+    batches were above the limit doubles it for the next one (40 running at a ceiling of 0: parts at 8, 16
+    and 32 starve, the fourth, at 64, drafts them); a part that drafted keeps the doublings its largest
+    batch needs and no more (20: 32), and one within twice the ceiling (or the floor) takes them all back."""
+    explorer = Explorer(CYCLE)
+    windows = explorer.windows
+    assert windows is not None
+    limits = []
+    for size in (40, 40, 40, 40, 20, 6):  # the limit each part leaves for the next
+        drafted = _part(explorer, size, 0)
+        limits.append((all(drafted), not any(drafted), windows.doublings, explorer.window_report()["limit"]))
+    assert limits == [
+        (False, True, 1, 16), (False, True, 2, 32), (False, True, 3, 64),
+        (True, False, 3, 64), (True, False, 2, 32), (True, False, 0, 8),
+    ]  # fmt: skip
+    assert explorer.window_report()["doublings"] == 0
+
+
+def test_the_doublings_stop_at_the_cap() -> None:
+    explorer = Explorer(CYCLE)
+    windows = explorer.windows
+    assert windows is not None
+    for _ in range(MAX_DOUBLINGS + 3):  # a batch above any limit: every part starves
+        assert not any(_part(explorer, 10 * EXPLORE_STREAM_CAP, 0))
+    assert windows.doublings == MAX_DOUBLINGS and windows.limit(0) == EXPLORE_STREAM_CAP
+    assert stream_limit(0, MAX_DOUBLINGS + 5) == EXPLORE_STREAM_CAP
+    # the cap never lowers a limit above it (a ceiling beyond the counters' bins)
+    assert stream_limit(EXPLORE_STREAM_CAP, 3) == 2 * EXPLORE_STREAM_CAP
+    assert next_doublings(MAX_DOUBLINGS, 10 * EXPLORE_STREAM_CAP, 0) == MAX_DOUBLINGS
