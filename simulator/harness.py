@@ -230,8 +230,9 @@ class _Tables:
     off_cold: tuple[_Mode, ...]
     # Gated by the ceiling while exploring: windows (plugin/explore.py) keep the extend in a few % of them.
     off_windowed: tuple[_Mode, ...]
-    # ...at a batch above the exploring stream's limit (explore.stream_limit): the exploring part runs it
-    # gated with the extend, as the warm part does, so nothing drafts and both parts keep the extend.
+    # ...at a batch above the exploring stream's limit (explore.stream_limit, with the doublings that
+    # simulator/fluid_windows.py keeps): the exploring part runs it gated with the extend, as the warm part
+    # does, so nothing drafts and both parts keep the extend.
     off_windowed_over: tuple[_Mode, ...]
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     never_draft: tuple[float, ...]  # the knob at 0 locked: the extend skipped, nothing explored

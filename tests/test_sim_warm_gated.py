@@ -111,6 +111,9 @@ def test_at_a_policys_zero_a_window_drafts_nothing_above_the_streams_limit() -> 
     settling = rank.counters.settling
     assert settling["steps"] >= window.batches["warm"] + window.batches["explore"]
     assert settling["tokens"] / settling["time_s"] == pytest.approx(WARM, rel=1e-9)  # all with the extend
+    # plugin 0.4.3: the part ran above its limit, so the next part's limit doubles (16 running would draft)
+    report = rank.explorer.window_report()
+    assert (report["doublings"], report["limit"]) == (1, 16)
 
 
 def test_during_a_windows_warm_part_a_gated_batch_pays_the_extend() -> None:
