@@ -61,6 +61,12 @@ _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 # heads read so far -> (name, labels): a scrape repeats the same series (16 servers + GPUs: a few thousand)
 _HEADS: dict[str, tuple[str, Mapping[str, str]]] = {}
 _MAX_HEADS = 20_000  # ~7x 16 servers + their GPUs; past it (~25 MB at most) the cache starts over
+# whole sample lines read so far -> (name, labels, value): a histogram's buckets, a quiet gauge, a counter
+# that did not move repeat the very same line at the next scrape (about half a SGLang scrape's kept
+# lines), which then costs one dict lookup. A line whose value moved is a new key: the cache starts over
+# when full, and the stable lines are back after one scrape.
+_LINES: dict[str, tuple[str, Mapping[str, str], float]] = {}
+_MAX_LINES = 20_000  # a few seconds of 16 servers' changing lines; ~6 MB at most
 _NAME_RE = re.compile(_NAME)
 _ESCAPE_RE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
@@ -246,9 +252,21 @@ def _emit(
 
 
 def _sample(line: str) -> tuple[str, Mapping[str, str], float]:
-    """(name, labels, value) of a sample line: ``name{labels} value [timestamp]``. The ``name{labels}`` part
-    is the same every scrape, so its reading is kept (``_HEADS``); a label value may hold a ``}``, the
-    value and timestamp cannot, so the part ends at the line's last ``}``."""
+    """(name, labels, value) of a sample line: ``name{labels} value [timestamp]``, read once per line text
+    (``_LINES``; a line refused is refused again: errors are not kept)."""
+    known = _LINES.get(line)
+    if known is None:
+        known = _read_sample(line)
+        if len(_LINES) >= _MAX_LINES:
+            _LINES.clear()
+        _LINES[line] = known
+    return known
+
+
+def _read_sample(line: str) -> tuple[str, Mapping[str, str], float]:
+    """``_sample`` of a line not seen lately. The ``name{labels}`` part is the same every scrape, so its
+    reading is kept too (``_HEADS``); a label value may hold a ``}``, the value and timestamp cannot, so
+    the part ends at the line's last ``}``."""
     cut = line.rfind("}") + 1
     if cut:
         head = line[:cut]

@@ -242,6 +242,46 @@ def test_a_series_read_once_is_read_the_same_again_with_a_new_value(monkeypatch:
         assert len(promtext._HEADS) <= 2
 
 
+def test_a_line_seen_before_is_not_read_again_and_the_cache_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(promtext, "_LINES", {})
+    monkeypatch.setattr(promtext, "_MAX_LINES", 4)
+    read: list[str] = []
+    real = promtext._read_sample
+    monkeypatch.setattr(promtext, "_read_sample", lambda line: read.append(line) or real(line))
+    text = '# TYPE m gauge\nm{a="1"} 1\nm{a="2"} 2\n'
+    for _ in range(3):  # three scrapes of the same lines: each line read once
+        assert [(dict(s.labels), s.value) for s in _same(text, FAMS)] == [
+            ({"a": "1"}, 1.0),
+            ({"a": "2"}, 2.0),
+        ]
+    assert read == ['m{a="1"} 1', 'm{a="2"} 2']
+    for n in range(9):  # a value that moves: a new line each time, more than the bound
+        assert [s.value for s in _same(f'# TYPE m gauge\nm{{a="1"}} {n}\nm{{a="2"}} 2\n', FAMS)] == [n, 2.0]
+        assert len(promtext._LINES) <= 4
+
+
+@SETTINGS
+@given(variant=scrape_variant(), bound=st.integers(1, 40))
+def test_lines_read_from_the_cache_read_as_lines_read_afresh(
+    variant: tuple[str, frozenset[str]], bound: int
+) -> None:
+    """A body read with a cold line cache, then again from it (a small bound: some lines start over
+    midway), reads as prometheus_client reads it both times."""
+    text, families = variant
+    try:
+        reference = reference_parse(text, families)
+    except MetricsParseError:
+        return  # refusals: the tests above
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(promtext, "_LINES", {})
+        mp.setattr(promtext, "_MAX_LINES", bound)
+        assert parse_prometheus_text(text, families=families) == reference
+        assert parse_prometheus_text(text, families=families) == reference
+        assert len(promtext._LINES) <= bound
+
+
 def test_what_a_reader_works_out_from_labels_is_worked_out_once_per_series() -> None:
     derived: list[dict[str, str]] = []
     gpu_of = promtext.PerLabelSet(lambda labels: derived.append(dict(labels)) or labels.get("gpu"))

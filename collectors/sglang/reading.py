@@ -93,17 +93,28 @@ class EngineDeriver:
             self._restart()
         return changed
 
+    def note_metrics(self, snapshot: MetricsSnapshot) -> bool:
+        """Look for a restart in a scrape of /metrics (a changed startup fingerprint, a counter or bucket
+        that went down); True (and baselines dropped) when there is one."""
+        restarts = self.restarts
+        if snapshot.startup_fingerprint is not None:
+            self.note_fingerprint("metrics", snapshot.startup_fingerprint)
+        if self._went_down(snapshot):
+            self._restart()
+        return self.restarts > restarts
+
     def derive(
         self,
         ts: float,
         snapshot: MetricsSnapshot | None,
         info: ServerInfo | None = None,
         loads: Loads | None = None,
+        *,
+        noted: bool = False,
     ) -> list[EngineReading]:
-        if snapshot is not None and snapshot.startup_fingerprint is not None:
-            self.note_fingerprint("metrics", snapshot.startup_fingerprint)
-        if snapshot is not None and self._went_down(snapshot):
-            self._restart()
+        """Readings of one scrape (``noted``: ``note_metrics`` already looked at ``snapshot``)."""
+        if snapshot is not None and not noted:
+            self.note_metrics(snapshot)
 
         dp_ranks: set[int] = set()
         if snapshot is not None:

@@ -246,6 +246,50 @@ def parse_server_info(doc: Any) -> ServerInfo:
         )
     info = redact(doc)  # the document as it came (redacted) is what is kept
     facts: dict[str, Any] = info if engine is doc else redact(engine)
+    return ServerInfo.model_validate(
+        {
+            **{name: facts.get(name) for name in ServerInfo.model_fields if name in facts},
+            "max_running_requests": max_running_requests_of(facts),
+            "startup_fingerprint": _fingerprint(facts),
+            "ranks": _ranks(facts),
+            "info": info,
+            "info_hash": stable_server_info_hash(info),
+        }
+    )
+
+
+def refresh_ranks(known: ServerInfo, doc: Any) -> ServerInfo | None:
+    """``known`` with the ranks of a newer decoded /server_info of the same launch: what changes while a
+    server runs (the knob, its owner and lock, the active tier, the accept length) without the whole
+    document's redaction, hash and facts (0.5 ms of CPU for the simulator's 32 KB; this: 0.02 ms).
+    ``info`` and ``info_hash`` stay those of ``known``'s full parse. None when ``doc`` is of another launch
+    (its ``startup_time`` differs) or not a server_info this reads as one: then ``parse_server_info``
+    decides."""
+    if not isinstance(doc, dict):
+        return None
+    from ...storage.bench_serving import effective_server_info
+
+    engine = effective_server_info(doc)
+    if "internal_states" not in engine and "version" not in engine:
+        return None
+    if _fingerprint(engine) != known.startup_fingerprint:
+        return None
+    try:
+        ranks = _ranks(engine)
+    except ServerInfoError:
+        return None
+    return known.model_copy(update={"ranks": ranks})
+
+
+def _fingerprint(facts: Mapping[str, Any]) -> str | None:
+    """startup_time as canonical JSON: one value per launch (None: the server does not say)."""
+    startup = facts.get("startup_time")
+    return json.dumps(startup, sort_keys=True) if startup is not None else None
+
+
+def _ranks(facts: Mapping[str, Any]) -> tuple[RankState, ...]:
+    """The ranks of ``internal_states``; each rank's record is redacted on its own (its maps are the
+    plugin's), so a document that was not redacted whole (``refresh_ranks``) keeps no secret either."""
     states = facts.get("internal_states")
     if states is not None and not isinstance(states, list):
         raise ServerInfoError("/server_info: 'internal_states' is not a list")
@@ -253,19 +297,8 @@ def parse_server_info(doc: Any) -> ServerInfo:
     for i, state in enumerate(states or []):
         if not isinstance(state, dict):
             raise ServerInfoError(f"/server_info: internal_states[{i}] is not an object")
-        ranks.append(RankState.model_validate(_rank_record(i, state)))
-    startup = facts.get("startup_time")
-    fields = {name: facts.get(name) for name in ServerInfo.model_fields if name in facts}
-    return ServerInfo.model_validate(
-        {
-            **fields,
-            "max_running_requests": max_running_requests_of(facts),
-            "startup_fingerprint": json.dumps(startup, sort_keys=True) if startup is not None else None,
-            "ranks": ranks,
-            "info": info,
-            "info_hash": stable_server_info_hash(info),
-        }
-    )
+        ranks.append(RankState.model_validate(redact(_rank_record(i, state))))
+    return tuple(ranks)
 
 
 def knob_values(info: ServerInfo) -> list[int | None]:
