@@ -220,9 +220,7 @@ def kept_extend_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = No
     policy harness models it (the warm part at its usual length); 1.0 without windows (cycle 0)."""
     if cycle == 0:
         return 1.0
-    windows = ExploreWindows(cycle)
-    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
-    return warm / _cycle_batches(windows, warm, period)
+    return min(ExploreWindows(cycle).warm_max, WINDOW_WARM_TYPICAL_BATCHES) / window_batches(cycle, period)
 
 
 def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> float:
@@ -230,9 +228,7 @@ def window_explore_share(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None =
     as the policy harness models it; without windows (cycle 0) the share's own ``1 / period``."""
     if cycle == 0:
         return 1.0 / period if period else 0.0
-    windows = ExploreWindows(cycle)
-    warm = min(windows.warm_max, WINDOW_WARM_TYPICAL_BATCHES)
-    return windows.explore_length(period) / _cycle_batches(windows, warm, period)
+    return ExploreWindows(cycle).explore_length(period) / window_batches(cycle, period)
 
 
 def window_batches(cycle: int = WINDOW_CYCLE_BATCHES, period: int | None = None) -> int:
@@ -317,7 +313,7 @@ class ExploreWindows:
         self.ceiling = ceiling
         if self.stream_largest is None or batch_size > self.stream_largest:
             self.stream_largest = batch_size
-        return batch_size <= self.limit(ceiling)
+        return stream_drafts(batch_size, ceiling, self.doublings)
 
     def stream(self, drafts: bool, period: int) -> bool:
         """Note whether the exploring part's batch just stepped drafts (``stream_drafts``); True when it
@@ -327,7 +323,7 @@ class ExploreWindows:
             self.over_limit += 1
             return False
         self.stream_drafted += 1
-        return self.stream_drafted > self.turnover(period)
+        return self.past_turnover(period)
 
     def past_turnover(self, period: int) -> bool:
         """Whether the exploring part's drafted batches so far are more than its turnover (the last one

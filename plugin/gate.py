@@ -22,8 +22,9 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # 0.4.1: a window's exploring part is a drafting stream whose first half (the turnover) is not counted;
 # 0.4.2: the stream drafts only batches up to its limit (explore.stream_limit: twice the ceiling, at least 8),
 # larger ones run gated with the extend, settling (explore.window.over_limit in the report);
-# 0.4.3: the limit doubles per window in a row that drafted no batch, back to twice the ceiling once one
-# drafts (explore.window.limit, .starved, .starved_windows in the report)
+# 0.4.3: the limit doubles after each exploring part whose largest batch was above it, and comes back down to
+# what the last part's largest batch needs (explore.next_doublings; explore.window.limit, .doublings in the
+# report)
 PLUGIN_VERSION = "0.4.3"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"

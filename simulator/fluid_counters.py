@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the harness imports this module
     from .harness import _Mode
 
 
-class _Counters:
+class FluidCounters:
     """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
 
     A server counts whole decode steps, each with its tokens and its time; the fluid model makes fractions

@@ -54,7 +54,7 @@ from typing import Any
 
 from ..control.policy import Decision, Observation, Policy, make_policy
 from ..plugin import explore, knob_contract
-from .fluid_counters import _Counters
+from .fluid_counters import FluidCounters
 from .fluid_windows import FluidWindows
 from .profile import Profile
 from .traces import Trace
@@ -258,11 +258,9 @@ class _Tables:
                 for a, o, d in zip(accept, off_rate, on_rate, strict=True)]  # fmt: skip
         in_window_at = [explore.timed_share(in_window, k) for k in cost]
         kept_at = [explore.timed_share(kept, k) for k in cost]
-        windowed_rate = [1.0 / (k / w + (1.0 - k) / o) if w > 0 and o > 0 else o
-                         for k, w, o in zip(kept_at, warm_rate, off_rate, strict=True)]  # fmt: skip
+        windowed_rate = [_kept_mix(k, w, o) for k, w, o in zip(kept_at, warm_rate, off_rate, strict=True)]
         kept_over = kept * (1.0 - in_window) + in_window  # no drafting: the parts' batches are gated steps
-        over_rate = [1.0 / (kept_over / w + (1.0 - kept_over) / o) if w > 0 and o > 0 else o
-                     for w, o in zip(warm_rate, off_rate, strict=True)]  # fmt: skip
+        over_rate = [_kept_mix(kept_over, w, o) for w, o in zip(warm_rate, off_rate, strict=True)]
         return cls(
             on=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], True, share) for c in range(n + 1)),
             off=tuple(_mode(c, on_rate[c], warm_rate[c], accept[c], False, share) for c in range(n + 1)),
@@ -293,6 +291,12 @@ class _Tables:
         mode = gated[batch] if within else self.off_windowed_over[batch]
         windows.add(mode.steps_s * windows.tick_s, batch, ceiling)
         return mode
+
+
+def _kept_mix(kept: float, warm: float, cold: float) -> float:
+    """The rate of gated steps of which a share ``kept`` run the draft extend (``warm`` tok/s) and the rest
+    skip it (``cold``): each step's time in proportion, so the harmonic mix."""
+    return 1.0 / (kept / warm + (1.0 - kept) / cold) if warm > 0 and cold > 0 else cold
 
 
 class _TablesByShare:
@@ -416,7 +420,7 @@ class _Runner:
     noise_cv: float
     stale_probability: float
     ticks_per_decision: int
-    counters: _Counters
+    counters: FluidCounters
     rng: random.Random
     stale_rng: random.Random  # its own stream: staleness does not reshuffle the noise
 
@@ -484,7 +488,7 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     ticks_per_decision = max(1, round(cfg.decision_interval_s / tick))
     delay_ticks = math.ceil(cfg.knob_delay_s / tick - 1e-9)
     # The counters' noise has its own stream too: the gauges' noise stays what it was before counters.
-    counters = _Counters(mrr, noise_cv, random.Random(f"counters:{seed}"))
+    counters = FluidCounters(mrr, noise_cv, random.Random(f"counters:{seed}"))
     runner = _Runner(mrr, profile.speculative, noise_cv, cfg.stale_probability, ticks_per_decision, counters,
                      random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}"))  # fmt: skip
     knob = _Knob(mrr if cfg.initial_max_bs is None else cfg.initial_max_bs, cfg.explore_share)

@@ -49,7 +49,7 @@ from ..storage.request_traces import (
     open_loop_figures,
     schedule,
 )
-from .fluid_counters import _Counters
+from .fluid_counters import FluidCounters
 from .harness import (
     BASELINES,
     GAUGE_IDLE_DECAY_S,
@@ -349,7 +349,7 @@ class _Server:
         if oracle:  # the closed-loop oracle's off: what a batch the ceiling gates serves (harness.py)
             self.oracle_off = self.by_share.at(cfg.explore_share)[1]
         self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
-        self.counters = _Counters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
+        self.counters = FluidCounters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
         self.gauges = _Gauges(cfg.gauge_log_interval_steps)
         self.queue = _Queue(mrr, profile.prefill_tok_s)
         start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs

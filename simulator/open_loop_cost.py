@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Callable
 
 from ..plugin.explore import COLD, EXPLORE, ExploreWindows
-from .fluid_counters import _Counters
+from .fluid_counters import FluidCounters
 from .harness import _Mode
 from .profile import Profile
 
@@ -66,7 +66,7 @@ def with_context(m: _Mode, extra_drafted_s: float, extra_gated_s: float) -> _Mod
     )  # fmt: skip
 
 
-def count_stall(counters: _Counters, batch: int, m: _Mode, seconds: float) -> None:
+def count_stall(counters: FluidCounters, batch: int, m: _Mode, seconds: float) -> None:
     """A prefill that ran while ``batch`` requests decoded in mode ``m``: the plugin's step time runs from
     one verify result to the next (overlap scheduling), so the prefill's seconds land in the decode step in
     flight, split between the modes as that batch's step time is; they publish with the next whole step."""
