@@ -171,11 +171,11 @@ def explore_cost(
     that bin's gated rate in the run). Only drafting above the ceiling is counted: every batch there is
     gated by the ceiling, so each drafted one explored; below it the gate's margin and dwell also gate
     batches, so a gated batch there need not be an explored one. Bins with fewer than ``min_steps`` gated
-    steps are left out of the extra."""
+    steps are left out of the extra. Every run is listed, a ceiling of 0 too: a policy's 0 explores (its
+    stream drafts the smallest batches, plugin/explore.py's floor), and an operator's locked 0 reads 0 s,
+    which is what the lock promises."""
     out = []
     for run in runs:
-        if run.ceiling in (0, TOP):
-            continue  # an operator's run explores nothing
         cells = totals[run.name]
         bins = sorted({b for b, _ in cells})
         total = sum(cell[2] for cell in cells.values())
