@@ -148,6 +148,16 @@ WINDOW_WARM_MAX_BATCHES = 1024
 # share of the batches. A gap between two such batches longer than this counts as this: the server was idle,
 # not busy.
 WINDOW_MAX_BATCH_GAP_S = 0.5
+# ...and an exploring part ends after this many busy seconds, whatever its batches (plugin 0.4.4). Keeping
+# the share of the time bounds exploring's mean cost, not its bursts: near capacity, with long prompts and a
+# stream limit doubled up to the load (0.4.3), a part drafted 384 batches at 4.5x a gated step's cost: 24 s
+# of half-speed service, a queue of 100 requests and a p99 TTFT of 5-8 s for threshold:16/32 where always
+# off read 0.22 s (simulator, the fixed-share 0.5 pair's curves with Azure's prompts at rate scale 1:
+# tests/test_open_loop.py). Capped, a part leaves at most a few seconds of half-speed work behind. 3 s is
+# about what a part of cheap steps lasts anyway (384 batches at ~8 ms), so the cap binds only where drafting
+# is dear. A part cut by time counts its second half in time (``past_turnover``): its turnover is shorter
+# than a request's drafted lifetime where steps are slow, which the estimate reads as fewer samples.
+WINDOW_EXPLORE_MAX_S = 3.0
 # The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
 # hundred tokens, so about as long as the exploring part.
 WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
@@ -273,6 +283,7 @@ class ExploreWindows:
         self.cut_now = False  # the last step() ended a warm part by warm_max: the caller forgets the holes
         self.stream_drafted = 0  # drafted batches of the current exploring part (its turnover counts these)
         self.over_limit = 0  # batches of exploring parts above the stream's limit (gated with the extend)
+        self.timed_out = 0  # exploring parts ended by WINDOW_EXPLORE_MAX_S before their batches ran out
         self.doublings = 0  # the limit's doublings (next_doublings)
         self.ceiling: int | None = None  # the ceiling of the last exploring batch (the report's limit)
         self.stream_largest: int | None = None  # the largest batch of the current exploring part
@@ -327,8 +338,11 @@ class ExploreWindows:
 
     def past_turnover(self, period: int) -> bool:
         """Whether the exploring part's drafted batches so far are more than its turnover (the last one
-        counted, as ``stream`` said)."""
-        return self.stream_drafted > self.turnover(period)
+        counted, as ``stream`` said), or, with a clock, its busy time is past half of WINDOW_EXPLORE_MAX_S: a
+        part ends at whichever of its length and the time cap comes first, and counts from that end's half."""
+        if self.stream_drafted <= 0:
+            return False
+        return self.stream_drafted > self.turnover(period) or self._busy_s >= WINDOW_EXPLORE_MAX_S / 2
 
     def _end_stream(self) -> None:
         """The exploring part ends: the limit's doublings for the next one (``next_doublings``)."""
@@ -352,7 +366,8 @@ class ExploreWindows:
         batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
         ``period``: the share's, which sets the exploring part's length (``explore_length``); ``now``: a
         monotonic clock's seconds (None: count batches only), by which the cold part lasts at least as long
-        per batch as the last exploring part did."""
+        per batch as the last exploring part did, and an exploring part ends after WINDOW_EXPLORE_MAX_S busy
+        seconds."""
         length = self.explore_length(period)
         self.cut_now = False
         self._elapse(now)
@@ -367,7 +382,8 @@ class ExploreWindows:
                 self.windows += 1
                 self.warm_cut += cut
                 self.cut_now = cut
-        elif self.phase == EXPLORE and self._in_phase >= length:
+        elif self.phase == EXPLORE and (self._in_phase >= length or self._busy_s >= WINDOW_EXPLORE_MAX_S):
+            self.timed_out += self._in_phase < length
             self._end_stream()
             if now is not None:
                 self.last_explore_s = self._busy_s
@@ -390,6 +406,7 @@ class ExploreWindows:
             "windows": self.windows,
             "warm_cut": self.warm_cut,
             "over_limit": self.over_limit,
+            "timed_out": self.timed_out,
             "limit": None if self.ceiling is None else self.limit(self.ceiling),
             "doublings": self.doublings,
             "batches": dict(self.batches),

@@ -14,6 +14,7 @@ from spectower.plugin.explore import (
     RUN_LENGTH,
     WINDOW_CYCLE_BATCHES,
     WINDOW_EXPLORE_BATCHES,
+    WINDOW_EXPLORE_MAX_S,
     WINDOW_MAX_BATCH_GAP_S,
     WINDOW_WARM_MAX_BATCHES,
     Explorer,
@@ -342,3 +343,50 @@ def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_o
     assert batch(["long", "new"]) == ("cold", True, False)
     report = gate.explore_report(active=True)["window"]
     assert report["active"] and report["phase"] == "cold" and report["windows"] == 1
+
+
+def _explore_part(step_s: float, period: int = 50) -> tuple[ExploreWindows, list[bool]]:
+    """Walk one window to its exploring part and through it, every batch ``step_s`` apart; whether each
+    drafted batch of the part counted (``stream``)."""
+    windows = ExploreWindows()
+    now = 0.0
+    while windows.step(period=period, now=now) != "explore":
+        now += 0.008
+    counted = []
+    while windows.phase == "explore":
+        counted.append(windows.stream(windows.drafts(16, 8), period))
+        now += step_s
+        windows.step(period=period, now=now)
+    return windows, counted
+
+
+def test_an_exploring_part_of_dear_steps_ends_at_its_time_cap_and_counts_its_second_half_in_time() -> None:
+    """Plugin 0.4.4: drafted steps of 50 ms (a burst near capacity with long prompts) would make the default
+    part of 328 batches 16 s of half-speed service; it ends after WINDOW_EXPLORE_MAX_S of busy time instead,
+    and counts the batches of its second half in time, as a full part counts its second half in batches."""
+    windows, counted = _explore_part(0.050)
+    batches = round(WINDOW_EXPLORE_MAX_S / 0.050)
+    assert len(counted) == batches + 1  # the batch that crossed the cap ran in the part
+    assert windows.report(True)["timed_out"] == 1 and windows.last_explore_s == pytest.approx(
+        WINDOW_EXPLORE_MAX_S, abs=0.05
+    )
+    first_counted = counted.index(True)
+    assert first_counted == pytest.approx(batches / 2, abs=1) and all(counted[first_counted:])
+    # the next cold part still keeps exploring at its share of the time: per batch as long as this part
+    assert windows.cold_min_s == pytest.approx(
+        windows.last_explore_s * (windows.cycle - windows.explore_batches) / len(counted), rel=0.01
+    )
+
+
+def test_an_exploring_part_of_cheap_steps_runs_its_length_in_batches() -> None:
+    windows, counted = _explore_part(0.005)  # 328 batches in 1.6 s: within the cap
+    assert len(counted) == windows.explore_length(50) and windows.report(True)["timed_out"] == 0
+    assert counted.index(True) == windows.turnover(50)
+    # without a clock nothing is timed: the part is its batches whatever they cost
+    windows = ExploreWindows()
+    while windows.step(period=50) != "explore":
+        pass
+    parts = 1
+    while windows.step(period=50) == "explore":
+        parts += 1
+    assert parts == windows.explore_length(50)

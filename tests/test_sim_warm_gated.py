@@ -19,6 +19,7 @@ from spectower.plugin.explore import (
     DEFAULT_KEPT_EXTEND_TAX,
     WINDOW_CYCLE_BATCHES,
     WINDOW_EXPLORE_BATCHES,
+    WINDOW_EXPLORE_MAX_S,
     WINDOW_WARM_MAX_BATCHES,
 )
 from spectower.simulator import knob_state
@@ -102,12 +103,15 @@ def test_a_policys_ceiling_gates_cold_and_explores_in_windows_with_the_draft_war
 
 def test_at_a_policys_zero_a_window_drafts_nothing_above_the_streams_limit() -> None:
     """Plugin 0.4.2: at a policy's 0 the stream drafts batches of at most 8 (explore.stream_limit); 16 running
-    stay gated through the exploring part, the extend kept (its phase is not cold), and settling."""
+    stay gated through the exploring part, the extend kept (its phase is not cold), and settling. Its batches
+    of about 29 ms end it at its time cap (plugin 0.4.4: explore.WINDOW_EXPLORE_MAX_S), short of its 328."""
     steps = WINDOW_CYCLE_BATCHES + WINDOW_WARM_MAX_BATCHES + 100
     rate, rank = _gated_rate(_profile(), knob=0, steps=steps)
     assert rate == pytest.approx(SPEC_OFF, rel=1e-9) and rank.batches_drafted == 0
     window = rank.explorer.windows
-    assert window.windows == 1 and window.batches["explore"] == window.explore_length(50) == window.over_limit
+    assert window.windows == 1 and window.batches["explore"] == window.over_limit
+    assert window.timed_out == 1 and window.batches["explore"] < window.explore_length(50)
+    assert window.last_explore_s == pytest.approx(WINDOW_EXPLORE_MAX_S, abs=0.05)
     settling = rank.counters.settling
     assert settling["steps"] >= window.batches["warm"] + window.batches["explore"]
     assert settling["tokens"] / settling["time_s"] == pytest.approx(WARM, rel=1e-9)  # all with the extend
