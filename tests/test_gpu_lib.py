@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,24 @@ def test_a_call_with_more_files_than_the_device_hands_back_packs_them(tmp_path: 
         members = {Path(m.name).name for m in packed.getmembers() if m.isfile()}
         text = packed.extractfile("./load-threshold-3.log").read().decode()  # type: ignore[union-attr]
     assert members >= {*names, "policy.db", "policy.log"} and text == "load-threshold-3.log\n"
+
+
+def test_a_call_ends_with_the_plugins_exploration_windows_and_never_the_admin_key(
+    tmp_path: Path, simulator_factory: Any
+) -> None:
+    """Every call prints the exploring parts so far from /server_info (how many ended at their time cap,
+    plugin 0.4.4, and how long the last one ran: the 2026-12-04 replay's threshold:16 run could not say how
+    long its parts were). The simulator answers /server_info as a plugin-carrying SGLang does, server_args
+    included; only the figures are printed."""
+    key = "admin-key-that-must-not-print"
+    sim = simulator_factory(admin_key=key)
+    runs = tmp_path / "work" / "policy-out"
+    runs.mkdir(parents=True)
+    (tmp_path / "work" / "policy.done").touch()
+    (runs / "policy.log").write_text("")
+    (runs / "policy.db").write_bytes(b"")
+    done = _measure_off(tmp_path, PHASES="wait", WAIT_SECONDS="1", SPEC_PORT=str(sim.port), CURL_MAX_S="5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(text for text in done.stdout.splitlines() if text.startswith("explore windows, rank 0:"))
+    assert "exploring parts" in line and "ended by time" in line and "doublings" in line
+    assert key not in done.stdout + done.stderr

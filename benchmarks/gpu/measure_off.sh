@@ -442,6 +442,13 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
           > "$OUT/load-$label.log" 2>&1
       fi
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
+      # the plugin'"'"'s exploration report after the run (windows, parts ended by time, the stream'"'"'s limit):
+      # only that block of /server_info, which also carries the admin key
+      curl -fsS --max-time 10 "$SPEC_URL/server_info" | python3 -P -c '"'"'
+import json, sys
+info = json.load(sys.stdin)
+print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("internal_states", [])]))
+'"'"' > "$OUT/explore-$label.json" || echo "explore report of $label not read" >&2
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check --db "$DB"
     }
     st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
@@ -509,6 +516,15 @@ if calls and decode_s:
 else:
     print("plugin hooks: no figure (plugin", ranks[0].get("plugin_version") if ranks else None,
           "or no decode steps yet)")
+# exploration windows (plugin 0.4.0+): parts so far, those ended by their time cap (0.4.4), busy seconds of the
+# last part, the limit of the stream now
+for i, r in enumerate(ranks):
+    w = (r.get("explore") or {}).get("window") or {}
+    if w.get("cycle"):
+        parts, timed, last, limit = (w.get(k) for k in ("windows", "timed_out", "last_explore_s", "limit"))
+        doublings, above, batches = (w.get(k) for k in ("doublings", "over_limit", "batches"))
+        print(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, the last {last} s; "
+              f"limit {limit} ({doublings} doublings), {above} batches above it; batches {batches}")
 # flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the GPU
 mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
 for m in mirrors:
