@@ -155,8 +155,11 @@ WINDOW_MAX_BATCH_GAP_S = 0.5
 # off read 0.22 s (simulator, the fixed-share 0.5 pair's curves with Azure's prompts at rate scale 1:
 # tests/test_open_loop.py). Capped, a part leaves at most a few seconds of half-speed work behind. 3 s is
 # about what a part of cheap steps lasts anyway (384 batches at ~8 ms), so the cap binds only where drafting
-# is dear. A part cut by time counts its second half in time (``past_turnover``): its turnover is shorter
-# than a request's drafted lifetime where steps are slow, which the estimate reads as fewer samples.
+# is dear. A part cut by time counts its second half in time (``past_turnover``). Where steps are slow its
+# turnover can be shorter than a request's drafted lifetime, and the counted batches then lean toward the
+# gated stream's request mix (the comment on streams above): in the simulator's mix the lean stays within 3 %
+# while the turnover lasts about half a request's drafted lifetime, and reaches 4-8 % at a fifth of it
+# (tests/test_sim_request_mix.py). Where the cap binds, drafting is dear, usually far from the crossover.
 WINDOW_EXPLORE_MAX_S = 3.0
 # The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
 # hundred tokens, so about as long as the exploring part.

@@ -17,6 +17,7 @@ import re
 
 import pytest
 from spectower.collectors.bench.lengths import OutputLengths
+from spectower.plugin import explore
 from spectower.simulator.accept_kinds import (
     AcceptKind,
     arithmetic_mean,
@@ -108,3 +109,19 @@ def test_kinds_are_parsed_with_one_line_errors_and_chosen_by_index() -> None:
             parse_accept_kinds(bad, 4.0)
     picks = [kind_of(i, KINDS) for i in range(2000)]
     assert abs(picks.count(4.0) / len(picks) - 0.5) < 0.03 and kind_of(7, ()) is None
+
+
+def test_a_part_cut_by_its_time_cap_still_measures_the_stream_while_its_turnover_outlives_most_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plugin 0.4.4 ends an exploring part at ``explore.WINDOW_EXPLORE_MAX_S`` of busy time and counts its
+    second half in time. Here a part is 64 drafted batches of 43 ms (2.7 s, within the 3-s cap) and requests
+    live 4-24 drafted steps. Capped at 0.5 s (12 batches, 6 of turnover) it still reads the drafting stream's
+    rate within 3 %; capped at 0.2 s (2 of turnover) the batch has not turned over and the request-mix lean
+    comes back. Where the cap binds on a GPU (drafted steps of 40 ms, outputs of a few hundred tokens), its
+    1.5-s turnover is shorter than a request's drafted lifetime (docs/off-means-off.md: what that costs)."""
+    steady = _steady_drafting()
+    monkeypatch.setattr(explore, "WINDOW_EXPLORE_MAX_S", 0.5)
+    assert _explored_above_the_ceiling(CYCLE) / steady == pytest.approx(1.0, abs=0.03)
+    monkeypatch.setattr(explore, "WINDOW_EXPLORE_MAX_S", 0.2)
+    assert _explored_above_the_ceiling(CYCLE) / steady > 1.04
