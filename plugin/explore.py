@@ -123,17 +123,20 @@ class ExploreSchedule:
 # explores up to 4c, and so on, one move per dwell. Only where the load passes through (c, 2c], though.
 # Escalation (plugin 0.4.3): a load that rose far above a low ceiling and stays there went unmeasured for good
 # (learn held at 0 under a load of 40 on the H200 pair, whose crossover is ~49: simulator, 0.90 of the oracle
-# against 0.99), so the limit doubles after each exploring part whose largest batch was above it
-# (``next_doublings``), and comes back down to what the last part's largest batch needs: to twice the ceiling
-# once the part's batches are all within it. A burst meets one window's part at most, so it still stays out
-# of the stream: the next part drafts under twice the limit, and only if the burst lasts a window's cycle
-# (WINDOW_CYCLE_BATCHES gated batches, about a minute on the H200 pair) does it reach the stream then; a load
-# that stays high is measured within log2(load / limit) windows. Why the largest batch and not "the part
-# drafted nothing" (starved): a part that drafted its smaller batches while the load rose left the limit
-# where it was, so the load outran it; and resetting to the floor as soon as a part drafts made a held load
-# drop back out of reach every other window. The rule lags the load by windows: a load that doubles within a
-# window (the ten-minute day of tests/test_control_policy_learn.py) is still measured late
-# (docs/off-means-off.md).
+# against 0.99), so the limit doubles after an exploring part whose largest batch was above it
+# (``next_doublings``). A burst meets one window's part at most, so it still stays out of the stream: the
+# first part above the limit doubles it once, and only if the load is still there a window's cycle later
+# (WINDOW_CYCLE_BATCHES gated batches, about a minute on the H200 pair) does the next part meet it. Once
+# escalated (plugin 0.4.4) the limit drafts twice the last part's largest batch: under 0.4.3's one doubling
+# per window a load that doubled within a window (the ten-minute day of tests/test_control_policy_learn.py)
+# outran the limit and learn turned on only on the way down; with a doubling of headroom the stream keeps up,
+# and it follows the load down with that headroom, back to twice the ceiling once twice the largest batch is
+# within it. What a part that meets a load near capacity can cost is bounded by its time cap
+# (WINDOW_EXPLORE_MAX_S, below), which is why the headroom, rejected under 0.4.3 for letting bursts back in,
+# is kept now (docs/off-means-off.md). Why the largest batch and not "the part drafted nothing" (starved): a
+# part that drafted its smaller batches while the load rose left the limit where it was, so the load outran
+# it; and resetting to the floor as soon as a part drafts made a held load drop back out of reach every
+# other window.
 
 WINDOW_CYCLE_BATCHES = 8192
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
@@ -210,16 +213,26 @@ def stream_drafts(batch_size: int, ceiling: int, doublings: int = 0) -> bool:
 
 def next_doublings(doublings: int, largest: int | None, ceiling: int) -> int:
     """The limit's doublings once an exploring part ends whose largest batch was ``largest`` (None: it had
-    none) under ``ceiling`` (comment above): one more where that batch was above the limit, at most the
-    fewest that draft it: back to 0 as soon as the part's batches were all within twice the ceiling. The one
-    rule the plugin (``ExploreWindows``) and the simulator's fluid harness (simulator/fluid_windows.py)
-    follow."""
+    none) under ``ceiling`` (comment above). Unescalated (0 doublings), a part above the limit doubles it
+    once: it may have met a burst. Escalated, the limit is the fewest doublings that draft twice the part's
+    largest batch (plugin 0.4.4): a held load is drafted with a doubling of headroom, so a load that doubles
+    within a window stays in reach, and the limit follows it down with that headroom, back to twice the
+    ceiling once the largest batch is within the ceiling. The one rule the plugin (``ExploreWindows``) and
+    the simulator's fluid harness (simulator/fluid_windows.py) follow."""
     if largest is None:
         return doublings
+    if doublings == 0:
+        return min(1, fewest_doublings(largest, ceiling))
+    return fewest_doublings(2 * largest, ceiling)
+
+
+def fewest_doublings(batch_size: int, ceiling: int) -> int:
+    """The fewest doublings of the stream's limit under ``ceiling`` that draft ``batch_size`` (at most
+    MAX_DOUBLINGS)."""
     fewest = 0
-    while fewest < MAX_DOUBLINGS and largest > stream_limit(ceiling, fewest):
+    while fewest < MAX_DOUBLINGS and batch_size > stream_limit(ceiling, fewest):
         fewest += 1
-    return min(doublings + 1, fewest)
+    return fewest
 
 
 def windowed(gated_by_ceiling: bool, period: int) -> bool:

@@ -25,7 +25,8 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # 0.4.3: the limit doubles after each exploring part whose largest batch was above it, and comes back down to
 # what the last part's largest batch needs (explore.next_doublings; explore.window.limit, .doublings in the
 # report); 0.4.4: an exploring part ends after explore.WINDOW_EXPLORE_MAX_S busy seconds, counting its second
-# half in time (explore.window.timed_out in the report)
+# half in time (explore.window.timed_out in the report), and an escalated limit drafts twice the last part's
+# largest batch (explore.next_doublings)
 PLUGIN_VERSION = "0.4.4"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"

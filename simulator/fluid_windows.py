@@ -3,7 +3,7 @@
 The harness is a fluid model: its tables spread a window's exploring part over every batch the ceiling gates
 (a share drafts each tick within the limit), so it has no exploring part to end. What plugin 0.4.3 decides
 per exploring part (plugin/explore.py: the limit doubles after a part whose largest batch was above it, and
-comes back down to what that batch needs, to twice the ceiling once it is within that) it decides here once
+follows it down, with a doubling of headroom once escalated: 0.4.4) it decides here once
 per window's worth of gated batches (``explore.window_batches``: about 8 500), from the batch of the tick that
 ends it: the plugin's exploring part closes its window and lasts a few hundred batches, a second or two,
 about one tick. The rules are the plugin's own (``explore.next_doublings``, ``explore.stream_limit``).

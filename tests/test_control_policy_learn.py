@@ -253,17 +253,15 @@ def test_waiting_for_a_busy_thin_bin_ends_after_a_sample_or_two() -> None:
     assert changes[0][0] - waits[0] <= WAIT_SAMPLES * policy.sample_s + INTERVAL_S
 
 
-@pytest.mark.xfail(strict=True, reason="a window's stream drafts up to twice the ceiling "
-                   "(explore.stream_limit), doubled after each window whose part was above it (0.4.3): the "
-                   "limit lags a load that doubles within a window (about 45 s here): it reaches 64 at 184 s,"
-                   " past bin 48, so learn moves on the way down (445 s, 0.949 of the oracle; 0.920 under "
-                   "0.4.2, 0.956 unlimited)")
 def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_minutes() -> None:
     """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 600 s on the
     H200 8B pair's profile, the ceiling at 0 at the start. The night is short, so bins 1-12 see a few
     samples each; it used to wait for them until the last minute and then set ceiling 3 (0.92 of the
     oracle, against 0.96 now, on the profile of 2026-12-01): it now drafts up to 48 once bin 48 is measured,
-    at about 3 minutes, the bins below it going with it."""
+    at about 3 minutes, the bins below it going with it. The load doubles within a window here: under plugin
+    0.4.3 the stream's limit, one doubling per window, reached 64 only at 184 s and learn moved on the way
+    down (445 s, 0.949 of the oracle); escalated, the limit now keeps a doubling of headroom over the load
+    (0.4.4: explore.next_doublings): learn moves 0 -> 48 at 190 s, 0.955 of the oracle."""
     profile = load_profile("h200-8b-pair-triton")
     mrr = profile.max_running_requests
     trace = load_trace("day", duration_s=600, max_running_requests=mrr)

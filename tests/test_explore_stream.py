@@ -101,22 +101,25 @@ def _part(explorer: Explorer, size: int, ceiling: int) -> list[bool]:
 
 
 def test_the_limit_doubles_per_part_above_it_and_comes_back_down_with_the_load() -> None:
-    """Plugin 0.4.3: a load that stays far above a low ceiling is measured within a few windows. A part whose
-    batches were above the limit doubles it for the next one (40 running at a ceiling of 0: parts at 8, 16
-    and 32 starve, the fourth, at 64, drafts them); a part that drafted keeps the doublings its largest
-    batch needs and no more (20: 32), and one within twice the ceiling (or the floor) takes them all back."""
+    """Plugin 0.4.3/0.4.4: a load that stays far above a low ceiling is measured within a few windows. The
+    first part above the limit doubles it once (it may have met a burst: 40 running at a ceiling of 0, 8 ->
+    16); escalated, the limit drafts twice the last part's largest batch (a held 40: 128 at once, so the third
+    part drafts them), and follows the load down with that headroom (20: 64; 6: 16), back to the floor once
+    twice the largest batch is within it (3: 8)."""
     explorer = Explorer(CYCLE)
     windows = explorer.windows
     assert windows is not None
     limits = []
-    for size in (40, 40, 40, 40, 20, 6):  # the limit each part leaves for the next
+    for size in (40, 40, 40, 20, 6, 3):  # the limit each part leaves for the next
         drafted = _part(explorer, size, 0)
         limits.append((all(drafted), not any(drafted), windows.doublings, explorer.window_report()["limit"]))
     assert limits == [
-        (False, True, 1, 16), (False, True, 2, 32), (False, True, 3, 64),
-        (True, False, 3, 64), (True, False, 2, 32), (True, False, 0, 8),
+        (False, True, 1, 16), (False, True, 4, 128), (True, False, 4, 128),
+        (True, False, 3, 64), (True, False, 1, 16), (True, False, 0, 8),
     ]  # fmt: skip
     assert explorer.window_report()["doublings"] == 0
+    # a lone burst doubles the limit once, and a part within it takes that back
+    assert next_doublings(0, 60, 0) == 1 and next_doublings(1, 4, 0) == 0
 
 
 def test_the_doublings_stop_at_the_cap() -> None:
