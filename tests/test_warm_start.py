@@ -240,3 +240,18 @@ def test_a_measured_profile_warm_starts_where_its_own_sweep_puts_the_ceiling() -
     assert known.ceiling(64) == sweep_doc["best_max_bs"] == 16
     # the simulator's own reading of the curves (a model's exact crossing, not an estimate) stays as it was
     assert 8 < (load_profile(EARLY_PAIR_RUN / "profile.json").crossover() or 0) < 12
+
+
+def test_a_warm_start_the_counters_contradict_is_left_as_soon_as_they_are_decisive() -> None:
+    """A sweep measures its own traffic: the fixed-share 0.5 H200 pair's closed-loop sweep crossed at 47, and
+    under Azure's long prompts drafting loses from about 16. A warm start holds until this server's counters
+    put it outside their interval, not for a whole dwell: on GLM-5 (crossover ~15) under 48 requests, warm at
+    48, learn leaves it at 50 s, when bin 48 has its intervals (it held 300 s before). The move after that
+    keeps the dwell (tests/test_open_loop.py)."""
+    profile = load_profile(PROFILE)
+    trace = parse_trace([[0, 48], [900, 48]], source="busy")
+    run = simulate(profile, trace, make_policy("learn", 64, initial_ceiling=48), duration_s=900,
+                   keep_timeline=True)  # fmt: skip
+    moves = [(row["t"], row["set"]) for row in run.timeline if row["set"] is not None]
+    assert moves[0][1] == 48 and "holds until this server's counters decide" in run.timeline[0]["reason"]
+    assert moves[1][1] < 48 and moves[1][0] - moves[0][0] < DWELL_S / 4

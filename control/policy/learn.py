@@ -39,9 +39,12 @@ decision this policy
    ``explore_share`` turns quieting off.
 A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
 control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
-any bin is measured, and no move follows for ``min_dwell_s``: a fresh start does not spend its first minutes
-drafting where the sweep says drafting loses. From then on the counters decide as above. A policy that
-restored counters of its own from the last ``window_s`` skips it (its own data knows more).
+any bin is measured: a fresh start does not spend its first minutes drafting where the sweep says drafting
+loses. It holds until this server's own counters put it outside their interval (at most ``min_dwell_s``; its
+own move starts no dwell): a sweep measures other traffic (short prompts), and under production's long ones
+the H200 pair's crossover fell from 47 to about 16 (tests/test_open_loop.py). From then on the counters
+decide as above. A policy that restored counters of its own from the last ``window_s`` skips it (its own
+data knows more).
 Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
@@ -376,7 +379,8 @@ class LearnPolicy:
             self._note = "warm start not used: counters of its own from the last window were restored; "
             return None
         self._warm_since = now
-        dwell = f"the counters decide after {self.min_dwell_s:.0f} s"
+        dwell = (f"it holds until this server's counters decide against it (at most {self.min_dwell_s:.0f} "
+                 f"s)")  # fmt: skip
         if self.knob is not None and self._ceiling(self.knob) == wanted:
             return self._hold(f"hold: warm start: the ceiling is already {wanted}, where what is known for "
                               f"this stack puts it; {dwell}")  # fmt: skip
@@ -501,13 +505,17 @@ class LearnPolicy:
             self.flip_times.clear()  # a restored state from another clock (e.g. virtual time): forget it
         while self.flip_times and self.flip_times[0] <= now - 3600.0:
             self.flip_times.popleft()
-        if self.flip_times and now - self.flip_times[-1] < self.min_dwell_s:
-            return False
         warm = self._warm_since
         if warm is not None and (warm > now or now - warm >= self.min_dwell_s):
-            warm = self._warm_since = None  # the warm start's dwell is over (or from another clock)
-        if warm is not None:
+            warm = self._warm_since = None  # the warm start's hold is over (or from another clock)
+        # A warm start is what is known for this stack, measured under other traffic (a sweep's short prompts
+        # against production's long ones): it holds until this server's own counters put it outside their
+        # interval, which is when a move is asked for at all, so its own move starts no dwell. Every move
+        # after it keeps one.
+        last = self.flip_times[-1] if self.flip_times else None
+        if last is not None and last != warm and now - last < self.min_dwell_s:
             return False
+        self._warm_since = None
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
