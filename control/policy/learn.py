@@ -40,11 +40,11 @@ decision this policy
 A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
 control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
 any bin is measured: a fresh start does not spend its first minutes drafting where the sweep says drafting
-loses. It holds until this server's own counters put it outside their interval (at most ``min_dwell_s``; its
-own move starts no dwell): a sweep measures other traffic (short prompts), and under production's long ones
-the H200 pair's crossover fell from 47 to about 16 (tests/test_open_loop.py). From then on the counters
-decide as above. A policy that restored counters of its own from the last ``window_s`` skips it (its own
-data knows more).
+loses. It holds until this server's own counters put it outside their interval (its own move starts no
+dwell; every later one keeps ``min_dwell_s``): a sweep measures other traffic (short prompts), and under
+production's long ones the H200 pair's crossover fell from 47 to about 16 (tests/test_open_loop.py). From
+then on the counters decide as above. A policy that restored counters of its own from the last
+``window_s`` skips it (its own data knows more).
 Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
@@ -167,9 +167,10 @@ class LearnPolicy:
             raise PolicyError(
                 f"learn option 'initial_ceiling' must be an integer >= 0, got {initial_ceiling!r}"
             )
-        # the warm start, until the first decision that can apply it; then when it began (its dwell)
+        # the warm start, until the first decision that can apply it; then when it moved the knob (a move
+        # that starts no dwell), until the next move
         self.initial_ceiling = initial_ceiling
-        self._warm_since: float | None = None
+        self._warm_move: float | None = None
         self._note = ""  # said once, before the next decision's reason (a warm start not used)
         self.max_running_requests = max_running_requests
         self.window_s = _option(options, "window_s")
@@ -371,19 +372,19 @@ class LearnPolicy:
         return max(knob, bin_floor(min(switched) - 1, bins)), None  # keep the lowest thin one gated
 
     def _warm_start(self, now: float, bins: list[int]) -> Decision | None:
-        """Move to the warm start's ceiling (on a bin boundary) once, and start a dwell; None when the
-        policy has counters of its own from the last window (restored), which then decide."""
+        """Move to the warm start's ceiling (on a bin boundary) once, a move that starts no dwell
+        (``_may_flip``); None when the policy has counters of its own from the last window (restored), which
+        then decide."""
         wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
         self.initial_ceiling = None
         if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
             self._note = "warm start not used: counters of its own from the last window were restored; "
             return None
-        self._warm_since = now
-        dwell = (f"it holds until this server's counters decide against it (at most {self.min_dwell_s:.0f} "
-                 f"s)")  # fmt: skip
+        dwell = "it holds until this server's counters decide against it"
         if self.knob is not None and self._ceiling(self.knob) == wanted:
             return self._hold(f"hold: warm start: the ceiling is already {wanted}, where what is known for "
                               f"this stack puts it; {dwell}")  # fmt: skip
+        self._warm_move = now
         return self._set(now, wanted, f"warm start: move the ceiling {self.knob} -> {wanted}, where what is "
                                       f"known for this stack puts it; {dwell}")  # fmt: skip
 
@@ -505,17 +506,14 @@ class LearnPolicy:
             self.flip_times.clear()  # a restored state from another clock (e.g. virtual time): forget it
         while self.flip_times and self.flip_times[0] <= now - 3600.0:
             self.flip_times.popleft()
-        warm = self._warm_since
-        if warm is not None and (warm > now or now - warm >= self.min_dwell_s):
-            warm = self._warm_since = None  # the warm start's hold is over (or from another clock)
         # A warm start is what is known for this stack, measured under other traffic (a sweep's short prompts
         # against production's long ones): it holds until this server's own counters put it outside their
         # interval, which is when a move is asked for at all, so its own move starts no dwell. Every move
         # after it keeps one.
         last = self.flip_times[-1] if self.flip_times else None
-        if last is not None and last != warm and now - last < self.min_dwell_s:
+        if last is not None and last != self._warm_move and now - last < self.min_dwell_s:
             return False
-        self._warm_since = None
+        self._warm_move = None
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
