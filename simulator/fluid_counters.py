@@ -33,8 +33,12 @@ class FluidCounters:
         self.noise_cv = noise_cv
         self.rng = rng
 
+    def bin_index(self, batch: int) -> int:
+        """The index of the smallest bin >= ``batch`` (the last bin past them all: the bins are fixed)."""
+        return min(bisect.bisect_left(self.bins, batch), len(self.bins) - 1)
+
     def add(self, batch: int, m: _Mode, seconds: float) -> None:
-        i = min(bisect.bisect_left(self.bins, batch), len(self.bins) - 1)
+        i = self.bin_index(batch)
         for mode, steps_s, time_share, tok_share in (
             ("drafted", m.drafted_steps_s, m.drafted_time, m.drafted_tok_share),
             ("gated", m.gated_steps_s, 1.0 - m.drafted_time, 1.0 - m.drafted_tok_share),

@@ -13,7 +13,6 @@ and 1.8x under the sweep's). Without ``context_cost`` a profile's curves stand f
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 
 from ..plugin.explore import COLD, EXPLORE, ExploreWindows
@@ -72,7 +71,7 @@ def count_stall(counters: FluidCounters, batch: int, m: _Mode, seconds: float) -
     flight, split between the modes as that batch's step time is; they publish with the next whole step."""
     if batch <= 0 or seconds <= 0:
         return
-    i = min(bisect.bisect_left(counters.bins, batch), len(counters.bins) - 1)
+    i = counters.bin_index(batch)
     counters.partial["drafted"][i][2] += m.drafted_time * seconds
     counters.partial["gated"][i][2] += (1.0 - m.drafted_time) * seconds
 
