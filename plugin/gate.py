@@ -34,6 +34,8 @@ ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
 ENV_EXPLORE_SHARE = knob_contract.EXPLORE_ENV
 DEFAULT_GATE_MARGIN_FRACTION = 0.10
 DEFAULT_GATE_MIN_DWELL = 16
+
+
 # Verify results arrive after the next batch was launched (overlap scheduling): remember this many recent
 # gate decisions to match each verify result with the decision for its own batch.
 DEFAULT_DECISION_MEMORY = 8
@@ -77,6 +79,16 @@ def _env_explore_cycle() -> int:
         logger.warning("spectower: ignoring %s; exploring in windows of %d batches", exc,
                        WINDOW_CYCLE_BATCHES)  # fmt: skip
         return WINDOW_CYCLE_BATCHES
+
+
+def gate_margin(ceiling: int | None, override: int | None = None) -> int:
+    """How far under ``ceiling`` a closed gate's batch must fall before it drafts again: ``override``, else
+    DEFAULT_GATE_MARGIN_FRACTION of the ceiling (at least 1), always below the ceiling; 0 for no ceiling or
+    one of at most 1. The simulator's open loop (simulator/open_loop.py) reopens its gate by the same."""
+    if ceiling is None or ceiling <= 1:
+        return 0
+    wanted = override if override is not None else max(1, round(ceiling * DEFAULT_GATE_MARGIN_FRACTION))
+    return min(wanted, ceiling - 1)
 
 
 class Gate:
@@ -127,12 +139,7 @@ class Gate:
         self._lock = threading.Lock()
 
     def margin(self) -> int:
-        if self.ceiling is None or self.ceiling <= 1:
-            return 0
-        wanted = self.margin_override
-        if wanted is None:
-            wanted = max(1, round(self.ceiling * DEFAULT_GATE_MARGIN_FRACTION))
-        return min(wanted, self.ceiling - 1)
+        return gate_margin(self.ceiling, self.margin_override)
 
     def set_explore_share(self, share: float) -> None:
         """A new exploration share (validated by the caller: 0 .. knob_contract.MAX_EXPLORE_SHARE)."""

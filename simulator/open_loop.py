@@ -38,7 +38,7 @@ from typing import Any
 from ..control.policy import Observation, Policy, make_policy
 from ..plugin import knob_contract
 from ..plugin.explore import EXPLORE, WARM
-from ..plugin.gate import DEFAULT_GATE_MARGIN_FRACTION
+from ..plugin.gate import gate_margin
 from ..plugin.gated_decode import DEFAULT_DRAIN_MAX_STEPS
 from ..storage.request_traces import (
     DEFAULT_SLO,
@@ -363,7 +363,9 @@ class _Server:
         self.step_s = 0.0  # the last decode step's length
         # the windows of the batches the ceiling gates (plugin/explore.py)
         self.streams = WindowStreams(window_start)
-        self.window_step, self.counted = False, True  # the segment's batches: in a window; counted
+        # the segment's batches: the exploration share's period where they run in a window (0: not in one);
+        # whether they count in the decode counters
+        self.window_period, self.counted = 0, True
         self.drafting_s = 0.0  # of them, in drafted steps
 
     def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
@@ -401,11 +403,10 @@ class _Server:
                 self.counters.add(batch, mode, left)
             self.stall_s = 0.0
             queue.decode(now + seconds - left, left, mode.rate)
-            if self.window_step:
-                period = knob_contract.explore_period(effective_share(self.knob.share))
-                if self.streams.advance(mode.steps_s * left, period, lambda: queue.holed > 0, now, batch,
-                                        self.knob.value):  # fmt: skip
-                    queue.forget_holes()
+            steps, holes = mode.steps_s * left, lambda: queue.holed > 0
+            if self.window_period and self.streams.advance(steps, self.window_period, holes, now, batch,
+                                                           self.knob.value):  # fmt: skip
+                queue.forget_holes()
             gauges.busy(mode, left, seconds)
             self.busy_s += left
             self.drafting_s += mode.drafted_time * left
@@ -425,13 +426,13 @@ class _Server:
         most DEFAULT_DRAIN_MAX_STEPS steps). Under open-loop traffic near the ceiling that is most batches.
         The oracle (a reference) has neither."""
         knob = self.knob.value
-        self.window_step, self.counted = False, True
+        self.window_period, self.counted = 0, True
         if self.oracle_off is not None or not self.profile.speculative:
             speculative = self.profile.speculative
             return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
         if knob != self.gate_ceiling:  # a new ceiling: the gate judges the next batch afresh
             self.gate_ceiling, self.gate_closed = knob, False
-        margin = min(max(1, round(knob * DEFAULT_GATE_MARGIN_FRACTION)), knob - 1) if knob > 1 else 0
+        margin = gate_margin(knob)
         if batch > knob:
             self.gate_closed = True
         elif self.gate_closed and batch <= knob - margin:
@@ -441,7 +442,7 @@ class _Server:
             if period <= 0:  # nothing explores (a lock, or no share): every such batch skips the extend
                 self.queue.mark_holed()
                 return with_context(gated[batch], *extras)
-            self.window_step, self.counted = True, self.streams.counted(period)
+            self.window_period, self.counted = period, self.streams.counted(period)
             pure = self.by_share.at(0.0)[0]  # each part runs one mode: the window is the exploration
             if self.streams.phase == EXPLORE:  # the drafting stream, up to its limit (explore.stream_limit)
                 if self.streams.drafts(batch, knob):
