@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 
 from explore_lean import bin_totals, runs_from_db  # noqa: E402
+from replay_table import read_run  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
 from spectower.plugin import explore  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
@@ -77,7 +78,8 @@ def measured_runs(run_dir: Path) -> list[Measured]:
         m = TAG.match(path.stem)
         if m is None:
             continue
-        out.append(Measured(path.stem.removeprefix("replay-"), m["policy"], json.loads(path.read_text())))
+        # read as replay_table reads a replay: capped, its figures checked (one line naming the file)
+        out.append(Measured(path.stem.removeprefix("replay-"), m["policy"], read_run(path).figures))
     if not out:
         raise ValueError(f"--run-dir: no replay-<tag>.json in {run_dir}")
     return sorted(out, key=lambda r: int(r.replay.get("run_id") or 0))
