@@ -444,7 +444,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       if [ -n "$apid" ]; then kill -TERM $apid; wait $apid; fi
       # the plugin'"'"'s exploration report after the run (windows, parts ended by time, the stream'"'"'s limit):
       # only that block of /server_info, which also carries the admin key
-      curl -fsS --max-time 10 "$SPEC_URL/server_info" | python3 -P -c '"'"'
+      curl -fsS "$SPEC_URL/server_info" | python3 -P -c '"'"'
 import json, sys
 info = json.load(sys.stdin)
 print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("internal_states", [])]))
@@ -459,7 +459,7 @@ print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("i
   ' > "$WORK/policy-out/policy.log" 2>&1 &
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
-export -f st st_bg
+export -f st st_bg curl  # the background runs' reads keep curl's deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
 # REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
