@@ -222,9 +222,28 @@ class SimulatorProcess:
         )
         try:
             wait_until_ok(f"{self.base_url}/health", self.start_timeout_s, self._proc, self.output)
+            self._wait_listening(time.monotonic() + self.start_timeout_s)
         except RuntimeError:
             self.kill()
             raise
+
+    def _wait_listening(self, deadline: float) -> None:
+        """Return once the child says it listens on its own port (simulator/server.py prints one line then).
+        A /health that answers is not enough: another server may hold the port, e.g. a simulator started at
+        the same moment whose GPU-metrics port free_port() handed out here too (its /health answered, and a
+        fleet fixture got a dcgm-exporter for an SGLang server); the child then exits on the taken port, and
+        the RuntimeError carries "Address already in use" for __init__ to pick fresh ports."""
+        ready = f"SGLang API {self.base_url} "
+        while ready not in self.output():
+            proc = self._proc
+            if proc is not None and proc.poll() is not None:
+                why = f"the process exited with {proc.returncode}"
+            elif time.monotonic() >= deadline:
+                why = "it answered /health but never said it listens"
+            else:
+                time.sleep(0.05)
+                continue
+            raise RuntimeError(f"{self.base_url}: {why}:\n{self.output()}")
 
     def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``grace_s``."""

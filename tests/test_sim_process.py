@@ -72,3 +72,23 @@ def test_a_port_taken_between_its_pick_and_the_childs_bind_is_picked_again(
     finally:
         sim.close()
         taker.close()
+
+
+def test_a_port_held_by_a_server_that_answers_health_is_not_taken_for_the_simulator(
+    simulator_factory: SimulatorFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh clone's suite lost the fleet fixture to this: free_port() handed a simulator the port another
+    simulator's dcgm-exporter already held. That exporter answers /health, so the start looked done, and
+    /server_info came back 404 (a KeyError in every fleet test). The start now waits for the child's own
+    line that it listens on its port; the child exits on the taken port, and the start picks again."""
+    from benchmarks import simulator_process
+
+    holder = simulator_factory(profile="llama31-8b-1x-h100")
+    taken = holder.gpu_metrics_port
+    assert httpx.get(f"http://127.0.0.1:{taken}/health", timeout=5).status_code == 200
+    picks = iter([taken])
+    real = simulator_process.free_port
+    monkeypatch.setattr(simulator_process, "free_port", lambda: next(picks, None) or real())
+    sim = simulator_factory(profile="llama31-8b-1x-h100")
+    assert sim.port != taken
+    assert httpx.get(f"{sim.base_url}/server_info", timeout=5).json()["max_running_requests"] > 0
