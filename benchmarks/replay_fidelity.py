@@ -11,6 +11,7 @@ included, as the plugin counts them under overlap scheduling).
 
     python3 benchmarks/replay_fidelity.py [--run-dir DIR] [--profile NAME|PATH] [--json OUT]
     python3 benchmarks/replay_fidelity.py --fit  # least squares of prefill rate and context costs
+    python3 benchmarks/replay_fidelity.py --speedups  # the replay's own speedup per bin, no simulation
 
 ``--fit`` searches the profile's ``prefill_tok_s`` and ``context_cost`` (gated and drafted seconds per
 context token) for the values whose simulated step times (always off's gated bins, threshold's drafted ones)
@@ -253,6 +254,40 @@ def fit(profile: Profile, runs: Sequence[Measured], measured: dict[str, Any],
           f"rms log error {math.sqrt(best[0]):.3f}")  # fmt: skip
 
 
+def measured_speedups(measured: dict[str, dict[tuple[int, str], list[float]]]) -> list[dict[str, Any]]:
+    """Per bin: what drafting served under the replay's traffic against what gating did, in output tokens
+    per second of step time: each threshold run's drafted steps against always off's gated ones (a locked
+    off: no extend, nothing explored; the steady gated stream). The two sides ran at other moments of the
+    same arrivals, so a bin's context mix is the trace's in both; the sweep's curves, measured with short
+    prompts, say what drafting gives there, this what it gave under the trace. Bins with fewer than
+    MIN_STEPS steps on either side are left out."""
+    gated = measured.get("off", {})
+    rows = []
+    for policy, cells in sorted(measured.items()):
+        if not policy.startswith("threshold"):
+            continue
+        for (b, mode), cell in sorted(cells.items()):
+            off = gated.get((b, "gated"))
+            if mode != "drafted" or off is None or min(cell[0], off[0]) < MIN_STEPS:
+                continue
+            if not (cell[2] > 0 and off[2] > 0):
+                continue
+            drafted_tok_s, gated_tok_s = cell[1] / cell[2], off[1] / off[2]
+            rows.append({"policy": policy, "bin": b, "drafted_steps": int(cell[0]),
+                         "gated_steps": int(off[0]), "drafted_tok_s": round(drafted_tok_s, 1),
+                         "gated_tok_s": round(gated_tok_s, 1),
+                         "speedup": round(drafted_tok_s / gated_tok_s, 3)})  # fmt: skip
+    return rows
+
+
+def print_speedups(rows: list[dict[str, Any]]) -> None:
+    print("per bin: output tok/s of step time, drafted (the threshold run) against gated (always off)")
+    print(f"{'policy':<14}{'bin':>4}{'drafted':>9}{'steps':>7}{'gated':>9}{'steps':>7}{'speedup':>9}")
+    for r in rows:
+        print(f"{r['policy']:<14}{r['bin']:>4}{r['drafted_tok_s']:>9.0f}{r['drafted_steps']:>7}"
+              f"{r['gated_tok_s']:>9.0f}{r['gated_steps']:>7}{r['speedup']:>9.3f}")  # fmt: skip
+
+
 def _cell(v: Any, fmt: str = ".3f") -> str:
     return "-" if v is None else format(v, fmt)
 
@@ -298,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-tokens", type=float, default=216.0,
                         help="--fit: context per request of the profile's curves where it does not say")
     parser.add_argument("--fit", action="store_true", help="search prefill rate and context costs")
+    parser.add_argument("--speedups", action="store_true",
+                        help="print the replay's own speedup per bin (threshold's drafted against always "
+                        "off's gated steps) and stop: no simulation")
     parser.add_argument("--windows-by-batches", action="store_true",
                         help="model the run's plugin (0.4.1, with --stream-unlimited): a window's parts are "
                         "a share of the gated batches, not of their time (the fix after the run: "
@@ -328,6 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    if args.speedups:
+        rows = measured_speedups(measured)
+        if not rows:
+            print("--speedups: the run needs an always-off and a threshold run with counters in policy.db",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        print_speedups(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"speedups": rows}, indent=1))
+        return 0
     if args.fit:
         fit(profile, runs, measured, args)
         return 0

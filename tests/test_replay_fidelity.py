@@ -59,3 +59,46 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert printed.rstrip().endswith("ratio")  # the per-bin table's header, and no row under it
     with pytest.raises(SystemExit):
         replay_fidelity.main(["--window-starts", "1,x"])
+
+
+PAIR_RUN_DIR = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04"
+
+
+def test_the_replays_own_speedups_put_the_pairs_crossover_far_below_its_sweeps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under Azure's prompts the fixed-share 0.5 pair's drafting pays up to bin 12 and loses from 24 on
+    (threshold:47's drafted steps against always off's gated ones, the H200 replay of 2026-12-04), where its
+    sweep (64-token prompts) crossed at 47: the sweep's crossover is no warm start for this traffic."""
+    out = tmp_path / "speedups.json"
+    assert replay_fidelity.main(["--run-dir", str(PAIR_RUN_DIR), "--speedups", "--json", str(out)]) == 0
+    rows = {r["bin"]: r for r in json.loads(out.read_text())["speedups"]}
+    assert all(r["policy"] == "threshold-47" for r in rows.values())
+    assert rows[12]["speedup"] > 1.2 and rows[8]["speedup"] > 1.4
+    assert [rows[b]["speedup"] for b in (24, 32, 48)] == pytest.approx([0.941, 0.841, 0.711], abs=0.001)
+    assert min(min(r["drafted_steps"], r["gated_steps"]) for r in rows.values()) >= replay_fidelity.MIN_STEPS
+    assert "speedup" in capsys.readouterr().out
+    # a run without a threshold run's counters has nothing to compare: one line, exit 2
+    shutil.copy(PAIR_RUN_DIR / "replay-off.json", tmp_path / "replay-off.json")
+    assert replay_fidelity.main(["--run-dir", str(tmp_path), "--speedups"]) == 2
+    assert capsys.readouterr().err.strip().startswith("--speedups: the run needs")
+
+
+def test_the_pairs_calibrated_profile_reproduces_its_replays_step_times_and_always_offs_latency(
+    tmp_path: Path,
+) -> None:
+    """data/profiles/h200-8b-pair-triton.json: the pair's sweep curves with open-loop constants fitted to its
+    own Azure replay (`--fit`). Simulated on the same arrivals, always off's median end-to-end latency reads
+    within 15 % of the H200's (the guess it replaced read 0.71x) and the busy bins' step times (at least 500
+    measured steps) within 15 %."""
+    out = tmp_path / "fidelity.json"
+    profile = str(REPO_ROOT / "data/profiles/h200-8b-pair-triton.json")
+    argv = ["--run-dir", str(PAIR_RUN_DIR), "--profile", profile, "--learn-warm", "48",
+            "--window-starts", "0"]  # fmt: skip
+    assert replay_fidelity.main([*argv, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    off = next(r for r in data["figures"] if r["tag"] == "off")
+    assert off["simulated"]["e2e_p50_s"] / off["measured"]["e2e_p50_s"] == pytest.approx(1.0, abs=0.15)
+    busy = [b for b in data["bins"] if b["steps"] >= 500]
+    assert len(busy) >= 8
+    assert all(b["sim_ms"] / b["measured_ms"] == pytest.approx(1.0, abs=0.15) for b in busy), busy

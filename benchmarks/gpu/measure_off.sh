@@ -489,7 +489,16 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
         --min-steps 30 | sed -n '/^drafting explored/,$p' || true; }
     elif [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
     else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
-  else say "policy runs still going"; fi
+  else
+    # a consistent copy while the collector still writes (SQLite's online backup API, safe beside a live
+    # writer and its -wal): a machine taken back before the runs end (2026-12-04: learn's counters went with
+    # it) still leaves the counters and control events of the runs so far
+    [ -f "$WORK/policy-out/policy.db" ] && python3 -c 'import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+src.backup(dst)
+dst.close()' "$WORK/policy-out/policy.db" "$OUT/policy-partial.db" || say "no partial copy of policy.db"
+    say "policy runs still going"
+  fi
 }
 
 for phase in $PHASES; do
@@ -545,9 +554,13 @@ for name in spec plain; do
   [ -f "$WORK/$name.log" ] && say "$name: $(grep -c 'Adaptive spec params updated' "$WORK/$name.log") EMA step changes," \
     "$(grep -c 'Switch adaptive runtime state' "$WORK/$name.log") runtime-state switches since its launch"
 done
-# the servers' logs without SGLang's server_args line (it holds the admin key)
+# the servers' logs without SGLang's server_args line (it holds the admin key): the last 400 lines to read, and
+# the whole log compressed, so a stall a replay's tail shows (replay_table.py's stretches: every policy paused
+# 0.6-1.35 s a few times on 2026-12-04) can be looked up by its time afterwards
 for name in spec plain; do
-  [ -f "$WORK/$name.log" ] && sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"
+  [ -f "$WORK/$name.log" ] || continue
+  sed '/server_args=/d' "$WORK/$name.log" | tail -400 > "$OUT/$name-server.log"
+  sed '/server_args=/d' "$WORK/$name.log" | gzip -6 > "$OUT/$name-server.log.gz"
 done
 say "done: $PHASES"
 # The device tool hands back at most 8 files a call (2026-12-03: sweep.json and policy.db were left out): past

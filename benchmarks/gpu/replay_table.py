@@ -57,6 +57,11 @@ LOW_Q, HIGH_Q = 2.5, 97.5  # a 95 % interval
 FEW_BLOCKS = 10  # under it the block bootstrap's interval is too narrow to trust (see the tests)
 MOST_UNDEFINED = 0.05  # of the draws: past it a ratio gets no interval (e.g. no goodput in the drawn blocks)
 SAME_TIME_S = 1e-5  # two runs' scheduled times this close are one arrival (they are kept to the microsecond)
+# The p99 TTFT's tail (``tail_stretches``): requests at or above it whose arrivals lie this close together are
+# one stretch. A server that pauses makes every request arriving in the pause wait out the rest of it, so the
+# tail comes in runs of arrivals a fraction of a second apart; 2 s keeps one pause in one stretch.
+TAIL_GAP_S = 2.0
+TAIL_STRETCHES_SHOWN = 4
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,36 @@ def read_run(path: Path) -> ReplayRun:
         if not _is_number(span) or not span > 0:
             raise ValueError(f"{path}: span_s: expected the replay's span in seconds (> 0), got {span!r}")
     return ReplayRun(path=path, figures=doc, records=records)
+
+
+@dataclass(frozen=True)
+class TailStretch:
+    """Requests at or above a run's p99 TTFT whose arrivals follow each other within TAIL_GAP_S."""
+
+    start_s: float  # the first one's scheduled arrival
+    requests: int
+    worst_ttft_s: float
+
+
+def tail_stretches(records: ReplayRecords, gap_s: float = TAIL_GAP_S) -> list[TailStretch]:
+    """Where a run's p99 TTFT comes from: the requests at or above it, in stretches of arrivals (TAIL_GAP_S),
+    the stretch with the most of them first. A p99 rests on a run's slowest 1 %: two runs whose tails are one
+    stretch each read the length of one stall each, which says more than their ratio. Requests without a
+    TTFT (failed, shed) are left out, as the p99 leaves them out."""
+    timed = sorted((s, t) for s, t in zip(records.scheduled_s, records.ttft_s, strict=True) if t is not None)
+    if not timed:
+        return []
+    p99 = percentile([t for _, t in timed], 99)
+    stretches: list[list[tuple[float, float]]] = []
+    for arrival, ttft in timed:
+        if ttft < p99:
+            continue
+        if stretches and arrival - stretches[-1][-1][0] <= gap_s:
+            stretches[-1].append((arrival, ttft))
+        else:
+            stretches.append([(arrival, ttft)])
+    found = [TailStretch(group[0][0], len(group), max(t for _, t in group)) for group in stretches]
+    return sorted(found, key=lambda s: (-s.requests, s.start_s))
 
 
 def _is_number(value: Any) -> bool:
@@ -275,7 +310,8 @@ def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str
     paired, why_not = interval_runs(runs, reference)
     found = paired_intervals(paired, reference, groups, boot) if paired else Intervals({}, {}, 0)
     rows = {label: {**figures[label], "against": best, **points[label], "intervals": found.runs.get(label),
-                    "no_interval": why_not.get(label)} for label in runs}  # fmt: skip
+                    "no_interval": why_not.get(label), "ttft_tail": _tail_json(runs[label])}
+            for label in runs}  # fmt: skip
     pooled: dict[str, dict[str, Any]] = {}
     for group, members in groups.items():
         if len(members) < 2 or not reference:
@@ -288,6 +324,28 @@ def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str
         pooled[group] = row
     return {"against": best, "reference_runs": reference, "block_s": boot.block_s, "blocks": found.blocks,
             "draws": boot.draws, "seed": boot.seed, "runs": rows, "pooled": pooled}  # fmt: skip
+
+
+def _tail_json(run: ReplayRun) -> list[dict[str, Any]] | None:
+    """The run's ``tail_stretches`` as JSON (None without per-request records)."""
+    if run.records is None:
+        return None
+    return [{"start_s": round(s.start_s, 3), "requests": s.requests, "worst_ttft_s": round(s.worst_ttft_s, 4)}
+            for s in tail_stretches(run.records)]  # fmt: skip
+
+
+def print_tails(scored: dict[str, Any]) -> None:
+    """Per run with records: the stretches of arrivals its p99 TTFT's tail lies in, the largest first."""
+    rows = {policy: row["ttft_tail"] for policy, row in sorted(scored["runs"].items()) if row["ttft_tail"]}
+    if not rows:
+        return
+    print(f"ttft at or above the run's p99, by stretch of arrivals (within {TAIL_GAP_S:g} s): start s "
+          f"x requests (worst ttft s), the largest {TAIL_STRETCHES_SHOWN}")  # fmt: skip
+    for policy, tail in rows.items():
+        shown = [f"{s['start_s']:.1f} x{s['requests']} ({s['worst_ttft_s']:.2f})"
+                 for s in tail[:TAIL_STRETCHES_SHOWN]]  # fmt: skip
+        more = f", {len(tail) - TAIL_STRETCHES_SHOWN} more" if len(tail) > TAIL_STRETCHES_SHOWN else ""
+        print(f"  {policy:14} {', '.join(shown)}{more}")  # indented: the ratio rows start with the policy
 
 
 def _f(value: Any, digits: int = 3) -> str:
@@ -322,6 +380,7 @@ def print_table(scored: dict[str, Any]) -> None:
         print("no fixed policy (on, off, threshold-N) among the runs: no ratios")
     else:
         print_ratios(scored)
+    print_tails(scored)
 
 
 def print_ratios(scored: dict[str, Any]) -> None:
