@@ -1,15 +1,23 @@
-"""A warm start for ``control auto --policy learn``: what is already known about this server's stack.
+"""A warm start for ``control auto --policy learn``: what is already known about this server and its stack.
 
-A stack is the model, the draft, the SGLang version and the GPUs (their names, one per GPU). What is known
-about one is a stored sweep (``bench sweep --save``: the run keeps the server's ``/server_info`` and its GPU
-inventory, collectors/bench/persist.py) or a measured profile (``bench sweep --profile-out``, which keeps the
-same identity). The newest whose stack matches the server's gives the ceiling ``learn`` starts at: the
-sweep's crossover (a ceiling below every bin when drafting never paid there, every bin when it always did).
-The policy's own counters decide from its first dwell on. Nothing matching: it starts where the launch put
-the knob. Either way one line says which.
+First, this server's own decode counters, as the collector stored them over the last ``COUNTERS_WINDOW_S``
+(learn's own window): when they measure some batch-size bin in both modes with an interval (the gate explores
+under any policy but an operator's lock), learn starts where its own rule would put the ceiling on them
+(``policy.learn.plan_ceilings``). They measured this server's traffic, where a sweep measured other traffic:
+on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 24 on, where
+its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
 
-The data flows the project's way: this module reads storage (``storage.queries.bench_runs``), the command
-line reads the server and passes its stack in, and the policy gets only a number (``initial_ceiling``).
+Otherwise, what is known about the server's stack: the model, the draft, the SGLang version and the GPUs
+(their names, one per GPU). What is known about one is a stored sweep (``bench sweep --save``: the run keeps
+the server's ``/server_info`` and its GPU inventory, collectors/bench/persist.py) or a measured profile
+(``bench sweep --profile-out``, which keeps the same identity). The newest whose stack matches the server's
+gives the ceiling ``learn`` starts at: the sweep's crossover (a ceiling below every bin when drafting never
+paid there, every bin when it always did). The policy's own counters decide from its first dwell on. Nothing
+known: it starts where the launch put the knob. Either way one line says which.
+
+The data flows the project's way: this module reads storage (``storage.queries.counter_intervals``,
+``storage.queries.bench_runs``), the command line reads the server and passes its URL and stack in, and the
+policy gets only a number (``initial_ceiling``).
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ from ..storage import queries
 from ..storage.bench_serving import effective_server_info
 from ..storage.database import Database
 from ..storage.models import BenchRun
+from . import speedup
+from .policy import learn
 
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
+# How far back the server's own stored counters count: as much as learn keeps of its own.
+COUNTERS_WINDOW_S = learn.DEFAULT_WINDOW_S
 
 
 def _text(value: Any) -> str | None:
@@ -218,7 +230,67 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
     )
 
 
-def find(db: Database, server: Stack, max_running_requests: int, profiles: Sequence[Known] = ()) -> WarmStart:
-    """``choose`` over every stored run with a crossover and the given measured profiles."""
+def from_counters(
+    intervals: list[dict[str, Any]],
+    max_running_requests: int,
+    window_s: float = COUNTERS_WINDOW_S,
+    kept_extend_tax: float = learn.DEFAULT_KEPT_EXTEND_TAX,
+) -> WarmStart | None:
+    """Where learn's own rule puts the ceiling on this server's stored counter intervals
+    (``storage.queries.counter_intervals``), or None when no bin has an interval there yet.
+
+    As learn reads its own counters: thin bins keep their side (``learn.estimate_without_thin``), and a bin
+    that ran mostly drafted (``BinEstimate.ran_mostly``) has its gated side, measured on explored batches
+    that kept the draft extend, scaled by ``1 / (1 - kept_extend_tax)``. The stored intervals do not say
+    which ceiling each ran under, which learn's own snapshots do; the mode a bin mostly ran is that ceiling's
+    mark on it."""
+    if not intervals:
+        return None
+    drafting = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
+    scale = 1.0 / (1.0 - kept_extend_tax)
+    corrected = [learn.with_gated_scaled(interval, [int(b) in drafting for b in interval["bins"]], scale)
+                 for interval in intervals]  # fmt: skip
+    est, _ = learn.estimate_without_thin(corrected)
+    if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
+        return None
+    ceiling, _, _ = learn.plan_ceilings(est, [int(b) for b in intervals[-1]["bins"]], max_running_requests)
+    return WarmStart(
+        ceiling,
+        f"warm start: this server's own counters of the last {window_s / 60:.0f} min ({len(intervals)} "
+        f"intervals, {est.seconds:.0f} s of decode steps): crossover {est.label}; learn starts at ceiling "
+        f"{ceiling}",
+    )
+
+
+def from_stored_counters(
+    db: Database, server_url: str, max_running_requests: int, now: float, window_s: float = COUNTERS_WINDOW_S
+) -> WarmStart | None:
+    """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s`` (None:
+    the server was never collected, or its counters measure no bin in both modes yet)."""
+    try:
+        server_id = queries.server_by_url(db, server_url).id
+    except LookupError:
+        return None
+    if server_id is None:
+        return None
+    intervals = queries.counter_intervals(db, server_id, now - window_s, now)
+    return from_counters(intervals, max_running_requests, window_s)
+
+
+def find(
+    db: Database,
+    server: Stack,
+    max_running_requests: int,
+    profiles: Sequence[Known] = (),
+    *,
+    server_url: str | None = None,
+    now: float | None = None,
+) -> WarmStart:
+    """This server's own stored counters (``server_url``) when they measure a bin in both modes, else
+    ``choose`` over every stored run with a crossover and the given measured profiles."""
+    if server_url is not None:
+        own = from_stored_counters(db, server_url, max_running_requests, time.time() if now is None else now)
+        if own is not None:
+            return own
     runs = [k for k in (known_from_run(run) for run in queries.bench_runs(db)) if k is not None]
     return choose(server, [*runs, *profiles], max_running_requests)

@@ -255,3 +255,106 @@ def test_a_warm_start_the_counters_contradict_is_left_as_soon_as_they_are_decisi
     moves = [(row["t"], row["set"]) for row in run.timeline if row["set"] is not None]
     assert moves[0][1] == 48 and "holds until this server's counters decide" in run.timeline[0]["reason"]
     assert moves[1][1] < 48 and moves[1][0] - moves[0][0] < DWELL_S / 4
+
+
+# --- this server's own stored counters --------------------------------------------------------------------
+
+URL = "http://gpu-7:30000"
+# per bin: (speedup, mostly drafted?): drafting pays up to 16 and loses from 24 on
+CURVE = {4: (1.6, True), 8: (1.5, True), 12: (1.4, True), 16: (1.3, True), 24: (0.8, False),
+         32: (0.7, False), 48: (0.6, False)}  # fmt: skip
+
+
+def store_counters(
+    db_path: Path,
+    url: str,
+    curve: dict[int, tuple[float, bool]],
+    *,
+    end: float,
+    intervals: int = 12,
+    modes: tuple[str, ...] = ("drafted", "gated"),
+) -> None:
+    """Decode-counter intervals as the collector stores them (``EngineCounterSample``: one row per bin and
+    mode that saw steps, 5 s apart, ending at ``end``): a bin's mostly-run mode has 50 steps an interval, the
+    explored one 10; gated 1000 tok/s of step time, drafted ``speedup`` times that, wobbling 2 %."""
+    from spectower.storage.database import open_database
+    from spectower.storage.models import EngineCounterSample
+
+    with open_database(db_path) as db:
+        sid = db.server_id(url)
+        rows = []
+        for i in range(intervals):
+            ts, wobble = end - 5.0 * (intervals - 1 - i), 1 + 0.02 * (i % 3 - 1)
+            for b, (ratio, drafting) in curve.items():
+                tok_s = {"drafted": 1000.0 * b / 16 * ratio * wobble, "gated": 1000.0 * b / 16}
+                steps = {"drafted": 50 if drafting else 10, "gated": 10 if drafting else 50}
+                rows += [EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode=mode, steps=steps[mode],
+                                             tokens=round(tok_s[mode] * steps[mode] * 0.01),
+                                             time_s=steps[mode] * 0.01)
+                         for mode in modes]  # fmt: skip
+        writer = db.writer(maintenance=None)
+        writer.put(*rows)
+        assert writer.flush(30)
+        writer.close()
+
+
+def _find(db_path: Path, now: float, *sweeps: BenchRun) -> warm_start.WarmStart:
+    from spectower.storage.database import open_database
+
+    with open_database(db_path) as db:
+        for run in sweeps:
+            db.save_bench_run(run, [])
+        return warm_start.find(db, SERVER, 64, server_url=URL, now=now)
+
+
+def test_the_servers_own_counters_come_before_a_matching_sweep(tmp_path: Path) -> None:
+    """The collector's counters of this server measured drafting paying up to bin 16 and losing from 24:
+    learn starts at 16, where its own rule puts the ceiling on them, although a matching sweep (short
+    prompts) says 48; the line says which source and what it read."""
+    now = 10_000.0
+    store_counters(tmp_path / "w.db", URL, CURVE, end=now - 60)
+    warm = _find(tmp_path / "w.db", now, sweep(1, 48.0, created_at=now - 3600))
+    assert warm.ceiling == 16
+    assert warm.line.startswith("warm start: this server's own counters of the last 30 min (12 intervals, ")
+    assert "crossover ~" in warm.line and warm.line.endswith("learn starts at ceiling 16")
+
+
+def test_counters_without_both_modes_or_out_of_the_window_leave_it_to_the_sweep(tmp_path: Path) -> None:
+    """An operator's lock explores nothing (gated steps only), and counters older than learn's window say
+    nothing of the traffic now: either way the matching sweep decides, and a server the collector never saw
+    too."""
+    now = 10_000.0
+    store_counters(tmp_path / "locked.db", URL, CURVE, end=now - 60, modes=("gated",))
+    assert _find(tmp_path / "locked.db", now, sweep(1, 48.0)).ceiling == 48
+    store_counters(tmp_path / "old.db", URL, CURVE, end=now - warm_start.COUNTERS_WINDOW_S - 120)
+    assert _find(tmp_path / "old.db", now, sweep(1, 48.0)).ceiling == 48
+    store_counters(tmp_path / "other.db", "http://gpu-8:30000", CURVE, end=now - 60)
+    assert _find(tmp_path / "other.db", now, sweep(1, 48.0)).line.startswith("warm start: sweep #1 ")
+
+
+def test_a_mostly_drafted_bins_gated_side_is_read_as_a_gated_streams() -> None:
+    """A bin the ceiling drafted measured its gated side on explored batches that kept the draft extend, so
+    it reads low by the extend's share: learn scales it up (``kept_extend_tax``), and so does the warm start.
+    At 1.05x uncorrected, bin 16 pays; corrected (x0.93) it loses, and the ceiling drops below it."""
+    bins = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+
+    def interval(i: int) -> dict[str, Any]:
+        curve = {8: 1.5, 12: 1.3, 16: 1.05, 24: 0.8}
+        wobble = 1 + 0.02 * (i % 3 - 1)
+        drafted_steps = [50 if b in (8, 12, 16) else (10 if b == 24 else 0) for b in bins]
+        gated_steps = [10 if b in (8, 12, 16) else (50 if b == 24 else 0) for b in bins]
+        def block(steps: list[int], ratio: dict[int, float]) -> dict[str, Any]:
+            time_s = [n * 0.01 for n in steps]
+            tokens = [t * 1000.0 * ratio.get(b, 1.0) for t, b in zip(time_s, bins, strict=True)]
+            return {"steps": steps, "tokens": tokens, "time_s": time_s,
+                    "tok_s": [k / t if t else None for k, t in zip(tokens, time_s, strict=True)]}  # fmt: skip
+        return {"bins": bins, "restarted": False, "gated": block(gated_steps, {}),
+                "drafted": block(drafted_steps, {b: r * wobble for b, r in curve.items()})}  # fmt: skip
+
+    intervals = [interval(i) for i in range(12)]
+    plain = warm_start.from_counters(intervals, 64, kept_extend_tax=0.0)
+    corrected = warm_start.from_counters(intervals, 64)
+    assert plain is not None and corrected is not None
+    assert plain.ceiling == 16 and corrected is not None and corrected.ceiling is not None
+    assert corrected.ceiling < 16
+    assert warm_start.from_counters([], 64) is None

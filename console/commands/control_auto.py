@@ -113,8 +113,8 @@ def warm_start(
     profiles: list[Known],
     gpu_metrics: str | None,
 ) -> WarmStart:
-    """What learn starts from (control/warm_start.py): the newest stored sweep or given measured profile of
-    the server's stack, read here and handed to the policy as a number."""
+    """What learn starts from (control/warm_start.py): this server's own stored counters, else the newest
+    stored sweep or given measured profile of its stack, read here and handed to the policy as a number."""
     from ...collectors.bench.gpu_inventory import server_inventory
     from ...control import warm_start
 
@@ -129,7 +129,7 @@ def warm_start(
     except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
         fail(str(exc))
     stack = warm_start.Stack.of(state.info.info, inventory)
-    return warm_start.find(database, stack, max_running, profiles)
+    return warm_start.find(database, stack, max_running, profiles, server_url=state.server_url)
 
 
 def profile_known(path: Path) -> Known:

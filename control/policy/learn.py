@@ -144,6 +144,59 @@ def _without(intervals: list[dict[str, Any]], bins: set[int]) -> list[dict[str, 
     return out
 
 
+def estimate_without_thin(
+    intervals: list[dict[str, Any]], z: float = DEFAULT_Z
+) -> tuple[speedup.SpeedupEstimate, set[int]]:
+    """The estimate learn moves on, and the thin bins left out of it: a bin seen in both modes in fewer than
+    ``MIN_INTERVALS`` intervals has no interval yet and keeps the side it is on (out of the crossover's
+    fit)."""
+    whole = speedup.estimate(intervals, z=z)
+    thin = {b.batch_size for b in whole.bins if b.speedup is not None and b.intervals < MIN_INTERVALS}
+    return (speedup.estimate(_without(intervals, thin), z=z) if thin else whole), thin
+
+
+def plan_ceilings(
+    est: speedup.SpeedupEstimate, bins: list[int], max_running_requests: int
+) -> tuple[int, int, int]:
+    """(target ceiling, lowest and highest ceiling the estimate's interval allows), on bin boundaries.
+
+    ``bins`` are the counters' bins; the bounds are ceilings (0, a bin, or ``max_running_requests``: every
+    bin on). Bins the window has not measured in both modes keep the side they are on: when speculation
+    pays at every bin measured, the target drafts up to the highest of them (or on, if that is the last
+    bin); when it loses at every bin measured, it gates down to just below the lowest of them. So a bin the
+    load left an hour ago is not switched on the strength of other bins."""
+    measured = [b.batch_size for b in est.bins if b.speedup is not None]
+    if est.status == "none_in_range":  # pays at every bin measured in both modes
+        target, high = bin_floor(measured[-1], bins), TOP
+        low = bin_floor(est.crossover_lo, bins) if est.crossover_lo is not None else target
+    elif est.status == "below_range":  # loses from the smallest bin measured on
+        target, low = bin_floor(measured[0] - 1, bins), 0
+        high = bin_floor(est.crossover_hi, bins) if est.crossover_hi is not None else target
+    else:
+        assert est.crossover is not None
+        target = bin_floor(est.crossover, bins)
+        low = bin_floor(est.crossover_lo if est.crossover_lo is not None else est.crossover, bins)
+        high = bin_floor(est.crossover_hi if est.crossover_hi is not None else est.crossover, bins)
+    mrr = max_running_requests
+    return ceiling_of(target, mrr), ceiling_of(low, mrr), ceiling_of(high, mrr)
+
+
+def ceiling_of(bound: int, max_running_requests: int) -> int:
+    """A bin boundary as a knob value: a bin at or above ``max_running_requests`` is every bin on."""
+    return max_running_requests if bound >= max_running_requests else bound
+
+
+def with_gated_scaled(interval: dict[str, Any], scaled: list[bool], scale: float) -> dict[str, Any]:
+    """The interval with the gated tokens and rates of the bins ``scaled`` marks (one flag per bin) times
+    ``scale``: a drafting bin's gated steps were explored in a drafting stream and kept the draft extend,
+    so ``1 / (1 - kept_extend_tax)`` makes them a gated stream's (``DEFAULT_KEPT_EXTEND_TAX``)."""
+    gated = dict(interval["gated"])
+    gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], scaled, strict=True)]
+    gated["tok_s"] = [r * scale if r is not None and w else r
+                      for r, w in zip(gated["tok_s"], scaled, strict=True)]  # fmt: skip
+    return {**interval, "gated": gated}
+
+
 def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
     """The bins that ran decode steps in these intervals (where the load is now)."""
     busy: set[int] = set()
@@ -232,10 +285,7 @@ class LearnPolicy:
         if self._remember(now, counters) or self._estimate is None:
             # The estimate moves only with a kept sample (every sample_s): computed once per sample.
             intervals = self._intervals
-            whole = speedup.estimate(intervals, z=self.z)
-            # thin bins (no interval yet) keep the side they are on: left out of the crossover's fit
-            thin = {b.batch_size for b in whole.bins if b.speedup is not None and b.intervals < MIN_INTERVALS}
-            est = speedup.estimate(_without(intervals, thin), z=self.z) if thin else whole
+            est, thin = estimate_without_thin(intervals, self.z)
             self._estimate = (est, thin, _busy_bins(intervals[-1:]))
         if self.knob is None:
             return self._hold("hold: the knob's read-back is unknown")
@@ -288,30 +338,11 @@ class LearnPolicy:
         )
 
     def _plan(self, est: speedup.SpeedupEstimate, bins: list[int]) -> tuple[int, int, int]:
-        """(target ceiling, lowest and highest ceiling the estimate's interval allows), on bin boundaries.
-
-        ``bins`` are the counters' bins; the bounds are ceilings (0, a bin, or ``max_running_requests``:
-        every bin on). Bins the window has not measured in both modes keep the side they are on: when
-        speculation pays at every bin measured, the target drafts up to the highest of them (or on, if
-        that is the last bin); when it loses at every bin measured, it gates down to just below the lowest
-        of them. So a bin the load left an hour ago is not switched on the strength of other bins."""
-        measured = [b.batch_size for b in est.bins if b.speedup is not None]
-        if est.status == "none_in_range":  # pays at every bin measured in both modes
-            target, high = bin_floor(measured[-1], bins), TOP
-            low = bin_floor(est.crossover_lo, bins) if est.crossover_lo is not None else target
-        elif est.status == "below_range":  # loses from the smallest bin measured on
-            target, low = bin_floor(measured[0] - 1, bins), 0
-            high = bin_floor(est.crossover_hi, bins) if est.crossover_hi is not None else target
-        else:
-            assert est.crossover is not None
-            target = bin_floor(est.crossover, bins)
-            low = bin_floor(est.crossover_lo if est.crossover_lo is not None else est.crossover, bins)
-            high = bin_floor(est.crossover_hi if est.crossover_hi is not None else est.crossover, bins)
-        return self._ceiling(target), self._ceiling(low), self._ceiling(high)
+        """``plan_ceilings`` for this server's max_running_requests."""
+        return plan_ceilings(est, bins, self.max_running_requests)
 
     def _ceiling(self, bound: int) -> int:
-        """A bin boundary as a knob value: a bin at or above ``max_running_requests`` is every bin on."""
-        return self.max_running_requests if bound >= self.max_running_requests else bound
+        return ceiling_of(bound, self.max_running_requests)
 
     def _allowed(self, knob: int, low: int, high: int, bins: list[int]) -> bool:
         """Whether ``knob`` is a bin boundary within [low, high] (``max_running_requests`` or more: on)."""
@@ -427,15 +458,12 @@ class LearnPolicy:
         scale = 1.0 / (1.0 - self.kept_extend_tax)
         if scale == 1.0:
             return intervals
+        out = []
         for interval, (_, snapshot) in zip(intervals, snapshots[1:], strict=True):
             ceiling = snapshot.get(CEILING_KEY)
-            warm = [ceiling is None or int(b) <= ceiling for b in interval["bins"]]
-            gated = dict(interval["gated"])
-            gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], warm, strict=True)]
-            gated["tok_s"] = [r * scale if r is not None and w else r
-                              for r, w in zip(gated["tok_s"], warm, strict=True)]  # fmt: skip
-            interval["gated"] = gated
-        return intervals
+            drafting = [ceiling is None or int(b) <= ceiling for b in interval["bins"]]
+            out.append(with_gated_scaled(interval, drafting, scale))
+        return out
 
     # --- exploration --------------------------------------------------------------------------------
     @staticmethod
