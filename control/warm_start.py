@@ -3,9 +3,9 @@
 First, this server's own decode counters, as the collector stored them over the last ``COUNTERS_WINDOW_S``
 (learn's own window): when they measure some batch-size bin in both modes with an interval (the gate explores
 under any policy but an operator's lock), learn starts where its own rule would put the ceiling on them
-(``policy.learn.plan_ceilings``). They measured this server's traffic, where a sweep measured other traffic:
-on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 24 on, where
-its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
+(``policy.learn_counters.plan_ceilings``). They measured this server's traffic, where a sweep measured other
+traffic: on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 24
+on, where its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
 
 Otherwise, what is known about the server's stack: the model, the draft, the SGLang version and the GPUs
 (their names, one per GPU). What is known about one is a stored sweep (``bench sweep --save``: the run keeps
@@ -35,7 +35,7 @@ from ..storage.bench_serving import effective_server_info
 from ..storage.database import Database
 from ..storage.models import BenchRun
 from . import speedup
-from .policy import learn
+from .policy import learn, learn_counters
 
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
 # How far back the server's own stored counters count: as much as learn keeps of its own.
@@ -234,26 +234,29 @@ def from_counters(
     intervals: list[dict[str, Any]],
     max_running_requests: int,
     window_s: float = COUNTERS_WINDOW_S,
-    kept_extend_tax: float = learn.DEFAULT_KEPT_EXTEND_TAX,
+    kept_extend_tax: float = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
 ) -> WarmStart | None:
     """Where learn's own rule puts the ceiling on this server's stored counter intervals
     (``storage.queries.counter_intervals``), or None when no bin has an interval there yet.
 
-    As learn reads its own counters: thin bins keep their side (``learn.estimate_without_thin``), and a bin
-    that ran mostly drafted (``BinEstimate.ran_mostly``) has its gated side, measured on explored batches
-    that kept the draft extend, scaled by ``1 / (1 - kept_extend_tax)``. The stored intervals do not say
-    which ceiling each ran under, which learn's own snapshots do; the mode a bin mostly ran is that ceiling's
-    mark on it."""
+    As learn reads its own counters: thin bins keep their side (``learn_counters.estimate_without_thin``),
+    and a bin that ran mostly drafted (``BinEstimate.ran_mostly``) has its gated side, measured on explored
+    batches that kept the draft extend, scaled by ``1 / (1 - kept_extend_tax)``. The stored intervals do not
+    say which ceiling each ran under, which learn's own snapshots do; the mode a bin mostly ran is that
+    ceiling's mark on it."""
     if not intervals:
         return None
     drafting = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
     scale = 1.0 / (1.0 - kept_extend_tax)
-    corrected = [learn.with_gated_scaled(interval, [int(b) in drafting for b in interval["bins"]], scale)
-                 for interval in intervals]  # fmt: skip
-    est, _ = learn.estimate_without_thin(corrected)
+    corrected = [
+        learn_counters.with_gated_scaled(interval, [int(b) in drafting for b in interval["bins"]], scale)
+        for interval in intervals
+    ]
+    est, _ = learn_counters.estimate_without_thin(corrected)
     if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
         return None
-    ceiling, _, _ = learn.plan_ceilings(est, [int(b) for b in intervals[-1]["bins"]], max_running_requests)
+    bins = [int(b) for b in intervals[-1]["bins"]]
+    ceiling, _, _ = learn_counters.plan_ceilings(est, bins, max_running_requests)
     return WarmStart(
         ceiling,
         f"warm start: this server's own counters of the last {window_s / 60:.0f} min ({len(intervals)} "

@@ -33,7 +33,8 @@ AROUND hooks through SGLang's ``HookRegistry``:
   (``plugin/engine_counters.py`` documents the shape and what the step time includes); counted on every
   decode batch, refused or not. ``hooks``: ``{"calls", "seconds"}``, the time spent in the plugin's own
   code of the two decode hooks below (SGLang's wrapped methods excluded), cumulative: against the
-  counters' step time it is the plugin's share of a decode step, measured where it runs.
+  counters' step time it is the plugin's share of a decode step, measured where it runs. ``gc``: the
+  scheduler process's garbage collections, the long ones with their wall-clock time (``plugin/gc_pauses.py``).
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
   step starts here for the counters (``EngineCounters.begin``).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
@@ -88,7 +89,7 @@ from typing import Any
 
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
-from . import engine_counters, knob_contract
+from . import engine_counters, gc_pauses, knob_contract
 from .gate import PLUGIN_VERSION, Gate
 
 KNOB_KEY = knob_contract.KNOB_KEY
@@ -126,6 +127,10 @@ class _PluginState:
         # Time in the plugin's own code of the decode hooks (not SGLang's methods they wrap).
         self.hook_calls = 0
         self.hook_s = 0.0
+        # This process's long garbage collections (plugin/gc_pauses.py): the state is made in the scheduler
+        # process, on its first hook call, so they are the scheduler's.
+        self.gc = gc_pauses.GcPauses.from_environment()
+        gc_pauses.install(self.gc)
 
     def account(self, started: float) -> None:
         """One decode hook's own time, from ``started`` (``time.perf_counter()``) to now."""
@@ -366,6 +371,7 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
                 counters.ensure(max_running)  # bins up to max_running_requests from the first report on
             block["counters"] = counters.snapshot()
             block["hooks"] = {"calls": _state().hook_calls, "seconds": _state().hook_s}
+            block["gc"] = _state().gc.report()
             tracker = _extend_skip()
             if tracker is not None:
                 block["gated_decode"] = tracker.report()

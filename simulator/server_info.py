@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # the simulator reports the version of the plugin it stands in for
+from ..plugin import gc_pauses
 from ..plugin.gate import PLUGIN_VERSION
 from . import knob_state
 from .config import SGLANG_VERSION, SimConfig
@@ -109,6 +110,20 @@ PLAIN_SPECULATIVE_ARGS: dict[str, Any] = {
 def adaptive_config(steps: int) -> dict[str, dict[str, list[int]]]:
     """Every band allows 0 (gated) and the working step: what the spectower gate needs."""
     return {str(band): {"candidate_steps": [0, steps]} for band in ADAPTIVE_BANDS}
+
+
+
+_GC: gc_pauses.GcPauses | None = None
+
+
+def _process_gc() -> gc_pauses.GcPauses:
+    """This process's collections, as the plugin times its scheduler's (``gc`` in the plugin's state): the
+    simulator is a Python process too, so its block is real, installed once on the first report."""
+    global _GC
+    if _GC is None:
+        _GC = gc_pauses.GcPauses.from_environment()
+        gc_pauses.install(_GC)
+    return _GC
 
 
 class ServerInfo:
@@ -206,6 +221,7 @@ class ServerInfo:
             "batches_gated": rank.batches_gated,
             "counters": rank.counters.snapshot(),
             "explore": knob_state.explore_report(engine, rank),
+            "gc": _process_gc().report(),
             **knob_state.report(engine),
         }
         return state

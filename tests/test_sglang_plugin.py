@@ -447,6 +447,10 @@ def test_decode_counters_per_bin_drafted_and_gated(sglang_checks: SglangChecks, 
     # the plugin's own time in its decode hooks: 4 launches (get_steps_for_batch) and 5 verify results
     hooks = result["spectower"]["hooks"]
     assert hooks["calls"] == 4 + 5 and hooks["seconds"] > 0
+    # the scheduler process's collections (plugin 0.4.5), the full one the check ran among them, kept as long
+    gc = result["spectower"]["gc"]
+    assert gc["threshold_s"] == 1e-9 and gc["collections"] >= 1 and gc["long"] == gc["collections"]
+    assert 2 in [c["generation"] for c in gc["recent_long"]] and gc["longest_s"] > 0
 
 
 @sglang_check

@@ -90,7 +90,8 @@ start_server() {  # name port mem_fraction extra-flags...: starts it, returns at
   setsid python3 -P -m sglang.launch_server --model-path "$WORK/models/target" --tokenizer-path "$WORK/models/target" \
     --attention-backend "$ATTN" --sampling-backend pytorch --cuda-graph-max-bs $MAX_RUNNING \
     --mem-fraction-static "$fraction" --max-running-requests $MAX_RUNNING --context-length 4096 --enable-metrics \
-    --host 127.0.0.1 --port "$port" --admin-api-key "$(cat "$WORK/admin_key")" $SERVER_ARGS_EXTRA "$@" \
+    --host 127.0.0.1 --port "$port" --admin-api-key "$(cat "$WORK/admin_key")" \
+    --gc-warning-threshold-secs "${GC_WARN_S:-0.05}" $SERVER_ARGS_EXTRA "$@" \
     > "$WORK/$name.log" 2>&1 &
   echo $! > "$WORK/$name.pid"
 }
@@ -534,6 +535,22 @@ for i, r in enumerate(ranks):
         doublings, above, batches = (w.get(k) for k in ("doublings", "over_limit", "batches"))
         print(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, the last {last} s; "
               f"limit {limit} ({doublings} doublings), {above} batches above it; batches {batches}")
+# long garbage collections of the scheduler process (plugin 0.4.5, plugin/gc_pauses.py), with their wall-clock
+# times, to set against the stalls of a replay (the TTFT tail of replay_table.py)
+import time
+for i, r in enumerate(ranks):
+    g = r.get("gc")
+    if not g:
+        continue
+    newest = []
+    for c in g.get("recent_long", []):
+        at, gen, took = c.get("at"), c.get("generation"), c.get("seconds")
+        newest.append(time.strftime("%H:%M:%S", time.gmtime(at)) + f" gen {gen} {took:.3f} s")
+    count, spent, long, limit, most = (g.get(k) for k in ("collections", "seconds", "long", "threshold_s",
+                                                          "longest_s"))
+    listed = ", ".join(newest) or "none"
+    print(f"scheduler gc, rank {i}: {count} collections, {spent:.2f} s; {long} of them >= {limit:g} s, the "
+          f"longest {most:.3f} s; newest long (UTC): {listed}")
 # flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the GPU
 mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
 for m in mirrors:
@@ -548,6 +565,12 @@ for m in mirrors:
 ' || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
+# SGLang's tokenizer manager's long garbage collections (--gc-warning-threshold-secs GC_WARN_S), the newest few
+for name in spec plain; do
+  [ -f "$WORK/$name.log" ] || continue
+  say "$name: $(grep -c 'LONG GARBAGE COLLECTION DETECTED' "$WORK/$name.log") tokenizer-manager collections >= ${GC_WARN_S:-0.05} s"
+  grep 'LONG GARBAGE COLLECTION DETECTED' "$WORK/$name.log" | tail -5 | cut -c1-140
+done
 # SGLang's own step changes (its acceptance EMA, not the knob): at knob max against an un-gated server each
 # one is a stretch of batches that did not draft
 for name in spec plain; do

@@ -56,18 +56,25 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ...plugin import engine_counters, explore, knob_contract
+from ...plugin import engine_counters, knob_contract
 from .. import speedup
 from .base import Decision, Observation, PolicyError
+from .learn_counters import (
+    DEFAULT_KEPT_EXTEND_TAX,
+    DEFAULT_Z,
+    MIN_INTERVALS,
+    bin_floor,
+    ceiling_of,
+    estimate_without_thin,
+    plan_ceilings,
+    with_gated_scaled,
+)
 
 STATE_VERSION = 2
 DEFAULT_WINDOW_S = 1800.0
 DEFAULT_SAMPLE_S = 15.0
 DEFAULT_MIN_DWELL_S = 300.0
 DEFAULT_MAX_FLIPS_PER_HOUR = 12
-# The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
-# chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
-DEFAULT_Z = speedup.Z95
 # Observations to wait for a set value to read back before believing the server's read-back instead.
 PENDING_WAITS = 2
 # Samples (sample_s each) a move waits for a thin bin the load is in now to gather its intervals, once per
@@ -75,18 +82,6 @@ PENDING_WAITS = 2
 # next. A load that only passes through the bin never gives it them, so the wait must end: then the move
 # goes ahead and the bin keeps its side.
 WAIT_SAMPLES = 2
-# A bin's estimate counts once each of its modes has steps in this many intervals (sample_s apart).
-MIN_INTERVALS = speedup.MIN_INTERVALS
-# Student's t, 97.5 % quantile, by degrees of freedom (at most d): the small-sample width of a 95 % interval.
-# Above every bin: the ceiling that drafts every batch (mapped to max_running_requests).
-TOP = knob_contract.MAX_SPEC_MAX_BS
-# A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
-# extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
-# windows (plugin/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
-# extend's share of a gated step; those bins' gated tokens are scaled up by 1 / (1 - kept_extend_tax)
-# (default ``explore.DEFAULT_KEPT_EXTEND_TAX``, what the H200 measured), so both sides of a bin compare what
-# each choice would serve.
-DEFAULT_KEPT_EXTEND_TAX = explore.DEFAULT_KEPT_EXTEND_TAX
 # Exploration while the estimate is decisive where the load is (item 6 above): a quarter of the default share
 # still measures every busy bin (one batch in 200 per bin, in runs) so that a drift shows within minutes.
 DEFAULT_QUIET_SHARE = 0.005
@@ -120,81 +115,6 @@ def _share_option(options: dict[str, Any], key: str) -> float:
         return knob_contract.explore_share_of(value, f"learn option {key!r}")
     except knob_contract.ContractError as exc:
         raise PolicyError(str(exc)) from None
-
-
-def bin_floor(x: float, bins: list[int]) -> int:
-    """The largest bin <= ``x`` (0 when ``x`` is below the first bin): the ceiling that drafts exactly the
-    bins at or below ``x``."""
-    return max((b for b in bins if b <= x + 1e-9), default=0)
-
-
-def _without(intervals: list[dict[str, Any]], bins: set[int]) -> list[dict[str, Any]]:
-    """The intervals with these bins' steps left out (the estimator skips a bin without steps)."""
-    if not bins:
-        return intervals
-    out = []
-    for interval in intervals:
-        keep = [int(b) not in bins for b in interval["bins"]]
-        copy = dict(interval)
-        for mode in engine_counters.MODES:
-            block = dict(interval[mode])
-            block["steps"] = [n if k else 0 for n, k in zip(block["steps"], keep, strict=True)]
-            copy[mode] = block
-        out.append(copy)
-    return out
-
-
-def estimate_without_thin(
-    intervals: list[dict[str, Any]], z: float = DEFAULT_Z
-) -> tuple[speedup.SpeedupEstimate, set[int]]:
-    """The estimate learn moves on, and the thin bins left out of it: a bin seen in both modes in fewer than
-    ``MIN_INTERVALS`` intervals has no interval yet and keeps the side it is on (out of the crossover's
-    fit)."""
-    whole = speedup.estimate(intervals, z=z)
-    thin = {b.batch_size for b in whole.bins if b.speedup is not None and b.intervals < MIN_INTERVALS}
-    return (speedup.estimate(_without(intervals, thin), z=z) if thin else whole), thin
-
-
-def plan_ceilings(
-    est: speedup.SpeedupEstimate, bins: list[int], max_running_requests: int
-) -> tuple[int, int, int]:
-    """(target ceiling, lowest and highest ceiling the estimate's interval allows), on bin boundaries.
-
-    ``bins`` are the counters' bins; the bounds are ceilings (0, a bin, or ``max_running_requests``: every
-    bin on). Bins the window has not measured in both modes keep the side they are on: when speculation
-    pays at every bin measured, the target drafts up to the highest of them (or on, if that is the last
-    bin); when it loses at every bin measured, it gates down to just below the lowest of them. So a bin the
-    load left an hour ago is not switched on the strength of other bins."""
-    measured = [b.batch_size for b in est.bins if b.speedup is not None]
-    if est.status == "none_in_range":  # pays at every bin measured in both modes
-        target, high = bin_floor(measured[-1], bins), TOP
-        low = bin_floor(est.crossover_lo, bins) if est.crossover_lo is not None else target
-    elif est.status == "below_range":  # loses from the smallest bin measured on
-        target, low = bin_floor(measured[0] - 1, bins), 0
-        high = bin_floor(est.crossover_hi, bins) if est.crossover_hi is not None else target
-    else:
-        assert est.crossover is not None
-        target = bin_floor(est.crossover, bins)
-        low = bin_floor(est.crossover_lo if est.crossover_lo is not None else est.crossover, bins)
-        high = bin_floor(est.crossover_hi if est.crossover_hi is not None else est.crossover, bins)
-    mrr = max_running_requests
-    return ceiling_of(target, mrr), ceiling_of(low, mrr), ceiling_of(high, mrr)
-
-
-def ceiling_of(bound: int, max_running_requests: int) -> int:
-    """A bin boundary as a knob value: a bin at or above ``max_running_requests`` is every bin on."""
-    return max_running_requests if bound >= max_running_requests else bound
-
-
-def with_gated_scaled(interval: dict[str, Any], scaled: list[bool], scale: float) -> dict[str, Any]:
-    """The interval with the gated tokens and rates of the bins ``scaled`` marks (one flag per bin) times
-    ``scale``: a drafting bin's gated steps were explored in a drafting stream and kept the draft extend,
-    so ``1 / (1 - kept_extend_tax)`` makes them a gated stream's (``DEFAULT_KEPT_EXTEND_TAX``)."""
-    gated = dict(interval["gated"])
-    gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], scaled, strict=True)]
-    gated["tok_s"] = [r * scale if r is not None and w else r
-                      for r, w in zip(gated["tok_s"], scaled, strict=True)]  # fmt: skip
-    return {**interval, "gated": gated}
 
 
 def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:

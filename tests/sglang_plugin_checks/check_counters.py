@@ -7,6 +7,8 @@ Argument: the adaptive config path. Prints one JSON object: the counters block a
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
 
 import _harness
@@ -22,6 +24,7 @@ class FakeClock:
 
 def main() -> None:
     config_path = sys.argv[1]
+    os.environ["SPECTOWER_GC_LONG_S"] = "1e-9"  # read when the plugin's state is made: every collection long
     plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
     clock = FakeClock()
     plugin.engine_counters_state().clock = clock
@@ -56,6 +59,9 @@ def main() -> None:
     # 4. A verify nobody launched: only "unmatched".
     controller.on_verify_complete([1] * 5, batch_size=5)
     snap("gated")
+    # 5. A full collection in this (the scheduler's) process, timed by the plugin's gc callback; a threshold
+    # of a nanosecond (SPECTOWER_GC_LONG_S, read when the plugin's state was made) keeps it as long.
+    gc.collect(2)
     out["spectower"] = _harness.get_state(scheduler)["spectower"]
     _harness.emit(out)
 

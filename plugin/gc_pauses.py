@@ -1,0 +1,108 @@
+"""Python's garbage collections in the process the plugin runs in (SGLang's scheduler), the long ones kept.
+
+Why: under Azure's replay on the H200 every policy's server paused 0.56-1.35 s a few times, each pause a
+stretch of arrivals whose TTFT fell one for one with their arrival time, and those pauses made the runs' p99
+TTFT (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04). A full collection over the objects of a
+scheduler holding tens of requests with prompts of thousands of tokens is one candidate. SGLang logs its
+tokenizer manager's long collections (``--gc-warning-threshold-secs``) but not the scheduler's; this counts
+the scheduler's, through ``gc.callbacks``, and the plugin reports them in ``get_internal_state`` (``gc``), so
+a stall can be matched to a collection by its wall-clock time.
+
+Standard library only (it runs inside SGLang). The callback never raises: an exception in a ``gc`` callback
+would be printed on every collection and could hide the scheduler's own errors.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+# A collection longer than this is kept and counted as long: a decode step of the H200 pairs takes 5-45 ms,
+# so 50 ms is a step or more lost.
+DEFAULT_THRESHOLD_S = 0.05
+THRESHOLD_ENV = "SPECTOWER_GC_LONG_S"
+# The newest long collections kept with their time (the report lists them): a few per replay were seen.
+KEPT = 16
+
+
+class GcPauses:
+    """Times every collection of this process; keeps the long ones (at least ``threshold_s``)."""
+
+    def __init__(
+        self,
+        threshold_s: float = DEFAULT_THRESHOLD_S,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.threshold_s = threshold_s
+        self._clock, self._wall = clock, wall
+        self._started: float | None = None
+        self.collections = 0
+        self.seconds = 0.0  # every collection's time
+        self.long = 0
+        self.long_s = 0.0
+        self.longest_s = 0.0
+        # the newest long ones: at (Unix seconds), generation, seconds
+        self.recent: deque[dict[str, Any]] = deque(maxlen=KEPT)
+
+    @classmethod
+    def from_environment(cls) -> GcPauses:
+        """The threshold from ``SPECTOWER_GC_LONG_S`` (seconds, > 0) when set and valid, else the default."""
+        raw = os.environ.get(THRESHOLD_ENV)
+        try:
+            value = float(raw) if raw is not None else DEFAULT_THRESHOLD_S
+        except ValueError:
+            value = DEFAULT_THRESHOLD_S
+        return cls(value if math.isfinite(value) and value > 0 else DEFAULT_THRESHOLD_S)
+
+    def callback(self, phase: str, info: dict[str, Any]) -> None:
+        """``gc.callbacks``' signature: ``phase`` "start" or "stop", ``info`` with the ``generation``."""
+        try:
+            if phase == "start":
+                self._started = self._clock()
+                return
+            if phase != "stop" or self._started is None:
+                return
+            took = self._clock() - self._started
+            self._started = None
+            self.collections += 1
+            self.seconds += took
+            if took >= self.threshold_s:
+                self.long += 1
+                self.long_s += took
+                self.longest_s = max(self.longest_s, took)
+                generation = info.get("generation") if isinstance(info, dict) else None
+                self.recent.append({"at": round(self._wall(), 3), "generation": generation,
+                                    "seconds": round(took, 4)})  # fmt: skip
+        except Exception:  # a gc callback must never raise (the module's docstring)
+            self._started = None
+
+    def report(self) -> dict[str, Any]:
+        """The ``gc`` block of the plugin's state: every collection's count and time, the long ones', and the
+        newest long ones with their wall-clock time (Unix seconds)."""
+        return {
+            "threshold_s": self.threshold_s,
+            "collections": self.collections,
+            "seconds": round(self.seconds, 6),
+            "long": self.long,
+            "long_seconds": round(self.long_s, 6),
+            "longest_s": round(self.longest_s, 6),
+            "recent_long": list(self.recent),
+        }
+
+
+def install(pauses: GcPauses) -> None:
+    """Time this process's collections with ``pauses`` (once: a second install of the same one is a no-op)."""
+    if pauses.callback not in gc.callbacks:
+        gc.callbacks.append(pauses.callback)
+
+
+def uninstall(pauses: GcPauses) -> None:
+    """Stop timing with ``pauses`` (tests; the plugin keeps it for the process's life)."""
+    while pauses.callback in gc.callbacks:
+        gc.callbacks.remove(pauses.callback)
