@@ -22,6 +22,7 @@ policy gets only a number (``initial_ceiling``).
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import time
@@ -40,6 +41,9 @@ from .policy import learn, learn_counters
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
 # How far back the server's own stored counters count: as much as learn keeps of its own.
 COUNTERS_WINDOW_S = learn.DEFAULT_WINDOW_S
+# How far before the window a stored knob reading still says what ceiling the window's first intervals ran
+# under (the collector reads it every few seconds).
+KNOB_LOOKBACK_S = 60.0
 
 
 def _text(value: Any) -> str | None:
@@ -235,23 +239,28 @@ def from_counters(
     max_running_requests: int,
     window_s: float = COUNTERS_WINDOW_S,
     kept_extend_tax: float = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
+    ceilings: Sequence[int | None] | None = None,
 ) -> WarmStart | None:
     """Where learn's own rule puts the ceiling on this server's stored counter intervals
     (``storage.queries.counter_intervals``), or None when no bin has an interval there yet.
 
     As learn reads its own counters: thin bins keep their side (``learn_counters.estimate_without_thin``),
-    and a bin that ran mostly drafted (``BinEstimate.ran_mostly``) has its gated side, measured on explored
-    batches that kept the draft extend, scaled by ``1 / (1 - kept_extend_tax)``. The stored intervals do not
-    say which ceiling each ran under, which learn's own snapshots do; the mode a bin mostly ran is that
-    ceiling's mark on it."""
+    and the bins each interval's ceiling drafted (``ceilings``, one per interval, from the knob the collector
+    stored beside it; None: not known) have their gated side, measured on batches that kept the draft extend
+    (explored ones, and those draining after a burst), scaled by ``1 / (1 - kept_extend_tax)``. Where no
+    ceiling is known, a bin that ran mostly drafted (``BinEstimate.ran_mostly``) is taken as drafted."""
     if not intervals:
         return None
-    drafting = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
+    if ceilings is not None and len(ceilings) != len(intervals):
+        raise ValueError(f"ceilings: one per interval, got {len(ceilings)} for {len(intervals)}")
+    mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
     scale = 1.0 / (1.0 - kept_extend_tax)
-    corrected = [
-        learn_counters.with_gated_scaled(interval, [int(b) in drafting for b in interval["bins"]], scale)
-        for interval in intervals
-    ]
+    corrected = []
+    for i, interval in enumerate(intervals):
+        ceiling = ceilings[i] if ceilings is not None else None
+        drafted = (learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
+                   else [int(b) in mostly for b in interval["bins"]])  # fmt: skip
+        corrected.append(learn_counters.with_gated_scaled(interval, drafted, scale))
     est, _ = learn_counters.estimate_without_thin(corrected)
     if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
         return None
@@ -265,11 +274,19 @@ def from_counters(
     )
 
 
+def knob_at(knobs: Sequence[tuple[float, int]], ts: float) -> int | None:
+    """The knob the newest of ``knobs`` ((time, spec_max_bs), oldest first) at or before ``ts`` read (None:
+    none that old)."""
+    i = bisect.bisect_right([t for t, _ in knobs], ts)
+    return knobs[i - 1][1] if i else None
+
+
 def from_stored_counters(
     db: Database, server_url: str, max_running_requests: int, now: float, window_s: float = COUNTERS_WINDOW_S
 ) -> WarmStart | None:
-    """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s`` (None:
-    the server was never collected, or its counters measure no bin in both modes yet)."""
+    """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s``, each
+    interval with the knob it stored beside it (None: the server was never collected, or its counters measure
+    no bin in both modes yet)."""
     try:
         server_id = queries.server_by_url(db, server_url).id
     except LookupError:
@@ -277,7 +294,13 @@ def from_stored_counters(
     if server_id is None:
         return None
     intervals = queries.counter_intervals(db, server_id, now - window_s, now)
-    return from_counters(intervals, max_running_requests, window_s)
+    if not intervals:
+        return None
+    # the knob as the collector read it (a scrape's /server_info), from a little before the window on
+    rows = queries.sample_rows(db, "engine", [server_id], now - window_s - KNOB_LOOKBACK_S, now)
+    knobs = [(float(r["ts"]), int(r["spec_max_bs"])) for r in rows if r.get("spec_max_bs") is not None]
+    ceilings = [knob_at(knobs, float(interval["ts"])) for interval in intervals]
+    return from_counters(intervals, max_running_requests, window_s, ceilings=ceilings)
 
 
 def find(

@@ -250,8 +250,9 @@ def test_the_servers_own_counters_warm_learn_nearer_what_pays_under_azure_than_t
     """On the H200 the pair's learn started at the sweep's 48 and held 24 through the replay (its interval
     allowed it), drafting bins 17-24 at 0.94x. Had the collector stored this server's counters from 240 s
     of the same traffic under threshold:47 (the GPU run's other launch), the warm start reads them as learn
-    reads its own (control/warm_start.py ``from_counters``): at most 24. Learn started there ends at 16 and
-    serves a lower median end-to-end latency than learn started at the sweep's 48, with the same goodput."""
+    reads its own (control/warm_start.py ``from_counters``, the knob of 47 stored beside them): at most 24
+    (16 here). Learn started there ends at 16 or below and serves a lower median end-to-end latency than
+    learn started at the sweep's 48, with the same goodput."""
     profile = parse_profile(json.loads(PAIR_CALIBRATED.read_text()), source="calibrated")
     arrivals = schedule(load_request_trace(AZURE), 3.0, 0.75, 0, 240.0)
     mrr = profile.max_running_requests
@@ -267,7 +268,9 @@ def test_the_servers_own_counters_warm_learn_nearer_what_pays_under_azure_than_t
     history.decide = keep  # type: ignore[method-assign]
     config = HarnessConfig(initial_max_bs=47)
     before = simulate_open_loop(profile, arrivals, history, trace_name="azure", config=config)
-    warm = warm_start.from_counters(speedup.intervals_from_snapshots(snapshots), mrr)
+    intervals = speedup.intervals_from_snapshots(snapshots)
+    # the knob the collector stores beside each interval: threshold:47's
+    warm = warm_start.from_counters(intervals, mrr, ceilings=[47] * len(intervals))
     assert warm is not None and warm.ceiling is not None and 8 <= warm.ceiling <= 24, warm
 
     def learn_from(ceiling: int) -> Any:

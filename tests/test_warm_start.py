@@ -273,12 +273,14 @@ def store_counters(
     end: float,
     intervals: int = 12,
     modes: tuple[str, ...] = ("drafted", "gated"),
+    knob: int | None = None,
 ) -> None:
     """Decode-counter intervals as the collector stores them (``EngineCounterSample``: one row per bin and
     mode that saw steps, 5 s apart, ending at ``end``): a bin's mostly-run mode has 50 steps an interval, the
-    explored one 10; gated 1000 tok/s of step time, drafted ``speedup`` times that, wobbling 2 %."""
+    explored one 10; gated 1000 tok/s of step time, drafted ``speedup`` times that, wobbling 2 %. With
+    ``knob``, the scrape's ``EngineSample`` too, the knob it read."""
     from spectower.storage.database import open_database
-    from spectower.storage.models import EngineCounterSample
+    from spectower.storage.models import EngineCounterSample, EngineSample
 
     with open_database(db_path) as db:
         sid = db.server_id(url)
@@ -292,6 +294,8 @@ def store_counters(
                                              tokens=round(tok_s[mode] * steps[mode] * 0.01),
                                              time_s=steps[mode] * 0.01)
                          for mode in modes]  # fmt: skip
+            if knob is not None:
+                rows.append(EngineSample(server_id=sid, ts=ts, spec_max_bs=knob))
         writer = db.writer(maintenance=None)
         writer.put(*rows)
         assert writer.flush(30)
@@ -358,3 +362,22 @@ def test_a_mostly_drafted_bins_gated_side_is_read_as_a_gated_streams() -> None:
     assert plain.ceiling == 16 and corrected is not None and corrected.ceiling is not None
     assert corrected.ceiling < 16
     assert warm_start.from_counters([], 64) is None
+
+
+def test_the_knob_stored_beside_the_counters_says_which_bins_kept_the_extend(tmp_path: Path) -> None:
+    """Under threshold:47 on the H200 the bins just below 47 ran mostly gated after each burst (holed
+    requests drain gated, with the extend) yet the ceiling drafted them: their gated side kept the extend as
+    an explored one does. With the knob the collector stored beside the counters the warm start scales those
+    bins' gated side as learn scales its own (the bins the ceiling drafted); without it, it can only go by the
+    mode a bin mostly ran, and reads bin 24's 1.05x as paying."""
+    now = 10_000.0
+    curve = {4: (1.6, True), 8: (1.5, True), 12: (1.4, True), 16: (1.25, True), 24: (1.05, False),
+             32: (0.95, False), 48: (0.7, False)}  # fmt: skip
+    store_counters(tmp_path / "no-knob.db", URL, curve, end=now - 60)
+    store_counters(tmp_path / "knob.db", URL, curve, end=now - 60, knob=47)
+    without, with_knob = _find(tmp_path / "no-knob.db", now), _find(tmp_path / "knob.db", now)
+    assert without.ceiling == 24 and with_knob.ceiling == 16
+    assert warm_start.knob_at([(1.0, 8), (5.0, 16)], 4.9) == 8 and warm_start.knob_at([(1.0, 8)], 0.5) is None
+    with pytest.raises(ValueError, match="ceilings: one per interval"):
+        warm_start.from_counters([{"bins": [1]}], 64, ceilings=[])
+

@@ -65,6 +65,7 @@ from .learn_counters import (
     MIN_INTERVALS,
     bin_floor,
     ceiling_of,
+    drafted_by,
     estimate_without_thin,
     plan_ceilings,
     with_gated_scaled,
@@ -381,8 +382,7 @@ class LearnPolicy:
         out = []
         for interval, (_, snapshot) in zip(intervals, snapshots[1:], strict=True):
             ceiling = snapshot.get(CEILING_KEY)
-            drafting = [ceiling is None or int(b) <= ceiling for b in interval["bins"]]
-            out.append(with_gated_scaled(interval, drafting, scale))
+            out.append(with_gated_scaled(interval, drafted_by(interval["bins"], ceiling), scale))
         return out
 
     # --- exploration --------------------------------------------------------------------------------

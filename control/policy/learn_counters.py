@@ -101,3 +101,9 @@ def with_gated_scaled(interval: dict[str, Any], scaled: list[bool], scale: float
     gated["tok_s"] = [r * scale if r is not None and w else r
                       for r, w in zip(gated["tok_s"], scaled, strict=True)]  # fmt: skip
     return {**interval, "gated": gated}
+
+
+def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
+    """Per bin, whether ``ceiling`` drafts it (None: unknown, speculation as launched: every bin): the bins
+    whose gated side ``with_gated_scaled`` corrects."""
+    return [ceiling is None or int(b) <= ceiling for b in bins]
