@@ -34,6 +34,13 @@ def control(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)  # fmt: skip
 
 
+def confirmed_set(db: Path, url: str) -> bool:
+    """Whether a policy's set on ``url`` is audited, confirmed by its read-back."""
+    with open_database(db) as store:
+        rows = audit.list_events(store, limit=1000)
+    return any(r.server_url == url and r.action == "set" and r.confirmed for r in rows)
+
+
 def test_one_policy_per_replica_each_with_its_own_lock_and_one_failure_stops_no_other(
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
@@ -64,6 +71,10 @@ def test_one_policy_per_replica_each_with_its_own_lock_and_one_failure_stops_no_
         assert output.has(f"{down}: no policy: cannot reach")  # named, and the others run
         assert output.has(f"{c.base_url}: ") and knob(c.base_url) == 0  # c's own lock holds its policy
         assert wait_for(lambda: output.has("paused"), 30), output.text()
+        # a's set read back and audited before a dies: its knob reads 4 as soon as the set lands, while the
+        # runner may still be reading it back (a fresh clone's suite, four workers on two cores, 2026-12-04:
+        # one replica's set was not audited as confirmed though its knob read 4; this is the likely cause)
+        assert wait_for(lambda: confirmed_set(db, a.base_url), 30), output.text()
         a.kill()  # one replica dies under its policy
         released = control("release", "--server", c.base_url, "--db", str(db), "--reason", "yours again")
         assert released.returncode == 0, released.stderr
@@ -81,7 +92,6 @@ def test_one_policy_per_replica_each_with_its_own_lock_and_one_failure_stops_no_
     starts = {r.server_url for r in rows if r.action == "auto-start"}
     stops = {r.server_url for r in rows if r.action == "auto-stop"}
     assert starts == stops == {a.base_url, b.base_url, c.base_url}  # each its own rows; none for the down one
-    policy_sets = {
-        r.server_url for r in rows if r.actor == "policy:threshold" and r.action == "set" and r.confirmed
-    }
-    assert policy_sets == {a.base_url, b.base_url, c.base_url}
+    sets = [(r.server_url, r.confirmed, r.error)
+            for r in rows if r.actor == "policy:threshold" and r.action == "set"]  # fmt: skip
+    assert {url for url, confirmed, _ in sets if confirmed} == {a.base_url, b.base_url, c.base_url}, sets
