@@ -42,10 +42,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 
-from explore_lean import bin_totals, runs_from_db  # noqa: E402
+from explore_lean import runs_from_db  # noqa: E402
 from replay_table import read_run  # noqa: E402
+from spectower.control import speedup  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
 from spectower.plugin import explore  # noqa: E402
+from spectower.plugin.engine_counters import MODES  # noqa: E402
 from spectower.simulator.harness import HarnessConfig  # noqa: E402
 from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # noqa: E402
 from spectower.simulator.open_loop_cost import WindowStreams  # noqa: E402
@@ -86,26 +88,42 @@ def measured_runs(run_dir: Path) -> list[Measured]:
     return sorted(out, key=lambda r: int(r.replay.get("run_id") or 0))
 
 
-def measured_bins(run_dir: Path, max_running: int) -> dict[str, dict[tuple[int, str], list[float]]]:
-    """Per policy (repeats summed): (bin, mode) -> [steps, tokens, step seconds] from ``policy.db`` (none
-    where the run kept no policy.db: its replays are compared without bins)."""
+# bin -> mode -> [(tokens, time_s, steps) of each counters interval with steps there] (speedup's grouping)
+Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
+
+
+def measured_samples(run_dir: Path, max_running: int) -> dict[str, Samples]:
+    """Per policy (repeats pooled): its runs' counter intervals from ``policy.db``, grouped per bin and mode
+    as ``control.speedup.estimate_per_bin`` reads them (none where the run kept no policy.db)."""
     if not (run_dir / "policy.db").exists():
         return {}
     db = open_database(run_dir / "policy.db", existing=True)
     servers = queries.servers(db)
     if len(servers) != 1:
         raise ValueError(f"--run-dir: expected one server's counters in policy.db, found {len(servers)}")
-    out: dict[str, dict[tuple[int, str], list[float]]] = {}
+    out: dict[str, Samples] = {}
     for run in runs_from_db(db, max_running):
         policy = TAG.match("replay-" + run.name.split("@")[0])
         if policy is None:
             continue
-        intervals = queries.counter_intervals(db, servers[0].id, run.start, run.end, max_intervals=100_000)
+        found = queries.counter_samples(db, servers[0].id, run.start, run.end, max_intervals=100_000)
         into = out.setdefault(policy["policy"], {})
-        for key, cell in bin_totals(intervals).items():
-            have = into.setdefault(key, [0.0, 0.0, 0.0])
-            for i in range(3):
-                have[i] += cell[i]
+        for b, modes in found.per_bin.items():
+            for mode, rows in modes.items():
+                into.setdefault(int(b), {m: [] for m in MODES})[mode].extend(rows)
+    return out
+
+
+def measured_bins(run_dir: Path, max_running: int) -> dict[str, dict[tuple[int, str], list[float]]]:
+    """Per policy (repeats summed): (bin, mode) -> [steps, tokens, step seconds] (``measured_samples``
+    summed)."""
+    out: dict[str, dict[tuple[int, str], list[float]]] = {}
+    for policy, per_bin in measured_samples(run_dir, max_running).items():
+        cells = out.setdefault(policy, {})
+        for b, modes in per_bin.items():
+            for mode, rows in modes.items():
+                cells[(b, mode)] = [float(sum(n for *_, n in rows)), math.fsum(t for t, _, _ in rows),
+                                    math.fsum(x for _, x, _ in rows)]  # fmt: skip
     return out
 
 
@@ -254,38 +272,42 @@ def fit(profile: Profile, runs: Sequence[Measured], measured: dict[str, Any],
           f"rms log error {math.sqrt(best[0]):.3f}")  # fmt: skip
 
 
-def measured_speedups(measured: dict[str, dict[tuple[int, str], list[float]]]) -> list[dict[str, Any]]:
+def measured_speedups(samples: dict[str, Samples]) -> list[dict[str, Any]]:
     """Per bin: what drafting served under the replay's traffic against what gating did, in output tokens
     per second of step time: each threshold run's drafted steps against always off's gated ones (a locked
-    off: no extend, nothing explored; the steady gated stream). The two sides ran at other moments of the
-    same arrivals, so a bin's context mix is the trace's in both; the sweep's curves, measured with short
-    prompts, say what drafting gives there, this what it gave under the trace. Bins with fewer than
-    MIN_STEPS steps on either side are left out."""
-    gated = measured.get("off", {})
+    off: no extend, nothing explored; the steady gated stream), with the 95 % interval the one estimator
+    gives (``control.speedup.estimate_per_bin``: each side's counter intervals as batch means). The two sides
+    ran at other moments of the same arrivals, so a bin's context mix is the trace's in both; the sweep's
+    curves, measured with short prompts, say what drafting gives there, this what it gave under the trace.
+    Bins with fewer than MIN_STEPS steps on either side are left out."""
+    gated = samples.get("off", {})
     rows = []
-    for policy, cells in sorted(measured.items()):
+    for policy, per_bin in sorted(samples.items()):
         if not policy.startswith("threshold"):
             continue
-        for (b, mode), cell in sorted(cells.items()):
-            off = gated.get((b, "gated"))
-            if mode != "drafted" or off is None or min(cell[0], off[0]) < MIN_STEPS:
+        paired = {b: {"drafted": modes["drafted"], "gated": gated[b]["gated"]}
+                  for b, modes in per_bin.items() if b in gated}  # fmt: skip
+        est = speedup.estimate_per_bin(paired, 0)
+        for b in est.bins:
+            if b.speedup is None or min(b.drafted_steps, b.gated_steps) < MIN_STEPS:
                 continue
-            if not (cell[2] > 0 and off[2] > 0):
-                continue
-            drafted_tok_s, gated_tok_s = cell[1] / cell[2], off[1] / off[2]
-            rows.append({"policy": policy, "bin": b, "drafted_steps": int(cell[0]),
-                         "gated_steps": int(off[0]), "drafted_tok_s": round(drafted_tok_s, 1),
-                         "gated_tok_s": round(gated_tok_s, 1),
-                         "speedup": round(drafted_tok_s / gated_tok_s, 3)})  # fmt: skip
+            rows.append({"policy": policy, "bin": b.batch_size, "drafted_steps": b.drafted_steps,
+                         "gated_steps": b.gated_steps, "drafted_tok_s": round(b.drafted_tok_s or 0.0, 1),
+                         "gated_tok_s": round(b.gated_tok_s or 0.0, 1), "speedup": round(b.speedup, 3),
+                         "lo": _round(b.lo), "hi": _round(b.hi), "intervals": b.intervals})  # fmt: skip
     return rows
 
 
 def print_speedups(rows: list[dict[str, Any]]) -> None:
-    print("per bin: output tok/s of step time, drafted (the threshold run) against gated (always off)")
-    print(f"{'policy':<14}{'bin':>4}{'drafted':>9}{'steps':>7}{'gated':>9}{'steps':>7}{'speedup':>9}")
+    print("per bin: output tok/s of step time, drafted (the threshold run) against gated (always off); 95 % "
+          "interval, the counter intervals of the scarcer side as batch means")  # fmt: skip
+    print(f"{'policy':<14}{'bin':>4}{'drafted':>9}{'steps':>7}{'gated':>9}{'steps':>7}{'speedup':>9}"
+          f"{'95 %':>15}{'intervals':>10}")  # fmt: skip
     for r in rows:
+        bounds = f"{r['lo']:.3f}-{r['hi']:.3f}" if r["lo"] is not None else "-"
         print(f"{r['policy']:<14}{r['bin']:>4}{r['drafted_tok_s']:>9.0f}{r['drafted_steps']:>7}"
-              f"{r['gated_tok_s']:>9.0f}{r['gated_steps']:>7}{r['speedup']:>9.3f}")  # fmt: skip
+              f"{r['gated_tok_s']:>9.0f}{r['gated_steps']:>7}{r['speedup']:>9.3f}{bounds:>15}"
+              f"{r['intervals']:>10}")  # fmt: skip
 
 
 def _cell(v: Any, fmt: str = ".3f") -> str:
@@ -367,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     if args.speedups:
-        rows = measured_speedups(measured)
+        rows = measured_speedups(measured_samples(args.run_dir, profile.max_running_requests))
         if not rows:
             print("--speedups: the run needs an always-off and a threshold run with counters in policy.db",
                   file=sys.stderr)  # fmt: skip

@@ -4,8 +4,9 @@ First, this server's own decode counters, as the collector stored them over the 
 (learn's own window): when they measure some batch-size bin in both modes with an interval (the gate explores
 under any policy but an operator's lock), learn starts where its own rule would put the ceiling on them
 (``policy.learn_counters.plan_ceilings``). They measured this server's traffic, where a sweep measured other
-traffic: on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 24
-on, where its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
+traffic: on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 32
+on (0.84x, 95 % 0.78-0.91), where its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-
+triton-replay-2026-12-04).
 
 Otherwise, what is known about the server's stack: the model, the draft, the SGLang version and the GPUs
 (their names, one per GPU). What is known about one is a stored sweep (``bench sweep --save``: the run keeps
