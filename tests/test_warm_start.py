@@ -381,3 +381,24 @@ def test_the_knob_stored_beside_the_counters_says_which_bins_kept_the_extend(tmp
     with pytest.raises(ValueError, match="ceilings: one per interval"):
         warm_start.from_counters([{"bins": [1]}], 64, ceilings=[])
 
+
+
+H200_PAIR_REPLAY = Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04"
+
+
+def test_on_the_h200_replays_stored_counters_learn_would_start_at_16_where_the_sweep_said_48() -> None:
+    """The collector's own database of the H200 replay (2026-12-04, the second launch: always off, then
+    threshold:47, under Azure's prompts). Read at the end of the runs, its counters put learn at 16 (the
+    locked off's steady gated steps beside threshold:47's drafted ones); threshold:47's 4 minutes alone put
+    it at 24, since its gated side in the bins below 47 is mostly drain with the extend, which the 7 % tax
+    only partly corrects. The sweep of this stack said 48, and learn, started there, held 24."""
+    from spectower.storage import queries
+    from spectower.storage.database import open_database
+
+    with open_database(H200_PAIR_REPLAY / "policy.db", existing=True) as db:
+        url = queries.servers(db)[0].url
+        end = 1796418887.96  # threshold:47's run ended (the control events)
+        both = warm_start.from_stored_counters(db, url, 64, now=end)
+        alone = warm_start.from_stored_counters(db, url, 64, now=end, window_s=end - 1796418644.43)
+    assert both is not None and both.ceiling == 16, both
+    assert alone is not None and alone.ceiling == 24, alone
