@@ -179,3 +179,36 @@ def test_a_call_ends_with_the_plugins_exploration_windows_and_never_the_admin_ke
     gc_line = next(text for text in done.stdout.splitlines() if text.startswith("scheduler gc, rank 0:"))
     assert " collections, " in gc_line and "of them >= 0.05 s" in gc_line and "newest long (UTC): " in gc_line
     assert key not in done.stdout + done.stderr
+
+
+def test_a_call_whose_runs_are_still_going_hands_back_a_consistent_copy_of_their_database(
+    tmp_path: Path,
+) -> None:
+    """2026-12-04: the device machine was taken back after the first call of a replay, and learn's counters
+    went with it, because policy.db came back only once every run was done. A call whose runs are still
+    going now hands back ``policy-partial.db``, SQLite's online backup of it taken while the collector
+    writes (here: a writer holding the database in WAL mode, with rows committed and uncommitted)."""
+    import sqlite3
+
+    runs = tmp_path / "work" / "policy-out"
+    runs.mkdir(parents=True)
+    (runs / "policy.log").write_text("")
+    live = sqlite3.connect(runs / "policy.db")
+    live.execute("pragma journal_mode=wal")
+    live.execute("create table engine_counter_sample (ts real, steps int)")
+    live.executemany("insert into engine_counter_sample values (?, ?)", [(float(i), i) for i in range(500)])
+    live.commit()
+    live.execute("insert into engine_counter_sample values (1e9, 1)")  # uncommitted: not in the copy
+    try:
+        done = _measure_off(tmp_path, PHASES="wait", WAIT_SECONDS="1", SPEC_PORT="9", CURL_MAX_S="2")
+    finally:
+        live.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "policy runs still going" in done.stdout
+    out = tmp_path / "out"
+    copy = sqlite3.connect(out / "policy-partial.db")
+    try:
+        assert copy.execute("select count(*), max(ts) from engine_counter_sample").fetchone() == (500, 499.0)
+    finally:
+        copy.close()
+    assert not (out / "policy.db").exists()  # the whole database only once the runs are done
