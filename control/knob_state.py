@@ -95,6 +95,7 @@ def rank_to_dict(rank: RankState) -> dict[str, Any]:
         "gated_decode": _copy(rank.gated_decode),
         "seq_lens_mirror": _copy(rank.seq_lens_mirror),
         "explore": _copy(rank.explore),
+        "gc": _copy(rank.gc),
     }
 
 

@@ -1,6 +1,7 @@
 """`spectower control get`'s off path: what the gated-decode plugin and flashinfer's seq-lens mirror did on
 each rank, read from /server_info (a real 0.5.17 capture carrying the blocks the plugins' own ``report()``
-methods publish), and a warning when the mirror turned itself off."""
+methods publish), and a warning when the mirror turned itself off; and each rank's scheduler garbage
+collections (plugin 0.4.5)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,37 @@ def test_json_carries_each_ranks_exploration_window(real_data: Path) -> None:
     window = knob_state(doc, "http://127.0.0.1:30000").to_dict()["ranks"][0]["explore"]["window"]
     assert window["active"] and window["phase"] == "explore" and window["windows"] == 1
     assert window["batches"] == {"cold": 150, "warm": 0, "explore": 5}
+
+
+def test_each_ranks_scheduler_garbage_collections_are_shown_with_the_newest_long_ones_time(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin 0.4.5 (plugin/gc_pauses.py): the operator who sees TTFT spike can set them against the
+    scheduler's long collections, in `control get` and its --json; a plugin that publishes none shows none."""
+    import time
+
+    from spectower.plugin.gc_pauses import GcPauses
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    pauses = GcPauses(threshold_s=0.05, clock=clock, wall=lambda: 1_796_417_829.0)
+    for took in (0.001, 0.75, 0.002):
+        pauses.callback("start", {"generation": 2})
+        clock.now += took
+        pauses.callback("stop", {"generation": 2})
+    doc = _doc(real_data, None, None)
+    doc["internal_states"][0]["spectower"]["gc"] = pauses.report()
+    text = _printed(doc, monkeypatch)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1_796_417_829.0))
+    expected = f"scheduler gc 0: 3 collections, 1 >= 0.05 s, the longest 0.750 s; the newest 0.75 s at {when}"
+    assert expected in text
+    state = knob_state(doc, "http://127.0.0.1:30000")
+    assert state.to_dict()["ranks"][0]["gc"]["longest_s"] == 0.75  # --json too
+    doc["internal_states"][0]["spectower"]["gc"] = GcPauses().report()
+    assert "scheduler gc 0: 0 collections, none >= 0.05 s" in _printed(doc, monkeypatch)
+    assert "scheduler gc" not in _printed(_doc(real_data, None, None), monkeypatch)

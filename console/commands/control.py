@@ -153,6 +153,7 @@ def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None
             markup=False,
         )
     lines, warnings = off_path(state.ranks)
+    lines += gc_lines(state.ranks)
     for line in lines:
         out.print(line, markup=False)
     for problem in [*state.problems(), *warnings]:
@@ -189,6 +190,30 @@ def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
         if parts:
             lines.append(f"  off path {rank.dp_rank}: " + "; ".join(parts))
     return lines, warnings
+
+
+def gc_lines(ranks: Sequence[RankState]) -> list[str]:
+    """Each rank's scheduler garbage collections (plugin 0.4.5, plugin/gc_pauses.py): how many, how many
+    long, the longest and when the newest long one ran, so a latency spike can be set against them. Nothing
+    for a plugin that does not publish them."""
+    lines = []
+    for rank in ranks:
+        gc = rank.gc
+        if not gc:
+            continue
+        threshold, longest = gc.get("threshold_s"), gc.get("longest_s")
+        long = gc.get("long") or 0
+        line = f"  scheduler gc {rank.dp_rank}: {gc.get('collections', '?')} collections"
+        if not isinstance(threshold, int | float) or not isinstance(longest, int | float):
+            lines.append(f"{line}, {long} long")
+        elif not long:
+            lines.append(f"{line}, none >= {threshold:g} s")
+        else:
+            recent = gc.get("recent_long") or [{}]
+            newest = recent[-1] if isinstance(recent[-1], dict) else {}
+            lines.append(f"{line}, {long} >= {threshold:g} s, the longest {longest:.3f} s; the newest "
+                         f"{newest.get('seconds', '?')} s at {_when(newest.get('at'))}")  # fmt: skip
+    return lines
 
 
 def _when(ts: Any) -> str:
