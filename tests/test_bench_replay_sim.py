@@ -248,7 +248,10 @@ def test_ctrl_c_stops_sending_cancels_what_is_in_flight_and_scores_what_finished
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while _served(sim.base_url) < 3:  # the server's own count: the replay is under way
+        # the server's own count: the replay is under way. It counts a request done before the client has
+        # read its last chunk: in a fresh clone's suite (four workers on two cores, 2026-12-04) the client
+        # had scored 2 of the server's 3 when Ctrl-C came, so the server is let finish twice what is asked
+        while _served(sim.base_url) < 6:
             assert proc.poll() is None and time.monotonic() < deadline, "the replay ended or sent nothing"
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
