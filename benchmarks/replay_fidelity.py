@@ -117,8 +117,13 @@ def measured_samples(run_dir: Path, max_running: int) -> dict[str, Samples]:
 def measured_bins(run_dir: Path, max_running: int) -> dict[str, dict[tuple[int, str], list[float]]]:
     """Per policy (repeats summed): (bin, mode) -> [steps, tokens, step seconds] (``measured_samples``
     summed)."""
+    return bin_totals(measured_samples(run_dir, max_running))
+
+
+def bin_totals(samples: dict[str, Samples]) -> dict[str, dict[tuple[int, str], list[float]]]:
+    """``measured_samples`` summed per policy, bin and mode: [steps, tokens, step seconds]."""
     out: dict[str, dict[tuple[int, str], list[float]]] = {}
-    for policy, per_bin in measured_samples(run_dir, max_running).items():
+    for policy, per_bin in samples.items():
         cells = out.setdefault(policy, {})
         for b, modes in per_bin.items():
             for mode, rows in modes.items():
@@ -384,12 +389,13 @@ def main(argv: list[str] | None = None) -> int:
         profile = load_profile(args.profile)
         runs = measured_runs(args.run_dir)
         args.trace = args.trace or str(REPO_ROOT / runs[0].replay["params"]["trace"])
-        measured = measured_bins(args.run_dir, profile.max_running_requests)
+        samples = measured_samples(args.run_dir, profile.max_running_requests)  # policy.db read once
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    measured = bin_totals(samples)
     if args.speedups:
-        rows = measured_speedups(measured_samples(args.run_dir, profile.max_running_requests))
+        rows = measured_speedups(samples)
         if not rows:
             print("--speedups: the run needs an always-off and a threshold run with counters in policy.db",
                   file=sys.stderr)  # fmt: skip

@@ -5,8 +5,8 @@ First, this server's own decode counters, as the collector stored them over the 
 under any policy but an operator's lock), learn starts where its own rule would put the ceiling on them
 (``policy.learn_counters.plan_ceilings``). They measured this server's traffic, where a sweep measured other
 traffic: on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 32
-on (0.84x, 95 % 0.78-0.91), where its sweep with 64-token prompts crossed at 47 (data/gpu-runs/h200-8b-pair-
-triton-replay-2026-12-04).
+on (0.84x, 95 % 0.78-0.91), where its sweep with 64-token prompts crossed at 47
+(data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
 
 Otherwise, what is known about the server's stack: the model, the draft, the SGLang version and the GPUs
 (their names, one per GPU). What is known about one is a stored sweep (``bench sweep --save``: the run keeps
@@ -254,11 +254,14 @@ def from_counters(
         return None
     if ceilings is not None and len(ceilings) != len(intervals):
         raise ValueError(f"ceilings: one per interval, got {len(ceilings)} for {len(intervals)}")
-    mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
+    known = list(ceilings) if ceilings is not None else [None] * len(intervals)
+    # the bins that ran mostly drafted: estimated only where some interval's knob is unknown
+    mostly: set[int] = set()
+    if None in known:
+        mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
     scale = 1.0 / (1.0 - kept_extend_tax)
     corrected = []
-    for i, interval in enumerate(intervals):
-        ceiling = ceilings[i] if ceilings is not None else None
+    for interval, ceiling in zip(intervals, known, strict=True):
         drafted = (learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
                    else [int(b) in mostly for b in interval["bins"]])  # fmt: skip
         corrected.append(learn_counters.with_gated_scaled(interval, drafted, scale))
@@ -277,8 +280,8 @@ def from_counters(
 
 def knob_at(knobs: Sequence[tuple[float, int]], ts: float) -> int | None:
     """The knob the newest of ``knobs`` ((time, spec_max_bs), oldest first) at or before ``ts`` read (None:
-    none that old)."""
-    i = bisect.bisect_right([t for t, _ in knobs], ts)
+    none that old). A binary search on the pairs themselves: (ts, inf) sorts after every reading at ts."""
+    i = bisect.bisect_right(knobs, (ts, math.inf))
     return knobs[i - 1][1] if i else None
 
 

@@ -35,8 +35,6 @@ ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
 ENV_EXPLORE_SHARE = knob_contract.EXPLORE_ENV
 DEFAULT_GATE_MARGIN_FRACTION = 0.10
 DEFAULT_GATE_MIN_DWELL = 16
-
-
 # Verify results arrive after the next batch was launched (overlap scheduling): remember this many recent
 # gate decisions to match each verify result with the decision for its own batch.
 DEFAULT_DECISION_MEMORY = 8

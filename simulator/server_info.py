@@ -112,7 +112,6 @@ def adaptive_config(steps: int) -> dict[str, dict[str, list[int]]]:
     return {str(band): {"candidate_steps": [0, steps]} for band in ADAPTIVE_BANDS}
 
 
-
 _GC: gc_pauses.GcPauses | None = None
 
 

@@ -227,7 +227,7 @@ class LearnPolicy:
                 f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
                 f"{self.window_s:.0f} s)"
             )
-        target, low, high = self._plan(est, bins)
+        target, low, high = plan_ceilings(est, bins, self.max_running_requests)
         knob = self.knob
         if self._allowed(knob, low, high, bins):
             self._share_view = self._decided(est, busy)
@@ -257,10 +257,6 @@ class LearnPolicy:
         return self._set(
             now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, {self._describe(est)}"
         )
-
-    def _plan(self, est: speedup.SpeedupEstimate, bins: list[int]) -> tuple[int, int, int]:
-        """``plan_ceilings`` for this server's max_running_requests."""
-        return plan_ceilings(est, bins, self.max_running_requests)
 
     def _ceiling(self, bound: int) -> int:
         return ceiling_of(bound, self.max_running_requests)
