@@ -6,7 +6,9 @@ under any policy but an operator's lock), learn starts where its own rule would 
 (``policy.learn_counters.plan_ceilings``). They measured this server's traffic, where a sweep measured other
 traffic: on the H200 under Azure's conversation prompts the fixed-share 0.5 pair's drafting lost from bin 32
 on (0.84x, 95 % 0.78-0.91), where its sweep with 64-token prompts crossed at 47
-(data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04).
+(data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04). The drafting bins' gated side is corrected by the
+kept-extend tax the same counters measured in the bins the ceiling gated (``storage.queries.extend_totals``,
+``control.kept_extend``; plugin 0.4.6 on), else by learn's constant, and the line says which.
 
 Otherwise, what is known about the server's stack: the model, the draft, the SGLang version and the GPUs
 (their names, one per GPU). What is known about one is a stored sweep (``bench sweep --save``: the run keeps
@@ -17,8 +19,8 @@ paid there, every bin when it always did). The policy's own counters decide from
 known: it starts where the launch put the knob. Either way one line says which.
 
 The data flows the project's way: this module reads storage (``storage.queries.counter_intervals``,
-``storage.queries.bench_runs``), the command line reads the server and passes its URL and stack in, and the
-policy gets only a number (``initial_ceiling``).
+``storage.queries.extend_totals``, ``storage.queries.bench_runs``), the command line reads the server and
+passes its URL and stack in, and the policy gets only a number (``initial_ceiling``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..storage import queries
 from ..storage.bench_serving import effective_server_info
 from ..storage.database import Database
 from ..storage.models import BenchRun
-from . import speedup
+from . import kept_extend, speedup
 from .policy import learn, learn_counters
 
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
@@ -239,7 +241,7 @@ def from_counters(
     intervals: list[dict[str, Any]],
     max_running_requests: int,
     window_s: float = COUNTERS_WINDOW_S,
-    kept_extend_tax: float = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
+    kept_extend_tax: float | kept_extend.KeptExtendTax = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
     ceilings: Sequence[int | None] | None = None,
 ) -> WarmStart | None:
     """Where learn's own rule puts the ceiling on this server's stored counter intervals
@@ -248,8 +250,10 @@ def from_counters(
     As learn reads its own counters: thin bins keep their side (``learn_counters.estimate_without_thin``),
     and the bins each interval's ceiling drafted (``ceilings``, one per interval, from the knob the collector
     stored beside it; None: not known) have their gated side, measured on batches that kept the draft extend
-    (explored ones, and those draining after a burst), scaled by ``1 / (1 - kept_extend_tax)``. Where no
-    ceiling is known, a bin that ran mostly drafted (``BinEstimate.ran_mostly``) is taken as drafted."""
+    (explored ones, and those draining after a burst), scaled by ``1 / (1 - kept_extend_tax)``: a
+    ``kept_extend.KeptExtendTax`` the counters measured (the line says where), or a number taken as assumed.
+    Where no ceiling is known, a bin that ran mostly drafted (``BinEstimate.ran_mostly``) is taken as
+    drafted."""
     if not intervals:
         return None
     if ceilings is not None and len(ceilings) != len(intervals):
@@ -259,7 +263,8 @@ def from_counters(
     mostly: set[int] = set()
     if None in known:
         mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
-    scale = 1.0 / (1.0 - kept_extend_tax)
+    tax, tax_text = kept_extend.or_assumed(kept_extend_tax)
+    scale = 1.0 / (1.0 - tax)
     corrected = []
     for interval, ceiling in zip(intervals, known, strict=True):
         drafted = (learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
@@ -273,8 +278,8 @@ def from_counters(
     return WarmStart(
         ceiling,
         f"warm start: this server's own counters of the last {window_s / 60:.0f} min ({len(intervals)} "
-        f"intervals, {est.seconds:.0f} s of decode steps): crossover {est.label}; learn starts at ceiling "
-        f"{ceiling}",
+        f"intervals, {est.seconds:.0f} s of decode steps): crossover {est.label}; {tax_text}; "
+        f"learn starts at ceiling {ceiling}",
     )
 
 
@@ -289,8 +294,9 @@ def from_stored_counters(
     db: Database, server_url: str, max_running_requests: int, now: float, window_s: float = COUNTERS_WINDOW_S
 ) -> WarmStart | None:
     """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s``, each
-    interval with the knob it stored beside it (None: the server was never collected, or its counters measure
-    no bin in both modes yet)."""
+    interval with the knob it stored beside it, and the kept-extend tax its extend rows of the window measure
+    (``kept_extend.measure``; learn's constant where they measure none) (None: the server was never collected,
+    or its counters measure no bin in both modes yet)."""
     try:
         server_id = queries.server_by_url(db, server_url).id
     except LookupError:
@@ -304,7 +310,10 @@ def from_stored_counters(
     rows = queries.sample_rows(db, "engine", [server_id], now - window_s - KNOB_LOOKBACK_S, now)
     knobs = [(float(r["ts"]), int(r["spec_max_bs"])) for r in rows if r.get("spec_max_bs") is not None]
     ceilings = [knob_at(knobs, float(interval["ts"])) for interval in intervals]
-    return from_counters(intervals, max_running_requests, window_s, ceilings=ceilings)
+    extend = queries.extend_totals(db, server_id, now - window_s, now)
+    measured = kept_extend.measure(*extend) if extend is not None else None
+    tax = measured if measured is not None else learn_counters.DEFAULT_KEPT_EXTEND_TAX
+    return from_counters(intervals, max_running_requests, window_s, tax, ceilings=ceilings)
 
 
 def find(

@@ -41,6 +41,15 @@ Published (cumulative since the process started; ``internal_states[i]["spectower
 exploration run or out of it (plugin/explore.py): a switch's first step is slower than a steady one, and
 exploration would otherwise count only such steps for the explored mode. They are in no bin.
 
+``extend`` (plugin 0.4.6 on; optional, lists parallel to ``bins``) measures what the draft model's KV extend
+costs a gated step on this server's own traffic: ``{"kept": {"steps", "tokens", "time_s"}, "skipped": {...}}``
+counts the gated steps whose previous step was gated too (no mode switch in the step), by whether the extend
+ran or the gated-decode plugin skipped it. Each is counted where it always was as well (its gated bin, or
+``settling``): this block is a second view of those steps, not a third mode. A window's warm part and the
+drain keep the extend, its cold part skips it, so the bins the ceiling gates hold both (control/kept_extend.py
+turns them into the tax learn corrects a drafting bin's gated side by; on the H200 it was 7 % with short
+prompts and 12-14 % with Azure's, so no constant serves).
+
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
 later snapshot counts from zero) and bins that grew between the two.
@@ -58,6 +67,10 @@ from typing import Any
 COUNTERS_VERSION = 1
 MODES = ("drafted", "gated")
 FIELDS = ("steps", "tokens", "time_s")
+# The ``extend`` block's two kinds of steady gated step (module docstring).
+EXTEND_KINDS = ("kept", "skipped")
+# kind -> field -> per bin
+ExtendBlock = dict[str, dict[str, list[float]]]
 # Verify results arrive at most a batch or two after their launch (overlap scheduling): remember this many.
 PENDING_MEMORY = 8
 # Bins never grow past this batch size (2**16; SGLang's max_running_requests is far below).
@@ -109,11 +122,17 @@ class EngineCounters:
         # Steps marked settling (the first of an exploration run and the first after it, plugin/explore.py):
         # counted here, in no bin, so that the bins hold steady-stream rates.
         self.settling: dict[str, float] = dict.fromkeys(FIELDS, 0)
+        # Steady gated steps by whether the draft extend ran (module docstring): kind -> field -> per bin.
+        self.extend: dict[str, dict[str, list[float]]] = {
+            kind: {field: [0] * n for field in FIELDS} for kind in EXTEND_KINDS
+        }
         self.started_at = wall()
         self.clock = clock
         self.clock_name = clock_name
-        self._pending: deque[tuple[int, bool, float, bool]] = deque()
+        # pending launches: (batch size, drafted, started, settling, extend kept: None where not told)
+        self._pending: deque[tuple[int, bool, float, bool, bool | None]] = deque()
         self._last_end: float | None = None
+        self._last_drafted: bool | None = None  # the mode of the last step counted (None: none yet)
 
     # ---- bins -------------------------------------------------------------------------------------------
     def ensure(self, batch_size: int) -> None:
@@ -124,6 +143,9 @@ class EngineCounters:
                 self.steps[mode].append(0)
                 self.tokens[mode].append(0)
                 self.time_s[mode].append(0.0)
+            for block in self.extend.values():
+                for values in block.values():
+                    values.append(0)
 
     def bin_index(self, batch_size: int) -> int:
         """The index of the smallest bin >= ``batch_size`` (growing the bins when needed)."""
@@ -133,10 +155,25 @@ class EngineCounters:
 
     # ---- counting ---------------------------------------------------------------------------------------
     def record(
-        self, batch_size: int, drafted: bool, tokens: int, seconds: float, settling: bool = False
+        self,
+        batch_size: int,
+        drafted: bool,
+        tokens: int,
+        seconds: float,
+        settling: bool = False,
+        extend_kept: bool | None = None,
     ) -> None:
         """Count one decode step (the simulator calls this with its modelled duration); a ``settling`` step
-        is counted apart from the bins (module docstring)."""
+        is counted apart from the bins (module docstring). ``extend_kept``: for a gated step, whether the
+        draft extend ran (None: not known); a gated step after a gated one counts in ``extend`` too."""
+        steady_gated = not drafted and self._last_drafted is False
+        self._last_drafted = drafted
+        if steady_gated and extend_kept is not None:
+            block = self.extend["kept" if extend_kept else "skipped"]
+            j = self.bin_index(batch_size)
+            block["steps"][j] += 1
+            block["tokens"][j] += tokens
+            block["time_s"][j] += seconds
         if settling:
             self.settling["steps"] += 1
             self.settling["tokens"] += tokens
@@ -154,14 +191,21 @@ class EngineCounters:
         if len(pending) >= PENDING_MEMORY:
             pending.popleft()
             self.dropped += 1
-        pending.append((batch_size, drafted, self.clock(), settling))
+        pending.append((batch_size, drafted, self.clock(), settling, None))
 
     def relabel_latest(self, batch_size: int, drafted: bool) -> None:
         """The launch just begun runs the other mode after all (the gated-decode plugin's drain, which holds
         a batch at 0 steps after the gate chose to draft it): count it as what it runs."""
         pending = self._pending
         if pending and pending[-1][0] == batch_size:
-            pending[-1] = (batch_size, drafted, pending[-1][2], pending[-1][3])
+            pending[-1] = (batch_size, drafted, *pending[-1][2:])
+
+    def mark_extend(self, batch_size: int, kept: bool) -> None:
+        """The launch just begun, gated, runs the draft extend (``kept``) or skips it (the gated-decode
+        plugin knows which once it has marked the batch)."""
+        pending = self._pending
+        if pending and pending[-1][0] == batch_size:
+            pending[-1] = (*pending[-1][:4], kept)
 
     def end(self, batch_size: int, num_correct_drafts_per_req: Sequence[int]) -> None:
         """A decode batch's verify result is on the CPU (the plugin's on_verify_complete hook).
@@ -172,13 +216,13 @@ class EngineCounters:
         now = self.clock()
         pending = self._pending
         while pending:
-            size, drafted, started, settling = pending.popleft()
+            size, drafted, started, settling, kept = pending.popleft()
             if size == batch_size:
                 last = self._last_end
                 seconds = now - (started if last is None or started > last else last)
                 self._last_end = now
                 tokens = sum(num_correct_drafts_per_req) + len(num_correct_drafts_per_req)
-                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling)
+                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling, kept)
                 return
             self.dropped += 1
         self.unmatched += 1
@@ -203,6 +247,14 @@ class EngineCounters:
             "unmatched": self.unmatched,
             "dropped": self.dropped,
             "settling": {**self.settling, "time_s": round(self.settling["time_s"], 9)},
+            "extend": {
+                kind: {
+                    "steps": list(block["steps"]),
+                    "tokens": list(block["tokens"]),
+                    "time_s": [round(t, 9) for t in block["time_s"]],
+                }
+                for kind, block in self.extend.items()
+            },
         }
 
 
@@ -251,6 +303,46 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
             t / s if s > 0 and t > 0 else None for t, s in zip(block["time_s"], block["steps"], strict=True)
         ]
         out[mode] = block
+    new_extend = extend_block(after)
+    if new_extend is not None:
+        out["extend"] = _extend_deltas(extend_block(base) if base is not None else None, new_extend, n)
+    return out
+
+
+def _extend_deltas(old: ExtendBlock | None, new: ExtendBlock, n: int) -> ExtendBlock:
+    """``rates()``'s ``extend`` block: per kind and field, ``new`` less ``old`` (None: zeros), on n bins."""
+    out: ExtendBlock = {}
+    for kind in EXTEND_KINDS:
+        out[kind] = {}
+        for field in FIELDS:
+            before = _padded(old[kind][field], n) if old is not None else [0] * n
+            deltas = [a - b for a, b in zip(_padded(new[kind][field], n), before, strict=True)]
+            out[kind][field] = [round(d, 9) for d in deltas] if field == "time_s" else deltas
+    return out
+
+
+def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
+    """A snapshot's ``extend`` block (module docstring) when it has a well-formed one (lists as long as its
+    bins, non-negative numbers), else None: a plugin before 0.4.6 has none, and a malformed one must not
+    stop a reader of the counters it sits beside."""
+    if snapshot is None:
+        return None
+    block, bins = snapshot.get("extend"), snapshot.get("bins")
+    if not isinstance(block, Mapping) or not isinstance(bins, list):
+        return None
+    out: ExtendBlock = {}
+    for kind in EXTEND_KINDS:
+        entry = block.get(kind)
+        if not isinstance(entry, Mapping):
+            return None
+        out[kind] = {}
+        for field in FIELDS:
+            values = entry.get(field)
+            if not isinstance(values, list) or len(values) != len(bins):
+                return None
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+                return None
+            out[kind][field] = list(values)
     return out
 
 
@@ -282,6 +374,17 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     block[field][index[int(b)]] += v
         block["time_s"] = [round(t, 9) for t in block["time_s"]]
         out[mode] = block
+    extends = [(snap, found) for snap in snapshots if (found := extend_block(snap)) is not None]
+    if extends:
+        summed: ExtendBlock = {kind: {field: [0] * len(bins) for field in FIELDS} for kind in EXTEND_KINDS}
+        for snap, found in extends:
+            for kind in EXTEND_KINDS:
+                for field in FIELDS:
+                    for b, v in zip(snap["bins"], found[kind][field], strict=True):
+                        summed[kind][field][index[int(b)]] += v
+        for kind in EXTEND_KINDS:
+            summed[kind]["time_s"] = [round(t, 9) for t in summed[kind]["time_s"]]
+        out["extend"] = summed
     return out
 
 

@@ -27,8 +27,9 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # report); 0.4.4: an exploring part ends after explore.WINDOW_EXPLORE_MAX_S busy seconds, counting its second
 # half in time (explore.window.timed_out in the report), and an escalated limit drafts twice the last part's
 # largest batch (explore.next_doublings); 0.4.5: the scheduler's long garbage collections (gc in the report,
-# plugin/gc_pauses.py)
-PLUGIN_VERSION = "0.4.5"
+# plugin/gc_pauses.py); 0.4.6: the counters' extend block, steady gated steps by whether the draft extend ran
+# (what it costs on this server's traffic: control/kept_extend.py)
+PLUGIN_VERSION = "0.4.6"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

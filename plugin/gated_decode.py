@@ -213,6 +213,17 @@ def _relabel_gated(batch_size: int) -> None:
             logger.debug("spectower gated decode: counters not relabelled", exc_info=True)
 
 
+def _mark_extend(batch_size: int, kept: bool) -> None:
+    """Tell the knob plugin's counters whether this gated batch runs the draft extend: their ``extend``
+    block measures what it costs on this server's traffic (plugin/engine_counters.py)."""
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
+    if plugin is not None:
+        try:
+            plugin.engine_counters_state().mark_extend(batch_size, kept)
+        except Exception:
+            logger.debug("spectower gated decode: the extend not marked", exc_info=True)
+
+
 def _zero_step_controller(worker: Any) -> Any:
     """The worker's adaptive controller when it can run 0 steps (a registered 0-step state), else None."""
     controller = getattr(worker, "adaptive_controller", None)
@@ -366,6 +377,8 @@ def hook_activate_step_by_batch(
     if tracker.draining_now:
         _relabel_gated(int(batch_size))
     tracker.mark(int(worker.speculative_num_steps))
+    if worker.speculative_num_steps == 0:
+        _mark_extend(int(batch_size), kept=not tracker.skip_now)
     return None
 
 

@@ -20,7 +20,8 @@ decode steps over the running batch:
   ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
-  modelled step time), published like the SGLang plugin's under ``internal_states[i]["spectower"]``.
+  modelled step time; a gated one also by whether its extend ran), published like the SGLang plugin's under
+  ``internal_states[i]["spectower"]``.
 - exploration, as the SGLang plugin's gate does it (``plugin.explore.ExploreSchedule``, per rank): runs of
   decode batches, ``explore_share`` of each batch-size bin's, run the other mode than the knob says, unless
   a lock (manual or sweep) holds the knob; a run's first batch and the first after it count as settling.
@@ -354,7 +355,10 @@ class RankScheduler:
         self.last_decode_mono = now
         self.engine.on_decode(produced, live, drafted)
         if live:
-            self.counters.record(live, drafted, produced, step, settling)
+            # a gated step of a speculative profile tells the counters whether its extend ran (their
+            # ``extend`` block: the tax learn corrects by, control/kept_extend.py); no such step otherwise
+            kept = None if drafted or not profile.speculative else not skipped
+            self.counters.record(live, drafted, produced, step, settling, kept)
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]

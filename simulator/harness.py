@@ -22,7 +22,8 @@ Effects the real server has that the harness reproduces:
   include it;
 - the engine counters (plugin/engine_counters.py) as the plugin publishes them, one rank: per
   power-of-two batch-size bin and mode, cumulative steps, tokens and step time, the step time with
-  per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``);
+  per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``),
+  and their ``extend`` block (gated steps by whether the draft extend ran, each kind at its own curve);
   each Observation carries a snapshot (``Observation.counters``).
 
 Efficiency = tokens under the policy / tokens under the oracle that, at every instant, knows the profile
@@ -237,6 +238,11 @@ class _Tables:
     pure_best: tuple[float, ...]  # the better mode's rate without exploration (off: the extend skipped)
     never_draft: tuple[float, ...]  # the knob at 0 locked: the extend skipped, nothing explored
     plain: tuple[float, ...]
+    # the share of the gated steps that keep the extend: off_windowed's per batch, off_windowed_over's; and
+    # the warm curve they run at (never_draft is the cold one), for the counters' extend block
+    kept_windowed: tuple[float, ...] = ()
+    kept_over: float = 0.0
+    warm: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, profile: Profile, share: float) -> _Tables:
@@ -272,6 +278,7 @@ class _Tables:
             pure_best=tuple(max(a, b) for a, b in zip(on_rate, off_rate, strict=True)),
             never_draft=tuple(off_rate),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
+            kept_windowed=tuple(kept_at), kept_over=kept_over, warm=tuple(warm_rate),
         )
 
 
@@ -281,16 +288,26 @@ class _Tables:
             return self.off_cold
         return self.off_windowed if explore.windowed(True, period) else self.off
 
-    def gated_mode(self, gated: tuple[_Mode, ...], batch: int, windows: FluidWindows, ceiling: int) -> _Mode:
+    def gated_mode(self, gated: tuple[_Mode, ...], batch: int, windows: FluidWindows, ceiling: int
+                   ) -> tuple[_Mode, float]:  # fmt: skip
         """A batch of ``batch`` the ceiling gates (``gated``: ``gated_by_ceiling``'s table): in windows,
         above the exploring stream's limit (plugin/explore.py, with its doublings after parts above it:
-        simulator/fluid_windows.py) nothing of it drafts. Counts the batches into ``windows``."""
+        simulator/fluid_windows.py) nothing of it drafts. Counts the batches into ``windows``. With the
+        share of its gated steps that keep the draft extend (the cold table's: none)."""
         if gated is not self.off_windowed:
-            return gated[batch]
+            return gated[batch], 0.0 if gated is self.off_cold else 1.0
         within = windows.drafts(batch, ceiling)
         mode = gated[batch] if within else self.off_windowed_over[batch]
         windows.add(mode.steps_s * windows.tick_s, batch, ceiling)
-        return mode
+        return mode, self.kept_windowed[batch] if within else self.kept_over
+
+    def kept_time(self, kept: float, batch: int) -> float:
+        """The kept steps' share of the gated time where a share ``kept`` of the gated steps at ``batch``
+        keep the extend (``_kept_mix``'s split: each kind at its own curve, warm and cold)."""
+        warm, cold = self.warm[batch], self.never_draft[batch]
+        if kept <= 0.0 or kept >= 1.0 or warm <= 0 or cold <= 0:
+            return kept
+        return (kept / warm) / (kept / warm + (1.0 - kept) / cold)
 
 
 def _kept_mix(kept: float, warm: float, cold: float) -> float:
@@ -488,7 +505,8 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
     ticks_per_decision = max(1, round(cfg.decision_interval_s / tick))
     delay_ticks = math.ceil(cfg.knob_delay_s / tick - 1e-9)
     # The counters' noise has its own stream too: the gauges' noise stays what it was before counters.
-    counters = FluidCounters(mrr, noise_cv, random.Random(f"counters:{seed}"))
+    counters = FluidCounters(mrr, noise_cv, random.Random(f"counters:{seed}"),
+                             random.Random(f"extend:{seed}"))  # fmt: skip
     runner = _Runner(mrr, profile.speculative, noise_cv, cfg.stale_probability, ticks_per_decision, counters,
                      random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}"))  # fmt: skip
     knob = _Knob(mrr if cfg.initial_max_bs is None else cfg.initial_max_bs, cfg.explore_share)
@@ -506,10 +524,14 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         conc = max(0, round(trace.concurrency_at(i * tick)))
         running = min(conc, mrr)
         drafting = running > 0 and running <= knob.value and profile.speculative
-        mode = tables.on[running] if drafting else tables.gated_mode(gated_off, running, windows, knob.value)
+        # a drafting bin's gated steps (explored) keep the extend; a gated one's as its table says
+        mode, kept = ((tables.on[running], 1.0) if drafting
+                      else tables.gated_mode(gated_off, running, windows, knob.value))  # fmt: skip
         totals.add(oracle, oracle_off, running, mode, tick, (bare.on if drafting else bare_off)[running])
         if running:
             counters.add(running, mode, tick)
+            if profile.speculative:  # without speculation no step has an extend to run or skip
+                counters.add_extend(running, mode, tick, kept, tables.kept_time(kept, running))
             gauges.busy(mode, tick)
         else:
             gauges.idle(tick)

@@ -349,7 +349,8 @@ class _Server:
         if oracle:  # the closed-loop oracle's off: what a batch the ceiling gates serves (harness.py)
             self.oracle_off = self.by_share.at(cfg.explore_share)[1]
         self.noise_cv = profile.noise_cv if cfg.noise_cv is None else cfg.noise_cv
-        self.counters = FluidCounters(mrr, self.noise_cv, random.Random(f"counters:{seed}"))
+        self.counters = FluidCounters(mrr, self.noise_cv, random.Random(f"counters:{seed}"),
+                                      random.Random(f"extend:{seed}"))  # fmt: skip
         self.gauges = _Gauges(cfg.gauge_log_interval_steps)
         self.queue = _Queue(mrr, profile.prefill_tok_s)
         start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
@@ -366,6 +367,8 @@ class _Server:
         # the segment's batches: the exploration share's period where they run in a window (0: not in one);
         # whether they count in the decode counters
         self.window_period, self.counted = 0, True
+        # the share of the segment's gated steps that keep the draft extend (None: not known, the oracle)
+        self.extend_kept: float | None = None
         self.drafting_s = 0.0  # of them, in drafted steps
 
     def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
@@ -397,10 +400,14 @@ class _Server:
             extras = step_extras(self.profile, batch, queue.context)
             mode = self._decode_mode(tables, gated, batch, extras, left)
             self.step_s = 1.0 / mode.steps_s if mode.steps_s > 0 else 0.0
-            if self.counted:  # a window's warm part and turnover are settling: in no bin
-                # a prefill with no step in flight (an idle server) lands in the step launched after it
-                count_stall(self.counters, in_flight or batch, mode, seconds - left + self.stall_s)
+            # a prefill with no step in flight (an idle server) lands in the step launched after it; a
+            # window's warm part and turnover are settling: in no bin, but in the extend block (steady gated)
+            kept, stall = self.extend_kept, seconds - left + self.stall_s
+            count_stall(self.counters, in_flight or batch, mode, stall, kept, self.counted)
+            if self.counted:
                 self.counters.add(batch, mode, left)
+            if kept is not None:
+                self.counters.add_extend(batch, mode, left, kept)
             self.stall_s = 0.0
             queue.decode(now + seconds - left, left, mode.rate)
             steps, holes = mode.steps_s * left, lambda: queue.holed > 0
@@ -424,9 +431,9 @@ class _Server:
         nothing exploring), leaving holes in its requests' draft KV; where the gate would draft again while
         a holed request is in the batch, the batch stays gated with the extend until those have finished (at
         most DEFAULT_DRAIN_MAX_STEPS steps). Under open-loop traffic near the ceiling that is most batches.
-        The oracle (a reference) has neither."""
+        The oracle (a reference) has neither. Sets ``extend_kept`` for the counters' extend block."""
         knob = self.knob.value
-        self.window_period, self.counted = 0, True
+        self.window_period, self.counted, self.extend_kept = 0, True, None
         if self.oracle_off is not None or not self.profile.speculative:
             speculative = self.profile.speculative
             return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
@@ -439,6 +446,7 @@ class _Server:
             self.gate_closed = False
         if self.gate_closed:
             period = knob_contract.explore_period(effective_share(self.knob.share))
+            self.extend_kept = 0.0  # skipped where nothing explores and in the cold part; kept below
             if period <= 0:  # nothing explores (a lock, or no share): every such batch skips the extend
                 self.queue.mark_holed()
                 return with_context(gated[batch], *extras)
@@ -449,9 +457,11 @@ class _Server:
                     return with_context(pure.on[batch], *extras)
                 self.counted = False  # above it: gated with the extend, settling (as the warm part below)
             if self.streams.phase in (WARM, EXPLORE):  # the extend runs (warm: until the holes are gone)
+                self.extend_kept = 1.0
                 return with_context(pure.off[batch], *extras)
             self.queue.mark_holed()
             return with_context(pure.off_cold[batch], *extras)
+        self.extend_kept = 1.0  # the drain, and a drafting bin's explored gated batches, keep the extend
         if self.queue.holed and self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
             # gated with the extend running, every batch: the drain drafts none, explored or not
             mode = with_context(self.by_share.at(0.0)[0].off[batch], *extras)

@@ -65,11 +65,19 @@ def with_context(m: _Mode, extra_drafted_s: float, extra_gated_s: float) -> _Mod
     )  # fmt: skip
 
 
-def count_stall(counters: FluidCounters, batch: int, m: _Mode, seconds: float) -> None:
+def count_stall(counters: FluidCounters, batch: int, m: _Mode, seconds: float, kept: float | None = None,
+                counted: bool = True) -> None:  # fmt: skip
     """A prefill that ran while ``batch`` requests decoded in mode ``m``: the plugin's step time runs from
     one verify result to the next (overlap scheduling), so the prefill's seconds land in the decode step in
-    flight, split between the modes as that batch's step time is; they publish with the next whole step."""
+    flight, split between the modes as that batch's step time is; they publish with the next whole step.
+    ``kept``: the share of ``m``'s gated steps that keep the draft extend (None: not known), whose kinds in
+    the ``extend`` block get the gated share too, counted or not (settling steps are in that block);
+    ``counted``: whether the bins count the step (a settling one is in none)."""
     if batch <= 0 or seconds <= 0:
+        return
+    if kept is not None:
+        counters.stall_extend(batch, m, seconds, kept)
+    if not counted:
         return
     i = counters.bin_index(batch)
     counters.partial["drafted"][i][2] += m.drafted_time * seconds

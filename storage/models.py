@@ -120,7 +120,9 @@ class EngineCounterSample(SQLModel, table=True):
     server_id: int = Field(foreign_key="server.id")
     ts: float  # the end of the interval (the scrape that read it)
     batch_size: int  # the bin (plugin/engine_counters.py): a batch counts in the smallest bin >= its size
-    mode: str  # drafted | gated
+    # drafted | gated; extend_kept | extend_skipped (storage/counter_modes.py: the extend block's steady gated
+    # steps, counted in their gated row too, so every decode reader filters on the mode)
+    mode: str
     # 64-bit: after a restart an interval holds the new process's counts since it started
     steps: int = Field(sa_type=BigInteger)
     tokens: int = Field(sa_type=BigInteger)

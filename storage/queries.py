@@ -32,8 +32,10 @@ from .queries_counters import (  # noqa: F401
     COUNTER_RAW_RES_S,
     DEFAULT_MAX_COUNTER_INTERVALS,
     CounterSamples,
+    ExtendTotals,
     counter_intervals,
     counter_samples,
+    extend_totals,
     has_counters,
 )
 

@@ -1,12 +1,17 @@
 """The engine's decode counters as ``control.speedup.estimate`` reads them: one interval per stored scrape
 (raw) or per 1-minute / 1-hour rollup bucket, each in ``plugin.engine_counters.rates()``'s shape.
 
-Read through ``storage.queries`` (``counter_intervals``, ``has_counters``). The stored rows are already
-per-interval deltas (the collector took ``rates()`` of consecutive snapshots, restarts included), so an
-interval's rates are ``rates(None, totals)`` of its summed cells. A 24-hour window is 1,440 intervals and a
-1-hour one up to 3,600: ``_intervals`` computes them for all intervals at once with numpy, and
-tests/test_queries_counters.py holds it equal to ``rates()`` itself, the one definition of what a rate is
-(the plugin's module is standard library only, so it cannot call numpy).
+Read through ``storage.queries`` (``counter_intervals``, ``counter_samples``, ``has_counters``,
+``extend_totals``). The stored rows are already per-interval deltas (the collector took ``rates()`` of
+consecutive snapshots, restarts included), so an interval's rates are ``rates(None, totals)`` of its summed
+cells. A 24-hour window is 1,440 intervals and a 1-hour one up to 3,600: ``_intervals`` computes them for
+all intervals at once with numpy, and tests/test_queries_counters.py holds it equal to ``rates()`` itself,
+the one definition of what a rate is (the plugin's module is standard library only, so it cannot call
+numpy).
+
+The table holds the extend's rows too (modes ``counter_modes.EXTEND_MODES``: steady gated steps by whether
+the draft extend ran, counted in their gated bin as well): every read here names the modes it reads in its
+SQL, so the decode reads never see them and ``extend_totals`` sees only them.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import numpy.typing as npt
 from sqlalchemy import ColumnElement, and_, func, literal_column
 from sqlalchemy import select as sa_select
 
-from ..plugin.engine_counters import MODES as COUNTER_MODES
 from . import dialect, rollups
+from .counter_modes import DECODE_MODES as COUNTER_MODES
+from .counter_modes import EXTEND_MODES
 from .retention import horizons
 
 if TYPE_CHECKING:
@@ -36,7 +42,8 @@ COUNTER_RAW_RES_S = 5.0
 DEFAULT_MAX_COUNTER_INTERVALS = 2000
 # rates()'s step time is rounded to this many decimals (nanoseconds)
 TIME_DECIMALS = 9
-_MODE_CODE = {mode: k for k, mode in enumerate(COUNTER_MODES)}
+# kind (kept, skipped) -> field (steps, tokens, time_s) -> per bin: control.kept_extend.Totals
+ExtendTotals = dict[str, dict[str, list[float]]]
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
@@ -95,8 +102,47 @@ def counter_samples(
     return CounterSamples(len(entries.stamps), _per_bin(entries))
 
 
-def _read(db: Database, server_id: int, start: float, end: float, max_intervals: int) -> tuple[_Cells, int]:
-    """The stored rows of the window's intervals, and the tier read (0: raw, else the rollup's seconds)."""
+def extend_totals(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> tuple[list[int], ExtendTotals] | None:
+    """The extend block's steady gated steps of a server in [start, end] summed per bin, by kind: ``(bins,
+    {"kept" | "skipped": {"steps", "tokens", "time_s": [per bin]}})``, bins ascending (those with a row),
+    what ``control.kept_extend.measure`` takes; None when the window has no extend row (a plugin before
+    0.4.6). The same rows as ``counter_intervals`` reads with the same arguments (same tier, rollup buckets
+    taken whole, the raw rows past the watermark added)."""
+    cells, _ = _read(db, server_id, start, end, max_intervals, tuple(EXTEND_MODES.values()))
+    if not len(cells.ts):
+        return None
+    bins, index = np.unique(cells.bins, return_inverse=True)
+    out: ExtendTotals = {}
+    for code, kind in enumerate(EXTEND_MODES):
+        mine = cells.modes == code
+        # bincount adds each bin's rows in order from 0.0, as counter_intervals sums an interval's cells
+        steps, tokens, seconds = (np.bincount(index[mine], weights=cells.values[mine, k], minlength=len(bins))
+                                  for k in range(3))  # fmt: skip
+        out[kind] = {
+            "steps": [int(v) for v in steps.tolist()],
+            "tokens": [int(v) for v in tokens.tolist()],
+            "time_s": [round(v, TIME_DECIMALS) for v in seconds.tolist()],
+        }
+    return [int(b) for b in bins.tolist()], out
+
+
+def _read(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    max_intervals: int,
+    modes: tuple[str, ...] = COUNTER_MODES,
+) -> tuple[_Cells, int]:
+    """The stored rows of ``modes`` in the window's intervals (each row's mode its index in ``modes``), and
+    the tier read (0: raw, else the rollup's seconds)."""
     if not (math.isfinite(start) and math.isfinite(end)) or end < start:
         raise ValueError(f"start/end: need finite start <= end, got {start!r}..{end!r}")
     if not (isinstance(max_intervals, int) and max_intervals >= 1):
@@ -112,32 +158,34 @@ def _read(db: Database, server_id: int, start: float, end: float, max_intervals:
     with db.engine.connect() as conn:
         if tier == 0:
             stmt = sa_select(sample.c.ts, *raw_cols).where(
-                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end)
-            )
-            return _Cells.of(conn.execute(stmt).all()), 0
+                and_(sample.c.server_id == server_id, sample.c.ts >= start, sample.c.ts <= end,
+                     sample.c.mode.in_(modes))
+            )  # fmt: skip
+            return _Cells.of(conn.execute(stmt).all(), modes), 0
         lo_ts = math.floor(start / tier) * tier
         stmt = sa_select(
             roll.c.bucket_ts, roll.c.batch_size, roll.c.mode,
             *(zero_if_null(roll.c[f"{f}_sum"]) for f in ("steps", "tokens", "time_s")),
         ).where(
             and_(roll.c.res_s == tier, roll.c.server_id == server_id,
-                 roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end)
+                 roll.c.bucket_ts >= lo_ts, roll.c.bucket_ts <= end, roll.c.mode.in_(modes))
         )  # fmt: skip
-        rolled = _Cells.of(conn.execute(stmt).all())
+        rolled = _Cells.of(conn.execute(stmt).all(), modes)
         ts = dialect.off_index(sample.c.ts)  # found by primary key range past the watermark
         tail = sa_select(sample.c.ts, *raw_cols).where(
             and_(sample.c.id > rollups.watermark(conn, rollups.COUNTERS),
-                 dialect.off_index(sample.c.server_id) == server_id, ts >= lo_ts, ts <= end)
+                 dialect.off_index(sample.c.server_id) == server_id, ts >= lo_ts, ts <= end,
+                 sample.c.mode.in_(modes))
         )  # fmt: skip
-        late = _Cells.of(conn.execute(tail).all())
+        late = _Cells.of(conn.execute(tail).all(), modes)
     # raw rows past the watermark count in their bucket, after the bucket's rolled-up sums
     late.ts = np.floor(late.ts / tier) * tier
     return rolled.then(late), tier
 
 
 class _Cells:
-    """Stored counter rows as columns: the interval's ``ts``, ``batch_size``, mode (its index in
-    ``COUNTER_MODES``; -1 for a mode this version does not know) and ``values`` (steps, tokens, time_s)."""
+    """Stored counter rows as columns: the interval's ``ts``, ``batch_size``, mode (its index in the modes
+    read, ``COUNTER_MODES`` unless told; -1 for another) and ``values`` (steps, tokens, time_s)."""
 
     def __init__(
         self,
@@ -149,15 +197,16 @@ class _Cells:
         self.ts, self.bins, self.modes, self.values = ts, bins, modes, values
 
     @classmethod
-    def of(cls, rows: Sequence[Sequence[Any]]) -> _Cells:
+    def of(cls, rows: Sequence[Sequence[Any]], modes: Sequence[str] = COUNTER_MODES) -> _Cells:
         """Rows of (ts, batch_size, mode, steps, tokens, time_s), in the order the database gave them."""
         if not rows:
             return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3)))
-        ts, bins, modes, *values = zip(*rows, strict=True)
+        code = {mode: k for k, mode in enumerate(modes)}
+        ts, bins, names, *values = zip(*rows, strict=True)
         return cls(
             np.array(ts, dtype=np.float64),
             np.array(bins, dtype=np.int64),
-            np.array([_MODE_CODE.get(str(m), -1) for m in modes], dtype=np.int64),
+            np.array([code.get(str(m), -1) for m in names], dtype=np.int64),
             np.array(values, dtype=np.float64).T,
         )
 
@@ -258,12 +307,17 @@ def _per_bin(entries: _Entries) -> Samples:
 
 def has_counters(db: Database, server_id: int) -> bool:
     """Whether the server ever had decode counters stored (raw or rolled up): False for a server whose
-    plugin does not publish them."""
+    plugin does not publish them. Its extend rows alone do not count (they sit beside gated ones)."""
     sample, roll = rollups.COUNTERS.sample, rollups.COUNTERS.rollup
-    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups
-    probes: list[tuple[Any, ColumnElement[bool]]] = [(sample, sample.c.server_id == server_id)]
+    # each probe walks an index: (server_id, ts) of the samples, (res_s, server_id, ...) of the rollups; an
+    # extend row sits beside a gated one of its interval, so the first row that matches comes within a few
+    probes: list[tuple[Any, ColumnElement[bool]]] = [
+        (sample, and_(sample.c.server_id == server_id, sample.c.mode.in_(COUNTER_MODES)))
+    ]
     for res in rollups.ROLLUP_RESOLUTIONS_S:
-        probes.append((roll, and_(roll.c.res_s == res, roll.c.server_id == server_id)))
+        probes.append(
+            (roll, and_(roll.c.res_s == res, roll.c.server_id == server_id, roll.c.mode.in_(COUNTER_MODES)))
+        )
     with db.engine.connect() as conn:
         for table, where in probes:
             if conn.execute(sa_select(literal_column("1")).select_from(table).where(where).limit(1)).first():

@@ -361,6 +361,7 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
 
     from spectower.console import data
     from spectower.storage import queries
+    from spectower.storage.counter_modes import EXTEND_MODES
     from spectower.storage.models import EngineCounterSample
 
     # some decode steps on the simulator, so its counters are not all zero
@@ -375,6 +376,8 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
     assert not (tmp_path / "none.db").exists()  # a missing --db file is not created
     human = run_cli(["get", "--server", sim.base_url, "--db", str(tmp_path / "none.db")])
     assert "crossover        " in human.stdout and "since the server started" in human.stdout
+    # the knob drafted every batch: no steady gated step, so nothing measured what the draft extend costs
+    assert speed["kept_extend"] is None and "kept extend      not measured" in human.stdout
 
     # the collector's intervals for this server: bin 4 pays (x1.5), bin 32 loses (x0.75)
     db_path = tmp_path / "collected.db"
@@ -392,6 +395,11 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
                     EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode="gated", steps=50,
                                         tokens=round(g), time_s=1.0),
                 ]  # fmt: skip
+            # plugin 0.4.6's extend rows: bin 32's warm steps serve 0.88 of its cold ones
+            for kind, n, tok_s in (("kept", 10, 1760.0), ("skipped", 40, 2000.0)):
+                rows.append(EngineCounterSample(server_id=sid, ts=ts, batch_size=32, steps=n,
+                                                mode=EXTEND_MODES[kind], tokens=round(tok_s * n * 0.02),
+                                                time_s=n * 0.02))  # fmt: skip
         w = db.writer(maintenance=None)
         w.put(*rows)
         assert w.flush(30)
@@ -413,6 +421,8 @@ def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: An
     assert batch32.endswith("gated 2000 tok/s, drafted side from exploration in a gated stream")
     assert "exploration" not in batch4
     assert [b["ran_mostly"] for b in speed["bins"]] == [None, "gated"]
+    assert speed["kept_extend"]["tax"] == pytest.approx(0.12, abs=0.002)
+    assert "kept extend      12.0 % measured (bin 32, 120 steps with the extend)" in human.stdout
 
 
 def test_known_max_running_is_what_the_collector_stored(tmp_path: Path) -> None:

@@ -33,8 +33,10 @@ class CounterStream:
     whose bins still run up to the first one >= it) and explores ``share`` of the time in the other
     mode; the load spends ``weights[b]`` of each interval in bin ``b``. Step time: 20 ms gated, 30 ms
     drafted, with ``noise`` (relative, per interval and mode). As on a real server, a drafting bin's explored
-    gated batches keep the draft's extend: they serve ``1 - explore.DEFAULT_KEPT_EXTEND_TAX`` of the gated
-    rate (learn corrects for it, so ``speedups`` is what it should estimate)."""
+    gated batches keep the draft's extend: they serve ``1 - tax`` of the gated rate (learn corrects for it, so
+    ``speedups`` is what it should estimate). With ``extend`` the counters publish plugin 0.4.6's extend
+    block: a gated bin spends ``warm_share`` of its gated time in a window's warm part (the extend kept,
+    settling: in no bin), the rest cold (skipped); a drafting bin's explored gated steps keep it."""
 
     def __init__(
         self,
@@ -44,8 +46,14 @@ class CounterStream:
         noise: float = 0.02,
         seed: int = 0,
         max_running_requests: int = MRR,
+        tax: float = DEFAULT_KEPT_EXTEND_TAX,
+        extend: bool = False,
+        warm_share: float = 0.1,
     ) -> None:
         self.speedups = speedups
+        self.tax, self.warm_share = tax, warm_share
+        self.extend = {k: {f: [0.0] * len(BINS) for f in ("steps", "tokens", "time_s")}
+                       for k in ("kept", "skipped")} if extend else None  # fmt: skip
         self.max_running_requests = max_running_requests
         self.weights = weights or {b: 1.0 / len(BINS) for b in BINS}
         self.share = share
@@ -74,17 +82,31 @@ class CounterStream:
                     continue
                 rate = 100.0 * b**0.8 * (self.speedups[b] if mode == "drafted" else 1.0)
                 if mode == "gated" and drafting:
-                    rate *= 1 - DEFAULT_KEPT_EXTEND_TAX
+                    rate *= 1 - self.tax
+                if mode == "gated" and not drafting and self.extend is not None:
+                    warm = spent * self.warm_share  # the warm part: settling, in the extend block only
+                    self._count_extend("kept", i, warm, rate * (1 - self.tax))
+                    spent -= warm
+                    self._count_extend("skipped", i, spent, rate)
+                elif mode == "gated" and self.extend is not None:
+                    self._count_extend("kept", i, spent, rate)
                 self.time_s[mode][i] += spent * (1 + self.noise * self.rng.gauss(0.0, 1.0))
                 self.tokens[mode][i] += rate * spent
                 self.steps[mode][i] += max(1, round(spent / (0.03 if mode == "drafted" else 0.02)))
         return self.snapshot()
 
+    def _count_extend(self, kind: str, i: int, spent: float, rate: float) -> None:
+        assert self.extend is not None
+        self.extend[kind]["time_s"][i] += spent
+        self.extend[kind]["tokens"][i] += rate * spent
+        self.extend[kind]["steps"][i] += max(1, round(spent / 0.02))
+
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "started_at": 1.0, "clock": "perf_counter", "bins": list(BINS),
                 **{m: {"steps": list(self.steps[m]), "tokens": list(self.tokens[m]),
                        "time_s": list(self.time_s[m])} for m in ("drafted", "gated")},
-                "unmatched": 0, "dropped": 0}  # fmt: skip
+                "unmatched": 0, "dropped": 0,
+                **({"extend": json.loads(json.dumps(self.extend))} if self.extend else {})}  # fmt: skip
 
 
 def observe(ts: float, knob: int | None, counters: Any, stale: bool = False) -> Observation:
@@ -531,17 +553,47 @@ def test_a_drafting_bins_gated_rate_is_scaled_by_the_kept_extends_cost_and_a_gat
     policy = make_policy("learn", MRR)
     for ts in (15.0, 30.0, 45.0):  # three kept samples (sample_s 15), the ceiling at 16 throughout
         policy.decide(observe(ts, 16, stream.advance(15.0, 16)))
-    interval = policy._intervals[-1]
+    interval = policy._corrected_now()[-1]
     gated = dict(zip(interval["bins"], interval["gated"]["tok_s"], strict=True))
     # bin 16 drafts: its explored gated batches read 0.93 x, scaled back; bin 32 is gated: read as it is
     assert gated[16] / (100.0 * 16**0.8) == pytest.approx(1.0, rel=1e-6)
     assert gated[32] / (100.0 * 32**0.8) == pytest.approx(1.0, rel=1e-6)
     restored = make_policy("learn", MRR)
     restored.load_state(policy.state())
-    assert restored._intervals[-1]["gated"]["tok_s"] == interval["gated"]["tok_s"]
+    assert restored._corrected_now()[-1]["gated"]["tok_s"] == interval["gated"]["tok_s"]
     untaxed = make_policy("learn", MRR, kept_extend_tax=0.0)
     untaxed.load_state(policy.state())
-    read = dict(zip(interval["bins"], untaxed._intervals[-1]["gated"]["tok_s"], strict=True))
+    read = dict(zip(interval["bins"], untaxed._corrected_now()[-1]["gated"]["tok_s"], strict=True))
     assert read[16] / (100.0 * 16**0.8) == pytest.approx(1 - DEFAULT_KEPT_EXTEND_TAX, rel=1e-6)
     with pytest.raises(PolicyError, match="kept_extend_tax"):
         make_policy("learn", MRR, kept_extend_tax=0.6)
+
+
+# bin 16 loses (0.96x) once its gated side is corrected by the server's own 13 %, pays (1.03x) under the 7 %
+# constant: a 13 % tax read as 7 % leaves a drafting bin's gated side 6 % low
+NEAR_CROSSOVER = {b: 1.3 if b <= 12 else 0.96 if b == 16 else 0.8 for b in BINS}
+
+
+def _settled_ceiling(extend: bool, **options: Any) -> tuple[int, LearnPolicy, str]:
+    stream = CounterStream(NEAR_CROSSOVER, noise=0.0, share=0.05, tax=0.13, extend=extend)
+    policy = make_policy("learn", MRR, min_dwell_s=60.0, **options)
+    knob, _, decisions = drive(policy, stream, 900.0, knob=16)
+    assert isinstance(policy, LearnPolicy)
+    return knob, policy, " ".join(d.reason for d in decisions if d.max_bs is not None)
+
+
+def test_the_kept_extends_tax_is_the_servers_own_where_its_counters_measure_it() -> None:
+    """Plugin 0.4.6's extend block: a gated bin's warm and cold steps measure the tax (13 % here, where the
+    constant says 7 %), learn corrects a drafting bin's gated side by it and gates bin 16, which loses; with
+    counters that do not measure it (an older plugin) or with the option given, the constant stands and bin
+    16, read 1.03x, keeps drafting."""
+    knob, policy, moves = _settled_ceiling(extend=True)
+    assert knob == 12
+    assert "kept extend 13.0 % measured" in policy.tax_text
+    assert "kept extend 13.0 % measured" in moves
+    knob, policy, _ = _settled_ceiling(extend=False)
+    assert knob == 16
+    assert policy.tax_text == "kept extend 7 % assumed (none measured)"
+    knob, policy, _ = _settled_ceiling(extend=True, kept_extend_tax=0.07)
+    assert knob == 16
+    assert policy.tax_text == "kept extend 7 % as given"

@@ -1,7 +1,8 @@
 """storage/queries_counters.py: the decode-counter intervals computed for all intervals at once equal, value
 for value, what ``plugin.engine_counters.rates`` gives one interval at a time (tests/queries_reference.py,
 the read as it was): on random cells (sparse intervals, bins that come and go, zero and tiny step times,
-counts past 2**31 as after a restart, an unknown mode) and on a database read through every tier."""
+counts past 2**31 as after a restart, an unknown mode) and on a database read through every tier; the extend
+block's rows stored beside the decode ones change none of it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spectower.control import speedup
 from spectower.storage import Database, open_database, queries
+from spectower.storage.counter_modes import EXTEND_MODES
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.queries_counters import _Cells, _Entries, _intervals, _per_bin
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from tests import queries_reference as reference
 from tests.conftest import examples
@@ -119,6 +121,58 @@ def test_counter_intervals_equal_the_reference_on_every_tier(db: Database) -> No
         old = speedup.estimate(got)
         assert speedup.estimate_per_bin(samples.per_bin, samples.intervals) == old
     assert tiers == {0, 60, 3600}
+
+
+def _extend_rows(sid: int, start: float, n: int, seed: int) -> list[EngineCounterSample]:
+    """The extend block's rows (plugin 0.4.6 on) as the collector stores them beside the decode rows, and
+    where a decode reader that did not filter them would see something: a bin no decode row has (96) and
+    scrapes without a decode row (the extend's steps of a settling gated step are in no bin)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        ts = start + 5 * k + (2.5 if rng.random() < 0.2 else rng.random())
+        for b in rng.sample([4, 8, 32, 96], rng.randint(1, 2)):
+            for mode in rng.sample(sorted(EXTEND_MODES.values()), rng.randint(1, 2)):
+                steps = rng.randint(1, 200)
+                out.append(EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode=mode, steps=steps,
+                                               tokens=steps * rng.randint(1, 40),
+                                               time_s=steps * 0.01))  # fmt: skip
+    return out
+
+
+def test_extend_rows_beside_the_decode_rows_change_no_decode_read(db: Database) -> None:
+    """Two servers with the same decode rows, one with the extend block's rows beside them: every decode read
+    (``counter_intervals``, ``counter_samples``, ``has_counters``) gives the same on both, on every tier;
+    a server with extend rows alone has no decode counters."""
+    sid, twin, alone = db.server_id("http://a"), db.server_id("http://b"), db.server_id("http://c")
+
+    def load(rows: list[EngineCounterSample], extend: list[EngineCounterSample]) -> None:
+        dumped = [r.model_dump(exclude={"id"}) for r in rows]
+        both = [*dumped, *({**r, "server_id": twin} for r in dumped)]
+        db.insert_many("engine_counter_sample", [*both, *(r.model_dump(exclude={"id"}) for r in extend)])
+
+    load(_random_rows(sid, T0, 3 * 720, seed=1), _extend_rows(twin, T0, 3 * 720, seed=4))
+    db.update_rollups()
+    load(_random_rows(sid, T0 + 3 * 3600, 24, seed=3), _extend_rows(twin, T0 + 3 * 3600, 24, seed=5))
+    only_extend = _extend_rows(alone, T0, 50, seed=6)
+    db.insert_many("engine_counter_sample", (r.model_dump(exclude={"id"}) for r in only_extend))
+    end = T0 + 3 * 3600 + 130
+    tiers = set()
+    for start, stop, limit in [(T0, T0 + 600, 2000), (T0 + 33, end, 2000), (T0, end, 50),
+                               (T0 + 3 * 3600 + 10, end, 2000)]:  # fmt: skip
+        got = queries.counter_intervals(db, twin, start, stop, max_intervals=limit)
+        assert got and got == queries.counter_intervals(db, sid, start, stop, max_intervals=limit)
+        tiers |= {i["res_s"] for i in got}
+        samples = queries.counter_samples(db, twin, start, stop, max_intervals=limit)
+        assert samples == queries.counter_samples(db, sid, start, stop, max_intervals=limit)
+        assert queries.extend_totals(db, twin, start, stop, max_intervals=limit) is not None
+    assert tiers == {0, 60, 3600}
+    assert queries.has_counters(db, twin) and not queries.has_counters(db, alone)
+    assert queries.counter_intervals(db, alone, T0, end) == [] and queries.extend_totals(db, alone, T0, end)
+    db.update_rollups()  # the extend-only server's rows in the rollups too: still no decode counters
+    with db.engine.begin() as conn:
+        conn.execute(text("DELETE FROM engine_counter_sample"))
+    assert queries.has_counters(db, twin) and not queries.has_counters(db, alone)
 
 
 def test_rows_past_the_watermark_are_found_by_primary_key(tmp_path: Path) -> None:

@@ -34,6 +34,28 @@ def _counters(max_running: int = 16, started_at: float = 500.0) -> ec.EngineCoun
     return ec.EngineCounters(max_running, clock=lambda: 0.0, wall=lambda: started_at)
 
 
+def scrape_documents(docs: list[dict[str, Any]]) -> list[Any]:
+    """The real scraper's result for each /server_info document in turn (with the H200's /metrics), read
+    5 s apart from t=1000 over an httpx transport that serves them."""
+    served = iter(docs)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=METRICS)
+        if request.url.path == "/server_info":
+            return httpx.Response(200, text=json.dumps(next(served)))
+        return httpx.Response(404)
+
+    ticks = iter(1000.0 + 5.0 * i for i in range(len(docs)))
+
+    async def scrape_all() -> list[Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            scraper = SglangScraper(URL, client, server_info_every_s=0.0, clock=lambda: next(ticks))
+            return [await scraper.scrape() for _ in docs]
+
+    return asyncio.run(scrape_all())
+
+
 def _doc(*ranks: Any) -> dict[str, Any]:
     """The real 0.5.17 /server_info with one internal state per rank, each given a spectower block with
     these counters (a snapshot dict, or None for a rank without them)."""
@@ -110,27 +132,11 @@ def test_scraper_carries_counters_and_the_sink_stores_them(tmp_path: Path, caplo
     broken = r1.snapshot()
     broken["drafted"]["time_s"][0] = -1.0
     docs.append(_doc(r0.snapshot(), broken))  # rank 1 left out: no interval this time
-    served = iter(docs)
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text=METRICS)
-        if request.url.path == "/server_info":
-            return httpx.Response(200, text=json.dumps(next(served)))
-        return httpx.Response(404)
-
     db = open_database(tmp_path / "db.sqlite")
     sink = StorageSink(db)
-    ticks = iter([1000.0, 1005.0, 1010.0])
-
-    async def scrape_all() -> list[Any]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            scraper = SglangScraper(URL, client, server_info_every_s=0.0, clock=lambda: next(ticks))
-            return [await scraper.scrape() for _ in docs]
-
     try:
         with caplog.at_level(logging.WARNING, logger="spectower.collectors.sglang.scraper"):
-            results = asyncio.run(scrape_all())
+            results = scrape_documents(docs)
         assert [len(r.counters) for r in results] == [0, 2, 0]
         assert results[1].counters == [
             CounterRow(1005.0, 8, "drafted", 1, 1200, 1.0),

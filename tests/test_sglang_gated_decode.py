@@ -113,3 +113,16 @@ def test_drained_batches_count_as_gated(checked: dict[str, Any]) -> None:
     assert sum(counters["gated"]["steps"]) == 6 + 16
     assert counters["settling"]["steps"] == 1
     assert counters["unmatched"] == 0
+
+
+@plugin_tests.sglang_check
+def test_steady_gated_steps_count_by_whether_the_extend_ran(checked: dict[str, Any]) -> None:
+    """Plugin 0.4.6: the counters' extend block sees each gated step that followed a gated one, by whether the
+    draft extend ran (the two drained batches and the window's warm one: 3) or was skipped (the second off
+    batch, the 15 cold ones, the operator's off after the cold one: 17). The gated steps right after a
+    drafted one (the first off, the partial ceiling, the cold batch after the window) pay a switch: in
+    neither."""
+    extend = checked["extend_skip"]["counters"]["extend"]
+    assert sum(extend["kept"]["steps"]) == 3
+    assert sum(extend["skipped"]["steps"]) == 17
+    assert all(t > 0 for t, n in zip(extend["kept"]["time_s"], extend["kept"]["steps"], strict=True) if n)

@@ -1,14 +1,17 @@
 """The engine's decode counters in storage (schema v3), on SQLite and PostgreSQL: rows through the one
 BatchWriter, intervals read back in ``rates()``'s shape (raw, then 1-minute and 1-hour rollups with the
-rows past the watermark merged in), retention, and ``control.speedup.estimate`` over what comes back."""
+rows past the watermark merged in), retention, and ``control.speedup.estimate`` over what comes back; the
+extend block's rows beside them summed per bin (``extend_totals``) for ``control.kept_extend``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from spectower.control import speedup
+from spectower.control import kept_extend, speedup
+from spectower.plugin.engine_counters import EXTEND_KINDS, MODES
 from spectower.storage import Database, open_database, queries
+from spectower.storage.counter_modes import EXTEND_MODES
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.retention import DAY_S, horizons
 from sqlalchemy import text
@@ -125,3 +128,71 @@ def test_retention_covers_the_counters(db: Database) -> None:
     everything = queries.counter_intervals(db, sid, T0, now)
     assert {i["res_s"] for i in everything} == {3600}
     assert sum(i["gated"]["steps"][1] for i in everything) == 10 * len(stamps)
+
+
+# --- the extend block's rows (plugin 0.4.6 on): beside the decode rows, summed by extend_totals -------------
+
+
+def _extend_rows(
+    sid: int, ts: float, kept_tok_s: float = 870.0, skipped_tok_s: float = 1000.0
+) -> list[EngineCounterSample]:
+    """One interval's extend rows as the collector stores them: bin 32's steady gated steps, 20 that kept
+    the draft extend and 80 that skipped it (10 ms a step at these rates), and 4 kept ones in bin 48."""
+    kept, skipped = EXTEND_MODES["kept"], EXTEND_MODES["skipped"]
+    return [
+        EngineCounterSample(server_id=sid, ts=ts, batch_size=32, mode=kept, steps=20,
+                            tokens=round(kept_tok_s * 0.2), time_s=0.2),
+        EngineCounterSample(server_id=sid, ts=ts, batch_size=32, mode=skipped, steps=80,
+                            tokens=round(skipped_tok_s * 0.8), time_s=0.8),
+        EngineCounterSample(server_id=sid, ts=ts, batch_size=48, mode=kept, steps=4, tokens=150, time_s=0.05),
+    ]  # fmt: skip
+
+
+def test_extend_totals_sum_the_extend_rows_per_bin_raw_and_rolled_up(db: Database) -> None:
+    """``extend_totals`` sums the extend rows of the window per bin and kind, from the same tier
+    ``counter_intervals`` reads (raw; the minute and hour rollups with the rows past the watermark); what it
+    returns is what ``kept_extend.measure`` takes, and a window (or a server) without extend rows is None."""
+    sid = db.server_id("http://a")
+    plain = db.server_id("http://b")  # decode rows only: a plugin before 0.4.6
+    stamps = [T0 + 5 * (i + 1) for i in range(3 * 720)]  # 3 hours of 5 s intervals
+    _write(db, [r for t in stamps for r in (*_rows(sid, t), *_extend_rows(sid, t), *_rows(plain, t))])
+    n = 12  # the first minute's intervals: T0+5 .. T0+60
+    bins, totals = queries.extend_totals(db, sid, T0, T0 + 60) or ([], {})
+    assert bins == [32, 48] and set(totals) == {"kept", "skipped"}
+    assert totals["kept"] == {"steps": [20 * n, 4 * n], "tokens": [174 * n, 150 * n],
+                              "time_s": [pytest.approx(0.2 * n), pytest.approx(0.05 * n)]}  # fmt: skip
+    assert totals["skipped"] == {"steps": [80 * n, 0], "tokens": [800 * n, 0],
+                                 "time_s": [pytest.approx(0.8 * n), 0.0]}  # fmt: skip
+    assert [type(v) for v in totals["kept"]["steps"]] == [int, int]
+    tax = kept_extend.measure(bins, totals)
+    assert tax is not None and tax.tax == pytest.approx(0.13) and [b.batch_size for b in tax.bins] == [32]
+    assert queries.extend_totals(db, plain, T0, T0 + 60) is None
+    assert queries.extend_totals(db, sid, T0 - 60, T0) is None  # before the first interval
+    # the rollups: the same sums over the whole 3 hours from every tier, the late rows in their bucket
+    assert db.update_rollups() == len(stamps) * (3 + 3 + 3)
+    late = T0 + 3 * 3600 + 30
+    _write(db, [*_rows(sid, late), *_extend_rows(sid, late)])
+    end = T0 + 3 * 3600 + 60
+    want_steps = 20 * (len(stamps) + 1)
+    tiers = {}
+    for limit in (10_000, 2000, 50):  # raw, minutes, hours (counter_intervals' tiers for the window)
+        tiers[limit] = {i["res_s"] for i in queries.counter_intervals(db, sid, T0, end, max_intervals=limit)}
+        found = queries.extend_totals(db, sid, T0, end, max_intervals=limit)
+        assert found is not None and found[0] == [32, 48]
+        assert found[1]["kept"]["steps"] == [want_steps, 4 * (len(stamps) + 1)]
+        assert found[1]["skipped"]["time_s"][0] == pytest.approx(0.8 * (len(stamps) + 1))
+        measured = kept_extend.measure(*found)
+        assert measured is not None and measured.tax == pytest.approx(0.13)
+    assert tiers == {10_000: {0}, 2000: {60}, 50: {3600}}
+    # a minute bucket is taken whole, as counter_intervals takes it: T0+30..T0+60 reads T0..T0+60
+    partial = queries.extend_totals(db, sid, T0 + 30, T0 + 3 * 3600, max_intervals=200)
+    assert partial is not None and partial[1]["kept"]["steps"][0] == 20 * len(stamps)
+    with pytest.raises(ValueError, match="start/end"):
+        queries.extend_totals(db, sid, T0 + 10, T0)
+
+
+def test_the_stored_extend_modes_name_the_plugins_extend_kinds() -> None:
+    """The mode names are what the database holds: one per kind of the plugin's extend block, none a decode
+    mode (every decode reader filters on those)."""
+    assert set(EXTEND_MODES) == set(EXTEND_KINDS)
+    assert not set(EXTEND_MODES.values()) & set(MODES)

@@ -274,11 +274,15 @@ def store_counters(
     intervals: int = 12,
     modes: tuple[str, ...] = ("drafted", "gated"),
     knob: int | None = None,
+    extend_tax: float | None = None,
 ) -> None:
     """Decode-counter intervals as the collector stores them (``EngineCounterSample``: one row per bin and
     mode that saw steps, 5 s apart, ending at ``end``): a bin's mostly-run mode has 50 steps an interval, the
     explored one 10; gated 1000 tok/s of step time, drafted ``speedup`` times that, wobbling 2 %. With
-    ``knob``, the scrape's ``EngineSample`` too, the knob it read."""
+    ``knob``, the scrape's ``EngineSample`` too, the knob it read. With ``extend_tax``, the extend block's
+    rows (plugin 0.4.6 on) in each mostly gated bin: of its 50 gated steps, 20 kept the draft extend and ran
+    ``1 - extend_tax`` of the 30 that skipped it."""
+    from spectower.storage.counter_modes import EXTEND_MODES
     from spectower.storage.database import open_database
     from spectower.storage.models import EngineCounterSample, EngineSample
 
@@ -294,6 +298,12 @@ def store_counters(
                                              tokens=round(tok_s[mode] * steps[mode] * 0.01),
                                              time_s=steps[mode] * 0.01)
                          for mode in modes]  # fmt: skip
+                if extend_tax is not None and not drafting:
+                    for kind, steps_of, share in (("kept", 20, 1 - extend_tax), ("skipped", 30, 1.0)):
+                        rows.append(EngineCounterSample(
+                            server_id=sid, ts=ts, batch_size=b, mode=EXTEND_MODES[kind], steps=steps_of,
+                            tokens=round(1000.0 * b / 16 * share * steps_of * 0.01), time_s=steps_of * 0.01,
+                        ))  # fmt: skip
             if knob is not None:
                 rows.append(EngineSample(server_id=sid, ts=ts, spec_max_bs=knob))
         writer = db.writer(maintenance=None)
@@ -347,11 +357,13 @@ def test_a_mostly_drafted_bins_gated_side_is_read_as_a_gated_streams() -> None:
         wobble = 1 + 0.02 * (i % 3 - 1)
         drafted_steps = [50 if b in (8, 12, 16) else (10 if b == 24 else 0) for b in bins]
         gated_steps = [10 if b in (8, 12, 16) else (50 if b == 24 else 0) for b in bins]
+
         def block(steps: list[int], ratio: dict[int, float]) -> dict[str, Any]:
             time_s = [n * 0.01 for n in steps]
             tokens = [t * 1000.0 * ratio.get(b, 1.0) for t, b in zip(time_s, bins, strict=True)]
             return {"steps": steps, "tokens": tokens, "time_s": time_s,
                     "tok_s": [k / t if t else None for k, t in zip(tokens, time_s, strict=True)]}  # fmt: skip
+
         return {"bins": bins, "restarted": False, "gated": block(gated_steps, {}),
                 "drafted": block(drafted_steps, {b: r * wobble for b, r in curve.items()})}  # fmt: skip
 
@@ -381,6 +393,30 @@ def test_the_knob_stored_beside_the_counters_says_which_bins_kept_the_extend(tmp
     with pytest.raises(ValueError, match="ceilings: one per interval"):
         warm_start.from_counters([{"bins": [1]}], 64, ceilings=[])
 
+
+def test_a_measured_kept_extend_tax_corrects_a_drafting_bins_gated_side(tmp_path: Path) -> None:
+    """Bin 16 drafted (mostly) at 1.10x its explored gated steps, which kept the draft extend. Learn's 7 %
+    constant leaves it at 1.02x, paying; the 13 % the same counters measured in the gated bins (24-48: kept
+    and skipped steady gated steps, plugin 0.4.6's extend rows) puts it at 0.96x, losing: the warm start drops
+    the ceiling to 12 and its line says the tax was measured, and where. Measured at 7 % it stays at 16, and
+    too few steps with the extend to measure (3 intervals: 60 a bin) is the constant, said to be assumed."""
+    now = 10_000.0
+    curve = {4: (1.6, True), 8: (1.5, True), 12: (1.4, True), 16: (1.10, True), 24: (0.8, False),
+             32: (0.7, False), 48: (0.6, False)}  # fmt: skip
+    store_counters(tmp_path / "none.db", URL, curve, end=now - 60)
+    store_counters(tmp_path / "13.db", URL, curve, end=now - 60, extend_tax=0.13)
+    store_counters(tmp_path / "7.db", URL, curve, end=now - 60, extend_tax=0.07)
+    store_counters(tmp_path / "thin.db", URL, curve, end=now - 60, extend_tax=0.13, intervals=3)
+    assumed, measured = _find(tmp_path / "none.db", now), _find(tmp_path / "13.db", now)
+    assert assumed.ceiling == 16 and "; kept extend 7 % assumed (none measured); learn starts" in assumed.line
+    assert measured.ceiling == 12, measured.line
+    assert measured.line.endswith(
+        "; kept extend 13.0 % measured (bins 24-48, 720 steps with the extend); learn starts at ceiling 12"
+    )
+    light = _find(tmp_path / "7.db", now)
+    assert light.ceiling == 16 and "kept extend 7.0 % measured (bins 24-48, " in light.line
+    thin = _find(tmp_path / "thin.db", now)
+    assert thin.ceiling == 16 and "kept extend 7 % assumed (none measured)" in thin.line
 
 
 H200_PAIR_REPLAY = Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04"

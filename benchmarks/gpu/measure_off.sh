@@ -535,6 +535,16 @@ for i, r in enumerate(ranks):
         doublings, above, batches = (w.get(k) for k in ("doublings", "over_limit", "batches"))
         print(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, the last {last} s; "
               f"limit {limit} ({doublings} doublings), {above} batches above it; batches {batches}")
+# what the draft extend costs a steady gated step on this traffic (plugin 0.4.6, control/kept_extend.py), since
+# the server started: the tax learn corrects the gated side of a drafting bin by
+from spectower.control import kept_extend
+from spectower.plugin.engine_counters import rates
+found = kept_extend.from_intervals([rates(None, sum_ranks(blocks))]) if blocks else None
+if found is not None:
+    per_bin = ", ".join(f"{b.batch_size}: {100 * b.tax:.1f} % ({b.kept_steps}/{b.skipped_steps})" for b in found.bins)
+    print(f"kept extend: {found.label()}; per bin (kept/skipped steps): {per_bin}")
+else:
+    print("kept extend: not measured (a plugin before 0.4.6, a lock, or too few steady gated steps of each kind)")
 # long garbage collections of the scheduler process (plugin 0.4.5, plugin/gc_pauses.py), with their wall-clock
 # times, to set against the stalls of a replay (the TTFT tail of replay_table.py)
 import time

@@ -4,7 +4,10 @@ The spectower plugin (and the simulator) publish cumulative per-batch-size-bin c
 gated decode steps at ``internal_states[i]["spectower"]["counters"]``, one block per DP rank
 (plugin/engine_counters.py has the format). Here they are read from a /server_info document the scraper
 already fetched, validated per rank, summed over ranks, and turned into deltas between consecutive
-reads: one ``CounterRow`` per (bin, mode) that saw anything in the interval.
+reads: one ``CounterRow`` per (bin, mode) that saw anything in the interval. A plugin that publishes the
+``extend`` block (0.4.6 on: steady gated steps by whether the draft model's KV extend ran) adds rows of the
+modes ``storage.counter_modes.EXTEND_MODES`` beside them, for the measured kept-extend tax
+(control/kept_extend.py); every reader of the decode modes filters them out.
 
 A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
 server without counters (an older plugin, no plugin) gives no rows and no warning.
@@ -15,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...plugin.engine_counters import MODES, rates, sum_ranks, validate
+from ...plugin.engine_counters import FIELDS, MODES, rates, sum_ranks, validate
+from ...storage.counter_modes import EXTEND_MODES
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ class CounterRow:
 
     ts: float
     batch_size: int
-    mode: str  # drafted | gated
+    mode: str  # drafted | gated | extend_kept | extend_skipped (storage.counter_modes)
     steps: int
     tokens: int
     time_s: float
@@ -91,9 +95,24 @@ class CounterDeltas:
         interval = rates(prev, total)
         rows: list[CounterRow] = []
         for mode in MODES:
-            block = interval[mode]
-            for i, b in enumerate(interval["bins"]):
-                steps, tokens, seconds = block["steps"][i], block["tokens"][i], block["time_s"][i]
-                if steps or tokens or seconds:
-                    rows.append(CounterRow(ts, int(b), mode, int(steps), int(tokens), float(seconds)))
+            rows += _rows(ts, interval["bins"], mode, interval[mode], keep_negative=True)
+        extend = interval.get("extend")
+        if extend is not None:
+            for kind, mode in EXTEND_MODES.items():
+                rows += _rows(ts, interval["bins"], mode, extend[kind], keep_negative=False)
         return rows
+
+
+def _rows(
+    ts: float, bins: list[int], mode: str, block: dict[str, list[Any]], keep_negative: bool
+) -> list[CounterRow]:
+    """One row per bin of ``block`` that saw anything. The extend's rows with a negative delta are left out
+    (``keep_negative`` False): ``rates`` takes a decode counter that went down for a restart, but it does not
+    check the extend block, which a rank whose block turned malformed (left out of ``sum_ranks``'s sum) can
+    move down. The decode modes' rows are stored as they always were."""
+    rows = []
+    for i, b in enumerate(bins):
+        steps, tokens, seconds = (block[field][i] for field in FIELDS)
+        if (steps or tokens or seconds) and (keep_negative or min(steps, tokens, seconds) >= 0):
+            rows.append(CounterRow(ts, int(b), mode, int(steps), int(tokens), float(seconds)))
+    return rows

@@ -254,7 +254,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     import time
 
     from ...collectors.sglang.counters import read_counters
-    from ...control import speedup
+    from ...control import kept_extend, speedup
     from ...plugin.engine_counters import rates, sum_ranks
     from ...storage import queries
     from .. import data
@@ -265,7 +265,10 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             now = time.time()
             live = data.live_speedup(store, int(row.id), now - window_s, now)  # type: ignore[arg-type]
             if live.estimate.intervals:
-                return {"source": "stored", "window_s": window_s, **live.estimate.to_json()}
+                found = queries.extend_totals(store, int(row.id), now - window_s, now)  # type: ignore[arg-type]
+                tax = kept_extend.measure(*found) if found is not None else None
+                return {"source": "stored", "window_s": window_s, **live.estimate.to_json(),
+                        "kept_extend": _tax_json(tax)}  # fmt: skip
         except LookupError:  # the collector never stored this server
             pass
     read = read_counters(state.info.info)
@@ -274,8 +277,20 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             "; ".join(read.warnings) or "the server publishes no decode counters (an older spectower plugin)"
         )
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
-    est = speedup.estimate([rates(None, sum_ranks(read.blocks))]).to_json()
-    return {**est, "source": "since_start", "label": f"{est['label']}, since the server started"}
+    since_start = rates(None, sum_ranks(read.blocks))
+    est = speedup.estimate([since_start]).to_json()
+    return {**est, "source": "since_start", "label": f"{est['label']}, since the server started",
+            "kept_extend": _tax_json(kept_extend.from_intervals([since_start]))}  # fmt: skip
+
+
+def _tax_json(tax: Any) -> dict[str, Any] | None:
+    """What the draft extend costs a steady gated step here (plugin 0.4.6, ``control.kept_extend``): the tax
+    learn corrects a drafting bin's gated side by; None where nothing measured it."""
+    if tax is None:
+        return None
+    return {"tax": tax.tax, "label": tax.label(),
+            "bins": [{"batch_size": b.batch_size, "tax": b.tax, "kept_steps": b.kept_steps,
+                      "skipped_steps": b.skipped_steps} for b in tax.bins]}  # fmt: skip
 
 
 def _print_speedup(speed: dict[str, Any]) -> None:
@@ -288,6 +303,11 @@ def _print_speedup(speed: dict[str, Any]) -> None:
         "`spectower collect` and pass --db)",
     }.get(source or "", "")
     say(f"crossover        {speed['label']}{where}")
+    tax = speed.get("kept_extend")
+    if source is not None:  # the gated side of a drafting bin is corrected by it (learn's reading)
+        unmeasured = ("not measured (a plugin before 0.4.6, a lock, or too few steady gated steps of each "
+                      "kind); learn assumes 7 %")  # fmt: skip
+        say(f"kept extend      {tax['label'] if tax else unmeasured}")
     for b in speed.get("bins", []):
         if b["speedup"] is None:
             mode = "drafted" if b["drafted_tok_s"] is not None else "gated"

@@ -15,6 +15,9 @@ decision this policy
    size, so that bin bounds it: ``_spare_thin``); the thin bin in the gap where the crossover falls keeps
    the side it is on. It holds while no bin is measured, and for at most ``WAIT_SAMPLES`` samples per bin
    while a thin bin it would switch is busy now;
+   A bin the ceiling drafts measures its gated side on explored batches that keep the draft extend, so
+   its gated rate is scaled up by ``1 / (1 - tax)``: the option ``kept_extend_tax`` where given, else the
+   tax this server's counters measure over the window (plugin 0.4.6, control/kept_extend.py), else 7 %;
 3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
    the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
    at every bin measured: a bin the exploring windows never draft, above twice a gated ceiling
@@ -60,15 +63,16 @@ from ...plugin import engine_counters, knob_contract
 from .. import speedup
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
+    CEILING_KEY,
     DEFAULT_KEPT_EXTEND_TAX,
     DEFAULT_Z,
     MIN_INTERVALS,
     bin_floor,
     ceiling_of,
-    drafted_by,
+    corrected,
     estimate_without_thin,
+    kept_extend_tax,
     plan_ceilings,
-    with_gated_scaled,
 )
 
 STATE_VERSION = 2
@@ -87,9 +91,6 @@ WAIT_SAMPLES = 2
 # still measures every busy bin (one batch in 200 per bin, in runs) so that a drift shows within minutes.
 DEFAULT_QUIET_SHARE = 0.005
 DEFAULT_QUIET_AFTER_S = 120.0
-# The key a kept snapshot carries the ceiling its interval ran under (the engine counters have no such key).
-CEILING_KEY = "learn_ceiling"
-
 OPTION_DEFAULTS: dict[str, float] = {
     "window_s": DEFAULT_WINDOW_S,
     "sample_s": DEFAULT_SAMPLE_S,
@@ -157,6 +158,9 @@ class LearnPolicy:
         self.kept_extend_tax = _option(options, "kept_extend_tax")
         if self.kept_extend_tax >= 0.5:
             raise PolicyError(f"learn option 'kept_extend_tax' must be below 0.5, got {self.kept_extend_tax}")
+        # given: it stands; else the counters' measured tax where they have one (control/kept_extend.py)
+        self.tax_given = "kept_extend_tax" in options
+        self.tax_text = ""  # the tax the last estimate used, and how it is known
         self.explore_share = _share_option(options, "explore_share")
         self.quiet_share = _share_option(options, "quiet_share")
         if self.quiet_share > self.explore_share:
@@ -205,7 +209,7 @@ class LearnPolicy:
             return self._hold(f"hold: the engine counters are malformed ({problem})")
         if self._remember(now, counters) or self._estimate is None:
             # The estimate moves only with a kept sample (every sample_s): computed once per sample.
-            intervals = self._intervals
+            intervals = self._corrected_now()
             est, thin = estimate_without_thin(intervals, self.z)
             self._estimate = (est, thin, _busy_bins(intervals[-1:]))
         if self.knob is None:
@@ -254,9 +258,8 @@ class LearnPolicy:
                 f"the change limit (one per {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}"
                 f"/h) applies"
             )
-        return self._set(
-            now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, {self._describe(est)}"
-        )
+        return self._set(now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, "
+                                      f"{self._describe(est)}; {self.tax_text}")  # fmt: skip
 
     def _ceiling(self, bound: int) -> int:
         return ceiling_of(bound, self.max_running_requests)
@@ -358,7 +361,7 @@ class LearnPolicy:
         snapshot = dict(counters)
         snapshot[CEILING_KEY] = self.knob
         if snaps:
-            self._intervals.extend(self._corrected([snaps[-1], (now, snapshot)]))
+            self._intervals.extend(self._with_ceilings([snaps[-1], (now, snapshot)]))
         snaps.append((now, snapshot))
         # Keep one snapshot at or before the window's start, so the intervals cover the whole window.
         while len(snaps) > 2 and snaps[1][0] <= now - self.window_s:
@@ -367,19 +370,24 @@ class LearnPolicy:
                 self._intervals.pop(0)
         return True
 
-    def _corrected(self, snapshots: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """The intervals between these snapshots, the gated tokens of the bins their ceiling drafted (all of
-        them where the ceiling is unknown: speculation as launched) scaled to a gated stream's
-        (``DEFAULT_KEPT_EXTEND_TAX``)."""
+    @staticmethod
+    def _with_ceilings(snapshots: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The intervals between these snapshots, each with the ceiling it ran under (``CEILING_KEY``)."""
         intervals = speedup.intervals_from_snapshots(snapshots)
-        scale = 1.0 / (1.0 - self.kept_extend_tax)
-        if scale == 1.0:
-            return intervals
-        out = []
         for interval, (_, snapshot) in zip(intervals, snapshots[1:], strict=True):
-            ceiling = snapshot.get(CEILING_KEY)
-            out.append(with_gated_scaled(interval, drafted_by(interval["bins"], ceiling), scale))
-        return out
+            interval[CEILING_KEY] = snapshot.get(CEILING_KEY)
+        return intervals
+
+    def _corrected_now(self) -> list[dict[str, Any]]:
+        """The kept intervals, the gated side of the bins their ceiling drafted scaled to a gated stream's by
+        the kept extend's tax: the option where given, else the counters' own measure over the window, else
+        ``DEFAULT_KEPT_EXTEND_TAX`` (control/kept_extend.py)."""
+        if self.tax_given:
+            tax = self.kept_extend_tax
+            self.tax_text = f"kept extend {100 * tax:g} % as given"
+        else:
+            tax, self.tax_text = kept_extend_tax(self._intervals, self.kept_extend_tax)
+        return corrected(self._intervals, tax)
 
     # --- exploration --------------------------------------------------------------------------------
     @staticmethod
@@ -519,7 +527,7 @@ class LearnPolicy:
         self._load_share_state(state)
         self.flip_times = deque(sorted(float(t) for t in flips))
         self.snapshots = deque(snapshots)
-        self._intervals = self._corrected(snapshots)
+        self._intervals = self._with_ceilings(snapshots)
         self._estimate = None
 
     def _load_share_state(self, state: dict[str, Any]) -> None:

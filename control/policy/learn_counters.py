@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
-from .. import speedup
+from .. import kept_extend, speedup
 
 # The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
 # chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
@@ -22,10 +22,13 @@ TOP = knob_contract.MAX_SPEC_MAX_BS
 # A bin the ceiling drafts measures its gated side on explored batches, which keep the draft model's KV
 # extend (the requests go on drafting after them); a bin the ceiling gates skips it outside exploration
 # windows (plugin/explore.py). So a drafting bin's gated rate understates what gating it would serve by the
-# extend's share of a gated step; those bins' gated tokens are scaled up by 1 / (1 - kept_extend_tax)
-# (default ``explore.DEFAULT_KEPT_EXTEND_TAX``, what the H200 measured), so both sides of a bin compare what
-# each choice would serve.
+# extend's share of a gated step; those bins' gated tokens are scaled up by 1 / (1 - kept_extend_tax), so
+# both sides of a bin compare what each choice would serve. The tax is the server's own where its counters
+# measure it (plugin 0.4.6: control/kept_extend.py), else this constant (what the H200 measured with short
+# prompts; 12-14 % with Azure's).
 DEFAULT_KEPT_EXTEND_TAX = explore.DEFAULT_KEPT_EXTEND_TAX
+# The key an interval carries the ceiling it ran under with (the engine counters have no such key).
+CEILING_KEY = "learn_ceiling"
 
 
 def bin_floor(x: float, bins: list[int]) -> int:
@@ -107,3 +110,21 @@ def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
     """Per bin, whether ``ceiling`` drafts it (None: unknown, speculation as launched: every bin): the bins
     whose gated side ``with_gated_scaled`` corrects."""
     return [ceiling is None or int(b) <= ceiling for b in bins]
+
+
+def kept_extend_tax(
+    intervals: list[dict[str, Any]], fallback: float = DEFAULT_KEPT_EXTEND_TAX
+) -> tuple[float, str]:
+    """The tax a drafting bin's gated side is corrected by, and how it is known: measured in these intervals'
+    ``extend`` blocks (``kept_extend.from_intervals``), else ``fallback``."""
+    measured = kept_extend.from_intervals(intervals)
+    return kept_extend.or_assumed(measured if measured is not None else fallback)
+
+
+def corrected(intervals: list[dict[str, Any]], tax: float) -> list[dict[str, Any]]:
+    """The intervals with the gated side of the bins each one's ceiling (``CEILING_KEY``; absent or None:
+    every bin, speculation as launched) drafted scaled by ``1 / (1 - tax)``."""
+    if tax == 0.0:
+        return intervals
+    scale = 1.0 / (1.0 - tax)
+    return [with_gated_scaled(i, drafted_by(i["bins"], i.get(CEILING_KEY)), scale) for i in intervals]
