@@ -20,7 +20,9 @@ import pandas as pd
 from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
-from ..control import speedup
+from ..control import kept_extend
+from ..control.kept_extend import KeptExtendTax
+from ..control.policy.learn_counters import DEFAULT_KEPT_EXTEND_TAX
 from ..control.speedup import SpeedupEstimate
 from ..storage import Database, models, open_database, queries, rollups
 
@@ -191,6 +193,11 @@ class LiveSpeedup:
     has_counters: bool  # False: the server never published counters (an older plugin, or none)
     t0: float
     t1: float
+    # the kept extend's tax the gated side of the bins that ran mostly drafted was corrected by, and how it is
+    # known (``kept_extend.or_assumed``); what the stored extend rows measured (None: nothing); those bins
+    kept_extend: str = ""
+    tax_measured: KeptExtendTax | None = None
+    corrected_bins: tuple[int, ...] = ()
 
     @functools.cached_property
     def table(self) -> pd.DataFrame:
@@ -212,10 +219,16 @@ class LiveSpeedup:
 def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpeedup:
     """The live estimate every page shows for ``server_id`` over [t0, t1]: the stored counter intervals
     (raw for short windows, rollups for long ones: storage.queries.counter_samples, the intervals of
-    counter_intervals grouped per bin) through ``control.speedup.estimate_per_bin``."""
+    counter_intervals grouped per bin) through ``control.speedup.estimate_per_bin``, the gated side of the
+    bins that ran mostly drafted corrected for the kept extend as learn corrects it (the tax the stored
+    extend rows measure, else 7 %: ``control.kept_extend.corrected_estimate``)."""
     samples = queries.counter_samples(db, server_id, t0, t1)
     has = samples.intervals > 0 or queries.has_counters(db, server_id)
-    return LiveSpeedup(speedup.estimate_per_bin(samples.per_bin, samples.intervals), has, t0, t1)
+    found = queries.extend_totals(db, server_id, t0, t1)
+    measured = kept_extend.measure(*found) if found is not None else None
+    tax, text = kept_extend.or_assumed(measured if measured is not None else DEFAULT_KEPT_EXTEND_TAX)
+    est, corrected = kept_extend.corrected_estimate(samples.per_bin, samples.intervals, tax)
+    return LiveSpeedup(est, has, t0, t1, text, measured, corrected)
 
 
 # ---------------------------------------------------------------- GPUs

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plugin.engine_counters import EXTEND_KINDS, FIELDS
+from . import speedup
 
 # A bin's tax counts once each side has this many steady gated steps: a step's time varies by a few % with
 # its batch's mix, so 64 steps put a bin's mean within about 1 % (the H200's warm parts run a few hundred
@@ -126,6 +127,25 @@ def or_assumed(found: KeptExtendTax | float) -> tuple[float, str]:
     if isinstance(found, KeptExtendTax):
         return found.tax, f"kept extend {found.label()}"
     return found, f"kept extend {100 * found:g} % assumed (none measured)"
+
+
+def corrected_estimate(
+    grouped: Mapping[int, Mapping[str, list[tuple[float, float, int]]]], n: int, tax: float
+) -> tuple[speedup.SpeedupEstimate, tuple[int, ...]]:
+    """``speedup.estimate_per_bin`` with the gated side of each bin that ran mostly drafted
+    (``BinEstimate.ran_mostly``: its gated steps were explored ones that kept the extend) scaled by
+    ``1 / (1 - tax)``, as learn scales the bins its ceiling drafts; and those bins. What the console and
+    ``control get`` show, where the knob each interval ran under is not at hand."""
+    raw = speedup.estimate_per_bin(grouped, n)
+    drafted = tuple(b.batch_size for b in raw.bins if b.ran_mostly == "drafted")
+    if not drafted or tax <= 0:
+        return raw, ()
+    scale = 1.0 / (1.0 - tax)
+    scaled: dict[int, Mapping[str, list[tuple[float, float, int]]]] = dict(grouped)
+    for b in drafted:
+        modes = grouped[b]
+        scaled[b] = {**modes, "gated": [(t * scale, s, k) for t, s, k in modes.get("gated", [])]}
+    return speedup.estimate_per_bin(scaled, n), drafted
 
 
 def _clamp(tax: float) -> float:

@@ -179,7 +179,7 @@ def _rate(samples: Sequence[tuple[float, float]], steps: int) -> _Rate:
     return _Rate(r, var / r**2, steps, seconds)
 
 
-def _per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
+def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
     """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]; bins keyed by value so
     intervals whose bins grew line up."""
     out: dict[int, dict[str, list[tuple[float, float, int]]]] = {}
@@ -241,13 +241,13 @@ def _fmt(x: float) -> str:
 
 def estimate(intervals: Sequence[Mapping[str, Any]], *, z: float = Z95) -> SpeedupEstimate:
     """Per-bin speedups with ``z``-sigma intervals and the crossover, from ``rates()``-shaped intervals."""
-    return estimate_per_bin(_per_bin(intervals), len(intervals), z=z)
+    return estimate_per_bin(per_bin(intervals), len(intervals), z=z)
 
 
 def estimate_per_bin(
     grouped: Mapping[int, Mapping[str, _Samples]], n: int, *, z: float = Z95
 ) -> SpeedupEstimate:
-    """``estimate`` of ``n`` intervals already grouped as ``_per_bin`` groups them (bin -> mode ->
+    """``estimate`` of ``n`` intervals already grouped as ``per_bin`` groups them (bin -> mode ->
     [(tokens, time_s, steps)]): storage.queries.counter_samples reads them so, without building a dict
     per interval."""
     bins = tuple(_bin_estimate(b, grouped[b], z) for b in sorted(grouped))

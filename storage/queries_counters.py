@@ -81,7 +81,7 @@ Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
 @dataclass(frozen=True)
 class CounterSamples:
     """``counter_intervals`` as ``control.speedup.estimate_per_bin`` reads them (``per_bin``: what
-    ``speedup._per_bin`` makes of the intervals), without a dict per interval: 3,600 intervals of an
+    ``speedup.per_bin`` makes of the intervals), without a dict per interval: 3,600 intervals of an
     hour are 50,000 lists and dicts, and their garbage collections cost as much as building them."""
 
     intervals: int  # how many intervals went in
@@ -289,7 +289,7 @@ def _intervals(entries: _Entries, res_s: int) -> list[dict[str, Any]]:
 
 def _per_bin(entries: _Entries) -> Samples:
     """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there, oldest first]: what
-    ``control.speedup._per_bin`` makes of ``_intervals(entries)``."""
+    ``control.speedup.per_bin`` makes of ``_intervals(entries)``."""
     out: Samples = {}
     bins = np.array(entries.bins, dtype=np.int64)
     for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,

@@ -178,6 +178,8 @@ def test_a_call_ends_with_the_plugins_exploration_windows_and_never_the_admin_ke
     # and the scheduler process's collections (plugin 0.4.5; the simulator times its own process's)
     gc_line = next(text for text in done.stdout.splitlines() if text.startswith("scheduler gc, rank 0:"))
     assert " collections, " in gc_line and "of them >= 0.05 s" in gc_line and "newest long (UTC): " in gc_line
+    # and what the draft extend costs a steady gated step (plugin 0.4.6): an idle server measured nothing
+    assert "kept extend: not measured (a plugin before 0.4.6, a lock, or too few" in done.stdout
     assert key not in done.stdout + done.stderr
 
 

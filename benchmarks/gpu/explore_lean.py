@@ -5,8 +5,9 @@ one server while ``spectower collect`` stores the plugin's decode counters (``en
 a policy's ceiling a bin at or below it drafts and explores gated batches; a bin above it is gated and
 explores drafting ones (in windows, plugin/explore.py). Under an operator's lock (always on, always off)
 nothing explores: those runs are the steady rates. For every bin this prints output tok/s of step time per
-mode, explored against steady, and the gated ratio again after learn's kept-extend correction
-(``kept_extend_tax``, control/policy/learn.py), which is what learn's estimate uses.
+mode, explored against steady, and the gated ratio again after learn's kept-extend correction (the tax the
+server's extend rows measure over the runs, plugin 0.4.6, else ``kept_extend_tax``: control/kept_extend.py),
+which is what learn's estimate uses.
 
 Then what exploring cost each run under a ceiling, in time: the step seconds of drafting explored above the
 ceiling, and the seconds more than their tokens would have taken gated (the bin's own gated rate in that
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.storage import queries
 from spectower.storage.database import Database, open_database
@@ -243,12 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         totals = {run.name: bin_totals(queries.counter_intervals(db, servers[0].id, run.start, run.end,
                                                                  max_intervals=100_000))
                   for run in runs}  # fmt: skip
+        # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
+        span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
+        extend = queries.extend_totals(db, servers[0].id, *span, max_intervals=100_000) if span else None
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    tax = float(OPTION_DEFAULTS["kept_extend_tax"])
+    measured = kept_extend.measure(*extend) if extend is not None else None
+    assumed = float(OPTION_DEFAULTS["kept_extend_tax"])
+    tax, tax_text = kept_extend.or_assumed(measured if measured is not None else assumed)
     rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps)
-    print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax}), as learn reads")
+    print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax:.3f}), as learn "
+          f"reads ({tax_text})")  # fmt: skip
     head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.")
     widths = (4, -14, -8, 6, 9, 9, 6, 6)
     print(" ".join(f"{h:>{w}}" if w > 0 else f"{h:<{-w}}" for h, w in zip(head, widths, strict=True)))

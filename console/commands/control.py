@@ -255,6 +255,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
 
     from ...collectors.sglang.counters import read_counters
     from ...control import kept_extend, speedup
+    from ...control.policy.learn_counters import DEFAULT_KEPT_EXTEND_TAX
     from ...plugin.engine_counters import rates, sum_ranks
     from ...storage import queries
     from .. import data
@@ -265,10 +266,9 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             now = time.time()
             live = data.live_speedup(store, int(row.id), now - window_s, now)  # type: ignore[arg-type]
             if live.estimate.intervals:
-                found = queries.extend_totals(store, int(row.id), now - window_s, now)  # type: ignore[arg-type]
-                tax = kept_extend.measure(*found) if found is not None else None
                 return {"source": "stored", "window_s": window_s, **live.estimate.to_json(),
-                        "kept_extend": _tax_json(tax)}  # fmt: skip
+                        "kept_extend": _tax_json(live.tax_measured),
+                        "corrected_bins": list(live.corrected_bins)}  # fmt: skip
         except LookupError:  # the collector never stored this server
             pass
     read = read_counters(state.info.info)
@@ -278,9 +278,12 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
         )
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
     since_start = rates(None, sum_ranks(read.blocks))
-    est = speedup.estimate([since_start]).to_json()
+    found = kept_extend.from_intervals([since_start])
+    tax, _ = kept_extend.or_assumed(found if found is not None else DEFAULT_KEPT_EXTEND_TAX)
+    estimate, corrected = kept_extend.corrected_estimate(speedup.per_bin([since_start]), 1, tax)
+    est = estimate.to_json()
     return {**est, "source": "since_start", "label": f"{est['label']}, since the server started",
-            "kept_extend": _tax_json(kept_extend.from_intervals([since_start]))}  # fmt: skip
+            "kept_extend": _tax_json(found), "corrected_bins": list(corrected)}  # fmt: skip
 
 
 def _tax_json(tax: Any) -> dict[str, Any] | None:
@@ -318,7 +321,7 @@ def _print_speedup(speed: dict[str, Any]) -> None:
         # BinEstimate.ran_mostly: a gated stream's drafted rate reads high when requests accept differently).
         explored = {
             "gated": ", drafted side from exploration in a gated stream",
-            "drafted": ", gated side from exploration in a drafting stream",
+            "drafted": ", gated side from exploration in a drafting stream, corrected for the kept extend",
         }.get(b.get("ran_mostly") or "", "")
         say(
             f"  batch {b['batch_size']:>5}: speedup x{b['speedup']:.2f}{ci}, drafted "

@@ -214,7 +214,9 @@ def _tables(view: _LiveData) -> None:
             "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
             "when requests accept differently: requests that accept more finish sooner when drafting, "
             "so a drafting stream holds more of the ones that accept less than a gated stream does "
-            "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md).",
+            "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md). Where a bin ran mostly drafted, its "
+            "gated rate comes from explored batches that kept the draft model's extend, which gating the bin "
+            f"would skip: it is scaled up by the extend's cost, as learn does ({view.live.kept_extend}).",
         )
     if not view.three_curves.empty:
         _folded_table(
