@@ -28,7 +28,8 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # half in time (explore.window.timed_out in the report), and an escalated limit drafts twice the last part's
 # largest batch (explore.next_doublings); 0.4.5: the scheduler's long garbage collections (gc in the report,
 # plugin/gc_pauses.py); 0.4.6: the counters' extend block, steady gated steps by whether the draft extend ran
-# (what it costs on this server's traffic: control/kept_extend.py)
+# (what it costs on this server's traffic: control/kept_extend.py), and a drained batch's verify result is
+# dropped before SGLang's acceptance EMA (``Gate.mark_gated``, knob_gate.mark_drained)
 PLUGIN_VERSION = "0.4.6"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
@@ -185,6 +186,12 @@ class Gate:
         self.closed, self.closed_batches = closed, dwelt
         self._decisions.append((batch_size, closed))
         return closed
+
+    def mark_gated(self, batch_size: int) -> None:
+        """The batch just decided runs 0 steps after all (the gated-decode plugin's drain): its verify result
+        is the gate's, dropped before SGLang's acceptance EMA as a gated batch's is (``verify_was_gated``)."""
+        if self._decisions and self._decisions[-1][0] == batch_size:
+            self._decisions[-1] = (batch_size, True)
 
     def count(self, gated: bool, steps: int, explored: bool = False) -> None:
         """Count one decode batch: ``gated`` by the gate (or by exploration), the bands' ``steps``."""

@@ -68,7 +68,8 @@ which running requests have holes, and when drafting would resume while any of t
 batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
 until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches (default 4096; then it
 drafts anyway and the rest recover cold). Drafting therefore resumes at its full accept length, a request
-lifetime after the knob went up. A drained batch is counted as gated in the decode counters.
+lifetime after the knob went up. A drained batch is counted as gated in the decode counters, and its verify
+result is kept from SGLang's acceptance EMA (``knob_gate.mark_drained``).
 ``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
 
 Flashinfer's host wait. With the extend skipped, a flashinfer server's gated step still waited about 1 ms
@@ -205,12 +206,14 @@ def _knob_allows_skip() -> bool:
 
 
 def _relabel_gated(batch_size: int) -> None:
+    """A drained batch runs 0 steps where the knob's gate chose to draft it: the knob plugin counts it gated
+    and keeps its verify result from SGLang's acceptance EMA (``knob_gate.mark_drained``)."""
     plugin = sys.modules.get("spectower.plugin.knob_gate")
     if plugin is not None:
         try:
-            plugin.engine_counters_state().relabel_latest(batch_size, drafted=False)
+            plugin.mark_drained(batch_size)
         except Exception:
-            logger.debug("spectower gated decode: counters not relabelled", exc_info=True)
+            logger.debug("spectower gated decode: the drained batch not relabelled", exc_info=True)
 
 
 def _mark_extend(batch_size: int, kept: bool) -> None:

@@ -158,6 +158,18 @@ def engine_counters_state() -> engine_counters.EngineCounters:
     return _state().counters
 
 
+def mark_drained(batch_size: int) -> None:
+    """The gated-decode plugin holds the batch just decided at 0 steps (its drain, plugin/gated_decode.py):
+    the counters count it gated, and its verify result, no drafts, is dropped before SGLang's acceptance EMA
+    as a gated batch's is. Fed to the EMA, the drain's zeros drag it down until SGLang's own band puts the
+    slot at 0 steps, which it probes back up from 5 batches later, only to meet the next drain: on the H200
+    under Azure's replay at threshold:47 (2026-12-04) the bands flipped 0 -> 3 -> 0 every few batches and the
+    batches the ceiling drafts ran mostly gated (``accept len: 1.00`` in SGLang's decode log)."""
+    state = _state()
+    state.counters.relabel_latest(batch_size, drafted=False)
+    state.gate.mark_gated(batch_size)
+
+
 def extend_skip_allowed() -> bool:
     """Whether the batch being decided may skip the draft model's extend (the gated-decode plugin asks,
     plugin/gated_decode.py): the ceiling gated it and nothing needs the draft warm now

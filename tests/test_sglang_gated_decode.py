@@ -126,3 +126,13 @@ def test_steady_gated_steps_count_by_whether_the_extend_ran(checked: dict[str, A
     assert sum(extend["kept"]["steps"]) == 3
     assert sum(extend["skipped"]["steps"]) == 17
     assert all(t > 0 for t, n in zip(extend["kept"]["time_s"], extend["kept"]["steps"], strict=True) if n)
+
+
+@plugin_tests.sglang_check
+def test_a_drained_batchs_verify_never_reaches_sglangs_acceptance_ema(checked: dict[str, Any]) -> None:
+    """Plugin 0.4.6: the two drained batches ran 0 steps where the gate chose to draft; their verify results
+    (no drafts) are dropped as a gated batch's are, so SGLang's own slots (steps, acceptance EMA, verifies
+    counted) are as they were. Fed to the EMA, the zeros put SGLang's band at 0 steps (seen on the H200:
+    0 -> 3 -> 0 every few batches at threshold:47)."""
+    before, after = checked["extend_skip"]["ema_around_drain"]
+    assert before == after

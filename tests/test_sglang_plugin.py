@@ -414,6 +414,20 @@ def test_gate_matches_late_verify_results() -> None:
     assert gate.verify_was_gated(12, [0] * 12) is True and gate.verify_was_gated(12, [1] * 12) is False
 
 
+def test_a_drained_batch_is_the_gates_own_verify() -> None:
+    """The gated-decode plugin's drain holds a batch the gate chose to draft at 0 steps (plugin 0.4.6):
+    ``mark_gated`` makes its verify the gate's, dropped before SGLang's EMA; only the newest decision, and
+    only for its own batch size."""
+    gate = Gate(min_dwell=0)
+    gate.set_ceiling(8)
+    gate.decide(4)
+    gate.mark_gated(5)  # another batch size: nothing changes
+    gate.decide(6)
+    gate.mark_gated(6)
+    assert gate.verify_was_gated(4, [0] * 4) is False
+    assert gate.verify_was_gated(6, [0] * 6) is True
+
+
 @sglang_check
 def test_decode_counters_per_bin_drafted_and_gated(sglang_checks: SglangChecks, sglang_version: str) -> None:
     """Batches driven through the real AdaptiveController move the published counters (fake clock)."""

@@ -197,8 +197,10 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     run("off", ["a", "b"])
     run("off", ["a", "b", "c"])
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 48})
+    ema_before = _slots(worker)
     run("drain", ["a", "b", "c", "d"])
     run("drain", ["b", "c", "d"])
+    ema_after = _slots(worker)
     run("drafting again", ["d", "e"])
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 1})
     run("partial ceiling", ["d", "e", "f"])
@@ -218,7 +220,14 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     counters = knob.engine_counters_state().snapshot()
     published = _harness.get_state(scheduler).get("spectower", {}).get("gated_decode")
     return {"trace": trace, "report": gated_decode.extend_skip().report(), "counters": counters,
-            "published": published}  # fmt: skip
+            "published": published, "ema_around_drain": [ema_before, ema_after]}  # fmt: skip
+
+
+def _slots(worker: Any) -> dict[str, list[float]]:
+    """SGLang's own adaptive slots per batch size: [current steps, acceptance EMA, verifies counted]."""
+    params = worker.adaptive_controller.params
+    return {str(bs): [slot.current_steps, slot.ema_accept_len, slot._batch_count]
+            for bs, slot in params._slots.items()}  # fmt: skip
 
 
 if __name__ == "__main__":
