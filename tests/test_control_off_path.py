@@ -115,3 +115,22 @@ def test_each_ranks_scheduler_garbage_collections_are_shown_with_the_newest_long
     doc["internal_states"][0]["spectower"]["gc"] = GcPauses().report()
     assert "scheduler gc 0: 0 collections, none >= 0.05 s" in _printed(doc, monkeypatch)
     assert "scheduler gc" not in _printed(_doc(real_data, None, None), monkeypatch)
+
+
+def test_sglangs_own_band_changes_show_on_the_off_path(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's count of SGLang's own step changes (its acceptance EMA; before plugin 0.4.6 the drain fed
+    it zeros and its band flipped 0 -> 3 -> 0): each one a runtime-state switch, a band at 0 keeping the
+    batches the knob would draft gated. None: nothing said."""
+    from spectower.plugin.gate import Gate
+
+    doc = _doc(real_data, _skip_report(), None)
+    gate = Gate(min_dwell=0)
+    gate.band_changes = 214
+    doc["internal_states"][0]["spectower"]["gate"] = gate.report(64)["gate"]
+    assert ("off path 0: draft extend skipped in 812 batches, 37 drained before drafting; SGLang's own steps "
+            "changed 214 times") in _printed(doc, monkeypatch)
+    gate.band_changes = 0
+    doc["internal_states"][0]["spectower"]["gate"] = gate.report(64)["gate"]
+    assert "SGLang's own steps" not in _printed(doc, monkeypatch)

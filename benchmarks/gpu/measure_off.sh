@@ -509,70 +509,8 @@ done
 grep -E "spectower" "$WORK/spec.log" | grep -v server_args= | tail -3
 # The plugin's own time in its decode hooks against the decode time its counters measured (issue #14: < 1 %
 # of a decode step). Only these figures are printed: /server_info also carries the admin key.
-curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -P -c '
-import json, sys
-from spectower.collectors.sglang.counters import read_counters
-from spectower.plugin.engine_counters import served, sum_ranks
-info = json.load(sys.stdin)
-ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
-calls = sum((r.get("hooks") or {}).get("calls", 0) for r in ranks)
-spent = sum((r.get("hooks") or {}).get("seconds", 0.0) for r in ranks)
-blocks = read_counters(info).blocks
-done = served(sum_ranks(blocks)) if blocks else {"steps": 0, "time_s": 0.0}
-decode_s, steps = done["time_s"], done["steps"]
-if calls and decode_s:
-    print(f"plugin hooks: {calls} calls, {spent / calls * 1e6:.1f} us each; {spent / decode_s:.3%} of the "
-          f"{decode_s:.1f} s of decode steps the counters measured ({steps:.0f} steps)")
-else:
-    print("plugin hooks: no figure (plugin", ranks[0].get("plugin_version") if ranks else None,
-          "or no decode steps yet)")
-# exploration windows (plugin 0.4.0+): parts so far, those ended by their time cap (0.4.4), busy seconds of the
-# last part, the limit of the stream now
-for i, r in enumerate(ranks):
-    w = (r.get("explore") or {}).get("window") or {}
-    if w.get("cycle"):
-        parts, timed, last, limit = (w.get(k) for k in ("windows", "timed_out", "last_explore_s", "limit"))
-        doublings, above, batches = (w.get(k) for k in ("doublings", "over_limit", "batches"))
-        print(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, the last {last} s; "
-              f"limit {limit} ({doublings} doublings), {above} batches above it; batches {batches}")
-# what the draft extend costs a steady gated step on this traffic (plugin 0.4.6, control/kept_extend.py), since
-# the server started: the tax learn corrects the gated side of a drafting bin by
-from spectower.control import kept_extend
-from spectower.plugin.engine_counters import rates
-found = kept_extend.from_intervals([rates(None, sum_ranks(blocks))]) if blocks else None
-if found is not None:
-    per_bin = ", ".join(f"{b.batch_size}: {100 * b.tax:.1f} % ({b.kept_steps}/{b.skipped_steps})" for b in found.bins)
-    print(f"kept extend: {found.label()}; per bin (kept/skipped steps): {per_bin}")
-else:
-    print("kept extend: not measured (a plugin before 0.4.6, a lock, or too few steady gated steps of each kind)")
-# long garbage collections of the scheduler process (plugin 0.4.5, plugin/gc_pauses.py), with their wall-clock
-# times, to set against the stalls of a replay (the TTFT tail of replay_table.py)
-import time
-for i, r in enumerate(ranks):
-    g = r.get("gc")
-    if not g:
-        continue
-    newest = []
-    for c in g.get("recent_long", []):
-        at, gen, took = c.get("at"), c.get("generation"), c.get("seconds")
-        newest.append(time.strftime("%H:%M:%S", time.gmtime(at)) + f" gen {gen} {took:.3f} s")
-    count, spent, long, limit, most = (g.get(k) for k in ("collections", "seconds", "long", "threshold_s",
-                                                          "longest_s"))
-    listed = ", ".join(newest) or "none"
-    print(f"scheduler gc, rank {i}: {count} collections, {spent:.2f} s; {long} of them >= {limit:g} s, the "
-          f"longest {most:.3f} s; newest long (UTC): {listed}")
-# flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the GPU
-mirrors = [r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")]
-for m in mirrors:
-    hits, syncs, checked, differed = (m[k] for k in ("resolved_from_mirror", "resolved_by_sglang", "verified",
-                                                     "mismatches"))
-    gated = m.get("gated_by_sglang", "?")  # resolves by SGLang whose batch then ran gated (plugin 0.3.2)
-    enabled, why = m.get("enabled"), m.get("off_reason") or ""
-    each = m.get("seconds", 0.0) / max(1, hits + syncs) * 1e6
-    print(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy ({gated} of them "
-          f"gated); {checked} checked, "
-          f"{differed} differed; on={enabled} {why}; its own time {each:.1f} us per resolve")
-' || say "plugin hooks: /server_info not readable"
+curl -fsS "$SPEC_URL/server_info" 2>/dev/null | python3 -P benchmarks/gpu/call_summary.py \
+  || say "plugin hooks: /server_info not readable"
 # which CUDA graphs each adaptive state captured (the 0-step state's draft extend should be 1 token wide)
 grep -E "Capture draft extend CUDA graph begin|Built adaptive runtime state" "$WORK/spec.log" | cut -c1-220
 # SGLang's tokenizer manager's long garbage collections (--gc-warning-threshold-secs GC_WARN_S), the newest few

@@ -90,7 +90,7 @@ _RANK_KEYS = ("dp_rank", "speculative_num_steps", "avg_spec_accept_length", "las
 _PLUGIN_KEYS = (
     "spec_max_bs", "batches_drafted", "batches_gated", "plugin_version", "refused", "owner", "lock",
     "last_write", "last_refused", "policy_last", "server_time", "gated_decode", "seq_lens_mirror", "explore",
-    "gc",
+    "gc", "gate",
 )  # fmt: skip
 
 
@@ -121,6 +121,8 @@ class RankState(BaseModel):
     seq_lens_mirror: Map = None  # flashinfer: gated batches' host lengths remembered, not waited for
     explore: Map = None  # the share, batches explored and the window among gated batches (plugin/explore.py)
     gc: Map = None  # the scheduler process's garbage collections, the long ones timed (plugin/gc_pauses.py)
+    # the gate's own counts (plugin/gate.py): switches, band_changes (SGLang's own steps), verifies dropped
+    gate: Map = None
 
     # the knob client's names for the same two values (`control get` prints them)
     @property

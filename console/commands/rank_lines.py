@@ -24,6 +24,11 @@ def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
             parts.append(f"draft extend skipped in {skip.get('batches_skipped', '?')} batches, "
                          f"{skip.get('batches_drained', '?')} drained before drafting"
                          + ("" if skip.get("enabled", True) else " (skip switched off)"))  # fmt: skip
+        bands = (rank.gate or {}).get("band_changes")
+        if isinstance(bands, int) and bands:
+            # SGLang's own adaptive band changed its step count (its acceptance EMA): each change is a
+            # runtime-state switch, and a band at 0 keeps batches the knob would draft gated
+            parts.append(f"SGLang's own steps changed {bands} times")
         mirror = rank.seq_lens_mirror
         if mirror and mirror.get("active"):
             state = "on" if mirror.get("enabled") else "OFF"

@@ -1,0 +1,130 @@
+"""What the plugin reports at the end of each ``measure_off.sh`` call, from the spec server's
+``/server_info``.
+
+    curl -fsS "$SPEC_URL/server_info" | python3 -P benchmarks/gpu/call_summary.py
+
+One line per figure, per DP rank where it is per rank: the plugin's own time in its decode hooks against the
+decode time its counters measured (issue #14: < 1 % of a decode step); the exploration windows (plugin
+0.4.0+); the gate and the off path (SGLang's own band changes, the drain, the verifies kept from SGLang's
+acceptance EMA); what the draft extend costs a steady gated step (plugin 0.4.6); the scheduler's long
+garbage collections with their UTC times (plugin 0.4.5); flashinfer's seq-lens mirror. Only these figures
+are printed: ``/server_info`` also carries the admin key. A field a plugin does not publish prints nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spectower.collectors.sglang.counters import read_counters
+from spectower.control import kept_extend
+from spectower.plugin.engine_counters import rates, served, sum_ranks
+
+
+def hooks_line(ranks: list[Mapping[str, Any]], blocks: list[dict[str, Any]]) -> str:
+    calls = sum((r.get("hooks") or {}).get("calls", 0) for r in ranks)
+    spent = sum((r.get("hooks") or {}).get("seconds", 0.0) for r in ranks)
+    done = served(sum_ranks(blocks)) if blocks else {"steps": 0, "time_s": 0.0}
+    decode_s, steps = done["time_s"], done["steps"]
+    if calls and decode_s:
+        each, share = spent / calls * 1e6, spent / decode_s
+        return (f"plugin hooks: {calls} calls, {each:.1f} us each; {share:.3%} of the {decode_s:.1f} s of "
+                f"decode steps the counters measured ({steps:.0f} steps)")  # fmt: skip
+    version = ranks[0].get("plugin_version") if ranks else None
+    return f"plugin hooks: no figure (plugin {version} or no decode steps yet)"
+
+
+def window_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """Exploring parts so far, those ended by their time cap (0.4.4), the last part's busy seconds, the
+    stream's limit now."""
+    lines = []
+    for i, r in enumerate(ranks):
+        w = (r.get("explore") or {}).get("window") or {}
+        if w.get("cycle"):
+            parts, timed, last = w.get("windows"), w.get("timed_out"), w.get("last_explore_s")
+            limit, doublings, above = w.get("limit"), w.get("doublings"), w.get("over_limit")
+            lines.append(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, "
+                         f"the last {last} s; limit {limit} ({doublings} doublings), {above} batches "
+                         f"above it; batches {w.get('batches')}")  # fmt: skip
+    return lines
+
+
+def gate_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """The changes of SGLang's own band steps (its acceptance EMA: before plugin 0.4.6 the drain fed it zeros
+    and its band flipped 0 -> 3 -> 0 every few batches), the drain, the verifies kept from the EMA."""
+    lines = []
+    for i, r in enumerate(ranks):
+        g, skip = r.get("gate") or {}, r.get("gated_decode") or {}
+        if g:
+            drafted, gated = r.get("batches_drafted"), r.get("batches_gated")
+            switches, bands, dropped = g.get("switches"), g.get("band_changes"), g.get("verifies_dropped")
+            skipped, drained = skip.get("batches_skipped"), skip.get("batches_drained")
+            lines.append(f"gate, rank {i}: {drafted} batches drafted, {gated} gated; {switches} switches, "
+                         f"{bands} changes of SGLang's own steps, {dropped} verifies kept from its EMA; "
+                         f"extend skipped in {skipped} batches, {drained} drained")  # fmt: skip
+    return lines
+
+
+def kept_extend_line(blocks: list[dict[str, Any]]) -> str:
+    """What the draft extend costs a steady gated step on this traffic since the server started (plugin
+    0.4.6, control/kept_extend.py): the tax learn corrects a drafting bin's gated side by."""
+    found = kept_extend.from_intervals([rates(None, sum_ranks(blocks))]) if blocks else None
+    if found is None:
+        return ("kept extend: not measured (a plugin before 0.4.6, a lock, or too few steady gated steps of "
+                "each kind)")  # fmt: skip
+    per_bin = ", ".join(f"{b.batch_size}: {100 * b.tax:.1f} % ({b.kept_steps}/{b.skipped_steps})"
+                        for b in found.bins)  # fmt: skip
+    return f"kept extend: {found.label()}; per bin (kept/skipped steps): {per_bin}"
+
+
+def gc_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """The scheduler's long garbage collections with their wall-clock times, to set against the stalls of a
+    replay (the TTFT tail of replay_table.py)."""
+    lines = []
+    for i, r in enumerate(ranks):
+        g = r.get("gc")
+        if not g:
+            continue
+        newest = [time.strftime("%H:%M:%S", time.gmtime(c.get("at"))) + f" gen {c.get('generation')} "
+                  f"{c.get('seconds'):.3f} s" for c in g.get("recent_long", [])]  # fmt: skip
+        count, spent, long = g.get("collections"), g.get("seconds"), g.get("long")
+        limit, most = g.get("threshold_s"), g.get("longest_s")
+        listed = ", ".join(newest) or "none"
+        lines.append(f"scheduler gc, rank {i}: {count} collections, {spent:.2f} s; {long} of them >= "
+                     f"{limit:g} s, the longest {most:.3f} s; newest long (UTC): {listed}")  # fmt: skip
+    return lines
+
+
+def mirror_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """Flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the
+    GPU."""
+    lines = []
+    for m in (r["seq_lens_mirror"] for r in ranks if r.get("seq_lens_mirror")):
+        hits, syncs = m["resolved_from_mirror"], m["resolved_by_sglang"]
+        gated = m.get("gated_by_sglang", "?")  # resolves by SGLang whose batch then ran gated (plugin 0.3.2)
+        each = m.get("seconds", 0.0) / max(1, hits + syncs) * 1e6
+        checked, differed = m["verified"], m["mismatches"]
+        on, why = m.get("enabled"), m.get("off_reason") or ""
+        lines.append(f"seq-lens mirror: {hits} resolves from the mirror, {syncs} by SGLang host copy "
+                     f"({gated} of them gated); {checked} checked, {differed} differed; on={on} {why}; its "
+                     f"own time {each:.1f} us per resolve")  # fmt: skip
+    return lines
+
+
+def summary(info: Mapping[str, Any]) -> list[str]:
+    ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
+    blocks = read_counters(info).blocks
+    return [hooks_line(ranks, blocks), *window_lines(ranks), *gate_lines(ranks), kept_extend_line(blocks),
+            *gc_lines(ranks), *mirror_lines(ranks)]  # fmt: skip
+
+
+def main() -> int:
+    print("\n".join(summary(json.load(sys.stdin))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

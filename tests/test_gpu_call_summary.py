@@ -1,0 +1,59 @@
+"""benchmarks/gpu/call_summary.py: the lines each measure_off.sh call ends with, from a /server_info document
+whose plugin block is built by the plugin's own objects (its gate, the gated-decode tracker, the counters,
+the garbage-collection timer), as the knob plugin's get_internal_state publishes them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from spectower.plugin.engine_counters import EngineCounters
+from spectower.plugin.gate import Gate
+from spectower.plugin.gated_decode import ExtendSkip
+from spectower.plugin.gc_pauses import GcPauses
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
+import call_summary
+
+
+def _document(extend: bool = True) -> dict[str, Any]:
+    gate = Gate(min_dwell=0)
+    gate.set_ceiling(16)
+    for batch in (8, 8, 40, 40):
+        gated = gate.decide(batch)
+        gate.count(gated, 3)
+    gate.mark_gated(40)
+    skip = ExtendSkip(allowed=lambda: True, enabled=True)
+    counters = EngineCounters(64)
+    for _ in range(100):
+        counters.record(48, False, 48, 0.010, extend_kept=False if extend else None)
+        counters.record(48, False, 48, 0.0112, extend_kept=True if extend else None)
+    block = {**gate.report(64), "gated_decode": skip.report(), "counters": counters.snapshot(),
+             "gc": GcPauses().report(), "hooks": {"calls": 200, "seconds": 0.004},
+             "admin_key": "must-not-print"}  # fmt: skip
+    return {"internal_states": [{"dp_rank": 0, "spectower": block}]}
+
+
+def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
+    lines = call_summary.summary(_document())
+    by_start = {line.split(":")[0]: line for line in lines}
+    assert by_start["plugin hooks"].startswith("plugin hooks: 200 calls, 20.0 us each;")
+    gate = by_start["gate, rank 0"]
+    assert "2 batches drafted, 2 gated; 1 switches, 0 changes of SGLang's own steps" in gate
+    assert "extend skipped in 0 batches, 0 drained" in gate
+    measured = "kept extend: 10.7 % measured (bin 48, 100 steps with the extend)"
+    assert by_start["kept extend"].startswith(measured)
+    assert "48: 10.7 % (100/99)" in by_start["kept extend"]  # the first gated step followed none
+    assert by_start["scheduler gc, rank 0"].startswith("scheduler gc, rank 0: 0 collections")
+    assert not any("must-not-print" in line for line in lines)
+
+
+def test_a_rank_without_the_extend_block_says_so_and_the_script_reads_stdin() -> None:
+    done = subprocess.run([sys.executable, "-P", str(REPO_ROOT / "benchmarks/gpu/call_summary.py")],
+                          input=json.dumps(_document(extend=False)), capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    assert "kept extend: not measured (a plugin before 0.4.6" in done.stdout
