@@ -188,8 +188,12 @@ def bin_rows(measured: dict[str, dict[tuple[int, str], list[float]]],
             ms = step_ms(cell)
             if ms is None:
                 continue
-            sim_ms = _round(step_ms(simulated.get((b, mode))))
+            sim_cell = simulated.get((b, mode))
+            sim_ms = _round(step_ms(sim_cell))
+            # the steps too: how much of a bin ran in each mode, measured and simulated (the simulator has
+            # the gate, its hysteresis and the drain; what it lacks shows here, e.g. SGLang's own band at 0)
             rows.append({"policy": policy, "bin": b, "mode": mode, "steps": int(cell[0]),
+                         "sim_steps": int(sim_cell[0]) if sim_cell is not None else 0,
                          "measured_ms": round(ms, 3), "sim_ms": sim_ms})  # fmt: skip
     return rows
 
@@ -332,12 +336,13 @@ def print_tables(figures: list[dict[str, Any]], bins: list[dict[str, Any]]) -> N
         spans = [f"sim {_cell(r[0], '.3g')}-{_cell(r[1], '.3g')}" if (r := row["sim_range"][k]) else "-"
                  for k in FIGURES]  # fmt: skip
         print(f"{'':<16}" + "".join(f"{c:>22}" for c in spans))
-    print("\nper bin: ms per step, measured / simulated (prefills beside a step counted in it)")
-    print(f"{'policy':<14}{'bin':>4} {'mode':<8}{'steps':>7}{'measured':>10}{'sim':>10}{'ratio':>7}")
+    print("\nper bin: steps and ms per step, measured / simulated (prefills beside a step counted in it)")
+    head = f"{'policy':<14}{'bin':>4} {'mode':<8}{'steps':>7}{'sim':>7}"
+    print(f"{head}{'measured':>10}{'sim':>10}{'ratio':>7}")
     for r in bins:
         ratio = f"{r['sim_ms'] / r['measured_ms']:.2f}" if r["sim_ms"] else "-"
-        print(f"{r['policy']:<14}{r['bin']:>4} {r['mode']:<8}{r['steps']:>7}{r['measured_ms']:>10.2f}"
-              f"{_cell(r['sim_ms'], '.2f'):>10}{ratio:>7}")  # fmt: skip
+        print(f"{r['policy']:<14}{r['bin']:>4} {r['mode']:<8}{r['steps']:>7}{r.get('sim_steps', 0):>7}"
+              f"{r['measured_ms']:>10.2f}{_cell(r['sim_ms'], '.2f'):>10}{ratio:>7}")  # fmt: skip
 
 
 def _starts(text: str) -> list[int]:
