@@ -60,7 +60,7 @@ def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res
     got = _intervals(entries, res_s)
     assert got == want
     # grouped per bin as the estimator groups the intervals: the same samples, in the same order
-    assert _per_bin(entries) == speedup._per_bin(want)
+    assert _per_bin(entries) == speedup.per_bin(want)
     # same types too: ints stay ints, a missing rate is None (not NaN)
     assert [type(v) for i in got for m in ("drafted", "gated") for v in i[m]["steps"]] == [
         int for i in want for m in ("drafted", "gated") for _ in i[m]["steps"]
@@ -117,7 +117,7 @@ def test_counter_intervals_equal_the_reference_on_every_tier(db: Database) -> No
         assert got == reference.counter_intervals(db, sid, start, stop, limit)
         tiers |= {i["res_s"] for i in got}
         samples = queries.counter_samples(db, sid, start, stop, max_intervals=limit)
-        assert samples.intervals == len(got) and samples.per_bin == speedup._per_bin(got)
+        assert samples.intervals == len(got) and samples.per_bin == speedup.per_bin(got)
         old = speedup.estimate(got)
         assert speedup.estimate_per_bin(samples.per_bin, samples.intervals) == old
     assert tiers == {0, 60, 3600}
