@@ -1,5 +1,5 @@
 """Read and admin endpoints: ``/server_info``, ``/model_info``, ``/v1/loads``, health, ``/flush_cache``,
-``/metrics`` and the speculation knob ``/set_internal_state``.
+``/freeze_gc``, ``/metrics`` and the speculation knob ``/set_internal_state``.
 
 The knob contract (docs/design.md, plugin/knob_contract.py): ``{"server_args": {"spectower_spec_max_bs": N,
 "spectower_writer": W, ...}}`` answers one boolean per DP rank. The body is validated like SGLang's
@@ -11,6 +11,7 @@ and allowed. Ownership (locks, last writer) is the contract's ``KnobOwner``, as 
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ FLUSH_MESSAGE = (
     "waiting requests, the operation will not be performed.)\n"
 )
 FLUSH_FAILED = "Flush cache failed.\n"
+FREEZE_GC_MESSAGE = "Garbage collection frozen.\n"  # SGLang's answer (entrypoints/http_server.py)
 LOAD_SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues")
 
 
@@ -87,6 +89,13 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
     async def flush_cache() -> Response:
         ok = engine.flush_cache()
         return PlainTextResponse(FLUSH_MESSAGE if ok else FLUSH_FAILED, status_code=200 if ok else 400)
+
+    @router.api_route("/freeze_gc", methods=["GET", "POST"])
+    async def freeze_gc() -> Response:
+        # SGLang moves the objects its tokenizer manager and scheduler hold now out of the collector's reach
+        # (gc.freeze), so later long collections walk fewer of them; the simulator's one process does the same
+        gc.freeze()
+        return PlainTextResponse(FREEZE_GC_MESSAGE)
 
     @router.api_route("/set_internal_state", methods=["POST", "PUT"])
     async def set_internal_state(request: Request) -> Response:

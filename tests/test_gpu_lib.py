@@ -214,3 +214,20 @@ def test_a_call_whose_runs_are_still_going_hands_back_a_consistent_copy_of_their
     finally:
         copy.close()
     assert not (out / "policy.db").exists()  # the whole database only once the runs are done
+
+
+def test_freeze_gc_between_policy_runs_calls_sglangs_endpoint(tmp_path: Path, simulator_factory: Any) -> None:
+    """``POLICIES="off learn freeze-gc off learn"``: the runs after freeze-gc tell whether long garbage
+    collections make the replay's stalls. freeze-gc is no policy: it POSTs SGLang's /freeze_gc (an admin
+    endpoint: the launch's admin key) and the next entry runs; the simulator answers as SGLang does."""
+    key = "admin-key-of-this-launch"
+    sim = simulator_factory(admin_key=key)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "admin_key").write_text(key)
+    done = _measure_off(tmp_path, PHASES="policy wait", POLICIES="freeze-gc", SPEC_PORT=str(sim.port),
+                        WAIT_SECONDS="60", CURL_MAX_S="5")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (work / "policy-out" / "policy.log").read_text()
+    assert "freeze-gc: Garbage collection frozen." in log, log
+    assert (work / "policy.done").exists()

@@ -415,6 +415,12 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
+      if [ "$pol" = freeze-gc ]; then  # not a policy: SGLang'"'"'s /freeze_gc (tokenizer manager and scheduler)
+        # between two runs, so the runs after it tell whether long garbage collections make the replay'"'"'s stalls
+        echo "[$(date +%T)] freeze-gc: $(curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" \
+          "$SPEC_URL/freeze_gc")"
+        return
+      fi
       [ -e "$OUT/load-$label.log" ] && label=$label-2  # a policy run twice (alternating order): both kept
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
@@ -463,6 +469,7 @@ print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("i
 export -f st st_bg curl  # the background runs' reads keep curl's deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
+# POLICIES may hold freeze-gc, not a policy: SGLang's /freeze_gc on the spec server between two runs
 # REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
 # (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
 # benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
