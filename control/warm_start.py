@@ -243,6 +243,7 @@ def from_counters(
     window_s: float = COUNTERS_WINDOW_S,
     kept_extend_tax: float | kept_extend.KeptExtendTax = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
     ceilings: Sequence[int | None] | None = None,
+    current: int | None = None,
 ) -> WarmStart | None:
     """Where learn's own rule puts the ceiling on this server's stored counter intervals
     (``storage.queries.counter_intervals``), or None when no bin has an interval there yet.
@@ -253,7 +254,8 @@ def from_counters(
     (explored ones, and those draining after a burst), scaled by ``1 / (1 - kept_extend_tax)``: a
     ``kept_extend.KeptExtendTax`` the counters measured (the line says where), or a number taken as assumed.
     Where no ceiling is known, a bin that ran mostly drafted (``BinEstimate.ran_mostly``) is taken as
-    drafted."""
+    drafted. ``current``: the knob now; where learn's rule keeps it (``learn_counters.keep_or_move``: within
+    what the estimate allows), learn starts there, so bins the counters never measured keep their side."""
     if not intervals:
         return None
     if ceilings is not None and len(ceilings) != len(intervals):
@@ -273,13 +275,21 @@ def from_counters(
     est, _ = learn_counters.estimate_without_thin(corrected)
     if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
         return None
-    bins = [int(b) for b in intervals[-1]["bins"]]
-    ceiling, _, _ = learn_counters.plan_ceilings(est, bins, max_running_requests)
+    # the server's whole ladder of bins, as learn's counters have it (stored intervals hold only the bins
+    # that saw steps: a ceiling between the stored ones must still land on a real boundary)
+    bins = sorted({*counter_bins(max_running_requests), *(int(b) for b in intervals[-1]["bins"])})
+    target, low, high = learn_counters.plan_ceilings(est, bins, max_running_requests)
+    ceiling = learn_counters.keep_or_move(current, target, low, high, bins, max_running_requests)
+    where = f"ceiling {ceiling}"
+    if current is not None and ceiling == learn_counters.ceiling_of(current, max_running_requests):
+        where += ", where the knob is: within what they allow"
+    elif current is not None and ceiling != target:
+        where += f", the bin boundary nearest the knob ({current}) within what they allow"
     return WarmStart(
         ceiling,
         f"warm start: this server's own counters of the last {window_s / 60:.0f} min ({len(intervals)} "
         f"intervals, {est.seconds:.0f} s of decode steps): crossover {est.label}; {tax_text}; "
-        f"learn starts at ceiling {ceiling}",
+        f"learn starts at {where}",
     )
 
 
@@ -291,12 +301,18 @@ def knob_at(knobs: Sequence[tuple[float, int]], ts: float) -> int | None:
 
 
 def from_stored_counters(
-    db: Database, server_url: str, max_running_requests: int, now: float, window_s: float = COUNTERS_WINDOW_S
+    db: Database,
+    server_url: str,
+    max_running_requests: int,
+    now: float,
+    window_s: float = COUNTERS_WINDOW_S,
+    current: int | None = None,
 ) -> WarmStart | None:
     """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s``, each
     interval with the knob it stored beside it, and the kept-extend tax its extend rows of the window measure
-    (``kept_extend.measure``; learn's constant where they measure none) (None: the server was never collected,
-    or its counters measure no bin in both modes yet)."""
+    (``kept_extend.measure``; learn's constant where they measure none), and the knob now (``current``, else
+    the newest one stored) (None: the server was never collected, or its counters measure no bin in both
+    modes yet)."""
     try:
         server_id = queries.server_by_url(db, server_url).id
     except LookupError:
@@ -313,7 +329,9 @@ def from_stored_counters(
     extend = queries.extend_totals(db, server_id, now - window_s, now)
     measured = kept_extend.measure(*extend) if extend is not None else None
     tax = measured if measured is not None else learn_counters.DEFAULT_KEPT_EXTEND_TAX
-    return from_counters(intervals, max_running_requests, window_s, tax, ceilings=ceilings)
+    if current is None and knobs:
+        current = knobs[-1][1]
+    return from_counters(intervals, max_running_requests, window_s, tax, ceilings=ceilings, current=current)
 
 
 def find(
@@ -324,11 +342,13 @@ def find(
     *,
     server_url: str | None = None,
     now: float | None = None,
+    current: int | None = None,
 ) -> WarmStart:
-    """This server's own stored counters (``server_url``) when they measure a bin in both modes, else
-    ``choose`` over every stored run with a crossover and the given measured profiles."""
+    """This server's own stored counters (``server_url``; ``current``: its knob now) when they measure a bin
+    in both modes, else ``choose`` over every stored run with a crossover and the given measured profiles."""
     if server_url is not None:
-        own = from_stored_counters(db, server_url, max_running_requests, time.time() if now is None else now)
+        own = from_stored_counters(db, server_url, max_running_requests, time.time() if now is None else now,
+                                   current=current)  # fmt: skip
         if own is not None:
             return own
     runs = [k for k in (known_from_run(run) for run in queries.bench_runs(db)) if k is not None]

@@ -597,3 +597,20 @@ def test_the_kept_extends_tax_is_the_servers_own_where_its_counters_measure_it()
     knob, policy, _ = _settled_ceiling(extend=True, kept_extend_tax=0.07)
     assert knob == 16
     assert policy.tax_text == "kept extend 7 % as given"
+
+
+def test_an_allowed_knob_between_bin_boundaries_moves_to_the_nearest_one_not_to_the_target() -> None:
+    """threshold:47 handed over to learn under a load at bins 1-2 only, drafting paying there: every ceiling
+    from 2 up is allowed, so learn moves 47 to 48 (the boundary nearest it), where the target (the highest
+    measured bin, 2) would gate bins 3-47 that no interval measured."""
+    from spectower.control.policy.learn_counters import keep_or_move
+
+    stream = CounterStream(dict.fromkeys(BINS, 1.4), weights={1: 0.5, 2: 0.5}, noise=0.0)
+    policy = make_policy("learn", MRR, min_dwell_s=0.0)
+    knob, changes, _ = drive(policy, stream, 120.0, knob=47)
+    assert changes and changes[0][1] == 48 and knob == 48
+    assert keep_or_move(47, 2, 2, MRR, BINS, MRR) == 48
+    assert keep_or_move(40, 2, 2, MRR, BINS, MRR) == 32  # 8 from 32, 8 from 48: the lower
+    assert keep_or_move(47, 16, 8, 24, BINS, MRR) == 16  # outside [8, 24]: the target
+    assert keep_or_move(None, 16, 8, 24, BINS, MRR) == 16
+    assert keep_or_move(100, 12, 12, 200, BINS, MRR) == MRR  # past every bin: every bin on, allowed

@@ -438,3 +438,21 @@ def test_on_the_h200_replays_stored_counters_learn_would_start_at_16_where_the_s
         alone = warm_start.from_stored_counters(db, url, 64, now=end, window_s=end - 1796418644.43)
     assert both is not None and both.ceiling == 16, both
     assert alone is not None and alone.ceiling == 24, alone
+
+
+def test_a_knob_within_what_the_counters_allow_stays_where_it_is(tmp_path: Path) -> None:
+    """A quiet hour under threshold:47 measured bins 1-2 only, both paying: learn's rule holds a ceiling the
+    estimate allows (here every ceiling from 2 up) and moves a ceiling between bin boundaries to the nearest
+    one, so the warm start goes 47 -> 48, not to 2 (gating bins 3-47 that no interval measured). A rehearsal
+    of the next H200 replay on the simulator at a tenth of its rate started learn at 2."""
+    now = 10_000.0
+    store_counters(tmp_path / "quiet.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60, knob=47)
+    warm = _find(tmp_path / "quiet.db", now)
+    assert warm.ceiling == 48
+    snapped = "learn starts at ceiling 48, the bin boundary nearest the knob (47) within what they allow"
+    assert warm.line.endswith(snapped)
+    store_counters(tmp_path / "at-48.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60, knob=48)
+    kept = "ceiling 48, where the knob is: within what they allow"
+    assert _find(tmp_path / "at-48.db", now).line.endswith(kept)
+    store_counters(tmp_path / "unknown.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60)
+    assert _find(tmp_path / "unknown.db", now).ceiling == 2  # no knob known: the estimate's own target

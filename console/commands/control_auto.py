@@ -129,7 +129,8 @@ def warm_start(
     except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
         fail(str(exc))
     stack = warm_start.Stack.of(state.info.info, inventory)
-    return warm_start.find(database, stack, max_running, profiles, server_url=state.server_url)
+    return warm_start.find(database, stack, max_running, profiles, server_url=state.server_url,
+                           current=state.spec_max_bs)  # fmt: skip
 
 
 def profile_known(path: Path) -> Known:

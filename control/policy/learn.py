@@ -26,7 +26,8 @@ decision this policy
    exploration share of the other): a ceiling inside a bin would compare its drafted small batches with
    its gated large ones and bias that bin's speedup;
 4. moves only when the current ceiling lies outside what the crossover's interval allows (the interval is
-   the hysteresis: a ceiling the data cannot tell from the best one stays), at most once per
+   the hysteresis: a ceiling the data cannot tell from the best one stays; one between bin boundaries, as a
+   threshold's 47, goes to the allowed boundary nearest it: ``learn_counters.keep_or_move``), at most once per
    ``min_dwell_s`` and ``max_flips_per_hour`` times per rolling hour (defaults: 300 s and 12);
 5. gives up waiting for a set that never reads back (the runner refused it, or it failed) after a few
    observations and believes the server again;
@@ -71,6 +72,7 @@ from .learn_counters import (
     ceiling_of,
     corrected,
     estimate_without_thin,
+    keep_or_move,
     kept_extend_tax,
     plan_ceilings,
 )
@@ -233,7 +235,9 @@ class LearnPolicy:
             )
         target, low, high = plan_ceilings(est, bins, self.max_running_requests)
         knob = self.knob
-        if self._allowed(knob, low, high, bins):
+        # the knob where it is allowed; an in-range knob between bin boundaries moves to the nearest one
+        target = keep_or_move(knob, target, low, high, bins, self.max_running_requests)
+        if target == self._ceiling(knob):
             self._share_view = self._decided(est, busy)
             return self._hold(
                 f"hold: ceiling {knob} is within what the crossover allows "
@@ -263,12 +267,6 @@ class LearnPolicy:
 
     def _ceiling(self, bound: int) -> int:
         return ceiling_of(bound, self.max_running_requests)
-
-    def _allowed(self, knob: int, low: int, high: int, bins: list[int]) -> bool:
-        """Whether ``knob`` is a bin boundary within [low, high] (``max_running_requests`` or more: on)."""
-        value = self._ceiling(knob)
-        on_boundary = value in (0, self.max_running_requests) or value in bins
-        return on_boundary and low <= value <= high
 
     def _spare_thin(
         self,

@@ -90,6 +90,24 @@ def plan_ceilings(
     return ceiling_of(target, mrr), ceiling_of(low, mrr), ceiling_of(high, mrr)
 
 
+def keep_or_move(knob: int | None, target: int, low: int, high: int, bins: list[int],
+                 max_running_requests: int) -> int:  # fmt: skip
+    """Where learn's rule puts the ceiling from ``knob``, given ``plan_ceilings``' (target, low, high): the
+    knob itself when it is a bin boundary (0, a bin, or every bin on) within [low, high]; the allowed boundary
+    nearest it (the lower on a tie) when it lies within them between two boundaries, as a threshold's 47
+    does; else (outside them, or unknown) the target. Moving an in-range 47 to the target would switch bins
+    no interval measured: with the load at bins 1-2 only, a warm start from the stored counters moved 47 to 2
+    (a rehearsal on the simulator, 2026-12-04)."""
+    if knob is None:
+        return target
+    mrr = max_running_requests
+    value = ceiling_of(knob, mrr)
+    allowed = sorted(c for c in {0, mrr, *(ceiling_of(b, mrr) for b in bins)} if low <= c <= high)
+    if not allowed or not low <= value <= high:
+        return target
+    return min(allowed, key=lambda c: (abs(c - value), c))
+
+
 def ceiling_of(bound: int, max_running_requests: int) -> int:
     """A bin boundary as a knob value: a bin at or above ``max_running_requests`` is every bin on."""
     return max_running_requests if bound >= max_running_requests else bound
