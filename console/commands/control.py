@@ -543,7 +543,8 @@ def auto(
     counters, lock and audit rows; a replica that cannot start is named and left out.
 
     It reads what `spectower collect` stores for the server, so run a collector for it too. learn starts
-    from what is known for the server's stack (the newest matching sweep or profile) unless --no-warm-start.
+    from the server's own stored counters of the last 30 minutes, else from what is known for its stack (the
+    newest matching sweep or profile), unless --no-warm-start; one line says which.
 
     learn quiets exploring (the server's spectower_explore_share 0.02 -> 0.005) after 2 minutes of holds with
     every busy bin decided (its interval on one side of 1), and restores it as soon as one is not; each such
