@@ -163,8 +163,8 @@ def mark_drained(batch_size: int) -> None:
     the counters count it gated, and its verify result, no drafts, is dropped before SGLang's acceptance EMA
     as a gated batch's is. Fed to the EMA, the drain's zeros drag it down until SGLang's own band puts the
     slot at 0 steps, which it probes back up from 5 batches later, only to meet the next drain: on the H200
-    under Azure's replay at threshold:47 (2026-12-04) the bands flipped 0 -> 3 -> 0 every few batches and the
-    batches the ceiling drafts ran mostly gated (``accept len: 1.00`` in SGLang's decode log)."""
+    under Azure's replay at threshold:47 (2026-12-04) the bands flipped 0 -> 3 -> 0 every few batches of each
+    drain (``ema_accept_len=0.00`` in SGLang's log), a runtime-state switch each time."""
     state = _state()
     state.counters.relabel_latest(batch_size, drafted=False)
     state.gate.mark_gated(batch_size)
