@@ -339,8 +339,11 @@ class _Server:
     it reports (the gauges and the engine counters)."""
 
     def __init__(self, profile: Profile, cfg: HarnessConfig, oracle: bool, seed: int, tick_s: float,
-                 window_start: int = 0) -> None:  # fmt: skip
+                 window_start: int = 0, keep_extend_within: float = 0.0) -> None:  # fmt: skip
         mrr = profile.max_running_requests
+        # a what-if, not the plugin's rule (benchmarks/drain_whatif.py): a batch the ceiling gates at up to
+        # this many times the ceiling keeps the draft extend, so a burst leaves no holed requests to drain
+        self.keep_extend_within = keep_extend_within
         self.profile = profile
         self.share = cfg.effective_explore_share if profile.speculative else 0.0
         # the tables at the share the server runs now (a policy may set it: Decision.explore_share)
@@ -444,6 +447,9 @@ class _Server:
             self.gate_closed = True
         elif self.gate_closed and batch <= knob - margin:
             self.gate_closed = False
+        if self.gate_closed and knob > 0 and batch <= self.keep_extend_within * knob:
+            self.extend_kept = 1.0  # the what-if's band above the ceiling: gated, the extend kept, no holes
+            return with_context(self.by_share.at(0.0)[0].off[batch], *extras)
         if self.gate_closed:
             period = knob_contract.explore_period(effective_share(self.knob.share))
             self.extend_kept = 0.0  # skipped where nothing explores and in the cold part; kept below
@@ -489,14 +495,15 @@ class _Server:
 def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy | None, *, trace_name: str,
                        seed: int = 0, slo: Slo = DEFAULT_SLO, config: HarnessConfig | None = None,
                        tick_s: float = OPEN_LOOP_TICK_S, drain_limit_s: float | None = None,
-                       window_start: int = 0) -> OpenLoopResult:  # fmt: skip
+                       window_start: int = 0, keep_extend_within: float = 0.0) -> OpenLoopResult:  # fmt: skip
     """Replay ``arrivals`` open-loop under ``policy`` (None: the per-tick oracle) until the queue drains.
-    ``window_start``: gated batches the exploration windows counted before (open_loop_cost.WindowStreams)."""
+    ``window_start``: gated batches the exploration windows counted before (open_loop_cost.WindowStreams).
+    ``keep_extend_within``: a what-if (``_Server``), 0 for the plugin's rule."""
     cfg = config or HarnessConfig()
     cfg.validate()
     if not arrivals:
         raise HarnessError("the trace has no arrivals to replay")
-    server = _Server(profile, cfg, policy is None, seed, tick_s, window_start)
+    server = _Server(profile, cfg, policy is None, seed, tick_s, window_start, keep_extend_within)
     rng, stale_rng = random.Random(f"harness:{seed}"), random.Random(f"stale:{seed}")
     requests = []
     for a in arrivals:
