@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import drain_whatif  # noqa: E402
+import drain_whatif
 
 
 def test_keeping_the_extend_near_the_ceiling_leaves_less_to_drain(monkeypatch: pytest.MonkeyPatch) -> None:
