@@ -1,5 +1,6 @@
 """benchmarks/drain_whatif.py and ``simulate_open_loop(keep_extend_within=...)``: the what-if that keeps the
-draft extend for batches gated near the ceiling, against the plugin's drain, under Azure's replayed arrivals."""
+draft extend for batches gated near the ceiling, against the plugin's drain, under Azure's replayed
+arrivals."""
 
 from __future__ import annotations
 
