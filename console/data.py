@@ -22,7 +22,6 @@ from sqlmodel import SQLModel
 
 from ..control import kept_extend
 from ..control.kept_extend import KeptExtendTax
-from ..control.policy.learn_counters import DEFAULT_KEPT_EXTEND_TAX
 from ..control.speedup import SpeedupEstimate
 from ..storage import Database, models, open_database, queries, rollups
 
@@ -224,9 +223,8 @@ def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpee
     extend rows measure, else 7 %: ``control.kept_extend.corrected_estimate``)."""
     samples = queries.counter_samples(db, server_id, t0, t1)
     has = samples.intervals > 0 or queries.has_counters(db, server_id)
-    found = queries.extend_totals(db, server_id, t0, t1)
-    measured = kept_extend.measure(*found) if found is not None else None
-    tax, text = kept_extend.or_assumed(measured if measured is not None else DEFAULT_KEPT_EXTEND_TAX)
+    measured = kept_extend.from_totals(queries.extend_totals(db, server_id, t0, t1))
+    tax, text = kept_extend.or_assumed(measured)
     est, corrected = kept_extend.corrected_estimate(samples.per_bin, samples.intervals, tax)
     return LiveSpeedup(est, has, t0, t1, text, measured, corrected)
 

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugin.engine_counters import EXTEND_KINDS, FIELDS
+from ..plugin.engine_counters import EXTEND_KINDS, FIELDS, ExtendBlock
+from ..plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from . import speedup
 
 # A bin's tax counts once each side has this many steady gated steps: a step's time varies by a few % with
@@ -63,14 +64,11 @@ class KeptExtendTax:
         return f"{100 * self.tax:.1f} % measured ({where}, {self.steps} steps with the extend)"
 
 
-Totals = dict[str, dict[str, list[float]]]
-
-
-def totals(intervals: Iterable[Mapping[str, Any]]) -> tuple[list[int], Totals] | None:
+def totals(intervals: Iterable[Mapping[str, Any]]) -> tuple[list[int], ExtendBlock] | None:
     """The ``extend`` blocks of these intervals (``engine_counters.rates()``'s shape) summed per bin, on the
     last interval's bins (the bins only grow), or None when none has the block."""
     bins: list[int] = []
-    summed: Totals = {}
+    summed: ExtendBlock = {}
     for interval in intervals:
         block = interval.get("extend")
         if not isinstance(block, Mapping):
@@ -89,7 +87,7 @@ def totals(intervals: Iterable[Mapping[str, Any]]) -> tuple[list[int], Totals] |
     return (bins, summed) if summed else None
 
 
-def measure(bins: list[int], summed: Totals, min_steps: int = MIN_STEPS) -> KeptExtendTax | None:
+def measure(bins: list[int], summed: ExtendBlock, min_steps: int = MIN_STEPS) -> KeptExtendTax | None:
     """The tax over per-bin totals of kept and skipped steady gated steps, or None when no bin has
     ``min_steps`` on both sides."""
     found: list[BinTax] = []
@@ -117,16 +115,26 @@ def from_intervals(
     intervals: Iterable[Mapping[str, Any]], min_steps: int = MIN_STEPS
 ) -> KeptExtendTax | None:
     """``measure`` over the summed ``extend`` blocks of these intervals."""
-    found = totals(intervals)
+    return from_totals(totals(intervals), min_steps)
+
+
+def from_totals(
+    found: tuple[list[int], ExtendBlock] | None, min_steps: int = MIN_STEPS
+) -> KeptExtendTax | None:
+    """``measure`` over per-bin totals (``totals``, or ``storage.queries.extend_totals``'s answer), None
+    where there are none."""
     return measure(*found, min_steps=min_steps) if found is not None else None
 
 
-def or_assumed(found: KeptExtendTax | float) -> tuple[float, str]:
-    """The tax to correct by and how it is known, for a reason line: measured (``found``), or a number
-    taken as assumed (nothing measured it)."""
+def or_assumed(
+    found: KeptExtendTax | float | None, assumed: float = DEFAULT_KEPT_EXTEND_TAX
+) -> tuple[float, str]:
+    """The tax to correct by and how it is known, for a reason line: measured (``found``), else a number
+    taken as assumed (``found`` itself when it is one, else ``assumed``: nothing measured it)."""
     if isinstance(found, KeptExtendTax):
         return found.tax, f"kept extend {found.label()}"
-    return found, f"kept extend {100 * found:g} % assumed (none measured)"
+    tax = assumed if found is None else found
+    return tax, f"kept extend {100 * tax:g} % assumed (none measured)"
 
 
 def corrected_estimate(

@@ -241,7 +241,7 @@ def from_counters(
     intervals: list[dict[str, Any]],
     max_running_requests: int,
     window_s: float = COUNTERS_WINDOW_S,
-    kept_extend_tax: float | kept_extend.KeptExtendTax = learn_counters.DEFAULT_KEPT_EXTEND_TAX,
+    kept_extend_tax: float | kept_extend.KeptExtendTax | None = None,
     ceilings: Sequence[int | None] | None = None,
     current: int | None = None,
 ) -> WarmStart | None:
@@ -252,7 +252,8 @@ def from_counters(
     and the bins each interval's ceiling drafted (``ceilings``, one per interval, from the knob the collector
     stored beside it; None: not known) have their gated side, measured on batches that kept the draft extend
     (explored ones, and those draining after a burst), scaled by ``1 / (1 - kept_extend_tax)``: a
-    ``kept_extend.KeptExtendTax`` the counters measured (the line says where), or a number taken as assumed.
+    ``kept_extend.KeptExtendTax`` the counters measured (the line says where), or a number taken as assumed
+    (None: learn's constant).
     Where no ceiling is known, a bin that ran mostly drafted (``BinEstimate.ran_mostly``) is taken as
     drafted. ``current``: the knob now; where learn's rule keeps it (``learn_counters.keep_or_move``: within
     what the estimate allows), learn starts there, so bins the counters never measured keep their side."""
@@ -326,9 +327,7 @@ def from_stored_counters(
     rows = queries.sample_rows(db, "engine", [server_id], now - window_s - KNOB_LOOKBACK_S, now)
     knobs = [(float(r["ts"]), int(r["spec_max_bs"])) for r in rows if r.get("spec_max_bs") is not None]
     ceilings = [knob_at(knobs, float(interval["ts"])) for interval in intervals]
-    extend = queries.extend_totals(db, server_id, now - window_s, now)
-    measured = kept_extend.measure(*extend) if extend is not None else None
-    tax = measured if measured is not None else learn_counters.DEFAULT_KEPT_EXTEND_TAX
+    tax = kept_extend.from_totals(queries.extend_totals(db, server_id, now - window_s, now))
     if current is None and knobs:
         current = knobs[-1][1]
     return from_counters(intervals, max_running_requests, window_s, tax, ceilings=ceilings, current=current)

@@ -290,12 +290,7 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     base = None if before is None or restarted else before
     out: dict[str, Any] = {"bins": bins, "restarted": restarted}
     for mode in MODES:
-        block: dict[str, list[Any]] = {}
-        for field in FIELDS:
-            new = _padded(after[mode][field], n)
-            old = _padded(base[mode][field], n) if base is not None else [0] * n
-            block[field] = [a - b for a, b in zip(new, old, strict=True)]
-        block["time_s"] = [round(t, 9) for t in block["time_s"]]
+        block: dict[str, list[Any]] = _deltas(after[mode], base[mode] if base is not None else None, n)
         block["tok_s"] = [
             tok / t if t > 0 else None for tok, t in zip(block["tokens"], block["time_s"], strict=True)
         ]
@@ -305,20 +300,22 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
         out[mode] = block
     new_extend = extend_block(after)
     if new_extend is not None:
-        out["extend"] = _extend_deltas(extend_block(base) if base is not None else None, new_extend, n)
+        old_extend = extend_block(base) if base is not None else None
+        out["extend"] = {kind: _deltas(new_extend[kind], old_extend[kind] if old_extend else None, n)
+                         for kind in EXTEND_KINDS}  # fmt: skip
     return out
 
 
-def _extend_deltas(old: ExtendBlock | None, new: ExtendBlock, n: int) -> ExtendBlock:
-    """``rates()``'s ``extend`` block: per kind and field, ``new`` less ``old`` (None: zeros), on n bins."""
-    out: ExtendBlock = {}
-    for kind in EXTEND_KINDS:
-        out[kind] = {}
-        for field in FIELDS:
-            before = _padded(old[kind][field], n) if old is not None else [0] * n
-            deltas = [a - b for a, b in zip(_padded(new[kind][field], n), before, strict=True)]
-            out[kind][field] = [round(d, 9) for d in deltas] if field == "time_s" else deltas
-    return out
+def _deltas(new: Mapping[str, Sequence[float]], old: Mapping[str, Sequence[float]] | None,
+            n: int) -> dict[str, list[Any]]:  # fmt: skip
+    """Per field (steps, tokens, time_s) of one mode's or kind's block: ``new`` less ``old`` (None: zeros)
+    on ``n`` bins, the step time rounded to the nanosecond."""
+    block: dict[str, list[Any]] = {}
+    for field in FIELDS:
+        before = _padded(old[field], n) if old is not None else [0] * n
+        block[field] = [a - b for a, b in zip(_padded(new[field], n), before, strict=True)]
+    block["time_s"] = [round(t, 9) for t in block["time_s"]]
+    return block
 
 
 def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
@@ -367,25 +364,25 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
     }
     for mode in MODES:
-        block: dict[str, list[Any]] = {field: [0] * len(bins) for field in FIELDS}
-        for snap in snapshots:
-            for field in FIELDS:
-                for b, v in zip(snap["bins"], snap[mode][field], strict=True):
-                    block[field][index[int(b)]] += v
-        block["time_s"] = [round(t, 9) for t in block["time_s"]]
-        out[mode] = block
-    extends = [(snap, found) for snap in snapshots if (found := extend_block(snap)) is not None]
+        out[mode] = _summed([(snap["bins"], snap[mode]) for snap in snapshots], index)
+    extends = [(snap["bins"], found) for snap in snapshots if (found := extend_block(snap)) is not None]
     if extends:
-        summed: ExtendBlock = {kind: {field: [0] * len(bins) for field in FIELDS} for kind in EXTEND_KINDS}
-        for snap, found in extends:
-            for kind in EXTEND_KINDS:
-                for field in FIELDS:
-                    for b, v in zip(snap["bins"], found[kind][field], strict=True):
-                        summed[kind][field][index[int(b)]] += v
-        for kind in EXTEND_KINDS:
-            summed[kind]["time_s"] = [round(t, 9) for t in summed[kind]["time_s"]]
-        out["extend"] = summed
+        out["extend"] = {kind: _summed([(b, found[kind]) for b, found in extends], index)
+                         for kind in EXTEND_KINDS}  # fmt: skip
     return out
+
+
+def _summed(blocks: Sequence[tuple[Sequence[int], Mapping[str, Sequence[float]]]],
+            index: Mapping[int, int]) -> dict[str, list[Any]]:  # fmt: skip
+    """Per field, the ranks' blocks (each with its own bins) summed on the union's bins (``index``: bin ->
+    position), the step time rounded to the nanosecond."""
+    block: dict[str, list[Any]] = {field: [0] * len(index) for field in FIELDS}
+    for bins, values in blocks:
+        for field in FIELDS:
+            for b, v in zip(bins, values[field], strict=True):
+                block[field][index[int(b)]] += v
+    block["time_s"] = [round(t, 9) for t in block["time_s"]]
+    return block
 
 
 def served(total: Mapping[str, Any]) -> dict[str, float]:

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from sqlalchemy import ColumnElement, and_, func, literal_column
 from sqlalchemy import select as sa_select
 
+from ..plugin.engine_counters import ExtendBlock
 from . import dialect, rollups
 from .counter_modes import DECODE_MODES as COUNTER_MODES
 from .counter_modes import EXTEND_MODES
@@ -42,8 +43,8 @@ COUNTER_RAW_RES_S = 5.0
 DEFAULT_MAX_COUNTER_INTERVALS = 2000
 # rates()'s step time is rounded to this many decimals (nanoseconds)
 TIME_DECIMALS = 9
-# kind (kept, skipped) -> field (steps, tokens, time_s) -> per bin: control.kept_extend.Totals
-ExtendTotals = dict[str, dict[str, list[float]]]
+# kind (kept, skipped) -> field (steps, tokens, time_s) -> per bin: the counters' own extend block
+ExtendTotals = ExtendBlock
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:

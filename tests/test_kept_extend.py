@@ -6,7 +6,6 @@ import math
 
 import pytest
 from spectower.control import kept_extend
-from spectower.control.policy.learn_counters import kept_extend_tax
 from spectower.plugin import engine_counters as ec
 
 BINS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
@@ -58,7 +57,10 @@ def test_intervals_sum_before_the_ratio_across_growing_bins() -> None:
 def test_nothing_measured_without_both_sides_or_without_the_block() -> None:
     assert kept_extend.from_intervals([interval({32: (500, 1.1e-3, 0, 0.0)})]) is None
     assert kept_extend.from_intervals([{"bins": BINS}]) is None
-    assert kept_extend_tax([{"bins": BINS}], 0.07) == (0.07, "kept extend 7 % assumed (none measured)")
+    assumed = (0.07, "kept extend 7 % assumed (none measured)")
+    assert kept_extend.or_assumed(kept_extend.from_intervals([{"bins": BINS}])) == assumed
+    assert kept_extend.or_assumed(None, 0.05) == (0.05, "kept extend 5 % assumed (none measured)")
+    assert kept_extend.from_totals(None) is None
 
 
 def test_the_tax_is_clamped_to_zero_and_below_learns_limit() -> None:

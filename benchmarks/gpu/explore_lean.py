@@ -251,9 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    measured = kept_extend.measure(*extend) if extend is not None else None
     assumed = float(OPTION_DEFAULTS["kept_extend_tax"])
-    tax, tax_text = kept_extend.or_assumed(measured if measured is not None else assumed)
+    tax, tax_text = kept_extend.or_assumed(kept_extend.from_totals(extend), assumed)
     rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps)
     print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax:.3f}), as learn "
           f"reads ({tax_text})")  # fmt: skip

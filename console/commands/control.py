@@ -255,7 +255,6 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
 
     from ...collectors.sglang.counters import read_counters
     from ...control import kept_extend, speedup
-    from ...control.policy.learn_counters import DEFAULT_KEPT_EXTEND_TAX
     from ...plugin.engine_counters import rates, sum_ranks
     from ...storage import queries
     from .. import data
@@ -279,7 +278,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
     since_start = rates(None, sum_ranks(read.blocks))
     found = kept_extend.from_intervals([since_start])
-    tax, _ = kept_extend.or_assumed(found if found is not None else DEFAULT_KEPT_EXTEND_TAX)
+    tax, _ = kept_extend.or_assumed(found)
     estimate, corrected = kept_extend.corrected_estimate(speedup.per_bin([since_start]), 1, tax)
     est = estimate.to_json()
     return {**est, "source": "since_start", "label": f"{est['label']}, since the server started",

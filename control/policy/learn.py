@@ -61,7 +61,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...plugin import engine_counters, knob_contract
-from .. import speedup
+from .. import kept_extend, speedup
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
     CEILING_KEY,
@@ -73,7 +73,6 @@ from .learn_counters import (
     corrected,
     estimate_without_thin,
     keep_or_move,
-    kept_extend_tax,
     plan_ceilings,
 )
 
@@ -384,7 +383,8 @@ class LearnPolicy:
             tax = self.kept_extend_tax
             self.tax_text = f"kept extend {100 * tax:g} % as given"
         else:
-            tax, self.tax_text = kept_extend_tax(self._intervals, self.kept_extend_tax)
+            measured = kept_extend.from_intervals(self._intervals)
+            tax, self.tax_text = kept_extend.or_assumed(measured, self.kept_extend_tax)
         return corrected(self._intervals, tax)
 
     # --- exploration --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
-from .. import kept_extend, speedup
+from .. import speedup
 
 # The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
 # chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
@@ -128,15 +128,6 @@ def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
     """Per bin, whether ``ceiling`` drafts it (None: unknown, speculation as launched: every bin): the bins
     whose gated side ``with_gated_scaled`` corrects."""
     return [ceiling is None or int(b) <= ceiling for b in bins]
-
-
-def kept_extend_tax(
-    intervals: list[dict[str, Any]], fallback: float = DEFAULT_KEPT_EXTEND_TAX
-) -> tuple[float, str]:
-    """The tax a drafting bin's gated side is corrected by, and how it is known: measured in these intervals'
-    ``extend`` blocks (``kept_extend.from_intervals``), else ``fallback``."""
-    measured = kept_extend.from_intervals(intervals)
-    return kept_extend.or_assumed(measured if measured is not None else fallback)
 
 
 def corrected(intervals: list[dict[str, Any]], tax: float) -> list[dict[str, Any]]:
