@@ -96,7 +96,7 @@ def test_each_ranks_scheduler_garbage_collections_are_shown_with_the_newest_long
 
     from spectower.plugin.gc_pauses import GcPauses
 
-    from tests.test_gc_pauses import Clock
+    from tests.test_engine_counters import FakeClock as Clock
 
     clock = Clock()
     pauses = GcPauses(threshold_s=0.05, clock=clock, wall=lambda: 1_796_417_829.0)

@@ -11,13 +11,7 @@ from typing import Any
 import pytest
 from spectower.plugin import gc_pauses
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.test_engine_counters import FakeClock as Clock
 
 
 def test_only_collections_at_or_above_the_threshold_are_long_and_kept_with_their_time() -> None:
