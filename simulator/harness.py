@@ -307,7 +307,7 @@ class _Tables:
         warm, cold = self.warm[batch], self.never_draft[batch]
         if kept <= 0.0 or kept >= 1.0 or warm <= 0 or cold <= 0:
             return kept
-        return (kept / warm) / (kept / warm + (1.0 - kept) / cold)
+        return kept / warm * _kept_mix(kept, warm, cold)  # the kept steps' time per token of the mix's
 
 
 def _kept_mix(kept: float, warm: float, cold: float) -> float:
