@@ -5,8 +5,9 @@ them: ``begin`` in the get_steps_for_batch hook and ``end`` in the on_verify_com
     python3 benchmarks/counter_overhead.py [--batch 32] [--steps 200000] [--step-ms 5.6]
 
 Prints ns per step for each, the same for the plugin's two hooks end to end (the gate included, SGLang's
-methods replaced by trivial ones), and the share of a decode step of ``--step-ms`` (an H200 decode step is
-about 5.6 ms). Nothing here is asserted: the unit tests never time anything.
+methods replaced by trivial ones) and for the loop-stall plugin's four hooks per scheduler iteration, and
+the share of a decode step of ``--step-ms`` (an H200 decode step is about 5.6 ms). Nothing here is
+asserted: the unit tests never time anything.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 
-from spectower.plugin import engine_counters, knob_gate
+from spectower.plugin import engine_counters, knob_gate, loop_stalls
 
 
 def per_step_ns(fn: Callable[[int], None], steps: int) -> float:
@@ -90,6 +92,27 @@ def main() -> None:
         finally:
             state.counters = saved
 
+    # the loop-stall hooks (plugin 0.4.7): the scheduler loop's four calls once per iteration, as the overlap
+    # loop makes them; SGLang's methods replaced by trivial ones
+    running = SimpleNamespace(reqs=[object()] * batch)
+    decode = SimpleNamespace(forward_mode=SimpleNamespace(name="DECODE"), reqs=running.reqs)
+    scheduler = SimpleNamespace(waiting_queue=[], running_batch=running)
+    plan = SimpleNamespace(batch_to_run=decode, running_batch=running)
+
+    def answer_plan(*_args: object, **_kwargs: object) -> object:
+        return plan
+
+    def nothing(*_args: object, **_kwargs: object) -> None:
+        return None
+
+    def loop_hooks(n: int) -> None:
+        for _ in range(n):
+            loop_stalls.hook_process_input_requests(nothing, scheduler, [])
+            loop_stalls.hook_get_next_batch_to_run(answer_plan, scheduler, running_batch=running,
+                                                   last_batch=None)  # fmt: skip
+            loop_stalls.hook_run_batch(nothing, scheduler, decode)
+            loop_stalls.hook_process_batch_result(nothing, scheduler, decode, None)
+
     base = per_step_ns(empty_loop, args.steps)
     step_ns = args.step_ms * 1e6
     rows = [
@@ -97,6 +120,7 @@ def main() -> None:
         ("counters record (simulator)", per_step_ns(counters_record, args.steps) - base),
         ("plugin hooks with counters", per_step_ns(hooks, args.steps) - base),
         ("plugin hooks without counters", per_step_ns(hooks_without_counters, args.steps) - base),
+        ("loop-stall hooks (per iteration)", per_step_ns(loop_hooks, args.steps) - base),
     ]
     print(f"batch {batch}, {args.steps} steps, best of 5, loop overhead subtracted; step {args.step_ms} ms")
     for name, ns in rows:

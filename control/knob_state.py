@@ -96,6 +96,7 @@ def rank_to_dict(rank: RankState) -> dict[str, Any]:
         "seq_lens_mirror": _copy(rank.seq_lens_mirror),
         "explore": _copy(rank.explore),
         "gc": _copy(rank.gc),
+        "loop": _copy(rank.loop),
     }
 
 

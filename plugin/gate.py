@@ -29,8 +29,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # largest batch (explore.next_doublings); 0.4.5: the scheduler's long garbage collections (gc in the report,
 # plugin/gc_pauses.py); 0.4.6: the counters' extend block, steady gated steps by whether the draft extend ran
 # (what it costs on this server's traffic: control/kept_extend.py), and a drained batch's verify result is
-# dropped before SGLang's acceptance EMA (``Gate.mark_gated``, knob_gate.mark_drained)
-PLUGIN_VERSION = "0.4.6"
+# dropped before SGLang's acceptance EMA (``Gate.mark_gated``, knob_gate.mark_drained); 0.4.7: the scheduler's
+# output stalls, each long gap between two batch results with where its time went (loop in the report,
+# plugin/loop_stalls.py, its own entry point)
+PLUGIN_VERSION = "0.4.7"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

@@ -35,6 +35,8 @@ AROUND hooks through SGLang's ``HookRegistry``:
   code of the two decode hooks below (SGLang's wrapped methods excluded), cumulative: against the
   counters' step time it is the plugin's share of a decode step, measured where it runs. ``gc``: the
   scheduler process's garbage collections, the long ones with their wall-clock time (``plugin/gc_pauses.py``).
+  ``loop``: the scheduler's output stalls with where their time went (``plugin/loop_stalls.py``), when its
+  hooks are on.
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
   step starts here for the counters (``EngineCounters.begin``).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
@@ -156,6 +158,11 @@ def gate_state() -> Gate:
 def engine_counters_state() -> engine_counters.EngineCounters:
     """This process's decode counters (per batch-size bin, drafted vs gated)."""
     return _state().counters
+
+
+def gc_seconds() -> float:
+    """Seconds this process has spent in garbage collections so far (the loop-stall recorder's ``gc``)."""
+    return _state().gc.seconds
 
 
 def mark_drained(batch_size: int) -> None:
@@ -387,6 +394,9 @@ def hook_get_internal_state(original: Callable[..., Any], scheduler: Any, *args:
             tracker = _extend_skip()
             if tracker is not None:
                 block["gated_decode"] = tracker.report()
+            loop = sys.modules.get("spectower.plugin.loop_stalls")
+            if loop is not None and loop.hooked():
+                block["loop"] = loop.stalls().report()
             seq_lens = sys.modules.get("spectower.plugin.seq_lens_mirror")
             if seq_lens is not None and seq_lens.registered():
                 block["seq_lens_mirror"] = seq_lens.mirror().report()

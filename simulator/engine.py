@@ -49,6 +49,7 @@ from collections import deque
 from ..plugin import knob_contract
 from ..plugin.engine_counters import EngineCounters
 from ..plugin.explore import Explorer
+from ..plugin.loop_stalls import LoopStalls
 from .accept_kinds import kind_of
 from .config import SimConfig
 from .memory import memory_layout
@@ -179,6 +180,9 @@ class RankScheduler:
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
         # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
+        # The plugin's output stalls (plugin/loop_stalls.py), each batch's output timed on the event loop's
+        # clock: a long modelled prefill, or this process falling behind, shows as a real plugin's would.
+        self.stalls = LoopStalls(clock=time.monotonic)
         self.active_steps = engine.profile.speculative_num_steps if engine.profile.speculative else 0
         self.gauges = SchedulerGauges(
             spec_num_steps=self.active_steps, spec_num_draft_tokens=self.active_steps + 1
@@ -227,6 +231,7 @@ class RankScheduler:
         while True:
             self._drop_aborted()
             if not self.running and not self.waiting:
+                self.stalls.idle()
                 self._publish_idle()
                 self._wake.clear()
                 await self._wake.wait()
@@ -263,6 +268,8 @@ class RankScheduler:
                 break
             batch.append(self.waiting.popleft())
             tokens += nxt.prompt_tokens
+        started = self.stalls.now()
+        self.stalls.run_started(started)
         wall = time.time()
         for r in batch:
             r.forward_entry_wall = wall
@@ -288,6 +295,7 @@ class RankScheduler:
             self.engine.on_first_token(r, now)
             self._emit(r)
         self._publish(now, prefill=True)
+        self.stalls.result_done(started, {"mode": "EXTEND", "requests": len(batch), "tokens": tokens})
         return deadline
 
     def extend_skipped(self) -> bool:
@@ -304,6 +312,8 @@ class RankScheduler:
 
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)
+        started = self.stalls.now()
+        self.stalls.run_started(started)
         profile = self.engine.profile
         # A gated batch runs at the profile's knob-off curve (spec_off: SGLang verifies it as a 1-token
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
@@ -367,6 +377,7 @@ class RankScheduler:
                 self.engine.on_finish(r, now)
         if self._win_steps >= self.engine.config.decode_log_interval:
             self._publish(now, prefill=False)
+        self.stalls.result_done(started, {"mode": "DECODE", "requests": batch, "tokens": None})
         return deadline
 
     def _push_tokens(

@@ -221,6 +221,7 @@ class ServerInfo:
             "counters": rank.counters.snapshot(),
             "explore": knob_state.explore_report(engine, rank),
             "gc": _process_gc().report(),
+            "loop": rank.stalls.report(),
             **knob_state.report(engine),
         }
         return state

@@ -93,6 +93,8 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     a, b = json.loads(spread.stdout), json.loads(burst.stdout)
     for out in (a, b):
         assert out["requests"] == out["completed"] == ROWS and out["failed"] == out["shed"] == 0
+        # the records' zero on the wall clock, to set the server's stall times against (replay_table.py)
+        assert time.time() - 300 < out["started_at"] < time.time()
         assert out["output_tokens"] == 899  # every request's GeneratedTokens, forced
         assert out["cut_prompts"] == ROWS and out["server_max_input"] == 131066  # every prompt was 91+ tokens
     # open loop: all twelve were sent at once, so the last ones queued behind two running requests

@@ -229,6 +229,8 @@ def test_the_page_shows_the_servers_truth_and_release_clears_the_lock(
     assert "manual lock since" in text and "left" in text, text
     assert "**Held by:** unknown: no set of this lock in this database's audit" in text, text
     assert "Policy's last decision:** set 3" in text and "refused by the server" in text
+    # each rank's output stalls (plugin 0.4.7), which the simulator's ranks publish as the plugin does
+    assert "**Output stalls, rank 0:** no gap between results >= 0.25 s in" in text, text
     assert any(m.label == "Owner" and m.value == "manual" for m in at.metric)
     assert at.radio(key="ctl_mode").value == "threshold N" and at.number_input(key="ctl_n").value == 24
     at.text_input(key="ctl_release_reason").input("incident over").run()

@@ -134,3 +134,37 @@ def test_sglangs_own_band_changes_show_on_the_off_path(
     gate.band_changes = 0
     doc["internal_states"][0]["spectower"]["gate"] = gate.report(64)["gate"]
     assert "SGLang's own steps" not in _printed(doc, monkeypatch)
+
+
+def test_each_ranks_output_stalls_are_shown_with_what_took_them(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin 0.4.7 (plugin/loop_stalls.py): `control get` says how often the scheduler's output stopped for
+    a quarter second or more and, for the newest, what took the time; --json carries the block; a plugin that
+    publishes none shows none."""
+    import time
+
+    from spectower.plugin import loop_stalls
+
+    from tests.test_engine_counters import FakeClock as Clock
+    from tests.test_loop_stalls import Loop, batch
+
+    clock = Clock()
+    recorder = loop_stalls.LoopStalls(threshold_s=0.25, clock=clock, wall=lambda: 1_796_417_829.0)
+    monkeypatch.setattr(loop_stalls, "_STALLS", recorder)
+    loop = Loop(recorder, clock)
+    loop.iteration(batch("DECODE", 30))
+    loop.iteration(batch("EXTEND", 12, 40_000), result_s=0.008)
+    loop.iteration(batch("DECODE", 42), result_s=0.008)
+    loop.last = (loop.last[0], 0.01) if loop.last else None
+    loop.iteration(batch("DECODE", 42), result_s=0.9)  # the extend's result waited 0.008; this one 0.9
+    loop.iteration(batch("DECODE", 42))
+    doc = _doc(real_data, None, None)
+    doc["internal_states"][0]["spectower"]["loop"] = recorder.report()
+    text = _printed(doc, monkeypatch)
+    assert "stalls 0: 1 gaps between results >= 0.25 s of 4, 0.90 s in all, the longest 0.90 s" in text
+    when = time.strftime("%H:%M:%S", time.localtime(1_796_417_829.0))
+    assert f"0.90 s to {when}.0: waiting for a batch's result 0.90 s (DECODE, 42 requests)" in text
+    state = knob_state(doc, "http://127.0.0.1:30000")
+    assert state.to_dict()["ranks"][0]["loop"]["stalls"] == 1  # --json too
+    assert "stalls 0" not in _printed(_doc(real_data, None, None), monkeypatch)

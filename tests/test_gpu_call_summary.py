@@ -13,6 +13,7 @@ from spectower.plugin.engine_counters import EngineCounters
 from spectower.plugin.gate import Gate
 from spectower.plugin.gated_decode import ExtendSkip
 from spectower.plugin.gc_pauses import GcPauses
+from spectower.plugin.loop_stalls import LoopStalls
 
 from tests.conftest import REPO_ROOT
 
@@ -33,9 +34,24 @@ def _document(extend: bool = True) -> dict[str, Any]:
         counters.record(48, False, 48, 0.010, extend_kept=False if extend else None)
         counters.record(48, False, 48, 0.0112, extend_kept=True if extend else None)
     block = {**gate.report(64), "gated_decode": skip.report(), "counters": counters.snapshot(),
-             "gc": GcPauses().report(), "hooks": {"calls": 200, "seconds": 0.004},
+             "gc": GcPauses().report(), "hooks": {"calls": 200, "seconds": 0.004}, "loop": _stalled(),
              "admin_key": "must-not-print"}  # fmt: skip
     return {"internal_states": [{"dp_rank": 0, "spectower": block}]}
+
+
+def _stalled() -> dict[str, Any]:
+    """A loop block with one stall: a 1.1-s wait for an extend's result, 09:30:29 UTC."""
+    from tests.test_engine_counters import FakeClock as Clock
+
+    clock = Clock()
+    stalls = LoopStalls(clock=clock, wall=lambda: 1_796_463_029.5)
+    for mode, requests, tokens, waited in (("DECODE", 8, None, 0.01), ("EXTEND", 5, 12_000, 1.1),
+                                           ("DECODE", 13, None, 0.01)):  # fmt: skip
+        started = clock.now
+        stalls.run_started(started)
+        clock.now += waited
+        stalls.result_done(started, {"mode": mode, "requests": requests, "tokens": tokens})
+    return stalls.report()
 
 
 def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
@@ -49,6 +65,11 @@ def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
     assert by_start["kept extend"].startswith(measured)
     assert "48: 10.7 % (100/99)" in by_start["kept extend"]  # the first gated step followed none
     assert by_start["scheduler gc, rank 0"].startswith("scheduler gc, rank 0: 0 collections")
+    assert by_start["scheduler stalls, rank 0"].startswith(
+        "scheduler stalls, rank 0: 1 gaps between results >= 0.25 s of 3, 1.10 s in all, the longest 1.10 s; "
+        "the loop's calls: input 0.0 s, schedule 0.0 s, run 0.0 s, result 1.1 s")
+    assert "  stall (UTC): 1.10 s to 09:30:29.5: waiting for a batch's result 1.10 s (EXTEND, 5 requests, " \
+           "12 000 new tokens)" in lines
     assert not any("must-not-print" in line for line in lines)
 
 

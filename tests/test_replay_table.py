@@ -14,6 +14,7 @@ tests/test_bench_replay_sim.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -312,6 +313,71 @@ def test_the_ttft_tail_lies_in_stretches_and_a_pause_is_one_stretch() -> None:
     assert replay_table.tail_stretches(_records([0.0, 1.0], [None, None])) == []
 
 
+def test_a_stretch_says_how_much_prefill_was_scheduled_just_before_it() -> None:
+    """A pause that a burst of long prompts makes follows more prompt tokens than usual: the stretch behind it
+    reads the highest percentile of the run's 3-s sums; a pause after ordinary traffic reads near the
+    middle. 10 requests/s of 500 tokens, except 4 000-token prompts in the 3 s before t=100."""
+    scheduled = [i * 0.1 for i in range(2000)]
+    rng = random.Random(3)
+    ttft: list[float | None] = [0.05 + 0.05 * rng.random() for _ in scheduled]
+    for i, t in enumerate(scheduled):
+        for pause in (100.0, 150.0):
+            if pause <= t < pause + 1.0:
+                ttft[i] = 1.0 - (t - pause) + 0.05
+    records = _records(scheduled, ttft)
+    prompts = [4_000 if 97.0 <= t < 100.0 else 250 + 50 * (i % 11) for i, t in enumerate(scheduled)]
+    records = dataclasses.replace(records, prompt_tokens=prompts)
+    by_start = {round(s.start_s): s for s in replay_table.tail_stretches(records)}
+    assert by_start[100].prior_prompt_pct == 100.0 and by_start[100].prior_prompt_tokens > 100_000
+    assert 25 <= by_start[150].prior_prompt_pct <= 75
+    assert replay_table.prior_prompt_tokens(records)[1.0] == sum(prompts[:11])  # 0.0-1.0 s, its own included
+
+
+def test_a_tail_stretch_is_set_against_the_servers_own_stall_in_it(tmp_path: Path) -> None:
+    """Plugin 0.4.7 (plugin/loop_stalls.py): measure_off.sh saves each run's server stalls beside its replay
+    (``stalls-<policy>.json``), the replay's --json carries its zero on the wall clock (``started_at``), and
+    the tail's stretch behind a pause names what the scheduler did in it; a stall outside every stretch is
+    left out, and a run without the file lists none."""
+    from spectower.plugin.loop_stalls import LoopStalls
+
+    from tests.test_engine_counters import FakeClock as Clock
+
+    started_at = 1_796_417_000.0
+    scheduled = [i * 0.1 for i in range(2000)]
+    rng = random.Random(7)
+    ttft: list[float | None] = [0.05 + 0.05 * rng.random() for _ in scheduled]
+    for i, t in enumerate(scheduled):
+        if 100.0 <= t < 101.2:
+            ttft[i] = 1.2 - (t - 100.0) + 0.05
+    figures = open_loop_figures([RequestOutcome(ok=True, output_tokens=100, ttft_s=t, e2e_s=1.0)
+                                 for t in ttft], 201.0, SLO)  # fmt: skip
+    doc = {**figures, "started_at": started_at, "records": _records(scheduled, ttft).to_json()}
+    path = write(tmp_path, "learn", doc)
+    blocks = []
+    for ends_at, took, mode, tokens in ((101.25, 1.2, "EXTEND", 52_000), (30.0, 0.4, "DECODE", None)):
+        clock = Clock()
+        stalls = LoopStalls(clock=clock, wall=lambda ends_at=ends_at: started_at + ends_at)
+        stalls.run_started(clock.now)
+        clock.now += took
+        stalls.result_done(clock.now - took, {"mode": mode, "requests": 9, "tokens": tokens})
+        blocks.append(stalls.report())
+    (tmp_path / "stalls-learn.json").write_text(json.dumps(blocks))
+    (tail, *_) = score([path])["runs"]["learn"]["ttft_tail"]
+    assert tail["start_s"] == pytest.approx(100.0)
+    assert tail["server_stalls"] == [{"from_s": pytest.approx(100.05), "seconds": 1.2,
+                                      "cause": "waiting for a batch's result 1.20 s (EXTEND, 9 requests, "
+                                               "52 000 new tokens)"}]  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert replay_table.main([str(path), "--draws", "100"]) == 0
+    assert "100.0: the server stalled 1.20 s from 100.0 s: waiting for a batch's result" in printed.getvalue()
+    (tmp_path / "stalls-learn.json").unlink()
+    assert score([path])["runs"]["learn"]["ttft_tail"][0]["server_stalls"] == []
+    (tmp_path / "stalls-learn.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"stalls-learn\.json: expected a list of each rank's loop block"):
+        replay_table.read_run(path)
+
+
 H200_PAIR_REPLAY = Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04"
 
 
@@ -333,7 +399,10 @@ def test_the_h200_pair_replay_scores_learns_tail_to_one_stall(tmp_path: Path) ->
     low, high = learn["intervals"]["ttft_p99_ratio"]
     assert low < 1.0 < high  # one run each: the interval cannot tell the tails apart
     assert learn["ttft_tail"][0] == {"start_s": pytest.approx(219.26, abs=0.01), "requests": 16,
-                                     "worst_ttft_s": pytest.approx(1.35, abs=0.01)}  # fmt: skip
+                                     "worst_ttft_s": pytest.approx(1.35, abs=0.01),
+                                     # the prompt tokens scheduled in the 3 s before: as usual (the median)
+                                     "prior_prompt_tokens": 41_292, "prior_prompt_pct": 51.6,
+                                     "server_stalls": []}  # fmt: skip  # plugin 0.4.4 published none
     worst = {name: max(s["worst_ttft_s"] for s in table["runs"][name]["ttft_tail"])
              for name in ("off", "threshold-47")}  # fmt: skip
     assert worst == {"off": pytest.approx(0.80, abs=0.01), "threshold-47": pytest.approx(0.72, abs=0.01)}

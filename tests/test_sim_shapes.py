@@ -24,7 +24,7 @@ NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 # simulator take from plugin/knob_contract.py).
 # gc (plugin 0.4.5): the process's garbage collections; the simulator times its own (plugin/gc_pauses.py)
 SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
-                  "explore", "gc"} | set(KnobOwner().report())  # fmt: skip
+                  "explore", "gc", "loop"} | set(KnobOwner().report())  # fmt: skip
 SEPARATORS = ("\u2028", "\u0085")
 SEPARATOR_TOKENS, SEPARATOR_CLIENTS = 2000, 16
 

@@ -7,7 +7,8 @@ One line per figure, per DP rank where it is per rank: the plugin's own time in 
 decode time its counters measured (issue #14: < 1 % of a decode step); the exploration windows (plugin
 0.4.0+); the gate and the off path (SGLang's own band changes, the drain, the verifies kept from SGLang's
 acceptance EMA); what the draft extend costs a steady gated step (plugin 0.4.6); the scheduler's long
-garbage collections with their UTC times (plugin 0.4.5); flashinfer's seq-lens mirror. Only these figures
+garbage collections with their UTC times (plugin 0.4.5); its output stalls, each long gap between two batch
+results with what took it (plugin 0.4.7); flashinfer's seq-lens mirror. Only these figures
 are printed: ``/server_info`` also carries the admin key. A field a plugin does not publish prints nothing.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spectower.collectors.sglang.counters import read_counters
+from spectower.collectors.sglang.stalls import loop_report
 from spectower.control import kept_extend
 from spectower.plugin.engine_counters import rates, served, sum_ranks
 
@@ -98,6 +100,20 @@ def gc_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def stall_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """The scheduler's output stalls (plugin 0.4.7): each long gap between two batch results with its UTC
+    time and what took it, to set against a replay's TTFT tail (replay_table.py); the calls' own totals."""
+    lines = []
+    for i, r in enumerate(ranks):
+        report = loop_report(r.get("loop"))
+        if report is None:
+            continue
+        spent = ", ".join(f"{p} {s:.1f} s" for p, s in report.phase_seconds.items())
+        lines.append(f"scheduler stalls, rank {i}: {report.summary()}; the loop's calls: {spent}")
+        lines.extend(f"  stall (UTC): {stall.text(utc=True)}" for stall in report.recent)
+    return lines
+
+
 def mirror_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     """Flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the
     GPU."""
@@ -118,7 +134,7 @@ def summary(info: Mapping[str, Any]) -> list[str]:
     ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
     blocks = read_counters(info).blocks
     return [hooks_line(ranks, blocks), *window_lines(ranks), *gate_lines(ranks), kept_extend_line(blocks),
-            *gc_lines(ranks), *mirror_lines(ranks)]  # fmt: skip
+            *gc_lines(ranks), *stall_lines(ranks), *mirror_lines(ranks)]  # fmt: skip
 
 
 def main() -> int:

@@ -456,6 +456,12 @@ import json, sys
 info = json.load(sys.stdin)
 print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("internal_states", [])]))
 '"'"' > "$OUT/explore-$label.json" || echo "explore report of $label not read" >&2
+      # and the scheduler'"'"'s output stalls (plugin 0.4.7), which replay_table.py sets against the run'"'"'s TTFT tail
+      curl -fsS "$SPEC_URL/server_info" | python3 -P -c '"'"'
+import json, sys
+info = json.load(sys.stdin)
+print(json.dumps([(s.get("spectower") or {}).get("loop") for s in info.get("internal_states", [])]))
+'"'"' > "$OUT/stalls-$label.json" || echo "stall report of $label not read" >&2
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check --db "$DB"
     }
     st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1

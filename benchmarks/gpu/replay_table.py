@@ -29,6 +29,7 @@ other arrivals than the best fixed policy's, prints "no interval" and why.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import random
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from spectower.collectors.bench.replay_records import ReplayRecords, read_replay_records
+from spectower.collectors.sglang.stalls import Stall, loop_report
 from spectower.storage.files import parse_json_text, read_text_capped
 from spectower.storage.request_traces import percentile
 
@@ -62,6 +64,9 @@ SAME_TIME_S = 1e-5  # two runs' scheduled times this close are one arrival (they
 # tail comes in runs of arrivals a fraction of a second apart; 2 s keeps one pause in one stretch.
 TAIL_GAP_S = 2.0
 TAIL_STRETCHES_SHOWN = 4
+# The prompt tokens scheduled in this many seconds before a tail stretch, set against the same sum before
+# every arrival of the run: a pause a burst of prefill makes follows more prompt tokens than usual.
+PRIOR_PROMPT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,27 @@ class ReplayRun:
     path: Path
     figures: dict[str, Any]
     records: ReplayRecords | None
+    # the server's output stalls (plugin 0.4.7) from ``stalls-<policy>.json`` beside the run, every rank's,
+    # and the run's zero on the wall clock (``started_at``) to set them against its requests; empty / None
+    # where either is missing
+    stalls: tuple[Stall, ...] = ()
+    started_at: float | None = None
+
+
+def read_stalls(replay_path: Path) -> tuple[Stall, ...]:
+    """The server's stalls saved beside a run (``stalls-<policy>.json``: measure_off.sh's list of each rank's
+    ``loop`` block after the run), or none when there is no such file; a malformed one is one line."""
+    path = replay_path.with_name(replay_path.name.replace("replay-", "stalls-", 1))
+    if not path.name.startswith("stalls-") or not path.is_file():
+        return ()
+    try:
+        doc = parse_json_text(read_text_capped(path, MAX_REPLAY_BYTES))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if not isinstance(doc, list):
+        raise ValueError(f"{path}: expected a list of each rank's loop block, got {type(doc).__name__}")
+    reports = [loop_report(block) for block in doc]
+    return tuple(stall for report in reports if report is not None for stall in report.recent)
 
 
 def policy_of(path: Path) -> str:
@@ -98,6 +124,10 @@ def read_run(path: Path) -> ReplayRun:
         span = doc.get("span_s")
         if not _is_number(span) or not span > 0:
             raise ValueError(f"{path}: span_s: expected the replay's span in seconds (> 0), got {span!r}")
+    started_at = doc.get("started_at")
+    if _is_number(started_at):
+        return ReplayRun(path=path, figures=doc, records=records, stalls=read_stalls(path),
+                         started_at=float(started_at))  # fmt: skip
     return ReplayRun(path=path, figures=doc, records=records)
 
 
@@ -108,6 +138,11 @@ class TailStretch:
     start_s: float  # the first one's scheduled arrival
     requests: int
     worst_ttft_s: float
+    end_s: float = 0.0  # the last first token among them (scheduled arrival + TTFT)
+    # prompt tokens scheduled in the PRIOR_PROMPT_S before its first arrival, and that sum's percentile among
+    # the same sums before every arrival of the run (50: as usual; 100: the most of the run)
+    prior_prompt_tokens: int = 0
+    prior_prompt_pct: float = 0.0
 
 
 def tail_stretches(records: ReplayRecords, gap_s: float = TAIL_GAP_S) -> list[TailStretch]:
@@ -127,8 +162,34 @@ def tail_stretches(records: ReplayRecords, gap_s: float = TAIL_GAP_S) -> list[Ta
             stretches[-1].append((arrival, ttft))
         else:
             stretches.append([(arrival, ttft)])
-    found = [TailStretch(group[0][0], len(group), max(t for _, t in group)) for group in stretches]
+    prior = prior_prompt_tokens(records)
+    usual = sorted(prior.values())
+
+    def pct(tokens: int) -> float:
+        return 100.0 * bisect.bisect_right(usual, tokens) / len(usual) if usual else 0.0
+
+    found = []
+    for group in stretches:
+        before = prior.get(group[0][0], 0)
+        found.append(TailStretch(group[0][0], len(group), max(t for _, t in group),
+                                 max(a + t for a, t in group), before, pct(before)))  # fmt: skip
     return sorted(found, key=lambda s: (-s.requests, s.start_s))
+
+
+def prior_prompt_tokens(records: ReplayRecords, window_s: float = PRIOR_PROMPT_S) -> dict[float, int]:
+    """Per scheduled arrival, the prompt tokens of the requests scheduled in the ``window_s`` before it (its
+    own included): the prefill the server had just been given."""
+    sent = sorted((s, p) for s, p in zip(records.scheduled_s, records.prompt_tokens, strict=True)
+                  if p is not None)  # fmt: skip
+    out: dict[float, int] = {}
+    total, first = 0, 0
+    for s, tokens in sent:
+        total += tokens
+        while sent[first][0] < s - window_s:
+            total -= sent[first][1]
+            first += 1
+        out[s] = total
+    return out
 
 
 def _is_number(value: Any) -> bool:
@@ -330,8 +391,23 @@ def _tail_json(run: ReplayRun) -> list[dict[str, Any]] | None:
     """The run's ``tail_stretches`` as JSON (None without per-request records)."""
     if run.records is None:
         return None
-    return [{"start_s": round(s.start_s, 3), "requests": s.requests, "worst_ttft_s": round(s.worst_ttft_s, 4)}
-            for s in tail_stretches(run.records)]  # fmt: skip
+    return [{"start_s": round(s.start_s, 3), "requests": s.requests, "worst_ttft_s": round(s.worst_ttft_s, 4),
+             "prior_prompt_tokens": s.prior_prompt_tokens, "prior_prompt_pct": round(s.prior_prompt_pct, 1),
+             "server_stalls": server_stalls(run, s)} for s in tail_stretches(run.records)]  # fmt: skip
+
+
+def server_stalls(run: ReplayRun, stretch: TailStretch) -> list[dict[str, Any]]:
+    """The server's own stalls (plugin 0.4.7) that overlap a tail stretch, from its first arrival to its
+    last first token, on the run's clock: what the scheduler did while those requests waited."""
+    if run.started_at is None:
+        return []
+    found = []
+    for stall in run.stalls:
+        begins, ends = stall.started - run.started_at, stall.at - run.started_at
+        if begins <= stretch.end_s and ends >= stretch.start_s:
+            found.append({"from_s": round(begins, 3), "seconds": round(stall.seconds, 4),
+                          "cause": stall.cause()})
+    return sorted(found, key=lambda s: s["from_s"])
 
 
 def print_tails(scored: dict[str, Any]) -> None:
@@ -340,12 +416,17 @@ def print_tails(scored: dict[str, Any]) -> None:
     if not rows:
         return
     print(f"ttft at or above the run's p99, by stretch of arrivals (within {TAIL_GAP_S:g} s): start s "
-          f"x requests (worst ttft s), the largest {TAIL_STRETCHES_SHOWN}")  # fmt: skip
+          f"x requests (worst ttft s; percentile of the prompt tokens scheduled in the {PRIOR_PROMPT_S:g} s "
+          f"before, among those before every arrival), the largest {TAIL_STRETCHES_SHOWN}")  # fmt: skip
     for policy, tail in rows.items():
-        shown = [f"{s['start_s']:.1f} x{s['requests']} ({s['worst_ttft_s']:.2f})"
-                 for s in tail[:TAIL_STRETCHES_SHOWN]]  # fmt: skip
+        shown = [f"{s['start_s']:.1f} x{s['requests']} ({s['worst_ttft_s']:.2f}; "
+                 f"p{s['prior_prompt_pct']:.0f})" for s in tail[:TAIL_STRETCHES_SHOWN]]  # fmt: skip
         more = f", {len(tail) - TAIL_STRETCHES_SHOWN} more" if len(tail) > TAIL_STRETCHES_SHOWN else ""
         print(f"  {policy:14} {', '.join(shown)}{more}")  # indented: the ratio rows start with the policy
+        for s in tail[:TAIL_STRETCHES_SHOWN]:
+            for stall in s.get("server_stalls") or ():
+                print(f"    {s['start_s']:.1f}: the server stalled {stall['seconds']:.2f} s from "
+                      f"{stall['from_s']:.1f} s: {stall['cause']}")  # fmt: skip
 
 
 def _f(value: Any, digits: int = 3) -> str:

@@ -230,6 +230,9 @@ async def _send_all(
 
     progress.started(len(arrivals))
     start = result.clock_start = time.perf_counter()
+    # the records' zero on the wall clock: a server's own times (its stalls, plugin/loop_stalls.py) are Unix
+    # seconds, so benchmarks/gpu/replay_table.py sets them against the requests by it
+    result.started_at = time.time()
     try:
         for index, arrival in enumerate(arrivals):
             wait = start + arrival.t_s - time.perf_counter()

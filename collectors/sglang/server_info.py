@@ -90,7 +90,7 @@ _RANK_KEYS = ("dp_rank", "speculative_num_steps", "avg_spec_accept_length", "las
 _PLUGIN_KEYS = (
     "spec_max_bs", "batches_drafted", "batches_gated", "plugin_version", "refused", "owner", "lock",
     "last_write", "last_refused", "policy_last", "server_time", "gated_decode", "seq_lens_mirror", "explore",
-    "gc", "gate",
+    "gc", "gate", "loop",
 )  # fmt: skip
 
 
@@ -123,6 +123,8 @@ class RankState(BaseModel):
     gc: Map = None  # the scheduler process's garbage collections, the long ones timed (plugin/gc_pauses.py)
     # the gate's own counts (plugin/gate.py): switches, band_changes (SGLang's own steps), verifies dropped
     gate: Map = None
+    # the scheduler's output stalls: long gaps between batch results and their breakdown (loop_stalls.py)
+    loop: Map = None
 
     # the knob client's names for the same two values (`control get` prints them)
     @property

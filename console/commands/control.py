@@ -32,7 +32,7 @@ from .options import (
     int_option,
     say_database,
 )
-from .rank_lines import gc_lines, off_path
+from .rank_lines import gc_lines, off_path, stall_lines
 from .rank_lines import when_text as _when
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None
         )
     lines, warnings = off_path(state.ranks)
     lines += gc_lines(state.ranks)
+    lines += stall_lines(state.ranks)
     for line in lines:
         out.print(line, markup=False)
     for problem in [*state.problems(), *warnings]:

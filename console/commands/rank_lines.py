@@ -1,6 +1,6 @@
 """What each DP rank's plugin reports beyond the knob, as `control get` prints it: the off path (the
 gated-decode plugin's draft-extend skip and drain, flashinfer's seq-lens mirror) and the scheduler's garbage
-collections (plugin 0.4.5)."""
+collections (plugin 0.4.5) and its output stalls (plugin 0.4.7)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,26 @@ def gc_lines(ranks: Sequence[RankState]) -> list[str]:
             lines.append(f"{line}, {long} >= {threshold:g} s, the longest {longest:.3f} s; the newest "
                          f"{newest.get('seconds', '?')} s at {when_text(newest.get('at'))}")  # fmt: skip
     return lines
+
+
+def stall_lines(ranks: Sequence[RankState]) -> list[str]:
+    """Each rank's output stalls (plugin 0.4.7, plugin/loop_stalls.py): the gaps between two batch results
+    of at least its threshold, and the newest few with what took their time, by this machine's clock; the
+    3-a.m. question "why did latency double" often starts there. Nothing for a plugin that does not publish
+    them (an older one, the simulator)."""
+    from ...collectors.sglang.stalls import loop_report
+
+    lines = []
+    for rank in ranks:
+        report = loop_report(rank.loop)
+        if report is None:
+            continue
+        lines.append(f"  stalls {rank.dp_rank}: {report.summary()}")
+        lines.extend(f"    {stall.text(utc=False)}" for stall in report.recent[-STALLS_SHOWN:])
+    return lines
+
+
+STALLS_SHOWN = 3  # the newest stalls `control get` lists per rank
 
 
 def when_text(ts: Any) -> str:

@@ -228,7 +228,7 @@ def _report(result: ReplayResult, database: Database | None, as_json: bool) -> N
 
         cfg = result.config
         head = {"server": cfg.server, "run_id": run_id, "params": cfg.params(), "knob": result.knob,
-                "interrupted": result.interrupted}  # fmt: skip
+                "interrupted": result.interrupted, "started_at": result.started_at}  # fmt: skip
         print(_with_records(strict_json({**head, **figures}), replay_records(result).to_json()))
         return
     _print_replay(result, figures)

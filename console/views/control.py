@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
+from ...collectors.sglang.stalls import loop_report
 from .. import actions, data, estimate, settings
 from . import common
 
@@ -193,6 +194,25 @@ def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
         for r in live.get("ranks") or []
     ]  # fmt: skip
     st.dataframe(pd.DataFrame(ranks), width="stretch", hide_index=True)
+    _stalls(live)
+
+
+STALLS_SHOWN = 5  # the newest stalls the page lists per rank
+
+
+def _stalls(live: dict[str, Any]) -> None:
+    """Each rank's output stalls (plugin 0.4.7, plugin/loop_stalls.py): how often the scheduler's output
+    stopped for a quarter second or more, and what took the newest; "why did latency double" often starts
+    here. Nothing for a plugin that does not publish them."""
+    for rank in live.get("ranks") or []:
+        report = loop_report(rank.get("loop"))
+        if report is None:
+            continue
+        st.markdown(f"**Output stalls, rank {rank.get('dp_rank')}:** {report.summary()}")
+        if report.recent:
+            rows = [{"ended": _when(s.at), "seconds": round(s.seconds, 2), "what took it": s.cause()}
+                    for s in reversed(report.recent[-STALLS_SHOWN:])]  # fmt: skip
+            st.dataframe(pd.DataFrame(rows), width="stretch", hide_index=True)
 
 
 def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, int | None, str | None]:

@@ -20,6 +20,21 @@ import _harness
 
 CEILING = 32
 SEED = 7
+STEP_S = 0.005  # a decode step on the H200 pairs: the windows' clock advances this much a batch
+
+
+class StepClock:
+    """The exploration windows keep time (plugin/explore.py: a cold part lasts at least as long per batch as
+    the last exploring part did; an exploring part ends after WINDOW_EXPLORE_MAX_S busy seconds). On the real
+    clock their figures depended on how loaded the machine running the check was (on a 2-core CI-like
+    machine under the full suite an exploring part ran out of time before it explored a batch), so the
+    gate's clock here advances STEP_S a batch, as a server's would."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def main() -> None:
@@ -28,6 +43,9 @@ def main() -> None:
     from sglang.srt.runtime_context import get_context
 
     gate = plugin.gate_state() if plugin is not None else None
+    clock = StepClock()
+    if gate is not None:
+        gate.clock = clock
     results = {}
     for pattern in patterns:
         # A fresh start per pattern: set the ceiling (the gate reopens) and let one batch at the ceiling
@@ -42,6 +60,7 @@ def main() -> None:
         drafted_rounds = 0
         for i in range(batches):
             size = CEILING + (i % 2) if pattern == "alternate" else rng.randint(CEILING - 3, CEILING + 3)
+            clock.now += STEP_S
             controller.activate_step_by_batch(size)
             steps = worker.speculative_num_steps
             drafted_rounds += steps > 0

@@ -1,0 +1,369 @@
+"""The scheduler's output stalls: each long gap between two of its batch results, and where its time went.
+
+Why: under Azure's replay on the H200 every policy's server paused 0.56-1.35 s a few times, and those pauses
+made every run's p99 TTFT (data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04): the requests arriving in a
+pause all got their first token at one moment, so the server's output stopped and resumed. The client sent
+on time and the prompt tokens arriving before a pause were no more than usual; what the scheduler did during
+one is not in SGLang's logs. A client sees output when the scheduler processes a batch's result (the tokens
+go to the detokenizer there), so a stall is a long gap between two results; this times the four calls each
+iteration of SGLang's event loop makes (``Scheduler.process_input_requests``, ``get_next_batch_to_run``,
+``run_batch``, ``process_batch_result``, in both the normal and the overlap loop of SGLang 0.5.17 and 0.5.23)
+and keeps each gap of at least ``threshold_s`` with its breakdown, so one run tells which it was: a long
+prefill (in the overlap loop a batch's GPU time is waited for in its result's processing, so a long extend
+shows as a long ``result`` of an EXTEND batch; in the normal loop as a long ``run``), the scheduling itself
+(``schedule``: the radix cache, eviction, allocation), a flood of input (``input``), a garbage collection
+(``gc``, this process's, from plugin/gc_pauses.py) or none of these (``other``: the loop's own code outside
+the four calls, or waiting with requests queued and nothing run).
+
+A gap runs from the end of one result to the end of the next. When the scheduler has nothing to do (no batch
+to run, nothing waiting, nothing running) no output is owed: the next gap starts when a batch next runs.
+
+The plugin reports ``report()`` in ``get_internal_state`` (``loop``). Standard library only (it runs inside
+SGLang); the hooks never raise into SGLang's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# The scheduler's four calls each loop iteration: (module, class, method) per phase.
+SCHEDULER = ("sglang.srt.managers.scheduler", "Scheduler")
+PHASES: dict[str, str] = {
+    "input": "process_input_requests",
+    "schedule": "get_next_batch_to_run",
+    "run": "run_batch",
+    "result": "process_batch_result",
+}
+# A gap at least this long is kept: a decode step of the H200 pairs takes 5-45 ms and a long prefill chunk a
+# few hundred, while the replays' pauses were 0.56-1.35 s; a quarter second is a stall a user notices.
+DEFAULT_THRESHOLD_S = 0.25
+THRESHOLD_ENV = "SPECTOWER_STALL_S"
+DISABLE_ENV = "SPECTOWER_LOOP_STALLS"  # "0": not hooked
+KEPT = 32  # the newest kept gaps (a replay showed 2-5 pauses per 4-minute run; a call runs up to 6)
+BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
+
+
+def describe_batch(batch: Any) -> dict[str, Any]:
+    """A batch as a stall shows it: its forward mode's name, its requests and, for an extend, its new tokens
+    (``extend_num_tokens``; a result's copy of the batch keeps only ``extend_lens``, one per request)."""
+    mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+    reqs = getattr(batch, "reqs", None)
+    out: dict[str, Any] = {
+        "mode": mode if isinstance(mode, str) else "?",
+        "requests": len(reqs) if isinstance(reqs, list) else None,
+        "tokens": None,
+    }
+    if out["mode"] in ("EXTEND", "MIXED"):
+        tokens = getattr(batch, "extend_num_tokens", None)
+        if not isinstance(tokens, int):
+            lens = getattr(batch, "extend_lens", None)
+            tokens = sum(x for x in lens if isinstance(x, int)) if isinstance(lens, list) else None
+        out["tokens"] = tokens
+    return out
+
+
+class LoopStalls:
+    """Times the scheduler loop's four calls; keeps the gaps between results of at least ``threshold_s``."""
+
+    def __init__(
+        self,
+        threshold_s: float = DEFAULT_THRESHOLD_S,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+        gc_seconds: Callable[[], float] | None = None,
+    ) -> None:
+        self.threshold_s = threshold_s
+        self._clock, self._wall = clock, wall
+        # Cumulative seconds in this process's garbage collections (the knob plugin's gc_pauses), or None.
+        self._gc_seconds = gc_seconds
+        self.calls = dict.fromkeys(PHASES, 0)
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.longest_s = dict.fromkeys(PHASES, 0.0)
+        self.gaps = 0  # every gap closed by a result
+        self.stalls = 0  # those kept (>= threshold_s)
+        self.stall_s = 0.0
+        self.longest_stall_s = 0.0
+        self.recent: deque[dict[str, Any]] = deque(maxlen=KEPT)
+        self._idle = True  # nothing owed: the next run starts a gap
+        self._gap_start: float | None = None
+        self._reset_gap()
+
+    @classmethod
+    def from_environment(cls, gc_seconds: Callable[[], float] | None = None) -> LoopStalls:
+        """The threshold from ``SPECTOWER_STALL_S`` (seconds, > 0) when set and valid, else the default."""
+        raw = os.environ.get(THRESHOLD_ENV)
+        try:
+            value = float(raw) if raw is not None else DEFAULT_THRESHOLD_S
+        except ValueError:
+            value = DEFAULT_THRESHOLD_S
+        threshold = value if math.isfinite(value) and value > 0 else DEFAULT_THRESHOLD_S
+        return cls(threshold, gc_seconds=gc_seconds)
+
+    def _reset_gap(self) -> None:
+        self._in_gap = dict.fromkeys(PHASES, 0.0)
+        self._iterations = 0
+        self._received = 0
+        self._waiting_max = 0
+        # by (mode, requests, tokens): a run and its result's copy are one entry, batches alike are pooled
+        self._batches: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._gc_at_start = self._gc_now()
+
+    def _gc_now(self) -> float:
+        if self._gc_seconds is None:
+            return 0.0
+        try:
+            return float(self._gc_seconds())
+        except Exception:
+            return 0.0
+
+    def now(self) -> float:
+        return self._clock()
+
+    def _account(self, phase: str, started: float, ended: float) -> None:
+        took = ended - started
+        self.calls[phase] += 1
+        self.seconds[phase] += took
+        self.longest_s[phase] = max(self.longest_s[phase], took)
+        self._in_gap[phase] += took
+
+    def input_done(self, started: float, received: int) -> None:
+        self._account("input", started, self._clock())
+        self._received += received
+
+    def schedule_done(self, started: float, has_batch: bool, waiting: int, running: int) -> None:
+        self._account("schedule", started, self._clock())
+        self._iterations += 1
+        self._waiting_max = max(self._waiting_max, waiting)
+        if not has_batch and waiting == 0 and running == 0:
+            self.idle()
+
+    def idle(self) -> None:
+        """Nothing to do: no output is owed until a batch next runs (a simulator's rank says so itself)."""
+        self._idle = True
+
+    def run_started(self, started: float) -> None:
+        """A batch is about to run: after idling (or before the first result) the gap starts here."""
+        if self._idle or self._gap_start is None:
+            self._idle = False
+            self._gap_start = started
+            self._reset_gap()
+
+    def run_done(self, started: float, batch: dict[str, Any]) -> None:
+        ended = self._clock()
+        self._account("run", started, ended)
+        self._batch(batch)["run_s"] += ended - started
+
+    def result_done(self, started: float, batch: dict[str, Any]) -> None:
+        """A result processed: its tokens went out, so the gap since the last one closes here."""
+        ended = self._clock()
+        self._account("result", started, ended)
+        self._batch(batch)["result_s"] += ended - started
+        if self._gap_start is not None:
+            self._close(ended - self._gap_start)
+        self._gap_start = ended
+        self._reset_gap()
+
+    def _batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        # A batch's run and its result are one entry when they fall in one gap (the same mode, requests
+        # and tokens: the result's copy of the run's batch); else each is its own.
+        key = (batch.get("mode"), batch.get("requests"), batch.get("tokens"))
+        entry = self._batches.get(key)
+        if entry is None:
+            entry = self._batches[key] = {**batch, "run_s": 0.0, "result_s": 0.0}
+        return entry
+
+    def _close(self, gap_s: float) -> None:
+        self.gaps += 1
+        if gap_s < self.threshold_s:
+            return
+        self.stalls += 1
+        self.stall_s += gap_s
+        self.longest_stall_s = max(self.longest_stall_s, gap_s)
+        gc_s = max(0.0, self._gc_now() - self._gc_at_start)
+        phases = {phase: round(s, 4) for phase, s in self._in_gap.items()}
+        batches = sorted(self._batches.values(), key=lambda b: -(b["run_s"] + b["result_s"]))[:BATCHES_KEPT]
+        self.recent.append({
+            "at": round(self._wall(), 3),
+            "seconds": round(gap_s, 4),
+            "phases": phases,
+            "gc_s": round(gc_s, 4),
+            "other_s": round(max(0.0, gap_s - sum(self._in_gap.values())), 4),
+            "iterations": self._iterations,
+            "received": self._received,
+            "waiting_max": self._waiting_max,
+            "batches": [{**b, "run_s": round(b["run_s"], 4), "result_s": round(b["result_s"], 4)}
+                        for b in batches],
+        })  # fmt: skip
+
+    def report(self) -> dict[str, Any]:
+        """The ``loop`` block of the plugin's state: per phase its calls, seconds and longest call; the gaps
+        between results, the stalls among them and the newest stalls with their breakdown (``at``: Unix
+        seconds at the stall's end)."""
+        return {
+            "threshold_s": self.threshold_s,
+            "phases": {
+                p: {"calls": self.calls[p], "seconds": round(self.seconds[p], 6),
+                    "longest_s": round(self.longest_s[p], 6)}
+                for p in PHASES
+            },
+            "gaps": self.gaps,
+            "stalls": self.stalls,
+            "stall_seconds": round(self.stall_s, 6),
+            "longest_stall_s": round(self.longest_stall_s, 6),
+            "recent": list(self.recent),
+        }
+
+
+_STALLS: LoopStalls | None = None
+_HOOKED = False
+
+
+def hooked() -> bool:
+    """Whether this process registered the loop hooks (what the knob plugin's state block shows)."""
+    return _HOOKED
+
+
+def _knob_gc_seconds() -> float:
+    knob_gate = sys.modules.get("spectower.plugin.knob_gate")
+    return float(knob_gate.gc_seconds()) if knob_gate is not None else 0.0
+
+
+def stalls() -> LoopStalls:
+    """This process's recorder (created on first use, so in the scheduler process that calls the hooks)."""
+    global _STALLS
+    if _STALLS is None:
+        _STALLS = LoopStalls.from_environment(gc_seconds=_knob_gc_seconds)
+    return _STALLS
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning("spectower loop stalls: recording error in %s; the scheduler runs on", key,
+                       exc_info=True)  # fmt: skip
+
+
+def _size(value: Any) -> int:
+    try:
+        return len(value) if value is not None else 0
+    except TypeError:
+        return 0
+
+
+def hook_process_input_requests(original: Callable[..., Any], scheduler: Any, recv_reqs: Any, *args: Any,
+                                **kwargs: Any) -> Any:  # fmt: skip
+    recorder = stalls()
+    started = recorder.now()
+    try:
+        return original(scheduler, recv_reqs, *args, **kwargs)
+    finally:
+        try:
+            recorder.input_done(started, _size(recv_reqs))
+        except Exception:
+            _warn_once("input")
+
+
+def hook_get_next_batch_to_run(
+    original: Callable[..., Any], scheduler: Any, *args: Any, **kwargs: Any
+) -> Any:
+    recorder = stalls()
+    started = recorder.now()
+    plan = original(scheduler, *args, **kwargs)
+    try:
+        batch = getattr(plan, "batch_to_run", plan)  # 0.5.17 and 0.5.23 answer a plan; older, the batch
+        running = getattr(getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None),
+                          "reqs", None)  # fmt: skip
+        recorder.schedule_done(started, batch is not None, _size(getattr(scheduler, "waiting_queue", None)),
+                               _size(running))  # fmt: skip
+    except Exception:
+        _warn_once("schedule")
+    return plan
+
+
+def hook_run_batch(
+    original: Callable[..., Any], scheduler: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    recorder = stalls()
+    started = recorder.now()
+    try:
+        recorder.run_started(started)
+        described = describe_batch(batch)
+    except Exception:
+        _warn_once("run")
+        described = {"mode": "?", "requests": None, "tokens": None}
+    try:
+        return original(scheduler, batch, *args, **kwargs)
+    finally:
+        try:
+            recorder.run_done(started, described)
+        except Exception:
+            _warn_once("run")
+
+
+def hook_process_batch_result(original: Callable[..., Any], scheduler: Any, batch: Any, *args: Any,
+                              **kwargs: Any) -> Any:  # fmt: skip
+    recorder = stalls()
+    started = recorder.now()
+    try:
+        return original(scheduler, batch, *args, **kwargs)
+    finally:
+        try:
+            recorder.result_done(started, describe_batch(batch))
+        except Exception:
+            _warn_once("result")
+
+
+HOOKS: dict[str, Callable[..., Any]] = {
+    "input": hook_process_input_requests,
+    "schedule": hook_get_next_batch_to_run,
+    "run": hook_run_batch,
+    "result": hook_process_batch_result,
+}
+
+
+def missing_targets() -> list[str]:
+    """The scheduler methods this SGLang lacks (0.5.17 and 0.5.23 have all four)."""
+    import importlib
+
+    module_name, class_name = SCHEDULER
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        return [f"{module_name}.{class_name} ({exc})"]
+    return [f"{class_name}.{name}" for name in PHASES.values() if not callable(getattr(cls, name, None))]
+
+
+def register() -> None:
+    """Entry point (``sglang.srt.plugins``): SGLang's ``load_plugins()`` calls it in each of its processes."""
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        print(f"spectower loop stalls: off ({DISABLE_ENV}=0)", file=sys.stderr, flush=True)
+        return
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError as exc:
+        logger.warning("spectower loop stalls: NOT hooking: no SGLang HookRegistry (%s)", exc)
+        return
+    missing = missing_targets()
+    if missing:
+        logger.warning("spectower loop stalls: NOT hooking (missing %s)", ", ".join(missing))
+        return
+    module_name, class_name = SCHEDULER
+    for phase, method in PHASES.items():
+        HookRegistry.register(f"{module_name}.{class_name}.{method}", HOOKS[phase], HookType.AROUND)
+    global _HOOKED
+    _HOOKED = True
+    # SGLang configures logging after the plugins load: print the one line that says what was hooked.
+    print(f"spectower loop stalls: AROUND hooks on {class_name}.{', '.join(PHASES.values())} (pid "
+          f"{os.getpid()})", file=sys.stderr, flush=True)  # fmt: skip

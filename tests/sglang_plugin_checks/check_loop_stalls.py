@@ -1,0 +1,81 @@
+"""The loop-stall recorder (plugin/loop_stalls.py) through SGLang's real classes: SGLang's load_plugins()
+discovers its entry point and its HookRegistry wraps the scheduler's four loop methods; the loop below calls
+them as ``Scheduler.event_loop_overlap`` does (positional and keyword arguments alike) with SGLang's own
+``ScheduleBatch`` (its ``copy()`` for the result, as the loop queues it), ``NextBatchPlan`` and
+``ForwardMode``; the real ``get_internal_state`` publishes the recorder's block.
+
+CONSTRUCTED: the four methods' bodies. Theirs need a GPU and a model, so before load_plugins() each is
+replaced by a stand-in that only advances a fake clock by the time the call is to take; the hooks wrap the
+stand-ins as they would wrap SGLang's own.
+
+Argument: the adaptive config path. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import _harness
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def main() -> None:
+    from sglang.srt.managers.schedule_batch import NextBatchPlan, ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    clock = FakeClock()
+    takes = {"input": 0.0002, "schedule": 0.0005, "run": 0.001, "result": 0.008}
+
+    def stand_in(phase: str):  # type: ignore[no-untyped-def]
+        def method(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            clock.now += takes[phase]
+            if phase == "schedule":
+                return NextBatchPlan(batch_to_run=self._next_batch, running_batch=kwargs["running_batch"])
+            return None
+
+        return method
+
+    for phase, method_name in (("input", "process_input_requests"), ("schedule", "get_next_batch_to_run"),
+                               ("run", "run_batch"), ("result", "process_batch_result")):  # fmt: skip
+        setattr(Scheduler, method_name, stand_in(phase))
+    plugin, scheduler = _harness.start_scheduler(sys.argv[1])
+    loop_stalls = sys.modules.get("spectower.plugin.loop_stalls")
+    out: dict = {"plugin_loaded": plugin is not None, "loop_plugin_loaded": loop_stalls is not None}
+    if loop_stalls is None:
+        _harness.emit(out)
+        return
+    out["hooked"] = loop_stalls.hooked()
+    out["wrapped"] = {name: getattr(getattr(Scheduler, name), "__wrapped__", None) is not None
+                      for name in loop_stalls.PHASES.values()}  # fmt: skip
+    loop_stalls.stalls()._clock = clock
+    decode = ScheduleBatch(reqs=[object()] * 24, forward_mode=ForwardMode.DECODE)
+    extend = ScheduleBatch(reqs=[object()] * 3, forward_mode=ForwardMode.EXTEND,
+                           extend_lens=[1000, 2000, 3000], extend_num_tokens=6000)  # fmt: skip
+    scheduler.running_batch = ScheduleBatch(reqs=[])
+    scheduler.waiting_queue = []
+    queue: list = []
+    # Ten decode iterations, an extend whose GPU time (1.5 s) is waited for in its result, five decodes.
+    for batch, result_s in [(decode, 0.008)] * 10 + [(extend, 1.5)] + [(decode, 0.008)] * 5:
+        scheduler._next_batch = batch
+        scheduler.process_input_requests([object()] * (3 if batch is extend else 0))
+        plan = scheduler.get_next_batch_to_run(running_batch=scheduler.running_batch, last_batch=None)
+        scheduler.run_batch(plan.batch_to_run)
+        queue.append((plan.batch_to_run.copy(), object(), result_s))
+        if len(queue) > 1:
+            done, result, wait = queue.pop(0)
+            takes["result"] = wait
+            scheduler.process_batch_result(done, result)
+    out["loop"] = _harness.get_state(scheduler)["spectower"].get("loop")
+    _harness.emit(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The scheduler's output stalls (plugin/loop_stalls.py), loaded by SGLang's real load_plugins() from its
+entry point, against SGLang's own classes (0.5.23 and 0.5.17): the four loop methods are wrapped by its
+HookRegistry, called as its overlap loop calls them with its own batches, and the stall is published by its
+real get_internal_state. What is real and what is constructed:
+tests/sglang_plugin_checks/check_loop_stalls.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import test_sglang_plugin as plugin_tests
+from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
+
+
+@pytest.fixture(params=VERSION_PARAMS)
+def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
+    return sglang_checks.result(request.param, "loop_stalls")
+
+
+@plugin_tests.sglang_check
+def test_the_four_loop_methods_are_wrapped_through_sglangs_registry(checked: dict[str, Any]) -> None:
+    assert checked["loop_plugin_loaded"] and checked["hooked"]
+    assert checked["wrapped"] == {"process_input_requests": True, "get_next_batch_to_run": True,
+                                  "run_batch": True, "process_batch_result": True}  # fmt: skip
+
+
+@plugin_tests.sglang_check
+def test_a_long_extend_is_published_as_a_stall_with_its_batch(checked: dict[str, Any]) -> None:
+    loop = checked["loop"]
+    assert loop is not None and loop["threshold_s"] == 0.25
+    assert loop["phases"]["run"]["calls"] == 16 and loop["phases"]["result"]["calls"] == 15
+    assert loop["gaps"] == 15 and loop["stalls"] == 1  # every result closes one, the first from the first run
+    (stall,) = loop["recent"]
+    assert stall["seconds"] == pytest.approx(1.5 + 0.0002 + 0.0005 + 0.001, abs=1e-4)
+    assert stall["phases"]["result"] == pytest.approx(1.5)
+    assert stall["received"] == 0  # the extend's 3 arrived in the gap before: their result is this one
+    top = stall["batches"][0]
+    assert (top["mode"], top["requests"], top["tokens"]) == ("EXTEND", 3, 6000)
+    assert top["result_s"] == pytest.approx(1.5)
