@@ -13,11 +13,12 @@ asserted: the unit tests never time anything.
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
-from spectower.plugin import engine_counters, knob_gate, loop_stalls
+from spectower.plugin import engine_counters, knob_gate, loop_stalls, stall_watch
 
 
 def per_step_ns(fn: Callable[[int], None], steps: int) -> float:
@@ -113,6 +114,15 @@ def main() -> None:
             loop_stalls.hook_run_batch(nothing, scheduler, decode)
             loop_stalls.hook_process_batch_result(nothing, scheduler, decode, None)
 
+    def loop_hooks_watched(n: int) -> None:
+        # the same, with the watch thread (plugin/stall_watch.py) waking every POLL_S beside them
+        watch = stall_watch.StallWatch(loop_stalls.stalls(), threading.get_ident())
+        watch.start()
+        try:
+            loop_hooks(n)
+        finally:
+            watch.stop()
+
     base = per_step_ns(empty_loop, args.steps)
     step_ns = args.step_ms * 1e6
     rows = [
@@ -121,6 +131,7 @@ def main() -> None:
         ("plugin hooks with counters", per_step_ns(hooks, args.steps) - base),
         ("plugin hooks without counters", per_step_ns(hooks_without_counters, args.steps) - base),
         ("loop-stall hooks (per iteration)", per_step_ns(loop_hooks, args.steps) - base),
+        ("the same, watch thread on", per_step_ns(loop_hooks_watched, args.steps) - base),
     ]
     print(f"batch {batch}, {args.steps} steps, best of 5, loop overhead subtracted; step {args.step_ms} ms")
     for name, ns in rows:

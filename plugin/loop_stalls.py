@@ -18,6 +18,10 @@ the four calls, or waiting with requests queued and nothing run).
 A gap runs from the end of one result to the end of the next. When the scheduler has nothing to do (no batch
 to run, nothing waiting, nothing running) no output is owed: the next gap starts when a batch next runs.
 
+Inside the scheduler a watch thread (plugin/stall_watch.py) samples the loop thread's Python stack while a gap
+lasts past the threshold, so a stall also says where in the call its time went (``samples``), and whether the
+scheduler held the GIL so long the watch could not run (``watch_late_s``).
+
 The plugin reports ``report()`` in ``get_internal_state`` (``loop``). Standard library only (it runs inside
 SGLang); the hooks never raise into SGLang's loop.
 """
@@ -28,10 +32,13 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from . import stall_watch
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,7 @@ PHASES: dict[str, str] = {
 DEFAULT_THRESHOLD_S = 0.25
 THRESHOLD_ENV = "SPECTOWER_STALL_S"
 DISABLE_ENV = "SPECTOWER_LOOP_STALLS"  # "0": not hooked
+SAMPLES_KEPT = 8  # stack samples held for the open gaps (the watch takes at most 3 a stall)
 KEPT = 32  # the newest kept gaps (a replay showed 2-5 pauses per 4-minute run; a call runs up to 6)
 BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
 
@@ -95,6 +103,14 @@ class LoopStalls:
         self.recent: deque[dict[str, Any]] = deque(maxlen=KEPT)
         self._idle = True  # nothing owed: the next run starts a gap
         self._gap_start: float | None = None
+        # What the watch thread (plugin/stall_watch.py) reads and hands back: the call running now, the gap's
+        # serial number, the stack samples and the watch's own lateness taken in it (by serial: the watch
+        # runs on its own thread, so a sample may land just after the gap it was taken in has closed).
+        self.phase_now: str | None = None
+        self._serial = 0
+        self._samples: deque[tuple[int, dict[str, Any]]] = deque(maxlen=2 * SAMPLES_KEPT)
+        self._late: dict[int, float] = {}
+        self.watch: Any = None  # the StallWatch sampling this recorder's thread, where one runs
         self._reset_gap()
 
     @classmethod
@@ -109,6 +125,7 @@ class LoopStalls:
         return cls(threshold, gc_seconds=gc_seconds)
 
     def _reset_gap(self) -> None:
+        self._serial += 1
         self._in_gap = dict.fromkeys(PHASES, 0.0)
         self._iterations = 0
         self._received = 0
@@ -128,6 +145,30 @@ class LoopStalls:
     def now(self) -> float:
         return self._clock()
 
+    def enter(self, phase: str) -> float:
+        """A call of the loop begins: it is what the scheduler is doing now; answers the time."""
+        self.phase_now = phase
+        return self._clock()
+
+    # ---- the watch thread's side (plugin/stall_watch.py) ----------------------------------------------
+    def gap_now(self, now: float) -> tuple[int, float, str | None] | None:
+        """(serial, seconds so far, the call running) of the gap open at ``now``; None while idle."""
+        start, serial, phase = self._gap_start, self._serial, self.phase_now
+        if self._idle or start is None:
+            return None
+        return serial, now - start, phase
+
+    def samples_taken(self, serial: int) -> int:
+        return sum(1 for s, _ in list(self._samples) if s == serial)
+
+    def add_sample(self, serial: int, sample: dict[str, Any]) -> None:
+        self._samples.append((serial, sample))
+
+    def note_late(self, serial: int, late_s: float) -> None:
+        self._late[serial] = max(self._late.get(serial, 0.0), late_s)
+        if len(self._late) > 2 * SAMPLES_KEPT:  # keep it small: only open gaps matter
+            self._late.pop(next(iter(self._late)))
+
     def _account(self, phase: str, started: float, ended: float) -> None:
         took = ended - started
         self.calls[phase] += 1
@@ -136,10 +177,12 @@ class LoopStalls:
         self._in_gap[phase] += took
 
     def input_done(self, started: float, received: int) -> None:
+        self.phase_now = None
         self._account("input", started, self._clock())
         self._received += received
 
     def schedule_done(self, started: float, has_batch: bool, waiting: int, running: int) -> None:
+        self.phase_now = None
         self._account("schedule", started, self._clock())
         self._iterations += 1
         self._waiting_max = max(self._waiting_max, waiting)
@@ -158,12 +201,14 @@ class LoopStalls:
             self._reset_gap()
 
     def run_done(self, started: float, batch: dict[str, Any]) -> None:
+        self.phase_now = None
         ended = self._clock()
         self._account("run", started, ended)
         self._batch(batch)["run_s"] += ended - started
 
     def result_done(self, started: float, batch: dict[str, Any]) -> None:
         """A result processed: its tokens went out, so the gap since the last one closes here."""
+        self.phase_now = None
         ended = self._clock()
         self._account("result", started, ended)
         self._batch(batch)["result_s"] += ended - started
@@ -191,6 +236,8 @@ class LoopStalls:
         gc_s = max(0.0, self._gc_now() - self._gc_at_start)
         phases = {phase: round(s, 4) for phase, s in self._in_gap.items()}
         batches = sorted(self._batches.values(), key=lambda b: -(b["run_s"] + b["result_s"]))[:BATCHES_KEPT]
+        serial = self._serial
+        samples = [sample for s, sample in list(self._samples) if s == serial]
         self.recent.append({
             "at": round(self._wall(), 3),
             "seconds": round(gap_s, 4),
@@ -202,6 +249,10 @@ class LoopStalls:
             "waiting_max": self._waiting_max,
             "batches": [{**b, "run_s": round(b["run_s"], 4), "result_s": round(b["result_s"], 4)}
                         for b in batches],
+            # what the scheduler's thread was doing (plugin/stall_watch.py): its stack after so long, and how
+            # late the watch woke (it could not get the GIL) where it did
+            "samples": samples,
+            "watch_late_s": round(self._late.pop(serial, 0.0), 4),
         })  # fmt: skip
 
     def report(self) -> dict[str, Any]:
@@ -220,6 +271,7 @@ class LoopStalls:
             "stall_seconds": round(self.stall_s, 6),
             "longest_stall_s": round(self.longest_stall_s, 6),
             "recent": list(self.recent),
+            "watch": self.watch.report() if self.watch is not None else None,
         }
 
 
@@ -238,10 +290,18 @@ def _knob_gc_seconds() -> float:
 
 
 def stalls() -> LoopStalls:
-    """This process's recorder (created on first use, so in the scheduler process that calls the hooks)."""
+    """This process's recorder (created on first use, so in the scheduler process, on its thread that calls
+    the hooks); where the hooks are registered, a watch thread samples that thread's stack in a stall
+    (plugin/stall_watch.py) unless ``SPECTOWER_STALL_STACKS=0``."""
     global _STALLS
     if _STALLS is None:
         _STALLS = LoopStalls.from_environment(gc_seconds=_knob_gc_seconds)
+        if _HOOKED and os.environ.get(stall_watch.DISABLE_ENV, "1") != "0":
+            try:
+                _STALLS.watch = stall_watch.StallWatch(_STALLS, threading.get_ident(), clock=_STALLS.now)
+                _STALLS.watch.start()
+            except Exception:
+                _warn_once("watch")
     return _STALLS
 
 
@@ -265,7 +325,7 @@ def _size(value: Any) -> int:
 def hook_process_input_requests(original: Callable[..., Any], scheduler: Any, recv_reqs: Any, *args: Any,
                                 **kwargs: Any) -> Any:  # fmt: skip
     recorder = stalls()
-    started = recorder.now()
+    started = recorder.enter("input")
     try:
         return original(scheduler, recv_reqs, *args, **kwargs)
     finally:
@@ -279,7 +339,7 @@ def hook_get_next_batch_to_run(
     original: Callable[..., Any], scheduler: Any, *args: Any, **kwargs: Any
 ) -> Any:
     recorder = stalls()
-    started = recorder.now()
+    started = recorder.enter("schedule")
     plan = original(scheduler, *args, **kwargs)
     try:
         batch = getattr(plan, "batch_to_run", plan)  # 0.5.17 and 0.5.23 answer a plan; older, the batch
@@ -296,7 +356,7 @@ def hook_run_batch(
     original: Callable[..., Any], scheduler: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     recorder = stalls()
-    started = recorder.now()
+    started = recorder.enter("run")
     try:
         recorder.run_started(started)
         described = describe_batch(batch)
@@ -315,7 +375,7 @@ def hook_run_batch(
 def hook_process_batch_result(original: Callable[..., Any], scheduler: Any, batch: Any, *args: Any,
                               **kwargs: Any) -> Any:  # fmt: skip
     recorder = stalls()
-    started = recorder.now()
+    started = recorder.enter("result")
     try:
         return original(scheduler, batch, *args, **kwargs)
     finally:

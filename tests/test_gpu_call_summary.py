@@ -50,6 +50,11 @@ def _stalled() -> dict[str, Any]:
         started = clock.now
         stalls.run_started(started)
         clock.now += waited
+        if mode == "EXTEND":  # what the watch thread hands over mid-stall (plugin/stall_watch.py)
+            serial, _elapsed, _phase = stalls.gap_now(clock.now) or (0, 0.0, None)
+            stalls.add_sample(serial, {"after_s": 0.5, "phase": "result",
+                                       "stack": ["sglang/srt/managers/scheduler.py:2104 process_batch_result",
+                                                 "torch/cuda/streams.py:224 synchronize"]})  # fmt: skip
         stalls.result_done(started, {"mode": mode, "requests": requests, "tokens": tokens})
     return stalls.report()
 
@@ -69,7 +74,9 @@ def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
         "scheduler stalls, rank 0: 1 gaps between results >= 0.25 s of 3, 1.10 s in all, the longest 1.10 s; "
         "the loop's calls: input 0.0 s, schedule 0.0 s, run 0.0 s, result 1.1 s")
     assert "  stall (UTC): 1.10 s to 09:30:29.5: waiting for a batch's result 1.10 s (EXTEND, 5 requests, " \
-           "12 000 new tokens)" in lines
+           "12 000 new tokens); at torch/cuda/streams.py:224 synchronize" in lines
+    assert ("    after 0.50 s, in result: sglang/srt/managers/scheduler.py:2104 process_batch_result > "
+            "torch/cuda/streams.py:224 synchronize") in lines
     assert not any("must-not-print" in line for line in lines)
 
 

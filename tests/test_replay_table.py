@@ -366,7 +366,7 @@ def test_a_tail_stretch_is_set_against_the_servers_own_stall_in_it(tmp_path: Pat
     assert tail["start_s"] == pytest.approx(100.0)
     assert tail["server_stalls"] == [{"from_s": pytest.approx(100.05), "seconds": 1.2,
                                       "cause": "waiting for a batch's result 1.20 s (EXTEND, 9 requests, "
-                                               "52 000 new tokens)"}]  # fmt: skip
+                                               "52 000 new tokens)", "where": None}]  # fmt: skip
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert replay_table.main([str(path), "--draws", "100"]) == 0

@@ -110,7 +110,11 @@ def stall_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
             continue
         spent = ", ".join(f"{p} {s:.1f} s" for p, s in report.phase_seconds.items())
         lines.append(f"scheduler stalls, rank {i}: {report.summary()}; the loop's calls: {spent}")
-        lines.extend(f"  stall (UTC): {stall.text(utc=True)}" for stall in report.recent)
+        for stall in report.recent:
+            lines.append(f"  stall (UTC): {stall.text(utc=True)}")
+            # the scheduler thread's stacks in it (plugin/stall_watch.py), outermost frame first
+            lines.extend(f"    after {s.after_s:.2f} s, in {s.phase or 'the loop'}: {' > '.join(s.stack)}"
+                         for s in stall.samples)  # fmt: skip
     return lines
 
 

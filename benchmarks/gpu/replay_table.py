@@ -406,7 +406,7 @@ def server_stalls(run: ReplayRun, stretch: TailStretch) -> list[dict[str, Any]]:
         begins, ends = stall.started - run.started_at, stall.at - run.started_at
         if begins <= stretch.end_s and ends >= stretch.start_s:
             found.append({"from_s": round(begins, 3), "seconds": round(stall.seconds, 4),
-                          "cause": stall.cause()})
+                          "cause": stall.cause(), "where": stall.where()})
     return sorted(found, key=lambda s: s["from_s"])
 
 
@@ -425,8 +425,9 @@ def print_tails(scored: dict[str, Any]) -> None:
         print(f"  {policy:14} {', '.join(shown)}{more}")  # indented: the ratio rows start with the policy
         for s in tail[:TAIL_STRETCHES_SHOWN]:
             for stall in s.get("server_stalls") or ():
+                at = f", at {stall['where']}" if stall.get("where") else ""
                 print(f"    {s['start_s']:.1f}: the server stalled {stall['seconds']:.2f} s from "
-                      f"{stall['from_s']:.1f} s: {stall['cause']}")  # fmt: skip
+                      f"{stall['from_s']:.1f} s: {stall['cause']}{at}")  # fmt: skip
 
 
 def _f(value: Any, digits: int = 3) -> str:

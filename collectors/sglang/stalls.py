@@ -55,6 +55,16 @@ class StallBatch:
 
 
 @dataclass(frozen=True)
+class StallSample:
+    """The scheduler thread's stack ``after_s`` into a stall, taken while it ran ``phase`` (one of the four
+    calls, or None between them): its innermost frames, innermost last (plugin/stall_watch.py)."""
+
+    after_s: float
+    phase: str | None
+    stack: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Stall:
     """One gap between two results of at least the plugin's threshold (``at``: Unix seconds at its end)."""
 
@@ -66,6 +76,15 @@ class Stall:
     waiting_max: int
     received: int
     batches: tuple[StallBatch, ...]
+    samples: tuple[StallSample, ...] = ()
+    watch_late_s: float = 0.0  # how late the watch thread woke in it: the GIL held that long
+
+    def where(self) -> str | None:
+        """The innermost frame of the last stack sampled in the stall (None without one)."""
+        for sample in reversed(self.samples):
+            if sample.stack:
+                return sample.stack[-1]
+        return None
 
     @property
     def started(self) -> float:
@@ -97,7 +116,10 @@ class Stall:
         clock = time.gmtime if utc else time.localtime
         when = time.strftime("%H:%M:%S", clock(self.at)) + f".{int(self.at * 10) % 10}"
         gc = f"; gc {self.gc_s:.2f} s" if self.gc_s and self.gc_s < self.seconds / 2 else ""
-        return f"{self.seconds:.2f} s to {when}: {self.cause()}{gc}"
+        where = self.where()
+        at = f"; at {where}" if where else ""
+        held = f"; the GIL held {self.watch_late_s:.2f} s" if self.watch_late_s else ""
+        return f"{self.seconds:.2f} s to {when}: {self.cause()}{gc}{at}{held}"
 
 
 @dataclass(frozen=True)
@@ -127,10 +149,17 @@ def _stall(raw: Mapping[str, Any]) -> Stall:
                    result_s=_float(b.get("result_s")))
         for b in raw.get("batches") or () if isinstance(b, Mapping)
     )  # fmt: skip
+    samples = tuple(
+        StallSample(after_s=_float(s.get("after_s")),
+                    phase=s.get("phase") if isinstance(s.get("phase"), str) else None,
+                    stack=tuple(str(f) for f in s.get("stack") or () if isinstance(f, str)))
+        for s in raw.get("samples") or () if isinstance(s, Mapping)
+    )  # fmt: skip
     return Stall(at=_float(raw.get("at")), seconds=_float(raw.get("seconds")),
                  phases={p: _float(phases.get(p)) for p in PHASES}, gc_s=_float(raw.get("gc_s")),
                  other_s=_float(raw.get("other_s")), waiting_max=_int(raw.get("waiting_max")) or 0,
-                 received=_int(raw.get("received")) or 0, batches=batches)  # fmt: skip
+                 received=_int(raw.get("received")) or 0, batches=batches, samples=samples,
+                 watch_late_s=_float(raw.get("watch_late_s")))  # fmt: skip
 
 
 def loop_report(block: Any) -> LoopReport | None:
