@@ -12,16 +12,8 @@ import pytest
 from spectower.collectors.sglang.stalls import loop_report
 from spectower.plugin import loop_stalls, stall_watch
 
-from tests.test_engine_counters import FakeClock as Clock
-from tests.test_loop_stalls import WALL, Loop, batch
-
-
-@pytest.fixture
-def loop(monkeypatch: pytest.MonkeyPatch) -> Loop:
-    clock = Clock()
-    recorder = loop_stalls.LoopStalls(threshold_s=0.25, clock=clock, wall=lambda: WALL)
-    monkeypatch.setattr(loop_stalls, "_STALLS", recorder)
-    return Loop(recorder, clock)
+from tests.test_loop_stalls import Loop, batch
+from tests.test_loop_stalls import loop as loop  # the fixture: the recorder behind the hooks
 
 
 def _parked_result(loop: Loop) -> tuple[threading.Thread, threading.Event, threading.Event]:

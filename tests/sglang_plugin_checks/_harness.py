@@ -35,6 +35,17 @@ from typing import Any
 N_STEPS = 3  # the working step of the generated config used by the checks
 
 
+class FakeClock:
+    """A clock the check advances itself (the plugin's counters, loop stalls and windows keep time by one), so
+    a check's figures never depend on how loaded the machine running it is."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class LogCapture(logging.Handler):
     """Keeps every record so a check can assert on what the plugin logged."""
 

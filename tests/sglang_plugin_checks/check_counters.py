@@ -14,19 +14,11 @@ import sys
 import _harness
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def main() -> None:
     config_path = sys.argv[1]
     os.environ["SPECTOWER_GC_LONG_S"] = "1e-9"  # read when the plugin's state is made: every collection long
     plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
-    clock = FakeClock()
+    clock = _harness.FakeClock()
     plugin.engine_counters_state().clock = clock
     out: dict = {"plugin_loaded": plugin is not None, "phases": {}}
 

@@ -18,20 +18,12 @@ import sys
 import _harness
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def main() -> None:
     from sglang.srt.managers.schedule_batch import NextBatchPlan, ScheduleBatch
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    clock = FakeClock()
+    clock = _harness.FakeClock()
     takes = {"input": 0.0002, "schedule": 0.0005, "run": 0.001, "result": 0.008}
 
     def stand_in(phase: str):  # type: ignore[no-untyped-def]

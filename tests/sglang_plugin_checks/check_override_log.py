@@ -20,21 +20,12 @@ import _harness
 
 CEILING = 32
 SEED = 7
-STEP_S = 0.005  # a decode step on the H200 pairs: the windows' clock advances this much a batch
-
-
-class StepClock:
-    """The exploration windows keep time (plugin/explore.py: a cold part lasts at least as long per batch as
-    the last exploring part did; an exploring part ends after WINDOW_EXPLORE_MAX_S busy seconds). On the real
-    clock their figures depended on how loaded the machine running the check was (on a 2-core CI-like
-    machine under the full suite an exploring part ran out of time before it explored a batch), so the
-    gate's clock here advances STEP_S a batch, as a server's would."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+# The exploration windows keep time (plugin/explore.py: a cold part lasts at least as long per batch as the
+# last exploring part did; an exploring part ends after WINDOW_EXPLORE_MAX_S busy seconds). On the real clock
+# their figures depended on how loaded the machine running the check was (on a 2-core machine under the full
+# suite an exploring part ran out of time before it explored a batch), so the gate's clock here advances
+# STEP_S a batch, a decode step on the H200 pairs, as a server's would.
+STEP_S = 0.005
 
 
 def main() -> None:
@@ -43,7 +34,7 @@ def main() -> None:
     from sglang.srt.runtime_context import get_context
 
     gate = plugin.gate_state() if plugin is not None else None
-    clock = StepClock()
+    clock = _harness.FakeClock()
     if gate is not None:
         gate.clock = clock
     results = {}
