@@ -167,7 +167,7 @@ class LoopStalls:
     def note_late(self, serial: int, late_s: float) -> None:
         self._late[serial] = max(self._late.get(serial, 0.0), late_s)
         if len(self._late) > 2 * SAMPLES_KEPT:  # keep it small: only open gaps matter
-            self._late.pop(next(iter(self._late)))
+            self._late.pop(next(iter(self._late), serial), None)  # the loop's thread may pop it first
 
     def _account(self, phase: str, started: float, ended: float) -> None:
         took = ended - started

@@ -18,7 +18,7 @@ PHASES = ("input", "schedule", "run", "result")
 _DOING = {
     "input": "taking in new requests",
     "schedule": "scheduling the next batch",
-    "run": "launching a batch",
+    "run": "running a batch",  # the overlap loop launches it here; the normal loop also waits for it
     "result": "waiting for a batch's result",
 }
 
