@@ -289,20 +289,34 @@ def _knob_gc_seconds() -> float:
     return float(knob_gate.gc_seconds()) if knob_gate is not None else 0.0
 
 
+_WATCH: stall_watch.StallWatch | None = None  # this process's watch thread, started by register()
+
+
 def stalls() -> LoopStalls:
     """This process's recorder (created on first use, so in the scheduler process, on its thread that calls
-    the hooks); where the hooks are registered, a watch thread samples that thread's stack in a stall
-    (plugin/stall_watch.py) unless ``SPECTOWER_STALL_STACKS=0``."""
+    the hooks); the process's watch thread (plugin/stall_watch.py), where register() started one, samples
+    that thread's stack in a stall from then on."""
     global _STALLS
     if _STALLS is None:
         _STALLS = LoopStalls.from_environment(gc_seconds=_knob_gc_seconds)
-        if _HOOKED and os.environ.get(stall_watch.DISABLE_ENV, "1") != "0":
-            try:
-                _STALLS.watch = stall_watch.StallWatch(_STALLS, threading.get_ident(), clock=_STALLS.now)
-                _STALLS.watch.start()
-            except Exception:
-                _warn_once("watch")
+        if _WATCH is not None:
+            _WATCH.attach(_STALLS, threading.get_ident())
+            _STALLS.watch = _WATCH
     return _STALLS
+
+
+def _start_watch() -> None:
+    """One watch thread in each process that registers the hooks: in SGLang's launcher (its HTTP server and
+    tokenizer manager) it only logs when the process's Python was held (its wakes late); in a scheduler it
+    also samples the loop's stack in a stall. ``SPECTOWER_STALL_STACKS=0``: none."""
+    global _WATCH
+    if _WATCH is not None or os.environ.get(stall_watch.DISABLE_ENV, "1") == "0":
+        return
+    try:
+        _WATCH = stall_watch.StallWatch(None, threading.get_ident())
+        _WATCH.start()
+    except Exception:
+        _warn_once("watch")
 
 
 _WARNED: set[str] = set()
@@ -424,6 +438,7 @@ def register() -> None:
         HookRegistry.register(f"{module_name}.{class_name}.{method}", HOOKS[phase], HookType.AROUND)
     global _HOOKED
     _HOOKED = True
+    _start_watch()
     # SGLang configures logging after the plugins load: print the one line that says what was hooked.
     print(f"spectower loop stalls: AROUND hooks on {class_name}.{', '.join(PHASES.values())} (pid "
           f"{os.getpid()})", file=sys.stderr, flush=True)  # fmt: skip

@@ -8,7 +8,10 @@ the stall threshold (then twice it, four times it: at most ``SAMPLES_PER_STALL``
 thread's stack (``sys._current_frames``) and hands it to the recorder, which keeps it with the stall when the
 gap closes as one. A watch that wakes late by ``LATE_S`` or more could not get Python's interpreter lock
 (GIL) in time: the scheduler held it (a collection, or long pure-Python work), which is kept too
-(``watch_late_s``), since a thread holding the GIL cannot be sampled while it holds it.
+(``watch_late_s``), since a thread holding the GIL cannot be sampled while it holds it. One such thread runs
+in each process that registers the loop hooks: in SGLang's launcher, which serves HTTP and runs the tokenizer
+manager, it has no loop to sample and only logs its late wakes (``LOG_LATE_S``), so a stall the client saw
+but the scheduler did not can be found there.
 
 Cost: a wake every 50 ms that reads three attributes; a stack is taken only inside a stall. Standard library
 only (it runs inside SGLang); the thread never dies on an error (one warning, then it goes on).
@@ -18,6 +21,7 @@ only (it runs inside SGLang); the thread never dies on an error (one warning, th
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -33,6 +37,8 @@ logger = logging.getLogger(__name__)
 DISABLE_ENV = "SPECTOWER_STALL_STACKS"  # "0": no watch thread
 POLL_S = 0.05  # a wake every 50 ms: a quarter-second stall is seen within a fifth of its length
 LATE_S = 0.1  # a wake this late: the watch could not get the GIL
+LOG_LATE_S = 0.25  # ...and this late, a line in the server's log (a stall a user notices)
+MAX_LATE_LOGGED = 1000  # lines a process logs at most
 SAMPLES_PER_STALL = 3  # at the threshold, twice it, four times it
 STACK_FRAMES = 8  # the innermost frames kept of each sample
 _SITE_MARKERS = ("site-packages/", "dist-packages/")
@@ -59,28 +65,42 @@ def stack_of(thread_ident: int, frames: int = STACK_FRAMES) -> list[str] | None:
 
 
 class StallWatch:
-    """Samples the scheduler thread's stack during a stall and notes when the watch itself ran late."""
+    """Samples the scheduler thread's stack during a stall and notes when the watch itself ran late; without a
+    recorder (SGLang's launcher: its HTTP server and tokenizer manager), only logs its late wakes."""
 
     def __init__(
         self,
-        recorder: LoopStalls,
+        recorder: LoopStalls | None,
         thread_ident: int,
         clock: Callable[[], float] = time.perf_counter,
         poll_s: float = POLL_S,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.recorder = recorder
         self.thread_ident = thread_ident
         self._clock = clock
+        self._wall = wall
         self.poll_s = poll_s
         self.wakes = 0
         self.sampled = 0
+        self.late_logged = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
 
+    def attach(self, recorder: LoopStalls, thread_ident: int) -> None:
+        """From now on sample ``thread_ident``'s stack in the stalls ``recorder`` times (its clock too)."""
+        self.thread_ident = thread_ident
+        self._clock = recorder.now
+        self.recorder = recorder
+
     def watch_once(self, now: float, late_s: float = 0.0) -> None:
         """One wake at ``now`` (the recorder's clock), ``late_s`` after it was due."""
         self.wakes += 1
+        if late_s >= LOG_LATE_S:
+            self._log_late(late_s)
+        if self.recorder is None:
+            return
         busy = self.recorder.gap_now(now)
         if busy is None:
             return
@@ -94,6 +114,21 @@ class StallWatch:
         if stack is not None:
             self.sampled += 1
             self.recorder.add_sample(serial, {"after_s": round(elapsed, 3), "phase": phase, "stack": stack})
+
+    def _log_late(self, late_s: float) -> None:
+        """One line per late wake (the first MAX_LATE_LOGGED), with its UTC time, for the server's log: in
+        the launcher the only place it shows, so a replay's stall can be set against it afterwards."""
+        self.late_logged += 1
+        if self.late_logged > MAX_LATE_LOGGED:
+            return
+        end = self._wall()
+        when = time.strftime("%H:%M:%S", time.gmtime(end)) + f".{int(end * 10) % 10}"
+        message = (f"spectower watch: pid {os.getpid()}: this process's Python was held {late_s:.2f} s "
+                   f"(the GIL, a collection or the CPU), to {when} UTC")  # fmt: skip
+        if logging.getLogger().handlers:
+            logger.warning(message)
+        else:
+            print(message, file=sys.stderr, flush=True)
 
     def _run(self) -> None:
         due = self._clock() + self.poll_s
@@ -118,4 +153,5 @@ class StallWatch:
             self._thread.join()
 
     def report(self) -> dict[str, Any]:
-        return {"poll_s": self.poll_s, "wakes": self.wakes, "sampled": self.sampled}
+        return {"poll_s": self.poll_s, "wakes": self.wakes, "sampled": self.sampled,
+                "late_logged": self.late_logged}

@@ -133,6 +133,11 @@ def test_load_plugins_discovers_the_entry_point(sglang_checks: SglangChecks, sgl
         assert info["hooks_are_ours"] == [True] and info["patched"] and info["wrapped"], target
     hooked_logs = [m for m in result["plugin_logs"] if "AROUND hooks on" in m]
     assert len(hooked_logs) == 1, result["plugin_logs"]
+    # the loop-stall plugin's entry point, found the same way, starts one watch thread in the process
+    stalls_entry = {"name": "spectower-loop-stalls", "value": "spectower.plugin.loop_stalls:register",
+                    "dist": "spectower"}  # fmt: skip
+    assert stalls_entry in result["entry_points"]
+    assert result["watch_threads"] == ["spectower-stall-watch"]
 
 
 @sglang_check

@@ -12,6 +12,7 @@ import pytest
 from spectower.collectors.sglang.stalls import loop_report
 from spectower.plugin import loop_stalls, stall_watch
 
+from tests.test_engine_counters import FakeClock as Clock
 from tests.test_loop_stalls import Loop, batch
 from tests.test_loop_stalls import loop as loop  # the fixture: the recorder behind the hooks
 
@@ -125,18 +126,41 @@ def test_frames_read_from_the_package_on() -> None:
     assert stall_watch.stack_of(-1) is None  # no such thread
 
 
-def test_a_hooked_scheduler_gets_a_watch_on_its_own_thread_unless_switched_off(
+def test_one_watch_a_process_attached_to_the_scheduler_loops_recorder_unless_switched_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(loop_stalls, "_HOOKED", True)
+    """register() starts the process's watch (in SGLang's launcher it only logs); the scheduler's recorder,
+    made on the loop's thread, takes it over; SPECTOWER_STALL_STACKS=0: none."""
+    monkeypatch.setattr(loop_stalls, "_WATCH", None)
     monkeypatch.setattr(loop_stalls, "_STALLS", None)
     monkeypatch.delenv(stall_watch.DISABLE_ENV, raising=False)
-    recorder = loop_stalls.stalls()
+    loop_stalls._start_watch()
+    watch = loop_stalls._WATCH
     try:
-        assert recorder.watch is not None and recorder.watch.thread_ident == threading.get_ident()
+        assert watch is not None and watch.recorder is None
+        loop_stalls._start_watch()
+        assert loop_stalls._WATCH is watch  # one a process
+        recorder = loop_stalls.stalls()
+        assert recorder.watch is watch and watch.recorder is recorder
+        assert watch.thread_ident == threading.get_ident()
         assert recorder.report()["watch"]["poll_s"] == stall_watch.POLL_S
     finally:
-        recorder.watch.stop()
+        watch.stop()
+    monkeypatch.setattr(loop_stalls, "_WATCH", None)
     monkeypatch.setattr(loop_stalls, "_STALLS", None)
     monkeypatch.setenv(stall_watch.DISABLE_ENV, "0")
-    assert loop_stalls.stalls().watch is None
+    loop_stalls._start_watch()
+    assert loop_stalls._WATCH is None and loop_stalls.stalls().watch is None
+
+
+def test_the_launchers_watch_logs_each_late_wake_with_its_utc_time(caplog: pytest.LogCaptureFixture) -> None:
+    """No loop to sample in SGLang's launcher: a wake 0.6 s late (its HTTP server and tokenizer manager held
+    Python that long) is a line in the server's log; one 0.2 s late is not (under a quarter second)."""
+    clock = Clock()
+    watch = stall_watch.StallWatch(None, threading.get_ident(), clock=clock, wall=lambda: 1_796_463_029.5)
+    watch.watch_once(clock(), late_s=0.2)
+    watch.watch_once(clock(), late_s=0.6)
+    printed = caplog.text  # SGLang's log once it configured logging (stderr before)
+    assert printed.count("spectower watch:") == 1 and watch.late_logged == 1
+    assert "Python was held 0.60 s (the GIL, a collection or the CPU), to 09:30:29.5 UTC" in printed
+    assert watch.sampled == 0

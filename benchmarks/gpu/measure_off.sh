@@ -532,6 +532,12 @@ for name in spec plain; do
   say "$name: $(grep -c 'LONG GARBAGE COLLECTION DETECTED' "$WORK/$name.log") tokenizer-manager collections >= ${GC_WARN_S:-0.05} s"
   grep 'LONG GARBAGE COLLECTION DETECTED' "$WORK/$name.log" | tail -5 | cut -c1-140
 done
+# plugin 0.4.7's watch threads: each process's Python held >= 0.25 s (the launcher's HTTP server and tokenizer
+# manager, and each scheduler), with UTC times, to set against a replay's tail where the scheduler saw no stall
+if [ -f "$WORK/spec.log" ]; then
+  say "spec: $(grep -c 'spectower watch:' "$WORK/spec.log") late wakes of the plugin's watch threads (>= 0.25 s)"
+  grep 'spectower watch:' "$WORK/spec.log" | tail -10 | cut -c1-200
+fi
 # SGLang's own step changes (its acceptance EMA, not the knob): at knob max against an un-gated server each
 # one is a stretch of batches that did not draft
 for name in spec plain; do

@@ -5,6 +5,8 @@ Run inside the SGLang venv; see _harness.py for what is real. Prints one JSON ob
 
 from __future__ import annotations
 
+import threading
+
 import _harness
 
 
@@ -41,6 +43,8 @@ def main() -> None:
             "plugin_file": getattr(plugin, "__file__", None),
             "targets": targets,
             "plugin_logs": logs.messages(),
+            # the loop-stall plugin's watch thread, one in each process that loads it (plugin/stall_watch.py)
+            "watch_threads": [t.name for t in threading.enumerate() if t.name == "spectower-stall-watch"],
         }
     )
 
