@@ -55,7 +55,7 @@ PHASES: dict[str, str] = {
 DEFAULT_THRESHOLD_S = 0.25
 THRESHOLD_ENV = "SPECTOWER_STALL_S"
 DISABLE_ENV = "SPECTOWER_LOOP_STALLS"  # "0": not hooked
-SAMPLES_KEPT = 8  # stack samples held for the open gaps (the watch takes at most 3 a stall)
+SAMPLES_KEPT = 16  # stack samples (and lateness entries) held for the newest gaps: <= 3 a stall
 KEPT = 32  # the newest kept gaps (a replay showed 2-5 pauses per 4-minute run; a call runs up to 6)
 BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
 
@@ -108,9 +108,9 @@ class LoopStalls:
         # runs on its own thread, so a sample may land just after the gap it was taken in has closed).
         self.phase_now: str | None = None
         self._serial = 0
-        self._samples: deque[tuple[int, dict[str, Any]]] = deque(maxlen=2 * SAMPLES_KEPT)
+        self._samples: deque[tuple[int, dict[str, Any]]] = deque(maxlen=SAMPLES_KEPT)
         self._late: dict[int, float] = {}
-        self.watch: Any = None  # the StallWatch sampling this recorder's thread, where one runs
+        self.watch: stall_watch.StallWatch | None = None  # the watch sampling this recorder's thread
         self._reset_gap()
 
     @classmethod
@@ -166,7 +166,7 @@ class LoopStalls:
 
     def note_late(self, serial: int, late_s: float) -> None:
         self._late[serial] = max(self._late.get(serial, 0.0), late_s)
-        if len(self._late) > 2 * SAMPLES_KEPT:  # keep it small: only open gaps matter
+        if len(self._late) > SAMPLES_KEPT:  # keep it small: only open gaps matter
             self._late.pop(next(iter(self._late), serial), None)  # the loop's thread may pop it first
 
     def _account(self, phase: str, started: float, ended: float) -> None:
