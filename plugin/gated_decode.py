@@ -205,26 +205,27 @@ def _knob_allows_skip() -> bool:
         return False
 
 
-def _relabel_gated(batch_size: int) -> None:
-    """A drained batch runs 0 steps where the knob's gate chose to draft it: the knob plugin counts it gated
-    and keeps its verify result from SGLang's acceptance EMA (``knob_gate.mark_drained``)."""
+def _tell_knob_plugin(what: str, tell: Callable[[Any], object]) -> None:
+    """Call ``tell(knob_gate)`` where the knob plugin runs in this process; an error is logged (``what`` was
+    not told), never raised into SGLang's decode step."""
     plugin = sys.modules.get("spectower.plugin.knob_gate")
     if plugin is not None:
         try:
-            plugin.mark_drained(batch_size)
+            tell(plugin)
         except Exception:
-            logger.debug("spectower gated decode: the drained batch not relabelled", exc_info=True)
+            logger.debug("spectower gated decode: %s not told to the knob plugin", what, exc_info=True)
+
+
+def _relabel_gated(batch_size: int) -> None:
+    """A drained batch runs 0 steps where the knob's gate chose to draft it: the knob plugin counts it gated
+    and keeps its verify result from SGLang's acceptance EMA (``knob_gate.mark_drained``)."""
+    _tell_knob_plugin("the drained batch", lambda plugin: plugin.mark_drained(batch_size))
 
 
 def _mark_extend(batch_size: int, kept: bool) -> None:
     """Tell the knob plugin's counters whether this gated batch runs the draft extend: their ``extend``
     block measures what it costs on this server's traffic (plugin/engine_counters.py)."""
-    plugin = sys.modules.get("spectower.plugin.knob_gate")
-    if plugin is not None:
-        try:
-            plugin.engine_counters_state().mark_extend(batch_size, kept)
-        except Exception:
-            logger.debug("spectower gated decode: the extend not marked", exc_info=True)
+    _tell_knob_plugin("the extend", lambda knob: knob.engine_counters_state().mark_extend(batch_size, kept))
 
 
 def _zero_step_controller(worker: Any) -> Any:

@@ -170,6 +170,8 @@ class LoopStalls:
             self._late.pop(next(iter(self._late), serial), None)  # the loop's thread may pop it first
 
     def _account(self, phase: str, started: float, ended: float) -> None:
+        """A call of the loop ended: nothing runs now (for the watch), and its time counts."""
+        self.phase_now = None
         took = ended - started
         self.calls[phase] += 1
         self.seconds[phase] += took
@@ -177,12 +179,10 @@ class LoopStalls:
         self._in_gap[phase] += took
 
     def input_done(self, started: float, received: int) -> None:
-        self.phase_now = None
         self._account("input", started, self._clock())
         self._received += received
 
     def schedule_done(self, started: float, has_batch: bool, waiting: int, running: int) -> None:
-        self.phase_now = None
         self._account("schedule", started, self._clock())
         self._iterations += 1
         self._waiting_max = max(self._waiting_max, waiting)
@@ -201,14 +201,12 @@ class LoopStalls:
             self._reset_gap()
 
     def run_done(self, started: float, batch: dict[str, Any]) -> None:
-        self.phase_now = None
         ended = self._clock()
         self._account("run", started, ended)
         self._batch(batch)["run_s"] += ended - started
 
     def result_done(self, started: float, batch: dict[str, Any]) -> None:
         """A result processed: its tokens went out, so the gap since the last one closes here."""
-        self.phase_now = None
         ended = self._clock()
         self._account("result", started, ended)
         self._batch(batch)["result_s"] += ended - started

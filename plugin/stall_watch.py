@@ -56,6 +56,12 @@ def frame_text(frame: traceback.FrameSummary) -> str:
     return f"{path}:{frame.lineno} {frame.name}"
 
 
+def clock_text(ts: float, utc: bool = True) -> str:
+    """``09:30:29.5``: a Unix time of day to the tenth of a second (UTC, or this machine's zone), as a stall
+    and a late wake are told, so the two can be set side by side."""
+    return time.strftime("%H:%M:%S", (time.gmtime if utc else time.localtime)(ts)) + f".{int(ts * 10) % 10}"
+
+
 def stack_of(thread_ident: int, frames: int = STACK_FRAMES) -> list[str] | None:
     """The innermost ``frames`` of a thread's Python stack, innermost last; None when it is not running."""
     frame = sys._current_frames().get(thread_ident)
@@ -121,10 +127,8 @@ class StallWatch:
         self.late_logged += 1
         if self.late_logged > MAX_LATE_LOGGED:
             return
-        end = self._wall()
-        when = time.strftime("%H:%M:%S", time.gmtime(end)) + f".{int(end * 10) % 10}"
         message = (f"spectower watch: pid {os.getpid()}: this process's Python was held {late_s:.2f} s "
-                   f"(the GIL, a collection or the CPU), to {when} UTC")  # fmt: skip
+                   f"(the GIL, a collection or the CPU), to {clock_text(self._wall())} UTC")  # fmt: skip
         if logging.getLogger().handlers:
             logger.warning(message)
         else:

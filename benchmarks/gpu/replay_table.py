@@ -124,11 +124,10 @@ def read_run(path: Path) -> ReplayRun:
         span = doc.get("span_s")
         if not _is_number(span) or not span > 0:
             raise ValueError(f"{path}: span_s: expected the replay's span in seconds (> 0), got {span!r}")
-    started_at = doc.get("started_at")
-    if _is_number(started_at):
-        return ReplayRun(path=path, figures=doc, records=records, stalls=read_stalls(path),
-                         started_at=float(started_at))  # fmt: skip
-    return ReplayRun(path=path, figures=doc, records=records)
+    # the server's stalls are set against the requests by the replay's zero on the wall clock: none without it
+    started_at = float(doc["started_at"]) if _is_number(doc.get("started_at")) else None
+    stalls = read_stalls(path) if started_at is not None else ()
+    return ReplayRun(path=path, figures=doc, records=records, stalls=stalls, started_at=started_at)
 
 
 @dataclass(frozen=True)

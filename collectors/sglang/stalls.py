@@ -8,10 +8,11 @@ their UTC times (benchmarks/gpu/call_summary.py), and a replay's tail is set aga
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ...plugin.stall_watch import clock_text
 
 PHASES = ("input", "schedule", "run", "result")
 # What each part of a stall's time is, as the one-line cause says it.
@@ -90,10 +91,15 @@ class Stall:
     def started(self) -> float:
         return self.at - self.seconds
 
+    @property
+    def gc_led(self) -> bool:
+        """A garbage collection took half the stall or more: it is the cause, whatever call it fell in."""
+        return self.gc_s >= self.seconds / 2
+
     def cause(self) -> str:
         """What took most of the stall, in words: a garbage collection when it was half the stall or more,
         else the largest of the four calls' times and the rest (``other``)."""
-        if self.gc_s >= self.seconds / 2:
+        if self.gc_led:
             return f"garbage collection {self.gc_s:.2f} s"
         parts = {**self.phases, "other": self.other_s}
         if not any(parts.values()):
@@ -113,13 +119,11 @@ class Stall:
         return said
 
     def text(self, utc: bool = True) -> str:
-        clock = time.gmtime if utc else time.localtime
-        when = time.strftime("%H:%M:%S", clock(self.at)) + f".{int(self.at * 10) % 10}"
-        gc = f"; gc {self.gc_s:.2f} s" if self.gc_s and self.gc_s < self.seconds / 2 else ""
+        gc = f"; gc {self.gc_s:.2f} s" if self.gc_s and not self.gc_led else ""
         where = self.where()
         at = f"; at {where}" if where else ""
         held = f"; the GIL held {self.watch_late_s:.2f} s" if self.watch_late_s else ""
-        return f"{self.seconds:.2f} s to {when}: {self.cause()}{gc}{at}{held}"
+        return f"{self.seconds:.2f} s to {clock_text(self.at, utc)}: {self.cause()}{gc}{at}{held}"
 
 
 @dataclass(frozen=True)
