@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugin.engine_counters import EXTEND_KINDS, FIELDS, ExtendBlock
+from ..plugin.engine_counters import EXTEND_KINDS, ExtendBlock, sum_blocks
 from ..plugin.explore import DEFAULT_KEPT_EXTEND_TAX
 from . import speedup
 
@@ -66,25 +66,15 @@ class KeptExtendTax:
 
 def totals(intervals: Iterable[Mapping[str, Any]]) -> tuple[list[int], ExtendBlock] | None:
     """The ``extend`` blocks of these intervals (``engine_counters.rates()``'s shape) summed per bin, on the
-    last interval's bins (the bins only grow), or None when none has the block."""
-    bins: list[int] = []
-    summed: ExtendBlock = {}
-    for interval in intervals:
-        block = interval.get("extend")
-        if not isinstance(block, Mapping):
-            continue
-        these = [int(b) for b in interval["bins"]]
-        if len(these) > len(bins):
-            for kind_block in summed.values():
-                for values in kind_block.values():
-                    values.extend([0] * (len(these) - len(bins)))
-            bins = these
-        for kind in EXTEND_KINDS:
-            kind_block = summed.setdefault(kind, {field: [0] * len(bins) for field in FIELDS})
-            for field in FIELDS:
-                for i, v in enumerate(block[kind][field]):
-                    kind_block[field][i] += v
-    return (bins, summed) if summed else None
+    union of their bins (the last interval's: the bins only grow), or None when none has the block."""
+    found = [(interval["bins"], block) for interval in intervals
+             if isinstance(block := interval.get("extend"), Mapping)]  # fmt: skip
+    if not found:
+        return None
+    bins = sorted({int(b) for these, _ in found for b in these})
+    index = {b: i for i, b in enumerate(bins)}
+    return bins, {kind: sum_blocks([(these, block[kind]) for these, block in found], index)
+                  for kind in EXTEND_KINDS}  # fmt: skip
 
 
 def measure(bins: list[int], summed: ExtendBlock, min_steps: int = MIN_STEPS) -> KeptExtendTax | None:

@@ -364,18 +364,18 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "settling": {field: sum(_settling(s)[field] for s in snapshots) for field in FIELDS},
     }
     for mode in MODES:
-        out[mode] = _summed([(snap["bins"], snap[mode]) for snap in snapshots], index)
+        out[mode] = sum_blocks([(snap["bins"], snap[mode]) for snap in snapshots], index)
     extends = [(snap["bins"], found) for snap in snapshots if (found := extend_block(snap)) is not None]
     if extends:
-        out["extend"] = {kind: _summed([(b, found[kind]) for b, found in extends], index)
+        out["extend"] = {kind: sum_blocks([(b, found[kind]) for b, found in extends], index)
                          for kind in EXTEND_KINDS}  # fmt: skip
     return out
 
 
-def _summed(blocks: Sequence[tuple[Sequence[int], Mapping[str, Sequence[float]]]],
+def sum_blocks(blocks: Sequence[tuple[Sequence[int], Mapping[str, Sequence[float]]]],
             index: Mapping[int, int]) -> dict[str, list[Any]]:  # fmt: skip
-    """Per field, the ranks' blocks (each with its own bins) summed on the union's bins (``index``: bin ->
-    position), the step time rounded to the nanosecond."""
+    """Per field, blocks of one mode or extend kind (each with its own bins: ranks, or intervals whose bins
+    grew) summed on the union's bins (``index``: bin -> position), the step time rounded to the nanosecond."""
     block: dict[str, list[Any]] = {field: [0] * len(index) for field in FIELDS}
     for bins, values in blocks:
         for field in FIELDS:
