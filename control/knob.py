@@ -54,6 +54,8 @@ MAX_SERVER_INFO_BYTES = 16 * 1024 * 1024  # a DP=64 server_info is well under 1 
 MAX_SET_ANSWER_BYTES = 64 * 1024
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # the second is SGLang's deprecated alias
 SET_PATH = "/set_internal_state"
+FREEZE_GC_PATH = "/freeze_gc"  # SGLang's: gc.freeze() in its tokenizer manager and scheduler
+MAX_FREEZE_ANSWER_BYTES = 4 * 1024  # "Garbage collection frozen."
 
 
 # ----------------------------------------------------------------------------------------------- client
@@ -235,6 +237,21 @@ class KnobClient:
         request = KnobRequest(writer=knob_contract.WRITER_CODES[writer], explore_share=share,
                               request_id=new_request_id())  # fmt: skip
         return self.write(request, state)
+
+    def freeze_gc(self) -> str:
+        """POST SGLang's ``/freeze_gc`` with the admin key; its answer's text. It moves every object the
+        launcher and the scheduler hold now out of the collector's scans (control/gc_freeze.py reads it back);
+        a lost answer raises AnswerLostError: the server may have frozen."""
+        response = self._request("POST", FREEZE_GC_PATH, key=self._admin_key,
+                                 max_bytes=MAX_FREEZE_ANSWER_BYTES)  # fmt: skip
+        if response.status_code in (401, 403):
+            raise self._auth_error(response, FREEZE_GC_PATH, self._admin_key,
+                                   "SPECTOWER_ADMIN_KEY or SPECTOWER_ADMIN_KEY_FILE")  # fmt: skip
+        if response.status_code == 404:
+            raise KnobUnsupportedError(f"{self.base_url} has no {FREEZE_GC_PATH} (an older SGLang)")
+        if response.status_code != 200:
+            raise KnobProtocolError(f"{self.base_url}{FREEZE_GC_PATH} answered HTTP {response.status_code}")
+        return response.text.strip()
 
     def write(self, request: KnobRequest, before: KnobState) -> SetResult:
         """Send one contract request, then settle its outcome by reading the server back."""

@@ -97,6 +97,7 @@ def rank_to_dict(rank: RankState) -> dict[str, Any]:
         "explore": _copy(rank.explore),
         "gc": _copy(rank.gc),
         "loop": _copy(rank.loop),
+        "launcher": _copy(rank.launcher),
     }
 
 

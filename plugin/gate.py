@@ -31,8 +31,9 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # (what it costs on this server's traffic: control/kept_extend.py), and a drained batch's verify result is
 # dropped before SGLang's acceptance EMA (``Gate.mark_gated``, knob_gate.mark_drained); 0.4.7: the scheduler's
 # output stalls, each long gap between two batch results with where its time went (loop in the report,
-# plugin/loop_stalls.py, its own entry point)
-PLUGIN_VERSION = "0.4.7"
+# plugin/loop_stalls.py, its own entry point); 0.4.8: the launcher's side, its long collections and its Python
+# held, and each process's frozen objects (launcher in the report, plugin/launcher_state.py)
+PLUGIN_VERSION = "0.4.8"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

@@ -93,6 +93,9 @@ class GcPauses:
             "long_seconds": round(self.long_s, 6),
             "longest_s": round(self.longest_s, 6),
             "recent_long": list(self.recent),
+            # objects moved out of the collector's scans by gc.freeze() (SGLang's /freeze_gc): 0 until then;
+            # the read-back of a freeze, and why a process's full collections stopped taking long
+            "frozen": gc.get_freeze_count(),
         }
 
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import stall_watch
+from . import launcher_state, stall_watch
 
 logger = logging.getLogger(__name__)
 
@@ -437,6 +437,9 @@ def register() -> None:
     global _HOOKED
     _HOOKED = True
     _start_watch()
+    # the launcher's side of a stall (its collections, its Python held): plugin/launcher_state.py
+    launcher = launcher_state.register(HookRegistry, HookType.AROUND)
     # SGLang configures logging after the plugins load: print the one line that says what was hooked.
-    print(f"spectower loop stalls: AROUND hooks on {class_name}.{', '.join(PHASES.values())} (pid "
-          f"{os.getpid()})", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"spectower loop stalls: AROUND hooks on {class_name}.{', '.join(PHASES.values())}"
+          f"{', ' + '.'.join(launcher_state.TARGET[1:]) if launcher else ''} (pid {os.getpid()})",
+          file=sys.stderr, flush=True)  # fmt: skip

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ POLL_S = 0.05  # a wake every 50 ms: a quarter-second stall is seen within a fif
 LATE_S = 0.1  # a wake this late: the watch could not get the GIL
 LOG_LATE_S = 0.25  # ...and this late, a line in the server's log (a stall a user notices)
 MAX_LATE_LOGGED = 1000  # lines a process logs at most
+LATE_KEPT = 16  # the newest late wakes (>= LOG_LATE_S) kept with their time for the report
 SAMPLES_PER_STALL = 3  # at the threshold, twice it, four times it
 STACK_FRAMES = 8  # the innermost frames kept of each sample
 _SITE_MARKERS = ("site-packages/", "dist-packages/")
@@ -90,6 +92,11 @@ class StallWatch:
         self.wakes = 0
         self.sampled = 0
         self.late_logged = 0
+        # every wake LOG_LATE_S late or more: how many, their seconds, and the newest with their Unix time (a
+        # launcher's report: plugin/launcher_state.py)
+        self.held = 0
+        self.held_s = 0.0
+        self.recent_held: deque[dict[str, float]] = deque(maxlen=LATE_KEPT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
@@ -122,13 +129,17 @@ class StallWatch:
             self.recorder.add_sample(serial, {"after_s": round(elapsed, 3), "phase": phase, "stack": stack})
 
     def _log_late(self, late_s: float) -> None:
-        """One line per late wake (the first MAX_LATE_LOGGED), with its UTC time, for the server's log: in
-        the launcher the only place it shows, so a replay's stall can be set against it afterwards."""
+        """One line per late wake (the first MAX_LATE_LOGGED), with its UTC time, for the server's log, so a
+        replay's stall can be set against it afterwards; the newest are kept for the report too."""
+        at = self._wall()
+        self.held += 1
+        self.held_s += late_s
+        self.recent_held.append({"at": round(at, 3), "seconds": round(late_s, 4)})
         self.late_logged += 1
         if self.late_logged > MAX_LATE_LOGGED:
             return
         message = (f"spectower watch: pid {os.getpid()}: this process's Python was held {late_s:.2f} s "
-                   f"(the GIL, a collection or the CPU), to {clock_text(self._wall())} UTC")  # fmt: skip
+                   f"(the GIL, a collection or the CPU), to {clock_text(at)} UTC")  # fmt: skip
         if logging.getLogger().handlers:
             logger.warning(message)
         else:
@@ -158,4 +169,5 @@ class StallWatch:
 
     def report(self) -> dict[str, Any]:
         return {"poll_s": self.poll_s, "wakes": self.wakes, "sampled": self.sampled,
-                "late_logged": self.late_logged}
+                "late_logged": self.late_logged, "held": self.held, "held_seconds": round(self.held_s, 4),
+                "recent_held": list(self.recent_held)}  # fmt: skip

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 # the simulator reports the version of the plugin it stands in for
-from ..plugin import gc_pauses
+from ..plugin import gc_pauses, launcher_state
 from ..plugin.gate import PLUGIN_VERSION
 from . import knob_state
 from .config import SGLANG_VERSION, SimConfig
@@ -112,17 +112,11 @@ def adaptive_config(steps: int) -> dict[str, dict[str, list[int]]]:
     return {str(band): {"candidate_steps": [0, steps]} for band in ADAPTIVE_BANDS}
 
 
-_GC: gc_pauses.GcPauses | None = None
-
-
 def _process_gc() -> gc_pauses.GcPauses:
-    """This process's collections, as the plugin times its scheduler's (``gc`` in the plugin's state): the
-    simulator is a Python process too, so its block is real, installed once on the first report."""
-    global _GC
-    if _GC is None:
-        _GC = gc_pauses.GcPauses.from_environment()
-        gc_pauses.install(_GC)
-    return _GC
+    """This process's collections, as the plugin times its scheduler's (``gc`` in the plugin's state) and its
+    launcher's (``launcher``): the simulator is one Python process that is both, so both blocks are real and
+    read one timer, installed once on the first report (plugin/launcher_state.py's)."""
+    return launcher_state.pauses()
 
 
 class ServerInfo:
@@ -236,7 +230,8 @@ class ServerInfo:
                 "max_total_num_tokens": engine.memory.max_total_num_tokens,
                 "max_req_input_len": 131072 - 6,
                 "startup_time": STARTUP_TIME,
-                "internal_states": [self._internal_state(r) for r in engine.ranks],
+                # each rank's plugin block gets the launcher's, as the plugin adds it in SGLang's launcher
+                "internal_states": launcher_state.add_to([self._internal_state(r) for r in engine.ranks]),
                 "version": SGLANG_VERSION,
                 "kv_events": None,
             }

@@ -178,7 +178,7 @@ class ControlEvent(SQLModel, table=True):
     ts: float
     actor: str  # "operator:<name>" or "policy:<mode>"
     server_url: str
-    action: str  # set | auto-start | auto-stop | pause | release
+    action: str  # set | auto-start | auto-stop | pause | release | explore | freeze-gc
     old_max_bs: int | None = None
     new_max_bs: int | None = None
     reason: str

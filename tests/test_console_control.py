@@ -231,6 +231,8 @@ def test_the_page_shows_the_servers_truth_and_release_clears_the_lock(
     assert "Policy's last decision:** set 3" in text and "refused by the server" in text
     # each rank's output stalls (plugin 0.4.7), which the simulator's ranks publish as the plugin does
     assert "**Output stalls, rank 0:** no gap between results >= 0.25 s in" in text, text
+    # and the launcher's collections (plugin 0.4.8), once: the simulator's one process is its launcher too
+    assert text.count("**Launcher:** launcher (pid ") == 1, text
     assert any(m.label == "Owner" and m.value == "manual" for m in at.metric)
     assert at.radio(key="ctl_mode").value == "threshold N" and at.number_input(key="ctl_n").value == 24
     at.text_input(key="ctl_release_reason").input("incident over").run()

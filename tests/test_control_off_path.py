@@ -168,3 +168,25 @@ def test_each_ranks_output_stalls_are_shown_with_what_took_them(
     state = knob_state(doc, "http://127.0.0.1:30000")
     assert state.to_dict()["ranks"][0]["loop"]["stalls"] == 1  # --json too
     assert "stalls 0" not in _printed(_doc(real_data, None, None), monkeypatch)
+
+
+def test_the_launchers_long_collections_are_shown_once_with_what_stops_them(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin 0.4.8 (plugin/launcher_state.py): SGLang's launcher pauses every request's output in its long
+    collections; `control get` says so once (every rank carries the block) and, where nothing is frozen, that
+    SGLang's /freeze_gc stops them; once frozen the advice goes; --json carries the block."""
+    from tests.test_collectors_launcher import _block
+
+    doc = _doc(real_data, None, None)
+    for state in doc["internal_states"]:
+        state["spectower"]["launcher"] = _block()
+    text = _printed(doc, monkeypatch)
+    said = "launcher (pid 637, HTTP server and tokenizer manager): 3 collections, 2 >= 0.05 s"
+    assert text.count(said) == 1
+    assert "SGLang's /freeze_gc (after a few warm-up requests)" in text
+    assert knob_state(doc, "http://127.0.0.1:30000").to_dict()["ranks"][0]["launcher"]["pid"] == 637
+    doc["internal_states"][0]["spectower"]["launcher"] = _block(frozen=788_583)
+    frozen = _printed(doc, monkeypatch)
+    assert "788 583 objects frozen" in frozen and "/freeze_gc" not in frozen
+    assert "launcher (" not in _printed(_doc(real_data, None, None), monkeypatch)

@@ -85,3 +85,23 @@ def test_a_rank_without_the_extend_block_says_so_and_the_script_reads_stdin() ->
                           input=json.dumps(_document(extend=False)), capture_output=True, text=True,
                           timeout=60, check=True)  # fmt: skip
     assert "kept extend: not measured (a plugin before 0.4.6" in done.stdout
+
+
+def test_the_launchers_collections_are_listed_once_with_their_utc_times() -> None:
+    """Plugin 0.4.8: each call's summary says what the launcher's collections took and what is frozen (the
+    read-back of POLICIES' freeze-gc), once for every rank, each long collection with its UTC time."""
+    from tests.test_collectors_launcher import _block
+
+    doc = _document()
+    doc["internal_states"].append({"dp_rank": 1, "spectower": dict(doc["internal_states"][0]["spectower"])})
+    for state in doc["internal_states"]:
+        state["spectower"]["launcher"] = _block()
+    lines = call_summary.summary(doc)
+    launcher = [line for line in lines if line.startswith("launcher (")]
+    assert launcher == [
+        "launcher (pid 637, HTTP server and tokenizer manager): 3 collections, 2 >= 0.05 s, the longest "
+        "0.44 s (the newest at 01:57:55.3 UTC); its Python held >= 0.25 s 1 times, the newest 0.34 s at "
+        "01:57:55.3 UTC; nothing frozen"]  # fmt: skip
+    assert lines[lines.index(launcher[0]) + 1:][:2] == ["  long collection (UTC): 0.330 s to 01:57:55.3",
+                                                        "  long collection (UTC): 0.440 s to 01:57:55.3"]
+    assert not any(line.startswith("launcher (") for line in call_summary.summary(_document()))

@@ -217,9 +217,10 @@ def test_a_call_whose_runs_are_still_going_hands_back_a_consistent_copy_of_their
 
 
 def test_freeze_gc_between_policy_runs_calls_sglangs_endpoint(tmp_path: Path, simulator_factory: Any) -> None:
-    """``POLICIES="off learn freeze-gc off learn"``: the runs after freeze-gc tell whether long garbage
-    collections make the replay's stalls. freeze-gc is no policy: it POSTs SGLang's /freeze_gc (an admin
-    endpoint: the launch's admin key) and the next entry runs; the simulator answers as SGLang does."""
+    """``POLICIES="freeze-gc off learn"``: the launcher's long collections out of the runs. freeze-gc is no
+    policy: `spectower control freeze-gc` POSTs SGLang's /freeze_gc (an admin endpoint: the launch's admin
+    key), reads the frozen objects back and audits it; then the next entry runs. The simulator answers as
+    SGLang does and reports its frozen objects as plugin 0.4.8 does."""
     key = "admin-key-of-this-launch"
     sim = simulator_factory(admin_key=key)
     work = tmp_path / "work"
@@ -229,5 +230,9 @@ def test_freeze_gc_between_policy_runs_calls_sglangs_endpoint(tmp_path: Path, si
                         WAIT_SECONDS="60", CURL_MAX_S="5")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     log = (work / "policy-out" / "policy.log").read_text()
-    assert "freeze-gc: Garbage collection frozen." in log, log
+    assert "frozen, confirmed by read-back: launcher 0 -> " in log, log
+    from tests.test_control_cli import events
+
+    assert [(e.action, e.actor, e.confirmed) for e in events(work / "policy-out" / "policy.db")] == [
+        ("freeze-gc", "operator:gpu-check", True)]  # fmt: skip
     assert (work / "policy.done").exists()

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import io
 import json
 import math
 import random
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -408,3 +410,118 @@ def test_the_h200_pair_replay_scores_learns_tail_to_one_stall(tmp_path: Path) ->
     assert worst == {"off": pytest.approx(0.80, abs=0.01), "threshold-47": pytest.approx(0.72, abs=0.01)}
     published = json.loads((H200_PAIR_REPLAY / "replay_table.json").read_text())
     assert published["runs"]["learn"] == learn
+
+
+def _log_lines(started_at: float) -> list[str]:
+    """A server log's lines on the replay's clock: the launcher (pid 637) held 1.2 s to 101.2 s and the
+    scheduler (pid 702) 0.4 s to 100.6 s, both in the pause at 100 s; the tokenizer manager's collection of
+    1.15 s logged at 51.2 s, in the pause at 50 s; the launcher held 0.3 s to 10 s, in no stretch."""
+    from spectower.plugin.stall_watch import clock_text
+
+    def stamp(run_s: float) -> str:
+        return time.strftime("[%Y-%m-%d %H:%M:%S]", time.gmtime(started_at + run_s))
+
+    def held(pid: int, seconds: float, to_s: float) -> str:
+        return (f"{stamp(to_s)} spectower watch: pid {pid}: this process's Python was held {seconds:.2f} s "
+                f"(the GIL, a collection or the CPU), to {clock_text(started_at + to_s)} UTC")  # fmt: skip
+
+    gc = (f"{stamp(51.2)} LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: 1.1500s | # Objects: "
+          "gen0=4, gen1=0, gen2=790217 | This may cause latency jitter.")  # fmt: skip
+    return [held(637, 0.3, 10.0), gc, "[2026-12-05 01:58:58] Decode batch, #running-req: 48",
+            held(702, 0.4, 100.6), held(637, 1.2, 101.2)]  # fmt: skip
+
+
+def test_a_tail_stretch_is_set_against_the_pauses_in_the_server_log(tmp_path: Path) -> None:
+    """The H200 replay of 2026-12-05: every stretch of always off's p99 TTFT tail met a gen-2 collection of
+    SGLang's tokenizer manager, in the launcher, which shows only in the server log. Three pauses of the
+    server here (50, 100 and 150 s): the log's pauses are listed under the stretch they fall in, by kind and
+    pid, one stretch meets none, and the run's line says how many did."""
+    started_at = 1_796_417_000.0
+    scheduled = [i * 0.1 for i in range(2000)]
+    rng = random.Random(7)
+    ttft: list[float | None] = [0.05 + 0.05 * rng.random() for _ in scheduled]
+    for i, t in enumerate(scheduled):
+        for pause in (50.0, 100.0, 150.0):
+            if pause <= t < pause + 1.2:
+                ttft[i] = 1.2 - (t - pause) + 0.05
+    figures = open_loop_figures([RequestOutcome(ok=True, output_tokens=100, ttft_s=t, e2e_s=1.0)
+                                 for t in ttft], 201.0, SLO)  # fmt: skip
+    doc = {**figures, "started_at": started_at, "records": _records(scheduled, ttft).to_json()}
+    path = write(tmp_path, "off", doc)
+    log = tmp_path / "spec-server.log.gz"
+    log.write_bytes(gzip.compress("\n".join(_log_lines(started_at)).encode()))
+    out = tmp_path / "table.json"
+    run = _main(str(path), "--draws", "100", "--server-log", str(log), "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    tail = {round(s["start_s"]): s for s in json.loads(out.read_text())["runs"]["off"]["ttft_tail"]}
+    assert set(tail) == {50, 100, 150}
+    assert tail[100]["launcher_holds"] == [
+        {"kind": "held", "from_s": pytest.approx(100.0), "seconds": 1.2, "pid": 637, "generation": None,
+         "objects": None},
+        {"kind": "held", "from_s": pytest.approx(100.2), "seconds": 0.4, "pid": 702, "generation": None,
+         "objects": None},
+    ]  # fmt: skip
+    # the collection's line is stamped to the second after it ended: 51 s, less its 1.15 s
+    assert tail[50]["launcher_holds"] == [{"kind": "gc", "from_s": pytest.approx(49.85), "seconds": 1.15,
+                                           "pid": None, "generation": 2, "objects": 790_217}]  # fmt: skip
+    assert tail[150]["launcher_holds"] == []
+    printed = run.stdout.splitlines()
+    assert "    100.0: pid 637's Python was held 1.20 s to 101.2 s" in printed
+    assert "    100.0: pid 702's Python was held 0.40 s to 100.6 s" in printed
+    gc = "    50.0: SGLang's tokenizer manager: a gen-2 collection of 790 217 objects, 1.15 s, near 51 s"
+    assert gc in printed
+    summary = "    off: 2 of 3 shown stretches meet a held process or a collection in the server log"
+    assert printed[-1] == summary  # once, after the run's tail lines
+    # without the log: the tail as before, no field, no line
+    plain = _main(str(path), "--draws", "100", "--json", str(out))
+    assert plain.returncode == 0 and "server log" not in plain.stdout
+    assert all("launcher_holds" not in s for s in json.loads(out.read_text())["runs"]["off"]["ttft_tail"])
+    # a replay without its zero on the wall clock cannot be set against the log
+    del doc["started_at"]
+    write(tmp_path, "off", doc)
+    unzeroed = _main(str(path), "--draws", "100", "--server-log", str(log))
+    assert "    off: no started_at in its replay: the server log cannot be set against it" in unzeroed.stdout
+
+
+def test_a_server_log_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "off", run_doc(Trace.make(1, 6, per_block=20), 1))
+    (tmp_path / "cut.log.gz").write_bytes(gzip.compress(b"[2026-12-05 01:58:58] starting\n" * 50)[:-20])
+    for log, why in ((tmp_path / "gone.log", "cannot read (No such file or directory)"),
+                     (tmp_path / "cut.log.gz", "cannot read (a damaged gzip file: ")):  # fmt: skip
+        run = _main(str(path), "--server-log", str(log))
+        assert run.returncode == 2 and run.stdout == ""
+        (line,) = run.stderr.splitlines()
+        assert line.startswith(f"error: --server-log: {log}: {why}")
+
+
+H200_GC_REPLAY = Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05"
+
+
+def test_the_h200_replays_tail_is_the_launchers_collections_until_they_are_frozen(tmp_path: Path) -> None:
+    """The 2026-12-05 H200 run, its own records and whole server logs (plugin 0.4.7): every stretch of
+    always off's p99 TTFT tail meets a full collection of SGLang's tokenizer manager (~790 000 objects) and
+    the launcher's Python held for as long, and no scheduler stall; after /freeze_gc (the second launch)
+    threshold:47's and learn's stretches meet none, and learn serves the same goodput at 0.84x the tail."""
+    live = H200_GC_REPLAY / "1-gc-live"
+    out = tmp_path / "live.json"
+    assert replay_table.main([str(live / "replay-off.json"), "--block", "15", "--server-log",
+                              str(live / "spec-server.log.gz"), "--json", str(out)]) == 0  # fmt: skip
+    tail = json.loads(out.read_text())["runs"]["off"]["ttft_tail"]
+    assert len(tail) == 5 and not any(s["server_stalls"] for s in tail)  # the scheduler never stalled
+    for stretch in tail[:4]:
+        kinds = {(h["kind"], h["pid"]) for h in stretch["launcher_holds"]}
+        assert kinds == {("gc", None), ("held", 637)}, stretch
+        (gc,) = [h for h in stretch["launcher_holds"] if h["kind"] == "gc"]
+        assert gc["generation"] == 2 and 780_000 < gc["objects"] < 800_000 and 0.3 < gc["seconds"] < 0.45
+    frozen = H200_GC_REPLAY / "2-gc-frozen"
+    out = tmp_path / "frozen.json"
+    assert replay_table.main([str(frozen / "replay-threshold-47.json"), str(frozen / "replay-learn.json"),
+                              "--block", "15", "--server-log", str(frozen / "spec-server.log.gz"),
+                              "--json", str(out)]) == 0  # fmt: skip
+    table = json.loads(out.read_text())
+    for run in ("threshold-47", "learn"):
+        assert not any(s["launcher_holds"] or s["server_stalls"] for s in table["runs"][run]["ttft_tail"])
+    learn = table["runs"]["learn"]
+    assert table["against"] == "threshold-47" and learn["goodput_ratio"] == pytest.approx(1.001, abs=0.001)
+    assert learn["ttft_p99_ratio"] == pytest.approx(0.836, abs=0.001)
+    assert learn["e2e_p50_ratio"] == pytest.approx(0.897, abs=0.001)

@@ -41,3 +41,16 @@ def test_a_long_extend_is_published_as_a_stall_with_its_batch(checked: dict[str,
     top = stall["batches"][0]
     assert (top["mode"], top["requests"], top["tokens"]) == ("EXTEND", 3, 6000)
     assert top["result_s"] == pytest.approx(1.5)
+
+
+@plugin_tests.sglang_check
+def test_the_launchers_gather_carries_its_block_out(checked: dict[str, Any]) -> None:
+    """Plugin 0.4.8 (plugin/launcher_state.py): SGLang's own TokenizerControlMixin.get_internal_state, wrapped
+    by its HookRegistry, hands /server_info each rank's state with the launcher's block: its collections
+    (timed from the first gather on), and what gc.freeze() froze, as SGLang's /freeze_gc does."""
+    launcher = checked["launcher"]
+    assert launcher["wrapped"]
+    block = launcher["block"]
+    assert block is not None and isinstance(block["pid"], int)
+    assert block["gc"]["collections"] >= 1 and block["gc"]["frozen"] > 0
+    assert block["watch"] is None  # SPECTOWER_STALL_STACKS=0 (tests/sglang_checks.py)

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import connect_sse
+from spectower.plugin import launcher_state
 from spectower.plugin.gc_pauses import GcPauses
 from spectower.plugin.knob_contract import KnobOwner
 
@@ -24,7 +25,7 @@ NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 # simulator take from plugin/knob_contract.py).
 # gc (plugin 0.4.5): the process's garbage collections; the simulator times its own (plugin/gc_pauses.py)
 SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
-                  "explore", "gc", "loop"} | set(KnobOwner().report())  # fmt: skip
+                  "explore", "gc", "loop", "launcher"} | set(KnobOwner().report())  # fmt: skip
 SEPARATORS = ("\u2028", "\u0085")
 SEPARATOR_TOKENS, SEPARATOR_CLIENTS = 2000, 16
 
@@ -67,6 +68,7 @@ def test_server_info_has_the_real_keys(sim: SimulatorProcess, real_data: Path) -
     assert set(real_state) <= set(state), f"missing: {sorted(set(real_state) - set(state))}"
     assert set(state["spectower"]) == SPECTOWER_KEYS
     assert set(state["spectower"]["gc"]) == set(GcPauses().report())
+    assert set(state["spectower"]["launcher"]) == set(launcher_state.report())  # plugin 0.4.8's block
     assert set(state["memory_usage"]) == set(real_state["memory_usage"])
     # values a client relies on, with SGLang's types
     assert mine["speculative_adaptive"] is True

@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from spectower.collectors.sglang.counters import read_counters
+from spectower.collectors.sglang.launcher import launcher_report
 from spectower.collectors.sglang.stalls import loop_report
 from spectower.control import kept_extend
 from spectower.plugin.engine_counters import rates, served, sum_ranks
+from spectower.plugin.stall_watch import clock_text
 
 
 def hooks_line(ranks: list[Mapping[str, Any]], blocks: list[dict[str, Any]]) -> str:
@@ -118,6 +120,20 @@ def stall_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def launcher_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
+    """SGLang's launcher (plugin 0.4.8), once (every rank carries the same block): its long collections and
+    its Python held, the newest with their UTC times, and what it has frozen (the read-back of freeze-gc)."""
+    for r in ranks:
+        report = launcher_report(r.get("launcher"))
+        if report is None:
+            continue
+        lines = [report.summary(utc=True)]
+        lines += [f"  long collection (UTC): {p.seconds:.3f} s to {clock_text(p.at)}"
+                  for p in report.recent_long]  # fmt: skip
+        return lines
+    return []
+
+
 def mirror_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     """Flashinfer: how often a batch resolved its host lengths from the mirror instead of waiting on the
     GPU."""
@@ -138,7 +154,7 @@ def summary(info: Mapping[str, Any]) -> list[str]:
     ranks = [s.get("spectower") or {} for s in info.get("internal_states", [])]
     blocks = read_counters(info).blocks
     return [hooks_line(ranks, blocks), *window_lines(ranks), *gate_lines(ranks), kept_extend_line(blocks),
-            *gc_lines(ranks), *stall_lines(ranks), *mirror_lines(ranks)]  # fmt: skip
+            *gc_lines(ranks), *stall_lines(ranks), *launcher_lines(ranks), *mirror_lines(ranks)]  # fmt: skip
 
 
 def main() -> int:

@@ -416,9 +416,13 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
     run_one() {
       local pol=$1 label=${1//:/-} apid=""
       if [ "$pol" = freeze-gc ]; then  # not a policy: SGLang'"'"'s /freeze_gc (tokenizer manager and scheduler)
-        # between two runs, so the runs after it tell whether long garbage collections make the replay'"'"'s stalls
-        echo "[$(date +%T)] freeze-gc: $(curl -s -X POST -H "Authorization: Bearer $(cat "$WORK/admin_key")" \
-          "$SPEC_URL/freeze_gc")"
+        # between two runs: the launcher'"'"'s full collections paused every output (2026-12-05); the product'"'"'s
+        # command reads the freeze back and audits it; where it cannot (a plugin before 0.4.8), plain curl
+        echo "[$(date +%T)] freeze-gc"
+        st control freeze-gc --server "$SPEC_URL" --reason "policy runs: freeze-gc" --as gpu-check --yes \
+            --db "$DB" \
+          || echo "[$(date +%T)] freeze-gc by curl: $(curl -s -X POST -H "Authorization: Bearer $(cat \
+            "$WORK/admin_key")" "$SPEC_URL/freeze_gc")"
         return
       fi
       [ -e "$OUT/load-$label.log" ] && label=$label-2  # a policy run twice (alternating order): both kept

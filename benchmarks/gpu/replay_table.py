@@ -22,8 +22,13 @@ The interval says how much the ratio depends on which stretches of the trace wer
 second run on the same server would move (the repeats' spread says that). A run without records, or with
 other arrivals than the best fixed policy's, prints "no interval" and why.
 
+Each run's p99 TTFT tail is listed by stretch of arrivals, with the scheduler's stalls in each (from
+``stalls-<policy>.json`` beside the run) and, given the launch's server log (``--server-log``: one log
+covers every run of its launch), the pauses that log tells of (server_log.py): a process's Python held (the
+plugin's watch; the launcher's show nowhere else) and the tokenizer manager's long garbage collections.
+
     python3 benchmarks/gpu/replay_table.py replay-learn.json replay-on.json ... [--json OUT.json]
-        [--block 30] [--draws 2000] [--seed 1]
+        [--block 30] [--draws 2000] [--seed 1] [--server-log spec-server.log.gz]
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ from spectower.collectors.bench.replay_records import ReplayRecords, read_replay
 from spectower.collectors.sglang.stalls import Stall, loop_report
 from spectower.storage.files import parse_json_text, read_text_capped
 from spectower.storage.request_traces import percentile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
+from benchmarks.gpu.server_log import LauncherHold, holds_during, read_server_log
 
 MAX_REPLAY_BYTES = 32 * 1024 * 1024  # one run's --json: a few kB of figures, ~100 bytes a request of records
 FIXED_PREFIXES = ("on", "off", "threshold")  # how measure_off.sh labels the fixed policies' runs
@@ -356,9 +364,12 @@ def interval_runs(
     return paired, why_not
 
 
-def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str, Any]:
+def table(
+    runs: dict[str, ReplayRun], boot: Bootstrap | None = None, holds: Sequence[LauncherHold] | None = None
+) -> dict[str, Any]:
     """Per run and per pooled policy its ratios against the best fixed policy, with intervals where the
-    records allow (see the module's docstring)."""
+    records allow (see the module's docstring); each tail stretch with the server log's ``holds`` in it
+    (``launcher_holds``) when a log was read."""
     boot = boot or Bootstrap()
     groups = repeat_groups(list(runs))
     goodput = {group: statistics.fmean(runs[label].figures["goodput_rps"] for label in members)
@@ -370,7 +381,7 @@ def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str
     paired, why_not = interval_runs(runs, reference)
     found = paired_intervals(paired, reference, groups, boot) if paired else Intervals({}, {}, 0)
     rows = {label: {**figures[label], "against": best, **points[label], "intervals": found.runs.get(label),
-                    "no_interval": why_not.get(label), "ttft_tail": _tail_json(runs[label])}
+                    "no_interval": why_not.get(label), "ttft_tail": _tail_json(runs[label], holds)}
             for label in runs}  # fmt: skip
     pooled: dict[str, dict[str, Any]] = {}
     for group, members in groups.items():
@@ -386,13 +397,16 @@ def table(runs: dict[str, ReplayRun], boot: Bootstrap | None = None) -> dict[str
             "draws": boot.draws, "seed": boot.seed, "runs": rows, "pooled": pooled}  # fmt: skip
 
 
-def _tail_json(run: ReplayRun) -> list[dict[str, Any]] | None:
+def _tail_json(run: ReplayRun, holds: Sequence[LauncherHold] | None = None) -> list[dict[str, Any]] | None:
     """The run's ``tail_stretches`` as JSON (None without per-request records)."""
     if run.records is None:
         return None
+    # with a server log read, what it tells of in each stretch
     return [{"start_s": round(s.start_s, 3), "requests": s.requests, "worst_ttft_s": round(s.worst_ttft_s, 4),
              "prior_prompt_tokens": s.prior_prompt_tokens, "prior_prompt_pct": round(s.prior_prompt_pct, 1),
-             "server_stalls": server_stalls(run, s)} for s in tail_stretches(run.records)]  # fmt: skip
+             "server_stalls": server_stalls(run, s),
+             **({} if holds is None else {"launcher_holds": launcher_holds(run, s, holds)})}
+            for s in tail_stretches(run.records)]  # fmt: skip
 
 
 def server_stalls(run: ReplayRun, stretch: TailStretch) -> list[dict[str, Any]]:
@@ -405,8 +419,21 @@ def server_stalls(run: ReplayRun, stretch: TailStretch) -> list[dict[str, Any]]:
         begins, ends = stall.started - run.started_at, stall.at - run.started_at
         if begins <= stretch.end_s and ends >= stretch.start_s:
             found.append({"from_s": round(begins, 3), "seconds": round(stall.seconds, 4),
-                          "cause": stall.cause(), "where": stall.where()})
+                          "cause": stall.cause(), "where": stall.where()})  # fmt: skip
     return sorted(found, key=lambda s: s["from_s"])
+
+
+def launcher_holds(
+    run: ReplayRun, stretch: TailStretch, holds: Sequence[LauncherHold]
+) -> list[dict[str, Any]] | None:
+    """The server log's pauses (server_log.py) that may overlap a tail stretch, on the run's clock; None for a
+    run without its zero on the wall clock, which cannot be set against the log."""
+    if run.started_at is None:
+        return None
+    zero = run.started_at
+    return [{"kind": hold.kind, "from_s": round(hold.began - zero, 3), "seconds": round(hold.seconds, 4),
+             "pid": hold.pid, "generation": hold.generation, "objects": hold.objects}
+            for hold in holds_during(holds, zero + stretch.start_s, zero + stretch.end_s)]  # fmt: skip
 
 
 def print_tails(scored: dict[str, Any]) -> None:
@@ -427,6 +454,30 @@ def print_tails(scored: dict[str, Any]) -> None:
                 at = f", at {stall['where']}" if stall.get("where") else ""
                 print(f"    {s['start_s']:.1f}: the server stalled {stall['seconds']:.2f} s from "
                       f"{stall['from_s']:.1f} s: {stall['cause']}{at}")  # fmt: skip
+            for hold in s.get("launcher_holds") or ():
+                print(f"    {s['start_s']:.1f}: {_hold_text(hold)}")
+        print_hold_summary(policy, tail[:TAIL_STRETCHES_SHOWN])
+
+
+def _hold_text(hold: dict[str, Any]) -> str:
+    ends = hold["from_s"] + hold["seconds"]
+    if hold["kind"] == "held":
+        return f"pid {hold['pid']}'s Python was held {hold['seconds']:.2f} s to {ends:.1f} s"
+    objects = "" if hold["objects"] is None else f" of {hold['objects']:,} objects".replace(",", " ")
+    return (f"SGLang's tokenizer manager: a gen-{hold['generation']} collection{objects}, "
+            f"{hold['seconds']:.2f} s, near {ends:.0f} s")  # fmt: skip
+
+
+def print_hold_summary(policy: str, shown: list[dict[str, Any]]) -> None:
+    """After a run's tail lines, when a server log was read: how many shown stretches meet a pause in it."""
+    if not shown or "launcher_holds" not in shown[0]:
+        return
+    if shown[0]["launcher_holds"] is None:
+        print(f"    {policy}: no started_at in its replay: the server log cannot be set against it")
+        return
+    met = sum(bool(s["launcher_holds"]) for s in shown)
+    print(f"    {policy}: {met} of {len(shown)} shown stretches meet a held process or a collection in the "
+          "server log")  # fmt: skip
 
 
 def _f(value: Any, digits: int = 3) -> str:
@@ -503,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block", type=float, default=DEFAULT_BLOCK_S, help="seconds of arrivals a block")
     parser.add_argument("--draws", type=int, default=DEFAULT_DRAWS, help="bootstrap draws")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the bootstrap's seed")
+    parser.add_argument("--server-log", type=Path, help="the launch's SGLang log (.gz too)")
     args = parser.parse_args(argv)
     if not args.block > 0 or not 100 <= args.draws <= 100_000:
         print("error: --block must be > 0 s and --draws between 100 and 100000", file=sys.stderr)
@@ -512,7 +564,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    scored = table(runs, Bootstrap(args.block, args.draws, args.seed))
+    try:
+        holds = None if args.server_log is None else read_server_log(args.server_log)
+    except ValueError as exc:
+        print(f"error: --server-log: {exc}", file=sys.stderr)
+        return 2
+    scored = table(runs, Bootstrap(args.block, args.draws, args.seed), holds)
     print_table(scored)
     if args.json is not None:
         args.json.write_text(json.dumps(scored, indent=1) + "\n")

@@ -90,7 +90,7 @@ _RANK_KEYS = ("dp_rank", "speculative_num_steps", "avg_spec_accept_length", "las
 _PLUGIN_KEYS = (
     "spec_max_bs", "batches_drafted", "batches_gated", "plugin_version", "refused", "owner", "lock",
     "last_write", "last_refused", "policy_last", "server_time", "gated_decode", "seq_lens_mirror", "explore",
-    "gc", "gate", "loop",
+    "gc", "gate", "loop", "launcher",
 )  # fmt: skip
 
 
@@ -125,6 +125,9 @@ class RankState(BaseModel):
     gate: Map = None
     # the scheduler's output stalls: long gaps between batch results and their breakdown (loop_stalls.py)
     loop: Map = None
+    # SGLang's launcher (HTTP server, tokenizer manager): its long collections, its Python held, what is
+    # frozen (plugin/launcher_state.py); the same block on every rank, the launcher being one process
+    launcher: Map = None
 
     # the knob client's names for the same two values (`control get` prints them)
     @property

@@ -1,4 +1,4 @@
-"""`spectower control get|set|release|auto|events`: the speculation knob of a running SGLang server.
+"""`spectower control get|set|release|auto|events|freeze-gc`: the speculation knob of a running SGLang server.
 
 Keys come from the environment or a file (SPECTOWER_ADMIN_KEY[_FILE], SPECTOWER_API_KEY[_FILE]), never from
 an argument. Heavy imports stay inside the commands so ``spectower --help`` is fast.
@@ -21,6 +21,7 @@ from ...control.policy.learn import DEFAULT_WINDOW_S as LEARN_WINDOW_S
 from ...plugin.knob_contract import MAX_HOLD_S, MIN_OPERATOR_HOLD_S
 from ..errors import fail, is_user_error, strict_json
 from . import control_fleet as fleets
+from . import control_gc
 from .control_fleet import FLEET_HELP, SERVERS_HELP
 from .options import (
     AS_HELP,
@@ -32,7 +33,7 @@ from .options import (
     int_option,
     say_database,
 )
-from .rank_lines import gc_lines, off_path, stall_lines
+from .rank_lines import gc_lines, launcher_lines, off_path, stall_lines
 from .rank_lines import when_text as _when
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None
     lines, warnings = off_path(state.ranks)
     lines += gc_lines(state.ranks)
     lines += stall_lines(state.ranks)
+    lines += launcher_lines(state.ranks)
     for line in lines:
         out.print(line, markup=False)
     for problem in [*state.problems(), *warnings]:
@@ -581,3 +583,7 @@ def auto(
             runner.client.close()
         database.close()
 
+
+
+# `control freeze-gc` lives in its own module (console/commands/control_gc.py); the refusals read as here
+app.command("freeze-gc")(_user_errors(control_gc.freeze_gc))

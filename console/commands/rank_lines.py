@@ -92,6 +92,19 @@ def stall_lines(ranks: Sequence[RankState]) -> list[str]:
 STALLS_SHOWN = 3  # the newest stalls `control get` lists per rank
 
 
+def launcher_lines(ranks: Sequence[RankState]) -> list[str]:
+    """SGLang's launcher (plugin 0.4.8, plugin/launcher_state.py), once: every rank carries the same block,
+    the launcher being one process. Its long collections stop every request's output even when no rank
+    stalled; where they ran long and nothing is frozen, the line after says what stops them."""
+    from ...collectors.sglang.launcher import launcher_report
+
+    for rank in ranks:
+        report = launcher_report(rank.launcher)
+        if report is not None:
+            return [f"  {report.summary()}", *([f"    {report.advice}"] if report.advice else [])]
+    return []
+
+
 def when_text(ts: Any) -> str:
     import time
 

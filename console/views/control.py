@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
+from ...collectors.sglang.launcher import launcher_report
 from ...collectors.sglang.stalls import loop_report
 from .. import actions, data, estimate, settings
 from . import common
@@ -213,6 +214,20 @@ def _stalls(live: dict[str, Any]) -> None:
             rows = [{"ended": _when(s.at), "seconds": round(s.seconds, 2), "what took it": s.cause()}
                     for s in reversed(report.recent[-STALLS_SHOWN:])]  # fmt: skip
             st.dataframe(pd.DataFrame(rows), width="stretch", hide_index=True)
+    _launcher(live)
+
+
+def _launcher(live: dict[str, Any]) -> None:
+    """SGLang's launcher (plugin 0.4.8): its long collections pause every request's output even when no rank
+    stalled; said once (every rank carries the same block), with what stops them where nothing is frozen."""
+    for rank in live.get("ranks") or []:
+        report = launcher_report(rank.get("launcher"))
+        if report is None:
+            continue
+        st.markdown(f"**Launcher:** {report.summary()}")
+        if report.advice:
+            st.warning(report.advice)
+        return
 
 
 def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, int | None, str | None]:

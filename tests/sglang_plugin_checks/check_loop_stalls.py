@@ -2,11 +2,15 @@
 discovers its entry point and its HookRegistry wraps the scheduler's four loop methods; the loop below calls
 them as ``Scheduler.event_loop_overlap`` does (positional and keyword arguments alike) with SGLang's own
 ``ScheduleBatch`` (its ``copy()`` for the result, as the loop queues it), ``NextBatchPlan`` and
-``ForwardMode``; the real ``get_internal_state`` publishes the recorder's block.
+``ForwardMode``; the real ``get_internal_state`` publishes the recorder's block. Then SGLang's own launcher
+gather (``TokenizerControlMixin.get_internal_state``, wrapped by the same registry) carries that state out
+with the launcher's block added (plugin/launcher_state.py).
 
 CONSTRUCTED: the four methods' bodies. Theirs need a GPU and a model, so before load_plugins() each is
 replaced by a stand-in that only advances a fake clock by the time the call is to take; the hooks wrap the
-stand-ins as they would wrap SGLang's own.
+stand-ins as they would wrap SGLang's own. The launcher's tokenizer manager: its gather's body is SGLang's,
+the object it runs on a stand-in whose communicator answers with the scheduler's real state (a
+TokenizerManager needs a tokenizer and ZMQ sockets).
 
 Argument: the adaptive config path. Prints one JSON object.
 """
@@ -65,8 +69,34 @@ def main() -> None:
             done, result, wait = queue.pop(0)
             takes["result"] = wait
             scheduler.process_batch_result(done, result)
-    out["loop"] = _harness.get_state(scheduler)["spectower"].get("loop")
+    state = _harness.get_state(scheduler)
+    out["loop"] = state["spectower"].get("loop")
+    out["launcher"] = _through_the_launcher(state)
     _harness.emit(out)
+
+
+def _through_the_launcher(state: dict) -> dict:
+    """The scheduler's state as SGLang's launcher gathers it for /server_info, the plugin's hook included."""
+    import asyncio
+    import gc
+    import types
+
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+    from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+    async def communicator(req):  # type: ignore[no-untyped-def]
+        return [GetInternalStateReqOutput(internal_state=state)]
+
+    manager = types.SimpleNamespace(auto_create_handle_loop=lambda: None,
+                                    get_internal_state_communicator=communicator)  # fmt: skip
+    gather = TokenizerControlMixin.get_internal_state
+    asyncio.run(gather(manager))  # the first gather installs the launcher's collection timer
+    gc.collect()
+    gc.freeze()  # what SGLang's /freeze_gc does in the launcher
+    (gathered,) = asyncio.run(gather(manager))
+    gc.unfreeze()
+    return {"wrapped": getattr(gather, "__wrapped__", None) is not None,
+            "block": gathered.get("spectower", {}).get("launcher")}  # fmt: skip
 
 
 if __name__ == "__main__":
