@@ -36,7 +36,7 @@ class ActionResult:
     error: str | None = None
     ts: float = field(default_factory=time.time)
     outcome: str = "unknown"  # confirmed / not applied / unknown
-    action: str = "set"  # set / release
+    action: str = "set"  # set / release / freeze-gc
     owner: str | None = None  # who holds the knob after it, as the server reports
 
     @classmethod
@@ -132,6 +132,27 @@ def release_lock(db_url: str, server_url: str, reason: str, operator: settings.O
         except _REFUSALS as exc:
             return ActionResult.refused(server_url, None, exc, "release")
     return ActionResult.of(outcome.result, "release")
+
+
+def freeze_gc(db_url: str, server_url: str, reason: str, operator: settings.Operator) -> ActionResult:
+    """SGLang's /freeze_gc, read back from every process's frozen objects and audited
+    (control.gc_freeze.freeze); the knob is not touched, so requested and read-back are its value."""
+    from ..control.gc_freeze import freeze
+    from ..storage import open_database
+
+    with open_database(db_url) as db, _client(server_url, operator, DEFAULT_ACTION_TIMEOUT_S) as client:
+        try:
+            state = client.read()
+            result = freeze(db, client, operator.actor, reason, before=state)
+        except _REFUSALS as exc:
+            return ActionResult.refused(server_url, None, exc, "freeze-gc")
+    rows = [{"process": where, "frozen objects before": count,
+             "after": result.after.get(where) if result.after is not None else None}
+            for where, count in result.before.items()]  # fmt: skip
+    knob = state.spec_max_bs
+    outcome = "confirmed" if result.confirmed else "unknown"
+    return ActionResult(server_url, None, knob, result.confirmed, knob, rows, result.error, outcome=outcome,
+                        action="freeze-gc", owner=state.owner)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- fleets

@@ -278,3 +278,29 @@ def test_the_suggested_policy_command_runs_as_printed(
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+@pytest.mark.integration
+def test_an_operator_freezes_the_collectors_from_the_page(
+    sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin 0.4.8's launcher block says nothing is frozen: the page offers SGLang's /freeze_gc, refuses it
+    without a reason, then freezes, shows the read-back, writes the audit row and offers it no more; the
+    knob is not touched. A reader without the admin key is offered nothing."""
+    sim, url = sim_db
+    knob = _server_knob(sim)
+    reader = _control(url, monkeypatch, None, "reader")
+    assert not [b for b in reader.button if b.key == "ctl_freeze"]
+    at = _control(url, monkeypatch, ADMIN_KEY, "erin")
+    at.button(key="ctl_freeze").click().run()
+    assert any("Reason: required" in e.value for e in at.error)
+    at.text_input(key="ctl_freeze_reason").input("launcher gc pauses in the TTFT tail").run()
+    at.button(key="ctl_freeze").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Frozen, confirmed by read-back" in s.value for s in at.success), [s.value for s in at.success]
+    assert not [b for b in at.button if b.key == "ctl_freeze"]  # frozen now: nothing to offer
+    assert "objects frozen" in " ".join(m.value for m in at.markdown)
+    assert _server_knob(sim) == knob
+    with open_database(url) as db, db.session() as s:
+        (event,) = s.exec(select(ControlEvent).where(ControlEvent.action == "freeze-gc")).all()
+    assert event.confirmed and event.actor == "operator:erin" and event.old_max_bs == event.new_max_bs == knob

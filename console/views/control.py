@@ -25,7 +25,7 @@ CHOICES = ("off", "on", "threshold N", "learn")
 PENDING_KEY = "ctl_pending"
 RESULT_KEY = "ctl_result"
 LIVE_TIMEOUT_S = 3.0  # the page reads the server on every render; never hang the page on it
-FORM_KEYS = ("ctl_mode", "ctl_n", "ctl_reason", "ctl_hold", "ctl_release_reason")
+FORM_KEYS = ("ctl_mode", "ctl_n", "ctl_reason", "ctl_hold", "ctl_release_reason", "ctl_freeze_reason")
 
 
 def _secrets() -> Any:
@@ -150,6 +150,9 @@ def render() -> None:
         _change_form(url, knob, max_running, operator, state, live)
         if live.get("lock"):
             _release_form(url, live, operator)
+        launcher = launcher_report(next((r.get("launcher") for r in live.get("ranks") or []), None))
+        if launcher is not None and launcher.frozen == 0:
+            _freeze_form(url, operator)
     _show_result()
     _audit_trail(url)
 
@@ -228,6 +231,22 @@ def _launcher(live: dict[str, Any]) -> None:
         if report.advice:
             st.warning(report.advice)
         return
+
+
+def _freeze_form(url: str, operator: settings.Operator) -> None:
+    """Offered while the launcher reports nothing frozen: SGLang's /freeze_gc, read back and audited."""
+    st.subheader("Freeze the garbage collectors")
+    st.info("SGLang's /freeze_gc moves the objects its launcher and scheduler hold now out of the "
+            "collector's scans, so the long full collections that pause every request's output stop. Do it "
+            "after some warm-up; SGLang has no endpoint that undoes it.")  # fmt: skip
+    reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_freeze_reason")
+    if st.button("Freeze", key="ctl_freeze"):
+        if not reason.strip():
+            st.error("Reason: required — say why the collectors are frozen.")
+            return
+        with st.spinner("Freezing and reading back…"):
+            result = actions.freeze_gc(settings.db_url(), url, reason.strip(), operator)
+        _done(result)
 
 
 def _target(mode: str, n: int | None, state: KnobState) -> tuple[Target | None, int | None, str | None]:
@@ -401,7 +420,13 @@ def _show_result() -> None:
     result = st.session_state.get(RESULT_KEY)
     if not result:
         return
-    if result["confirmed"] and result.get("action") == "release":
+    if result["confirmed"] and result.get("action") == "freeze-gc":
+        st.success(
+            f"**Frozen, confirmed by read-back:** every process of {result['server_url']} reports frozen "
+            "objects; the knob is unchanged. Audit row written.",
+            icon=":material/check_circle:",
+        )
+    elif result["confirmed"] and result.get("action") == "release":
         st.success(
             f"**Released, confirmed by read-back:** {result['server_url']} now reports owner "
             f"**{result.get('owner')}** and spec_max_bs = **{result['read_back']}**. Audit row written.",
