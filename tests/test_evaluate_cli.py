@@ -113,3 +113,31 @@ def test_the_jump_trace_spans_the_profiles_max_running_requests_and_the_table_sa
     table = spectower("--profile", GLM, "--trace", "jump", "--policy", "learn", "--duration", "600")
     assert table.returncode == 0, table.stderr
     assert "ceiling changes per hour" in table.stdout and "exploration: 2.0%" in table.stdout
+
+
+EARLY_PAIR = str(REPO_ROOT / "data/profiles/h200-8b-early-pair-triton.json")
+
+
+def test_learn_warm_starts_at_the_profiles_crossover_as_control_auto_would() -> None:
+    """`--warm-start`: learn starts where `control auto --warm-profile` starts it on the same profile (the
+    crossover found as a sweep finds its own: 17.3 on the H200 early pair, so ceiling 16), and under the
+    270-s day it serves what threshold:16 serves; from the launch's knob (always on) it serves far less."""
+    args = ("--profile", EARLY_PAIR, "--trace", "day", "--duration", "270")
+    warm = spectower(*args, "--policy", "learn", "--warm-start", "--dwell", "60s")
+    assert warm.returncode == 0, warm.stderr
+    said = f"warm start: profile {EARLY_PAIR}: crossover 17.3; learn starts at ceiling 16"
+    assert said in " ".join(warm.stdout.split()), warm.stdout
+
+    def tokens(*more: str) -> int:
+        return int(json.loads(spectower(*args, *more, "--json").stdout)["tokens"])
+
+    best = tokens("--policy", "threshold:16")
+    assert tokens("--policy", "learn", "--warm-start") >= 0.98 * best
+    assert tokens("--policy", "learn") < 0.95 * best  # cold: from the launch's knob, always on
+
+
+def test_the_learn_options_are_refused_for_another_policy() -> None:
+    run = spectower("--profile", EARLY_PAIR, "--trace", "day", "--policy", "threshold:16", "--dwell", "60s")
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("error: --warm-start / --dwell: only --policy learn takes them (got "
+                                  "--policy threshold:16)")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ...control.knob_state import KnobState
     from ...control.runner import PolicyRunner, RunnerConfig
     from ...control.warm_start import Known, WarmStart
+    from ...simulator.profile import Profile
     from ...storage import Database
 
 
@@ -138,17 +139,24 @@ def profile_known(path: Path) -> Known:
     its own (``find_crossover``: the ratios fitted non-increasing first): a measured profile is as noisy as
     the sweep it came from, and the simulator's first sign change read 9.7 on the H200 early-crossover pair
     (a dip at 12, 1 round of 7 s) where the same sweep's crossover, and the best fixed ceiling, was 16."""
-    from ...collectors.bench.ratio import RatioPoint, find_crossover
-    from ...control.warm_start import known_from_profile
     from ...simulator.profile import load_profile
 
     try:
         profile = load_profile(path)
     except ValueError as exc:
         fail(f"--warm-profile: {exc}")
+    return known_of(profile, str(path))
+
+
+def known_of(profile: Profile, source: str) -> Known:
+    """What a loaded profile says of its stack: its crossover, found as a sweep finds its own (see
+    ``profile_known``); `sim evaluate --warm-start` starts learn from it as `control auto` would."""
+    from ...collectors.bench.ratio import RatioPoint, find_crossover
+    from ...control.warm_start import known_from_profile
+
     curves = zip(profile.concurrency, profile.spec_on_tok_s, profile.spec_off_tok_s, strict=True)
     cross = find_crossover([RatioPoint(c, on / off, on / off, on / off) for c, on, off in curves])
-    return known_from_profile(profile.raw, str(path), cross.status, cross.value)
+    return known_from_profile(profile.raw, source, cross.status, cross.value)
 
 
 def known_max_running(database: Database, url: str) -> int | None:

@@ -40,6 +40,12 @@ def evaluate(
     rate_scale: float | None = factor_option(None, "--rate-scale", hi=100.0, help="a request trace (.csv) "
                                              "only: about X times its requests (seeded)"),
     slo: Any = slo_option(),
+    warm_start: bool = typer.Option(False, "--warm-start", help="learn: start at the profile's crossover, as "
+                                    "`control auto --warm-profile` starts from it (default: where the launch "
+                                    "put the knob, always on)"),
+    dwell_s: float | None = duration_option(
+        None, "--dwell", minimum_s=10.0, maximum_s=3600.0, help="learn: at least this long between moves (5m)"
+    ),
 ) -> None:
     """Score a policy on a load trace in virtual time: its tokens against the best achievable (per interval
     the better of the oracle, which explores too, and a server that never drafts), and against the oracle.
@@ -55,18 +61,38 @@ def evaluate(
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
     prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line
+    options = _learn_options(prof, profile, policy, warm_start, dwell_s, as_json)
     if is_request_trace_path(trace):
         _evaluate_open_loop(prof, trace, policy, duration, seed, speedup or 1.0, rate_scale or 1.0, slo,
-                            as_json)  # fmt: skip
+                            as_json, options)  # fmt: skip
         return
     if speedup is not None or rate_scale is not None:
         fail("--speedup / --rate-scale: only for a request trace (a .csv file), not a concurrency trace")
     load = load_trace(trace, duration_s=duration, seed=seed, max_running_requests=prof.max_running_requests)
-    result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed)
+    result = run_evaluation(prof, load, policy, duration_s=duration, seed=seed, policy_options=options)
     if as_json:
         print(strict_json(result, indent=None))
         return
     _print_table(result)
+
+
+def _learn_options(prof: Any, name: str, policy: str, warm_start: bool, dwell_s: float | None,
+                   quiet: bool) -> dict[str, Any]:  # fmt: skip
+    """Learn's start and dwell as `control auto` would run it on this stack; one line for another policy."""
+    if policy.strip() != "learn":
+        if warm_start or dwell_s is not None:
+            fail(f"--warm-start / --dwell: only --policy learn takes them (got --policy {policy})")
+        return {}
+    options: dict[str, Any] = {} if dwell_s is None else {"min_dwell_s": dwell_s}
+    if warm_start:
+        from .control_auto import known_of
+
+        known = known_of(prof, name)
+        options["initial_ceiling"] = known.ceiling(prof.max_running_requests)
+        if not quiet:
+            out.print(f"warm start: {known.source}: crossover {known.crossover_text()}; learn starts at "
+                      f"ceiling {options['initial_ceiling']}", soft_wrap=True)  # fmt: skip
+    return options
 
 
 def _print_table(result: dict[str, Any]) -> None:
@@ -115,7 +141,7 @@ def _print_table(result: dict[str, Any]) -> None:
 
 
 def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | None, seed: int, speedup: float,
-                        rate_scale: float, slo: Any, as_json: bool) -> None:
+                        rate_scale: float, slo: Any, as_json: bool, options: dict[str, Any]) -> None:
     from ...simulator.open_loop import evaluate_open_loop
     from ...storage.request_traces import load_request_trace
 
@@ -127,7 +153,7 @@ def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | No
                   "server (a sweep with the probe measures it; data/profiles/h200-8b-early-pair-triton.json "
                   "carries constants fitted to a replay)", soft_wrap=True)  # fmt: skip
     result = evaluate_open_loop(prof, requests, policy, speedup=speedup, rate_scale=rate_scale,
-                                duration_s=duration, seed=seed, slo=slo)  # fmt: skip
+                                duration_s=duration, seed=seed, slo=slo, policy_options=options)  # fmt: skip
     if as_json:
         print(strict_json(result, indent=None))
         return
