@@ -187,6 +187,8 @@ def test_the_launchers_long_collections_are_shown_once_with_what_stops_them(
     assert "SGLang's /freeze_gc (after a few warm-up requests)" in text
     assert knob_state(doc, "http://127.0.0.1:30000").to_dict()["ranks"][0]["launcher"]["pid"] == 637
     doc["internal_states"][0]["spectower"]["launcher"] = _block(frozen=788_583)
+    doc["internal_states"][0]["spectower"]["gc"] = _block(frozen=1_234)["gc"]  # the scheduler's, frozen too
     frozen = _printed(doc, monkeypatch)
     assert "788 583 objects frozen" in frozen and "/freeze_gc" not in frozen
+    assert "scheduler gc 0 (1 234 objects frozen): 3 collections" in frozen
     assert "launcher (" not in _printed(_doc(real_data, None, None), monkeypatch)

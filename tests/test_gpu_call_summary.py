@@ -105,3 +105,6 @@ def test_the_launchers_collections_are_listed_once_with_their_utc_times() -> Non
     assert lines[lines.index(launcher[0]) + 1:][:2] == ["  long collection (UTC): 0.330 s to 01:57:55.3",
                                                         "  long collection (UTC): 0.440 s to 01:57:55.3"]
     assert not any(line.startswith("launcher (") for line in call_summary.summary(_document()))
+    doc["internal_states"][0]["spectower"]["gc"] = {**GcPauses().report(), "frozen": 788_583}
+    (scheduler,) = [line for line in call_summary.summary(doc) if line.startswith("scheduler gc, rank 0:")]
+    assert scheduler.endswith("; 788583 objects frozen")  # the scheduler's side of freeze-gc

@@ -97,8 +97,11 @@ def gc_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
         count, spent, long = g.get("collections"), g.get("seconds"), g.get("long")
         limit, most = g.get("threshold_s"), g.get("longest_s")
         listed = ", ".join(newest) or "none"
+        # objects gc.freeze() took out of the scans (plugin 0.4.8): the scheduler's side of freeze-gc
+        frozen = f"; {g['frozen']} objects frozen" if isinstance(g.get("frozen"), int) else ""
         lines.append(f"scheduler gc, rank {i}: {count} collections, {spent:.2f} s; {long} of them >= "
-                     f"{limit:g} s, the longest {most:.3f} s; newest long (UTC): {listed}")  # fmt: skip
+                     f"{limit:g} s, the longest {most:.3f} s; newest long (UTC): {listed}"
+                     + frozen)  # fmt: skip
     return lines
 
 

@@ -59,7 +59,9 @@ def gc_lines(ranks: Sequence[RankState]) -> list[str]:
             continue
         threshold, longest = gc.get("threshold_s"), gc.get("longest_s")
         long = gc.get("long") or 0
-        line = f"  scheduler gc {rank.dp_rank}: {gc.get('collections', '?')} collections"
+        frozen = gc.get("frozen")  # plugin 0.4.8: what gc.freeze() (SGLang's /freeze_gc) took from its scans
+        said = f" ({frozen:,} objects frozen)".replace(",", " ") if isinstance(frozen, int) and frozen else ""
+        line = f"  scheduler gc {rank.dp_rank}{said}: {gc.get('collections', '?')} collections"
         if not isinstance(threshold, int | float) or not isinstance(longest, int | float):
             lines.append(f"{line}, {long} long")
         elif not long:
