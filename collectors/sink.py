@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..storage import BatchWriter, Database, queries
-from ..storage.models import EngineCounterSample, EngineSample, GpuProcessSample, GpuSample
+from ..storage.models import EngineCounterSample, EngineSample, GpuProcessSample, GpuSample, ServerPause
 from ..storage.writer import TableRow, table_row
 from .gpu.reading import SAMPLE_FIELDS, GpuFacts, GpuReading
 from .sglang.scraper import ScrapeResult
@@ -85,7 +85,7 @@ class StorageSink:
 
     # -- producer side (never waits on the database) ---------------------------------------------------
     def engine(self, url: str, result: ScrapeResult) -> None:
-        """One scrape of one SGLang server: its engine samples and decode-counter rows."""
+        """One scrape of one SGLang server: its engine samples, decode-counter rows and reported pauses."""
         rows = [
             table_row(EngineSample, **{**r.as_row(), "server_id": UNRESOLVED_ID, "ts": stamp(r.ts)})
             for r in result.readings
@@ -94,6 +94,8 @@ class StorageSink:
             table_row(EngineCounterSample, **{**c.as_row(), "server_id": UNRESOLVED_ID, "ts": stamp(c.ts)})
             for c in result.counters
         ]
+        # a pause's end as the plugin stamped it: the stored row's unique key, so one read again is skipped
+        rows += [table_row(ServerPause, **p.as_row(), server_id=UNRESOLVED_ID) for p in result.pauses]
         self._writer().put_job("engine", functools.partial(self._resolve_server, url, result, rows), rows)
 
     def gpus(self, readings: list[GpuReading], facts: list[GpuFacts]) -> None:

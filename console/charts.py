@@ -107,7 +107,7 @@ def time_axis(t0: float | None = None, t1: float | None = None) -> dict[str, Any
 @functools.lru_cache(maxsize=16)
 def _window_times(t0: float, t1: float) -> tuple[str, ...]:
     """The window's ends as times: every chart of a page has the same window (a pandas round trip each)."""
-    return tuple(_times(pd.Series([t0, t1])))
+    return tuple(utc_times(pd.Series([t0, t1])))
 
 
 def _vline(
@@ -150,7 +150,7 @@ def _vline(
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def _times(ts: pd.Series) -> list[str]:
+def utc_times(ts: pd.Series) -> list[str]:
     """Epoch seconds as UTC ``YYYY-MM-DDTHH:MM:SSZ``. numpy formats the instants pandas converts (4x
     faster than pandas' strftime, which formats element by element); strftime where one is missing."""
     stamps = pd.to_datetime(ts, unit="s")
@@ -206,7 +206,7 @@ def timeseries(
     the selected window, so a chart shows the whole range even where nothing was collected."""
     data: list[dict[str, Any]] = []
     if not df.empty:
-        x = _times(df["ts"])
+        x = utc_times(df["ts"])
         for i, (col, label) in enumerate(columns.items()):
             if col not in df or df[col].isna().all():
                 continue
@@ -254,7 +254,7 @@ def load_and_knob(
     layout["xaxis"] = time_axis(*(x_range or (None, None)))
     data: list[dict[str, Any]] = []
     if not df.empty:
-        x = _times(df["ts"])
+        x = utc_times(df["ts"])
         for col, name, color in (("num_running_reqs", "running", PALETTE[0]),
                                  ("num_queue_reqs", "queued", PALETTE[1])):  # fmt: skip
             if col in df and df[col].notna().any():
@@ -273,7 +273,7 @@ def load_and_knob(
             ys = ys.clip(upper=max_running)
         text = [f"{a}: {_knob_word(o)} → {_knob_word(n)}<br>{r}" for a, o, n, r in
                 zip(ev["actor"], ev["old_max_bs"], ev["new_max_bs"], ev["reason"], strict=True)]  # fmt: skip
-        data.append({"type": "scatter", "x": _times(ev["ts"]), "y": numbers(ys), "name": "knob set by",
+        data.append({"type": "scatter", "x": utc_times(ev["ts"]), "y": numbers(ys), "name": "knob set by",
                      "mode": "markers", "text": text, "hovertemplate": "%{text}<extra></extra>",
                      "marker": {"symbol": "diamond", "size": 9, "color": COLOR_ON}})  # fmt: skip
     if max_running:
@@ -446,7 +446,7 @@ def policy_timeline(
     layout["xaxis"] = time_axis(*(x_range or (None, None)))
     data: list[dict[str, Any]] = []
     if not load.empty:
-        x = _times(load["ts"])
+        x = utc_times(load["ts"])
         data.append(
             {
                 "type": "scatter",
@@ -477,7 +477,7 @@ def policy_timeline(
         data.append(
             {
                 "type": "scatter",
-                "x": _times(ev["ts"]),
+                "x": utc_times(ev["ts"]),
                 "y": numbers(ev["new_max_bs"].astype(float)),
                 "name": "policy decision",
                 "mode": "markers",
@@ -523,7 +523,7 @@ def gpu_grid(
     axis = time_axis(*(x_range or (None, None)))  # every panel's: formatted once, not once a panel
     # each panel's rows: the frame's times formatted once (8 panels: 8 pandas round trips saved)
     gpu_of = df["gpu_id"].to_numpy() if not df.empty else np.zeros(0)
-    times = np.array(_times(df["ts"]) if not df.empty else [], dtype=object)
+    times = np.array(utc_times(df["ts"]) if not df.empty else [], dtype=object)
     for j, gid in enumerate(ids):
         r, c = divmod(j, cols)
         k = "" if j == 0 else str(j + 1)

@@ -27,6 +27,18 @@ class PlainFigure(go.Figure):
         go.Figure.__init__(self, plain, _validate=False)
         return getattr(self, name)
 
+    def add_plain(self, traces: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+        """Add ``traces`` and set top-level ``layout`` keys (a second axis, say) on a figure still kept plain,
+        as ``add_trace`` and ``update_layout`` would (those, once plotly's figure is built)."""
+        plain = self.__dict__.get("_plain")
+        if plain is None:
+            for trace in traces:
+                self.add_trace(trace)
+            self.update_layout(layout)
+            return
+        plain["data"].extend(traces)
+        plain["layout"].update(layout)
+
     def to_dict(self) -> dict[str, Any]:
         plain = self.__dict__.get("_plain")
         if plain is None:

@@ -1,7 +1,8 @@
 """Every piece of SQL that differs between SQLite and PostgreSQL lives here, nowhere else.
 
 The rest of ``storage`` speaks SQLAlchemy Core/ORM and calls these helpers for the few places where
-the dialects disagree: connection pragmas, transaction locking, integer bucketing of a float time.
+the dialects disagree: connection pragmas, transaction locking, integer bucketing of a float time, an
+insert that skips a duplicate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, event, func, literal_column
+from sqlalchemy import BigInteger, Engine, Insert, Table, event, func, literal_column
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -109,6 +111,16 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
     halfway); commits when the block ends, rolls back on an exception."""
     with engine.connect().execution_options(**write_options(engine)) as conn, conn.begin():
         yield conn
+
+
+def insert_ignoring_duplicates(dialect_name: str, table: Table) -> Insert:
+    """An INSERT of ``table`` that skips a row one of its unique keys already holds (``ON CONFLICT DO
+    NOTHING``: SQLite 3.24 and PostgreSQL spell it alike, through their own SQLAlchemy constructs)."""
+    if dialect_name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if dialect_name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    raise ValueError(f"insert_ignoring_duplicates: no rule for the {dialect_name!r} dialect")
 
 
 def lock_schema(conn: Connection) -> None:

@@ -253,6 +253,32 @@ class BenchPoint(SQLModel, table=True):
     extra_json: str | None = None  # every other key of the source line, so import->export is lossless
 
 
+class ServerPause(SQLModel, table=True):
+    """Schema v6: a pause of one of a server's processes as its plugin reported it (``/server_info``'s
+    ``loop``, ``gc`` and ``launcher`` blocks, read by collectors/sglang/pauses.py): a scheduler's output
+    stall, a long garbage collection, or the launcher's Python held. The plugin keeps only the newest few;
+    stored, they stay beside the latency charts they explain. One row per pause however often the same list
+    is read again: unique on (server, process, kind, end), and the writer skips a row already there."""
+
+    __tablename__ = "server_pause"
+    __table_args__ = (
+        UniqueConstraint("server_id", "process", "kind", "ts", name="uq_server_pause"),
+        # a chart reads one server's pauses over its window: one index range
+        Index("ix_server_pause_server_ts", "server_id", "ts"),
+        {"info": {"on_duplicate": "ignore"}},  # storage/writer.py: a row read again is skipped, not refused
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    server_id: int = Field(foreign_key="server.id")
+    ts: float  # the pause's end (Unix seconds), as the plugin stamps it
+    seconds: float
+    kind: str  # stall | gc | held (PAUSE_KINDS)
+    process: str  # "launcher" or "rank N" (the DP rank)
+    detail: str | None = None  # a stall's cause in one line, a collection's "gen 2"
+
+
+PAUSE_KINDS = ("stall", "gc", "held")
+
+
 class CollectionGap(SQLModel, table=True):
     __tablename__ = "collection_gap"
     id: int | None = Field(default=None, primary_key=True)

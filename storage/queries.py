@@ -445,6 +445,31 @@ def latest_gpu_processes(db: Database, gpu_ids: Sequence[int], since: float) -> 
         return list(s.exec(stmt))
 
 
+DEFAULT_PAUSE_LIMIT = 2000  # a window's pauses a chart draws at most (the longest kept past it)
+
+
+def server_pauses(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    min_seconds: float = 0.0,
+    limit: int = DEFAULT_PAUSE_LIMIT,
+) -> list[models.ServerPause]:
+    """The server's stored pauses that ended in [start, end] and lasted ``min_seconds`` or more, oldest
+    first: at most ``limit``, the longest where there were more (a chart marks the ones that matter)."""
+    p = models.ServerPause
+    longest = (
+        select(p)
+        .where(p.server_id == server_id, col(p.ts) >= start, col(p.ts) <= end, col(p.seconds) >= min_seconds)
+        .order_by(col(p.seconds).desc(), col(p.ts))
+        .limit(max(0, int(limit)))
+    )
+    with db.session() as s:
+        return sorted(s.exec(longest), key=lambda row: (row.ts, row.process, row.kind))
+
+
 def dp_ranks(db: Database, server_id: int, start: float, end: float) -> list[int]:
     """The DP ranks of a server that reported in [start, end], ascending."""
     es = models.EngineSample

@@ -1,7 +1,8 @@
 """Retention: raw samples for a few days, 1-minute rollups for months, 1-hour rollups for years.
 
 Every rolled-up sample table (rollups.SPECS: engine and GPU samples, the engine's decode counters) is
-kept to the same horizons. Sealed samples (storage/sealed.py) go a whole chunk at a time, once its newest
+kept to the same horizons; a server's stored pauses (``server_pause``) and the GPUs' per-process rows go
+with the raw samples. Sealed samples (storage/sealed.py) go a whole chunk at a time, once its newest
 sample is past the raw horizon.
 
 Rollups are brought up to date before raw rows go, so nothing reaches the bin unsummarised. The
@@ -99,6 +100,9 @@ def apply_retention(
                 ).rowcount
         proc = tables["gpu_process_sample"]
         deleted["gpu_process_sample"] = conn.execute(proc.delete().where(proc.c.ts < raw_cut)).rowcount
+        # a server's pauses explain its raw samples' latency: kept as long as those are
+        pause = tables["server_pause"]
+        deleted["server_pause"] = conn.execute(pause.delete().where(pause.c.ts < raw_cut)).rowcount
         for key, value in ((HORIZON_KEYS["raw"], raw_cut), *((HORIZON_KEYS[r], c) for r, c in cuts.items())):
             schema._stamp(conn, key, repr(value))
     return deleted

@@ -18,6 +18,8 @@ History:
   (what a confirmed row says, which v3 kept in ``error``).
 - v5: sealed sample chunks (``engine_chunk``, ``gpu_chunk`` + indexes; storage/sealed.py). The sample
   tables stay as they are and become the head; the writer's first maintenance seals what they hold.
+- v6: the pauses of a server's processes the plugin reports (``server_pause`` + indexes: scheduler stalls,
+  long collections, the launcher's held Python), kept beside the latency they explain.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from sqlmodel import SQLModel
 
 from . import dialect, models
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA_VERSION_KEY = "schema_version"
 
 
@@ -78,8 +80,16 @@ def _v4_to_v5(conn: Connection) -> None:
     models.gpu_chunk.create(conn, checkfirst=True)
 
 
+def _v5_to_v6(conn: Connection) -> None:
+    # A new table only: the pauses before the upgrade were never stored, and the plugin's newest few are
+    # stored at the collector's next /server_info read.
+    models.ServerPause.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+
+
 # MIGRATIONS[v] turns a version-v database into version v+1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
+}  # fmt: skip
 
 
 def read_version(conn: Connection) -> int | None:

@@ -481,13 +481,17 @@ def _column_names(table: Table) -> tuple[str, ...]:
 
 
 @functools.cache
-def _insert_statement(table: Table) -> Any:
-    """One INSERT per table for the process (SQLAlchemy then finds its compiled form by identity, not by
-    building and hashing a new statement at every batch)."""
+def _insert_statement(table: Table, dialect_name: str) -> Any:
+    """One INSERT per table (and dialect) for the process (SQLAlchemy then finds its compiled form by
+    identity, not by building and hashing a new statement at every batch). A table whose ``info`` says
+    ``on_duplicate: ignore`` (server pauses, read again at every scrape) skips a row its unique key already
+    holds instead of refusing the batch."""
+    if table.info.get("on_duplicate") == "ignore":
+        return dialect.insert_ignoring_duplicates(dialect_name, table)
     return table.insert()
 
 
 def _insert(engine: Engine, rows: list[Row]) -> None:
     with dialect.write_transaction(engine) as conn:
         for table, values in rows_by_table(rows):
-            conn.execute(_insert_statement(table), values)
+            conn.execute(_insert_statement(table, engine.dialect.name), values)

@@ -34,7 +34,7 @@ def test_long_collections_and_held_python_are_said_with_what_stops_them() -> Non
     report = launcher_report(_block())
     assert report is not None
     assert (report.pid, report.collections, report.long, report.frozen, report.held) == (637, 3, 2, 0, 1)
-    assert report.recent_long == (Pause(AT, 0.33), Pause(AT, 0.44))
+    assert report.recent_long == (Pause(AT, 0.33, 2), Pause(AT, 0.44, 2))
     text = report.summary(utc=True)
     assert text == ("launcher (pid 637, HTTP server and tokenizer manager): 3 collections, 2 >= 0.05 s, the "
                     "longest 0.44 s (the newest at 01:57:55.3 UTC); its Python held >= 0.25 s 1 times, the "

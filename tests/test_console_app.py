@@ -404,6 +404,34 @@ def test_overview_charts_throughput_requests_and_knob_with_units(
     assert t1 - t0 == pytest.approx(3600, abs=2)
 
 
+def test_overview_marks_the_servers_pauses_on_its_throughput(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored pauses of the window (console/pause_marks.py): a marker each at its end, its length on the
+    right axis, saying which process paused and why; one shorter than MIN_MARKED_S is not marked."""
+    db = tmp_path / "s.db"
+    _fill(db)
+    now = time.time()
+    with open_database(_url(db)) as store:
+        sid = store.server_id("http://10.0.0.1:30000")
+        store.insert_many("server_pause", [
+            {"server_id": sid, "ts": now - 600, "seconds": 0.37, "kind": "gc", "process": "launcher",
+             "detail": "gen 2"},
+            {"server_id": sid, "ts": now - 300, "seconds": 1.2, "kind": "stall", "process": "rank 0",
+             "detail": "waiting for a batch's result 1.10 s (EXTEND, 5 requests)"},
+            {"server_id": sid, "ts": now - 200, "seconds": 0.02, "kind": "gc", "process": "rank 0",
+             "detail": None},
+        ])  # fmt: skip
+    at = _app(db, monkeypatch)
+    throughput = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Throughput"))
+    (marks,) = [t for t in throughput["data"] if t.get("name") == "server pauses"]
+    assert marks["text"] == ["launcher gc 0.37 s (gen 2)",
+                             "rank 0 stall 1.20 s: waiting for a batch's result 1.10 s (EXTEND, 5 requests)"]
+    assert marks["yaxis"] == "y2" and marks["y"] == [0.37, 1.2]
+    assert throughput["layout"]["yaxis2"]["title"]["text"] == "pause (s)"
+    assert {"output", "input (prefill)"} <= _trace_names(throughput)
+
+
 def test_overview_says_why_a_number_does_not_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "s.db"
     _fill(db)

@@ -115,7 +115,7 @@ def test_gpu_grid_panels_hold_each_gpus_rows() -> None:
     assert set(traces) == {"#0", "#2"}  # GPU 2 has no rows: its panel stays empty
     for gid, name in ((1, "#0"), (3, "#2")):
         rows = df[df["gpu_id"] == gid]
-        assert traces[name]["x"] == charts._times(rows["ts"])
+        assert traces[name]["x"] == charts.utc_times(rows["ts"])
         assert traces[name]["y"][0] == rows["power_w"].iloc[0] and len(traces[name]["y"]) == len(rows)
     assert math.isnan(traces["#2"]["y"][1])
     window = charts.time_axis(ts[0], ts[4])["range"]
@@ -127,8 +127,8 @@ def test_gpu_grid_panels_hold_each_gpus_rows() -> None:
 def test_times_format_as_pandas_strftime(stamps: list[float]) -> None:
     ts = pd.Series(stamps, dtype=float)
     want = pd.to_datetime(ts, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
-    assert charts._times(ts) == want or (
-        any(math.isnan(v) for v in stamps) and _same_with_gaps(charts._times(ts), want)
+    assert charts.utc_times(ts) == want or (
+        any(math.isnan(v) for v in stamps) and _same_with_gaps(charts.utc_times(ts), want)
     )
 
 

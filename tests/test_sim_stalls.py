@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from spectower.collectors.sglang.pauses import pause_rows
 from spectower.collectors.sglang.stalls import loop_report
 from spectower.plugin.loop_stalls import LoopStalls
 from spectower.simulator.config import SimConfig
@@ -57,3 +58,8 @@ def test_a_long_modelled_prefill_is_a_stall_and_idle_time_is_not(monkeypatch: py
     assert stall.seconds == pytest.approx(prefill_s, abs=1e-4)  # kept to 0.1 ms
     said = f"waiting for a batch's result {prefill_s:.2f} s (EXTEND, 4 requests, 16 000 new tokens)"
     assert stall.cause() == said
+    # what the collector stores of the simulator's document (collectors/sglang/pauses.py): the stall
+    rows = pause_rows(ServerInfo(engine.config, engine).server_info())
+    stalls = [(r.process, r.ts, r.seconds, r.detail) for r in rows if r.kind == "stall"]
+    assert stalls == [("rank 0", stall.at, stall.seconds, said)]
+    assert {r.process for r in rows if r.kind != "stall"} <= {"launcher", "rank 0"}  # its process's own gc

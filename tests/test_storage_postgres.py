@@ -28,7 +28,7 @@ def db(postgres_url: str) -> Iterator[Database]:
 
 
 def test_core_api_series_and_rollups_on_postgres(db: Database) -> None:
-    assert db.dialect_name == "postgresql" and db.schema_version == 5
+    assert db.dialect_name == "postgresql" and db.schema_version == 6
     sid = db.server_id("http://a", served_model_name="m")
     assert db.server_id("http://a") == sid
     gid = db.gpu_id("h", 0, "U")

@@ -72,9 +72,9 @@ def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
     make_v1_file(path)
     db = open_database(path)
     try:
-        assert db.schema_version == SCHEMA_VERSION == 5
+        assert db.schema_version == SCHEMA_VERSION == 6
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "5"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "6"
             cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
             assert "source_sha256" in cols
             assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
@@ -148,13 +148,14 @@ def test_v2_file_gets_the_counter_tables_and_keeps_its_data(tmp_path: Path) -> N
         DROP TABLE engine_counter_rollup;
         DROP TABLE engine_chunk;
         DROP TABLE gpu_chunk;
+        DROP TABLE server_pause;
         INSERT INTO server (id, url, first_seen, last_seen) VALUES (1, 'http://v2:30000', 100.0, 200.0);
         INSERT INTO engine_sample (server_id, dp_rank, ts, num_running_reqs) VALUES (1, 0, 150.0, 3.0);
         """,
     )
     db = open_database(path)
     try:
-        assert db.schema_version == 5
+        assert db.schema_version == SCHEMA_VERSION
         assert queries.counter_intervals(db, 1, 0.0, 300.0) == []
         assert [r.num_running_reqs for r in queries.latest_engine_samples(db)] == [3.0]
     finally:
@@ -175,6 +176,7 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
         ALTER TABLE control_event DROP COLUMN note;
         DROP TABLE engine_chunk;
         DROP TABLE gpu_chunk;
+        DROP TABLE server_pause;
         INSERT INTO control_event (ts, actor, server_url, action, old_max_bs, new_max_bs, reason, confirmed,
                                    error)
         VALUES (100.0, 'operator:alice', 'http://v3:30000', 'set', 16, 0, 'incident', 1,
@@ -183,7 +185,7 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
     )
     db = open_database(path)
     try:
-        assert db.schema_version == 5
+        assert db.schema_version == SCHEMA_VERSION
         (row,) = queries.control_events(db)
         assert (row.error, row.note, row.request_id) == ("manual lock until released", None, None)
     finally:

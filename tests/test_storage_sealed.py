@@ -297,13 +297,14 @@ def test_a_v4_database_migrates_and_every_value_reads_back(
     db.close()
     con = sqlite3.connect(path)
     con.executescript(
-        "DROP TABLE engine_chunk; DROP TABLE gpu_chunk; UPDATE meta SET value='4' WHERE key='schema_version';"
+        "DROP TABLE engine_chunk; DROP TABLE gpu_chunk; DROP TABLE server_pause; "
+        "UPDATE meta SET value='4' WHERE key='schema_version';"
     )
     con.commit()
     con.close()
     db = open_database(path)
     try:
-        assert db.schema_version == 5
+        assert db.schema_version == 6
         db.maintain()  # what the writer runs every minute: rollups, then sealing
         with db.engine.connect() as conn:
             assert conn.execute(text("SELECT sum(n) FROM gpu_chunk")).scalar_one() > 2000

@@ -34,10 +34,12 @@ def _count(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Pause:
-    """A long collection or a hold of the launcher's Python: when it ended (Unix seconds) and how long."""
+    """A long collection or a hold of a process's Python: when it ended (Unix seconds) and how long; a
+    collection's generation where the plugin says it (plugin/gc_pauses.py), None for a hold."""
 
     at: float
     seconds: float
+    generation: int | None = None
 
 
 def _pauses(raw: Any) -> tuple[Pause, ...]:
@@ -45,8 +47,14 @@ def _pauses(raw: Any) -> tuple[Pause, ...]:
     for item in raw if isinstance(raw, list) else ():
         at, seconds = _number(_get(item, "at")), _number(_get(item, "seconds"))
         if at is not None and seconds is not None:
-            found.append(Pause(at, seconds))
+            found.append(Pause(at, seconds, _count(_get(item, "generation"))))
     return tuple(found)
+
+
+def long_collections(gc_block: Any) -> tuple[Pause, ...]:
+    """The newest long collections of a process's ``gc`` block (plugin/gc_pauses.py's one format: the
+    launcher's, and each scheduler rank's own ``gc``); none where the block is missing or malformed."""
+    return _pauses(gc_block.get("recent_long")) if isinstance(gc_block, Mapping) else ()
 
 
 def _get(item: Any, key: str) -> Any:
@@ -109,7 +117,7 @@ def launcher_report(block: Any) -> LauncherReport | None:
         long=_count(gc.get("long")),
         threshold_s=_number(gc.get("threshold_s")),
         longest_s=_number(gc.get("longest_s")),
-        recent_long=_pauses(gc.get("recent_long")),
+        recent_long=long_collections(gc),
         frozen=_count(gc.get("frozen")),
         held=_count(watch.get("held")) if watch is not None else None,
         recent_held=_pauses(watch.get("recent_held")) if watch is not None else (),

@@ -6,7 +6,7 @@ parse) raises ``ScrapeError`` and nothing of that scrape is used. The engine's d
 A ``/server_info`` read is parsed whole (redacted, hashed, its facts validated) on the first read, then
 once a minute, and at once when the server looks new (``/metrics`` shows a restart, or ``startup_time``
 changed); the reads between refresh only what changes while a server runs: the ranks (knob, owner, lock,
-active tier, accept length) and the counters.
+active tier, accept length), the counters, and the pauses its processes report (collectors/sglang/pauses.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..promtext import MetricsParseError
 from .counters import CounterDeltas, CounterRow, read_counters
 from .loads import Loads, LoadsError, parse_loads_json
 from .metrics import MetricsSnapshot, parse_metrics
+from .pauses import NewPauses, PauseRow, pause_rows
 from .reading import EngineDeriver, EngineReading
 from .server_info import ServerInfo, ServerInfoError, parse_server_info, refresh_ranks
 
@@ -68,6 +69,9 @@ class ScrapeResult:
     # the engine's decode counters over the interval since the previous fresh /server_info (empty when
     # there was none this time, on the first read, or when the server publishes no counters)
     counters: list[CounterRow] = field(default_factory=list)
+    # the pauses the fresh /server_info reports that no earlier scrape of this server handed over (scheduler
+    # stalls, long collections, the launcher's held Python: collectors/sglang/pauses.py)
+    pauses: list[PauseRow] = field(default_factory=list)
 
 
 class SglangScraper:
@@ -97,6 +101,7 @@ class SglangScraper:
         self._clock = clock
         self.deriver = EngineDeriver()
         self.counters = CounterDeltas()
+        self.pauses = NewPauses()
         self._warned: set[str] = set()
         self.info: ServerInfo | None = None  # the last full parse, with the latest read's ranks
         self._info_ts = -1e18  # the last /server_info read
@@ -209,7 +214,9 @@ class SglangScraper:
         readings = self.deriver.derive(ts, snapshot, self.info, loads, noted=True)
         warnings: list[str] = []
         counter_rows: list[CounterRow] = []
+        pauses: list[PauseRow] = []
         if doc is not None:
+            pauses = self.pauses.new(pause_rows(doc))
             read = read_counters(doc)  # numbers only: the document needs no redaction for them
             warnings = read.warnings
             counter_rows = self.counters.update(ts, read.blocks)
@@ -227,4 +234,5 @@ class SglangScraper:
             metrics_enabled=snapshot is not None,
             warnings=warnings,
             counters=counter_rows,
+            pauses=pauses,
         )

@@ -239,7 +239,7 @@ def _freeze_form(url: str, operator: settings.Operator) -> None:
     st.info("SGLang's /freeze_gc moves the objects its launcher and scheduler hold now out of the "
             "collector's scans, so the long full collections that pause every request's output stop. Do it "
             "after some warm-up; SGLang has no endpoint that undoes it.")  # fmt: skip
-    reason = st.text_input("Reason (required, recorded in the audit trail)", key="ctl_freeze_reason")
+    reason = st.text_input("Why freeze (required, recorded in the audit trail)", key="ctl_freeze_reason")
     if st.button("Freeze", key="ctl_freeze"):
         if not reason.strip():
             st.error("Reason: required — say why the collectors are frozen.")

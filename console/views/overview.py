@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from ...storage import Database
-from .. import charts, data, estimate, settings
+from .. import charts, data, estimate, pause_marks, settings
 from . import common
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
@@ -92,8 +92,9 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
         common.stale_banner(server["url"], latest["ts"])
     setter = data.last_setter(db, str(server["url"]))
     series, knob_sets = _server_series(db, server, win)
+    pauses = data.server_pauses(db, int(server["id"]), win.t0, win.t1, min_seconds=pause_marks.MIN_MARKED_S)
     _numbers_now(server, latest, setter, stale)
-    _server_charts(server, series, knob_sets, win, stale)
+    _server_charts(server, series, knob_sets, win, stale, pauses)
     _latency_now(latest, stale)
 
 
@@ -161,9 +162,15 @@ def _numbers_now(
 
 
 def _server_charts(
-    server: pd.Series, series: pd.DataFrame, knob_sets: pd.DataFrame, win: common.Window, stale: bool
+    server: pd.Series,
+    series: pd.DataFrame,
+    knob_sets: pd.DataFrame,
+    win: common.Window,
+    stale: bool,
+    pauses: pd.DataFrame,
 ) -> None:
-    """Throughput beside requests and the knob (with its confirmed sets), each with its CSV."""
+    """Throughput (with the server's pauses marked: a doubled latency's usual cause) beside requests and the
+    knob (with its confirmed sets), each with its CSV."""
     sid = int(server["id"])
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
     x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
@@ -173,7 +180,9 @@ def _server_charts(
             series, {"output_tok_s": "output", "prefill_tok_s": "input (prefill)"}, "Throughput", "tok/s",
             stale=stale, height=260, x_range=x_range,
         )  # fmt: skip
-        common.chart(fig, series[["ts", *[c for c in series if c.startswith(("output_tok", "prefill_tok"))]]],
+        tok_cols = ["ts", *[c for c in series if c.startswith(("output_tok", "prefill_tok"))]]
+        common.chart(pause_marks.mark_pauses(fig, pauses, stale),
+                     lambda: pause_marks.with_pauses(series[tok_cols], pauses),
                      f"ov_tok_{sid}", f"throughput-server{sid}")  # fmt: skip
     with right:
         fig = charts.load_and_knob(series, knob_sets, max_running, x_range, stale=stale)
