@@ -53,7 +53,7 @@ from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop  # 
 from spectower.simulator.open_loop_cost import WindowStreams  # noqa: E402
 from spectower.simulator.profile import ContextCost, Profile, load_profile  # noqa: E402
 from spectower.storage import queries  # noqa: E402
-from spectower.storage.database import open_database  # noqa: E402
+from spectower.storage.database import Database, open_recorded  # noqa: E402
 from spectower.storage.request_traces import Slo, load_request_trace, schedule  # noqa: E402
 
 RUN_DIR = REPO_ROOT / "data" / "gpu-runs" / "h200-8b-early-pair-triton-replay-2026-12-04"
@@ -97,7 +97,11 @@ def measured_samples(run_dir: Path, max_running: int) -> dict[str, Samples]:
     as ``control.speedup.estimate_per_bin`` reads them (none where the run kept no policy.db)."""
     if not (run_dir / "policy.db").exists():
         return {}
-    db = open_database(run_dir / "policy.db", existing=True)
+    with open_recorded(run_dir / "policy.db") as db:  # a copy: the run's own file keeps its bytes
+        return _samples_of(db, max_running)
+
+
+def _samples_of(db: Database, max_running: int) -> dict[str, Samples]:
     servers = queries.servers(db)
     if len(servers) != 1:
         raise ValueError(f"--run-dir: expected one server's counters in policy.db, found {len(servers)}")

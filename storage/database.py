@@ -6,7 +6,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 import zlib
@@ -525,3 +527,18 @@ def open_database(
     # an explicit URL may be anything SQLAlchemy takes (sqlite:// in memory too); None is the CLI default
     resolved = default_db_url() if url is None else normalize_url(os.fspath(url))
     return Database(resolved, echo=echo, busy_timeout_ms=busy_timeout_ms, existing=existing)
+
+
+@contextmanager
+def open_recorded(path: str | os.PathLike[str]) -> Iterator[Database]:
+    """A recorded database file (a GPU run's, a capture) opened from a copy for reading: opening migrates a
+    database to this spectower's schema in place, and a recorded one is data whose bytes stay as recorded
+    (data/gpu-runs/MANIFEST.csv); the copy goes with the context."""
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: no such database file")
+    with tempfile.TemporaryDirectory(prefix="spectower-recorded-") as tmp:
+        copy = Path(tmp) / source.name
+        shutil.copyfile(source, copy)
+        with open_database(copy, existing=True) as db:
+            yield db

@@ -131,3 +131,28 @@ def test_gaps_and_collector_health(tmp_path: Path) -> None:
         assert (h.errors_total, h.last_error, h.last_success_ts, h.lag_s) == (1, "refused", 170.0, 0.2)
     finally:
         db.close()
+
+
+def test_a_recorded_database_is_read_from_a_copy_that_keeps_its_bytes(tmp_path: Path) -> None:
+    """open_recorded: a database of an older schema is migrated in the copy only (the recorded file keeps
+    its bytes and gets no backup beside it), and reads as the file holds it; a missing file is one error."""
+    from spectower.storage import SCHEMA_VERSION
+    from spectower.storage.database import open_recorded
+
+    recorded = tmp_path / "run" / "policy.db"
+    recorded.parent.mkdir()
+    with open_database(recorded) as db:
+        db.server_id("http://gpu-1:30000", ts=1.0)
+    conn = sqlite3.connect(recorded)  # as an older spectower left it: one version back
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION - 1),))
+    conn.execute("DROP TABLE IF EXISTS server_pause")
+    conn.commit()
+    conn.close()  # the last connection: SQLite folds its write-ahead log back into the file
+    before = recorded.read_bytes()
+    with open_recorded(recorded) as db:
+        assert db.schema_version == SCHEMA_VERSION
+        assert [s.url for s in queries.servers(db)] == ["http://gpu-1:30000"]
+    assert recorded.read_bytes() == before
+    assert sorted(p.name for p in recorded.parent.iterdir()) == ["policy.db"]
+    with pytest.raises(FileNotFoundError, match="no such database file"), open_recorded(tmp_path / "none.db"):
+        pass

@@ -429,9 +429,9 @@ def test_on_the_h200_replays_stored_counters_learn_would_start_at_16_where_the_s
     it at 24, since its gated side in the bins below 47 is mostly drain with the extend, which the 7 % tax
     only partly corrects. The sweep of this stack said 48, and learn, started there, held 24."""
     from spectower.storage import queries
-    from spectower.storage.database import open_database
+    from spectower.storage.database import open_recorded
 
-    with open_database(H200_PAIR_REPLAY / "policy.db", existing=True) as db:
+    with open_recorded(H200_PAIR_REPLAY / "policy.db") as db:  # a copy: the archived run keeps its bytes
         url = queries.servers(db)[0].url
         end = 1796418887.96  # threshold:47's run ended (the control events)
         both = warm_start.from_stored_counters(db, url, 64, now=end)
