@@ -479,7 +479,8 @@ print(json.dumps([(s.get("spectower") or {}).get("loop") for s in info.get("inte
 export -f st st_bg curl  # the background runs' reads keep curl's deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
-# POLICIES may hold freeze-gc, not a policy: SGLang's /freeze_gc on the spec server between two runs
+# POLICIES may hold freeze-gc, not a policy: `spectower control freeze-gc` (SGLang's /freeze_gc, read back,
+# audited) on the spec server; put it first: the launcher's full collections pause every output (2026-12-05)
 # REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
 # (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
 # benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
