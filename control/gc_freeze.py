@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..collectors.sglang.launcher import launcher_report
+from ..collectors.sglang.launcher import first_launcher
 from ..storage.database import Database
 from .audit import Clock, record_event, validate_actor, validate_reason
 from .knob import AnswerLostError, KnobClient
@@ -28,11 +28,9 @@ ACTION = "freeze-gc"
 def frozen_counts(state: KnobState) -> dict[str, int | None]:
     """Objects each process has frozen, as the plugin reports them: ``launcher`` (once: every rank carries
     the same block) and ``rank N`` (its scheduler); None where a process does not say."""
-    counts: dict[str, int | None] = {}
+    launcher = first_launcher(rank.launcher for rank in state.ranks)
+    counts: dict[str, int | None] = {} if launcher is None else {"launcher": launcher.frozen}
     for rank in state.ranks:
-        report = launcher_report(rank.launcher)
-        if report is not None and "launcher" not in counts:
-            counts["launcher"] = report.frozen
         frozen = (rank.gc or {}).get("frozen")
         readable = isinstance(frozen, int) and not isinstance(frozen, bool)
         counts[f"rank {rank.dp_rank}"] = frozen if readable else None

@@ -86,7 +86,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import seq_lens_mirror
+from . import seq_lens_mirror, sglang_targets
 
 logger = logging.getLogger(__name__)
 
@@ -423,15 +423,7 @@ def missing_skip_targets() -> list[str]:
 def missing_targets(backend: tuple[str, str] = TRITON_BACKEND) -> list[str]:
     """The hooked methods of one attention backend (triton's, flashinfer's) this SGLang lacks, empty when
     all exist (0.5.17 and 0.5.23 have them, and ``forward_decode``, which ``forward_extend``'s hook calls)."""
-    import importlib
-
-    module_name, class_name = backend
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        return [f"{module_name}.{class_name} ({exc})"]
-    wanted = [*HOOKS, "forward_decode"]
-    return [f"{class_name}.{name}" for name in wanted if not callable(getattr(cls, name, None))]
+    return sglang_targets.missing_methods(*backend, [*HOOKS, "forward_decode"])
 
 
 def register() -> None:

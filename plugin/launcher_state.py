@@ -25,7 +25,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from . import gc_pauses
+from . import gc_pauses, sglang_targets
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +93,10 @@ def _warn_once() -> None:
 def register(registry: Any, hook_type: Any) -> bool:
     """Wrap the launcher's gather through SGLang's ``HookRegistry`` (called by the loop-stall plugin's entry
     point); False, with a warning, where this SGLang lacks it."""
-    import importlib
-
     module_name, class_name, method = TARGET
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        logger.warning("spectower launcher state: NOT hooking (%s.%s: %s)", module_name, class_name, exc)
-        return False
-    if not callable(getattr(cls, method, None)):
-        logger.warning("spectower launcher state: NOT hooking (%s.%s has no %s)", module_name, class_name,
-                       method)  # fmt: skip
+    missing = sglang_targets.missing_methods(module_name, class_name, [method])
+    if missing:
+        logger.warning("spectower launcher state: NOT hooking (missing %s)", ", ".join(missing))
         return False
     registry.register(f"{module_name}.{class_name}.{method}", hook_get_internal_state, hook_type)
     return True

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import launcher_state, stall_watch
+from . import launcher_state, sglang_targets, stall_watch
 
 logger = logging.getLogger(__name__)
 
@@ -407,14 +407,7 @@ HOOKS: dict[str, Callable[..., Any]] = {
 
 def missing_targets() -> list[str]:
     """The scheduler methods this SGLang lacks (0.5.17 and 0.5.23 have all four)."""
-    import importlib
-
-    module_name, class_name = SCHEDULER
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        return [f"{module_name}.{class_name} ({exc})"]
-    return [f"{class_name}.{name}" for name in PHASES.values() if not callable(getattr(cls, name, None))]
+    return sglang_targets.missing_methods(*SCHEDULER, PHASES.values())
 
 
 def register() -> None:

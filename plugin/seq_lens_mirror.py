@@ -45,6 +45,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import sglang_targets
+
 logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "SPECTOWER_SEQ_LENS_MIRROR"
@@ -309,14 +311,8 @@ def after_forward(noted: Noted | None, worker: Any, ran: bool = True) -> None:
 
 def missing_target() -> str | None:
     """What the hook needs that this SGLang lacks (0.5.17 and 0.5.23 have it), else None."""
-    import importlib
-
-    module_name, class_name = FUTURE_MAP_CLASS
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        return f"{module_name}.{class_name} ({exc})"
-    return None if callable(getattr(cls, RESOLVE_METHOD, None)) else f"{class_name}.{RESOLVE_METHOD}"
+    missing = sglang_targets.missing_methods(*FUTURE_MAP_CLASS, [RESOLVE_METHOD])
+    return missing[0] if missing else None
 
 
 def register() -> str | None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spectower.collectors.sglang.counters import read_counters
-from spectower.collectors.sglang.launcher import launcher_report
+from spectower.collectors.sglang.launcher import first_launcher
 from spectower.collectors.sglang.stalls import loop_report
 from spectower.control import kept_extend
 from spectower.plugin.engine_counters import rates, served, sum_ranks
@@ -126,15 +126,11 @@ def stall_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
 def launcher_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     """SGLang's launcher (plugin 0.4.8), once (every rank carries the same block): its long collections and
     its Python held, the newest with their UTC times, and what it has frozen (the read-back of freeze-gc)."""
-    for r in ranks:
-        report = launcher_report(r.get("launcher"))
-        if report is None:
-            continue
-        lines = [report.summary(utc=True)]
-        lines += [f"  long collection (UTC): {p.seconds:.3f} s to {clock_text(p.at)}"
-                  for p in report.recent_long]  # fmt: skip
-        return lines
-    return []
+    report = first_launcher(r.get("launcher") for r in ranks)
+    if report is None:
+        return []
+    return [report.summary(utc=True), *(f"  long collection (UTC): {p.seconds:.3f} s to {clock_text(p.at)}"
+                                        for p in report.recent_long)]  # fmt: skip
 
 
 def mirror_lines(ranks: list[Mapping[str, Any]]) -> list[str]:

@@ -11,7 +11,7 @@ the block reads as None.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,3 +122,13 @@ def launcher_report(block: Any) -> LauncherReport | None:
         held=_count(watch.get("held")) if watch is not None else None,
         recent_held=_pauses(watch.get("recent_held")) if watch is not None else (),
     )
+
+
+def first_launcher(blocks: Iterable[Any]) -> LauncherReport | None:
+    """The launcher's report from the ranks' ``launcher`` blocks: the launcher is one process and every rank
+    carries the same block, so the first that reads is it (None: no rank carries one)."""
+    for block in blocks:
+        report = launcher_report(block)
+        if report is not None:
+            return report
+    return None

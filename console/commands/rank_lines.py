@@ -98,13 +98,12 @@ def launcher_lines(ranks: Sequence[RankState]) -> list[str]:
     """SGLang's launcher (plugin 0.4.8, plugin/launcher_state.py), once: every rank carries the same block,
     the launcher being one process. Its long collections stop every request's output even when no rank
     stalled; where they ran long and nothing is frozen, the line after says what stops them."""
-    from ...collectors.sglang.launcher import launcher_report
+    from ...collectors.sglang.launcher import first_launcher
 
-    for rank in ranks:
-        report = launcher_report(rank.launcher)
-        if report is not None:
-            return [f"  {report.summary()}", *([f"    {report.advice}"] if report.advice else [])]
-    return []
+    report = first_launcher(rank.launcher for rank in ranks)
+    if report is None:
+        return []
+    return [f"  {report.summary()}", *([f"    {report.advice}"] if report.advice else [])]
 
 
 def when_text(ts: Any) -> str:

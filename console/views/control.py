@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
-from ...collectors.sglang.launcher import launcher_report
+from ...collectors.sglang.launcher import first_launcher
 from ...collectors.sglang.stalls import loop_report
 from .. import actions, data, estimate, settings
 from . import common
@@ -150,7 +150,7 @@ def render() -> None:
         _change_form(url, knob, max_running, operator, state, live)
         if live.get("lock"):
             _release_form(url, live, operator)
-        launcher = launcher_report(next((r.get("launcher") for r in live.get("ranks") or []), None))
+        launcher = first_launcher(r.get("launcher") for r in live.get("ranks") or [])
         if launcher is not None and launcher.frozen == 0:
             _freeze_form(url, operator)
     _show_result()
@@ -223,14 +223,12 @@ def _stalls(live: dict[str, Any]) -> None:
 def _launcher(live: dict[str, Any]) -> None:
     """SGLang's launcher (plugin 0.4.8): its long collections pause every request's output even when no rank
     stalled; said once (every rank carries the same block), with what stops them where nothing is frozen."""
-    for rank in live.get("ranks") or []:
-        report = launcher_report(rank.get("launcher"))
-        if report is None:
-            continue
-        st.markdown(f"**Launcher:** {report.summary()}")
-        if report.advice:
-            st.warning(report.advice)
+    report = first_launcher(rank.get("launcher") for rank in live.get("ranks") or [])
+    if report is None:
         return
+    st.markdown(f"**Launcher:** {report.summary()}")
+    if report.advice:
+        st.warning(report.advice)
 
 
 def _freeze_form(url: str, operator: settings.Operator) -> None:

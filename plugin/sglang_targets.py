@@ -1,0 +1,20 @@
+"""Whether this SGLang has the methods a plugin module hooks: the one check every entry point makes before
+it registers a hook, so a missing or renamed method is one warning naming it, not a failed hook at launch.
+
+Standard library only (it runs inside SGLang).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+
+def missing_methods(module_name: str, class_name: str, methods: Iterable[str]) -> list[str]:
+    """``Class.method`` for each of ``methods`` the class lacks (empty when all exist); the one entry
+    ``module.Class (why)`` when the class itself cannot be imported."""
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        return [f"{module_name}.{class_name} ({exc})"]
+    return [f"{class_name}.{name}" for name in methods if not callable(getattr(cls, name, None))]
