@@ -74,31 +74,68 @@ def parse_run(text: str) -> Run:
 
 
 def runs_from_db(db: Database, max_running_requests: int) -> list[Run]:
-    """The replays the database holds as runs, each split where a confirmed set moved the ceiling."""
+    """The runs the database holds, each split where a confirmed set moved the ceiling: its saved replays
+    (``bench replay``'s runs, each from its start for its measured duration), else the closed-loop runs
+    ``measure_off.sh``'s policy phase audits (its ``policy run: X`` event to its ``policy run X done``)."""
     with db.session() as session:
         replay = select(BenchRun).where(BenchRun.source == "replay").order_by(BenchRun.created_at)
         replays = session.exec(replay).all()
         points = {p.run_id: p for p in session.exec(select(BenchPoint)).all()}
-        confirmed = (ControlEvent.action == "set", ControlEvent.confirmed == True)  # noqa: E712
-        sets = session.exec(select(ControlEvent).where(*confirmed).order_by(ControlEvent.ts)).all()
-    out: list[Run] = []
+        events = session.exec(select(ControlEvent).order_by(ControlEvent.ts)).all()
+    sets = [e for e in events if e.action == "set" and e.confirmed and e.new_max_bs is not None]
+    spans: list[tuple[str, float, float]] = []
     for run in replays:
         point = points.get(run.id)
-        if point is None or not point.duration_s:
+        if point is not None and point.duration_s:
+            name = (run.tag or f"run-{run.id}").removeprefix("replay-")
+            spans.append((name, float(run.created_at), float(run.created_at) + float(point.duration_s)))
+    if not spans:
+        spans = audited_runs(events)
+    out: list[Run] = []
+    for name, start, end in spans:
+        out += split_at_sets(name, start, end, sets, max_running_requests)
+    return out
+
+
+# measure_off.sh's audit reasons: "policy run: X" opens a run, "policy run X done" ends it
+RUN_OPENS, RUN_ENDS = "policy run: ", ("policy run ", " done")
+
+
+def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float]]:
+    """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: its first ``policy run: X``
+    event (the lock's set, or the release before a policy starts) to its ``policy run X done`` release; a
+    policy run twice is ``X-2`` the second time, as the script names its logs."""
+    out: list[tuple[str, float, float]] = []
+    started: float | None = None
+    for event in events:
+        reason = event.reason
+        if started is None and reason.startswith(RUN_OPENS):
+            started = float(event.ts)
+        elif started is not None and reason.startswith(RUN_ENDS[0]) and reason.endswith(RUN_ENDS[1]):
+            label = reason.removeprefix(RUN_ENDS[0]).removesuffix(RUN_ENDS[1]).replace(":", "-")
+            taken = {name for name, _, _ in out}
+            out.append((label if label not in taken else f"{label}-2", started, float(event.ts)))
+            started = None
+    return out
+
+
+def split_at_sets(
+    name: str, start: float, end: float, sets: Sequence[ControlEvent], max_running_requests: int
+) -> list[Run]:
+    """One run per ceiling it held: cut where a confirmed set moved it (the last set before its start gives
+    its first); the stretch before any set is left out (its ceiling unknown)."""
+    before = [e for e in sets if e.ts <= start]
+    ceiling = before[-1].new_max_bs if before else None
+    cuts = [e for e in sets if start < e.ts < end]
+    bounds = [start, *(float(e.ts) for e in cuts), end]
+    ceilings = [ceiling, *(e.new_max_bs for e in cuts)]
+    out: list[Run] = []
+    for i, value in enumerate(ceilings):
+        if value is None:
             continue
-        name = (run.tag or f"run-{run.id}").removeprefix("replay-")
-        start, end = float(run.created_at), float(run.created_at) + float(point.duration_s)
-        before = [e for e in sets if e.ts <= start and e.new_max_bs is not None]
-        ceiling = before[-1].new_max_bs if before else None
-        cuts = [e for e in sets if start < e.ts < end and e.new_max_bs is not None]
-        bounds = [start, *(float(e.ts) for e in cuts), end]
-        ceilings = [ceiling, *(e.new_max_bs for e in cuts)]
-        for i, value in enumerate(ceilings):
-            if value is None:
-                continue  # the ceiling is unknown until the first set
-            top = value >= max_running_requests
-            label = name if len(ceilings) == 1 else f"{name}@{'max' if top else value}"
-            out.append(Run(label, bounds[i], bounds[i + 1], TOP if top else int(value)))
+        top = value >= max_running_requests
+        label = name if len(ceilings) == 1 else f"{name}@{'max' if top else value}"
+        out.append(Run(label, bounds[i], bounds[i + 1], TOP if top else int(value)))
     return out
 
 
@@ -213,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL)")
     parser.add_argument("--run", action="append", default=[], help="NAME=START:END:CEILING, once per run")
     parser.add_argument("--runs-from-db", action="store_true",
-                        help="the database's replays as runs, split where the ceiling moved")  # fmt: skip
+                        help="the database's replays (else its audited policy runs) as runs, "
+                             "split where the ceiling moved")  # fmt: skip
     parser.add_argument("--max-running-requests", type=int, default=64,
                         help="with --runs-from-db: a set at or above it is always on")  # fmt: skip
     parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on; '' none)")
@@ -236,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs_from_db:
             runs += runs_from_db(db, args.max_running_requests)
             if not runs:
-                raise ValueError("--runs-from-db: the database holds no saved replay runs")
+                raise ValueError("--runs-from-db: the database holds no saved replay, no audited policy run")
             # a found run set may lack a steady one: no ratio for that mode
             steady = {flag: name if name in {r.name for r in runs} else "" for flag, name in steady.items()}
         servers = queries.servers(db)

@@ -448,7 +448,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
           --rate-scale "$REPLAY_RATE_SCALE" --duration "${LOAD_SECONDS}s" --api generate --save --db "$DB" \
           --tag "replay-$label" --json > "$OUT/replay-$label.json" 2> "$OUT/load-$label.log"
       else
-        st bench load --server "$SPEC_URL" --pattern day --period "${LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
+        st bench load --server "$SPEC_URL" --pattern "$LOAD_PATTERN" --period "${LOAD_PERIOD:-$LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
           --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
           > "$OUT/load-$label.log" 2>&1
       fi
@@ -484,7 +484,9 @@ export -f st st_bg curl  # the background runs' reads keep curl's deadline and s
 # REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
 # (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
 # benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
-export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} \
+# LOAD_PATTERN (default day): bench load's --pattern, e.g. steps:16,48,64 with LOAD_PERIOD (s) for steady
+# levels per bin, so explore_lean.py --runs-from-db sets explored against steady rates (issue #32, item 2)
+export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} LOAD_PATTERN=${LOAD_PATTERN:-day} LOAD_PERIOD=${LOAD_PERIOD:-} \
   POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} LEARN_ARGS=${LEARN_ARGS:-} \
   REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1}
 
