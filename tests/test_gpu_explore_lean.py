@@ -165,3 +165,30 @@ def test_closed_loop_policy_runs_are_found_from_the_audit_where_no_replay_was_sa
     assert (runs["off"].ceiling, runs["threshold-32@32"].ceiling) == (0, 32)
     assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (221, 250, 280)
     assert runs["learn-2"].ceiling == 8 and (runs["learn-2"].start, runs["learn-2"].end) == (290, 350)
+
+
+REPLAY_0505B = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05b/1-policies"
+
+
+def test_below_a_partial_ceiling_the_drain_served_less_than_always_off_while_barely_drafting(
+    tmp_path: Path,
+) -> None:
+    """The 0.5 pair under Azure's replay, collectors frozen (2026-12-05, plugin 0.4.8): every bin a partial
+    ceiling drafts above the smallest ones ran almost only gated, held at 0 steps with the draft extend
+    after each burst until the holed requests finished (the drain), and served less than always off's
+    locked gated rate there; the smallest bins, where the load fell low enough to draft, served 1.2-2.3x."""
+    db = tmp_path / "policy.db"
+    shutil.copy(REPLAY_0505B / "policy.db", db)
+    out = tmp_path / "lean.json"
+    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    served = {(r["bin"], r["run"]): r for r in json.loads(out.read_text())["served"]}
+    assert {run for _, run in served} == {"threshold-47@47", "learn@24", "learn-2"}  # off is the reference
+    for b in (32, 48):  # threshold:47 drafts them: drafted under a tenth of their steps, below off's rate
+        row = served[(b, "threshold-47@47")]
+        assert row["drafted_steps"] < 0.12 * row["gated_steps"] and row["ratio"] < 0.9
+    for run in ("learn@24", "learn-2"):  # learn at 24: bins 16-24 are its, 1-12 drafted
+        row = served[(24, run)]
+        assert row["drafted_steps"] < 0.01 * row["gated_steps"] and row["ratio"] < 0.95
+        assert all(served[(b, run)]["ratio"] > 1.2 for b in (1, 3, 8))
+    assert served[(16, "learn@24")]["ratio"] < 0.85

@@ -9,6 +9,11 @@ mode, explored against steady, and the gated ratio again after learn's kept-exte
 server's extend rows measure over the runs, plugin 0.4.6, else ``kept_extend_tax``: control/kept_extend.py),
 which is what learn's estimate uses.
 
+Then what each run's ceiling made of each bin ("served per bin"): all its steps there, drafted and gated,
+against always off's gated rate. Below a partial ceiling a bin can serve less than always off without
+drafting: after each burst the gated-decode plugin's drain holds it at 0 steps with the draft extend (the 0.5
+pair under Azure's replay, 2026-12-05: 0.84-0.92 of always off, drafting under 12 % of those bins' steps).
+
 Then what exploring cost each run under a ceiling, in time: the step seconds of drafting explored above the
 ceiling, and the seconds more than their tokens would have taken gated (the bin's own gated rate in that
 run), as shares of the run's step time. Explored drafting batches cost 2-5x a gated step where contexts are
@@ -21,7 +26,9 @@ long (Azure's replay on the H200, 2026-12-04), so a share of batches is a larger
 (``max``: always on, ``0``: always off). ``--runs-from-db`` finds them instead for the replays the database
 holds (``bench replay``'s saved runs, as ``measure_off.sh`` makes them): each run from its start for its
 measured duration, split where a set moved the ceiling (``learn@16``, ``learn@8``), an operator's set of 0
-as ``0`` and of the server's maximum as ``max``. Counters are read through storage's one query module. The
+as ``0`` and of the server's maximum as ``max``; in a database without replays, the closed-loop runs the
+policy phase audited (``policy run: X`` to ``policy run X done``; ``LOAD_PATTERN=steps:16,48,64`` gives
+steady levels per bin). Counters are read through storage's one query module. The
 bin the ceiling falls in runs both modes by design (the gate reopens below the ceiling minus a margin):
 ``mixed``.
 """
@@ -202,6 +209,46 @@ def lean_table(
     return rows
 
 
+def served_table(
+    totals: dict[str, dict[tuple[int, str], list[float]]],
+    runs: Sequence[Run],
+    steady_off: str,
+    min_steps: int,
+) -> list[dict[str, Any]]:
+    """Per bin and run (the always-off run aside): what the run's ceiling made of the bin, all its steps
+    there (drafted and gated) as output tok/s of step time, over the always-off run's gated rate. Below a
+    partial ceiling a bin need not draft: after a burst the gated-decode plugin holds it at 0 steps with the
+    draft extend until the holed requests finish (the drain), so the bin can serve less than always off
+    without drafting at all (the 0.5 pair under Azure's replay, 2026-12-05: learn at 24 drafted bins 1-12
+    only, its bins 16 and 24 drained at 0.70 and 0.94 of off's rate)."""
+    out = []
+    off_cells = totals.get(steady_off, {})
+    bins = sorted({b for cells in totals.values() for b, _ in cells})
+    for b in bins:
+        off = rate(off_cells.get((b, "gated")), min_steps)
+        for run in runs:
+            if run.name == steady_off:
+                continue
+            drafted = totals[run.name].get((b, "drafted"), [0.0, 0.0, 0.0])
+            gated = totals[run.name].get((b, "gated"), [0.0, 0.0, 0.0])
+            both = [d + g for d, g in zip(drafted, gated, strict=True)]
+            served = rate(both, min_steps)
+            if served is None:
+                continue
+            row: dict[str, Any] = {
+                "bin": b,
+                "run": run.name,
+                "drafted_steps": int(drafted[0]),
+                "gated_steps": int(gated[0]),
+                "served_tok_s": served,
+                "off_tok_s": off,
+            }
+            if off:
+                row["ratio"] = served / off
+            out.append(row)
+    return out
+
+
 def explore_cost(
     totals: dict[str, dict[tuple[int, str], list[float]]], runs: Sequence[Run], min_steps: int
 ) -> list[dict[str, Any]]:
@@ -302,6 +349,15 @@ def main(argv: list[str] | None = None) -> int:
         for key, fmt in FORMATS:
             values.append("-" if row.get(key) is None else format(row[key], fmt))
         print(" ".join(f"{v:>{w}}" if w > 0 else f"{v:<{-w}}" for v, w in zip(values, widths, strict=True)))
+    served = served_table(totals, runs, steady["--steady-off"], args.min_steps)
+    if served:
+        print("served per bin (all a run's steps there, drafted and gated) against always off's gated rate")
+        print(f"{'bin':>4} {'run':<14} {'drafted':>8} {'gated':>8} {'served':>8} {'off':>8} {'ratio':>6}")
+        for row in served:
+            off = "-" if row["off_tok_s"] is None else f"{row['off_tok_s']:.0f}"
+            ratio = f"{row['ratio']:.3f}" if "ratio" in row else "-"
+            print(f"{row['bin']:>4} {row['run']:<14} {row['drafted_steps']:>8} {row['gated_steps']:>8} "
+                  f"{row['served_tok_s']:>8.0f} {off:>8} {ratio:>6}")  # fmt: skip
     costs = explore_cost(totals, runs, args.min_steps)
     if costs:
         print("drafting explored above the ceiling: step s, explored s (share), extra s over gated (share)")
@@ -309,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c['run']:<14} {c['step_s']:8.1f} {c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
                   f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"lean": rows, "cost": costs}, indent=1))
+        args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs}, indent=1))
     return 0
 
 
