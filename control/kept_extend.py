@@ -3,7 +3,7 @@
 A bin the ceiling drafts measures its gated side on batches that keep the draft extend (explored gated
 batches among drafting ones, and the drain after a burst), while gating that bin for good would skip it
 (plugin/gated_decode.py). So learn scales those gated rates up by ``1 / (1 - tax)`` before it compares the
-modes (``policy.learn_counters.with_gated_scaled``). The tax is not a constant: on the H200 it was 7 % of a
+modes (``policy.learn_counters.as_choices``). The tax is not a constant: on the H200 it was 7 % of a
 gated step with 64-token prompts (data/gpu-runs/NOTEBOOK.md, "The four policies", 2.) and 12-14 % at bins
 24-32 under Azure's conversation prompts (the 2026-12-04 replay: the extend's attention reads the whole
 context), where a constant 7 % left the gated side 5-7 % low and learn drafting where it lost.

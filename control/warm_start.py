@@ -268,11 +268,10 @@ def from_counters(
         mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
     tax, tax_text = kept_extend.or_assumed(kept_extend_tax)
     scale = 1.0 / (1.0 - tax)
-    corrected = []
-    for interval, ceiling in zip(intervals, known, strict=True):
-        drafted = (learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
-                   else [int(b) in mostly for b in interval["bins"]])  # fmt: skip
-        corrected.append(learn_counters.with_gated_scaled(interval, drafted, scale))
+    masks = [learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
+             else [int(b) in mostly for b in interval["bins"]]
+             for interval, ceiling in zip(intervals, known, strict=True)]  # fmt: skip
+    corrected = learn_counters.as_choices(intervals, masks, scale)
     est, _ = learn_counters.estimate_without_thin(corrected)
     if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
         return None

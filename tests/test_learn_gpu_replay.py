@@ -95,10 +95,13 @@ def test_without_the_dwell_learn_drafts_up_to_32_at_three_and_a_half_minutes(
     recorded: tuple[list[Any], float],
 ) -> None:
     """The thin-bin rule alone (no change limit): 0 -> 2 at 48 s, 2 -> 32 at 3:28 (bin 32 measured: 1.58x;
-    the thin bins 3-24 below it go with it), 32 -> 48 at 3:44, 48 -> 64 at 7:44."""
+    the thin bins 3-24 below it go with it), 32 -> 48 at 3:44. What the replay decides after that is not
+    what a server at 48 would have shown it: the counters stay those recorded under ceiling 2, and learn
+    reads a bin its ceiling drafts by all its steps there, drafted and gated (``as_choices``), so the
+    recorded gated steps of bins 3-48 read as what drafting them served (it moves 48 -> 24 at 5:52)."""
     snapshots, _ = recorded
     moves = [
         (round(t), knob, d.max_bs) for t, knob, d in replay(snapshots, min_dwell_s=0) if d.max_bs is not None
     ]
-    assert [m[1:] for m in moves] == [(0, 2), (2, 32), (32, 48), (48, 64)], moves
+    assert [m[1:] for m in moves[:3]] == [(0, 2), (2, 32), (32, 48)], moves
     assert moves[1][0] <= 210, moves

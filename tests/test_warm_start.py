@@ -422,12 +422,13 @@ def test_a_measured_kept_extend_tax_corrects_a_drafting_bins_gated_side(tmp_path
 H200_PAIR_REPLAY = Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-04"
 
 
-def test_on_the_h200_replays_stored_counters_learn_would_start_at_16_where_the_sweep_said_48() -> None:
+def test_on_the_h200_replays_stored_counters_learn_would_start_at_12_where_the_sweep_said_48() -> None:
     """The collector's own database of the H200 replay (2026-12-04, the second launch: always off, then
-    threshold:47, under Azure's prompts). Read at the end of the runs, its counters put learn at 16 (the
-    locked off's steady gated steps beside threshold:47's drafted ones); threshold:47's 4 minutes alone put
-    it at 24, since its gated side in the bins below 47 is mostly drain with the extend, which the 7 % tax
-    only partly corrects. The sweep of this stack said 48, and learn, started there, held 24."""
+    threshold:47, under Azure's prompts). Read at the end of the runs, its counters put learn at 12, and
+    threshold:47's 4 minutes alone put it there too: below 47 that run drafted little and drained most of
+    its steps (gated with the extend), and what drafting those bins served counts all of them
+    (``learn_counters.as_choices``). Counting its drafted steps alone, the same counters said 16 and 24.
+    The sweep of this stack said 48, and learn, started there, held 24."""
     from spectower.storage import queries
     from spectower.storage.database import open_recorded
 
@@ -436,8 +437,30 @@ def test_on_the_h200_replays_stored_counters_learn_would_start_at_16_where_the_s
         end = 1796418887.96  # threshold:47's run ended (the control events)
         both = warm_start.from_stored_counters(db, url, 64, now=end)
         alone = warm_start.from_stored_counters(db, url, 64, now=end, window_s=end - 1796418644.43)
-    assert both is not None and both.ceiling == 16, both
-    assert alone is not None and alone.ceiling == 24, alone
+    assert both is not None and both.ceiling == 12 and "crossover ~14 (11-28)" in both.line, both
+    assert alone is not None and alone.ceiling == 12 and "(loses at every load seen)" in alone.line, alone
+
+
+H200_PAIR_REPLAY_FROZEN = (
+    Path(__file__).resolve().parents[1] / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05b/1-policies"
+)
+
+
+def test_with_the_drain_counted_the_frozen_replays_counters_start_learn_below_the_ceiling_it_held() -> None:
+    """The 0.5 pair's replay with the collectors frozen (2026-12-05, always off first, then threshold:47 and
+    learn twice). Learn started at 24 from these counters (`crossover < 32 (loses at every load seen)`) and
+    held it: its few drafted steps in bin 24 paid, while that bin drained 99 % of its steps (gated with the
+    extend) and served 0.92 of always off's rate. Counting what drafting such bins served, the same counters
+    start it at 16 (before its first run) and 12 (before its second, whose interval no longer allows 24)."""
+    from spectower.storage import queries
+    from spectower.storage.database import open_recorded
+
+    with open_recorded(H200_PAIR_REPLAY_FROZEN / "policy.db") as db:
+        url = queries.servers(db)[0].url
+        first = warm_start.from_stored_counters(db, url, 64, now=1796444812.2, current=47)
+        second = warm_start.from_stored_counters(db, url, 64, now=1796445005.0, current=24)
+    assert first is not None and first.ceiling == 16, first
+    assert second is not None and second.ceiling == 12 and "crossover ~15 (7.1-22)" in second.line, second
 
 
 def test_a_knob_within_what_the_counters_allow_stays_where_it_is(tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ decision this policy
    A bin the ceiling drafts measures its gated side on explored batches that keep the draft extend, so
    its gated rate is scaled up by ``1 / (1 - tax)``: the option ``kept_extend_tax`` where given, else the
    tax this server's counters measure over the window (plugin 0.4.6, control/kept_extend.py), else 7 %;
+   and its drafting side is what drafting it served: its drafted and gated steps together (the drain after
+   bursts runs gated), in preference to drafting explored while the ceiling gated it
+   (``learn_counters.as_choices``);
 3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
    the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
    at every bin measured: a bin the exploring windows never draft, above twice a gated ceiling

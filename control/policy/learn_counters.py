@@ -113,27 +113,66 @@ def ceiling_of(bound: int, max_running_requests: int) -> int:
     return max_running_requests if bound >= max_running_requests else bound
 
 
-def with_gated_scaled(interval: dict[str, Any], scaled: list[bool], scale: float) -> dict[str, Any]:
-    """The interval with the gated tokens and rates of the bins ``scaled`` marks (one flag per bin) times
-    ``scale``: a drafting bin's gated steps were explored in a drafting stream and kept the draft extend,
-    so ``1 / (1 - kept_extend_tax)`` makes them a gated stream's (``DEFAULT_KEPT_EXTEND_TAX``)."""
-    gated = dict(interval["gated"])
-    gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], scaled, strict=True)]
-    gated["tok_s"] = [r * scale if r is not None and w else r
-                      for r, w in zip(gated["tok_s"], scaled, strict=True)]  # fmt: skip
-    return {**interval, "gated": gated}
+def as_choices(
+    intervals: list[dict[str, Any]], masks: list[list[bool]], scale: float
+) -> list[dict[str, Any]]:
+    """The intervals as the two choices of each bin, which is what learn weighs there: drafting it against
+    gating it. ``masks``: per interval, per bin, whether its ceiling drafted the bin.
+
+    - What drafting a bin serves is everything the bin ran while the ceiling drafted it: its drafted steps
+      and its gated ones together. Such a bin runs gated batches with the draft extend too: explored ones,
+      and after every burst above the ceiling the drain, which holds the batch at 0 steps until the requests
+      the burst left holed have finished (plugin/gated_decode.py). Under bursty traffic that is most of its
+      steps (the 0.5 pair under Azure's replay on the H200, 2026-12-05: threshold:47 drafted 7-12 % of bins
+      24-48's steps and those bins served 0.84-0.89 of always off's rate,
+      data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05b). Counting only the drafted steps credited
+      drafting with a rate the bin never served. Where the intervals hold a bin drafted by its ceiling in
+      ``MIN_INTERVALS`` of them, that is its drafting side; the drafting explored while the ceiling gated it
+      is left out (its batches draft but drain nothing: it would read drafting as paying again as soon as
+      the ceiling gates the bin). Elsewhere the explored drafting is all there is, and stands.
+    - What gating a bin serves is its gated steps' rate, times ``scale`` = ``1 / (1 - kept_extend_tax)``
+      where the ceiling drafted it: those steps kept the extend, which a bin the ceiling gates skips
+      (``DEFAULT_KEPT_EXTEND_TAX``).
+
+    A bin drafted by its ceiling that only drains so reads ``1 - kept_extend_tax``: gating it serves more.
+    Under a steady load a drafted bin's gated steps are its explored ones, a few %, and its drafting side is
+    its drafted rate within that share of the difference."""
+    if len(masks) != len(intervals):
+        raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
+    chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
+    for interval, mask in zip(intervals, masks, strict=True):
+        for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
+            if drafted and interval["drafted"]["steps"][i] + interval["gated"]["steps"][i] > 0:
+                chosen_in[int(b)] = chosen_in.get(int(b), 0) + 1
+    known = {b for b, n in chosen_in.items() if n >= MIN_INTERVALS}
+    out = []
+    for interval, mask in zip(intervals, masks, strict=True):
+        gated, chosen = dict(interval["gated"]), dict(interval["drafted"])
+        # per bin: 1 adds the gated steps to the drafting side, 0 keeps the drafted ones, -1 drops them
+        bins_masked = zip(interval["bins"], mask, strict=True)
+        how = [1 if w else (-1 if int(b) in known else 0) for b, w in bins_masked]
+        for key in ("steps", "tokens", "time_s"):
+            chosen[key] = [d + g if h > 0 else (0 if h < 0 else d)
+                           for d, g, h in zip(chosen[key], gated[key], how, strict=True)]  # fmt: skip
+        for key, num, den in (("tok_s", "tokens", "time_s"), ("step_s", "time_s", "steps")):
+            rows = zip(chosen[num], chosen[den], chosen.get(key, [None] * len(how)), how, strict=True)
+            chosen[key] = [(x / y if x > 0 and y > 0 else None) if h != 0 else r for x, y, r, h in rows]
+        gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], mask, strict=True)]
+        gated["tok_s"] = [r * scale if r is not None and w else r
+                          for r, w in zip(gated["tok_s"], mask, strict=True)]  # fmt: skip
+        out.append({**interval, "drafted": chosen, "gated": gated})
+    return out
 
 
 def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
     """Per bin, whether ``ceiling`` drafts it (None: unknown, speculation as launched: every bin): the bins
-    whose gated side ``with_gated_scaled`` corrects."""
+    ``as_choices`` reads as the two choices."""
     return [ceiling is None or int(b) <= ceiling for b in bins]
 
 
 def corrected(intervals: list[dict[str, Any]], tax: float) -> list[dict[str, Any]]:
-    """The intervals with the gated side of the bins each one's ceiling (``CEILING_KEY``; absent or None:
-    every bin, speculation as launched) drafted scaled by ``1 / (1 - tax)``."""
-    if tax == 0.0:
-        return intervals
+    """The intervals as the two choices (``as_choices``) of the bins each one's ceiling (``CEILING_KEY``;
+    absent or None: every bin, speculation as launched) drafted, the gated side scaled by
+    ``1 / (1 - tax)``."""
     scale = 1.0 / (1.0 - tax)
-    return [with_gated_scaled(i, drafted_by(i["bins"], i.get(CEILING_KEY)), scale) for i in intervals]
+    return as_choices(intervals, [drafted_by(i["bins"], i.get(CEILING_KEY)) for i in intervals], scale)
