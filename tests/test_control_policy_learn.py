@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import random
+import re
 from typing import Any
 
 import pytest
@@ -199,6 +200,10 @@ def test_a_bin_the_ceiling_drafts_but_that_mostly_drains_is_read_by_what_it_serv
     # gated by 12, bins 16-32 explore drafting at 1.3x again; what drafting them served stays in the window
     assert knob == 12 and len(changes) == 1, changes
     assert "within what the crossover allows" in decisions[-1].reason
+    move = next(d.reason for d in decisions if d.max_bs is not None)
+    # the steps, not the time: a gated step (20 ms here) is shorter than a drafted one (30 ms)
+    drain = r"ran gated while drafted \(the drain after bursts\): 16: 9\d %, 24: 9\d %, 32: 9\d %$"
+    assert re.search(drain, move), move
 
 
 def test_bins_the_load_never_reached_keep_their_side() -> None:

@@ -72,9 +72,11 @@ from .learn_counters import (
     DEFAULT_Z,
     MIN_INTERVALS,
     bin_floor,
+    ceiling_masks,
     ceiling_of,
     corrected,
     estimate_without_thin,
+    gated_while_drafted,
     keep_or_move,
     plan_ceilings,
 )
@@ -94,6 +96,8 @@ WAIT_SAMPLES = 2
 # Exploration while the estimate is decisive where the load is (item 6 above): a quarter of the default share
 # still measures every busy bin (one batch in 200 per bin, in runs) so that a drift shows within minutes.
 DEFAULT_QUIET_SHARE = 0.005
+# A move names the bins its ceiling drafted that ran at least this share of their steps gated (the drain)
+DRAIN_NOTE_SHARE = 0.5
 DEFAULT_QUIET_AFTER_S = 120.0
 OPTION_DEFAULTS: dict[str, float] = {
     "window_s": DEFAULT_WINDOW_S,
@@ -264,8 +268,8 @@ class LearnPolicy:
                 f"the change limit (one per {self.min_dwell_s:.0f} s, {self.max_flips_per_hour}"
                 f"/h) applies"
             )
-        return self._set(now, target, f"move the ceiling {knob} -> {target}: crossover {est.label}, "
-                                      f"{self._describe(est)}; {self.tax_text}")  # fmt: skip
+        why = f"crossover {est.label}, {self._describe(est)}; {self.tax_text}{self._drain_text()}"
+        return self._set(now, target, f"move the ceiling {knob} -> {target}: {why}")
 
     def _ceiling(self, bound: int) -> int:
         return ceiling_of(bound, self.max_running_requests)
@@ -343,6 +347,15 @@ class LearnPolicy:
         if high >= self.max_running_requests:
             return f"on from ceiling {low} up" if low < high else "always on"
         return f"ceilings {low}..{high}" if low != high else f"ceiling {low}"
+
+    def _drain_text(self) -> str:
+        """The bins the ceiling drafted that ran mostly gated (the drain after bursts): why drafting batches
+        faster than gated ones can still lose there."""
+        shares = gated_while_drafted(self._intervals, ceiling_masks(self._intervals))
+        mostly = [f"{b}: {100 * share:.0f} %" for b, share in shares.items() if share >= DRAIN_NOTE_SHARE]
+        if not mostly:
+            return ""
+        return "; ran gated while drafted (the drain after bursts): " + ", ".join(mostly)
 
     @staticmethod
     def _describe(est: speedup.SpeedupEstimate) -> str:

@@ -170,9 +170,27 @@ def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
     return [ceiling is None or int(b) <= ceiling for b in bins]
 
 
+def ceiling_masks(intervals: list[dict[str, Any]]) -> list[list[bool]]:
+    """Per interval, per bin, whether the ceiling it ran under (``CEILING_KEY``; absent or None: every bin,
+    speculation as launched) drafted the bin."""
+    return [drafted_by(i["bins"], i.get(CEILING_KEY)) for i in intervals]
+
+
 def corrected(intervals: list[dict[str, Any]], tax: float) -> list[dict[str, Any]]:
-    """The intervals as the two choices (``as_choices``) of the bins each one's ceiling (``CEILING_KEY``;
-    absent or None: every bin, speculation as launched) drafted, the gated side scaled by
-    ``1 / (1 - tax)``."""
-    scale = 1.0 / (1.0 - tax)
-    return as_choices(intervals, [drafted_by(i["bins"], i.get(CEILING_KEY)) for i in intervals], scale)
+    """The intervals as the two choices (``as_choices``) of the bins each one's ceiling drafted, the gated
+    side scaled by ``1 / (1 - tax)``."""
+    return as_choices(intervals, ceiling_masks(intervals), 1.0 / (1.0 - tax))
+
+
+def gated_while_drafted(intervals: list[dict[str, Any]], masks: list[list[bool]]) -> dict[int, float]:
+    """Per bin a ceiling drafted in some interval, the share of its steps there that ran gated: the drain
+    after bursts and explored gated batches. What learn says when it gates a bin whose drafted batches
+    were faster (``as_choices``)."""
+    steps: dict[int, list[int]] = {}
+    for interval, mask in zip(intervals, masks, strict=True):
+        for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
+            if drafted:
+                cell = steps.setdefault(int(b), [0, 0])
+                cell[0] += int(interval["gated"]["steps"][i])
+                cell[1] += int(interval["drafted"]["steps"][i]) + int(interval["gated"]["steps"][i])
+    return {b: gated / total for b, (gated, total) in sorted(steps.items()) if total > 0}
