@@ -158,13 +158,15 @@ def test_closed_loop_policy_runs_are_found_from_the_audit_where_no_replay_was_sa
             session.add_all(rows)
             session.commit()
         runs = {r.name: r for r in explore_lean.runs_from_db(db, 64)}
-    # the second before a policy's first set keeps the ceiling the run before left
-    assert sorted(runs) == ["learn-2", "learn@16", "learn@32", "learn@8", "off", "on", "threshold-32@0",
-                            "threshold-32@32"]  # fmt: skip
-    assert (runs["on"].start, runs["on"].end, runs["on"].ceiling) == (10, 70, explore_lean.TOP)
-    assert (runs["off"].ceiling, runs["threshold-32@32"].ceiling) == (0, 32)
-    assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (221, 250, 280)
-    assert runs["learn-2"].ceiling == 8 and (runs["learn-2"].start, runs["learn-2"].end) == (290, 350)
+    # a policy's first set comes within the settling seconds: the run starts at the ceiling it set
+    assert sorted(runs) == ["learn-2", "learn@16", "learn@8", "off", "on", "threshold-32"]
+    assert runs["threshold-32"].ceiling == 32
+    settle = explore_lean.SETTLE_S  # the run before's last batches, in the interval spanning the event
+    assert (runs["on"].start, runs["on"].end, runs["on"].ceiling) == (10 + settle, 70, explore_lean.TOP)
+    assert runs["off"].ceiling == 0
+    assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (222, 250, 280)
+    assert runs["learn-2"].ceiling == 8
+    assert (runs["learn-2"].start, runs["learn-2"].end) == (290 + settle, 350)
 
 
 REPLAY_0505B = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05b/1-policies"

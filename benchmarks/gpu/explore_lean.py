@@ -106,12 +106,16 @@ def runs_from_db(db: Database, max_running_requests: int) -> list[Run]:
 
 # measure_off.sh's audit reasons: "policy run: X" opens a run, "policy run X done" ends it
 RUN_OPENS, RUN_ENDS = "policy run: ", ("policy run ", " done")
+# An audited run starts this long after its opening event: the collector's counter interval that spans the
+# event (1 s apart in measure_off.sh) holds the run before's last batches (a sim rehearsal's always off read
+# 2 s of always on's drafting as explored)
+SETTLE_S = 2.0
 
 
 def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float]]:
-    """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: its first ``policy run: X``
-    event (the lock's set, or the release before a policy starts) to its ``policy run X done`` release; a
-    policy run twice is ``X-2`` the second time, as the script names its logs."""
+    """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: ``SETTLE_S`` after its first
+    ``policy run: X`` event (the lock's set, or the release before a policy starts) to its ``policy run X
+    done`` release; a policy run twice is ``X-2`` the second time, as the script names its logs."""
     out: list[tuple[str, float, float]] = []
     started: float | None = None
     for event in events:
@@ -121,7 +125,7 @@ def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float
         elif started is not None and reason.startswith(RUN_ENDS[0]) and reason.endswith(RUN_ENDS[1]):
             label = reason.removeprefix(RUN_ENDS[0]).removesuffix(RUN_ENDS[1]).replace(":", "-")
             taken = {name for name, _, _ in out}
-            out.append((label if label not in taken else f"{label}-2", started, float(event.ts)))
+            out.append((label if label not in taken else f"{label}-2", started + SETTLE_S, float(event.ts)))
             started = None
     return out
 

@@ -508,8 +508,13 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       # what exploring cost each run in time (drafting explored above its ceiling), from the runs' own counters
       { python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db \
         --min-steps 30 | sed -n '/^drafting explored/,$p' || true; }
-    elif [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
-    else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
+    else
+      if [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
+      else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
+      # explored against steady rates per bin, and what each ceiling made of each bin (issue #32, item 2),
+      # the closed-loop runs found from the audit (LOAD_PATTERN=steps:...: steady levels)
+      python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 || true
+    fi
   else
     # a consistent copy while the collector still writes (SQLite's online backup API, safe beside a live
     # writer and its -wal): a machine taken back before the runs end (2026-12-04: learn's counters went with
