@@ -16,7 +16,14 @@ from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import explore_lean
-from spectower.storage.database import open_database
+from spectower.storage import queries
+from spectower.storage.database import Database, open_database
+
+
+def db_server_id(db: Database) -> int:
+    servers = queries.servers(db)
+    assert len(servers) == 1 and servers[0].id is not None
+    return servers[0].id
 
 RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
 T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
@@ -158,15 +165,13 @@ def test_closed_loop_policy_runs_are_found_from_the_audit_where_no_replay_was_sa
             session.add_all(rows)
             session.commit()
         runs = {r.name: r for r in explore_lean.runs_from_db(db, 64)}
-    # a policy's first set comes within the settling seconds: the run starts at the ceiling it set
-    assert sorted(runs) == ["learn-2", "learn@16", "learn@8", "off", "on", "threshold-32"]
-    assert runs["threshold-32"].ceiling == 32
-    settle = explore_lean.SETTLE_S  # the run before's last batches, in the interval spanning the event
-    assert (runs["on"].start, runs["on"].end, runs["on"].ceiling) == (10 + settle, 70, explore_lean.TOP)
-    assert runs["off"].ceiling == 0
-    assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (222, 250, 280)
-    assert runs["learn-2"].ceiling == 8
-    assert (runs["learn-2"].start, runs["learn-2"].end) == (290 + settle, 350)
+    # the second before a policy's first set keeps the ceiling the run before left
+    assert sorted(runs) == ["learn-2", "learn@16", "learn@32", "learn@8", "off", "on", "threshold-32@0",
+                            "threshold-32@32"]  # fmt: skip
+    assert (runs["on"].start, runs["on"].end, runs["on"].ceiling) == (10, 70, explore_lean.TOP)
+    assert (runs["off"].ceiling, runs["threshold-32@32"].ceiling) == (0, 32)
+    assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (221, 250, 280)
+    assert runs["learn-2"].ceiling == 8 and (runs["learn-2"].start, runs["learn-2"].end) == (290, 350)
 
 
 REPLAY_0505B = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-replay-2026-12-05b/1-policies"
@@ -194,3 +199,17 @@ def test_below_a_partial_ceiling_the_drain_served_less_than_always_off_while_bar
         assert row["drafted_steps"] < 0.01 * row["gated_steps"] and row["ratio"] < 0.95
         assert all(served[(b, run)]["ratio"] > 1.2 for b in (1, 3, 8))
     assert served[(16, "learn@24")]["ratio"] < 0.85
+
+
+def test_a_runs_counters_are_the_intervals_that_start_within_it(tmp_path: Path) -> None:
+    """The interval that spans a run's start holds the batches before it: left out. On the frozen replay's
+    counters (2026-12-05b), a run started in the middle of a stored interval begins with the next one."""
+    db_path = tmp_path / "policy.db"
+    shutil.copy(REPLAY_0505B / "policy.db", db_path)
+    db = open_database(str(db_path), existing=True)
+    server = db_server_id(db)
+    off = {r.name: r for r in explore_lean.runs_from_db(db, 64)}["off"]
+    stored = queries.counter_intervals(db, server, off.start, off.end, max_intervals=100_000)
+    middle = (float(stored[9]["ts"]) + float(stored[10]["ts"])) / 2  # within the 11th stored interval
+    kept = explore_lean.run_intervals(db, server, explore_lean.Run("off", middle, off.end, 0))
+    assert [i["ts"] for i in kept] == [i["ts"] for i in stored[11:]]

@@ -36,6 +36,7 @@ bin the ceiling falls in runs both modes by design (the gate reopens below the c
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -106,16 +107,12 @@ def runs_from_db(db: Database, max_running_requests: int) -> list[Run]:
 
 # measure_off.sh's audit reasons: "policy run: X" opens a run, "policy run X done" ends it
 RUN_OPENS, RUN_ENDS = "policy run: ", ("policy run ", " done")
-# An audited run starts this long after its opening event: the collector's counter interval that spans the
-# event (1 s apart in measure_off.sh) holds the run before's last batches (a sim rehearsal's always off read
-# 2 s of always on's drafting as explored)
-SETTLE_S = 2.0
 
 
 def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float]]:
-    """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: ``SETTLE_S`` after its first
-    ``policy run: X`` event (the lock's set, or the release before a policy starts) to its ``policy run X
-    done`` release; a policy run twice is ``X-2`` the second time, as the script names its logs."""
+    """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: its first ``policy run: X``
+    event (the lock's set, or the release before a policy starts) to its ``policy run X done`` release; a
+    policy run twice is ``X-2`` the second time, as the script names its logs."""
     out: list[tuple[str, float, float]] = []
     started: float | None = None
     for event in events:
@@ -125,7 +122,7 @@ def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float
         elif started is not None and reason.startswith(RUN_ENDS[0]) and reason.endswith(RUN_ENDS[1]):
             label = reason.removeprefix(RUN_ENDS[0]).removesuffix(RUN_ENDS[1]).replace(":", "-")
             taken = {name for name, _, _ in out}
-            out.append((label if label not in taken else f"{label}-2", started + SETTLE_S, float(event.ts)))
+            out.append((label if label not in taken else f"{label}-2", started, float(event.ts)))
             started = None
     return out
 
@@ -148,6 +145,19 @@ def split_at_sets(
         label = name if len(ceilings) == 1 else f"{name}@{'max' if top else value}"
         out.append(Run(label, bounds[i], bounds[i + 1], TOP if top else int(value)))
     return out
+
+
+# How far before a run the intervals are read, to know where its first one starts (the one before it ends)
+LOOKBACK_S = 60.0
+
+
+def run_intervals(db: Database, server_id: int, run: Run) -> list[dict[str, Any]]:
+    """The server's stored counter intervals that lie within the run: each starts (the interval before it
+    ends) at or after the run's start. One that spans the start holds the run before's last batches (a
+    rehearsal on the simulator: a 5-s interval over the set of an operator's off carried 22 of always on's
+    drafted steps into it)."""
+    read = queries.counter_intervals(db, server_id, run.start - LOOKBACK_S, run.end, max_intervals=100_000)
+    return [now for before, now in itertools.pairwise(read) if float(before["ts"]) >= run.start]
 
 
 def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
@@ -331,9 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = queries.servers(db)
         if len(servers) != 1:
             raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
-        totals = {run.name: bin_totals(queries.counter_intervals(db, servers[0].id, run.start, run.end,
-                                                                 max_intervals=100_000))
-                  for run in runs}  # fmt: skip
+        totals = {run.name: bin_totals(run_intervals(db, servers[0].id, run)) for run in runs}
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
         extend = queries.extend_totals(db, servers[0].id, *span, max_intervals=100_000) if span else None
