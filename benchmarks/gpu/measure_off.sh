@@ -429,6 +429,11 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
         off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes --db "$DB" ;;
+        off-polled)  # always off, locked, while a policy reads /server_info every 2 s as learn does (paused by
+          # the lock): what a policy'"'"'s reads cost the scheduler, apart from being unlocked (2026-12-05c)
+          st control set --server "$SPEC_URL" --off --reason "policy run: always off, polled" --as gpu-check --yes --db "$DB"
+          st_bg control auto --server "$SPEC_URL" --policy threshold:0 --interval 2s --db "$DB" > "$OUT/auto-$label.log" 2>&1
+          apid=$! ;;
         *) if [ -n "${POLICY_START:-}" ]; then  # where the policy starts from (stop 24 started learn at 0)
              st control set --server "$SPEC_URL" --max-bs "$POLICY_START" --reason "policy run: start" --as gpu-check \
                --yes --db "$DB"
@@ -479,7 +484,8 @@ print(json.dumps([(s.get("spectower") or {}).get("loop") for s in info.get("inte
 export -f st st_bg curl  # the background runs' reads keep curl's deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
-# POLICIES may hold freeze-gc, not a policy: `spectower control freeze-gc` (SGLang's /freeze_gc, read back,
+# POLICIES may hold off-polled: always off (locked) while `control auto` reads /server_info every 2 s, held by
+# the lock (its reads apart from being unlocked); and freeze-gc, not a policy: `spectower control freeze-gc` (SGLang's /freeze_gc, read back,
 # audited) on the spec server; put it first: the launcher's full collections pause every output (2026-12-05)
 # REPLAY_TRACE (a trace CSV in the repo): each policy under the trace open-loop instead of the day load
 # (`bench replay --speedup REPLAY_SPEEDUP --rate-scale REPLAY_RATE_SCALE --duration LOAD_SECONDS`; scored by
@@ -515,6 +521,8 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       # the closed-loop runs found from the audit (LOAD_PATTERN=steps:...: steady levels)
       python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 || true
     fi
+    # each run's share of the scheduler loop (2026-12-05c: taking in requests cost 3x after always off)
+    if compgen -G "$OUT/stalls-*.json" >/dev/null; then python3 benchmarks/gpu/loop_phases.py "$OUT"/stalls-*.json || true; fi
   else
     # a consistent copy while the collector still writes (SQLite's online backup API, safe beside a live
     # writer and its -wal): a machine taken back before the runs end (2026-12-04: learn's counters went with

@@ -9,7 +9,7 @@ their UTC times (benchmarks/gpu/call_summary.py), and a replay's tail is set aga
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...plugin.stall_watch import clock_text
@@ -137,6 +137,8 @@ class LoopReport:
     longest_s: float
     recent: tuple[Stall, ...]
     phase_seconds: dict[str, float]
+    # each phase's calls since the launch (input and schedule: once per loop turn; run and result: per batch)
+    phase_calls: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         if not self.stalls:
@@ -180,4 +182,5 @@ def loop_report(block: Any) -> LoopReport | None:
         longest_s=_float(block.get("longest_stall_s")),
         recent=recent,
         phase_seconds={p: _float(_mapping(phases[p]).get("seconds")) for p in PHASES if p in phases},
+        phase_calls={p: _int(_mapping(phases[p]).get("calls")) or 0 for p in PHASES if p in phases},
     )

@@ -1,0 +1,140 @@
+"""What the scheduler's loop spent its time on in each policy run of one launch.
+
+``measure_off.sh`` saves ``stalls-<run>.json`` after every policy run: each rank's ``loop`` block of the
+plugin (plugin/loop_stalls.py), whose phase times and calls count from the launch. This sets the runs in the
+order they ran (the counts only grow, so the order needs no clock) and prints each run as the difference from
+the one before: per rank, the loop's turns and batches, and the seconds of each phase with their cost per
+turn (taking in requests, scheduling) or per batch (running it, waiting for its result). The first run's
+figures also hold the launch and warm-up, and it is marked so.
+
+Why it exists: on the H100 of 2026-12-05 (the 0.5 pair under Azure's replay) every run after always off
+spent about 3x its seconds taking in requests (14 s against 4.5 s over runs of 180 s), while the runs' tokens
+were the same. Whether that is the policy's reads, the queue, or the order of the runs is for the next calls
+to tell (data/gpu-runs/NOTEBOOK.md); this prints the figure for every launch from now on.
+
+    python3 benchmarks/gpu/loop_phases.py 1-policies/stalls-*.json [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spectower.collectors.sglang.stalls import PHASES, LoopReport, loop_report
+from spectower.storage.files import parse_json_text, read_text_capped
+
+MAX_STALLS_BYTES = 4 * 1024 * 1024  # each rank's loop block: a few kB with its recent stalls' stacks
+PER_TURN = ("input", "schedule")  # once per turn of the loop; "run" and "result" once per batch
+
+
+@dataclass(frozen=True)
+class RunLoop:
+    """One run's share of the loop on one rank: calls and seconds per phase."""
+
+    run: str
+    rank: int
+    calls: dict[str, int]
+    seconds: dict[str, float]
+    since_launch: bool  # the first run: its figures hold the launch and warm-up too
+
+    def per_call_ms(self, phase: str) -> float | None:
+        calls = self.calls.get(phase, 0)
+        return 1000.0 * self.seconds.get(phase, 0.0) / calls if calls > 0 else None
+
+
+def run_name(path: Path) -> str:
+    """``stalls-threshold-47.json`` -> ``threshold-47``."""
+    return path.stem.removeprefix("stalls-")
+
+
+def read_ranks(path: Path) -> list[LoopReport]:
+    """Each rank's loop block saved after a run; a file without one is one line naming it."""
+    try:
+        doc = parse_json_text(read_text_capped(path, MAX_STALLS_BYTES))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if not isinstance(doc, list) or not doc:
+        raise ValueError(f"{path}: expected a list of each rank's loop block")
+    reports = [loop_report(block) for block in doc]
+    if any(report is None or not report.phase_calls for report in reports):
+        raise ValueError(f"{path}: a rank has no loop block with its phases' calls (a plugin before 0.4.7?)")
+    return [report for report in reports if report is not None]
+
+
+def progress(report: LoopReport) -> tuple[int, float]:
+    """How far a rank's loop had come: every phase's calls, then seconds (both only grow within a launch;
+    the simulator counts results alone)."""
+    return sum(report.phase_calls.values()), sum(report.phase_seconds.values())
+
+
+def per_run(saved: dict[str, list[LoopReport]]) -> list[RunLoop]:
+    """Each run's own figures per rank, in the order the runs ran: the difference from the run before."""
+    if len({len(ranks) for ranks in saved.values()}) > 1:
+        raise ValueError("the files hold different numbers of ranks: not one launch")
+    order = sorted(saved, key=lambda run: progress(saved[run][0]))
+    rows: list[RunLoop] = []
+    before: list[LoopReport] | None = None
+    for run in order:
+        ranks = saved[run]
+        for rank, report in enumerate(ranks):
+            earlier = before[rank] if before is not None else None
+            calls = {p: report.phase_calls.get(p, 0) - (earlier.phase_calls.get(p, 0) if earlier else 0)
+                     for p in PHASES}  # fmt: skip
+            seconds = {p: report.phase_seconds.get(p, 0.0) - (earlier.phase_seconds.get(p, 0.0) if earlier
+                                                               else 0.0) for p in PHASES}  # fmt: skip
+            if any(value < 0 for value in (*calls.values(), *seconds.values())):
+                raise ValueError(f"{run}: rank {rank}'s counts fall from the run before: not one launch "
+                                 "(a restarted server counts from 0 again)")  # fmt: skip
+            first = before is None
+            rows.append(RunLoop(run=run, rank=rank, calls=calls, seconds=seconds, since_launch=first))
+        before = ranks
+    return rows
+
+
+def _cell(seconds: float, per_call: float | None, unit: str) -> str:
+    return f"{seconds:7.1f} s ({per_call:.3f} {unit})" if per_call is not None else f"{seconds:7.1f} s (-)"
+
+
+def print_rows(rows: Sequence[RunLoop]) -> None:
+    print("the scheduler loop per run (the difference from the run before; per turn for input and schedule, "
+          "per batch for run and result)")  # fmt: skip
+    print(f"{'run':<18}{'rank':>5}{'turns':>9}{'batches':>9}  "
+          + "".join(f"{phase:<22}" for phase in PHASES))  # fmt: skip
+    for row in rows:
+        cells = "".join(
+            f"{_cell(row.seconds[p], row.per_call_ms(p), 'ms'):<22}" for p in PHASES
+        )
+        name = row.run + (" *" if row.since_launch else "")
+        print(f"{name:<18}{row.rank:>5}{row.calls['input']:>9}{row.calls['result']:>9}  {cells}")
+    if any(row.since_launch for row in rows):
+        print("* the first run: its figures also hold everything since the launch (warm-up, graphs)")
+
+
+def as_json(rows: Sequence[RunLoop]) -> list[dict[str, Any]]:
+    return [{"run": r.run, "rank": r.rank, "since_launch": r.since_launch, "calls": r.calls,
+             "seconds": {p: round(s, 6) for p, s in r.seconds.items()}} for r in rows]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path, help="stalls-<run>.json files of one launch")
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+    args = parser.parse_args(argv)
+    try:
+        rows = per_run({run_name(path): read_ranks(path) for path in args.files})
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print_rows(rows)
+    if args.json is not None:
+        args.json.write_text(json.dumps(as_json(rows), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""benchmarks/gpu/loop_phases.py: each policy run's share of the scheduler loop, from the cumulative loop
+blocks saved after every run, on the H100 replay of 2026-12-05 (data/gpu-runs/)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
+import loop_phases
+
+RUN = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05c/1-policies"
+NAMES = ("off", "threshold-47", "learn", "learn-2")  # the order they ran in
+
+
+def saved() -> dict[str, list[loop_phases.LoopReport]]:
+    # given out of order on purpose: the counts alone say the order
+    return {name: loop_phases.read_ranks(RUN / f"stalls-{name}.json") for name in sorted(NAMES)}
+
+
+def test_the_runs_are_put_in_the_order_they_ran_and_only_the_first_holds_the_launch() -> None:
+    rows = loop_phases.per_run(saved())
+    assert [row.run for row in rows] == list(NAMES)
+    assert [row.since_launch for row in rows] == [True, False, False, False]
+
+
+def test_each_run_is_the_difference_from_the_one_before_and_input_tripled_after_always_off() -> None:
+    rows = {row.run: row for row in loop_phases.per_run(saved())}
+    assert rows["off"].seconds["input"] == pytest.approx(4.502, abs=0.01)  # since the launch
+    assert rows["threshold-47"].seconds["input"] == pytest.approx(19.042 - 4.502, abs=0.01)
+    assert rows["learn-2"].calls["run"] == 51198 - 38295  # batches of the last run alone
+    for later in NAMES[1:]:  # the finding the script exists to print for every launch
+        assert rows[later].seconds["input"] > 3 * rows["off"].seconds["input"]
+        assert rows[later].per_call_ms("input") > 3 * rows["off"].per_call_ms("input")
+
+
+def test_a_restarted_server_counting_from_zero_again_is_one_line_not_a_negative_run(tmp_path: Path) -> None:
+    doc = json.loads((RUN / "stalls-off.json").read_text())
+    for phase in doc[0]["phases"].values():
+        phase["calls"] *= 10  # a second launch's: off sorts last, yet its seconds are fewer than learn-2's
+    restarted = saved() | {"off": [loop_phases.loop_report(doc[0])]}
+    with pytest.raises(ValueError, match="not one launch"):
+        loop_phases.per_run(restarted)  # type: ignore[arg-type]
+
+
+def test_a_file_without_loop_blocks_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "stalls-old.json"
+    bad.write_text("[null]")
+    assert loop_phases.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "stalls-old.json" in err and "loop block" in err
+
+
+def test_the_table_and_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "loop.json"
+    files = [str(RUN / f"stalls-{name}.json") for name in NAMES]
+    assert loop_phases.main([*files, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "off *" in text and "everything since the launch" in text
+    rows = json.loads(out.read_text())
+    assert [row["run"] for row in rows] == list(NAMES)
+    assert rows[1]["calls"]["input"] == 291557 - 168735
+
+
+def test_a_loop_that_counts_only_results_is_ordered_by_them_as_the_simulator_reports_it() -> None:
+    def block(results: int) -> loop_phases.LoopReport:
+        report = loop_phases.loop_report({"phases": {
+            "input": {"calls": 0, "seconds": 0.0}, "schedule": {"calls": 0, "seconds": 0.0},
+            "run": {"calls": 0, "seconds": 0.0}, "result": {"calls": results, "seconds": results / 200},
+        }})  # fmt: skip
+        assert report is not None
+        return report
+
+    rows = loop_phases.per_run({"late": [block(3000)], "early": [block(1000)], "middle": [block(2000)]})
+    assert [row.run for row in rows] == ["early", "middle", "late"]
+    assert [row.calls["result"] for row in rows] == [1000, 1000, 1000]
