@@ -102,9 +102,14 @@ def parse_server_log(lines: Iterable[str]) -> tuple[LauncherHold, ...]:
 
 
 def read_server_log(path: Path, max_bytes: int = MAX_LOG_BYTES) -> tuple[LauncherHold, ...]:
-    """The pauses an SGLang server log tells of (plain text, or gzip when it ends in ``.gz``), refused past
-    ``max_bytes`` (of text, inflated); a file that cannot be read is a ``FileReadError`` naming it. Bytes that
-    are not UTF-8 (a log copied while a line was being written) are replaced: it is a log."""
+    """The pauses an SGLang server log tells of (``read_log_lines``)."""
+    return parse_server_log(read_log_lines(path, max_bytes))
+
+
+def read_log_lines(path: Path, max_bytes: int = MAX_LOG_BYTES) -> list[str]:
+    """An SGLang server log's lines (plain text, or gzip when it ends in ``.gz``), refused past ``max_bytes``
+    (of text, inflated); a file that cannot be read is a ``FileReadError`` naming it. Bytes that are not UTF-8
+    (a log copied while a line was being written) are replaced: it is a log."""
     try:
         with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)
@@ -114,7 +119,7 @@ def read_server_log(path: Path, max_bytes: int = MAX_LOG_BYTES) -> tuple[Launche
         raise FileReadError(f"{path}: cannot read (a damaged gzip file: {exc})") from None
     if len(raw) > max_bytes:
         raise FileReadError(f"{path}: more than {max_bytes} bytes")
-    return parse_server_log(raw.decode("utf-8", errors="replace").splitlines())
+    return raw.decode("utf-8", errors="replace").splitlines()
 
 
 def holds_during(holds: Iterable[LauncherHold], start: float, end: float) -> list[LauncherHold]:
