@@ -32,8 +32,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # dropped before SGLang's acceptance EMA (``Gate.mark_gated``, knob_gate.mark_drained); 0.4.7: the scheduler's
 # output stalls, each long gap between two batch results with where its time went (loop in the report,
 # plugin/loop_stalls.py, its own entry point); 0.4.8: the launcher's side, its long collections and its Python
-# held, and each process's frozen objects (launcher in the report, plugin/launcher_state.py)
-PLUGIN_VERSION = "0.4.8"
+# held, and each process's frozen objects (launcher in the report, plugin/launcher_state.py); 0.4.9: under an
+# operator's off the draft model's prefill over each prompt is skipped too (prefills_skipped in the report's
+# gated_decode, plugin/gated_decode.py)
+PLUGIN_VERSION = "0.4.9"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

@@ -72,6 +72,18 @@ lifetime after the knob went up. A drained batch is counted as gated in the deco
 result is kept from SGLang's acceptance EMA (``knob_gate.mark_drained``).
 ``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
 
+The draft's prefill under an operator's off. Every prefill runs the draft model over the whole prompt after
+the target (``EagleDraftWorker._draft_extend_for_prefill``), at 0 steps too. Closed-loop checks with 64-token
+prompts never saw it; Azure's conversation trace sends about 4 prompt tokens for every output token (2.17 M
+against 0.51 M in a 180-s replay, data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05c), and the draft's
+one layer is about 4 % of the 8B-shaped target's prefill. So while a lock holds the knob at 0
+(``knob_gate.prefill_skip_allowed``: nothing drafts or explores until it is released) a prefill batch skips
+it: SGLang's own stub (``_stub_skipped_draft_extend``) fills the next draft input's fields with zeros, as for
+a skipped decode extend, and the batch's requests are remembered as holed, so the drain covers them once the
+knob goes up. A chunked prompt whose last chunk runs after a release is not remembered (it left the decode
+batches' reckoning between its chunks): it drafts cold, which costs acceptance, never correctness.
+``SPECTOWER_SKIP_DRAFT_PREFILL=0`` keeps the draft's prefill.
+
 Flashinfer's host wait. With the extend skipped, a flashinfer server's gated step still waited about 1 ms
 on the host for the previous step's lengths (``seq_lens_mirror``: why, and the mirror that removes the
 wait; registered with the skip hooks, whose ``forward_batch_generation`` hook tells it what ran).
@@ -186,23 +198,36 @@ def reads_launch_width() -> bool:
 
 
 SKIP_ENV = "SPECTOWER_GATED_SKIP_EXTEND"
+PREFILL_SKIP_ENV = "SPECTOWER_SKIP_DRAFT_PREFILL"
 DRAIN_ENV = "SPECTOWER_DRAIN_MAX_STEPS"
 DEFAULT_DRAIN_MAX_STEPS = 4096
 WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")
 DRAFT_WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker")
 
 
+def _ask_knob_plugin(question: str, without: bool) -> bool:
+    """The knob plugin's answer to ``question`` (one of its functions) in this process; ``without`` where no
+    knob plugin runs here; False where asking fails (never raised into SGLang's step)."""
+    plugin = sys.modules.get("spectower.plugin.knob_gate")
+    if plugin is None:
+        return without
+    try:
+        return bool(getattr(plugin, question)())
+    except Exception:
+        return False
+
+
 def _knob_allows_skip() -> bool:
     """Whether a 0-step batch may skip its draft extend: the knob plugin says its ceiling gated the batch
     and nothing needs the draft warm now (``extend_skip_allowed``), or no knob plugin runs in this process
     (SGLang's own bands chose 0 steps; the drain covers their way back)."""
-    plugin = sys.modules.get("spectower.plugin.knob_gate")
-    if plugin is None:
-        return True
-    try:
-        return bool(plugin.extend_skip_allowed())
-    except Exception:
-        return False
+    return _ask_knob_plugin("extend_skip_allowed", without=True)
+
+
+def _knob_allows_prefill_skip() -> bool:
+    """Whether a prefill batch may skip the draft's extend over its prompts: only where the knob plugin runs
+    in this process and says a lock holds the knob at 0 (``prefill_skip_allowed``)."""
+    return _ask_knob_plugin("prefill_skip_allowed", without=False)
 
 
 def _tell_knob_plugin(what: str, tell: Callable[[Any], object]) -> None:
@@ -248,9 +273,14 @@ class ExtendSkip:
         allowed: Callable[[], bool] = _knob_allows_skip,
         enabled: bool | None = None,
         drain_max_steps: int | None = None,
+        prefill_allowed: Callable[[], bool] = _knob_allows_prefill_skip,
     ) -> None:
         self.allowed = allowed
+        self.prefill_allowed = prefill_allowed
         self.enabled = os.environ.get(SKIP_ENV, "1") != "0" if enabled is None else enabled
+        self.prefill_enabled = self.enabled and os.environ.get(PREFILL_SKIP_ENV, "1") != "0"
+        self.prefill_worker: Any = None  # the EAGLEWorkerV2 running the current prefill batch
+        self.prefills_skipped = 0
         if drain_max_steps is None:
             try:
                 drain_max_steps = int(os.environ.get(DRAIN_ENV, DEFAULT_DRAIN_MAX_STEPS))
@@ -313,6 +343,15 @@ class ExtendSkip:
             self.batches_skipped += 1
             self.holed.update(self._rids())
 
+    def skip_prefill(self, reqs: Sequence[Any]) -> bool:
+        """Whether this prefill batch skips the draft's extend over its prompts; if so its requests are holed
+        (the drain waits for them once the knob goes up)."""
+        if not (self.prefill_enabled and self.prefill_worker is not None and self.prefill_allowed()):
+            return False
+        self.holed.update(getattr(req, "rid", None) for req in reqs)
+        self.prefills_skipped += 1
+        return True
+
     def report(self) -> dict[str, Any]:
         return {
             "enabled": self.enabled,
@@ -320,6 +359,7 @@ class ExtendSkip:
             "batches_skipped": self.batches_skipped,
             "batches_drained": self.batches_drained,
             "drains_cut_short": self.drains_cut_short,
+            "prefills_skipped": self.prefills_skipped,
         }
 
 
@@ -351,8 +391,11 @@ def hook_forward_batch_generation(
         decode = not mode.is_extend() and not getattr(batch, "is_extend_in_batch", False)
         noted = seq_lens_mirror.before_forward(batch, decode)
     tracker = extend_skip()
+    prefill = mode is not None and not mode.is_idle() and not decode
     if decode:
         tracker.begin_batch(worker, getattr(batch, "reqs", ()))
+    elif prefill:
+        tracker.prefill_worker = worker
     ran = False
     try:
         result = original(worker, batch, *args, **kwargs)
@@ -361,6 +404,7 @@ def hook_forward_batch_generation(
     finally:
         if decode:
             tracker.end_batch()
+        tracker.prefill_worker = None
         seq_lens_mirror.after_forward(noted, worker, ran)
 
 
@@ -397,10 +441,37 @@ def hook_draft_extend_for_decode(
     return original(draft_worker, batch, batch_result, *args, **kwargs)
 
 
+def hook_draft_extend_for_prefill(
+    original: Callable[..., Any], draft_worker: Any, batch: Any, target_hidden_states: Any,
+    next_token_ids: Any, *args: Any, **kwargs: Any,
+) -> Any:
+    """``EagleDraftWorker._draft_extend_for_prefill``: under an operator's off, the next draft input SGLang's
+    own stub fills (zeros where the draft's outputs go, the target's next tokens as the bonus tokens) in
+    place of the draft model's pass over the prompts."""
+    tracker = extend_skip()
+    worker = tracker.prefill_worker
+    if tracker.skip_prefill(getattr(batch, "reqs", ())):
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        draft_input = EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1,
+                                      num_tokens_for_logprob_per_req=1)  # fmt: skip
+        worker._stub_skipped_draft_extend(batch, _NextDraftInput(draft_input))
+        return draft_input
+    return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
+
+
+class _NextDraftInput:
+    """What ``_stub_skipped_draft_extend`` fills: a batch result's ``next_draft_input``."""
+
+    def __init__(self, next_draft_input: Any) -> None:
+        self.next_draft_input = next_draft_input
+
+
 SKIP_HOOKS: dict[tuple[tuple[str, str], str], Callable[..., Any]] = {
     (WORKER_CLASS, "forward_batch_generation"): hook_forward_batch_generation,
     (WORKER_CLASS, "activate_step_by_batch"): hook_activate_step_by_batch,
     (DRAFT_WORKER_CLASS, "_draft_extend_for_decode"): hook_draft_extend_for_decode,
+    (DRAFT_WORKER_CLASS, "_draft_extend_for_prefill"): hook_draft_extend_for_prefill,
 }
 
 
@@ -459,9 +530,12 @@ def register() -> None:
                 HookRegistry.register(f"{module}.{cls}.{name}", hook, HookType.AROUND)
             global _HOOKED
             _HOOKED = True
+            prefill = ("skipped under an operator's off" if extend_skip().prefill_enabled
+                       else f"kept: {PREFILL_SKIP_ENV}=0")  # fmt: skip
             hooked += (
                 "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
-                "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained)"
+                "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained), "
+                f"_draft_extend_for_prefill ({prefill})"
             )
             # The mirror learns what ran from forward_batch_generation's hook, registered just above.
             mirrored = seq_lens_mirror.register()

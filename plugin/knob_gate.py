@@ -187,6 +187,15 @@ def extend_skip_allowed() -> bool:
                                           gate.explorer.phase_now)  # fmt: skip
 
 
+def prefill_skip_allowed() -> bool:
+    """Whether a prefill batch may skip the draft model's extend over its prompts (the gated-decode plugin
+    asks): a lock holds the knob at 0 (an operator's off, or a sweep's 0), so nothing drafts and nothing
+    explores until it is released; after that the drain covers the requests it left holed. A policy's 0 is
+    not enough: its windows explore drafting, which wants the prompts in the draft's cache."""
+    state = _state()
+    return state.gate.ceiling == 0 and state.owner.owner() != knob_contract.OWNER_FREE
+
+
 def _extend_skip() -> Any:
     """The gated-decode plugin's request-hole tracker in this process, or None where it does not skip."""
     gated_decode = sys.modules.get("spectower.plugin.gated_decode")

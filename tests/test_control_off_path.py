@@ -193,3 +193,13 @@ def test_the_launchers_long_collections_are_shown_once_with_what_stops_them(
     assert "788 583 objects frozen" in frozen and "/freeze_gc" not in frozen
     assert "scheduler gc 0 (1 234 objects frozen): 3 collections" in frozen
     assert "launcher (" not in _printed(_doc(real_data, None, None), monkeypatch)
+
+
+def test_skipped_prefills_of_the_draft_are_shown_once_there_are_any(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin 0.4.9: under an operator's off the draft's prefill is skipped too; `control get` counts it."""
+    report = {**_skip_report(), "prefills_skipped": 96}
+    mirror = SeqLensMirror(enabled=True, verify_every=256).report()
+    text = _printed(_doc(real_data, report, mirror), monkeypatch)
+    assert "37 drained before drafting, the draft's prefill skipped in 96 batches" in text

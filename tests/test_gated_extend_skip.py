@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from spectower.plugin.gated_decode import ExtendSkip
 
 WORKER = object()
@@ -71,3 +72,58 @@ def test_a_new_off_period_after_a_drain_starts_a_fresh_cap() -> None:
     _batch(skip, ["b"], 0)
     ceiling["value"] = 64
     assert [_batch(skip, ["b"], 3)[0] for _ in range(3)] == [0, 0, 3]
+
+
+def _prefill(skip: ExtendSkip, rids: list[str]) -> bool:
+    """One prefill batch through the worker: whether the draft's extend over its prompts is skipped."""
+    skip.prefill_worker = WORKER
+    try:
+        return skip.skip_prefill([SimpleNamespace(rid=rid) for rid in rids])
+    finally:
+        skip.prefill_worker = None
+
+
+def test_only_a_locked_zero_skips_the_drafts_prefill_and_its_prompts_drain_before_drafting() -> None:
+    locked_off = {"value": True}
+    skip = ExtendSkip(allowed=lambda: True, enabled=True, drain_max_steps=100,
+                      prefill_allowed=lambda: locked_off["value"])  # fmt: skip
+    skip.prefill_enabled = True
+    assert _prefill(skip, ["a", "b"]) is True
+    assert skip.holed == {"a", "b"} and skip.prefills_skipped == 1
+    locked_off["value"] = False  # released, the knob up: the next prompt runs the draft's prefill
+    assert _prefill(skip, ["c"]) is False
+    assert skip.holed == {"a", "b"} and skip.report()["prefills_skipped"] == 1
+    assert _batch(skip, ["a", "b", "c"], 3) == (0, False)  # the prompts the draft never saw drain first
+    assert _batch(skip, ["c"], 3) == (3, False)
+
+
+def test_the_drafts_prefill_runs_when_switched_off_or_outside_a_prefill() -> None:
+    skip = ExtendSkip(allowed=lambda: True, enabled=False, drain_max_steps=100, prefill_allowed=lambda: True)
+    assert skip.prefill_enabled is False  # the extend skip's own switch turns this one off too
+    assert _prefill(skip, ["a"]) is False and skip.holed == set()
+    on = ExtendSkip(allowed=lambda: True, enabled=True, drain_max_steps=100, prefill_allowed=lambda: True)
+    on.prefill_enabled = True
+    assert on.skip_prefill([SimpleNamespace(rid="a")]) is False  # no prefill batch running: nothing to skip
+
+
+def test_the_knob_plugin_allows_the_prefill_skip_under_a_lock_at_zero_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spectower.plugin import knob_contract as kc
+    from spectower.plugin import knob_gate
+
+    monkeypatch.setattr(knob_gate, "_STATE", None)
+    state = knob_gate._state()
+    state.gate.set_ceiling(0)
+    assert knob_gate.prefill_skip_allowed() is False  # a policy's 0: its windows explore drafting
+    state.owner.lock_writer = kc.WRITER_MANUAL  # an operator's off
+    assert knob_gate.prefill_skip_allowed() is True
+    state.gate.set_ceiling(48)  # the operator's on: prompts go through the draft
+    assert knob_gate.prefill_skip_allowed() is False
+
+
+def test_the_drafts_prefill_skip_has_its_own_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTOWER_SKIP_DRAFT_PREFILL", "0")
+    assert ExtendSkip(enabled=True).prefill_enabled is False
+    monkeypatch.delenv("SPECTOWER_SKIP_DRAFT_PREFILL")
+    assert ExtendSkip(enabled=True).prefill_enabled is True

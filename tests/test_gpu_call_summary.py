@@ -65,7 +65,7 @@ def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
     assert by_start["plugin hooks"].startswith("plugin hooks: 200 calls, 20.0 us each;")
     gate = by_start["gate, rank 0"]
     assert "2 batches drafted, 2 gated; 1 switches, 0 changes of SGLang's own steps" in gate
-    assert "extend skipped in 0 batches, 0 drained" in gate
+    assert "extend skipped in 0 batches, 0 drained; the draft's prefill skipped in 0 batches" in gate
     measured = "kept extend: 10.7 % measured (bin 48, 100 steps with the extend)"
     assert by_start["kept extend"].startswith(measured)
     assert "48: 10.7 % (100/99)" in by_start["kept extend"]  # the first gated step followed none

@@ -98,8 +98,8 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
     ]
     report = checked["extend_skip"]["report"]
     assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (20, 2, 0)
-    # and /server_info says so, in the knob plugin's block
-    assert checked["extend_skip"]["published"] == {**report, "holed_requests": 2}
+    # and /server_info says so, in the knob plugin's block (read after the prefills below: "p", "q" holed too)
+    assert checked["extend_skip"]["published"] == {**report, "holed_requests": 4}
 
 
 @plugin_tests.sglang_check
@@ -136,3 +136,19 @@ def test_a_drained_batchs_verify_never_reaches_sglangs_acceptance_ema(checked: d
     0 -> 3 -> 0 every few batches at threshold:47)."""
     before, after = checked["extend_skip"]["ema_around_drain"]
     assert before == after
+
+
+@plugin_tests.sglang_check
+def test_an_operators_off_skips_the_drafts_prefill_and_holes_its_prompts(checked: dict[str, Any]) -> None:
+    """Plugin 0.4.9: under a lock at 0 a prefill batch gets SGLang's own stub in place of the draft's pass
+    over its prompts (the target's next tokens as the bonus tokens, one token a request), and its requests are
+    holed, so the drain covers them once the knob goes up; the operator's on and a policy's 0 (its windows
+    explore drafting) run the draft's prefill."""
+    rows = [(p["phase"], p["extend"], p["bonus_is_next_tokens"], p["per_req"], p["holed"])
+            for p in checked["extend_skip"]["prefills"]]  # fmt: skip
+    assert rows == [
+        ("operator's off", "stub", True, [1, "zeros"], ["g", "h", "p", "q"]),
+        ("operator's on", "ran", False, None, ["g", "h", "p", "q"]),
+        ("policy's off", "ran", False, None, ["g", "h", "p", "q"]),
+    ]
+    assert checked["extend_skip"]["report"]["prefills_skipped"] == 1

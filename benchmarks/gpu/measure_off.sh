@@ -344,9 +344,10 @@ for rank in json.load(sys.stdin).get("internal_states", []):
 }
 
 off_vs_plain() {  # OUT LABEL: the speculative server's knob as set now against the plain server, mixed lengths
+  # OFF_INPUT_LEN: the prompts' tokens (64 by default; 1024 puts the draft's prefill in the measure, plugin 0.4.9)
   python3 benchmarks/gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${OFF_LEVELS:-1,4,16,32,64}" \
     --rounds "${AB_ROUNDS:-3}" --seconds "${OFF_SECONDS:-8}" --output-len "${OFF_OUTPUT_LEN:-64-448}" --out "$1" \
-    --label "$2 / plain"
+    --input-len "${OFF_INPUT_LEN:-64}" --label "$2 / plain"
 }
 
 do_policyoff() {  # issue #32: the knob at 0 written by a policy (no lock: exploring) and by an operator (locked)
@@ -363,7 +364,7 @@ do_policyoff() {  # issue #32: the knob at 0 written by a policy (no lock: explo
   if [ "${OFF_OPERATOR:-1}" = 1 ]; then
     say "an operator's 0 (a manual lock: nothing explores) against the plain server"
     st control set --server "$SPEC_URL" --off --reason "operator's off vs plain" --as gpu-check --yes >/dev/null
-    off_vs_plain "$OUT/operator_off_vs_plain.json" "an operator's 0"
+    off_vs_plain "$OUT/operator_off_vs_plain${OFF_TAG:+-$OFF_TAG}.json" "an operator's 0${OFF_TAG:+ ($OFF_TAG)}"
     st control release --server "$SPEC_URL" --reason "operator's off vs plain done" --as gpu-check >/dev/null
   fi
 }

@@ -23,7 +23,9 @@ def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
         if skip:
             parts.append(f"draft extend skipped in {skip.get('batches_skipped', '?')} batches, "
                          f"{skip.get('batches_drained', '?')} drained before drafting"
-                         + ("" if skip.get("enabled", True) else " (skip switched off)"))  # fmt: skip
+                         + ("" if skip.get("enabled", True) else " (skip switched off)")
+                         + (f", the draft's prefill skipped in {skip['prefills_skipped']} batches"
+                            if skip.get("prefills_skipped") else ""))  # fmt: skip
         bands = (rank.gate or {}).get("band_changes")
         if isinstance(bands, int) and bands:
             # SGLang's own adaptive band changed its step count (its acceptance EMA): each change is a

@@ -136,11 +136,16 @@ def install_worker_recorders() -> None:
     """Replace the GPU-bound bodies of a decode step with recorders before the plugins load: the hooks wrap
     them as they wrap SGLang's. ``forward_batch_generation`` keeps SGLang's decode order (activate the
     steps, verify, then the draft extend or, where SGLang's own flag says so, its stub)."""
+    import torch
     from sglang.srt.environ import envs
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
     def forward_batch_generation(self: Any, batch: Any, on_publish: Any = None, grammar_barrier: Any = None,
                                  **kwargs: Any) -> Any:  # fmt: skip
+        if batch.forward_mode.is_extend():  # the target's prefill, then the draft's over the same prompts
+            next_tokens = torch.arange(len(batch.reqs))
+            drafted = self.draft_worker._draft_extend_for_prefill(batch, "hidden states", next_tokens, None)
+            return types.SimpleNamespace(next_draft_input=drafted, next_token_ids=next_tokens)
         self.activate_step_by_batch(batch.seq_lens.shape[0])
         result = types.SimpleNamespace(steps=self.speculative_num_steps)
         if self.speculative_num_steps == 0 and envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get():
@@ -151,13 +156,20 @@ def install_worker_recorders() -> None:
 
     def stub(self: Any, batch: Any, batch_output: Any) -> None:
         batch_output.extend = "stub"
+        if hasattr(batch_output, "next_draft_input"):  # a prefill's: SGLang's stub fills its draft outputs
+            batch_output.next_draft_input.topk_p = "zeros"
 
     def draft_extend(self: Any, batch: Any, batch_result: Any, **kwargs: Any) -> None:
         batch_result.extend = "ran"
 
+    def draft_prefill(self: Any, batch: Any, hidden_states: Any, next_token_ids: Any, *args: Any,
+                      **kwargs: Any) -> Any:  # fmt: skip
+        return types.SimpleNamespace(extend="ran")
+
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation  # type: ignore[method-assign]
     EAGLEWorkerV2._stub_skipped_draft_extend = stub  # type: ignore[method-assign]
     EagleDraftWorker._draft_extend_for_decode = draft_extend  # type: ignore[method-assign]
+    EagleDraftWorker._draft_extend_for_prefill = draft_prefill  # type: ignore[method-assign]
     EagleDraftWorker._rebuild_topk1_chain_buffers = lambda self: None  # type: ignore[method-assign]
 
 
@@ -183,6 +195,20 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
 
     trace = []
     gated_decode = sys.modules["spectower.plugin.gated_decode"]
+
+    def prefill(phase: str, rids: list[str]) -> dict[str, Any]:
+        """A prefill batch: the draft's extend over its prompts ran, or SGLang's stub filled its outputs."""
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        b = batch(rids)
+        b.forward_mode = ForwardMode.EXTEND
+        out = worker.forward_batch_generation(b)
+        drafted = out.next_draft_input
+        stubbed = isinstance(drafted, EagleDraftInput)
+        return {"phase": phase, "extend": "stub" if stubbed else drafted.extend,
+                "bonus_is_next_tokens": stubbed and drafted.bonus_tokens is out.next_token_ids,
+                "per_req": [drafted.num_tokens_per_req, drafted.topk_p] if stubbed else None,
+                "holed": sorted(gated_decode.extend_skip().holed)}  # fmt: skip
 
     def run(phase: str, rids: list[str]) -> None:
         out = worker.forward_batch_generation(batch(rids))
@@ -217,10 +243,17 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     # an operator's off (a manual write locks the knob) pauses exploration: the extend is skipped again
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0, "spectower_writer": 1})
     run("off, held by an operator", ["g", "h"])
+    prefills = [prefill("operator's off", ["p", "q"])]
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 48, "spectower_writer": 1})
+    prefills.append(prefill("operator's on", ["r"]))
+    # released at 0: a policy's 0, which explores in windows and so keeps the draft's prefill
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 0, "spectower_writer": 1, "spectower_release": 1})
+    prefills.append(prefill("policy's off", ["s"]))
     counters = knob.engine_counters_state().snapshot()
     published = _harness.get_state(scheduler).get("spectower", {}).get("gated_decode")
     return {"trace": trace, "report": gated_decode.extend_skip().report(), "counters": counters,
-            "published": published, "ema_around_drain": [ema_before, ema_after]}  # fmt: skip
+            "published": published, "ema_around_drain": [ema_before, ema_after],
+            "prefills": prefills}  # fmt: skip
 
 
 def _slots(worker: Any) -> dict[str, list[float]]:
