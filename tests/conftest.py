@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,21 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Files real tools wrote (SGLang servers, its benchmark client, NVML), byte for byte: real/SOURCES.md.
 REAL_DATA = FIXTURES / "real"
+
+
+# Ports held bound (never listening) for the test process's life: see dead_url.
+_DEAD_PORTS: list[socket.socket] = []
+
+
+def dead_url() -> str:
+    """A URL where nothing listens, and nothing will while the tests run: its port stays bound without
+    listening, so a connect there is refused at once, and no server another test starts on a free port of
+    its own can take it. (A port from ``free_port`` is free only when asked: under pytest-xdist another
+    worker's simulator took one, and a fleet's "down" replica answered "wrong key".)"""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _DEAD_PORTS.append(sock)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def collect_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

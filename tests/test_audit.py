@@ -18,7 +18,7 @@ from spectower.control.knob import KnobClient
 from spectower.control.knob_state import KnobAuthError, PluginMissingError, ServerUnreachableError
 from spectower.storage.database import Database, open_database
 
-from tests.conftest import free_port
+from tests.conftest import dead_url
 from tests.fake_knob_server import FakeKnobServer
 
 URL = "http://10.1.2.3:30000"
@@ -127,7 +127,7 @@ def test_refused_attempts_are_audited_and_reraised(db: Database, tmp_path: Path)
         audit.apply_knob(db, client, "off", "try with a wrong key", "operator:bob")
     with client_for(FakeKnobServer(plugin=False)) as client, pytest.raises(PluginMissingError):
         audit.apply_knob(db, client, 3, "no plugin there", "operator:bob")
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = dead_url()
     with KnobClient(dead, KEY, timeout=2.0) as client, pytest.raises(ServerUnreachableError):
         audit.apply_knob(db, client, "off", "server is down", "operator:bob")
     rows = audit.list_events(db)

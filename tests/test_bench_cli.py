@@ -15,7 +15,7 @@ from spectower.storage import open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process, dead_url
 
 ADMIN_KEY = "cli-admin-key"
 
@@ -68,7 +68,7 @@ def test_bad_input_names_the_field_without_traceback(tmp_path: Path, args: list[
 
 
 def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = dead_url()
     proc = _run(_argv(url, tmp_path, "--concurrency", "1"))  # a subprocess: the sweep sets its signals
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "127.0.0.1" in proc.stderr

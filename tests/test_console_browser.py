@@ -31,7 +31,7 @@ from sqlmodel import select
 
 from benchmarks import synthetic
 from benchmarks.simulator_process import wait_until_ok
-from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.conftest import REAL_DATA, REPO_ROOT, SPECTOWER_CLI, dead_url, free_port
 from tests.console_layout import SETTLE_JS, full_page_screenshot, layout_problems
 
 CHROMIUM = "/usr/bin/chromium"
@@ -323,7 +323,7 @@ def test_a_fresh_console_at_1280_keeps_every_text_in_its_column(tmp_path: Path) 
     from playwright.sync_api import sync_playwright
 
     db_url = f"sqlite:///{tmp_path / 'young.db'}"
-    _fill_young(db_url, f"http://127.0.0.1:{free_port()}")  # nothing listens: Control says it cannot read
+    _fill_young(db_url, dead_url())  # nothing listens: Control says it cannot read
     port = free_port()
     env = {
         "SPECTOWER_ADMIN_KEY": ADMIN_KEY,

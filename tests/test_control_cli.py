@@ -24,7 +24,7 @@ from spectower.storage.database import open_database
 from spectower.storage.models import EngineSample
 from typer.testing import CliRunner
 
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, dead_url
 
 ADMIN_KEY = "adm-7e41c0d9b2"
 
@@ -118,7 +118,7 @@ def test_refusals_are_clean_audited_and_change_nothing(sim: Any, tmp_path: Path)
     assert missing.exit_code == 2 and "none is set" in missing.stderr
     too_big = run_cli([*base, "--max-bs", "100000", "--yes"])
     assert too_big.exit_code == 2 and "exceeds the server's max_running_requests" in too_big.stderr
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = dead_url()
     unknown = run_cli(["set", "--server", dead, "--db", str(db), "--reason", "test", "--off", "--yes"])
     assert unknown.exit_code == 2 and "cannot reach" in unknown.stderr
     assert knob_values(sim) == start

@@ -15,7 +15,7 @@ from spectower.control import audit
 from spectower.storage.database import open_database
 
 from benchmarks.simulator_process import SimulatorFactory
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, collect_cli, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, collect_cli, dead_url
 from tests.test_control_cli import OutputReader, wait_for
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ def test_one_policy_per_replica_each_with_its_own_lock_and_one_failure_stops_no_
     simulator_factory: SimulatorFactory, tmp_path: Path
 ) -> None:
     a, b, c = (simulator_factory(admin_key=ADMIN_KEY) for _ in range(3))
-    down = f"http://127.0.0.1:{free_port()}"
+    down = dead_url()
     db = tmp_path / "fleet.db"
     open_database(db).close()
     held = control("set", "--server", c.base_url, "--db", str(db), "--off", "--yes", "--reason", "c is mine",

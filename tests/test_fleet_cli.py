@@ -19,7 +19,7 @@ from spectower.storage.database import open_database
 from typer.testing import CliRunner
 
 from benchmarks.simulator_process import SimulatorProcess
-from tests.conftest import free_port
+from tests.conftest import dead_url
 from tests.slow_proxy import SlowProxy
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def replicas() -> Iterator[dict[str, Any]]:
     with concurrent.futures.ThreadPoolExecutor(len(profiles)) as pool:
         sims = list(pool.map(lambda p: SimulatorProcess(profile=p, admin_key=ADMIN_KEY), profiles))
     proxy = SlowProxy(sims[5].port, SLOW_S)
-    down = f"http://127.0.0.1:{free_port()}"
+    down = dead_url()
     urls = [s.base_url for s in sims[:5]] + [proxy.base_url, sims[6].base_url, down]
     try:
         yield {"sims": sims, "urls": urls, "down": down, "slow": proxy.base_url, "other": sims[6].base_url}
@@ -111,7 +111,7 @@ def test_several_servers_all_confirmed_exit_0_and_all_down_exit_1(fleet: Any) ->
     result = run_cli(["set", *two, "--max-bs", "8", "--reason", "two replicas", "--yes"])
     assert result.exit_code == 0, result.output
     assert [knob(u)[0] for u in fleet["urls"][:2]] == [8, 8] and knob(fleet["urls"][2])[0] != 8
-    down = ["--server", fleet["down"], "--server", f"http://127.0.0.1:{free_port()}"]
+    down = ["--server", fleet["down"], "--server", dead_url()]
     result = run_cli(["set", *down, "--off", "--reason", "nobody home", "--yes"])
     assert result.exit_code == 1, result.output
     assert "failed: not confirmed on" in result.stderr

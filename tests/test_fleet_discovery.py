@@ -17,7 +17,7 @@ from spectower.control.fleet import FleetError
 from spectower.storage.locate import DemoMarker
 
 from benchmarks.simulator_process import SimulatorProcess
-from tests.conftest import REPO_ROOT, SPECTOWER_CLI, free_port
+from tests.conftest import REPO_ROOT, SPECTOWER_CLI, dead_url, free_port
 
 # SGLang's router, "Worker Management APIs", GET /workers: the keys of each worker.
 ROUTER_WORKER_KEYS = ("id", "url", "model_id", "priority", "cost", "worker_type", "is_healthy", "load",
@@ -88,7 +88,7 @@ def two_sims() -> Iterator[list[SimulatorProcess]]:
 def test_the_simulated_router_lists_its_workers_and_the_fleet_finds_them(
     two_sims: list[SimulatorProcess], tmp_path: Path
 ) -> None:
-    down = f"http://127.0.0.1:{free_port()}"
+    down = dead_url()
     workers = [two_sims[0].base_url, down, two_sims[1].base_url]
     port = free_port()
     argv = [

@@ -28,7 +28,7 @@ from spectower.storage.models import BenchRun, ControlEvent
 from sqlmodel import select
 
 from benchmarks.simulator_process import SimulatorProcess
-from tests.conftest import SPECTOWER_CLI, cli_in_process, free_port
+from tests.conftest import SPECTOWER_CLI, cli_in_process, dead_url
 
 ADMIN_KEY = "fleet-sweep-key"
 LEVELS = (1, 2)
@@ -74,7 +74,7 @@ def fleet(sims: list[SimulatorProcess], tmp_path: Path) -> dict[str, Any]:
         assert httpx.post(f"{sim.base_url}/set_internal_state", json=body, headers=sim.admin_headers,
                           timeout=5).json() == [True]  # fmt: skip
     a, b, bystander = (sim.base_url for sim in sims)
-    down = f"http://127.0.0.1:{free_port()}"
+    down = dead_url()
     (tmp_path / "spectower.toml").write_text(f'[fleets.prod]\nservers = ["{a}", "{down}", "{b}"]\n')
     return {"a": a, "b": b, "down": down, "bystander": bystander, "cwd": tmp_path, "db": tmp_path / "f.db"}
 
@@ -184,7 +184,7 @@ def test_several_servers_print_each_table_and_one_summary_and_exit_0(fleet: dict
 
 @pytest.mark.integration
 def test_every_replica_down_exits_1(fleet: dict[str, Any]) -> None:
-    other = f"http://127.0.0.1:{free_port()}"
+    other = dead_url()
     proc = _sweep(fleet, "--server", fleet["down"], "--server", other, "--json")
     assert proc.returncode == 1, proc.stderr
     assert f"failed: not swept: {fleet['down']}, {other} (exit 1)" in proc.stderr
@@ -273,7 +273,7 @@ def test_bad_input_is_one_line_and_nothing_is_sent(
     """Refused before any replica is touched: nothing listens at these URLs, so any request would show
     as a replica's failure (exit 1 or 3), not exit 2. In process: refused before the sweep takes the
     process's signals (cli_in_process checks), a subprocess each cost 1.6 CPU-s."""
-    a, b = (f"http://127.0.0.1:{free_port()}" for _ in range(2))
+    a, b = (dead_url() for _ in range(2))
     for name in [k for k in os.environ if k.startswith("SPECTOWER_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

@@ -24,7 +24,7 @@ from spectower.control.knob_state import (
 )
 from spectower.control.sglang_config import PLUGIN_INSTALL_HINT, bands_allow_zero
 
-from tests.conftest import free_port
+from tests.conftest import dead_url
 from tests.fake_knob_server import FakeKnobServer, real_server_info
 
 URL = "http://10.1.2.3:30000"
@@ -160,7 +160,7 @@ def test_servers_that_cannot_take_the_knob(change: dict[str, object], message: s
 
 
 def test_unreachable_and_not_sglang() -> None:
-    dead = KnobClient(f"http://127.0.0.1:{free_port()}", timeout=2.0)
+    dead = KnobClient(dead_url(), timeout=2.0)
     with dead as client, pytest.raises(ServerUnreachableError, match="cannot reach") as err:
         client.read()
     assert isinstance(err.value, ConnectionError)

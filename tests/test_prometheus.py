@@ -17,7 +17,7 @@ from spectower.collectors.prometheus import PrometheusSource, PrometheusSourceEr
 from spectower.collectors.sglang.metrics import parse_metrics
 
 from benchmarks.simulator_process import SimulatorProcess, wait_until_ok
-from tests.conftest import free_port
+from tests.conftest import dead_url, free_port
 from tests.test_daemon import Load
 
 pytestmark = pytest.mark.integration
@@ -150,7 +150,7 @@ def test_prometheus_reads_back_what_the_direct_scraper_read(prometheus: tuple[st
 
 
 def test_unreachable_prometheus_is_a_clear_error() -> None:
-    src = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=1)
+    src = PrometheusSource(dead_url(), timeout_s=1)
     with pytest.raises(PrometheusSourceError, match="query failed"):
         src.collect_now()
     with pytest.raises(ValueError, match="end > start"):

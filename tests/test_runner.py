@@ -28,7 +28,7 @@ from spectower.plugin import engine_counters
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import EngineSample
 
-from tests.conftest import free_port
+from tests.conftest import dead_url
 from tests.fake_knob_server import FakeKnobServer
 
 URL = "http://10.1.2.3:30000"
@@ -119,7 +119,7 @@ def test_stale_data_and_unreachable_server_hold(db: Database) -> None:
     assert outcome.observation is not None and outcome.observation.stale
     assert fake.posts == [] and audit.list_events(db) == []
 
-    dead = KnobClient(f"http://127.0.0.1:{free_port()}", timeout=1.0)
+    dead = KnobClient(dead_url(), timeout=1.0)
     runner = PolicyRunner(db, dead, make_policy("threshold:20", 48), mode="threshold", clock=clock)
     add_samples(db, dead.base_url, T0, 12)
     outcome = runner.step()

@@ -92,3 +92,25 @@ def test_a_port_held_by_a_server_that_answers_health_is_not_taken_for_the_simula
     sim = simulator_factory(profile="llama31-8b-1x-h100")
     assert sim.port != taken
     assert httpx.get(f"{sim.base_url}/server_info", timeout=5).json()["max_running_requests"] > 0
+
+
+def test_a_dead_url_stays_dead_a_simulator_cannot_take_its_port() -> None:
+    """A fresh clone's suite (stop 48) lost two fleet tests to this: the fleet's "down" replica was a port
+    from free_port(), which another xdist worker's simulator then bound, so it answered ("wrong key") where
+    the tests wanted "cannot reach". A dead_url's port stays bound, not listening: refused, and not free."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from benchmarks import simulator_process
+    from tests.conftest import dead_url
+
+    url = dead_url()
+    port = urlsplit(url).port
+    assert port is not None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", timeout=2)
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with pytest.raises(OSError), probe:  # what a server starting on that port meets: address in use
+        probe.bind(("127.0.0.1", port))
+    picked = {simulator_process.free_port() for _ in range(200)}
+    assert port not in picked
