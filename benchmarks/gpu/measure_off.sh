@@ -512,6 +512,8 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
     # the knob-at-max calls) still hands back its runs, to be scored against a sweep saved elsewhere
     local sweep=${SWEEP_JSON:-$WORK/sweep.json}
     if compgen -G "$OUT/replay-*.json" >/dev/null; then python3 benchmarks/gpu/replay_table.py --block "${REPLAY_BLOCK_S:-15}" "$OUT"/replay-*.json
+      # each run's delivered output against always off's over time (2026-12-05c: a 1 % lag, a 43 % longer tail)
+      if [ -f "$OUT/replay-off.json" ]; then python3 benchmarks/gpu/replay_lag.py "$OUT"/replay-*.json || true; fi
       # how full each run kept the KV pool (2026-12-05c, an H100 beside a plain server: 0.99 at every run's peaks)
       [ -f "$WORK/spec.log" ] && { python3 benchmarks/gpu/kv_pressure.py --server-log "$WORK/spec.log" "$OUT"/replay-*.json || true; }
       # what exploring cost each run in time (drafting explored above its ceiling), from the runs' own counters
