@@ -343,14 +343,15 @@ class ExtendSkip:
             self.batches_skipped += 1
             self.holed.update(self._rids())
 
-    def skip_prefill(self, reqs: Sequence[Any]) -> bool:
-        """Whether this prefill batch skips the draft's extend over its prompts; if so its requests are holed
-        (the drain waits for them once the knob goes up)."""
-        if not (self.prefill_enabled and self.prefill_worker is not None and self.prefill_allowed()):
-            return False
+    def may_skip_prefill(self) -> bool:
+        """Whether the prefill batch being run may skip the draft's extend over its prompts."""
+        return self.prefill_enabled and self.prefill_worker is not None and self.prefill_allowed()
+
+    def prefill_skipped(self, reqs: Sequence[Any]) -> None:
+        """The prefill batch skipped the draft's extend: its requests are holed (the drain waits for them
+        once the knob goes up)."""
         self.holed.update(getattr(req, "rid", None) for req in reqs)
         self.prefills_skipped += 1
-        return True
 
     def report(self) -> dict[str, Any]:
         return {
@@ -449,14 +450,19 @@ def hook_draft_extend_for_prefill(
     own stub fills (zeros where the draft's outputs go, the target's next tokens as the bonus tokens) in
     place of the draft model's pass over the prompts."""
     tracker = extend_skip()
-    worker = tracker.prefill_worker
-    if tracker.skip_prefill(getattr(batch, "reqs", ())):
-        from sglang.srt.speculative.eagle_info import EagleDraftInput
+    if tracker.may_skip_prefill():
+        try:
+            from sglang.srt.speculative.eagle_info import EagleDraftInput
 
-        draft_input = EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1,
-                                      num_tokens_for_logprob_per_req=1)  # fmt: skip
-        worker._stub_skipped_draft_extend(batch, _NextDraftInput(draft_input))
-        return draft_input
+            draft_input = EagleDraftInput(bonus_tokens=next_token_ids, num_tokens_per_req=1,
+                                          num_tokens_for_logprob_per_req=1)  # fmt: skip
+            tracker.prefill_worker._stub_skipped_draft_extend(batch, _NextDraftInput(draft_input))
+        except Exception:  # never into SGLang's prefill: the draft's own pass instead, from now on
+            tracker.prefill_enabled = False
+            logger.exception("spectower gated decode: cannot skip the draft's prefill; it runs from now on")
+        else:
+            tracker.prefill_skipped(getattr(batch, "reqs", ()))
+            return draft_input
     return original(draft_worker, batch, target_hidden_states, next_token_ids, *args, **kwargs)
 
 

@@ -78,7 +78,10 @@ def _prefill(skip: ExtendSkip, rids: list[str]) -> bool:
     """One prefill batch through the worker: whether the draft's extend over its prompts is skipped."""
     skip.prefill_worker = WORKER
     try:
-        return skip.skip_prefill([SimpleNamespace(rid=rid) for rid in rids])
+        if not skip.may_skip_prefill():
+            return False
+        skip.prefill_skipped([SimpleNamespace(rid=rid) for rid in rids])
+        return True
     finally:
         skip.prefill_worker = None
 
@@ -103,7 +106,7 @@ def test_the_drafts_prefill_runs_when_switched_off_or_outside_a_prefill() -> Non
     assert _prefill(skip, ["a"]) is False and skip.holed == set()
     on = ExtendSkip(allowed=lambda: True, enabled=True, drain_max_steps=100, prefill_allowed=lambda: True)
     on.prefill_enabled = True
-    assert on.skip_prefill([SimpleNamespace(rid="a")]) is False  # no prefill batch running: nothing to skip
+    assert on.may_skip_prefill() is False  # no prefill batch running: nothing to skip
 
 
 def test_the_knob_plugin_allows_the_prefill_skip_under_a_lock_at_zero_only(
@@ -127,3 +130,28 @@ def test_the_drafts_prefill_skip_has_its_own_switch(monkeypatch: pytest.MonkeyPa
     assert ExtendSkip(enabled=True).prefill_enabled is False
     monkeypatch.delenv("SPECTOWER_SKIP_DRAFT_PREFILL")
     assert ExtendSkip(enabled=True).prefill_enabled is True
+
+
+def test_a_prefill_skip_that_fails_runs_the_drafts_own_pass_and_never_raises_into_sglang(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the stub cannot be built (here: no SGLang in this interpreter, so its EagleDraftInput does not
+    import), the hook runs SGLang's own draft prefill, logs why once, and stops trying."""
+    from spectower.plugin import gated_decode as gd
+
+    tracker = ExtendSkip(allowed=lambda: True, enabled=True, prefill_allowed=lambda: True)
+    tracker.prefill_enabled = True
+    tracker.prefill_worker = WORKER
+    monkeypatch.setattr(gd, "_SKIP", tracker)
+    ran: list[str] = []
+
+    def original(draft_worker: object, batch: object, hidden: object, next_tokens: object) -> str:
+        ran.append("draft prefill")
+        return "its next draft input"
+
+    batch = SimpleNamespace(reqs=[SimpleNamespace(rid="a")])
+    answer = gd.hook_draft_extend_for_prefill(original, object(), batch, "hidden", "tokens")
+    assert answer == "its next draft input"
+    assert ran == ["draft prefill"] and tracker.prefill_enabled is False
+    assert tracker.holed == set() and tracker.prefills_skipped == 0
+    assert "cannot skip the draft's prefill" in caplog.text
