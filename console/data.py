@@ -177,14 +177,16 @@ def _dp_ranks(db: Database, server_id: int, t0: float, t1: float) -> list[int]:
     return queries.dp_ranks(db, server_id, max(t0, t1 - 3600.0), t1)
 
 
+PAUSE_COLUMNS = ["ts", "seconds", "kind", "process", "detail"]
+
+
 def server_pauses(
     db: Database, server_id: int, t0: float, t1: float, min_seconds: float = 0.0
 ) -> pd.DataFrame:
     """The server's stored pauses (scheduler stalls, long collections, the launcher's held Python) that ended
-    in [t0, t1] and lasted ``min_seconds`` or more: ``ts, seconds, kind, process, detail``, oldest first."""
-    cols = ["ts", "seconds", "kind", "process", "detail"]
+    in [t0, t1] and lasted ``min_seconds`` or more: ``PAUSE_COLUMNS``, oldest first."""
     rows = queries.server_pauses(db, server_id, t0, t1, min_seconds=min_seconds)
-    return pd.DataFrame([[getattr(r, c) for c in cols] for r in rows], columns=cols)
+    return pd.DataFrame([[getattr(r, c) for c in PAUSE_COLUMNS] for r in rows], columns=PAUSE_COLUMNS)
 
 
 LIVE_TABLE_COLUMNS = (

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import data
 from .charts import COLOR_STALE, numbers, utc_times
 from .plain_figure import PlainFigure
 
@@ -22,7 +23,7 @@ PAUSE_TRACE = "server pauses"
 PAUSE_AXIS_TITLE = "pause (s)"
 KIND_COLORS = {"stall": "#d62728", "gc": "#ff7f0e", "held": "#9467bd"}
 KIND_WORDS = {"stall": "stall", "gc": "gc", "held": "Python held"}
-PAUSE_COLUMNS = ["ts", "seconds", "kind", "process", "detail"]
+PAUSE_COLUMNS = data.PAUSE_COLUMNS  # the frame data.server_pauses reads
 
 
 def pause_text(process: str, kind: str, seconds: float, detail: Any) -> str:

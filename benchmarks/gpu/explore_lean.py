@@ -234,7 +234,7 @@ def served_table(
     partial ceiling a bin need not draft: after a burst the gated-decode plugin holds it at 0 steps with the
     draft extend until the holed requests finish (the drain), so the bin can serve less than always off
     without drafting at all (the 0.5 pair under Azure's replay, 2026-12-05: learn at 24 drafted bins 1-12
-    only, its bins 16 and 24 drained at 0.70 and 0.94 of off's rate)."""
+    only, its bins 16 and 24 drained at 0.80 and 0.92 of off's rate)."""
     out = []
     off_cells = totals.get(steady_off, {})
     bins = sorted({b for cells in totals.values() for b, _ in cells})

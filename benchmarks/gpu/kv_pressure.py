@@ -27,22 +27,21 @@ import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
-from benchmarks.gpu.server_log import read_log_lines
+from benchmarks.gpu.replay_table import MAX_REPLAY_BYTES
+from benchmarks.gpu.server_log import LOG_LINE_TIME, log_time, read_log_lines
 
-MAX_REPLAY_BYTES = 32 * 1024 * 1024  # as replay_table.py reads a run's --json
 FULL = 0.9  # a token usage at or above it is a full pool: admission waits for tokens to free
-_BRACKET = r"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?: [A-Z]+\d+)*\] "
-_DECODE = re.compile(_BRACKET + r"Decode batch, #running-req: (\d+), #token: (\d+), token usage: ([\d.]+),"
-                     r".*#queue-req: (\d+)")  # fmt: skip
-_PREFILL = re.compile(_BRACKET + r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+),")
-_RETRACT = re.compile(_BRACKET + r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+), "
-                      r"#new_tokens_gained: (\d+)")  # fmt: skip
+_DECODE = re.compile(LOG_LINE_TIME + r"Decode batch, #running-req: (\d+), #token: (\d+), "
+                     r"token usage: ([\d.]+),.*#queue-req: (\d+)")  # fmt: skip
+_PREFILL = re.compile(LOG_LINE_TIME + r"Prefill batch, #new-seq: (\d+), #new-token: (\d+), "
+                      r"#cached-token: (\d+),")  # fmt: skip
+_RETRACT = re.compile(LOG_LINE_TIME + r"KV cache pool is full\. Retract requests\. "
+                      r"#retracted_reqs: (\d+), #new_tokens_gained: (\d+)")  # fmt: skip
 _LIMIT = re.compile(r"max_running_requests=(\d+)")
 
 
@@ -75,20 +74,16 @@ class RunPressure:
     cached_tokens: int
 
 
-def _utc(day: str, clock: str) -> float:
-    return datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=UTC).timestamp()
-
-
 def parse_log(lines: Iterable[str]) -> LogEvents:
     decode, prefill, retract = [], [], []
     max_running: int | None = None
     for line in lines:
         if (m := _DECODE.search(line)) is not None:
-            decode.append((_utc(m[1], m[2]), int(m[3]), int(m[4]), float(m[5]), int(m[6])))
+            decode.append((log_time(m[1], m[2]), int(m[3]), int(m[4]), float(m[5]), int(m[6])))
         elif (m := _PREFILL.search(line)) is not None:
-            prefill.append((_utc(m[1], m[2]), int(m[3]), int(m[4]), int(m[5])))
+            prefill.append((log_time(m[1], m[2]), int(m[3]), int(m[4]), int(m[5])))
         elif (m := _RETRACT.search(line)) is not None:
-            retract.append((_utc(m[1], m[2]), int(m[3]), int(m[4])))
+            retract.append((log_time(m[1], m[2]), int(m[3]), int(m[4])))
         elif max_running is None and (m := _LIMIT.search(line)) is not None:
             max_running = int(m[1])
     return LogEvents(tuple(decode), tuple(prefill), tuple(retract), max_running)

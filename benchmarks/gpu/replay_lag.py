@@ -28,7 +28,9 @@ from pathlib import Path
 from spectower.collectors.bench.replay_records import ReplayRecords, read_replay_records
 from spectower.storage.files import parse_json_text, read_text_capped
 
-MAX_REPLAY_BYTES = 32 * 1024 * 1024  # as replay_table.py reads a run's --json
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
+from benchmarks.gpu.replay_table import MAX_REPLAY_BYTES
+
 IN_FLIGHT_STEP_S = 2.0
 DEFAULT_EVERY_S = 20.0
 DEFAULT_FROM_S = 30.0  # the first seconds ramp up from an idle server: every run starts level

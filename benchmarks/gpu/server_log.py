@@ -38,15 +38,16 @@ HELD_SLACK_S = 0.1
 GC_SLACK_S = 1.0
 DAY_S = 86_400.0
 
-_BRACKET = r"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?: [A-Z]+\d+)*\] .*?"
+# SGLang's bracketed time of a log line (module docstring) and anything up to the message
+LOG_LINE_TIME = r"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?: [A-Z]+\d+)*\] .*?"
 # the line plugin/stall_watch.py's _log_late writes (late_s with two decimals, clock_text's time of day)
 _HELD = re.compile(
-    _BRACKET + r"spectower watch: pid (\d+): this process's Python was held (\d+\.\d\d) s "
+    LOG_LINE_TIME + r"spectower watch: pid (\d+): this process's Python was held (\d+\.\d\d) s "
     r"\(the GIL, a collection or the CPU\), to (\d{2}):(\d{2}):(\d{2})\.(\d) UTC"
 )
 # the line sglang.srt.utils.common.configure_gc_warning's callback writes
 _GC = re.compile(
-    _BRACKET + r"LONG GARBAGE COLLECTION DETECTED \| Generation (\d+) \| Duration: (\d+(?:\.\d+)?)s "
+    LOG_LINE_TIME + r"LONG GARBAGE COLLECTION DETECTED \| Generation (\d+) \| Duration: (\d+(?:\.\d+)?)s "
     r"\| # Objects: ((?:gen\d+=\d+(?:, )?)+)"
 )
 
@@ -72,7 +73,8 @@ class LauncherHold:
         return GC_SLACK_S if self.kind == "gc" else HELD_SLACK_S
 
 
-def _utc(day: str, clock: str) -> float:
+def log_time(day: str, clock: str) -> float:
+    """A log line's bracketed day and time of day as Unix seconds, read as UTC (module docstring)."""
     return datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=UTC).timestamp()
 
 
@@ -80,8 +82,8 @@ def parse_line(line: str) -> LauncherHold | None:
     """The pause one log line tells of, or None for any other line."""
     if (held := _HELD.search(line)) is not None:
         day, stamp, pid, seconds, hh, mm, ss, tenth = held.groups()
-        logged = _utc(day, stamp)
-        at = _utc(day, f"{hh}:{mm}:{ss}.{tenth}")
+        logged = log_time(day, stamp)
+        at = log_time(day, f"{hh}:{mm}:{ss}.{tenth}")
         if at < logged - DAY_S / 2:  # the watch's clock passed midnight before the line was stamped
             at += DAY_S
         elif at > logged + DAY_S / 2:  # the line was stamped just after midnight
@@ -91,7 +93,7 @@ def parse_line(line: str) -> LauncherHold | None:
         day, stamp, generation, seconds, counts = gc.groups()
         objects = dict(re.findall(r"gen(\d+)=(\d+)", counts))
         found = objects.get(generation)
-        return LauncherHold(_utc(day, stamp), float(seconds), "gc", generation=int(generation),
+        return LauncherHold(log_time(day, stamp), float(seconds), "gc", generation=int(generation),
                             objects=None if found is None else int(found))  # fmt: skip
     return None
 
