@@ -137,8 +137,11 @@ def bin_totals(samples: dict[str, Samples]) -> dict[str, dict[tuple[int, str], l
 
 
 def simulate(profile: Profile, run: Measured, trace_path: str, ceiling_before: int,
-             learn_warm: int, learn_dwell_s: float, window_start: int = 0) -> OpenLoopResult:  # fmt: skip
-    """The simulator's open loop on the replay's arrivals under the run's policy."""
+             learn_warm: int, learn_dwell_s: float, window_start: int = 0,
+             draft_prefill_skipped: bool = False) -> OpenLoopResult:  # fmt: skip
+    """The simulator's open loop on the replay's arrivals under the run's policy. ``draft_prefill_skipped``:
+    the run's plugin (0.4.10 on) skipped the draft's prefill where it skipped the decode extend; every replay
+    before it ran each prompt through the draft."""
     p = run.replay["params"]
     arrivals = schedule(load_request_trace(trace_path), float(p["speedup"]), float(p["rate_scale"]),
                         int(p["seed"]), float(p["duration_s"]))  # fmt: skip
@@ -154,6 +157,7 @@ def simulate(profile: Profile, run: Measured, trace_path: str, ceiling_before: i
     else:
         policy = make_policy(run.policy.replace("-", ":"), mrr)
         config = HarnessConfig(initial_max_bs=ceiling_before)
+    config = dataclasses.replace(config, skip_draft_prefill=draft_prefill_skipped)
     return simulate_open_loop(profile, arrivals, policy, trace_name=Path(trace_path).stem,
                               seed=int(p["seed"]), slo=slo, config=config,
                               window_start=window_start)  # fmt: skip
@@ -167,13 +171,15 @@ def sim_bins(result: OpenLoopResult) -> dict[tuple[int, str], list[float]]:
 
 
 def simulate_all(profile: Profile, runs: Sequence[Measured], trace: str, learn_warm: int,
-                 learn_dwell_s: float, window_start: int = 0) -> dict[str, OpenLoopResult]:  # fmt: skip
+                 learn_dwell_s: float, window_start: int = 0,
+                 draft_prefill_skipped: bool = False) -> dict[str, OpenLoopResult]:  # fmt: skip
     """One simulated run per policy, each on a server whose ceiling the measured run before it left."""
     out: dict[str, OpenLoopResult] = {}
     ceiling = profile.max_running_requests
     for run in runs:
         if run.policy not in out:
-            out[run.policy] = simulate(profile, run, trace, ceiling, learn_warm, learn_dwell_s, window_start)
+            out[run.policy] = simulate(profile, run, trace, ceiling, learn_warm, learn_dwell_s, window_start,
+                                       draft_prefill_skipped)  # fmt: skip
         ceiling = out[run.policy].final_max_bs
     return out
 
@@ -225,12 +231,14 @@ def figure_rows(runs: Sequence[Measured],
 
 
 def fit_error(profile: Profile, runs: Sequence[Measured], measured: dict[str, Any], trace: str,
-              learn_warm: int, learn_dwell_s: float) -> float:  # fmt: skip
+              learn_warm: int, learn_dwell_s: float,
+              draft_prefill_skipped: bool = False) -> float:  # fmt: skip
     """Squared log ratios: always off's gated step times, threshold's drafted ones (each weighted by the
     square root of its measured steps) and always off's TTFT p50 (weighted as the bins together)."""
     chosen = [r for r in runs if r.policy == "off" or r.policy.startswith("threshold")]
     once = list({r.policy: r for r in chosen}.values())
-    sims = simulate_all(profile, once, trace, learn_warm, learn_dwell_s)
+    sims = simulate_all(profile, once, trace, learn_warm, learn_dwell_s,
+                        draft_prefill_skipped=draft_prefill_skipped)
     total = weight = 0.0
     for row in bin_rows(measured, sims):
         wanted = "gated" if row["policy"] == "off" else "drafted"
@@ -271,7 +279,7 @@ def fit(profile: Profile, runs: Sequence[Measured], measured: dict[str, Any],
     for _ in range(2):
         for point in itertools.product(*grids):
             err = fit_error(with_constants(profile, *point, ref), runs, measured, args.trace,
-                            args.learn_warm, args.learn_dwell)  # fmt: skip
+                            args.learn_warm, args.learn_dwell, args.draft_prefill_skipped)  # fmt: skip
             if best is None or err < best[0]:
                 best = (err, point)
         assert best is not None
@@ -385,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-starts", type=_starts, default=[1024 * i for i in range(8)],
                         help="where in the exploration cycle each simulated server begins (gated batches, "
                         "comma-separated): which burst a window's drafting stream meets is chance")
+    parser.add_argument("--draft-prefill-skipped", action="store_true",
+                        help="model plugin 0.4.10 or later: a prefill skips the draft's pass where the "
+                        "decode batches skip their extend (the profile's draft_prefill_share); the replays "
+                        "before it ran every prompt through the draft")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.windows_by_batches:
@@ -416,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         fit(profile, runs, measured, args)
         return 0
-    by_start = {start: simulate_all(profile, runs, args.trace, args.learn_warm, args.learn_dwell, start)
+    by_start = {start: simulate_all(profile, runs, args.trace, args.learn_warm, args.learn_dwell, start,
+                                    args.draft_prefill_skipped)
                 for start in args.window_starts}  # fmt: skip
     figures, bins = figure_rows(runs, by_start), bin_rows(measured, by_start[args.window_starts[0]])
     starts = ", ".join(map(str, args.window_starts))

@@ -34,8 +34,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # plugin/loop_stalls.py, its own entry point); 0.4.8: the launcher's side, its long collections and its Python
 # held, and each process's frozen objects (launcher in the report, plugin/launcher_state.py); 0.4.9: under an
 # operator's off the draft model's prefill over each prompt is skipped too (prefills_skipped in the report's
-# gated_decode, plugin/gated_decode.py)
-PLUGIN_VERSION = "0.4.9"
+# gated_decode, plugin/gated_decode.py); 0.4.10: so is it wherever the ceiling gates the decode batches and
+# nothing needs the draft warm (a policy's gated load, an exploration window's cold part:
+# knob_contract.prefill_skippable)
+PLUGIN_VERSION = "0.4.10"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
@@ -155,9 +157,11 @@ class Gate:
     def set_ceiling(self, value: int) -> None:
         with self._lock:
             self.ceiling = value
-            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell.
+            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell (and
+            # until then nothing is gated by it: a prefill in between keeps the draft's pass).
             self.closed = False
             self.closed_batches = 0
+            self.gated_by_ceiling_now = False
 
     def _judge(self, batch_size: int) -> tuple[bool, int]:
         """What the hysteresis says for this batch: (closed, closed_batches after it); changes nothing."""
@@ -191,6 +195,18 @@ class Gate:
         self.closed, self.closed_batches = closed, dwelt
         self._decisions.append((batch_size, closed))
         return closed
+
+    def next_batch_gated(self, batch_size: int | None) -> bool:
+        """Whether a decode batch of ``batch_size`` requests formed next would be gated by the ceiling, judged
+        with the hysteresis as it stands (the gated-decode plugin asks before a prefill: the requests still
+        running beside it and its own). At a ceiling of 0 any batch is; with no ceiling none; ``None`` (the
+        size is not known): False."""
+        ceiling = self.ceiling
+        if ceiling is None:
+            return False
+        if ceiling == 0:
+            return True
+        return batch_size is not None and self._judge(batch_size)[0]
 
     def mark_gated(self, batch_size: int) -> None:
         """The batch just decided runs 0 steps after all (the gated-decode plugin's drain): its verify result

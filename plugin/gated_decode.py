@@ -64,23 +64,30 @@ starts cold. So spectower skips the extend for a batch the knob gates while noth
 (``knob_contract.extend_skippable``: an operator's off locks the knob, which pauses exploration; while a
 policy explores, only in the cold part of an exploration window, plugin/explore.py; a batch gated by
 exploration inside a drafting bin keeps it, so explored batches and re-entry measure truly), remembers
-which running requests have holes, and when drafting would resume while any of them is still in the
-batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh requests are clean)
-until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches (default 4096; then it
-drafts anyway and the rest recover cold). Drafting therefore resumes at its full accept length, a request
-lifetime after the knob went up. A drained batch is counted as gated in the decode counters, and its verify
-result is kept from SGLang's acceptance EMA (``knob_gate.mark_drained``).
+which running requests have holes (``draft_holes.ExtendSkip``), and when drafting would resume while any of
+them is still in the batch it holds the batch at 0 steps WITH the extend (the drain: no new holes, fresh
+requests are clean) until the holed ones have finished, at most ``SPECTOWER_DRAIN_MAX_STEPS`` batches
+(default 4096; then it drafts anyway and the rest recover cold). Drafting therefore resumes at its full
+accept length, a request lifetime after the knob went up. A drained batch is counted as gated in the decode
+counters, and its verify result is kept from SGLang's acceptance EMA (``knob_gate.mark_drained``).
 ``SPECTOWER_GATED_SKIP_EXTEND=0`` keeps SGLang's behaviour (the extend always runs).
 
-The draft's prefill under an operator's off. Every prefill runs the draft model over the whole prompt after
+The draft's prefill while nothing needs it. Every prefill runs the draft model over the whole prompt after
 the target (``EagleDraftWorker._draft_extend_for_prefill``), at 0 steps too. Closed-loop checks with 64-token
 prompts never saw it; Azure's conversation trace sends about 4 prompt tokens for every output token (2.17 M
 against 0.51 M in a 180-s replay, data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05c), and the draft's
-one layer is about 4 % of the 8B-shaped target's prefill. So while a lock holds the knob at 0
-(``knob_gate.prefill_skip_allowed``: nothing drafts or explores until it is released) a prefill batch skips
-it: SGLang's own stub (``_stub_skipped_draft_extend``) fills the next draft input's fields with zeros, as for
-a skipped decode extend, and the batch's requests are remembered as holed, so the drain covers them once the
-knob goes up. A chunked prompt whose last chunk runs after a release is not remembered (it left the decode
+one layer is about 4 % of the 8B-shaped target's prefill. So a prefill batch skips it (plugin 0.4.9 under a
+lock at 0; 0.4.10 also where the decode batch its requests join next will be gated with nothing needing the
+draft warm, ``knob_contract.prefill_skippable``): SGLang's own stub (``_stub_skipped_draft_extend``) fills
+the next draft input's fields with zeros, as for a skipped decode extend, and the batch's requests are
+remembered as holed, so the drain covers them once their batch drafts again. Under a policy that adds no
+drain of its own: that next step would skip the extend and hole them anyway. Which batch comes next is
+counted before the prefill runs: an AROUND hook on ``Scheduler.get_next_batch_to_run`` counts the running
+batch's requests that go on decoding beside the prefill (``running_beside``: not finished, not in it; the
+step in flight may still finish a few), and the knob plugin's gate judges them with the prefill's own,
+hysteresis included. Where that batch may draft (a drafting bin, the load falling under the ceiling, a lone
+request after an idle spell), in a drain, and in a window's warm and exploring parts, the prompts go through
+the draft. A chunked prompt whose last chunk runs after the gate opens is not remembered (it left the decode
 batches' reckoning between its chunks): it drafts cold, which costs acceptance, never correctness.
 ``SPECTOWER_SKIP_DRAFT_PREFILL=0`` keeps the draft's prefill.
 
@@ -95,10 +102,11 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from . import seq_lens_mirror, sglang_targets
+from .draft_holes import PREFILL_SKIP_ENV, extend_skip
 
 logger = logging.getLogger(__name__)
 
@@ -197,37 +205,9 @@ def reads_launch_width() -> bool:
         return False
 
 
-SKIP_ENV = "SPECTOWER_GATED_SKIP_EXTEND"
-PREFILL_SKIP_ENV = "SPECTOWER_SKIP_DRAFT_PREFILL"
-DRAIN_ENV = "SPECTOWER_DRAIN_MAX_STEPS"
-DEFAULT_DRAIN_MAX_STEPS = 4096
 WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2")
+SCHEDULER_CLASS = ("sglang.srt.managers.scheduler", "Scheduler")
 DRAFT_WORKER_CLASS = ("sglang.srt.speculative.eagle_worker_v2", "EagleDraftWorker")
-
-
-def _ask_knob_plugin(question: str, without: bool) -> bool:
-    """The knob plugin's answer to ``question`` (one of its functions) in this process; ``without`` where no
-    knob plugin runs here; False where asking fails (never raised into SGLang's step)."""
-    plugin = sys.modules.get("spectower.plugin.knob_gate")
-    if plugin is None:
-        return without
-    try:
-        return bool(getattr(plugin, question)())
-    except Exception:
-        return False
-
-
-def _knob_allows_skip() -> bool:
-    """Whether a 0-step batch may skip its draft extend: the knob plugin says its ceiling gated the batch
-    and nothing needs the draft warm now (``extend_skip_allowed``), or no knob plugin runs in this process
-    (SGLang's own bands chose 0 steps; the drain covers their way back)."""
-    return _ask_knob_plugin("extend_skip_allowed", without=True)
-
-
-def _knob_allows_prefill_skip() -> bool:
-    """Whether a prefill batch may skip the draft's extend over its prompts: only where the knob plugin runs
-    in this process and says a lock holds the knob at 0 (``prefill_skip_allowed``)."""
-    return _ask_knob_plugin("prefill_skip_allowed", without=False)
 
 
 def _tell_knob_plugin(what: str, tell: Callable[[Any], object]) -> None:
@@ -262,123 +242,12 @@ def _zero_step_controller(worker: Any) -> Any:
     return controller if 0 in states else None
 
 
-class ExtendSkip:
-    """Which running requests have draft-KV holes, and what the batch being run does about them.
-
-    One per scheduler process (SGLang calls every hook on its scheduler thread). ``allowed`` says whether
-    a 0-step batch may skip (injectable; ``_knob_allows_skip`` inside SGLang)."""
-
-    def __init__(
-        self,
-        allowed: Callable[[], bool] = _knob_allows_skip,
-        enabled: bool | None = None,
-        drain_max_steps: int | None = None,
-        prefill_allowed: Callable[[], bool] = _knob_allows_prefill_skip,
-    ) -> None:
-        self.allowed = allowed
-        self.prefill_allowed = prefill_allowed
-        self.enabled = os.environ.get(SKIP_ENV, "1") != "0" if enabled is None else enabled
-        self.prefill_enabled = self.enabled and os.environ.get(PREFILL_SKIP_ENV, "1") != "0"
-        self.prefill_worker: Any = None  # the EAGLEWorkerV2 running the current prefill batch
-        self.prefills_skipped = 0
-        if drain_max_steps is None:
-            try:
-                drain_max_steps = int(os.environ.get(DRAIN_ENV, DEFAULT_DRAIN_MAX_STEPS))
-            except ValueError:
-                drain_max_steps = DEFAULT_DRAIN_MAX_STEPS
-        self.drain_max_steps = max(0, drain_max_steps)
-        self.holed: set[Any] = set()
-        self.worker: Any = None  # the EAGLEWorkerV2 running the current decode batch
-        self.reqs: Sequence[Any] = ()  # the decode batch's requests (their ids read only when needed)
-        self.skip_now = False
-        self.draining_now = False
-        self.drain_steps = 0
-        self.batches_skipped = 0
-        self.batches_drained = 0
-        self.drains_cut_short = 0
-
-    def begin_batch(self, worker: Any, reqs: Sequence[Any]) -> None:
-        self.worker, self.reqs, self.skip_now, self.draining_now = worker, reqs, False, False
-        if self.holed:
-            self.holed.intersection_update(self._rids())  # a finished request leaves the batch for good
-
-    def end_batch(self) -> None:
-        self.worker, self.reqs, self.skip_now, self.draining_now = None, (), False, False
-
-    def _rids(self) -> list[Any]:
-        # Read per batch only while some request is holed or the batch skips: drafting batches never pay it.
-        return [getattr(req, "rid", None) for req in self.reqs]
-
-    def steps_for(self, wanted: int) -> int:
-        """The steps this batch runs, given what SGLang's bands and the knob's gate want: 0 while draining."""
-        self.draining_now = False
-        if wanted > 0 and self.holed:
-            if self.drain_steps < self.drain_max_steps:
-                self.drain_steps += 1
-                self.batches_drained += 1
-                self.draining_now = True
-                return 0
-            self.drains_cut_short += 1  # drafts anyway: the requests still holed recover cold
-            self.holed.clear()
-        if not self.holed:
-            self.drain_steps = 0
-        return wanted
-
-    def holes_pending(self) -> bool:
-        """Whether a request of the batch being run still has holes (a window's warm part waits for none)."""
-        return bool(self.holed)
-
-    def forget_holes(self) -> None:
-        """Stop waiting for the holed requests (a window's warm part ran out): they draft again and recover
-        cold, as after a drain cut short."""
-        if self.holed:
-            self.drains_cut_short += 1
-            self.holed.clear()
-        self.drain_steps = 0
-
-    def mark(self, steps: int) -> None:
-        """The batch runs ``steps``: outside a drain, a 0-step batch skips its draft extend where allowed."""
-        if steps == 0 and not self.draining_now and self.enabled and self.allowed():
-            self.skip_now = True
-            self.batches_skipped += 1
-            self.holed.update(self._rids())
-
-    def may_skip_prefill(self) -> bool:
-        """Whether the prefill batch being run may skip the draft's extend over its prompts."""
-        return self.prefill_enabled and self.prefill_worker is not None and self.prefill_allowed()
-
-    def prefill_skipped(self, reqs: Sequence[Any]) -> None:
-        """The prefill batch skipped the draft's extend: its requests are holed (the drain waits for them
-        once the knob goes up)."""
-        self.holed.update(getattr(req, "rid", None) for req in reqs)
-        self.prefills_skipped += 1
-
-    def report(self) -> dict[str, Any]:
-        return {
-            "enabled": self.enabled,
-            "holed_requests": len(self.holed),
-            "batches_skipped": self.batches_skipped,
-            "batches_drained": self.batches_drained,
-            "drains_cut_short": self.drains_cut_short,
-            "prefills_skipped": self.prefills_skipped,
-        }
-
-
-_SKIP: ExtendSkip | None = None
 _HOOKED = False
 
 
 def hooked() -> bool:
     """Whether this process registered the skip-and-drain hooks (what the knob plugin's state block shows)."""
     return _HOOKED
-
-
-def extend_skip() -> ExtendSkip:
-    """This process's request-hole tracker (created on first use)."""
-    global _SKIP
-    if _SKIP is None:
-        _SKIP = ExtendSkip()
-    return _SKIP
 
 
 def hook_forward_batch_generation(
@@ -406,7 +275,44 @@ def hook_forward_batch_generation(
         if decode:
             tracker.end_batch()
         tracker.prefill_worker = None
+        tracker.running_beside_prefill = None  # counted afresh for the next prefill
         seq_lens_mirror.after_forward(noted, worker, ran)
+
+
+def running_beside(plan: Any, scheduler: Any) -> int | None:
+    """For a prefill batch the scheduler chose (``plan``: 0.5.17's and 0.5.23's ``NextBatchPlan``, or the
+    batch itself), the requests of its running batch that go on decoding beside it: not finished (as of the
+    last result processed: the step in flight may finish a few more) and not in the prefill batch. None for
+    any other batch, or where the running batch cannot be read."""
+    batch = getattr(plan, "batch_to_run", plan)
+    mode = getattr(batch, "forward_mode", None)
+    if batch is None or mode is None or not mode.is_extend():
+        return None
+    running = getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None)
+    reqs = getattr(running, "reqs", None)
+    if reqs is None:
+        return None
+    new = {id(req) for req in getattr(batch, "reqs", None) or ()}
+    return sum(1 for req in reqs if id(req) not in new and not _finished(req))
+
+
+def _finished(req: Any) -> bool:
+    finished = getattr(req, "finished", None)
+    return bool(finished()) if callable(finished) else False
+
+
+def hook_get_next_batch_to_run(
+    original: Callable[..., Any], scheduler: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``Scheduler.get_next_batch_to_run``: before a prefill runs, count the requests decoding beside it
+    (``running_beside``), so its draft prefill is judged by the decode batch its requests join next."""
+    plan = original(scheduler, *args, **kwargs)
+    tracker = extend_skip()
+    try:
+        tracker.running_beside_prefill = running_beside(plan, scheduler)
+    except Exception:  # never into SGLang's loop: not known, so the draft's prefill runs
+        tracker.running_beside_prefill = None
+    return plan
 
 
 def hook_activate_step_by_batch(
@@ -446,11 +352,12 @@ def hook_draft_extend_for_prefill(
     original: Callable[..., Any], draft_worker: Any, batch: Any, target_hidden_states: Any,
     next_token_ids: Any, *args: Any, **kwargs: Any,
 ) -> Any:
-    """``EagleDraftWorker._draft_extend_for_prefill``: under an operator's off, the next draft input SGLang's
-    own stub fills (zeros where the draft's outputs go, the target's next tokens as the bonus tokens) in
-    place of the draft model's pass over the prompts."""
+    """``EagleDraftWorker._draft_extend_for_prefill``: where the knob plugin allows it (a lock at 0, or gated
+    load with nothing exploring), the next draft input SGLang's own stub fills (zeros where the draft's
+    outputs go, the target's next tokens as the bonus tokens) in place of the draft model's pass over the
+    prompts."""
     tracker = extend_skip()
-    if tracker.may_skip_prefill():
+    if tracker.may_skip_prefill(len(getattr(batch, "reqs", None) or ())):
         try:
             from sglang.srt.speculative.eagle_info import EagleDraftInput
 
@@ -478,6 +385,7 @@ SKIP_HOOKS: dict[tuple[tuple[str, str], str], Callable[..., Any]] = {
     (WORKER_CLASS, "activate_step_by_batch"): hook_activate_step_by_batch,
     (DRAFT_WORKER_CLASS, "_draft_extend_for_decode"): hook_draft_extend_for_decode,
     (DRAFT_WORKER_CLASS, "_draft_extend_for_prefill"): hook_draft_extend_for_prefill,
+    (SCHEDULER_CLASS, "get_next_batch_to_run"): hook_get_next_batch_to_run,
 }
 
 
@@ -536,12 +444,13 @@ def register() -> None:
                 HookRegistry.register(f"{module}.{cls}.{name}", hook, HookType.AROUND)
             global _HOOKED
             _HOOKED = True
-            prefill = ("skipped under an operator's off" if extend_skip().prefill_enabled
+            prefill = ("skipped where the knob gates and nothing explores" if extend_skip().prefill_enabled
                        else f"kept: {PREFILL_SKIP_ENV}=0")  # fmt: skip
             hooked += (
                 "; EAGLEWorkerV2.forward_batch_generation, activate_step_by_batch, "
                 "EagleDraftWorker._draft_extend_for_decode (extend skipped while gated, then drained), "
-                f"_draft_extend_for_prefill ({prefill})"
+                f"_draft_extend_for_prefill ({prefill}), Scheduler.get_next_batch_to_run (who runs beside a "
+                "prefill)"
             )
             # The mirror learns what ran from forward_batch_generation's hook, registered just above.
             mirrored = seq_lens_mirror.register()

@@ -179,6 +179,21 @@ def extend_skippable(
     return not (period > 0 and owner == OWNER_FREE) or window_phase == "cold"
 
 
+def prefill_skippable(
+    ceiling: int | None, next_batch_gated: bool, period: int, owner: str, window_phase: str | None = None
+) -> bool:
+    """Whether a prefill batch may skip the draft model's pass over its prompts: a lock holds the knob at 0
+    (an operator's off, a sweep's 0: nothing drafts or explores until it is released), or the decode batch
+    its requests join next will be gated by the ceiling and may skip its extend (``extend_skippable``:
+    nothing exploring, or the last batch in an exploration window's cold part). That step would skip the
+    extend and hole the requests anyway, so the skip adds no drain of its own; where the next batch may
+    draft (a drafting bin, the load falling under the ceiling, an idle loop: ``Gate.next_batch_gated``) or a
+    window's warm and exploring parts prepare explored drafting, the prompts go through the draft. The one
+    rule for the SGLang plugin (``knob_gate.prefill_skip_allowed``) and the simulator's open loop."""
+    locked_at_zero = ceiling == 0 and owner != OWNER_FREE
+    return locked_at_zero or extend_skippable(next_batch_gated, period, owner, window_phase)
+
+
 def _flag(key: str, value: object) -> bool:
     return bool(_int(key, value, 0, 1))
 

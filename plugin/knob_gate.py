@@ -187,13 +187,17 @@ def extend_skip_allowed() -> bool:
                                           gate.explorer.phase_now)  # fmt: skip
 
 
-def prefill_skip_allowed() -> bool:
+def prefill_skip_allowed(next_batch_size: int | None = None) -> bool:
     """Whether a prefill batch may skip the draft model's extend over its prompts (the gated-decode plugin
-    asks): a lock holds the knob at 0 (an operator's off, or a sweep's 0), so nothing drafts and nothing
-    explores until it is released; after that the drain covers the requests it left holed. A policy's 0 is
-    not enough: its windows explore drafting, which wants the prompts in the draft's cache."""
+    asks, with the decode batch its requests join next: those still running and its own): a lock holds the
+    knob at 0, or that batch will be gated and nothing needs the draft warm (``knob_contract.
+    prefill_skippable``, ``Gate.next_batch_gated``). After either, the drain covers the requests it left
+    holed once their batch drafts again."""
     state = _state()
-    return state.gate.ceiling == 0 and state.owner.owner() != knob_contract.OWNER_FREE
+    gate = state.gate
+    return knob_contract.prefill_skippable(gate.ceiling, gate.next_batch_gated(next_batch_size),
+                                           gate.explore_period, state.owner.owner(),
+                                           gate.explorer.phase_now)  # fmt: skip
 
 
 def _extend_skip() -> Any:

@@ -5,7 +5,9 @@ between prefill batches (admitting waiting requests while fewer than ``max_runni
 decode steps over the running batch:
 
 - prefill of ``n`` prompt tokens takes ``n / prefill_tok_s`` seconds and yields each admitted request's
-  first token;
+  first token; where the plugin would skip the draft model's pass over the prompts
+  (``RankScheduler.draft_prefill_skipped``, ``knob_contract.prefill_skippable``) it takes ``1 -
+  draft_prefill_share`` of that, and the requests decode holed;
 - a decode step over ``B`` running requests is *drafted* when ``B <= spec_max_bs`` (the knob), otherwise
   gated. Gated: every request gets 1 token, at the profile's knob-off curve (``spec_off``), which on a real
   server is slower than a server without speculation (``plain``); a profile without speculation
@@ -43,7 +45,6 @@ import contextlib
 import itertools
 import random
 import time
-import uuid
 from collections import deque
 
 from ..plugin import knob_contract
@@ -53,8 +54,8 @@ from ..plugin.loop_stalls import LoopStalls
 from .accept_kinds import kind_of
 from .config import SimConfig
 from .memory import memory_layout
+from .sim_request import ABORTED, SimRequest
 from .stats import QUEUE_TIME_BUCKETS, Hist, SchedulerGauges, TokenizerStats
-from .textgen import TokenStream
 
 # Falling further behind than this (seconds) resets the step clock instead of catching up in a burst.
 MAX_LAG_S = 0.5
@@ -62,104 +63,6 @@ MAX_LAG_S = 0.5
 MIN_PREFILL_S = 0.001
 # SGLang's default --max-prefill-tokens: one prefill batch admits at most this many prompt tokens.
 MAX_PREFILL_TOKENS = 16384
-# A request's published state is its cumulative output length; this value means "aborted".
-ABORTED = -1
-
-
-class SimRequest:
-    """One generate request inside the simulator."""
-
-    __slots__ = (
-        "_waiter",
-        "aborted",
-        "accept",
-        "created_mono",
-        "created_wall",
-        "done",
-        "dp_rank",
-        "finish_reason",
-        "finished",
-        "first_token_mono",
-        "forward_entry_wall",
-        "index",
-        "last_token_mono",
-        "max_new_tokens",
-        "output",
-        "prefill_finished_wall",
-        "prompt_tokens",
-        "published",
-        "queue_time",
-        "rid",
-        "spec_accepted_drafts",
-        "spec_proposed_drafts",
-        "spec_verify_ct",
-        "streaming",
-        "tokens",
-    )
-
-    def __init__(
-        self,
-        index: int,
-        prompt_tokens: int,
-        max_new_tokens: int,
-        streaming: bool,
-        seed: int,
-        rid: str | None = None,
-        accept: float | None = None,
-    ) -> None:
-        self.rid = rid or uuid.uuid4().hex
-        self.accept = accept  # its kind's accept length when drafted (None: the profile's; accept_kinds.py)
-        self.index = index
-        self.prompt_tokens = prompt_tokens
-        self.max_new_tokens = max(1, max_new_tokens)
-        self.streaming = streaming
-        self.tokens = TokenStream(seed, index)
-        self.output: list[int] = []  # vocabulary indexes (see spectower.simulator.textgen)
-        # Streaming: the newest published output length, and the handler waiting for a newer one.
-        # A handler that falls behind skips to the newest state (SGLang's tokenizer manager does the
-        # same with its cumulative outputs), so a starved machine sends fewer, larger chunks.
-        self.published = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self.done: asyncio.Event = asyncio.Event()
-        self.created_mono = time.monotonic()
-        self.created_wall = time.time()
-        self.forward_entry_wall: float | None = None
-        self.prefill_finished_wall: float | None = None
-        self.first_token_mono: float | None = None
-        self.last_token_mono: float | None = None
-        self.queue_time = 0.0
-        self.finished = False
-        self.aborted = False
-        self.finish_reason: str | None = None
-        self.dp_rank = 0
-        self.spec_verify_ct = 0
-        self.spec_accepted_drafts = 0
-        self.spec_proposed_drafts = 0
-
-    def publish(self, n: int) -> None:
-        self.published = n
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def next_update(self, seen: int) -> int:
-        """Wait until the published state differs from ``seen``; return it (``ABORTED`` on abort)."""
-        while self.published == seen:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
-            await waiter
-        return self.published
-
-    def _push(self, n: int) -> list[int]:
-        take = min(n, self.max_new_tokens - len(self.output))
-        stream = self.tokens
-        new = [stream.next_index() for _ in range(take)]
-        self.output.extend(new)
-        return new
-
-
 class RankScheduler:
     """One DP rank: waiting queue, running batch, the knob, and the accounting SGLang reports."""
 
@@ -275,7 +178,10 @@ class RankScheduler:
             r.forward_entry_wall = wall
             r.queue_time = max(0.0, time.monotonic() - r.created_mono)
             self.queue_hist.observe(r.queue_time)
-        duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_tok_s)
+        skip_draft = bool(batch) and self.draft_prefill_skipped(len(self.running) + len(batch))
+        if skip_draft:  # the requests decode holed, as after a skipped decode extend
+            self.holed.update(id(r) for r in batch)
+        duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_rate(skip_draft))
         deadline = await self._sleep_until(deadline + duration)
         self.busy_s += duration
         self.total_prefill_busy_s += duration
@@ -309,6 +215,18 @@ class RankScheduler:
         owner = self.engine.owner.owner()
         return knob_contract.extend_skippable(self._gated_by_ceiling, self.engine.explore_period, owner,
                                               self.explorer.phase_now)  # fmt: skip
+
+    def draft_prefill_skipped(self, next_batch: int) -> bool:
+        """Whether a prefill whose requests make the next decode batch ``next_batch`` skips the draft's pass
+        (faster by the profile's ``draft_prefill_share``): the plugin's rule (``knob_contract.
+        prefill_skippable``) with this rank's gate, which has no hysteresis."""
+        if not self.engine.profile.speculative or self.engine.profile.draft_prefill_share <= 0:
+            return False
+        ceiling = self.spec_max_bs
+        gated = ceiling == 0 or next_batch > ceiling
+        period = self.engine.explore_period if self.engine.explore_allowed() else 0
+        return knob_contract.prefill_skippable(ceiling, gated, period, self.engine.owner.owner(),
+                                               self.explorer.phase_now)  # fmt: skip
 
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)

@@ -82,6 +82,10 @@ class HarnessConfig:
     initial_max_bs: int | None = None  # None: max_running_requests (a server launched with spec on)
     stale_probability: float = 0.0  # share of intervals whose metrics are stale (scrape failed, ...)
     explore_share: float = knob_contract.DEFAULT_EXPLORE_SHARE  # the gate's exploration (0 = none)
+    # Open loop: whether a prefill skips the draft's pass where the plugin's rule allows it (plugin 0.4.10 on;
+    # False: SPECTOWER_SKIP_DRAFT_PREFILL=0, or a run on an older plugin); the profile's draft_prefill_share
+    # says what it saves.
+    skip_draft_prefill: bool = True
 
     def validate(self) -> None:
         for key in ("decision_interval_s", "tick_s"):

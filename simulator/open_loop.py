@@ -4,8 +4,9 @@ The closed-loop harness (simulator/harness.py) holds a concurrency; here request
 times (storage/request_traces.py's ``schedule``) whatever the server does, as in production. Each reaches
 the scheduler ``first_token_latency_s`` after its arrival (what a request spends outside the GPU's work),
 needs its prefill (its ``ContextTokens``, cut to the profile's ``context_length``, at ``prefill_tok_s``
-seconds of the whole engine, in batches of what waits when one begins, up to PREFILL_BATCH_TOKENS; the
-first token comes at its batch's end, half a decode step later where one was in flight) and then
+seconds of the whole engine, faster where the plugin skips the draft's pass, in batches of what waits when
+one begins, up to PREFILL_BATCH_TOKENS: open_loop_queue.py; the first token comes at its batch's end, half
+a decode step later where one was in flight) and then
 ``GeneratedTokens - 1`` decode tokens. At most ``max_running_requests`` run; the rest wait in arrival
 order. Time moves in ticks of ``OPEN_LOOP_TICK_S``, each split where a request arrives; in each part,
 prefill goes first (SGLang schedules a waiting prefill before the next decode step) and the rest decodes
@@ -28,7 +29,6 @@ counts as failed).
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections import deque
@@ -37,9 +37,9 @@ from typing import Any
 
 from ..control.policy import Observation, Policy, make_policy
 from ..plugin import knob_contract
+from ..plugin.draft_holes import DEFAULT_DRAIN_MAX_STEPS
 from ..plugin.explore import EXPLORE, WARM
 from ..plugin.gate import gate_margin
-from ..plugin.gated_decode import DEFAULT_DRAIN_MAX_STEPS
 from ..storage.request_traces import (
     DEFAULT_SLO,
     Arrival,
@@ -62,153 +62,12 @@ from .harness import (
     effective_share,
 )
 from .open_loop_cost import WindowStreams, count_stall, cut_prompt, step_extras, with_context
+from .open_loop_queue import Queue, Request
 from .profile import Profile
 
-# One prefill batch takes at most this many prompt tokens: SGLang's chunked prefill budget (its
-# --chunked-prefill-size, 8192 on the H200 replay's server, server_info in its policy.db).
-PREFILL_BATCH_TOKENS = 8192
 OPEN_LOOP_TICK_S = 0.05  # TTFT is scored against seconds: a tick is a small part of one
 MIN_DRAIN_LIMIT_S = 600.0
 ORACLE = "oracle"  # per tick, the faster of the two modes at the batch size now (a reference, not a policy)
-
-
-@dataclass
-class _Request:
-    arrival: Arrival
-    prefill_left: float  # prompt tokens still to prefill
-    prompt: int = 0  # its prompt, cut to the server's context (the KV it holds once prefilled)
-    first_token_t: float | None = None
-    done_t: float | None = None
-    ctx_offset: float = 0.0  # prompt less the queue's progress when it began decoding (_Queue.context)
-    holed: bool = False  # it decoded in a batch whose draft extend was skipped (plugin/gated_decode.py)
-    ready_t: float = 0.0  # when the scheduler has it: its arrival and the profile's first_token_latency_s
-
-    def outcome(self) -> RequestOutcome:
-        a = self.arrival
-        if self.done_t is None or self.first_token_t is None:
-            return RequestOutcome(ok=False)
-        return RequestOutcome(
-            ok=True,
-            output_tokens=a.output_tokens,
-            ttft_s=self.first_token_t - a.t_s,
-            e2e_s=self.done_t - a.t_s,
-        )
-
-
-class _Queue:
-    """The server's requests: waiting, prefilling (admitted, prompt not done), decoding.
-
-    Every decoding request gets the same tokens per tick, so one running total (``progress``: tokens per
-    request decoded since the start) tells each when it is done: the heap holds the total at which each
-    finishes."""
-
-    def __init__(self, max_running: int, prefill_tok_s: float) -> None:
-        self.max_running = max_running
-        self.prefill_tok_s = prefill_tok_s
-        self.waiting: deque[_Request] = deque()
-        self.prefilling: deque[_Request] = deque()
-        self.decoding: list[tuple[float, int, _Request]] = []
-        self.progress = 0.0
-        self.tokens = 0.0  # output tokens made so far
-        self._seq = 0
-        self._ctx_offsets = 0.0  # the decoding requests' ctx_offset, summed
-        self.holed = 0  # decoding requests with holes in their draft KV
-        # the prefill batch running: how many of the first requests prefilling, and its tokens left
-        self._batch, self._batch_left = 0, 0.0
-
-    def mark_holed(self) -> None:
-        """Every decoding request ran a batch whose draft extend was skipped: its draft KV has holes."""
-        for _, _, req in self.decoding:
-            if not req.holed:
-                req.holed = True
-                self.holed += 1
-
-    def forget_holes(self) -> None:
-        """The drain ran out: the holed requests draft again (they recover cold)."""
-        for _, _, req in self.decoding:
-            req.holed = False
-        self.holed = 0
-
-    @property
-    def context(self) -> float:
-        """Tokens of context the decoding requests hold: each its prompt and what it has decoded so far."""
-        return self._ctx_offsets + len(self.decoding) * self.progress
-
-    @property
-    def running(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
-
-    def admit(self) -> None:
-        while self.waiting and self.running < self.max_running:
-            self.prefilling.append(self.waiting.popleft())
-
-    def prefill(self, now: float, budget: float, wait_s: float = 0.0) -> float:
-        """Prefill for at most ``budget`` seconds; the seconds left for decoding. Requests prefill in arrival
-        order, in batches of what has been admitted when a batch begins, up to PREFILL_BATCH_TOKENS prompt
-        tokens (SGLang's chunked prefill budget per batch): each gets its first token at its batch's end.
-        ``wait_s``: what each first token made here waits beyond its prefill (the decode step in flight,
-        which a real scheduler finishes first; the fluid model runs the prefill at once and the step's work
-        after it)."""
-        while budget > 0:
-            if not self._batch:
-                self._form_batch()
-                if not self._batch:
-                    break
-            need = self._batch_left / self.prefill_tok_s
-            if need > budget:
-                self._batch_left -= budget * self.prefill_tok_s
-                return 0.0
-            budget -= need
-            now += need
-            for _ in range(self._batch):
-                self._first_token(self.prefilling.popleft(), now + wait_s)
-            self._batch, self._batch_left = 0, 0.0
-        return budget
-
-    def _form_batch(self) -> None:
-        tokens, n = 0.0, 0
-        for req in self.prefilling:
-            if n and tokens + req.prefill_left > PREFILL_BATCH_TOKENS:
-                break
-            tokens += req.prefill_left
-            n += 1
-        self._batch, self._batch_left = n, tokens
-
-    def _first_token(self, req: _Request, t: float) -> None:
-        """``req``'s prefill ended: its first token at ``t``; it decodes the rest."""
-        req.prefill_left = 0.0
-        req.first_token_t = t
-        self.tokens += 1  # prefill makes the first token
-        rest = req.arrival.output_tokens - 1
-        if rest <= 0:
-            req.done_t = req.first_token_t
-        else:
-            self._seq += 1
-            req.ctx_offset = req.prompt + 1 - self.progress
-            self._ctx_offsets += req.ctx_offset
-            heapq.heappush(self.decoding, (self.progress + rest, self._seq, req))
-
-    def decode(self, now: float, seconds: float, rate: float) -> None:
-        """``seconds`` of decoding at ``rate`` aggregate tok/s, shared by the batch; finished ones leave."""
-        batch = len(self.decoding)
-        if batch == 0 or seconds <= 0 or rate <= 0:
-            return
-        per_request = rate / batch
-        before = self.progress
-        self.progress += per_request * seconds
-        self.tokens += rate * seconds
-        while self.decoding and self.decoding[0][0] <= self.progress + 1e-9:
-            target, _, req = heapq.heappop(self.decoding)
-            req.done_t = now + (target - before) / per_request
-            self._ctx_offsets -= req.ctx_offset
-            self.holed -= req.holed
-            self.tokens -= self.progress - target  # the tokens past its end were never made
-        if not self.decoding:
-            self._ctx_offsets = 0.0  # no rounding carried from one busy period to the next
-
-    @property
-    def empty(self) -> bool:
-        return not (self.waiting or self.prefilling or self.decoding)
 
 
 class _Gauges:
@@ -284,6 +143,12 @@ class OpenLoopResult:
     outcomes: list[RequestOutcome] = field(default_factory=list, repr=False)
     peak_in_flight: int = 0  # the most requests queued or running at a tick's end (bench replay's figure)
     counters: dict[str, Any] = field(default_factory=dict, repr=False)  # the engine counters at the end
+    prefill_batches: int = 0
+    prefills_skipped: int = 0  # of them, the ones that skipped the draft's pass (profile.draft_prefill_share)
+
+    @property
+    def prefills_skipped_share(self) -> float:
+        return self.prefills_skipped / self.prefill_batches if self.prefill_batches else 0.0
 
     def figures(self) -> dict[str, Any]:
         last = self.duration_s
@@ -307,6 +172,8 @@ class OpenLoopResult:
             "explore_share": self.explore_share,
             "undrained": self.undrained,
             "peak_in_flight": self.peak_in_flight,
+            "prefill_batches": self.prefill_batches,
+            "prefills_skipped": self.prefills_skipped,
             **figures,
         }
 
@@ -355,7 +222,11 @@ class _Server:
         self.counters = FluidCounters(mrr, self.noise_cv, random.Random(f"counters:{seed}"),
                                       random.Random(f"extend:{seed}"))  # fmt: skip
         self.gauges = _Gauges(cfg.gauge_log_interval_steps)
-        self.queue = _Queue(mrr, profile.prefill_tok_s)
+        self.queue = Queue(mrr, profile)
+        # whether a prefill may skip the draft's pass (the config, a speculative server, not the oracle), and
+        # the last decode batch's window part (the plugin's rule reads it)
+        self.skip_draft_prefill = cfg.skip_draft_prefill and profile.speculative and not oracle
+        self.last_window_phase: str | None = None
         start = mrr if cfg.initial_max_bs is None else cfg.initial_max_bs
         self.knob = _Knob(start, cfg.explore_share)
         self.delay_ticks = math.ceil(cfg.knob_delay_s / tick_s - 1e-9)
@@ -374,7 +245,7 @@ class _Server:
         self.extend_kept: float | None = None
         self.drafting_s = 0.0  # of them, in drafted steps
 
-    def tick(self, now: float, tick_s: float, arrivals: deque[_Request]) -> None:
+    def tick(self, now: float, tick_s: float, arrivals: deque[Request]) -> None:
         """The tick from ``now``, split where a request arrives (it joins the queue then, so its prefill
         starts when it comes, not at the next tick); the gauges are polled once, at its end."""
         t, end = now, now + tick_s
@@ -397,7 +268,7 @@ class _Server:
         tables, gated = self.by_share.at(self.knob.share)
         # half the decode step in flight (the last one's length), on average, before a prefill runs
         wait = 0.5 * self.step_s if in_flight else 0.0
-        left = queue.prefill(now, seconds, wait)
+        left = queue.prefill(now, seconds, wait, self._prefill_skips if self.skip_draft_prefill else None)
         batch = len(queue.decoding)
         if batch:
             extras = step_extras(self.profile, batch, queue.context)
@@ -437,6 +308,7 @@ class _Server:
         The oracle (a reference) has neither. Sets ``extend_kept`` for the counters' extend block."""
         knob = self.knob.value
         self.window_period, self.counted, self.extend_kept = 0, True, None
+        self.last_window_phase = None  # the branches of a window's gated batches below say which part
         if self.oracle_off is not None or not self.profile.speculative:
             speculative = self.profile.speculative
             return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
@@ -457,6 +329,7 @@ class _Server:
                 self.queue.mark_holed()
                 return with_context(gated[batch], *extras)
             self.window_period, self.counted = period, self.streams.counted(period)
+            self.last_window_phase = self.streams.phase
             pure = self.by_share.at(0.0)[0]  # each part runs one mode: the window is the exploration
             if self.streams.phase == EXPLORE:  # the drafting stream, up to its limit (explore.stream_limit)
                 if self.streams.drafts(batch, knob):
@@ -477,6 +350,24 @@ class _Server:
             self.queue.forget_holes()
         self.drain_steps = 0.0
         return with_context(tables.on[batch], *extras)
+
+    def _prefill_skips(self, new_requests: int, t: float) -> bool:
+        """Whether a prefill of ``new_requests`` beginning at ``t`` skips the draft's pass: the plugin's one
+        rule (knob_contract.prefill_skippable) on the decode batch its requests join next, those decoding
+        now and its own (the simulator has no locks: its knob is always the policy's)."""
+        period = knob_contract.explore_period(effective_share(self.knob.share))
+        gated = self._next_batch_gated(len(self.queue.decoding) + new_requests)
+        return knob_contract.prefill_skippable(self.knob.value, gated, period, knob_contract.OWNER_FREE,
+                                               self.last_window_phase)  # fmt: skip
+
+    def _next_batch_gated(self, batch: int) -> bool:
+        """``Gate.next_batch_gated`` with this model's gate (``_decode_mode``'s hysteresis): at a ceiling of
+        0 every batch is gated; else one closes above the ceiling and stays closed down to its margin."""
+        knob = self.knob.value
+        if knob == 0:
+            return True
+        closed = self.gate_closed and knob == self.gate_ceiling
+        return batch > knob or (closed and batch > knob - gate_margin(knob))
 
     def observe(self, ts: float, polls: int, rng: random.Random, stale: bool) -> Observation:
         """What a runner hands the policy at ``ts`` (``simulate``'s Observation, by the same rules)."""
@@ -508,7 +399,7 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
     requests = []
     for a in arrivals:
         prompt = cut_prompt(profile, a.input_tokens, a.output_tokens)
-        requests.append(_Request(a, float(prompt), prompt, ready_t=a.t_s + profile.first_token_latency_s))
+        requests.append(Request(a, float(prompt), prompt, ready_t=a.t_s + profile.first_token_latency_s))
     pending = deque(requests)
     per_decision = max(1, round(cfg.decision_interval_s / tick_s))
     last = arrivals[-1].t_s
@@ -531,6 +422,7 @@ def simulate_open_loop(profile: Profile, arrivals: list[Arrival], policy: Policy
         final_max_bs=server.knob.value, explore_share=server.share,
         undrained=sum(1 for r in requests if r.done_t is None), outcomes=[r.outcome() for r in requests],
         peak_in_flight=server.peak_in_flight, counters=server.counters.snapshot(),
+        prefill_batches=server.queue.prefill_batches, prefills_skipped=server.queue.prefills_skipped,
     )  # fmt: skip
 
 

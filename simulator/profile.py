@@ -56,6 +56,7 @@ MAX_NAME_CHARS = 256
 MAX_PROFILE_BYTES = 1 << 20  # a profile file (JSON text)
 MAX_CONTEXT_TOKENS = 1 << 24  # a server's context length
 MAX_FIRST_TOKEN_LATENCY_S = 60.0  # time outside the GPU's work per request
+MAX_DRAFT_PREFILL_SHARE = 0.5  # a draft model is a fraction of its target; half a prefill is already generous
 MAX_S_PER_CONTEXT_TOKEN = 1e-3  # a decode step's cost per context token: a ms per token is already absurd
 
 
@@ -109,6 +110,11 @@ class Profile:
     # tokenizer manager, the scheduler's and detokenizer's hand-offs), added to its TTFT and end-to-end
     # latency; 0: none.
     first_token_latency_s: float = 0.0
+    # The share of a prefill's time that is the draft model's pass over the prompts (``prefill_tok_s`` has it
+    # in; 0: not modelled). Where the plugin skips that pass (knob_contract.prefill_skippable: a lock at 0, or
+    # gated load with nothing exploring) a prefill runs at ``prefill_tok_s / (1 - share)``, as a server
+    # without speculation always does.
+    draft_prefill_share: float = 0.0
 
     @property
     def plain_curve(self) -> tuple[float, ...]:
@@ -153,7 +159,14 @@ class Profile:
         """The same server launched without speculation: the plain curve, no drafting, no knob."""
         raw = dict(self.raw)
         raw["speculative_algorithm"] = None
-        return replace(self, speculative=False, raw=raw)
+        prefill_tok_s = self.prefill_tok_s / (1.0 - self.draft_prefill_share)  # no draft pass at all
+        raw.pop("draft_prefill_share", None)
+        raw["prefill_tok_s"] = prefill_tok_s
+        return replace(self, speculative=False, raw=raw, prefill_tok_s=prefill_tok_s, draft_prefill_share=0.0)
+
+    def prefill_rate(self, draft_skipped: bool) -> float:
+        """Prompt tokens/s of a prefill: ``prefill_tok_s`` with the draft's pass, faster without it."""
+        return self.prefill_tok_s / (1.0 - self.draft_prefill_share) if draft_skipped else self.prefill_tok_s
 
     def per_request_tok_s(self, concurrency: float, spec_on: bool) -> float:
         """Output tokens/s one request sees when ``concurrency`` decode together."""
@@ -299,6 +312,11 @@ def parse_profile(data: Any, source: str = "profile") -> Profile:
             None
             if data.get("context_length") is None
             else _integer(data, "context_length", source, minimum=2, maximum=MAX_CONTEXT_TOKENS)
+        ),
+        draft_prefill_share=(
+            0.0
+            if data.get("draft_prefill_share") is None
+            else _number(data, "draft_prefill_share", source, maximum=MAX_DRAFT_PREFILL_SHARE)
         ),
     )
 

@@ -17,8 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from .engine import ABORTED, Engine, SimRequest
+from .engine import Engine
 from .errors import bad_request, read_json
+from .sim_request import ABORTED, SimRequest
 from .textgen import escaped_piece_bytes, piece, prompt_tokens_of, token_id
 
 DEFAULT_MAX_NEW_TOKENS = 128

@@ -16,9 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from .engine import ABORTED, Engine, SimRequest
+from .engine import Engine
 from .errors import bad_request, error_response, read_json
 from .routes_generate import SSE_HEADERS, WEIGHT_VERSION, dumps
+from .sim_request import ABORTED, SimRequest
 from .textgen import estimate_prompt_tokens, piece
 
 DEFAULT_MAX_TOKENS = 128

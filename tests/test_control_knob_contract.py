@@ -51,3 +51,19 @@ def test_the_extend_is_skippable_for_a_batch_the_ceiling_gates_with_nothing_need
     assert kc.extend_skippable(True, period, kc.OWNER_FREE, "cold")
     assert not kc.extend_skippable(False, 0, kc.OWNER_FREE)
     assert not kc.extend_skippable(False, period, "manual")
+
+
+def test_the_drafts_prefill_is_skippable_under_a_lock_at_zero_or_before_a_batch_skipping_its_extend() -> None:
+    """Plugin 0.4.10: a prefill skips the draft's pass under a lock at 0, and where the decode batch its
+    requests join next will be gated and skip its extend; a drafting batch next and a window's warm and
+    exploring parts keep it."""
+    period = kc.explore_period(0.02)
+    assert kc.prefill_skippable(0, True, period, "manual")  # an operator's off
+    assert not kc.prefill_skippable(48, False, period, "manual")  # an operator's on
+    assert not kc.prefill_skippable(0, True, period, kc.OWNER_FREE)  # a policy's 0 exploring, no window
+    assert kc.prefill_skippable(16, True, 0, kc.OWNER_FREE)  # gated load, nothing explores
+    assert kc.prefill_skippable(16, True, period, kc.OWNER_FREE, "cold")
+    for part in ("warm", "explore", None):
+        assert not kc.prefill_skippable(16, True, period, kc.OWNER_FREE, part)
+    assert not kc.prefill_skippable(16, False, 0, kc.OWNER_FREE)  # the next batch drafts
+    assert not kc.prefill_skippable(None, False, 0, kc.OWNER_FREE)  # no ceiling: nothing is gated

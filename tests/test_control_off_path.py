@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 from spectower.console.commands import control as control_cli
 from spectower.control.knob_state import knob_state
-from spectower.plugin.gated_decode import ExtendSkip
+from spectower.plugin.draft_holes import ExtendSkip
 from spectower.plugin.seq_lens_mirror import SeqLensMirror
 
 

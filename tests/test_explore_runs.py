@@ -305,13 +305,14 @@ def test_the_plugin_skips_cold_waits_for_holes_and_forgets_them_when_warm_runs_o
 ) -> None:
     """The knob plugin's gate and the gated-decode plugin's tracker together, as inside SGLang: a policy's
     0 skips the extend in the cold part; the warm part runs the extend until the holed requests finish."""
+    from spectower.plugin import draft_holes
     from spectower.plugin import gated_decode as gd
     from spectower.plugin import knob_gate as plugin
 
     monkeypatch.setattr(plugin, "_STATE", None)
     monkeypatch.setattr(gd, "_HOOKED", True)
-    tracker = gd.ExtendSkip(allowed=plugin.extend_skip_allowed, enabled=True, drain_max_steps=4096)
-    monkeypatch.setattr(gd, "_SKIP", tracker)
+    tracker = draft_holes.ExtendSkip(allowed=plugin.extend_skip_allowed, enabled=True, drain_max_steps=4096)
+    monkeypatch.setattr(draft_holes, "_SKIP", tracker)
     gate = plugin.gate_state()
     gate.set_explore_share(0.02)
     gate.set_ceiling(0)  # a policy's 0: no lock

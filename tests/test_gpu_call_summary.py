@@ -9,9 +9,9 @@ import subprocess
 import sys
 from typing import Any
 
+from spectower.plugin.draft_holes import ExtendSkip
 from spectower.plugin.engine_counters import EngineCounters
 from spectower.plugin.gate import Gate
-from spectower.plugin.gated_decode import ExtendSkip
 from spectower.plugin.gc_pauses import GcPauses
 from spectower.plugin.loop_stalls import LoopStalls
 

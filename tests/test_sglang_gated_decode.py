@@ -95,36 +95,43 @@ def test_knob_at_zero_skips_the_draft_extend_then_drains_before_drafting(checked
         ("policy's off, window", True, "ran", []),  # the exploring part drafts (a 1-batch stream here)
         ("policy's off, cold again", False, "stub", ["i", "j"]),
         ("off, held by an operator", False, "stub", ["g", "h"]),
+        # released at 0 after the prefills below: the window goes on where the lock paused it (1 cold batch
+        # done), the prompt "u" prefilled in its cold part holed with the decoded ones
+        ("policy's off after the release, cold", False, "stub", ["s", "t"]),
+        *[("policy's off after the release, cold", False, "stub", ["s", "t", "u"])] * 13,
+        ("policy's off after the release, warm", False, "ran", ["s", "t", "u"]),
+        ("policy's 4, drafting", True, "ran", []),  # the holed requests have left the batch
     ]
     report = checked["extend_skip"]["report"]
-    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (20, 2, 0)
-    # and /server_info says so, in the knob plugin's block (read after the prefills below: "p", "q" holed too)
-    assert checked["extend_skip"]["published"] == {**report, "holed_requests": 4}
+    assert (report["batches_skipped"], report["batches_drained"], report["drains_cut_short"]) == (34, 2, 0)
+    # and /server_info says so, in the knob plugin's block (read last: the prompts "z1", "z2" holed)
+    assert checked["extend_skip"]["published"] == {**report, "holed_requests": 2}
 
 
 @plugin_tests.sglang_check
 def test_drained_batches_count_as_gated(checked: dict[str, Any]) -> None:
     """The knob's decode counters see the two drained batches as gated steps (the gate had chosen to draft
-    them): 3 drafted steps ('on', 'drafting again', the window's exploring batch: a part of one batch has no
-    turnover) and 22 gated ones, nothing unmatched; the policy's-off window's gated batch that ran the
-    extend (warm) is kept apart as settling, so the gated rate a policy reads is the cold stream's."""
+    them): 4 drafted steps ('on', 'drafting again', the window's exploring batch: a part of one batch has no
+    turnover, the policy's 4) and 36 gated ones (6, 16 in and around the first window, 14 cold after the
+    release), nothing unmatched; the two windows' gated batches that ran the extend (warm) are kept apart as
+    settling, so the gated rate a policy reads is the cold stream's."""
     counters = checked["extend_skip"]["counters"]
-    assert sum(counters["drafted"]["steps"]) == 3
-    assert sum(counters["gated"]["steps"]) == 6 + 16
-    assert counters["settling"]["steps"] == 1
+    assert sum(counters["drafted"]["steps"]) == 4
+    assert sum(counters["gated"]["steps"]) == 6 + 16 + 14
+    assert counters["settling"]["steps"] == 2
     assert counters["unmatched"] == 0
 
 
 @plugin_tests.sglang_check
 def test_steady_gated_steps_count_by_whether_the_extend_ran(checked: dict[str, Any]) -> None:
     """Plugin 0.4.6: the counters' extend block sees each gated step that followed a gated one, by whether the
-    draft extend ran (the two drained batches and the window's warm one: 3) or was skipped (the second off
-    batch, the 15 cold ones, the operator's off after the cold one: 17). The gated steps right after a
-    drafted one (the first off, the partial ceiling, the cold batch after the window) pay a switch: in
-    neither."""
+    draft extend ran (the two drained batches and the windows' warm ones: 4) or was skipped (the second off
+    batch, the 15 cold ones, the operator's off after the cold one, the 14 cold ones after the release: 31).
+    The gated steps right after a drafted one (the first off, the partial ceiling, the cold batch after the
+    window) pay a switch: in neither."""
     extend = checked["extend_skip"]["counters"]["extend"]
-    assert sum(extend["kept"]["steps"]) == 3
-    assert sum(extend["skipped"]["steps"]) == 17
+    assert sum(extend["kept"]["steps"]) == 4
+    assert sum(extend["skipped"]["steps"]) == 31
     assert all(t > 0 for t, n in zip(extend["kept"]["time_s"], extend["kept"]["steps"], strict=True) if n)
 
 
@@ -139,16 +146,25 @@ def test_a_drained_batchs_verify_never_reaches_sglangs_acceptance_ema(checked: d
 
 
 @plugin_tests.sglang_check
-def test_an_operators_off_skips_the_drafts_prefill_and_holes_its_prompts(checked: dict[str, Any]) -> None:
+def test_the_drafts_prefill_is_skipped_where_nothing_needs_it_and_its_prompts_holed(
+    checked: dict[str, Any],
+) -> None:
     """Plugin 0.4.9: under a lock at 0 a prefill batch gets SGLang's own stub in place of the draft's pass
     over its prompts (the target's next tokens as the bonus tokens, one token a request), and its requests are
-    holed, so the drain covers them once the knob goes up; the operator's on and a policy's 0 (its windows
-    explore drafting) run the draft's prefill."""
+    holed, so the drain covers them once the knob goes up; the operator's on runs the draft's prefill.
+    Plugin 0.4.10: under a policy it skips where the decode batch the prompts join next will be gated with
+    nothing needing the draft warm: a policy's 0 in its window's cold part (not before a window has a part,
+    nor in the warm part, where explored drafting is prepared); a ceiling of 4 over 3 drafting requests
+    where the prompts take the next batch past 4 (the knob plugin hears the prefill's request count)."""
     rows = [(p["phase"], p["extend"], p["bonus_is_next_tokens"], p["per_req"], p["holed"])
             for p in checked["extend_skip"]["prefills"]]  # fmt: skip
     assert rows == [
         ("operator's off", "stub", True, [1, "zeros"], ["g", "h", "p", "q"]),
         ("operator's on", "ran", False, None, ["g", "h", "p", "q"]),
         ("policy's off", "ran", False, None, ["g", "h", "p", "q"]),
+        ("policy's off, cold", "stub", True, [1, "zeros"], ["s", "t", "u"]),
+        ("policy's off, warm", "ran", False, None, ["s", "t", "u"]),
+        ("policy's 4, the next batch drafts", "ran", False, None, []),
+        ("policy's 4, the next batch gated", "stub", True, [1, "zeros"], ["z1", "z2"]),
     ]
-    assert checked["extend_skip"]["report"]["prefills_skipped"] == 1
+    assert checked["extend_skip"]["report"]["prefills_skipped"] == 3

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from spectower.plugin.engine_counters import rates
 from spectower.simulator.config import SimConfig
-from spectower.simulator.engine import Engine, SimRequest
+from spectower.simulator.engine import Engine
 from spectower.simulator.profile import load_profile
+from spectower.simulator.sim_request import SimRequest
 from spectower.simulator.textgen import AWKWARD_EVERY, TokenStream, piece
 
 

@@ -166,6 +166,15 @@ def install_worker_recorders() -> None:
                       **kwargs: Any) -> Any:  # fmt: skip
         return types.SimpleNamespace(extend="ran")
 
+    def next_batch(self: Any, running_batch: Any = None, last_batch: Any = None, **kwargs: Any) -> Any:
+        # the scheduler's choice, made by the check (``_next_batch``), in SGLang's own NextBatchPlan
+        from sglang.srt.managers.schedule_batch import NextBatchPlan
+
+        return NextBatchPlan(batch_to_run=self._next_batch, running_batch=running_batch)
+
+    from sglang.srt.managers.scheduler import Scheduler
+
+    Scheduler.get_next_batch_to_run = next_batch  # type: ignore[method-assign]
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation  # type: ignore[method-assign]
     EAGLEWorkerV2._stub_skipped_draft_extend = stub  # type: ignore[method-assign]
     EagleDraftWorker._draft_extend_for_decode = draft_extend  # type: ignore[method-assign]
@@ -196,12 +205,22 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     trace = []
     gated_decode = sys.modules["spectower.plugin.gated_decode"]
 
-    def prefill(phase: str, rids: list[str]) -> dict[str, Any]:
-        """A prefill batch: the draft's extend over its prompts ran, or SGLang's stub filled its outputs."""
+    def window_part() -> str | None:
+        """The exploration window's part the last batch ran in (the knob plugin's gate; None: no window)."""
+        return knob.gate_state().explorer.phase_now  # type: ignore[no-any-return]
+
+    def prefill(phase: str, rids: list[str], running: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A prefill batch the scheduler chose beside ``running`` decoding requests (its hooked
+        get_next_batch_to_run, a finished one among them): the draft's extend over its prompts ran, or
+        SGLang's stub filled its outputs."""
         from sglang.srt.speculative.eagle_info import EagleDraftInput
 
         b = batch(rids)
         b.forward_mode = ForwardMode.EXTEND
+        beside = batch([*running, "finished"])
+        beside.reqs[-1].finished = lambda: True
+        scheduler._next_batch = b
+        scheduler.get_next_batch_to_run(running_batch=beside, last_batch=None)
         out = worker.forward_batch_generation(b)
         drafted = out.next_draft_input
         stubbed = isinstance(drafted, EagleDraftInput)
@@ -210,12 +229,22 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
                 "per_req": [drafted.num_tokens_per_req, drafted.topk_p] if stubbed else None,
                 "holed": sorted(gated_decode.extend_skip().holed)}  # fmt: skip
 
+    # the gate's clock moves 10 ms a decode batch (the windows' parts are in seconds too): the same batches
+    # every run, whatever this machine's speed
+    clock = {"now": 1000.0}
+    knob.gate_state().clock = lambda: clock["now"]
+
     def run(phase: str, rids: list[str]) -> None:
+        clock["now"] += 0.010
         out = worker.forward_batch_generation(batch(rids))
         # the verify result, as SGLang's batch-result processor reports it (drafts all right, or none)
         worker.on_verify_complete_cpu([3 if out.steps > 0 else 0] * len(rids), batch_size=len(rids))
         trace.append({"phase": phase, "rids": rids, "steps": out.steps, "extend": out.extend,
                       "holed": sorted(gated_decode.extend_skip().holed)})  # fmt: skip
+
+    def run_in_window(rids: list[str]) -> None:
+        run("policy's off after the release", rids)
+        trace[-1]["phase"] += f", {window_part()}"
 
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 48})
     run("on", ["a", "b"])
@@ -246,9 +275,21 @@ def extend_skip(config_path: str, knob: Any) -> dict[str, Any]:
     prefills = [prefill("operator's off", ["p", "q"])]
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 48, "spectower_writer": 1})
     prefills.append(prefill("operator's on", ["r"]))
-    # released at 0: a policy's 0, which explores in windows and so keeps the draft's prefill
+    # released at 0: a policy's 0 set just now keeps the draft's prefill (no batch gated by it yet); after a
+    # gated batch in its window's cold part a prefill skips it (plugin 0.4.10), in the warm part it runs
     _harness.set_state(scheduler, {"spectower_spec_max_bs": 0, "spectower_writer": 1, "spectower_release": 1})
     prefills.append(prefill("policy's off", ["s"]))
+    run_in_window(["s", "t"])
+    prefills.append(prefill(f"policy's off, {window_part()}", ["u"]))
+    while window_part() == "cold":
+        run_in_window(["s", "t", "u"])
+    prefills.append(prefill(f"policy's off, {window_part()}", ["v"]))
+    # a policy's ceiling of 4 with nothing exploring, 3 requests drafting: a prompt that keeps the next batch
+    # at 4 runs the draft's prefill, two that take it to 5 (gated) skip it
+    _harness.set_state(scheduler, {"spectower_spec_max_bs": 4, "spectower_explore_share": 0})
+    run("policy's 4, drafting", ["w", "x", "y"])
+    prefills.append(prefill("policy's 4, the next batch drafts", ["z"], ("w", "x", "y")))
+    prefills.append(prefill("policy's 4, the next batch gated", ["z1", "z2"], ("w", "x", "y")))
     counters = knob.engine_counters_state().snapshot()
     published = _harness.get_state(scheduler).get("spectower", {}).get("gated_decode")
     return {"trace": trace, "report": gated_decode.extend_skip().report(), "counters": counters,
