@@ -12,7 +12,8 @@ replays score), so 0.4.9's lock-only skip shows as a handicap of every policy ag
     python3 benchmarks/draft_prefill_whatif.py [--profile data/profiles/h200-8b-pair-triton.json] \\
         [--policies always-off,threshold:16,threshold:47,learn] [--rate-scales 0.75,1.0] [--duration 180]
 
-Learn starts as the GPU replays start it (ceiling 48, ``--dwell 60s``). One seed, the replays' (1).
+Learn starts as the 0.5 pair's GPU replays start it (ceiling 48, ``--dwell 60s``; ``--learn-start`` for
+another pair: the early pair's replays warm-started it at 16). One seed, the replays' (1).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Row:
 
 
 def _run_one(profile_path: str, policy: str, rate_scale: float, speedup: float, duration_s: float,
-             skip: bool) -> tuple[dict[str, float], float]:  # fmt: skip
+             skip: bool, learn_start: int) -> tuple[dict[str, float], float]:  # fmt: skip
     profile = load_profile(profile_path)
     mrr = profile.max_running_requests
     arrivals = schedule(load_request_trace(TRACE), speedup, rate_scale, SEED, duration_s)
@@ -55,8 +56,8 @@ def _run_one(profile_path: str, policy: str, rate_scale: float, speedup: float, 
         config = HarnessConfig(explore_share=0.0, initial_max_bs=0, skip_draft_prefill=skip)
         made = make_policy(policy, mrr)
     elif policy == "learn":
-        config = HarnessConfig(initial_max_bs=LEARN_START, skip_draft_prefill=skip)
-        made = make_policy(policy, mrr, initial_ceiling=LEARN_START, min_dwell_s=LEARN_DWELL_S)
+        config = HarnessConfig(initial_max_bs=learn_start, skip_draft_prefill=skip)
+        made = make_policy(policy, mrr, initial_ceiling=learn_start, min_dwell_s=LEARN_DWELL_S)
     else:
         made = make_policy(policy, mrr)
         start = int(policy.split(":")[1]) if policy.startswith("threshold:") else mrr
@@ -68,13 +69,14 @@ def _run_one(profile_path: str, policy: str, rate_scale: float, speedup: float, 
 
 
 def run(profile_path: str, policies: list[str], rate_scales: list[float], speedup: float,
-        duration_s: float) -> list[Row]:  # fmt: skip
+        duration_s: float, learn_start: int = LEARN_START) -> list[Row]:  # fmt: skip
     rows = []
     for scale in rate_scales:
         for version, (lock_skips, policy_skips) in VERSIONS.items():
             for policy in policies:
                 skip = lock_skips if policy == ALWAYS_OFF else policy_skips
-                figures, skipped = _run_one(profile_path, policy, scale, speedup, duration_s, skip)
+                figures, skipped = _run_one(profile_path, policy, scale, speedup, duration_s, skip,
+                                            learn_start)  # fmt: skip
                 rows.append(Row(scale, policy, version, figures, skipped))
     return rows
 
@@ -110,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-scales", type=_scales, default=[0.75, 1.0])
     parser.add_argument("--speedup", type=float, default=3.0)
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of arrivals")
+    parser.add_argument("--learn-start", type=int, default=LEARN_START, help="learn's first ceiling")
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if ALWAYS_OFF not in policies:
         policies.insert(0, ALWAYS_OFF)  # the baseline every ratio needs
-    rows = run(args.profile, policies, args.rate_scales, args.speedup, args.duration)
+    rows = run(args.profile, policies, args.rate_scales, args.speedup, args.duration, args.learn_start)
     ratios = against_always_off(rows)
     print(f"{args.profile}, Azure x{args.speedup:g}, {args.duration:g} s of arrivals, seed {SEED} "
           "(simulator); ratios to always off under the same plugin version")
