@@ -34,9 +34,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # plugin/loop_stalls.py, its own entry point); 0.4.8: the launcher's side, its long collections and its Python
 # held, and each process's frozen objects (launcher in the report, plugin/launcher_state.py); 0.4.9: under an
 # operator's off the draft model's prefill over each prompt is skipped too (prefills_skipped in the report's
-# gated_decode, plugin/gated_decode.py); 0.4.10: so is it wherever the ceiling gates the decode batches and
-# nothing needs the draft warm (a policy's gated load, an exploration window's cold part:
-# knob_contract.prefill_skippable)
+# gated_decode, plugin/gated_decode.py); 0.4.10: so is it wherever the decode batch the prompts join next will
+# be gated with nothing needing the draft warm (a policy's gated load, an exploration window's cold part:
+# knob_contract.prefill_skippable, Gate.next_batch_gated; a hook on Scheduler.get_next_batch_to_run counts who
+# decodes beside the prefill)
 PLUGIN_VERSION = "0.4.10"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
@@ -157,11 +158,9 @@ class Gate:
     def set_ceiling(self, value: int) -> None:
         with self._lock:
             self.ceiling = value
-            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell (and
-            # until then nothing is gated by it: a prefill in between keeps the draft's pass).
+            # A new ceiling is an operator decision: judge the next batch afresh, without the old dwell.
             self.closed = False
             self.closed_batches = 0
-            self.gated_by_ceiling_now = False
 
     def _judge(self, batch_size: int) -> tuple[bool, int]:
         """What the hysteresis says for this batch: (closed, closed_batches after it); changes nothing."""

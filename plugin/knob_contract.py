@@ -189,7 +189,8 @@ def prefill_skippable(
     extend and hole the requests anyway, so the skip adds no drain of its own; where the next batch may
     draft (a drafting bin, the load falling under the ceiling, an idle loop: ``Gate.next_batch_gated``) or a
     window's warm and exploring parts prepare explored drafting, the prompts go through the draft. The one
-    rule for the SGLang plugin (``knob_gate.prefill_skip_allowed``) and the simulator's open loop."""
+    rule for the SGLang plugin (``knob_gate.prefill_skip_allowed``) and the simulator (its wire ranks and its
+    open loop)."""
     locked_at_zero = ceiling == 0 and owner != OWNER_FREE
     return locked_at_zero or extend_skippable(next_batch_gated, period, owner, window_phase)
 
