@@ -6,8 +6,10 @@ them: ``begin`` in the get_steps_for_batch hook and ``end`` in the on_verify_com
 
 Prints ns per step for each, the same for the plugin's two hooks end to end (the gate included, SGLang's
 methods replaced by trivial ones) and for the loop-stall plugin's four hooks per scheduler iteration, and
-the share of a decode step of ``--step-ms`` (an H200 decode step is about 5.6 ms). Nothing here is
-asserted: the unit tests never time anything.
+the share of a decode step of ``--step-ms`` (an H200 decode step is about 5.6 ms), and the gated-decode
+plugin's scheduler hook (plugin 0.4.10: it counts who decodes beside a prefill) on a decode turn and on a
+prefill turn beside ``--batch`` running requests. Nothing here is asserted: the unit tests never time
+anything.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
-from spectower.plugin import engine_counters, knob_gate, loop_stalls, stall_watch
+from spectower.plugin import engine_counters, gated_decode, knob_gate, loop_stalls, stall_watch
 
 
 def per_step_ns(fn: Callable[[int], None], steps: int) -> float:
@@ -123,6 +125,30 @@ def main() -> None:
         finally:
             watch.stop()
 
+    # the gated-decode plugin's scheduler hook (plugin 0.4.10): every loop turn; a prefill's counts the
+    # requests decoding beside it (SGLang's Req.finished() is a method)
+    def req() -> SimpleNamespace:
+        return SimpleNamespace(finished=lambda: False)
+
+    beside = SimpleNamespace(reqs=[req() for _ in range(batch)])
+    decode_mode = SimpleNamespace(is_extend=lambda: False)
+    prefill_mode = SimpleNamespace(is_extend=lambda: True)
+    decode_batch = SimpleNamespace(forward_mode=decode_mode)
+    decode_plan = SimpleNamespace(batch_to_run=decode_batch, running_batch=beside)
+    prefill_batch = SimpleNamespace(forward_mode=prefill_mode, reqs=[req()])
+    prefill_plan = SimpleNamespace(batch_to_run=prefill_batch, running_batch=beside)
+
+    def scheduler_hook(plan_now: object) -> Callable[[int], None]:
+        def answer(*_args: object, **_kwargs: object) -> object:
+            return plan_now
+
+        def turns(n: int) -> None:
+            for _ in range(n):
+                gated_decode.hook_get_next_batch_to_run(answer, scheduler, running_batch=beside,
+                                                        last_batch=None)  # fmt: skip
+
+        return turns
+
     base = per_step_ns(empty_loop, args.steps)
     step_ns = args.step_ms * 1e6
     rows = [
@@ -132,6 +158,8 @@ def main() -> None:
         ("plugin hooks without counters", per_step_ns(hooks_without_counters, args.steps) - base),
         ("loop-stall hooks (per iteration)", per_step_ns(loop_hooks, args.steps) - base),
         ("the same, watch thread on", per_step_ns(loop_hooks_watched, args.steps) - base),
+        ("scheduler hook, a decode turn", per_step_ns(scheduler_hook(decode_plan), args.steps) - base),
+        ("scheduler hook, a prefill turn", per_step_ns(scheduler_hook(prefill_plan), args.steps) - base),
     ]
     print(f"batch {batch}, {args.steps} steps, best of 5, loop overhead subtracted; step {args.step_ms} ms")
     for name, ns in rows:
