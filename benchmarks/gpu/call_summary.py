@@ -66,7 +66,7 @@ def gate_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
             drafted, gated = r.get("batches_drafted"), r.get("batches_gated")
             switches, bands, dropped = g.get("switches"), g.get("band_changes"), g.get("verifies_dropped")
             skipped, drained = skip.get("batches_skipped"), skip.get("batches_drained")
-            prefills = skip.get("prefills_skipped")  # plugin 0.4.9: the draft's prefill under a lock at 0
+            prefills = skip.get("prefills_skipped")  # plugin 0.4.9 on: prefills that skipped the draft's pass
             lines.append(f"gate, rank {i}: {drafted} batches drafted, {gated} gated; {switches} switches, "
                          f"{bands} changes of SGLang's own steps, {dropped} verifies kept from its EMA; "
                          f"extend skipped in {skipped} batches, {drained} drained"
