@@ -16,7 +16,10 @@ decode steps over the running batch:
   batch the knob gates while nothing explores, or in an exploration window's cold part
   (``RankScheduler.extend_skipped``, plugin/explore.py); otherwise (a window's warm and exploring parts, a
   batch gated by exploration inside a drafting bin) a gated batch pays the extend and runs the profile's
-  ``spec_off_warm`` curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``).
+  ``spec_off_warm`` curve where it has one (``Profile.output_tok_s(..., draft_warm=True)``). A batch the
+  knob would draft while a request the skipped extends holed is in it drains as the plugin's does: gated,
+  with the extend, until those requests finish (``/server_info`` carries the plugin's ``gated_decode``
+  block).
   Drafted: every request gets ``accept_length(B)`` tokens on average (stochastic integer rounding around
   a per-step value with ``noise_cv`` noise, seeded). The step lasts
   ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
@@ -48,6 +51,7 @@ import time
 from collections import deque
 
 from ..plugin import knob_contract
+from ..plugin.draft_holes import DEFAULT_DRAIN_MAX_STEPS
 from ..plugin.engine_counters import EngineCounters
 from ..plugin.explore import Explorer
 from ..plugin.loop_stalls import LoopStalls
@@ -79,7 +83,11 @@ class RankScheduler:
         self.explorer = Explorer(engine.config.explore_cycle)
         # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
         # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
-        self.holed: set[int] = set()
+        # by rid, as the plugin keeps them (an id() is reused once its request is gone)
+        self.holed: set[str] = set()
+        # the gated-decode plugin's counts (its ``gated_decode`` block, draft_holes.ExtendSkip.report)
+        self.batches_skipped = self.batches_drained = self.drains_cut_short = self.prefills_skipped = 0
+        self.drain_steps = 0  # batches the current drain has held
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
         # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
@@ -180,7 +188,8 @@ class RankScheduler:
             self.queue_hist.observe(r.queue_time)
         skip_draft = bool(batch) and self.draft_prefill_skipped(len(self.running) + len(batch))
         if skip_draft:  # the requests decode holed, as after a skipped decode extend
-            self.holed.update(id(r) for r in batch)
+            self.holed.update(r.rid for r in batch)
+            self.prefills_skipped += 1
         duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_rate(skip_draft))
         deadline = await self._sleep_until(deadline + duration)
         self.busy_s += duration
@@ -210,8 +219,9 @@ class RankScheduler:
         knob), or it fell in an exploration window's cold part.
 
         The plugin's rule (``knob_contract.extend_skippable``, which its ``extend_skip_allowed`` and the
-        gated-decode plugin's ``ExtendSkip`` read). Not modelled: the drain once the knob lets such requests
-        draft again (gated batches with the extend until the holed requests finish)."""
+        gated-decode plugin's ``ExtendSkip`` read). Once the knob lets such requests draft again, ``_decode``
+        drains them as the plugin does: gated batches with the extend until the holed requests finish, at
+        most ``DEFAULT_DRAIN_MAX_STEPS``, counted in ``gated_decode_report``."""
         owner = self.engine.owner.owner()
         return knob_contract.extend_skippable(self._gated_by_ceiling, self.engine.explore_period, owner,
                                               self.explorer.phase_now)  # fmt: skip
@@ -243,16 +253,26 @@ class RankScheduler:
         self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
         settling = plan.settling
         if plan.forget_holes:
-            self.holed.clear()
+            self._forget_holes()
         if plan.explore:
             drafted = not drafted
             self.batches_explored += 1
+        if drafted and self._holes_pending():  # the drain: gated with the extend until the holed ones finish
+            if self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
+                drafted = False
+                self.drain_steps += 1
+                self.batches_drained += 1
+            else:
+                self._forget_holes()  # drafts anyway: the requests still holed recover cold
+        if not self.holed:
+            self.drain_steps = 0
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
         # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped).
         skipped = not drafted and self.extend_skipped()  # only where the knob gated a speculative batch
         if skipped:
-            self.holed.update(id(r) for r in self.running)
+            self.holed.update(r.rid for r in self.running)
+            self.batches_skipped += 1
         rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not skipped)
         step = batch * accept / rate
         cv = profile.noise_cv
@@ -290,7 +310,7 @@ class RankScheduler:
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
-            self.holed -= done
+            self.holed.difference_update(r.rid for r in finished)
             for r in finished:
                 self.engine.on_finish(r, now)
         if self._win_steps >= self.engine.config.decode_log_interval:
@@ -330,9 +350,22 @@ class RankScheduler:
             self._emit(r)
         return produced, live, finished
 
+    def _forget_holes(self) -> None:
+        """Stop waiting for the holed requests (a drain at its cap, a window's warm part run out)."""
+        if self.holed:
+            self.drains_cut_short += 1
+            self.holed.clear()
+        self.drain_steps = 0
+
+    def gated_decode_report(self) -> dict[str, int | bool]:
+        """The gated-decode plugin's block (``draft_holes.ExtendSkip.report``), as this rank models it."""
+        return {"enabled": True, "holed_requests": len(self.holed), "batches_skipped": self.batches_skipped,
+                "batches_drained": self.batches_drained, "drains_cut_short": self.drains_cut_short,
+                "prefills_skipped": self.prefills_skipped}  # fmt: skip
+
     def _holes_pending(self) -> bool:
         if self.holed:  # an aborted request leaves the batch for good too, as in the plugin's begin_batch
-            self.holed.intersection_update(id(r) for r in self.running)
+            self.holed.intersection_update(r.rid for r in self.running)
         return bool(self.holed)
 
     def _emit(self, r: SimRequest) -> None:

@@ -71,3 +71,34 @@ def test_without_a_share_or_while_exploring_outside_a_cold_part_the_drafts_pass_
     exploring = Engine(SimConfig(profile=_with_share(), explore_share=knob_contract.DEFAULT_EXPLORE_SHARE))
     exploring.set_spec_max_bs(0)  # a policy's 0: its windows have no part yet (no gated batch decoded)
     assert _prefill_s(exploring, 0)[0] == pytest.approx(PROMPT / exploring.profile.prefill_tok_s)
+
+
+def test_a_raised_knob_drains_the_holed_requests_before_drafting_and_says_so() -> None:
+    """The gated-decode plugin's drain on the wire: requests a skipped extend holed run gated, with the
+    extend, once the knob lets their batch draft, until they finish; a fresh request then drafts. The
+    ``gated_decode`` block counts it as the plugin's does."""
+    engine = Engine(SimConfig(profile=_with_share(), explore_share=0.0))
+    engine.set_spec_max_bs(0)
+
+    async def run() -> tuple[RankScheduler, list[int]]:
+        rank = engine.ranks[0]
+        for _ in range(4):
+            rank.submit(engine.new_request(8, 6, streaming=False))  # the prefill's token and 5 decoded
+        deadline = await rank._prefill(engine.max_running_requests, 0.0)
+        deadline = await rank._decode(deadline)  # gated at 0: the extend skipped, all four holed
+        engine.set_spec_max_bs(64)
+        drafted = []
+        while rank.running:
+            deadline = await rank._decode(deadline)
+            drafted.append(rank.batches_drafted)
+        rank.submit(engine.new_request(8, 6, streaming=False))
+        deadline = await rank._prefill(engine.max_running_requests, deadline)
+        await rank._decode(deadline)
+        return rank, drafted
+
+    rank, drafted = asyncio.run(run())
+    assert drafted == [0, 0, 0, 0]  # four drained steps, none drafted
+    assert rank.batches_drafted == 1  # the fresh request drafts at once
+    report = rank.gated_decode_report()
+    assert report == {"enabled": True, "holed_requests": 0, "batches_skipped": 1, "batches_drained": 4,
+                      "drains_cut_short": 0, "prefills_skipped": 1}  # fmt: skip

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 from spectower.plugin import launcher_state
+from spectower.plugin.draft_holes import ExtendSkip
 from spectower.plugin.gc_pauses import GcPauses
 from spectower.plugin.knob_contract import KnobOwner
 
@@ -23,9 +24,10 @@ NEWER_TOP_LEVEL = {"launch_command", "frontend"}
 # The plugin's block: the knob (the first contract), the engine counters, the exploration block (the
 # plugin's Gate.explore_report shape), and who holds the knob (the ownership report both the plugin and the
 # simulator take from plugin/knob_contract.py).
-# gc (plugin 0.4.5): the process's garbage collections; the simulator times its own (plugin/gc_pauses.py)
-SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters",
-                  "explore", "gc", "loop", "launcher"} | set(KnobOwner().report())  # fmt: skip
+# gc (plugin 0.4.5): the process's garbage collections; the simulator times its own (plugin/gc_pauses.py);
+# gated_decode: the gated-decode plugin's skips and drains (draft_holes.ExtendSkip.report's keys)
+SPECTOWER_KEYS = {"plugin_version", "spec_max_bs", "batches_drafted", "batches_gated", "counters", "explore",
+                  "gc", "loop", "launcher", "gated_decode"} | set(KnobOwner().report())  # fmt: skip
 SEPARATORS = ("\u2028", "\u0085")
 SEPARATOR_TOKENS, SEPARATOR_CLIENTS = 2000, 16
 
@@ -69,6 +71,7 @@ def test_server_info_has_the_real_keys(sim: SimulatorProcess, real_data: Path) -
     assert set(state["spectower"]) == SPECTOWER_KEYS
     assert set(state["spectower"]["gc"]) == set(GcPauses().report())
     assert set(state["spectower"]["launcher"]) == set(launcher_state.report())  # plugin 0.4.8's block
+    assert set(state["spectower"]["gated_decode"]) == set(ExtendSkip().report())
     assert set(state["memory_usage"]) == set(real_state["memory_usage"])
     # values a client relies on, with SGLang's types
     assert mine["speculative_adaptive"] is True

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
     """What each rank's off path did (the gated-decode plugin's draft-extend skip and drain, flashinfer's
     seq-lens mirror), as lines, and warnings: a mirror that turned itself off (its gated steps wait on the
-    host again). Nothing for a server whose plugin does not publish them (an older one, the simulator)."""
+    host again). Nothing for a server whose plugin does not publish them (an older one; the simulator
+    publishes the skip and drain, not the mirror)."""
     lines: list[str] = []
     warnings: list[str] = []
     for rank in ranks:
