@@ -17,16 +17,14 @@ to tell (data/gpu-runs/NOTEBOOK.md); this prints the figure for every launch fro
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from run_snapshots import FELL, in_run_order, main_for, read_blocks
 from spectower.collectors.sglang.stalls import PHASES, LoopReport, loop_report
-from spectower.storage.files import parse_json_text, read_text_capped
 
 MAX_STALLS_BYTES = 4 * 1024 * 1024  # each rank's loop block: a few kB with its recent stalls' stacks
 PER_TURN = ("input", "schedule")  # once per turn of the loop; "run" and "result" once per batch
@@ -54,12 +52,7 @@ def run_name(path: Path) -> str:
 
 def read_ranks(path: Path) -> list[LoopReport]:
     """Each rank's loop block saved after a run; a file without one is one line naming it."""
-    try:
-        doc = parse_json_text(read_text_capped(path, MAX_STALLS_BYTES))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    if not isinstance(doc, list) or not doc:
-        raise ValueError(f"{path}: expected a list of each rank's loop block")
+    doc = read_blocks(path, MAX_STALLS_BYTES, "loop")
     reports = [loop_report(block) for block in doc]
     if any(report is None or not report.phase_calls for report in reports):
         raise ValueError(f"{path}: a rank has no loop block with its phases' calls (a plugin before 0.4.7?)")
@@ -74,13 +67,8 @@ def progress(report: LoopReport) -> tuple[int, float]:
 
 def per_run(saved: dict[str, list[LoopReport]]) -> list[RunLoop]:
     """Each run's own figures per rank, in the order the runs ran: the difference from the run before."""
-    if len({len(ranks) for ranks in saved.values()}) > 1:
-        raise ValueError("the files hold different numbers of ranks: not one launch")
-    order = sorted(saved, key=lambda run: progress(saved[run][0]))
     rows: list[RunLoop] = []
-    before: list[LoopReport] | None = None
-    for run in order:
-        ranks = saved[run]
+    for run, ranks, before in in_run_order(saved, progress):
         for rank, report in enumerate(ranks):
             earlier = before[rank] if before is not None else None
             calls = {p: report.phase_calls.get(p, 0) - (earlier.phase_calls.get(p, 0) if earlier else 0)
@@ -88,11 +76,9 @@ def per_run(saved: dict[str, list[LoopReport]]) -> list[RunLoop]:
             seconds = {p: report.phase_seconds.get(p, 0.0) - (earlier.phase_seconds.get(p, 0.0) if earlier
                                                                else 0.0) for p in PHASES}  # fmt: skip
             if any(value < 0 for value in (*calls.values(), *seconds.values())):
-                raise ValueError(f"{run}: rank {rank}'s counts fall from the run before: not one launch "
-                                 "(a restarted server counts from 0 again)")  # fmt: skip
+                raise ValueError(FELL.format(run=run, rank=rank))
             first = before is None
             rows.append(RunLoop(run=run, rank=rank, calls=calls, seconds=seconds, since_launch=first))
-        before = ranks
     return rows
 
 
@@ -121,19 +107,8 @@ def as_json(rows: Sequence[RunLoop]) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path, help="stalls-<run>.json files of one launch")
-    parser.add_argument("--json", type=Path, help="write the rows here too")
-    args = parser.parse_args(argv)
-    try:
-        rows = per_run({run_name(path): read_ranks(path) for path in args.files})
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print_rows(rows)
-    if args.json is not None:
-        args.json.write_text(json.dumps(as_json(rows), indent=1) + "\n")
-    return 0
+    return main_for(argv, __doc__.split("\n\n")[0], "stalls-<run>.json files of one launch", run_name,
+                    read_ranks, per_run, print_rows, as_json)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,15 +17,13 @@ say how much of its prefill it saved, and how many batches its drains held gated
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectower.storage.files import parse_json_text, read_text_capped
+from run_snapshots import FELL, in_run_order, main_for, read_blocks
 
 MAX_OFFPATH_BYTES = 64 * 1024  # each rank's gated_decode block: a few counts
 COUNTS = ("batches_skipped", "batches_drained", "drains_cut_short", "prefills_skipped")
@@ -49,12 +47,7 @@ def run_name(path: Path) -> str:
 
 def read_ranks(path: Path) -> list[dict[str, int]]:
     """Each rank's gated_decode block saved after a run; a file without one is one line naming it."""
-    try:
-        doc = parse_json_text(read_text_capped(path, MAX_OFFPATH_BYTES))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    if not isinstance(doc, list) or not doc:
-        raise ValueError(f"{path}: expected a list of each rank's gated_decode block")
+    doc = read_blocks(path, MAX_OFFPATH_BYTES, "gated_decode")
     ranks = []
     for i, block in enumerate(doc):
         if not isinstance(block, dict):
@@ -70,19 +63,13 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
 
 def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunOffPath]:
     """Each run's own counts per rank, in the order the runs ran: the difference from the run before."""
-    if len({len(ranks) for ranks in saved.values()}) > 1:
-        raise ValueError("the files hold different numbers of ranks: not one launch")
-    order = sorted(saved, key=lambda run: sum(saved[run][0][key] for key in COUNTS))
     rows: list[RunOffPath] = []
-    before: list[dict[str, int]] | None = None
-    for run in order:
-        for rank, block in enumerate(saved[run]):
+    for run, ranks, before in in_run_order(saved, lambda block: sum(block[key] for key in COUNTS)):
+        for rank, block in enumerate(ranks):
             counts = {key: block[key] - (before[rank][key] if before is not None else 0) for key in COUNTS}
             if any(value < 0 for value in counts.values()):
-                raise ValueError(f"{run}: rank {rank}'s counts fall from the run before: not one launch "
-                                 "(a restarted server counts from 0 again)")  # fmt: skip
+                raise ValueError(FELL.format(run=run, rank=rank))
             rows.append(RunOffPath(run, rank, counts, block["holed_requests"], before is None))
-        before = saved[run]
     return rows
 
 
@@ -105,19 +92,8 @@ def as_json(rows: Sequence[RunOffPath]) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path, help="offpath-<run>.json files of one launch")
-    parser.add_argument("--json", type=Path, help="write the rows here too")
-    args = parser.parse_args(argv)
-    try:
-        rows = per_run({run_name(path): read_ranks(path) for path in args.files})
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print_rows(rows)
-    if args.json is not None:
-        args.json.write_text(json.dumps(as_json(rows), indent=1) + "\n")
-    return 0
+    return main_for(argv, __doc__.split("\n\n")[0], "offpath-<run>.json files of one launch", run_name,
+                    read_ranks, per_run, print_rows, as_json)  # fmt: skip
 
 
 if __name__ == "__main__":
