@@ -5,6 +5,8 @@ drain a gated decode step would not have made."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from spectower.simulator.open_loop import OpenLoopResult, simulate_open_loop
 from spectower.simulator.profile import Profile, ProfileError, parse_profile
 from spectower.storage.request_traces import Arrival
 
+from tests.conftest import REPO_ROOT
 from tests.test_open_loop_cost import BASE, PREFILL_TOK_S
 
 SHARE = 0.04
@@ -124,3 +127,23 @@ def test_a_skipped_prefills_requests_decode_holed_and_are_counted() -> None:
     queue.prefilling.append(Request(Arrival(0.0, 100, 10, 4), 100.0, 100))
     queue.prefill(0.0, 1.0, skip_draft=lambda n, t: False)
     assert (queue.holed, queue.prefills_skipped, len(queue.decoding)) == (3, 1, 4)
+
+
+def test_sim_evaluate_says_how_many_prefills_skipped_the_drafts_pass(tmp_path: Path) -> None:
+    """A profile with a share: the table's footer counts the prefill batches that skipped the draft's pass,
+    and ``--json`` carries both counts; a profile without one says nothing of it."""
+    from tests.test_open_loop import _evaluate, _slice
+
+    trace = str(_slice(tmp_path, 200))
+    pair = str(REPO_ROOT / "data" / "profiles" / "h200-8b-pair-triton.json")
+    run = _evaluate("--profile", pair, "--trace", trace, "--policy", "always-off")
+    assert run.returncode == 0, run.stderr
+    said = " ".join(run.stdout.split())
+    assert "the draft's pass over the prompts skipped in" in said and "(draft_prefill_share 0.04)" in said
+    as_json = _evaluate("--profile", pair, "--trace", trace, "--policy", "always-off", "--json")
+    result = json.loads(as_json.stdout)
+    # the knob starts where the launch put it (max) and goes to 0 at always off's first decision: from then
+    # on every prefill skips
+    assert 0.5 * result["prefill_batches"] < result["prefills_skipped"] < result["prefill_batches"]
+    plain = _evaluate("--profile", "llama31-8b-1x-h100", "--trace", trace, "--policy", "always-off")
+    assert plain.returncode == 0 and "draft's pass" not in plain.stdout

@@ -179,3 +179,7 @@ def _evaluate_open_loop(prof: Any, trace: str, policy: str, duration: float | No
         f"drafting {result['spec_on_fraction']:.0%} of busy time; "
         f"goodput {result['goodput_vs_best_baseline'] or 0:.3f} of the best baseline's"
     )
+    if prof.draft_prefill_share > 0:  # the plugin's prefill skip is modelled (plugin 0.4.10's rule)
+        out.print(f"the draft's pass over the prompts skipped in {result['prefills_skipped']:,} of "
+                  f"{result['prefill_batches']:,} prefill batches (draft_prefill_share "
+                  f"{prof.draft_prefill_share:g})")  # fmt: skip
