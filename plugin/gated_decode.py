@@ -284,11 +284,10 @@ def running_beside(plan: Any, scheduler: Any) -> int | None:
     batch itself), the requests of its running batch that go on decoding beside it: not finished (as of the
     last result processed: the step in flight may finish a few more) and not in the prefill batch. None for
     any other batch, or where the running batch cannot be read."""
-    batch = getattr(plan, "batch_to_run", plan)
+    batch, running = sglang_targets.next_batch_plan(plan, scheduler)
     mode = getattr(batch, "forward_mode", None)
     if batch is None or mode is None or not mode.is_extend():
         return None
-    running = getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None)
     reqs = getattr(running, "reqs", None)
     if reqs is None:
         return None

@@ -354,9 +354,8 @@ def hook_get_next_batch_to_run(
     started = recorder.enter("schedule")
     plan = original(scheduler, *args, **kwargs)
     try:
-        batch = getattr(plan, "batch_to_run", plan)  # 0.5.17 and 0.5.23 answer a plan; older, the batch
-        running = getattr(getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None),
-                          "reqs", None)  # fmt: skip
+        batch, running_batch = sglang_targets.next_batch_plan(plan, scheduler)
+        running = getattr(running_batch, "reqs", None)
         recorder.schedule_done(started, batch is not None, _size(getattr(scheduler, "waiting_queue", None)),
                                _size(running))  # fmt: skip
     except Exception:

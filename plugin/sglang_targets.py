@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from typing import Any
 
 
 def missing_methods(module_name: str, class_name: str, methods: Iterable[str]) -> list[str]:
@@ -18,3 +19,12 @@ def missing_methods(module_name: str, class_name: str, methods: Iterable[str]) -
     except (ImportError, AttributeError) as exc:
         return [f"{module_name}.{class_name} ({exc})"]
     return [f"{class_name}.{name}" for name in methods if not callable(getattr(cls, name, None))]
+
+
+def next_batch_plan(plan: Any, scheduler: Any) -> tuple[Any, Any]:
+    """What ``Scheduler.get_next_batch_to_run`` answered: (the batch to run, the running batch). 0.5.17 and
+    0.5.23 answer a ``NextBatchPlan``; an older SGLang the batch itself, its running batch on the
+    scheduler."""
+    batch = getattr(plan, "batch_to_run", plan)
+    running = getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None)
+    return batch, running
