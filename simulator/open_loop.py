@@ -312,13 +312,7 @@ class _Server:
         if self.oracle_off is not None or not self.profile.speculative:
             speculative = self.profile.speculative
             return _tick_mode(tables, batch, knob, gated, speculative, self.oracle_off, extras)[0]
-        if knob != self.gate_ceiling:  # a new ceiling: the gate judges the next batch afresh
-            self.gate_ceiling, self.gate_closed = knob, False
-        margin = gate_margin(knob)
-        if batch > knob:
-            self.gate_closed = True
-        elif self.gate_closed and batch <= knob - margin:
-            self.gate_closed = False
+        self.gate_ceiling, self.gate_closed = knob, self._gate_closes(batch)
         if self.gate_closed and knob > 0 and batch <= self.keep_extend_within * knob:
             self.extend_kept = 1.0  # the what-if's band above the ceiling: gated, the extend kept, no holes
             return with_context(self.by_share.at(0.0)[0].off[batch], *extras)
@@ -356,16 +350,15 @@ class _Server:
         rule (knob_contract.prefill_skippable) on the decode batch its requests join next, those decoding
         now and its own (the simulator has no locks: its knob is always the policy's)."""
         period = knob_contract.explore_period(effective_share(self.knob.share))
-        gated = self._next_batch_gated(len(self.queue.decoding) + new_requests)
+        gated = self._gate_closes(len(self.queue.decoding) + new_requests)  # Gate.next_batch_gated's judgment
         return knob_contract.prefill_skippable(self.knob.value, gated, period, knob_contract.OWNER_FREE,
                                                self.last_window_phase)  # fmt: skip
 
-    def _next_batch_gated(self, batch: int) -> bool:
-        """``Gate.next_batch_gated`` with this model's gate (``_decode_mode``'s hysteresis): at a ceiling of
-        0 every batch is gated; else one closes above the ceiling and stays closed down to its margin."""
+    def _gate_closes(self, batch: int) -> bool:
+        """Whether the gate closes on ``batch`` (plugin/gate.py's hysteresis, changing nothing): above the
+        ceiling, or still closed down to the ceiling less its margin; a new ceiling judges afresh. What
+        ``_decode_mode`` applies, and the prefill asks of the batch its requests join next."""
         knob = self.knob.value
-        if knob == 0:
-            return True
         closed = self.gate_closed and knob == self.gate_ceiling
         return batch > knob or (closed and batch > knob - gate_margin(knob))
 
