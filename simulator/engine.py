@@ -51,7 +51,7 @@ import time
 from collections import deque
 
 from ..plugin import knob_contract
-from ..plugin.draft_holes import DEFAULT_DRAIN_MAX_STEPS
+from ..plugin.draft_holes import DEFAULT_DRAIN_MAX_STEPS, ExtendSkip
 from ..plugin.engine_counters import EngineCounters
 from ..plugin.explore import Explorer
 from ..plugin.loop_stalls import LoopStalls
@@ -81,13 +81,11 @@ class RankScheduler:
         self.batches_explored = 0
         # which decode batches explore: the plugin's, in windows where the knob gates (plugin/explore.py)
         self.explorer = Explorer(engine.config.explore_cycle)
-        # Requests that ran through a gated batch whose draft extend was skipped (holes in their draft KV, as
-        # the gated-decode plugin's ExtendSkip tracks them): a window's warm part waits for them to finish.
-        # by rid, as the plugin keeps them (an id() is reused once its request is gone)
-        self.holed: set[str] = set()
-        # the gated-decode plugin's counts (its ``gated_decode`` block, draft_holes.ExtendSkip.report)
-        self.batches_skipped = self.batches_drained = self.drains_cut_short = self.prefills_skipped = 0
-        self.drain_steps = 0  # batches the current drain has held
+        # The gated-decode plugin's own tracker (plugin/draft_holes.py): the requests that ran through a
+        # skipped draft extend or prefill (holes in their draft KV, by rid), the drain that holds drafting
+        # until they finish (a window's warm part waits for them too), and its counts (``gated_decode``).
+        self.holes = ExtendSkip(allowed=self.extend_skipped, enabled=True,
+                                drain_max_steps=DEFAULT_DRAIN_MAX_STEPS)  # fmt: skip
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
         # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
@@ -188,8 +186,7 @@ class RankScheduler:
             self.queue_hist.observe(r.queue_time)
         skip_draft = bool(batch) and self.draft_prefill_skipped(len(self.running) + len(batch))
         if skip_draft:  # the requests decode holed, as after a skipped decode extend
-            self.holed.update(r.rid for r in batch)
-            self.prefills_skipped += 1
+            self.holes.prefill_skipped(batch)
         duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_rate(skip_draft))
         deadline = await self._sleep_until(deadline + duration)
         self.busy_s += duration
@@ -221,7 +218,7 @@ class RankScheduler:
         The plugin's rule (``knob_contract.extend_skippable``, which its ``extend_skip_allowed`` and the
         gated-decode plugin's ``ExtendSkip`` read). Once the knob lets such requests draft again, ``_decode``
         drains them as the plugin does: gated batches with the extend until the holed requests finish, at
-        most ``DEFAULT_DRAIN_MAX_STEPS``, counted in ``gated_decode_report``."""
+        most ``DEFAULT_DRAIN_MAX_STEPS``, by the plugin's own tracker (``self.holes``)."""
         owner = self.engine.owner.owner()
         return knob_contract.extend_skippable(self._gated_by_ceiling, self.engine.explore_period, owner,
                                               self.explorer.phase_now)  # fmt: skip
@@ -247,32 +244,27 @@ class RankScheduler:
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
         period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
-        plan = self.explorer.next(batch, profile.speculative and not drafted, period, self._holes_pending,
+        holes = self.holes
+        holes.begin_batch(None, self.running)  # a finished or aborted request leaves the holed ones
+        plan = self.explorer.next(batch, profile.speculative and not drafted, period, holes.holes_pending,
                                   deadline,  # the simulated clock: a window's parts in seconds too
                                   ceiling=self.spec_max_bs)  # fmt: skip
         self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
         settling = plan.settling
         if plan.forget_holes:
-            self._forget_holes()
+            holes.forget_holes()
         if plan.explore:
             drafted = not drafted
             self.batches_explored += 1
-        if drafted and self._holes_pending():  # the drain: gated with the extend until the holed ones finish
-            if self.drain_steps < DEFAULT_DRAIN_MAX_STEPS:
-                drafted = False
-                self.drain_steps += 1
-                self.batches_drained += 1
-            else:
-                self._forget_holes()  # drafts anyway: the requests still holed recover cold
-        if not self.holed:
-            self.drain_steps = 0
+        # the drain: gated with the extend while a holed request is in a batch that would draft
+        drafted = holes.steps_for(int(drafted)) > 0
         steps = profile.speculative_num_steps
         accept = profile.accept_length_at(batch) if drafted else 1.0
-        # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped).
-        skipped = not drafted and self.extend_skipped()  # only where the knob gated a speculative batch
-        if skipped:
-            self.holed.update(r.rid for r in self.running)
-            self.batches_skipped += 1
+        # A gated batch with the draft's extend running is slower than spec_off (measured with it skipped):
+        # only where the knob gated a speculative batch and nothing needs the draft warm (extend_skipped)
+        holes.mark(int(drafted))
+        skipped = holes.skip_now
+        holes.end_batch()
         rate = profile.output_tok_s(batch, drafted, draft_warm=not drafted and not skipped)
         step = batch * accept / rate
         cv = profile.noise_cv
@@ -310,7 +302,6 @@ class RankScheduler:
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
-            self.holed.difference_update(r.rid for r in finished)
             for r in finished:
                 self.engine.on_finish(r, now)
         if self._win_steps >= self.engine.config.decode_log_interval:
@@ -349,24 +340,6 @@ class RankScheduler:
                 finished.append(r)
             self._emit(r)
         return produced, live, finished
-
-    def _forget_holes(self) -> None:
-        """Stop waiting for the holed requests (a drain at its cap, a window's warm part run out)."""
-        if self.holed:
-            self.drains_cut_short += 1
-            self.holed.clear()
-        self.drain_steps = 0
-
-    def gated_decode_report(self) -> dict[str, int | bool]:
-        """The gated-decode plugin's block (``draft_holes.ExtendSkip.report``), as this rank models it."""
-        return {"enabled": True, "holed_requests": len(self.holed), "batches_skipped": self.batches_skipped,
-                "batches_drained": self.batches_drained, "drains_cut_short": self.drains_cut_short,
-                "prefills_skipped": self.prefills_skipped}  # fmt: skip
-
-    def _holes_pending(self) -> bool:
-        if self.holed:  # an aborted request leaves the batch for good too, as in the plugin's begin_batch
-            self.holed.intersection_update(r.rid for r in self.running)
-        return bool(self.holed)
 
     def _emit(self, r: SimRequest) -> None:
         if len(r.output) >= r.max_new_tokens and not r.finished:

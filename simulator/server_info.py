@@ -216,7 +216,7 @@ class ServerInfo:
             "explore": knob_state.explore_report(engine, rank),
             "gc": _process_gc().report(),
             "loop": rank.stalls.report(),
-            "gated_decode": rank.gated_decode_report(),
+            "gated_decode": rank.holes.report(),
             **knob_state.report(engine),
         }
         return state

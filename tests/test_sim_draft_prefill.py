@@ -48,7 +48,7 @@ def test_a_lock_at_zero_prefills_without_the_drafts_pass_and_holes_the_prompt() 
     _lock(engine, 0)
     seconds, rank = _prefill_s(engine, running=0)
     assert seconds == pytest.approx(PROMPT / engine.profile.prefill_tok_s * (1 - SHARE))
-    assert len(rank.holed) == 1
+    assert len(rank.holes.holed) == 1
 
 
 @pytest.mark.parametrize("ceiling, running, skipped", [(16, 16, True), (16, 15, False), (64, 16, False)])
@@ -99,6 +99,6 @@ def test_a_raised_knob_drains_the_holed_requests_before_drafting_and_says_so() -
     rank, drafted = asyncio.run(run())
     assert drafted == [0, 0, 0, 0]  # four drained steps, none drafted
     assert rank.batches_drafted == 1  # the fresh request drafts at once
-    report = rank.gated_decode_report()
+    report = rank.holes.report()
     assert report == {"enabled": True, "holed_requests": 0, "batches_skipped": 1, "batches_drained": 4,
                       "drains_cut_short": 0, "prefills_skipped": 1}  # fmt: skip

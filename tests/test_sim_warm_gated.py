@@ -125,7 +125,7 @@ def test_during_a_windows_warm_part_a_gated_batch_pays_the_extend() -> None:
     engine.set_spec_max_bs(0)
     rank = decode_steps(engine, BATCH, WINDOW_CYCLE_BATCHES - WINDOW_EXPLORE_BATCHES + 1)
     assert rank.explorer.phase_now == "warm" and not rank.extend_skipped()
-    assert rank.holed  # the cold part's skipped extends left every running request holed
+    assert rank.holes.holed  # the cold part's skipped extends left every running request holed
 
 
 @pytest.mark.parametrize("share, locked", [(0.0, False), (knob_contract.DEFAULT_EXPLORE_SHARE, True)])
@@ -148,7 +148,7 @@ def test_a_drafting_bins_explored_gated_runs_keep_the_extend() -> None:
     """Gated by exploration inside a bin the knob drafts: its requests go on drafting, the extend runs."""
     rate, rank = _gated_rate(_profile(), knob=BATCH, steps=400)
     assert rate == pytest.approx(WARM, rel=1e-9)
-    assert rank.batches_explored > 0 and not rank.holed
+    assert rank.batches_explored > 0 and not rank.holes.holed
 
 
 @pytest.mark.parametrize(
