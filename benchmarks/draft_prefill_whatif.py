@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from spectower.control.policy import make_policy
 from spectower.simulator.harness import HarnessConfig
 from spectower.simulator.open_loop import simulate_open_loop
-from spectower.simulator.profile import load_profile
-from spectower.storage.request_traces import Slo, load_request_trace, schedule
+from spectower.simulator.profile import Profile, load_profile
+from spectower.storage.request_traces import Arrival, Slo, load_request_trace, schedule
 
 TRACE = "data/traces/AzureLLMInferenceTrace_conv_first30min.csv"
 SLO = Slo(ttft_s=2.0, itl_s=0.1, e2e_s=None)  # bench replay's default, the GPU replays'
@@ -47,11 +47,9 @@ class Row:
     prefills_skipped: float  # the share of prefill batches that skipped the draft's pass
 
 
-def _run_one(profile_path: str, policy: str, rate_scale: float, speedup: float, duration_s: float,
-             skip: bool, learn_start: int) -> tuple[dict[str, float], float]:  # fmt: skip
-    profile = load_profile(profile_path)
+def _run_one(profile: Profile, arrivals: list[Arrival], policy: str, skip: bool,
+             learn_start: int) -> tuple[dict[str, float], float]:  # fmt: skip
     mrr = profile.max_running_requests
-    arrivals = schedule(load_request_trace(TRACE), speedup, rate_scale, SEED, duration_s)
     if policy == ALWAYS_OFF:  # an operator's lock: nothing explores, the knob at 0 from the start
         config = HarnessConfig(explore_share=0.0, initial_max_bs=0, skip_draft_prefill=skip)
         made = make_policy(policy, mrr)
@@ -70,13 +68,14 @@ def _run_one(profile_path: str, policy: str, rate_scale: float, speedup: float, 
 
 def run(profile_path: str, policies: list[str], rate_scales: list[float], speedup: float,
         duration_s: float, learn_start: int = LEARN_START) -> list[Row]:  # fmt: skip
+    profile, trace = load_profile(profile_path), load_request_trace(TRACE)  # read once for every run
     rows = []
     for scale in rate_scales:
+        arrivals = schedule(trace, speedup, scale, SEED, duration_s)  # the same arrivals for every run
         for version, (lock_skips, policy_skips) in VERSIONS.items():
             for policy in policies:
                 skip = lock_skips if policy == ALWAYS_OFF else policy_skips
-                figures, skipped = _run_one(profile_path, policy, scale, speedup, duration_s, skip,
-                                            learn_start)  # fmt: skip
+                figures, skipped = _run_one(profile, arrivals, policy, skip, learn_start)
                 rows.append(Row(scale, policy, version, figures, skipped))
     return rows
 

@@ -126,7 +126,7 @@ class Queue:
             tokens += req.prefill_left
             n += 1
         self._batch, self._batch_left = n, tokens
-        modelled = n > 0 and self.profile.draft_prefill_share > 0 and skip_draft is not None
+        modelled = n > 0 and self.profile.draft_prefill_share > 0
         skipped = modelled and skip_draft is not None and skip_draft(n, now)
         self._batch_rate, self._batch_holed = self.profile.prefill_rate(skipped), skipped
         self.prefill_batches += n > 0

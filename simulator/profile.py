@@ -159,7 +159,7 @@ class Profile:
         """The same server launched without speculation: the plain curve, no drafting, no knob."""
         raw = dict(self.raw)
         raw["speculative_algorithm"] = None
-        prefill_tok_s = self.prefill_tok_s / (1.0 - self.draft_prefill_share)  # no draft pass at all
+        prefill_tok_s = self.prefill_rate(draft_skipped=True)  # no draft pass at all
         raw.pop("draft_prefill_share", None)
         raw["prefill_tok_s"] = prefill_tok_s
         return replace(self, speculative=False, raw=raw, prefill_tok_s=prefill_tok_s, draft_prefill_share=0.0)
