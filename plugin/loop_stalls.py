@@ -58,6 +58,13 @@ DISABLE_ENV = "SPECTOWER_LOOP_STALLS"  # "0": not hooked
 SAMPLES_KEPT = 16  # stack samples (and lateness entries) held for the newest gaps: <= 3 a stall
 KEPT = 32  # the newest kept gaps (a replay showed 2-5 pauses per 4-minute run; a call runs up to 6)
 BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
+# What ``input`` took, by what came in: on the H100 of 2026-12-05 every run after the first spent 3x its
+# seconds in ``process_input_requests`` (14 s against 4.5 s a run) while every run took in the same requests,
+# and the decode steps' own time was the same to 0.1 %; so each call is filed under the kind it handled
+# (``none`` for a turn with nothing received, the request class's name where all were one class, ``mixed``
+# otherwise), which tells a slower empty turn from slower generate requests or slower control reads.
+NO_INPUT, MIXED_INPUT, OTHER_INPUT = "none", "mixed", "other"
+INPUT_KINDS_KEPT = 24  # request classes kept apart; past that, ``other`` (SGLang has a few dozen)
 
 
 def describe_batch(batch: Any) -> dict[str, Any]:
@@ -96,6 +103,8 @@ class LoopStalls:
         self.calls = dict.fromkeys(PHASES, 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.longest_s = dict.fromkeys(PHASES, 0.0)
+        # per kind of input (INPUT_KINDS_KEPT above): [calls, seconds, longest call, requests received]
+        self.input_kinds: dict[str, list[float]] = {}
         self.gaps = 0  # every gap closed by a result
         self.stalls = 0  # those kept (>= threshold_s)
         self.stall_s = 0.0
@@ -178,9 +187,18 @@ class LoopStalls:
         self.longest_s[phase] = max(self.longest_s[phase], took)
         self._in_gap[phase] += took
 
-    def input_done(self, started: float, received: int) -> None:
-        self._account("input", started, self._clock())
+    def input_done(self, started: float, received: int, kind: str = NO_INPUT) -> None:
+        ended = self._clock()
+        self._account("input", started, ended)
         self._received += received
+        if kind not in self.input_kinds and len(self.input_kinds) >= INPUT_KINDS_KEPT:
+            kind = OTHER_INPUT  # past the kinds kept apart
+        entry = self.input_kinds.setdefault(kind, [0, 0.0, 0.0, 0])
+        took = ended - started
+        entry[0] += 1
+        entry[1] += took
+        entry[2] = max(entry[2], took)
+        entry[3] += received
 
     def schedule_done(self, started: float, has_batch: bool, waiting: int, running: int) -> None:
         self._account("schedule", started, self._clock())
@@ -264,6 +282,11 @@ class LoopStalls:
                     "longest_s": round(self.longest_s[p], 6)}
                 for p in PHASES
             },
+            "input_kinds": {
+                kind: {"calls": int(e[0]), "seconds": round(e[1], 6), "longest_s": round(e[2], 6),
+                       "requests": int(e[3])}
+                for kind, e in self.input_kinds.items()
+            },
             "gaps": self.gaps,
             "stalls": self.stalls,
             "stall_seconds": round(self.stall_s, 6),
@@ -334,6 +357,17 @@ def _size(value: Any) -> int:
         return 0
 
 
+def input_kind(recv_reqs: Any) -> str:
+    """What a ``process_input_requests`` call handled: ``none``, its requests' class name, or ``mixed``."""
+    if not recv_reqs:
+        return NO_INPUT
+    try:
+        names = {type(req).__name__ for req in recv_reqs}
+    except TypeError:
+        return OTHER_INPUT
+    return names.pop() if len(names) == 1 else MIXED_INPUT
+
+
 def hook_process_input_requests(original: Callable[..., Any], scheduler: Any, recv_reqs: Any, *args: Any,
                                 **kwargs: Any) -> Any:  # fmt: skip
     recorder = stalls()
@@ -342,7 +376,7 @@ def hook_process_input_requests(original: Callable[..., Any], scheduler: Any, re
         return original(scheduler, recv_reqs, *args, **kwargs)
     finally:
         try:
-            recorder.input_done(started, _size(recv_reqs))
+            recorder.input_done(started, _size(recv_reqs), input_kind(recv_reqs))
         except Exception:
             _warn_once("input")
 

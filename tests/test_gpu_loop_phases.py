@@ -81,3 +81,39 @@ def test_a_loop_that_counts_only_results_is_ordered_by_them_as_the_simulator_rep
     rows = loop_phases.per_run({"late": [block(3000)], "early": [block(1000)], "middle": [block(2000)]})
     assert [row.run for row in rows] == ["early", "middle", "late"]
     assert [row.calls["result"] for row in rows] == [1000, 1000, 1000]
+
+
+def _with_kinds(turns: int, kinds: dict[str, tuple[int, float, int]]) -> loop_phases.LoopReport:
+    """A loop block of plugin 0.4.11: its phases and its input by kind, cumulative since the launch."""
+    report = loop_phases.loop_report({
+        "phases": {p: {"calls": turns, "seconds": turns / 1000} for p in loop_phases.PHASES},
+        "input_kinds": {k: {"calls": c, "seconds": s, "requests": n, "longest_s": s} for k, (c, s, n)
+                        in kinds.items()},
+    })  # fmt: skip
+    assert report is not None
+    return report
+
+
+def test_each_runs_input_by_kind_is_its_difference_from_the_run_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = _with_kinds(1000, {"none": (900, 0.5, 0), "GenerateReqInput": (100, 1.0, 200)})
+    second = _with_kinds(2000, {"none": (1800, 1.5, 0), "GenerateReqInput": (180, 2.0, 400),
+                                "GetInternalStateReq": (20, 0.8, 20)})  # fmt: skip
+    rows = loop_phases.per_run({"learn": [second], "off": [first]})
+    assert rows[0].input_kinds["none"] == (900, 0.5, 0)
+    assert rows[1].input_kinds["none"] == (900, pytest.approx(1.0), 0)
+    assert rows[1].input_kinds["GenerateReqInput"] == (80, pytest.approx(1.0), 200)
+    assert rows[1].input_kinds["GetInternalStateReq"] == (20, pytest.approx(0.8), 20)  # new in this run
+    loop_phases.print_rows(rows)
+    text = capsys.readouterr().out
+    assert "taking in requests by what came in" in text
+    line = next(line for line in text.splitlines() if line.strip().startswith("learn") and "rank 0:" in line)
+    # the largest first: a control read at 40 ms a call after the turns with nothing received
+    assert line.index("none 900, 1.00 s") < line.index("GetInternalStateReq 20, 0.80 s (40.000 ms; 20)")
+    assert loop_phases.as_json(rows)[1]["input_kinds"]["GetInternalStateReq"]["calls"] == 20
+
+
+def test_blocks_before_plugin_0_4_11_print_no_input_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    loop_phases.print_rows(loop_phases.per_run(saved()))
+    assert "by what came in" not in capsys.readouterr().out

@@ -197,3 +197,42 @@ def test_switched_off_by_its_environment_variable(monkeypatch: pytest.MonkeyPatc
     loop_stalls.register()
     assert not loop_stalls.hooked()
     assert "off" in capsys.readouterr().err
+
+
+class GenerateReqInput:  # named as SGLang's classes are: the recorder files a call by its requests' class
+    pass
+
+
+class GetInternalStateReq:
+    pass
+
+
+def test_input_is_split_by_what_each_call_took_in(loop: Loop) -> None:
+    s, take = loop.scheduler, loop._taking
+    loop_stalls.hook_process_input_requests(take(0.0001), s, [])
+    loop_stalls.hook_process_input_requests(take(0.0001), s, [])
+    loop_stalls.hook_process_input_requests(take(0.004), s, [GenerateReqInput(), GenerateReqInput()])
+    loop_stalls.hook_process_input_requests(take(0.050), s, [GetInternalStateReq()])
+    loop_stalls.hook_process_input_requests(take(0.003), s, [GenerateReqInput(), GetInternalStateReq()])
+    kinds = loop.recorder.report()["input_kinds"]
+    assert kinds["none"] == {"calls": 2, "seconds": pytest.approx(0.0002), "longest_s": pytest.approx(0.0001),
+                             "requests": 0}  # fmt: skip
+    assert kinds["GenerateReqInput"]["requests"] == 2
+    assert kinds["GenerateReqInput"]["seconds"] == pytest.approx(0.004)
+    assert kinds["GetInternalStateReq"]["longest_s"] == pytest.approx(0.050)
+    assert kinds["mixed"]["calls"] == 1
+    # every call is filed once: the kinds add up to the phase
+    phase = loop.recorder.report()["phases"]["input"]
+    assert sum(k["calls"] for k in kinds.values()) == phase["calls"] == 5
+    assert sum(k["seconds"] for k in kinds.values()) == pytest.approx(phase["seconds"])
+
+
+def test_input_kinds_past_the_ones_kept_apart_go_under_other(loop: Loop) -> None:
+    s = loop.scheduler
+    classes = [type(f"Req{i}", (), {}) for i in range(loop_stalls.INPUT_KINDS_KEPT + 5)]
+    for cls in classes:
+        loop_stalls.hook_process_input_requests(loop._taking(0.001), s, [cls()])
+    kinds = loop.recorder.report()["input_kinds"]
+    assert len(kinds) == loop_stalls.INPUT_KINDS_KEPT + 1
+    assert kinds["other"]["calls"] == 5
+    assert loop_stalls.input_kind(None) == "none" and loop_stalls.input_kind(42) == "other"

@@ -38,6 +38,10 @@ def test_a_long_extend_is_published_as_a_stall_with_its_batch(checked: dict[str,
     assert stall["seconds"] == pytest.approx(1.5 + 0.0002 + 0.0005 + 0.001, abs=1e-4)
     assert stall["phases"]["result"] == pytest.approx(1.5)
     assert stall["received"] == 0  # the extend's 3 arrived in the gap before: their result is this one
+    # plugin 0.4.11: the input's time by what each call took in, named by SGLang's own request class
+    kinds = loop["input_kinds"]
+    assert kinds["GetInternalStateReq"]["calls"] == 1 and kinds["GetInternalStateReq"]["requests"] == 3
+    assert kinds["none"]["calls"] == 15
     top = stall["batches"][0]
     assert (top["mode"], top["requests"], top["tokens"]) == ("EXTEND", 3, 6000)
     assert top["result_s"] == pytest.approx(1.5)

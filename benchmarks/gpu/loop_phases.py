@@ -10,7 +10,8 @@ figures also hold the launch and warm-up, and it is marked so.
 Why it exists: on the H100 of 2026-12-05 (the 0.5 pair under Azure's replay) every run after always off
 spent about 3x its seconds taking in requests (14 s against 4.5 s over runs of 180 s), while the runs' tokens
 were the same. Whether that is the policy's reads, the queue, or the order of the runs is for the next calls
-to tell (data/gpu-runs/NOTEBOOK.md); this prints the figure for every launch from now on.
+to tell (data/gpu-runs/NOTEBOOK.md); this prints the figure for every launch from now on, and from plugin
+0.4.11 on each run's ``input`` split by what its calls handled (nothing, generate requests, control reads).
 
     python3 benchmarks/gpu/loop_phases.py 1-policies/stalls-*.json [--json OUT.json]
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class RunLoop:
     calls: dict[str, int]
     seconds: dict[str, float]
     since_launch: bool  # the first run: its figures hold the launch and warm-up too
+    # ``input`` by the kind of requests a call handled (plugin 0.4.11 on): kind -> (calls, seconds, requests)
+    input_kinds: dict[str, tuple[int, float, int]] = field(default_factory=dict)
 
     def per_call_ms(self, phase: str) -> float | None:
         calls = self.calls.get(phase, 0)
@@ -78,8 +81,18 @@ def per_run(saved: dict[str, list[LoopReport]]) -> list[RunLoop]:
             if any(value < 0 for value in (*calls.values(), *seconds.values())):
                 raise ValueError(FELL.format(run=run, rank=rank))
             first = before is None
-            rows.append(RunLoop(run=run, rank=rank, calls=calls, seconds=seconds, since_launch=first))
+            rows.append(RunLoop(run=run, rank=rank, calls=calls, seconds=seconds, since_launch=first,
+                                input_kinds=_kinds_since(report, earlier)))  # fmt: skip
     return rows
+
+
+def _kinds_since(report: LoopReport, earlier: LoopReport | None) -> dict[str, tuple[int, float, int]]:
+    """A run's ``input`` by kind: the difference from the run before (a kind new in the run counts from 0)."""
+    out = {}
+    for kind, (calls, seconds, requests) in report.input_kinds.items():
+        was = earlier.input_kinds.get(kind, (0, 0.0, 0)) if earlier is not None else (0, 0.0, 0)
+        out[kind] = (calls - was[0], seconds - was[1], requests - was[2])
+    return out
 
 
 def _cell(seconds: float, per_call: float | None, unit: str) -> str:
@@ -99,11 +112,27 @@ def print_rows(rows: Sequence[RunLoop]) -> None:
         print(f"{name:<18}{row.rank:>5}{row.calls['input']:>9}{row.calls['result']:>9}  {cells}")
     if any(row.since_launch for row in rows):
         print("* the first run: its figures also hold everything since the launch (warm-up, graphs)")
+    if any(row.input_kinds for row in rows):
+        print_input_kinds(rows)
+
+
+def print_input_kinds(rows: Sequence[RunLoop]) -> None:
+    """Each run's ``input`` seconds by what the calls handled (plugin 0.4.11 on), the largest first."""
+    print("taking in requests by what came in, per run: kind calls, seconds (ms a call; requests)")
+    for row in rows:
+        kinds = sorted(row.input_kinds.items(), key=lambda item: -item[1][1])
+        cells = "; ".join(
+            f"{kind} {calls}, {seconds:.2f} s ({1000.0 * seconds / calls:.3f} ms; {requests})"
+            for kind, (calls, seconds, requests) in kinds if calls > 0
+        )  # fmt: skip
+        print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
 
 
 def as_json(rows: Sequence[RunLoop]) -> list[dict[str, Any]]:
     return [{"run": r.run, "rank": r.rank, "since_launch": r.since_launch, "calls": r.calls,
-             "seconds": {p: round(s, 6) for p, s in r.seconds.items()}} for r in rows]  # fmt: skip
+             "seconds": {p: round(s, 6) for p, s in r.seconds.items()},
+             "input_kinds": {k: {"calls": c, "seconds": round(s, 6), "requests": n}
+                             for k, (c, s, n) in r.input_kinds.items()}} for r in rows]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -139,6 +139,8 @@ class LoopReport:
     phase_seconds: dict[str, float]
     # each phase's calls since the launch (input and schedule: once per loop turn; run and result: per batch)
     phase_calls: dict[str, int] = field(default_factory=dict)
+    # ``input`` by the kind of requests a call handled (plugin 0.4.11): kind -> (calls, seconds, requests)
+    input_kinds: dict[str, tuple[int, float, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         if not self.stalls:
@@ -183,4 +185,9 @@ def loop_report(block: Any) -> LoopReport | None:
         recent=recent,
         phase_seconds={p: _float(_mapping(phases[p]).get("seconds")) for p in PHASES if p in phases},
         phase_calls={p: _int(_mapping(phases[p]).get("calls")) or 0 for p in PHASES if p in phases},
+        input_kinds={
+            str(kind): (_int(_mapping(e).get("calls")) or 0, _float(_mapping(e).get("seconds")),
+                        _int(_mapping(e).get("requests")) or 0)
+            for kind, e in _mapping(block.get("input_kinds")).items()
+        },
     )

@@ -23,6 +23,7 @@ import _harness
 
 
 def main() -> None:
+    from sglang.srt.managers.io_struct import GetInternalStateReq
     from sglang.srt.managers.schedule_batch import NextBatchPlan, ScheduleBatch
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -61,7 +62,8 @@ def main() -> None:
     # Ten decode iterations, an extend whose GPU time (1.5 s) is waited for in its result, five decodes.
     for batch, result_s in [(decode, 0.008)] * 10 + [(extend, 1.5)] + [(decode, 0.008)] * 5:
         scheduler._next_batch = batch
-        scheduler.process_input_requests([object()] * (3 if batch is extend else 0))
+        # the extend's turn takes in SGLang's own control request (its class names the input's kind)
+        scheduler.process_input_requests([GetInternalStateReq()] * (3 if batch is extend else 0))
         plan = scheduler.get_next_batch_to_run(running_batch=scheduler.running_batch, last_batch=None)
         scheduler.run_batch(plan.batch_to_run)
         queue.append((plan.batch_to_run.copy(), object(), result_s))
