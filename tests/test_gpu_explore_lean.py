@@ -213,3 +213,25 @@ def test_a_runs_counters_are_the_intervals_that_start_within_it(tmp_path: Path) 
     middle = (float(stored[9]["ts"]) + float(stored[10]["ts"])) / 2  # within the 11th stored interval
     kept = explore_lean.run_intervals(db, server, explore_lean.Run("off", middle, off.end, 0))
     assert [i["ts"] for i in kept] == [i["ts"] for i in stored[11:]]
+
+
+H100_REPLAY = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05c/1-policies"
+
+
+def test_the_decode_steps_own_rate_per_run_shows_a_lag_that_is_not_in_the_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The H100 replay of 2026-12-05c: learn at 16 lagged always off by about 1 % of delivered tokens, yet its
+    decode steps served as many tokens per second of step time as always off's (within 1 %), so the lag lies
+    outside the decode steps."""
+    db = tmp_path / "policy.db"
+    shutil.copy(H100_REPLAY / "policy.db", db)
+    out = tmp_path / "lean.json"
+    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    assert "decode steps per run" in capsys.readouterr().out
+    cost = {c["run"]: c for c in json.loads(out.read_text())["cost"]}
+    off, learn = cost["off"], cost["learn-2@16"]
+    assert off["tok_s"] == pytest.approx(off["tokens"] / off["step_s"])
+    assert 500_000 < learn["tokens"] < 520_000 and 500_000 < off["tokens"] < 520_000
+    assert learn["tok_s"] == pytest.approx(off["tok_s"], rel=0.01)

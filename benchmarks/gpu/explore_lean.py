@@ -279,6 +279,7 @@ def explore_cost(
         cells = totals[run.name]
         bins = sorted({b for b, _ in cells})
         total = sum(cell[2] for cell in cells.values())
+        tokens = sum(cell[1] for cell in cells.values())
         explored = extra = 0.0
         for below, b in zip([0, *bins], bins, strict=False):
             cell = cells.get((b, "drafted"))
@@ -290,7 +291,8 @@ def explore_cost(
                 extra += cell[2] - cell[1] * gated[2] / gated[1]
         if total > 0:
             share = {"explored_share": explored / total, "extra_share": extra / total}
-            out.append({"run": run.name, "step_s": total, "explored_s": explored, "extra_s": extra, **share})
+            out.append({"run": run.name, "step_s": total, "tokens": tokens, "tok_s": tokens / total,
+                        "explored_s": explored, "extra_s": extra, **share})  # fmt: skip
     return out
 
 
@@ -372,9 +374,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['served_tok_s']:>8.0f} {off:>8} {ratio:>6}")  # fmt: skip
     costs = explore_cost(totals, runs, args.min_steps)
     if costs:
-        print("drafting explored above the ceiling: step s, explored s (share), extra s over gated (share)")
+        # the decode steps' own output rate per run: where a policy lags always off with the same rate here
+        # (the H100 replay of 2026-12-05c: learn at 16 3 120 tok/s of step time, always off 3 111), the
+        # lag is outside the decode steps (prefill, the scheduler's own time: loop_phases.py)
+        print("decode steps per run: step s, output tokens, tok/s of step time; drafting explored above the "
+              "ceiling: explored s (share), extra s over gated (share)")  # fmt: skip
         for c in costs:
-            print(f"{c['run']:<14} {c['step_s']:8.1f} {c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
+            print(f"{c['run']:<14} {c['step_s']:8.1f} {c['tokens']:>9.0f} {c['tok_s']:7.0f} "
+                  f"{c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
                   f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs}, indent=1))
