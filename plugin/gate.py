@@ -37,8 +37,8 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # gated_decode, plugin/gated_decode.py); 0.4.10: so is it wherever the decode batch the prompts join next will
 # be gated with nothing needing the draft warm (a policy's gated load, an exploration window's cold part:
 # knob_contract.prefill_skippable, Gate.next_batch_gated; a hook on Scheduler.get_next_batch_to_run counts who
-# decodes beside the prefill); 0.4.11: the loop's input time by what each call took in (loop.input_kinds,
-# plugin/loop_stalls.py)
+# decodes beside the prefill); 0.4.11: the loop's input time by what each call took in, and its batches' run
+# and result time by forward mode (loop.input_kinds and loop.batch_modes, plugin/loop_stalls.py)
 PLUGIN_VERSION = "0.4.11"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"

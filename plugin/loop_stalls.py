@@ -65,6 +65,11 @@ BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
 # otherwise), which tells a slower empty turn from slower generate requests or slower control reads.
 NO_INPUT, MIXED_INPUT, OTHER_INPUT = "none", "mixed", "other"
 INPUT_KINDS_KEPT = 24  # request classes kept apart; past that, ``other`` (SGLang has a few dozen)
+# ...and each batch's run and result by its forward mode (DECODE, EXTEND, MIXED, IDLE, ...), with an extend's
+# new tokens: a prefill's GPU time, waited for in its result in the overlap loop, is where the draft model's
+# pass over the prompts (skipped or not, plugin/gated_decode.py) shows; the decode steps' own counters
+# (plugin/engine_counters.py) read the same for always off and learn on 2026-12-05's replays.
+BATCH_MODES_KEPT = 8
 
 
 def describe_batch(batch: Any) -> dict[str, Any]:
@@ -105,6 +110,8 @@ class LoopStalls:
         self.longest_s = dict.fromkeys(PHASES, 0.0)
         # per kind of input (INPUT_KINDS_KEPT above): [calls, seconds, longest call, requests received]
         self.input_kinds: dict[str, list[float]] = {}
+        # per forward mode (BATCH_MODES_KEPT above): [runs, run seconds, results, result seconds, new tokens]
+        self.batch_modes: dict[str, list[float]] = {}
         self.gaps = 0  # every gap closed by a result
         self.stalls = 0  # those kept (>= threshold_s)
         self.stall_s = 0.0
@@ -222,12 +229,25 @@ class LoopStalls:
         ended = self._clock()
         self._account("run", started, ended)
         self._batch(batch)["run_s"] += ended - started
+        entry = self._mode_entry(batch)
+        entry[0] += 1
+        entry[1] += ended - started
+        entry[4] += batch.get("tokens") or 0
+
+    def _mode_entry(self, batch: dict[str, Any]) -> list[float]:
+        mode = str(batch.get("mode") or "?")
+        if mode not in self.batch_modes and len(self.batch_modes) >= BATCH_MODES_KEPT:
+            mode = "?"
+        return self.batch_modes.setdefault(mode, [0, 0.0, 0, 0.0, 0])
 
     def result_done(self, started: float, batch: dict[str, Any]) -> None:
         """A result processed: its tokens went out, so the gap since the last one closes here."""
         ended = self._clock()
         self._account("result", started, ended)
         self._batch(batch)["result_s"] += ended - started
+        entry = self._mode_entry(batch)
+        entry[2] += 1
+        entry[3] += ended - started
         if self._gap_start is not None:
             self._close(ended - self._gap_start)
         self._gap_start = ended
@@ -286,6 +306,11 @@ class LoopStalls:
                 kind: {"calls": int(e[0]), "seconds": round(e[1], 6), "longest_s": round(e[2], 6),
                        "requests": int(e[3])}
                 for kind, e in self.input_kinds.items()
+            },
+            "batch_modes": {
+                mode: {"runs": int(e[0]), "run_s": round(e[1], 6), "results": int(e[2]),
+                       "result_s": round(e[3], 6), "tokens": int(e[4])}
+                for mode, e in self.batch_modes.items()
             },
             "gaps": self.gaps,
             "stalls": self.stalls,

@@ -117,3 +117,27 @@ def test_each_runs_input_by_kind_is_its_difference_from_the_run_before(
 def test_blocks_before_plugin_0_4_11_print_no_input_kinds(capsys: pytest.CaptureFixture[str]) -> None:
     loop_phases.print_rows(loop_phases.per_run(saved()))
     assert "by what came in" not in capsys.readouterr().out
+
+
+def test_each_runs_batches_by_forward_mode_are_its_difference_from_the_run_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Plugin 0.4.11: the prefills' GPU time (EXTEND's result seconds) per run, apart from the decodes."""
+    def block(turns: int, modes: dict[str, tuple[int, float, int, float, int]]) -> loop_phases.LoopReport:
+        report = loop_phases.loop_report({
+            "phases": {p: {"calls": turns, "seconds": turns / 1000} for p in loop_phases.PHASES},
+            "batch_modes": {m: {"runs": n, "run_s": rs, "results": k, "result_s": ts, "tokens": t}
+                            for m, (n, rs, k, ts, t) in modes.items()},
+        })  # fmt: skip
+        assert report is not None
+        return report
+
+    first = block(1000, {"DECODE": (900, 3.0, 900, 7.0, 0), "EXTEND": (100, 0.5, 100, 20.0, 110_000)})
+    second = block(2000, {"DECODE": (1800, 6.0, 1800, 14.5, 0), "EXTEND": (200, 1.0, 200, 39.0, 220_000)})
+    rows = loop_phases.per_run({"off": [first], "learn": [second]})
+    assert rows[1].batch_modes["EXTEND"] == (100, pytest.approx(0.5), 100, pytest.approx(19.0), 110_000)
+    loop_phases.print_rows(rows)
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if line.strip().startswith("learn") and "EXTEND" in line)
+    assert "EXTEND 100, 0.5 + 19.0 s (195.00 ms; 110000)" in line
+    assert loop_phases.as_json(rows)[1]["batch_modes"]["DECODE"]["result_s"] == pytest.approx(7.5)

@@ -236,3 +236,22 @@ def test_input_kinds_past_the_ones_kept_apart_go_under_other(loop: Loop) -> None
     assert len(kinds) == loop_stalls.INPUT_KINDS_KEPT + 1
     assert kinds["other"]["calls"] == 5
     assert loop_stalls.input_kind(None) == "none" and loop_stalls.input_kind(42) == "other"
+
+
+def test_batches_run_and_result_time_is_kept_by_forward_mode(loop: Loop) -> None:
+    """Plugin 0.4.11: a prefill's GPU time (waited for in its result) is apart from the decode steps'."""
+    for _ in range(10):
+        loop.iteration(batch("DECODE", 32), result_s=0.008)
+    loop.iteration(batch("EXTEND", 3, 6000), result_s=0.3)
+    loop.iteration(batch("DECODE", 35), result_s=0.008)
+    loop.iteration(None)  # the last decode's result
+    modes = loop.recorder.report()["batch_modes"]
+    assert modes["DECODE"]["runs"] == 11 and modes["DECODE"]["results"] == 11
+    assert modes["DECODE"]["tokens"] == 0
+    # the extend's GPU time is waited for in its own result's processing, as the overlap loop does
+    assert modes["EXTEND"] == {"runs": 1, "run_s": pytest.approx(0.001), "results": 1,
+                               "result_s": pytest.approx(0.3), "tokens": 6000}  # fmt: skip
+    assert modes["DECODE"]["result_s"] == pytest.approx(11 * 0.008)
+    phases = loop.recorder.report()["phases"]
+    assert sum(m["result_s"] for m in modes.values()) == pytest.approx(phases["result"]["seconds"])
+    assert sum(m["runs"] for m in modes.values()) == phases["run"]["calls"]

@@ -42,6 +42,10 @@ def test_a_long_extend_is_published_as_a_stall_with_its_batch(checked: dict[str,
     kinds = loop["input_kinds"]
     assert kinds["GetInternalStateReq"]["calls"] == 1 and kinds["GetInternalStateReq"]["requests"] == 3
     assert kinds["none"]["calls"] == 15
+    # ...and the batches by SGLang's own ForwardMode names: the extend's 1.5 s waited for in its result
+    modes = loop["batch_modes"]
+    assert modes["DECODE"]["runs"] == 15 and modes["EXTEND"]["runs"] == 1
+    assert modes["EXTEND"]["tokens"] == 6000 and modes["EXTEND"]["result_s"] == pytest.approx(1.5)
     top = stall["batches"][0]
     assert (top["mode"], top["requests"], top["tokens"]) == ("EXTEND", 3, 6000)
     assert top["result_s"] == pytest.approx(1.5)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from run_snapshots import FELL, in_run_order, main_for, read_blocks
 from spectower.collectors.sglang.stalls import PHASES, LoopReport, loop_report
@@ -42,6 +42,8 @@ class RunLoop:
     since_launch: bool  # the first run: its figures hold the launch and warm-up too
     # ``input`` by the kind of requests a call handled (plugin 0.4.11 on): kind -> (calls, seconds, requests)
     input_kinds: dict[str, tuple[int, float, int]] = field(default_factory=dict)
+    # batches by forward mode (0.4.11 on): mode -> (batches run, run s, results, result s, new tokens)
+    batch_modes: dict[str, tuple[int, float, int, float, int]] = field(default_factory=dict)
 
     def per_call_ms(self, phase: str) -> float | None:
         calls = self.calls.get(phase, 0)
@@ -81,17 +83,25 @@ def per_run(saved: dict[str, list[LoopReport]]) -> list[RunLoop]:
             if any(value < 0 for value in (*calls.values(), *seconds.values())):
                 raise ValueError(FELL.format(run=run, rank=rank))
             first = before is None
+            kinds = _since(report.input_kinds, earlier.input_kinds if earlier else None)
+            modes = _since(report.batch_modes, earlier.batch_modes if earlier else None)
             rows.append(RunLoop(run=run, rank=rank, calls=calls, seconds=seconds, since_launch=first,
-                                input_kinds=_kinds_since(report, earlier)))  # fmt: skip
+                                input_kinds=kinds, batch_modes=modes))  # fmt: skip
     return rows
 
 
-def _kinds_since(report: LoopReport, earlier: LoopReport | None) -> dict[str, tuple[int, float, int]]:
-    """A run's ``input`` by kind: the difference from the run before (a kind new in the run counts from 0)."""
+Counts = TypeVar("Counts", bound=tuple[Any, ...])
+
+
+def _since(now: dict[str, Counts], before: dict[str, Counts] | None) -> dict[str, Counts]:
+    """A run's counts per key (input kind, batch mode): the difference from the run before, field by field
+    (a key new in the run counts from 0)."""
     out = {}
-    for kind, (calls, seconds, requests) in report.input_kinds.items():
-        was = earlier.input_kinds.get(kind, (0, 0.0, 0)) if earlier is not None else (0, 0.0, 0)
-        out[kind] = (calls - was[0], seconds - was[1], requests - was[2])
+    for key, counts in now.items():
+        was = before.get(key) if before is not None else None
+        if was is not None:
+            counts = cast(Counts, tuple(a - b for a, b in zip(counts, was, strict=True)))
+        out[key] = counts
     return out
 
 
@@ -114,6 +124,8 @@ def print_rows(rows: Sequence[RunLoop]) -> None:
         print("* the first run: its figures also hold everything since the launch (warm-up, graphs)")
     if any(row.input_kinds for row in rows):
         print_input_kinds(rows)
+    if any(row.batch_modes for row in rows):
+        print_batch_modes(rows)
 
 
 def print_input_kinds(rows: Sequence[RunLoop]) -> None:
@@ -128,11 +140,28 @@ def print_input_kinds(rows: Sequence[RunLoop]) -> None:
         print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
 
 
+def print_batch_modes(rows: Sequence[RunLoop]) -> None:
+    """Each run's batches by forward mode (plugin 0.4.11 on): a prefill's GPU time is waited for in its
+    result in the overlap loop, so EXTEND's result seconds are the prefills' time."""
+    print("batches by forward mode, per run: mode batches, run s + result s (ms a batch; new tokens)")
+    for row in rows:
+        modes = sorted(row.batch_modes.items(), key=lambda item: -(item[1][1] + item[1][3]))
+        cells = "; ".join(
+            f"{mode} {runs}, {run_s:.1f} + {result_s:.1f} s ({1000.0 * (run_s + result_s) / runs:.2f} ms; "
+            f"{tokens})"
+            for mode, (runs, run_s, _results, result_s, tokens) in modes if runs > 0
+        )  # fmt: skip
+        print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
+
+
 def as_json(rows: Sequence[RunLoop]) -> list[dict[str, Any]]:
     return [{"run": r.run, "rank": r.rank, "since_launch": r.since_launch, "calls": r.calls,
              "seconds": {p: round(s, 6) for p, s in r.seconds.items()},
              "input_kinds": {k: {"calls": c, "seconds": round(s, 6), "requests": n}
-                             for k, (c, s, n) in r.input_kinds.items()}} for r in rows]  # fmt: skip
+                             for k, (c, s, n) in r.input_kinds.items()},
+             "batch_modes": {m: {"runs": n, "run_s": round(rs, 6), "results": k, "result_s": round(ts, 6),
+                                 "tokens": t} for m, (n, rs, k, ts, t) in r.batch_modes.items()}}
+            for r in rows]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -141,6 +141,8 @@ class LoopReport:
     phase_calls: dict[str, int] = field(default_factory=dict)
     # ``input`` by the kind of requests a call handled (plugin 0.4.11): kind -> (calls, seconds, requests)
     input_kinds: dict[str, tuple[int, float, int]] = field(default_factory=dict)
+    # batches by forward mode (plugin 0.4.11): mode -> (batches run, run s, results, result s, new tokens)
+    batch_modes: dict[str, tuple[int, float, int, float, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         if not self.stalls:
@@ -189,5 +191,11 @@ def loop_report(block: Any) -> LoopReport | None:
             str(kind): (_int(_mapping(e).get("calls")) or 0, _float(_mapping(e).get("seconds")),
                         _int(_mapping(e).get("requests")) or 0)
             for kind, e in _mapping(block.get("input_kinds")).items()
+        },
+        batch_modes={
+            str(mode): (_int(_mapping(e).get("runs")) or 0, _float(_mapping(e).get("run_s")),
+                        _int(_mapping(e).get("results")) or 0, _float(_mapping(e).get("result_s")),
+                        _int(_mapping(e).get("tokens")) or 0)
+            for mode, e in _mapping(block.get("batch_modes")).items()
         },
     )
