@@ -38,7 +38,9 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # be gated with nothing needing the draft warm (a policy's gated load, an exploration window's cold part:
 # knob_contract.prefill_skippable, Gate.next_batch_gated; a hook on Scheduler.get_next_batch_to_run counts who
 # decodes beside the prefill); 0.4.11: the loop's input time by what each call took in, and its batches' run
-# and result time by forward mode (loop.input_kinds and loop.batch_modes, plugin/loop_stalls.py)
+# and result time by forward mode (loop.input_kinds and loop.batch_modes, plugin/loop_stalls.py), and the gc
+# blocks' frozen objects counted only after a freeze (each count walked ~1M objects: 70-100 ms of the
+# scheduler per /server_info read after /freeze_gc; plugin/gc_pauses.py FrozenCount)
 PLUGIN_VERSION = "0.4.11"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"

@@ -95,8 +95,59 @@ class GcPauses:
             "recent_long": list(self.recent),
             # objects moved out of the collector's scans by gc.freeze() (SGLang's /freeze_gc): 0 until then;
             # the read-back of a freeze, and why a process's full collections stopped taking long
-            "frozen": gc.get_freeze_count(),
+            "frozen": FROZEN.count(),
         }
+
+
+class FrozenCount:
+    """``gc.get_freeze_count()``, read only where it may have changed.
+
+    Why: CPython counts the frozen objects by walking their whole list, and after SGLang's ``/freeze_gc`` a
+    scheduler holds about a million of them, scattered in memory: each count took 70-100 ms of the
+    scheduler's thread on the H100 of 2026-12-05 (``loop.input_kinds``: every ``GetInternalStateReq`` 70-100
+    ms, 93 of them in a 150-s replay under learn, which reads ``/server_info`` every 2 s: 7 % of the loop's
+    time, in which no batch was launched), and as much again in the launcher. So the count is read while it is
+    0 (an empty list costs nothing) and after each freeze (``freeze_happened``, which the plugin's hooks on
+    SGLang's freeze handlers call); in between the last count stands. A freeze SGLang makes past those hooks
+    after the first one reads as the count before it, until the next hooked freeze.
+    """
+
+    def __init__(self, count: Callable[[], int] = gc.get_freeze_count) -> None:
+        self._count = count
+        self._last: int | None = None
+
+    def count(self) -> int:
+        if not self._last:  # never read, or nothing frozen yet: cheap, and the first freeze shows
+            self._last = self._count()
+        return self._last
+
+    def freeze_happened(self) -> None:
+        """A freeze ran in this process: the next read counts again (once)."""
+        self._last = None
+
+
+FROZEN = FrozenCount()  # this process's: the scheduler's gc block and the launcher's read it
+
+
+def hook_freeze(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook on a synchronous freeze handler (the scheduler's ``handle_freeze_gc``)."""
+    try:
+        return original(owner, *args, **kwargs)
+    finally:
+        FROZEN.freeze_happened()
+
+
+def hook_freeze_async(original: Callable[..., Any], owner: Any, *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook on an async freeze (the launcher's ``TokenizerManager.freeze_gc``): HookRegistry's wrapper
+    is synchronous, so this hands back a coroutine that awaits SGLang's and then marks the freeze."""
+
+    async def frozen() -> Any:
+        try:
+            return await original(owner, *args, **kwargs)
+        finally:
+            FROZEN.freeze_happened()
+
+    return frozen()
 
 
 def install(pauses: GcPauses) -> None:

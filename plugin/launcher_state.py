@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 # Where SGLang 0.5.17 and 0.5.23 define the launcher's gather of every rank's internal state.
 TARGET = ("sglang.srt.managers.tokenizer_control_mixin", "TokenizerControlMixin", "get_internal_state")
+# ...and its freeze (``/freeze_gc``), after which its frozen objects are counted again (gc_pauses.FrozenCount)
+FREEZE_TARGET = ("sglang.srt.managers.tokenizer_manager", "TokenizerManager", "freeze_gc")
 
 _PAUSES: gc_pauses.GcPauses | None = None  # this process's collections, from its first hooked call on
 _WARNED = False
@@ -99,4 +101,7 @@ def register(registry: Any, hook_type: Any) -> bool:
         logger.warning("spectower launcher state: NOT hooking (missing %s)", ", ".join(missing))
         return False
     registry.register(f"{module_name}.{class_name}.{method}", hook_get_internal_state, hook_type)
+    module_name, class_name, method = FREEZE_TARGET
+    if not sglang_targets.missing_methods(module_name, class_name, [method]):
+        registry.register(f"{module_name}.{class_name}.{method}", gc_pauses.hook_freeze_async, hook_type)
     return True

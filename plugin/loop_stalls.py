@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import launcher_state, sglang_targets, stall_watch
+from . import gc_pauses, launcher_state, sglang_targets, stall_watch
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ PHASES: dict[str, str] = {
     "run": "run_batch",
     "result": "process_batch_result",
 }
+FREEZE_METHOD = "handle_freeze_gc"  # the scheduler's side of SGLang's /freeze_gc (0.5.17 and 0.5.23)
 # A gap at least this long is kept: a decode step of the H200 pairs takes 5-45 ms and a long prefill chunk a
 # few hundred, while the replays' pauses were 0.56-1.35 s; a quarter second is a stall a user notices.
 DEFAULT_THRESHOLD_S = 0.25
@@ -485,6 +486,11 @@ def register() -> None:
     module_name, class_name = SCHEDULER
     for phase, method in PHASES.items():
         HookRegistry.register(f"{module_name}.{class_name}.{method}", HOOKS[phase], HookType.AROUND)
+    # the scheduler's freeze (SGLang's /freeze_gc), after which its frozen objects are counted again: the
+    # count walks every frozen object (gc_pauses.FrozenCount), so it is not taken on every /server_info read
+    if not sglang_targets.missing_methods(module_name, class_name, [FREEZE_METHOD]):
+        HookRegistry.register(f"{module_name}.{class_name}.{FREEZE_METHOD}", gc_pauses.hook_freeze,
+                              HookType.AROUND)  # fmt: skip
     global _HOOKED
     _HOOKED = True
     _start_watch()

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
 
-from ..plugin import knob_contract
+from ..plugin import gc_pauses, knob_contract
 from . import knob_state
 from .config import SGLANG_VERSION
 from .engine import Engine, RankScheduler
@@ -95,6 +95,7 @@ def build_router(engine: Engine, info: ServerInfo, http: HttpCounters) -> APIRou
         # SGLang moves the objects its tokenizer manager and scheduler hold now out of the collector's reach
         # (gc.freeze), so later long collections walk fewer of them; the simulator's one process does the same
         gc.freeze()
+        gc_pauses.FROZEN.freeze_happened()  # as the plugin's hooks on SGLang's freeze handlers mark it
         return PlainTextResponse(FREEZE_GC_MESSAGE)
 
     @router.api_route("/set_internal_state", methods=["POST", "PUT"])

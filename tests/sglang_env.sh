@@ -21,7 +21,7 @@
 set -euo pipefail
 
 VENV="${SPECTOWER_SGLANG_VENV:-$HOME/.cache/spectower/sglang-0.5.23}"
-MARKER="$VENV/.spectower-sglang-env-v2"
+MARKER="$VENV/.spectower-sglang-env-v3"
 PY="$VENV/bin/python"
 
 if [ -f "$MARKER" ] && [ -x "$PY" ]; then
@@ -54,7 +54,8 @@ pip_install --no-deps "sglang==0.5.23"
 log "installing the pure-Python dependencies"
 pip_install numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm \
   IPython aiohttp "transformers==5.19.0" dill "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" \
-  "compressed-tensors==0.18.0" gguf "openai==2.8.0" partial_json_parser setproctitle einops uvicorn fastapi
+  "compressed-tensors==0.18.0" gguf "openai==2.8.0" partial_json_parser setproctitle einops uvicorn fastapi \
+  uvloop
 
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 log "writing the triton / torchvision stand-ins into $SITE"
@@ -63,6 +64,7 @@ log "writing the triton / torchvision stand-ins into $SITE"
 log "checking that the classes import"
 "$PY" - >&2 <<'EOF'
 from sglang.srt.managers.scheduler import Scheduler  # noqa: F401
+from sglang.srt.managers.tokenizer_manager import TokenizerManager  # noqa: F401
 from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: F401
 from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams  # noqa: F401
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2  # noqa: F401

@@ -78,3 +78,60 @@ def test_installed_it_times_the_real_collectors_runs_once_and_uninstalls() -> No
     before = report["collections"]
     gc.collect()
     assert pauses.report()["collections"] == before and pauses.callback not in gc.callbacks
+
+
+class Counter:
+    """gc.get_freeze_count() as the plugin sees it: how many objects are frozen, and how often it was asked
+    (CPython walks every frozen object to answer, ~100 ms for a scheduler's million)."""
+
+    def __init__(self) -> None:
+        self.frozen = 0
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.frozen
+
+
+def test_the_frozen_count_is_read_while_nothing_is_frozen_and_once_after_each_freeze() -> None:
+    counter = Counter()
+    frozen = gc_pauses.FrozenCount(counter)
+    assert [frozen.count() for _ in range(3)] == [0, 0, 0] and counter.reads == 3  # cheap while empty
+    counter.frozen = 956_147  # SGLang's /freeze_gc, past any hook: the next read sees it
+    assert [frozen.count() for _ in range(50)] == [956_147] * 50
+    assert counter.reads == 4  # then never again: each read would walk the million
+    counter.frozen = 1_200_000
+    frozen.freeze_happened()  # a hooked freeze
+    assert frozen.count() == 1_200_000 and frozen.count() == 1_200_000 and counter.reads == 5
+
+
+def test_the_freeze_hooks_mark_a_freeze_whether_sglangs_call_is_sync_or_async(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    counter = Counter()
+    monkeypatch.setattr(gc_pauses, "FROZEN", gc_pauses.FrozenCount(counter))
+    counter.frozen = 10
+    assert gc_pauses.GcPauses().report()["frozen"] == 10
+
+    def handle_freeze_gc(scheduler: object, request: object) -> str:  # the scheduler's, synchronous
+        counter.frozen = 20
+        return "frozen"
+
+    assert gc_pauses.hook_freeze(handle_freeze_gc, object(), object()) == "frozen"
+    assert gc_pauses.GcPauses().report()["frozen"] == 20
+
+    async def freeze_gc(manager: object) -> None:  # the launcher's TokenizerManager.freeze_gc
+        counter.frozen = 30
+
+    asyncio.run(gc_pauses.hook_freeze_async(freeze_gc, object()))
+    assert gc_pauses.GcPauses().report()["frozen"] == 30
+
+    def failing(scheduler: object) -> None:
+        counter.frozen = 40
+        raise RuntimeError("the detokenizer's socket is gone")
+
+    with pytest.raises(RuntimeError):
+        gc_pauses.hook_freeze(failing, object())
+    assert gc_pauses.GcPauses().report()["frozen"] == 40  # it may have frozen before failing: counted again

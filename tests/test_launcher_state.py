@@ -75,8 +75,10 @@ def test_an_sglang_without_the_gather_is_not_hooked(monkeypatch: pytest.MonkeyPa
     assert launcher_state.register(None, None) is False
 
 
-def test_frozen_objects_are_the_read_back_of_a_freeze() -> None:
-    """``frozen`` in each gc block is gc.get_freeze_count(): 0 until SGLang's /freeze_gc froze the process."""
+def test_frozen_objects_are_the_read_back_of_a_freeze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``frozen`` in each gc block is gc.get_freeze_count(): 0 until SGLang's /freeze_gc froze the process;
+    the first freeze shows without any hook (the count is read while it is 0)."""
+    monkeypatch.setattr(gc_pauses, "FROZEN", gc_pauses.FrozenCount())  # this process's, as it starts
     pauses = gc_pauses.GcPauses()
     assert pauses.report()["frozen"] == gc.get_freeze_count()
     gc.freeze()

@@ -52,6 +52,19 @@ def test_a_long_extend_is_published_as_a_stall_with_its_batch(checked: dict[str,
 
 
 @plugin_tests.sglang_check
+def test_the_frozen_count_is_taken_after_sglangs_freeze_not_on_every_read(checked: dict[str, Any]) -> None:
+    """Plugin 0.4.11: ``gc.get_freeze_count()`` walks every frozen object (70-100 ms a read in a scheduler
+    after /freeze_gc, on the H100 of 2026-12-05), so the gc block counts again only after SGLang's own
+    ``Scheduler.handle_freeze_gc``, wrapped through its HookRegistry."""
+    freeze = checked["freeze"]
+    assert freeze["wrapped"]
+    assert freeze["before"] == 0 and freeze["after"] > 0
+    assert freeze["unhooked"] == freeze["after"]  # a freeze past the hook: the last count stands
+    assert freeze["again"] > freeze["after"] + 50_000  # the hooked one counts again
+    assert freeze["again"] == pytest.approx(freeze["actual"], rel=0.01)
+
+
+@plugin_tests.sglang_check
 def test_the_launchers_gather_carries_its_block_out(checked: dict[str, Any]) -> None:
     """Plugin 0.4.8 (plugin/launcher_state.py): SGLang's own TokenizerControlMixin.get_internal_state, wrapped
     by its HookRegistry, hands /server_info each rank's state with the launcher's block: its collections
@@ -61,4 +74,8 @@ def test_the_launchers_gather_carries_its_block_out(checked: dict[str, Any]) -> 
     block = launcher["block"]
     assert block is not None and isinstance(block["pid"], int)
     assert block["gc"]["collections"] >= 1 and block["gc"]["frozen"] > 0
+    # SGLang's own TokenizerManager.freeze_gc, wrapped: the launcher's count is taken after it
+    assert launcher["freeze_wrapped"] and launcher["sent"] == ["FreezeGCReq"]
+    # (frozen objects freed since leave the list: the count read after the freeze may be a few above)
+    assert block["gc"]["frozen"] == pytest.approx(launcher["frozen_now"], rel=0.01)
     assert block["watch"] is None  # SPECTOWER_STALL_STACKS=0 (tests/sglang_checks.py)

@@ -73,8 +73,39 @@ def main() -> None:
             scheduler.process_batch_result(done, result)
     state = _harness.get_state(scheduler)
     out["loop"] = state["spectower"].get("loop")
+    out["freeze"] = _through_the_freeze(scheduler)
     out["launcher"] = _through_the_launcher(state)
     _harness.emit(out)
+
+
+def _through_the_freeze(scheduler: object) -> dict:
+    """SGLang's own ``Scheduler.handle_freeze_gc`` (wrapped by the registry) freezes this process; the gc
+    block's ``frozen`` is counted again after it, not on every read (a count walks every frozen object)."""
+    import gc
+    import types
+
+    from sglang.srt.managers.io_struct import FreezeGCReq
+    from sglang.srt.managers.scheduler import Scheduler
+
+    # where SGLang forwards the freeze to its detokenizer: a socket in a server, nothing here
+    scheduler.ipc_channels = types.SimpleNamespace(  # type: ignore[attr-defined]
+        send_to_detokenizer=types.SimpleNamespace(send_output=lambda *args: None))
+    def frozen() -> int:
+        return _harness.get_state(scheduler)["spectower"]["gc"]["frozen"]
+
+    wrapped = getattr(Scheduler.handle_freeze_gc, "__wrapped__", None) is not None
+    out = {"wrapped": wrapped, "before": frozen()}
+    scheduler.handle_freeze_gc(FreezeGCReq())  # type: ignore[attr-defined]
+    out["after"] = frozen()
+    kept = [[i] for i in range(50_000)]  # new objects, frozen past the hook: the count stands
+    gc.freeze()
+    out["unhooked"] = frozen()
+    scheduler.handle_freeze_gc(FreezeGCReq())  # type: ignore[attr-defined]
+    out["again"] = frozen()
+    out["actual"] = gc.get_freeze_count()
+    gc.unfreeze()
+    del kept
+    return out
 
 
 def _through_the_launcher(state: dict) -> dict:
@@ -85,19 +116,26 @@ def _through_the_launcher(state: dict) -> dict:
 
     from sglang.srt.managers.io_struct import GetInternalStateReqOutput
     from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
     async def communicator(req):  # type: ignore[no-untyped-def]
         return [GetInternalStateReqOutput(internal_state=state)]
 
+    sent: list = []  # the freeze SGLang's launcher sends its scheduler first
     manager = types.SimpleNamespace(auto_create_handle_loop=lambda: None,
-                                    get_internal_state_communicator=communicator)  # fmt: skip
+                                    get_internal_state_communicator=communicator,
+                                    _dispatch_to_scheduler=sent.append)  # fmt: skip
     gather = TokenizerControlMixin.get_internal_state
     asyncio.run(gather(manager))  # the first gather installs the launcher's collection timer
     gc.collect()
-    gc.freeze()  # what SGLang's /freeze_gc does in the launcher
+    # SGLang's own /freeze_gc in the launcher (wrapped: the frozen objects are counted again after it)
+    asyncio.run(TokenizerManager.freeze_gc(manager))
     (gathered,) = asyncio.run(gather(manager))
+    frozen_now = gc.get_freeze_count()
     gc.unfreeze()
     return {"wrapped": getattr(gather, "__wrapped__", None) is not None,
+            "freeze_wrapped": getattr(TokenizerManager.freeze_gc, "__wrapped__", None) is not None,
+            "sent": [type(req).__name__ for req in sent], "frozen_now": frozen_now,
             "block": gathered.get("spectower", {}).get("launcher")}  # fmt: skip
 
 
