@@ -141,3 +141,27 @@ def test_each_runs_batches_by_forward_mode_are_its_difference_from_the_run_befor
     line = next(line for line in text.splitlines() if line.strip().startswith("learn") and "EXTEND" in line)
     assert "EXTEND 100, 0.5 + 19.0 s (195.00 ms; 110000)" in line
     assert loop_phases.as_json(rows)[1]["batch_modes"]["DECODE"]["result_s"] == pytest.approx(7.5)
+
+
+RUN_D = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05d/1-policies"
+
+
+def test_the_policys_lag_was_its_server_info_reads_each_holding_the_scheduler() -> None:
+    """The H100 replay of 2026-12-05d (plugin 0.4.11's breakdown): every GetInternalStateReq took the
+    scheduler 70-100 ms after /freeze_gc (the plugin's gc.get_freeze_count() walked the frozen objects), and
+    the runs under a policy, which reads /server_info every 2 s, made about three times as many as always
+    off's."""
+    names = ("off", "learn", "learn-2", "off-2")
+    rows = {row.run: row for row in loop_phases.per_run(
+        {name: loop_phases.read_ranks(RUN_D / f"stalls-{name}.json") for name in names})}  # fmt: skip
+    reads = {name: rows[name].input_kinds["GetInternalStateReq"] for name in names}
+    for name, (calls, seconds, _) in reads.items():
+        assert 0.060 < seconds / calls < 0.110, name  # each read held the loop 60-110 ms
+    assert reads["learn"][0] > 2 * reads["off-2"][0] and reads["learn-2"][0] > 2 * reads["off-2"][0]
+    for policy in ("learn", "learn-2"):
+        extra = rows[policy].seconds["input"] - rows["off-2"].seconds["input"]
+        assert extra > 6.0  # seconds of a 150-s run in which no batch was launched
+    # the prefills (EXTEND: run + result per batch) took alike under both: not where the lag was
+    per_batch = {name: (rows[name].batch_modes["EXTEND"][1] + rows[name].batch_modes["EXTEND"][3])
+                 / rows[name].batch_modes["EXTEND"][0] for name in names}  # fmt: skip
+    assert max(per_batch.values()) < 1.06 * min(per_batch.values())
