@@ -16,7 +16,8 @@ the server's ``/server_info`` and its GPU inventory, collectors/bench/persist.py
 (``bench sweep --profile-out``, which keeps the same identity). The newest whose stack matches the server's
 gives the ceiling ``learn`` starts at: the sweep's crossover (a ceiling below every bin when drafting never
 paid there, every bin when it always did). The policy's own counters decide from its first dwell on. Nothing
-known: it starts where the launch put the knob. Either way one line says which.
+known: it starts from the ceiling the server holds now (where the launch or the last writer left it). Either
+way one line says which.
 
 The data flows the project's way: this module reads storage (``storage.queries.counter_intervals``,
 ``storage.queries.extend_totals``, ``storage.queries.bench_runs``), the command line reads the server and
@@ -200,7 +201,7 @@ def known_from_profile(doc: Mapping[str, Any], source: str, status: str, crossov
 
 @dataclass(frozen=True)
 class WarmStart:
-    """Where ``learn`` starts (``ceiling`` None: where the launch put the knob) and the line that says why."""
+    """Where ``learn`` starts (``ceiling`` None: the ceiling the server holds now) and the line saying why."""
 
     ceiling: int | None
     line: str
@@ -232,8 +233,8 @@ def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> 
                    f"{newest.source}, differs: {'; '.join(server.differences(newest.stack))})")  # fmt: skip
     return WarmStart(
         None,
-        f"warm start: nothing known for this stack ({server.describe()}): {checked}; learn starts where "
-        "the launch put the knob",
+        f"warm start: nothing known for this stack ({server.describe()}): {checked}; learn starts from "
+        "the ceiling the server holds now",
     )
 
 

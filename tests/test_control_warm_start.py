@@ -2,7 +2,7 @@
 SQLite database holding saved sweeps of a matching stack (crossover 16) and of another stack (newer, its
 crossover 4), it moves the knob to 16 at its first decision, says which sweep in one line and in its
 auto-start audit row, and holds 16; with only the other stack's sweep it says nothing matched and leaves the
-knob where the launch put it; --no-warm-start says so and starts there too."""
+knob where the server holds it; --no-warm-start says so and starts there too."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_only_another_stacks_sweep_is_nothing_known_and_the_knob_stays(sim: Any,
     line = next(line for line in text.splitlines() if line.startswith("warm start:"))
     assert line.startswith("warm start: nothing known for this stack (model ")
     assert f"the newest, sweep #{other_run} 'other-draft'" in line and "draft someone/else-eagle3" in line
-    assert line.endswith("learn starts where the launch put the knob")
+    assert line.endswith("learn starts from the ceiling the server holds now")
     assert "warm start: nothing known for this stack" in auto_start_reason(db)
 
 

@@ -71,7 +71,7 @@ def test_nothing_matching_says_so_and_what_differed() -> None:
     assert warm.line.startswith("warm start: nothing known for this stack (model zai/GLM-5-NVFP4, ")
     assert "2 stored sweep(s)/profile(s) checked, none matched" in warm.line
     assert "the newest, sweep #2 'run2' of 1970-01-01 00:33 UTC, differs: 1x NVIDIA H200" in warm.line
-    assert warm.line.endswith("learn starts where the launch put the knob")
+    assert warm.line.endswith("learn starts from the ceiling the server holds now")
     empty = warm_start.choose(SERVER, [], 64)
     assert empty.ceiling is None and "no stored sweep or measured profile has a crossover" in empty.line
 

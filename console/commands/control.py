@@ -53,7 +53,7 @@ P = ParamSpec("P")
 
 WARM_START_HELP = (
     "learn: start at the crossover of the newest stored sweep (or --warm-profile) of this server's stack "
-    "(model, draft, SGLang version, GPUs); --no-warm-start: where the launch put the knob"
+    "(model, draft, SGLang version, GPUs); --no-warm-start: the ceiling the server holds now"
 )
 WARM_PROFILE_HELP = "learn: a measured profile (bench sweep --profile-out) to consider too (repeatable)"
 WARM_GPU_METRICS_HELP = (
