@@ -165,3 +165,14 @@ def test_the_policys_lag_was_its_server_info_reads_each_holding_the_scheduler() 
     per_batch = {name: (rows[name].batch_modes["EXTEND"][1] + rows[name].batch_modes["EXTEND"][3])
                  / rows[name].batch_modes["EXTEND"][0] for name in names}  # fmt: skip
     assert max(per_batch.values()) < 1.06 * min(per_batch.values())
+
+
+def test_a_loop_reporting_only_results_prints_its_batches_by_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """The simulator's ranks feed the recorder results alone: their batches by mode still print."""
+    report = loop_phases.loop_report({
+        "phases": {p: {"calls": 0 if p != "result" else 100, "seconds": 0.0} for p in loop_phases.PHASES},
+        "batch_modes": {"DECODE": {"runs": 0, "run_s": 0.0, "results": 100, "result_s": 0.5, "tokens": 0}},
+    })  # fmt: skip
+    assert report is not None
+    loop_phases.print_rows(loop_phases.per_run({"off": [report]}))
+    assert "DECODE 100, 0.0 + 0.5 s (5.00 ms; 0)" in capsys.readouterr().out

@@ -146,10 +146,11 @@ def print_batch_modes(rows: Sequence[RunLoop]) -> None:
     print("batches by forward mode, per run: mode batches, run s + result s (ms a batch; new tokens)")
     for row in rows:
         modes = sorted(row.batch_modes.items(), key=lambda item: -(item[1][1] + item[1][3]))
+        # batches: those run (the simulator's ranks report results alone)
         cells = "; ".join(
-            f"{mode} {runs}, {run_s:.1f} + {result_s:.1f} s ({1000.0 * (run_s + result_s) / runs:.2f} ms; "
-            f"{tokens})"
-            for mode, (runs, run_s, _results, result_s, tokens) in modes if runs > 0
+            f"{mode} {max(runs, results)}, {run_s:.1f} + {result_s:.1f} s "
+            f"({1000.0 * (run_s + result_s) / max(runs, results):.2f} ms; {tokens})"
+            for mode, (runs, run_s, results, result_s, tokens) in modes if max(runs, results) > 0
         )  # fmt: skip
         print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
 
