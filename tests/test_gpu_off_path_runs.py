@@ -84,3 +84,22 @@ def test_files_of_another_launch_or_without_the_block_are_one_line(
     assert off_path_runs.main([str(missing)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {missing}: rank 0 has no gated_decode block (the skip hooks not loaded?)"]
+
+
+def test_a_run_that_skipped_nothing_is_ordered_by_the_loop_block_saved_beside_it(tmp_path: Path) -> None:
+    """Always off, then always on (it drafts every batch: no count moves), named so that alphabetical order
+    would put on first: the stalls-<run>.json saved from the same read orders them."""
+    skip = ExtendSkip(allowed=lambda: True, enabled=True, drain_max_steps=100,
+                      prefill_allowed=lambda size: True)  # fmt: skip
+    for _ in range(3):
+        _batch(skip, ["a"], 0)
+    paths = {}
+    for run, calls in (("off", 1000), ("a-on", 2000)):  # "a-on" sorts before "off" by name
+        paths[run] = _save(tmp_path, run, skip)
+        phases = ("input", "schedule", "run", "result")
+        loop = {"phases": {p: {"calls": calls, "seconds": calls / 1000} for p in phases}}
+        (tmp_path / f"stalls-{run}.json").write_text(json.dumps([loop]))
+    saved = {off_path_runs.run_name(p): off_path_runs.read_ranks(p) for p in sorted(paths.values())}
+    rows = off_path_runs.per_run(saved)
+    assert [(r.run, r.since_launch) for r in rows] == [("off", True), ("a-on", False)]
+    assert rows[1].counts["batches_skipped"] == 0

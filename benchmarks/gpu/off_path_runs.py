@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import loop_phases
 from run_snapshots import FELL, in_run_order, main_for, read_blocks
 
 MAX_OFFPATH_BYTES = 64 * 1024  # each rank's gated_decode block: a few counts
@@ -58,13 +59,27 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
             raise ValueError(f"{path}: rank {i}'s {bad[0]} is not a whole number")
         # a plugin before 0.4.9 has no prefills_skipped: none skipped
         ranks.append({key: int(block.get(key, 0)) for key in (*COUNTS, "holed_requests")})
+    # A run that skipped nothing (it drafted throughout, or a simulator's idle rank) leaves these counts where
+    # the run before left them, and the order would fall to the files' names: the loop block saved from the
+    # same read beside it (stalls-<run>.json) counts every batch, so it breaks such ties.
+    beside = path.with_name(f"stalls-{run_name(path)}.json")
+    if beside.is_file():
+        loops = loop_phases.read_ranks(beside)
+        for block, loop in zip(ranks, loops, strict=False):
+            block[LOOP_PROGRESS] = sum(loop.phase_calls.values())
     return ranks
+
+
+LOOP_PROGRESS = "loop_calls"  # not a count of the off path: only what orders the runs
 
 
 def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunOffPath]:
     """Each run's own counts per rank, in the order the runs ran: the difference from the run before."""
     rows: list[RunOffPath] = []
-    for run, ranks, before in in_run_order(saved, lambda block: sum(block[key] for key in COUNTS)):
+    def progress(block: dict[str, int]) -> tuple[int, int]:
+        return sum(block[key] for key in COUNTS), block.get(LOOP_PROGRESS, 0)
+
+    for run, ranks, before in in_run_order(saved, progress):
         for rank, block in enumerate(ranks):
             counts = {key: block[key] - (before[rank][key] if before is not None else 0) for key in COUNTS}
             if any(value < 0 for value in counts.values()):
