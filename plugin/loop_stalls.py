@@ -61,7 +61,7 @@ KEPT = 32  # the newest kept gaps (a replay showed 2-5 pauses per 4-minute run; 
 BATCHES_KEPT = 4  # per gap, the batches that took the most time in it
 # What ``input`` took, by what came in: on the H100 of 2026-12-05 every run after the first spent 3x its
 # seconds in ``process_input_requests`` (14 s against 4.5 s a run) while every run took in the same requests,
-# and the decode steps' own time was the same to 0.1 %; so each call is filed under the kind it handled
+# and the decode steps' output per second was the same to 0.3 %; so each call is filed under what it handled
 # (``none`` for a turn with nothing received, the request class's name where all were one class, ``mixed``
 # otherwise), which tells a slower empty turn from slower generate requests or slower control reads.
 NO_INPUT, MIXED_INPUT, OTHER_INPUT = "none", "mixed", "other"
@@ -488,7 +488,8 @@ def register() -> None:
         HookRegistry.register(f"{module_name}.{class_name}.{method}", HOOKS[phase], HookType.AROUND)
     # the scheduler's freeze (SGLang's /freeze_gc), after which its frozen objects are counted again: the
     # count walks every frozen object (gc_pauses.FrozenCount), so it is not taken on every /server_info read
-    if not sglang_targets.missing_methods(module_name, class_name, [FREEZE_METHOD]):
+    freeze = not sglang_targets.missing_methods(module_name, class_name, [FREEZE_METHOD])
+    if freeze:
         HookRegistry.register(f"{module_name}.{class_name}.{FREEZE_METHOD}", gc_pauses.hook_freeze,
                               HookType.AROUND)  # fmt: skip
     global _HOOKED
@@ -498,5 +499,6 @@ def register() -> None:
     launcher = launcher_state.register(HookRegistry, HookType.AROUND)
     # SGLang configures logging after the plugins load: print the one line that says what was hooked.
     print(f"spectower loop stalls: AROUND hooks on {class_name}.{', '.join(PHASES.values())}"
+          f"{', ' + FREEZE_METHOD if freeze else ''}"
           f"{', ' + '.'.join(launcher_state.TARGET[1:]) if launcher else ''} (pid {os.getpid()})",
           file=sys.stderr, flush=True)  # fmt: skip

@@ -79,8 +79,11 @@ def test_frozen_objects_are_the_read_back_of_a_freeze(monkeypatch: pytest.Monkey
     """``frozen`` in each gc block is gc.get_freeze_count(): 0 until SGLang's /freeze_gc froze the process;
     the first freeze shows without any hook (the count is read while it is 0)."""
     monkeypatch.setattr(gc_pauses, "FROZEN", gc_pauses.FrozenCount())  # this process's, as it starts
+    # a process that has frozen nothing yet, as a server before /freeze_gc: another test in this worker may
+    # have frozen (the simulator's route, in-process), and a first freeze past the hooks is what this asks
+    gc.unfreeze()
     pauses = gc_pauses.GcPauses()
-    assert pauses.report()["frozen"] == gc.get_freeze_count()
+    assert pauses.report()["frozen"] == gc.get_freeze_count() == 0
     gc.freeze()
     try:
         assert pauses.report()["frozen"] == gc.get_freeze_count() > 0

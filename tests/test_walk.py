@@ -114,8 +114,8 @@ def test_bad_pattern_input_names_the_flag(text: str, period: float, max_c: int, 
 
 
 def _load_nowhere(*args: str) -> subprocess.CompletedProcess[str]:
-    """``bench load`` against a port nothing listens on, in this process: refused before it takes the
-    process's signals (a new interpreter each cost 0.7 CPU-s)."""
+    """``bench load`` against a port nothing listens on, in this process (a new interpreter each cost 0.7
+    CPU-s): it gives the process its signal handlers back as it found them (``cli_in_process`` checks)."""
     return cli_in_process("bench", "load", "--server", "http://127.0.0.1:9", *args)
 
 
@@ -124,6 +124,25 @@ def test_bad_cli_input_is_one_error_line_no_traceback() -> None:
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "hover:N" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_load_command_gives_back_signal_handlers_it_did_not_set() -> None:
+    """A test worker whose SIGINT handler is not Python's default (another test's, pytest's) kept it only by
+    luck: asyncio's loop closing set the default back, and ``cli_in_process`` failed the test (a full-suite
+    run of 2026-12-05)."""
+    import signal
+
+    def custom(*_: object) -> None:
+        return None
+
+    before = {sig: signal.signal(sig, custom) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = _load_nowhere("--duration", "5s")
+        assert proc.returncode == 2 and "unreachable" in proc.stderr
+        assert signal.getsignal(signal.SIGINT) is custom and signal.getsignal(signal.SIGTERM) is custom
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_unreachable_server_is_a_clear_error() -> None:
