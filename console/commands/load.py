@@ -105,9 +105,9 @@ def load(
         why = "signal" if stop.is_set() else "duration reached"
         say(f"stopped ({why}): {stats.done} requests done, {stats.errors} errors, {stats.tokens()} tokens")
 
-    # asyncio's loop, closing, sets SIGINT and SIGTERM to Python's defaults, whatever they were before: put back
-    # what the process had, so a caller that runs this command in its own process (a test worker) keeps its
-    # own handlers, on the error path too (an unreachable server is found inside the loop)
+    # asyncio's loop, closing, sets SIGINT and SIGTERM to Python's defaults, whatever they were before: put
+    # back what the process had, so a caller that runs this command in its own process (a test worker) keeps
+    # its own handlers, on the error path too (an unreachable server is found inside the loop)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         asyncio.run(main())
