@@ -45,6 +45,8 @@ class Totals(NamedTuple):
     steps: int
     per_mode: dict[str, tuple[float, float]]  # mode -> (steps, tokens), every bin together
     sglang_tokens: float | None  # sglang:realtime_tokens_total{mode="decode"}: the engine's own count
+    sglang_at: float  # when that count was read: each count's rate is over its own reads (a busy client reads
+    # /metrics a few hundred ms after /server_info, and unevenly: over a 2-s window that skewed the two 18 %)
 
 
 def _sglang_decode_tokens(server: str) -> float | None:
@@ -56,9 +58,12 @@ def _sglang_decode_tokens(server: str) -> float | None:
 
 
 def totals(client: httpx.Client, server: str) -> Totals:
+    asked = time.monotonic()
     info = client.get(f"{server}/server_info", timeout=10).json()
-    now = time.monotonic()
+    now = (asked + time.monotonic()) / 2  # the read's midpoint
+    asked = time.monotonic()
     sglang_tokens = _sglang_decode_tokens(server)
+    sglang_at = (asked + time.monotonic()) / 2
     blocks = read_counters(info).blocks
     if not blocks:
         raise SystemExit(f"{server} publishes no engine counters")
@@ -67,7 +72,8 @@ def totals(client: httpx.Client, server: str) -> Totals:
                    for s in info.get("internal_states", []))  # fmt: skip
     done = served(total)  # the settling steps (into or out of an exploration run) are served too
     per_mode = {mode: (float(sum(total[mode]["steps"])), float(sum(total[mode]["tokens"]))) for mode in MODES}
-    return Totals(now, done["tokens"], done["time_s"], explored, int(done["steps"]), per_mode, sglang_tokens)
+    return Totals(now, done["tokens"], done["time_s"], explored, int(done["steps"]), per_mode, sglang_tokens,
+                  sglang_at)  # fmt: skip
 
 
 def window(before: Totals, after: Totals) -> dict[str, Any]:
@@ -81,7 +87,8 @@ def window(before: Totals, after: Totals) -> dict[str, Any]:
         "sglang_tok_s": None,
     }
     if before.sglang_tokens is not None and after.sglang_tokens is not None:
-        row["sglang_tok_s"] = (after.sglang_tokens - before.sglang_tokens) / wall
+        counted = after.sglang_tokens - before.sglang_tokens
+        row["sglang_tok_s"] = counted / (after.sglang_at - before.sglang_at)
     for mode in MODES:
         steps = after.per_mode[mode][0] - before.per_mode[mode][0]
         tokens = after.per_mode[mode][1] - before.per_mode[mode][1]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import typer
 
 from ...collectors.bench.lengths import OutputLengths
@@ -105,16 +108,25 @@ def load(
         why = "signal" if stop.is_set() else "duration reached"
         say(f"stopped ({why}): {stats.done} requests done, {stats.errors} errors, {stats.tokens()} tokens")
 
-    # asyncio's loop, closing, sets SIGINT and SIGTERM to Python's defaults, whatever they were before: put
-    # back what the process had, so a caller that runs this command in its own process (a test worker) keeps
-    # its own handlers, on the error path too (an unreachable server is found inside the loop)
+    with _signals_given_back():
+        try:
+            asyncio.run(main())
+        except (ServerUnreachable, BenchError) as exc:
+            fail(str(exc))
+    sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _signals_given_back() -> Iterator[None]:
+    """asyncio's loop, closing, sets SIGINT and SIGTERM to Python's defaults, whatever they were before: put
+    back what the process had, so a caller that runs the command in its own process (a test worker) keeps its
+    own handlers, on the error path too (an unreachable server is found inside the loop)."""
+    import signal
+
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        asyncio.run(main())
-    except (ServerUnreachable, BenchError) as exc:
-        fail(str(exc))
+        yield
     finally:
         for sig, handler in previous.items():
             if handler is not None:  # None: set from outside Python, which it cannot put back
                 signal.signal(sig, handler)
-    sys.stdout.flush()
