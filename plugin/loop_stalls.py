@@ -73,6 +73,15 @@ INPUT_KINDS_KEPT = 24  # request classes kept apart; past that, ``other`` (SGLan
 BATCH_MODES_KEPT = 8
 
 
+def _capped_entry(table: dict[str, list[float]], key: str, kept: int, overflow: str,
+                  width: int) -> list[float]:  # fmt: skip
+    """``table[key]`` (``width`` zeros when new), or ``table[overflow]`` for a new key once ``kept`` keys are
+    held: a few dozen names at most, however many kinds SGLang sends."""
+    if key not in table and len(table) >= kept:
+        key = overflow
+    return table.setdefault(key, [0.0] * width)
+
+
 def describe_batch(batch: Any) -> dict[str, Any]:
     """A batch as a stall shows it: its forward mode's name, its requests and, for an extend, its new tokens
     (``extend_num_tokens``; a result's copy of the batch keeps only ``extend_lens``, one per request)."""
@@ -199,9 +208,7 @@ class LoopStalls:
         ended = self._clock()
         self._account("input", started, ended)
         self._received += received
-        if kind not in self.input_kinds and len(self.input_kinds) >= INPUT_KINDS_KEPT:
-            kind = OTHER_INPUT  # past the kinds kept apart
-        entry = self.input_kinds.setdefault(kind, [0, 0.0, 0.0, 0])
+        entry = _capped_entry(self.input_kinds, kind, INPUT_KINDS_KEPT, OTHER_INPUT, 4)
         took = ended - started
         entry[0] += 1
         entry[1] += took
@@ -236,10 +243,7 @@ class LoopStalls:
         entry[4] += batch.get("tokens") or 0
 
     def _mode_entry(self, batch: dict[str, Any]) -> list[float]:
-        mode = str(batch.get("mode") or "?")
-        if mode not in self.batch_modes and len(self.batch_modes) >= BATCH_MODES_KEPT:
-            mode = "?"
-        return self.batch_modes.setdefault(mode, [0, 0.0, 0, 0.0, 0])
+        return _capped_entry(self.batch_modes, str(batch.get("mode") or "?"), BATCH_MODES_KEPT, "?", 5)
 
     def result_done(self, started: float, batch: dict[str, Any]) -> None:
         """A result processed: its tokens went out, so the gap since the last one closes here."""
