@@ -28,7 +28,6 @@ from run_snapshots import FELL, in_run_order, main_for, read_blocks
 from spectower.collectors.sglang.stalls import PHASES, LoopReport, loop_report
 
 MAX_STALLS_BYTES = 4 * 1024 * 1024  # each rank's loop block: a few kB with its recent stalls' stacks
-PER_TURN = ("input", "schedule")  # once per turn of the loop; "run" and "result" once per batch
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,11 @@ class RunLoop:
     input_kinds: dict[str, tuple[int, float, int]] = field(default_factory=dict)
     # batches by forward mode (0.4.11 on): mode -> (batches run, run s, results, result s, new tokens)
     batch_modes: dict[str, tuple[int, float, int, float, int]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The run's name as the tables print it: the first run's marked (its figures hold the launch)."""
+        return self.run + (" *" if self.since_launch else "")
 
     def per_call_ms(self, phase: str) -> float | None:
         calls = self.calls.get(phase, 0)
@@ -118,7 +122,7 @@ def print_rows(rows: Sequence[RunLoop]) -> None:
         cells = "".join(
             f"{_cell(row.seconds[p], row.per_call_ms(p), 'ms'):<22}" for p in PHASES
         )
-        name = row.run + (" *" if row.since_launch else "")
+        name = row.label
         print(f"{name:<18}{row.rank:>5}{row.calls['input']:>9}{row.calls['result']:>9}  {cells}")
     if any(row.since_launch for row in rows):
         print("* the first run: its figures also hold everything since the launch (warm-up, graphs)")
@@ -137,7 +141,7 @@ def print_input_kinds(rows: Sequence[RunLoop]) -> None:
             f"{kind} {calls}, {seconds:.2f} s ({1000.0 * seconds / calls:.3f} ms; {requests})"
             for kind, (calls, seconds, requests) in kinds if calls > 0
         )  # fmt: skip
-        print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
+        print(f"  {row.label:<18}rank {row.rank}: {cells or '-'}")
 
 
 def print_batch_modes(rows: Sequence[RunLoop]) -> None:
@@ -152,7 +156,7 @@ def print_batch_modes(rows: Sequence[RunLoop]) -> None:
             f"({1000.0 * (run_s + result_s) / max(runs, results):.2f} ms; {tokens})"
             for mode, (runs, run_s, results, result_s, tokens) in modes if max(runs, results) > 0
         )  # fmt: skip
-        print(f"  {row.run + (' *' if row.since_launch else ''):<18}rank {row.rank}: {cells or '-'}")
+        print(f"  {row.label:<18}rank {row.rank}: {cells or '-'}")
 
 
 def as_json(rows: Sequence[RunLoop]) -> list[dict[str, Any]]:
