@@ -30,6 +30,18 @@ THRESHOLD_ENV = "SPECTOWER_GC_LONG_S"
 KEPT = 16
 
 
+def positive_seconds_from_env(name: str, default: float) -> float:
+    """Seconds from the environment variable ``name`` when set to a finite number > 0, else ``default``.
+
+    A plugin runs inside SGLang's processes, where a bad setting must not stop a launch: it falls back."""
+    raw = os.environ.get(name)
+    try:
+        value = float(raw) if raw is not None else default
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value > 0 else default
+
+
 class GcPauses:
     """Times every collection of this process; keeps the long ones (at least ``threshold_s``)."""
 
@@ -53,12 +65,7 @@ class GcPauses:
     @classmethod
     def from_environment(cls) -> GcPauses:
         """The threshold from ``SPECTOWER_GC_LONG_S`` (seconds, > 0) when set and valid, else the default."""
-        raw = os.environ.get(THRESHOLD_ENV)
-        try:
-            value = float(raw) if raw is not None else DEFAULT_THRESHOLD_S
-        except ValueError:
-            value = DEFAULT_THRESHOLD_S
-        return cls(value if math.isfinite(value) and value > 0 else DEFAULT_THRESHOLD_S)
+        return cls(positive_seconds_from_env(THRESHOLD_ENV, DEFAULT_THRESHOLD_S))
 
     def callback(self, phase: str, info: dict[str, Any]) -> None:
         """``gc.callbacks``' signature: ``phase`` "start" or "stop", ``info`` with the ``generation``."""

@@ -29,7 +29,6 @@ SGLang); the hooks never raise into SGLang's loop.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import threading
@@ -142,12 +141,7 @@ class LoopStalls:
     @classmethod
     def from_environment(cls, gc_seconds: Callable[[], float] | None = None) -> LoopStalls:
         """The threshold from ``SPECTOWER_STALL_S`` (seconds, > 0) when set and valid, else the default."""
-        raw = os.environ.get(THRESHOLD_ENV)
-        try:
-            value = float(raw) if raw is not None else DEFAULT_THRESHOLD_S
-        except ValueError:
-            value = DEFAULT_THRESHOLD_S
-        threshold = value if math.isfinite(value) and value > 0 else DEFAULT_THRESHOLD_S
+        threshold = gc_pauses.positive_seconds_from_env(THRESHOLD_ENV, DEFAULT_THRESHOLD_S)
         return cls(threshold, gc_seconds=gc_seconds)
 
     def _reset_gap(self) -> None:
