@@ -8,7 +8,8 @@ Prints ns per step for each, the same for the plugin's two hooks end to end (the
 methods replaced by trivial ones) and for the loop-stall plugin's four hooks per scheduler iteration, and
 the share of a decode step of ``--step-ms`` (an H200 decode step is about 5.6 ms), and the gated-decode
 plugin's scheduler hook (plugin 0.4.10: it counts who decodes beside a prefill) on a decode turn and on a
-prefill turn beside ``--batch`` running requests. Nothing here is asserted: the unit tests never time
+prefill turn beside ``--batch`` running requests, and the knob plugin's (plugin 0.4.12: it notes the requests
+left waiting) on every turn. Nothing here is asserted: the unit tests never time
 anything.
 """
 
@@ -149,6 +150,12 @@ def main() -> None:
 
         return turns
 
+    # the knob plugin's scheduler hook (plugin 0.4.12): every loop turn, it notes the requests left waiting
+    def waiting_hook(n: int) -> None:
+        for _ in range(n):
+            knob_gate.hook_get_next_batch_to_run(answer_plan, scheduler, running_batch=running,
+                                                 last_batch=None)  # fmt: skip
+
     base = per_step_ns(empty_loop, args.steps)
     step_ns = args.step_ms * 1e6
     rows = [
@@ -160,6 +167,7 @@ def main() -> None:
         ("the same, watch thread on", per_step_ns(loop_hooks_watched, args.steps) - base),
         ("scheduler hook, a decode turn", per_step_ns(scheduler_hook(decode_plan), args.steps) - base),
         ("scheduler hook, a prefill turn", per_step_ns(scheduler_hook(prefill_plan), args.steps) - base),
+        ("knob's waiting-queue hook", per_step_ns(waiting_hook, args.steps) - base),
     ]
     print(f"batch {batch}, {args.steps} steps, best of 5, loop overhead subtracted; step {args.step_ms} ms")
     for name, ns in rows:

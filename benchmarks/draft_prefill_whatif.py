@@ -47,8 +47,11 @@ class Row:
     prefills_skipped: float  # the share of prefill batches that skipped the draft's pass
 
 
-def _run_one(profile: Profile, arrivals: list[Arrival], policy: str, skip: bool,
-             learn_start: int) -> tuple[dict[str, float], float]:  # fmt: skip
+def run_one(profile: Profile, arrivals: list[Arrival], policy: str, skip: bool, learn_start: int,
+            seed: int = SEED, window_start: int = 0) -> tuple[dict[str, float], float]:  # fmt: skip
+    """One policy's open-loop replay of ``arrivals``: its FIGURES and the share of prefills that skipped the
+    draft's pass. ``window_start``: gated batches the exploration windows counted before (where in its cycle
+    a window falls decides which burst it meets)."""
     mrr = profile.max_running_requests
     if policy == ALWAYS_OFF:  # an operator's lock: nothing explores, the knob at 0 from the start
         config = HarnessConfig(explore_share=0.0, initial_max_bs=0, skip_draft_prefill=skip)
@@ -60,8 +63,8 @@ def _run_one(profile: Profile, arrivals: list[Arrival], policy: str, skip: bool,
         made = make_policy(policy, mrr)
         start = int(policy.split(":")[1]) if policy.startswith("threshold:") else mrr
         config = HarnessConfig(initial_max_bs=start, skip_draft_prefill=skip)
-    result = simulate_open_loop(profile, arrivals, made, trace_name="azure", seed=SEED, slo=SLO,
-                                config=config)  # fmt: skip
+    result = simulate_open_loop(profile, arrivals, made, trace_name="azure", seed=seed, slo=SLO,
+                                config=config, window_start=window_start)  # fmt: skip
     figures = result.figures()
     return {key: float(figures[key]) for key in FIGURES}, result.prefills_skipped_share
 
@@ -75,7 +78,7 @@ def run(profile_path: str, policies: list[str], rate_scales: list[float], speedu
         for version, (lock_skips, policy_skips) in VERSIONS.items():
             for policy in policies:
                 skip = lock_skips if policy == ALWAYS_OFF else policy_skips
-                figures, skipped = _run_one(profile, arrivals, policy, skip, learn_start)
+                figures, skipped = run_one(profile, arrivals, policy, skip, learn_start)
                 rows.append(Row(scale, policy, version, figures, skipped))
     return rows
 

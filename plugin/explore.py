@@ -164,6 +164,25 @@ WINDOW_MAX_BATCH_GAP_S = 0.5
 # while the turnover lasts about half a request's drafted lifetime, and reaches 4-8 % at a fifth of it
 # (tests/test_sim_request_mix.py). Where the cap binds, drafting is dear, usually far from the crossover.
 WINDOW_EXPLORE_MAX_S = 3.0
+# A window yields to a full server (plugin 0.4.12). Near capacity every second a step loses waits in every
+# queued request's first token: on an H100 under Azure's replay (data/gpu-runs/h100-8b-pair-triton-replay-
+# 2026-12-05e) one exploring part began with 17 requests queued and the KV pool 0.97 full, drafted 3 s at
+# 63-64 running, and held the queue 5-10 s longer than in every other run of the launch: learn's TTFT p99
+# 2.18x always off's where its other run, whose windows fell elsewhere, read 1.04x. So a window that falls
+# due while requests wait that the scheduler could not admit beside the decode batch (``full``: SGLang forms a
+# decode batch with requests waiting only when it cannot admit them) waits in the cold part, and a warm or
+# exploring part under way when the server fills ends there. The window begins (again) only after
+# WINDOW_ROOM_BATCHES batches in a row with room: the moment a queue clears is the peak of the load, the
+# backlog just admitted, and bursts come in clusters. The simulator showed both (``python3
+# benchmarks/window_yield_whatif.py``: the 0.5 pair's fitted H200 profile under Azure's replay at rate
+# scale 0.9, 3 seeds x 8 window phases): beginning at the first batch with room made TTFT p99 worse than
+# not yielding at all (learn 1.62x always off's on average, against 1.48x), 2048 batches of room made it
+# 1.04x; 512 or 1024 read 1.18-1.25x, 4096 1.09x. About 20-30 s of busy decoding on the H200; a quarter of
+# the cycle where a shorter cycle is asked for. A window waits at most one cycle of batches in all (counted
+# from when it fell due): a server that stays full is still measured, a window every second cycle, and that
+# window runs to its end whatever the load.
+WINDOW_WAIT_MAX_CYCLES = 1
+WINDOW_ROOM_BATCHES = 2048
 # The warm part's usual length, for the policy harness, which has no requests to wait for: requests of a few
 # hundred tokens, so about as long as the exploring part.
 WINDOW_WARM_TYPICAL_BATCHES = WINDOW_EXPLORE_BATCHES
@@ -285,12 +304,15 @@ class ExploreWindows:
     exploring then runs throughout and every gated batch keeps the extend, as before issue #32); a shorter
     cycle than the default scales the exploring part (a 16th) and the warm cap (an 8th) with it."""
 
-    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES) -> None:
+    def __init__(self, cycle: int = WINDOW_CYCLE_BATCHES, room_batches: int | None = None) -> None:
+        """``room_batches``: the batches in a row with room a window needs to begin (None:
+        WINDOW_ROOM_BATCHES, at most a quarter of the cycle)."""
         if cycle < 2:
             raise ValueError(f"an exploration cycle needs at least 2 batches, got {cycle}")
         self.cycle = cycle
         self.explore_batches = min(WINDOW_EXPLORE_BATCHES, max(1, cycle // 16))
         self.warm_max = min(WINDOW_WARM_MAX_BATCHES, max(1, cycle // 8))
+        self.room_batches = min(WINDOW_ROOM_BATCHES, cycle // 4) if room_batches is None else room_batches
         self.phase = COLD
         self._in_phase = 0  # batches of the current phase so far (this one included, after step())
         self.windows = 0  # exploring parts begun
@@ -310,6 +332,16 @@ class ExploreWindows:
         self._busy_s = 0.0
         self.last_explore_s: float | None = None
         self.cold_min_s = 0.0
+        # a full server (WINDOW_WAIT_MAX_CYCLES): batches a window waited for room, warm or exploring parts it
+        # cut short, and windows that ran full after waiting their most
+        self.yield_to_full = True
+        self.full_waited = 0
+        self.yielded = 0
+        self.forced = 0
+        self._due = 0  # batches since the current window fell due (0: not due); it waits while < cycle
+        self._resume = False  # a window cut short by a full server begins again at the first batch with room
+        self._forced_now = False  # the current window waited its most: it runs to its end, full or not
+        self._room = self.room_batches  # batches in a row with room (none full); a fresh server has had room
 
     @property
     def in_phase(self) -> int:
@@ -374,21 +406,50 @@ class ExploreWindows:
         self._prev_now = now
 
     def _cold_done(self) -> bool:
+        if self._resume:
+            return True
         return self._in_phase >= self.cycle - self.explore_batches and self._busy_s >= self.cold_min_s
 
+    def _may_wait(self) -> bool:
+        """Whether the due window may still wait for room (WINDOW_WAIT_MAX_CYCLES)."""
+        return self.yield_to_full and not self._forced_now and self._due < WINDOW_WAIT_MAX_CYCLES * self.cycle
+
+    def _yield(self) -> None:
+        """A full server cuts the warm or exploring part short: back to cold, to begin again with room. An
+        exploring part's largest batch still sets the next limit (``_end_stream``); its time does not set the
+        cold part's (it did not run its course)."""
+        if self.phase == EXPLORE:
+            self._end_stream()
+        self.yielded += 1
+        self._resume = True
+        self.phase, self._in_phase = COLD, 0
+
     def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None,
-             now: float | None = None) -> str:  # fmt: skip
+             now: float | None = None, full: bool = False) -> str:  # fmt: skip
         """The phase of the next batch the ceiling gates; ``holes_pending()``: some request of this
         batch still has holes in its draft KV (asked only in the warm part; False where nothing skips it);
         ``period``: the share's, which sets the exploring part's length (``explore_length``); ``now``: a
         monotonic clock's seconds (None: count batches only), by which the cold part lasts at least as long
         per batch as the last exploring part did, and an exploring part ends after WINDOW_EXPLORE_MAX_S busy
-        seconds."""
+        seconds; ``full``: requests wait that the scheduler could not admit beside this batch (a due window
+        waits, a warm or exploring part ends: WINDOW_WAIT_MAX_CYCLES)."""
         length = self.explore_length(period)
         self.cut_now = False
         self._elapse(now)
+        if self._due:
+            self._due += 1
+        self._room = 0 if full else self._room + 1
+        if self.phase in (WARM, EXPLORE) and full and self._may_wait():
+            self._yield()
         if self.phase == COLD and self._cold_done():
-            self.phase, self._in_phase = WARM, 0
+            self._due = self._due or 1
+            if self._room < self.room_batches and self._may_wait():
+                self.full_waited += 1
+            else:
+                self._forced_now = full and self.yield_to_full
+                self.forced += self._forced_now
+                self._resume = False
+                self.phase, self._in_phase = WARM, 0
         if self.phase == WARM:
             pending = holes_pending()
             cut = pending and self._in_phase >= self.warm_max
@@ -401,6 +462,7 @@ class ExploreWindows:
         elif self.phase == EXPLORE and (self._in_phase >= length or self._busy_s >= WINDOW_EXPLORE_MAX_S):
             self.timed_out += self._in_phase < length
             self._end_stream()
+            self._due, self._forced_now = 0, False
             if now is not None:
                 self.last_explore_s = self._busy_s
                 self.cold_min_s = self._busy_s * (self.cycle - self.explore_batches) / max(1, self._in_phase)
@@ -428,6 +490,10 @@ class ExploreWindows:
             "batches": dict(self.batches),
             "last_explore_s": self.last_explore_s,
             "cold_min_s": round(self.cold_min_s, 3),
+            "room_batches": self.room_batches,
+            "full_waited": self.full_waited,
+            "yielded": self.yielded,
+            "forced": self.forced,
         }
 
 
@@ -479,17 +545,18 @@ class Explorer:
 
     def next(self, batch_size: int, gated_by_ceiling: bool, period: int,
              holes_pending: Callable[[], bool] = lambda: False,
-             now: float | None = None, *, ceiling: int) -> BatchPlan:  # fmt: skip
+             now: float | None = None, *, ceiling: int, full: bool = False) -> BatchPlan:  # fmt: skip
         """``gated_by_ceiling``: the ceiling (its hysteresis included) gates this batch; ``period``: the
         share's period, 0 when exploring is off or paused (a lock holds the knob); ``now``: a monotonic
         clock's seconds for the windows' time (``ExploreWindows.step``); ``ceiling``: the ceiling now, which
-        sets the exploring part's stream limit (``stream_limit``). The windows' clock runs on the
+        sets the exploring part's stream limit (``stream_limit``); ``full``: requests wait that the scheduler
+        could not admit (a window yields: ``ExploreWindows.step``). The windows' clock runs on the
         batches the ceiling gates only: a drafting batch between them neither advances nor resets it."""
         if self.windows is None or not windowed(gated_by_ceiling, period):
             self.phase_now = None
             explore, settling = self.schedule.next(batch_size, period)
             return BatchPlan(explore, settling, None, False)
-        phase = self.windows.step(holes_pending, period, now)
+        phase = self.windows.step(holes_pending, period, now, full)
         self.phase_now = phase
         self.schedule.next(batch_size, 0)  # a run in a bin the ceiling drafts ends here
         if phase == EXPLORE:

@@ -40,8 +40,11 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # decodes beside the prefill); 0.4.11: the loop's input time by what each call took in, and its batches' run
 # and result time by forward mode (loop.input_kinds and loop.batch_modes, plugin/loop_stalls.py), and the gc
 # blocks' frozen objects counted only after a freeze (each count walked ~1M objects: 70-100 ms of the
-# scheduler per /server_info read after /freeze_gc; plugin/gc_pauses.py FrozenCount)
-PLUGIN_VERSION = "0.4.11"
+# scheduler per /server_info read after /freeze_gc; plugin/gc_pauses.py FrozenCount); 0.4.12: an exploration
+# window yields to a full server (requests waiting that the scheduler could not admit: a hook on
+# Scheduler.get_next_batch_to_run reads its waiting queue, Gate.waiting; plugin/explore.py
+# WINDOW_WAIT_MAX_CYCLES), full_waited, yielded and forced in the report's explore.window
+PLUGIN_VERSION = "0.4.12"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"
@@ -131,6 +134,9 @@ class Gate:
         self.explorer = Explorer(explore_cycle)
         # the windows' time (plugin/explore.py): a window's parts in seconds too; None counts batches only
         self.clock = clock
+        # requests the scheduler left waiting when it formed the batch about to run (the knob plugin's hook
+        # on Scheduler.get_next_batch_to_run): at a decode batch they could not be admitted: a full server
+        self.waiting = 0
         # The last decide()'s batch: the explorer's plan for it (explored: count() attributes its step change;
         # settling: counted apart; forget_holes: a window's warm part was cut short), and whether the
         # ceiling gated it (not exploration).
@@ -187,7 +193,8 @@ class Gate:
         # the ceiling sets the exploring part's stream limit; None (unlimited) gates nothing: never read
         ceiling = self.ceiling if self.ceiling is not None else 0
         now = self.clock() if self.clock is not None else None
-        self.plan = self.explorer.next(batch_size, closed, period, holes_pending, now, ceiling=ceiling)
+        self.plan = self.explorer.next(batch_size, closed, period, holes_pending, now, ceiling=ceiling,
+                                       full=self.waiting > 0)  # fmt: skip
         self.gated_by_ceiling_now = closed and not self.plan.explore
         if self.plan.explore:
             self._decisions.append((batch_size, not closed))

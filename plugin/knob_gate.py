@@ -3,7 +3,7 @@
 Runs INSIDE SGLang's processes (entry point group ``sglang.srt.plugins``; ``load_plugins()`` calls
 ``register()`` in the launcher and in every scheduler process), so it imports only the standard library,
 sglang (lazily) and ``spectower.plugin.knob_contract`` (the wire contract, itself standard library only).
-Works with SGLang 0.5.17 and 0.5.23: the four targets below exist with the
+Works with SGLang 0.5.17 and 0.5.23: the five targets below exist with the
 same signatures in both.
 
 The knob (docs/design.md, "The speculation knob"): ``POST /set_internal_state {"server_args":
@@ -42,6 +42,10 @@ AROUND hooks through SGLang's ``HookRegistry``:
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
   forced zeros never drag down the band's acceptance EMA (nor count toward its update interval). Every
   verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``).
+- ``Scheduler.get_next_batch_to_run``: after SGLang chose the next batch, the requests it left in its waiting
+  queue (``Gate.waiting``). SGLang forms a decode batch with requests waiting only when it cannot admit them
+  (the KV pool or ``max_running_requests`` is full): an exploration window then waits, or ends its part
+  (``plugin/explore.py``, WINDOW_WAIT_MAX_CYCLES).
 
 Exploration: so the engine counters keep measuring both modes at every load the server sees, a small
 deterministic share of each batch-size bin's batches runs the other mode than the gate says, in runs of
@@ -96,7 +100,7 @@ from .gate import PLUGIN_VERSION, Gate
 
 KNOB_KEY = knob_contract.KNOB_KEY
 
-# What the four hooks wrap: (module, class, method).
+# What the five hooks wrap: (module, class, method).
 TARGETS: dict[str, tuple[str, str, str]] = {
     "set_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "set_internal_state"),
     "get_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "get_internal_state"),
@@ -110,6 +114,7 @@ TARGETS: dict[str, tuple[str, str, str]] = {
         "AdaptiveSpeculativeParams",
         "on_verify_complete",
     ),
+    "get_next_batch_to_run": ("sglang.srt.managers.scheduler", "Scheduler", "get_next_batch_to_run"),
 }
 
 # Reported as the ceiling before the first set when the scheduler's max_running_requests is unknown.
@@ -505,16 +510,41 @@ def hook_on_verify_complete(
     return original(params, num_correct_drafts_per_req, batch_size, *args, **kwargs)
 
 
+def hook_get_next_batch_to_run(
+    original: Callable[..., Any], scheduler: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``Scheduler.get_next_batch_to_run``: the requests SGLang left waiting once it chose the next batch
+    (``Gate.waiting``; 0 where the queue cannot be read). Its decode batch is decided in the same loop
+    turn."""
+    plan = original(scheduler, *args, **kwargs)
+    try:
+        _state().gate.waiting = _waiting(scheduler)
+    except Exception:
+        _warn_once("waiting", "spectower: could not note the scheduler's waiting queue", exc_info=True)
+    return plan
+
+
+def _waiting(scheduler: Any) -> int:
+    """How many requests the scheduler's waiting queue holds; 0 where it cannot be read (never raises)."""
+    try:
+        queue = getattr(scheduler, "waiting_queue", None)
+        return len(queue) if queue is not None else 0
+    except Exception:
+        _warn_once("waiting", "spectower: could not read the scheduler's waiting queue", exc_info=True)
+        return 0
+
+
 HOOKS: dict[str, Callable[..., Any]] = {
     "set_internal_state": hook_set_internal_state,
     "get_internal_state": hook_get_internal_state,
     "get_steps_for_batch": hook_get_steps_for_batch,
     "on_verify_complete": hook_on_verify_complete,
+    "get_next_batch_to_run": hook_get_next_batch_to_run,
 }
 
 
 def missing_targets() -> list[str]:
-    """The targets this SGLang lacks ("module.Class.method"), empty when all four exist."""
+    """The targets this SGLang lacks ("module.Class.method"), empty when all five exist."""
     missing = []
     for module_name, class_name, method in TARGETS.values():
         try:

@@ -246,9 +246,11 @@ class RankScheduler:
         period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
         holes = self.holes
         holes.begin_batch(None, self.running)  # a finished or aborted request leaves the holed ones
+        # the loop decodes with requests waiting only when none can be admitted (SGLang's full server): a
+        # window yields to it, as the plugin's does (plugin/explore.py, WINDOW_WAIT_MAX_CYCLES)
         plan = self.explorer.next(batch, profile.speculative and not drafted, period, holes.holes_pending,
                                   deadline,  # the simulated clock: a window's parts in seconds too
-                                  ceiling=self.spec_max_bs)  # fmt: skip
+                                  ceiling=self.spec_max_bs, full=bool(self.waiting))  # fmt: skip
         self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
         settling = plan.settling
         if plan.forget_holes:

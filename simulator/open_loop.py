@@ -285,8 +285,10 @@ class _Server:
             self.stall_s = 0.0
             queue.decode(now + seconds - left, left, mode.rate)
             steps, holes = mode.steps_s * left, lambda: queue.holed > 0
+            # requests still waiting once admitted: the server is full (max_running_requests), a window yields
+            full = bool(queue.waiting)
             if self.window_period and self.streams.advance(steps, self.window_period, holes, now, batch,
-                                                           self.knob.value):  # fmt: skip
+                                                           self.knob.value, full):  # fmt: skip
                 queue.forget_holes()
             gauges.busy(mode, left, seconds)
             self.busy_s += left

@@ -99,6 +99,10 @@ class WindowStreams:
 
     # False: count batches only, as plugin 0.4.1 did (before ExploreWindows.step(now=...) kept time)
     TIMED = True
+    # False: a window explores on a full server too, as plugin 0.4.11 did (before it yielded to one)
+    YIELD = True
+    # the batches in a row with room before a window begins (None: the plugin's, ExploreWindows.room_batches)
+    ROOM_BATCHES: int | None = None
 
     def drafts(self, batch: int, ceiling: int) -> bool:
         """Whether a batch of the exploring part drafts: the plugin's rule (``ExploreWindows.drafts``: the
@@ -108,7 +112,8 @@ class WindowStreams:
     def __init__(self, start: int = 0) -> None:
         """``start``: gated batches the windows have counted already (a server that ran before: where in its
         cycle a window falls decides which burst its drafting stream meets)."""
-        self.windows = ExploreWindows()
+        self.windows = ExploreWindows(room_batches=self.ROOM_BATCHES)
+        self.windows.yield_to_full = self.YIELD
         self._carry = 0.0  # fractional steps not yet stepped
         for _ in range(start):
             self.windows.step()
@@ -125,14 +130,15 @@ class WindowStreams:
         return w.phase == COLD or (w.phase == EXPLORE and w.past_turnover(period))
 
     def advance(self, steps: float, period: int, holes_pending: Callable[[], bool], now: float,
-                batch: int, ceiling: int) -> bool:  # fmt: skip
-        """Step the windows by ``steps`` gated-by-ceiling batches of ``batch`` requests under ``ceiling``;
-        True when a warm part ran out with holed requests left (they are forgotten: they recover cold)."""
+                batch: int, ceiling: int, full: bool = False) -> bool:  # fmt: skip
+        """Step the windows by ``steps`` gated-by-ceiling batches of ``batch`` requests under ``ceiling``,
+        ``full`` while requests wait that could not be admitted (a window yields: plugin 0.4.12); True when a
+        warm part ran out with holed requests left (they are forgotten: they recover cold)."""
         self._carry += steps
         cut = False
         while self._carry >= 1.0:
             self._carry -= 1.0
-            self.windows.step(holes_pending, period, now if self.TIMED else None)
+            self.windows.step(holes_pending, period, now if self.TIMED else None, full)
             if self.windows.phase == EXPLORE:
                 self.windows.stream(self.drafts(batch, ceiling), period)
             cut = cut or self.windows.cut_now

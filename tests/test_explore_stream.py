@@ -13,6 +13,7 @@ from spectower.plugin.explore import (
     EXPLORE_STREAM_FLOOR,
     EXPLORE_STREAM_OVER_CEILING,
     MAX_DOUBLINGS,
+    RUN_LENGTH,
     Explorer,
     next_doublings,
     stream_drafts,
@@ -133,3 +134,83 @@ def test_the_doublings_stop_at_the_cap() -> None:
     # the cap never lowers a limit above it (a ceiling beyond the counters' bins)
     assert stream_limit(EXPLORE_STREAM_CAP, 3) == 2 * EXPLORE_STREAM_CAP
     assert next_doublings(MAX_DOUBLINGS, 10 * EXPLORE_STREAM_CAP, 0) == MAX_DOUBLINGS
+
+
+# ---- plugin 0.4.12: a window yields to a full server (explore.WINDOW_WAIT_MAX_CYCLES) ------------------
+
+
+def _walk(gate: Gate, waits: list[int], size: int = 16) -> list[tuple[str | None, bool]]:
+    """Each batch's window part and whether it drafted, with ``waits[i]`` requests left waiting."""
+    out = []
+    for waiting in waits:
+        gate.waiting = waiting
+        drafted = not gate.decide(size)
+        out.append((gate.plan.phase, drafted))
+    return out
+
+
+def _due_gate() -> Gate:
+    """A policy's 8 at the largest share after its cold part (60 batches of 16): the next window is due."""
+    gate = Gate(explore_share=SHARE, explore_cycle=CYCLE)
+    gate.set_ceiling(8)
+    assert _walk(gate, [0] * 60) == [("cold", False)] * 60
+    return gate
+
+
+ROOM = CYCLE // 4  # the batches in a row with room a window needs (explore.WINDOW_ROOM_BATCHES, scaled)
+
+
+def test_a_due_window_waits_while_requests_wait_and_then_for_room() -> None:
+    gate = _due_gate()
+    assert gate.explorer.window_report()["room_batches"] == ROOM
+    assert _walk(gate, [3] * 5) == [("cold", False)] * 5  # full: nothing drafts, the extend stays skipped
+    # the queue clears: ROOM batches in a row with room, and the window's 4 batches draft
+    walked = _walk(gate, [0] * (ROOM + 4))
+    assert walked == [("cold", False)] * (ROOM - 1) + [(EXPLORE, True)] * 4 + [("cold", False)]
+    report = gate.explorer.window_report()
+    assert (report["full_waited"], report["yielded"]) == (5 + ROOM - 1, 0)
+    assert (report["forced"], report["windows"]) == (0, 1)
+
+
+def test_requests_waiting_end_an_exploring_part_and_the_window_begins_again() -> None:
+    gate = _due_gate()  # a fresh server has had room: the due window begins at once
+    assert _walk(gate, [0, 0, 2, 2]) == [(EXPLORE, True)] * 2 + [("cold", False)] * 2
+    walked = _walk(gate, [0] * (ROOM + 4))
+    assert walked == [("cold", False)] * (ROOM - 1) + [(EXPLORE, True)] * 4 + [("cold", False)]
+    report = gate.explorer.window_report()
+    assert (report["full_waited"], report["yielded"], report["windows"]) == (2 + ROOM - 1, 1, 2)
+    # the window that ran its course resets the wait: the next falls due a cold part later
+    assert _walk(gate, [0] * 59) == [("cold", False)] * 59
+    assert _walk(gate, [3]) == [("cold", False)]
+    assert gate.explorer.window_report()["full_waited"] == 2 + ROOM
+
+
+def test_a_window_waits_one_cycle_at_most_then_runs_full_to_its_end() -> None:
+    """A server that stays full is still measured: the window falls due, waits one cycle of batches, then
+    runs its whole part whatever the queue."""
+    gate = _due_gate()
+    walked = _walk(gate, [4] * (CYCLE + 4))
+    assert walked[:CYCLE - 1] == [("cold", False)] * (CYCLE - 1)
+    assert walked[CYCLE - 1:CYCLE + 3] == [(EXPLORE, True)] * 4 and walked[CYCLE + 3] == ("cold", False)
+    report = gate.explorer.window_report()
+    assert (report["full_waited"], report["forced"], report["yielded"]) == (CYCLE - 1, 1, 0)
+
+
+def test_without_yielding_a_window_explores_on_a_full_server() -> None:
+    """What plugin 0.4.11 did (``yield_to_full`` off: the simulators' what-if)."""
+    gate = _due_gate()
+    windows = gate.explorer.windows
+    assert windows is not None
+    windows.yield_to_full = False
+    assert _walk(gate, [3] * 5) == [(EXPLORE, True)] * 4 + [("cold", False)]
+    report = gate.explorer.window_report()
+    assert (report["full_waited"], report["yielded"], report["forced"]) == (0, 0, 0)
+
+
+def test_a_full_server_leaves_the_runs_of_a_drafting_bin_alone() -> None:
+    """Only the windows of the batches the ceiling gates wait: a bin the ceiling drafts explores its runs."""
+    gate = Gate(explore_share=SHARE, explore_cycle=CYCLE)
+    gate.set_ceiling(32)
+    walked = _walk(gate, [5] * 12, size=16)
+    # bin 16's 5th batch begins a run of 4 gated ones (period 5), full or not
+    assert [drafted for _phase, drafted in walked] == [True] * 4 + [False] * RUN_LENGTH + [True] * 4

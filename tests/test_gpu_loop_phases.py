@@ -167,6 +167,26 @@ def test_the_policys_lag_was_its_server_info_reads_each_holding_the_scheduler() 
     assert max(per_batch.values()) < 1.06 * min(per_batch.values())
 
 
+RUN_E = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05e/1-policies"
+
+
+def test_plugin_0_4_11s_reads_cost_a_millisecond_and_the_policies_input_is_always_offs() -> None:
+    """The H100 replay of 2026-12-05e (plugin 0.4.11, the frozen objects counted once per freeze): every
+    GetInternalStateReq after the launch's run took the scheduler 1-2 ms, the policies still read three times
+    as often, and their whole input took within 0.2 s of each always-off run's (against 6-9 s more under
+    0.4.10, above)."""
+    names = ("off", "learn", "threshold-16", "off-2", "learn-2")
+    rows = {row.run: row for row in loop_phases.per_run(
+        {name: loop_phases.read_ranks(RUN_E / f"stalls-{name}.json") for name in names})}  # fmt: skip
+    reads = {name: rows[name].input_kinds["GetInternalStateReq"] for name in names[1:]}
+    for name, (calls, seconds, _) in reads.items():
+        assert 0.0005 < seconds / calls < 0.002, name
+    assert min(reads[p][0] for p in ("learn", "threshold-16", "learn-2")) > 3 * reads["off-2"][0]
+    for policy in ("learn", "threshold-16", "learn-2"):
+        for off in ("off", "off-2"):
+            assert abs(rows[policy].seconds["input"] - rows[off].seconds["input"]) < 0.2, (policy, off)
+
+
 def test_a_loop_reporting_only_results_prints_its_batches_by_mode(capsys: pytest.CaptureFixture[str]) -> None:
     """The simulator's ranks feed the recorder results alone: their batches by mode still print."""
     report = loop_phases.loop_report({

@@ -11,6 +11,7 @@ the scheduler computed and the rates are exact.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -210,3 +211,37 @@ def test_the_shipped_h200_profile_carries_the_measured_warm_curve() -> None:
     ratios = [w / o for w, o in zip(profile.spec_off_warm_tok_s, profile.spec_off_tok_s, strict=True)]
     assert all(0.85 < r < 0.98 for r in ratios), ratios  # 0.88-0.97 measured
     assert "h200x2-8b-pair-triton-policies-2026-12-01" in profile.raw["description"]
+
+
+def _decode_full(engine: Engine, steps: int, waiting: int) -> RankScheduler:
+    """``steps`` decode steps over ``BATCH`` running requests with ``waiting`` more queued, never admitted
+    (driven step by step: the rank's own loop would prefill them first when it had room)."""
+
+    async def run() -> RankScheduler:
+        rank = engine.ranks[0]
+        for _ in range(BATCH):
+            rank.submit(engine.new_request(8, 10**9, streaming=False))
+        deadline = await rank._prefill(engine.max_running_requests, 0.0)
+        for _ in range(waiting):
+            rank.submit(engine.new_request(8, 10**9, streaming=False))
+        for _ in range(steps):
+            deadline = await rank._decode(deadline)
+        return rank
+
+    return asyncio.run(run())
+
+
+def test_a_window_waits_while_requests_queue_in_the_simulator_as_in_the_plugin() -> None:
+    """Plugin 0.4.12 (plugin/explore.py, WINDOW_WAIT_MAX_CYCLES): ``sim serve``'s rank decodes with requests
+    waiting only when it cannot admit them, and its window waits as the plugin's does; with the queue empty
+    the same steps reach a window (its warm part waits out its cap: these requests never finish)."""
+    steps = WINDOW_CYCLE_BATCHES + WINDOW_WARM_MAX_BATCHES + 100
+    engine = Engine(SimConfig(profile=_profile(), explore_share=knob_contract.DEFAULT_EXPLORE_SHARE))
+    engine.set_spec_max_bs(8)
+    rank = _decode_full(engine, steps, waiting=3)
+    report = rank.explorer.window_report()
+    assert report["windows"] == 0 and report["full_waited"] > 0 and rank.batches_drafted == 0
+    roomy = Engine(SimConfig(profile=_profile(), explore_share=knob_contract.DEFAULT_EXPLORE_SHARE))
+    roomy.set_spec_max_bs(8)
+    rank = _decode_full(roomy, steps, waiting=0)
+    assert rank.explorer.window_report()["windows"] == 1 and rank.batches_drafted > 0

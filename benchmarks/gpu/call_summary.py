@@ -43,7 +43,8 @@ def hooks_line(ranks: list[Mapping[str, Any]], blocks: list[dict[str, Any]]) -> 
 
 def window_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
     """Exploring parts so far, those ended by their time cap (0.4.4), the last part's busy seconds, the
-    stream's limit now."""
+    stream's limit now; from 0.4.12 the batches windows waited on a full server, the parts it cut short and
+    the windows that ran full after waiting their most."""
     lines = []
     for i, r in enumerate(ranks):
         w = (r.get("explore") or {}).get("window") or {}
@@ -53,6 +54,9 @@ def window_lines(ranks: list[Mapping[str, Any]]) -> list[str]:
             lines.append(f"explore windows, rank {i}: {parts} exploring parts, {timed} ended by time, "
                          f"the last {last} s; limit {limit} ({doublings} doublings), {above} batches "
                          f"above it; batches {w.get('batches')}")  # fmt: skip
+            if "full_waited" in w:  # plugin 0.4.12
+                lines[-1] += (f"; a full server: {w['full_waited']} batches waited, {w.get('yielded')} parts "
+                              f"cut short, {w.get('forced')} windows run full")  # fmt: skip
     return lines
 
 

@@ -1,4 +1,4 @@
-"""SGLang's real load_plugins() finds spectower through its entry point and applies the four AROUND hooks.
+"""SGLang's real load_plugins() finds spectower through its entry point and applies the five AROUND hooks.
 
 Run inside the SGLang venv; see _harness.py for what is real. Prints one JSON object.
 """

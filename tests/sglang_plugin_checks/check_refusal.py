@@ -43,6 +43,11 @@ def main() -> None:
             "spectower": state.get("spectower"),
             "steps_for_40": params.get_steps_for_batch(40),
             "hooked_targets": sorted(t for t in HookRegistry._hooks if HookRegistry._hooks[t]),
+            # the targets a hook of the knob plugin's own module wraps (others' plugins may share a target)
+            "knob_hooked_targets": sorted(
+                t for t, hooks in HookRegistry._hooks.items()
+                if any(getattr(h, "__module__", None) == "spectower.plugin.knob_gate" for _ht, h, _s in hooks)
+            ),
             "set_internal_state_wrapped": hasattr(Scheduler.set_internal_state, "__wrapped__"),
             "warnings": logs.messages(name_prefix="", level=30),
         }

@@ -1,0 +1,41 @@
+"""An exploration window yields to a full server (plugin 0.4.12) inside SGLang's own classes (0.5.23 and
+0.5.17): the knob plugin's hook on the real ``Scheduler.get_next_batch_to_run`` reads its waiting queue, and
+the gate in the real ``AdaptiveSpeculativeParams`` waits, cuts a part short and begins again. What is real
+and what is constructed: tests/sglang_plugin_checks/check_window_yield.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import test_sglang_plugin as plugin_tests
+from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
+
+
+@pytest.fixture(params=VERSION_PARAMS)
+def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
+    return sglang_checks.result(request.param, "window_yield")
+
+
+@plugin_tests.sglang_check
+def test_the_hook_notes_the_requests_left_waiting(checked: dict[str, Any]) -> None:
+    assert checked["answers"] == {"policy_8": True} and checked["plugin_version"] == "0.4.12"
+    assert all(t["noted"] == t["waiting"] for t in checked["turns"])
+
+
+@plugin_tests.sglang_check
+def test_a_due_window_waits_for_room_and_a_queue_ends_its_part(checked: dict[str, Any]) -> None:
+    turns = [(t["part"], t["steps"]) for t in checked["turns"]]
+    cold, drafted = ("cold", 0), ("explore", 3)  # SGLang's steps 3 where the exploring part drafts
+    assert turns[:60] == [cold] * 60  # the cold part, with room
+    # due, but 5 requests wait (3 batches), then 15 with room: not yet the 16 in a row a window needs
+    assert turns[60:78] == [cold] * 18
+    # the window drafts, until requests wait again after its third batch: back to cold, waiting for room
+    assert turns[78:82] == [drafted] * 3 + [cold]
+    # 16 batches with room later the window begins anew and runs its 4 batches, then cold
+    assert turns[82:] == [cold] * 15 + [drafted] * 4 + [cold]
+    window = checked["window"]
+    assert (window["room_batches"], window["full_waited"], window["yielded"]) == (16, 34, 1)
+    assert (window["windows"], window["forced"]) == (2, 0)
