@@ -166,8 +166,8 @@ WINDOW_MAX_BATCH_GAP_S = 0.5
 WINDOW_EXPLORE_MAX_S = 3.0
 # A window yields to a full server (plugin 0.4.12). Near capacity every second a step loses waits in every
 # queued request's first token: on an H100 under Azure's replay (data/gpu-runs/h100-8b-pair-triton-replay-
-# 2026-12-05e) one exploring part began with 17 requests queued and the KV pool 0.97 full, drafted 3 s at
-# 63-64 running, and held the queue 5-10 s longer than in every other run of the launch: learn's TTFT p99
+# 2026-12-05e) one exploring part began with 17 requests queued and the KV pool 0.96 full, drafted 3 s at
+# 63-64 running, and held the queue about 14 s longer than every other run of the launch: learn's TTFT p99
 # 2.18x always off's where its other run, whose windows fell elsewhere, read 1.04x. So a window that falls
 # due while requests wait that the scheduler could not admit beside the decode batch (``full``: SGLang forms a
 # decode batch with requests waiting only when it cannot admit them) waits in the cold part, and a warm or
@@ -339,7 +339,7 @@ class ExploreWindows:
         self.yielded = 0
         self.forced = 0
         self._due = 0  # batches since the current window fell due (0: not due); it waits while < cycle
-        self._resume = False  # a window cut short by a full server begins again at the first batch with room
+        self._resume = False  # a window cut short by a full server is due again: it begins once it has room
         self._forced_now = False  # the current window waited its most: it runs to its end, full or not
         self._room = self.room_batches  # batches in a row with room (none full); a fresh server has had room
 
