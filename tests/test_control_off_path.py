@@ -1,7 +1,7 @@
 """`spectower control get`'s off path: what the gated-decode plugin and flashinfer's seq-lens mirror did on
 each rank, read from /server_info (a real 0.5.17 capture carrying the blocks the plugins' own ``report()``
-methods publish), and a warning when the mirror turned itself off; and each rank's scheduler garbage
-collections (plugin 0.4.5)."""
+methods publish), and a warning when the mirror turned itself off; each rank's exploration; and each rank's
+scheduler garbage collections (plugin 0.4.5)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,34 @@ def test_json_carries_each_ranks_exploration_window(real_data: Path) -> None:
     window = knob_state(doc, "http://127.0.0.1:30000").to_dict()["ranks"][0]["explore"]["window"]
     assert window["active"] and window["phase"] == "explore" and window["windows"] == 1
     assert window["batches"] == {"cold": 150, "warm": 0, "explore": 5}
+
+
+def test_each_ranks_exploration_is_shown_with_what_a_full_server_held_back(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`control get` says per rank whether exploring runs, its windows so far and, from plugin 0.4.12, what a
+    full server held back (the plugin's own report: a gate whose due window waited on requests left waiting
+    and then ran). A lock pauses it; a share of 0 is off; a plugin that publishes no block prints nothing."""
+    from spectower.plugin.gate import Gate
+
+    gate = Gate(explore_share=0.2, explore_cycle=64)
+    gate.set_ceiling(8)
+    for waiting in [0] * 60 + [3] * 5 + [0] * 16:
+        gate.waiting = waiting
+        gate.decide(16)
+    doc = _doc(real_data, None, None)
+    doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=True)
+    text = _printed(doc, monkeypatch)
+    assert ("explore 0: 20.0% of each bin's batches, on; windows among gated batches: 1 exploring parts, "
+            "0 ended by their time cap, now explore; a full server held back 20 batches, cut 0 parts short, "
+            "0 windows ran full") in text  # fmt: skip
+    doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=False)
+    paused = "explore 0: 20.0% of each bin's batches, paused (a lock holds the knob)"
+    assert paused in _printed(doc, monkeypatch)
+    gate.set_explore_share(0.0)
+    doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=True)
+    assert "explore 0: off (share 0)" in _printed(doc, monkeypatch)
+    assert "explore 0" not in _printed(_doc(real_data, None, None), monkeypatch)
 
 
 def test_each_ranks_scheduler_garbage_collections_are_shown_with_the_newest_long_ones_time(

@@ -33,7 +33,7 @@ from .options import (
     int_option,
     say_database,
 )
-from .rank_lines import gc_lines, launcher_lines, off_path, stall_lines
+from .rank_lines import explore_lines, gc_lines, launcher_lines, off_path, stall_lines
 from .rank_lines import when_text as _when
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ def _print_state(state: KnobState, holder: dict[str, Any] | None = None) -> None
             markup=False,
         )
     lines, warnings = off_path(state.ranks)
+    lines += explore_lines(state.ranks)
     lines += gc_lines(state.ranks)
     lines += stall_lines(state.ranks)
     lines += launcher_lines(state.ranks)
