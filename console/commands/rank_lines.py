@@ -53,33 +53,15 @@ def off_path(ranks: Sequence[RankState]) -> tuple[list[str], list[str]]:
 
 
 def explore_lines(ranks: Sequence[RankState]) -> list[str]:
-    """Each rank's exploration (plugin/explore.py): its share, whether it runs now (a lock pauses it), and
-    its windows among the batches the knob gates: the exploring parts so far, those ended by their time cap,
-    the part the last batch ran in and, from plugin 0.4.12, what a full server held back (the batches a due
-    window waited, the parts it cut short, the windows that ran full after waiting their most). Nothing for
-    a plugin that does not publish it."""
+    """Each rank's exploration (``collectors.sglang.exploration.summary``). Nothing for a plugin that does not
+    publish it."""
+    from ...collectors.sglang.exploration import summary
+
     lines = []
     for rank in ranks:
-        explore = rank.explore
-        if not explore:
-            continue
-        share = explore.get("share")
-        if not isinstance(share, int | float) or share <= 0:
-            lines.append(f"  explore {rank.dp_rank}: off (share 0)")
-            continue
-        state = "on" if explore.get("active") else "paused (a lock holds the knob)"
-        line = f"  explore {rank.dp_rank}: {share:.1%} of each bin's batches, {state}"
-        window = explore.get("window") or {}
-        if window.get("cycle"):
-            line += (f"; windows among gated batches: {window.get('windows', '?')} exploring parts, "
-                     f"{window.get('timed_out', '?')} ended by their time cap")  # fmt: skip
-            if window.get("phase"):
-                line += f", now {window['phase']}"
-            if "full_waited" in window:
-                line += (f"; a full server held back {window['full_waited']} batches, cut "
-                         f"{window.get('yielded', '?')} parts short, {window.get('forced', '?')} windows ran "
-                         "full")  # fmt: skip
-        lines.append(line)
+        text = summary(rank.explore)
+        if text is not None:
+            lines.append(f"  explore {rank.dp_rank}: {text}")
     return lines
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
+from ...collectors.sglang.exploration import summary as exploration_summary
 from ...collectors.sglang.launcher import first_launcher
 from ...collectors.sglang.stalls import loop_report
 from .. import actions, data, estimate, settings
@@ -205,9 +206,14 @@ STALLS_SHOWN = 5  # the newest stalls the page lists per rank
 
 
 def _stalls(live: dict[str, Any]) -> None:
-    """Each rank's output stalls (plugin 0.4.7, plugin/loop_stalls.py): how often the scheduler's output
-    stopped for a quarter second or more, and what took the newest; "why did latency double" often starts
-    here. Nothing for a plugin that does not publish them."""
+    """Each rank's exploration (its windows near capacity cost queued requests' first tokens) and output
+    stalls (plugin 0.4.7, plugin/loop_stalls.py): how often the scheduler's output stopped for a quarter
+    second or more, and what took the newest; "why did latency double" often starts here. Nothing for a
+    plugin that does not publish them."""
+    for rank in live.get("ranks") or []:
+        explored = exploration_summary(rank.get("explore"))
+        if explored is not None:
+            st.markdown(f"**Exploration, rank {rank.get('dp_rank')}:** {explored}")
     for rank in live.get("ranks") or []:
         report = loop_report(rank.get("loop"))
         if report is None:

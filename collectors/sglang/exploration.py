@@ -1,0 +1,37 @@
+"""A rank's exploration as the plugin reports it (``explore`` in each rank's block: plugin/gate.py
+``explore_report``, its ``window`` from plugin/explore.py), said in one line: the share of each batch-size
+bin's batches that run the other mode, whether it runs now (a lock pauses it), and its windows among the
+batches the knob gates, with what a full server held back of them (plugin 0.4.12).
+
+Exploring is what a policy pays to keep both modes measured; near capacity its windows cost every queued
+request's first token, so `control get` and the Control page say where they stand. A plugin that does not
+publish the block reads as None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def summary(explore: Mapping[str, Any] | None) -> str | None:
+    """One line for a rank's ``explore`` block; None where there is none."""
+    if not explore:
+        return None
+    share = explore.get("share")
+    if not isinstance(share, int | float) or isinstance(share, bool) or share <= 0:
+        return "off (share 0)"
+    state = "on" if explore.get("active") else "paused (a lock holds the knob)"
+    line = f"{share:.1%} of each bin's batches, {state}"
+    window = explore.get("window")
+    if not isinstance(window, Mapping) or not window.get("cycle"):
+        return line
+    line += (f"; windows among gated batches: {window.get('windows', '?')} exploring parts, "
+             f"{window.get('timed_out', '?')} ended by their time cap")  # fmt: skip
+    if window.get("phase"):
+        line += f", now {window['phase']}"
+    if "full_waited" in window:  # plugin 0.4.12
+        cut, forced = window.get("yielded", "?"), window.get("forced", "?")
+        line += (f"; a full server held back {window['full_waited']} batches, cut {cut} parts short, "
+                 f"{forced} windows ran full")  # fmt: skip
+    return line
