@@ -338,8 +338,9 @@ class ExploreWindows:
         self.full_waited = 0
         self.yielded = 0
         self.forced = 0
-        self._due = 0  # batches since the current window fell due (0: not due); it waits while < cycle
-        self._resume = False  # a window cut short by a full server is due again: it begins once it has room
+        # batches since the current window fell due (0: not due), until its exploring part runs its course;
+        # it waits while < cycle. A part a full server cut short leaves its window due: it begins with room
+        self._due = 0
         self._forced_now = False  # the current window waited its most: it runs to its end, full or not
         self._room = self.room_batches  # batches in a row with room (none full); a fresh server has had room
 
@@ -406,7 +407,7 @@ class ExploreWindows:
         self._prev_now = now
 
     def _cold_done(self) -> bool:
-        if self._resume:
+        if self._due:  # a window already due (waiting for room, or cut short) needs no cold part again
             return True
         return self._in_phase >= self.cycle - self.explore_batches and self._busy_s >= self.cold_min_s
 
@@ -421,7 +422,6 @@ class ExploreWindows:
         if self.phase == EXPLORE:
             self._end_stream()
         self.yielded += 1
-        self._resume = True
         self.phase, self._in_phase = COLD, 0
 
     def step(self, holes_pending: Callable[[], bool] = lambda: False, period: int | None = None,
@@ -448,7 +448,6 @@ class ExploreWindows:
             else:
                 self._forced_now = full and self.yield_to_full
                 self.forced += self._forced_now
-                self._resume = False
                 self.phase, self._in_phase = WARM, 0
         if self.phase == WARM:
             pending = holes_pending()
