@@ -199,21 +199,26 @@ def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
         for r in live.get("ranks") or []
     ]  # fmt: skip
     st.dataframe(pd.DataFrame(ranks), width="stretch", hide_index=True)
+    _exploration(live)
     _stalls(live)
+
+
+def _exploration(live: dict[str, Any]) -> None:
+    """Each rank's exploration (collectors/sglang/exploration.py): near capacity its windows cost queued
+    requests' first tokens. Nothing for a plugin that does not publish it."""
+    for rank in live.get("ranks") or []:
+        explored = exploration_summary(rank.get("explore"))
+        if explored is not None:
+            st.markdown(f"**Exploration, rank {rank.get('dp_rank')}:** {explored}")
 
 
 STALLS_SHOWN = 5  # the newest stalls the page lists per rank
 
 
 def _stalls(live: dict[str, Any]) -> None:
-    """Each rank's exploration (its windows near capacity cost queued requests' first tokens) and output
-    stalls (plugin 0.4.7, plugin/loop_stalls.py): how often the scheduler's output stopped for a quarter
-    second or more, and what took the newest; "why did latency double" often starts here. Nothing for a
-    plugin that does not publish them."""
-    for rank in live.get("ranks") or []:
-        explored = exploration_summary(rank.get("explore"))
-        if explored is not None:
-            st.markdown(f"**Exploration, rank {rank.get('dp_rank')}:** {explored}")
+    """Each rank's output stalls (plugin 0.4.7, plugin/loop_stalls.py): how often the scheduler's output
+    stopped for a quarter second or more, and what took the newest; "why did latency double" often starts
+    here. Nothing for a plugin that does not publish them."""
     for rank in live.get("ranks") or []:
         report = loop_report(rank.get("loop"))
         if report is None:
