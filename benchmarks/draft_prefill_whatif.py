@@ -97,7 +97,8 @@ def against_always_off(rows: list[Row]) -> dict[tuple[float, str, str], dict[str
     return out
 
 
-def _scales(text: str) -> list[float]:
+def rate_scales(text: str) -> list[float]:
+    """``--rate-scales``: rate scales separated by commas, each above 0 and at most 10."""
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="data/profiles/h200-8b-pair-triton.json")
     parser.add_argument("--policies", default="always-off,threshold:16,threshold:47,learn")
-    parser.add_argument("--rate-scales", type=_scales, default=[0.75, 1.0])
+    parser.add_argument("--rate-scales", type=rate_scales, default=[0.75, 1.0])
     parser.add_argument("--speedup", type=float, default=3.0)
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of arrivals")
     parser.add_argument("--learn-start", type=int, default=LEARN_START, help="learn's first ceiling")

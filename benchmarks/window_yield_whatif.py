@@ -25,7 +25,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from draft_prefill_whatif import ALWAYS_OFF, LEARN_START, SEED, TRACE, run_one
+from draft_prefill_whatif import ALWAYS_OFF, LEARN_START, SEED, TRACE, rate_scales, run_one
 from spectower.plugin.explore import WINDOW_CYCLE_BATCHES
 from spectower.simulator.open_loop_cost import WindowStreams
 from spectower.simulator.profile import load_profile
@@ -75,9 +75,10 @@ def run(profile_path: str, policies: list[str], rate_scales: list[float], rooms:
     return cells
 
 
-def _numbers(text: str, kind: type, name: str) -> list[float]:
+def _counts(text: str, name: str) -> list[int]:
+    """``--rooms``, ``--seeds``: whole numbers separated by commas, none below 0."""
     try:
-        values = [kind(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name}: numbers separated by commas, got {text!r}") from None
     if not values or any(v < 0 for v in values):
@@ -89,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="data/profiles/h200-8b-pair-triton.json")
     parser.add_argument("--policies", default="threshold:16,learn")
-    parser.add_argument("--rate-scales", type=lambda t: _numbers(t, float, "--rate-scales"),
-                        default=[0.9, 1.0])  # fmt: skip
-    parser.add_argument("--rooms", type=lambda t: _numbers(t, int, "--rooms"),
-                        default=[0, 512, 1024, 2048, 4096])  # fmt: skip
-    parser.add_argument("--seeds", type=lambda t: _numbers(t, int, "--seeds"), default=[SEED, 2, 3])
+    parser.add_argument("--rate-scales", type=rate_scales, default=[0.9, 1.0])
+    parser.add_argument("--rooms", type=lambda t: _counts(t, "--rooms"), default=[0, 512, 1024, 2048, 4096])
+    parser.add_argument("--seeds", type=lambda t: _counts(t, "--seeds"), default=[SEED, 2, 3])
     parser.add_argument("--phases", type=int, default=8, help="window phases per seed (of one cycle)")
     args = parser.parse_args(argv)
     if args.phases < 1:
