@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,45 @@ def test_freeze_gc_between_policy_runs_calls_sglangs_endpoint(tmp_path: Path, si
     assert [(e.action, e.actor, e.confirmed) for e in events(work / "policy-out" / "policy.db")] == [
         ("freeze-gc", "operator:gpu-check", True)]  # fmt: skip
     assert (work / "policy.done").exists()
+
+
+def _run_label(tmp_path: Path, name: str) -> str:
+    script = '. benchmarks/gpu/lib.sh; run_label "$DIR" "$NAME"'
+    env = {**os.environ, "DIR": str(tmp_path), "NAME": name}
+    done = subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_policy_run_again_gets_the_next_free_label(tmp_path: Path) -> None:
+    """A launch's policy runs share one folder: a policy run a third time (a later call) is ``-3``, where the
+    old rule gave every repeat ``-2`` and the third run's files overwrote the second's."""
+    assert _run_label(tmp_path, "off") == "off"
+    (tmp_path / "load-off.log").touch()
+    assert _run_label(tmp_path, "off") == "off-2"
+    (tmp_path / "load-off-2.log").touch()
+    assert _run_label(tmp_path, "off") == "off-3"
+    assert _run_label(tmp_path, "threshold-16") == "threshold-16"
+
+
+def test_a_later_policy_phase_keeps_the_launchs_earlier_runs(tmp_path: Path) -> None:
+    """2026-12-05f: each call's policy phase emptied the runs folder, database included, so learn in a later
+    call found none of the server's counters to warm-start from, and its files could not sit beside the
+    earlier runs'. A policy phase now adds to the folder a launch's ``start_spec`` cleared."""
+    runs = tmp_path / "work" / "policy-out"
+    runs.mkdir(parents=True)
+    (runs / "load-off.log").write_text("earlier\n")
+    (runs / "policy.log").write_text("[21:30:00] policy off\n")
+    done = _measure_off(tmp_path, PHASES="policy", POLICIES="freeze-gc", SPEC_PORT="9", CURL_MAX_S="2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the runs go on in the background (nothing answers on port 9: the freeze fails at once); their end is
+    # the policy.done file they leave
+    finished = tmp_path / "work" / "policy.done"
+    deadline = time.monotonic() + 90
+    while not finished.exists():
+        assert time.monotonic() < deadline, (runs / "policy.log").read_text()
+        time.sleep(0.1)
+    assert (runs / "load-off.log").read_text() == "earlier\n"
+    log = (runs / "policy.log").read_text()
+    assert log.startswith("[21:30:00] policy off\n") and "freeze-gc" in log  # appended to, not replaced

@@ -6,3 +6,11 @@ st() { python3 -P -m spectower.console.cli "$@"; }
 # next level then ran under both loads), a killed `control auto` went on writing the knob, a killed
 # collector went on writing its database.
 st_bg() { ( exec python3 -P -m spectower.console.cli "$@" ) & }
+# The label of a policy run in DIR: NAME, or NAME-2, NAME-3, ... when a run of that name is there already
+# (load-<label>.log): a launch's policy phases share one folder, so a policy run again in a later call keeps
+# the earlier runs' files beside its own.
+run_label() {
+  local dir=$1 name=$2 label=$2 n=2
+  while [ -e "$dir/load-$label.log" ]; do label=$name-$n; n=$((n + 1)); done
+  echo "$label"
+}

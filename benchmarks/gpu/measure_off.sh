@@ -23,7 +23,9 @@
 # reentry: the knob at 0 under load, then on: the draft-extend skip, the drain, drafting again (reentry.txt).
 # policy + wait: POLICIES="learn on off threshold:47" LOAD_SECONDS=600 under one day-shaped load each (output
 # lengths POLICY_OUTPUT_LEN, default 64-448; learn warm from WARM_PROFILE=profile.json when given); the
-# runs go on in the background between device calls (call again within 30 s: PHASES=wait).
+# runs go on in the background between device calls (call again within 30 s: PHASES=wait). A later call's
+# policy phase adds its runs to the same folder and database (a policy run again: <name>-2, -3, ...) until a
+# launch or respec starts a new speculative server.
 # steps (issue #14, a middle step count): for each K in STEPS_LIST (default "1 2") an un-gated EAGLE-3 server at
 # K steps (K+1 draft tokens, no plugin) replaces the plain one and benchmarks/gpu/knob_max_ab.py measures the gated
 # 3-step server at knob max against it at STEPS_LEVELS (default LEVELS): steps-K.json; then
@@ -148,6 +150,7 @@ start_spec() {  # the EAGLE-3 server with spectower's plugins; SPEC_ENV: "NAME=v
   # (e.g. SPECTOWER_SEQ_LENS_MIRROR=0, SPECTOWER_GATED_DECODE=0: which of the plugin's hooks costs what)
   local -a env_args=()
   [ -n "${SPEC_ENV:-}" ] && read -r -a env_args <<< "$SPEC_ENV" && say "spec server with $SPEC_ENV"
+  rm -rf "$WORK/policy-out"  # a new server: the policy runs and counters of the one before are not its own
   (  # a subshell: SPEC_ENV reaches this server only
     for kv in "${env_args[@]}"; do export "${kv?}"; done
     start_server spec $SPEC_PORT 0.35 --speculative-algorithm EAGLE3 \
@@ -403,7 +406,9 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   # lines: target C and tok/s), auto-<policy>.log; benchmarks/gpu/policy_table.py turns them into ratios.
   # The runs outlive this device call and $OUT is emptied for the next one: they write to $WORK/policy-out,
   # and every do_wait copies what is there into that call's $OUT.
-  rm -rf "$WORK/policy.done" "$WORK/policy-out" && mkdir -p "$WORK/policy-out"
+  # One database and folder for every policy phase of a launch (start_spec clears them): a later call's learn
+  # warm-starts from the server's counters of the earlier runs, and the tables set every run against the others
+  rm -f "$WORK/policy.done" && mkdir -p "$WORK/policy-out"
   # threshold:sweep: the threshold at this launch's sweep (its best ceiling); WARM_PROFILE=sweep: its profile
   if [[ " $POLICIES $WARM_PROFILE " == *sweep* ]]; then
     [ -f "$WORK/sweep.json" ] || { say "policy: threshold:sweep / WARM_PROFILE=sweep need a sweep of this launch"; return 1; }
@@ -426,7 +431,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
             "$WORK/admin_key")" "$SPEC_URL/freeze_gc")"
         return
       fi
-      [ -e "$OUT/load-$label.log" ] && label=$label-2  # a policy run twice (alternating order): both kept
+      label=$(run_label "$OUT" "$label")  # a policy run again (alternating order, or a later call): all kept
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
         off) st control set --server "$SPEC_URL" --off --reason "policy run: always off" --as gpu-check --yes --db "$DB" ;;
@@ -482,10 +487,10 @@ for path, key in ((sys.argv[1], "loop"), (sys.argv[2], "gated_decode")):
     for pol in $POLICIES; do echo "[$(date +%T)] policy $pol"; run_one "$pol"; done
     kill -TERM $cpid; wait $cpid
     touch "$WORK/policy.done"
-  ' > "$WORK/policy-out/policy.log" 2>&1 &
+  ' >> "$WORK/policy-out/policy.log" 2>&1 &
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
-export -f st st_bg curl  # the background runs' reads keep curl's deadline and size cap (above)
+export -f st st_bg curl run_label  # the background runs' reads keep curl's deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
 # POLICIES may hold off-polled: always off (locked) while `control auto` reads /server_info every 2 s, held by
