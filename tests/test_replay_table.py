@@ -527,8 +527,9 @@ def test_the_h200_replays_tail_is_the_launchers_collections_until_they_are_froze
     assert learn["e2e_p50_ratio"] == pytest.approx(0.897, abs=0.001)
 
 
-H100_0412 = (Path(__file__).resolve().parents[1]
-             / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05f/1-policies")
+H100_0412 = (
+    Path(__file__).resolve().parents[1] / "data/gpu-runs/h100-8b-pair-triton-replay-2026-12-05f/1-policies"
+)
 
 
 def test_the_h100_replay_under_plugin_0412_scores_every_learn_run_within_the_issues_bounds(
