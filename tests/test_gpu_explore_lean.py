@@ -235,3 +235,26 @@ def test_the_decode_steps_own_rate_per_run_shows_a_lag_that_is_not_in_the_steps(
     assert off["tok_s"] == pytest.approx(off["tokens"] / off["step_s"])
     assert 500_000 < learn["tokens"] < 520_000 and 500_000 < off["tokens"] < 520_000
     assert learn["tok_s"] == pytest.approx(off["tok_s"], rel=0.01)
+
+
+def test_only_cells_with_an_explored_rate_print_unless_all_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The H100 replay of 2026-12-05c: most of a launch's (bin, run) cells hold no explored rate; the table
+    prints the ones that do and says how many it left out, ``--all`` prints every one, the JSON holds all."""
+    db = tmp_path / "policy.db"
+    shutil.copy(H100_REPLAY / "policy.db", db)
+    out = tmp_path / "lean.json"
+    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    short = capsys.readouterr().out
+    rows = json.loads(out.read_text())["lean"]
+    rated = [r for r in rows if r.get("explored_tok_s") is not None]
+    assert 0 < len(rated) < len(rows)
+    assert f"{len(rows) - len(rated)} of {len(rows)} cells not shown" in short
+    assert explore_lean.main([*args, "--all"]) == 0
+    every = capsys.readouterr().out
+    assert "cells not shown" not in every
+    every_lines = every.split("served per bin")[0].splitlines()
+    short_lines = short.split("served per bin")[0].splitlines()
+    assert len(every_lines) == len(short_lines) - 1 + len(rows) - len(rated)  # all rows, no count line

@@ -324,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-steps", type=int, default=50, help="fewer steps in a cell: no rate (default 50)"
     )
+    parser.add_argument("--all", action="store_true",
+                        help="print every bin and run, also those without an explored rate")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -358,11 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.")
     widths = (4, -14, -8, 6, 9, 9, 6, 6)
     print(" ".join(f"{h:>{w}}" if w > 0 else f"{h:<{-w}}" for h, w in zip(head, widths, strict=True)))
-    for row in rows:
+    # a launch of eight runs over 20 bins is 160 cells, most of them empty (a bin the run never reached in
+    # the mode it explores): only the cells with an explored rate print, and how many did not
+    shown = [row for row in rows if args.all or row.get("explored_tok_s") is not None]
+    for row in shown:
         values = [row["bin"], row["run"], row["mode"], row["steps"]]
         for key, fmt in FORMATS:
             values.append("-" if row.get(key) is None else format(row[key], fmt))
         print(" ".join(f"{v:>{w}}" if w > 0 else f"{v:<{-w}}" for v, w in zip(values, widths, strict=True)))
+    if len(shown) < len(rows):
+        print(f"  {len(rows) - len(shown)} of {len(rows)} cells not shown: fewer than {args.min_steps} "
+              "explored steps, or the ceiling's own bin (mixed); --all prints them")  # fmt: skip
     served = served_table(totals, runs, steady["--steady-off"], args.min_steps)
     if served:
         print("served per bin (all a run's steps there, drafted and gated) against always off's gated rate")
