@@ -490,7 +490,7 @@ for path, key in ((sys.argv[1], "loop"), (sys.argv[2], "gated_decode")):
   ' >> "$WORK/policy-out/policy.log" 2>&1 &
   say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
 }
-export -f st st_bg curl run_label  # the background runs' reads keep curl's deadline and size cap (above)
+export -f st st_bg curl run_label  # for the background runs: curl keeps its deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
 # (or "sweep": this launch's sweep's profile), POLICIES may name threshold:sweep (the sweep's best ceiling)
 # POLICIES may hold off-polled: always off (locked) while `control auto` reads /server_info every 2 s, held by
