@@ -78,3 +78,29 @@ def test_the_table_in_the_order_the_runs_ran(tmp_path: Path, capsys: pytest.Capt
     assert kv_pressure.main([*files, "--server-log", log, "--json", str(out)]) == 0
     assert "running < 64" in capsys.readouterr().out
     assert [row["run"] for row in json.loads(out.read_text())] == list(NAMES)
+
+
+def test_a_run_the_server_log_does_not_reach_says_so_instead_of_a_row_of_zeros(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2026-12-05f: the last run's call handed back no server log, so the launch's log (from the call before)
+    ended before that run began, and the table printed it as 0 lines, 0 prompts: an idle pool, to a reader.
+    Such a run now says it is not in the log; a run the log ends during is marked as partial."""
+    events = kv_pressure.parse_log(read_log_lines(RUN / "spec-server.log.gz"))
+    last = events.last
+    assert last is not None
+    windows = {"later": (last + 100.0, 150.0), "during": (last - 50.0, 150.0)}
+    files = []
+    for name, (start, span) in windows.items():
+        path = tmp_path / f"replay-{name}.json"
+        path.write_text(json.dumps({"started_at": start, "span_s": span}))
+        files.append(str(path))
+    out = tmp_path / "kv.json"
+    assert kv_pressure.main([*files, str(RUN / "replay-off.json"), "--server-log",
+                             str(RUN / "spec-server.log.gz"), "--json", str(out)]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "later            not in the server log" in text
+    assert "* the server log ends during this run" in text
+    by_run = {row["run"]: row for row in json.loads(out.read_text())}
+    assert by_run["later"]["covered"] == "none" and by_run["during"]["covered"] == "part"
+    assert by_run["off"]["covered"] == "whole" and by_run["off"]["decode_lines"] > 0

@@ -55,6 +55,11 @@ class LogEvents:
     retract: tuple[tuple[float, int, int], ...]
     max_running: int | None
 
+    @property
+    def last(self) -> float | None:
+        """The time of the log's last batch line (None: it has none)."""
+        return max((e[0] for e in (*self.decode, *self.prefill, *self.retract)), default=None)
+
 
 @dataclass(frozen=True)
 class RunPressure:
@@ -72,6 +77,9 @@ class RunPressure:
     prompts: int
     prompt_tokens: int
     cached_tokens: int
+    # how much of the run the log's batch lines reach: "whole", "part" (the log ends during the run) or
+    # "none" (it ends before the run began: a later call's run, whose server log came back with a later call)
+    covered: str = "whole"
 
 
 def parse_log(lines: Iterable[str]) -> LogEvents:
@@ -112,6 +120,9 @@ def pressure(run: str, events: LogEvents, start: float, end: float) -> RunPressu
     def mean(values: Sequence[float]) -> float | None:
         return statistics.fmean(values) if values else None
 
+    last = events.last
+    covered = "none" if last is None or last < start else "part" if last < end else "whole"
+
     return RunPressure(
         run=run, decode_lines=len(decode), usage_mean=mean(usage), usage_max=max(usage, default=None),
         full_share=sum(u >= FULL for u in usage) / len(usage) if usage else None,
@@ -119,7 +130,7 @@ def pressure(run: str, events: LogEvents, start: float, end: float) -> RunPressu
         queued_max=max((d[4] for d in decode), default=0), held_back_lines=held,
         retractions=sum(r[1] for r in retract), retracted_tokens=sum(r[2] for r in retract),
         prompts=sum(p[1] for p in prefill), prompt_tokens=sum(p[2] for p in prefill),
-        cached_tokens=sum(p[3] for p in prefill),
+        cached_tokens=sum(p[3] for p in prefill), covered=covered,
     )  # fmt: skip
 
 
@@ -135,10 +146,16 @@ def print_rows(rows: Sequence[RunPressure], max_running: int | None) -> None:
     print(f"{'run':<16}{'lines':>6}{'usage':>7}{'max':>6}{'full':>6}{'running':>9}{'queued':>8}{'max':>5}"
           f"{'held':>6}{'retract':>9}{'tokens':>8}{'prompts':>9}{'prompt tok':>12}{'cached':>8}")  # fmt: skip
     for r in rows:
+        if r.covered == "none":  # a row of zeros would read as an idle pool
+            print(f"{r.run:<16} not in the server log: its batch lines end before this run began")
+            continue
+        mark = " *" if r.covered == "part" else ""
         print(f"{r.run:<16}{r.decode_lines:>6}{_f(r.usage_mean):>7}{_f(r.usage_max):>6}{_f(r.full_share):>6}"
               f"{_f(r.running_mean, 1):>9}{_f(r.queued_mean, 1):>8}{r.queued_max:>5}{r.held_back_lines:>6}"
               f"{r.retractions:>9}{r.retracted_tokens:>8}{r.prompts:>9}{r.prompt_tokens:>12}"
-              f"{r.cached_tokens:>8}")  # fmt: skip
+              f"{r.cached_tokens:>8}{mark}")  # fmt: skip
+    if any(r.covered == "part" for r in rows):
+        print("* the server log ends during this run: its figures hold the part of the run the log reaches")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
