@@ -87,7 +87,7 @@ def test_a_run_the_server_log_does_not_reach_says_so_instead_of_a_row_of_zeros(
     ended before that run began, and the table printed it as 0 lines, 0 prompts: an idle pool, to a reader.
     Such a run now says it is not in the log; a run the log ends during is marked as partial."""
     events = kv_pressure.parse_log(read_log_lines(RUN / "spec-server.log.gz"))
-    last = events.last
+    last = events.last_line_at
     assert last is not None
     windows = {"later": (last + 100.0, 150.0), "during": (last - 50.0, 150.0)}
     files = []

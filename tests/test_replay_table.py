@@ -412,10 +412,11 @@ def test_the_h200_pair_replay_scores_learns_tail_to_one_stall(tmp_path: Path) ->
     assert published["runs"]["learn"] == learn
 
 
-def _log_lines(started_at: float) -> list[str]:
+def _log_lines(started_at: float, reach_s: float | None = 201.0) -> list[str]:
     """A server log's lines on the replay's clock: the launcher (pid 637) held 1.2 s to 101.2 s and the
     scheduler (pid 702) 0.4 s to 100.6 s, both in the pause at 100 s; the tokenizer manager's collection of
-    1.15 s logged at 51.2 s, in the pause at 50 s; the launcher held 0.3 s to 10 s, in no stretch."""
+    1.15 s logged at 51.2 s, in the pause at 50 s; the launcher held 0.3 s to 10 s, in no stretch; a last
+    line at ``reach_s`` (None: none, the log ends at 101.2 s)."""
     from spectower.plugin.stall_watch import clock_text
 
     def stamp(run_s: float) -> str:
@@ -427,15 +428,14 @@ def _log_lines(started_at: float) -> list[str]:
 
     gc = (f"{stamp(51.2)} LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: 1.1500s | # Objects: "
           "gen0=4, gen1=0, gen2=790217 | This may cause latency jitter.")  # fmt: skip
-    return [held(637, 0.3, 10.0), gc, "[2026-12-05 01:58:58] Decode batch, #running-req: 48",
-            held(702, 0.4, 100.6), held(637, 1.2, 101.2)]  # fmt: skip
+    lines = [held(637, 0.3, 10.0), gc, "[2026-12-05 01:58:58] Decode batch, #running-req: 48",
+             held(702, 0.4, 100.6), held(637, 1.2, 101.2)]  # fmt: skip
+    return lines if reach_s is None else [*lines, f"{stamp(reach_s)} Decode batch, #running-req: 0"]
 
 
-def test_a_tail_stretch_is_set_against_the_pauses_in_the_server_log(tmp_path: Path) -> None:
-    """The H200 replay of 2026-12-05: every stretch of always off's p99 TTFT tail met a gen-2 collection of
-    SGLang's tokenizer manager, in the launcher, which shows only in the server log. Three pauses of the
-    server here (50, 100 and 150 s): the log's pauses are listed under the stretch they fall in, by kind and
-    pid, one stretch meets none, and the run's line says how many did."""
+def _three_pauses() -> tuple[float, dict[str, Any]]:
+    """A 200-s replay's zero on the wall clock and its --json: the server paused 1.2 s at 50, 100 and 150 s,
+    so the p99 TTFT's tail is three stretches."""
     started_at = 1_796_417_000.0
     scheduled = [i * 0.1 for i in range(2000)]
     rng = random.Random(7)
@@ -446,7 +446,15 @@ def test_a_tail_stretch_is_set_against_the_pauses_in_the_server_log(tmp_path: Pa
                 ttft[i] = 1.2 - (t - pause) + 0.05
     figures = open_loop_figures([RequestOutcome(ok=True, output_tokens=100, ttft_s=t, e2e_s=1.0)
                                  for t in ttft], 201.0, SLO)  # fmt: skip
-    doc = {**figures, "started_at": started_at, "records": _records(scheduled, ttft).to_json()}
+    return started_at, {**figures, "started_at": started_at, "records": _records(scheduled, ttft).to_json()}
+
+
+def test_a_tail_stretch_is_set_against_the_pauses_in_the_server_log(tmp_path: Path) -> None:
+    """The H200 replay of 2026-12-05: every stretch of always off's p99 TTFT tail met a gen-2 collection of
+    SGLang's tokenizer manager, in the launcher, which shows only in the server log. Three pauses of the
+    server here (50, 100 and 150 s): the log's pauses are listed under the stretch they fall in, by kind and
+    pid, one stretch meets none, and the run's line says how many did."""
+    started_at, doc = _three_pauses()
     path = write(tmp_path, "off", doc)
     log = tmp_path / "spec-server.log.gz"
     log.write_bytes(gzip.compress("\n".join(_log_lines(started_at)).encode()))
@@ -481,6 +489,28 @@ def test_a_tail_stretch_is_set_against_the_pauses_in_the_server_log(tmp_path: Pa
     write(tmp_path, "off", doc)
     unzeroed = _main(str(path), "--draws", "100", "--server-log", str(log))
     assert "    off: no started_at in its replay: the server log cannot be set against it" in unzeroed.stdout
+
+
+def test_a_stretch_past_the_end_of_the_server_log_is_not_counted_as_meeting_no_pause(tmp_path: Path) -> None:
+    """2026-12-05f: the last run's call handed back no server log, and the launch's log (an earlier call's)
+    ended before that run: each of its stretches read "meets no pause" though the log could not tell. A
+    stretch past the log's end is now marked and said so, and the count is over the stretches the log
+    reaches."""
+    started_at, doc = _three_pauses()
+    path = write(tmp_path, "off", doc)
+    log = tmp_path / "spec-server.log"
+    log.write_text("\n".join(_log_lines(started_at, reach_s=None)) + "\n")  # ends at 101.2 s
+    out = tmp_path / "table.json"
+    run = _main(str(path), "--draws", "100", "--server-log", str(log), "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    tail = {round(s["start_s"]): s for s in json.loads(out.read_text())["runs"]["off"]["ttft_tail"]}
+    assert tail[150] == {**tail[150], "launcher_holds": None, "beyond_log": True}
+    assert tail[100]["launcher_holds"] and "beyond_log" not in tail[100]
+    printed = run.stdout.splitlines()
+    beyond = "    off: the server log ends before 1 of 3 shown stretches: it cannot say what paused there"
+    assert beyond in printed
+    met = "    off: 2 of 2 shown stretches meet a held process or a collection in the server log"
+    assert printed[-1] == met
 
 
 def test_a_server_log_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from spectower.storage.files import FileReadError, parse_json_text, read_text_ca
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
 from benchmarks.gpu.replay_table import MAX_REPLAY_BYTES
-from benchmarks.gpu.server_log import LOG_LINE_TIME, log_time, read_log_lines
+from benchmarks.gpu.server_log import LOG_LINE_TIME, last_line_time, log_time, read_log_lines
 
 FULL = 0.9  # a token usage at or above it is a full pool: admission waits for tokens to free
 _DECODE = re.compile(LOG_LINE_TIME + r"Decode batch, #running-req: (\d+), #token: (\d+), "
@@ -54,11 +54,7 @@ class LogEvents:
     prefill: tuple[tuple[float, int, int, int], ...]
     retract: tuple[tuple[float, int, int], ...]
     max_running: int | None
-
-    @property
-    def last(self) -> float | None:
-        """The time of the log's last batch line (None: it has none)."""
-        return max((e[0] for e in (*self.decode, *self.prefill, *self.retract)), default=None)
+    last_line_at: float | None = None  # how far the log reaches (server_log.last_line_time)
 
 
 @dataclass(frozen=True)
@@ -83,6 +79,7 @@ class RunPressure:
 
 
 def parse_log(lines: Iterable[str]) -> LogEvents:
+    lines = list(lines)
     decode, prefill, retract = [], [], []
     max_running: int | None = None
     for line in lines:
@@ -94,7 +91,7 @@ def parse_log(lines: Iterable[str]) -> LogEvents:
             retract.append((log_time(m[1], m[2]), int(m[3]), int(m[4])))
         elif max_running is None and (m := _LIMIT.search(line)) is not None:
             max_running = int(m[1])
-    return LogEvents(tuple(decode), tuple(prefill), tuple(retract), max_running)
+    return LogEvents(tuple(decode), tuple(prefill), tuple(retract), max_running, last_line_time(lines))
 
 
 def run_window(path: Path) -> tuple[float, float]:
@@ -120,7 +117,7 @@ def pressure(run: str, events: LogEvents, start: float, end: float) -> RunPressu
     def mean(values: Sequence[float]) -> float | None:
         return statistics.fmean(values) if values else None
 
-    last = events.last
+    last = events.last_line_at
     covered = "none" if last is None or last < start else "part" if last < end else "whole"
 
     return RunPressure(

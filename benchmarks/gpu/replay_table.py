@@ -53,7 +53,13 @@ from spectower.storage.files import parse_json_text, read_text_capped
 from spectower.storage.request_traces import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
-from benchmarks.gpu.server_log import LauncherHold, holds_during, read_server_log
+from benchmarks.gpu.server_log import (
+    LauncherHold,
+    holds_during,
+    last_line_time,
+    parse_server_log,
+    read_log_lines,
+)
 
 MAX_REPLAY_BYTES = 32 * 1024 * 1024  # one run's --json: a few kB of figures, ~100 bytes a request of records
 FIXED_PREFIXES = ("on", "off", "threshold")  # how measure_off.sh labels the fixed policies' runs
@@ -365,11 +371,15 @@ def interval_runs(
 
 
 def table(
-    runs: dict[str, ReplayRun], boot: Bootstrap | None = None, holds: Sequence[LauncherHold] | None = None
+    runs: dict[str, ReplayRun],
+    boot: Bootstrap | None = None,
+    holds: Sequence[LauncherHold] | None = None,
+    log_end: float | None = None,
 ) -> dict[str, Any]:
     """Per run and per pooled policy its ratios against the best fixed policy, with intervals where the
     records allow (see the module's docstring); each tail stretch with the server log's ``holds`` in it
-    (``launcher_holds``) when a log was read."""
+    (``launcher_holds``) when a log was read, or ``beyond_log`` where it lies past the log's end
+    (``log_end``)."""
     boot = boot or Bootstrap()
     groups = repeat_groups(list(runs))
     goodput = {group: statistics.fmean(runs[label].figures["goodput_rps"] for label in members)
@@ -381,7 +391,7 @@ def table(
     paired, why_not = interval_runs(runs, reference)
     found = paired_intervals(paired, reference, groups, boot) if paired else Intervals({}, {}, 0)
     rows = {label: {**figures[label], "against": best, **points[label], "intervals": found.runs.get(label),
-                    "no_interval": why_not.get(label), "ttft_tail": _tail_json(runs[label], holds)}
+                    "no_interval": why_not.get(label), "ttft_tail": _tail_json(runs[label], holds, log_end)}
             for label in runs}  # fmt: skip
     pooled: dict[str, dict[str, Any]] = {}
     for group, members in groups.items():
@@ -397,16 +407,27 @@ def table(
             "draws": boot.draws, "seed": boot.seed, "runs": rows, "pooled": pooled}  # fmt: skip
 
 
-def _tail_json(run: ReplayRun, holds: Sequence[LauncherHold] | None = None) -> list[dict[str, Any]] | None:
+def _tail_json(
+    run: ReplayRun, holds: Sequence[LauncherHold] | None = None, log_end: float | None = None
+) -> list[dict[str, Any]] | None:
     """The run's ``tail_stretches`` as JSON (None without per-request records)."""
     if run.records is None:
         return None
-    # with a server log read, what it tells of in each stretch
+    # with a server log read, what it tells of in each stretch; a stretch past the log's end (``log_end``,
+    # Unix s) is marked: the log cannot say it held no pause there
     return [{"start_s": round(s.start_s, 3), "requests": s.requests, "worst_ttft_s": round(s.worst_ttft_s, 4),
              "prior_prompt_tokens": s.prior_prompt_tokens, "prior_prompt_pct": round(s.prior_prompt_pct, 1),
              "server_stalls": server_stalls(run, s),
-             **({} if holds is None else {"launcher_holds": launcher_holds(run, s, holds)})}
+             **({} if holds is None else _holds_json(run, s, holds, log_end))}
             for s in tail_stretches(run.records)]  # fmt: skip
+
+
+def _holds_json(
+    run: ReplayRun, stretch: TailStretch, holds: Sequence[LauncherHold], log_end: float | None
+) -> dict[str, Any]:
+    if log_end is not None and run.started_at is not None and run.started_at + stretch.start_s > log_end:
+        return {"launcher_holds": None, "beyond_log": True}
+    return {"launcher_holds": launcher_holds(run, stretch, holds)}
 
 
 def server_stalls(run: ReplayRun, stretch: TailStretch) -> list[dict[str, Any]]:
@@ -472,11 +493,18 @@ def print_hold_summary(policy: str, shown: list[dict[str, Any]]) -> None:
     """After a run's tail lines, when a server log was read: how many shown stretches meet a pause in it."""
     if not shown or "launcher_holds" not in shown[0]:
         return
-    if shown[0]["launcher_holds"] is None:
+    beyond = sum(bool(s.get("beyond_log")) for s in shown)
+    if beyond:
+        print(f"    {policy}: the server log ends before {beyond} of {len(shown)} shown stretches: it cannot "
+              "say what paused there")  # fmt: skip
+    within = [s for s in shown if not s.get("beyond_log")]
+    if not within:
+        return
+    if within[0]["launcher_holds"] is None:
         print(f"    {policy}: no started_at in its replay: the server log cannot be set against it")
         return
-    met = sum(bool(s["launcher_holds"]) for s in shown)
-    print(f"    {policy}: {met} of {len(shown)} shown stretches meet a held process or a collection in the "
+    met = sum(bool(s["launcher_holds"]) for s in within)
+    print(f"    {policy}: {met} of {len(within)} shown stretches meet a held process or a collection in the "
           "server log")  # fmt: skip
 
 
@@ -565,11 +593,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        holds = None if args.server_log is None else read_server_log(args.server_log)
+        lines = None if args.server_log is None else read_log_lines(args.server_log)
     except ValueError as exc:
         print(f"error: --server-log: {exc}", file=sys.stderr)
         return 2
-    scored = table(runs, Bootstrap(args.block, args.draws, args.seed), holds)
+    holds = None if lines is None else parse_server_log(lines)
+    log_end = None if lines is None else last_line_time(lines)
+    scored = table(runs, Bootstrap(args.block, args.draws, args.seed), holds, log_end)
     print_table(scored)
     if args.json is not None:
         args.json.write_text(json.dumps(scored, indent=1) + "\n")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,6 +95,18 @@ def parse_line(line: str) -> LauncherHold | None:
         found = objects.get(generation)
         return LauncherHold(log_time(day, stamp), float(seconds), "gc", generation=int(generation),
                             objects=None if found is None else int(found))  # fmt: skip
+    return None
+
+
+_STAMP = re.compile(LOG_LINE_TIME)
+
+
+def last_line_time(lines: Sequence[str]) -> float | None:
+    """The time stamped on the log's last line that carries one (None: none does): how far the log reaches. A
+    call that hands back no log leaves its runs past the end of the one an earlier call handed back."""
+    for line in reversed(lines):
+        if (m := _STAMP.search(line)) is not None:
+            return log_time(m[1], m[2])
     return None
 
 
