@@ -75,6 +75,19 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_an_unreachable_gpu_metrics_url_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    """2026-12-05: `--gpu-metrics` at a port where nothing listens printed a traceback (the inventory's
+    ConnectionError came through the CLI); now one line naming the option, and no profile written."""
+    profile_out = tmp_path / "profile.json"
+    metrics = f"{dead_url()}/metrics"
+    args = _argv("http://127.0.0.1:9", tmp_path, "--gpu-metrics", metrics, "--profile-out", str(profile_out))
+    proc = cli_in_process(*args[len(SPECTOWER_CLI) :])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"--gpu-metrics {metrics}: unreachable" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not profile_out.exists()
+
+
 @pytest.mark.integration
 def test_refused_knob_changes_nothing_and_is_audited(simulator_factory, tmp_path: Path) -> None:
     sim = simulator_factory(admin_key=ADMIN_KEY)

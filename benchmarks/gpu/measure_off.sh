@@ -13,6 +13,8 @@
 #   carry=["benchmarks/gpu/bundle/sglang-0.5.17-py312.tar.xz"]). Results in $OUT: measure.log, accept.json,
 # sweep.json, profile.json (replayable, three curves), bench.db (the saved run), kernels.json.
 # ATTN=flashinfer measures the other attention backend (default triton); LEVELS, SWEEP_SECONDS, PROF_LEVELS.
+# GPU_METRICS=URL: the GPUs from a dcgm-exporter (the sweep's --profile-out and learn's warm start) where NVML sees
+# none, as on a rehearsal against `sim serve --gpu-metrics-port PORT`.
 # ungated: the knob at max against an un-gated EAGLE-3 server on the plain port (UNGATED_ADAPTIVE=1: with the
 # launch's adaptive config); respec: the speculative server alone again, SPEC_ENV="NAME=value ..." for it;
 # abmax: the knob-at-max comparison again against the un-gated server already there (AB_LEVELS, AB_ROUNDS).
@@ -211,7 +213,7 @@ do_sweep() {
 st bench sweep --server "$SPEC_URL" --plain-server "$PLAIN_URL" --concurrency "$LEVELS" --modes "${MODES:-on,off}" \
   --duration-per-level "$SWEEP_SECONDS" --rounds "${ROUNDS:-2}" --warmup 4 --output-len "$SWEEP_OUTPUT_LEN" --input-len 64 --api generate \
   --tag "h200-sglang-0.5.17-$ATTN-8b-pair${MISS_SHARE:+-fixed${FIXED_SHARE:-0.5}-miss$MISS_SHARE}" --save --db "$DB" --profile-out "$OUT/profile.json" --as gpu-check \
-  --json > "$OUT/sweep.json"
+  ${GPU_METRICS:+--gpu-metrics "$GPU_METRICS"} --json > "$OUT/sweep.json"
 say "sweep exit $?"
 cp "$OUT/sweep.json" "$WORK/sweep.json"  # the policy phases of a later call score against it
 [ -f "$OUT/profile.json" ] && cp "$OUT/profile.json" "$WORK/profile.json"  # learn's warm start (WARM_PROFILE=sweep)
@@ -448,6 +450,8 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
            # learn starts warm from WARM_PROFILE (a measured profile of this stack) when one is given
            local warm=()
            if [ "$pol" = learn ] && [ -n "${WARM_PROFILE:-}" ]; then warm=(--warm-profile "$WARM_PROFILE"); fi
+           # GPU_METRICS: a dcgm-exporter URL where NVML sees no GPU (a rehearsal on `sim serve --gpu-metrics-port`)
+           if [ "$pol" = learn ] && [ -n "${GPU_METRICS:-}" ]; then warm+=(--gpu-metrics "$GPU_METRICS"); fi
            # LEARN_ARGS: more flags for learn, e.g. "--dwell 60s" (its 5-min default outlasts a 270-s day)
            if [ "$pol" = learn ] && [ -n "${LEARN_ARGS:-}" ]; then read -r -a more <<< "$LEARN_ARGS"; warm+=("${more[@]}"); fi
            st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" "${warm[@]}" \
@@ -503,7 +507,7 @@ export -f st st_bg curl run_label  # for the background runs: curl keeps its dea
 # levels per bin, so explore_lean.py --runs-from-db sets explored against steady rates (issue #32, item 2)
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} LOAD_PATTERN=${LOAD_PATTERN:-day} LOAD_PERIOD=${LOAD_PERIOD:-} \
   POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} LEARN_ARGS=${LEARN_ARGS:-} \
-  REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1}
+  REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1} GPU_METRICS=${GPU_METRICS:-}
 
 do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a device call lasts <= 600 s)
   local until=$(( $(date +%s) + ${WAIT_SECONDS:-560} ))  # WAIT_UNTIL (epoch seconds) may end it sooner

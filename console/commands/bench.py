@@ -406,7 +406,10 @@ def _inventory_for(
             check_out(profile_out, "--profile-out")
         except ValueError as exc:
             fail(str(exc))
-    inventory = server_inventory(server, gpu_metrics)
+    try:
+        inventory = server_inventory(server, gpu_metrics)
+    except (ConnectionError, ValueError) as exc:  # --gpu-metrics unreachable or not an exporter: one line
+        fail(str(exc))
     if profile_out is not None and not inventory:
         fail(
             "--profile-out: the GPU inventory is unknown; give --gpu-metrics URL (the server host's "
