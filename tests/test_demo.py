@@ -247,7 +247,7 @@ def test_demo_bad_profile_is_one_error_line(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_demo_names_a_child_that_dies(tmp_path: Path) -> None:
     """A child that exits early is named with its log; the others are stopped."""
-    from spectower.console.demo.run import DemoConfig, run_demo
+    from spectower.console.demo.run import DemoConfig, run_demo, sim_names
 
     broken = tmp_path / "broken.json"
     broken.write_text((REPO_ROOT / "simulator/profiles/glm5-nvfp4-8x-rtx-pro-6000.json").read_text())
@@ -262,7 +262,11 @@ def test_demo_names_a_child_that_dies(tmp_path: Path) -> None:
     code = run_demo(config, say, cwd=REPO_ROOT)
     text = "\n".join(lines)
     assert code == 1
-    assert "sim exited early" in text and str(config.folder.resolve() / "sim.log") in text
+    # every replica reads the broken profile: whichever the demo finds dead first is named, with its own log
+    # (a fresh clone's run of 2026-12-05 found sim2 or sim3 before sim, and "sim exited early" failed)
+    dead = re.search(r"\b(sim\d?) exited early \(code -?\d+\); its log is (\S+):", text)
+    assert dead is not None, text
+    assert dead[1] in sim_names(config) and dead[2] == str(config.folder.resolve() / f"{dead[1]}.log")
     pids = json.loads(config.pids_file.read_text())
     assert pids and not [n for n, pid in pids.items() if _alive(pid)]
 
