@@ -102,14 +102,19 @@ def test_other_lines_are_skipped() -> None:
     assert [hold.kind for hold in holds] == ["held", "gc"]
 
 
+def _holds(path: Path, **cap: int) -> tuple[server_log.LauncherHold, ...]:
+    """The pauses a log file tells of, read as replay_table.py reads it."""
+    return server_log.parse_server_log(server_log.read_log_lines(path, **cap))
+
+
 def test_a_plain_or_gzip_log_reads_the_same_and_a_broken_byte_does_not_stop_it(tmp_path: Path) -> None:
     text = "\n".join(["starting", HELD, "[2026-12-05 01:58:58] a line with a cut character: \u00e9", GC, ""])
     raw = text.encode().replace("\u00e9".encode(), b"\xc3")  # a log copied while a line was written
     (tmp_path / "spec-server.log").write_bytes(raw)
     (tmp_path / "spec-server.log.gz").write_bytes(gzip.compress(raw))
-    plain = server_log.read_server_log(tmp_path / "spec-server.log")
+    plain = _holds(tmp_path / "spec-server.log")
     assert [hold.kind for hold in plain] == ["held", "gc"]
-    assert server_log.read_server_log(tmp_path / "spec-server.log.gz") == plain
+    assert _holds(tmp_path / "spec-server.log.gz") == plain
 
 
 def test_a_log_past_the_cap_missing_or_damaged_is_a_value_error_naming_it(tmp_path: Path) -> None:
@@ -117,21 +122,21 @@ def test_a_log_past_the_cap_missing_or_damaged_is_a_value_error_naming_it(tmp_pa
     plain.write_text(HELD + "\n")
     packed.write_bytes(gzip.compress((HELD + "\n").encode() * 100))  # small on disk, large inflated
     size = len(HELD) + 1
-    assert len(server_log.read_server_log(plain, max_bytes=size)) == 1
+    assert len(_holds(plain, max_bytes=size)) == 1
     with pytest.raises(ValueError, match=rf"^{re.escape(str(plain))}: more than {size - 1} bytes$"):
-        server_log.read_server_log(plain, max_bytes=size - 1)
+        _holds(plain, max_bytes=size - 1)
     assert packed.stat().st_size < 10 * size
     with pytest.raises(ValueError, match=rf"^{re.escape(str(packed))}: more than {10 * size} bytes$"):
-        server_log.read_server_log(packed, max_bytes=10 * size)
+        _holds(packed, max_bytes=10 * size)
     gone = tmp_path / "gone.log"
     with pytest.raises(ValueError, match=rf"^{re.escape(str(gone))}: cannot read \(No such file"):
-        server_log.read_server_log(gone)
+        _holds(gone)
     (tmp_path / "cut.log.gz").write_bytes(gzip.compress(HELD.encode())[:-12])
     with pytest.raises(ValueError, match=r"cut\.log\.gz: cannot read \(a damaged gzip file"):
-        server_log.read_server_log(tmp_path / "cut.log.gz")
+        _holds(tmp_path / "cut.log.gz")
     (tmp_path / "not.log.gz").write_text(HELD)
     with pytest.raises(ValueError, match=r"not\.log\.gz: cannot read \("):
-        server_log.read_server_log(tmp_path / "not.log.gz")
+        _holds(tmp_path / "not.log.gz")
     assert server_log.MAX_LOG_BYTES == 64 * 1024 * 1024
 
 

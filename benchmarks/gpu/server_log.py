@@ -115,11 +115,6 @@ def parse_server_log(lines: Iterable[str]) -> tuple[LauncherHold, ...]:
     return tuple(hold for line in lines if (hold := parse_line(line)) is not None)
 
 
-def read_server_log(path: Path, max_bytes: int = MAX_LOG_BYTES) -> tuple[LauncherHold, ...]:
-    """The pauses an SGLang server log tells of (``read_log_lines``)."""
-    return parse_server_log(read_log_lines(path, max_bytes))
-
-
 def read_log_lines(path: Path, max_bytes: int = MAX_LOG_BYTES) -> list[str]:
     """An SGLang server log's lines (plain text, or gzip when it ends in ``.gz``), refused past ``max_bytes``
     (of text, inflated); a file that cannot be read is a ``FileReadError`` naming it. Bytes that are not UTF-8
