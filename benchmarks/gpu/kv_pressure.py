@@ -73,8 +73,8 @@ class RunPressure:
     prompts: int
     prompt_tokens: int
     cached_tokens: int
-    # how much of the run the log's batch lines reach: "whole", "part" (the log ends during the run) or
-    # "none" (it ends before the run began: a later call's run, whose server log came back with a later call)
+    # how much of the run the log reaches (its last stamped line): "whole", "part" (the log ends during the
+    # run) or "none" (it ends before the run began: a run of a later call than the one that handed it back)
     covered: str = "whole"
 
 
@@ -144,7 +144,7 @@ def print_rows(rows: Sequence[RunPressure], max_running: int | None) -> None:
           f"{'held':>6}{'retract':>9}{'tokens':>8}{'prompts':>9}{'prompt tok':>12}{'cached':>8}")  # fmt: skip
     for r in rows:
         if r.covered == "none":  # a row of zeros would read as an idle pool
-            print(f"{r.run:<16} not in the server log: its batch lines end before this run began")
+            print(f"{r.run:<16} not in the server log: it ends before this run began")
             continue
         mark = " *" if r.covered == "part" else ""
         print(f"{r.run:<16}{r.decode_lines:>6}{_f(r.usage_mean):>7}{_f(r.usage_max):>6}{_f(r.full_share):>6}"
