@@ -38,6 +38,12 @@ def test_a_bin_is_explored_in_the_mode_its_ceiling_did_not_choose_and_the_ceilin
     assert explore_lean.explored_mode(0, 1, BINS, 0) == "drafted"
 
 
+def test_a_ceiling_at_the_servers_maximum_has_no_own_bin_so_every_bin_explores_the_gated_side() -> None:
+    # threshold:64 on a server of 64 (stored as TOP): a steady level's bin is drafted, its gated side explored
+    assert explore_lean.explored_mode(12, 16, [12, 16], explore_lean.TOP) == "gated"
+    assert explore_lean.explored_mode(48, 64, BINS, explore_lean.TOP) == "gated"
+
+
 BAD_RUNS = ["learn", "learn=1:2", "learn=2:1:4", "learn=a:2:4", "learn=1:2:-1", "=1:2:3"]
 
 

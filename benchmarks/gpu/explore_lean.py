@@ -299,10 +299,12 @@ def explore_cost(
 def explored_mode(below: int, b: int, bins: Sequence[int], ceiling: int) -> str | None:
     """The mode a run explored in the bin counting batches ``below + 1 .. b``: drafted when every one of them
     is above the ceiling, gated when every one is at or below it and the bin is not the ceiling's own (where
-    the gate's hysteresis gates some by design); None (mixed) otherwise."""
+    the gate's hysteresis gates some by design); None (mixed) otherwise. A ceiling at the server's maximum
+    (TOP) gates no batch by load, so no bin is its own: every bin explores the gated side (2026-12-06, a
+    rehearsal of threshold:64 at ``steps:16`` read bin 16 as mixed)."""
     if below >= ceiling:
         return "drafted"
-    own = max((x for x in bins if x <= ceiling), default=0)
+    own = max((x for x in bins if x <= ceiling), default=0) if ceiling < TOP else 0
     if b <= ceiling and b != own:
         return "gated"
     return None
