@@ -65,6 +65,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_taken(output: str) -> bool:
+    """Whether a child's output says its port was taken: the CLI's line ("Address already in use", the
+    system's words) or uvicorn's own ("address already in use"), which a full suite met on 2026-12-06."""
+    return "address already in use" in output.lower()
+
+
 def wait_until_ok(
     url: str,
     timeout_s: float,
@@ -166,7 +172,7 @@ class SimulatorProcess:
                 self.start()
                 return
             except RuntimeError as exc:
-                taken = "Address already in use" in str(exc)
+                taken = port_taken(str(exc))
                 if not taken or (given_port and given_gpu_port) or attempt == PORT_ATTEMPTS - 1:
                     raise
 

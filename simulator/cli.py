@@ -105,11 +105,11 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    _fail_unless_bindable(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
+    sockets = _listening_sockets(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
     # imported once the arguments hold: the web stack is most of a start-up, and a refusal needs none of it
     from .server import run
 
-    run(config)
+    run(config, sockets)
 
 
 def _profile(name_or_path: str, no_speculation: bool) -> Profile:
@@ -144,26 +144,47 @@ def _explore_share(given: float | None) -> float:
     return given
 
 
-def _fail_unless_bindable(host: str, ports: dict[str, int | None]) -> None:
-    """One error line for the first port (by its option) that cannot be listened on."""
+def _listening_sockets(host: str, ports: dict[str, int | None]) -> list[socket.socket]:
+    """A socket bound and listening on each given port, in order; one error line for the first (by its option)
+    that cannot be listened on (None: not served, no socket). Bound here and handed to the server, so no
+    other process can take a port between this check and the server's bind (a suite's simulator once lost
+    that race: a traceback)."""
+    sockets: list[socket.socket] = []
     for what, value in ports.items():
-        if value:
-            problem = cannot_bind(host, value)
-            if problem:
-                fail(f"{what}: cannot listen on {host}:{value} ({problem})")
+        if value is not None:
+            try:
+                sockets.append(listening_socket(host, value))
+            except OSError as exc:
+                for sock in sockets:
+                    sock.close()
+                fail(f"{what}: cannot listen on {host}:{value} ({exc.strerror or exc})")
+    return sockets
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening (port 0: one the system picks); OSError if it
+    cannot."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc)) from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)  # uvicorn's own backlog
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def cannot_bind(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be listened on, or None (checked up front for a one-line error)."""
+    """Why ``host:port`` cannot be listened on, or None (checked up front for a one-line error, where the
+    server binds for itself: Streamlit)."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        listening_socket(host, port).close()
     except OSError as exc:
         return str(exc.strerror or exc)
-    family, _, _, _, addr = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(addr)
-        except OSError as exc:
-            return str(exc.strerror or exc)
     return None

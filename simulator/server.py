@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -42,7 +43,9 @@ def _bound_port(server: uvicorn.Server, fallback: int) -> int:
     return fallback
 
 
-async def serve(config: SimConfig) -> None:
+async def serve(config: SimConfig, sockets: list[socket.socket] | None = None) -> None:
+    """``sockets``: the API's and then the GPU metrics' listening sockets, bound by the caller (the CLI binds
+    before it imports the web stack, so a port taken meanwhile is its one error line); None: uvicorn binds."""
     engine = Engine(config)
     info = ServerInfo(config, engine)
     app, _ = build_app(config, engine, info)
@@ -104,7 +107,10 @@ async def serve(config: SimConfig) -> None:
     sampler = asyncio.create_task(sample_gpus())
     announcer = asyncio.create_task(announce())
     try:
-        await asyncio.gather(*(s.serve() for s in servers))
+        given = sockets or []
+        await asyncio.gather(
+            *(s.serve(sockets=[given[i]] if i < len(given) else None) for i, s in enumerate(servers))
+        )
     finally:
         sampler.cancel()
         announcer.cancel()
@@ -115,5 +121,5 @@ async def serve(config: SimConfig) -> None:
         sys.exit(1)
 
 
-def run(config: SimConfig) -> None:
-    asyncio.run(serve(config))
+def run(config: SimConfig, sockets: list[socket.socket] | None = None) -> None:
+    asyncio.run(serve(config, sockets))

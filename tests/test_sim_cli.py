@@ -158,3 +158,40 @@ def test_a_parse_error_is_one_line_as_every_spectower_command(args: list[str], n
     assert len(lines) == 1 and lines[0].startswith("error: python -m spectower.simulator: "), res.stderr
     assert named in lines[0], res.stderr
     assert "Traceback" not in res.stderr + res.stdout and "╭" not in res.stderr + res.stdout
+
+
+def test_the_listening_socket_holds_its_port_from_the_check_to_the_server() -> None:
+    """The CLI binds each port itself and hands the socket to uvicorn: between its check and the server's
+    bind no other process can take the port (a full suite's simulator lost that race on 2026-12-06, and
+    uvicorn's bind error came out as a traceback)."""
+    import errno
+    import socket
+
+    from spectower.simulator.cli import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        port = sock.getsockname()[1]
+        with socket.socket() as other:
+            with pytest.raises(OSError) as err:
+                other.bind(("127.0.0.1", port))
+            assert err.value.errno == errno.EADDRINUSE
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # it listens: a connection is queued for the server
+    finally:
+        sock.close()
+
+
+def test_a_taken_metrics_port_is_one_error_line_and_the_api_socket_is_let_go() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        api = free_port()
+        res = _sim("--profile", "llama31-8b-1x-h100", "--port", str(api), "--gpu-metrics-port", str(busy))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res
+    assert f"--gpu-metrics-port: cannot listen on 127.0.0.1:{busy}" in res.stderr
+    with socket.socket() as again:  # the API's socket, bound first, was closed with the refusal
+        again.bind(("127.0.0.1", api))

@@ -114,3 +114,17 @@ def test_a_dead_url_stays_dead_a_simulator_cannot_take_its_port() -> None:
         probe.bind(("127.0.0.1", port))
     picked = {simulator_process.free_port() for _ in range(200)}
     assert port not in picked
+
+
+def test_a_port_taken_is_read_from_the_clis_line_and_from_uvicorns_own() -> None:
+    """uvicorn says "address already in use" in lower case; the start's retry read only the system's words,
+    so a full suite's fleet test failed on a port taken between its pick and the child's bind (2026-12-06)."""
+    from benchmarks.simulator_process import port_taken
+
+    cli = "error: --port: cannot listen on 127.0.0.1:35643 (Address already in use)"
+    uvicorn = (
+        "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 35643): "
+        "address already in use"
+    )
+    assert port_taken(cli) and port_taken(uvicorn)
+    assert not port_taken("error: --profile: no such profile")
