@@ -224,6 +224,13 @@ def test_help_states_the_default_slo() -> None:
     assert "[default: ttft=2s,itl=100ms]" in " ".join(run.stdout.split())
 
 
+def test_sim_evaluate_help_names_the_request_trace_it_replays_open_loop() -> None:
+    run = subprocess.run([*SPECTOWER_CLI, "sim", "evaluate", "--help"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, env={"COLUMNS": "400", "PATH": ""})  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "a request trace .csv (TIMESTAMP,ContextTokens,GeneratedTokens" in " ".join(run.stdout.split())
+
+
 # ---- the pieces the replay builds prompts from --------------------------------------------------------
 def test_the_server_reports_its_longest_prompt_and_the_replay_leaves_room_for_the_output() -> None:
     doc = json.loads((REPO_ROOT / "tests/fixtures/real/sglang-0.5.17-h200/server_info_idle.json").read_text())

@@ -24,7 +24,8 @@ PROFILE_HELP = "a shipped profile name or a profile JSON path"
 
 def evaluate(
     profile: str = typer.Option(..., "--profile", help=PROFILE_HELP),
-    trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
+    trace: str = typer.Option(..., "--trace", help=f"{TRACE_HELP}, or a request trace .csv "
+                              "(TIMESTAMP,ContextTokens,GeneratedTokens, Azure's format) replayed open loop"),
     policy: str = typer.Option("learn", "--policy", help=POLICY_HELP),
     duration: float | None = duration_option(
         None,
