@@ -109,8 +109,9 @@ def load_trace(name_or_path: str, duration_s: float | None = None, seed: int = 0
         raise TraceError(f"trace {name_or_path!r}: {exc}") from None
     try:
         data = parse_json_text(text)
-    except FileReadError as exc:
-        raise TraceError(f"{name_or_path}: {exc}") from None
+    except FileReadError as exc:  # a request trace is told apart by its .csv name: say that form too
+        raise TraceError(f"trace {name_or_path!r}: {exc}; a concurrency trace is JSON, a request trace "
+                         "a .csv file") from None
     return parse_trace(data, source=name_or_path)
 
 

@@ -103,8 +103,11 @@ def test_load_trace_errors(tmp_path: Path) -> None:
         load_trace(str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("[[0, 1], [5, 2]")
-    with pytest.raises(TraceError, match="not valid JSON"):
+    with pytest.raises(TraceError) as err:
         load_trace(str(bad))
+    # the option's word and both forms a file may take: an Azure trace without .csv read as JSON
+    assert str(err.value).startswith(f"trace {str(bad)!r}: not valid JSON")
+    assert str(err.value).endswith("a concurrency trace is JSON, a request trace a .csv file")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe[[0, 1]]")
     with pytest.raises(TraceError, match=r"not UTF-8 text \(byte 0\)"):
