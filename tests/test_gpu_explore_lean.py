@@ -25,6 +25,7 @@ def db_server_id(db: Database) -> int:
     assert len(servers) == 1 and servers[0].id is not None
     return servers[0].id
 
+
 RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
 T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
 BINS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
@@ -264,3 +265,33 @@ def test_only_cells_with_an_explored_rate_print_unless_all_is_asked(
     every_lines = every.split("served per bin")[0].splitlines()
     short_lines = short.split("served per bin")[0].splitlines()
     assert len(every_lines) == len(short_lines) - 1 + len(rows) - len(rated)  # all rows, no count line
+
+
+def test_steady_rates_pool_a_locks_repeats_so_a_second_level_on_the_same_launch_has_its_own() -> None:
+    """Steady levels 48 then 16 on one launch: measure_off.sh labels the second level's locks on-2 and off-2.
+    Bin 16's steady rates come from those, where only the first run's name was read (no ratio at 16)."""
+    top = explore_lean.TOP
+    runs = [
+        explore_lean.Run(name, i, i + 1, ceiling)
+        for i, (name, ceiling) in enumerate(
+            [("on", top), ("off", 0), ("threshold-0", 0), ("on-2", top), ("off-2", 0), ("threshold-0-2", 0)]
+        )
+    ]
+    totals = {
+        "on": {(48, "drafted"): [900.0, 90_000.0, 20.0]},
+        "off": {(48, "gated"): [900.0, 43_200.0, 10.0]},
+        "threshold-0": {(48, "drafted"): [60.0, 6_000.0, 1.35]},
+        "on-2": {(16, "drafted"): [900.0, 40_000.0, 10.0]},
+        "off-2": {(16, "gated"): [900.0, 14_400.0, 5.0]},
+        "threshold-0-2": {(16, "drafted"): [60.0, 2_600.0, 0.65]},
+    }
+    rows = explore_lean.lean_table(totals, runs, "on", "off", 0.05, 30)
+    by = {(r["bin"], r["run"]): r for r in rows}
+    assert {k for k in by} == {(16, "threshold-0"), (16, "threshold-0-2"), (48, "threshold-0"),
+                               (48, "threshold-0-2")}  # fmt: skip
+    assert by[16, "threshold-0-2"]["steady_tok_s"] == 4_000.0  # on-2's, not missing
+    assert by[16, "threshold-0-2"]["ratio"] == pytest.approx(4_000.0 / 4_000.0)
+    assert by[48, "threshold-0"]["ratio"] == pytest.approx((6_000 / 1.35) / 4_500)
+    served = explore_lean.served_table(totals, runs, "off", 30)
+    assert {r["run"] for r in served} == {"on", "threshold-0", "on-2", "threshold-0-2"}  # off-2 is a lock
+    assert next(r for r in served if r["run"] == "on-2")["off_tok_s"] == 2_880.0

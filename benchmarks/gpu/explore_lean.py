@@ -38,8 +38,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,26 @@ def rate(cell: Sequence[float] | None, min_steps: int) -> float | None:
     return cell[1] / cell[2]
 
 
+def repeats_of(name: str, names: Iterable[str]) -> list[str]:
+    """The steady run ``name`` and its repeats as measure_off.sh labels them (``on``, ``on-2``, ``on-3``: the
+    same lock at another level, e.g. steady levels 48 and 16 on one launch); none for ``""``."""
+    if not name:
+        return []
+    return [n for n in names if n == name or re.fullmatch(rf"{re.escape(name)}-\d+", n)]
+
+
+def pooled(totals: dict[str, dict[tuple[int, str], list[float]]], names: Sequence[str]
+           ) -> dict[tuple[int, str], list[float]]:
+    """Cells summed over the named runs: a steady mode's rate per bin from every run of it."""
+    out: dict[tuple[int, str], list[float]] = {}
+    for name in names:
+        for key, cell in totals.get(name, {}).items():
+            into = out.setdefault(key, [0.0, 0.0, 0.0])
+            for i, value in enumerate(cell):
+                into[i] += value
+    return out
+
+
 def lean_table(
     totals: dict[str, dict[tuple[int, str], list[float]]],
     runs: Sequence[Run],
@@ -190,16 +211,19 @@ def lean_table(
     min_steps: int,
 ) -> list[dict[str, Any]]:
     """Per bin and explored run: the explored rate of the mode the ceiling did not choose, over the steady
-    rate of that mode (the always-on run's drafted, the always-off run's gated)."""
+    rate of that mode (the always-on runs' drafted, the always-off runs' gated, each pooled with its
+    repeats)."""
     bins = sorted({b for cells in totals.values() for b, _ in cells})
+    on_runs, off_runs = repeats_of(steady_on, totals), repeats_of(steady_off, totals)
+    on_cells, off_cells = pooled(totals, on_runs), pooled(totals, off_runs)
     rows = []
     for below, b in zip([0, *bins], bins, strict=False):
         steady = {  # no steady run of a mode (its name ""): no ratio for it
-            "drafted": rate(totals.get(steady_on, {}).get((b, "drafted")), min_steps),
-            "gated": rate(totals.get(steady_off, {}).get((b, "gated")), min_steps),
+            "drafted": rate(on_cells.get((b, "drafted")), min_steps),
+            "gated": rate(off_cells.get((b, "gated")), min_steps),
         }
         for run in runs:
-            if run.name in (steady_on, steady_off):
+            if run.name in (*on_runs, *off_runs):
                 continue
             mode = explored_mode(below, b, bins, run.ceiling)
             if mode is None:
@@ -236,12 +260,13 @@ def served_table(
     without drafting at all (the 0.5 pair under Azure's replay, 2026-12-05: learn at 24 drafted bins 1-12
     only, its bins 16 and 24 drained at 0.80 and 0.92 of off's rate)."""
     out = []
-    off_cells = totals.get(steady_off, {})
+    off_runs = repeats_of(steady_off, totals)
+    off_cells = pooled(totals, off_runs)
     bins = sorted({b for cells in totals.values() for b, _ in cells})
     for b in bins:
         off = rate(off_cells.get((b, "gated")), min_steps)
         for run in runs:
-            if run.name == steady_off:
+            if run.name in off_runs:
                 continue
             drafted = totals[run.name].get((b, "drafted"), [0.0, 0.0, 0.0])
             gated = totals[run.name].get((b, "gated"), [0.0, 0.0, 0.0])
@@ -319,9 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                              "split where the ceiling moved")  # fmt: skip
     parser.add_argument("--max-running-requests", type=int, default=64,
                         help="with --runs-from-db: a set at or above it is always on")  # fmt: skip
-    parser.add_argument("--steady-on", default="on", help="the always-on run's name (default on; '' none)")
+    parser.add_argument("--steady-on", default="on", help="the always-on run's name, pooled with its repeats "
+                        "(on-2, ...: another level of the launch); default on, '' none")
     parser.add_argument(
-        "--steady-off", default="off", help="the always-off run's name (default off; '' none)"
+        "--steady-off", default="off",
+        help="the always-off run's name, pooled with its repeats (default off; '' none)",
     )
     parser.add_argument(
         "--min-steps", type=int, default=50, help="fewer steps in a cell: no rate (default 50)"
