@@ -402,7 +402,8 @@ do_steps() {  # a middle step count (issue #14): un-gated EAGLE-3 servers at K s
 }
 
 do_policy() {  # the same day-shaped load under each of $POLICIES, in the background (see do_wait)
-  # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600);
+  # POLICIES: learn, on (always on), off (always off), threshold:N; LOAD_SECONDS per policy (default 600), or
+  # an entry's own after =, e.g. threshold:24=280;
   # POLICY_START: the knob a policy (learn, threshold:N) starts from (default: wherever it is).
   # Results in $OUT: policy.db (collector + policy decisions + audit), load-<policy>.log (5 s status
   # lines: target C and tok/s), auto-<policy>.log; benchmarks/gpu/policy_table.py turns them into ratios.
@@ -422,7 +423,12 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   fi
   OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
-      local pol=$1 label=${1//:/-} apid=""
+      # an entry may end in =SECONDS, its own load length (threshold:24=280: windows at the default cycle
+      # come about every 90 s at 48 requests, where the locks need a minute each)
+      local pol=${1%%=*} secs=$LOAD_SECONDS apid=""
+      [[ $1 == *=* ]] && secs=${1#*=}
+      local label=${pol//:/-}
+      echo "[$(date +%T)] policy $pol (${secs}s)"
       if [ "$pol" = freeze-gc ]; then  # not a policy: SGLang'"'"'s /freeze_gc (tokenizer manager and scheduler)
         # between two runs: the launcher'"'"'s full collections paused every output (2026-12-05); the product'"'"'s
         # command reads the freeze back and audits it; where it cannot (a plugin before 0.4.8), plain curl
@@ -460,10 +466,10 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       esac
       if [ -n "${REPLAY_TRACE:-}" ]; then  # open loop: the trace'"'"'s arrivals of LOAD_SECONDS, then the drain
         st bench replay --server "$SPEC_URL" --trace "$REPLAY_TRACE" --speedup "$REPLAY_SPEEDUP" \
-          --rate-scale "$REPLAY_RATE_SCALE" --duration "${LOAD_SECONDS}s" --api generate --save --db "$DB" \
+          --rate-scale "$REPLAY_RATE_SCALE" --duration "${secs}s" --api generate --save --db "$DB" \
           --tag "replay-$label" --json > "$OUT/replay-$label.json" 2> "$OUT/load-$label.log"
       else
-        st bench load --server "$SPEC_URL" --pattern "$LOAD_PATTERN" --period "${LOAD_PERIOD:-$LOAD_SECONDS}s" --duration "${LOAD_SECONDS}s" \
+        st bench load --server "$SPEC_URL" --pattern "$LOAD_PATTERN" --period "${LOAD_PERIOD:-$secs}s" --duration "${secs}s" \
           --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
           > "$OUT/load-$label.log" 2>&1
       fi
@@ -488,11 +494,11 @@ for path, key in ((sys.argv[1], "loop"), (sys.argv[2], "gated_decode")):
     }
     st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
     cpid=$!
-    for pol in $POLICIES; do echo "[$(date +%T)] policy $pol"; run_one "$pol"; done
+    for pol in $POLICIES; do run_one "$pol"; done
     kill -TERM $cpid; wait $cpid
     touch "$WORK/policy.done"
   ' >> "$WORK/policy-out/policy.log" 2>&1 &
-  say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each)"
+  say "policy runs started in the background: $POLICIES (${LOAD_SECONDS}s each, or an entry's =SECONDS)"
 }
 export -f st st_bg curl run_label  # for the background runs: curl keeps its deadline and size cap (above)
 # POLICY_OUTPUT_LEN: mixed lengths by default (issue #32: one length finishes in waves); WARM_PROFILE: see above
