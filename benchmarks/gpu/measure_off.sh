@@ -428,7 +428,6 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
       local pol=${1%%=*} secs=$LOAD_SECONDS apid=""
       [[ $1 == *=* ]] && secs=${1#*=}
       local label=${pol//:/-}
-      echo "[$(date +%T)] policy $pol (${secs}s)"
       if [ "$pol" = freeze-gc ]; then  # not a policy: SGLang'"'"'s /freeze_gc (tokenizer manager and scheduler)
         # between two runs: the launcher'"'"'s full collections paused every output (2026-12-05); the product'"'"'s
         # command reads the freeze back and audits it; where it cannot (a plugin before 0.4.8), plain curl
@@ -439,6 +438,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
             "$WORK/admin_key")" "$SPEC_URL/freeze_gc")"
         return
       fi
+      echo "[$(date +%T)] policy $pol (${secs}s)"
       label=$(run_label "$OUT" "$label")  # a policy run again (alternating order, or a later call): all kept
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
