@@ -105,7 +105,7 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    sockets = _listening_sockets(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
+    sockets = listening_sockets(host, {"--port": port, "--gpu-metrics-port": gpu_metrics_port})
     # imported once the arguments hold: the web stack is most of a start-up, and a refusal needs none of it
     from .server import run
 
@@ -144,7 +144,7 @@ def _explore_share(given: float | None) -> float:
     return given
 
 
-def _listening_sockets(host: str, ports: dict[str, int | None]) -> list[socket.socket]:
+def listening_sockets(host: str, ports: dict[str, int | None]) -> list[socket.socket]:
     """A socket bound and listening on each given port, in order; one error line for the first (by its option)
     that cannot be listened on (None: not served, no socket). Bound here and handed to the server, so no
     other process can take a port between this check and the server's bind (a suite's simulator once lost

@@ -19,7 +19,7 @@ def router(
     """Run a simulated SGLang router: its worker list (GET /workers) and least-loaded routing."""
     import uvicorn
 
-    from .cli import listening_socket
+    from .cli import listening_sockets
     from .router import build_app
 
     urls = [u.strip().rstrip("/") for u in worker_urls]
@@ -27,11 +27,8 @@ def router(
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             fail(f"--worker-url must be an http(s) URL, got {url!r}")
-    try:  # bound here and handed to uvicorn: no other process can take the port between check and bind
-        sock = listening_socket(host, port)
-    except OSError as exc:
-        fail(f"--port: cannot listen on {host}:{port} ({exc.strerror or exc})")
+    sockets = listening_sockets(host, {"--port": port})  # handed to uvicorn: no one takes the port meanwhile
     print(f"spectower sim router: http://{host}:{port} in front of {len(urls)} worker(s)", flush=True)
     app = build_app(urls, model_id)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=sockets)

@@ -44,8 +44,9 @@ def _bound_port(server: uvicorn.Server, fallback: int) -> int:
 
 
 async def serve(config: SimConfig, sockets: list[socket.socket] | None = None) -> None:
-    """``sockets``: the API's and then the GPU metrics' listening sockets, bound by the caller (the CLI binds
-    before it imports the web stack, so a port taken meanwhile is its one error line); None: uvicorn binds."""
+    """``sockets``: one listening socket per server, the API's and then the GPU metrics' when served, bound by
+    the caller (the CLI binds before it imports the web stack, so a port taken meanwhile is its one error
+    line); None: uvicorn binds."""
     engine = Engine(config)
     info = ServerInfo(config, engine)
     app, _ = build_app(config, engine, info)
@@ -107,10 +108,9 @@ async def serve(config: SimConfig, sockets: list[socket.socket] | None = None) -
     sampler = asyncio.create_task(sample_gpus())
     announcer = asyncio.create_task(announce())
     try:
-        given = sockets or []
-        await asyncio.gather(
-            *(s.serve(sockets=[given[i]] if i < len(given) else None) for i, s in enumerate(servers))
-        )
+        given: list[socket.socket | None] = list(sockets) if sockets is not None else [None] * len(servers)
+        pairs = zip(servers, given, strict=True)
+        await asyncio.gather(*(s.serve(sockets=None if sock is None else [sock]) for s, sock in pairs))
     finally:
         sampler.cancel()
         announcer.cancel()
