@@ -295,3 +295,45 @@ def test_steady_rates_pool_a_locks_repeats_so_a_second_level_on_the_same_launch_
     served = explore_lean.served_table(totals, runs, "off", 30)
     assert {r["run"] for r in served} == {"on", "threshold-0", "on-2", "threshold-0-2"}  # off-2 is a lock
     assert next(r for r in served if r["run"] == "on-2")["off_tok_s"] == 2_880.0
+
+
+def test_a_ratios_interval_holds_its_point_narrows_with_more_intervals_and_needs_two_a_side() -> None:
+    """The bootstrap over the collector's intervals: each side resampled on its own, seeded."""
+    steady = [[100.0, 1_000.0 + 30 * (i % 5), 1.0] for i in range(40)]
+    few = [[20.0, 1_100.0 - 80 * (i % 2), 1.0] for i in range(4)]
+    many = few * 10
+    point = (sum(c[1] for c in few) / 4) / (sum(c[1] for c in steady) / 40)
+    narrow, wide = explore_lean.ratio_bounds(many, steady), explore_lean.ratio_bounds(few, steady)
+    assert narrow is not None and wide is not None
+    assert wide[0] < point < wide[1] and narrow[0] < point < narrow[1]
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+    assert explore_lean.ratio_bounds(few, steady) == wide  # seeded: the same draws each time
+    assert explore_lean.ratio_bounds(few[:1], steady) is None
+    assert explore_lean.ratio_bounds(few, steady[:1]) is None
+
+
+STEADY_LEVELS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-steady-levels-2026-12-06/1-levels-48-16"
+
+
+def test_the_h200_steady_levels_read_each_explored_rate_with_its_interval(tmp_path: Path) -> None:
+    """Item 2 on the H200 (2026-12-06): steady levels 48 and 16, the locks a minute each, the gated side of
+    the drafting bin explored by threshold:64, the drafted side by a ceiling at half the level. Every cell's
+    corrected ratio and its interval print, from the intervals each side pooled."""
+    db = tmp_path / "policy.db"
+    shutil.copy(STEADY_LEVELS / "policy.db", db)  # opening migrates in place: never the committed file
+    out = tmp_path / "lean.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/explore_lean.py"), "--db", str(db),
+                           "--runs-from-db", "--json", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "95 % interval" in proc.stdout
+    rows = {(r["bin"], r["run"]): r for r in json.loads(out.read_text())["lean"]}
+    cells = {(48, "threshold-64@max"): "gated", (48, "threshold-24@24"): "drafted",
+             (16, "threshold-64-2@max"): "gated", (16, "threshold-8@8"): "drafted"}  # fmt: skip
+    for key, mode in cells.items():
+        row = rows[key]
+        assert row["mode"] == mode and row["intervals"] >= 3
+        assert row["low"] < row["corrected"] < row["high"]
+        assert abs(row["corrected"] - 1) < 0.035, (key, row["corrected"])
+    # the gated side reads low raw (the kept extend) and the correction brings it near
+    assert rows[(48, "threshold-64@max")]["ratio"] < 0.95 and rows[(16, "threshold-64-2@max")]["ratio"] < 0.91

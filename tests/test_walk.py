@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import subprocess
+from typing import Any
 
 import httpx
 import pytest
 from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.lengths import OutputLengths
+from spectower.collectors.bench.prompts import Prompt
+from spectower.collectors.bench.records import RequestRecord
+from spectower.collectors.bench.stream import RequestShape, stream_request
 from spectower.collectors.bench.walk import (
     DEFAULT_MAX_CONCURRENCY,
     HOVER_SPREAD,
@@ -233,3 +237,37 @@ def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory: SimulatorF
             proc.kill()
     assert proc.returncode == 0, rest
     assert "stopped (signal)" in rest and "Traceback" not in rest
+
+
+@pytest.mark.integration
+def test_a_worker_whose_cancellation_was_swallowed_sends_nothing_after_the_stop(
+    simulator_factory: SimulatorFactory,
+) -> None:
+    # 2026-12-06 on the H200: at a run's end one worker's cancellation was swallowed under its request (the
+    # HTTP stack's teardown), and the worker went on sending a request at a time for five minutes, the load's
+    # process never ending. Here the first cancellation is swallowed, as there; nothing may be sent after it.
+    sim = simulator_factory(profile=GLM5)
+    swallowed: list[int] = []
+    sent_after: list[int] = []
+
+    async def send(
+        client: httpx.AsyncClient, prompt: Prompt, shape: RequestShape, **kwargs: Any
+    ) -> RequestRecord:
+        if swallowed:
+            sent_after.append(prompt.index)
+            raise asyncio.CancelledError  # ends this worker either way, so the test cannot hang
+        try:
+            return await stream_request(client, prompt, shape, **kwargs)
+        except asyncio.CancelledError:
+            swallowed.append(prompt.index)
+            record: RequestRecord = kwargs["record"]
+            record.error = "cancelled (swallowed)"
+            return record
+
+    # long answers, so every request is still streaming at the stop
+    config = WalkConfig(server=sim.base_url, pattern=parse_pattern("hover:4", 4.0), duration_s=1.0,
+                        output_len=4000)  # fmt: skip
+    stats = asyncio.run(walk(config, send=send))
+    assert swallowed, "no request was streaming at the stop"
+    assert sent_after == []
+    assert not stats.in_flight

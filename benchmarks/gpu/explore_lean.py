@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -50,10 +51,14 @@ from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.storage import queries
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
+from spectower.storage.request_traces import percentile
 from sqlmodel import select
 
 FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
 TOP = 1 << 30  # the ceiling of an always-on run: above every bin
+# each ratio's interval: a bootstrap over the collector's intervals (1 s in measure_off.sh) of each side
+DRAWS = 1000
+SEED = 1
 
 
 @dataclass(frozen=True)
@@ -161,18 +166,46 @@ def run_intervals(db: Database, server_id: int, run: Run) -> list[dict[str, Any]
     return [now for before, now in itertools.pairwise(read) if float(before["ts"]) >= run.start]
 
 
-def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
-    """(bin, mode) -> [steps, tokens, step seconds] summed over the intervals."""
-    out: dict[tuple[int, str], list[float]] = {}
+def bin_cells(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[list[float]]]:
+    """(bin, mode) -> one [steps, tokens, step seconds] per interval with steps there."""
+    out: dict[tuple[int, str], list[list[float]]] = {}
     for interval in intervals:
         for i, b in enumerate(interval["bins"]):
             for mode in ("drafted", "gated"):
                 block = interval[mode]
-                cell = out.setdefault((int(b), mode), [0.0, 0.0, 0.0])
-                cell[0] += block["steps"][i]
-                cell[1] += block["tokens"][i]
-                cell[2] += block["time_s"][i]
+                if block["steps"][i] > 0:
+                    out.setdefault((int(b), mode), []).append(
+                        [block["steps"][i], block["tokens"][i], block["time_s"][i]]
+                    )
     return out
+
+
+def summed(cells: dict[tuple[int, str], list[list[float]]]) -> dict[tuple[int, str], list[float]]:
+    """(bin, mode) -> [steps, tokens, step seconds] summed over the intervals."""
+    return {key: [sum(c[i] for c in rows) for i in range(3)] for key, rows in cells.items()}
+
+
+def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
+    """(bin, mode) -> [steps, tokens, step seconds] summed over the intervals."""
+    return summed(bin_cells(intervals))
+
+
+def ratio_bounds(explored: Sequence[Sequence[float]], steady: Sequence[Sequence[float]],
+                 draws: int = DRAWS, seed: int = SEED) -> tuple[float, float] | None:
+    """The 95 % interval of (explored tok/s of step time) / (steady's), each side's intervals resampled with
+    replacement; None with fewer than two intervals on a side. Explored steps come in windows (an exploring
+    part of up to 3 s spans a few intervals), so the interval is somewhat narrower than the windows allow:
+    read it with the count of intervals beside it."""
+    if len(explored) < 2 or len(steady) < 2:
+        return None
+    rng = random.Random(seed)
+    out = []
+    for _ in range(draws):
+        e, s = rng.choices(explored, k=len(explored)), rng.choices(steady, k=len(steady))
+        e_time, s_time, s_tok = sum(c[2] for c in e), sum(c[2] for c in s), sum(c[1] for c in s)
+        if min(e_time, s_time, s_tok) > 0:
+            out.append((sum(c[1] for c in e) / e_time) / (s_tok / s_time))
+    return (percentile(out, 2.5), percentile(out, 97.5)) if out else None
 
 
 def rate(cell: Sequence[float] | None, min_steps: int) -> float | None:
@@ -209,13 +242,20 @@ def lean_table(
     steady_off: str,
     tax: float,
     min_steps: int,
+    cells: dict[str, dict[tuple[int, str], list[list[float]]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Per bin and explored run: the explored rate of the mode the ceiling did not choose, over the steady
     rate of that mode (the always-on runs' drafted, the always-off runs' gated, each pooled with its
-    repeats)."""
+    repeats). With ``cells`` (``bin_cells`` per run), each ratio's 95 % interval (``ratio_bounds``) and the
+    count of intervals its explored rate pools."""
     bins = sorted({b for cells in totals.values() for b, _ in cells})
     on_runs, off_runs = repeats_of(steady_on, totals), repeats_of(steady_off, totals)
     on_cells, off_cells = pooled(totals, on_runs), pooled(totals, off_runs)
+    per_interval = cells or {}
+    steady_intervals = {  # (bin, mode) -> the steady runs' intervals there, pooled as their totals are
+        "drafted": lambda b: [c for n in on_runs for c in per_interval.get(n, {}).get((b, "drafted"), [])],
+        "gated": lambda b: [c for n in off_runs for c in per_interval.get(n, {}).get((b, "gated"), [])],
+    }
     rows = []
     for below, b in zip([0, *bins], bins, strict=False):
         steady = {  # no steady run of a mode (its name ""): no ratio for it
@@ -242,7 +282,14 @@ def lean_table(
             if explored is not None and steady[mode]:
                 row["ratio"] = explored / steady[mode]
                 # learn reads a drafted bin's explored gated rate as if the extend were skipped: / (1 - tax)
-                row["corrected"] = row["ratio"] / (1.0 - tax) if mode == "gated" else row["ratio"]
+                scale = 1.0 / (1.0 - tax) if mode == "gated" else 1.0
+                row["corrected"] = row["ratio"] * scale
+                explored_intervals = per_interval.get(run.name, {}).get((b, mode), [])
+                if explored_intervals:
+                    row["intervals"] = len(explored_intervals)
+                    bounds = ratio_bounds(explored_intervals, steady_intervals[mode](b))
+                    if bounds is not None:  # of the corrected ratio, which is what learn reads
+                        row["low"], row["high"] = bounds[0] * scale, bounds[1] * scale
             rows.append(row)
     return rows
 
@@ -374,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         servers = queries.servers(db)
         if len(servers) != 1:
             raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
-        totals = {run.name: bin_totals(run_intervals(db, servers[0].id, run)) for run in runs}
+        cells = {run.name: bin_cells(run_intervals(db, servers[0].id, run)) for run in runs}
+        totals = {name: summed(found) for name, found in cells.items()}
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
         extend = queries.extend_totals(db, servers[0].id, *span, max_intervals=100_000) if span else None
@@ -383,11 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     assumed = float(OPTION_DEFAULTS["kept_extend_tax"])
     tax, tax_text = kept_extend.or_assumed(kept_extend.from_totals(extend), assumed)
-    rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps)
+    rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps, cells)
     print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax:.3f}), as learn "
-          f"reads ({tax_text})")  # fmt: skip
-    head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.")
-    widths = (4, -14, -8, 6, 9, 9, 6, 6)
+          f"reads ({tax_text}); the corrected ratio's 95 % interval from a bootstrap of {DRAWS} draws "
+          "over the collector's intervals of each side, ints.: the explored side's intervals")  # fmt: skip
+    head = ("bin", "run", "mode", "steps", "explored", "steady", "ratio", "corr.", "95 % interval", "ints.")
+    widths = (4, -14, -8, 6, 9, 9, 6, 6, 13, 5)
     print(" ".join(f"{h:>{w}}" if w > 0 else f"{h:<{-w}}" for h, w in zip(head, widths, strict=True)))
     # a launch of eight runs over 20 bins is 160 cells, most of them empty (a bin the run never reached in
     # the mode it explores): only the cells with an explored rate print, and how many did not
@@ -396,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         values = [row["bin"], row["run"], row["mode"], row["steps"]]
         for key, fmt in FORMATS:
             values.append("-" if row.get(key) is None else format(row[key], fmt))
+        values.append(f"{row['low']:.3f}-{row['high']:.3f}" if "low" in row else "-")
+        values.append(row.get("intervals", "-"))
         print(" ".join(f"{v:>{w}}" if w > 0 else f"{v:<{-w}}" for v, w in zip(values, widths, strict=True)))
     if len(shown) < len(rows):
         print(f"  {len(rows) - len(shown)} of {len(rows)} cells not shown: fewer than {args.min_steps} "

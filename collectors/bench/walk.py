@@ -23,7 +23,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -50,6 +50,9 @@ JUMP_HOLD_S = 1.0  # jump: a new level every second (the simulator's jump trace)
 TICK_S = 0.25  # how often the walker re-reads the target
 ERROR_BACKOFF_S = 1.0  # a failed request waits this long before its worker tries again
 REQUEST_TIMEOUT_S = 600.0
+# the stop re-cancels a worker still running this long after its last cancellation: a library under
+# stream_request may swallow one (2026-12-06 on the H200: one worker went on sending a request at a time)
+CANCEL_AGAIN_S = 1.0
 
 # The day's shape: (fraction of the period, fraction of the maximum); straight lines in between, smoothed.
 DAY_KNOTS: tuple[tuple[float, float], ...] = (
@@ -259,6 +262,8 @@ class WalkConfig:
 
 
 StatusFn = Callable[[str], None]
+# one request: stream_request's signature as the walker calls it (injected by tests)
+SendFn = Callable[..., Awaitable[RequestRecord]]
 
 
 def status_line(stats: WalkStats, tok_s: float) -> str:
@@ -278,8 +283,10 @@ async def walk(
     api_key: str | None = None,
     stop: asyncio.Event | None = None,
     on_status: StatusFn | None = None,
+    send: SendFn = stream_request,
 ) -> WalkStats:
-    """Run until ``duration_s`` passes or ``stop`` is set; in-flight requests are then cancelled."""
+    """Run until ``duration_s`` passes or ``stop`` is set; in-flight requests are then cancelled, and no
+    worker starts another (a worker whose cancellation a library swallowed ends all the same)."""
     config.validate()
     stop = stop or asyncio.Event()
     stats = WalkStats()
@@ -297,17 +304,18 @@ async def walk(
         prompts = PromptFactory(config.input_len, as_text=config.api == "openai", seed=config.seed)
         issued = 0
         workers: dict[int, asyncio.Task[None]] = {}
+        ending = False  # the walk is over: set before the workers are cancelled, read before each request
 
         async def worker(slot: int) -> None:
             nonlocal issued
-            while slot < stats.target and not stop.is_set():
+            while slot < stats.target and not stop.is_set() and not ending:
                 index = issued
                 issued += 1
                 rec = RequestRecord(index=index, start=time.perf_counter())
                 stats.in_flight[index] = rec
                 try:
                     length = lengths.of(index)
-                    await stream_request(client, prompts(index), shape, output_len=length, record=rec)
+                    await send(client, prompts(index), shape, output_len=length, record=rec)
                 finally:
                     stats.in_flight.pop(index, None)
                     stats.finished_tokens += rec.output_tokens
@@ -341,8 +349,18 @@ async def walk(
                     await asyncio.wait_for(stop.wait(), timeout=TICK_S)
         finally:
             # Stop now: cancel what is streaming (the server aborts those requests), no task outlives us.
-            for task in workers.values():
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*workers.values(), return_exceptions=True)
+            ending = True
+            await _cancel_all(set(workers.values()))
     return stats
+
+
+async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again any still running ``CANCEL_AGAIN_S`` later: a
+    cancellation swallowed under a request leaves its task running, whose loop ``ending`` then ends."""
+    pending = set(tasks)
+    with contextlib.suppress(asyncio.CancelledError):
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        await asyncio.gather(*tasks, return_exceptions=True)  # all done: takes each one's outcome
