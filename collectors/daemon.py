@@ -26,6 +26,7 @@ from .gpu.nvml import DEFAULT_PCIE_POLL_S, NvmlSampler, NvmlUnavailableError
 from .http import KeepAliveGets, check_http_url
 from .sglang.scraper import DEFAULT_SERVER_INFO_EVERY_S, SglangScraper
 from .sink import StorageSink
+from .tasks import cancel_all
 
 log = logging.getLogger("spectower.collect")
 
@@ -356,9 +357,7 @@ class Collector:
             if cfg.duration_s is not None:
                 loop.call_later(cfg.duration_s, self.stop)
             await self._stop.wait()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)
             await asyncio.gather(storage_task, health_task, return_exceptions=True)
         if self.nvml is not None:
             self.nvml.close()

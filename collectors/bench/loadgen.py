@@ -9,13 +9,13 @@ completion (as in SGLang's client), so the server's counters cover whole request
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
 
+from ..tasks import cancel_all
 from .prompts import PromptFactory
 from .records import RequestRecord
 from .stream import RequestShape, stream_request
@@ -84,10 +84,7 @@ async def run_closed_loop(
         await asyncio.gather(*tasks)
     finally:
         # Also on cancellation (Ctrl-C): no request task outlives the loop.
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
     end = time.perf_counter()
     result.phase_end = end
     for rec in result.records:

@@ -15,7 +15,6 @@ with the simulator's open-loop evaluation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import math
 import time
@@ -27,6 +26,7 @@ import httpx
 from ...storage.request_traces import DEFAULT_SLO, Arrival, RequestOutcome, Slo, open_loop_figures
 from ..auth import auth_headers
 from ..http import check_http_url
+from ..tasks import cancel_all
 from . import server as srv
 from .errors import BenchError
 from .limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
@@ -272,10 +272,7 @@ async def _send_all(
     except asyncio.CancelledError:
         result.interrupted = True
     finally:
-        for task in list(in_flight):  # also on Ctrl-C: no request outlives the replay
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*in_flight, return_exceptions=True)
+        await cancel_all(list(in_flight))  # also on Ctrl-C: no request outlives the replay
         result.span_s = time.perf_counter() - start
         for rec in result.records:
             if rec.e2e_s is None and rec.error is None:

@@ -20,6 +20,7 @@ import httpx
 
 from ..auth import auth_headers
 from ..http import ServerUnreachable, check_http_url
+from ..tasks import cancel_all
 from . import server as srv
 from .errors import BenchError
 from .knob import Knob
@@ -506,9 +507,7 @@ async def _sampled_loop(
             output_len_of=lengths.of if lengths.mixed else None,
         )
     finally:
-        sampling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sampling
+        await cancel_all([sampling])
 
 
 def _point_from_slices(

@@ -30,6 +30,7 @@ import httpx
 
 from ..auth import auth_headers
 from ..http import check_http_url
+from ..tasks import cancel_all
 from .errors import BenchError
 from .lengths import OutputLengths, as_lengths
 from .limits import MAX_CONCURRENCY, MAX_TOKENS, check_between
@@ -50,9 +51,6 @@ JUMP_HOLD_S = 1.0  # jump: a new level every second (the simulator's jump trace)
 TICK_S = 0.25  # how often the walker re-reads the target
 ERROR_BACKOFF_S = 1.0  # a failed request waits this long before its worker tries again
 REQUEST_TIMEOUT_S = 600.0
-# the stop re-cancels a worker still running this long after its last cancellation: a library under
-# stream_request may swallow one (2026-12-06 on the H200: one worker went on sending a request at a time)
-CANCEL_AGAIN_S = 1.0
 
 # The day's shape: (fraction of the period, fraction of the maximum); straight lines in between, smoothed.
 DAY_KNOTS: tuple[tuple[float, float], ...] = (
@@ -350,17 +348,6 @@ async def walk(
         finally:
             # Stop now: cancel what is streaming (the server aborts those requests), no task outlives us.
             ending = True
-            await _cancel_all(set(workers.values()))
+            await cancel_all(workers.values())
     return stats
 
-
-async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait for them, cancelling again any still running ``CANCEL_AGAIN_S`` later: a
-    cancellation swallowed under a request leaves its task running, whose loop ``ending`` then ends."""
-    pending = set(tasks)
-    with contextlib.suppress(asyncio.CancelledError):
-        while pending:
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
-        await asyncio.gather(*tasks, return_exceptions=True)  # all done: takes each one's outcome
