@@ -508,6 +508,9 @@ async def _sampled_loop(
         )
     finally:
         await cancel_all([sampling])
+        failed = None if sampling.cancelled() else sampling.exception()
+        if failed is not None:  # the sampler's own failure is the sweep's, as before it was stopped
+            raise failed
 
 
 def _point_from_slices(
