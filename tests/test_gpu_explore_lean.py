@@ -151,7 +151,7 @@ def test_under_plugin_043_a_policys_0_explored_drafting_only_in_small_bins_and_l
 def test_closed_loop_policy_runs_are_found_from_the_audit_where_no_replay_was_saved(tmp_path: Path) -> None:
     """measure_off.sh's policy phase under `bench load` (LOAD_PATTERN, issue #32 item 2's steady levels)
     saves no replay: its runs are the audited spans from `policy run: X` to `policy run X done`, a policy
-    run twice named X-2, each split where a set moved its ceiling; freeze-gc's event opens no run."""
+    run again named X-2, X-3, each split where a set moved its ceiling; freeze-gc's event opens no run."""
     from spectower.storage.models import ControlEvent
 
     def event(ts: float, action: str, reason: str, new: int | None = None) -> ControlEvent:
@@ -166,15 +166,18 @@ def test_closed_loop_policy_runs_are_found_from_the_audit_where_no_replay_was_sa
             event(220, "release", "policy run: learn"), event(221, "set", "warm start", 16),
             event(250, "set", "learn: move", 8), event(280, "release", "policy run learn done"),
             event(290, "release", "policy run: learn"),
-            event(350, "release", "policy run learn done")]  # fmt: skip
+            event(350, "release", "policy run learn done"),
+            event(360, "release", "policy run: learn"),
+            event(400, "release", "policy run learn done")]  # fmt: skip
     with open_database(str(tmp_path / "policy.db")) as db:
         with db.session() as session:
             session.add_all(rows)
             session.commit()
         runs = {r.name: r for r in explore_lean.runs_from_db(db, 64)}
     # the second before a policy's first set keeps the ceiling the run before left
-    assert sorted(runs) == ["learn-2", "learn@16", "learn@32", "learn@8", "off", "on", "threshold-32@0",
-                            "threshold-32@32"]  # fmt: skip
+    # a third run of it is learn-3, as measure_off.sh names its files (it read learn-2 twice)
+    assert sorted(runs) == ["learn-2", "learn-3", "learn@16", "learn@32", "learn@8", "off", "on",
+                            "threshold-32@0", "threshold-32@32"]  # fmt: skip
     assert (runs["on"].start, runs["on"].end, runs["on"].ceiling) == (10, 70, explore_lean.TOP)
     assert (runs["off"].ceiling, runs["threshold-32@32"].ceiling) == (0, 32)
     assert (runs["learn@16"].start, runs["learn@16"].end, runs["learn@8"].end) == (221, 250, 280)

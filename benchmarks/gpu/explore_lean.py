@@ -118,7 +118,7 @@ RUN_OPENS, RUN_ENDS = "policy run: ", ("policy run ", " done")
 def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float]]:
     """(name, start, end) of each run ``measure_off.sh``'s policy phase audited: its first ``policy run: X``
     event (the lock's set, or the release before a policy starts) to its ``policy run X done`` release; a
-    policy run twice is ``X-2`` the second time, as the script names its logs."""
+    policy run again is ``X-2``, ``X-3``, ... as the script names its logs (``lib.sh``'s ``run_label``)."""
     out: list[tuple[str, float, float]] = []
     started: float | None = None
     for event in events:
@@ -126,9 +126,12 @@ def audited_runs(events: Sequence[ControlEvent]) -> list[tuple[str, float, float
         if started is None and reason.startswith(RUN_OPENS):
             started = float(event.ts)
         elif started is not None and reason.startswith(RUN_ENDS[0]) and reason.endswith(RUN_ENDS[1]):
-            label = reason.removeprefix(RUN_ENDS[0]).removesuffix(RUN_ENDS[1]).replace(":", "-")
-            taken = {name for name, _, _ in out}
-            out.append((label if label not in taken else f"{label}-2", started, float(event.ts)))
+            name = reason.removeprefix(RUN_ENDS[0]).removesuffix(RUN_ENDS[1]).replace(":", "-")
+            taken = {label for label, _, _ in out}
+            label, n = name, 2
+            while label in taken:
+                label, n = f"{name}-{n}", n + 1
+            out.append((label, started, float(event.ts)))
             started = None
     return out
 
