@@ -366,8 +366,10 @@ def explore_cost(
                 extra += cell[2] - cell[1] * gated[2] / gated[1]
         if total > 0:
             share = {"explored_share": explored / total, "extra_share": extra / total}
-            out.append({"run": run.name, "step_s": total, "tokens": tokens, "tok_s": tokens / total,
-                        "explored_s": explored, "extra_s": extra, **share})  # fmt: skip
+            span = run.end - run.start  # the step seconds' share of it: time the counters never saw
+            out.append({"run": run.name, "step_s": total, "span_s": span, "tokens": tokens,
+                        "tok_s": tokens / total, "explored_s": explored, "extra_s": extra,
+                        **share})  # fmt: skip
     return out
 
 
@@ -468,10 +470,12 @@ def main(argv: list[str] | None = None) -> int:
         # the decode steps' own output rate per run: where a policy lags always off with the same rate here
         # (the H100 replay of 2026-12-05c: learn at 16 3 120 tok/s of step time, always off 3 111), the
         # lag is outside the decode steps (prefill, the scheduler's own time: loop_phases.py)
-        print("decode steps per run: step s, output tokens, tok/s of step time; drafting explored above the "
-              "ceiling: explored s (share), extra s over gated (share)")  # fmt: skip
+        print("decode steps per run: step s (of the run's span s: the load's own time and the runs' set-up "
+              "in it), output tokens, tok/s of step time; drafting explored above the ceiling: explored s "
+              "(share), extra s over gated (share)")  # fmt: skip
         for c in costs:
-            print(f"{c['run']:<14} {c['step_s']:8.1f} {c['tokens']:>9.0f} {c['tok_s']:7.0f} "
+            print(f"{c['run']:<14} {c['step_s']:8.1f} ({c['span_s']:6.1f}) {c['tokens']:>9.0f} "
+                  f"{c['tok_s']:7.0f} "
                   f"{c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
                   f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
     if args.json:
