@@ -33,6 +33,7 @@ def _document(extend: bool = True) -> dict[str, Any]:
     for _ in range(100):
         counters.record(48, False, 48, 0.010, extend_kept=False if extend else None)
         counters.record(48, False, 48, 0.0112, extend_kept=True if extend else None)
+    counters.end(8, [2] * 8)  # a verify result whose launch was never seen
     block = {**gate.report(64), "gated_decode": skip.report(), "counters": counters.snapshot(),
              "gc": GcPauses().report(), "hooks": {"calls": 200, "seconds": 0.004}, "loop": _stalled(),
              "admin_key": "must-not-print"}  # fmt: skip
@@ -78,6 +79,10 @@ def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
     assert ("    after 0.50 s, in result: sglang/srt/managers/scheduler.py:2104 process_batch_result > "
             "torch/cuda/streams.py:224 synchronize") in lines
     assert not any("must-not-print" in line for line in lines)
+    # the steps the counters set apart from the bins: the 200 recorded, one verify with no launch
+    assert by_start["counters, rank 0"] == (
+        "counters, rank 0: 200 steps in bins (2.1 s); settling 0 steps (0.0 s); 1 verifies unmatched, "
+        "0 launches dropped")
 
 
 def test_a_rank_without_the_extend_block_says_so_and_the_script_reads_stdin() -> None:
