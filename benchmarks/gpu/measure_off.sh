@@ -482,14 +482,16 @@ info = json.load(sys.stdin)
 print(json.dumps([(s.get("spectower") or {}).get("explore") for s in info.get("internal_states", [])]))
 '"'"' > "$OUT/explore-$label.json" || echo "explore report of $label not read" >&2
       # and the scheduler'"'"'s output stalls (plugin 0.4.7), which replay_table.py sets against the run'"'"'s TTFT tail,
-      # and the off path'"'"'s counts (skipped extends and prefills, drains: off_path_runs.py), each rank'"'"'s
+      # and the off path'"'"'s counts (skipped extends and prefills, drains: off_path_runs.py), and the step
+      # counters (what they counted and lost against the loop'"'"'s decode batches: counted_runs.py), each rank'"'"'s
       curl -fsS "$SPEC_URL/server_info" | python3 -P -c '"'"'
 import json, sys
 ranks = [s.get("spectower") or {} for s in json.load(sys.stdin).get("internal_states", [])]
-for path, key in ((sys.argv[1], "loop"), (sys.argv[2], "gated_decode")):
+for path, key in ((sys.argv[1], "loop"), (sys.argv[2], "gated_decode"), (sys.argv[3], "counters")):
     with open(path, "w") as out:
         out.write(json.dumps([block.get(key) for block in ranks]) + "\n")
-'"'"' "$OUT/stalls-$label.json" "$OUT/offpath-$label.json" || echo "stall and off-path reports of $label not read" >&2
+'"'"' "$OUT/stalls-$label.json" "$OUT/offpath-$label.json" "$OUT/counters-$label.json" \
+        || echo "stall, off-path and counter reports of $label not read" >&2
       st control release --server "$SPEC_URL" --reason "policy run $pol done" --as gpu-check --db "$DB"
     }
     st_bg collect --server "$SPEC_URL" --gpu nvml --interval 1s --db "$DB" > "$WORK/collect.log" 2>&1
@@ -547,6 +549,7 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
     # each run's share of the scheduler loop (2026-12-05c: taking in requests cost 3x after always off)
     if compgen -G "$OUT/stalls-*.json" >/dev/null; then python3 benchmarks/gpu/loop_phases.py "$OUT"/stalls-*.json || true; fi
     if compgen -G "$OUT/offpath-*.json" >/dev/null; then python3 benchmarks/gpu/off_path_runs.py "$OUT"/offpath-*.json || true; fi
+    if compgen -G "$OUT/counters-*.json" >/dev/null; then python3 benchmarks/gpu/counted_runs.py "$OUT"/counters-*.json || true; fi
   else
     # a consistent copy while the collector still writes (SQLite's online backup API, safe beside a live
     # writer and its -wal): a machine taken back before the runs end (2026-12-04: learn's counters went with

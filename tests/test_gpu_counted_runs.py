@@ -1,0 +1,94 @@
+"""benchmarks/gpu/counted_runs.py: how many of each run's decode batches the step counters counted, from the
+counters and loop blocks measure_off.sh saves after every run, here the plugin's own objects' reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from spectower.plugin.engine_counters import EngineCounters
+from spectower.plugin.loop_stalls import LoopStalls
+
+from tests.conftest import REPO_ROOT
+from tests.test_engine_counters import FakeClock
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
+import counted_runs
+
+SCRIPT = REPO_ROOT / "benchmarks/gpu/counted_runs.py"
+
+
+class Server:
+    """One rank's counters and scheduler loop, driven as SGLang's hooks drive them."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.counters = EngineCounters(64, clock=self.clock)
+        self.loop = LoopStalls(clock=self.clock, wall=lambda: 1_796_463_029.5)
+
+    def decode(self, size: int, drafted: bool, verified_size: int | None = None) -> None:
+        """A decode batch launched and run; its verify comes back with ``verified_size`` requests (None: as
+        launched), or never (0)."""
+        started = self.clock.now
+        self.counters.begin(size, drafted)
+        self.loop.run_started(started)
+        self.clock.now += 0.010
+        self.loop.run_done(started, {"mode": "DECODE", "requests": size, "tokens": None})
+        if verified_size != 0:
+            self.counters.end(verified_size or size, [2 if drafted else 0] * (verified_size or size))
+        self.loop.result_done(self.clock.now, {"mode": "DECODE", "requests": size, "tokens": None})
+
+    def save(self, folder: Path, run: str) -> Path:
+        (folder / f"stalls-{run}.json").write_text(json.dumps([self.loop.report()]))
+        path = folder / f"counters-{run}.json"
+        path.write_text(json.dumps([self.counters.snapshot()]))
+        return path
+
+
+def test_each_run_counts_its_own_steps_and_losses_against_the_loops_decode_batches(tmp_path: Path) -> None:
+    """Always off counts every batch; a drafting run whose verify comes back with another batch size loses
+    that step (unmatched, its launch dropped), and the share counted says so."""
+    server = Server()
+    for _ in range(10):
+        server.decode(16, drafted=False)
+    off = server.save(tmp_path, "off")
+    for _ in range(8):
+        server.decode(16, drafted=True)
+    server.decode(16, drafted=True, verified_size=15)  # a verify that matches no launch: that launch dropped
+    server.decode(16, drafted=True, verified_size=0)  # a launch that never gets one
+    server.decode(16, drafted=True)  # its verify takes that older launch of its size: one step, not two
+    on = server.save(tmp_path, "on")
+    saved = {counted_runs.run_name(p): counted_runs.read_ranks(p) for p in (on, off)}
+    rows = {r.run: r for r in counted_runs.per_run(saved)}
+    assert rows["off"].since_launch and not rows["on"].since_launch
+    assert rows["off"].counts == {"steps": 10, "settling": 0, "unmatched": 0, "dropped": 0}
+    assert rows["off"].decode_batches == 10 and rows["off"].counted_share == 1.0
+    assert rows["on"].counts == {"steps": 9, "settling": 0, "unmatched": 1, "dropped": 1}
+    assert rows["on"].decode_batches == 11 and rows["on"].counted_share == pytest.approx(9 / 11)
+    out = tmp_path / "c.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(off), str(on), "--json", str(out)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "counted 0.818" in proc.stdout and "off *" in proc.stdout
+    assert json.loads(out.read_text())[1]["counted_share"] == pytest.approx(9 / 11)
+
+
+def test_without_the_loop_file_the_runs_still_print_and_a_bad_block_is_one_line(tmp_path: Path) -> None:
+    server = Server()
+    server.decode(8, drafted=True)
+    path = server.save(tmp_path, "learn")
+    (tmp_path / "stalls-learn.json").unlink()
+    [row] = counted_runs.per_run({"learn": counted_runs.read_ranks(path)})
+    assert row.decode_batches is None and row.counted_share is None
+    bad = tmp_path / "counters-threshold-16.json"
+    bad.write_text(json.dumps([{"bins": [1, 2], "drafted": {}}]))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {bad}: rank 0: counters.drafted.steps must be a list as long as bins"
+    ]
