@@ -44,8 +44,7 @@ def hooks_line(ranks: list[Mapping[str, Any]], blocks: list[dict[str, Any]]) -> 
 def counted_lines(blocks: list[dict[str, Any]]) -> list[str]:
     """Per rank, what the step counters did not put in a bin: settling steps (a switch into or out of an
     exploring run), verify results with no launch to match (``unmatched``) and launches that never got one
-    (``dropped``). On the H200 (2026-12-06) always on's counters held 92-93 % of the tokens its client
-    received, always off's 98-99 %: these say how much of that gap is steps the counters saw and set apart."""
+    (``dropped``): steps lost to the bins, whose spans go with them (a rate learn decides on)."""
     lines = []
     for i, block in enumerate(blocks):
         steps = sum(sum(block[mode]["steps"]) for mode in MODES)

@@ -7,10 +7,10 @@ verify results that matched no launch (``unmatched``) and the launches that neve
 where the run's ``stalls-<run>.json`` lies beside it, the decode batches the scheduler loop ran (its DECODE
 batches) and the share of them the counters counted.
 
-Why it exists: on the H200 (2026-12-06) the counters counted 89-91 % of the DECODE batches of drafting runs
-and 99 % of gated ones, and always on's counters held 92-93 % of the tokens its client received, so their
-drafted rate led the client's (data/gpu-runs/NOTEBOOK.md). A step lost leaves its span out too: where the
-lost ones are slower than the rest, the drafted rate reads high, and learn decides on it.
+Why it exists: a step the counters lose takes its span with it, and learn decides on their rates; the
+check wants the server's own cumulative counts per run, not the collector's intervals (one every 5-6 s),
+whose edges cut a run's first and last seconds (on 2026-12-06 that read, at first, as 9-11 % of a drafting
+run's batches lost: data/gpu-runs/NOTEBOOK.md).
 
     python3 benchmarks/gpu/counted_runs.py 1-policies/counters-*.json [--json OUT.json]
 """

@@ -166,7 +166,15 @@ def run_intervals(db: Database, server_id: int, run: Run) -> list[dict[str, Any]
     rehearsal on the simulator: a 5-s interval over the set of an operator's off carried 22 of always on's
     drafted steps into it)."""
     read = queries.counter_intervals(db, server_id, run.start - LOOKBACK_S, run.end, max_intervals=100_000)
-    return [now for before, now in itertools.pairwise(read) if float(before["ts"]) >= run.start]
+    # each keeps where it began (``from_ts``), so a run's covered seconds can be told from its span
+    return [{**now, "from_ts": float(before["ts"])} for before, now in itertools.pairwise(read)
+            if float(before["ts"]) >= run.start]  # fmt: skip
+
+
+def covered_s(intervals: Sequence[dict[str, Any]]) -> float:
+    """The seconds ``run_intervals``' intervals cover: less than the run's span by up to an interval at
+    each end (the collector stores one every 5-6 s), so a run's counted steps are those seconds' alone."""
+    return sum(float(i["ts"]) - float(i["from_ts"]) for i in intervals)
 
 
 def bin_cells(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[list[float]]]:
@@ -339,7 +347,8 @@ def served_table(
 
 
 def explore_cost(
-    totals: dict[str, dict[tuple[int, str], list[float]]], runs: Sequence[Run], min_steps: int
+    totals: dict[str, dict[tuple[int, str], list[float]]], runs: Sequence[Run], min_steps: int,
+    covered: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Per run under a ceiling: its step seconds, the seconds of drafting explored above the ceiling, and
     the extra seconds that cost (those steps' time less what their tokens took gated in the same bin, at
@@ -366,8 +375,10 @@ def explore_cost(
                 extra += cell[2] - cell[1] * gated[2] / gated[1]
         if total > 0:
             share = {"explored_share": explored / total, "extra_share": extra / total}
-            span = run.end - run.start  # the step seconds' share of it: time the counters never saw
-            out.append({"run": run.name, "step_s": total, "span_s": span, "tokens": tokens,
+            # the seconds its intervals cover (its span where not given): the step seconds' share of them
+            # is the time outside every counted step (prefill outside a step's span, the scheduler's own)
+            span = (covered or {}).get(run.name, run.end - run.start)
+            out.append({"run": run.name, "step_s": total, "covered_s": span, "tokens": tokens,
                         "tok_s": tokens / total, "explored_s": explored, "extra_s": extra,
                         **share})  # fmt: skip
     return out
@@ -426,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         servers = queries.servers(db)
         if len(servers) != 1:
             raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
-        cells = {run.name: bin_cells(run_intervals(db, servers[0].id, run)) for run in runs}
+        found = {run.name: run_intervals(db, servers[0].id, run) for run in runs}
+        cells = {name: bin_cells(intervals) for name, intervals in found.items()}
+        covered = {name: covered_s(intervals) for name, intervals in found.items()}
         totals = {name: summed(found) for name, found in cells.items()}
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
@@ -465,16 +478,16 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"{row['ratio']:.3f}" if "ratio" in row else "-"
             print(f"{row['bin']:>4} {row['run']:<14} {row['drafted_steps']:>8} {row['gated_steps']:>8} "
                   f"{row['served_tok_s']:>8.0f} {off:>8} {ratio:>6}")  # fmt: skip
-    costs = explore_cost(totals, runs, args.min_steps)
+    costs = explore_cost(totals, runs, args.min_steps, covered)
     if costs:
         # the decode steps' own output rate per run: where a policy lags always off with the same rate here
         # (the H100 replay of 2026-12-05c: learn at 16 3 120 tok/s of step time, always off 3 111), the
         # lag is outside the decode steps (prefill, the scheduler's own time: loop_phases.py)
-        print("decode steps per run: step s (of the run's span s: the load's own time and the runs' set-up "
-              "in it), output tokens, tok/s of step time; drafting explored above the ceiling: explored s "
+        print("decode steps per run: step s (of the s its counter intervals cover: the rest is outside every "
+              "step), output tokens, tok/s of step time; drafting explored above the ceiling: explored s "
               "(share), extra s over gated (share)")  # fmt: skip
         for c in costs:
-            print(f"{c['run']:<14} {c['step_s']:8.1f} ({c['span_s']:6.1f}) {c['tokens']:>9.0f} "
+            print(f"{c['run']:<14} {c['step_s']:8.1f} ({c['covered_s']:6.1f}) {c['tokens']:>9.0f} "
                   f"{c['tok_s']:7.0f} "
                   f"{c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
                   f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
