@@ -64,3 +64,22 @@ def test_bad_input_is_one_line_naming_what_is_wrong(tmp_path: Path, logs: dict[s
     assert proc.returncode == 2
     assert names in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_log_that_cannot_be_read_is_one_line_naming_it_here_and_in_the_policy_table(tmp_path: Path) -> None:
+    # the one status-line reader (policy_table.read_status) reads capped and names the file
+    _log(tmp_path, "on", [1.0, 2.0, 3.0])
+    (tmp_path / "load-threshold-64.log").mkdir()
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--first", "on", "--second",
+                           "threshold:64"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("load-threshold-64.log: cannot read")
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"points": [{"mode": m, "concurrency": 16, "output_throughput": 1000.0}
+                                            for m in ("on", "off")]}))  # fmt: skip
+    logs = [str(tmp_path / "load-on.log"), str(tmp_path / "load-threshold-64.log")]
+    table = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/policy_table.py"), "--sweep",
+                            str(sweep), *logs], capture_output=True, text=True, check=False)  # fmt: skip
+    assert table.returncode == 2 and "Traceback" not in table.stderr
+    assert len(table.stderr.strip().splitlines()) == 1
+    assert table.stderr.startswith("load-threshold-64.log: cannot read")

@@ -22,12 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from spectower.collectors.bench.ratio import paired_ratio_interval
-from spectower.storage.files import FileReadError, read_text_capped
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
-from benchmarks.gpu.policy_table import STATUS
+from benchmarks.gpu.policy_table import read_status
 
-MAX_LOG_BYTES = 4 * 1024 * 1024  # a load log's 5-s lines: about 100 bytes each
 DEFAULT_SKIP_S = 10.0
 
 
@@ -45,12 +43,7 @@ def runs_of(folder: Path, policy: str) -> list[Path]:
 def run_mean(path: Path, skip_s: float) -> tuple[float, int]:
     """(mean tok/s, lines) of a load log's status lines after ``skip_s``; ValueError naming the file when
     none is left."""
-    try:
-        text = read_text_capped(path, MAX_LOG_BYTES)
-    except FileReadError as exc:
-        raise ValueError(f"{path.name}: {exc}") from None
-    values = [float(m["tok"]) for line in text.splitlines()
-              if (m := STATUS.search(line)) and float(m["t"]) > skip_s]  # fmt: skip
+    values = [tok_s for t, _, tok_s in read_status(path) if t > skip_s]
     if not values:
         raise ValueError(f"{path.name}: no status line after {skip_s:g} s")
     return statistics.fmean(values), len(values)

@@ -27,17 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from spectower.collectors.bench.ratio import paired_ratio_interval
-from spectower.storage.files import parse_json_text, read_text_capped
+from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 
 MAX_SWEEP_BYTES = 16 * 1024 * 1024  # a sweep's --json is under 100 kB
+MAX_LOG_BYTES = 4 * 1024 * 1024  # a load log's 5-s status lines: about 100 bytes each
 STATUS = re.compile(r"t=\s*(?P<t>[\d.]+)s\s+target C=(?P<c>\d+)\s+in flight\s+\d+\s+tok/s\s+(?P<tok>[\d.]+)")
 BANDS = ((1, 8), (9, 32), (33, 1 << 20))  # low, middle and high load, in target clients
 
 
 def read_status(path: Path) -> list[tuple[float, int, float]]:
-    """(elapsed s, target clients, tok/s over the window before it) for every status line of a load log."""
+    """(elapsed s, target clients, tok/s over the window before it) for every status line of a load log
+    (read capped; a file that cannot be read is a ValueError naming it)."""
+    try:
+        text = read_text_capped(path, MAX_LOG_BYTES)
+    except FileReadError as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         match = STATUS.search(line)
         if match:
             rows.append((float(match["t"]), int(match["c"]), float(match["tok"])))
@@ -157,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         print("--sweep: needs knob-on and knob-off points", file=sys.stderr)
         return 2
     table: dict[str, dict[str, Any]] = {}
-    runs = {log.stem.removeprefix("load-"): read_status(log) for log in args.logs}
+    try:
+        runs = {log.stem.removeprefix("load-"): read_status(log) for log in args.logs}
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     if args.against is not None and not runs.get(args.against):
         print(
             f"--against: no status lines of {args.against!r} among the logs ({', '.join(runs)})",
