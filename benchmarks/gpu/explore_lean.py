@@ -9,15 +9,21 @@ mode, explored against steady, and the gated ratio again after learn's kept-exte
 server's extend rows measure over the runs, plugin 0.4.6, else ``kept_extend_tax``: control/kept_extend.py),
 which is what learn's estimate uses.
 
+Each ratio carries a 95 % interval: a bootstrap over the collector's intervals (one every 5-6 s) of the
+explored and the steady side, and the count of explored intervals it pools. Explored steps come in windows
+(an exploring part of at most 3 s), so read the interval with that count.
+
 Then what each run's ceiling made of each bin ("served per bin"): all its steps there, drafted and gated,
 against always off's gated rate. Below a partial ceiling a bin can serve less than always off without
 drafting: after each burst the gated-decode plugin's drain holds it at 0 steps with the draft extend (the 0.5
 pair under Azure's replay, 2026-12-05: 0.84-0.92 of always off, drafting under 12 % of those bins' steps).
 
-Then what exploring cost each run under a ceiling, in time: the step seconds of drafting explored above the
-ceiling, and the seconds more than their tokens would have taken gated (the bin's own gated rate in that
-run), as shares of the run's step time. Explored drafting batches cost 2-5x a gated step where contexts are
-long (Azure's replay on the H200, 2026-12-04), so a share of batches is a larger share of time.
+Then what exploring cost each run under a ceiling, in time, beside its step seconds and the seconds its
+counter intervals cover (the rest of them is time outside every counted step): the step seconds of drafting
+explored above the ceiling, and the seconds more than their tokens would have taken gated (the bin's own
+gated rate in that run), as shares of the run's step time. Explored drafting batches cost 2-5x a gated step
+where contexts are long (Azure's replay on the H200, 2026-12-04), so a share of batches is a larger share of
+time.
 
     python3 benchmarks/gpu/explore_lean.py --db policy.db --run learn=START:END:48 --run on=START:END:max \\
         --run off=START:END:0 [--steady-on on] [--steady-off off] [--json OUT.json]
