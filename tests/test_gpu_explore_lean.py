@@ -346,3 +346,39 @@ def test_the_h200_steady_levels_read_each_explored_rate_with_its_interval(tmp_pa
     assert all(0 < c["step_s"] < c["covered_s"] for c in cost.values())
     assert cost["on-2"]["covered_s"] == pytest.approx(55.0, abs=0.5)
     assert 0.94 < cost["on-2"]["step_s"] / cost["on-2"]["covered_s"] < 0.97
+
+
+def _load_log(folder: Path, run: str, tok_s: float, lines: int = 12) -> None:
+    rows = [f"t={5 * (i + 1):6.0f}s  target C=16  in flight 16  tok/s {tok_s:8.1f}  done {i}  errors 0"
+            for i in range(lines)]  # fmt: skip
+    (folder / f"load-{run}.log").write_text("bench load on http://127.0.0.1:30000: pattern steps:16\n"
+                                            + "\n".join(rows) + "\n")  # fmt: skip
+
+
+def test_each_runs_client_rate_sits_beside_its_counters_where_the_run_is_one_span(tmp_path: Path) -> None:
+    """--load-logs: the client's own tok/s over the counters' (the share of the client's time the decode
+    steps account for); a run split where its ceiling moved has one log for several rows and is left out."""
+    costs = [{"run": "on-2", "tok_s": 4000.0}, {"run": "threshold-64-2@max", "tok_s": 4200.0},
+             {"run": "learn@16", "tok_s": 3000.0}, {"run": "learn@8", "tok_s": 2900.0},
+             {"run": "off-2", "tok_s": 2900.0}]  # fmt: skip
+    _load_log(tmp_path, "on-2", 3800.0)
+    _load_log(tmp_path, "threshold-64-2", 3906.0)
+    _load_log(tmp_path, "learn", 2950.0)
+    explore_lean.add_client_rates(costs, tmp_path, skip_s=10.0)
+    by = {c["run"]: c for c in costs}
+    assert by["on-2"]["client_over_counted"] == pytest.approx(0.95)
+    assert by["threshold-64-2@max"]["client_tok_s"] == pytest.approx(3906.0)
+    assert "client_tok_s" not in by["learn@16"] and "client_tok_s" not in by["off-2"]  # split; no log
+    (tmp_path / "load-off-2.log").write_text("no status line\n")
+    db = _steady_levels_copy(tmp_path)
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/explore_lean.py"), "--db", str(db),
+                           "--runs-from-db", "--load-logs", str(tmp_path)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "--load-logs: load-off-2.log: no status line after 10 s"
+
+
+def _steady_levels_copy(tmp_path: Path) -> Path:
+    db = tmp_path / "steady.db"
+    shutil.copy(STEADY_LEVELS / "policy.db", db)  # opening migrates in place: never the committed file
+    return db

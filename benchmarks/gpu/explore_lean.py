@@ -65,6 +65,7 @@ TOP = 1 << 30  # the ceiling of an always-on run: above every bin
 # each ratio's interval: a bootstrap over the collector's intervals (1 s in measure_off.sh) of each side
 DRAWS = 1000
 SEED = 1
+CLIENT_SKIP_S = 10.0  # --load-logs: each run's first seconds left out (its clients starting)
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,23 @@ def explore_cost(
     return out
 
 
+def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -> None:
+    """Each run's client-side output tok/s (its ``load-<run>.log`` in ``folder``: the 5-s lines after
+    ``skip_s``, ``load_pairs.run_mean``) beside its counters' rate, and their ratio, where the run is one
+    span (a run split where its ceiling moved has one client log for several rows: left out). The counters
+    time decode steps only, so the ratio is the share of the client's time the steps account for; on the
+    H200 (2026-12-06) drafting runs read 2-3 % lower than gated ones, the lead learn decides on."""
+    import load_pairs  # a sibling script, as this one is run
+
+    names = [row["run"].split("@")[0] for row in costs]
+    for row, name in zip(costs, names, strict=True):
+        log = folder / f"load-{name}.log"
+        if names.count(name) != 1 or not log.exists():
+            continue
+        client, _lines = load_pairs.run_mean(log, skip_s)
+        row["client_tok_s"], row["client_over_counted"] = client, client / row["tok_s"]
+
+
 def explored_mode(below: int, b: int, bins: Sequence[int], ceiling: int) -> str | None:
     """The mode a run explored in the bin counting batches ``below + 1 .. b``: drafted when every one of them
     is above the ceiling, gated when every one is at or below it and the bin is not the ceiling's own (where
@@ -424,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--all", action="store_true",
                         help="print every bin and run, also those without an explored rate")
+    parser.add_argument("--load-logs", type=Path, help="the runs' load-<run>.log folder: each run's "
+                        "client-side tok/s beside its counters' (closed-loop runs)")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -485,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['bin']:>4} {row['run']:<14} {row['drafted_steps']:>8} {row['gated_steps']:>8} "
                   f"{row['served_tok_s']:>8.0f} {off:>8} {ratio:>6}")  # fmt: skip
     costs = explore_cost(totals, runs, args.min_steps, covered)
+    if args.load_logs is not None:
+        try:
+            add_client_rates(costs, args.load_logs, CLIENT_SKIP_S)
+        except ValueError as exc:
+            print(f"--load-logs: {exc}", file=sys.stderr)
+            return 2
     if costs:
         # the decode steps' own output rate per run: where a policy lags always off with the same rate here
         # (the H100 replay of 2026-12-05c: learn at 16 3 120 tok/s of step time, always off 3 111), the
@@ -496,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c['run']:<14} {c['step_s']:8.1f} ({c['covered_s']:6.1f}) {c['tokens']:>9.0f} "
                   f"{c['tok_s']:7.0f} "
                   f"{c['explored_s']:8.1f} ({c['explored_share']:.3f}) "
-                  f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})")  # fmt: skip
+                  f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})"
+                  + (f"  client {c['client_tok_s']:7.0f} ({c['client_over_counted']:.3f})"
+                     if "client_tok_s" in c else ""))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs}, indent=1))
     return 0

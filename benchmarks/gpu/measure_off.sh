@@ -544,7 +544,9 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
       # explored against steady rates per bin, and what each ceiling made of each bin (issue #32, item 2),
       # the closed-loop runs found from the audit (LOAD_PATTERN=steps:...: steady levels)
-      python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 || true
+      # and each run's client-side tok/s beside its counters' (the lead learn decides on: 2026-12-06)
+      python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 \
+        --load-logs "$OUT" || true
     fi
     # each run's share of the scheduler loop (2026-12-05c: taking in requests cost 3x after always off)
     if compgen -G "$OUT/stalls-*.json" >/dev/null; then python3 benchmarks/gpu/loop_phases.py "$OUT"/stalls-*.json || true; fi
