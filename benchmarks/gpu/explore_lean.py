@@ -45,13 +45,13 @@ import argparse
 import itertools
 import json
 import random
-import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from load_pairs import repeats_of, run_mean  # a sibling script, as this one is run
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.storage import queries
@@ -62,7 +62,7 @@ from sqlmodel import select
 
 FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
 TOP = 1 << 30  # the ceiling of an always-on run: above every bin
-# each ratio's interval: a bootstrap over the collector's intervals (1 s in measure_off.sh) of each side
+# each ratio's interval: a bootstrap over the collector's intervals (one every 5-6 s) of each side
 DRAWS = 1000
 SEED = 1
 CLIENT_SKIP_S = 10.0  # --load-logs: each run's first seconds left out (its clients starting)
@@ -203,11 +203,6 @@ def summed(cells: dict[tuple[int, str], list[list[float]]]) -> dict[tuple[int, s
     return {key: [sum(c[i] for c in rows) for i in range(3)] for key, rows in cells.items()}
 
 
-def bin_totals(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
-    """(bin, mode) -> [steps, tokens, step seconds] summed over the intervals."""
-    return summed(bin_cells(intervals))
-
-
 def ratio_bounds(explored: Sequence[Sequence[float]], steady: Sequence[Sequence[float]],
                  draws: int = DRAWS, seed: int = SEED) -> tuple[float, float] | None:
     """The 95 % interval of (explored tok/s of step time) / (steady's), each side's intervals resampled with
@@ -231,14 +226,6 @@ def rate(cell: Sequence[float] | None, min_steps: int) -> float | None:
     if cell is None or cell[0] < min_steps or cell[2] <= 0:
         return None
     return cell[1] / cell[2]
-
-
-def repeats_of(name: str, names: Iterable[str]) -> list[str]:
-    """The steady run ``name`` and its repeats as measure_off.sh labels them (``on``, ``on-2``, ``on-3``: the
-    same lock at another level, e.g. steady levels 48 and 16 on one launch); none for ``""``."""
-    if not name:
-        return []
-    return [n for n in names if n == name or re.fullmatch(rf"{re.escape(name)}-\d+", n)]
 
 
 def pooled(totals: dict[str, dict[tuple[int, str], list[float]]], names: Sequence[str]
@@ -397,14 +384,12 @@ def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -
     span (a run split where its ceiling moved has one client log for several rows: left out). The counters
     time decode steps only, so the ratio is the share of the client's time the steps account for; on the
     H200 (2026-12-06) drafting runs read 2-3 % lower than gated ones, the lead learn decides on."""
-    import load_pairs  # a sibling script, as this one is run
-
     names = [row["run"].split("@")[0] for row in costs]
     for row, name in zip(costs, names, strict=True):
         log = folder / f"load-{name}.log"
         if names.count(name) != 1 or not log.exists():
             continue
-        client, _lines = load_pairs.run_mean(log, skip_s)
+        client, _lines = run_mean(log, skip_s)
         row["client_tok_s"], row["client_over_counted"] = client, client / row["tok_s"]
 
 

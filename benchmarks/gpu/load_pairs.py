@@ -18,6 +18,7 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,23 @@ from benchmarks.gpu.policy_table import read_status
 DEFAULT_SKIP_S = 10.0
 
 
+def repeats_of(name: str, names: Iterable[str]) -> list[str]:
+    """The run ``name`` and its repeats as measure_off.sh labels them (``on``, ``on-2``, ``on-3``:
+    ``lib.sh``'s ``run_label``), in the order given; none for ``""``."""
+    if not name:
+        return []
+    return [n for n in names if n == name or re.fullmatch(rf"{re.escape(name)}-\d+", n)]
+
+
 def runs_of(folder: Path, policy: str) -> list[Path]:
     """``load-<policy>.log`` and its repeats (``-2``, ``-3``, ...) in the order they ran."""
     label = policy.replace(":", "-")
-    found = {1: folder / f"load-{label}.log"} if (folder / f"load-{label}.log").exists() else {}
-    for path in folder.glob(f"load-{label}-*.log"):
-        match = re.fullmatch(rf"load-{re.escape(label)}-(\d+)\.log", path.name)
-        if match:
-            found[int(match[1])] = path
-    return [found[n] for n in sorted(found)]
+    stems = [path.name.removeprefix("load-").removesuffix(".log") for path in folder.glob("load-*.log")]
+    def repeat(run: str) -> int:  # on: 1, on-2: 2, ...
+        return 1 if run == label else int(run.rsplit("-", 1)[1])
+
+    ordered = sorted(repeats_of(label, stems), key=repeat)
+    return [folder / f"load-{run}.log" for run in ordered]
 
 
 def run_mean(path: Path, skip_s: float) -> tuple[float, int]:

@@ -350,4 +350,3 @@ async def walk(
             ending = True
             await cancel_all(workers.values())
     return stats
-
