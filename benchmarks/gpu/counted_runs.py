@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import loop_phases
-from run_snapshots import FELL, in_run_order, main_for, read_blocks
+from run_snapshots import counts_since, in_run_order, main_for, read_blocks
 from spectower.plugin.engine_counters import MODES, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
@@ -67,9 +67,9 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
                   "unmatched": int(block.get("unmatched", 0)),
                   "dropped": int(block.get("dropped", 0))}  # fmt: skip
         out.append(counts)
-    stalls = path.with_name(f"stalls-{run_name(path)}.json")
-    if stalls.exists():
-        for counts, report in zip(out, loop_phases.read_ranks(stalls), strict=False):
+    loops = loop_phases.beside(path, run_name(path))
+    if loops is not None:
+        for counts, report in zip(out, loops, strict=False):
             mode = report.batch_modes.get("DECODE")  # batches run, or results (the simulator counts those)
             counts["decode_batches"] = int(max(mode[0], mode[2])) if mode else 0
     return out
@@ -86,9 +86,7 @@ def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunCounted]:
     for run, ranks, before in in_run_order(saved, progress):
         for rank, counts in enumerate(ranks):
             earlier = before[rank] if before is not None else None
-            own = {key: counts[key] - (earlier[key] if earlier else 0) for key in COUNTS}
-            if any(value < 0 for value in own.values()):
-                raise ValueError(FELL.format(run=run, rank=rank))
+            own = counts_since(run, rank, counts, earlier, COUNTS)
             decode = None
             if "decode_batches" in counts and (earlier is None or "decode_batches" in earlier):
                 decode = counts["decode_batches"] - (earlier["decode_batches"] if earlier else 0)

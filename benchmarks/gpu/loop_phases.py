@@ -68,6 +68,13 @@ def read_ranks(path: Path) -> list[LoopReport]:
     return [report for report in reports if report is not None]
 
 
+def beside(path: Path, run: str) -> list[LoopReport] | None:
+    """The loop blocks saved from the same read as another snapshot of ``run`` (``stalls-<run>.json`` in
+    ``path``'s folder), None where there is no such file."""
+    stalls = path.with_name(f"stalls-{run}.json")
+    return read_ranks(stalls) if stalls.is_file() else None
+
+
 def progress(report: LoopReport) -> tuple[int, float]:
     """How far a rank's loop had come: every phase's calls, then seconds (both only grow within a launch;
     the simulator counts results alone)."""

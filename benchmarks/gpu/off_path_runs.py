@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import loop_phases
-from run_snapshots import FELL, in_run_order, main_for, read_blocks
+from run_snapshots import counts_since, in_run_order, main_for, read_blocks
 
 MAX_OFFPATH_BYTES = 64 * 1024  # each rank's gated_decode block: a few counts
 COUNTS = ("batches_skipped", "batches_drained", "drains_cut_short", "prefills_skipped")
@@ -62,9 +62,8 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
     # A run that skipped nothing (it drafted throughout, or a simulator's idle rank) leaves these counts where
     # the run before left them, and the order would fall to the files' names: the loop block saved from the
     # same read beside it (stalls-<run>.json) counts every batch, so it breaks such ties.
-    beside = path.with_name(f"stalls-{run_name(path)}.json")
-    if beside.is_file():
-        loops = loop_phases.read_ranks(beside)
+    loops = loop_phases.beside(path, run_name(path))
+    if loops is not None:
         for block, loop in zip(ranks, loops, strict=False):
             block[LOOP_PROGRESS] = sum(loop.phase_calls.values())
     return ranks
@@ -81,9 +80,7 @@ def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunOffPath]:
 
     for run, ranks, before in in_run_order(saved, progress):
         for rank, block in enumerate(ranks):
-            counts = {key: block[key] - (before[rank][key] if before is not None else 0) for key in COUNTS}
-            if any(value < 0 for value in counts.values()):
-                raise ValueError(FELL.format(run=run, rank=rank))
+            counts = counts_since(run, rank, block, before[rank] if before is not None else None, COUNTS)
             rows.append(RunOffPath(run, rank, counts, block["holed_requests"], before is None))
     return rows
 

@@ -51,6 +51,16 @@ def in_run_order(saved: dict[str, list[Snapshot]], progress: Callable[[Snapshot]
     return out
 
 
+def counts_since(run: str, rank: int, now: dict[str, int], before: dict[str, int] | None,
+                 keys: Sequence[str]) -> dict[str, int]:  # fmt: skip
+    """A run's own counts on one rank: ``now`` less the run before's (``before``; None for the first run),
+    for each of ``keys``; counts that fell are one line (``FELL``): not one launch."""
+    own = {key: now[key] - (before[key] if before is not None else 0) for key in keys}
+    if any(value < 0 for value in own.values()):
+        raise ValueError(FELL.format(run=run, rank=rank))
+    return own
+
+
 def main_for(argv: Sequence[str] | None, description: str, files_help: str, run_name: Callable[[Path], str],
              read_ranks: Callable[[Path], list[Snapshot]],
              per_run: Callable[[dict[str, list[Snapshot]]], list[Row]],
