@@ -64,9 +64,10 @@ def test_each_run_counts_its_own_steps_and_losses_against_the_loops_decode_batch
     saved = {counted_runs.run_name(p): counted_runs.read_ranks(p) for p in (on, off)}
     rows = {r.run: r for r in counted_runs.per_run(saved)}
     assert rows["off"].since_launch and not rows["on"].since_launch
-    assert rows["off"].counts == {"steps": 10, "settling": 0, "unmatched": 0, "dropped": 0}
+    losses = ("steps", "settling", "unmatched", "dropped")
+    assert [rows["off"].counts[k] for k in losses] == [10, 0, 0, 0]
     assert rows["off"].decode_batches == 10 and rows["off"].counted_share == 1.0
-    assert rows["on"].counts == {"steps": 9, "settling": 0, "unmatched": 1, "dropped": 1}
+    assert [rows["on"].counts[k] for k in losses] == [9, 0, 1, 1]
     assert rows["on"].decode_batches == 11 and rows["on"].counted_share == pytest.approx(9 / 11)
     out = tmp_path / "c.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), str(off), str(on), "--json", str(out)],
@@ -92,3 +93,38 @@ def test_without_the_loop_file_the_runs_still_print_and_a_bad_block_is_one_line(
     assert proc.stderr.strip().splitlines() == [
         f"error: {bad}: rank 0: counters.drafted.steps must be a list as long as bins"
     ]
+
+
+def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) -> None:
+    """The clients' tok/s over the counters' splits into tokens (clients over counters) and the step seconds'
+    share of the load's: here the drafting run's clients got 5 % fewer tokens than its steps counted and its
+    load ran 1.25x its step seconds; a load cut before its last line is left out."""
+    server = Server()
+    for _ in range(10):
+        server.decode(16, drafted=False)  # 10 ms a step, 16 tokens each: 160 tokens in 0.1 s
+    off = server.save(tmp_path, "off")
+    (tmp_path / "load-off.log").write_text(
+        "t=     5s  target C=16  in flight 16  tok/s   1600.0  done 1  errors 0\n"
+        "stopped (duration reached) after 0.1 s: 1 requests done, 0 errors, 160 tokens\n"
+    )
+    for _ in range(20):
+        server.decode(16, drafted=True)  # 3 tokens a request a step: 960 tokens in 0.2 s
+    on = server.save(tmp_path, "on")
+    (tmp_path / "load-on.log").write_text(
+        "stopped (duration reached) after 0.25 s: 3 requests done, 0 errors, 912 tokens\n"
+    )
+    server.decode(16, drafted=False)
+    cut = server.save(tmp_path, "threshold-8")
+    cut_log = "t=     5s  target C=16  in flight 16  tok/s  1.0  done 1  errors 0\n"  # no last line
+    (tmp_path / "load-threshold-8.log").write_text(cut_log)
+    saved = {counted_runs.run_name(p): counted_runs.read_ranks(p) for p in (on, off, cut)}
+    clients = {c.run: c for c in counted_runs.against_clients(counted_runs.per_run(saved))}
+    assert set(clients) == {"off", "on"}
+    assert clients["off"].tokens == 160 and clients["off"].rate_share == pytest.approx(1.0)
+    assert clients["on"].tokens == 960 and clients["on"].step_s == pytest.approx(0.2)
+    assert clients["on"].token_share == pytest.approx(0.95) and clients["on"].step_share == pytest.approx(0.8)
+    assert clients["on"].rate_share == pytest.approx(0.76)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(off), str(on), str(cut)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens 0.950  steps 0.800  tok/s 0.760" in proc.stdout

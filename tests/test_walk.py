@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,6 +29,9 @@ from spectower.simulator.profile import load_profile
 
 from benchmarks.simulator_process import SimulatorFactory
 from tests.conftest import REPO_ROOT, SPECTOWER_CLI, cli_in_process
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
+import policy_table  # the reader of a load log's last line
 
 GLM5 = "glm5-nvfp4-8x-rtx-pro-6000"
 
@@ -210,7 +215,9 @@ def test_walk_without_the_api_key_reports_errors_not_a_crash(simulator_factory: 
 
 
 @pytest.mark.integration
-def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory: SimulatorFactory) -> None:
+def test_cli_run_prints_status_and_stops_on_sigint(
+    simulator_factory: SimulatorFactory, tmp_path: Path
+) -> None:
     import signal
     import time
 
@@ -237,6 +244,11 @@ def test_cli_run_prints_status_and_stops_on_sigint(simulator_factory: SimulatorF
             proc.kill()
     assert proc.returncode == 0, rest
     assert "stopped (signal)" in rest and "Traceback" not in rest
+    # the last line says how long the load ran, as benchmarks/gpu/counted_runs.py reads it (policy_table)
+    log = tmp_path / "load-on.log"
+    log.write_text(rest)
+    total = policy_table.read_total(log)
+    assert total is not None and 0 < total[0] < 120 and total[1] > 0
 
 
 @pytest.mark.integration

@@ -5,7 +5,12 @@
 each as the difference from the one before, per rank: the steps counted in bins, the settling steps, the
 verify results that matched no launch (``unmatched``) and the launches that never got one (``dropped``), and,
 where the run's ``stalls-<run>.json`` lies beside it, the decode batches the scheduler loop ran (its DECODE
-batches) and the share of them the counters counted.
+batches) and the share of them the counters counted. Where the run's ``load-<run>.log`` lies beside it and
+ended (its last line says how long the load ran and the tokens its clients received), it sets the counters'
+output tokens and step seconds (all ranks) against the clients': the clients' tok/s over the counters' tok/s
+of step time is two factors, the tokens (the clients' over the counters') and the step seconds' share of the
+load's. Learn decides on the counters' rate; on 2026-12-06 the clients' read 2-3 % lower for drafting runs
+than for gated ones, and the two factors say whether that is time outside the steps or tokens counted apart.
 
 Why it exists: a step the counters lose takes its span with it, and learn decides on their rates; the
 check wants the server's own cumulative counts per run, not the collector's intervals (one every 5-6 s),
@@ -24,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import loop_phases
+from policy_table import read_total
 from run_snapshots import counts_since, in_run_order, main_for, read_blocks
 from spectower.plugin.engine_counters import MODES, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
-COUNTS = ("steps", "settling", "unmatched", "dropped")
+COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us")
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class RunCounted:
     counts: dict[str, int]
     decode_batches: int | None
     since_launch: bool  # the first run: its counts hold the launch and warm-up too
+    client: tuple[float, int] | None = None  # the load's (seconds, tokens) from load-<run>.log's last line
 
     @property
     def counted_share(self) -> float | None:
@@ -65,13 +72,21 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
         counts = {"steps": int(sum(sum(block[mode]["steps"]) for mode in MODES)),
                   "settling": int(settling.get("steps", 0)),
                   "unmatched": int(block.get("unmatched", 0)),
-                  "dropped": int(block.get("dropped", 0))}  # fmt: skip
+                  "dropped": int(block.get("dropped", 0)),
+                  "tokens": int(sum(sum(block[mode]["tokens"]) for mode in MODES)
+                                + settling.get("tokens", 0)),
+                  "step_us": round(1e6 * (sum(sum(block[mode]["time_s"]) for mode in MODES)
+                                          + settling.get("time_s", 0.0)))}  # fmt: skip
         out.append(counts)
     loops = loop_phases.beside(path, run_name(path))
     if loops is not None:
         for counts, report in zip(out, loops, strict=False):
             mode = report.batch_modes.get("DECODE")  # batches run, or results (the simulator counts those)
             counts["decode_batches"] = int(max(mode[0], mode[2])) if mode else 0
+    load = path.with_name(f"load-{run_name(path)}.log")
+    total = read_total(load) if load.is_file() else None
+    if total is not None and out:
+        out[0]["client_ms"], out[0]["client_tokens"] = round(1e3 * total[0]), total[1]
     return out
 
 
@@ -90,8 +105,51 @@ def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunCounted]:
             decode = None
             if "decode_batches" in counts and (earlier is None or "decode_batches" in earlier):
                 decode = counts["decode_batches"] - (earlier["decode_batches"] if earlier else 0)
-            rows.append(RunCounted(run, rank, own, decode, since_launch=before is None))
+            client = (counts["client_ms"] / 1e3, counts["client_tokens"]) if "client_ms" in counts else None
+            rows.append(RunCounted(run, rank, own, decode, since_launch=before is None, client=client))
     return rows
+
+
+@dataclass(frozen=True)
+class RunAgainstClients:
+    """One run's counters (all ranks) against its load's clients."""
+
+    run: str
+    tokens: int
+    step_s: float
+    client_s: float
+    client_tokens: int
+
+    @property
+    def token_share(self) -> float | None:
+        """The clients' tokens over the counters'."""
+        return self.client_tokens / self.tokens if self.tokens else None
+
+    @property
+    def step_share(self) -> float | None:
+        """The counters' step seconds over the seconds the load ran."""
+        return self.step_s / self.client_s if self.client_s > 0 else None
+
+    @property
+    def rate_share(self) -> float | None:
+        """The clients' tok/s over the counters' tok/s of step time: ``token_share * step_share``."""
+        if self.token_share is None or self.step_share is None:
+            return None
+        return self.token_share * self.step_share
+
+
+def against_clients(rows: Sequence[RunCounted]) -> list[RunAgainstClients]:
+    """Each run whose load ended, its ranks' counters summed, against its clients."""
+    out = []
+    for run in dict.fromkeys(row.run for row in rows):
+        ranks = [row for row in rows if row.run == run]
+        client = ranks[0].client
+        if client is None:
+            continue
+        tokens = sum(row.counts["tokens"] for row in ranks)
+        step_s = sum(row.counts["step_us"] for row in ranks) / 1e6
+        out.append(RunAgainstClients(run, tokens, step_s, client[0], client[1]))
+    return out
 
 
 def print_rows(rows: Sequence[RunCounted]) -> None:
@@ -105,13 +163,31 @@ def print_rows(rows: Sequence[RunCounted]) -> None:
         label = row.run + (" *" if row.since_launch else "")
         print(f"  {label:<20}rank {row.rank}: {c['steps']:>7} {c['settling']:>6} {c['unmatched']:>6} "
               f"{c['dropped']:>6}  DECODE {decode:>7}  counted {share}")  # fmt: skip
+    clients = against_clients(rows)
+    if clients:
+        print("each run against its clients (load-<run>.log's last line): the counters' output tokens and "
+              "step s (all ranks), the clients' tokens and the s the load ran; tokens clients/counters, step "
+              "s / load s, and their product: the clients' tok/s over the counters' tok/s of step "
+              "time")  # fmt: skip
+        first = {row.run for row in rows if row.since_launch}
+        for run in clients:
+            label = run.run + (" *" if run.run in first else "")
+            print(f"  {label:<20}{run.tokens:>9} {run.step_s:>8.1f} s  clients {run.client_tokens:>9} "
+                  f"{run.client_s:>8.1f} s  tokens {_share(run.token_share)}  "
+                  f"steps {_share(run.step_share)}  tok/s {_share(run.rate_share)}")  # fmt: skip
     if any(row.since_launch for row in rows):
         print("* the first run: its counts also hold everything since the launch (warm-up)")
 
 
+def _share(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
 def as_json(rows: Sequence[RunCounted]) -> list[dict[str, Any]]:
     return [{"run": r.run, "rank": r.rank, "since_launch": r.since_launch, **r.counts,
-             "decode_batches": r.decode_batches, "counted_share": r.counted_share} for r in rows]  # fmt: skip
+             "decode_batches": r.decode_batches, "counted_share": r.counted_share,
+             "client_s": r.client[0] if r.client else None,
+             "client_tokens": r.client[1] if r.client else None} for r in rows]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,19 +35,35 @@ STATUS = re.compile(r"t=\s*(?P<t>[\d.]+)s\s+target C=(?P<c>\d+)\s+in flight\s+\d
 BANDS = ((1, 8), (9, 32), (33, 1 << 20))  # low, middle and high load, in target clients
 
 
+# the last line of a load that ended (``bench load`` since 2026-12-06 says how long it ran)
+TOTAL = re.compile(r"^stopped \([^)]*\) after (?P<s>[\d.]+) s: .* (?P<tokens>\d+) tokens$", re.MULTILINE)
+
+
+def _log_text(path: Path) -> str:
+    """A load log's text (read capped; a file that cannot be read is a ValueError naming it)."""
+    try:
+        return read_text_capped(path, MAX_LOG_BYTES)
+    except FileReadError as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
+
+
 def read_status(path: Path) -> list[tuple[float, int, float]]:
     """(elapsed s, target clients, tok/s over the window before it) for every status line of a load log
     (read capped; a file that cannot be read is a ValueError naming it)."""
-    try:
-        text = read_text_capped(path, MAX_LOG_BYTES)
-    except FileReadError as exc:
-        raise ValueError(f"{path.name}: {exc}") from None
+    text = _log_text(path)
     rows = []
     for line in text.splitlines():
         match = STATUS.search(line)
         if match:
             rows.append((float(match["t"]), int(match["c"]), float(match["tok"])))
     return rows
+
+
+def read_total(path: Path) -> tuple[float, int] | None:
+    """(seconds the load ran, output tokens its clients received) from a load log's last line; None where the
+    load did not end (cut) or its ``bench load`` predates the seconds on that line."""
+    found = TOTAL.findall(_log_text(path))
+    return (float(found[-1][0]), int(found[-1][1])) if found else None
 
 
 def sweep_curves(sweep: dict[str, Any]) -> dict[str, dict[int, float]]:

@@ -71,6 +71,7 @@ def load(
     import asyncio
     import signal
     import sys
+    import time
 
     from ...collectors.auth import load_api_key
     from ...collectors.bench.errors import BenchError
@@ -106,7 +107,11 @@ def load(
         )
         stats = await walk(config, api_key=api_key, stop=stop, on_status=say)
         why = "signal" if stop.is_set() else "duration reached"
-        say(f"stopped ({why}): {stats.done} requests done, {stats.errors} errors, {stats.tokens()} tokens")
+        # the seconds too: a run's whole tok/s (tokens over them) is what its server's counters are set
+        # against (benchmarks/gpu/counted_runs.py)
+        seconds = time.monotonic() - stats.started
+        say(f"stopped ({why}) after {seconds:.1f} s: {stats.done} requests done, {stats.errors} errors, "
+            f"{stats.tokens()} tokens")  # fmt: skip
 
     with _signals_given_back():
         try:
