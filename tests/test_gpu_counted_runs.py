@@ -41,6 +41,15 @@ class Server:
             self.counters.end(verified_size or size, [2 if drafted else 0] * (verified_size or size))
         self.loop.result_done(self.clock.now, {"mode": "DECODE", "requests": size, "tokens": None})
 
+    def prefill(self, seconds: float) -> None:
+        """A prefill batch between two decode steps (outside both their spans, as in the loop without
+        overlap)."""
+        started = self.clock.now
+        self.loop.run_started(started)
+        self.clock.now += seconds
+        self.loop.run_done(started, {"mode": "EXTEND", "requests": 4, "tokens": 256})
+        self.loop.result_done(self.clock.now, {"mode": "EXTEND", "requests": 4, "tokens": 256})
+
     def save(self, folder: Path, run: str) -> Path:
         (folder / f"stalls-{run}.json").write_text(json.dumps([self.loop.report()]))
         path = folder / f"counters-{run}.json"
@@ -109,6 +118,7 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
     )
     for _ in range(20):
         server.decode(16, drafted=True)  # 3 tokens a request a step: 960 tokens in 0.2 s
+    server.prefill(0.06)
     on = server.save(tmp_path, "on")
     (tmp_path / "load-on.log").write_text(
         "stopped (duration reached) after 0.25 s: 3 requests done, 0 errors, 912 tokens\n"
@@ -127,4 +137,5 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
     proc = subprocess.run([sys.executable, str(SCRIPT), str(off), str(on), str(cut)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "tokens 0.950  steps 0.800  tok/s 0.760" in proc.stdout
+    assert clients["on"].loop_s == pytest.approx((0.2, 0.06))  # the loop's DECODE batches: 10 ms each
+    assert "tokens 0.950  steps 0.800  tok/s 0.760  loop DECODE 0.2 s EXTEND 0.1 s" in proc.stdout

@@ -35,6 +35,9 @@ from spectower.plugin.engine_counters import MODES, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
 COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us")
+# what the scheduler loop's blocks add where stalls-<run>.json lies beside: DECODE batches, and the run +
+# result microseconds of its DECODE and of its EXTEND (prefill) batches
+LOOP_KEYS = ("decode_batches", "decode_us", "extend_us")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class RunCounted:
     decode_batches: int | None
     since_launch: bool  # the first run: its counts hold the launch and warm-up too
     client: tuple[float, int] | None = None  # the load's (seconds, tokens) from load-<run>.log's last line
+    loop_s: tuple[float, float] | None = None  # the loop's DECODE and EXTEND batches' run + result seconds
 
     @property
     def counted_share(self) -> float | None:
@@ -83,6 +87,9 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
         for counts, report in zip(out, loops, strict=False):
             mode = report.batch_modes.get("DECODE")  # batches run, or results (the simulator counts those)
             counts["decode_batches"] = int(max(mode[0], mode[2])) if mode else 0
+            for key, kind in (("decode_us", "DECODE"), ("extend_us", "EXTEND")):  # run + result seconds
+                found = report.batch_modes.get(kind)
+                counts[key] = round(1e6 * (found[1] + found[3])) if found else 0
     load = path.with_name(f"load-{run_name(path)}.log")
     total = read_total(load) if load.is_file() else None
     if total is not None and out:
@@ -102,11 +109,13 @@ def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunCounted]:
         for rank, counts in enumerate(ranks):
             earlier = before[rank] if before is not None else None
             own = counts_since(run, rank, counts, earlier, COUNTS)
-            decode = None
+            decode, loop_s = None, None
             if "decode_batches" in counts and (earlier is None or "decode_batches" in earlier):
-                decode = counts["decode_batches"] - (earlier["decode_batches"] if earlier else 0)
+                loop = {key: counts[key] - (earlier[key] if earlier else 0) for key in LOOP_KEYS}
+                decode, loop_s = loop["decode_batches"], (loop["decode_us"] / 1e6, loop["extend_us"] / 1e6)
             client = (counts["client_ms"] / 1e3, counts["client_tokens"]) if "client_ms" in counts else None
-            rows.append(RunCounted(run, rank, own, decode, since_launch=before is None, client=client))
+            rows.append(RunCounted(run, rank, own, decode, since_launch=before is None, client=client,
+                                   loop_s=loop_s))  # fmt: skip
     return rows
 
 
@@ -119,6 +128,7 @@ class RunAgainstClients:
     step_s: float
     client_s: float
     client_tokens: int
+    loop_s: tuple[float, float] | None  # the loop's DECODE and EXTEND run + result seconds (all ranks)
 
     @property
     def token_share(self) -> float | None:
@@ -148,7 +158,11 @@ def against_clients(rows: Sequence[RunCounted]) -> list[RunAgainstClients]:
             continue
         tokens = sum(row.counts["tokens"] for row in ranks)
         step_s = sum(row.counts["step_us"] for row in ranks) / 1e6
-        out.append(RunAgainstClients(run, tokens, step_s, client[0], client[1]))
+        loops = [row.loop_s for row in ranks]
+        loop_s = None
+        if all(loop is not None for loop in loops):
+            loop_s = (sum(loop[0] for loop in loops if loop), sum(loop[1] for loop in loops if loop))
+        out.append(RunAgainstClients(run, tokens, step_s, client[0], client[1], loop_s))
     return out
 
 
@@ -168,13 +182,16 @@ def print_rows(rows: Sequence[RunCounted]) -> None:
         print("each run against its clients (load-<run>.log's last line): the counters' output tokens and "
               "step s (all ranks), the clients' tokens and the s the load ran; tokens clients/counters, step "
               "s / load s, and their product: the clients' tok/s over the counters' tok/s of step "
-              "time")  # fmt: skip
+              "time; the loop's DECODE and EXTEND (prefill) batches' run + result s, where "
+              "stalls-<run>.json lies beside: in the overlap loop a prefill's time falls inside the decode "
+              "steps' spans")  # fmt: skip
         first = {row.run for row in rows if row.since_launch}
         for run in clients:
             label = run.run + (" *" if run.run in first else "")
+            loop = f"  loop DECODE {run.loop_s[0]:.1f} s EXTEND {run.loop_s[1]:.1f} s" if run.loop_s else ""
             print(f"  {label:<20}{run.tokens:>9} {run.step_s:>8.1f} s  clients {run.client_tokens:>9} "
                   f"{run.client_s:>8.1f} s  tokens {_share(run.token_share)}  "
-                  f"steps {_share(run.step_share)}  tok/s {_share(run.rate_share)}")  # fmt: skip
+                  f"steps {_share(run.step_share)}  tok/s {_share(run.rate_share)}{loop}")  # fmt: skip
     if any(row.since_launch for row in rows):
         print("* the first run: its counts also hold everything since the launch (warm-up)")
 
