@@ -275,6 +275,14 @@ def status_line(stats: WalkStats, tok_s: float) -> str:
     return line
 
 
+def final_line(stats: WalkStats, why: str) -> str:
+    """The load's last line. The seconds too: a run's whole tok/s (its tokens over them) is what its
+    server's counters are set against (benchmarks/gpu/counted_runs.py, through policy_table.read_total)."""
+    seconds = time.monotonic() - stats.started
+    return (f"stopped ({why}) after {seconds:.1f} s: {stats.done} requests done, {stats.errors} errors, "
+            f"{stats.tokens()} tokens")  # fmt: skip
+
+
 async def walk(
     config: WalkConfig,
     *,

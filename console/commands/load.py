@@ -71,11 +71,10 @@ def load(
     import asyncio
     import signal
     import sys
-    import time
 
     from ...collectors.auth import load_api_key
     from ...collectors.bench.errors import BenchError
-    from ...collectors.bench.walk import WalkConfig, parse_pattern, walk
+    from ...collectors.bench.walk import WalkConfig, final_line, parse_pattern, walk
     from ...collectors.http import ServerUnreachable
 
     period_s, duration_s, status_s = period, duration, status_every
@@ -106,12 +105,7 @@ def load(
             f"clients, {config.api} API, {config.output_lengths} output tokens (Ctrl-C stops)"
         )
         stats = await walk(config, api_key=api_key, stop=stop, on_status=say)
-        why = "signal" if stop.is_set() else "duration reached"
-        # the seconds too: a run's whole tok/s (tokens over them) is what its server's counters are set
-        # against (benchmarks/gpu/counted_runs.py)
-        seconds = time.monotonic() - stats.started
-        say(f"stopped ({why}) after {seconds:.1f} s: {stats.done} requests done, {stats.errors} errors, "
-            f"{stats.tokens()} tokens")  # fmt: skip
+        say(final_line(stats, "signal" if stop.is_set() else "duration reached"))
 
     with _signals_given_back():
         try:
