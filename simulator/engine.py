@@ -89,6 +89,11 @@ class RankScheduler:
         self._gated_by_ceiling = False  # the last decode batch: the knob gated it (not exploration)
         # The plugin's decode counters (plugin/engine_counters.py), fed the modelled step durations.
         self.counters = EngineCounters(engine.max_running_requests, clock_name="model")
+        # Prefill seconds since the last decode step, counted in the next one's time: SGLang's overlap loop
+        # (the H200's EAGLEWorkerV2) waits for a prefill's GPU time inside the span of the decode step after
+        # it (plugin/engine_counters.py: result to result), as the fluid models count it (open_loop_cost.
+        # count_stall); counted apart, a drafting run's counters read faster than its clients (2026-12-06).
+        self.prefill_s_unspanned = 0.0
         # The plugin's output stalls (plugin/loop_stalls.py), each batch's output timed on the event loop's
         # clock: a long modelled prefill, or this process falling behind, shows as a real plugin's would.
         self.stalls = LoopStalls(clock=time.monotonic)
@@ -190,6 +195,7 @@ class RankScheduler:
         duration = max(MIN_PREFILL_S, tokens / self.engine.profile.prefill_rate(skip_draft))
         deadline = await self._sleep_until(deadline + duration)
         self.busy_s += duration
+        self.prefill_s_unspanned += duration
         self.total_prefill_busy_s += duration
         self.total_prefill_tokens += tokens
         self.prefill_passes += 1
@@ -300,7 +306,8 @@ class RankScheduler:
             # a gated step of a speculative profile tells the counters whether its extend ran (their
             # ``extend`` block: the tax learn corrects by, control/kept_extend.py); no such step otherwise
             kept = None if drafted or not profile.speculative else not skipped
-            self.counters.record(live, drafted, produced, step, settling, kept)
+            self.counters.record(live, drafted, produced, step + self.prefill_s_unspanned, settling, kept)
+            self.prefill_s_unspanned = 0.0
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
