@@ -9,8 +9,11 @@ batches) and the share of them the counters counted. Where the run's ``load-<run
 ended (its last line says how long the load ran and the tokens its clients received), it sets the counters'
 output tokens and step seconds (all ranks) against the clients': the clients' tok/s over the counters' tok/s
 of step time is two factors, the tokens (the clients' over the counters') and the step seconds' share of the
-load's. Learn decides on the counters' rate; on 2026-12-06 the clients' read 2-3 % lower for drafting runs
-than for gated ones, and the two factors say whether that is time outside the steps or tokens counted apart.
+load's (which holds the load's own start and teardown, 2 s or so a run: compare the modes, not 1). Learn
+decides on the counters' rate, and the clients' read it 3-4 % lower for drafting runs than for gated ones;
+on an H100 on 2026-12-06 both factors had a part: drafting's tokens 0.989 (a request's last step accepts past
+its ``max_new_tokens``), its steps' share 3 % lower
+(data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06).
 
 Why it exists: a step the counters lose takes its span with it, and learn decides on their rates; the
 check wants the server's own cumulative counts per run, not the collector's intervals (one every 5-6 s),
@@ -204,7 +207,9 @@ def as_json(rows: Sequence[RunCounted]) -> list[dict[str, Any]]:
     return [{"run": r.run, "rank": r.rank, "since_launch": r.since_launch, **r.counts,
              "decode_batches": r.decode_batches, "counted_share": r.counted_share,
              "client_s": r.client[0] if r.client else None,
-             "client_tokens": r.client[1] if r.client else None} for r in rows]  # fmt: skip
+             "client_tokens": r.client[1] if r.client else None,
+             "loop_decode_s": r.loop_s[0] if r.loop_s else None,
+             "loop_extend_s": r.loop_s[1] if r.loop_s else None} for r in rows]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
