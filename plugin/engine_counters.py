@@ -50,6 +50,14 @@ drain keep the extend, its cold part skips it, so the bins the ceiling gates hol
 turns them into the tax learn corrects a drafting bin's gated side by; on the H200 it was 7 % with short
 prompts and 12-14 % with Azure's, so no constant serves).
 
+``outside`` (plugin 0.4.13 on; optional, ``{"drafted": [...], "gated": [...]}`` parallel to ``bins``) counts
+the seconds outside every step's span before a step of that bin and mode: the gap between the previous step's
+``end`` and its own ``begin``, when the scheduler was not idle in between (``note_idle``). The overlap loop
+puts a prefill inside the next step's span, yet on an H100 a drafting run's spans held 3 % less of its load's
+seconds than always off's (data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06): what a mode
+costs outside its steps is part of what it serves, and learn adds it to the step time
+(``control/policy/learn_counters.with_outside``). A settling step's gap is in no bin, as the step is.
+
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
 later snapshot counts from zero) and bins that grew between the two.
@@ -126,6 +134,9 @@ class EngineCounters:
         self.extend: dict[str, dict[str, list[float]]] = {
             kind: {field: [0] * n for field in FIELDS} for kind in EXTEND_KINDS
         }
+        # Seconds outside every span before a step, per mode and bin (module docstring).
+        self.outside = {mode: [0.0] * n for mode in MODES}
+        self._idle = False  # the scheduler idled since the last step's end: the next gap is not counted
         self.started_at = wall()
         self.clock = clock
         self.clock_name = clock_name
@@ -146,6 +157,8 @@ class EngineCounters:
             for block in self.extend.values():
                 for values in block.values():
                     values.append(0)
+            for mode in MODES:
+                self.outside[mode].append(0.0)
 
     def bin_index(self, batch_size: int) -> int:
         """The index of the smallest bin >= ``batch_size`` (growing the bins when needed)."""
@@ -162,10 +175,12 @@ class EngineCounters:
         seconds: float,
         settling: bool = False,
         extend_kept: bool | None = None,
+        outside_s: float = 0.0,
     ) -> None:
         """Count one decode step (the simulator calls this with its modelled duration); a ``settling`` step
         is counted apart from the bins (module docstring). ``extend_kept``: for a gated step, whether the
-        draft extend ran (None: not known); a gated step after a gated one counts in ``extend`` too."""
+        draft extend ran (None: not known); a gated step after a gated one counts in ``extend`` too.
+        ``outside_s``: the seconds before it outside every span (``outside``)."""
         steady_gated = not drafted and self._last_drafted is False
         self._last_drafted = drafted
         if steady_gated and extend_kept is not None:
@@ -184,6 +199,12 @@ class EngineCounters:
         self.steps[mode][i] += 1
         self.tokens[mode][i] += tokens
         self.time_s[mode][i] += seconds
+        self.outside[mode][i] += outside_s
+
+    def note_idle(self) -> None:
+        """The scheduler found nothing to run (the plugin's get_next_batch_to_run hook): the gap before the
+        next step holds idle time, which no mode spent."""
+        self._idle = True
 
     def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
         """A decode batch is about to launch (the plugin's get_steps_for_batch hook)."""
@@ -220,13 +241,14 @@ class EngineCounters:
             if size == batch_size:
                 last = self._last_end
                 seconds = now - (started if last is None or started > last else last)
-                self._last_end = now
+                gap = started - last if last is not None and started > last and not self._idle else 0.0
+                self._last_end, self._idle = now, False
                 tokens = sum(num_correct_drafts_per_req) + len(num_correct_drafts_per_req)
-                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling, kept)
+                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling, kept, gap)
                 return
             self.dropped += 1
         self.unmatched += 1
-        self._last_end = now
+        self._last_end, self._idle = now, False
 
     # ---- reporting --------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -255,6 +277,7 @@ class EngineCounters:
                 }
                 for kind, block in self.extend.items()
             },
+            "outside": {mode: [round(t, 9) for t in self.outside[mode]] for mode in MODES},
         }
 
 
@@ -298,6 +321,14 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
             t / s if s > 0 and t > 0 else None for t, s in zip(block["time_s"], block["steps"], strict=True)
         ]
         out[mode] = block
+    new_outside = outside_block(after)
+    if new_outside is not None:
+        old_outside = outside_block(base) if base is not None else None
+        for mode in MODES:  # seconds outside every span before the mode's steps (module docstring)
+            before_s = _padded(old_outside[mode], n) if old_outside is not None else [0.0] * n
+            after_s = _padded(new_outside[mode], n)
+            pairs = zip(after_s, before_s, strict=True)
+            out[mode]["outside_s"] = [round(max(0.0, a - b), 9) for a, b in pairs]
     new_extend = extend_block(after)
     if new_extend is not None:
         old_extend = extend_block(base) if base is not None else None
@@ -343,6 +374,25 @@ def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
     return out
 
 
+def outside_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+    """A snapshot's ``outside`` block (module docstring) when it has a well-formed one (a list per mode as
+    long as its bins, non-negative numbers), else None: a plugin before 0.4.13 has none."""
+    if snapshot is None:
+        return None
+    block, bins = snapshot.get("outside"), snapshot.get("bins")
+    if not isinstance(block, Mapping) or not isinstance(bins, list):
+        return None
+    out: dict[str, list[float]] = {}
+    for mode in MODES:
+        values = block.get(mode)
+        if not isinstance(values, list) or len(values) != len(bins):
+            return None
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+            return None
+        out[mode] = [float(v) for v in values]
+    return out
+
+
 def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One counters snapshot summed over DP ranks; ranks whose bins differ (one grew) sum on the union.
 
@@ -365,6 +415,13 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     for mode in MODES:
         out[mode] = sum_blocks([(snap["bins"], snap[mode]) for snap in snapshots], index)
+    outsides = [(snap["bins"], own) for snap in snapshots if (own := outside_block(snap)) is not None]
+    if outsides:
+        out["outside"] = {mode: [0.0] * len(bins) for mode in MODES}
+        for rank_bins, own in outsides:
+            for mode in MODES:
+                for b, v in zip(rank_bins, own[mode], strict=True):
+                    out["outside"][mode][index[int(b)]] += v
     extends = [(snap["bins"], found) for snap in snapshots if (found := extend_block(snap)) is not None]
     if extends:
         out["extend"] = {kind: sum_blocks([(b, found[kind]) for b, found in extends], index)

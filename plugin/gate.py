@@ -43,8 +43,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # scheduler per /server_info read after /freeze_gc; plugin/gc_pauses.py FrozenCount); 0.4.12: an exploration
 # window yields to a full server (requests waiting that the scheduler could not admit: a hook on
 # Scheduler.get_next_batch_to_run reads its waiting queue, Gate.waiting; plugin/explore.py
-# WINDOW_WAIT_MAX_CYCLES), full_waited, yielded and forced in the report's explore.window
-PLUGIN_VERSION = "0.4.12"
+# WINDOW_WAIT_MAX_CYCLES), full_waited, yielded and forced in the report's explore.window; 0.4.13: the
+# counters' ``outside`` block, the seconds outside every step's span per mode and bin (idle turns left out),
+# which learn adds to the step time (plugin/engine_counters.py)
+PLUGIN_VERSION = "0.4.13"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

@@ -95,7 +95,7 @@ from typing import Any
 
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
-from . import engine_counters, gc_pauses, knob_contract
+from . import engine_counters, gc_pauses, knob_contract, sglang_targets
 from .gate import PLUGIN_VERSION, Gate
 
 KNOB_KEY = knob_contract.KNOB_KEY
@@ -515,10 +515,15 @@ def hook_get_next_batch_to_run(
 ) -> Any:
     """``Scheduler.get_next_batch_to_run``: the requests SGLang left waiting once it chose the next batch
     (``Gate.waiting``; 0 where the queue cannot be read). Its decode batch is decided in the same loop
-    turn."""
+    turn. Nothing to run, nothing waiting and nothing running is an idle turn: the counters leave the gap
+    it sits in out of what the next step's mode spent outside its span (``EngineCounters.note_idle``)."""
     plan = original(scheduler, *args, **kwargs)
     try:
-        _state().gate.waiting = _waiting(scheduler)
+        state = _state()
+        state.gate.waiting = waiting = _waiting(scheduler)
+        batch, running_batch = sglang_targets.next_batch_plan(plan, scheduler)
+        if batch is None and waiting == 0 and not getattr(running_batch, "reqs", None):
+            state.counters.note_idle()
     except Exception:
         _warn_once("waiting", "spectower: could not note the scheduler's waiting queue", exc_info=True)
     return plan

@@ -37,7 +37,9 @@ class CounterStream:
     gated batches keep the draft's extend: they serve ``1 - tax`` of the gated rate (learn corrects for it, so
     ``speedups`` is what it should estimate). With ``extend`` the counters publish plugin 0.4.6's extend
     block: a gated bin spends ``warm_share`` of its gated time in a window's warm part (the extend kept,
-    settling: in no bin), the rest cold (skipped); a drafting bin's explored gated steps keep it."""
+    settling: in no bin), the rest cold (skipped); a drafting bin's explored gated steps keep it. With
+    ``outside`` (per mode, a share of its step time) the counters publish plugin 0.4.13's outside block: that
+    mode's seconds outside every span, which its clients wait through too."""
 
     def __init__(
         self,
@@ -51,8 +53,11 @@ class CounterStream:
         extend: bool = False,
         warm_share: float = 0.1,
         drains: dict[int, float] | None = None,
+        outside: dict[str, float] | None = None,
     ) -> None:
         self.speedups = speedups
+        self.outside_share = outside
+        self.outside = {m: [0.0] * len(BINS) for m in ("drafted", "gated")}
         # a bin's share of gated steps with the extend while the knob drafts it (the drain after bursts)
         self.drains = drains or {}
         self.tax, self.warm_share = tax, warm_share
@@ -97,6 +102,7 @@ class CounterStream:
                 elif mode == "gated" and self.extend is not None:
                     self._count_extend("kept", i, spent, rate)
                 self.time_s[mode][i] += spent * (1 + self.noise * self.rng.gauss(0.0, 1.0))
+                self.outside[mode][i] += spent * (self.outside_share or {}).get(mode, 0.0)
                 self.tokens[mode][i] += rate * spent
                 self.steps[mode][i] += max(1, round(spent / (0.03 if mode == "drafted" else 0.02)))
         return self.snapshot()
@@ -112,7 +118,9 @@ class CounterStream:
                 **{m: {"steps": list(self.steps[m]), "tokens": list(self.tokens[m]),
                        "time_s": list(self.time_s[m])} for m in ("drafted", "gated")},
                 "unmatched": 0, "dropped": 0,
-                **({"extend": json.loads(json.dumps(self.extend))} if self.extend else {})}  # fmt: skip
+                **({"extend": json.loads(json.dumps(self.extend))} if self.extend else {}),
+                **({"outside": {m: list(v) for m, v in self.outside.items()}} if self.outside_share else {})
+                }  # fmt: skip
 
 
 def observe(ts: float, knob: int | None, counters: Any, stale: bool = False) -> Observation:
@@ -172,6 +180,16 @@ def test_sets_the_ceiling_at_the_last_bin_where_drafting_pays() -> None:
     assert t <= 120  # two 30 s samples are enough at these speedups
     assert "crossover" in decisions[-1].reason and decisions[-1].max_bs is None
     assert "within what the crossover allows" in decisions[-1].reason
+
+
+def test_a_modes_time_outside_its_steps_counts_against_it() -> None:
+    """Plugin 0.4.13's outside block: drafting that spends a fifth of its step time again outside the steps
+    (the gaps the overlap loop leaves before them) serves ``speedup / 1.2`` of gating at each bin, so bins
+    6 and 8, which pay by their steps alone, lose: learn gates them (the counters without the block: 8)."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING, outside={"drafted": 0.2, "gated": 0.0})
+    knob, changes, _ = drive(policy, stream, 900)
+    assert knob == 4 and len(changes) == 1, changes
 
 
 def test_keeps_speculation_on_where_every_bin_pays() -> None:

@@ -103,6 +103,54 @@ def test_overlap_scheduling_counts_result_to_result() -> None:
     assert nonzero(snap, "drafted", "time_s")[4] == pytest.approx(0.013)
 
 
+def test_the_gap_before_a_step_counts_outside_its_span_unless_the_scheduler_idled() -> None:
+    """Plugin 0.4.13: a step launched after the previous step's result leaves the gap between them outside
+    both spans; it counts in the ``outside`` block under the later step's bin and mode, not where an idle
+    turn sat in it (that time no mode spent). Overlapped steps leave no gap."""
+    c, clock = counters(48)
+    c.begin(16, True)
+    clock.now += 0.009
+    c.end(16, [2] * 16)  # t=100.009
+    clock.now += 0.003  # a prefill ran here
+    c.begin(16, True)  # t=100.012: 3 ms after the result
+    clock.now += 0.009
+    c.end(16, [2] * 16)
+    clock.now += 0.002
+    c.begin(16, False)
+    clock.now += 0.005
+    c.end(16, [0] * 16)  # a gated step 2 ms after the last result
+    clock.now += 5.0
+    c.note_idle()  # nothing to run: the next gap holds idle time
+    c.begin(16, False)
+    clock.now += 0.005
+    c.end(16, [0] * 16)
+    c.begin(16, False)  # launched at the last result: no gap
+    clock.now += 0.005
+    c.end(16, [0] * 16)
+    snap = c.snapshot()
+    i = snap["bins"].index(16)
+    assert snap["outside"]["drafted"][i] == pytest.approx(0.003)
+    assert snap["outside"]["gated"][i] == pytest.approx(0.002)  # the idle 5 s left out
+    assert nonzero(snap, "drafted", "time_s")[16] == pytest.approx(0.018)  # the spans are as before
+    later = c.snapshot()
+    c.begin(16, True)
+    clock.now += 0.009
+    c.end(16, [2] * 16)
+    clock.now += 0.004
+    c.begin(16, True)
+    clock.now += 0.009
+    c.end(16, [2] * 16)
+    delta = ec.rates(later, c.snapshot())
+    assert delta["drafted"]["outside_s"][i] == pytest.approx(0.004)
+    assert delta["gated"]["outside_s"][i] == 0
+    both = ec.sum_ranks([c.snapshot(), c.snapshot()])
+    assert both["outside"]["drafted"][i] == pytest.approx(2 * 0.007)
+    # an older plugin's snapshot has no block, and a malformed one is left out
+    assert ec.outside_block({"bins": [1], "drafted": {}}) is None
+    assert ec.outside_block({"bins": [1, 2], "outside": {"drafted": [0.1], "gated": [0, 0]}}) is None
+    assert "outside_s" not in ec.rates(None, {**c.snapshot(), "outside": None})["drafted"]
+
+
 def test_verify_results_match_their_own_launch_and_strays_are_counted() -> None:
     c, clock = counters(48)
     c.begin(3, True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from spectower.plugin.gate import PLUGIN_VERSION
 
 from tests import test_sglang_plugin as plugin_tests
 from tests.sglang_checks import VERSION_PARAMS, SglangChecks
@@ -21,8 +22,19 @@ def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict
 
 @plugin_tests.sglang_check
 def test_the_hook_notes_the_requests_left_waiting(checked: dict[str, Any]) -> None:
-    assert checked["answers"] == {"policy_8": True} and checked["plugin_version"] == "0.4.12"
+    assert checked["answers"] == {"policy_8": True} and checked["plugin_version"] == PLUGIN_VERSION
     assert all(t["noted"] == t["waiting"] for t in checked["turns"])
+
+
+@plugin_tests.sglang_check
+def test_an_idle_turn_leaves_the_gap_before_the_next_step_out_of_the_counters_outside_time(
+    checked: dict[str, Any],
+) -> None:
+    """Plugin 0.4.13: the seconds outside every span grow only at the steps after a turn with requests
+    waiting (not idle); after an idle turn the gap holds idle time, which no mode spent."""
+    turns = checked["turns"]
+    grew = [i for i in range(1, len(turns)) if turns[i]["outside_s"] > turns[i - 1]["outside_s"]]
+    assert grew and all(turns[i]["waiting"] > 0 for i in grew)
 
 
 @plugin_tests.sglang_check

@@ -11,8 +11,13 @@ when it cannot admit what waits; the check sets the waiting queue itself. Run wi
 batches), the knob a policy's 8, batches of 16 (gated by the ceiling, within the exploring part's stream
 limit: they draft there).
 
+The same hook notes an idle turn (nothing to run, nothing waiting, nothing running: plugin 0.4.13) to the
+decode counters, which then leave the gap before the next step out of what its mode spent outside its span
+(``EngineCounters.note_idle``); a turn with requests waiting is not idle, so its gap is counted.
+
 Argument: the adaptive config path. Prints one JSON object: each turn's waiting requests, the gate's
-``waiting`` after the hooked call, the steps the worker ran and the window's part.
+``waiting`` after the hooked call, the steps the worker ran, the window's part and the counters' seconds
+outside every span so far.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def main() -> None:
     install_next_batch()
     plugin, scheduler, controller, _params, worker = _harness.start_decoding(config_path)
     gate = plugin.gate_state()
+    counters = plugin.engine_counters_state()
     clock = _harness.FakeClock()
     gate.clock = clock
     answers = {"policy_8": _harness.set_state(scheduler, {"spectower_writer": 2, "spectower_spec_max_bs": 8})}
@@ -53,7 +59,9 @@ def main() -> None:
         steps = worker.speculative_num_steps
         controller.on_verify_complete([2] * BATCH if steps > 0 else [0] * BATCH, batch_size=BATCH)
         clock.now += 0.01
-        return {"waiting": waiting, "noted": noted, "steps": steps, "part": gate.explorer.phase_now}
+        outside = sum(sum(values) for values in counters.outside.values())
+        return {"waiting": waiting, "noted": noted, "steps": steps, "part": gate.explorer.phase_now,
+                "outside_s": outside}  # fmt: skip
 
     # 60 cold batches with room bring the first window due; it waits while 5 requests wait and then for 16
     # batches in a row with room (a quarter of the cycle), the exploring part drafts, a queue after its third
