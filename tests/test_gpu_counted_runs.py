@@ -116,9 +116,10 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
         "t=     5s  target C=16  in flight 16  tok/s   1600.0  done 1  errors 0\n"
         "stopped (duration reached) after 0.1 s: 1 requests done, 0 errors, 160 tokens\n"
     )
-    for _ in range(20):
+    for i in range(20):
         server.decode(16, drafted=True)  # 3 tokens a request a step: 960 tokens in 0.2 s
-    server.prefill(0.06)
+        if i == 9:
+            server.prefill(0.06)  # between two steps: outside both spans, counted (plugin 0.4.13)
     on = server.save(tmp_path, "on")
     (tmp_path / "load-on.log").write_text(
         "stopped (duration reached) after 0.25 s: 3 requests done, 0 errors, 912 tokens\n"
@@ -138,4 +139,6 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert clients["on"].loop_s == pytest.approx((0.2, 0.06))  # the loop's DECODE batches: 10 ms each
-    assert "tokens 0.950  steps 0.800  tok/s 0.760  loop DECODE 0.2 s EXTEND 0.1 s" in proc.stdout
+    assert clients["on"].outside_s == pytest.approx(0.06) and clients["off"].outside_s == 0
+    line = "tokens 0.950  steps 0.800  tok/s 0.760  loop DECODE 0.2 s EXTEND 0.1 s  outside the steps 0.06 s"
+    assert line in proc.stdout
