@@ -15,7 +15,8 @@ What is counted, per batch-size bin and per mode:
 - modes: ``drafted`` (the step ran with speculative steps > 0) and ``gated`` (it ran 0 steps: forced to 0
   by the spectower gate, or put at 0 by SGLang's own adaptive band; both cost a 1-token verify).
 - ``steps``: decode steps; ``tokens``: output tokens (per request ``accepted drafts + 1``, summed over the
-  batch); ``time_s``: seconds of step time.
+  batch; since plugin 0.4.13 cut to what the requests kept, plugin/kept_tokens.py: ``tokens_not_kept`` counts
+  what it took out); ``time_s``: seconds of step time.
 
 Step time in the plugin (``begin`` at ``AdaptiveSpeculativeParams.get_steps_for_batch``, before the batch
 is launched; ``end`` at ``on_verify_complete``, once the verify result is on the CPU): a batch's time runs
@@ -137,6 +138,12 @@ class EngineCounters:
         # Seconds outside every span before a step, per mode and bin (module docstring).
         self.outside = {mode: [0.0] * n for mode in MODES}
         self._idle = False  # the scheduler idled since the last step's end: the next gap is not counted
+        # Steps recorded so far, and where the last one's tokens went (its mode or "settling", its bin, its
+        # tokens, its extend kind): ``keep_tokens`` counts it at what its requests kept
+        # (plugin/kept_tokens.py)
+        self.recorded = 0
+        self._last_cell: tuple[str, int, int, str | None] | None = None
+        self.tokens_not_kept = 0
         self.started_at = wall()
         self.clock = clock
         self.clock_name = clock_name
@@ -183,23 +190,45 @@ class EngineCounters:
         ``outside_s``: the seconds before it outside every span (``outside``)."""
         steady_gated = not drafted and self._last_drafted is False
         self._last_drafted = drafted
+        self.recorded += 1
+        kind = None
+        i = self.bin_index(batch_size)
         if steady_gated and extend_kept is not None:
-            block = self.extend["kept" if extend_kept else "skipped"]
-            j = self.bin_index(batch_size)
-            block["steps"][j] += 1
-            block["tokens"][j] += tokens
-            block["time_s"][j] += seconds
+            kind = "kept" if extend_kept else "skipped"
+            block = self.extend[kind]
+            block["steps"][i] += 1
+            block["tokens"][i] += tokens
+            block["time_s"][i] += seconds
         if settling:
             self.settling["steps"] += 1
             self.settling["tokens"] += tokens
             self.settling["time_s"] += seconds
+            self._last_cell = ("settling", i, tokens, kind)
             return
-        i = self.bin_index(batch_size)
         mode = "drafted" if drafted else "gated"
+        self._last_cell = (mode, i, tokens, kind)
         self.steps[mode][i] += 1
         self.tokens[mode][i] += tokens
         self.time_s[mode][i] += seconds
         self.outside[mode][i] += outside_s
+
+    def keep_tokens(self, kept: int) -> None:
+        """The last step recorded, counted at the ``kept`` output tokens its requests kept where they kept
+        fewer than its verify counted (plugin/kept_tokens.py); once per step."""
+        cell, self._last_cell = self._last_cell, None
+        if cell is None:
+            return
+        where, i, tokens, kind = cell
+        cut = tokens - max(0, int(kept))
+        if cut <= 0:
+            return
+        if where == "settling":
+            self.settling["tokens"] -= cut
+        else:
+            self.tokens[where][i] -= cut
+        if kind is not None:
+            self.extend[kind]["tokens"][i] -= cut
+        self.tokens_not_kept += cut
 
     def note_idle(self) -> None:
         """The scheduler found nothing to run (the plugin's get_next_batch_to_run hook): the gap before the
@@ -278,6 +307,7 @@ class EngineCounters:
                 for kind, block in self.extend.items()
             },
             "outside": {mode: [round(t, 9) for t in self.outside[mode]] for mode in MODES},
+            "tokens_not_kept": self.tokens_not_kept,
         }
 
 

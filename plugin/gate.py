@@ -45,7 +45,8 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # Scheduler.get_next_batch_to_run reads its waiting queue, Gate.waiting; plugin/explore.py
 # WINDOW_WAIT_MAX_CYCLES), full_waited, yielded and forced in the report's explore.window; 0.4.13: the
 # counters' ``outside`` block, the seconds outside every step's span per mode and bin (idle turns left out),
-# which learn adds to the step time (plugin/engine_counters.py)
+# which learn adds to the step time (plugin/engine_counters.py), and each step's tokens counted at what its
+# requests kept (plugin/kept_tokens.py: a finished request's dropped step, the last step's overshoot)
 PLUGIN_VERSION = "0.4.13"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"

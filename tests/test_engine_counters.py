@@ -151,6 +151,27 @@ def test_the_gap_before_a_step_counts_outside_its_span_unless_the_scheduler_idle
     assert "outside_s" not in ec.rates(None, {**c.snapshot(), "outside": None})["drafted"]
 
 
+def test_keep_tokens_counts_the_last_step_at_what_its_requests_kept_once() -> None:
+    """Plugin 0.4.13 (plugin/kept_tokens.py): the step just recorded loses the tokens its requests did not
+    keep, in its bin, or among the settling steps, and in the extend block where it counted there too; a
+    second call for the same step, or more kept than counted, changes nothing."""
+    c, _ = counters(48)
+    c.record(16, True, 48, 0.01)
+    c.keep_tokens(40)
+    c.keep_tokens(30)  # the same step again: nothing
+    i = c.bins.index(16)
+    assert c.tokens["drafted"][i] == 40 and c.tokens_not_kept == 8 and c.recorded == 1
+    c.record(16, False, 16, 0.005, extend_kept=True)
+    c.record(16, False, 16, 0.005, extend_kept=True)  # a steady gated step: in the extend block too
+    c.keep_tokens(15)
+    assert c.tokens["gated"][i] == 31 and c.extend["kept"]["tokens"][i] == 15
+    c.record(16, True, 48, 0.01, settling=True)
+    c.keep_tokens(50)  # kept more than counted (a prefill's token is not the step's): nothing taken
+    c.keep_tokens(0)
+    assert c.settling["tokens"] == 48 and c.tokens_not_kept == 9
+    assert c.snapshot()["tokens_not_kept"] == 9
+
+
 def test_verify_results_match_their_own_launch_and_strays_are_counted() -> None:
     c, clock = counters(48)
     c.begin(3, True)

@@ -120,9 +120,10 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
         server.decode(16, drafted=True)  # 3 tokens a request a step: 960 tokens in 0.2 s
         if i == 9:
             server.prefill(0.06)  # between two steps: outside both spans, counted (plugin 0.4.13)
+    server.counters.keep_tokens(42)  # the last step's requests kept 42 of its 48 (plugin 0.4.13)
     on = server.save(tmp_path, "on")
     (tmp_path / "load-on.log").write_text(
-        "stopped (duration reached) after 0.25 s: 3 requests done, 0 errors, 912 tokens\n"
+        "stopped (duration reached) after 0.25 s: 3 requests done, 0 errors, 906 tokens\n"
     )
     server.decode(16, drafted=False)
     cut = server.save(tmp_path, "threshold-8")
@@ -132,13 +133,15 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
     clients = {c.run: c for c in counted_runs.against_clients(counted_runs.per_run(saved))}
     assert set(clients) == {"off", "on"}
     assert clients["off"].tokens == 160 and clients["off"].rate_share == pytest.approx(1.0)
-    assert clients["on"].tokens == 960 and clients["on"].step_s == pytest.approx(0.2)
-    assert clients["on"].token_share == pytest.approx(0.95) and clients["on"].step_share == pytest.approx(0.8)
-    assert clients["on"].rate_share == pytest.approx(0.76)
+    assert clients["on"].tokens == 954 and clients["on"].step_s == pytest.approx(0.2)
+    assert clients["on"].not_kept == 6 and clients["off"].not_kept == 0
+    assert clients["on"].token_share == pytest.approx(906 / 954)
+    assert clients["on"].step_share == pytest.approx(0.8)
+    assert clients["on"].rate_share == pytest.approx(0.8 * 906 / 954)
     proc = subprocess.run([sys.executable, str(SCRIPT), str(off), str(on), str(cut)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert clients["on"].loop_s == pytest.approx((0.2, 0.06))  # the loop's DECODE batches: 10 ms each
     assert clients["on"].outside_s == pytest.approx(0.06) and clients["off"].outside_s == 0
     line = "tokens 0.950  steps 0.800  tok/s 0.760  loop DECODE 0.2 s EXTEND 0.1 s  outside the steps 0.06 s"
-    assert line in proc.stdout
+    assert line + "  tokens not kept 6" in proc.stdout

@@ -98,10 +98,12 @@ def test_the_plugin_package_imports_from_the_wheel_with_the_stdlib_alone(wheel: 
         "spectower": "spectower.plugin.knob_gate:register",
         "spectower-gated-decode": "spectower.plugin.gated_decode:register",
         "spectower-loop-stalls": "spectower.plugin.loop_stalls:register",
+        "spectower-kept-tokens": "spectower.plugin.kept_tokens:register",
     }
     assert found["loaded"] == {"spectower": "spectower.plugin.knob_gate",
                                "spectower-gated-decode": "spectower.plugin.gated_decode",
-                               "spectower-loop-stalls": "spectower.plugin.loop_stalls"}  # fmt: skip
+                               "spectower-loop-stalls": "spectower.plugin.loop_stalls",
+                               "spectower-kept-tokens": "spectower.plugin.kept_tokens"}  # fmt: skip
 
 
 def test_version_and_help_read_like_a_command_line_tool() -> None:

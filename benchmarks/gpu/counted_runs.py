@@ -37,7 +37,7 @@ from run_snapshots import counts_since, in_run_order, main_for, read_blocks
 from spectower.plugin.engine_counters import MODES, outside_block, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
-COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us", "outside_us")
+COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us", "outside_us", "not_kept")
 # what the scheduler loop's blocks add where stalls-<run>.json lies beside: DECODE batches, and the run +
 # result microseconds of its DECODE and of its EXTEND (prefill) batches
 LOOP_KEYS = ("decode_batches", "decode_us", "extend_us")
@@ -86,7 +86,9 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
                                 + settling.get("tokens", 0)),
                   "step_us": round(1e6 * (sum(sum(block[mode]["time_s"]) for mode in MODES)
                                           + settling.get("time_s", 0.0))),
-                  "outside_us": round(1e6 * outside)}  # fmt: skip
+                  "outside_us": round(1e6 * outside),
+                  # plugin 0.4.13's verified tokens the requests did not keep, taken out of ``tokens``
+                  "not_kept": int(block.get("tokens_not_kept", 0) or 0)}  # fmt: skip
         out.append(counts)
     loops = loop_phases.beside(path, run_name(path))
     if loops is not None:
@@ -136,6 +138,7 @@ class RunAgainstClients:
     client_tokens: int
     loop_s: tuple[float, float] | None  # the loop's DECODE and EXTEND run + result seconds (all ranks)
     outside_s: float = 0.0  # the counters' seconds outside every span (plugin 0.4.13 on; all ranks)
+    not_kept: int = 0  # verified tokens the requests did not keep (plugin 0.4.13 on; all ranks)
 
     @property
     def token_share(self) -> float | None:
@@ -170,7 +173,8 @@ def against_clients(rows: Sequence[RunCounted]) -> list[RunAgainstClients]:
         if all(loop is not None for loop in loops):
             loop_s = (sum(loop[0] for loop in loops if loop), sum(loop[1] for loop in loops if loop))
         outside_s = sum(row.counts["outside_us"] for row in ranks) / 1e6
-        out.append(RunAgainstClients(run, tokens, step_s, client[0], client[1], loop_s, outside_s))
+        not_kept = sum(row.counts["not_kept"] for row in ranks)
+        out.append(RunAgainstClients(run, tokens, step_s, client[0], client[1], loop_s, outside_s, not_kept))
     return out
 
 
@@ -193,13 +197,16 @@ def print_rows(rows: Sequence[RunCounted]) -> None:
               "time; the loop's DECODE and EXTEND (prefill) batches' run + result s, where "
               "stalls-<run>.json lies beside: in the overlap loop a prefill's time falls inside the decode "
               "steps' spans; and, from plugin 0.4.13, the counters' seconds outside every span while the "
-              "scheduler was busy")  # fmt: skip
+              "scheduler was busy and the verified tokens the requests did not keep (out of the counters' "
+              "tokens)")  # fmt: skip
         first = {row.run for row in rows if row.since_launch}
         for run in clients:
             label = run.run + (" *" if run.run in first else "")
             loop = f"  loop DECODE {run.loop_s[0]:.1f} s EXTEND {run.loop_s[1]:.1f} s" if run.loop_s else ""
             if run.outside_s > 0:
                 loop += f"  outside the steps {run.outside_s:.2f} s"
+            if run.not_kept > 0:
+                loop += f"  tokens not kept {run.not_kept}"
             print(f"  {label:<20}{run.tokens:>9} {run.step_s:>8.1f} s  clients {run.client_tokens:>9} "
                   f"{run.client_s:>8.1f} s  tokens {_share(run.token_share)}  "
                   f"steps {_share(run.step_share)}  tok/s {_share(run.rate_share)}{loop}")  # fmt: skip
