@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
-from spectower.plugin import engine_counters, gated_decode, knob_gate, loop_stalls, stall_watch
+from spectower.plugin import engine_counters, gated_decode, kept_tokens, knob_gate, loop_stalls, stall_watch
 
 
 def per_step_ns(fn: Callable[[int], None], steps: int) -> float:
@@ -156,6 +156,18 @@ def main() -> None:
             knob_gate.hook_get_next_batch_to_run(answer_plan, scheduler, running_batch=running,
                                                  last_batch=None)  # fmt: skip
 
+    # the kept-tokens plugin's hook (plugin 0.4.13): every decode result, it reads each request's output
+    # length and finish before and after SGLang's body (here nothing: its own cost alone)
+    def decode_req() -> SimpleNamespace:
+        return SimpleNamespace(output_ids=[7] * 200, finished=lambda: False, is_retracted=False,
+                               finished_len=None)  # fmt: skip
+
+    decoded = SimpleNamespace(reqs=[decode_req() for _ in range(batch)])
+
+    def kept_hook(n: int) -> None:
+        for _ in range(n):
+            kept_tokens.hook_process_batch_result_decode(nothing, None, decoded, None)
+
     base = per_step_ns(empty_loop, args.steps)
     step_ns = args.step_ms * 1e6
     rows = [
@@ -168,6 +180,7 @@ def main() -> None:
         ("scheduler hook, a decode turn", per_step_ns(scheduler_hook(decode_plan), args.steps) - base),
         ("scheduler hook, a prefill turn", per_step_ns(scheduler_hook(prefill_plan), args.steps) - base),
         ("knob's waiting-queue hook", per_step_ns(waiting_hook, args.steps) - base),
+        ("kept-tokens hook, a decode result", per_step_ns(kept_hook, args.steps) - base),
     ]
     print(f"batch {batch}, {args.steps} steps, best of 5, loop overhead subtracted; step {args.step_ms} ms")
     for name, ns in rows:
