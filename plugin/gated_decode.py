@@ -412,14 +412,10 @@ def missing_targets(backend: tuple[str, str] = TRITON_BACKEND) -> list[str]:
 
 def register() -> None:
     """Entry point (``sglang.srt.plugins``): SGLang's ``load_plugins()`` calls it in each of its processes."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        print(f"spectower gated decode: off ({DISABLE_ENV}=0)", file=sys.stderr, flush=True)
+    registry = sglang_targets.hook_registry("spectower gated decode", DISABLE_ENV, logger)
+    if registry is None:
         return
-    try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    except ImportError as exc:
-        logger.warning("spectower gated decode: NOT hooking: no SGLang HookRegistry (%s)", exc)
-        return
+    HookRegistry, HookType = registry
     backends = []
     for module_name, class_name in ATTENTION_BACKENDS:
         missing = missing_targets((module_name, class_name))

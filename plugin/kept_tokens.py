@@ -93,18 +93,10 @@ def missing_targets() -> list[str]:
 
 def register() -> None:
     """Entry point (``sglang.srt.plugins``): SGLang's ``load_plugins()`` calls it in each of its processes."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        print(f"spectower kept tokens: off ({DISABLE_ENV}=0)", file=sys.stderr, flush=True)
+    registry = sglang_targets.hook_registry("spectower kept tokens", DISABLE_ENV, logger, missing_targets)
+    if registry is None:
         return
-    try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    except ImportError as exc:
-        logger.warning("spectower kept tokens: NOT hooking: no SGLang HookRegistry (%s)", exc)
-        return
-    missing = missing_targets()
-    if missing:
-        logger.warning("spectower kept tokens: NOT hooking (missing %s)", ", ".join(missing))
-        return
+    HookRegistry, HookType = registry
     module_name, class_name = PROCESSOR
     HookRegistry.register(f"{module_name}.{class_name}.{METHOD}", hook_process_batch_result_decode,
                           HookType.AROUND)  # fmt: skip

@@ -469,18 +469,10 @@ def missing_targets() -> list[str]:
 
 def register() -> None:
     """Entry point (``sglang.srt.plugins``): SGLang's ``load_plugins()`` calls it in each of its processes."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        print(f"spectower loop stalls: off ({DISABLE_ENV}=0)", file=sys.stderr, flush=True)
+    registry = sglang_targets.hook_registry("spectower loop stalls", DISABLE_ENV, logger, missing_targets)
+    if registry is None:
         return
-    try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    except ImportError as exc:
-        logger.warning("spectower loop stalls: NOT hooking: no SGLang HookRegistry (%s)", exc)
-        return
-    missing = missing_targets()
-    if missing:
-        logger.warning("spectower loop stalls: NOT hooking (missing %s)", ", ".join(missing))
-        return
+    HookRegistry, HookType = registry
     module_name, class_name = SCHEDULER
     for phase, method in PHASES.items():
         HookRegistry.register(f"{module_name}.{class_name}.{method}", HOOKS[phase], HookType.AROUND)

@@ -7,7 +7,10 @@ Standard library only (it runs inside SGLang).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -28,3 +31,24 @@ def next_batch_plan(plan: Any, scheduler: Any) -> tuple[Any, Any]:
     batch = getattr(plan, "batch_to_run", plan)
     running = getattr(plan, "running_batch", None) or getattr(scheduler, "running_batch", None)
     return batch, running
+
+
+def hook_registry(label: str, disable_env: str, log: logging.Logger,
+                  missing: Callable[[], list[str]] | None = None) -> tuple[Any, Any] | None:  # fmt: skip
+    """(SGLang's ``HookRegistry``, ``HookType``) for a plugin module's ``register()``, or None where it must
+    not hook: switched off by ``disable_env=0`` (one line on stderr, where SGLang's logging is not yet set
+    up), no HookRegistry in this SGLang, or targets this SGLang lacks (``missing()``: a warning naming
+    ``label`` and them)."""
+    if os.environ.get(disable_env, "1") == "0":
+        print(f"{label}: off ({disable_env}=0)", file=sys.stderr, flush=True)
+        return None
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError as exc:
+        log.warning("%s: NOT hooking: no SGLang HookRegistry (%s)", label, exc)
+        return None
+    lacking = missing() if missing is not None else []
+    if lacking:
+        log.warning("%s: NOT hooking (missing %s)", label, ", ".join(lacking))
+        return None
+    return HookRegistry, HookType
