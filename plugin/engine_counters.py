@@ -343,14 +343,7 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     base = None if before is None or restarted else before
     out: dict[str, Any] = {"bins": bins, "restarted": restarted}
     for mode in MODES:
-        block: dict[str, list[Any]] = _deltas(after[mode], base[mode] if base is not None else None, n)
-        block["tok_s"] = [
-            tok / t if t > 0 else None for tok, t in zip(block["tokens"], block["time_s"], strict=True)
-        ]
-        block["step_s"] = [
-            t / s if s > 0 and t > 0 else None for t, s in zip(block["time_s"], block["steps"], strict=True)
-        ]
-        out[mode] = block
+        out[mode] = with_rates(_deltas(after[mode], base[mode] if base is not None else None, n))
     new_outside = outside_block(after)
     if new_outside is not None:
         old_outside = outside_block(base) if base is not None else None
@@ -364,6 +357,17 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
         old_extend = extend_block(base) if base is not None else None
         out["extend"] = {kind: _deltas(new_extend[kind], old_extend[kind] if old_extend else None, n)
                          for kind in EXTEND_KINDS}  # fmt: skip
+    return out
+
+
+def with_rates(block: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A mode's block (``steps``, ``tokens``, ``time_s`` per bin) with its rates: ``tok_s`` (output tokens per
+    second of step time) and ``step_s`` (mean step time), None where the bin saw no step time."""
+    out = dict(block)
+    out["tok_s"] = [tok / t if t > 0 else None
+                    for tok, t in zip(block["tokens"], block["time_s"], strict=True)]  # fmt: skip
+    out["step_s"] = [t / s if s > 0 and t > 0 else None
+                     for t, s in zip(block["time_s"], block["steps"], strict=True)]  # fmt: skip
     return out
 
 

@@ -521,8 +521,8 @@ def hook_get_next_batch_to_run(
     try:
         state = _state()
         state.gate.waiting = waiting = _waiting(scheduler)
-        batch, running_batch = sglang_targets.next_batch_plan(plan, scheduler)
-        if batch is None and waiting == 0 and not getattr(running_batch, "reqs", None):
+        batch, running = sglang_targets.next_batch_plan(plan, scheduler)
+        if sglang_targets.idle_turn(batch is not None, waiting, len(getattr(running, "reqs", None) or ())):
             state.counters.note_idle()
     except Exception:
         _warn_once("waiting", "spectower: could not note the scheduler's waiting queue", exc_info=True)

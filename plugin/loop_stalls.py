@@ -213,7 +213,7 @@ class LoopStalls:
         self._account("schedule", started, self._clock())
         self._iterations += 1
         self._waiting_max = max(self._waiting_max, waiting)
-        if not has_batch and waiting == 0 and running == 0:
+        if sglang_targets.idle_turn(has_batch, waiting, running):
             self.idle()
 
     def idle(self) -> None:

@@ -33,6 +33,13 @@ def next_batch_plan(plan: Any, scheduler: Any) -> tuple[Any, Any]:
     return batch, running
 
 
+def idle_turn(has_batch: bool, waiting: int, running: int) -> bool:
+    """A loop turn with nothing to run, nothing waiting and nothing running: no output is owed (the loop
+    stalls' next gap starts when a batch next runs) and no mode spends the time until the next decode step
+    (the decode counters' ``note_idle``)."""
+    return not has_batch and waiting == 0 and running == 0
+
+
 def hook_registry(label: str, disable_env: str, log: logging.Logger,
                   missing: Callable[[], list[str]] | None = None) -> tuple[Any, Any] | None:  # fmt: skip
     """(SGLang's ``HookRegistry``, ``HookType``) for a plugin module's ``register()``, or None where it must

@@ -34,7 +34,7 @@ from typing import Any
 import loop_phases
 from policy_table import read_total
 from run_snapshots import counts_since, in_run_order, main_for, read_blocks
-from spectower.plugin.engine_counters import MODES, outside_block, validate
+from spectower.plugin.engine_counters import served, sum_ranks, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
 COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us", "outside_us", "not_kept")
@@ -75,17 +75,16 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
         why = validate(block)
         if why is not None:
             raise ValueError(f"{path}: rank {i}: {why}")
-        settling = block.get("settling") or {}
+        summed = sum_ranks([block])  # its settling and outside blocks read as every reader reads them
+        whole, settling = served(summed), summed["settling"]  # both modes' bins and the settling steps
         # plugin 0.4.13's seconds outside every span while the scheduler was busy (0 before it)
-        outside = sum(sum(values) for values in (outside_block(block) or {}).values())
-        counts = {"steps": int(sum(sum(block[mode]["steps"]) for mode in MODES)),
-                  "settling": int(settling.get("steps", 0)),
-                  "unmatched": int(block.get("unmatched", 0)),
-                  "dropped": int(block.get("dropped", 0)),
-                  "tokens": int(sum(sum(block[mode]["tokens"]) for mode in MODES)
-                                + settling.get("tokens", 0)),
-                  "step_us": round(1e6 * (sum(sum(block[mode]["time_s"]) for mode in MODES)
-                                          + settling.get("time_s", 0.0))),
+        outside = sum(sum(values) for values in summed.get("outside", {}).values())
+        counts = {"steps": int(whole["steps"] - settling["steps"]),
+                  "settling": int(settling["steps"]),
+                  "unmatched": int(summed["unmatched"]),
+                  "dropped": int(summed["dropped"]),
+                  "tokens": int(whole["tokens"]),
+                  "step_us": round(1e6 * whole["time_s"]),
                   "outside_us": round(1e6 * outside),
                   # plugin 0.4.13's verified tokens the requests did not keep, taken out of ``tokens``
                   "not_kept": int(block.get("tokens_not_kept", 0) or 0)}  # fmt: skip

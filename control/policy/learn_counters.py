@@ -179,9 +179,7 @@ def with_outside(intervals: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not outside:
                 continue
             time_s = [t + o for t, o in zip(block["time_s"], outside, strict=True)]
-            tok_s = [tok / t if t > 0 else None for tok, t in zip(block["tokens"], time_s, strict=True)]
-            step_s = [t / s if s > 0 and t > 0 else None for t, s in zip(time_s, block["steps"], strict=True)]
-            copy[mode] = {**block, "time_s": time_s, "tok_s": tok_s, "step_s": step_s}
+            copy[mode] = engine_counters.with_rates({**block, "time_s": time_s})
         out.append(copy)
     return out
 
