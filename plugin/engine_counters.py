@@ -383,6 +383,11 @@ def _deltas(new: Mapping[str, Sequence[float]], old: Mapping[str, Sequence[float
     return block
 
 
+def _counts(values: list[Any]) -> bool:
+    """Whether every one of ``values`` is a non-negative number (not a bool): what a counted list holds."""
+    return all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values)
+
+
 def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
     """A snapshot's ``extend`` block (module docstring) when it has a well-formed one (lists as long as its
     bins, non-negative numbers), else None: a plugin before 0.4.6 has none, and a malformed one must not
@@ -402,7 +407,7 @@ def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
             values = entry.get(field)
             if not isinstance(values, list) or len(values) != len(bins):
                 return None
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+            if not _counts(values):
                 return None
             out[kind][field] = list(values)
     return out
@@ -421,7 +426,7 @@ def outside_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] 
         values = block.get(mode)
         if not isinstance(values, list) or len(values) != len(bins):
             return None
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+        if not _counts(values):
             return None
         out[mode] = [float(v) for v in values]
     return out
@@ -520,6 +525,6 @@ def validate(snapshot: object) -> str | None:
             values = block.get(field)
             if not isinstance(values, list) or len(values) != len(bins):
                 return f"counters.{mode}.{field} must be a list as long as bins"
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values):
+            if not _counts(values):
                 return f"counters.{mode}.{field} must hold non-negative numbers"
     return None
