@@ -122,3 +122,33 @@ def test_against_an_absent_run_is_one_line_naming_it(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip() == "--against: no status lines of 'learn' among the logs (on)"
+
+
+def test_pairs_pool_the_blocks_of_alternated_runs() -> None:
+    # learn twice against threshold twice: 0.9 of it in the first pair's two blocks, 1.1 in the second's;
+    # pooled, four blocks whose geometric mean is sqrt(0.9 x 1.1) = 0.995, whose tokens are the base's, and
+    # whose interval holds both pairs' spread, where either pair alone has none
+    base = _day_rows([1000.0] * 13)
+    first, second = _day_rows([900.0] * 13), _day_rows([1100.0] * 13)
+    together = policy_table.pooled(
+        [policy_table.block_pairs(first, base), policy_table.block_pairs(second, base)]
+    )
+    assert together["blocks"] == 4
+    assert together["ratio"] == pytest.approx((0.9 * 1.1) ** 0.5)
+    assert together["total"] == pytest.approx(1.0)
+    alone = policy_table.paired(first, base)
+    assert alone["lo"] == alone["hi"] == pytest.approx(0.9)
+    assert together["lo"] < 0.9 < 1.1 < together["hi"]
+
+
+def test_a_pair_that_is_not_run_eq_base_or_names_an_absent_run_is_one_line(tmp_path: Path) -> None:
+    log = _log(tmp_path / "load-on.log", dict.fromkeys(LEVELS, 1.0))
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
+    for pair, line in (
+        ("on", "--pair: 'on': expected RUN=BASE, e.g. learn-2=threshold-16-2"),
+        ("on=learn", "--pair: no status lines of 'learn' among the logs (on)"),
+    ):
+        proc = subprocess.run([sys.executable, script, "--sweep", str(SWEEP), str(log), "--pair", pair],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == line

@@ -143,9 +143,23 @@ def paired(
 ) -> dict[str, Any]:
     """This run's tokens over ``base``'s: over the whole load, and per 30 s block as a geometric mean with a
     95 % t-interval over the blocks both runs completed (collectors.bench.ratio's paired interval)."""
+    return pooled([block_pairs(rows, base)])
+
+
+def block_pairs(
+    rows: Sequence[tuple[float, int, float]], base: Sequence[tuple[float, int, float]]
+) -> list[tuple[float, float]]:
+    """(this run's tokens, ``base``'s) per 30 s block both runs completed and served in."""
     mine, theirs = block_tokens(rows), block_tokens(base)
     n = min(len(mine), len(theirs))
-    pairs = [(a, b) for a, b in zip(mine[:n], theirs[:n], strict=True) if a > 0 and b > 0]
+    return [(a, b) for a, b in zip(mine[:n], theirs[:n], strict=True) if a > 0 and b > 0]
+
+
+def pooled(runs: Sequence[Sequence[tuple[float, float]]]) -> dict[str, Any]:
+    """The blocks of several alternated pairs of runs (each run against the one it was paired with) as one
+    paired ratio: a policy run twice against another run twice gives twice the blocks of one pair, and the
+    run-to-run spread enters the interval through the blocks of both pairs."""
+    pairs = [pair for run in runs for pair in run]
     if not pairs:
         return {"blocks": 0}
     ratio, lo, hi = paired_ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
@@ -169,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="POLICY",
         help="also each run's tokens over this run's (load-POLICY.log), paired per 30 s block",
     )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        metavar="RUN=BASE",
+        help="a run and the run it alternated with (e.g. learn-2=threshold-16-2), repeated: their 30-s "
+        "blocks pooled over the pairs into one ratio with its interval",
+    )
     args = parser.parse_args(argv)
     try:  # spectower's one capped JSON reader; sweep_curves' own ValueError is a bad sweep too
         curves = sweep_curves(parse_json_text(read_text_capped(args.sweep, MAX_SWEEP_BYTES)))
@@ -189,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--against: no status lines of {args.against!r} among the logs ({', '.join(runs)})",
             file=sys.stderr,
         )
+        return 2
+    pairs = parse_pairs(args.pair, runs)
+    if isinstance(pairs, str):
+        print(pairs, file=sys.stderr)
         return 2
     for name, rows in runs.items():
         table[name] = score(rows, curves) if rows else {"error": "no status lines"}
@@ -224,9 +250,34 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:<16} {vs['total']:.3f}  blocks {vs['ratio']:.3f} ({vs['lo']:.3f}-{vs['hi']:.3f}),"
                     f" {vs['blocks']} blocks"
                 )
+    if pairs:
+        together = pooled([block_pairs(runs[run], runs[base]) for run, base in pairs])
+        table["pooled"] = {"pairs": [f"{run}={base}" for run, base in pairs], **together}
+        if together.get("blocks"):
+            print(
+                f"pooled over {len(pairs)} pairs ({', '.join(table['pooled']['pairs'])}): tokens "
+                f"{together['total']:.3f}, per 30 s block {together['ratio']:.3f} "
+                f"({together['lo']:.3f}-{together['hi']:.3f}), {together['blocks']} blocks"
+            )
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
     return 0
+
+
+def parse_pairs(
+    specs: Sequence[str], runs: dict[str, list[tuple[float, int, float]]]
+) -> list[tuple[str, str]] | str:
+    """``--pair RUN=BASE`` values as (run, base) names of runs with status lines, or the one error line."""
+    pairs: list[tuple[str, str]] = []
+    for spec in specs:
+        run, sep, base = spec.partition("=")
+        if not sep or not run or not base:
+            return f"--pair: {spec!r}: expected RUN=BASE, e.g. learn-2=threshold-16-2"
+        for name in (run, base):
+            if not runs.get(name):
+                return f"--pair: no status lines of {name!r} among the logs ({', '.join(runs)})"
+        pairs.append((run, base))
+    return pairs
 
 
 if __name__ == "__main__":
