@@ -145,3 +145,31 @@ def test_each_run_is_set_against_its_clients_tokens_and_seconds(tmp_path: Path) 
     assert clients["on"].outside_s == pytest.approx(0.06) and clients["off"].outside_s == 0
     line = "tokens 0.950  steps 0.800  tok/s 0.760  loop DECODE 0.2 s EXTEND 0.1 s  outside the steps 0.06 s"
     assert line + "  tokens not kept 6" in proc.stdout
+
+
+def test_the_seconds_outside_the_steps_are_shared_per_bin_and_mode_for_each_run(tmp_path: Path) -> None:
+    """On the GPU the gaps between steps grow with the batch (2026-12-06: 1-2 % of a step at 16, 6-11 % at
+    48-64), so a run's total mixes its bins: each run's own gaps per bin and mode, the run before's taken
+    out; a mode with too little step time in a bin is left out."""
+    server = Server()
+    for i in range(4):
+        if i:
+            server.prefill(0.004)  # a gap before three of the four drafted steps at 16
+        server.decode(16, drafted=True)
+    first = server.save(tmp_path, "first")
+    server.prefill(0.008)
+    for _ in range(4):
+        server.decode(48, drafted=False)
+        server.prefill(0.008)  # before the next step: three inside the run, the fourth before run two's
+    server.decode(16, drafted=True)  # the second run's one drafted step, after that last gap
+    second = server.save(tmp_path, "second")
+    saved = {counted_runs.run_name(p): counted_runs.read_ranks(p) for p in (first, second)}
+    shares = counted_runs.outside_shares(counted_runs.per_run(saved), min_step_s=0.0)
+    assert shares["first"][16]["drafted"] == pytest.approx((0.012 / 0.040, 0.040))
+    gated = shares["second"][48]["gated"]
+    assert gated == pytest.approx((0.032 / 0.040, 0.040))  # the first gap (after run one's steps) and three
+    assert shares["second"][16]["drafted"] == pytest.approx((0.008 / 0.010, 0.010))
+    assert 48 not in shares["first"] or not shares["first"][48]
+    # the default leaves out a mode with under a second of steps in a bin: here, all of them
+    assert all(not cell for bins in counted_runs.outside_shares(counted_runs.per_run(saved)).values()
+               for cell in bins.values())  # fmt: skip

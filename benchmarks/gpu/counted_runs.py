@@ -13,7 +13,10 @@ load's (which holds the load's own start and teardown, 2 s or so a run: compare 
 decides on the counters' rate, and the clients' read it 3-4 % lower for drafting runs than for gated ones;
 on an H100 on 2026-12-06 both factors had a part: drafting's tokens 0.989 (a request's last step accepts past
 its ``max_new_tokens``), its steps' share 3 % lower
-(data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06).
+(data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06). Plugin 0.4.13 counts both: the tokens the
+requests kept, and the seconds outside every step while the scheduler was busy, which this prints per run and,
+per bin and mode, as a share of the step seconds there: they grow with the batch (on an H100 under a day load,
+1-2 % of a step at 16 and 6-11 % at 48-64: data/gpu-runs/h100-8b-early-pair-triton-day-2026-12-06).
 
 Why it exists: a step the counters lose takes its span with it, and learn decides on their rates; the
 check wants the server's own cumulative counts per run, not the collector's intervals (one every 5-6 s),
@@ -34,13 +37,14 @@ from typing import Any
 import loop_phases
 from policy_table import read_total
 from run_snapshots import counts_since, in_run_order, main_for, read_blocks
-from spectower.plugin.engine_counters import served, sum_ranks, validate
+from spectower.plugin.engine_counters import MODES, served, sum_ranks, validate
 
 MAX_COUNTERS_BYTES = 256 * 1024  # each rank's counters block: a few lists of ~20 bins
 COUNTS = ("steps", "settling", "unmatched", "dropped", "tokens", "step_us", "outside_us", "not_kept")
 # what the scheduler loop's blocks add where stalls-<run>.json lies beside: DECODE batches, and the run +
 # result microseconds of its DECODE and of its EXTEND (prefill) batches
 LOOP_KEYS = ("decode_batches", "decode_us", "extend_us")
+MIN_BIN_STEP_S = 1.0  # fewer seconds of a mode's steps in a bin: its outside share is too few gaps to read
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,8 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
         whole, settling = served(summed), summed["settling"]  # both modes' bins and the settling steps
         # plugin 0.4.13's seconds outside every span while the scheduler was busy (0 before it)
         outside = sum(sum(values) for values in summed.get("outside", {}).values())
-        counts = {"steps": int(whole["steps"] - settling["steps"]),
+        counts = per_bin(summed)
+        counts |= {"steps": int(whole["steps"] - settling["steps"]),
                   "settling": int(settling["steps"]),
                   "unmatched": int(summed["unmatched"]),
                   "dropped": int(summed["dropped"]),
@@ -104,6 +109,19 @@ def read_ranks(path: Path) -> list[dict[str, int]]:
     return out
 
 
+def per_bin(summed: dict[str, Any]) -> dict[str, int]:
+    """Each mode's step and outside microseconds per bin (``bin:<mode>:<bin>:step_us``, ``...:outside_us``):
+    on the GPU the seconds outside the steps grow with the batch, so a run's total mixes its bins (a day
+    load's gated side runs the large ones); a plugin before 0.4.13 has no outside block (0)."""
+    outside = summed.get("outside") or {}
+    out: dict[str, int] = {}
+    for mode in MODES:
+        for i, b in enumerate(summed["bins"]):
+            out[f"bin:{mode}:{b}:step_us"] = round(1e6 * summed[mode]["time_s"][i])
+            out[f"bin:{mode}:{b}:outside_us"] = round(1e6 * outside[mode][i]) if mode in outside else 0
+    return out
+
+
 def progress(counts: dict[str, int]) -> int:
     """How far a rank's counting had come: every count only grows within a launch."""
     return sum(counts[key] for key in COUNTS)
@@ -114,8 +132,10 @@ def per_run(saved: dict[str, list[dict[str, int]]]) -> list[RunCounted]:
     rows: list[RunCounted] = []
     for run, ranks, before in in_run_order(saved, progress):
         for rank, counts in enumerate(ranks):
-            earlier = before[rank] if before is not None else None
-            own = counts_since(run, rank, counts, earlier, COUNTS)
+            bins = tuple(key for key in counts if key.startswith("bin:"))
+            # a bin the run before had not seen yet counted nothing then (bins only grow within a launch)
+            earlier = {**dict.fromkeys(bins, 0), **before[rank]} if before is not None else None
+            own = counts_since(run, rank, counts, earlier, COUNTS + bins)
             decode, loop_s = None, None
             if "decode_batches" in counts and (earlier is None or "decode_batches" in earlier):
                 loop = {key: counts[key] - (earlier[key] if earlier else 0) for key in LOOP_KEYS}
@@ -209,8 +229,38 @@ def print_rows(rows: Sequence[RunCounted]) -> None:
             print(f"  {label:<20}{run.tokens:>9} {run.step_s:>8.1f} s  clients {run.client_tokens:>9} "
                   f"{run.client_s:>8.1f} s  tokens {_share(run.token_share)}  "
                   f"steps {_share(run.step_share)}  tok/s {_share(run.rate_share)}{loop}")  # fmt: skip
+    print_outside(rows)
     if any(row.since_launch for row in rows):
         print("* the first run: its counts also hold everything since the launch (warm-up)")
+
+
+def outside_shares(rows: Sequence[RunCounted], min_step_s: float = MIN_BIN_STEP_S
+                   ) -> dict[str, dict[int, dict[str, tuple[float, float]]]]:  # fmt: skip
+    """Per run, bin and mode (all ranks): (the seconds outside the steps over the step seconds, the step
+    seconds), where the mode ran at least ``min_step_s`` of steps in the bin."""
+    seconds: dict[str, dict[int, dict[str, list[float]]]] = {}  # run -> bin -> mode -> [outside, step]
+    for row in rows:
+        for key, value in row.counts.items():
+            if key.startswith("bin:"):
+                _, mode, b, field = key.split(":")
+                cell = seconds.setdefault(row.run, {}).setdefault(int(b), {}).setdefault(mode, [0.0, 0.0])
+                cell[0 if field == "outside_us" else 1] += value / 1e6
+    return {run: {b: {mode: (outside / step, step) for mode, (outside, step) in cell.items()
+                      if step > 0 and step >= min_step_s}
+                  for b, cell in sorted(bins.items())}
+            for run, bins in seconds.items()}  # fmt: skip
+
+
+def print_outside(rows: Sequence[RunCounted]) -> None:
+    shares = outside_shares(rows)
+    if not any(v[0] > 0 for bins in shares.values() for cell in bins.values() for v in cell.values()):
+        return  # no outside block (a plugin before 0.4.13)
+    print(f"the seconds outside the steps per bin, as a share of each mode's step seconds there (all ranks; "
+          f"a mode with {MIN_BIN_STEP_S:.0f} s of steps in the bin or more; d drafted, g gated)")  # fmt: skip
+    for run, bins in shares.items():
+        cells = [f"{b}: " + " ".join(f"{mode[0]} {share:.1%}" for mode, (share, _) in sorted(cell.items()))
+                 for b, cell in bins.items() if cell]  # fmt: skip
+        print(f"  {run:<20}" + "  ".join(cells))
 
 
 def _share(value: float | None) -> str:
