@@ -7,7 +7,9 @@ one moment gets one answer.
 
 Input: intervals, each an ``engine_counters.rates()`` result (per-bin deltas of steps, tokens and step
 time per mode), from consecutive /server_info snapshots (``intervals_from_snapshots``) or from storage
-(raw per-scrape rows or their per-minute rollups: same shape).
+(raw per-scrape rows or their per-minute rollups: same shape); either way a mode's step time holds its
+seconds outside the steps where the plugin counts them (0.4.13, ``engine_counters.with_outside``), so a rate
+is what the mode served a client, not what its spans alone held.
 
 Statistics, per bin and mode: the rate is the ratio estimator ``R = sum(tokens) / sum(time_s)`` over the
 intervals that saw steps there; treating the intervals as batch means, ``Var(R) ~= sum_i (tokens_i -
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..collectors.bench.ratio import first_fall, fit_ratios
-from ..plugin.engine_counters import MODES, rates
+from ..plugin.engine_counters import MODES, rates, with_outside
 
 Z95 = 1.96
 # Floor on a bin's log-speedup standard error when weighting the fit, the sweep's floor
@@ -141,12 +143,13 @@ class SpeedupEstimate:
 
 
 def intervals_from_snapshots(snapshots: Sequence[tuple[float, Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """``rates()`` of each consecutive pair of ``(ts, counters)`` snapshots, in time order; each interval
-    also carries ``ts`` (its end) and ``since`` (its start)."""
+    """``rates()`` of each consecutive pair of ``(ts, counters)`` snapshots, in time order, each mode's
+    seconds outside its steps folded into its step time (``with_outside``, as storage reads the collector's
+    intervals); each interval also carries ``ts`` (its end) and ``since`` (its start)."""
     ordered = sorted(snapshots, key=lambda pair: pair[0])
     out: list[dict[str, Any]] = []
     for (t0, before), (t1, after) in itertools.pairwise(ordered):
-        interval = rates(dict(before), dict(after))
+        interval = with_outside(rates(dict(before), dict(after)))
         interval["since"], interval["ts"] = t0, t1
         out.append(interval)
     return out

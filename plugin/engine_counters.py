@@ -56,8 +56,9 @@ the seconds outside every step's span before a step of that bin and mode: the ga
 ``end`` and its own ``begin``, when the scheduler was not idle in between (``note_idle``). The overlap loop
 puts a prefill inside the next step's span, yet on an H100 a drafting run's spans held 3 % less of its load's
 seconds than always off's (data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06): what a mode
-costs outside its steps is part of what it serves, and learn adds it to the step time
-(``control/policy/learn_counters.with_outside``). A settling step's gap is in no bin, as the step is.
+costs outside its steps is part of what it serves, so every estimate adds it to the step time
+(``with_outside``: learn's own snapshots, the collector's stored intervals as storage reads them, the control
+command's estimate since the start). A settling step's gap is in no bin, as the step is.
 
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
@@ -368,6 +369,25 @@ def with_rates(block: Mapping[str, Any]) -> dict[str, list[Any]]:
                     for tok, t in zip(block["tokens"], block["time_s"], strict=True)]  # fmt: skip
     out["step_s"] = [t / s if s > 0 and t > 0 else None
                      for t, s in zip(block["time_s"], block["steps"], strict=True)]  # fmt: skip
+    return out
+
+
+def with_outside(interval: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``rates()`` interval with each mode's seconds outside every span (``outside_s``, plugin 0.4.13) added
+    to its step time, rounded as ``rates()`` rounds it, and its rates made again: what a mode costs a client
+    (on an H100 under a day load the steps and the seconds outside them held 0.993 of the load's seconds,
+    the steps alone 0.946-0.951: data/gpu-runs/h100-8b-early-pair-triton-day-2026-12-06). The block's
+    ``outside_s`` goes, so folding twice adds nothing; an interval without it (an older plugin) is as it was.
+    storage/queries_counters.py folds the stored intervals the same way (its tests hold the two equal)."""
+    out = dict(interval)
+    for mode in MODES:
+        block = interval.get(mode)
+        if not isinstance(block, Mapping) or "outside_s" not in block:
+            continue
+        folded = {key: value for key, value in block.items() if key != "outside_s"}
+        pairs = zip(block["time_s"], block["outside_s"], strict=True)
+        folded["time_s"] = [round(t + o, 9) for t, o in pairs]
+        out[mode] = with_rates(folded)
     return out
 
 

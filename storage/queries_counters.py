@@ -11,7 +11,10 @@ numpy).
 
 The table holds the extend's rows too (modes ``counter_modes.EXTEND_MODES``: steady gated steps by whether
 the draft extend ran, counted in their gated bin as well): every read here names the modes it reads in its
-SQL, so the decode reads never see them and ``extend_totals`` sees only them.
+SQL, so the decode reads never see them and ``extend_totals`` sees only them. The decode reads do read the
+rows of ``counter_modes.OUTSIDE_MODES`` (plugin 0.4.13: each mode's seconds outside its steps) and fold them
+into their mode's step time as ``engine_counters.with_outside`` folds a live interval's, rounded the same
+way, so a stored interval is ``with_outside(rates(None, totals))`` and carries no ``outside_s`` of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from sqlalchemy import select as sa_select
 from ..plugin.engine_counters import ExtendBlock
 from . import dialect, rollups
 from .counter_modes import DECODE_MODES as COUNTER_MODES
-from .counter_modes import EXTEND_MODES
+from .counter_modes import EXTEND_MODES, OUTSIDE_MODES
 from .retention import horizons
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ DEFAULT_MAX_COUNTER_INTERVALS = 2000
 TIME_DECIMALS = 9
 # kind (kept, skipped) -> field (steps, tokens, time_s) -> per bin: the counters' own extend block
 ExtendTotals = ExtendBlock
+# what a decode read reads: the decode modes, then each one's seconds outside its steps, in the same order
+DECODE_READ: tuple[str, ...] = (*COUNTER_MODES, *(OUTSIDE_MODES[mode] for mode in COUNTER_MODES))
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
@@ -140,7 +145,7 @@ def _read(
     start: float,
     end: float,
     max_intervals: int,
-    modes: tuple[str, ...] = COUNTER_MODES,
+    modes: tuple[str, ...] = DECODE_READ,
 ) -> tuple[_Cells, int]:
     """The stored rows of ``modes`` in the window's intervals (each row's mode its index in ``modes``), and
     the tier read (0: raw, else the rollup's seconds)."""
@@ -186,7 +191,7 @@ def _read(
 
 class _Cells:
     """Stored counter rows as columns: the interval's ``ts``, ``batch_size``, mode (its index in the modes
-    read, ``COUNTER_MODES`` unless told; -1 for another) and ``values`` (steps, tokens, time_s)."""
+    read, ``DECODE_READ`` unless told; -1 for another) and ``values`` (steps, tokens, time_s)."""
 
     def __init__(
         self,
@@ -198,7 +203,7 @@ class _Cells:
         self.ts, self.bins, self.modes, self.values = ts, bins, modes, values
 
     @classmethod
-    def of(cls, rows: Sequence[Sequence[Any]], modes: Sequence[str] = COUNTER_MODES) -> _Cells:
+    def of(cls, rows: Sequence[Sequence[Any]], modes: Sequence[str] = DECODE_READ) -> _Cells:
         """Rows of (ts, batch_size, mode, steps, tokens, time_s), in the order the database gave them."""
         if not rows:
             return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3)))
@@ -228,9 +233,9 @@ def _none_where(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) ->
 
 @dataclass(frozen=True)
 class _Entries:
-    """Stored cells summed per (interval, bin, mode) as ``rates(None, totals)`` sees them: one entry per
-    (interval, bin) that has a cell, by interval then bin (the intervals' bins end to end), each mode's
-    counts zero where it has no cell."""
+    """Stored cells summed per (interval, bin, mode) as ``with_outside(rates(None, totals))`` sees them:
+    one entry per (interval, bin) that has a cell, by interval then bin (the intervals' bins end to end),
+    each mode's counts zero where it has no cell, its step time with its seconds outside the steps."""
 
     stamps: list[float]  # each interval's ts, ascending
     spans: list[tuple[int, int]]  # each interval's entries
@@ -252,14 +257,20 @@ class _Entries:
         pair_keys, pair_index = np.unique(ts_index * nb + bin_index, return_inverse=True)
         ends = np.cumsum(np.bincount(pair_keys // nb, minlength=len(stamps))).tolist()
         steps, tokens, time_s = [], [], []
-        for code in range(len(COUNTER_MODES)):
-            mine = cells.modes == code
+
+        def summed(code: int, k: int) -> npt.NDArray[Any]:  # float64: bincount with weights
             # bincount adds each entry's rows in order from 0.0: what summing them one by one does
-            summed = [np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=len(pair_keys))
-                      for k in range(3)]  # fmt: skip
-            steps.append(np.trunc(summed[0]))
-            tokens.append(np.trunc(summed[1]))
-            time_s.append([round(t, TIME_DECIMALS) for t in summed[2].tolist()])  # Python's rounding
+            mine = cells.modes == code
+            return np.bincount(pair_index[mine], weights=cells.values[mine, k], minlength=len(pair_keys))
+
+        for code in range(len(COUNTER_MODES)):
+            steps.append(np.trunc(summed(code, 0)))
+            tokens.append(np.trunc(summed(code, 1)))
+            # Python's rounding, each sum rounded as rates() rounds it, then their sum as with_outside does
+            own = [round(t, TIME_DECIMALS) for t in summed(code, 2).tolist()]
+            outside = [round(max(0.0, t), TIME_DECIMALS)
+                       for t in summed(len(COUNTER_MODES) + code, 2).tolist()]  # fmt: skip
+            time_s.append([round(t + o, TIME_DECIMALS) for t, o in zip(own, outside, strict=True)])
         return cls(stamps.tolist(), list(itertools.pairwise([0, *ends])),
                    bin_values[pair_keys % nb].tolist(), steps, tokens, time_s)  # fmt: skip
 

@@ -8,8 +8,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from spectower.plugin.engine_counters import MODES, rates
+from spectower.plugin.engine_counters import MODES, rates, with_outside
 from spectower.storage import Database, models, rollups
+from spectower.storage.counter_modes import OUTSIDE_MODES
 from spectower.storage.queries_counters import _tier
 from sqlalchemy import and_
 from sqlalchemy import select as sa_select
@@ -25,9 +26,10 @@ def add_row(cells: Cells, ts: float, b: int, mode: str, values: Sequence[Any]) -
 
 
 def interval(ts: float, res_s: int, cells: dict[tuple[int, str], list[float]]) -> dict[str, Any]:
-    """Stored (bin, mode) -> [steps, tokens, time_s] of one interval through ``rates(None, totals)``."""
+    """Stored (bin, mode) -> [steps, tokens, time_s] of one interval through ``rates(None, totals)``, each
+    mode's seconds outside its steps (the ``OUTSIDE_MODES`` rows' time) folded in by ``with_outside``."""
     bins = sorted({b for b, _ in cells})
-    totals: dict[str, Any] = {"bins": bins}
+    totals: dict[str, Any] = {"bins": bins, "outside": {}}
     for mode in MODES:
         rows = [cells.get((b, mode), (0.0, 0.0, 0.0)) for b in bins]
         totals[mode] = {
@@ -35,7 +37,8 @@ def interval(ts: float, res_s: int, cells: dict[tuple[int, str], list[float]]) -
             "tokens": [int(tokens) for _, tokens, _ in rows],
             "time_s": [seconds for _, _, seconds in rows],
         }
-    return {"ts": ts, "res_s": res_s, **rates(None, totals)}
+        totals["outside"][mode] = [cells.get((b, OUTSIDE_MODES[mode]), (0.0, 0.0, 0.0))[2] for b in bins]
+    return {"ts": ts, "res_s": res_s, **with_outside(rates(None, totals))}
 
 
 def intervals_of(cells: Cells, res_s: int) -> list[dict[str, Any]]:

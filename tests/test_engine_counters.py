@@ -151,6 +151,30 @@ def test_the_gap_before_a_step_counts_outside_its_span_unless_the_scheduler_idle
     assert "outside_s" not in ec.rates(None, {**c.snapshot(), "outside": None})["drafted"]
 
 
+def test_with_outside_folds_a_modes_gaps_into_its_step_time_once() -> None:
+    """Every estimate reads a mode's time with its seconds outside the steps: the step time grows by them,
+    the rates follow, ``outside_s`` goes so a second fold adds nothing, and an older plugin's interval (no
+    ``outside_s``) is as it was."""
+    c, clock = counters(48)
+    before = c.snapshot()
+    for gap in (0.0, 0.002, 0.002):
+        clock.now += gap
+        c.begin(16, True)
+        clock.now += 0.010
+        c.end(16, [2] * 16)  # 48 tokens in 10 ms
+    interval = ec.rates(before, c.snapshot())
+    i = interval["bins"].index(16)
+    folded = ec.with_outside(interval)
+    assert folded["drafted"]["time_s"][i] == pytest.approx(0.034)
+    assert folded["drafted"]["tok_s"][i] == pytest.approx(144 / 0.034)
+    assert folded["drafted"]["step_s"][i] == pytest.approx(0.034 / 3)
+    assert interval["drafted"]["time_s"][i] == pytest.approx(0.030)  # the interval itself untouched
+    assert "outside_s" not in folded["drafted"] and "outside_s" not in folded["gated"]
+    assert ec.with_outside(folded) == folded
+    older = ec.rates(None, {**c.snapshot(), "outside": None})
+    assert ec.with_outside(older) == older
+
+
 def test_keep_tokens_counts_the_last_step_at_what_its_requests_kept_once() -> None:
     """Plugin 0.4.13 (plugin/kept_tokens.py): the step just recorded loses the tokens its requests did not
     keep, in its bin, or among the settling steps, and in the extend block where it counted there too; a

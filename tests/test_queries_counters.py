@@ -42,7 +42,8 @@ counts = st.one_of(st.integers(0, 1000), st.integers(0, 2**40))
 row = st.tuples(
     st.sampled_from([T0 + 5 * k for k in range(6)] + [T0 + 2.5, T0 + 3600.0]),  # sparse: gaps between
     st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 64, 96]),
-    st.sampled_from(["drafted", "gated", "settling"]),  # an unknown mode: its bin shows, no counts
+    # an unknown mode: its bin shows, no counts; the outside rows (plugin 0.4.13): their mode's time grows
+    st.sampled_from(["drafted", "gated", "settling", "outside_drafted", "outside_gated"]),
     counts,
     counts,
     seconds,
@@ -89,10 +90,15 @@ def _random_rows(sid: int, start: float, n: int, seed: int) -> list[EngineCounte
         for b in rng.sample([1, 2, 4, 8, 16, 32], rng.randint(1, 3)):
             for mode in rng.sample(["drafted", "gated"], rng.randint(1, 2)):
                 steps = rng.randint(0, 500)
+                ts = start + 5 * k + rng.random()
                 out.append(EngineCounterSample(
-                    server_id=sid, ts=start + 5 * k + rng.random(), batch_size=b, mode=mode, steps=steps,
+                    server_id=sid, ts=ts, batch_size=b, mode=mode, steps=steps,
                     tokens=steps * rng.randint(1, 40), time_s=round(steps * rng.uniform(0.005, 0.05), 9),
                 ))  # fmt: skip
+                if rng.random() < 0.5:  # its seconds outside the steps (plugin 0.4.13), as collectors store
+                    outside = round(steps * rng.uniform(0, 0.005), 9)
+                    out.append(EngineCounterSample(server_id=sid, ts=ts, batch_size=b, mode=f"outside_{mode}",
+                                                   steps=0, tokens=0, time_s=outside))  # fmt: skip
     return out
 
 

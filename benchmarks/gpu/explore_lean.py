@@ -5,7 +5,8 @@ one server while ``spectower collect`` stores the plugin's decode counters (``en
 a policy's ceiling a bin at or below it drafts and explores gated batches; a bin above it is gated and
 explores drafting ones (in windows, plugin/explore.py). Under an operator's lock (always on, always off)
 nothing explores: those runs are the steady rates. For every bin this prints output tok/s of step time per
-mode, explored against steady, and the gated ratio again after learn's kept-extend correction (the tax the
+mode (from plugin 0.4.13 the step time holds each mode's seconds outside its steps, as storage reads every
+stored interval: ``engine_counters.with_outside``), explored against steady, and the gated ratio again after learn's kept-extend correction (the tax the
 server's extend rows measure over the runs, plugin 0.4.6, else ``kept_extend_tax``: control/kept_extend.py),
 which is what learn's estimate uses.
 

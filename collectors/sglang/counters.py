@@ -7,7 +7,10 @@ already fetched, validated per rank, summed over ranks, and turned into deltas b
 reads: one ``CounterRow`` per (bin, mode) that saw anything in the interval. A plugin that publishes the
 ``extend`` block (0.4.6 on: steady gated steps by whether the draft model's KV extend ran) adds rows of the
 modes ``storage.counter_modes.EXTEND_MODES`` beside them, for the measured kept-extend tax
-(control/kept_extend.py); every reader of the decode modes filters them out.
+(control/kept_extend.py); every reader of the decode modes filters them out. A plugin that publishes the
+``outside`` block (0.4.13 on: each mode's seconds outside its steps) adds rows of the modes
+``storage.counter_modes.OUTSIDE_MODES``, 0 steps and 0 tokens, their seconds in ``time_s``, which the decode
+reads fold into their mode's step time.
 
 A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
 server without counters (an older plugin, no plugin) gives no rows and no warning.
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...plugin.engine_counters import FIELDS, MODES, rates, sum_ranks, validate
-from ...storage.counter_modes import EXTEND_MODES
+from ...storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class CounterRow:
 
     ts: float
     batch_size: int
-    mode: str  # drafted | gated | extend_kept | extend_skipped (storage.counter_modes)
+    mode: str  # drafted | gated | extend_kept | extend_skipped | outside_* (storage.counter_modes)
     steps: int
     tokens: int
     time_s: float
@@ -100,6 +103,12 @@ class CounterDeltas:
         if extend is not None:
             for kind, mode in EXTEND_MODES.items():
                 rows += _rows(ts, interval["bins"], mode, extend[kind], keep_negative=False)
+        for mode, stored in OUTSIDE_MODES.items():
+            outside = interval[mode].get("outside_s")  # rates() gives none for an older plugin
+            if outside is not None:
+                zeros = [0] * len(outside)
+                block = {"steps": zeros, "tokens": zeros, "time_s": outside}
+                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
         return rows
 
 

@@ -259,7 +259,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
 
     from ...collectors.sglang.counters import read_counters
     from ...control import kept_extend, speedup
-    from ...plugin.engine_counters import rates, sum_ranks
+    from ...plugin.engine_counters import rates, sum_ranks, with_outside
     from ...storage import queries
     from .. import data
 
@@ -280,7 +280,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
             "; ".join(read.warnings) or "the server publishes no decode counters (an older spectower plugin)"
         )
         return {"source": None, "label": f"no estimate: {why}", "bins": []}
-    since_start = rates(None, sum_ranks(read.blocks))
+    since_start = with_outside(rates(None, sum_ranks(read.blocks)))  # as every estimate reads a mode's time
     found = kept_extend.from_intervals([since_start])
     tax, _ = kept_extend.or_assumed(found)
     estimate, corrected = kept_extend.corrected_estimate(speedup.per_bin([since_start]), 1, tax)

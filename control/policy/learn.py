@@ -22,7 +22,8 @@ decision this policy
    bursts runs gated), in preference to drafting explored while the ceiling gated it
    (``learn_counters.as_choices``); each mode's step time has its seconds outside every span added, where
    the plugin counts them (0.4.13: the gaps before its steps while the scheduler was busy,
-   ``learn_counters.with_outside``): drafting's clients read 3 % less of its counters than gating's;
+   ``engine_counters.with_outside``, folded as the intervals are made): drafting's clients read 3 % less of
+   its counters than gating's;
 3. maps the estimate to a ceiling on bin boundaries: draft every bin whose fitted speedup is >= 1, i.e.
    the largest bin <= the crossover (0 below the first bin, ``max_running_requests`` when speculation pays
    at every bin measured: a bin the exploring windows never draft, above twice a gated ceiling
@@ -81,7 +82,6 @@ from .learn_counters import (
     gated_while_drafted,
     keep_or_move,
     plan_ceilings,
-    with_outside,
 )
 
 STATE_VERSION = 2
@@ -404,7 +404,7 @@ class LearnPolicy:
         else:
             measured = kept_extend.from_intervals(self._intervals)
             tax, self.tax_text = kept_extend.or_assumed(measured, self.kept_extend_tax)
-        return corrected(with_outside(self._intervals), tax)
+        return corrected(self._intervals, tax)
 
     # --- exploration --------------------------------------------------------------------------------
     @staticmethod

@@ -164,26 +164,6 @@ def as_choices(
     return out
 
 
-def with_outside(intervals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The intervals with each mode's seconds outside every span (plugin 0.4.13's ``outside``: the gaps
-    before its steps while the scheduler was busy) added to its step time, so that both modes are compared
-    on what they cost a client: on an H100 a drafting run's spans held 3 % less of its load's seconds than
-    always off's (data/gpu-runs/h100-8b-pair-triton-counters-vs-clients-2026-12-06). An interval without
-    the block (an older plugin, the collector's stored intervals) is as it was."""
-    out = []
-    for interval in intervals:
-        copy = dict(interval)
-        for mode in engine_counters.MODES:
-            block = interval[mode]
-            outside = block.get("outside_s")
-            if not outside:
-                continue
-            time_s = [t + o for t, o in zip(block["time_s"], outside, strict=True)]
-            copy[mode] = engine_counters.with_rates({**block, "time_s": time_s})
-        out.append(copy)
-    return out
-
-
 def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
     """Per bin, whether ``ceiling`` drafts it (None: unknown, speculation as launched: every bin): the bins
     ``as_choices`` reads as the two choices."""
