@@ -6,9 +6,9 @@ a policy's ceiling a bin at or below it drafts and explores gated batches; a bin
 explores drafting ones (in windows, plugin/explore.py). Under an operator's lock (always on, always off)
 nothing explores: those runs are the steady rates. For every bin this prints output tok/s of step time per
 mode (from plugin 0.4.13 the step time holds each mode's seconds outside its steps, as storage reads every
-stored interval: ``engine_counters.with_outside``), explored against steady, and the gated ratio again after learn's kept-extend correction (the tax the
-server's extend rows measure over the runs, plugin 0.4.6, else ``kept_extend_tax``: control/kept_extend.py),
-which is what learn's estimate uses.
+stored interval: ``engine_counters.with_outside``), explored against steady, and the gated ratio again after
+learn's kept-extend correction (the tax the server's extend rows measure over the runs, plugin 0.4.6, else
+``kept_extend_tax``: control/kept_extend.py), which is what learn's estimate uses.
 
 Each ratio carries a 95 % interval: a bootstrap over the collector's intervals (one every 5-6 s) of the
 explored and the steady side, and the count of explored intervals it pools. Explored steps come in windows
@@ -502,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         # (the H100 replay of 2026-12-05c: learn at 16 3 120 tok/s of step time, always off 3 111), the
         # lag is outside the decode steps (prefill, the scheduler's own time: loop_phases.py)
         print("decode steps per run: step s (of the s its counter intervals cover: the rest is outside every "
-              "step), output tokens, tok/s of step time; drafting explored above the ceiling: explored s "
+              "step; from plugin 0.4.13 the step s hold the seconds outside the steps while the scheduler "
+              "was busy), output tokens, tok/s of step time; drafting explored above the ceiling: explored s "
               "(share), extra s over gated (share)")  # fmt: skip
         for c in costs:
             print(f"{c['run']:<14} {c['step_s']:8.1f} ({c['covered_s']:6.1f}) {c['tokens']:>9.0f} "
