@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from spectower.collectors.sglang.counters import CounterDeltas, CounterRow
-from spectower.collectors.sink import StorageSink
 from spectower.control import kept_extend
 from spectower.plugin import engine_counters as ec
-from spectower.storage import open_database, queries
+from spectower.storage import queries
 
-from tests.test_sglang_counters import URL, _counters, _doc, scrape_documents
+from tests.test_sglang_counters import _counters, _doc, stored_documents
 
 KEPT, SKIPPED = "extend_kept", "extend_skipped"
 
@@ -89,14 +88,7 @@ def test_the_scraper_and_sink_store_extend_rows_that_extend_totals_reads(tmp_pat
             _steady_gated(r0, batch, 40, kept=True, tok_s=8700.0)  # 87 tokens a step
             _steady_gated(r1, batch, 60, kept=False, tok_s=10_000.0)
         docs.append(_doc(r0.snapshot(), r1.snapshot()))
-    db = open_database(tmp_path / "db.sqlite")
-    sink = StorageSink(db)
-    try:
-        for result in scrape_documents(docs):
-            sink.engine(URL, result)
-        assert sink.flush()
-        sid = queries.server_by_url(db, URL).id
-        assert sid is not None
+    with stored_documents(tmp_path, docs) as (db, sid):
         intervals = queries.counter_intervals(db, sid, 900.0, 1100.0)
         assert [i["ts"] for i in intervals] == [1005.0, 1010.0]
         # the first interval also has each rank's first gated step (not steady, so in no extend row)
@@ -109,5 +101,3 @@ def test_the_scraper_and_sink_store_extend_rows_that_extend_totals_reads(tmp_pat
         tax = kept_extend.measure(bins, totals)
         assert tax is not None and tax.tax == pytest.approx(0.13)
         assert tax.label() == "13.0 % measured (bins 24-32, 160 steps with the extend)"
-    finally:
-        db.close()

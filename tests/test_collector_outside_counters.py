@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from spectower.collectors.sglang.counters import CounterDeltas, CounterRow
-from spectower.collectors.sink import StorageSink
 from spectower.control import speedup
 from spectower.plugin import engine_counters as ec
-from spectower.storage import open_database, queries
+from spectower.storage import queries
 
-from tests.test_sglang_counters import URL, _counters, _doc, scrape_documents
+from tests.test_sglang_counters import _counters, _doc, stored_documents
 
 
 def test_outside_deltas_are_rows_beside_the_decode_rows_summed_over_ranks() -> None:
@@ -68,14 +67,7 @@ def test_stored_intervals_fold_the_outside_seconds_as_learns_own_intervals_do(tm
         total = ec.sum_ranks([r0.snapshot(), r1.snapshot()])
         snapshots.append((1000.0 + 5.0 * k, total))
         docs.append(_doc(r0.snapshot(), r1.snapshot()))
-    db = open_database(tmp_path / "db.sqlite")
-    sink = StorageSink(db)
-    try:
-        for result in scrape_documents(docs):
-            sink.engine(URL, result)
-        assert sink.flush()
-        sid = queries.server_by_url(db, URL).id
-        assert sid is not None
+    with stored_documents(tmp_path, docs) as (db, sid):
         stored = queries.counter_intervals(db, sid, 900.0, 1100.0)
         live = speedup.intervals_from_snapshots(snapshots)
         assert [i["ts"] for i in stored] == [i["ts"] for i in live] == [1005.0, 1010.0]
@@ -94,8 +86,6 @@ def test_stored_intervals_fold_the_outside_seconds_as_learns_own_intervals_do(tm
         samples = queries.counter_samples(db, sid, 900.0, 1100.0)
         assert speedup.estimate_per_bin(samples.per_bin, samples.intervals) == est
         assert est.bins[0].speedup == pytest.approx(1.1 / 1.2, rel=0.01)
-    finally:
-        db.close()
 
 
 def test_control_gets_estimate_since_the_start_reads_the_outside_seconds_too() -> None:

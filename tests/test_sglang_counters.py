@@ -9,6 +9,8 @@ import copy
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from spectower.collectors.sglang.scraper import SglangScraper
 from spectower.collectors.sink import StorageSink
 from spectower.control import speedup
 from spectower.plugin import engine_counters as ec
-from spectower.storage import open_database, queries
+from spectower.storage import Database, open_database, queries
 
 from benchmarks.sim_fidelity import TokenClock, stream_worker
 from benchmarks.simulator_process import SimulatorFactory
@@ -54,6 +56,23 @@ def scrape_documents(docs: list[dict[str, Any]]) -> list[Any]:
             return [await scraper.scrape() for _ in docs]
 
     return asyncio.run(scrape_all())
+
+
+@contextmanager
+def stored_documents(tmp_path: Path, docs: list[dict[str, Any]]) -> Iterator[tuple[Database, int]]:
+    """The documents scraped in turn (``scrape_documents``) and written by the real sink into a SQLite file
+    under ``tmp_path``: the open database and the server's id."""
+    db = open_database(tmp_path / "db.sqlite")
+    sink = StorageSink(db)
+    try:
+        for result in scrape_documents(docs):
+            sink.engine(URL, result)
+        assert sink.flush()
+        sid = queries.server_by_url(db, URL).id
+        assert sid is not None
+        yield db, sid
+    finally:
+        db.close()
 
 
 def _doc(*ranks: Any) -> dict[str, Any]:
