@@ -404,8 +404,11 @@ def _deltas(new: Mapping[str, Sequence[float]], old: Mapping[str, Sequence[float
 
 
 def _counts(values: list[Any]) -> bool:
-    """Whether every one of ``values`` is a non-negative number (not a bool): what a counted list holds."""
-    return all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in values)
+    """Whether every one of ``values`` is a finite non-negative number (not a bool): what a counted list
+    holds. /server_info is JSON, whose Python reader takes ``Infinity``: one such value would be stored and
+    read back as a rate of 0."""
+    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in values)  # fmt: skip
 
 
 def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
@@ -546,5 +549,5 @@ def validate(snapshot: object) -> str | None:
             if not isinstance(values, list) or len(values) != len(bins):
                 return f"counters.{mode}.{field} must be a list as long as bins"
             if not _counts(values):
-                return f"counters.{mode}.{field} must hold non-negative numbers"
+                return f"counters.{mode}.{field} must hold finite non-negative numbers"
     return None

@@ -148,6 +148,7 @@ def test_the_gap_before_a_step_counts_outside_its_span_unless_the_scheduler_idle
     # an older plugin's snapshot has no block, and a malformed one is left out
     assert ec.outside_block({"bins": [1], "drafted": {}}) is None
     assert ec.outside_block({"bins": [1, 2], "outside": {"drafted": [0.1], "gated": [0, 0]}}) is None
+    assert ec.outside_block({"bins": [1], "outside": {"drafted": [float("inf")], "gated": [0]}}) is None
     assert "outside_s" not in ec.rates(None, {**c.snapshot(), "outside": None})["drafted"]
 
 
@@ -267,6 +268,9 @@ def test_rates_across_bin_growth_and_restart() -> None:
         (lambda s: s.update(bins=[2, 1]), "ascending"),
         (lambda s: s["drafted"].update(steps=[0]), "as long as bins"),
         (lambda s: s["gated"]["time_s"].__setitem__(0, -1.0), "non-negative"),
+        # /server_info's JSON reader takes Infinity: stored, it would read back as a rate of 0
+        (lambda s: s["drafted"]["time_s"].__setitem__(0, json.loads("Infinity")), "finite non-negative"),
+        (lambda s: s["gated"]["tokens"].__setitem__(0, float("nan")), "finite non-negative"),
         (lambda s: s.pop("gated"), "gated"),
     ],
 )

@@ -161,7 +161,8 @@ def test_scraper_carries_counters_and_the_sink_stores_them(tmp_path: Path, caplo
             CounterRow(1005.0, 8, "drafted", 1, 1200, 1.0),
             CounterRow(1005.0, 8, "gated", 1, 400, 0.5),
         ]
-        assert results[2].readings and "drafted.time_s must hold non-negative" in results[2].warnings[0]
+        assert results[2].readings
+        assert "drafted.time_s must hold finite non-negative" in results[2].warnings[0]
         assert [r.message for r in caplog.records] == [f"{URL}: {results[2].warnings[0]}"]
         for r in results:
             sink.engine(URL, r)
