@@ -152,3 +152,44 @@ def test_a_pair_that_is_not_run_eq_base_or_names_an_absent_run_is_one_line(tmp_p
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert proc.returncode == 2
         assert proc.stderr.strip() == line
+
+
+def test_pairs_pair_every_repeat_of_a_policy_with_the_same_repeat_of_its_base(tmp_path: Path) -> None:
+    # measure_off.sh names a policy run again <name>-2, -3: learn, threshold-16, learn-2, threshold-16-2 and a
+    # third learn without its threshold; the pairs are the first two repeats, pooled as --pair pools them
+    for name, tok_s in (("learn", 900.0), ("threshold-16", 1000.0), ("learn-2", 1100.0),
+                        ("threshold-16-2", 1000.0), ("learn-3", 500.0)):  # fmt: skip
+        _log(tmp_path / f"load-{name}.log", dict.fromkeys(LEVELS, tok_s), seconds=15.0)  # 2 whole blocks
+    runs = {p.stem.removeprefix("load-"): policy_table.read_status(p) for p in tmp_path.glob("load-*.log")}
+    assert policy_table.repeats("learn", "threshold-16", runs) == [
+        ("learn", "threshold-16"), ("learn-2", "threshold-16-2")]
+    assert policy_table.repeats("learn", "threshold-24", runs) == []
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
+    logs = sorted(str(p) for p in tmp_path.glob("load-*.log"))
+
+    def table(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, script, "--sweep", str(SWEEP), *logs, *extra],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+
+    both = table("--pairs", "learn=threshold-16")
+    assert both.returncode == 0, both.stderr
+    spelled = table("--pair", "learn=threshold-16", "--pair", "learn-2=threshold-16-2")
+    last = both.stdout.strip().splitlines()[-1]
+    assert last == spelled.stdout.strip().splitlines()[-1]
+    assert last.startswith("pooled over 2 pairs (learn=threshold-16, learn-2=threshold-16-2)")
+    absent = table("--pairs", "learn=threshold-24")
+    assert absent.returncode == 2
+    assert absent.stderr.startswith("--pairs: no run of both 'learn' and 'threshold-24' among the logs (")
+
+
+def test_pairs_without_a_whole_block_say_so(tmp_path: Path) -> None:
+    # 25 s of status lines: no whole 30 s block, so no ratio, and the table says why rather than nothing
+    for name in ("learn", "threshold-16"):
+        _log(tmp_path / f"load-{name}.log", dict.fromkeys(LEVELS, 1000.0))
+    script = str(REPO_ROOT / "benchmarks/gpu/policy_table.py")
+    logs = sorted(str(p) for p in tmp_path.glob("load-*.log"))
+    command = [sys.executable, script, "--sweep", str(SWEEP), *logs, "--pairs", "learn=threshold-16"]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "pooled over 1 pairs (learn=threshold-16): no whole 30 s block that both runs of a pair served in")

@@ -540,7 +540,13 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       { python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db \
         --min-steps 30 | sed -n '/^drafting explored/,$p' || true; }
     else
-      if [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log
+      # learn alternated with a threshold (the Ready rows' "learn threshold:sweep learn threshold:sweep"): each
+      # learn run against the same repeat of the first threshold run, their blocks pooled (policy_table --pairs)
+      local pairs=() thr
+      thr=$(find "$OUT" -maxdepth 1 -name 'load-threshold-*.log' | sed 's|.*/load-||; s|\.log$||' \
+        | grep -E '^threshold-[0-9]+$' | sort -t- -k2 -n | head -1)
+      if [ -f "$OUT/load-learn.log" ] && [ -n "$thr" ]; then pairs=(--pairs "learn=$thr"); fi
+      if [ -f "$sweep" ]; then python3 benchmarks/gpu/policy_table.py --sweep "$sweep" "$OUT"/load-*.log ${pairs[@]+"${pairs[@]}"}
       else say "no sweep at $sweep to score against: python3 benchmarks/gpu/policy_table.py --sweep SWEEP.json load-*.log"; fi
       # explored against steady rates per bin, and what each ceiling made of each bin (issue #32, item 2),
       # the closed-loop runs found from the audit (LOAD_PATTERN=steps:...: steady levels)

@@ -191,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a run and the run it alternated with (e.g. learn-2=threshold-16-2), repeated: their 30-s "
         "blocks pooled over the pairs into one ratio with its interval",
     )
+    parser.add_argument(
+        "--pairs",
+        metavar="POLICY=BASE",
+        help="every run of POLICY against the same repeat of BASE (learn=threshold-16: learn with "
+        "threshold-16, learn-2 with threshold-16-2, ..., as measure_off.sh names a policy run again), "
+        "added to --pair",
+    )
     args = parser.parse_args(argv)
     try:  # spectower's one capped JSON reader; sweep_curves' own ValueError is a bad sweep too
         curves = sweep_curves(parse_json_text(read_text_capped(args.sweep, MAX_SWEEP_BYTES)))
@@ -212,7 +219,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    pairs = parse_pairs(args.pair, runs)
+    specs = list(args.pair)
+    if args.pairs is not None:
+        policy, sep, base = args.pairs.partition("=")
+        if not sep or not policy or not base:
+            print(f"--pairs: {args.pairs!r}: expected POLICY=BASE, e.g. learn=threshold-16", file=sys.stderr)
+            return 2
+        found = repeats(policy, base, runs)
+        if not found:
+            print(f"--pairs: no run of both {policy!r} and {base!r} among the logs ({', '.join(runs)})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        specs += [f"{run}={other}" for run, other in found]
+    pairs = parse_pairs(specs, runs)
     if isinstance(pairs, str):
         print(pairs, file=sys.stderr)
         return 2
@@ -253,15 +272,30 @@ def main(argv: list[str] | None = None) -> int:
     if pairs:
         together = pooled([block_pairs(runs[run], runs[base]) for run, base in pairs])
         table["pooled"] = {"pairs": [f"{run}={base}" for run, base in pairs], **together}
+        named = f"pooled over {len(pairs)} pairs ({', '.join(table['pooled']['pairs'])})"
         if together.get("blocks"):
             print(
-                f"pooled over {len(pairs)} pairs ({', '.join(table['pooled']['pairs'])}): tokens "
-                f"{together['total']:.3f}, per 30 s block {together['ratio']:.3f} "
+                f"{named}: tokens {together['total']:.3f}, per 30 s block {together['ratio']:.3f} "
                 f"({together['lo']:.3f}-{together['hi']:.3f}), {together['blocks']} blocks"
             )
+        else:
+            print(f"{named}: no whole 30 s block that both runs of a pair served in")
     if args.json:
         args.json.write_text(json.dumps(table, indent=1))
     return 0
+
+
+def repeats(policy: str, base: str, runs: dict[str, Any]) -> list[tuple[str, str]]:
+    """(POLICY's k-th run, BASE's k-th run) while both exist: a policy run again is ``<name>-2``, ``-3``, ...
+    (measure_off.sh's ``run_label``), so alternated runs pair by their repeat."""
+    out: list[tuple[str, str]] = []
+    k = 1
+    while True:
+        run, other = (name if k == 1 else f"{name}-{k}" for name in (policy, base))
+        if run not in runs or other not in runs:
+            return out
+        out.append((run, other))
+        k += 1
 
 
 def parse_pairs(
