@@ -520,23 +520,13 @@ def hook_get_next_batch_to_run(
     plan = original(scheduler, *args, **kwargs)
     try:
         state = _state()
-        state.gate.waiting = waiting = _waiting(scheduler)
-        batch, running = sglang_targets.next_batch_plan(plan, scheduler)
-        if sglang_targets.idle_turn(batch is not None, waiting, len(getattr(running, "reqs", None) or ())):
+        has_batch, waiting, running = sglang_targets.loop_turn(plan, scheduler)
+        state.gate.waiting = waiting
+        if sglang_targets.idle_turn(has_batch, waiting, running):
             state.counters.note_idle()
     except Exception:
         _warn_once("waiting", "spectower: could not note the scheduler's waiting queue", exc_info=True)
     return plan
-
-
-def _waiting(scheduler: Any) -> int:
-    """How many requests the scheduler's waiting queue holds; 0 where it cannot be read (never raises)."""
-    try:
-        queue = getattr(scheduler, "waiting_queue", None)
-        return len(queue) if queue is not None else 0
-    except Exception:
-        _warn_once("waiting", "spectower: could not read the scheduler's waiting queue", exc_info=True)
-        return 0
 
 
 HOOKS: dict[str, Callable[..., Any]] = {

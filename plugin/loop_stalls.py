@@ -374,13 +374,6 @@ def _warn_once(key: str) -> None:
                        exc_info=True)  # fmt: skip
 
 
-def _size(value: Any) -> int:
-    try:
-        return len(value) if value is not None else 0
-    except TypeError:
-        return 0
-
-
 def input_kind(recv_reqs: Any) -> str:
     """What a ``process_input_requests`` call handled: ``none``, its requests' class name, or ``mixed``."""
     if not recv_reqs:
@@ -400,7 +393,7 @@ def hook_process_input_requests(original: Callable[..., Any], scheduler: Any, re
         return original(scheduler, recv_reqs, *args, **kwargs)
     finally:
         try:
-            recorder.input_done(started, _size(recv_reqs), input_kind(recv_reqs))
+            recorder.input_done(started, sglang_targets.size(recv_reqs), input_kind(recv_reqs))
         except Exception:
             _warn_once("input")
 
@@ -412,10 +405,7 @@ def hook_get_next_batch_to_run(
     started = recorder.enter("schedule")
     plan = original(scheduler, *args, **kwargs)
     try:
-        batch, running_batch = sglang_targets.next_batch_plan(plan, scheduler)
-        running = getattr(running_batch, "reqs", None)
-        recorder.schedule_done(started, batch is not None, _size(getattr(scheduler, "waiting_queue", None)),
-                               _size(running))  # fmt: skip
+        recorder.schedule_done(started, *sglang_targets.loop_turn(plan, scheduler))
     except Exception:
         _warn_once("schedule")
     return plan

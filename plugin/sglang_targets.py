@@ -33,6 +33,22 @@ def next_batch_plan(plan: Any, scheduler: Any) -> tuple[Any, Any]:
     return batch, running
 
 
+def size(value: Any) -> int:
+    """``len(value)``; 0 for None or what cannot be measured (never raises: it runs in SGLang's loop)."""
+    try:
+        return len(value) if value is not None else 0
+    except Exception:
+        return 0
+
+
+def loop_turn(plan: Any, scheduler: Any) -> tuple[bool, int, int]:
+    """What a ``Scheduler.get_next_batch_to_run`` turn left: (a batch to run, the requests waiting in the
+    scheduler's queue, the requests running), what ``idle_turn`` reads; 0 where a queue cannot be read."""
+    batch, running = next_batch_plan(plan, scheduler)
+    waiting = size(getattr(scheduler, "waiting_queue", None))
+    return batch is not None, waiting, size(getattr(running, "reqs", None))
+
+
 def idle_turn(has_batch: bool, waiting: int, running: int) -> bool:
     """A loop turn with nothing to run, nothing waiting and nothing running: no output is owed (the loop
     stalls' next gap starts when a batch next runs) and no mode spends the time until the next decode step
