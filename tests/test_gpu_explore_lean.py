@@ -28,21 +28,29 @@ def db_server_id(db: Database) -> int:
 
 RUNS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-policies-2026-12-03"
 T0 = 1796315711.2  # learn's warm-start set (control_event), the runs 5 minutes each after it
-BINS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 
 
 def test_a_bin_is_explored_in_the_mode_its_ceiling_did_not_choose_and_the_ceilings_own_bin_is_mixed() -> None:
-    assert explore_lean.explored_mode(48, 64, BINS, 48) == "drafted"  # 49-64, all above 48
-    assert explore_lean.explored_mode(32, 48, BINS, 48) is None  # the ceiling's own bin: hysteresis
-    assert explore_lean.explored_mode(24, 32, BINS, 48) == "gated"
-    assert explore_lean.explored_mode(32, 48, BINS, 47) is None  # 33-48 straddles 47
-    assert explore_lean.explored_mode(0, 1, BINS, 0) == "drafted"
+    assert explore_lean.explored_mode(64, 48) == "drafted"  # 49-64, all above 48
+    assert explore_lean.explored_mode(48, 48) is None  # the ceiling's own bin: hysteresis
+    assert explore_lean.explored_mode(32, 48) == "gated"
+    assert explore_lean.explored_mode(48, 47) is None  # 33-48 straddles 47
+    assert explore_lean.explored_mode(1, 0) == "drafted"
+    assert explore_lean.explored_mode(24, 20) is None  # 17-24 straddles 20
+    assert explore_lean.explored_mode(16, 20) is None  # below the ceiling, but within the gate's margin
+
+
+def test_a_bins_lower_edge_is_the_plugins_bin_before_it_not_the_bin_the_data_held_before_it() -> None:
+    # a steady level of 48 fills bin 48 alone: its batches 33-48 all lie above threshold:24, so what that
+    # run served there is explored drafting (2026-12-06's H100 run read it as mixed, from a lower edge of 0)
+    assert explore_lean.explored_mode(48, 24) == "drafted"
+    assert explore_lean.explored_mode(16, 8) == "drafted"  # 13-16 above threshold:8 at a level of 16
 
 
 def test_a_ceiling_at_the_servers_maximum_has_no_own_bin_so_every_bin_explores_the_gated_side() -> None:
     # threshold:64 on a server of 64 (stored as TOP): a steady level's bin is drafted, its gated side explored
-    assert explore_lean.explored_mode(12, 16, [12, 16], explore_lean.TOP) == "gated"
-    assert explore_lean.explored_mode(48, 64, BINS, explore_lean.TOP) == "gated"
+    assert explore_lean.explored_mode(16, explore_lean.TOP) == "gated"
+    assert explore_lean.explored_mode(64, explore_lean.TOP) == "gated"
 
 
 BAD_RUNS = ["learn", "learn=1:2", "learn=2:1:4", "learn=a:2:4", "learn=1:2:-1", "=1:2:3"]
@@ -298,6 +306,25 @@ def test_steady_rates_pool_a_locks_repeats_so_a_second_level_on_the_same_launch_
     served = explore_lean.served_table(totals, runs, "off", 30)
     assert {r["run"] for r in served} == {"on", "threshold-0", "on-2", "threshold-0-2"}  # off-2 is a lock
     assert next(r for r in served if r["run"] == "on-2")["off_tok_s"] == 2_880.0
+
+
+def test_a_level_that_fills_one_bin_reads_a_half_ceilings_explored_drafting_there() -> None:
+    """2026-12-06's H100 level 48: every run's steps in bin 48 alone. threshold:24's explored drafting there
+    (batches 33-48, all above 24) was read as the ceiling's own mixed bin, from a lower edge of 0, and its
+    row and the explored seconds were left out."""
+    top = explore_lean.TOP
+    runs = [explore_lean.Run("on", 0, 1, top), explore_lean.Run("off", 1, 2, 0),
+            explore_lean.Run("threshold-24", 2, 3, 24)]  # fmt: skip
+    totals = {
+        "on": {(48, "drafted"): [900.0, 90_000.0, 20.0]},
+        "off": {(48, "gated"): [900.0, 43_200.0, 10.0]},
+        "threshold-24": {(48, "drafted"): [60.0, 4_500.0, 1.0], (48, "gated"): [900.0, 43_200.0, 10.0]},
+    }
+    rows = explore_lean.lean_table(totals, runs, "on", "off", 0.05, 30)
+    assert [(r["bin"], r["run"], r["mode"]) for r in rows] == [(48, "threshold-24", "drafted")]
+    assert rows[0]["ratio"] == pytest.approx(1.0)
+    costs = {r["run"]: r for r in explore_lean.explore_cost(totals, runs, 30)}
+    assert costs["threshold-24"]["explored_share"] == pytest.approx(1.0 / 11.0)
 
 
 def test_a_ratios_interval_holds_its_point_narrows_with_more_intervals_and_needs_two_a_side() -> None:

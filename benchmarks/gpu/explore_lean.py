@@ -55,6 +55,7 @@ from typing import Any
 from load_pairs import repeats_of, run_mean  # a sibling script, as this one is run
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
+from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
@@ -63,6 +64,7 @@ from sqlmodel import select
 
 FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
 TOP = 1 << 30  # the ceiling of an always-on run: above every bin
+ALL_BINS = counter_bins(MAX_BIN)  # the plugin's bins: each one's lower edge is the one before it
 # each ratio's interval: a bootstrap over the collector's intervals (one every 5-6 s) of each side
 DRAWS = 1000
 SEED = 1
@@ -263,7 +265,7 @@ def lean_table(
         "gated": lambda b: [c for n in off_runs for c in per_interval.get(n, {}).get((b, "gated"), [])],
     }
     rows = []
-    for below, b in zip([0, *bins], bins, strict=False):
+    for b in bins:
         steady = {  # no steady run of a mode (its name ""): no ratio for it
             "drafted": rate(on_cells.get((b, "drafted")), min_steps),
             "gated": rate(off_cells.get((b, "gated")), min_steps),
@@ -271,7 +273,7 @@ def lean_table(
         for run in runs:
             if run.name in (*on_runs, *off_runs):
                 continue
-            mode = explored_mode(below, b, bins, run.ceiling)
+            mode = explored_mode(b, run.ceiling)
             if mode is None:
                 rows.append({"bin": b, "run": run.name, "mode": "mixed", "steps": 0})
                 continue
@@ -360,9 +362,9 @@ def explore_cost(
         total = sum(cell[2] for cell in cells.values())
         tokens = sum(cell[1] for cell in cells.values())
         explored = extra = 0.0
-        for below, b in zip([0, *bins], bins, strict=False):
+        for b in bins:
             cell = cells.get((b, "drafted"))
-            if explored_mode(below, b, bins, run.ceiling) != "drafted" or cell is None or not cell[1]:
+            if explored_mode(b, run.ceiling) != "drafted" or cell is None or not cell[1]:
                 continue
             explored += cell[2]
             gated = cells.get((b, "gated"))
@@ -394,12 +396,18 @@ def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -
         row["client_tok_s"], row["client_over_counted"] = client, client / row["tok_s"]
 
 
-def explored_mode(below: int, b: int, bins: Sequence[int], ceiling: int) -> str | None:
-    """The mode a run explored in the bin counting batches ``below + 1 .. b``: drafted when every one of them
-    is above the ceiling, gated when every one is at or below it and the bin is not the ceiling's own (where
-    the gate's hysteresis gates some by design); None (mixed) otherwise. A ceiling at the server's maximum
-    (TOP) gates no batch by load, so no bin is its own: every bin explores the gated side (2026-12-06, a
-    rehearsal of threshold:64 at ``steps:16`` read bin 16 as mixed)."""
+def explored_mode(b: int, ceiling: int) -> str | None:
+    """The mode a run explored in the plugin's bin ``b`` (batches from the bin before it, exclusive, to
+    ``b``): drafted when every one of them is above the ceiling, gated when every one is at or below it and
+    the bin is not the ceiling's own (where the gate's hysteresis gates some by design); None (mixed)
+    otherwise. A ceiling at the server's maximum (TOP) gates no batch by load, so no bin is its own: every
+    bin explores the gated side (2026-12-06, a rehearsal of threshold:64 at ``steps:16`` read bin 16 as
+    mixed). The bin's lower edge is the plugin's bin before it, not the bin the data held before it: a
+    steady level of 48 fills bin 48 alone, whose batches 33-48 all lie above a ceiling of 24 (2026-12-06's
+    H100 level-48 run read threshold:24's explored drafting there as mixed and showed none of it)."""
+    i = ALL_BINS.index(b)
+    below = ALL_BINS[i - 1] if i else 0
+    bins = ALL_BINS
     if below >= ceiling:
         return "drafted"
     own = max((x for x in bins if x <= ceiling), default=0) if ceiling < TOP else 0
