@@ -409,3 +409,21 @@ def _steady_levels_copy(tmp_path: Path) -> Path:
     db = tmp_path / "steady.db"
     shutil.copy(STEADY_LEVELS / "policy.db", db)  # opening migrates in place: never the committed file
     return db
+
+
+def test_each_runs_kept_and_skipped_extend_rates_read_per_bin_with_the_runs_own_tax(tmp_path: Path) -> None:
+    """The H200's steady levels: a gated bin's windows (threshold:24 at 48, threshold:8 at 16) keep the
+    extend on their warm parts and skip it on their cold ones, so each has its own tax (10.0 % and 9.5 %);
+    threshold:64's explored gated runs keep it alone and the locks skip it alone, so they have none, but
+    their kept rate reads against a lock's skipped one: 7 194 tok/s at 48 where the warm parts kept 6 757."""
+    db = open_database(str(_steady_levels_copy(tmp_path)), existing=True)
+    runs = explore_lean.runs_from_db(db, 64)
+    rows = {(r["run"], r["bin"]): r for r in explore_lean.extend_table(db, db_server_id(db), runs)}
+    windows = rows["threshold-24@24", 48]
+    assert windows["tax"] == pytest.approx(1 - windows["kept_tok_s"] / windows["skipped_tok_s"])
+    assert windows["tax"] == pytest.approx(0.100, abs=0.001) and windows["kept_steps"] == 790
+    assert rows["threshold-8@8", 16]["tax"] == pytest.approx(0.095, abs=0.001)
+    explored, lock = rows["threshold-64@max", 48], rows["off", 48]
+    assert explored["tax"] is None and lock["tax"] is None and lock["kept_tok_s"] is None
+    assert explored["kept_steps"] == 467 and explored["kept_tok_s"] > windows["kept_tok_s"]
+    assert 1 - explored["kept_tok_s"] / lock["skipped_tok_s"] == pytest.approx(0.039, abs=0.002)

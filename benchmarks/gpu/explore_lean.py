@@ -295,7 +295,11 @@ def lean_table(
                 explored_intervals = per_interval.get(run.name, {}).get((b, mode), [])
                 if explored_intervals:
                     row["intervals"] = len(explored_intervals)
-                    bounds = ratio_bounds(explored_intervals, steady_intervals[mode](b))
+                    # both sides' intervals and the scale, so lean_pool.py can pool launches exactly
+                    row["scale"] = scale
+                    row["explored_cells"] = explored_intervals
+                    row["steady_cells"] = steady_intervals[mode](b)
+                    bounds = ratio_bounds(explored_intervals, row["steady_cells"])
                     if bounds is not None:  # of the corrected ratio, which is what learn reads
                         row["low"], row["high"] = bounds[0] * scale, bounds[1] * scale
             rows.append(row)
@@ -396,6 +400,35 @@ def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -
         row["client_tok_s"], row["client_over_counted"] = client, client / row["tok_s"]
 
 
+def extend_table(db: Database, server_id: int, runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Per run and bin, the steady gated steps that kept the draft extend and those that skipped it (the
+    counters' ``extend`` block, plugin 0.4.6): steps and tok/s of step time each, and the run's own tax where
+    both sides have ``kept_extend.MIN_STEPS``. A ceiling at the server's maximum keeps it on the explored
+    gated runs of a drafting bin (right after drafted batches), a gated bin's windows on their warm parts,
+    and the locks skip it: so one bin's kept rate can be read against another run's skipped one (2026-12-06:
+    12.0 % at 16 from the first kind, 6.5 % at 48 from the second; is the tax the batch's or the kind's?).
+    The first stored interval of a run may hold up to one collector interval of the run before."""
+    out = []
+    for run in runs:
+        found = queries.extend_totals(db, server_id, run.start, run.end, max_intervals=100_000)
+        if found is None:
+            continue
+        bins, block = found
+        own = kept_extend.from_totals(found)
+        taxes = {b.batch_size: b.tax for b in own.bins} if own else {}
+        for i, b in enumerate(bins):
+            sides = {kind: [block[kind][key][i] for key in ("steps", "tokens", "time_s")] for kind in block}
+            if not any(cell[0] for cell in sides.values()):
+                continue
+            row: dict[str, Any] = {"run": run.name, "bin": b}
+            for kind, (steps, tokens, seconds) in sides.items():
+                row[f"{kind}_steps"] = int(steps)
+                row[f"{kind}_tok_s"] = tokens / seconds if steps and seconds > 0 else None
+            row["tax"] = taxes.get(b)
+            out.append(row)
+    return out
+
+
 def explored_mode(b: int, ceiling: int) -> str | None:
     """The mode a run explored in the plugin's bin ``b`` (batches from the bin before it, exclusive, to
     ``b``): drafted when every one of them is above the ceiling, gated when every one is at or below it and
@@ -455,15 +488,17 @@ def main(argv: list[str] | None = None) -> int:
             # a found run set may lack a steady one: no ratio for that mode
             steady = {flag: name if name in {r.name for r in runs} else "" for flag, name in steady.items()}
         servers = queries.servers(db)
-        if len(servers) != 1:
+        if len(servers) != 1 or servers[0].id is None:
             raise ValueError(f"--db: expected the counters of one server, found {len(servers)}")
-        found = {run.name: run_intervals(db, servers[0].id, run) for run in runs}
+        server_id = servers[0].id
+        found = {run.name: run_intervals(db, server_id, run) for run in runs}
         cells = {name: bin_cells(intervals) for name, intervals in found.items()}
         covered = {name: covered_s(intervals) for name, intervals in found.items()}
         totals = {name: summed(found) for name, found in cells.items()}
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
-        extend = queries.extend_totals(db, servers[0].id, *span, max_intervals=100_000) if span else None
+        extend = queries.extend_totals(db, server_id, *span, max_intervals=100_000) if span else None
+        extend_rows = extend_table(db, server_id, runs)
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -520,8 +555,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{c['extra_s']:8.1f} ({c['extra_share']:.3f})"
                   + (f"  client {c['client_tok_s']:7.0f} ({c['client_over_counted']:.3f})"
                      if "client_tok_s" in c else ""))  # fmt: skip
+    if extend_rows:
+        print("the kept extend per run and bin: steady gated steps that kept / skipped the draft extend, "
+              "steps and tok/s of step time; the run's own tax where both sides have "
+              f"{kept_extend.MIN_STEPS} steps")  # fmt: skip
+        print(f"{'run':<16} {'bin':>4} {'kept':>7} {'tok/s':>7} {'skipped':>8} {'tok/s':>7} {'tax':>6}")
+        for row in extend_rows:
+            rates = ["-" if row.get(k) is None else f"{row[k]:.0f}" for k in ("kept_tok_s", "skipped_tok_s")]
+            own_tax = "-" if row["tax"] is None else f"{100 * row['tax']:.1f}%"
+            print(f"{row['run']:<16} {row['bin']:>4} {row.get('kept_steps', 0):>7} {rates[0]:>7} "
+                  f"{row.get('skipped_steps', 0):>8} {rates[1]:>7} {own_tax:>6}")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs}, indent=1))
+        args.json.write_text(
+            json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows}, indent=1)
+        )
     return 0
 
 

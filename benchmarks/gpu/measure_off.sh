@@ -551,8 +551,9 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       # explored against steady rates per bin, and what each ceiling made of each bin (issue #32, item 2),
       # the closed-loop runs found from the audit (LOAD_PATTERN=steps:...: steady levels)
       # and each run's client-side tok/s beside its counters' (the lead learn decides on: 2026-12-06)
+      # its --json carries each explored cell's intervals: lean_pool.py pools the launches of one card
       python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 \
-        --load-logs "$OUT" || true
+        --load-logs "$OUT" --json "$OUT/lean.json" || true
     fi
     # each run's share of the scheduler loop (2026-12-05c: taking in requests cost 3x after always off)
     if compgen -G "$OUT/stalls-*.json" >/dev/null; then python3 benchmarks/gpu/loop_phases.py "$OUT"/stalls-*.json || true; fi
