@@ -6,6 +6,7 @@ functions, so ``spectower --help`` stays fast.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import typer
@@ -118,7 +119,22 @@ def _attach_examples(root: typer.Typer) -> None:
                 command.epilog = f"Example: {EXAMPLES[name]}"
 
 
+def _one_line_summaries(root: typer.Typer) -> None:
+    """List each command in its group's --help by its docstring's first paragraph as one line that the
+    panel wraps to the terminal: typer's rich help keeps a docstring's own line breaks there, so at 80
+    columns a summary broke mid-sentence ("... gives per" / "batch size ...")."""
+    groups = [root, *(g.typer_instance for g in root.registered_groups)]
+    for group in groups:
+        if group is None:
+            continue
+        for command in group.registered_commands:
+            text = command.help or inspect.getdoc(command.callback) or ""
+            if command.short_help is None and text:
+                command.short_help = " ".join(text.split("\n\n")[0].split())
+
+
 _attach_examples(app)
+_one_line_summaries(app)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -59,3 +59,29 @@ def test_help_and_version_still_work(capsys: pytest.CaptureFixture[str]) -> None
     # a group alone prints its help (no_args_is_help) and nothing else, exit 2 as before
     code, out, err = _run(["control"], capsys)
     assert code == 2 and "Usage: spectower control" in out + err and "error:" not in out + err
+
+
+@pytest.mark.parametrize("group", [[], ["control"], ["bench"], ["sim"], ["export"], ["import"]])
+def test_a_groups_help_lists_each_command_by_its_summary_unbroken(group: list[str]) -> None:
+    """Each command's docstring's first paragraph, as one line the panel wraps to the terminal: typer's rich
+    help kept the docstring's own line breaks, so `control --help` at 80 columns read "... gives per" /
+    "batch size ...". On a terminal wide enough, every summary sits on its command's row whole."""
+    import inspect
+
+    import typer.main
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, [*group, "--help"], terminal_width=1000, env={"COLUMNS": "1000"})
+    assert result.exit_code == 0, result.output
+    command = typer.main.get_command(app)
+    for name in group:
+        command = command.commands[name]  # type: ignore[attr-defined]  # a group's sub-commands
+    commands = command.commands  # type: ignore[attr-defined]
+    rows = [line.strip("│ ").split(None, 1) for line in result.output.splitlines() if line.startswith("│ ")]
+    listed = {row[0]: row[1].strip() for row in rows if len(row) == 2}
+    assert commands
+    for name, sub in commands.items():
+        summary = " ".join(inspect.cleandoc(sub.help or "").split("\n\n")[0].split())
+        summary = summary.replace("\\[", "[")  # rich markup's escaped bracket prints as a bracket
+        assert listed.get(name) == summary, name
