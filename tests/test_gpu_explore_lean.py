@@ -414,8 +414,9 @@ def _steady_levels_copy(tmp_path: Path) -> Path:
 def test_each_runs_kept_and_skipped_extend_rates_read_per_bin_with_the_runs_own_tax(tmp_path: Path) -> None:
     """The H200's steady levels: a gated bin's windows (threshold:24 at 48, threshold:8 at 16) keep the
     extend on their warm parts and skip it on their cold ones, so each has its own tax (10.0 % and 9.5 %);
-    threshold:64's explored gated runs keep it alone and the locks skip it alone, so they have none, but
-    their kept rate reads against a lock's skipped one: 7 194 tok/s at 48 where the warm parts kept 6 757."""
+    threshold:64 keeps it alone (its drain, 411 of the 467 steps at 48, and its explored gated runs) and the
+    locks skip it alone, so they have none, but their kept rate reads against a lock's skipped one: 7 194
+    tok/s at 48 where the warm parts kept 6 757."""
     db = open_database(str(_steady_levels_copy(tmp_path)), existing=True)
     runs = explore_lean.runs_from_db(db, 64)
     rows = {(r["run"], r["bin"]): r for r in explore_lean.extend_table(db, db_server_id(db), runs)}

@@ -403,10 +403,11 @@ def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -
 def extend_table(db: Database, server_id: int, runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Per run and bin, the steady gated steps that kept the draft extend and those that skipped it (the
     counters' ``extend`` block, plugin 0.4.6): steps and tok/s of step time each, and the run's own tax where
-    both sides have ``kept_extend.MIN_STEPS``. A ceiling at the server's maximum keeps it on the explored
-    gated runs of a drafting bin (right after drafted batches), a gated bin's windows on their warm parts,
-    and the locks skip it: so one bin's kept rate can be read against another run's skipped one (2026-12-06:
-    12.0 % at 16 from the first kind, 6.5 % at 48 from the second; is the tax the batch's or the kind's?).
+    both sides have ``kept_extend.MIN_STEPS``. A ceiling at the server's maximum keeps it on its drain (the
+    holed requests a run before left, settling) and its explored gated runs, a gated bin's windows on their
+    warm parts (settling too), and the locks skip it: so one run's kept rate can be read against another's
+    skipped one, beside the lean table's explored gated ratio (in the bins), which is what learn corrects
+    (2026-12-06: that one 5.6-5.8 % short at 48 on an H100 and the H200, the warm parts 6.6 % and 10.0 %).
     The first stored interval of a run may hold up to one collector interval of the run before."""
     out = []
     for run in runs:
