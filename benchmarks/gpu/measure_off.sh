@@ -27,7 +27,8 @@
 # lengths POLICY_OUTPUT_LEN, default 64-448; learn warm from WARM_PROFILE=profile.json when given); the
 # runs go on in the background between device calls (call again within 30 s: PHASES=wait). A later call's
 # policy phase adds its runs to the same folder and database (a policy run again: <name>-2, -3, ...) until a
-# launch or respec starts a new speculative server.
+# launch or respec starts a new speculative server. Closed-loop runs leave lean.json (explore_lean.py --json);
+# LEAN_POOL="a/lean.json b/lean.json" (earlier launches of the same card) pools it with them (lean_pool.py).
 # steps (issue #14, a middle step count): for each K in STEPS_LIST (default "1 2") an un-gated EAGLE-3 server at
 # K steps (K+1 draft tokens, no plugin) replaces the plain one and benchmarks/gpu/knob_max_ab.py measures the gated
 # 3-step server at knob max against it at STEPS_LEVELS (default LEVELS): steps-K.json; then
@@ -554,6 +555,11 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       # its --json carries each explored cell's intervals: lean_pool.py pools the launches of one card
       python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 \
         --load-logs "$OUT" --json "$OUT/lean.json" || true
+      # item 2 a level a session: this launch's cells pooled with earlier launches' of the same card
+      if [ -n "${LEAN_POOL:-}" ] && [ -f "$OUT/lean.json" ]; then
+        # shellcheck disable=SC2086  # a list of paths, split on purpose
+        python3 benchmarks/gpu/lean_pool.py $LEAN_POOL "$OUT/lean.json" || true
+      fi
     fi
     # each run's share of the scheduler loop (2026-12-05c: taking in requests cost 3x after always off)
     if compgen -G "$OUT/stalls-*.json" >/dev/null; then python3 benchmarks/gpu/loop_phases.py "$OUT"/stalls-*.json || true; fi
