@@ -73,6 +73,7 @@ def test_launches_count_by_their_explored_seconds_each_against_its_own_steady_ra
     # a: 1 100 tok/s x 1.1 / 1 000 = 1.21 over 1 s; b: 1 800 / 2 000 = 0.9 over 3 s
     assert pooled["ratio"] == pytest.approx((1_100 * 1.1 * 1 + 1_800 * 3) / (1_000 * 1 + 2_000 * 3))
     assert pooled["launches"] == 2 and pooled["steps"] == 50 and pooled["intervals"] == 5
+    assert pooled["by_launch"] == pytest.approx([1.21, 0.9])  # each launch's own, in the order given
     assert pooled["low"] == pooled["high"] == pytest.approx(pooled["ratio"])  # identical intervals: no spread
 
 

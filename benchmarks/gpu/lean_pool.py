@@ -135,12 +135,15 @@ def pool(launches: Sequence[dict[tuple[int, str], list[Cell]]], bound: float) ->
     for b, mode in keys:
         cells = [cell for launch in launches for cell in launch.get((b, mode), [])]
         ratio, bounds = pooled_ratio(cells), pooled_bounds(cells)
+        sources = list(dict.fromkeys(c.source for c in cells))
+        # each launch's own ratio beside the pooled one: launches that disagree are read before the pool is
+        by_launch = [pooled_ratio([c for c in cells if c.source == source]) for source in sources]
         rows.append({
             "bin": b, "mode": mode, "launches": len({c.source for c in cells}), "cells": len(cells),
             "steps": int(sum(x[0] for c in cells for x in c.explored)),
             "intervals": sum(len(c.explored) for c in cells),
             "ratio": ratio, "low": bounds[0] if bounds else None, "high": bounds[1] if bounds else None,
-            "verdict": verdict(bounds, bound),
+            "verdict": verdict(bounds, bound), "by_launch": by_launch,
         })  # fmt: skip
     return rows
 
@@ -167,12 +170,13 @@ def main(argv: list[str] | None = None) -> int:
           f"bootstrap of {DRAWS} "
           f"draws; verdict against 1 +- {args.bound:g}")  # fmt: skip
     print(f"{'bin':>4} {'mode':<8} {'launches':>8} {'cells':>5} {'steps':>6} {'ints.':>5} {'pooled':>7} "
-          f"{'95 % interval':>13}  verdict")  # fmt: skip
+          f"{'95 % interval':>13}  verdict  by launch")  # fmt: skip
     for row in rows:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
         interval = "-" if row["low"] is None else f"{row['low']:.3f}-{row['high']:.3f}"
         print(f"{row['bin']:>4} {row['mode']:<8} {row['launches']:>8} {row['cells']:>5} {row['steps']:>6} "
-              f"{row['intervals']:>5} {ratio:>7} {interval:>13}  {row['verdict']}")  # fmt: skip
+              f"{row['intervals']:>5} {ratio:>7} {interval:>13}  {row['verdict']:<7}  "
+              + " ".join("-" if r is None else f"{r:.3f}" for r in row["by_launch"]))  # fmt: skip
     if not rows:
         print("  no explored cell with its intervals (explore_lean.py --json of this session or later)")
     if args.json:
