@@ -43,6 +43,7 @@ bin the ceiling falls in runs both modes by design (the gate reopens below the c
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import random
@@ -439,12 +440,11 @@ def explored_mode(b: int, ceiling: int) -> str | None:
     mixed). The bin's lower edge is the plugin's bin before it, not the bin the data held before it: a
     steady level of 48 fills bin 48 alone, whose batches 33-48 all lie above a ceiling of 24 (2026-12-06's
     H100 level-48 run read threshold:24's explored drafting there as mixed and showed none of it)."""
-    i = ALL_BINS.index(b)
+    i = bisect.bisect_left(ALL_BINS, b)
     below = ALL_BINS[i - 1] if i else 0
-    bins = ALL_BINS
     if below >= ceiling:
         return "drafted"
-    own = max((x for x in bins if x <= ceiling), default=0) if ceiling < TOP else 0
+    own = max((x for x in ALL_BINS if x <= ceiling), default=0) if ceiling < TOP else 0
     if b <= ceiling and b != own:
         return "gated"
     return None
