@@ -7,10 +7,11 @@ functions, so ``spectower --help`` stays fast.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import typer
 import typer.core
+from typer.models import CommandInfo
 
 from spectower.cli_errors import run_cli
 
@@ -107,30 +108,31 @@ app.command("console")(ui.console)
 app.command("demo")(demo.demo)
 
 
-def _attach_examples(root: typer.Typer) -> None:
-    """End each main command's --help with a worked example (console/commands/options.EXAMPLES)."""
+def _commands(root: typer.Typer) -> Iterator[tuple[str, CommandInfo]]:
+    """Every registered command with its group's name ("" at the root), the root's first."""
     groups = [("", root), *((g.name or "", g.typer_instance) for g in root.registered_groups)]
     for prefix, group in groups:
-        if group is None:
-            continue
-        for command in group.registered_commands:
-            name = f"{prefix} {command.name}".strip()
-            if name in EXAMPLES:
-                command.epilog = f"Example: {EXAMPLES[name]}"
+        if group is not None:
+            for command in group.registered_commands:
+                yield prefix, command
+
+
+def _attach_examples(root: typer.Typer) -> None:
+    """End each main command's --help with a worked example (console/commands/options.EXAMPLES)."""
+    for prefix, command in _commands(root):
+        name = f"{prefix} {command.name}".strip()
+        if name in EXAMPLES:
+            command.epilog = f"Example: {EXAMPLES[name]}"
 
 
 def _one_line_summaries(root: typer.Typer) -> None:
     """List each command in its group's --help by its docstring's first paragraph as one line that the
     panel wraps to the terminal: typer's rich help keeps a docstring's own line breaks there, so at 80
     columns a summary broke mid-sentence ("... gives per" / "batch size ...")."""
-    groups = [root, *(g.typer_instance for g in root.registered_groups)]
-    for group in groups:
-        if group is None:
-            continue
-        for command in group.registered_commands:
-            text = command.help or inspect.getdoc(command.callback) or ""
-            if command.short_help is None and text:
-                command.short_help = " ".join(text.split("\n\n")[0].split())
+    for _, command in _commands(root):
+        text = command.help or inspect.getdoc(command.callback) or ""
+        if command.short_help is None and text:
+            command.short_help = " ".join(text.split("\n\n")[0].split())
 
 
 _attach_examples(app)
