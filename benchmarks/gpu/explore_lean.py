@@ -46,29 +46,25 @@ import argparse
 import bisect
 import itertools
 import json
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from load_pairs import repeats_of, run_mean  # a sibling script, as this one is run
+from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
+from load_pairs import repeats_of, run_mean
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
-from spectower.storage.request_traces import percentile
 from sqlmodel import select
 
 FORMATS = (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"), ("corrected", ".3f"))
 TOP = 1 << 30  # the ceiling of an always-on run: above every bin
 ALL_BINS = counter_bins(MAX_BIN)  # the plugin's bins: each one's lower edge is the one before it
-# each ratio's interval: a bootstrap over the collector's intervals (one every 5-6 s) of each side
-DRAWS = 1000
-SEED = 1
 CLIENT_SKIP_S = 10.0  # --load-logs: each run's first seconds left out (its clients starting)
 
 
@@ -212,17 +208,9 @@ def ratio_bounds(explored: Sequence[Sequence[float]], steady: Sequence[Sequence[
     """The 95 % interval of (explored tok/s of step time) / (steady's), each side's intervals resampled with
     replacement; None with fewer than two intervals on a side. Explored steps come in windows (an exploring
     part of up to 3 s spans a few intervals), so the interval is somewhat narrower than the windows allow:
-    read it with the count of intervals beside it."""
-    if len(explored) < 2 or len(steady) < 2:
-        return None
-    rng = random.Random(seed)
-    out = []
-    for _ in range(draws):
-        e, s = rng.choices(explored, k=len(explored)), rng.choices(steady, k=len(steady))
-        e_time, s_time, s_tok = sum(c[2] for c in e), sum(c[2] for c in s), sum(c[1] for c in s)
-        if min(e_time, s_time, s_tok) > 0:
-            out.append((sum(c[1] for c in e) / e_time) / (s_tok / s_time))
-    return (percentile(out, 2.5), percentile(out, 97.5)) if out else None
+    read it with the count of intervals beside it. One cell of ``lean_pool``'s bootstrap, which pools many."""
+    cell = Cell("", "", [list(c) for c in explored], [list(c) for c in steady], 1.0)
+    return pooled_bounds([cell], draws, seed)
 
 
 def rate(cell: Sequence[float] | None, min_steps: int) -> float | None:

@@ -13,10 +13,10 @@ seconds x steady tok/s):
 
 so a launch counts by its explored seconds, and with one launch it is that launch's corrected ratio. The 95 %
 interval is a stratified bootstrap: each cell's explored intervals and its steady intervals resampled with
-replacement on their own (as ``explore_lean.ratio_bounds`` does for one cell). The verdict: ``within`` when
-the interval lies inside 1 +- bound, ``outside`` when it excludes the whole band, else ``open``. Pool
-launches of one card and one pair: a different card moves the rates, and the lean is what is asked.
-Bad input: one line naming the file and what was wrong, exit 2.
+replacement on their own (``explore_lean.ratio_bounds`` is this bootstrap of one cell). The verdict:
+``within`` when the interval lies inside 1 +- bound, ``outside`` when it excludes the whole band, else
+``open``. Pool launches of one card and one pair: a different card moves the rates, and the lean is what
+is asked. Bad input: one line naming the file and what was wrong, exit 2.
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from explore_lean import DRAWS, SEED  # a sibling script, as this one is run
 from spectower.storage.request_traces import percentile
 
 DEFAULT_BOUND = 0.03  # item 2: within 3 %
+# each ratio's interval: a bootstrap over the collector's intervals (one every 5-6 s) of each side, seeded
+# (explore_lean.py's one cell draws the same way: its ratio_bounds is this bootstrap of that cell)
+DRAWS = 1000
+SEED = 1
 
 Cells = list[list[float]]  # one [steps, tokens, step seconds] per collector interval
 
