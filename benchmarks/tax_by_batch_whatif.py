@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from spectower.console.commands.control_auto import known_of
+from spectower.console.commands.evaluate import learn_options
 from spectower.simulator.harness import evaluate
 from spectower.simulator.profile import Profile, load_profile
 from spectower.simulator.traces import load_trace
@@ -78,8 +78,7 @@ def by_batch(profile: Profile, points: list[tuple[float, float]]) -> Profile:
 
 def learn_figures(profile: Profile, seed: int, duration_s: float, dwell_s: float) -> dict[str, Any]:
     """Learn warm from the profile's crossover (as `sim evaluate --warm-start` starts it), the day load."""
-    known = known_of(profile, profile.name)
-    options = {"min_dwell_s": dwell_s, "initial_ceiling": known.ceiling(profile.max_running_requests)}
+    options = learn_options(profile, profile.name, "learn", warm_start=True, dwell_s=dwell_s, quiet=True)
     trace = load_trace("day", duration_s, seed)
     out = evaluate(
         profile, trace, "learn", duration_s, seed, baselines=("always-off",), policy_options=options

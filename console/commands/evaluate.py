@@ -62,7 +62,7 @@ def evaluate(
     if seed < 0:
         fail(f"--seed must be >= 0, got {seed}")
     prof = load_profile(profile)  # ProfileError / TraceError / PolicyError are ValueErrors: one clean line
-    options = _learn_options(prof, profile, policy, warm_start, dwell_s, as_json)
+    options = learn_options(prof, profile, policy, warm_start, dwell_s, as_json)
     if is_request_trace_path(trace):
         _evaluate_open_loop(prof, trace, policy, duration, seed, speedup or 1.0, rate_scale or 1.0, slo,
                             as_json, options)  # fmt: skip
@@ -77,7 +77,7 @@ def evaluate(
     _print_table(result)
 
 
-def _learn_options(prof: Any, name: str, policy: str, warm_start: bool, dwell_s: float | None,
+def learn_options(prof: Any, name: str, policy: str, warm_start: bool, dwell_s: float | None,
                    quiet: bool) -> dict[str, Any]:  # fmt: skip
     """Learn's start and dwell as `control auto` would run it on this stack; one line for another policy."""
     if policy.strip() != "learn":
