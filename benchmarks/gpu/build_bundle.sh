@@ -56,6 +56,15 @@ rm -rf "$site/_soundfile_data" "$site"/soundfile-*.dist-info
 find "$site/sqlalchemy" -name '*.so' -delete
 find "$site/sglang/test" -mindepth 1 -maxdepth 1 ! -name __init__.py ! -name scripted_runtime -exec rm -rf {} +
 
+# flashinfer's JIT sources (CUDA headers, CUTLASS, CCCL: 4.7 MiB of the compressed bundle): only a JIT build reads
+# them, and with --attention-backend triton and --sampling-backend pytorch nothing is built (no compile in the
+# triton servers' logs; SGLang's own JIT kernels raise "Required header path ... not found" if one ever wants
+# them). FLASHINFER_JIT=1 keeps them for ATTN=flashinfer (measure_off.sh refuses that attention backend without
+# them); the tree plus that bundle outgrew the device call's 64 MiB on 2026-12-06 (stop 58). tvm-ffi's test
+# library: only tvm_ffi.testing loads it.
+if [ "${FLASHINFER_JIT:-0}" != 1 ]; then rm -rf "$site/flashinfer/data"; fi
+rm -f "$site"/tvm_ffi/lib/libtvm_ffi_testing.so
+
 # Debug symbols: xgrammar's bindings and zstandard's C backend ship unstripped (9.1 and 2.0 MB of the
 # compressed bundle; 0.7 and 0.3 stripped). --strip-unneeded keeps the dynamic symbols the loader needs
 # (as Debian's dh_strip does; xgrammar's 955 exported symbols are all there after it); libraries that ship
