@@ -60,10 +60,9 @@ find "$site/sglang/test" -mindepth 1 -maxdepth 1 ! -name __init__.py ! -name scr
 # them, and with --attention-backend triton and --sampling-backend pytorch nothing is built (no compile in the
 # triton servers' logs; SGLang's own JIT kernels raise "Required header path ... not found" if one ever wants
 # them). FLASHINFER_JIT=1 keeps them for ATTN=flashinfer (measure_off.sh refuses that attention backend without
-# them); the tree plus that bundle outgrew the device call's 64 MiB on 2026-12-06 (stop 58). tvm-ffi's test
-# library: only tvm_ffi.testing loads it.
+# them); the tree plus that bundle outgrew the device call's 64 MiB on 2026-12-06 (stop 58). (tvm-ffi's test
+# library stays: its core module links against it, and a launch without it fails at `import xgrammar`.)
 if [ "${FLASHINFER_JIT:-0}" != 1 ]; then rm -rf "$site/flashinfer/data"; fi
-rm -f "$site"/tvm_ffi/lib/libtvm_ffi_testing.so
 
 # Debug symbols: xgrammar's bindings and zstandard's C backend ship unstripped (9.1 and 2.0 MB of the
 # compressed bundle; 0.7 and 0.3 stripped). --strip-unneeded keeps the dynamic symbols the loader needs
