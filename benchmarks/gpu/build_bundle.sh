@@ -56,13 +56,16 @@ rm -rf "$site/_soundfile_data" "$site"/soundfile-*.dist-info
 find "$site/sqlalchemy" -name '*.so' -delete
 find "$site/sglang/test" -mindepth 1 -maxdepth 1 ! -name __init__.py ! -name scripted_runtime -exec rm -rf {} +
 
-# flashinfer's JIT sources (CUDA headers, CUTLASS, CCCL: 4.7 MiB of the compressed bundle): only a JIT build reads
-# them, and with --attention-backend triton and --sampling-backend pytorch nothing is built (no compile in the
-# triton servers' logs; SGLang's own JIT kernels raise "Required header path ... not found" if one ever wants
-# them). FLASHINFER_JIT=1 keeps them for ATTN=flashinfer (measure_off.sh refuses that attention backend without
-# them); the tree plus that bundle outgrew the device call's 64 MiB on 2026-12-06 (stop 58). (tvm-ffi's test
-# library stays: its core module links against it, and a launch without it fails at `import xgrammar`.)
-if [ "${FLASHINFER_JIT:-0}" != 1 ]; then rm -rf "$site/flashinfer/data"; fi
+# flashinfer's JIT sources are needed (sgl_kernel's rmsnorm builds flashinfer's norm module at the first
+# forward: a launch without them failed there on 2026-12-06), but only the folders flashinfer/jit/env.py puts on
+# the include path: CUTLASS's and CCCL's examples, tests, Python packages and docs go (1 MiB compressed, when the
+# tree plus this bundle had outgrown the device call's 64 MiB).
+fi_data=$site/flashinfer/data
+keep_fi=(include csrc cutlass/include cutlass/tools/util/include spdlog/include cccl/cub cccl/libcudacxx/include
+         cccl/thrust)
+mv "$fi_data" "$fi_data.all" && mkdir -p "$fi_data"
+for dir in "${keep_fi[@]}"; do mkdir -p "$fi_data/$(dirname "$dir")" && mv "$fi_data.all/$dir" "$fi_data/$dir"; done
+rm -rf "$fi_data.all"
 
 # Debug symbols: xgrammar's bindings and zstandard's C backend ship unstripped (9.1 and 2.0 MB of the
 # compressed bundle; 0.7 and 0.3 stripped). --strip-unneeded keeps the dynamic symbols the loader needs
