@@ -60,6 +60,22 @@ costs outside its steps is part of what it serves, so every estimate adds it to 
 (``with_outside``: learn's own snapshots, the collector's stored intervals as storage reads them, the control
 command's estimate since the start). A settling step's gap is in no bin, as the step is.
 
+``prefilled`` (plugin 0.4.14 on; optional, ``{"drafted": {"steps", "tokens", "time_s"}, "gated": {...}}``,
+lists parallel to ``bins``) counts the steps of each mode and bin that carried a prefill: the first step
+launched (its ``begin``) at or after the moment the scheduler chose a prefill batch, EXTEND or MIXED
+(``note_prefill``, the plugin's get_next_batch_to_run hook). With overlap scheduling the prefill launched
+while step D1 is in flight runs on the GPU before D2, so its time lands in D2's span; without overlap it
+lands in the gap before D2, which ``outside`` gives to D2's mode: either way D2 is the prefilled step, and
+several prefills before one step make it one prefilled step. A prefill noted before an idle turn had run out
+before it (nothing was running), so it marks no step. Why: a drafting stream finishes, and so replaces
+(prefills), requests faster per second than a gated one (on a GPU, 0.15 EXTEND batches per decode step
+drafting at 16 against 0.06 gated), so its steps carry more prefill time each, which a comparison of the
+modes must not read as decode time. Its ``time_s`` is the steps' span plus their gap (``outside``), so a
+mode's pure, prefill-free step time in bin ``i`` is ``(time_s[i] + outside[i] - prefilled.time_s[i]) /
+(steps[i] - prefilled.steps[i])`` (the same with ``with_outside``'s folded ``time_s``). A second view of
+steps already counted in their bin, as ``extend`` is; settling steps are in no bin and not here. The
+simulator marks the step its modelled prefill time lands in (``record(prefilled=True)``).
+
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
 later snapshot counts from zero) and bins that grew between the two.
@@ -74,13 +90,21 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+# The shape's modes, fields and blocks, and their readers (plugin/counter_blocks.py); what this module does
+# not use itself is re-exported (``X as X``): every reader of the counters imports them from here.
+from .counter_blocks import (
+    EXTEND_KINDS,
+    FIELDS,
+    MODES,
+    PrefilledBlock,
+    extend_block,
+    outside_block,
+    prefilled_block,
+)
+from .counter_blocks import ExtendBlock as ExtendBlock
+from .counter_blocks import validate as validate
+
 COUNTERS_VERSION = 1
-MODES = ("drafted", "gated")
-FIELDS = ("steps", "tokens", "time_s")
-# The ``extend`` block's two kinds of steady gated step (module docstring).
-EXTEND_KINDS = ("kept", "skipped")
-# kind -> field -> per bin
-ExtendBlock = dict[str, dict[str, list[float]]]
 # Verify results arrive at most a batch or two after their launch (overlap scheduling): remember this many.
 PENDING_MEMORY = 8
 # Bins never grow past this batch size (2**16; SGLang's max_running_requests is far below).
@@ -138,12 +162,16 @@ class EngineCounters:
         }
         # Seconds outside every span before a step, per mode and bin (module docstring).
         self.outside = {mode: [0.0] * n for mode in MODES}
+        # The steps that carried a prefill, per mode, field and bin (module docstring): a second view.
+        self.prefilled: PrefilledBlock = {mode: {field: [0] * n for field in FIELDS} for mode in MODES}
         self._idle = False  # the scheduler idled since the last step's end: the next gap is not counted
+        # When the scheduler chose the first prefill no step has carried yet (``note_prefill``); None: none.
+        self._prefill_at: float | None = None
         # Steps recorded so far, and where the last one's tokens went (its mode or "settling", its bin, its
-        # tokens, its extend kind): ``keep_tokens`` counts it at what its requests kept
-        # (plugin/kept_tokens.py)
+        # tokens, its extend kind, whether it was prefilled): ``keep_tokens`` counts it at what its requests
+        # kept (plugin/kept_tokens.py)
         self.recorded = 0
-        self._last_cell: tuple[str, int, int, str | None] | None = None
+        self._last_cell: tuple[str, int, int, str | None, bool] | None = None
         self.tokens_not_kept = 0
         self.started_at = wall()
         self.clock = clock
@@ -167,6 +195,9 @@ class EngineCounters:
                     values.append(0)
             for mode in MODES:
                 self.outside[mode].append(0.0)
+            for block in self.prefilled.values():
+                for values in block.values():
+                    values.append(0)
 
     def bin_index(self, batch_size: int) -> int:
         """The index of the smallest bin >= ``batch_size`` (growing the bins when needed)."""
@@ -184,11 +215,13 @@ class EngineCounters:
         settling: bool = False,
         extend_kept: bool | None = None,
         outside_s: float = 0.0,
+        prefilled: bool = False,
     ) -> None:
         """Count one decode step (the simulator calls this with its modelled duration); a ``settling`` step
         is counted apart from the bins (module docstring). ``extend_kept``: for a gated step, whether the
         draft extend ran (None: not known); a gated step after a gated one counts in ``extend`` too.
-        ``outside_s``: the seconds before it outside every span (``outside``)."""
+        ``outside_s``: the seconds before it outside every span (``outside``). ``prefilled``: a prefill's
+        time is in its span or its gap (``prefilled``; ``end`` tells it from ``note_prefill``)."""
         steady_gated = not drafted and self._last_drafted is False
         self._last_drafted = drafted
         self.recorded += 1
@@ -204,14 +237,20 @@ class EngineCounters:
             self.settling["steps"] += 1
             self.settling["tokens"] += tokens
             self.settling["time_s"] += seconds
-            self._last_cell = ("settling", i, tokens, kind)
+            self._last_cell = ("settling", i, tokens, kind, False)
             return
         mode = "drafted" if drafted else "gated"
-        self._last_cell = (mode, i, tokens, kind)
+        self._last_cell = (mode, i, tokens, kind, prefilled)
         self.steps[mode][i] += 1
         self.tokens[mode][i] += tokens
         self.time_s[mode][i] += seconds
         self.outside[mode][i] += outside_s
+        if prefilled:
+            block = self.prefilled[mode]
+            block["steps"][i] += 1
+            block["tokens"][i] += tokens
+            # span and gap: a reader takes it from the mode's time with its gaps (module docstring)
+            block["time_s"][i] += seconds + outside_s
 
     def keep_tokens(self, kept: int) -> None:
         """The last step recorded, counted at the ``kept`` output tokens its requests kept where they kept
@@ -219,7 +258,7 @@ class EngineCounters:
         cell, self._last_cell = self._last_cell, None
         if cell is None:
             return
-        where, i, tokens, kind = cell
+        where, i, tokens, kind, prefilled = cell
         cut = tokens - max(0, int(kept))
         if cut <= 0:
             return
@@ -229,12 +268,32 @@ class EngineCounters:
             self.tokens[where][i] -= cut
         if kind is not None:
             self.extend[kind]["tokens"][i] -= cut
+        if prefilled:
+            self.prefilled[where]["tokens"][i] -= cut
         self.tokens_not_kept += cut
 
     def note_idle(self) -> None:
         """The scheduler found nothing to run (the plugin's get_next_batch_to_run hook): the gap before the
-        next step holds idle time, which no mode spent."""
+        next step holds idle time, which no mode spent. A prefill noted before it ran out before it (nothing
+        was running): no step carries it."""
         self._idle = True
+        self._prefill_at = None
+
+    def note_prefill(self) -> None:
+        """The scheduler chose a prefill batch, EXTEND or MIXED (the plugin's get_next_batch_to_run hook): the
+        first decode step launched after now carries its time (``prefilled``, module docstring). A later
+        prefill before that step changes nothing: the step carries both."""
+        if self._prefill_at is None:
+            self._prefill_at = self.clock()
+
+    def _carries_prefill(self, started: float) -> bool:
+        """Whether a step launched at ``started`` is the first since the prefill noted: it takes the note. A
+        tie is after: a loop turn chooses its batch (the note) before it launches one, and the step in flight
+        (D1 of the docstring, whose successor carries the prefill) launched a turn earlier."""
+        if self._prefill_at is None or started < self._prefill_at:
+            return False
+        self._prefill_at = None
+        return True
 
     def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
         """A decode batch is about to launch (the plugin's get_steps_for_batch hook)."""
@@ -274,7 +333,8 @@ class EngineCounters:
                 gap = started - last if last is not None and started > last and not self._idle else 0.0
                 self._last_end, self._idle = now, False
                 tokens = sum(num_correct_drafts_per_req) + len(num_correct_drafts_per_req)
-                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling, kept, gap)
+                prefilled = self._carries_prefill(started)
+                self.record(batch_size, drafted, tokens, max(0.0, seconds), settling, kept, gap, prefilled)
                 return
             self.dropped += 1
         self.unmatched += 1
@@ -308,6 +368,14 @@ class EngineCounters:
                 for kind, block in self.extend.items()
             },
             "outside": {mode: [round(t, 9) for t in self.outside[mode]] for mode in MODES},
+            "prefilled": {
+                mode: {
+                    "steps": list(block["steps"]),
+                    "tokens": list(block["tokens"]),
+                    "time_s": [round(t, 9) for t in block["time_s"]],
+                }
+                for mode, block in self.prefilled.items()
+            },
             "tokens_not_kept": self.tokens_not_kept,
         }
 
@@ -336,7 +404,8 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     Returns ``{"bins": [...], "restarted": bool, "drafted": {"steps", "tokens", "time_s", "tok_s",
     "step_s"}, "gated": {...}}``, lists parallel to ``bins``; ``tok_s`` (output tokens per second of step
     time) and ``step_s`` (mean step time) are None where the bin saw no step time in the interval. When the
-    counters restarted in between, the deltas are ``after``'s own values (``restarted`` True).
+    counters restarted in between, the deltas are ``after``'s own values (``restarted`` True). Where
+    ``after`` has them, each mode's ``outside_s`` and the ``extend`` and ``prefilled`` blocks' deltas too.
     """
     bins = list(after["bins"])
     n = len(bins)
@@ -358,6 +427,11 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
         old_extend = extend_block(base) if base is not None else None
         out["extend"] = {kind: _deltas(new_extend[kind], old_extend[kind] if old_extend else None, n)
                          for kind in EXTEND_KINDS}  # fmt: skip
+    new_prefilled = prefilled_block(after)
+    if new_prefilled is not None:
+        old_prefilled = prefilled_block(base) if base is not None else None
+        out["prefilled"] = {mode: _deltas(new_prefilled[mode], old_prefilled[mode] if old_prefilled else None,
+                                          n) for mode in MODES}  # fmt: skip
     return out
 
 
@@ -403,58 +477,6 @@ def _deltas(new: Mapping[str, Sequence[float]], old: Mapping[str, Sequence[float
     return block
 
 
-def _counts(values: list[Any]) -> bool:
-    """Whether every one of ``values`` is a finite non-negative number (not a bool): what a counted list
-    holds. /server_info is JSON, whose Python reader takes ``Infinity``: one such value would be stored and
-    read back as a rate of 0."""
-    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-               for v in values)  # fmt: skip
-
-
-def extend_block(snapshot: Mapping[str, Any] | None) -> ExtendBlock | None:
-    """A snapshot's ``extend`` block (module docstring) when it has a well-formed one (lists as long as its
-    bins, non-negative numbers), else None: a plugin before 0.4.6 has none, and a malformed one must not
-    stop a reader of the counters it sits beside."""
-    if snapshot is None:
-        return None
-    block, bins = snapshot.get("extend"), snapshot.get("bins")
-    if not isinstance(block, Mapping) or not isinstance(bins, list):
-        return None
-    out: ExtendBlock = {}
-    for kind in EXTEND_KINDS:
-        entry = block.get(kind)
-        if not isinstance(entry, Mapping):
-            return None
-        out[kind] = {}
-        for field in FIELDS:
-            values = entry.get(field)
-            if not isinstance(values, list) or len(values) != len(bins):
-                return None
-            if not _counts(values):
-                return None
-            out[kind][field] = list(values)
-    return out
-
-
-def outside_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
-    """A snapshot's ``outside`` block (module docstring) when it has a well-formed one (a list per mode as
-    long as its bins, non-negative numbers), else None: a plugin before 0.4.13 has none."""
-    if snapshot is None:
-        return None
-    block, bins = snapshot.get("outside"), snapshot.get("bins")
-    if not isinstance(block, Mapping) or not isinstance(bins, list):
-        return None
-    out: dict[str, list[float]] = {}
-    for mode in MODES:
-        values = block.get(mode)
-        if not isinstance(values, list) or len(values) != len(bins):
-            return None
-        if not _counts(values):
-            return None
-        out[mode] = [float(v) for v in values]
-    return out
-
-
 def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One counters snapshot summed over DP ranks; ranks whose bins differ (one grew) sum on the union.
 
@@ -488,13 +510,18 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if extends:
         out["extend"] = {kind: sum_blocks([(b, found[kind]) for b, found in extends], index)
                          for kind in EXTEND_KINDS}  # fmt: skip
+    prefills = [(snap["bins"], found) for snap in snapshots if (found := prefilled_block(snap)) is not None]
+    if prefills:  # the ranks that publish it (plugin 0.4.14 on): a rank without it adds nothing
+        out["prefilled"] = {mode: sum_blocks([(b, found[mode]) for b, found in prefills], index)
+                            for mode in MODES}  # fmt: skip
     return out
 
 
 def sum_blocks(blocks: Sequence[tuple[Sequence[int], Mapping[str, Sequence[float]]]],
             index: Mapping[int, int]) -> dict[str, list[Any]]:  # fmt: skip
-    """Per field, blocks of one mode or extend kind (each with its own bins: ranks, or intervals whose bins
-    grew) summed on the union's bins (``index``: bin -> position), the step time rounded to the nanosecond."""
+    """Per field, blocks of one mode, extend kind or prefilled mode (each with its own bins: ranks, or
+    intervals whose bins grew) summed on the union's bins (``index``: bin -> position), the step time rounded
+    to the nanosecond."""
     block: dict[str, list[Any]] = {field: [0] * len(index) for field in FIELDS}
     for bins, values in blocks:
         for field in FIELDS:
@@ -529,25 +556,3 @@ def _number(value: object) -> float | None:
 
 def _count(value: object) -> int:
     return int(_number(value) or 0)
-
-
-def validate(snapshot: object) -> str | None:
-    """Why ``snapshot`` is not a counters block of this shape, or None (for readers of /server_info)."""
-    if not isinstance(snapshot, dict):
-        return "counters must be an object"
-    bins = snapshot.get("bins")
-    if not isinstance(bins, list) or not bins or not all(isinstance(b, int) and b > 0 for b in bins):
-        return "counters.bins must be a non-empty list of positive integers"
-    if bins != sorted(set(bins)):
-        return "counters.bins must be strictly ascending"
-    for mode in MODES:
-        block = snapshot.get(mode)
-        if not isinstance(block, dict):
-            return f"counters.{mode} must be an object"
-        for field in FIELDS:
-            values = block.get(field)
-            if not isinstance(values, list) or len(values) != len(bins):
-                return f"counters.{mode}.{field} must be a list as long as bins"
-            if not _counts(values):
-                return f"counters.{mode}.{field} must hold finite non-negative numbers"
-    return None

@@ -46,8 +46,11 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # WINDOW_WAIT_MAX_CYCLES), full_waited, yielded and forced in the report's explore.window; 0.4.13: the
 # counters' ``outside`` block, the seconds outside every step's span per mode and bin (idle turns left out),
 # which learn adds to the step time (plugin/engine_counters.py), and each step's tokens counted at what its
-# requests kept (plugin/kept_tokens.py: a finished request's dropped step, the last step's overshoot)
-PLUGIN_VERSION = "0.4.13"
+# requests kept (plugin/kept_tokens.py: a finished request's dropped step, the last step's overshoot); 0.4.14:
+# the counters' ``prefilled`` block, the steps per mode and bin that carried a prefill's time (the first step
+# launched after the scheduler chose an EXTEND or MIXED batch: knob_gate's get_next_batch_to_run hook,
+# EngineCounters.note_prefill), so a mode's prefill-free step time can be read apart
+PLUGIN_VERSION = "0.4.14"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

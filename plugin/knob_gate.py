@@ -46,6 +46,8 @@ AROUND hooks through SGLang's ``HookRegistry``:
   queue (``Gate.waiting``). SGLang forms a decode batch with requests waiting only when it cannot admit them
   (the KV pool or ``max_running_requests`` is full): an exploration window then waits, or ends its part
   (``plugin/explore.py``, WINDOW_WAIT_MAX_CYCLES).
+  A prefill batch it chose (EXTEND or MIXED) marks the next decode step as one that carried a prefill's time
+  (the counters' ``prefilled`` block, ``EngineCounters.note_prefill``).
 
 Exploration: so the engine counters keep measuring both modes at every load the server sees, a small
 deterministic share of each batch-size bin's batches runs the other mode than the gate says, in runs of
@@ -516,7 +518,9 @@ def hook_get_next_batch_to_run(
     """``Scheduler.get_next_batch_to_run``: the requests SGLang left waiting once it chose the next batch
     (``Gate.waiting``; 0 where the queue cannot be read). Its decode batch is decided in the same loop
     turn. Nothing to run, nothing waiting and nothing running is an idle turn: the counters leave the gap
-    it sits in out of what the next step's mode spent outside its span (``EngineCounters.note_idle``)."""
+    it sits in out of what the next step's mode spent outside its span (``EngineCounters.note_idle``). A
+    prefill batch (EXTEND or MIXED) puts its time in the next decode step's span or gap: the counters mark
+    that step prefilled (``EngineCounters.note_prefill``)."""
     plan = original(scheduler, *args, **kwargs)
     try:
         state = _state()
@@ -526,6 +530,11 @@ def hook_get_next_batch_to_run(
             state.counters.note_idle()
     except Exception:
         _warn_once("waiting", "spectower: could not note the scheduler's waiting queue", exc_info=True)
+    try:  # apart from the waiting queue's note: neither failure hides the other
+        if sglang_targets.prefill_turn(plan, scheduler):
+            _state().counters.note_prefill()
+    except Exception:
+        _warn_once("prefill", "spectower: could not tell whether the next batch is a prefill", exc_info=True)
     return plan
 
 

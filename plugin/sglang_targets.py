@@ -56,6 +56,27 @@ def idle_turn(has_batch: bool, waiting: int, running: int) -> bool:
     return not has_batch and waiting == 0 and running == 0
 
 
+def prefill_turn(plan: Any, scheduler: Any) -> bool:
+    """Whether a ``Scheduler.get_next_batch_to_run`` turn chose a prefill batch: its ``forward_mode``
+    (SGLang's ``ForwardMode``, the same in 0.5.17 and 0.5.23) is EXTEND or MIXED (a prefill chunk beside the
+    running requests' decode), or one of SGLang's other extends over prompts (SPLIT_PREFILL, DLLM_EXTEND):
+    what the decode counters' ``note_prefill`` hears. ``is_extend()`` is also true of TARGET_VERIFY, a mode
+    the worker gives its own forward batch, never the scheduler's: left out all the same. No batch, a decode
+    or an idle batch, or a batch without a mode: False."""
+    batch, _running = next_batch_plan(plan, scheduler)
+    mode = getattr(batch, "forward_mode", None)
+    if batch is None or mode is None or _mode_is(mode, "is_target_verify"):
+        return False
+    return _mode_is(mode, "is_extend") or _mode_is(mode, "is_mixed")
+
+
+def _mode_is(mode: Any, method: str) -> bool:
+    """``mode.<method>()``; False where the mode lacks the method (a stand-in, or a ForwardMode of another
+    SGLang): not knowing a batch is a prefill leaves it uncounted, never a broken scheduler turn."""
+    check = getattr(mode, method, None)
+    return callable(check) and bool(check())
+
+
 def hook_registry(label: str, disable_env: str, log: logging.Logger,
                   missing: Callable[[], list[str]] | None = None) -> tuple[Any, Any] | None:  # fmt: skip
     """(SGLang's ``HookRegistry``, ``HookType``) for a plugin module's ``register()``, or None where it must

@@ -306,7 +306,11 @@ class RankScheduler:
             # a gated step of a speculative profile tells the counters whether its extend ran (their
             # ``extend`` block: the tax learn corrects by, control/kept_extend.py); no such step otherwise
             kept = None if drafted or not profile.speculative else not skipped
-            self.counters.record(live, drafted, produced, step + self.prefill_s_unspanned, settling, kept)
+            # a step whose span holds a prefill's time is a prefilled one (the counters' ``prefilled``
+            # block, as the plugin marks the first step launched after a prefill)
+            prefilled = self.prefill_s_unspanned > 0
+            self.counters.record(live, drafted, produced, step + self.prefill_s_unspanned, settling, kept,
+                                 prefilled=prefilled)  # fmt: skip
             self.prefill_s_unspanned = 0.0
         if finished:
             done = set(map(id, finished))

@@ -105,6 +105,7 @@ BOTH_VERSIONS = (
     # every 2nd remembered resolve also runs SGLang's host copy (the default samples 1 in 256)
     _plugin_check("seq_lens", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_VERIFY_EVERY="2"),
     _plugin_check("kept_tokens", "check_kept_tokens", "{config}"),
+    _plugin_check("prefilled", "check_prefilled", "{config}"),
     # no watch thread: its wakes on the real clock would sample the stand-ins' fake one at random moments
     _plugin_check("loop_stalls", "check_loop_stalls", "{config}", SPECTOWER_STALL_S=None,
                   SPECTOWER_STALL_STACKS="0"),

@@ -200,6 +200,33 @@ def test_a_prefill_is_counted_in_the_next_decode_steps_time_as_the_overlap_loop_
     assert first == pytest.approx(prefill_s + second, rel=1e-6)  # the same step, plus the prefill before it
 
 
+def test_the_step_a_prefill_lands_in_is_published_as_prefilled() -> None:
+    """Plugin 0.4.14's ``prefilled`` block, from the model: the decode step whose counted time holds a
+    prefill's is a prefilled step of its mode and bin, with that time; the steps after it are not, until the
+    next prefill; so the pure step time reads back as the steady one."""
+    profile = dataclasses.replace(load_profile("h200-8b-pair-triton"), noise_cv=0.0)  # equal steps
+
+    async def run() -> tuple[dict[str, Any], float]:
+        eng = Engine(SimConfig(profile=profile, explore_share=0.0))
+        rank = eng.ranks[0]
+        for _ in range(8):
+            rank.submit(eng.new_request(512, 10**9, streaming=False))
+        deadline = await rank._prefill(eng.max_running_requests, 0.0)
+        for _ in range(4):
+            deadline = await rank._decode(deadline)
+        return rank.counters.snapshot(), rank.total_prefill_busy_s
+
+    snap, prefill_s = asyncio.run(run())
+    i = snap["bins"].index(8)
+    prefilled = {field: snap["prefilled"]["drafted"][field][i] for field in ("steps", "tokens", "time_s")}
+    assert prefilled["steps"] == 1 and snap["drafted"]["steps"][i] == 4
+    assert 0 < prefilled["tokens"] < snap["drafted"]["tokens"][i]
+    steady = (snap["drafted"]["time_s"][i] - prefilled["time_s"]) / 3  # the pure step time
+    assert prefill_s > 0 and steady > 0
+    assert prefilled["time_s"] == pytest.approx(steady + prefill_s, rel=1e-6)  # a step and the prefill
+    assert sum(snap["prefilled"]["gated"]["steps"]) == 0 and sum(snap["outside"]["drafted"]) == 0
+
+
 def test_generated_text_is_deterministic_per_seed_and_awkward() -> None:
     def draw(seed: int, index: int) -> list[int]:
         stream = TokenStream(seed, index)
