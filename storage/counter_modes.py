@@ -10,6 +10,9 @@ on every scrape's path.
 - ``OUTSIDE_MODES``: the ``outside`` block (plugin 0.4.13 on): each decode mode's seconds outside every step
   before its steps, as rows of 0 steps and 0 tokens whose ``time_s`` holds those seconds. The decode reads
   fold them into their mode's step time (``engine_counters.with_outside``: what a mode costs a client).
+- ``PREFILLED_MODES``: the ``prefilled`` block (plugin 0.4.14 on): each decode mode's steps whose span held a
+  prefill, their tokens and their seconds with the seconds outside them, read only by ``prefilled_totals``.
+  Those steps are counted in their mode's bin as well: like the extend's rows, a second view.
 
 The stored names are spelled out, not derived from the plugin's kind names: they are what the database
 holds, and renaming a kind in the plugin must not orphan the rows already stored (tests check the two
@@ -25,3 +28,5 @@ DECODE_MODES: tuple[str, ...] = MODES
 EXTEND_MODES: dict[str, str] = {"kept": "extend_kept", "skipped": "extend_skipped"}
 # decode mode (plugin.engine_counters.MODES) -> the mode its seconds outside the steps are stored under
 OUTSIDE_MODES: dict[str, str] = {"drafted": "outside_drafted", "gated": "outside_gated"}
+# decode mode -> the mode its prefilled steps are stored under
+PREFILLED_MODES: dict[str, str] = {"drafted": "prefilled_drafted", "gated": "prefilled_gated"}

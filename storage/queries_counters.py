@@ -2,11 +2,11 @@
 (raw) or per 1-minute / 1-hour rollup bucket, each in ``plugin.engine_counters.rates()``'s shape.
 
 Read through ``storage.queries`` (``counter_intervals``, ``counter_samples``, ``has_counters``,
-``extend_totals``). The stored rows are already per-interval deltas (the collector took ``rates()`` of
-consecutive snapshots, restarts included), so an interval's rates are ``rates(None, totals)`` of its summed
-cells. A 24-hour window is 1,440 intervals and a 1-hour one up to 3,600: ``_intervals`` computes them for
-all intervals at once with numpy, and tests/test_queries_counters.py holds it equal to ``rates()`` itself,
-the one definition of what a rate is (the plugin's module is standard library only, so it cannot call
+``extend_totals``, ``prefilled_totals``). The stored rows are already per-interval deltas (the collector took
+``rates()`` of consecutive snapshots, restarts included), so an interval's rates are ``rates(None, totals)``
+of its summed cells. A 24-hour window is 1,440 intervals and a 1-hour one up to 3,600: ``_intervals`` computes
+them for all intervals at once with numpy, and tests/test_queries_counters.py holds it equal to ``rates()``
+itself, the one definition of what a rate is (the plugin's module is standard library only, so it cannot call
 numpy).
 
 The table holds the extend's rows too (modes ``counter_modes.EXTEND_MODES``: steady gated steps by whether
@@ -33,7 +33,7 @@ from sqlalchemy import select as sa_select
 from ..plugin.engine_counters import ExtendBlock
 from . import dialect, rollups
 from .counter_modes import DECODE_MODES as COUNTER_MODES
-from .counter_modes import EXTEND_MODES, OUTSIDE_MODES
+from .counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
 from .retention import horizons
 
 if TYPE_CHECKING:
@@ -121,12 +121,33 @@ def extend_totals(
     what ``control.kept_extend.measure`` takes; None when the window has no extend row (a plugin before
     0.4.6). The same rows as ``counter_intervals`` reads with the same arguments (same tier, rollup buckets
     taken whole, the raw rows past the watermark added)."""
-    cells, _ = _read(db, server_id, start, end, max_intervals, tuple(EXTEND_MODES.values()))
+    return _block_totals(db, server_id, start, end, max_intervals, EXTEND_MODES)
+
+
+def prefilled_totals(
+    db: Database,
+    server_id: int,
+    start: float,
+    end: float,
+    *,
+    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
+) -> tuple[list[int], ExtendTotals] | None:
+    """The prefilled block's steps of a server in [start, end] summed per bin, by decode mode: ``(bins,
+    {"drafted" | "gated": {"steps", "tokens", "time_s": [per bin]}})`` (``time_s`` with the seconds outside
+    those steps), as ``extend_totals`` reads the extend's; None before plugin 0.4.14."""
+    return _block_totals(db, server_id, start, end, max_intervals, PREFILLED_MODES)
+
+
+def _block_totals(
+    db: Database, server_id: int, start: float, end: float, max_intervals: int, modes: dict[str, str]
+) -> tuple[list[int], ExtendTotals] | None:
+    """The rows of ``modes`` (a block's kind -> its stored mode) summed per bin and kind."""
+    cells, _ = _read(db, server_id, start, end, max_intervals, tuple(modes.values()))
     if not len(cells.ts):
         return None
     bins, index = np.unique(cells.bins, return_inverse=True)
     out: ExtendTotals = {}
-    for code, kind in enumerate(EXTEND_MODES):
+    for code, kind in enumerate(modes):
         mine = cells.modes == code
         # bincount adds each bin's rows in order from 0.0, as counter_intervals sums an interval's cells
         steps, tokens, seconds = (np.bincount(index[mine], weights=cells.values[mine, k], minlength=len(bins))

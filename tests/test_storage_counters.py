@@ -11,7 +11,7 @@ import pytest
 from spectower.control import kept_extend, speedup
 from spectower.plugin.engine_counters import EXTEND_KINDS, MODES
 from spectower.storage import Database, open_database, queries
-from spectower.storage.counter_modes import EXTEND_MODES
+from spectower.storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.retention import DAY_S, horizons
 from sqlalchemy import text
@@ -191,8 +191,35 @@ def test_extend_totals_sum_the_extend_rows_per_bin_raw_and_rolled_up(db: Databas
         queries.extend_totals(db, sid, T0 + 10, T0)
 
 
+def test_prefilled_totals_read_only_the_prefilled_rows_per_bin_and_mode(db: Database) -> None:
+    """``prefilled_totals`` sums the prefilled rows (plugin 0.4.14: steps whose span held a prefill) per bin
+    and decode mode through the reader ``extend_totals`` uses, and neither read sees the other's rows."""
+    sid = db.server_id("http://a")
+    drafted, gated = PREFILLED_MODES["drafted"], PREFILLED_MODES["gated"]
+    stamps = [T0 + 5 * (i + 1) for i in range(12)]
+    row = EngineCounterSample
+    _write(db, [r for t in stamps for r in (
+        *_rows(sid, t), *_extend_rows(sid, t),
+        row(server_id=sid, ts=t, batch_size=16, mode=drafted, steps=3, tokens=90, time_s=0.06),
+        row(server_id=sid, ts=t, batch_size=32, mode=gated, steps=2, tokens=64, time_s=0.03),
+    )])  # fmt: skip
+    bins, totals = queries.prefilled_totals(db, sid, T0, T0 + 60) or ([], {})
+    assert bins == [16, 32] and set(totals) == {"drafted", "gated"}
+    assert totals["drafted"] == {"steps": [36, 0], "tokens": [1080, 0], "time_s": [pytest.approx(0.72), 0.0]}
+    assert totals["gated"]["steps"] == [0, 24] and totals["gated"]["tokens"] == [0, 768]
+    extend = queries.extend_totals(db, sid, T0, T0 + 60)
+    assert extend is not None and extend[0] == [32, 48]  # no prefilled bin 16 among the extend's
+    plain = db.server_id("http://b")  # a plugin before 0.4.14
+    _write(db, _rows(plain, T0 + 5))
+    assert queries.prefilled_totals(db, plain, T0, T0 + 60) is None
+
+
 def test_the_stored_extend_modes_name_the_plugins_extend_kinds() -> None:
     """The mode names are what the database holds: one per kind of the plugin's extend block, none a decode
     mode (every decode reader filters on those)."""
     assert set(EXTEND_MODES) == set(EXTEND_KINDS)
     assert not set(EXTEND_MODES.values()) & set(MODES)
+    # the prefilled rows: one per decode mode, a name of their own
+    assert set(PREFILLED_MODES) == set(MODES)
+    stored = [*EXTEND_MODES.values(), *OUTSIDE_MODES.values(), *PREFILLED_MODES.values(), *MODES]
+    assert len(set(stored)) == len(stored)

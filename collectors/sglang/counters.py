@@ -10,7 +10,9 @@ modes ``storage.counter_modes.EXTEND_MODES`` beside them, for the measured kept-
 (control/kept_extend.py); every reader of the decode modes filters them out. A plugin that publishes the
 ``outside`` block (0.4.13 on: each mode's seconds outside its steps) adds rows of the modes
 ``storage.counter_modes.OUTSIDE_MODES``, 0 steps and 0 tokens, their seconds in ``time_s``, which the decode
-reads fold into their mode's step time.
+reads fold into their mode's step time. One that publishes the ``prefilled`` block (0.4.14 on: each mode's
+steps whose span held a prefill) adds rows of the modes ``storage.counter_modes.PREFILLED_MODES``, read only
+by ``storage.queries.prefilled_totals``.
 
 A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
 server without counters (an older plugin, no plugin) gives no rows and no warning.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...plugin.engine_counters import FIELDS, MODES, rates, sum_ranks, validate
-from ...storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES
+from ...storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class CounterRow:
 
     ts: float
     batch_size: int
-    mode: str  # drafted | gated | extend_kept | extend_skipped | outside_* (storage.counter_modes)
+    mode: str  # drafted | gated | extend_* | outside_* | prefilled_* (storage.counter_modes)
     steps: int
     tokens: int
     time_s: float
@@ -109,6 +111,10 @@ class CounterDeltas:
                 zeros = [0] * len(outside)
                 block = {"steps": zeros, "tokens": zeros, "time_s": outside}
                 rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
+        prefilled = interval.get("prefilled")  # none before plugin 0.4.14
+        if prefilled is not None:
+            for mode, stored in PREFILLED_MODES.items():
+                rows += _rows(ts, interval["bins"], stored, prefilled[mode], keep_negative=False)
         return rows
 
 
