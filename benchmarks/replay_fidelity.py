@@ -27,6 +27,7 @@ skipped); ``threshold-N`` is ``threshold:N``; ``learn`` is learn warm-started at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -93,11 +94,14 @@ Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
 
 
 def measured_samples(run_dir: Path, max_running: int) -> dict[str, Samples]:
-    """Per policy (repeats pooled): its runs' counter intervals from ``policy.db``, grouped per bin and mode
-    as ``control.speedup.estimate_per_bin`` reads them (none where the run kept no policy.db)."""
-    if not (run_dir / "policy.db").exists():
-        return {}
-    with open_recorded(run_dir / "policy.db") as db:  # a copy: the run's own file keeps its bytes
+    """Per policy (repeats pooled): its runs' counter intervals from ``policy.db`` (or ``policy.db.xz``, as
+    data/gpu-runs/ keeps it), grouped per bin and mode as ``control.speedup.estimate_per_bin`` reads them
+    (none where the run kept no policy.db)."""
+    with contextlib.ExitStack() as stack:
+        try:  # a copy: the run's own file keeps its bytes
+            db = stack.enter_context(open_recorded(run_dir / "policy.db"))
+        except FileNotFoundError:
+            return {}
         return _samples_of(db, max_running)
 
 

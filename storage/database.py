@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import lzma
 import os
 import shutil
 import sqlite3
@@ -529,16 +530,38 @@ def open_database(
     return Database(resolved, echo=echo, busy_timeout_ms=busy_timeout_ms, existing=existing)
 
 
+RECORDED_XZ = ".xz"  # data/gpu-runs/ keeps a run's databases as NAME.db.xz (xz -9: SQLite packs ~5x)
+
+
+def recorded_copy(path: str | os.PathLike[str], dest_dir: str | os.PathLike[str]) -> Path:
+    """A recorded database file (a GPU run's, a capture) copied into ``dest_dir`` as ``NAME.db``, to be opened
+    there; returns the copy's path. ``path`` names ``NAME.db`` or ``NAME.db.xz`` (the way data/gpu-runs/
+    keeps them): the file named is read where it is there, else the other one, and a ``.xz`` one is
+    decompressed. Opening migrates a database to this spectower's schema in place, and a recorded one is data
+    whose bytes stay as recorded (data/gpu-runs/MANIFEST.csv): open the copy, never the recorded file."""
+    given = Path(path)
+    plain = given.with_suffix("") if given.suffix == RECORDED_XZ else given
+    packed = plain.with_name(plain.name + RECORDED_XZ)
+    first, other = (packed, plain) if given == packed else (plain, packed)
+    source = first if first.is_file() else other
+    if not source.is_file():
+        raise FileNotFoundError(f"{given}: no such database file (nor {other.name})")
+    copy = Path(dest_dir) / plain.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if source == packed:
+        with lzma.open(source) as src, copy.open("wb") as out:
+            shutil.copyfileobj(src, out)
+    else:
+        shutil.copyfile(source, copy)
+    return copy
+
+
 @contextmanager
 def open_recorded(path: str | os.PathLike[str]) -> Iterator[Database]:
-    """A recorded database file (a GPU run's, a capture) opened from a copy for reading: opening migrates a
-    database to this spectower's schema in place, and a recorded one is data whose bytes stay as recorded
-    (data/gpu-runs/MANIFEST.csv); the copy goes with the context."""
-    source = Path(path)
-    if not source.is_file():
-        raise FileNotFoundError(f"{source}: no such database file")
-    with tempfile.TemporaryDirectory(prefix="spectower-recorded-") as tmp:
-        copy = Path(tmp) / source.name
-        shutil.copyfile(source, copy)
-        with open_database(copy, existing=True) as db:
-            yield db
+    """A recorded database file (``NAME.db`` or ``NAME.db.xz``, ``recorded_copy``) opened from a copy for
+    reading; the copy goes with the context."""
+    with (
+        tempfile.TemporaryDirectory(prefix="spectower-recorded-") as tmp,
+        open_database(recorded_copy(path, tmp), existing=True) as db,
+    ):
+        yield db

@@ -4,7 +4,6 @@ explore_lean.py's own --json of the H200's steady levels (data/gpu-runs/) and on
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from tests.conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import explore_lean
 import lean_pool
+from spectower.storage.database import recorded_copy
 
 LEVELS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-steady-levels-2026-12-06/1-levels-48-16/policy.db"
 
@@ -22,8 +22,7 @@ LEVELS = REPO_ROOT / "data/gpu-runs/h200-8b-pair-triton-steady-levels-2026-12-06
 @pytest.fixture(scope="module")
 def h200_launch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("levels")
-    db = work / "policy.db"
-    shutil.copy(LEVELS, db)  # opening migrates in place: never the committed file
+    db = recorded_copy(LEVELS, work)  # opening migrates in place: never the committed file
     out = work / "lean.json"
     assert explore_lean.main(["--db", str(db), "--runs-from-db", "--json", str(out)]) == 0
     return out

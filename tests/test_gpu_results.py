@@ -8,7 +8,6 @@ values the run saw (data/gpu-runs/NOTEBOOK.md lists them).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from spectower.collectors.bench.compare import compare_runs, load_run
 from spectower.storage import open_database, queries
+from spectower.storage.database import recorded_copy
 from spectower.storage.models import EngineSample, Gpu, GpuSample
 from sqlmodel import select
 from streamlit.testing.v1 import AppTest
@@ -28,9 +28,8 @@ APP = str(Path(__file__).resolve().parents[1] / "console" / "app.py")
 
 @pytest.fixture
 def tp2_db(tmp_path: Path) -> Path:
-    copy = tmp_path / "h200-tp2.db"  # a copy: opening may migrate, the committed file stays as recorded
-    shutil.copy(RESULTS / "h200-2gpu-tp2" / "collect.db", copy)
-    return copy
+    # a copy: opening may migrate, the committed file (collect.db.xz) stays as recorded
+    return recorded_copy(RESULTS / "h200-2gpu-tp2" / "collect.db", tmp_path)
 
 
 def test_real_run_history_reads_back(tp2_db: Path) -> None:
@@ -70,8 +69,7 @@ def test_console_shows_the_real_run(tp2_db: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_the_second_one_gpu_sweep_reads_back(tmp_path: Path) -> None:
     # 2026-11-30, one H200: the sweep counted with tokens interpolated between chunks (stats.tokens_by)
-    copy = tmp_path / "h200-tp1.db"
-    shutil.copy(RESULTS / "h200-1gpu-tp1-2026-11-30" / "collect.db", copy)
+    copy = recorded_copy(RESULTS / "h200-1gpu-tp1-2026-11-30" / "collect.db", tmp_path)
     with open_database(copy) as db:
         (run,) = queries.bench_runs(db)
         points = queries.bench_points(db, run.id)
@@ -87,8 +85,8 @@ def _compare_saved_sweeps(tmp_path: Path, before: str, after: str) -> Any:
     database."""
     runs = []
     for folder in (before, after):
-        copy = tmp_path / f"{len(runs)}.db"  # opening may migrate: the committed file stays as recorded
-        shutil.copy(RESULTS / folder / "bench.db", copy)
+        # opening may migrate: the committed file stays as recorded
+        copy = recorded_copy(RESULTS / folder / "bench.db", tmp_path / str(len(runs)))
         with open_database(copy) as db:
             (run,) = queries.bench_runs(db)
             runs.append(load_run(db, run.id))

@@ -1,10 +1,12 @@
 """data/gpu-runs/ as data (benchmarks/gpu/runs.py): the manifest lists every file of every run with its bytes
 and sha256, in the tree or in its run's archive; INDEX.md is the table the runs' README.md files make; a run
-archived and put back is the run it was."""
+archived and put back is the run it was; a database it keeps stays in the tree as NAME.db.xz, read back
+through storage's recorded_copy."""
 
 from __future__ import annotations
 
 import importlib.util
+import lzma
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from spectower.storage import open_database, queries
+from spectower.storage.database import open_recorded, recorded_copy
 
 from tests.conftest import REPO_ROOT
 
@@ -29,8 +33,9 @@ def test_the_manifest_matches_the_files_in_the_tree_and_in_the_archives() -> Non
     entries = runs.read_manifest(ROOT)
     stored = {e.stored for e in entries}
     assert "tree" in stored and len(stored - {"tree"}) == len(runs.run_folders(ROOT)) > 10
-    # what the tests replay is in the tree, e.g. the two-GPU check's database
-    assert any(e.path == "h200-2gpu-tp2/collect.db" and e.stored == "tree" for e in entries)
+    # what the tests replay is in the tree, e.g. the two-GPU check's database, compressed
+    assert any(e.path == "h200-2gpu-tp2/collect.db.xz" and e.stored == "tree" for e in entries)
+    assert not [e.path for e in entries if e.stored == "tree" and e.path.endswith(".db")]
 
 
 def test_the_index_is_the_table_the_readmes_make() -> None:
@@ -86,6 +91,66 @@ def test_the_check_names_a_changed_a_missing_and_an_unlisted_file(tmp_path: Path
     assert f"{name}/stray.log: in the tree but not listed as stored there" in problems
     assert f"archive/{name}.tar.xz: {name}/other.bin not in the manifest" in problems
     assert f"archive/{name}.tar.xz: {name}/1-call/measure.log listed, not in the archive" in problems
+
+
+def _kept_database(tmp_path: Path) -> tuple[Path, Path, bytes]:
+    """A run archived with its 1-call/policy.db (a spectower database) kept: the root, the run, its bytes."""
+    root, run = _copy_run(tmp_path)
+    with open_database(run / "1-call" / "policy.db") as db:
+        db.server_id("http://gpu-1:30000", ts=1.0)
+    recorded = (run / "1-call" / "policy.db").read_bytes()
+    runs.archive(run, ["kept.json", "1-call/policy.db"])
+    return root, run, recorded
+
+
+def test_a_kept_database_stays_in_the_tree_as_xz_and_the_check_names_one_left_plain(tmp_path: Path) -> None:
+    root, run, recorded = _kept_database(tmp_path)
+    kept = run / "1-call" / "policy.db.xz"
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()) == [
+        "1-call/policy.db.xz", "README.md", "kept.json"]  # fmt: skip
+    assert lzma.decompress(kept.read_bytes()) == recorded and len(kept.read_bytes()) < len(recorded) / 2
+    (entry,) = [e for e in runs.read_manifest(root) if e.path.startswith(f"{run.name}/1-call/policy.db")]
+    assert (entry.path, entry.bytes) == (f"{run.name}/1-call/policy.db.xz", kept.stat().st_size)
+    assert entry.stored == "tree"
+    assert runs.check(root) == []
+    # a database kept uncompressed (as runs.py kept them before) is one line of the check
+    kept.unlink()
+    (run / "1-call" / "policy.db").write_bytes(recorded)
+    plain = runs.Entry(entry.path.removesuffix(".xz"), len(recorded), runs._digest(recorded), "tree")
+    entries = [plain if e == entry else e for e in runs.read_manifest(root)]
+    (root / "MANIFEST.csv").write_text(runs.manifest_text(entries))
+    assert runs.check(root) == [
+        f"{run.name}/1-call/policy.db: a database kept uncompressed: keep it as policy.db.xz (xz -9)",
+    ]
+
+
+def test_one_function_hands_a_reader_a_kept_database_named_either_way(tmp_path: Path) -> None:
+    """storage's recorded_copy: NAME.db or NAME.db.xz, whichever is there (the one named first), copied and
+    decompressed into the folder given; open_recorded opens it so; the kept file keeps its bytes."""
+    _root, run, recorded = _kept_database(tmp_path)
+    kept = run / "1-call" / "policy.db.xz"
+    packed = kept.read_bytes()
+    for name in ("policy.db", "policy.db.xz"):
+        copy = recorded_copy(run / "1-call" / name, tmp_path / "read" / name)
+        assert copy == tmp_path / "read" / name / "policy.db" and copy.read_bytes() == recorded
+    with open_recorded(run / "1-call" / "policy.db") as db:
+        assert [s.url for s in queries.servers(db)] == ["http://gpu-1:30000"]
+    assert kept.read_bytes() == packed and sorted(p.name for p in kept.parent.iterdir()) == ["policy.db.xz"]
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "a.db").write_bytes(b"plain")
+    (both / "a.db.xz").write_bytes(lzma.compress(b"packed"))
+    assert recorded_copy(both / "a.db", tmp_path / "p").read_bytes() == b"plain"
+    assert recorded_copy(both / "a.db.xz", tmp_path / "x").read_bytes() == b"packed"
+    with pytest.raises(FileNotFoundError, match=r"none\.db: no such database file \(nor none\.db\.xz\)"):
+        recorded_copy(run / "none.db", tmp_path)
+    # a committed run's database: the two-GPU check's, read as tests/test_gpu_results.py reads it
+    committed = ROOT / "h200-2gpu-tp2" / "collect.db.xz"
+    before = committed.read_bytes()
+    copy = recorded_copy(ROOT / "h200-2gpu-tp2" / "collect.db", tmp_path / "tp2")
+    with open_database(copy, existing=True) as db:
+        assert len(queries.servers(db)) == 1
+    assert committed.read_bytes() == before
 
 
 @pytest.mark.parametrize(

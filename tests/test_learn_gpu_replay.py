@@ -16,13 +16,13 @@ recorded one).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from spectower.control.policy import Decision, Observation, make_policy
 from spectower.storage import open_database, queries
+from spectower.storage.database import recorded_copy
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "h200x2-8b-pair-triton-policies-2026-12-01"
 SERVER = "http://127.0.0.1:30010"
@@ -32,8 +32,8 @@ MRR = 64
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[float, dict[str, Any]]], float]:
     """The snapshots the policy kept, oldest first, and when its one recorded set (0 -> 2) happened."""
-    copy = tmp_path_factory.mktemp("learn-replay") / "policy.db"  # opening may migrate: a copy
-    shutil.copy(RUN / "b-off-learn" / "policy.db", copy)
+    # opening may migrate: a copy
+    copy = recorded_copy(RUN / "b-off-learn" / "policy.db", tmp_path_factory.mktemp("learn-replay"))
     with open_database(copy) as db:
         row = queries.policy_state(db, SERVER)
         sets = queries.control_events(db, server_url=SERVER, actor="policy", action="set")

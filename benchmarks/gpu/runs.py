@@ -1,7 +1,7 @@
 """The measured GPU runs as data (data/gpu-runs/): each run folder keeps its README.md and the files tests
-replay; the rest of the run is one archive, ``archive/<run>.tar.xz``; ``MANIFEST.csv`` lists every file of
-every run (path, bytes, sha256, where it is stored) and ``INDEX.md`` is one table of the runs, made from the
-``## Index`` block at the end of each run's README.md.
+replay (a database as ``NAME.db.xz``); the rest of the run is one archive, ``archive/<run>.tar.xz``;
+``MANIFEST.csv`` lists every file of every run (path, bytes, sha256, where it is stored) and ``INDEX.md`` is
+one table of the runs, made from the ``## Index`` block at the end of each run's README.md.
 
     python3 benchmarks/gpu/runs.py archive data/gpu-runs/RUN [--keep RELATIVE/PATH ...]
     python3 benchmarks/gpu/runs.py index [--check] [--root data/gpu-runs]
@@ -9,10 +9,13 @@ every run (path, bytes, sha256, where it is stored) and ``INDEX.md`` is one tabl
 
 ``archive`` packs every file of RUN but its README.md and the ``--keep`` paths (relative to RUN) into
 ``archive/RUN.tar.xz`` (members named ``RUN/...``, so ``tar -C data/gpu-runs -xJf archive/RUN.tar.xz``
-puts them back where they were), records all of them in the manifest, then removes the packed files. The
-archive is reproducible: members sorted, times and owners zeroed. ``check`` compares the manifest with the
-files in the tree and the archives' members and prints one line per difference (exit 1). Bad input: one
-``error:`` line, exit 2, nothing written.
+puts them back where they were), records all of them in the manifest, then removes the packed files. A kept
+SQLite database (``NAME.db``) stays in the tree as ``NAME.db.xz`` (xz -9, about a fifth of its bytes: every
+device call ships the tree): read it through ``spectower.storage.database.recorded_copy`` (or
+``open_recorded``), which decompresses a copy, or ``xz -dc NAME.db.xz > COPY``. The archive is reproducible:
+members sorted, times and owners zeroed. ``check`` compares the manifest with the files in the tree and the
+archives' members and prints one line per difference (exit 1), an uncompressed database in the tree too.
+Bad input: one ``error:`` line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import csv
 import hashlib
 import io
+import lzma
 import os
 import sys
 import tarfile
@@ -39,6 +43,8 @@ COLUMNS = ("path", "bytes", "sha256", "stored")
 # The ``## Index`` block of a run's README.md: these keys, one ``- key: value`` line each, in this order.
 INDEX_KEYS = ("date", "backend", "pair", "measured", "figure", "command")
 INDEX_HEADINGS = ("date", "run", "backend", "pair", "what was measured", "the figure", "the command")
+DB = ".db"  # a SQLite database, kept in the tree as NAME.db.xz (XZ)
+XZ = ".xz"
 
 
 class RunsError(ValueError):
@@ -99,6 +105,11 @@ def manifest_text(entries: Iterable[Entry]) -> str:
     return out.getvalue()
 
 
+def _kept_xz(path: Path) -> Path:
+    """Where a kept file stays in the tree: a database as ``NAME.db.xz``, anything else as it is."""
+    return path.with_name(path.name + XZ) if path.suffix == DB else path
+
+
 def _tar_xz(root: Path, files: list[Path]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as tar:
@@ -123,6 +134,9 @@ def archive(run: Path, keep: Iterable[str] = ()) -> Path:
     missing = sorted(k for k in kept if not (run / k).is_file())
     if missing:
         raise RunsError(f"--keep {missing[0]}: no such file in {run.name}/")
+    clashes = sorted(k for k in kept if _kept_xz(run / k) != run / k and _kept_xz(run / k).exists())
+    if clashes:
+        raise RunsError(f"--keep {clashes[0]}: {clashes[0]}{XZ} exists in {run.name}/")
     target = root / ARCHIVES / f"{run.name}.tar.xz"
     if target.exists():
         raise RunsError(f"{target} exists: unpack it (tar -C {root} -xJf {target}) and remove it first")
@@ -132,15 +146,21 @@ def archive(run: Path, keep: Iterable[str] = ()) -> Path:
         raise RunsError(f"{run.name}/: nothing to archive")
     stored = f"{ARCHIVES}/{target.name}"
     entries = [e for e in read_manifest(root) if not e.path.startswith(f"{run.name}/")]
+    compressed: dict[Path, bytes] = {}  # a kept database -> its .xz bytes
     for path in files:
         data = path.read_bytes()
         where = stored if path in packed else TREE
+        if where == TREE and _kept_xz(path) != path:
+            path, data = _kept_xz(path), lzma.compress(data, preset=9)
+            compressed[path] = data
         entries.append(Entry(path.relative_to(root).as_posix(), len(data), _digest(data), where))
     blob = _tar_xz(root, packed)
     target.parent.mkdir(exist_ok=True)
     _write_atomically(target, blob)
+    for path, data in compressed.items():
+        _write_atomically(path, data)
     _write_atomically(root / MANIFEST, manifest_text(entries).encode())
-    for path in packed:
+    for path in [*packed, *(p.with_suffix("") for p in compressed)]:
         path.unlink()
     for folder in sorted({p.parent for p in packed}, key=lambda p: len(p.parts), reverse=True):
         while folder != run and folder.is_dir() and not any(folder.iterdir()):
@@ -175,6 +195,8 @@ def check(root: Path) -> list[str]:
             data = path.read_bytes()
             if entry is None or entry.stored != TREE:
                 problems.append(f"{rel}: in the tree but not listed as stored there")
+            elif path.suffix == DB:
+                problems.append(f"{rel}: a database kept uncompressed: keep it as {path.name}{XZ} (xz -9)")
             elif (len(data), _digest(data)) != (entry.bytes, entry.sha256):
                 problems.append(f"{rel}: bytes or sha256 differ from the manifest")
     tree_rows = [e for e in entries.values() if e.stored == TREE]
