@@ -5,7 +5,6 @@ module."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from tests.conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 import explore_lean
 from spectower.storage import queries
-from spectower.storage.database import Database, open_database
+from spectower.storage.database import Database, open_database, recorded_copy
 
 
 def db_server_id(db: Database) -> int:
@@ -63,8 +62,7 @@ def test_a_bad_run_is_refused_naming_the_flag(text: str) -> None:
 
 
 def test_the_h200_runs_explored_gated_rates_read_low_and_corrected_come_near(tmp_path: Path) -> None:
-    db = tmp_path / "policy.db"
-    shutil.copy(RUNS / "policy.db", db)  # opening migrates in place: never the committed file
+    db = recorded_copy(RUNS / "policy.db", tmp_path)  # opening migrates in place: a copy
     runs = [f"learn={T0 + 10}:{T0 + 300}:48", f"threshold-47={T0 + 310}:{T0 + 607}:47",
             f"on={T0 + 620}:{T0 + 905}:max", f"off={T0 + 925}:{T0 + 1215}:0"]  # fmt: skip
     out = tmp_path / "lean.json"
@@ -97,8 +95,7 @@ def test_drafting_explored_above_learns_ceiling_under_the_azure_replay_took_a_te
 ) -> None:
     """The 2026-12-04 replay: with the ceiling at 8, windows drafted bins where a drafted step costs 2.5-4.5x
     a gated one (fixed since: plugin/explore.py's windows keep time); threshold:16 gated less, paid less."""
-    db = tmp_path / "policy.db"
-    shutil.copy(REPLAY / "policy.db", db)
+    db = recorded_copy(REPLAY / "policy.db", tmp_path)
     runs = ["threshold-16=1796354015.5:1796354259.5:16", "learn@8=1796354331.3:1796354512.8:8",
             "off=1796353762:1796354009:0"]  # fmt: skip
     out = tmp_path / "lean.json"
@@ -113,8 +110,7 @@ def test_drafting_explored_above_learns_ceiling_under_the_azure_replay_took_a_te
 
 
 def test_the_databases_replays_are_found_as_runs_split_where_learn_moved_its_ceiling(tmp_path: Path) -> None:
-    db_path = tmp_path / "policy.db"
-    shutil.copy(REPLAY / "policy.db", db_path)
+    db_path = recorded_copy(REPLAY / "policy.db", tmp_path)
     runs = {r.name: r for r in explore_lean.runs_from_db(open_database(str(db_path), existing=True), 64)}
     assert sorted(runs) == ["learn-2@16", "learn-2@8", "learn@16", "learn@8", "off", "threshold-16",
                             "threshold-16-2"]  # fmt: skip
@@ -140,8 +136,7 @@ def test_under_plugin_043_a_policys_0_explored_drafting_only_in_small_bins_and_l
     the limit; it drafted at bins 16-24 only, for 2.1 % of its step time (the 2 % share asked: windows keep
     time now) at an extra 0.8 %, where learn at 8 had drafted bins 12-64 for 12 % of it the run before
     (0.4.1). The locked off runs explored nothing."""
-    db = tmp_path / "policy.db"
-    shutil.copy(REPLAY_043 / "policy.db", db)
+    db = recorded_copy(REPLAY_043 / "policy.db", tmp_path)
     runs = ["learn-2@0=1796410210.2:1796410453.2:0", "off=1796409955.6:1796410204.6:0",
             "off-2=1796410456.7:1796410704.8:0", "threshold-16=1796410710.1:1796410954.9:16"]  # fmt: skip
     out = tmp_path / "lean.json"
@@ -202,8 +197,7 @@ def test_below_a_partial_ceiling_the_drain_served_less_than_always_off_while_bar
     ceiling drafts above the smallest ones ran almost only gated, held at 0 steps with the draft extend
     after each burst until the holed requests finished (the drain), and served less than always off's
     locked gated rate there; the smallest bins, where the load fell low enough to draft, served 1.2-2.3x."""
-    db = tmp_path / "policy.db"
-    shutil.copy(REPLAY_0505B / "policy.db", db)
+    db = recorded_copy(REPLAY_0505B / "policy.db", tmp_path)
     out = tmp_path / "lean.json"
     args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
     assert explore_lean.main(args) == 0
@@ -222,8 +216,7 @@ def test_below_a_partial_ceiling_the_drain_served_less_than_always_off_while_bar
 def test_a_runs_counters_are_the_intervals_that_start_within_it(tmp_path: Path) -> None:
     """The interval that spans a run's start holds the batches before it: left out. On the frozen replay's
     counters (2026-12-05b), a run started in the middle of a stored interval begins with the next one."""
-    db_path = tmp_path / "policy.db"
-    shutil.copy(REPLAY_0505B / "policy.db", db_path)
+    db_path = recorded_copy(REPLAY_0505B / "policy.db", tmp_path)
     db = open_database(str(db_path), existing=True)
     server = db_server_id(db)
     off = {r.name: r for r in explore_lean.runs_from_db(db, 64)}["off"]
@@ -242,8 +235,7 @@ def test_the_decode_steps_own_rate_per_run_shows_a_lag_that_is_not_in_the_steps(
     """The H100 replay of 2026-12-05c: learn at 16 lagged always off by about 1 % of delivered tokens, yet its
     decode steps served as many tokens per second of step time as always off's (within 1 %), so the lag lies
     outside the decode steps."""
-    db = tmp_path / "policy.db"
-    shutil.copy(H100_REPLAY / "policy.db", db)
+    db = recorded_copy(H100_REPLAY / "policy.db", tmp_path)
     out = tmp_path / "lean.json"
     args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
     assert explore_lean.main(args) == 0
@@ -260,8 +252,7 @@ def test_only_cells_with_an_explored_rate_print_unless_all_is_asked(
 ) -> None:
     """The H100 replay of 2026-12-05c: most of a launch's (bin, run) cells hold no explored rate; the table
     prints the ones that do and says how many it left out, ``--all`` prints every one, the JSON holds all."""
-    db = tmp_path / "policy.db"
-    shutil.copy(H100_REPLAY / "policy.db", db)
+    db = recorded_copy(H100_REPLAY / "policy.db", tmp_path)
     out = tmp_path / "lean.json"
     args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
     assert explore_lean.main(args) == 0
@@ -349,8 +340,7 @@ def test_the_h200_steady_levels_read_each_explored_rate_with_its_interval(tmp_pa
     """Item 2 on the H200 (2026-12-06): steady levels 48 and 16, the locks a minute each, the gated side of
     the drafting bin explored by threshold:64, the drafted side by a ceiling at half the level. Every cell's
     corrected ratio and its interval print, from the intervals each side pooled."""
-    db = tmp_path / "policy.db"
-    shutil.copy(STEADY_LEVELS / "policy.db", db)  # opening migrates in place: never the committed file
+    db = recorded_copy(STEADY_LEVELS / "policy.db", tmp_path)  # opening migrates in place: a copy
     out = tmp_path / "lean.json"
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks/gpu/explore_lean.py"), "--db", str(db),
                            "--runs-from-db", "--json", str(out)],
@@ -406,9 +396,7 @@ def test_each_runs_client_rate_sits_beside_its_counters_where_the_run_is_one_spa
 
 
 def _steady_levels_copy(tmp_path: Path) -> Path:
-    db = tmp_path / "steady.db"
-    shutil.copy(STEADY_LEVELS / "policy.db", db)  # opening migrates in place: never the committed file
-    return db
+    return recorded_copy(STEADY_LEVELS / "policy.db", tmp_path)  # opening migrates in place: a copy
 
 
 def test_each_runs_kept_and_skipped_extend_rates_read_per_bin_with_the_runs_own_tax(tmp_path: Path) -> None:
@@ -428,3 +416,62 @@ def test_each_runs_kept_and_skipped_extend_rates_read_per_bin_with_the_runs_own_
     assert explored["tax"] is None and lock["tax"] is None and lock["kept_tok_s"] is None
     assert explored["kept_steps"] == 467 and explored["kept_tok_s"] > windows["kept_tok_s"]
     assert 1 - explored["kept_tok_s"] / lock["skipped_tok_s"] == pytest.approx(0.039, abs=0.002)
+
+
+def test_a_drafting_bins_explored_gated_steps_level_to_the_steady_gated_rate_with_the_prefills_put_back(
+) -> None:
+    """Plugin 0.4.14's ``prefilled`` block: in bin 16 a drafting run's explored gated steps (16 tokens, 7 ms)
+    carry its stream's prefills (4 ms, one per 6.4 steps: 256-token requests, 40 tokens a drafted step), a
+    gated stream's steps one per 16. Raw, the explored side reads 0.951 of steady; with each bin's prefill
+    seconds per token put back, 1.000. A run without the block (an older plugin) has no row."""
+    top = explore_lean.TOP
+    runs = [explore_lean.Run("off", 0, 1, 0), explore_lean.Run("threshold-64", 1, 2, top),
+            explore_lean.Run("threshold-64-old", 2, 3, top)]  # fmt: skip
+    pre, n_off, n_d, n_g = 0.004, 16_000, 6_400, 640
+
+    def cell(n: int, tokens: int, step_s: float, every: float) -> tuple[list[float], list[float]]:
+        k = n / every  # the steps that carried a prefill
+        return [n, n * tokens, n * step_s + k * pre], [k, k * tokens, k * (step_s + pre)]
+
+    off, off_pre = cell(n_off, 16, 0.007, 16)
+    drafted, drafted_pre = cell(n_d, 40, 0.010, 6.4)
+    gated, gated_pre = cell(n_g, 16, 0.007, 6.4)
+    totals = {"off": {(16, "gated"): off},
+              "threshold-64": {(16, "drafted"): drafted, (16, "gated"): gated},
+              "threshold-64-old": {(16, "drafted"): drafted, (16, "gated"): gated}}  # fmt: skip
+    prefilled = {"off": {(16, "gated"): off_pre},
+                 "threshold-64": {(16, "drafted"): drafted_pre, (16, "gated"): gated_pre},
+                 "threshold-64-old": {}}  # fmt: skip
+    lean = explore_lean.lean_table(totals, runs, "", "off", 0.0, 30)
+    raw = next(r for r in lean if r["run"] == "threshold-64")
+    assert raw["mode"] == "gated" and raw["ratio"] == pytest.approx(0.951, abs=0.002)
+    rows = explore_lean.prefill_table(totals, prefilled, lean, "", "off", 0.0)
+    assert [(r["bin"], r["run"], r["mode"]) for r in rows] == [(16, "threshold-64", "gated")]
+    assert rows[0]["explored_prefilled"] == pytest.approx(1 / 6.4) and rows[0]["steady_prefilled"] == 1 / 16
+    assert rows[0]["ratio"] == pytest.approx(1.0, abs=0.002)
+    assert rows[0]["steady_tok_s"] == pytest.approx(off[1] / off[2])  # a lone mode levels to its own rate
+    taxed = explore_lean.prefill_table(totals, prefilled, lean, "", "off", 0.1)
+    assert taxed[0]["corrected"] == pytest.approx(taxed[0]["ratio"] / 0.9)
+
+
+def test_a_committed_runs_xz_database_is_read_from_a_copy_and_its_warm_parts_tax_barely_follows_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2026-12-06's H100 run at 8, 16 and 32 (plugin 0.4.13), read as committed (``--db .../policy.db.xz``):
+    threshold:64's explored gated batches short of always off by 9-11 %, the half ceilings' warm parts by
+    6.7-8.1 %, each run's own tax in the last table; the committed file is left as it was."""
+    db = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-kept-extend-per-bin-2026-12-06/runs/policy.db.xz"
+    before = db.read_bytes()
+    out = tmp_path / "lean.json"
+    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    assert db.read_bytes() == before
+    found = json.loads(out.read_text())
+    lean = {(r["bin"], r["run"]): r for r in found["lean"] if r.get("ratio") is not None}
+    explored = ((8, "threshold-64-3@max"), (16, "threshold-64@max"), (32, "threshold-64-2@max"))
+    assert {b: round(lean[b, run]["ratio"], 3) for b, run in explored} == {8: 0.909, 16: 0.905, 32: 0.887}
+    taxes = {(r["run"], r["bin"]): r["tax"] for r in found["extend"] if r["tax"] is not None}
+    assert {k: round(v, 3) for k, v in taxes.items()} == {
+        ("threshold-8@8", 16): 0.069, ("threshold-16@16", 32): 0.081, ("threshold-4@4", 8): 0.067}
+    assert found["prefilled"] == []  # plugin 0.4.13: no prefilled block
+    assert "prefills in the steps" not in capsys.readouterr().out

@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import itertools
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,9 +58,10 @@ from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as th
 from load_pairs import repeats_of, run_mean
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
+from spectower.control.prefilled import ModeSteps, levelled_tok_s, prefill_s_per_token
 from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
-from spectower.storage.database import Database, open_database
+from spectower.storage.database import RECORDED_XZ, Database, open_database, recorded_copy
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
@@ -419,6 +422,74 @@ def extend_table(db: Database, server_id: int, runs: Sequence[Run]) -> list[dict
     return out
 
 
+def prefilled_cells(db: Database, server_id: int, run: Run, intervals: Sequence[dict[str, Any]]
+                    ) -> dict[tuple[int, str], list[float]]:
+    """(bin, mode) -> [steps, tokens, seconds] of the run's steps whose span held a prefill (the counters'
+    ``prefilled`` block, plugin 0.4.14; none before), over the same intervals as ``run_intervals``' (the
+    rows stamped after the first one's start)."""
+    if not intervals:
+        return {}
+    start = min(float(i["from_ts"]) for i in intervals) + 1e-6  # that start's own row is the run before's
+    found = queries.prefilled_totals(db, server_id, start, run.end, max_intervals=100_000)
+    if found is None:
+        return {}
+    bins, block = found
+    return {(b, mode): [block[mode][key][i] for key in ("steps", "tokens", "time_s")]
+            for mode in block for i, b in enumerate(bins) if block[mode]["steps"][i]}  # fmt: skip
+
+
+def mode_steps(cell: Sequence[float] | None, prefilled: Sequence[float] | None) -> ModeSteps | None:
+    if not cell or cell[0] <= 0:
+        return None
+    return ModeSteps(*cell[:3], *(prefilled or (0.0, 0.0, 0.0))[:3])
+
+
+def levelled(totals: dict[tuple[int, str], list[float]], prefilled: dict[tuple[int, str], list[float]],
+             b: int, mode: str) -> float | None:
+    """The mode's tok/s in bin ``b`` with the bin's prefill seconds per token (control/prefilled.py)."""
+    modes = {m: mode_steps(totals.get((b, m)), prefilled.get((b, m))) for m in ("drafted", "gated")}
+    mine = modes[mode]
+    per_token = prefill_s_per_token([m for m in modes.values() if m is not None])
+    return None if mine is None or per_token is None else levelled_tok_s(mine, per_token)
+
+
+def prefill_table(
+    totals: dict[str, dict[tuple[int, str], list[float]]],
+    prefilled: dict[str, dict[tuple[int, str], list[float]]],
+    lean: Sequence[dict[str, Any]],
+    steady_on: str,
+    steady_off: str,
+    tax: float,
+) -> list[dict[str, Any]]:
+    """Per explored cell of the lean table where the counters say which steps held a prefill (plugin
+    0.4.14): the share of its steps that did, against the steady run's, and the explored over the steady
+    rate with each bin's prefill seconds per token put back (control/prefilled.py: the explored gated steps
+    of a drafting bin carry the drafting stream's prefills, more per step than a gated stream's), the gated
+    side corrected by the tax as learn reads it."""
+    steady_runs = {"drafted": repeats_of(steady_on, totals), "gated": repeats_of(steady_off, totals)}
+    out = []
+    for row in lean:
+        if row.get("explored_tok_s") is None or row["run"] not in prefilled or not prefilled[row["run"]]:
+            continue
+        b, mode = row["bin"], row["mode"]
+        names = steady_runs[mode]
+        steady_totals, steady_prefilled = pooled(totals, names), pooled(prefilled, names)
+        explored = levelled(totals[row["run"]], prefilled[row["run"]], b, mode)
+        steady = levelled(steady_totals, steady_prefilled, b, mode)
+        shares = []
+        for cells, pre in ((totals[row["run"]], prefilled[row["run"]]), (steady_totals, steady_prefilled)):
+            cell, done = cells.get((b, mode)), pre.get((b, mode))
+            shares.append(done[0] / cell[0] if cell and cell[0] and done else 0.0)
+        entry: dict[str, Any] = {"bin": b, "run": row["run"], "mode": mode, "explored_prefilled": shares[0],
+                                 "steady_prefilled": shares[1], "explored_tok_s": explored,
+                                 "steady_tok_s": steady}  # fmt: skip
+        if explored is not None and steady:
+            entry["ratio"] = explored / steady
+            entry["corrected"] = entry["ratio"] / (1.0 - tax) if mode == "gated" else entry["ratio"]
+        out.append(entry)
+    return out
+
+
 def explored_mode(b: int, ceiling: int) -> str | None:
     """The mode a run explored in the plugin's bin ``b`` (batches from the bin before it, exclusive, to
     ``b``): drafted when every one of them is above the ceiling, gated when every one is at or below it and
@@ -440,7 +511,8 @@ def explored_mode(b: int, ceiling: int) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL)")
+    parser.add_argument("--db", required=True, help="the policy runs' database (a path or a URL; a "
+                        "committed NAME.db.xz is read from a copy)")
     parser.add_argument("--run", action="append", default=[], help="NAME=START:END:CEILING, once per run")
     parser.add_argument("--runs-from-db", action="store_true",
                         help="the database's replays (else its audited policy runs) as runs, "
@@ -462,6 +534,11 @@ def main(argv: list[str] | None = None) -> int:
                         "client-side tok/s beside its counters' (closed-loop runs)")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        return report(args, stack)
+
+
+def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     try:
         runs = [parse_run(text) for text in args.run]
         steady = {"--steady-on": args.steady_on, "--steady-off": args.steady_off}
@@ -469,7 +546,11 @@ def main(argv: list[str] | None = None) -> int:
             for flag, name in steady.items():
                 if name and name not in {r.name for r in runs}:
                     raise ValueError(f"{flag}: no --run named {name!r}")
-        db = open_database(args.db, existing=True)
+        if args.db.endswith(RECORDED_XZ):  # a committed run's database: read from a copy (recorded_copy)
+            copies = stack.enter_context(tempfile.TemporaryDirectory(prefix="explore-lean-"))
+            db = open_database(recorded_copy(args.db, copies), existing=True)
+        else:
+            db = open_database(args.db, existing=True)
         if args.runs_from_db:
             runs += runs_from_db(db, args.max_running_requests)
             if not runs:
@@ -484,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = {name: bin_cells(intervals) for name, intervals in found.items()}
         covered = {name: covered_s(intervals) for name, intervals in found.items()}
         totals = {name: summed(found) for name, found in cells.items()}
+        prefilled = {run.name: prefilled_cells(db, server_id, run, found[run.name]) for run in runs}
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
         extend = queries.extend_totals(db, server_id, *span, max_intervals=100_000) if span else None
@@ -554,10 +636,23 @@ def main(argv: list[str] | None = None) -> int:
             own_tax = "-" if row["tax"] is None else f"{100 * row['tax']:.1f}%"
             print(f"{row['run']:<16} {row['bin']:>4} {row.get('kept_steps', 0):>7} {rates[0]:>7} "
                   f"{row.get('skipped_steps', 0):>8} {rates[1]:>7} {own_tax:>6}")  # fmt: skip
+    levelled_rows = prefill_table(totals, prefilled, rows, steady["--steady-on"], steady["--steady-off"], tax)
+    if levelled_rows:
+        print("prefills in the steps (plugin 0.4.14): the share of the explored and the steady steps whose "
+              "span held a prefill; explored / steady tok/s with each bin's prefill seconds per token put "
+              f"back (control/prefilled.py), the gated side / (1 - {tax:.3f})")  # fmt: skip
+        print(f"{'bin':>4} {'run':<16} {'mode':<8} {'prefilled':>9} {'steady':>7} {'explored':>9} "
+              f"{'steady':>7} {'ratio':>6} {'corr.':>6}")  # fmt: skip
+        for row in levelled_rows:
+            values = ["-" if row.get(k) is None else format(row[k], f)
+                      for k, f in (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"),
+                                   ("corrected", ".3f"))]  # fmt: skip
+            print(f"{row['bin']:>4} {row['run']:<16} {row['mode']:<8} {row['explored_prefilled']:>9.3f} "
+                  f"{row['steady_prefilled']:>7.3f} {values[0]:>9} {values[1]:>7} {values[2]:>6} "
+                  f"{values[3]:>6}")  # fmt: skip
     if args.json:
-        args.json.write_text(
-            json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows}, indent=1)
-        )
+        args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows,
+                                         "prefilled": levelled_rows}, indent=1))  # fmt: skip
     return 0
 
 
