@@ -83,3 +83,17 @@ def test_a_log_that_cannot_be_read_is_one_line_naming_it_here_and_in_the_policy_
     assert table.returncode == 2 and "Traceback" not in table.stderr
     assert len(table.stderr.strip().splitlines()) == 1
     assert table.stderr.startswith("load-threshold-64.log: cannot read")
+
+
+def test_a_runs_repeats_are_read_by_the_rule_the_policy_table_spells_them_with() -> None:
+    """One rule for the ``-2``, ``-3`` labels of a repeated run (``policy_table.repeat_label`` and its
+    inverse): the pairs' repeats and the policy table's are the same runs, and what measure_off.sh never
+    labels (``-1``, ``-02``) is no repeat, where a pattern of any digits took them."""
+    from benchmarks.gpu import policy_table
+
+    names = ["off", "on", "off-2", "off-1", "off-02", "on-2", "off-3", "offload-2"]
+    assert load_pairs.repeats_of("off", names) == ["off", "off-2", "off-3"]
+    assert [policy_table.repeat_label("off", k) for k in (1, 2, 3)] == ["off", "off-2", "off-3"]
+    assert [policy_table.repeat_index("off", n) for n in names] == [1, None, 2, None, None, None, 3, None]
+    runs = dict.fromkeys(names)
+    assert policy_table.repeats("on", "off", runs) == [("on", "off"), ("on-2", "off-2")]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from collections.abc import Iterable
@@ -25,27 +24,24 @@ from typing import Any
 from spectower.collectors.bench.ratio import paired_ratio_interval
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
-from benchmarks.gpu.policy_table import read_status
+from benchmarks.gpu.policy_table import read_status, repeat_index
 
 DEFAULT_SKIP_S = 10.0
 
 
 def repeats_of(name: str, names: Iterable[str]) -> list[str]:
     """The run ``name`` and its repeats as measure_off.sh labels them (``on``, ``on-2``, ``on-3``:
-    ``lib.sh``'s ``run_label``), in the order given; none for ``""``."""
+    ``policy_table.repeat_label``), in the order given; none for ``""``."""
     if not name:
         return []
-    return [n for n in names if n == name or re.fullmatch(rf"{re.escape(name)}-\d+", n)]
+    return [n for n in names if repeat_index(name, n) is not None]
 
 
 def runs_of(folder: Path, policy: str) -> list[Path]:
     """``load-<policy>.log`` and its repeats (``-2``, ``-3``, ...) in the order they ran."""
     label = policy.replace(":", "-")
     stems = [path.name.removeprefix("load-").removesuffix(".log") for path in folder.glob("load-*.log")]
-    def repeat(run: str) -> int:  # on: 1, on-2: 2, ...
-        return 1 if run == label else int(run.rsplit("-", 1)[1])
-
-    ordered = sorted(repeats_of(label, stems), key=repeat)
+    ordered = sorted(repeats_of(label, stems), key=lambda run: repeat_index(label, run) or 0)
     return [folder / f"load-{run}.log" for run in ordered]
 
 

@@ -285,13 +285,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def repeat_label(name: str, k: int) -> str:
+    """The label of run ``name``'s ``k``-th run on one launch: ``name``, then ``name-2``, ``name-3``, ...
+    (measure_off.sh's ``run_label``, benchmarks/gpu/lib.sh). The one spelling of the rule."""
+    return name if k == 1 else f"{name}-{k}"
+
+
+def repeat_index(name: str, label: str) -> int | None:
+    """Which run of ``name`` the run ``label`` is (``repeat_label``'s inverse): 1 for ``name``, k for
+    ``name-k`` as ``repeat_label`` spells it (k >= 2, no leading zero), None for any other run."""
+    if label == name:
+        return 1
+    base, _, k = label.rpartition("-")
+    if base == name and k.isdigit() and int(k) >= 2 and repeat_label(name, int(k)) == label:
+        return int(k)
+    return None
+
+
 def repeats(policy: str, base: str, runs: dict[str, Any]) -> list[tuple[str, str]]:
     """(POLICY's k-th run, BASE's k-th run) while both exist: a policy run again is ``<name>-2``, ``-3``, ...
-    (measure_off.sh's ``run_label``), so alternated runs pair by their repeat."""
+    (``repeat_label``), so alternated runs pair by their repeat."""
     out: list[tuple[str, str]] = []
     k = 1
     while True:
-        run, other = (name if k == 1 else f"{name}-{k}" for name in (policy, base))
+        run, other = (repeat_label(name, k) for name in (policy, base))
         if run not in runs or other not in runs:
             return out
         out.append((run, other))
