@@ -87,6 +87,14 @@ def test_a_missing_steady_run_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip() == "--steady-on: no --run named 'on'"
 
 
+def test_a_missing_committed_database_is_one_line_naming_the_flag(tmp_path: Path) -> None:
+    script = str(REPO_ROOT / "benchmarks/gpu/explore_lean.py")
+    proc = subprocess.run([sys.executable, script, "--db", str(tmp_path / "x.db.xz"), "--runs-from-db"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"--db: {tmp_path / 'x.db.xz'}: no such database file (nor x.db)"
+
+
 REPLAY = REPO_ROOT / "data/gpu-runs/h200-8b-early-pair-triton-replay-2026-12-04"
 
 

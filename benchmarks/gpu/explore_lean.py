@@ -48,7 +48,6 @@ import contextlib
 import itertools
 import json
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,7 @@ from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.control.prefilled import ModeSteps, levelled_tok_s, prefill_s_per_token
 from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
-from spectower.storage.database import RECORDED_XZ, Database, open_database, recorded_copy
+from spectower.storage.database import RECORDED_XZ, Database, open_database, open_recorded
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
 from sqlmodel import select
 
@@ -467,13 +466,14 @@ def prefill_table(
     of a drafting bin carry the drafting stream's prefills, more per step than a gated stream's), the gated
     side corrected by the tax as learn reads it."""
     steady_runs = {"drafted": repeats_of(steady_on, totals), "gated": repeats_of(steady_off, totals)}
+    steady_cells = {mode: (pooled(totals, names), pooled(prefilled, names))
+                    for mode, names in steady_runs.items()}  # fmt: skip
     out = []
     for row in lean:
         if row.get("explored_tok_s") is None or row["run"] not in prefilled or not prefilled[row["run"]]:
             continue
         b, mode = row["bin"], row["mode"]
-        names = steady_runs[mode]
-        steady_totals, steady_prefilled = pooled(totals, names), pooled(prefilled, names)
+        steady_totals, steady_prefilled = steady_cells[mode]
         explored = levelled(totals[row["run"]], prefilled[row["run"]], b, mode)
         steady = levelled(steady_totals, steady_prefilled, b, mode)
         shares = []
@@ -546,9 +546,8 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             for flag, name in steady.items():
                 if name and name not in {r.name for r in runs}:
                     raise ValueError(f"{flag}: no --run named {name!r}")
-        if args.db.endswith(RECORDED_XZ):  # a committed run's database: read from a copy (recorded_copy)
-            copies = stack.enter_context(tempfile.TemporaryDirectory(prefix="explore-lean-"))
-            db = open_database(recorded_copy(args.db, copies), existing=True)
+        if args.db.endswith(RECORDED_XZ):  # a committed run's database: read from a copy
+            db = stack.enter_context(open_recorded(args.db))
         else:
             db = open_database(args.db, existing=True)
         if args.runs_from_db:
@@ -572,6 +571,9 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         extend_rows = extend_table(db, server_id, runs)
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:  # a committed NAME.db.xz that is not there (open_recorded)
+        print(f"--db: {exc}", file=sys.stderr)
         return 2
     assumed = float(OPTION_DEFAULTS["kept_extend_tax"])
     tax, tax_text = kept_extend.or_assumed(kept_extend.from_totals(extend), assumed)
