@@ -425,9 +425,13 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
   OUT=$WORK/policy-out DB=sqlite:///$WORK/policy-out/policy.db setsid bash -c '
     run_one() {
       # an entry may end in =SECONDS, its own load length (threshold:24=280: windows at the default cycle
-      # come about every 90 s at 48 requests, where the locks need a minute each)
-      local pol=${1%%=*} secs=$LOAD_SECONDS apid=""
-      [[ $1 == *=* ]] && secs=${1#*=}
+      # come about every 90 s at 48 requests, where the locks need a minute each), and in @PATTERN, its own
+      # load pattern (off@steps:32 threshold:64=120@steps:32: two levels in one call, when one call is all
+      # a session may get)
+      local entry=${1%%@*} pattern=$LOAD_PATTERN apid=""
+      [[ $1 == *@* ]] && pattern=${1#*@}
+      local pol=${entry%%=*} secs=$LOAD_SECONDS
+      [[ $entry == *=* ]] && secs=${entry#*=}
       local label=${pol//:/-}
       if [ "$pol" = freeze-gc ]; then  # not a policy: SGLang'"'"'s /freeze_gc (tokenizer manager and scheduler)
         # between two runs: the launcher'"'"'s full collections paused every output (2026-12-05); the product'"'"'s
@@ -439,7 +443,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
             "$WORK/admin_key")" "$SPEC_URL/freeze_gc")"
         return
       fi
-      echo "[$(date +%T)] policy $pol (${secs}s)"
+      echo "[$(date +%T)] policy $pol (${secs}s, $pattern)"
       label=$(run_label "$OUT" "$label")  # a policy run again (alternating order, or a later call): all kept
       case $pol in
         on) st control set --server "$SPEC_URL" --on --reason "policy run: always on" --as gpu-check --yes --db "$DB" ;;
@@ -470,7 +474,7 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
           --rate-scale "$REPLAY_RATE_SCALE" --duration "${secs}s" --api generate --save --db "$DB" \
           --tag "replay-$label" --json > "$OUT/replay-$label.json" 2> "$OUT/load-$label.log"
       else
-        st bench load --server "$SPEC_URL" --pattern "$LOAD_PATTERN" --period "${LOAD_PERIOD:-$secs}s" --duration "${secs}s" \
+        st bench load --server "$SPEC_URL" --pattern "$pattern" --period "${LOAD_PERIOD:-$secs}s" --duration "${secs}s" \
           --max-concurrency 64 --output-len "$POLICY_OUTPUT_LEN" --input-len 64 --api generate --status-every 5s \
           > "$OUT/load-$label.log" 2>&1
       fi
@@ -514,6 +518,7 @@ export -f st st_bg curl run_label  # for the background runs: curl keeps its dea
 # benchmarks/gpu/replay_table.py: goodput and p99 TTFT against the best fixed policy)
 # LOAD_PATTERN (default day): bench load's --pattern, e.g. steps:16,48,64 with LOAD_PERIOD (s) for steady
 # levels per bin, so explore_lean.py --runs-from-db sets explored against steady rates (issue #32, item 2)
+# (an entry's own after @: POLICIES="off@steps:16 threshold:64=120@steps:32")
 export SPEC_URL WORK POLICIES=${POLICIES:-learn on off} LOAD_SECONDS=${LOAD_SECONDS:-600} LOAD_PATTERN=${LOAD_PATTERN:-day} LOAD_PERIOD=${LOAD_PERIOD:-} \
   POLICY_OUTPUT_LEN=${POLICY_OUTPUT_LEN:-64-448} WARM_PROFILE=${WARM_PROFILE:-} REPLAY_TRACE=${REPLAY_TRACE:-} LEARN_ARGS=${LEARN_ARGS:-} \
   REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-3} REPLAY_RATE_SCALE=${REPLAY_RATE_SCALE:-1} GPU_METRICS=${GPU_METRICS:-}
