@@ -1,27 +1,31 @@
 """A decode mode's rate without the lean of the prefills around it (plugin 0.4.14's ``prefilled`` block).
 
 SGLang's overlap loop runs a prefill while a decode step is in flight, so the prefill's GPU time lies inside
-the next decode step's span, and the counters count it in that step's mode and bin. In a closed loop every
-finished request is replaced by a prefill, so prefill seconds per output token are the same whichever mode
-decodes: a prefill per request, requests of the same lengths. Per decode *step* they are not: a drafting
-stream finishes requests faster, so its steps carry more prefills each. A drafting bin's explored gated
-steps sit in that stream and carry its prefills (on an H100, 2026-12-06: EXTEND batches per DECODE batch
-2.4-2.5x a gated stream's at 8-32, and explored gated steps 2.4-3.2 points further short of steady than the
-windows' warm parts, `data/gpu-runs/h100-8b-pair-triton-kept-extend-per-bin-2026-12-06`); a gated bin's
-explored drafting steps carry the gated stream's fewer.
+the next decode step's span, and the counters count it in that step's mode and bin. A drafting stream
+finishes requests faster, so its steps carry more prefills each (EXTEND batches per DECODE batch 2.4-2.5x a
+gated stream's at 8-32 on an H100), and each prefill costs more: the draft model prefills too, which a gated
+stream skips (plugin 0.4.10). Per output token a drafting stream's prefills cost 0.025 ms where a gated
+stream's cost 0.018, hardly moving with the batch (an H100, 2026-12-06,
+data/gpu-runs/h100-8b-pair-triton-prefilled-2026-12-06). An explored step carries the prefills of the stream
+it sits in: a drafting bin's explored gated steps a drafting stream's, a gated bin's explored drafting steps
+a gated stream's. Both lean toward drafting.
 
 Here, per mode and bin: the steps split by whether their span held a prefill; the pure (prefill-free) step
-time; the prefill seconds, the prefilled steps' time over what as many pure steps take; and the mode's rate
-with the prefill seconds per output token of the whole bin put back in, the same for every mode of the bin:
-``tokens / (pure seconds + p * tokens)`` with ``p = sum(prefill seconds) / sum(tokens)`` over the bin's modes.
-In a bin that ran one mode that is the plain rate again (``tokens / seconds``): what a steady stream served.
-Standard library only, as the rest of the estimator's inputs.
+time; the prefill seconds, the prefilled steps' time over what as many pure steps take; and a rate with a
+given prefill cost per output token put back in: ``tokens / (pure seconds + p * tokens)``. With the bin's
+own ``p`` over its modes (``prefill_s_per_token``, explore_lean.py's first reading) a bin that ran one mode
+reads its plain rate again. ``levelled_intervals`` levels the counters' intervals as learn reads them: each
+explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose that mode. Standard
+library only, as the rest of the estimator's inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ..plugin.engine_counters import MODES, with_rates
 
 # Fewer pure steps than this in a mode and bin: its pure step time is not read (the prefilled steps are a
 # tenth to a quarter of a bin's; a pure step time from a handful would carry the prefill seconds' noise).
@@ -89,3 +93,85 @@ def levelled_tok_s(mode: ModeSteps, per_token_s: float) -> float | None:
     if pure is None or mode.tokens <= 0:
         return None
     return mode.tokens / (pure + per_token_s * mode.tokens)
+
+
+
+def _cells(intervals: Sequence[Mapping[str, Any]],
+           masks: Sequence[Sequence[bool]]) -> dict[tuple[int, str, bool], ModeSteps]:  # fmt: skip
+    """(bin, mode, steady) -> the mode's steps in the bin over the intervals (each with its ``prefilled``
+    block), ``steady`` where the mode is the one the interval's ceiling chose for the bin (``masks``: per
+    interval, per bin, whether its ceiling drafted the bin)."""
+    sums: dict[tuple[int, str, bool], list[float]] = {}
+    for interval, mask in zip(intervals, masks, strict=True):
+        block = interval["prefilled"]
+        for mode in MODES:
+            whole, pre = interval[mode], block[mode]
+            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
+                cell = sums.setdefault((int(b), mode, drafted == (mode == "drafted")), [0.0] * 6)
+                values = (whole["steps"][i], whole["tokens"][i], whole["time_s"][i],
+                          pre["steps"][i], pre["tokens"][i], pre["time_s"][i])  # fmt: skip
+                for k, v in enumerate(values):
+                    cell[k] += float(v)
+    return {key: ModeSteps(*cell) for key, cell in sums.items()}
+
+
+def steady_prefill_s_per_token(cells: Sequence[ModeSteps]) -> float | None:
+    """One mode's prefill seconds per output token over its steady cells (one per bin), the cells without a
+    pure step time left out; None where none has one. Per token it hardly moves with the batch (on an H100,
+    2026-12-06: a gated stream 0.0175 and 0.0184 ms at 16 and 32, a drafting one 0.0245 and 0.0254 ms,
+    data/gpu-runs/h100-8b-pair-triton-prefilled-2026-12-06), so a bin the mode only explores takes it from
+    the bins where the mode runs steadily."""
+    known = [cell for cell in cells if cell.steps > 0 and cell.prefill_s() is not None]
+    return prefill_s_per_token(known) if known else None
+
+
+def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
+                       masks: Sequence[Sequence[bool]]) -> list[dict[str, Any]]:  # fmt: skip
+    """The intervals with each explored cell (a bin's mode that its interval's ceiling did not choose:
+    ``masks``, per interval and bin, whether the ceiling drafted it) levelled: its prefilled steps at its
+    pure step time (pooled over the intervals' explored steps of that bin and mode), plus the mode's steady
+    prefill seconds per token (``steady_prefill_s_per_token`` over the bins where the ceiling chose it)
+    times its tokens. Steady cells stay as measured.
+
+    Why: an explored step carries the prefills of the stream it sits in, not of its own mode's stream. A
+    drafting bin's explored gated steps carry a drafting stream's: more per step, and each with the draft
+    model's prefill, which a gated stream skips (plugin 0.4.10); a gated bin's explored drafting steps carry
+    a gated stream's fewer and cheaper ones. Both lean toward drafting. On an H100 (2026-12-06) the explored
+    gated steps' pure steps, by the kept extend's tax, read 0.985 and 0.981 of a steady gated stream's at 16
+    and 32, where all their steps read 1.001 and 0.909-0.952.
+
+    Summed over the intervals an explored cell's time is ``ModeSteps.pure_s() + p * tokens``; each interval
+    keeps its own pure steps' time, so the estimate's batch means still vary as the steps did. A cell is
+    left as it is where its pure step time or its mode's steady prefill seconds are not known (fewer than
+    ``MIN_PURE_STEPS`` pure steps; no steady cell of the mode: a ceiling at either end); an interval without
+    the ``prefilled`` block (a plugin before 0.4.14, the collector's stored intervals) as it is. The block
+    goes from every levelled interval, so levelling twice changes nothing."""
+    if len(masks) != len(intervals):
+        raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
+    pairs = [(interval, mask) for interval, mask in zip(intervals, masks, strict=True)
+             if isinstance(interval.get("prefilled"), Mapping)]  # fmt: skip
+    if not pairs:
+        return [dict(interval) for interval in intervals]
+    cells = _cells([i for i, _ in pairs], [m for _, m in pairs])
+    per_token = {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in cells.items()
+                                                   if m == mode and steady]) for mode in MODES}  # fmt: skip
+    out: list[dict[str, Any]] = []
+    for interval, mask in zip(intervals, masks, strict=True):
+        block = interval.get("prefilled")
+        if not isinstance(block, Mapping):
+            out.append(dict(interval))
+            continue
+        levelled = {key: value for key, value in interval.items() if key != "prefilled"}
+        for mode in MODES:
+            whole, pre, p = interval[mode], block[mode], per_token[mode]
+            times = list(whole["time_s"])
+            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
+                steady = drafted == (mode == "drafted")
+                pure = cells[(int(b), mode, False)].pure_step_s() if not steady else None
+                if p is None or pure is None or whole["steps"][i] <= 0:
+                    continue
+                own = whole["time_s"][i] - pre["time_s"][i]
+                times[i] = round(max(0.0, own) + pre["steps"][i] * pure + p * whole["tokens"][i], 9)
+            levelled[mode] = with_rates({**whole, "time_s": times})
+        out.append(levelled)
+    return out

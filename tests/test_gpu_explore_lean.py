@@ -426,24 +426,25 @@ def test_each_runs_kept_and_skipped_extend_rates_read_per_bin_with_the_runs_own_
     assert 1 - explored["kept_tok_s"] / lock["skipped_tok_s"] == pytest.approx(0.039, abs=0.002)
 
 
-def test_a_drafting_bins_explored_gated_steps_level_to_the_steady_gated_rate_with_the_prefills_put_back(
-) -> None:
+def test_a_drafting_bins_explored_gated_steps_level_to_the_steady_gated_rate_as_learn_levels_them() -> None:
     """Plugin 0.4.14's ``prefilled`` block: in bin 16 a drafting run's explored gated steps (16 tokens, 7 ms)
-    carry its stream's prefills (4 ms, one per 6.4 steps: 256-token requests, 40 tokens a drafted step), a
-    gated stream's steps one per 16. Raw, the explored side reads 0.951 of steady; with each bin's prefill
-    seconds per token put back, 1.000. A run without the block (an older plugin) has no row."""
+    carry its stream's prefills: one per 6.4 steps (256-token requests, 40 tokens a drafted step) where a
+    gated stream's steps carry one per 16, and each 6 ms where a gated stream's take 4 (the draft prefills
+    too). Raw, the explored side reads 0.913 of steady; its steps without a prefill read 1.000, and levelled
+    as learn levels (those steps plus the steady gated run's prefill seconds per token), 1.000. A run
+    without the block (an older plugin) has no row."""
     top = explore_lean.TOP
     runs = [explore_lean.Run("off", 0, 1, 0), explore_lean.Run("threshold-64", 1, 2, top),
             explore_lean.Run("threshold-64-old", 2, 3, top)]  # fmt: skip
-    pre, n_off, n_d, n_g = 0.004, 16_000, 6_400, 640
+    n_off, n_d, n_g = 16_000, 6_400, 640
 
-    def cell(n: int, tokens: int, step_s: float, every: float) -> tuple[list[float], list[float]]:
+    def cell(n: int, tokens: int, step_s: float, every: float, pre: float) -> tuple[list[float], list[float]]:
         k = n / every  # the steps that carried a prefill
         return [n, n * tokens, n * step_s + k * pre], [k, k * tokens, k * (step_s + pre)]
 
-    off, off_pre = cell(n_off, 16, 0.007, 16)
-    drafted, drafted_pre = cell(n_d, 40, 0.010, 6.4)
-    gated, gated_pre = cell(n_g, 16, 0.007, 6.4)
+    off, off_pre = cell(n_off, 16, 0.007, 16, 0.004)
+    drafted, drafted_pre = cell(n_d, 40, 0.010, 6.4, 0.006)
+    gated, gated_pre = cell(n_g, 16, 0.007, 6.4, 0.006)
     totals = {"off": {(16, "gated"): off},
               "threshold-64": {(16, "drafted"): drafted, (16, "gated"): gated},
               "threshold-64-old": {(16, "drafted"): drafted, (16, "gated"): gated}}  # fmt: skip
@@ -452,14 +453,16 @@ def test_a_drafting_bins_explored_gated_steps_level_to_the_steady_gated_rate_wit
                  "threshold-64-old": {}}  # fmt: skip
     lean = explore_lean.lean_table(totals, runs, "", "off", 0.0, 30)
     raw = next(r for r in lean if r["run"] == "threshold-64")
-    assert raw["mode"] == "gated" and raw["ratio"] == pytest.approx(0.951, abs=0.002)
+    assert raw["mode"] == "gated" and raw["ratio"] == pytest.approx(0.913, abs=0.002)
     rows = explore_lean.prefill_table(totals, prefilled, lean, "", "off", 0.0)
     assert [(r["bin"], r["run"], r["mode"]) for r in rows] == [(16, "threshold-64", "gated")]
     assert rows[0]["explored_prefilled"] == pytest.approx(1 / 6.4) and rows[0]["steady_prefilled"] == 1 / 16
-    assert rows[0]["ratio"] == pytest.approx(1.0, abs=0.002)
-    assert rows[0]["steady_tok_s"] == pytest.approx(off[1] / off[2])  # a lone mode levels to its own rate
+    assert rows[0]["prefill_s_per_token"] == pytest.approx(0.004 / 256)  # the gated stream's, not the bin's
+    assert rows[0]["pure"] == pytest.approx(1.0) and rows[0]["ratio"] == pytest.approx(1.0, abs=0.002)
+    assert rows[0]["steady_tok_s"] == pytest.approx(off[1] / off[2])  # the steady side as measured
     taxed = explore_lean.prefill_table(totals, prefilled, lean, "", "off", 0.1)
     assert taxed[0]["corrected"] == pytest.approx(taxed[0]["ratio"] / 0.9)
+    assert taxed[0]["pure"] == pytest.approx(1.0 / 0.9)
 
 
 def test_a_committed_runs_xz_database_is_read_from_a_copy_and_its_warm_parts_tax_barely_follows_the_batch(

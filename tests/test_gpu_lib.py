@@ -286,9 +286,10 @@ def test_a_later_policy_phase_keeps_the_launchs_earlier_runs(tmp_path: Path) -> 
 def test_a_policy_entry_may_give_its_own_load_length(tmp_path: Path) -> None:
     """Steady levels for item 2: the locks need a minute each, the run whose windows explore needs about
     three windows of the default cycle (about 90 s apart at 48 requests). ``threshold:24=280`` runs that
-    entry 280 s and the others LOAD_SECONDS; its files are named for the policy alone."""
+    entry 280 s and the others LOAD_SECONDS; ``@steps:8`` runs it under its own load pattern (two levels in
+    one call), the others under LOAD_PATTERN; its files are named for the policy alone."""
     runs = tmp_path / "work" / "policy-out"
-    done = _measure_off(tmp_path, PHASES="policy", POLICIES="off threshold:24=3", LOAD_SECONDS="2",
+    done = _measure_off(tmp_path, PHASES="policy", POLICIES="off threshold:24=3@steps:8", LOAD_SECONDS="2",
                         LOAD_PATTERN="steps:4", SPEC_PORT="9", CURL_MAX_S="2")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     finished = tmp_path / "work" / "policy.done"  # the runs' end: the file they leave (a detached process)
@@ -297,5 +298,6 @@ def test_a_policy_entry_may_give_its_own_load_length(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, (runs / "policy.log").read_text()
         time.sleep(0.1)
     log = (runs / "policy.log").read_text()
-    assert "policy off (2s)" in log and "policy threshold:24 (3s)" in log, log
-    assert (runs / "load-threshold-24.log").exists() and not list(runs.glob("*=*")), sorted(runs.iterdir())
+    assert "policy off (2s, steps:4)" in log and "policy threshold:24 (3s, steps:8)" in log, log
+    assert (runs / "load-threshold-24.log").exists(), sorted(runs.iterdir())
+    assert not list(runs.glob("*=*")) and not list(runs.glob("*@*")), sorted(runs.iterdir())

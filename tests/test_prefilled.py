@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectower.control import prefilled
+from spectower.control import prefilled, speedup
+from spectower.control.policy import learn_counters
 from spectower.control.prefilled import ModeSteps, levelled_tok_s, prefill_s_per_token
+from spectower.plugin.engine_counters import with_rates
 
 
 def stream(steps: int, tokens_per_step: float, step_s: float, prefill_s: float, prefills: int) -> ModeSteps:
@@ -74,3 +76,118 @@ def test_levelling_a_lone_mode_is_the_identity(
     per_token = prefill_s_per_token([mode])
     assert per_token is not None
     assert levelled_tok_s(mode, per_token) == pytest.approx(mode.tokens / mode.time_s, rel=1e-9)
+
+
+
+def interval(bins: list[int], cells: dict[tuple[int, str], ModeSteps], with_block: bool = True) -> dict:
+    """A counters interval (``rates()`` shape, outside folded) holding these cells."""
+    out: dict = {"bins": bins}
+    block: dict = {}
+    for mode in ("drafted", "gated"):
+        got = [cells.get((b, mode), ModeSteps(0, 0, 0.0)) for b in bins]
+        out[mode] = with_rates({"steps": [c.steps for c in got], "tokens": [c.tokens for c in got],
+                                "time_s": [c.time_s for c in got]})  # fmt: skip
+        block[mode] = {"steps": [c.prefilled_steps for c in got], "tokens": [c.prefilled_tokens for c in got],
+                       "time_s": [c.prefilled_time_s for c in got]}  # fmt: skip
+    if with_block:
+        out["prefilled"] = block
+    return out
+
+
+# The H100's streams (2026-12-06, data/gpu-runs/h100-8b-pair-triton-prefilled-2026-12-06), per step: a
+# gated stream's prefilled steps hold 6.7 ms of prefill, a drafting stream's 10.2 ms (the draft prefills
+# too); a request of 256 output tokens on average, so a prefill per 256 tokens in either stream.
+GATED_PREFILL_S, DRAFTING_PREFILL_S, LENGTH = 0.0067, 0.0102, 256
+BINS = [16, 32, 64]
+CEILING_32 = [True, True, False]  # a ceiling of 32: bins 16 and 32 drafted, 64 gated
+
+
+def window(n: int = 12) -> tuple[list[dict], list[list[bool]], float]:
+    """``n`` intervals under a ceiling of 32: bin 32 a drafting stream whose explored gated steps carry its
+    prefills, bin 64 a steady gated stream; and the steady gated stream's rate at 32 (the truth)."""
+    gated_32 = stream(8000, 32, 0.0074, GATED_PREFILL_S, round(8000 * 32 / LENGTH))
+    out = []
+    for k in range(n):
+        drafted = 750 + 10 * k
+        explored = 25 + k % 3
+        cells = {
+            (32, "drafted"): stream(drafted, 83, 0.0143, DRAFTING_PREFILL_S, round(drafted * 83 / LENGTH)),
+            # explored gated steps at a gated step's pure time, with the drafting stream's prefills
+            (32, "gated"): stream(explored, 32, 0.0074, DRAFTING_PREFILL_S, round(explored * 83 / LENGTH)),
+            (64, "gated"): stream(600 + k, 62, 0.0090, GATED_PREFILL_S, round((600 + k) * 62 / LENGTH)),
+        }
+        out.append(interval(BINS, cells))
+    return out, [CEILING_32] * n, gated_32.tokens / gated_32.time_s
+
+
+def bin_estimate(intervals: list[dict], b: int) -> speedup.BinEstimate:
+    return next(e for e in speedup.estimate(intervals).bins if e.batch_size == b)
+
+
+def test_a_drafting_bins_explored_gated_side_reads_the_steady_gated_rate_levelled() -> None:
+    """Explored gated steps at 32 carry the drafting stream's prefills (2.6x as many per step, each with the
+    draft's): raw they read well short of a gated stream's rate; levelled at the gated stream's steady
+    prefill seconds per token (from bin 64, which the ceiling gates) they read it."""
+    raw, masks, truth = window()
+    before, after = bin_estimate(raw, 32), bin_estimate(prefilled.levelled_intervals(raw, masks), 32)
+    assert before.gated_tok_s is not None and after.gated_tok_s is not None
+    assert before.gated_tok_s / truth < 0.93
+    assert after.gated_tok_s / truth == pytest.approx(1.0, abs=0.01)
+    # steady cells stay as measured: the drafting side at 32, the gated stream at 64
+    assert after.drafted_tok_s == pytest.approx(before.drafted_tok_s, rel=1e-9)
+    assert bin_estimate(prefilled.levelled_intervals(raw, masks), 64).gated_tok_s == pytest.approx(
+        bin_estimate(raw, 64).gated_tok_s, rel=1e-9)
+    assert after.lo is not None and after.hi is not None  # the batch means are still there
+
+
+def test_learn_reads_the_levelled_gated_side() -> None:
+    """``as_choices`` (what learn and its warm start weigh) levels before it scales by the kept extend's
+    tax: with no tax the drafting bin's gated side is the levelled one."""
+    raw, masks, truth = window()
+    est = learn_counters.estimate_without_thin(learn_counters.as_choices(raw, masks, 1.0))[0]
+    gated = next(e for e in est.bins if e.batch_size == 32).gated_tok_s
+    assert gated is not None and gated / truth == pytest.approx(1.0, abs=0.01)
+
+
+def test_without_a_steady_cell_of_the_mode_the_explored_cell_stays() -> None:
+    """A ceiling at the top drafts every bin: no steady gated stream says what a gated stream's prefills
+    cost, so the explored gated side is read as measured."""
+    raw, _, _ = window()
+    every = [[True, True, True]] * len(raw)
+    levelled = prefilled.levelled_intervals(raw, every)
+    assert [i["gated"]["time_s"] for i in levelled] == [i["gated"]["time_s"] for i in raw]
+
+
+def test_levelling_twice_or_without_the_block_changes_nothing() -> None:
+    raw, masks, _ = window()
+    once = prefilled.levelled_intervals(raw, masks)
+    assert all("prefilled" not in i for i in once)
+    assert prefilled.levelled_intervals(once, masks) == once
+    older = [{k: v for k, v in i.items() if k != "prefilled"} for i in raw]  # a plugin before 0.4.14
+    assert prefilled.levelled_intervals(older, masks) == older
+    with pytest.raises(ValueError, match="masks"):
+        prefilled.levelled_intervals(raw, masks[:-1])
+
+
+def test_too_few_explored_pure_steps_leave_the_cell_as_measured() -> None:
+    thin = ModeSteps(steps=prefilled.MIN_PURE_STEPS, tokens=640, time_s=0.2, prefilled_steps=5,
+                     prefilled_tokens=160, prefilled_time_s=0.09)  # fmt: skip
+    raw = [interval(BINS, {(32, "drafted"): stream(500, 83, 0.0143, DRAFTING_PREFILL_S, 160),
+                           (32, "gated"): thin,
+                           (64, "gated"): stream(600, 62, 0.009, GATED_PREFILL_S, 145)})]  # fmt: skip
+    assert prefilled.levelled_intervals(raw, [CEILING_32])[0]["gated"]["time_s"] == raw[0]["gated"]["time_s"]
+
+
+@given(
+    steps=st.lists(st.integers(50, 2000), min_size=2, max_size=8),
+    tokens_per_step=st.floats(1, 200),
+    step_s=st.floats(0.001, 0.05),
+    prefill_s=st.floats(0.0, 0.02),
+    share=st.floats(0.0, 0.5),
+)
+def test_steady_cells_keep_their_time(steps: list[int], tokens_per_step: float, step_s: float,
+                                      prefill_s: float, share: float) -> None:  # fmt: skip
+    raw = [interval([32], {(32, "gated"): stream(n, tokens_per_step, step_s, prefill_s, int(n * share))})
+           for n in steps]  # fmt: skip
+    levelled = prefilled.levelled_intervals(raw, [[False]] * len(raw))
+    assert [i["gated"]["time_s"] for i in levelled] == [i["gated"]["time_s"] for i in raw]

@@ -57,7 +57,7 @@ from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as th
 from load_pairs import repeats_of, run_mean
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
-from spectower.control.prefilled import ModeSteps, levelled_tok_s, prefill_s_per_token
+from spectower.control.prefilled import ModeSteps, levelled_tok_s, steady_prefill_s_per_token
 from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
 from spectower.storage.database import RECORDED_XZ, Database, open_database, open_recorded
@@ -443,13 +443,10 @@ def mode_steps(cell: Sequence[float] | None, prefilled: Sequence[float] | None) 
     return ModeSteps(*cell[:3], *(prefilled or (0.0, 0.0, 0.0))[:3])
 
 
-def levelled(totals: dict[tuple[int, str], list[float]], prefilled: dict[tuple[int, str], list[float]],
-             b: int, mode: str) -> float | None:
-    """The mode's tok/s in bin ``b`` with the bin's prefill seconds per token (control/prefilled.py)."""
-    modes = {m: mode_steps(totals.get((b, m)), prefilled.get((b, m))) for m in ("drafted", "gated")}
-    mine = modes[mode]
-    per_token = prefill_s_per_token([m for m in modes.values() if m is not None])
-    return None if mine is None or per_token is None else levelled_tok_s(mine, per_token)
+def pure_tok_s(cell: ModeSteps | None) -> float | None:
+    """Output tok/s of the cell's prefill-free steps alone."""
+    pure = cell.pure_step_s() if cell is not None else None
+    return None if cell is None or pure is None else cell.tokens / cell.steps / pure
 
 
 def prefill_table(
@@ -461,31 +458,40 @@ def prefill_table(
     tax: float,
 ) -> list[dict[str, Any]]:
     """Per explored cell of the lean table where the counters say which steps held a prefill (plugin
-    0.4.14): the share of its steps that did, against the steady run's, and the explored over the steady
-    rate with each bin's prefill seconds per token put back (control/prefilled.py: the explored gated steps
-    of a drafting bin carry the drafting stream's prefills, more per step than a gated stream's), the gated
-    side corrected by the tax as learn reads it."""
+    0.4.14): the share of its steps that did, against the steady run's; the explored over the steady rate of
+    the steps without one (``pure``); and levelled as learn levels it (control/prefilled.py,
+    ``levelled_intervals``): the explored cell's pure steps plus its mode's steady prefill seconds per token
+    (the steady runs' cells over every bin), against the steady cell as measured. The gated side corrected
+    by the tax as learn reads it."""
     steady_runs = {"drafted": repeats_of(steady_on, totals), "gated": repeats_of(steady_off, totals)}
     steady_cells = {mode: (pooled(totals, names), pooled(prefilled, names))
                     for mode, names in steady_runs.items()}  # fmt: skip
+    per_token = {mode: steady_prefill_s_per_token(
+                     [c for key, cell in cells.items() if key[1] == mode
+                      and (c := mode_steps(cell, pre.get(key))) is not None])
+                 for mode, (cells, pre) in steady_cells.items()}  # fmt: skip
     out = []
     for row in lean:
         if row.get("explored_tok_s") is None or row["run"] not in prefilled or not prefilled[row["run"]]:
             continue
         b, mode = row["bin"], row["mode"]
         steady_totals, steady_prefilled = steady_cells[mode]
-        explored = levelled(totals[row["run"]], prefilled[row["run"]], b, mode)
-        steady = levelled(steady_totals, steady_prefilled, b, mode)
-        shares = []
-        for cells, pre in ((totals[row["run"]], prefilled[row["run"]]), (steady_totals, steady_prefilled)):
-            cell, done = cells.get((b, mode)), pre.get((b, mode))
-            shares.append(done[0] / cell[0] if cell and cell[0] and done else 0.0)
+        mine = mode_steps(totals[row["run"]].get((b, mode)), prefilled[row["run"]].get((b, mode)))
+        theirs = mode_steps(steady_totals.get((b, mode)), steady_prefilled.get((b, mode)))
+        p = per_token[mode]
+        explored = levelled_tok_s(mine, p) if mine is not None and p is not None else None
+        steady = theirs.tokens / theirs.time_s if theirs is not None and theirs.time_s > 0 else None
+        shares = [c.prefilled_steps / c.steps if c is not None else 0.0 for c in (mine, theirs)]
         entry: dict[str, Any] = {"bin": b, "run": row["run"], "mode": mode, "explored_prefilled": shares[0],
-                                 "steady_prefilled": shares[1], "explored_tok_s": explored,
-                                 "steady_tok_s": steady}  # fmt: skip
+                                 "steady_prefilled": shares[1], "prefill_s_per_token": p,
+                                 "explored_tok_s": explored, "steady_tok_s": steady}  # fmt: skip
+        pure = [pure_tok_s(c) for c in (mine, theirs)]
+        scale = 1.0 / (1.0 - tax) if mode == "gated" else 1.0
+        if pure[0] is not None and pure[1]:
+            entry["pure"] = pure[0] / pure[1] * scale
         if explored is not None and steady:
             entry["ratio"] = explored / steady
-            entry["corrected"] = entry["ratio"] / (1.0 - tax) if mode == "gated" else entry["ratio"]
+            entry["corrected"] = entry["ratio"] * scale
         out.append(entry)
     return out
 
@@ -641,17 +647,20 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     levelled_rows = prefill_table(totals, prefilled, rows, steady["--steady-on"], steady["--steady-off"], tax)
     if levelled_rows:
         print("prefills in the steps (plugin 0.4.14): the share of the explored and the steady steps whose "
-              "span held a prefill; explored / steady tok/s with each bin's prefill seconds per token put "
-              f"back (control/prefilled.py), the gated side / (1 - {tax:.3f})")  # fmt: skip
-        print(f"{'bin':>4} {'run':<16} {'mode':<8} {'prefilled':>9} {'steady':>7} {'explored':>9} "
-              f"{'steady':>7} {'ratio':>6} {'corr.':>6}")  # fmt: skip
+              "span held a prefill; pure: explored / steady tok/s of the steps without one; levelled as "
+              "learn levels (control/prefilled.py): the explored steps without a prefill plus the steady "
+              "runs' prefill ms per output token of the mode (ms/tok), against the steady rate; corrected: "
+              f"the gated side / (1 - {tax:.3f})")  # fmt: skip
+        print(f"{'bin':>4} {'run':<16} {'mode':<8} {'prefilled':>9} {'steady':>7} {'pure':>6} {'ms/tok':>7} "
+              f"{'explored':>9} {'steady':>7} {'ratio':>6} {'corr.':>6}")  # fmt: skip
         for row in levelled_rows:
-            values = ["-" if row.get(k) is None else format(row[k], f)
-                      for k, f in (("explored_tok_s", ".0f"), ("steady_tok_s", ".0f"), ("ratio", ".3f"),
-                                   ("corrected", ".3f"))]  # fmt: skip
+            values = ["-" if row.get(k) is None else format(row[k] * m, f)
+                      for k, f, m in (("pure", ".3f", 1), ("prefill_s_per_token", ".4f", 1000),
+                                      ("explored_tok_s", ".0f", 1), ("steady_tok_s", ".0f", 1),
+                                      ("ratio", ".3f", 1), ("corrected", ".3f", 1))]  # fmt: skip
             print(f"{row['bin']:>4} {row['run']:<16} {row['mode']:<8} {row['explored_prefilled']:>9.3f} "
-                  f"{row['steady_prefilled']:>7.3f} {values[0]:>9} {values[1]:>7} {values[2]:>6} "
-                  f"{values[3]:>6}")  # fmt: skip
+                  f"{row['steady_prefilled']:>7.3f} {values[0]:>6} {values[1]:>7} {values[2]:>9} "
+                  f"{values[3]:>7} {values[4]:>6} {values[5]:>6}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows,
                                          "prefilled": levelled_rows}, indent=1))  # fmt: skip

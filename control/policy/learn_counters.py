@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
-from .. import speedup
+from .. import prefilled, speedup
 
 # The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
 # chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
@@ -136,9 +136,15 @@ def as_choices(
 
     A bin drafted by its ceiling that only drains so reads ``1 - kept_extend_tax``: gating it serves more.
     Under a steady load a drafted bin's gated steps are its explored ones, a few %, and its drafting side is
-    its drafted rate within that share of the difference."""
+    its drafted rate within that share of the difference.
+
+    First each explored cell (the mode its ceiling did not choose) is levelled for the prefills in its
+    steps (``prefilled.levelled_intervals``, where the intervals carry plugin 0.4.14's block): it sits in the
+    other mode's stream and carries that stream's prefills, a drafting stream's more and dearer ones in a
+    drafting bin's explored gated steps, a gated stream's in a gated bin's explored drafting."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
+    intervals = prefilled.levelled_intervals(intervals, masks)
     chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
     for interval, mask in zip(intervals, masks, strict=True):
         for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
