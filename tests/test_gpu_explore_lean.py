@@ -486,3 +486,27 @@ def test_a_committed_runs_xz_database_is_read_from_a_copy_and_its_warm_parts_tax
         ("threshold-8@8", 16): 0.069, ("threshold-16@16", 32): 0.081, ("threshold-4@4", 8): 0.067}
     assert found["prefilled"] == []  # plugin 0.4.13: no prefilled block
     assert "prefills in the steps" not in capsys.readouterr().out
+
+
+def test_the_prefilled_run_levels_a_drafting_bins_explored_gated_side_to_the_steady_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2026-12-06's H100 run with plugin 0.4.14 at 16 and 32, as committed: raw, threshold:64's explored gated
+    steps at 32 read 0.909 and 0.952 of always off by the tax, carrying 1.5-2x a gated stream's prefills;
+    levelled as learn levels them (their steps without a prefill plus always off's prefill seconds per token,
+    0.018 ms) 0.968 and 0.989, at 16 0.999, each with an interval from the levelled intervals."""
+    db = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-prefilled-2026-12-06/runs/policy.db.xz"
+    out = tmp_path / "lean.json"
+    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    found = json.loads(out.read_text())
+    lean = {(r["bin"], r["run"]): r for r in found["lean"] if r.get("corrected") is not None}
+    levelled = {(r["bin"], r["run"]): r for r in found["prefilled"]}
+    cells = ((16, "threshold-64@max"), (32, "threshold-64-2@max"), (32, "threshold-64-3@max"))
+    assert [round(lean[c]["corrected"], 3) for c in cells] == [1.001, 0.909, 0.952]
+    assert [round(levelled[c]["corrected"], 3) for c in cells] == [0.999, 0.968, 0.989]
+    assert all(levelled[c]["prefill_s_per_token"] == pytest.approx(1.80e-5, abs=0.01e-5) for c in cells)
+    for c in cells:  # the levelled interval is narrower than the raw one: the prefills' noise is out
+        assert levelled[c]["low"] < levelled[c]["corrected"] < levelled[c]["high"]
+        assert levelled[c]["high"] - levelled[c]["low"] < lean[c]["high"] - lean[c]["low"]
+    assert "prefills in the steps" in capsys.readouterr().out

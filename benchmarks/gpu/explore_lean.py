@@ -48,7 +48,7 @@ import contextlib
 import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -437,6 +437,40 @@ def prefilled_cells(db: Database, server_id: int, run: Run, intervals: Sequence[
             for mode in block for i, b in enumerate(bins) if block[mode]["steps"][i]}  # fmt: skip
 
 
+def interval_prefilled(db: Database, server_id: int, intervals: Sequence[dict[str, Any]]
+                       ) -> list[dict[tuple[int, str], list[float]]]:  # fmt: skip
+    """Per interval of ``run_intervals``, (bin, mode) -> [steps, tokens, seconds] of its steps whose span held
+    a prefill: the rows stamped within it (after its start, to its end), as ``prefilled_cells`` sums them."""
+    out = []
+    for interval in intervals:
+        found = queries.prefilled_totals(db, server_id, float(interval["from_ts"]) + 1e-6,
+                                         float(interval["ts"]), max_intervals=100_000)  # fmt: skip
+        cells: dict[tuple[int, str], list[float]] = {}
+        if found is not None:
+            bins, block = found
+            cells = {(b, mode): [block[mode][key][i] for key in ("steps", "tokens", "time_s")]
+                     for mode in block for i, b in enumerate(bins)}  # fmt: skip
+        out.append(cells)
+    return out
+
+
+def levelled_cells(intervals: Sequence[dict[str, Any]], pre: Sequence[dict[tuple[int, str], list[float]]],
+                   b: int, mode: str, pure_s: float, per_token_s: float) -> list[list[float]]:  # fmt: skip
+    """The cell's intervals as ``prefilled.levelled_intervals`` levels them: each interval's prefilled steps
+    at the pooled pure step time, plus ``per_token_s`` for each output token; one [steps, tokens, seconds]
+    per interval with steps there (``bin_cells``' shape, for ``ratio_bounds``)."""
+    out = []
+    for interval, cells in zip(intervals, pre, strict=True):
+        bins = [int(x) for x in interval["bins"]]
+        i = bins.index(b) if b in bins else -1
+        if i < 0 or interval[mode]["steps"][i] <= 0:
+            continue
+        steps, tokens, seconds = (interval[mode][k][i] for k in ("steps", "tokens", "time_s"))
+        held = cells.get((b, mode), [0.0, 0.0, 0.0])
+        out.append([steps, tokens, max(0.0, seconds - held[2]) + held[0] * pure_s + per_token_s * tokens])
+    return out
+
+
 def mode_steps(cell: Sequence[float] | None, prefilled: Sequence[float] | None) -> ModeSteps | None:
     if not cell or cell[0] <= 0:
         return None
@@ -456,13 +490,16 @@ def prefill_table(
     steady_on: str,
     steady_off: str,
     tax: float,
+    per_interval: Mapping[str, tuple[Sequence[dict[str, Any]], Sequence[dict[tuple[int, str], list[float]]]]]
+    | None = None,
 ) -> list[dict[str, Any]]:
     """Per explored cell of the lean table where the counters say which steps held a prefill (plugin
     0.4.14): the share of its steps that did, against the steady run's; the explored over the steady rate of
     the steps without one (``pure``); and levelled as learn levels it (control/prefilled.py,
     ``levelled_intervals``): the explored cell's pure steps plus its mode's steady prefill seconds per token
     (the steady runs' cells over every bin), against the steady cell as measured. The gated side corrected
-    by the tax as learn reads it."""
+    by the tax as learn reads it. With ``per_interval`` (per run, its intervals and ``interval_prefilled``'s
+    cells) and the lean row's steady intervals, the levelled ratio's 95 % interval (``ratio_bounds``)."""
     steady_runs = {"drafted": repeats_of(steady_on, totals), "gated": repeats_of(steady_off, totals)}
     steady_cells = {mode: (pooled(totals, names), pooled(prefilled, names))
                     for mode, names in steady_runs.items()}  # fmt: skip
@@ -492,6 +529,13 @@ def prefill_table(
         if explored is not None and steady:
             entry["ratio"] = explored / steady
             entry["corrected"] = entry["ratio"] * scale
+            found = (per_interval or {}).get(row["run"])
+            pure_s = mine.pure_step_s() if mine is not None else None
+            if found is not None and pure_s is not None and p is not None and row.get("steady_cells"):
+                mine_cells = levelled_cells(*found, b, mode, pure_s, p)
+                bounds = ratio_bounds(mine_cells, row["steady_cells"])
+                if bounds is not None:
+                    entry["low"], entry["high"] = bounds[0] * scale, bounds[1] * scale
         out.append(entry)
     return out
 
@@ -571,6 +615,8 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         covered = {name: covered_s(intervals) for name, intervals in found.items()}
         totals = {name: summed(found) for name, found in cells.items()}
         prefilled = {run.name: prefilled_cells(db, server_id, run, found[run.name]) for run in runs}
+        per_interval = {name: (intervals, interval_prefilled(db, server_id, intervals))
+                        for name, intervals in found.items() if prefilled.get(name)}  # fmt: skip
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None
         extend = queries.extend_totals(db, server_id, *span, max_intervals=100_000) if span else None
@@ -644,23 +690,25 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             own_tax = "-" if row["tax"] is None else f"{100 * row['tax']:.1f}%"
             print(f"{row['run']:<16} {row['bin']:>4} {row.get('kept_steps', 0):>7} {rates[0]:>7} "
                   f"{row.get('skipped_steps', 0):>8} {rates[1]:>7} {own_tax:>6}")  # fmt: skip
-    levelled_rows = prefill_table(totals, prefilled, rows, steady["--steady-on"], steady["--steady-off"], tax)
+    levelled_rows = prefill_table(totals, prefilled, rows, steady["--steady-on"], steady["--steady-off"], tax,
+                                  per_interval)
     if levelled_rows:
         print("prefills in the steps (plugin 0.4.14): the share of the explored and the steady steps whose "
               "span held a prefill; pure: explored / steady tok/s of the steps without one; levelled as "
               "learn levels (control/prefilled.py): the explored steps without a prefill plus the steady "
               "runs' prefill ms per output token of the mode (ms/tok), against the steady rate; corrected: "
-              f"the gated side / (1 - {tax:.3f})")  # fmt: skip
+              f"the gated side / (1 - {tax:.3f}), its 95 % interval from the same bootstrap")  # fmt: skip
         print(f"{'bin':>4} {'run':<16} {'mode':<8} {'prefilled':>9} {'steady':>7} {'pure':>6} {'ms/tok':>7} "
-              f"{'explored':>9} {'steady':>7} {'ratio':>6} {'corr.':>6}")  # fmt: skip
+              f"{'explored':>9} {'steady':>7} {'ratio':>6} {'corr.':>6} {'95 % interval':>13}")  # fmt: skip
         for row in levelled_rows:
             values = ["-" if row.get(k) is None else format(row[k] * m, f)
                       for k, f, m in (("pure", ".3f", 1), ("prefill_s_per_token", ".4f", 1000),
                                       ("explored_tok_s", ".0f", 1), ("steady_tok_s", ".0f", 1),
                                       ("ratio", ".3f", 1), ("corrected", ".3f", 1))]  # fmt: skip
+            bounds = f"{row['low']:.3f}-{row['high']:.3f}" if "low" in row else "-"
             print(f"{row['bin']:>4} {row['run']:<16} {row['mode']:<8} {row['explored_prefilled']:>9.3f} "
                   f"{row['steady_prefilled']:>7.3f} {values[0]:>6} {values[1]:>7} {values[2]:>9} "
-                  f"{values[3]:>7} {values[4]:>6} {values[5]:>6}")  # fmt: skip
+                  f"{values[3]:>7} {values[4]:>6} {values[5]:>6} {bounds:>13}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows,
                                          "prefilled": levelled_rows}, indent=1))  # fmt: skip
