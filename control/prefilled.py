@@ -96,7 +96,7 @@ def levelled_tok_s(mode: ModeSteps, per_token_s: float) -> float | None:
 
 
 
-def _cells(intervals: Sequence[Mapping[str, Any]],
+def choice_cells(intervals: Sequence[Mapping[str, Any]],
            masks: Sequence[Sequence[bool]]) -> dict[tuple[int, str, bool], ModeSteps]:  # fmt: skip
     """(bin, mode, steady) -> the mode's steps in the bin over the intervals (each with its ``prefilled``
     block), ``steady`` where the mode is the one the interval's ceiling chose for the bin (``masks``: per
@@ -152,7 +152,7 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
              if isinstance(interval.get("prefilled"), Mapping)]  # fmt: skip
     if not pairs:
         return [dict(interval) for interval in intervals]
-    cells = _cells([i for i, _ in pairs], [m for _, m in pairs])
+    cells = choice_cells([i for i, _ in pairs], [m for _, m in pairs])
     per_token = {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in cells.items()
                                                    if m == mode and steady]) for mode in MODES}  # fmt: skip
     out: list[dict[str, Any]] = []
