@@ -144,8 +144,9 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
     keeps its own pure steps' time, so the estimate's batch means still vary as the steps did. A cell is
     left as it is where its pure step time or its mode's steady prefill seconds are not known (fewer than
     ``MIN_PURE_STEPS`` pure steps; no steady cell of the mode: a ceiling at either end); an interval without
-    the ``prefilled`` block (a plugin before 0.4.14, the collector's stored intervals) as it is. The block
-    goes from every levelled interval, so levelling twice changes nothing."""
+    the ``prefilled`` block (a plugin before 0.4.14; the collector's stored intervals carry it from 0.4.14 on,
+    ``storage.queries.counter_intervals``) as it is. The block goes from every levelled interval, so
+    levelling twice changes nothing."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
     pairs = [(interval, mask) for interval, mask in zip(intervals, masks, strict=True)

@@ -59,10 +59,9 @@ Queries (``spectower.storage.queries``)::
     bench_runs(db, limit=None); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
     bench_points_many(db, run_ids); bench_point_counts(db) -> {run_id: points}
     counter_intervals(db, server_id, start, end); has_counters(db, server_id)   # the decode counters
+        # each interval with its prefilled block where the window holds its rows (plugin 0.4.14 on)
     extend_totals(db, server_id, start, end) -> (bins, {"kept"|"skipped": {steps, tokens, time_s}}) | None
         # the extend rows (storage.counter_modes.EXTEND_MODES) summed per bin, control.kept_extend's input
-    prefilled_totals(db, server_id, start, end) -> (bins, {"drafted"|"gated": {steps, tokens, time_s}}) | None
-        # the prefilled rows (storage.counter_modes.PREFILLED_MODES) summed per bin (plugin 0.4.14 on)
     gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)
     close_stale_gaps(db, source, target, end_ts, note)   # a restarted collector closes what a crash left open
     upsert_collector_health(db, source, target, ok=, ts=, error=, lag_s=); collector_health(db)

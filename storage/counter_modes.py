@@ -11,7 +11,8 @@ on every scrape's path.
   before its steps, as rows of 0 steps and 0 tokens whose ``time_s`` holds those seconds. The decode reads
   fold them into their mode's step time (``engine_counters.with_outside``: what a mode costs a client).
 - ``PREFILLED_MODES``: the ``prefilled`` block (plugin 0.4.14 on): each decode mode's steps whose span held a
-  prefill, their tokens and their seconds with the seconds outside them, read only by ``prefilled_totals``.
+  prefill, their tokens and their seconds with the seconds outside them, read by ``counter_intervals`` as each
+  interval's ``prefilled`` block.
   Those steps are counted in their mode's bin as well: like the extend's rows, a second view.
 
 The stored names are spelled out, not derived from the plugin's kind names: they are what the database

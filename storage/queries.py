@@ -37,7 +37,6 @@ from .queries_counters import (  # noqa: F401
     counter_samples,
     extend_totals,
     has_counters,
-    prefilled_totals,
 )
 
 # storage/records.py's reads and writes of the bookkeeping tables: callers read storage through this module

@@ -2,7 +2,7 @@
 (raw) or per 1-minute / 1-hour rollup bucket, each in ``plugin.engine_counters.rates()``'s shape.
 
 Read through ``storage.queries`` (``counter_intervals``, ``counter_samples``, ``has_counters``,
-``extend_totals``, ``prefilled_totals``). The stored rows are already per-interval deltas (the collector took
+``extend_totals``). The stored rows are already per-interval deltas (the collector took
 ``rates()`` of consecutive snapshots, restarts included), so an interval's rates are ``rates(None, totals)``
 of its summed cells. A 24-hour window is 1,440 intervals and a 1-hour one up to 3,600: ``_intervals`` computes
 them for all intervals at once with numpy, and tests/test_queries_counters.py holds it equal to ``rates()``
@@ -15,6 +15,13 @@ SQL, so the decode reads never see them and ``extend_totals`` sees only them. Th
 rows of ``counter_modes.OUTSIDE_MODES`` (plugin 0.4.13: each mode's seconds outside its steps) and fold them
 into their mode's step time as ``engine_counters.with_outside`` folds a live interval's, rounded the same
 way, so a stored interval is ``with_outside(rates(None, totals))`` and carries no ``outside_s`` of its own.
+
+``counter_intervals`` reads the rows of ``counter_modes.PREFILLED_MODES`` too (plugin 0.4.14 on: each mode's
+steps whose span held a prefill), in the same query, and gives each interval their sums as ``rates()`` gives
+a live interval its ``prefilled`` block (``_prefilled``), so learn's warm start levels the explored cells of
+the stored intervals as learn levels its own (``control.prefilled.levelled_intervals``). Only a window that
+holds such rows has the block: an older plugin's intervals keep the shape they always had.
+``counter_samples`` (the estimate's grouping) reads the decode modes alone.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ TIME_DECIMALS = 9
 ExtendTotals = ExtendBlock
 # what a decode read reads: the decode modes, then each one's seconds outside its steps, in the same order
 DECODE_READ: tuple[str, ...] = (*COUNTER_MODES, *(OUTSIDE_MODES[mode] for mode in COUNTER_MODES))
+# what counter_intervals reads: the decode read, then each decode mode's prefilled steps, in one query (the
+# (server_id, ts) index holds no mode: a second query of the prefilled rows would walk the window again)
+INTERVALS_READ: tuple[str, ...] = (*DECODE_READ, *(PREFILLED_MODES[mode] for mode in COUNTER_MODES))
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
@@ -76,9 +86,36 @@ def counter_intervals(
     ``time_s``, ``tok_s``, ``step_s``) plus ``ts`` (the interval's end, or its bucket's start) and
     ``res_s`` (0: one stored interval; 60 / 3600: a rollup bucket, whose sums make one interval), ready
     for ``control.speedup.estimate``. Rollup buckets overlapping the window are taken whole; raw rows not
-    yet folded into them are added to their buckets, so the newest minutes are never missing."""
-    cells, tier = _read(db, server_id, start, end, max_intervals)
-    return _intervals(_Entries.of(cells), tier)
+    yet folded into them are added to their buckets, so the newest minutes are never missing.
+
+    Where the window holds rows of the ``prefilled`` block (plugin 0.4.14 on), the intervals carry it as
+    ``rates()`` gives it, what ``control.prefilled.levelled_intervals`` reads: ``"prefilled": {"drafted" |
+    "gated": {"steps", "tokens", "time_s": [...]}}``, lists parallel to the interval's ``bins``, the sums of
+    the interval's rows of that mode and bin (``time_s`` with the seconds outside those steps, as stored,
+    rounded as ``rates()`` rounds it), zeros where a bin has none. The block starts at the first interval
+    that has such a row: every interval from there on has it (the collector stores no row for a bin and
+    interval without a prefilled step, so an interval without rows had none), the intervals before it have no
+    ``prefilled`` key (an older plugin before an upgrade: not known), and a window without such rows reads
+    exactly as before. A rollup bucket that holds the upgrade counts the prefilled steps after it only; a
+    downgrade within the window reads as intervals without prefills. A prefilled row in a bin its interval
+    has no decode row in (which a plugin cannot store: those steps count in their mode's bin as well) is
+    left out."""
+    cells, tier = _read(db, server_id, start, end, max_intervals, INTERVALS_READ)
+    return _intervals_of(cells, tier)
+
+
+def _intervals_of(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
+    """``counter_intervals`` of the rows it read (``INTERVALS_READ``'s modes): the decode rows' intervals,
+    from the first interval with a prefilled row on each with its ``prefilled`` block (``_prefilled``)."""
+    decode, prefilled = cells.split(len(DECODE_READ))
+    entries = _Entries.of(decode)
+    intervals = _intervals(entries, res_s)
+    if len(prefilled.ts):  # else an older plugin's window: the shape it always had
+        first, blocks = _prefilled(entries, prefilled)
+        for interval, (a, b) in zip(intervals[first:], entries.spans[first:], strict=True):
+            interval["prefilled"] = {mode: {field: values[a:b] for field, values in block.items()}
+                                     for mode, block in blocks.items()}  # fmt: skip
+    return intervals
 
 
 Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
@@ -122,20 +159,6 @@ def extend_totals(
     0.4.6). The same rows as ``counter_intervals`` reads with the same arguments (same tier, rollup buckets
     taken whole, the raw rows past the watermark added)."""
     return _block_totals(db, server_id, start, end, max_intervals, EXTEND_MODES)
-
-
-def prefilled_totals(
-    db: Database,
-    server_id: int,
-    start: float,
-    end: float,
-    *,
-    max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
-) -> tuple[list[int], ExtendTotals] | None:
-    """The prefilled block's steps of a server in [start, end] summed per bin, by decode mode: ``(bins,
-    {"drafted" | "gated": {"steps", "tokens", "time_s": [per bin]}})`` (``time_s`` with the seconds outside
-    those steps), as ``extend_totals`` reads the extend's; None before plugin 0.4.14."""
-    return _block_totals(db, server_id, start, end, max_intervals, PREFILLED_MODES)
 
 
 def _block_totals(
@@ -237,6 +260,18 @@ class _Cells:
             np.array(values, dtype=np.float64).T,
         )
 
+    def split(self, n: int) -> tuple[_Cells, _Cells]:
+        """The rows of the first ``n`` modes read (an unknown mode's, -1, among them, as ``of`` gave them),
+        and the others with their modes counted from ``n``: each in row order."""
+        first = self.modes < n
+        rest = ~first
+        if not rest.any():  # an older plugin's window: no copy
+            return self, _Cells.of([])
+        return (
+            _Cells(self.ts[first], self.bins[first], self.modes[first], self.values[first]),
+            _Cells(self.ts[rest], self.bins[rest], self.modes[rest] - n, self.values[rest]),
+        )
+
     def then(self, other: _Cells) -> _Cells:
         return _Cells(
             np.concatenate([self.ts, other.ts]),
@@ -318,6 +353,42 @@ def _intervals(entries: _Entries, res_s: int) -> list[dict[str, Any]]:
          **dict(zip(COUNTER_MODES, blocks, strict=True))}
         for ts, (a, b), *blocks in zip(entries.stamps, spans, *per_mode, strict=True)
     ]  # fmt: skip
+
+
+def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[str, list[Any]]]]:
+    """The ``prefilled`` block's rows (``cells``, each mode its index in ``COUNTER_MODES``) summed per
+    entry of ``entries`` (an interval's bin), as ``rates()`` gives the block: per mode, ``steps`` and
+    ``tokens`` as ints, ``time_s`` rounded as ``rates()``'s ``_deltas`` rounds it, each a list over all the
+    entries end to end (zeros where an entry has no row); and the index of the first interval with a row
+    (``len(entries.stamps)`` where none lands in one). A row outside every entry is left out."""
+    if not entries.stamps:  # no decode row: no interval to carry a block
+        return 0, {mode: {field: [] for field in ("steps", "tokens", "time_s")} for mode in COUNTER_MODES}
+    stamps = np.array(entries.stamps, dtype=np.float64)
+    entry_bins = np.array(entries.bins, dtype=np.int64)
+    # each entry's key (interval, bin), ascending as the entries are (by interval, then bin)
+    bin_values = np.unique(np.concatenate([entry_bins, cells.bins]))
+    nb = len(bin_values)
+    interval_of = np.repeat(np.arange(len(stamps), dtype=np.int64), [b - a for a, b in entries.spans])
+    keys = interval_of * nb + np.searchsorted(bin_values, entry_bins)
+    # each row's interval: the one whose decode rows have its ts (the same scrape, or the same bucket)
+    at = np.minimum(np.searchsorted(stamps, cells.ts), len(stamps) - 1)
+    row_keys = at * nb + np.searchsorted(bin_values, cells.bins)
+    entry = np.minimum(np.searchsorted(keys, row_keys), len(keys) - 1)
+    found = (stamps[at] == cells.ts) & (keys[entry] == row_keys)
+    first = int(at[found].min()) if found.any() else len(stamps)
+    n = len(keys)
+    blocks: dict[str, dict[str, list[Any]]] = {}
+    for code, mode in enumerate(COUNTER_MODES):
+        mine = found & (cells.modes == code)
+        # bincount adds each entry's rows in order from 0.0, as the decode cells are summed
+        steps, tokens, seconds = (np.bincount(entry[mine], weights=cells.values[mine, k], minlength=n)
+                                  for k in range(3))  # fmt: skip
+        blocks[mode] = {
+            "steps": np.trunc(steps).astype(np.int64).tolist(),
+            "tokens": np.trunc(tokens).astype(np.int64).tolist(),
+            "time_s": [round(t, TIME_DECIMALS) for t in seconds.tolist()],
+        }
+    return first, blocks
 
 
 def _per_bin(entries: _Entries) -> Samples:

@@ -1,8 +1,9 @@
 """collectors.sglang.counters with the counters' ``prefilled`` block (plugin 0.4.14 on: each mode's steps
 whose span held a prefill): its per-interval deltas become rows of the modes
 ``storage.counter_modes.PREFILLED_MODES`` beside the decode rows, summed over ranks; a plugin without the
-block stores what it always did; through the real scraper and sink into SQLite, ``prefilled_totals`` reads
-them back and ``control.prefilled`` levels a drafting bin's explored gated steps to the steady gated rate."""
+block stores what it always did; through the real scraper and sink into SQLite, ``counter_intervals`` reads
+them back as each interval's block and ``control.prefilled`` levels a drafting bin's explored gated steps to
+the steady gated rate."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 from spectower.collectors.sglang.counters import CounterDeltas, CounterRow
-from spectower.control.prefilled import ModeSteps, levelled_tok_s, prefill_s_per_token
+from spectower.control import speedup
+from spectower.control.policy import learn_counters
+from spectower.control.prefilled import levelled_intervals
 from spectower.plugin import engine_counters as ec
 from spectower.storage import queries
 
@@ -53,31 +56,30 @@ def test_prefilled_deltas_are_rows_beside_the_decode_rows_summed_over_ranks() ->
 
 
 def test_the_scraper_and_sink_store_prefilled_rows_that_level_the_explored_gated_rate(tmp_path: Path) -> None:
-    """A drafting bin 16 (40 tokens a 10-ms step) with explored gated steps (16 tokens a 7-ms step) among its
-    steps, and a prefill of 4 ms per 256 output tokens in the stream: the drafting stream's steps carry one
-    every 6.4 steps, its explored gated steps as many. Read back from SQLite, the gated steps level to the
-    steady gated stream's rate (one prefill per 16 steps), where their raw rate reads low."""
+    """Under a ceiling of 16: a drafting bin 16 (40 tokens a 10-ms step) with explored gated steps (16 tokens
+    a 7-ms step) among its steps, the drafting stream's prefills (5 ms each, the draft's pass too, one every 6
+    steps: about 256 output tokens) in both; and bin 32 gated, a steady gated stream (32 tokens a 7.5-ms
+    step, a 4-ms prefill every 8 steps). Read back from SQLite, each interval carries its ``prefilled`` block,
+    and levelled as learn levels them (the gated stream's prefill seconds per token, from bin 32) the explored
+    gated steps read the steady gated rate at 16, where their raw rate reads low."""
     r0 = _counters(64)
     docs: list[dict[str, Any]] = [_doc(r0.snapshot())]
-    for _ in range(2):
-        _steps(r0, 16, True, 640, 40, 0.010, every=6, prefill_s=0.004)  # ~256/40 steps a prefill
-        _steps(r0, 16, False, 96, 16, 0.007, every=6, prefill_s=0.004)
+    for _ in range(4):
+        _steps(r0, 16, True, 640, 40, 0.010, every=6, prefill_s=0.005)
+        _steps(r0, 16, False, 96, 16, 0.007, every=6, prefill_s=0.005)
+        _steps(r0, 32, False, 400, 32, 0.0075, every=8, prefill_s=0.004)
         docs.append(_doc(r0.snapshot()))
     with stored_documents(tmp_path, docs) as (db, sid):
-        found = queries.prefilled_totals(db, sid, 900.0, 1100.0)
-        assert found is not None
-        bins, block = found
-        assert bins == [16] and block["drafted"]["steps"] == [2 * 106] and block["gated"]["steps"] == [2 * 16]
         intervals = queries.counter_intervals(db, sid, 900.0, 1100.0)
-        modes = {}
-        for mode in ("drafted", "gated"):
-            steps, tokens, seconds = (sum(i[mode][key][i["bins"].index(16)] for i in intervals)
-                                      for key in ("steps", "tokens", "time_s"))  # fmt: skip
-            modes[mode] = ModeSteps(steps, tokens, seconds, *(block[mode][key][0]
-                                                              for key in ("steps", "tokens", "time_s")))
-        per_token = prefill_s_per_token(list(modes.values()))
-        assert per_token is not None
-        steady = 16 / (0.007 + 0.004 / 16)  # a gated stream: a prefill per 256 tokens, 16 steps
-        raw = modes["gated"].tokens / modes["gated"].time_s
-        assert raw / steady < 0.97
-        assert (levelled_tok_s(modes["gated"], per_token) or 0) / steady == pytest.approx(1.0, abs=0.01)
+    assert len(intervals) == 4 and all("prefilled" in i for i in intervals)
+    i16 = intervals[0]["bins"].index(16)
+    assert [i["prefilled"]["drafted"]["steps"][i16] for i in intervals] == [106] * 4
+    assert [i["prefilled"]["gated"]["steps"][i16] for i in intervals] == [16] * 4
+    masks = [learn_counters.drafted_by(i["bins"], 16) for i in intervals]
+    raw = next(b for b in speedup.estimate(intervals).bins if b.batch_size == 16).gated_tok_s
+    levelled = next(b for b in speedup.estimate(levelled_intervals(intervals, masks)).bins
+                    if b.batch_size == 16).gated_tok_s  # fmt: skip
+    steady = 16 / (0.007 + 0.004 * 16 / 256)  # a gated stream: a 4-ms prefill per 256 tokens
+    assert raw is not None and levelled is not None
+    assert raw / steady < 0.97
+    assert levelled / steady == pytest.approx(1.0, abs=0.01)

@@ -2,27 +2,46 @@
 for value, what ``plugin.engine_counters.rates`` gives one interval at a time (tests/queries_reference.py,
 the read as it was): on random cells (sparse intervals, bins that come and go, zero and tiny step times,
 counts past 2**31 as after a restart, an unknown mode) and on a database read through every tier; the extend
-block's rows stored beside the decode ones change none of it."""
+block's rows stored beside the decode ones change none of it. The ``prefilled`` block (plugin 0.4.14 on):
+plugin snapshots stored through the real scraper and sink into SQLite read back as intervals whose block is
+what ``rates()`` gives the same consecutive snapshots, on the raw tier and the rollups, from the first
+interval with a prefilled row on; a window without such rows reads back without the key; and
+``control.prefilled.levelled_intervals`` (what learn's warm start runs through ``as_choices``) levels the
+stored intervals as it levels learn's live ones."""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectower.control import speedup
-from spectower.storage import Database, open_database, queries
-from spectower.storage.counter_modes import EXTEND_MODES
+from spectower.collectors.sink import StorageSink
+from spectower.control import prefilled, speedup
+from spectower.control.policy import learn_counters
+from spectower.plugin import engine_counters as ec
+from spectower.storage import Database, open_database, queries, rollups
+from spectower.storage.counter_modes import EXTEND_MODES, PREFILLED_MODES
 from spectower.storage.models import EngineCounterSample
-from spectower.storage.queries_counters import _Cells, _Entries, _intervals, _per_bin
+from spectower.storage.queries_counters import (
+    INTERVALS_READ,
+    TIME_DECIMALS,
+    _Cells,
+    _Entries,
+    _intervals,
+    _intervals_of,
+    _per_bin,
+)
 from sqlalchemy import event, text
 
 from tests import queries_reference as reference
 from tests.conftest import examples
+from tests.test_sglang_counters import URL, _counters, _doc, scrape_documents
 
 SETTINGS = settings(
     max_examples=examples(300),
@@ -207,3 +226,264 @@ def test_rows_past_the_watermark_are_found_by_primary_key(tmp_path: Path) -> Non
     plan = " ".join(str(step[-1]) for step in steps)
     assert "PRIMARY KEY" in plan and "ix_engine_counter_sample_server_ts" not in plan, plan
     db.close()
+
+
+# ---- the prefilled block (plugin 0.4.14 on) --------------------------------------------------------------
+
+FIELDS = ("steps", "tokens", "time_s")
+CEILING = 16  # the ceiling the workload runs under: bins 16 and below drafted, 32 gated
+PREFILLED_STORED = tuple(PREFILLED_MODES.values())
+
+
+def _step(c: ec.EngineCounters, rng: random.Random, batch: int, drafted: bool, tokens: int, step_s: float,
+          prefill_every: float) -> None:  # fmt: skip
+    """One decode step with a random gap before it; a prefill (4 ms) in its span one step in
+    ``prefill_every`` (0: never)."""
+    pre = prefill_every > 0 and rng.random() < 1 / prefill_every
+    seconds = step_s * rng.uniform(0.9, 1.1) + (0.004 if pre else 0.0)
+    c.record(batch, drafted, tokens, seconds, outside_s=rng.uniform(0.0, 0.001), prefilled=pre)
+
+
+def _workload(c: ec.EngineCounters, rng: random.Random, intervals: int,
+              prefills: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+    """A snapshot of ``c`` after each of ``intervals`` intervals of decode steps under ceiling 16: bin 16
+    drafts steadily (a prefill every 6 steps) with explored gated steps among them (as many prefills, the
+    drafting stream's); bin 32 gates steadily (one every 16) with explored drafted steps (the gated
+    stream's); bin 8 comes and goes without a prefill, bin 4 with one now and then. ``prefills`` False: no
+    step carries a prefill (a plugin's interval with no prefilled row)."""
+    every = (lambda n: n) if prefills else (lambda n: 0)
+    snaps = []
+    for _ in range(intervals):
+        steps: list[tuple[int, bool, int, float, float]] = [
+            *[(16, True, 40, 0.010, every(6))] * rng.randint(40, 80),
+            *[(16, False, 16, 0.007, every(6))] * rng.randint(5, 12),
+            *[(32, False, 24, 0.009, every(16))] * rng.randint(40, 80),
+            *[(32, True, 60, 0.014, every(16))] * rng.randint(5, 12),
+        ]
+        if rng.random() < 0.5:
+            steps += [(8, True, 30, 0.008, 0)] * rng.randint(1, 5)
+        if rng.random() < 0.5:
+            steps += [(4, False, 4, 0.005, every(2))] * rng.randint(1, 5)
+        rng.shuffle(steps)
+        for batch, drafted, tokens, step_s, prefill_every in steps:
+            _step(c, rng, batch, drafted, tokens + rng.randint(-2, 2), step_s, prefill_every)
+        snaps.append(c.snapshot())
+    return snaps
+
+
+def _snapshots(intervals: int, seed: int) -> list[dict[str, Any]]:
+    """A plugin 0.4.14's snapshots of one rank: the counters at start, then after each interval."""
+    c = _counters(64)
+    return [c.snapshot(), *_workload(c, random.Random(seed), intervals)]
+
+
+def _live(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Learn's own intervals of the snapshots, 5 s apart from t=1000 as ``scrape_documents`` reads them."""
+    return speedup.intervals_from_snapshots([(1000.0 + 5 * k, snap) for k, snap in enumerate(snaps)])
+
+
+@contextmanager
+def _stored(path: Path, snaps: Sequence[dict[str, Any]], fold_before: int | None = None
+            ) -> Iterator[tuple[Database, int]]:  # fmt: skip
+    """The snapshots as /server_info documents through the real scraper and sink into SQLite at ``path``:
+    the open database and the server's id. ``fold_before``: the rollups are folded once the scrapes before
+    that one are stored, so the later ones' rows lie past the watermark."""
+    path.mkdir(parents=True, exist_ok=True)
+    db = open_database(path / "db.sqlite")
+    sink = StorageSink(db)
+    try:
+        for k, result in enumerate(scrape_documents([_doc(snap) for snap in snaps])):
+            if k == fold_before:
+                assert sink.flush()
+                db.update_rollups()
+            sink.engine(URL, result)
+        assert sink.flush()
+        sid = queries.server_by_url(db, URL).id
+        assert sid is not None
+        yield db, sid
+    finally:
+        db.close()
+
+
+def _on_bins(block: Mapping[str, Mapping[str, Sequence[Any]]], bins: Sequence[int],
+             on: Sequence[int]) -> dict[str, dict[str, list[Any]]]:  # fmt: skip
+    """A block of lists parallel to ``bins`` taken on the bins ``on`` (a stored interval's: with rows)."""
+    at = [list(bins).index(b) for b in on]
+    return {kind: {field: [values[i] for i in at] for field, values in fields.items()}
+            for kind, fields in block.items()}  # fmt: skip
+
+
+def test_stored_intervals_carry_the_prefilled_block_rates_gives_the_same_snapshots(tmp_path: Path) -> None:
+    snaps = _snapshots(12, seed=1)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    assert [i["ts"] for i in got] == [i["ts"] for i in live] and {i["res_s"] for i in got} == {0}
+    for stored, interval in zip(got, live, strict=True):
+        # the one definition: rates() of the same consecutive snapshots, on the bins the interval stored
+        assert stored["prefilled"] == _on_bins(interval["prefilled"], interval["bins"], stored["bins"])
+        # and nothing of it left behind: a bin the stored interval lacks had no prefilled step
+        rest = [k for k, b in enumerate(interval["bins"]) if b not in stored["bins"]]
+        assert not any(interval["prefilled"][m][f][k] for m in ec.MODES for f in FIELDS for k in rest)
+        # the decode modes as they always were (with_outside(rates()))
+        assert {m: stored[m] for m in ec.MODES} == _on_bins({m: interval[m] for m in ec.MODES},
+                                                          interval["bins"], stored["bins"])  # fmt: skip
+    blocks = [i["prefilled"][m] for i in got for m in ec.MODES]
+    assert {type(v) for block in blocks for f in ("steps", "tokens") for v in block[f]} == {int}
+    assert all(sum(i["prefilled"][m]["steps"]) > 0 for i in got for m in ec.MODES)
+    # bin 8 ran without a prefill: its place in the block holds zeros
+    eights = [i["prefilled"]["drafted"]["steps"][i["bins"].index(8)] for i in got if 8 in i["bins"]]
+    assert eights and set(eights) == {0}
+
+
+def test_a_window_without_prefilled_rows_reads_back_as_it_always_did(tmp_path: Path) -> None:
+    """A plugin before 0.4.14 (the same snapshots without the block): no ``prefilled`` key, the intervals
+    otherwise those the plugin 0.4.14's rows give, on every tier."""
+    snaps = _snapshots(14, seed=2)
+    older = [{key: value for key, value in snap.items() if key != "prefilled"} for snap in snaps]
+    reads: dict[str, list[list[dict[str, Any]]]] = {}
+    for name, stored in (("older", older), ("0.4.14", snaps)):
+        with _stored(tmp_path / name, stored) as (db, sid):
+            db.update_rollups()
+            reads[name] = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
+                           for limit in (2000, 10, 2)]  # fmt: skip
+    assert [{i["res_s"] for i in read} for read in reads["older"]] == [{0}, {60}, {3600}]
+    for old, new in zip(reads["older"], reads["0.4.14"], strict=True):
+        assert old and all(set(i) == {"ts", "res_s", "bins", "restarted", *ec.MODES} for i in old)
+        assert all("prefilled" in i for i in new)
+        assert old == [{key: value for key, value in i.items() if key != "prefilled"} for i in new]
+
+
+def test_learn_levels_the_stored_intervals_as_it_levels_its_own(tmp_path: Path) -> None:
+    """``control.prefilled.levelled_intervals`` with the ceiling's masks gives the stored intervals the
+    levelled step times it gives learn's live ones; so does ``as_choices``, what the warm start
+    (control/warm_start.py ``from_counters``) runs on the stored ones and learn on its own."""
+    snaps = _snapshots(12, seed=3)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+
+    def masks(intervals: list[dict[str, Any]]) -> list[list[bool]]:
+        return [learn_counters.drafted_by(i["bins"], CEILING) for i in intervals]
+
+    levelled = prefilled.levelled_intervals(got, masks(got))
+    own = prefilled.levelled_intervals(live, masks(live))
+    for stored, interval in zip(levelled, own, strict=True):
+        mine = {m: stored[m] for m in ec.MODES}
+        assert mine == _on_bins({m: interval[m] for m in ec.MODES}, interval["bins"], stored["bins"])
+    # the explored cells moved (bin 16's gated steps, bin 32's drafted ones): the stored intervals were
+    # levelled, not passed through as they were before they carried the block
+    for mode, b in (("gated", 16), ("drafted", 32)):
+        moved = [s[mode]["time_s"][s["bins"].index(b)] != i[mode]["time_s"][i["bins"].index(b)]
+                 for s, i in zip(levelled, got, strict=True)]  # fmt: skip
+        assert all(moved)
+    scale = 1 / (1 - learn_counters.DEFAULT_KEPT_EXTEND_TAX)
+    chosen = learn_counters.as_choices(got, masks(got), scale)
+    learned = learn_counters.as_choices(live, masks(live), scale)
+    for stored, interval in zip(chosen, learned, strict=True):
+        fields = {m: {f: interval[m][f] for f in FIELDS} for m in ec.MODES}
+        assert {m: {f: stored[m][f] for f in FIELDS} for m in ec.MODES} == _on_bins(
+            fields, interval["bins"], stored["bins"]
+        )
+
+
+def test_after_an_upgrade_the_block_starts_at_the_first_interval_with_a_prefilled_row(tmp_path: Path) -> None:
+    """An older plugin's intervals, then (a restart) plugin 0.4.14's, its first interval and a later one
+    without a prefill: no key before the first interval with a prefilled row (not known), the block from it
+    on, zeros in an interval without a prefill (known: none), each what rates() gives the snapshots."""
+    rng = random.Random(4)
+    old = _counters(64)
+    before = [old.snapshot(), *_workload(old, rng, 3)]
+    before = [{key: value for key, value in snap.items() if key != "prefilled"} for snap in before]
+    new = _counters(64, started_at=900.0)  # the upgrade restarted the server
+    after = [*_workload(new, rng, 1, prefills=False), *_workload(new, rng, 3),
+             *_workload(new, rng, 1, prefills=False), *_workload(new, rng, 2)]  # fmt: skip
+    snaps = [*before, *after]
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    assert [i["ts"] for i in got] == [i["ts"] for i in live]
+    first = len(before)  # the interval after the restart's (the first of 0.4.14's, no prefill in it)
+    assert [("prefilled" in i) for i in got] == [k >= first for k in range(len(got))]
+    assert "prefilled" in live[first - 1] and not any(live[first - 1]["prefilled"]["gated"]["steps"])
+    for stored, interval in zip(got[first:], live[first:], strict=True):
+        assert stored["prefilled"] == _on_bins(interval["prefilled"], interval["bins"], stored["bins"])
+    quiet = got[first + 3]["prefilled"]
+    assert quiet == {m: {f: [0] * len(got[first + 3]["bins"]) for f in FIELDS} for m in ec.MODES}
+
+
+def test_a_rollup_buckets_block_is_rates_over_the_bucket(tmp_path: Path) -> None:
+    """The minute and hour tiers, rows past the watermark added to their buckets: a bucket's block is
+    ``rates()`` of the snapshots around the bucket's intervals (its seconds summed from rounded deltas:
+    within a nanosecond per interval)."""
+    snaps = _snapshots(30, seed=5)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps, fold_before=20) as (db, sid):
+        reads = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit) for limit in (10, 2)]
+        with db.engine.connect() as conn:  # the rows of scrape 20 on wait past the watermark
+            past = conn.execute(text("SELECT min(ts) FROM engine_counter_sample WHERE id > :w"),
+                                {"w": rollups.watermark(conn, rollups.COUNTERS)}).scalar()  # fmt: skip
+        assert past == live[19]["ts"] == 1100
+    for read, res in zip(reads, (60, 3600), strict=True):
+        assert {i["res_s"] for i in read} == {res}
+        assert [i["ts"] for i in read] == ([960, 1020, 1080, 1140] if res == 60 else [0])  # 1080: both parts
+        for bucket in read:
+            inside = [k for k, i in enumerate(live) if math.floor(i["ts"] / res) * res == bucket["ts"]]
+            want = _on_bins(ec.rates(snaps[inside[0]], snaps[inside[-1] + 1])["prefilled"],
+                            live[inside[-1]]["bins"], bucket["bins"])  # fmt: skip
+            got = bucket["prefilled"]
+            for m in ec.MODES:
+                assert (got[m]["steps"], got[m]["tokens"]) == (want[m]["steps"], want[m]["tokens"])
+                assert got[m]["time_s"] == pytest.approx(want[m]["time_s"], rel=0, abs=len(inside) * 1e-9)
+                assert sum(got[m]["steps"]) > 0
+
+
+prefilled_row = st.tuples(
+    st.sampled_from([T0 + 5 * k for k in range(6)] + [T0 + 2.5, T0 + 3600.0]),
+    st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 64, 96]),
+    st.sampled_from(["drafted", "gated", "settling", "outside_drafted", "outside_gated", *PREFILLED_STORED]),
+    counts,
+    counts,
+    seconds,
+)
+
+
+def _with_prefilled_reference(rows: list[tuple[Any, ...]], res_s: int) -> list[dict[str, Any]]:
+    """The reference intervals of the decode rows, each from the first with a prefilled row in one of its
+    bins on with the block: per mode and bin the rows' sums one by one, steps and tokens int(), the time
+    rounded as rates() rounds it, zeros where none."""
+    cells: reference.Cells = {}
+    sums: dict[tuple[float, int, str], list[float]] = {}
+    for ts, b, mode, *values in rows:
+        if mode in PREFILLED_STORED:
+            cell = sums.setdefault((float(ts), int(b), mode), [0.0, 0.0, 0.0])
+            for k, v in enumerate(values):
+                cell[k] += float(v)
+        else:
+            reference.add_row(cells, ts, b, mode, values)
+    out = reference.intervals_of(cells, res_s)
+    seen = [k for k, i in enumerate(out) for b in i["bins"] for m in PREFILLED_STORED
+            if (i["ts"], b, m) in sums]  # fmt: skip
+    first = min(seen, default=len(out))
+    for interval in out[first:]:
+        block = {}
+        for mode, stored in PREFILLED_MODES.items():
+            found = [sums.get((interval["ts"], b, stored), [0.0, 0.0, 0.0]) for b in interval["bins"]]
+            block[mode] = {"steps": [int(v[0]) for v in found], "tokens": [int(v[1]) for v in found],
+                           "time_s": [round(v[2], TIME_DECIMALS) for v in found]}  # fmt: skip
+        interval["prefilled"] = block
+    return out
+
+
+@SETTINGS
+@given(rows=st.lists(prefilled_row, max_size=60), res_s=st.sampled_from([0, 60, 3600]))
+def test_prefilled_blocks_equal_the_rows_summed_per_interval_and_bin(rows: list[tuple[Any, ...]],
+                                                                     res_s: int) -> None:  # fmt: skip
+    """Random rows, prefilled ones among them (in bins and intervals without a decode row too, which no
+    block can hold): the intervals are the decode rows' as before, the block the reference's."""
+    got = _intervals_of(_Cells.of(rows, INTERVALS_READ), res_s)
+    assert got == _with_prefilled_reference(rows, res_s)
+    blocks = [i["prefilled"][m] for i in got if "prefilled" in i for m in ec.MODES]
+    assert [type(v) for block in blocks for f in ("steps", "tokens") for v in block[f]] == [
+        int for block in blocks for f in ("steps", "tokens") for _ in block[f]
+    ]

@@ -191,27 +191,30 @@ def test_extend_totals_sum_the_extend_rows_per_bin_raw_and_rolled_up(db: Databas
         queries.extend_totals(db, sid, T0 + 10, T0)
 
 
-def test_prefilled_totals_read_only_the_prefilled_rows_per_bin_and_mode(db: Database) -> None:
-    """``prefilled_totals`` sums the prefilled rows (plugin 0.4.14: steps whose span held a prefill) per bin
-    and decode mode through the reader ``extend_totals`` uses, and neither read sees the other's rows."""
+def test_prefilled_rows_come_back_as_each_intervals_block_and_in_no_other_read(db: Database) -> None:
+    """The prefilled rows (plugin 0.4.14: steps whose span held a prefill) come back as each interval's
+    ``prefilled`` block per bin and decode mode; the decode modes and the extend's read never add them in, and
+    a server without them (a plugin before 0.4.14) reads as it always did."""
     sid = db.server_id("http://a")
     drafted, gated = PREFILLED_MODES["drafted"], PREFILLED_MODES["gated"]
     stamps = [T0 + 5 * (i + 1) for i in range(12)]
     row = EngineCounterSample
     _write(db, [r for t in stamps for r in (
         *_rows(sid, t), *_extend_rows(sid, t),
-        row(server_id=sid, ts=t, batch_size=16, mode=drafted, steps=3, tokens=90, time_s=0.06),
+        row(server_id=sid, ts=t, batch_size=8, mode=drafted, steps=3, tokens=90, time_s=0.06),
         row(server_id=sid, ts=t, batch_size=32, mode=gated, steps=2, tokens=64, time_s=0.03),
     )])  # fmt: skip
-    bins, totals = queries.prefilled_totals(db, sid, T0, T0 + 60) or ([], {})
-    assert bins == [16, 32] and set(totals) == {"drafted", "gated"}
-    assert totals["drafted"] == {"steps": [36, 0], "tokens": [1080, 0], "time_s": [pytest.approx(0.72), 0.0]}
-    assert totals["gated"]["steps"] == [0, 24] and totals["gated"]["tokens"] == [0, 768]
+    intervals = queries.counter_intervals(db, sid, T0, T0 + 60)
+    assert len(intervals) == 12 and all(i["bins"] == [8, 32] for i in intervals)
+    for interval in intervals:
+        assert interval["prefilled"]["drafted"] == {"steps": [3, 0], "tokens": [90, 0], "time_s": [0.06, 0.0]}
+        assert interval["prefilled"]["gated"] == {"steps": [0, 2], "tokens": [0, 64], "time_s": [0.0, 0.03]}
+        assert interval["drafted"]["steps"] == [100, 0] and interval["gated"]["steps"] == [150, 10]
     extend = queries.extend_totals(db, sid, T0, T0 + 60)
-    assert extend is not None and extend[0] == [32, 48]  # no prefilled bin 16 among the extend's
+    assert extend is not None and extend[0] == [32, 48]  # no prefilled bin 8 among the extend's
     plain = db.server_id("http://b")  # a plugin before 0.4.14
     _write(db, _rows(plain, T0 + 5))
-    assert queries.prefilled_totals(db, plain, T0, T0 + 60) is None
+    assert all("prefilled" not in i for i in queries.counter_intervals(db, plain, T0, T0 + 60))
 
 
 def test_the_stored_extend_modes_name_the_plugins_extend_kinds() -> None:

@@ -421,36 +421,28 @@ def extend_table(db: Database, server_id: int, runs: Sequence[Run]) -> list[dict
     return out
 
 
-def prefilled_cells(db: Database, server_id: int, run: Run, intervals: Sequence[dict[str, Any]]
-                    ) -> dict[tuple[int, str], list[float]]:
-    """(bin, mode) -> [steps, tokens, seconds] of the run's steps whose span held a prefill (the counters'
-    ``prefilled`` block, plugin 0.4.14; none before), over the same intervals as ``run_intervals``' (the
-    rows stamped after the first one's start)."""
-    if not intervals:
-        return {}
-    start = min(float(i["from_ts"]) for i in intervals) + 1e-6  # that start's own row is the run before's
-    found = queries.prefilled_totals(db, server_id, start, run.end, max_intervals=100_000)
-    if found is None:
-        return {}
-    bins, block = found
-    return {(b, mode): [block[mode][key][i] for key in ("steps", "tokens", "time_s")]
-            for mode in block for i, b in enumerate(bins) if block[mode]["steps"][i]}  # fmt: skip
-
-
-def interval_prefilled(db: Database, server_id: int, intervals: Sequence[dict[str, Any]]
-                       ) -> list[dict[tuple[int, str], list[float]]]:  # fmt: skip
+def interval_prefilled(intervals: Sequence[dict[str, Any]]) -> list[dict[tuple[int, str], list[float]]]:
     """Per interval of ``run_intervals``, (bin, mode) -> [steps, tokens, seconds] of its steps whose span held
-    a prefill: the rows stamped within it (after its start, to its end), as ``prefilled_cells`` sums them."""
+    a prefill: the stored interval's ``prefilled`` block (plugin 0.4.14; ``storage.queries.counter_intervals``
+    gives it as ``rates()`` does), empty where it has none."""
     out = []
     for interval in intervals:
-        found = queries.prefilled_totals(db, server_id, float(interval["from_ts"]) + 1e-6,
-                                         float(interval["ts"]), max_intervals=100_000)  # fmt: skip
-        cells: dict[tuple[int, str], list[float]] = {}
-        if found is not None:
-            bins, block = found
-            cells = {(b, mode): [block[mode][key][i] for key in ("steps", "tokens", "time_s")]
-                     for mode in block for i, b in enumerate(bins)}  # fmt: skip
-        out.append(cells)
+        block = interval.get("prefilled") or {}
+        out.append({(int(b), mode): [block[mode][key][i] for key in ("steps", "tokens", "time_s")]
+                    for mode in block for i, b in enumerate(interval["bins"])
+                    if block[mode]["steps"][i]})  # fmt: skip
+    return out
+
+
+def prefilled_cells(intervals: Sequence[dict[str, Any]]) -> dict[tuple[int, str], list[float]]:
+    """(bin, mode) -> [steps, tokens, seconds] of the run's steps whose span held a prefill, summed over its
+    intervals (``interval_prefilled``); empty before plugin 0.4.14."""
+    out: dict[tuple[int, str], list[float]] = {}
+    for cells in interval_prefilled(intervals):
+        for key, cell in cells.items():
+            into = out.setdefault(key, [0.0, 0.0, 0.0])
+            for i, value in enumerate(cell):
+                into[i] += value
     return out
 
 
@@ -614,8 +606,8 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         cells = {name: bin_cells(intervals) for name, intervals in found.items()}
         covered = {name: covered_s(intervals) for name, intervals in found.items()}
         totals = {name: summed(found) for name, found in cells.items()}
-        prefilled = {run.name: prefilled_cells(db, server_id, run, found[run.name]) for run in runs}
-        per_interval = {name: (intervals, interval_prefilled(db, server_id, intervals))
+        prefilled = {run.name: prefilled_cells(found[run.name]) for run in runs}
+        per_interval = {name: (intervals, interval_prefilled(intervals))
                         for name, intervals in found.items() if prefilled.get(name)}  # fmt: skip
         # the kept extend's tax as the server's own extend rows measure it over the runs (plugin 0.4.6)
         span = (min(r.start for r in runs), max(r.end for r in runs)) if runs else None

@@ -11,8 +11,8 @@ modes ``storage.counter_modes.EXTEND_MODES`` beside them, for the measured kept-
 ``outside`` block (0.4.13 on: each mode's seconds outside its steps) adds rows of the modes
 ``storage.counter_modes.OUTSIDE_MODES``, 0 steps and 0 tokens, their seconds in ``time_s``, which the decode
 reads fold into their mode's step time. One that publishes the ``prefilled`` block (0.4.14 on: each mode's
-steps whose span held a prefill) adds rows of the modes ``storage.counter_modes.PREFILLED_MODES``, read only
-by ``storage.queries.prefilled_totals``.
+steps whose span held a prefill) adds rows of the modes ``storage.counter_modes.PREFILLED_MODES``, which
+``storage.queries.counter_intervals`` reads back as each interval's ``prefilled`` block.
 
 A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
 server without counters (an older plugin, no plugin) gives no rows and no warning.
