@@ -232,12 +232,15 @@ def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpee
     (raw for short windows, rollups for long ones: storage.queries.counter_samples, the intervals of
     counter_intervals grouped per bin) through ``control.speedup.estimate_per_bin``, the gated side of the
     bins that ran mostly drafted corrected for the kept extend as learn corrects it (the tax the stored
-    extend rows measure, else 7 %: ``control.kept_extend.corrected_estimate``)."""
+    extend rows measure, else 7 %: ``control.kept_extend.corrected_estimate``), each bin's minority mode
+    levelled for the prefills in its steps as learn levels its explored cells (plugin 0.4.14 on)."""
     samples = queries.counter_samples(db, server_id, t0, t1)
     has = samples.intervals > 0 or queries.has_counters(db, server_id)
     measured = kept_extend.from_totals(queries.extend_totals(db, server_id, t0, t1))
     tax, text = kept_extend.or_assumed(measured)
-    est, corrected = kept_extend.corrected_estimate(samples.per_bin, samples.intervals, tax)
+    est, corrected = kept_extend.corrected_estimate(
+        samples.per_bin, samples.intervals, tax, samples.prefilled
+    )
     return LiveSpeedup(est, has, t0, t1, text, measured, corrected)
 
 

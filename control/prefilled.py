@@ -15,8 +15,9 @@ time; the prefill seconds, the prefilled steps' time over what as many pure step
 given prefill cost per output token put back in: ``tokens / (pure seconds + p * tokens)``. With the bin's
 own ``p`` over its modes (``prefill_s_per_token``, explore_lean.py's first reading) a bin that ran one mode
 reads its plain rate again. ``levelled_intervals`` levels the counters' intervals as learn reads them: each
-explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose that mode. Standard
-library only, as the rest of the estimator's inputs.
+explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose that mode;
+``levelled_samples`` does the same to the per-bin samples the console reads
+(``kept_extend.corrected_estimate``), each bin's minority mode the explored one. Standard library only, as the rest of the estimator's inputs.
 """
 
 from __future__ import annotations
@@ -171,8 +172,88 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
                 pure = cells[(int(b), mode, False)].pure_step_s() if not steady else None
                 if p is None or pure is None or whole["steps"][i] <= 0:
                     continue
-                own = whole["time_s"][i] - pre["time_s"][i]
-                times[i] = round(max(0.0, own) + pre["steps"][i] * pure + p * whole["tokens"][i], 9)
+                times[i] = _levelled_s(whole["time_s"][i], pre["steps"][i], pre["time_s"][i],
+                                       whole["tokens"][i], pure, p)
             levelled[mode] = with_rates({**whole, "time_s": times})
         out.append(levelled)
     return out
+
+
+# The estimate's per-bin grouping (``speedup.per_bin``: bin -> mode -> [(tokens, time_s, steps)]) and, aligned
+# with it sample for sample, each sample's prefilled steps, tokens and seconds; None where its interval has no
+# ``prefilled`` block (a plugin before 0.4.14).
+PrefilledSamples = dict[int, dict[str, list[tuple[float, float, float] | None]]]
+Grouped = Mapping[int, Mapping[str, Sequence[tuple[float, float, int]]]]
+
+
+def prefilled_samples(intervals: Sequence[Mapping[str, Any]]) -> PrefilledSamples | None:
+    """Each sample of ``speedup.per_bin(intervals)``'s prefilled (steps, tokens, time_s), in the same order;
+    None where no interval has the block. ``storage.queries.counter_samples`` gives the same of the stored
+    intervals without building them."""
+    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
+        return None
+    out: PrefilledSamples = {}
+    for interval in intervals:
+        block = interval.get("prefilled")
+        for mode in MODES:
+            for i, b in enumerate(interval["bins"]):
+                if int(interval[mode]["steps"][i]) <= 0:
+                    continue
+                held = None
+                if isinstance(block, Mapping):
+                    mine = block[mode]
+                    held = (float(mine["steps"][i]), float(mine["tokens"][i]), float(mine["time_s"][i]))
+                out.setdefault(int(b), {m: [] for m in MODES})[mode].append(held)
+    return out
+
+
+def _sample_cell(samples: Sequence[tuple[float, float, int]],
+                 held: Sequence[tuple[float, float, float] | None]) -> ModeSteps:  # fmt: skip
+    """The samples whose prefilled steps are known, summed into one cell."""
+    known = [(s, h) for s, h in zip(samples, held, strict=True) if h is not None]
+    return ModeSteps(sum(s[2] for s, _ in known), sum(s[0] for s, _ in known), sum(s[1] for s, _ in known),
+                     sum(h[0] for _, h in known), sum(h[1] for _, h in known), sum(h[2] for _, h in known))
+
+
+def levelled_samples(
+    grouped: Grouped, prefilled: PrefilledSamples | None, explored: Mapping[int, str]
+) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
+    """``levelled_intervals`` on the estimate's per-bin grouping, where each bin's explored mode is known per
+    bin rather than per interval (``explored``: bin -> the mode explored there, the other one steady; what
+    the console reads from ``BinEstimate.ran_mostly``, having no ceiling per interval): each explored sample
+    at its cell's pure step time plus the mode's steady prefill seconds per token, from the bins where that
+    mode is the steady one. A bin not in ``explored`` (mixed), a sample whose prefilled steps are unknown,
+    and every cell without a pure step time or a steady cost stay as they are."""
+    out = {b: {mode: list(samples) for mode, samples in modes.items()} for b, modes in grouped.items()}
+    if prefilled is None:
+        return out
+
+    def held(b: int, mode: str) -> Sequence[tuple[float, float, float] | None]:
+        return prefilled.get(b, {}).get(mode) or [None] * len(grouped[b][mode])
+
+    def cell(b: int, mode: str) -> ModeSteps:
+        return _sample_cell(grouped[b][mode], held(b, mode))
+
+    steady_bins = {mode: [b for b, other in explored.items() if b in grouped and other != mode]
+                   for mode in MODES}  # fmt: skip
+    per_token = {mode: steady_prefill_s_per_token([cell(b, mode) for b in bins])
+                 for mode, bins in steady_bins.items()}  # fmt: skip
+    for b, mode in explored.items():
+        if b not in grouped or mode not in grouped[b]:
+            continue
+        p, pure = per_token[mode], cell(b, mode).pure_step_s()
+        if p is None or pure is None:
+            continue
+        out[b][mode] = [
+            (tokens, _levelled_s(seconds, h[0], h[2], tokens, pure, p), steps) if h is not None
+            else (tokens, seconds, steps)
+            for (tokens, seconds, steps), h in zip(grouped[b][mode], held(b, mode), strict=True)
+        ]  # fmt: skip
+    return out
+
+
+def _levelled_s(seconds: float, held_steps: float, held_s: float, tokens: float, pure_s: float,
+                per_token_s: float) -> float:  # fmt: skip
+    """One sample's seconds levelled: its pure steps' own time, its prefilled steps at the pure step time,
+    and ``per_token_s`` for each of its tokens (rounded as ``rates()`` rounds a step time)."""
+    return round(max(0.0, seconds - held_s) + held_steps * pure_s + per_token_s * tokens, 9)

@@ -119,6 +119,9 @@ def _intervals_of(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
 
 
 Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
+# aligned with Samples: each sample's prefilled (steps, tokens, time_s), None where not known (the shape of
+# control.prefilled.PrefilledSamples, which the control layer reads; storage imports nothing above it)
+PrefilledSamples = dict[int, dict[str, list[tuple[float, float, float] | None]]]
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,10 @@ class CounterSamples:
 
     intervals: int  # how many intervals went in
     per_bin: Samples  # bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]
+    # aligned with per_bin sample for sample: the prefilled steps, tokens and seconds of each (plugin 0.4.14;
+    # None before the first interval with a prefilled row), as control.prefilled.prefilled_samples gives
+    # them of counter_intervals; None where the window has no prefilled row
+    prefilled: PrefilledSamples | None = None
 
 
 def counter_samples(
@@ -139,10 +146,14 @@ def counter_samples(
     *,
     max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
 ) -> CounterSamples:
-    """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode."""
-    cells, _ = _read(db, server_id, start, end, max_intervals)
-    entries = _Entries.of(cells)
-    return CounterSamples(len(entries.stamps), _per_bin(entries))
+    """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode,
+    with their prefilled steps where the window holds them (what ``control.kept_extend.corrected_estimate``
+    levels the explored cells by)."""
+    cells, _ = _read(db, server_id, start, end, max_intervals, INTERVALS_READ)
+    decode, prefilled = cells.split(len(DECODE_READ))
+    entries = _Entries.of(decode)
+    per_bin, held = _per_bin(entries, _prefilled(entries, prefilled) if len(prefilled.ts) else None)
+    return CounterSamples(len(entries.stamps), per_bin, held)
 
 
 def extend_totals(
@@ -391,22 +402,37 @@ def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[st
     return first, blocks
 
 
-def _per_bin(entries: _Entries) -> Samples:
+def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]] | None = None
+             ) -> tuple[Samples, PrefilledSamples | None]:  # fmt: skip
     """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there, oldest first]: what
-    ``control.speedup.per_bin`` makes of ``_intervals(entries)``."""
+    ``control.speedup.per_bin`` makes of ``_intervals(entries)``; and with ``held`` (``_prefilled``'s first
+    interval and blocks) each sample's prefilled (steps, tokens, time_s) in the same order, None before that
+    interval: what ``control.prefilled.prefilled_samples`` makes of the intervals."""
     out: Samples = {}
+    found: PrefilledSamples | None = {} if held is not None else None
     bins = np.array(entries.bins, dtype=np.int64)
+    interval_of = np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
     for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,
                                            strict=True):  # fmt: skip
         ran = np.flatnonzero(steps > 0)
         order = ran[np.argsort(bins[ran], kind="stable")]  # by bin, each bin's intervals in time order
-        seconds = [time_s[i] for i in order.tolist()]
+        picked = order.tolist()
+        seconds = [time_s[i] for i in picked]
         samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
         for b, group in itertools.groupby(
             zip(bins[order].tolist(), samples, strict=True), key=lambda x: x[0]
         ):
             out.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = [sample for _, sample in group]
-    return out
+        if held is None or found is None:
+            continue
+        first, blocks = held
+        block = blocks[mode]
+        for i, b in zip(picked, bins[order].tolist(), strict=True):
+            sample = None  # an interval before the first with a prefilled row: not known (an older plugin)
+            if interval_of[i] >= first:
+                sample = (float(block["steps"][i]), float(block["tokens"][i]), float(block["time_s"][i]))
+            found.setdefault(b, {m: [] for m in COUNTER_MODES})[mode].append(sample)
+    return out, found
 
 
 def has_counters(db: Database, server_id: int) -> bool:

@@ -191,3 +191,28 @@ def test_steady_cells_keep_their_time(steps: list[int], tokens_per_step: float, 
            for n in steps]  # fmt: skip
     levelled = prefilled.levelled_intervals(raw, [[False]] * len(raw))
     assert [i["gated"]["time_s"] for i in levelled] == [i["gated"]["time_s"] for i in raw]
+
+
+def test_the_per_bin_samples_level_as_the_intervals_do_and_unknown_samples_stay() -> None:
+    """``levelled_samples`` (the console's grouping, the explored mode known per bin) gives the explored
+    cell the levelled times ``levelled_intervals`` gives it; a sample whose prefilled steps are unknown (an
+    interval before the plugin's upgrade), a bin with no explored mode, and a window without the block stay
+    as they are."""
+    raw, masks, _ = window()
+    grouped = speedup.per_bin(raw)
+    held = prefilled.prefilled_samples(raw)
+    assert held is not None
+    explored = {16: "gated", 32: "gated", 64: "drafted"}  # bins 16 and 32 drafted, 64 gated
+    levelled = prefilled.levelled_samples(grouped, held, explored)
+    want = speedup.per_bin(prefilled.levelled_intervals(raw, masks))
+    assert levelled[32]["gated"] == pytest.approx(want[32]["gated"], rel=1e-12)
+    assert levelled[32]["drafted"] == grouped[32]["drafted"] and levelled[64] == grouped[64]
+    assert levelled[32]["gated"] != grouped[32]["gated"]
+    held[32]["gated"][0] = None  # not known: that sample stays
+    again = prefilled.levelled_samples(grouped, held, explored)
+    assert again[32]["gated"][0] == grouped[32]["gated"][0]
+    assert again[32]["gated"][1:] != grouped[32]["gated"][1:]
+    assert prefilled.levelled_samples(grouped, held, {64: "drafted"})[32] == grouped[32]  # 32 not explored
+    assert prefilled.levelled_samples(grouped, None, explored) == grouped
+    older = [{k: v for k, v in i.items() if k != "prefilled"} for i in raw]
+    assert prefilled.prefilled_samples(older) is None

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spectower.collectors.sink import StorageSink
-from spectower.control import prefilled, speedup
+from spectower.control import kept_extend, prefilled, speedup
 from spectower.control.policy import learn_counters
 from spectower.plugin import engine_counters as ec
 from spectower.storage import Database, open_database, queries, rollups
@@ -80,7 +80,7 @@ def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res
     got = _intervals(entries, res_s)
     assert got == want
     # grouped per bin as the estimator groups the intervals: the same samples, in the same order
-    assert _per_bin(entries) == speedup.per_bin(want)
+    assert _per_bin(entries)[0] == speedup.per_bin(want)
     # same types too: ints stay ints, a missing rate is None (not NaN)
     assert [type(v) for i in got for m in ("drafted", "gated") for v in i[m]["steps"]] == [
         int for i in want for m in ("drafted", "gated") for _ in i[m]["steps"]
@@ -89,7 +89,7 @@ def test_intervals_equal_rates_of_each_interval(rows: list[tuple[Any, ...]], res
 
 def test_no_rows_no_intervals() -> None:
     entries = _Entries.of(_Cells.of([]))
-    assert _intervals(entries, 0) == [] and _per_bin(entries) == {}
+    assert _intervals(entries, 0) == [] and _per_bin(entries) == ({}, None)
 
 
 @pytest.fixture
@@ -487,3 +487,39 @@ def test_prefilled_blocks_equal_the_rows_summed_per_interval_and_bin(rows: list[
     assert [type(v) for block in blocks for f in ("steps", "tokens") for v in block[f]] == [
         int for block in blocks for f in ("steps", "tokens") for _ in block[f]
     ]
+
+
+def test_counter_samples_carry_each_samples_prefilled_steps_and_the_console_levels_them_as_learn(
+    tmp_path: Path,
+) -> None:
+    """``counter_samples`` (the console's read: per-bin samples, no dict per interval) holds beside each
+    sample its prefilled steps, as ``control.prefilled.prefilled_samples`` reads them off the same stored
+    intervals; and ``kept_extend.corrected_estimate`` levels each bin's minority mode with them as
+    ``levelled_intervals`` levels the intervals with that bin's mode explored: the console and learn give one
+    answer. A window of an older plugin has none (``prefilled`` None), and the estimate is as before."""
+    snaps = _snapshots(12, seed=5)
+    with _stored(tmp_path / "new", snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+        samples = queries.counter_samples(db, sid, 900.0, 2000.0)
+    assert samples.per_bin == speedup.per_bin(got)
+    assert samples.prefilled is not None and samples.prefilled == prefilled.prefilled_samples(got)
+    mostly = {b.batch_size: b.ran_mostly for b in speedup.estimate(got).bins}
+    assert mostly[16] == "drafted" and mostly[32] == "gated"
+    masks = [[mostly[int(b)] == "drafted" for b in i["bins"]] for i in got]
+    want = speedup.estimate(prefilled.levelled_intervals(got, masks))
+    est, _ = kept_extend.corrected_estimate(samples.per_bin, samples.intervals, 0.0, samples.prefilled)
+    assert [b.batch_size for b in est.bins] == [b.batch_size for b in want.bins]
+    for mine, theirs in zip(est.bins, want.bins, strict=True):
+        assert mine.gated_tok_s == pytest.approx(theirs.gated_tok_s, rel=1e-9)
+        assert mine.drafted_tok_s == pytest.approx(theirs.drafted_tok_s, rel=1e-9)
+    raw = {b.batch_size: b for b in speedup.estimate_per_bin(samples.per_bin, samples.intervals).bins}
+    levelled = {b.batch_size: b for b in est.bins}
+    assert levelled[16].gated_tok_s != raw[16].gated_tok_s  # the explored cells moved
+    assert levelled[32].drafted_tok_s != raw[32].drafted_tok_s
+    assert levelled[16].drafted_tok_s == raw[16].drafted_tok_s  # the steady ones did not
+    older = [{key: value for key, value in snap.items() if key != "prefilled"} for snap in snaps]
+    with _stored(tmp_path / "old", older) as (db, sid):
+        plain = queries.counter_samples(db, sid, 900.0, 2000.0)
+    assert plain.prefilled is None
+    assert kept_extend.corrected_estimate(plain.per_bin, plain.intervals, 0.0, plain.prefilled)[0] == (
+        speedup.estimate_per_bin(plain.per_bin, plain.intervals))
