@@ -17,7 +17,8 @@ own ``p`` over its modes (``prefill_s_per_token``, explore_lean.py's first readi
 reads its plain rate again. ``levelled_intervals`` levels the counters' intervals as learn reads them: each
 explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose that mode;
 ``levelled_samples`` does the same to the per-bin samples the console reads
-(``kept_extend.corrected_estimate``), each bin's minority mode the explored one. Standard library only, as the rest of the estimator's inputs.
+(``kept_extend.corrected_estimate``), each bin's minority mode the explored one. Standard library only, as
+the rest of the estimator's inputs.
 """
 
 from __future__ import annotations
