@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectower.collectors.sink import StorageSink
 from spectower.control import kept_extend, prefilled, speedup
 from spectower.control.policy import learn_counters
 from spectower.plugin import engine_counters as ec
@@ -41,7 +40,7 @@ from sqlalchemy import event, text
 
 from tests import queries_reference as reference
 from tests.conftest import examples
-from tests.test_sglang_counters import URL, _counters, _doc, scrape_documents
+from tests.test_sglang_counters import _counters, _doc, stored_documents
 
 SETTINGS = settings(
     max_examples=examples(300),
@@ -285,24 +284,11 @@ def _live(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 @contextmanager
 def _stored(path: Path, snaps: Sequence[dict[str, Any]], fold_before: int | None = None
             ) -> Iterator[tuple[Database, int]]:  # fmt: skip
-    """The snapshots as /server_info documents through the real scraper and sink into SQLite at ``path``:
-    the open database and the server's id. ``fold_before``: the rollups are folded once the scrapes before
-    that one are stored, so the later ones' rows lie past the watermark."""
+    """The snapshots as /server_info documents through the real scraper and sink into SQLite under ``path``
+    (``stored_documents``): the open database and the server's id."""
     path.mkdir(parents=True, exist_ok=True)
-    db = open_database(path / "db.sqlite")
-    sink = StorageSink(db)
-    try:
-        for k, result in enumerate(scrape_documents([_doc(snap) for snap in snaps])):
-            if k == fold_before:
-                assert sink.flush()
-                db.update_rollups()
-            sink.engine(URL, result)
-        assert sink.flush()
-        sid = queries.server_by_url(db, URL).id
-        assert sid is not None
-        yield db, sid
-    finally:
-        db.close()
+    with stored_documents(path, [_doc(snap) for snap in snaps], fold_before) as found:
+        yield found
 
 
 def _on_bins(block: Mapping[str, Mapping[str, Sequence[Any]]], bins: Sequence[int],

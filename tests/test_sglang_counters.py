@@ -59,13 +59,18 @@ def scrape_documents(docs: list[dict[str, Any]]) -> list[Any]:
 
 
 @contextmanager
-def stored_documents(tmp_path: Path, docs: list[dict[str, Any]]) -> Iterator[tuple[Database, int]]:
+def stored_documents(tmp_path: Path, docs: list[dict[str, Any]],
+                     fold_before: int | None = None) -> Iterator[tuple[Database, int]]:  # fmt: skip
     """The documents scraped in turn (``scrape_documents``) and written by the real sink into a SQLite file
-    under ``tmp_path``: the open database and the server's id."""
+    under ``tmp_path``: the open database and the server's id. ``fold_before``: the rollups are folded once
+    the scrapes before that one are stored, so the later ones' rows lie past the watermark."""
     db = open_database(tmp_path / "db.sqlite")
     sink = StorageSink(db)
     try:
-        for result in scrape_documents(docs):
+        for k, result in enumerate(scrape_documents(docs)):
+            if k == fold_before:
+                assert sink.flush()
+                db.update_rollups()
             sink.engine(URL, result)
         assert sink.flush()
         sid = queries.server_by_url(db, URL).id
