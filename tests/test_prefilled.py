@@ -142,11 +142,17 @@ def test_a_drafting_bins_explored_gated_side_reads_the_steady_gated_rate_levelle
 
 def test_learn_reads_the_levelled_gated_side() -> None:
     """``as_choices`` (what learn and its warm start weigh) levels before it scales by the kept extend's
-    tax: with no tax the drafting bin's gated side is the levelled one."""
+    tax: with no tax the drafting bin's gated side is the levelled one, and its drafting side what the bin
+    served, its explored gated steps as measured."""
     raw, masks, truth = window()
     est = learn_counters.estimate_without_thin(learn_counters.as_choices(raw, masks, 1.0))[0]
-    gated = next(e for e in est.bins if e.batch_size == 32).gated_tok_s
-    assert gated is not None and gated / truth == pytest.approx(1.0, abs=0.01)
+    at_32 = next(e for e in est.bins if e.batch_size == 32)
+    assert at_32.gated_tok_s is not None and at_32.gated_tok_s / truth == pytest.approx(1.0, abs=0.01)
+    # drafting bin 32 served all it ran as measured: its gated steps with the prefills they carried
+    i = BINS.index(32)
+    tokens = sum(x[m]["tokens"][i] for x in raw for m in ("drafted", "gated"))
+    seconds = sum(x[m]["time_s"][i] for x in raw for m in ("drafted", "gated"))
+    assert at_32.drafted_tok_s == pytest.approx(tokens / seconds, rel=1e-9)
 
 
 def test_without_a_steady_cell_of_the_mode_the_explored_cell_stays() -> None:

@@ -138,13 +138,14 @@ def as_choices(
     Under a steady load a drafted bin's gated steps are its explored ones, a few %, and its drafting side is
     its drafted rate within that share of the difference.
 
-    First each explored cell (the mode its ceiling did not choose) is levelled for the prefills in its
-    steps (``prefilled.levelled_intervals``, where the intervals carry plugin 0.4.14's block): it sits in the
-    other mode's stream and carries that stream's prefills, a drafting stream's more and dearer ones in a
-    drafting bin's explored gated steps, a gated stream's in a gated bin's explored drafting."""
+    Each explored cell (the mode its ceiling did not choose) is levelled for the prefills in its steps
+    (``prefilled.levelled_intervals``, where the intervals carry plugin 0.4.14's block): it sits in the other
+    mode's stream and carries that stream's prefills, a drafting stream's more and dearer ones in a drafting
+    bin's explored gated steps, a gated stream's in a gated bin's explored drafting. The drafting side of a
+    bin its ceiling drafts adds the gated steps as measured: what that bin served, prefills and all."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
-    intervals = prefilled.levelled_intervals(intervals, masks)
+    levelled = prefilled.levelled_intervals(intervals, masks)
     chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
     for interval, mask in zip(intervals, masks, strict=True):
         for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
@@ -152,21 +153,24 @@ def as_choices(
                 chosen_in[int(b)] = chosen_in.get(int(b), 0) + 1
     known = {b for b, n in chosen_in.items() if n >= MIN_INTERVALS}
     out = []
-    for interval, mask in zip(intervals, masks, strict=True):
-        gated, chosen = dict(interval["gated"]), dict(interval["drafted"])
+    for interval, flat, mask in zip(intervals, levelled, masks, strict=True):
+        # the sides as levelled (the explored cells), but what drafting a drafted bin served is all it ran,
+        # as measured: its gated steps with the prefills they carried
+        gated, chosen = dict(flat["gated"]), dict(flat["drafted"])
+        served_gated = interval["gated"]
         # per bin: 1 adds the gated steps to the drafting side, 0 keeps the drafted ones, -1 drops them
         bins_masked = zip(interval["bins"], mask, strict=True)
         how = [1 if w else (-1 if int(b) in known else 0) for b, w in bins_masked]
         for key in ("steps", "tokens", "time_s"):
             chosen[key] = [d + g if h > 0 else (0 if h < 0 else d)
-                           for d, g, h in zip(chosen[key], gated[key], how, strict=True)]  # fmt: skip
+                           for d, g, h in zip(chosen[key], served_gated[key], how, strict=True)]  # fmt: skip
         for key, num, den in (("tok_s", "tokens", "time_s"), ("step_s", "time_s", "steps")):
             rows = zip(chosen[num], chosen[den], chosen.get(key, [None] * len(how)), how, strict=True)
             chosen[key] = [(x / y if x > 0 and y > 0 else None) if h != 0 else r for x, y, r, h in rows]
         gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], mask, strict=True)]
         gated["tok_s"] = [r * scale if r is not None and w else r
                           for r, w in zip(gated["tok_s"], mask, strict=True)]  # fmt: skip
-        out.append({**interval, "drafted": chosen, "gated": gated})
+        out.append({**flat, "drafted": chosen, "gated": gated})
     return out
 
 
