@@ -14,9 +14,9 @@ Here, per mode and bin: the steps split by whether their span held a prefill; th
 time; the prefill seconds, the prefilled steps' time over what as many pure steps take; and a rate with a
 given prefill cost per output token put back in: ``tokens / (pure seconds + p * tokens)``. With the bin's
 own ``p`` over its modes (``prefill_s_per_token``: the first reading, which charged both modes one cost) a
-bin that ran one mode reads its plain rate again. ``levelled_intervals`` levels the counters' intervals as learn reads them: each
-explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose that mode;
-``levelled_samples`` does the same to the per-bin samples the console reads
+bin that ran one mode reads its plain rate again. ``levelled_intervals`` levels the counters' intervals as
+learn reads them: each explored cell at its mode's steady ``p``, taken from the bins where its ceiling chose
+that mode; ``levelled_samples`` does the same to the per-bin samples the console reads
 (``kept_extend.corrected_estimate``), each bin's minority mode the explored one. Standard library only, as
 the rest of the estimator's inputs.
 """
