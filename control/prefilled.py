@@ -97,24 +97,71 @@ def levelled_tok_s(mode: ModeSteps, per_token_s: float) -> float | None:
     return mode.tokens / (pure + per_token_s * mode.tokens)
 
 
+# One interval's steps of a mode in a bin, as the estimate groups them: (tokens, time_s, steps); and beside
+# it the steps among them whose span held a prefill, (steps, tokens, time_s), None where not known (an
+# interval without the ``prefilled`` block: a plugin before 0.4.14).
+Sample = tuple[float, float, int]
+Held = tuple[float, float, float] | None
+# (bin, mode, steady): a mode's cell in a bin, ``steady`` where it is the mode the ceiling chose there
+CellKey = tuple[int, str, bool]
+Records = dict[CellKey, list[tuple[Sample, Held]]]
+
+
+def _cell(records: Sequence[tuple[Sample, Held]]) -> ModeSteps:
+    """The records whose prefilled steps are known, summed into one cell."""
+    known = [(s, h) for s, h in records if h is not None]
+    return ModeSteps(sum(s[2] for s, _ in known), sum(s[0] for s, _ in known), sum(s[1] for s, _ in known),
+                     sum(h[0] for _, h in known), sum(h[1] for _, h in known), sum(h[2] for _, h in known))
+
+
+def _interval_records(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Sequence[bool]]
+                      ) -> tuple[Records, dict[CellKey, list[tuple[int, str, int]]]]:  # fmt: skip
+    """Each cell's records over the intervals (each interval's steps there, ``masks``: per interval, per bin,
+    whether its ceiling drafted the bin), and where each record came from: (interval, mode, bin index)."""
+    records: Records = {}
+    where: dict[CellKey, list[tuple[int, str, int]]] = {}
+    for k, (interval, mask) in enumerate(zip(intervals, masks, strict=True)):
+        block = interval.get("prefilled")
+        for mode in MODES:
+            whole = interval[mode]
+            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
+                if whole["steps"][i] <= 0:
+                    continue
+                held: Held = None
+                if isinstance(block, Mapping):
+                    pre = block[mode]
+                    held = (float(pre["steps"][i]), float(pre["tokens"][i]), float(pre["time_s"][i]))
+                key = (int(b), mode, drafted == (mode == "drafted"))
+                sample = (whole["tokens"][i], whole["time_s"][i], whole["steps"][i])
+                records.setdefault(key, []).append((sample, held))
+                where.setdefault(key, []).append((k, mode, i))
+    return records, where
+
 
 def choice_cells(intervals: Sequence[Mapping[str, Any]],
-           masks: Sequence[Sequence[bool]]) -> dict[tuple[int, str, bool], ModeSteps]:  # fmt: skip
-    """(bin, mode, steady) -> the mode's steps in the bin over the intervals (each with its ``prefilled``
-    block), ``steady`` where the mode is the one the interval's ceiling chose for the bin (``masks``: per
-    interval, per bin, whether its ceiling drafted the bin)."""
-    sums: dict[tuple[int, str, bool], list[float]] = {}
-    for interval, mask in zip(intervals, masks, strict=True):
-        block = interval["prefilled"]
-        for mode in MODES:
-            whole, pre = interval[mode], block[mode]
-            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
-                cell = sums.setdefault((int(b), mode, drafted == (mode == "drafted")), [0.0] * 6)
-                values = (whole["steps"][i], whole["tokens"][i], whole["time_s"][i],
-                          pre["steps"][i], pre["tokens"][i], pre["time_s"][i])  # fmt: skip
-                for k, v in enumerate(values):
-                    cell[k] += float(v)
-    return {key: ModeSteps(*cell) for key, cell in sums.items()}
+                 masks: Sequence[Sequence[bool]]) -> dict[CellKey, ModeSteps]:  # fmt: skip
+    """(bin, mode, steady) -> the mode's steps in the bin over the intervals whose prefilled steps are known,
+    ``steady`` where the mode is the one the interval's ceiling chose for the bin (``masks``: per interval,
+    per bin, whether its ceiling drafted the bin)."""
+    return {key: _cell(records) for key, records in _interval_records(intervals, masks)[0].items()}
+
+
+def _levelled(cells: Mapping[CellKey, Sequence[tuple[Sample, Held]]]) -> dict[CellKey, list[float | None]]:
+    """The one rule of ``levelled_intervals`` and ``levelled_samples``: per explored cell (``steady`` False)
+    whose pure step time and whose mode's steady prefill seconds per token are known, each record's seconds
+    levelled (``levelled_seconds``), None where its prefilled steps are not known."""
+    pooled = {key: _cell(records) for key, records in cells.items()}
+    per_token = {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in pooled.items()
+                                                   if m == mode and steady]) for mode in MODES}  # fmt: skip
+    out: dict[CellKey, list[float | None]] = {}
+    for key, records in cells.items():
+        _, mode, steady = key
+        p, pure = per_token[mode], pooled[key].pure_step_s()
+        if steady or p is None or pure is None:
+            continue
+        out[key] = [None if h is None else levelled_seconds(s[1], h[0], h[2], s[0], pure, p)
+                    for s, h in records]  # fmt: skip
+    return out
 
 
 def steady_prefill_s_per_token(cells: Sequence[ModeSteps]) -> float | None:
@@ -151,31 +198,22 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
     levelling twice changes nothing."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
-    pairs = [(interval, mask) for interval, mask in zip(intervals, masks, strict=True)
-             if isinstance(interval.get("prefilled"), Mapping)]  # fmt: skip
-    if not pairs:
+    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
         return [dict(interval) for interval in intervals]
-    cells = choice_cells([i for i, _ in pairs], [m for _, m in pairs])
-    per_token = {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in cells.items()
-                                                   if m == mode and steady]) for mode in MODES}  # fmt: skip
+    records, where = _interval_records(intervals, masks)
+    times = [{mode: list(interval[mode]["time_s"]) for mode in MODES} for interval in intervals]
+    for key, seconds in _levelled(records).items():
+        for (k, mode, i), levelled_s in zip(where[key], seconds, strict=True):
+            if levelled_s is not None:
+                times[k][mode][i] = levelled_s
     out: list[dict[str, Any]] = []
-    for interval, mask in zip(intervals, masks, strict=True):
-        block = interval.get("prefilled")
-        if not isinstance(block, Mapping):
+    for interval, own in zip(intervals, times, strict=True):
+        if not isinstance(interval.get("prefilled"), Mapping):
             out.append(dict(interval))
             continue
         levelled = {key: value for key, value in interval.items() if key != "prefilled"}
         for mode in MODES:
-            whole, pre, p = interval[mode], block[mode], per_token[mode]
-            times = list(whole["time_s"])
-            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
-                steady = drafted == (mode == "drafted")
-                pure = cells[(int(b), mode, False)].pure_step_s() if not steady else None
-                if p is None or pure is None or whole["steps"][i] <= 0:
-                    continue
-                times[i] = _levelled_s(whole["time_s"][i], pre["steps"][i], pre["time_s"][i],
-                                       whole["tokens"][i], pure, p)
-            levelled[mode] = with_rates({**whole, "time_s": times})
+            levelled[mode] = with_rates({**interval[mode], "time_s": own[mode]})
         out.append(levelled)
     return out
 
@@ -208,14 +246,6 @@ def prefilled_samples(intervals: Sequence[Mapping[str, Any]]) -> PrefilledSample
     return out
 
 
-def _sample_cell(samples: Sequence[tuple[float, float, int]],
-                 held: Sequence[tuple[float, float, float] | None]) -> ModeSteps:  # fmt: skip
-    """The samples whose prefilled steps are known, summed into one cell."""
-    known = [(s, h) for s, h in zip(samples, held, strict=True) if h is not None]
-    return ModeSteps(sum(s[2] for s, _ in known), sum(s[0] for s, _ in known), sum(s[1] for s, _ in known),
-                     sum(h[0] for _, h in known), sum(h[1] for _, h in known), sum(h[2] for _, h in known))
-
-
 def levelled_samples(
     grouped: Grouped, prefilled: PrefilledSamples | None, explored: Mapping[int, str]
 ) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
@@ -228,33 +258,20 @@ def levelled_samples(
     out = {b: {mode: list(samples) for mode, samples in modes.items()} for b, modes in grouped.items()}
     if prefilled is None:
         return out
-
-    def held(b: int, mode: str) -> Sequence[tuple[float, float, float] | None]:
-        return prefilled.get(b, {}).get(mode) or [None] * len(grouped[b][mode])
-
-    def cell(b: int, mode: str) -> ModeSteps:
-        return _sample_cell(grouped[b][mode], held(b, mode))
-
-    steady_bins = {mode: [b for b, other in explored.items() if b in grouped and other != mode]
-                   for mode in MODES}  # fmt: skip
-    per_token = {mode: steady_prefill_s_per_token([cell(b, mode) for b in bins])
-                 for mode, bins in steady_bins.items()}  # fmt: skip
-    for b, mode in explored.items():
-        if b not in grouped or mode not in grouped[b]:
-            continue
-        p, pure = per_token[mode], cell(b, mode).pure_step_s()
-        if p is None or pure is None:
-            continue
-        out[b][mode] = [
-            (tokens, _levelled_s(seconds, h[0], h[2], tokens, pure, p), steps) if h is not None
-            else (tokens, seconds, steps)
-            for (tokens, seconds, steps), h in zip(grouped[b][mode], held(b, mode), strict=True)
-        ]  # fmt: skip
+    records: Records = {}
+    for b, explored_mode in explored.items():
+        for mode, samples in grouped.get(b, {}).items():
+            held = prefilled.get(b, {}).get(mode) or [None] * len(samples)
+            records[(b, mode, mode != explored_mode)] = list(zip(samples, held, strict=True))
+    for (b, mode, _), seconds in _levelled(records).items():
+        rows = zip(grouped[b][mode], seconds, strict=True)
+        out[b][mode] = [(tokens, time_s if levelled_s is None else levelled_s, steps)
+                        for (tokens, time_s, steps), levelled_s in rows]  # fmt: skip
     return out
 
 
-def _levelled_s(seconds: float, held_steps: float, held_s: float, tokens: float, pure_s: float,
-                per_token_s: float) -> float:  # fmt: skip
+def levelled_seconds(seconds: float, held_steps: float, held_s: float, tokens: float, pure_s: float,
+                     per_token_s: float) -> float:  # fmt: skip
     """One sample's seconds levelled: its pure steps' own time, its prefilled steps at the pure step time,
     and ``per_token_s`` for each of its tokens (rounded as ``rates()`` rounds a step time)."""
     return round(max(0.0, seconds - held_s) + held_steps * pure_s + per_token_s * tokens, 9)

@@ -409,25 +409,26 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     interval and blocks) each sample's prefilled (steps, tokens, time_s) in the same order, None before that
     interval: what ``control.prefilled.prefilled_samples`` makes of the intervals."""
     out: Samples = {}
-    found: PrefilledSamples | None = {} if held is not None else None
     bins = np.array(entries.bins, dtype=np.int64)
-    interval_of = np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
+    orders = {}  # mode -> its entries with steps, by bin, each bin's intervals in time order
     for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,
                                            strict=True):  # fmt: skip
         ran = np.flatnonzero(steps > 0)
-        order = ran[np.argsort(bins[ran], kind="stable")]  # by bin, each bin's intervals in time order
-        picked = order.tolist()
-        seconds = [time_s[i] for i in picked]
+        order = orders[mode] = ran[np.argsort(bins[ran], kind="stable")]
+        seconds = [time_s[i] for i in order.tolist()]
         samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
         for b, group in itertools.groupby(
             zip(bins[order].tolist(), samples, strict=True), key=lambda x: x[0]
         ):
             out.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = [sample for _, sample in group]
-        if held is None or found is None:
-            continue
-        first, blocks = held
+    if held is None:  # an older plugin's window
+        return out, None
+    first, blocks = held
+    interval_of = np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
+    found: PrefilledSamples = {}
+    for mode, order in orders.items():
         block = blocks[mode]
-        for i, b in zip(picked, bins[order].tolist(), strict=True):
+        for i, b in zip(order.tolist(), bins[order].tolist(), strict=True):
             sample = None  # an interval before the first with a prefilled row: not known (an older plugin)
             if interval_of[i] >= first:
                 sample = (float(block["steps"][i]), float(block["tokens"][i]), float(block["time_s"][i]))

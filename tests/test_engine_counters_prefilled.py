@@ -10,13 +10,24 @@ import json
 import pytest
 from spectower.plugin import engine_counters as ec
 
-from tests.test_engine_counters import BINS_48, counters, nonzero
+from tests.test_engine_counters import BINS_48, FakeClock, counters, nonzero
 
 
 def prefilled_at(snap: dict, mode: str, b: int) -> dict[str, float]:
     """A snapshot's ``prefilled`` counts of ``mode`` in bin ``b``."""
     i = snap["bins"].index(b)
     return {field: snap["prefilled"][mode][field][i] for field in ec.FIELDS}
+
+
+def prefilled_step(c: ec.EngineCounters, clock: FakeClock, batch: int, drafted: bool, accepted: int,
+                   span_s: float) -> None:  # fmt: skip
+    """A prefill noted, then a decode step of ``span_s`` launched a millisecond after it, which carries it
+    (``accepted`` draft tokens per request)."""
+    c.note_prefill()
+    clock.now += 0.001
+    c.begin(batch, drafted)
+    clock.now += span_s
+    c.end(batch, [accepted] * batch)
 
 
 def test_a_prefill_noted_while_a_step_is_in_flight_marks_the_next_step_not_that_one() -> None:
@@ -138,22 +149,14 @@ def test_snapshot_rates_and_sum_ranks_carry_the_prefilled_block_and_take_snapsho
     """The block is published, its deltas come with ``rates`` (from zero after a restart), ranks sum on the
     union of their bins, and an older plugin's snapshot (no block) or a malformed one is read without it."""
     c, clock = counters(8)
-    c.note_prefill()
-    clock.now += 0.001
-    c.begin(4, True)
-    clock.now += 0.010
-    c.end(4, [1] * 4)
+    prefilled_step(c, clock, 4, True, 1, 0.010)
     first = c.snapshot()
     assert ec.validate(first) is None
     assert ec.prefilled_block(first) == first["prefilled"]
     assert prefilled_at(first, "drafted", 4) == {"steps": 1, "tokens": 8, "time_s": pytest.approx(0.010)}
     json.dumps(first)
     for _ in range(2):
-        c.note_prefill()
-        clock.now += 0.001
-        c.begin(8, False)
-        clock.now += 0.004
-        c.end(8, [0] * 8)
+        prefilled_step(c, clock, 8, False, 0, 0.004)
     second = c.snapshot()
     delta = ec.rates(first, second)
     assert delta["prefilled"]["drafted"]["steps"] == [0] * 6
@@ -190,11 +193,7 @@ def test_snapshot_rates_and_sum_ranks_carry_the_prefilled_block_and_take_snapsho
 
 def test_keep_tokens_cuts_a_prefilled_steps_tokens_too() -> None:
     c, clock = counters(48)
-    c.note_prefill()
-    clock.now += 0.001
-    c.begin(16, True)
-    clock.now += 0.01
-    c.end(16, [2] * 16)  # 48 tokens, prefilled
+    prefilled_step(c, clock, 16, True, 2, 0.01)  # 48 tokens, prefilled
     c.keep_tokens(40)
     i = c.bins.index(16)
     assert c.tokens["drafted"][i] == 40 and c.prefilled["drafted"]["tokens"][i] == 40

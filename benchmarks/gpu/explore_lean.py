@@ -57,7 +57,12 @@ from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as th
 from load_pairs import repeats_of, run_mean
 from spectower.control import kept_extend
 from spectower.control.policy.learn import OPTION_DEFAULTS
-from spectower.control.prefilled import ModeSteps, levelled_tok_s, steady_prefill_s_per_token
+from spectower.control.prefilled import (
+    ModeSteps,
+    levelled_seconds,
+    levelled_tok_s,
+    steady_prefill_s_per_token,
+)
 from spectower.plugin.engine_counters import MAX_BIN, counter_bins
 from spectower.storage import queries
 from spectower.storage.database import RECORDED_XZ, Database, open_database, open_recorded
@@ -459,7 +464,7 @@ def levelled_cells(intervals: Sequence[dict[str, Any]], pre: Sequence[dict[tuple
             continue
         steps, tokens, seconds = (interval[mode][k][i] for k in ("steps", "tokens", "time_s"))
         held = cells.get((b, mode), [0.0, 0.0, 0.0])
-        out.append([steps, tokens, max(0.0, seconds - held[2]) + held[0] * pure_s + per_token_s * tokens])
+        out.append([steps, tokens, levelled_seconds(seconds, held[0], held[2], tokens, pure_s, per_token_s)])
     return out
 
 
