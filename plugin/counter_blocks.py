@@ -22,6 +22,9 @@ EXTEND_KINDS = ("kept", "skipped")
 ExtendBlock = dict[str, dict[str, list[float]]]
 # The ``prefilled`` block: mode -> field -> per bin, the steps that carried a prefill.
 PrefilledBlock = dict[str, dict[str, list[float]]]
+# The ``mix`` block's sums per bin (plugin/part_mix.py): exploring parts, their requests with a verify, the
+# sum of those requests' accept lengths and of their inverses.
+MIX_FIELDS = ("parts", "requests", "accept_sum", "inverse_sum")
 
 
 def _counts(values: list[Any]) -> bool:
@@ -74,27 +77,47 @@ def _fields_block(snapshot: Mapping[str, Any] | None, name: str,
 def outside_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
     """A snapshot's ``outside`` block when it has a well-formed one (a list per mode as
     long as its bins, non-negative numbers), else None: a plugin before 0.4.13 has none."""
+    return _lists_block(snapshot, "outside", MODES)
+
+
+def slots_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+    """A snapshot's ``slots`` block (per mode, the batch sizes of its counted steps summed per bin) when it
+    has a well-formed one, else None: a plugin before 0.4.15 has none."""
+    return _lists_block(snapshot, "slots", MODES)
+
+
+def mix_block(snapshot: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+    """A snapshot's ``mix`` block (the exploring parts' request mix: ``MIX_FIELDS`` per bin of a part's first
+    batch) when it has a well-formed one, else None: a plugin before 0.4.15 has none."""
+    return _lists_block(snapshot, "mix", MIX_FIELDS)
+
+
+def _lists_block(snapshot: Mapping[str, Any] | None, name: str,
+                 keys: Sequence[str]) -> dict[str, list[float]] | None:  # fmt: skip
+    """A snapshot's block ``name``: for each of ``keys`` a list as long as its bins of non-negative numbers
+    (as floats), else None (absent or malformed: the counters beside it are read as they are)."""
     if snapshot is None:
         return None
-    block, bins = snapshot.get("outside"), snapshot.get("bins")
+    block, bins = snapshot.get(name), snapshot.get("bins")
     if not isinstance(block, Mapping) or not isinstance(bins, list):
         return None
     out: dict[str, list[float]] = {}
-    for mode in MODES:
-        values = block.get(mode)
+    for key in keys:
+        values = block.get(key)
         if not isinstance(values, list) or len(values) != len(bins):
             return None
         if not _counts(values):
             return None
-        out[mode] = [float(v) for v in values]
+        out[key] = [float(v) for v in values]
     return out
 
 
 def validate(snapshot: object) -> str | None:
     """Why ``snapshot`` is not a counters block of this shape, or None (for readers of /server_info). The
-    optional blocks (``settling``, ``extend``, ``outside``, ``prefilled``) are not judged here: a reader takes
-    each through its own helper (``extend_block``, ``outside_block``, ``prefilled_block``), which leaves a
-    malformed one out, so an older plugin's snapshot, or a bad diagnostic, never stops the counts."""
+    optional blocks (``settling``, ``extend``, ``outside``, ``prefilled``, ``slots``, ``mix``) are not judged
+    here: a reader takes each through its own helper (``extend_block``, ``outside_block``,
+    ``prefilled_block``, ``slots_block``, ``mix_block``), which leaves a malformed one out, so an older
+    plugin's snapshot, or a bad diagnostic, never stops the counts."""
     if not isinstance(snapshot, dict):
         return "counters must be an object"
     bins = snapshot.get("bins")

@@ -76,6 +76,21 @@ mode's pure, prefill-free step time in bin ``i`` is ``(time_s[i] + outside[i] - 
 steps already counted in their bin, as ``extend`` is; settling steps are in no bin and not here. The
 simulator marks the step its modelled prefill time lands in (``record(prefilled=True)``).
 
+``slots`` (plugin 0.4.15 on; optional, ``{"drafted": [...], "gated": [...]}`` parallel to ``bins``) sums the
+batch sizes (requests in the step) of the steps counted in each mode and bin: ``slots / steps`` is a cell's
+mean batch and ``tokens / slots`` its output tokens per request-step, a drafted cell's accept per request.
+Tokens per step cannot tell a larger batch from a higher accept: a bin covers a range of batch sizes (48:
+33-48), and the exploring parts' drafted steps at 48 committed 7.9 % more tokens a step than always on's on an
+H100 (data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06). Settling steps are in no bin and not here.
+
+``mix`` (plugin 0.4.15 on; optional, ``{"parts", "requests", "accept_sum", "inverse_sum"}``, lists parallel to
+``bins``) is the request mix of the windows' exploring parts (plugin/part_mix.py), per bin of a part's first
+batch: the parts, their first batch's requests that verified during the part, and the sums of each one's
+accept per verify ``a`` and of ``1 / a``. ``accept_sum / requests`` is the arithmetic mean A a part starts
+from (a gated stream's batch), ``requests / inverse_sum`` the harmonic mean H a steady drafting stream's
+requests accept per request-step: A / H is the request-mix lean, and a drafted cell's tokens at ``slots x H``
+what it would have committed without it.
+
 Every list is parallel to ``bins``. ``rates(before, after)`` turns two snapshots into per-bin deltas and
 rates (output tok/s per mode), handling a restart (``started_at`` changed or a counter went down: the
 later snapshot counts from zero) and bins that grew between the two.
@@ -95,14 +110,18 @@ from typing import Any
 from .counter_blocks import (
     EXTEND_KINDS,
     FIELDS,
+    MIX_FIELDS,
     MODES,
     PrefilledBlock,
     extend_block,
+    mix_block,
     outside_block,
     prefilled_block,
+    slots_block,
 )
 from .counter_blocks import ExtendBlock as ExtendBlock
 from .counter_blocks import validate as validate
+from .part_mix import PartMix
 
 COUNTERS_VERSION = 1
 # Verify results arrive at most a batch or two after their launch (overlap scheduling): remember this many.
@@ -164,6 +183,10 @@ class EngineCounters:
         self.outside = {mode: [0.0] * n for mode in MODES}
         # The steps that carried a prefill, per mode, field and bin (module docstring): a second view.
         self.prefilled: PrefilledBlock = {mode: {field: [0] * n for field in FIELDS} for mode in MODES}
+        # The batch sizes of the counted steps, per mode and bin (module docstring): their requests.
+        self.slots = {mode: [0] * n for mode in MODES}
+        # The exploring parts' request mix (plugin/part_mix.py): the hooks (or the simulator) drive it.
+        self.part_mix = PartMix()
         self._idle = False  # the scheduler idled since the last step's end: the next gap is not counted
         # When the scheduler chose the first prefill no step has carried yet (``note_prefill``); None: none.
         self._prefill_at: float | None = None
@@ -195,6 +218,7 @@ class EngineCounters:
                     values.append(0)
             for mode in MODES:
                 self.outside[mode].append(0.0)
+                self.slots[mode].append(0)
             for block in self.prefilled.values():
                 for values in block.values():
                     values.append(0)
@@ -245,6 +269,7 @@ class EngineCounters:
         self.tokens[mode][i] += tokens
         self.time_s[mode][i] += seconds
         self.outside[mode][i] += outside_s
+        self.slots[mode][i] += batch_size
         if prefilled:
             block = self.prefilled[mode]
             block["steps"][i] += 1
@@ -294,6 +319,11 @@ class EngineCounters:
             return False
         self._prefill_at = None
         return True
+
+    def launches_pending(self) -> int:
+        """The launches still waiting for their verify result: with overlap scheduling the batch before the
+        one being decided (plugin/part_mix.py waits for its result before it reads the requests)."""
+        return len(self._pending)
 
     def begin(self, batch_size: int, drafted: bool, settling: bool = False) -> None:
         """A decode batch is about to launch (the plugin's get_steps_for_batch hook)."""
@@ -376,6 +406,8 @@ class EngineCounters:
                 }
                 for mode, block in self.prefilled.items()
             },
+            "slots": {mode: list(self.slots[mode]) for mode in MODES},
+            "mix": self.part_mix.block(self.bins),
             "tokens_not_kept": self.tokens_not_kept,
         }
 
@@ -499,13 +531,16 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     for mode in MODES:
         out[mode] = sum_blocks([(snap["bins"], snap[mode]) for snap in snapshots], index)
-    outsides = [(snap["bins"], own) for snap in snapshots if (own := outside_block(snap)) is not None]
-    if outsides:
-        out["outside"] = {mode: [0.0] * len(bins) for mode in MODES}
-        for rank_bins, own in outsides:
-            for mode in MODES:
-                for b, v in zip(rank_bins, own[mode], strict=True):
-                    out["outside"][mode][index[int(b)]] += v
+    # the blocks of one list per mode or field: a rank without the block (an older plugin) adds nothing
+    for name, read, keys in (("outside", outside_block, MODES), ("slots", slots_block, MODES),
+                             ("mix", mix_block, MIX_FIELDS)):  # fmt: skip
+        lists = [(snap["bins"], own) for snap in snapshots if (own := read(snap)) is not None]
+        if lists:
+            out[name] = {key: [0.0] * len(bins) for key in keys}
+            for rank_bins, own in lists:
+                for key in keys:
+                    for b, v in zip(rank_bins, own[key], strict=True):
+                        out[name][key][index[int(b)]] += v
     extends = [(snap["bins"], found) for snap in snapshots if (found := extend_block(snap)) is not None]
     if extends:
         out["extend"] = {kind: sum_blocks([(b, found[kind]) for b, found in extends], index)

@@ -49,8 +49,11 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # requests kept (plugin/kept_tokens.py: a finished request's dropped step, the last step's overshoot); 0.4.14:
 # the counters' ``prefilled`` block, the steps per mode and bin that carried a prefill's time (the first step
 # launched after the scheduler chose an EXTEND or MIXED batch: knob_gate's get_next_batch_to_run hook,
-# EngineCounters.note_prefill), so a mode's prefill-free step time can be read apart
-PLUGIN_VERSION = "0.4.14"
+# EngineCounters.note_prefill), so a mode's prefill-free step time can be read apart; 0.4.15: the counters'
+# ``slots`` block, the batch sizes of each mode's counted steps per bin (a cell's mean batch and its accept
+# per request), and ``mix``, the request mix of each exploring part (plugin/part_mix.py: its first batch's
+# requests and what each accepted during the part, their arithmetic and harmonic means per bin)
+PLUGIN_VERSION = "0.4.15"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

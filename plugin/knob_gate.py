@@ -38,10 +38,12 @@ AROUND hooks through SGLang's ``HookRegistry``:
   ``loop``: the scheduler's output stalls with where their time went (``plugin/loop_stalls.py``), when its
   hooks are on.
 - ``AdaptiveSpeculativeParams.get_steps_for_batch``: a batch above the ceiling gets 0 steps; the batch's
-  step starts here for the counters (``EngineCounters.begin``).
+  step starts here for the counters (``EngineCounters.begin``), an exploring part for its request mix
+  (``PartMix.batch``, plugin/part_mix.py: the requests of the batch the loop turn chose).
 - ``AdaptiveSpeculativeParams.on_verify_complete``: the verify result of a gated batch is dropped, so the
   forced zeros never drag down the band's acceptance EMA (nor count toward its update interval). Every
-  verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``).
+  verify result (gated or not) first ends its batch's step for the counters (``EngineCounters.end``),
+  before SGLang applies it to its requests (a part's reading may be due: ``PartMix.result``).
 - ``Scheduler.get_next_batch_to_run``: after SGLang chose the next batch, the requests it left in its waiting
   queue (``Gate.waiting``). SGLang forms a decode batch with requests waiting only when it cannot admit them
   (the KV pool or ``max_running_requests`` is full): an exploration window then waits, or ends its part
@@ -98,6 +100,7 @@ from typing import Any
 # The wire contract (numeric keys, who may write, what /server_info reports) and the decode counters: standard
 # library only, the modules of ours the plugin imports, shared with the simulator (and the client).
 from . import engine_counters, gc_pauses, knob_contract, sglang_targets
+from .explore import EXPLORE
 from .gate import PLUGIN_VERSION, Gate
 
 KNOB_KEY = knob_contract.KNOB_KEY
@@ -106,16 +109,10 @@ KNOB_KEY = knob_contract.KNOB_KEY
 TARGETS: dict[str, tuple[str, str, str]] = {
     "set_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "set_internal_state"),
     "get_internal_state": ("sglang.srt.managers.scheduler", "Scheduler", "get_internal_state"),
-    "get_steps_for_batch": (
-        "sglang.srt.speculative.adaptive_spec_params",
-        "AdaptiveSpeculativeParams",
-        "get_steps_for_batch",
-    ),
-    "on_verify_complete": (
-        "sglang.srt.speculative.adaptive_spec_params",
-        "AdaptiveSpeculativeParams",
-        "on_verify_complete",
-    ),
+    "get_steps_for_batch": ("sglang.srt.speculative.adaptive_spec_params", "AdaptiveSpeculativeParams",
+                            "get_steps_for_batch"),
+    "on_verify_complete": ("sglang.srt.speculative.adaptive_spec_params", "AdaptiveSpeculativeParams",
+                           "on_verify_complete"),
     "get_next_batch_to_run": ("sglang.srt.managers.scheduler", "Scheduler", "get_next_batch_to_run"),
 }
 
@@ -132,6 +129,7 @@ class _PluginState:
         self.counters = engine_counters.EngineCounters()
         self.refusal: str | None = None
         self.refusal_checked = False
+        self.next_batch: Any = None  # the loop turn's batch (get_next_batch_to_run): its steps come next
         self.warned: set[str] = set()
         # Time in the plugin's own code of the decode hooks (not SGLang's methods they wrap).
         self.hook_calls = 0
@@ -305,13 +303,9 @@ def _check_refusal(scheduler: object | None) -> str | None:
             return None
         state.refusal_checked = True
         if state.refusal:
-            logger.warning(
-                "spectower plugin %s: REFUSING to gate speculation: %s. The server runs unchanged; "
-                "%s is answered updated=False.",
-                PLUGIN_VERSION,
-                state.refusal,
-                KNOB_KEY,
-            )
+            logger.warning("spectower plugin %s: REFUSING to gate speculation: %s. The server runs "
+                           "unchanged; %s is answered updated=False.", PLUGIN_VERSION, state.refusal,
+                           KNOB_KEY)  # fmt: skip
     return state.refusal
 
 
@@ -368,9 +362,8 @@ def hook_set_internal_state(
             answer = original(scheduler, sub_request, *args, **kwargs)
             if not getattr(answer, "updated", False):
                 owner.refuse(requested, f"SGLang refused the other keys {sorted(rest)}", now)
-                logger.warning(
-                    "spectower: %s not applied: SGLang refused the other keys %s", KNOB_KEY, sorted(rest)
-                )
+                logger.warning("spectower: %s not applied: SGLang refused the other keys %s", KNOB_KEY,
+                               sorted(rest))  # fmt: skip
                 return answer
         else:
             answer = _set_internal_state_output(True)
@@ -477,6 +470,12 @@ def hook_get_steps_for_batch(
     except Exception:
         _warn_once("steps-error", "spectower: gate error; drafting as SGLang decides", exc_info=True)
         final = steps
+    try:  # before begin(): the launches pending are those before this batch
+        plan, counters, batch = _state().gate.plan, _state().counters, _state().next_batch
+        counters.part_mix.batch(plan.phase == EXPLORE, plan.explore, int(batch_size),
+                                lambda: sglang_targets.batch_requests(batch), counters.launches_pending())
+    except Exception:
+        _warn_once("part-mix", "spectower: exploring part's request mix error (batch)", exc_info=True)
     try:
         _state().counters.begin(int(batch_size), final > 0, settling)
     except Exception:
@@ -494,6 +493,10 @@ def hook_on_verify_complete(
     **kwargs: Any,
 ) -> Any:
     started = time.perf_counter()
+    try:  # SGLang applies this result to its requests after this hook: a part's reading may be due now
+        _state().counters.part_mix.result()
+    except Exception:
+        _warn_once("part-mix-result", "spectower: exploring part's request mix error (result)", exc_info=True)
     try:
         _state().counters.end(int(batch_size), num_correct_drafts_per_req)
     except Exception:
@@ -520,10 +523,12 @@ def hook_get_next_batch_to_run(
     turn. Nothing to run, nothing waiting and nothing running is an idle turn: the counters leave the gap
     it sits in out of what the next step's mode spent outside its span (``EngineCounters.note_idle``). A
     prefill batch (EXTEND or MIXED) puts its time in the next decode step's span or gap: the counters mark
-    that step prefilled (``EngineCounters.note_prefill``)."""
+    that step prefilled (``EngineCounters.note_prefill``). The batch itself is kept (a reference): an
+    exploring part's first batch is the one the same turn decides next (``hook_get_steps_for_batch``)."""
     plan = original(scheduler, *args, **kwargs)
     try:
         state = _state()
+        state.next_batch = sglang_targets.next_batch_plan(plan, scheduler)[0]
         has_batch, waiting, running = sglang_targets.loop_turn(plan, scheduler)
         state.gate.waiting = waiting
         if sglang_targets.idle_turn(has_batch, waiting, running):
@@ -571,13 +576,9 @@ def register() -> None:
         return
     missing = missing_targets()
     if missing:
-        logger.warning(
-            "spectower plugin %s: NOT hooking this SGLang (missing %s); the server runs unchanged and %s "
-            "is refused like any unknown key",
-            PLUGIN_VERSION,
-            ", ".join(missing),
-            KNOB_KEY,
-        )
+        logger.warning("spectower plugin %s: NOT hooking this SGLang (missing %s); the server runs unchanged "
+                       "and %s is refused like any unknown key", PLUGIN_VERSION, ", ".join(missing),
+                       KNOB_KEY)  # fmt: skip
         return
     _state()
     hooked = []

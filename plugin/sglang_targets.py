@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def missing_methods(module_name: str, class_name: str, methods: Iterable[str]) -> list[str]:
@@ -75,6 +75,31 @@ def _mode_is(mode: Any, method: str) -> bool:
     SGLang): not knowing a batch is a prefill leaves it uncounted, never a broken scheduler turn."""
     check = getattr(mode, method, None)
     return callable(check) and bool(check())
+
+
+def batch_requests(batch: Any) -> list[Any] | None:
+    """The requests of a ``ScheduleBatch`` (its ``reqs``, the same list attribute in 0.5.17 and 0.5.23) as a
+    new list, or None where the batch has none to read (never raises: it runs in SGLang's loop)."""
+    reqs = getattr(batch, "reqs", None)
+    if not isinstance(reqs, list):
+        return None
+    return list(reqs)
+
+
+def spec_counts(req: Any) -> tuple[int, int] | None:
+    """A request's cumulative (verify passes, correct drafts): SGLang's ``Req.spec_verify_ct`` and
+    ``Req.spec_num_correct_drafts`` (0.5.17 and 0.5.23; the result processor adds one verify and its correct
+    drafts, 0 for a 0-step verify, each time it applies a decode result to the request; the simulator's
+    requests keep the same two). None where either is missing or not a whole number."""
+    verifies = getattr(req, "spec_verify_ct", None)
+    correct = getattr(req, "spec_num_correct_drafts", None)
+    if not _whole(verifies) or not _whole(correct):
+        return None
+    return int(verifies), int(correct)
+
+
+def _whole(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def hook_registry(label: str, disable_env: str, log: logging.Logger,

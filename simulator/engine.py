@@ -25,8 +25,9 @@ decode steps over the running batch:
   ``B * tokens_per_request / profile.output_tok_s(B, drafted)``, so the aggregate output rate at
   concurrency ``B`` is the profile's curve for that mode; step time carries ``noise_cv`` noise too.
   Each step is counted in the rank's ``EngineCounters`` (batch-size bin, drafted or gated, tokens, the
-  modelled step time; a gated one also by whether its extend ran), published like the SGLang plugin's under
-  ``internal_states[i]["spectower"]``.
+  modelled step time, its requests; a gated one also by whether its extend ran), published like the SGLang
+  plugin's under ``internal_states[i]["spectower"]``, with the request mix of each exploring part
+  (plugin/part_mix.py, from each request's ``spec_verify_ct`` and ``spec_num_correct_drafts``).
 - exploration, as the SGLang plugin's gate does it (``plugin.explore.ExploreSchedule``, per rank): runs of
   decode batches, ``explore_share`` of each batch-size bin's, run the other mode than the knob says, unless
   a lock (manual or sweep) holds the knob; a run's first batch and the first after it count as settling.
@@ -53,7 +54,7 @@ from collections import deque
 from ..plugin import knob_contract
 from ..plugin.draft_holes import DEFAULT_DRAIN_MAX_STEPS, ExtendSkip
 from ..plugin.engine_counters import EngineCounters
-from ..plugin.explore import Explorer
+from ..plugin.explore import EXPLORE, BatchPlan, Explorer
 from ..plugin.loop_stalls import LoopStalls
 from .accept_kinds import kind_of
 from .config import SimConfig
@@ -241,6 +242,26 @@ class RankScheduler:
         return knob_contract.prefill_skippable(ceiling, gated, period, self.engine.owner.owner(),
                                                self.explorer.phase_now)  # fmt: skip
 
+    def _explore_plan(self, batch: int, drafted: bool, deadline: float) -> BatchPlan:
+        """The explorer's plan for a decode batch of ``batch`` requests that the knob drafts (``drafted``) or
+        gates, as the plugin's gate makes it (plugin/explore.py), and what follows from it before the step:
+        whether the knob gated it, a cut warm part's holed requests forgotten, and the exploring part's
+        request mix told, as the plugin's hooks tell it (plugin/part_mix.py; the steps so far are on the
+        requests already, so no result is due)."""
+        profile = self.engine.profile
+        period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
+        # the loop decodes with requests waiting only when none can be admitted (SGLang's full server): a
+        # window yields to it, as the plugin's does (plugin/explore.py, WINDOW_WAIT_MAX_CYCLES)
+        gated = profile.speculative and not drafted
+        plan = self.explorer.next(batch, gated, period, self.holes.holes_pending,
+                                  deadline,  # the simulated clock: a window's parts in seconds too
+                                  ceiling=self.spec_max_bs, full=bool(self.waiting))  # fmt: skip
+        self._gated_by_ceiling = gated and not plan.explore
+        self.counters.part_mix.batch(plan.phase == EXPLORE, plan.explore, batch, lambda: self.running)
+        if plan.forget_holes:
+            self.holes.forget_holes()
+        return plan
+
     async def _decode(self, deadline: float) -> float:
         batch = len(self.running)
         started = self.stalls.now()
@@ -249,18 +270,10 @@ class RankScheduler:
         # A gated batch runs at the profile's knob-off curve (spec_off: SGLang verifies it as a 1-token
         # TARGET_VERIFY), not a plain server's; a profile without speculation never drafts (plain curve).
         drafted = profile.speculative and batch <= self.spec_max_bs
-        period = self.engine.explore_period if profile.speculative and self.engine.explore_allowed() else 0
         holes = self.holes
         holes.begin_batch(None, self.running)  # a finished or aborted request leaves the holed ones
-        # the loop decodes with requests waiting only when none can be admitted (SGLang's full server): a
-        # window yields to it, as the plugin's does (plugin/explore.py, WINDOW_WAIT_MAX_CYCLES)
-        plan = self.explorer.next(batch, profile.speculative and not drafted, period, holes.holes_pending,
-                                  deadline,  # the simulated clock: a window's parts in seconds too
-                                  ceiling=self.spec_max_bs, full=bool(self.waiting))  # fmt: skip
-        self._gated_by_ceiling = profile.speculative and not drafted and not plan.explore
+        plan = self._explore_plan(batch, drafted, deadline)
         settling = plan.settling
-        if plan.forget_holes:
-            holes.forget_holes()
         if plan.explore:
             drafted = not drafted
             self.batches_explored += 1
@@ -342,9 +355,9 @@ class RankScheduler:
             new = r._push(k)
             n = len(new)
             produced += n
-            r.spec_verify_ct += 1
+            r.spec_verify_ct += 1  # a gated step is a verify too, with no correct draft (as in SGLang)
             if drafted:
-                r.spec_accepted_drafts += k - 1
+                r.spec_num_correct_drafts += k - 1
                 r.spec_proposed_drafts += steps
             if r.last_token_mono is not None and n:
                 self.engine.tokenizer.itl.observe((now - r.last_token_mono) / n, n)

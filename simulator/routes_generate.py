@@ -76,7 +76,7 @@ def meta_info(req: SimRequest, final: bool, first: bool = False, n: int | None =
         e2e = max(0.0, now - req.created_wall)
         verify = req.spec_verify_ct
         proposed = req.spec_proposed_drafts
-        accepted = req.spec_accepted_drafts
+        accepted = req.spec_num_correct_drafts
         decode_s = now - (req.prefill_finished_wall or now)
         meta.update(
             {

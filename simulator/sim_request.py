@@ -37,7 +37,7 @@ class SimRequest:
         "published",
         "queue_time",
         "rid",
-        "spec_accepted_drafts",
+        "spec_num_correct_drafts",
         "spec_proposed_drafts",
         "spec_verify_ct",
         "streaming",
@@ -79,8 +79,10 @@ class SimRequest:
         self.aborted = False
         self.finish_reason: str | None = None
         self.dp_rank = 0
+        # cumulative, as SGLang's Req counts them: verify passes (a gated step's too) and the drafts they
+        # accepted (the bonus token apart), which plugin/part_mix.py reads; and the drafts proposed
         self.spec_verify_ct = 0
-        self.spec_accepted_drafts = 0
+        self.spec_num_correct_drafts = 0
         self.spec_proposed_drafts = 0
 
     def publish(self, n: int) -> None:

@@ -106,6 +106,9 @@ BOTH_VERSIONS = (
     _plugin_check("seq_lens", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_VERIFY_EVERY="2"),
     _plugin_check("kept_tokens", "check_kept_tokens", "{config}"),
     _plugin_check("prefilled", "check_prefilled", "{config}"),
+    # an exploring part's request mix (plugin 0.4.15): a 64-batch cycle, an exploring part of 4 batches
+    _plugin_check("part_mix", "check_part_mix", "{config}", SPECTOWER_EXPLORE_SHARE="0.2",
+                  SPECTOWER_EXPLORE_CYCLE="64"),
     # no watch thread: its wakes on the real clock would sample the stand-ins' fake one at random moments
     _plugin_check("loop_stalls", "check_loop_stalls", "{config}", SPECTOWER_STALL_S=None,
                   SPECTOWER_STALL_STACKS="0"),
