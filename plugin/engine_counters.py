@@ -437,7 +437,8 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     "step_s"}, "gated": {...}}``, lists parallel to ``bins``; ``tok_s`` (output tokens per second of step
     time) and ``step_s`` (mean step time) are None where the bin saw no step time in the interval. When the
     counters restarted in between, the deltas are ``after``'s own values (``restarted`` True). Where
-    ``after`` has them, each mode's ``outside_s`` and the ``extend`` and ``prefilled`` blocks' deltas too.
+    ``after`` has them, each mode's ``outside_s`` and the ``extend``, ``prefilled``, ``slots`` (per mode) and
+    ``mix`` (per field, plugin/part_mix.py) blocks' deltas too, each block on ``after``'s bins.
     """
     bins = list(after["bins"])
     n = len(bins)
@@ -446,14 +447,19 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     out: dict[str, Any] = {"bins": bins, "restarted": restarted}
     for mode in MODES:
         out[mode] = with_rates(_deltas(after[mode], base[mode] if base is not None else None, n))
-    new_outside = outside_block(after)
-    if new_outside is not None:
-        old_outside = outside_block(base) if base is not None else None
-        for mode in MODES:  # seconds outside every span before the mode's steps (module docstring)
-            before_s = _padded(old_outside[mode], n) if old_outside is not None else [0.0] * n
-            after_s = _padded(new_outside[mode], n)
-            pairs = zip(after_s, before_s, strict=True)
-            out[mode]["outside_s"] = [round(max(0.0, a - b), 9) for a, b in pairs]
+    # the blocks of one list per mode or field (module docstring); ``outside`` as each mode's ``outside_s``
+    for name, read, keys in (("outside", outside_block, MODES), ("slots", slots_block, MODES),
+                             ("mix", mix_block, MIX_FIELDS)):  # fmt: skip
+        if (new := read(after)) is not None:
+            old = read(base) if base is not None else None
+            deltas = {key: [round(max(0.0, a - b), 9) for a, b in zip(
+                _padded(new[key], n), _padded(old[key], n) if old is not None else [0.0] * n, strict=True)]
+                for key in keys}  # fmt: skip
+            if name != "outside":
+                out[name] = deltas
+                continue
+            for mode in MODES:
+                out[mode]["outside_s"] = deltas[mode]
     new_extend = extend_block(after)
     if new_extend is not None:
         old_extend = extend_block(base) if base is not None else None

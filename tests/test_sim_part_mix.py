@@ -13,7 +13,7 @@ high, and the counters say why: the same batch (slots per step) at a higher acce
 at the kinds' 1.125, and a part's drafted steps committing ``slots x H`` tokens serve what always on serves.
 
 The runs are the simulator's own loop (``RankScheduler.run``) with closed-loop clients as coroutines, on a
-virtual clock (``tests/test_sim_prefill_lean.py`` says how), 48 clients under a policy's ceiling of 24 (bin
+virtual clock (``tests/sim_closed_loop.py``), 48 clients under a policy's ceiling of 24 (bin
 48, 33-48 running, gated by the ceiling; the exploring part's stream drafts up to twice the ceiling) against
 always on at the same load. The counters are read from the rank's ``/server_info`` payload.
 
@@ -21,7 +21,9 @@ Measured (seed 0, the profile's own step noise): the explored drafted steps at 4
 request-step against always on's 2.660 (+7.5 %) at the same batch (47.6 requests a step); the 15 parts' H
 2.664 (1.0015 of always on's), A / H 1.125; the explored rate with its tokens at ``slots x H`` 0.990 of always
 on's (its steps carry a part's more frequent prefills: it finishes requests faster), raw 1.063. Over seeds 0-8
-the lean read 7.0-9.1 %, H 1.002-1.012 of always on's, the levelled rate 0.990-1.009. With one kind A / H read
+the lean read 7.0-9.1 %, H 1.002-1.012 of always on's, the levelled rate 0.990-1.009. As learn reads it (the
+run's 2000-step intervals through ``as_choices``, which levels by the mix: control/mix_levelled.py) 0.989 of
+always on's drafted rate, 1.060 without the mix levelling. With one kind A / H read
 1.0020 (seeds 0-3: 1.0017-1.0025; a request's own accept per verify varies from step to step).
 """
 
@@ -33,6 +35,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from spectower.control import mix_levelled, prefilled, speedup
+from spectower.control.policy import learn_counters
 from spectower.plugin import engine_counters
 from spectower.simulator.accept_kinds import AcceptKind, arithmetic_mean, harmonic_mean
 from spectower.simulator.config import SimConfig
@@ -41,7 +45,7 @@ from spectower.simulator.profile import load_profile
 from spectower.simulator.server_info import ServerInfo
 
 from tests.conftest import REPO_ROOT
-from tests.test_sim_prefill_lean import _Blank, _virtual_sleep
+from tests.sim_closed_loop import run_closed_loop, virtual_sleep
 
 # The fixed-share 0.5 pair's profile (its step noise kept: the runs are seeded, so deterministic).
 PROFILE = load_profile(REPO_ROOT / "data" / "profiles" / "h200-8b-pair-triton.json")
@@ -53,12 +57,14 @@ OUTPUT_TOKENS = (64, 448)  # each request's output length, uniform in this range
 CYCLE = 1024  # batches per window: its exploring part 40 batches at the default share (8192 on a server)
 SHARE = 0.02  # the default share
 STEADY_STEPS, EXPLORED_STEPS = 20_000, 40_000  # decode steps: the explored run holds 15 parts
+SNAPSHOT_EVERY = 2_000  # decode steps per counter interval of the explored run, as learn reads them
 
 
-def closed_loop(ceiling: int | None, kinds: tuple[AcceptKind, ...], steps: int) -> dict[str, Any]:
+def closed_loop(ceiling: int | None, kinds: tuple[AcceptKind, ...], steps: int,
+                snapshots: list[tuple[float, dict[str, Any]]] | None = None) -> dict[str, Any]:  # fmt: skip
     """Rank 0's counters, as its ``/server_info`` publishes them, after ``steps`` decode steps of a closed
     loop of ``CLIENTS`` (each resubmits when its request finishes) at ``ceiling`` (None: always on, nothing
-    explored)."""
+    explored); ``snapshots``, where given, gets (virtual time, counters) every ``SNAPSHOT_EVERY`` steps."""
 
     async def run() -> dict[str, Any]:
         share = 0.0 if ceiling is None else SHARE
@@ -66,32 +72,13 @@ def closed_loop(ceiling: int | None, kinds: tuple[AcceptKind, ...], steps: int) 
                            seed=SEED)  # fmt: skip
         engine = Engine(config)
         engine.set_spec_max_bs(engine.max_running_requests if ceiling is None else ceiling)
-        rank, lengths, enough = engine.ranks[0], random.Random(SEED), asyncio.Event()
-        decode = rank._decode
 
-        async def counted(deadline: float) -> float:
-            deadline = await decode(deadline)
-            if rank.decode_passes >= steps:
-                enough.set()
-            return deadline
+        def after_step(rank: RankScheduler, deadline: float) -> bool:
+            if snapshots is not None and rank.decode_passes % SNAPSHOT_EVERY == 0:
+                snapshots.append((deadline, rank.counters.snapshot()))
+            return rank.decode_passes >= steps
 
-        async def client() -> None:
-            while True:
-                req = engine.new_request(PROMPT_TOKENS, lengths.randint(*OUTPUT_TOKENS), streaming=False)
-                req.tokens = _Blank()
-                engine.submit(req)
-                await req.done.wait()
-
-        rank._decode = counted  # type: ignore[method-assign]
-        tasks = [asyncio.create_task(client()) for _ in range(CLIENTS)]
-        await engine.start()
-        try:
-            await enough.wait()
-        finally:
-            await engine.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await run_closed_loop(engine, CLIENTS, PROMPT_TOKENS, OUTPUT_TOKENS, random.Random(SEED), after_step)
         info = ServerInfo(config, engine)
         try:
             counters: dict[str, Any] = info.server_info()["internal_states"][0]["spectower"]["counters"]
@@ -103,15 +90,18 @@ def closed_loop(ceiling: int | None, kinds: tuple[AcceptKind, ...], steps: int) 
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[dict[str, dict[str, Any]]]:
-    """Always on, the policy's ceiling exploring, both with the two kinds; and the policy with one kind."""
+def runs() -> Iterator[dict[str, Any]]:
+    """Always on, the policy's ceiling exploring, both with the two kinds; and the policy with one kind. And
+    the policy run's counter intervals (``intervals``), ``rates()`` of its consecutive snapshots."""
+    snapshots: list[tuple[float, dict[str, Any]]] = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(RankScheduler, "_sleep_until", _virtual_sleep)
-        yield {
+        patch.setattr(RankScheduler, "_sleep_until", virtual_sleep)
+        out: dict[str, Any] = {
             "on": closed_loop(None, KINDS, STEADY_STEPS),
-            "explored": closed_loop(CEILING, KINDS, EXPLORED_STEPS),
+            "explored": closed_loop(CEILING, KINDS, EXPLORED_STEPS, snapshots),
             "one kind": closed_loop(CEILING, (), STEADY_STEPS),
         }
+        yield {**out, "intervals": speedup.intervals_from_snapshots(snapshots)}
 
 
 def drafted(counters: dict[str, Any]) -> dict[str, float]:
@@ -170,3 +160,27 @@ def test_with_one_kind_the_parts_requests_lean_nowhere(runs: dict[str, Any]) -> 
     parts, arithmetic, harmonic = means(runs["one kind"])
     assert parts >= 5
     assert arithmetic / harmonic == pytest.approx(1.0, abs=0.005)
+
+
+def test_learn_reads_the_explored_drafting_levelled_by_the_mix_at_always_on(runs: dict[str, Any]) -> None:
+    """What learn weighs for drafting the gated bin: the policy run's intervals (``rates()`` of its
+    consecutive snapshots, as learn reads its own) through ``as_choices``, which levels the explored drafted
+    cells by the window's mix (14 parts, 670 requests, H 2.661) and then by their prefills: 0.989 of always
+    on's steady drafted rate at 48 (with the seconds outside the steps, as both are read), where without the
+    mix levelling (the prefill levelling alone, which has no steady drafting bin to take a cost from here)
+    it reads 1.060."""
+    intervals: list[dict[str, Any]] = runs["intervals"]
+    masks = [learn_counters.drafted_by(interval["bins"], CEILING) for interval in intervals]
+    i = intervals[0]["bins"].index(BIN)
+    steady = engine_counters.with_outside(engine_counters.rates(None, runs["on"]))["drafted"]
+    steady_rate = steady["tokens"][i] / steady["time_s"][i]
+
+    def rate(read: list[dict[str, Any]]) -> float:
+        """The drafted rate at ``BIN`` over the intervals: their tokens over their seconds."""
+        return sum(x["drafted"]["tokens"][i] for x in read) / sum(x["drafted"]["time_s"][i] for x in read)
+
+    mix = mix_levelled.levelling_mix(intervals)
+    assert mix is not None and mix.parts >= 10
+    chosen = rate(learn_counters.as_choices(intervals, masks, 1.0))
+    assert chosen / steady_rate == pytest.approx(1.0, abs=0.02)
+    assert rate(prefilled.levelled_intervals(intervals, masks)) / steady_rate > 1.03

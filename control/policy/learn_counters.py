@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
-from .. import prefilled, speedup
+from .. import mix_levelled, prefilled, speedup
 
 # The crossover's interval for the move decision: the one every reader of the estimate shows (95 %); a
 # chance exclusion of the current ceiling costs one change at most, and the dwell bounds those.
@@ -138,14 +138,25 @@ def as_choices(
     Under a steady load a drafted bin's gated steps are its explored ones, a few %, and its drafting side is
     its drafted rate within that share of the difference.
 
-    Each explored cell (the mode its ceiling did not choose) is levelled for the prefills in its steps
-    (``prefilled.levelled_intervals``, where the intervals carry plugin 0.4.14's block): it sits in the other
-    mode's stream and carries that stream's prefills, a drafting stream's more and dearer ones in a drafting
-    bin's explored gated steps, a gated stream's in a gated bin's explored drafting. The drafting side of a
-    bin its ceiling drafts adds the gated steps as measured: what that bin served, prefills and all."""
+    Each explored cell (the mode its ceiling did not choose) is levelled twice, in this order. First a gated
+    bin's explored drafting for its requests' mix (``mix_levelled.mix_levelled_intervals``, where the window
+    carries plugin 0.4.15's ``slots`` and ``mix`` blocks and its parts hold enough requests): an exploring
+    part starts from a gated stream's batch, whose requests accept their arithmetic mean, where a steady
+    drafting stream's accept their harmonic mean H, so its tokens are set at ``slots x H``. Then each
+    explored cell for the prefills in its steps (``prefilled.levelled_intervals``, where the intervals carry
+    plugin 0.4.14's block): it sits in the other mode's stream and carries that stream's prefills, a drafting
+    stream's more and dearer ones in a drafting bin's explored gated steps, a gated stream's in a gated bin's
+    explored drafting. The mix sets the tokens, and the prefill levelling then adds its steady prefill
+    seconds per token for those tokens (the mix levelling scales the cell's prefilled tokens alike). The
+    drafting side of a bin its ceiling drafts adds the gated steps as measured: what that bin served,
+    prefills and all.
+
+    The warm start (control/warm_start.py) reads the collector's stored intervals through here too; storage
+    does not keep the ``slots`` and ``mix`` blocks, so those read as an older plugin's: their explored
+    drafting as measured, not levelled for the mix."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
-    levelled = prefilled.levelled_intervals(intervals, masks)
+    levelled = prefilled.levelled_intervals(mix_levelled.mix_levelled_intervals(intervals, masks), masks)
     chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
     for interval, mask in zip(intervals, masks, strict=True):
         for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):

@@ -1,0 +1,123 @@
+"""A gated bin's explored drafting without the lean of its requests' mix (plugin 0.4.15's ``slots`` and
+``mix`` blocks, plugin/part_mix.py).
+
+Why: requests accept differently, and a stream keeps each one for as many steps as it needs. A window's
+exploring part starts from a gated stream's batch, whose requests accept the ARITHMETIC mean A over its slots;
+a steady drafting stream keeps its low-accept requests longer, so its requests accept the HARMONIC mean H. A
+part is capped at 3 s (plugin/explore.py), about half a long request's drafted life, so its counted drafted
+steps commit more tokens per request than a steady drafting stream would: +7.5 % in the simulator with half
+the requests accepting 4 a verify and half 2 (tests/test_sim_part_mix.py), and on an H100 a gated bin's
+explored drafting read 1.02-1.05 of always on (data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06).
+Learn would read drafting a gated bin as paying more than it does.
+
+What: each explored drafted cell (a bin the interval's ceiling gated: ``masks``, per interval and bin, whether
+the ceiling drafted it, ``learn_counters.ceiling_masks``) has its drafted tokens at ``slots x H``, what its
+steps' requests would commit in a steady drafting stream. H is a property of the requests, not of the batch
+size, so it is pooled over the window: every interval's ``mix`` block, every bin (``window_mix``). It is read
+only where the window's parts hold ``MIN_MIX_REQUESTS`` requests from at least ``MIN_MIX_PARTS`` parts, and a
+cell's factor (levelled tokens over its own) is held within ``FACTOR_BAND``: a bad row must not swing a
+decision. The same factor scales the cell's drafted ``prefilled`` tokens, so that control/prefilled.py's
+levelling after it (learn's ``as_choices`` applies this first) reads the cell's tokens as levelled here.
+Steady drafted cells (their streams' requests already accept H) and every gated cell stay as measured, as do
+an interval without the ``slots`` block (a plugin before 0.4.15, or the collector's stored intervals) and a
+cell without slots. Standard library only, as the rest of the estimator's inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from ..plugin.engine_counters import mix_block, slots_block, with_rates
+
+# The window's mix is read from this many requests (their accept per verify varies from part to part) ...
+MIN_MIX_REQUESTS = 16
+# ... from at least this many parts (one part's requests are one batch's draw)
+MIN_MIX_PARTS = 2
+# A cell's levelled tokens over its measured ones, held within this band (the lean it takes out: 7.0-9.1 %
+# more tokens per request-step in the simulator, the explored drafting at 1.02-1.05 of always on on an
+# H100): a factor outside it is a bad row, which must not swing a decision.
+FACTOR_BAND = (0.8, 1.25)
+
+
+class WindowMix(NamedTuple):
+    """The request mix of a window's exploring parts, pooled over its intervals and bins: the arithmetic
+    mean A of its requests' accept per verify (where a part starts), the harmonic mean H (what a steady
+    drafting stream of them commits per request-step), the parts and their requests."""
+
+    arithmetic: float
+    harmonic: float
+    parts: int
+    requests: int
+
+
+def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
+    """The intervals' ``mix`` blocks summed over every interval and bin; None where no interval has one or
+    its parts hold no request."""
+    sums = {"parts": 0.0, "requests": 0.0, "accept_sum": 0.0, "inverse_sum": 0.0}
+    for interval in intervals:
+        mix = mix_block(interval)
+        if mix is None:  # a plugin before 0.4.15, or a malformed block: no parts of it
+            continue
+        for field in sums:
+            sums[field] += sum(mix[field])
+    if sums["requests"] <= 0 or sums["inverse_sum"] <= 0:
+        return None
+    return WindowMix(sums["accept_sum"] / sums["requests"], sums["requests"] / sums["inverse_sum"],
+                     round(sums["parts"]), round(sums["requests"]))  # fmt: skip
+
+
+def levelling_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
+    """The window's mix where it is enough to level by (``MIN_MIX_REQUESTS`` requests from ``MIN_MIX_PARTS``
+    parts), else None."""
+    mix = window_mix(intervals)
+    if mix is None or mix.requests < MIN_MIX_REQUESTS or mix.parts < MIN_MIX_PARTS:
+        return None
+    return mix
+
+
+def mix_levelled_intervals(intervals: Sequence[Mapping[str, Any]],
+                           masks: Sequence[Sequence[bool]]) -> list[dict[str, Any]]:  # fmt: skip
+    """New intervals (the input is never changed) with each explored drafted cell's tokens at ``slots x H``
+    (the module docstring), its factor held within ``FACTOR_BAND``, and its drafted ``prefilled`` tokens
+    scaled by the same factor. A window whose mix is not enough to level by (``levelling_mix``) comes back
+    as it was; one that is has the ``mix`` block taken from every interval, so levelling twice changes
+    nothing."""
+    if len(masks) != len(intervals):
+        raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
+    mix = levelling_mix(intervals)
+    if mix is None:
+        return [dict(interval) for interval in intervals]
+    out: list[dict[str, Any]] = []
+    for interval, mask in zip(intervals, masks, strict=True):
+        levelled = {key: value for key, value in interval.items() if key != "mix"}
+        factors = _factors(interval, mask, mix.harmonic)
+        if any(f != 1.0 for f in factors):
+            levelled["drafted"] = with_rates({**interval["drafted"], "tokens": _scaled(
+                interval["drafted"]["tokens"], factors)})  # fmt: skip
+            held = interval.get("prefilled")
+            if isinstance(held, Mapping):
+                drafted = {**held["drafted"], "tokens": _scaled(held["drafted"]["tokens"], factors)}
+                levelled["prefilled"] = {**held, "drafted": drafted}
+        out.append(levelled)
+    return out
+
+
+def _factors(interval: Mapping[str, Any], mask: Sequence[bool], harmonic: float) -> list[float]:
+    """Per bin, the factor its drafted tokens are levelled by: ``slots x H / tokens`` within ``FACTOR_BAND``
+    for a cell the ceiling gated (``mask`` False) with slots and tokens, else 1 (an interval without the
+    ``slots`` block: every bin)."""
+    slots = slots_block(interval)
+    if slots is None:
+        return [1.0] * len(interval["bins"])
+    low, high = FACTOR_BAND
+    factors = []
+    for drafted, requests, tokens in zip(mask, slots["drafted"], interval["drafted"]["tokens"], strict=True):
+        explored = not drafted and requests > 0 and tokens > 0
+        factors.append(min(max(requests * harmonic / tokens, low), high) if explored else 1.0)
+    return factors
+
+
+def _scaled(values: Sequence[float], factors: Sequence[float]) -> list[float]:
+    """``values`` times ``factors``, a value whose factor is 1 as it was."""
+    return [v if f == 1.0 else v * f for v, f in zip(values, factors, strict=True)]
