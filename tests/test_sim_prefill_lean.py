@@ -47,9 +47,9 @@ from spectower.plugin import knob_contract
 from spectower.simulator.config import SimConfig
 from spectower.simulator.engine import Engine, RankScheduler
 from spectower.simulator.profile import Profile, load_profile
-from spectower.simulator.textgen import TokenStream
 
 from tests.conftest import REPO_ROOT
+from tests.sim_closed_loop import run_closed_loop, virtual_sleep
 
 # The H200 pair's profile with its draft_prefill_share (0.04: a skipped draft prefill is that much faster).
 PROFILE_PATH = REPO_ROOT / "data" / "profiles" / "h200-8b-pair-triton.json"
@@ -63,25 +63,6 @@ GATED_STEPS = 4_000  # phases B and C
 BIN, STEADY_GATED_BIN = 32, 16
 
 Phase = tuple[list[dict[str, Any]], list[list[bool]]]  # intervals, and learn's mask of each
-
-
-class _Blank(TokenStream):
-    """Output tokens without drawing text: the text is no part of the counters, and drawing it would be most
-    of the model's time."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    def next_index(self) -> int:
-        return 0
-
-
-async def _virtual_sleep(self: RankScheduler, deadline: float) -> float:
-    """A rank's sleep on a virtual clock: one turn of the event loop, then the deadline at once."""
-    await asyncio.sleep(0)
-    return deadline
 
 
 def _profile() -> Profile:
@@ -103,39 +84,16 @@ def closed_loop(clients: int, ceiling: int | None, explore_share: float, steps: 
 
     async def run() -> tuple[list[tuple[float, dict[str, Any]]], int]:
         eng = _engine(ceiling, explore_share)
-        rank = eng.ranks[0]
-        lengths = random.Random(SEED)
         snapshots: list[tuple[float, dict[str, Any]]] = []
-        enough = asyncio.Event()
-        decode = rank._decode
 
-        async def counted(deadline: float) -> float:
-            deadline = await decode(deadline)
+        def after_step(rank: RankScheduler, deadline: float) -> bool:
             done = rank.decode_passes - WARMUP_STEPS
             if done >= 0 and done % SNAPSHOT_EVERY == 0:
                 snapshots.append((deadline, rank.counters.snapshot()))  # deadline: the virtual clock
-            if done >= steps:
-                enough.set()
-            return deadline
+            return done >= steps
 
-        async def client() -> None:
-            while True:
-                req = eng.new_request(PROMPT_TOKENS, lengths.randint(*OUTPUT_TOKENS), streaming=False)
-                req.tokens = _Blank()
-                eng.submit(req)
-                await req.done.wait()
-
-        rank._decode = counted  # type: ignore[method-assign]
-        tasks = [asyncio.create_task(client()) for _ in range(clients)]
-        await eng.start()
-        try:
-            await enough.wait()
-        finally:
-            await eng.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return snapshots, rank.spec_max_bs
+        await run_closed_loop(eng, clients, PROMPT_TOKENS, OUTPUT_TOKENS, random.Random(SEED), after_step)
+        return snapshots, eng.ranks[0].spec_max_bs
 
     snapshots, knob = asyncio.run(run())
     intervals = speedup.intervals_from_snapshots(snapshots)
@@ -148,7 +106,7 @@ def phases() -> Iterator[dict[str, Phase]]:
     ceiling at 0 and nothing exploring: a steady gated stream that skips the draft's prefill, as the plugin's
     rule does. C, the truth: 32 clients gated as B."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(RankScheduler, "_sleep_until", _virtual_sleep)
+        patch.setattr(RankScheduler, "_sleep_until", virtual_sleep)
         yield {
             "A": closed_loop(32, None, knob_contract.DEFAULT_EXPLORE_SHARE, DRAFTING_STEPS),
             "B": closed_loop(16, 0, 0.0, GATED_STEPS),
