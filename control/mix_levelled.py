@@ -19,8 +19,8 @@ cell's factor (levelled tokens over its own) is held within ``FACTOR_BAND``: a b
 decision. The same factor scales the cell's drafted ``prefilled`` tokens, so that control/prefilled.py's
 levelling after it (learn's ``as_choices`` applies this first) reads the cell's tokens as levelled here.
 Steady drafted cells (their streams' requests already accept H) and every gated cell stay as measured, as do
-an interval without the ``slots`` block (a plugin before 0.4.15, or the collector's stored intervals) and a
-cell without slots. Standard library only, as the rest of the estimator's inputs.
+an interval without the ``slots`` block (a plugin before 0.4.15; the collector's stored intervals carry it
+from 0.4.15 on) and a cell without slots. Standard library only, as the rest of the estimator's inputs.
 """
 
 from __future__ import annotations

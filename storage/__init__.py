@@ -59,7 +59,8 @@ Queries (``spectower.storage.queries``)::
     bench_runs(db, limit=None); bench_run(db, id) (LookupError if absent); bench_points(db, run_id)
     bench_points_many(db, run_ids); bench_point_counts(db) -> {run_id: points}
     counter_intervals(db, server_id, start, end); has_counters(db, server_id)   # the decode counters
-        # each interval with its prefilled block where the window holds its rows (plugin 0.4.14 on)
+        # each interval with its prefilled block where the window holds its rows (plugin 0.4.14 on), and
+        # its slots and mix blocks likewise (0.4.15 on)
     extend_totals(db, server_id, start, end) -> (bins, {"kept"|"skipped": {steps, tokens, time_s}}) | None
         # the extend rows (storage.counter_modes.EXTEND_MODES) summed per bin, control.kept_extend's input
     gaps(db, source=, target=, start=, end=, open_only=); open_gap(...) -> id; close_gap(db, id, end_ts)

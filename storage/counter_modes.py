@@ -14,6 +14,15 @@ on every scrape's path.
   prefill, their tokens and their seconds with the seconds outside them, read by ``counter_intervals`` as each
   interval's ``prefilled`` block.
   Those steps are counted in their mode's bin as well: like the extend's rows, a second view.
+- ``SLOTS_MODES``: the ``slots`` block (plugin 0.4.15 on): each decode mode's batch sizes of its counted steps
+  summed per bin, as rows of 0 steps and 0 seconds whose ``tokens`` hold those slots. A second view of the
+  mode's steps (their requests), never added into the decode modes.
+- ``MIX_MODES``: the ``mix`` block (plugin 0.4.15 on): the request mix of the windows' exploring parts per bin
+  of a part's first batch, as two rows per bin: ``mix_accept`` (``steps`` the parts, ``tokens`` their
+  requests, ``time_s`` the sum of those requests' accept per verify) and ``mix_inverse`` (0 steps, 0 tokens,
+  ``time_s`` the sum of the accepts' inverses). Counts in the integer columns, sums in ``time_s``: a rollup's
+  sums are the block's sums. Not decode steps at all: no decode read adds them in.
+  ``counter_intervals`` reads both blocks back as each interval's ``slots`` and ``mix``.
 
 The stored names are spelled out, not derived from the plugin's kind names: they are what the database
 holds, and renaming a kind in the plugin must not orphan the rows already stored (tests check the two
@@ -31,3 +40,14 @@ EXTEND_MODES: dict[str, str] = {"kept": "extend_kept", "skipped": "extend_skippe
 OUTSIDE_MODES: dict[str, str] = {"drafted": "outside_drafted", "gated": "outside_gated"}
 # decode mode -> the mode its prefilled steps are stored under
 PREFILLED_MODES: dict[str, str] = {"drafted": "prefilled_drafted", "gated": "prefilled_gated"}
+# decode mode -> the mode its slots are stored under (in ``tokens``)
+SLOTS_MODES: dict[str, str] = {"drafted": "slots_drafted", "gated": "slots_gated"}
+# mix field (plugin.engine_counters.MIX_FIELDS) -> (the mode of the row it is stored in, its column)
+MIX_MODES: dict[str, tuple[str, str]] = {
+    "parts": ("mix_accept", "steps"),
+    "requests": ("mix_accept", "tokens"),
+    "accept_sum": ("mix_accept", "time_s"),
+    "inverse_sum": ("mix_inverse", "time_s"),
+}
+# the mix's stored modes, each once, in order
+MIX_ROWS: tuple[str, ...] = tuple(dict.fromkeys(mode for mode, _ in MIX_MODES.values()))

@@ -20,8 +20,12 @@ way, so a stored interval is ``with_outside(rates(None, totals))`` and carries n
 steps whose span held a prefill), in the same query, and gives each interval their sums as ``rates()`` gives
 a live interval its ``prefilled`` block (``_prefilled``), so learn's warm start levels the explored cells of
 the stored intervals as learn levels its own (``control.prefilled.levelled_intervals``). Only a window that
-holds such rows has the block: an older plugin's intervals keep the shape they always had.
-``counter_samples`` (the estimate's grouping) reads the decode modes alone.
+holds such rows has the block: an older plugin's intervals keep the shape they always had. It reads the
+rows of ``counter_modes.SLOTS_MODES`` and ``MIX_MODES`` (plugin 0.4.15 on: each mode's requests per step
+summed, the exploring parts' request mix) in that query too, as each interval's ``slots`` and ``mix`` blocks
+(``_lists``), so the warm start levels a gated bin's explored drafting for its requests' mix as learn does
+(``control.mix_levelled.mix_levelled_intervals``). ``counter_samples`` (the estimate's grouping) reads the
+decode modes and the prefilled steps alone: the console reads the explored drafting raw.
 """
 
 from __future__ import annotations
@@ -37,10 +41,10 @@ import numpy.typing as npt
 from sqlalchemy import ColumnElement, and_, func, literal_column
 from sqlalchemy import select as sa_select
 
-from ..plugin.engine_counters import ExtendBlock
+from ..plugin.engine_counters import FIELDS, ExtendBlock
 from . import dialect, rollups
 from .counter_modes import DECODE_MODES as COUNTER_MODES
-from .counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
+from .counter_modes import EXTEND_MODES, MIX_MODES, MIX_ROWS, OUTSIDE_MODES, PREFILLED_MODES, SLOTS_MODES
 from .retention import horizons
 
 if TYPE_CHECKING:
@@ -57,9 +61,17 @@ TIME_DECIMALS = 9
 ExtendTotals = ExtendBlock
 # what a decode read reads: the decode modes, then each one's seconds outside its steps, in the same order
 DECODE_READ: tuple[str, ...] = (*COUNTER_MODES, *(OUTSIDE_MODES[mode] for mode in COUNTER_MODES))
-# what counter_intervals reads: the decode read, then each decode mode's prefilled steps, in one query (the
-# (server_id, ts) index holds no mode: a second query of the prefilled rows would walk the window again)
-INTERVALS_READ: tuple[str, ...] = (*DECODE_READ, *(PREFILLED_MODES[mode] for mode in COUNTER_MODES))
+# each decode mode's prefilled steps (plugin 0.4.14)
+PREFILLED_READ: tuple[str, ...] = tuple(PREFILLED_MODES[mode] for mode in COUNTER_MODES)
+# each decode mode's slots, then the mix's rows (plugin 0.4.15)
+BLOCKS_READ: tuple[str, ...] = (*(SLOTS_MODES[mode] for mode in COUNTER_MODES), *MIX_ROWS)
+# what counter_intervals reads: the decode read, then the prefilled steps, then the slots and the mix, in one
+# query (the (server_id, ts) index holds no mode: a second query of these rows would walk the window again)
+INTERVALS_READ: tuple[str, ...] = (*DECODE_READ, *PREFILLED_READ, *BLOCKS_READ)
+# what counter_samples reads: INTERVALS_READ without the slots and mix rows, which the console's samples do
+# not use (the same indices for the modes it keeps: a prefix of INTERVALS_READ); reading them cost the
+# console's live read as much again (benchmarks/counter_read_bench.py)
+SAMPLES_READ: tuple[str, ...] = (*DECODE_READ, *PREFILLED_READ)
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
@@ -99,23 +111,52 @@ def counter_intervals(
     exactly as before. A rollup bucket that holds the upgrade counts the prefilled steps after it only; a
     downgrade within the window reads as intervals without prefills. A prefilled row in a bin its interval
     has no decode row in (which a plugin cannot store: those steps count in their mode's bin as well) is
-    left out."""
+    left out.
+
+    Where the window holds rows of the ``slots`` and ``mix`` blocks (plugin 0.4.15 on), the intervals carry
+    them as ``rates()`` gives them, what ``control.mix_levelled.mix_levelled_intervals`` reads: ``"slots":
+    {"drafted" | "gated": [...]}`` and ``"mix": {"parts", "requests", "accept_sum", "inverse_sum": [...]}``,
+    floats parallel to the interval's ``bins``, the sums of its rows of each stored mode and column
+    (``counter_modes.SLOTS_MODES`` / ``MIX_MODES``) rounded as ``rates()`` rounds them, zeros where a bin has
+    none. Both start at the first interval with a row of either (the plugin publishes them together), the
+    intervals before it have neither key, and a window without such rows reads exactly as before. A mix row
+    counts in the bin of its part's first batch, which its interval may hold no decode row in (the part ran
+    on across a scrape): that bin is among the interval's ``bins`` with zero decode counts, as in
+    ``rates()``, so the block loses nothing."""
     cells, tier = _read(db, server_id, start, end, max_intervals, INTERVALS_READ)
     return _intervals_of(cells, tier)
 
 
 def _intervals_of(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
     """``counter_intervals`` of the rows it read (``INTERVALS_READ``'s modes): the decode rows' intervals,
-    from the first interval with a prefilled row on each with its ``prefilled`` block (``_prefilled``)."""
-    decode, prefilled = cells.split(len(DECODE_READ))
-    entries = _Entries.of(decode)
+    from the first interval with a prefilled row on each with its ``prefilled`` block (``_prefilled``), and
+    from the first with a slots or mix row on each with its ``slots`` and ``mix`` blocks (``_lists``)."""
+    entries, prefilled, lists = _entries_of(cells)
     intervals = _intervals(entries, res_s)
     if len(prefilled.ts):  # else an older plugin's window: the shape it always had
         first, blocks = _prefilled(entries, prefilled)
         for interval, (a, b) in zip(intervals[first:], entries.spans[first:], strict=True):
             interval["prefilled"] = {mode: {field: values[a:b] for field, values in block.items()}
                                      for mode, block in blocks.items()}  # fmt: skip
+    if len(lists.ts):  # else a plugin before 0.4.15
+        first, slots, mix = _lists(entries, lists)
+        for interval, (a, b) in zip(intervals[first:], entries.spans[first:], strict=True):
+            interval["slots"] = {mode: values[a:b] for mode, values in slots.items()}
+            interval["mix"] = {field: values[a:b] for field, values in mix.items()}
     return intervals
+
+
+def _entries_of(cells: _Cells) -> tuple[_Entries, _Cells, _Cells]:
+    """The rows read with ``INTERVALS_READ``'s modes (or ``SAMPLES_READ``, its prefix: no slots or mix rows)
+    as the decode rows' entries, the prefilled rows (each mode its index in ``PREFILLED_READ``) and the slots
+    and mix rows (in ``BLOCKS_READ``). The entries hold every
+    (interval, bin) of a slots or mix row too, with zero decode counts where it has no decode row (a mix
+    row's bin, its part's first batch's); a window without such rows has the entries it always had."""
+    decode, rest = cells.split(len(DECODE_READ))
+    prefilled, lists = rest.split(len(PREFILLED_READ))
+    if len(lists.ts):
+        decode = decode.then(_Cells(lists.ts, lists.bins, np.full(len(lists.ts), -1), lists.values))
+    return _Entries.of(decode), prefilled, lists
 
 
 Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
@@ -148,10 +189,11 @@ def counter_samples(
 ) -> CounterSamples:
     """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode,
     with their prefilled steps where the window holds them (what ``control.kept_extend.corrected_estimate``
-    levels the explored cells by)."""
-    cells, _ = _read(db, server_id, start, end, max_intervals, INTERVALS_READ)
-    decode, prefilled = cells.split(len(DECODE_READ))
-    entries = _Entries.of(decode)
+    levels the explored cells by). Not the ``slots`` and ``mix`` blocks (plugin 0.4.15): the console reads a
+    gated bin's explored drafting raw, not levelled for its requests' mix as learn and its warm start do
+    (``control.mix_levelled``)."""
+    cells, _ = _read(db, server_id, start, end, max_intervals, SAMPLES_READ)
+    entries, prefilled, _ = _entries_of(cells)
     per_bin, held = _per_bin(entries, _prefilled(entries, prefilled) if len(prefilled.ts) else None)
     return CounterSamples(len(entries.stamps), per_bin, held)
 
@@ -374,20 +416,9 @@ def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[st
     (``len(entries.stamps)`` where none lands in one). A row outside every entry is left out."""
     if not entries.stamps:  # no decode row: no interval to carry a block
         return 0, {mode: {field: [] for field in ("steps", "tokens", "time_s")} for mode in COUNTER_MODES}
-    stamps = np.array(entries.stamps, dtype=np.float64)
-    entry_bins = np.array(entries.bins, dtype=np.int64)
-    # each entry's key (interval, bin), ascending as the entries are (by interval, then bin)
-    bin_values = np.unique(np.concatenate([entry_bins, cells.bins]))
-    nb = len(bin_values)
-    interval_of = np.repeat(np.arange(len(stamps), dtype=np.int64), [b - a for a, b in entries.spans])
-    keys = interval_of * nb + np.searchsorted(bin_values, entry_bins)
-    # each row's interval: the one whose decode rows have its ts (the same scrape, or the same bucket)
-    at = np.minimum(np.searchsorted(stamps, cells.ts), len(stamps) - 1)
-    row_keys = at * nb + np.searchsorted(bin_values, cells.bins)
-    entry = np.minimum(np.searchsorted(keys, row_keys), len(keys) - 1)
-    found = (stamps[at] == cells.ts) & (keys[entry] == row_keys)
-    first = int(at[found].min()) if found.any() else len(stamps)
-    n = len(keys)
+    at, entry, found = _placed(entries, cells)
+    first = int(at[found].min()) if found.any() else len(entries.stamps)
+    n = len(entries.bins)
     blocks: dict[str, dict[str, list[Any]]] = {}
     for code, mode in enumerate(COUNTER_MODES):
         mine = found & (cells.modes == code)
@@ -400,6 +431,46 @@ def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[st
             "time_s": [round(t, TIME_DECIMALS) for t in seconds.tolist()],
         }
     return first, blocks
+
+
+def _placed(entries: _Entries, cells: _Cells) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                                       npt.NDArray[np.bool_]]:  # fmt: skip
+    """Where each of ``cells``' rows lands among ``entries`` (at least one): its interval (the one whose
+    decode rows have its ts: the same scrape, or the same bucket), its entry (that interval's bin), and
+    whether both are its own (else the row lands in none: the first two are then not its)."""
+    stamps = np.array(entries.stamps, dtype=np.float64)
+    entry_bins = np.array(entries.bins, dtype=np.int64)
+    # each entry's key (interval, bin), ascending as the entries are (by interval, then bin)
+    bin_values = np.unique(np.concatenate([entry_bins, cells.bins]))
+    nb = len(bin_values)
+    interval_of = np.repeat(np.arange(len(stamps), dtype=np.int64), [b - a for a, b in entries.spans])
+    keys = interval_of * nb + np.searchsorted(bin_values, entry_bins)
+    at = np.minimum(np.searchsorted(stamps, cells.ts), len(stamps) - 1)
+    row_keys = at * nb + np.searchsorted(bin_values, cells.bins)
+    entry = np.minimum(np.searchsorted(keys, row_keys), len(keys) - 1)
+    found = (stamps[at] == cells.ts) & (keys[entry] == row_keys)
+    return at, entry, found
+
+
+def _lists(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, list[float]], dict[str, list[float]]]:
+    """The ``slots`` and ``mix`` blocks' rows (``cells``, each mode its index in ``BLOCKS_READ``) summed per
+    entry of ``entries``, as ``rates()`` gives the blocks: ``slots`` per decode mode (its rows' ``tokens``),
+    ``mix`` per field (its row's column, ``counter_modes.MIX_MODES``), each a list of floats rounded as
+    ``rates()`` rounds them over all the entries end to end, zeros where an entry has no row; and the index
+    of the first interval with a row. ``_entries_of`` gave every row an entry."""
+    at, entry, found = _placed(entries, cells)
+    first = int(at[found].min()) if found.any() else len(entries.stamps)
+    n = len(entries.bins)
+
+    def summed(stored: str, column: str) -> list[float]:
+        mine = found & (cells.modes == BLOCKS_READ.index(stored))
+        # bincount adds each entry's rows in order from 0.0, as the decode cells are summed
+        sums = np.bincount(entry[mine], weights=cells.values[mine, FIELDS.index(column)], minlength=n)
+        return [round(v, TIME_DECIMALS) for v in sums.astype(np.float64).tolist()]  # no rows: int zeros
+
+    slots = {mode: summed(SLOTS_MODES[mode], "tokens") for mode in COUNTER_MODES}
+    mix = {field: summed(stored, column) for field, (stored, column) in MIX_MODES.items()}
+    return first, slots, mix
 
 
 def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]] | None = None

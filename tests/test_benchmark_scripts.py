@@ -57,15 +57,17 @@ def test_fleet_pooling_runs_every_arm_and_its_pool_reaches_the_policies() -> Non
     assert rows["odd, independent"][0] != rows["odd, pooled"][0]
 
 
-def test_counter_read_bench_prints_both_reads_with_and_without_the_prefilled_rows() -> None:
-    """``counter_read_bench.py`` fills a window as an older plugin stores it and as plugin 0.4.14 does (half
-    as many rows again) and times both counter reads over it; a bad size is one line naming the option."""
+def test_counter_read_bench_prints_both_reads_as_each_plugin_stores_its_rows() -> None:
+    """``counter_read_bench.py`` fills a window as plugin 0.4.13 stores it, as 0.4.14 does (the prefilled
+    rows: half as many again) and as 0.4.15 does (the slots rows, and one part's two mix rows every 30
+    intervals) and times both counter reads over each; a bad size is one line naming the option."""
     script = REPO_ROOT / "benchmarks" / "counter_read_bench.py"
     done = subprocess.run([sys.executable, str(script), "--intervals", "30", "--repeats", "1"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
     lines = [line.split() for line in done.stdout.splitlines()[1:]]
-    assert [(row[0], row[1], row[2]) for row in lines] == [("30", "480", "no"), ("30", "720", "yes")]
+    assert [(row[0], row[1], row[2]) for row in lines] == [("30", "480", "0.4.13"), ("30", "720", "0.4.14"),
+                                                            ("30", "962", "0.4.15")]  # fmt: skip
     assert all(line.count("ms") == 2 for line in done.stdout.splitlines()[1:])
     bad = subprocess.run([sys.executable, str(script), "--intervals", "1"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip

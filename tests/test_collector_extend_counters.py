@@ -43,11 +43,14 @@ def test_extend_deltas_are_rows_beside_the_decode_rows_summed_over_ranks() -> No
         CounterRow(15.0, 24, "gated", 7, 24 + 3 * 9 + 24 + 2 * 10, 0.07),
         CounterRow(15.0, 24, KEPT, 3, 27, 0.03),
         CounterRow(15.0, 24, SKIPPED, 2, 20, 0.02),
+        CounterRow(15.0, 4, "slots_drafted", 0, 4, 0.0),  # plugin 0.4.15's slots: requests per step summed
+        CounterRow(15.0, 24, "slots_gated", 0, 7 * 24, 0.0),
     ]
     # nothing new: no rows; only skipped steps: no kept row
     assert deltas.update(20.0, [r0.snapshot(), r1.snapshot()]) == []
     _steady_gated(r0, 48, 1, kept=False, tok_s=1000.0)
-    assert [r.mode for r in deltas.update(25.0, [r0.snapshot(), r1.snapshot()])] == ["gated", SKIPPED]
+    modes = [r.mode for r in deltas.update(25.0, [r0.snapshot(), r1.snapshot()])]
+    assert modes == ["gated", SKIPPED, "slots_gated"]
 
 
 def test_a_rank_whose_extend_block_turns_malformed_stores_no_negative_delta() -> None:
@@ -63,17 +66,20 @@ def test_a_rank_whose_extend_block_turns_malformed_stores_no_negative_delta() ->
     broken = r1.snapshot()
     broken["extend"]["kept"]["steps"] = broken["extend"]["kept"]["steps"][:-1]
     assert ec.validate(broken) is None and ec.extend_block(broken) is None
-    assert deltas.update(15.0, [r0.snapshot(), broken]) == [CounterRow(15.0, 24, "gated", 1, 9, 0.01)]
+    assert deltas.update(15.0, [r0.snapshot(), broken]) == [CounterRow(15.0, 24, "gated", 1, 9, 0.01),
+                                                            CounterRow(15.0, 24, "slots_gated", 0, 24, 0.0)]
     old0, old1 = (_counters(64), _counters(64))
     plain = CounterDeltas()
     snaps = [old0.snapshot(), old1.snapshot()]
     for s in snaps:
-        del s["extend"]
+        for block in ("extend", "slots", "mix"):  # blocks of later plugins
+            del s[block]
     plain.update(10.0, snaps)
     _steady_gated(old0, 24, 2, kept=True, tok_s=870.0)
     snaps = [old0.snapshot(), old1.snapshot()]
     for s in snaps:
-        del s["extend"]
+        for block in ("extend", "slots", "mix"):
+            del s[block]
     assert [r.mode for r in plain.update(15.0, snaps)] == ["gated"]
 
 

@@ -29,18 +29,19 @@ def test_outside_deltas_are_rows_beside_the_decode_rows_summed_over_ranks() -> N
     rows = deltas.update(15.0, [r0.snapshot(), r1.snapshot()])
     decode = [CounterRow(15.0, 16, "drafted", 2, 88, 0.02), CounterRow(15.0, 48, "gated", 1, 48, 0.008)]
     assert rows[:2] == decode
-    outside = rows[2:]
+    outside = rows[2:3]
     assert [(r.batch_size, r.mode, r.steps, r.tokens) for r in outside] == [(16, "outside_drafted", 0, 0)]
     assert outside[0].time_s == pytest.approx(0.0006)
+    # then plugin 0.4.15's slots (requests per step summed): 0 steps, no seconds
+    assert rows[3:] == [CounterRow(15.0, 16, "slots_drafted", 0, 32, 0.0),
+                        CounterRow(15.0, 48, "slots_gated", 0, 48, 0.0)]
     # a plugin before 0.4.13 publishes no block: the rows it always stored
     old = _counters(64)
-    snap = old.snapshot()
-    del snap["outside"]
+    snap = {key: value for key, value in old.snapshot().items() if key not in ("outside", "slots", "mix")}
     plain = CounterDeltas()
     plain.update(10.0, [snap])
     old.record(16, True, 48, 0.010, outside_s=0.001)
-    snap = old.snapshot()
-    del snap["outside"]
+    snap = {key: value for key, value in old.snapshot().items() if key not in ("outside", "slots", "mix")}
     assert [r.mode for r in plain.update(15.0, [snap])] == ["drafted"]
 
 

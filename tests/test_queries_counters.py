@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectower.control import kept_extend, prefilled, speedup
+from spectower.control import kept_extend, mix_levelled, prefilled, speedup, warm_start
 from spectower.control.policy import learn_counters
 from spectower.plugin import engine_counters as ec
 from spectower.storage import Database, open_database, queries, rollups
-from spectower.storage.counter_modes import EXTEND_MODES, PREFILLED_MODES
+from spectower.storage.counter_modes import EXTEND_MODES, MIX_MODES, MIX_ROWS, PREFILLED_MODES, SLOTS_MODES
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.queries_counters import (
     INTERVALS_READ,
@@ -40,6 +40,7 @@ from sqlalchemy import event, text
 
 from tests import queries_reference as reference
 from tests.conftest import examples
+from tests.test_part_mix import Req
 from tests.test_sglang_counters import _counters, _doc, stored_documents
 
 SETTINGS = settings(
@@ -276,6 +277,11 @@ def _snapshots(intervals: int, seed: int) -> list[dict[str, Any]]:
     return [c.snapshot(), *_workload(c, random.Random(seed), intervals)]
 
 
+def _without(snap: Mapping[str, Any], *blocks: str) -> dict[str, Any]:
+    """A snapshot without ``blocks``: what an older plugin publishes."""
+    return {key: value for key, value in snap.items() if key not in blocks}
+
+
 def _live(snaps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Learn's own intervals of the snapshots, 5 s apart from t=1000 as ``scrape_documents`` reads them."""
     return speedup.intervals_from_snapshots([(1000.0 + 5 * k, snap) for k, snap in enumerate(snaps)])
@@ -325,8 +331,8 @@ def test_stored_intervals_carry_the_prefilled_block_rates_gives_the_same_snapsho
 def test_a_window_without_prefilled_rows_reads_back_as_it_always_did(tmp_path: Path) -> None:
     """A plugin before 0.4.14 (the same snapshots without the block): no ``prefilled`` key, the intervals
     otherwise those the plugin 0.4.14's rows give, on every tier."""
-    snaps = _snapshots(14, seed=2)
-    older = [{key: value for key, value in snap.items() if key != "prefilled"} for snap in snaps]
+    snaps = [_without(snap, "slots", "mix") for snap in _snapshots(14, seed=2)]  # plugin 0.4.14's
+    older = [_without(snap, "prefilled") for snap in snaps]
     reads: dict[str, list[list[dict[str, Any]]]] = {}
     for name, stored in (("older", older), ("0.4.14", snaps)):
         with _stored(tmp_path / name, stored) as (db, sid):
@@ -380,7 +386,7 @@ def test_after_an_upgrade_the_block_starts_at_the_first_interval_with_a_prefille
     rng = random.Random(4)
     old = _counters(64)
     before = [old.snapshot(), *_workload(old, rng, 3)]
-    before = [{key: value for key, value in snap.items() if key != "prefilled"} for snap in before]
+    before = [_without(snap, "prefilled", "slots", "mix") for snap in before]
     new = _counters(64, started_at=900.0)  # the upgrade restarted the server
     after = [*_workload(new, rng, 1, prefills=False), *_workload(new, rng, 3),
              *_workload(new, rng, 1, prefills=False), *_workload(new, rng, 2)]  # fmt: skip
@@ -509,3 +515,276 @@ def test_counter_samples_carry_each_samples_prefilled_steps_and_the_console_leve
     assert plain.prefilled is None
     assert kept_extend.corrected_estimate(plain.per_bin, plain.intervals, 0.0, plain.prefilled)[0] == (
         speedup.estimate_per_bin(plain.per_bin, plain.intervals))
+
+
+# ---- the slots and mix blocks (plugin 0.4.15 on) ---------------------------------------------------------
+
+LISTS = ("slots", "mix")
+ACCEPTS = (4.0, 2.0)  # half a part's requests accept 4 a verify, half 2: A 3.0, H 24 / 9 = 2.667
+H = 24 / 9
+
+
+def _part(c: ec.EngineCounters, size: int, verifies: int) -> None:
+    """One exploring part of ``size`` requests (half of them accepting 4 a verify, half 2) drafted for
+    ``verifies`` steps, then out of it: its mix counts in the bin of ``size`` (plugin/part_mix.py)."""
+    reqs = [Req(ACCEPTS[k % 2]) for k in range(size)]
+    c.part_mix.batch(True, True, size, lambda: reqs)
+    for _ in range(verifies):
+        for req in reqs:
+            req.verify()
+    c.part_mix.batch(False, False, size, lambda: reqs)
+
+
+def _mix_workload(c: ec.EngineCounters, rng: random.Random, intervals: int,
+                  orphans: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+    """A snapshot of ``c`` after each of ``intervals`` intervals under ceiling 16: bin 16 drafts steadily (40
+    tokens a 10-ms step) with explored gated steps (16 a 7-ms step); bin 32 gates steadily (32 tokens a 9-ms
+    step, 3556 tok/s) with explored drafted steps, their requests a gated stream's batch: 93 tokens a 25-ms
+    step (3720 tok/s, 1.046 of gated), 2.9 a request where a steady drafting stream's requests commit H =
+    2.667 (slots x H: 3413 tok/s, 0.96 of gated). A prefill in one step in 10. Two exploring parts of 28-32
+    requests an interval (bin 32); with ``orphans`` one interval in three also a part whose first batch (40)
+    lies in bin 48, where no step of the interval ran (the part ran on across a scrape)."""
+    snaps = []
+    for k in range(intervals):
+        steps: list[tuple[int, bool, int, float]] = [
+            *[(16, True, 40, 0.010)] * rng.randint(50, 70),
+            *[(16, False, 16, 0.007)] * rng.randint(6, 10),
+            *[(32, False, 32, 0.009)] * rng.randint(50, 70),
+            *[(32, True, 93, 0.025)] * rng.randint(8, 12),
+        ]
+        rng.shuffle(steps)
+        for batch, drafted, tokens, step_s in steps:
+            pre = rng.random() < 0.1
+            c.record(batch, drafted, tokens + rng.randint(-1, 1), step_s * rng.uniform(0.97, 1.03) +
+                     (0.003 if pre else 0.0), outside_s=rng.uniform(0.0, 0.0005), prefilled=pre)  # fmt: skip
+        for _ in range(2):
+            _part(c, 2 * rng.randint(14, 16), rng.randint(3, 8))
+        if orphans and k % 3 == 1:
+            _part(c, 40, 4)
+        snaps.append(c.snapshot())
+    return snaps
+
+
+def _mix_snapshots(intervals: int, seed: int, orphans: bool = True) -> list[dict[str, Any]]:
+    """A plugin 0.4.15's snapshots of one rank: the counters at start, then after each interval."""
+    c = _counters(64)
+    return [c.snapshot(), *_mix_workload(c, random.Random(seed), intervals, orphans)]
+
+
+def _lists_on_bins(interval: Mapping[str, Any], on: Sequence[int]) -> dict[str, dict[str, list[Any]]]:
+    """A live interval's ``slots`` and ``mix`` blocks taken on the bins ``on`` (a stored interval's)."""
+    at = [list(interval["bins"]).index(b) for b in on]
+    return {name: {key: [values[i] for i in at] for key, values in interval[name].items()} for name in LISTS}
+
+
+def test_stored_intervals_carry_the_slots_and_mix_blocks_of_the_same_snapshots(tmp_path: Path) -> None:
+    """Through the real scraper and sink into SQLite: each stored interval's ``slots`` and ``mix`` are what
+    ``rates()`` gives the same consecutive snapshots, value for value (floats, as ``rates()`` gives them), on
+    the bins the interval stored; a part whose first batch's bin ran no step in its interval (48) has that
+    bin among the interval's, with zero decode counts as in ``rates()``; nothing is left behind."""
+    snaps = _mix_snapshots(12, seed=7)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    assert [i["ts"] for i in got] == [i["ts"] for i in live] and {i["res_s"] for i in got} == {0}
+    for stored, interval in zip(got, live, strict=True):
+        assert {name: stored[name] for name in LISTS} == _lists_on_bins(interval, stored["bins"])
+        for name in LISTS:  # a bin the stored interval lacks had none
+            totals = {key: sum(values) for key, values in stored[name].items()}
+            assert totals == {key: sum(values) for key, values in interval[name].items()}
+        assert {m: stored[m] for m in ec.MODES} == _on_bins({m: interval[m] for m in ec.MODES},
+                                                          interval["bins"], stored["bins"])  # fmt: skip
+    assert {type(v) for i in got for name in LISTS for values in i[name].values() for v in values} == {float}
+    assert all(sum(i["mix"]["parts"]) >= 2 and sum(i["slots"]["drafted"]) > 0 for i in got)
+    orphaned = [i for i in got if 48 in i["bins"]]
+    assert len(orphaned) == 4
+    for interval in orphaned:
+        at = interval["bins"].index(48)
+        assert interval["mix"]["parts"][at] == 1.0 and interval["mix"]["requests"][at] == 40.0
+        assert interval["drafted"]["steps"][at] == interval["gated"]["steps"][at] == 0
+    assert all(48 not in i["bins"] for i in got if i not in orphaned)
+
+
+def test_a_rollup_buckets_slots_and_mix_are_rates_over_the_bucket(tmp_path: Path) -> None:
+    """The minute and hour tiers, rows past the watermark added to their buckets: a bucket's blocks are
+    ``rates()`` of the snapshots around its intervals (the counts exact, the sums within a nanosecond per
+    interval)."""
+    snaps = _mix_snapshots(30, seed=8)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps, fold_before=20) as (db, sid):
+        reads = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit) for limit in (10, 2)]
+    for read, res in zip(reads, (60, 3600), strict=True):
+        assert {i["res_s"] for i in read} == {res}
+        assert [i["ts"] for i in read] == ([960, 1020, 1080, 1140] if res == 60 else [0])
+        for bucket in read:
+            inside = [k for k, i in enumerate(live) if math.floor(i["ts"] / res) * res == bucket["ts"]]
+            whole = ec.rates(snaps[inside[0]], snaps[inside[-1] + 1])
+            want = _lists_on_bins(whole, bucket["bins"])
+            assert bucket["slots"] == want["slots"]
+            for field in ec.MIX_FIELDS:
+                tolerance = len(inside) * 1e-9 if field.endswith("_sum") else 0
+                assert bucket["mix"][field] == pytest.approx(want["mix"][field], rel=0, abs=tolerance)
+            assert sum(bucket["mix"]["parts"]) == sum(whole["mix"]["parts"]) > 0
+
+
+def test_after_an_upgrade_the_slots_and_mix_start_at_the_first_interval_with_a_row(tmp_path: Path) -> None:
+    """An older plugin's intervals (no blocks), then (a restart) plugin 0.4.15's: no ``slots`` or ``mix`` key
+    before its first interval, both from it on, each what ``rates()`` gives the snapshots."""
+    rng = random.Random(9)
+    old = _counters(64)
+    before = [_without(snap, "slots", "mix") for snap in [old.snapshot(), *_mix_workload(old, rng, 4)]]
+    new = _counters(64, started_at=900.0)
+    snaps = [*before, *_mix_workload(new, rng, 5)]
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    first = len(before) - 1  # the interval across the restart: plugin 0.4.15's first
+    assert [i["ts"] for i in got] == [i["ts"] for i in live]
+    assert [[name in i for name in LISTS] for i in got] == [[k >= first] * 2 for k in range(len(got))]
+    assert all("prefilled" in i for i in got)  # the prefilled block as before: both plugins publish it
+    for stored, interval in zip(got[first:], live[first:], strict=True):
+        assert {name: stored[name] for name in LISTS} == _lists_on_bins(interval, stored["bins"])
+
+
+def test_a_window_without_slots_or_mix_rows_reads_back_as_it_always_did(tmp_path: Path) -> None:
+    """A plugin before 0.4.15 (the same snapshots without the blocks): no ``slots`` or ``mix`` key, the
+    intervals otherwise those plugin 0.4.15's rows give, on every tier (no part here ran on into a bin of no
+    step: such a part's bin is the one thing the blocks add to an interval)."""
+    snaps = _mix_snapshots(14, seed=10, orphans=False)
+    older = [_without(snap, *LISTS) for snap in snaps]
+    reads: dict[str, list[list[dict[str, Any]]]] = {}
+    for name, stored in (("older", older), ("0.4.15", snaps)):
+        with _stored(tmp_path / name, stored) as (db, sid):
+            db.update_rollups()
+            reads[name] = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
+                           for limit in (2000, 10, 2)]  # fmt: skip
+            samples = queries.counter_samples(db, sid, 900.0, 1200.0)
+            reads[name].append([{"per_bin": samples.per_bin, "prefilled": samples.prefilled}])
+    assert [{i["res_s"] for i in read} for read in reads["older"][:3]] == [{0}, {60}, {3600}]
+    for old, new in zip(reads["older"], reads["0.4.15"], strict=True):
+        assert old and all(not set(LISTS) & set(i) for i in old)
+        assert old == [_without(i, *LISTS) for i in new]
+    assert all(set(LISTS) <= set(i) for read in reads["0.4.15"][:3] for i in read)
+
+
+def _with_ceiling(intervals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The intervals as learn holds them: each with the ceiling it ran under (16)."""
+    return [{**i, learn_counters.CEILING_KEY: CEILING} for i in intervals]
+
+
+def test_learn_levels_the_stored_explored_drafting_for_the_mix_as_it_levels_its_own(tmp_path: Path) -> None:
+    """``control.mix_levelled.mix_levelled_intervals`` with ``learn_counters.ceiling_masks`` gives the stored
+    intervals the levelled drafted tokens it gives learn's live ones: bin 32's explored drafting at slots x H
+    (H 2.667 of the parts' requests, where its steps committed 2.9 a request), and so does ``as_choices``."""
+    snaps = _mix_snapshots(12, seed=11)
+    live = _with_ceiling(_live(snaps))
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = _with_ceiling(queries.counter_intervals(db, sid, 900.0, 2000.0))
+    window = mix_levelled.levelling_mix(got)
+    assert window is not None and window == mix_levelled.levelling_mix(live)
+    assert window.harmonic == pytest.approx(H) and window.arithmetic == pytest.approx(3.0)
+    levelled = mix_levelled.mix_levelled_intervals(got, learn_counters.ceiling_masks(got))
+    own = mix_levelled.mix_levelled_intervals(live, learn_counters.ceiling_masks(live))
+    for stored, interval, raw in zip(levelled, own, got, strict=True):
+        assert {m: stored[m] for m in ec.MODES} == _on_bins({m: interval[m] for m in ec.MODES},
+                                                          interval["bins"], stored["bins"])  # fmt: skip
+        assert stored["prefilled"] == _on_bins(interval["prefilled"], interval["bins"], stored["bins"])
+        at = stored["bins"].index(32)
+        slots = raw["slots"]["drafted"][at]
+        assert stored["drafted"]["tokens"][at] == pytest.approx(slots * H)
+        assert stored["drafted"]["tokens"][at] < raw["drafted"]["tokens"][at]  # moved: 2.9 a request to H
+        i16 = stored["bins"].index(16)  # the steady drafted cell: as measured
+        assert stored["drafted"]["tokens"][i16] == raw["drafted"]["tokens"][i16]
+    scale = 1 / (1 - learn_counters.DEFAULT_KEPT_EXTEND_TAX)
+    chosen = learn_counters.as_choices(got, learn_counters.ceiling_masks(got), scale)
+    learned = learn_counters.as_choices(live, learn_counters.ceiling_masks(live), scale)
+    for stored, interval in zip(chosen, learned, strict=True):
+        fields = {m: {f: interval[m][f] for f in FIELDS} for m in ec.MODES}
+        assert {m: {f: stored[m][f] for f in FIELDS} for m in ec.MODES} == _on_bins(
+            fields, interval["bins"], stored["bins"]
+        )
+
+
+def test_the_warm_start_reads_the_stored_explored_drafting_levelled_for_the_mix(tmp_path: Path) -> None:
+    """Learn's warm start (control/warm_start.py ``from_counters``) over a plugin 0.4.15's stored intervals,
+    the knob of 16 stored beside them: bin 32's explored drafting read raw pays (1.046 of gated), levelled
+    for its requests' mix it does not (0.96), so the warm start puts the crossover between 16 and 32 and
+    starts at 24, exactly as over learn's live intervals; the same stored intervals without the blocks (what
+    storage gave before it kept them) read drafting as paying at every load and start at 32."""
+    snaps = _mix_snapshots(24, seed=12)
+    live = _live(snaps)
+    with _stored(tmp_path, snaps) as (db, sid):
+        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    ceilings = [CEILING] * len(got)
+    stored = warm_start.from_counters(got, 64, ceilings=ceilings)
+    own = warm_start.from_counters(live, 64, ceilings=ceilings)
+    raw = warm_start.from_counters([_without(i, *LISTS) for i in got], 64, ceilings=ceilings)
+    assert stored is not None and raw is not None
+    assert stored == own and stored.ceiling == 24 and "crossover ~31 (31-32)" in stored.line
+    assert raw.ceiling == 32 and "crossover > 32 (pays at every load seen)" in raw.line
+
+
+LIST_STORED = (*SLOTS_MODES.values(), *MIX_ROWS)
+blocks_row = st.tuples(
+    st.sampled_from([T0 + 5 * k for k in range(6)] + [T0 + 2.5, T0 + 3600.0]),
+    st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 64, 96]),
+    # the blocks' rows twice as likely as the others
+    st.sampled_from(["drafted", "gated", "settling", "outside_drafted", "outside_gated", *PREFILLED_STORED,
+                     *LIST_STORED, *LIST_STORED]),
+    counts,
+    counts,
+    seconds,
+)
+
+
+def _with_blocks_reference(rows: list[tuple[Any, ...]], res_s: int) -> list[dict[str, Any]]:
+    """The reference intervals of the rows: the decode rows' with every (interval, bin) of a slots or mix
+    row among them (zero decode counts where it has no decode row); from the first interval with a prefilled
+    row on its ``prefilled`` block (``_with_prefilled_reference``), from the first with a slots or mix row on
+    its ``slots`` and ``mix``: per bin the rows' column (``SLOTS_MODES``: tokens; ``MIX_MODES``) summed one
+    by one, rounded as rates() rounds it, zeros where none."""
+    cells: reference.Cells = {}
+    sums: dict[tuple[float, int, str], list[float]] = {}
+    for ts, b, mode, *values in rows:
+        if mode in PREFILLED_STORED or mode in LIST_STORED:
+            cell = sums.setdefault((float(ts), int(b), mode), [0.0, 0.0, 0.0])
+            for k, v in enumerate(values):
+                cell[k] += float(v)
+        if mode not in PREFILLED_STORED:
+            reference.add_row(cells, ts, b, mode, values)  # a block's row: its bin shows, no decode counts
+    out = reference.intervals_of(cells, res_s)
+
+    def first(modes: Sequence[str]) -> int:
+        seen = [k for k, i in enumerate(out) for b in i["bins"] for m in modes if (i["ts"], b, m) in sums]
+        return min(seen, default=len(out))
+
+    def column(interval: Mapping[str, Any], stored: str, k: int) -> list[float]:
+        return [sums.get((interval["ts"], b, stored), [0.0, 0.0, 0.0])[k] for b in interval["bins"]]
+
+    for interval in out[first(PREFILLED_STORED):]:
+        interval["prefilled"] = {mode: {
+            "steps": [int(v) for v in column(interval, stored, 0)],
+            "tokens": [int(v) for v in column(interval, stored, 1)],
+            "time_s": [round(v, TIME_DECIMALS) for v in column(interval, stored, 2)],
+        } for mode, stored in PREFILLED_MODES.items()}  # fmt: skip
+    for interval in out[first(LIST_STORED):]:
+        interval["slots"] = {mode: [round(v, TIME_DECIMALS) for v in column(interval, stored, 1)]
+                             for mode, stored in SLOTS_MODES.items()}  # fmt: skip
+        interval["mix"] = {
+            field: [round(v, TIME_DECIMALS) for v in column(interval, stored, FIELDS.index(name))]
+            for field, (stored, name) in MIX_MODES.items()
+        }
+    return out
+
+
+@SETTINGS
+@given(rows=st.lists(blocks_row, max_size=60), res_s=st.sampled_from([0, 60, 3600]))
+def test_slots_and_mix_blocks_equal_the_rows_summed_per_interval_and_bin(rows: list[tuple[Any, ...]],
+                                                                         res_s: int) -> None:  # fmt: skip
+    """Random rows, slots and mix ones among them (in bins and intervals without a decode row too, which
+    they add to the intervals), prefilled ones beside them: the reference's intervals, value for value and
+    type for type (the blocks' lists floats)."""
+    got = _intervals_of(_Cells.of(rows, INTERVALS_READ), res_s)
+    assert got == _with_blocks_reference(rows, res_s)
+    lists = [values for i in got if "slots" in i for name in LISTS for values in i[name].values()]
+    assert all(type(v) is float for values in lists for v in values)

@@ -128,17 +128,22 @@ def test_deltas_between_reads_summed_over_ranks() -> None:
     assert rows == [
         CounterRow(15.0, 4, "drafted", 2, 20, 0.04),
         CounterRow(15.0, 16, "gated", 1, 16, 0.01),
+        # plugin 0.4.15's slots (storage.counter_modes.SLOTS_MODES): each mode's requests per step summed
+        CounterRow(15.0, 4, "slots_drafted", 0, 8, 0.0),
+        CounterRow(15.0, 16, "slots_gated", 0, 16, 0.0),
     ]
     assert deltas.update(20.0, [r0.snapshot(), r1.snapshot()]) == []  # nothing happened: no rows
     # one rank fewer (a rank left out as malformed): not the same counters, so a new baseline
     r0.record(1, False, 1, 0.01)
     assert deltas.update(25.0, [r0.snapshot()]) == []
     r0.record(1, False, 1, 0.01)
-    assert deltas.update(30.0, [r0.snapshot()]) == [CounterRow(30.0, 1, "gated", 1, 1, 0.01)]
+    assert deltas.update(30.0, [r0.snapshot()]) == [CounterRow(30.0, 1, "gated", 1, 1, 0.01),
+                                                    CounterRow(30.0, 1, "slots_gated", 0, 1, 0.0)]
     # a restart in between: the new process's own counts
     fresh = _counters(started_at=900.0)
     fresh.record(2, True, 5, 0.01)
-    assert deltas.update(35.0, [fresh.snapshot()]) == [CounterRow(35.0, 2, "drafted", 1, 5, 0.01)]
+    assert deltas.update(35.0, [fresh.snapshot()]) == [CounterRow(35.0, 2, "drafted", 1, 5, 0.01),
+                                                       CounterRow(35.0, 2, "slots_drafted", 0, 2, 0.0)]
     deltas.forget()
     assert deltas.update(40.0, [fresh.snapshot()]) == []
 
@@ -161,10 +166,12 @@ def test_scraper_carries_counters_and_the_sink_stores_them(tmp_path: Path, caplo
     try:
         with caplog.at_level(logging.WARNING, logger="spectower.collectors.sglang.scraper"):
             results = scrape_documents(docs)
-        assert [len(r.counters) for r in results] == [0, 2, 0]
+        assert [len(r.counters) for r in results] == [0, 4, 0]
         assert results[1].counters == [
             CounterRow(1005.0, 8, "drafted", 1, 1200, 1.0),
             CounterRow(1005.0, 8, "gated", 1, 400, 0.5),
+            CounterRow(1005.0, 8, "slots_drafted", 0, 8, 0.0),  # plugin 0.4.15's slots
+            CounterRow(1005.0, 8, "slots_gated", 0, 8, 0.0),
         ]
         assert results[2].readings
         assert "drafted.time_s must hold finite non-negative" in results[2].warnings[0]

@@ -9,9 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 from spectower.control import kept_extend, speedup
-from spectower.plugin.engine_counters import EXTEND_KINDS, MODES
+from spectower.plugin.engine_counters import EXTEND_KINDS, FIELDS, MIX_FIELDS, MODES
 from spectower.storage import Database, open_database, queries
-from spectower.storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
+from spectower.storage.counter_modes import (
+    EXTEND_MODES,
+    MIX_MODES,
+    MIX_ROWS,
+    OUTSIDE_MODES,
+    PREFILLED_MODES,
+    SLOTS_MODES,
+)
 from spectower.storage.models import EngineCounterSample
 from spectower.storage.retention import DAY_S, horizons
 from sqlalchemy import text
@@ -224,5 +231,52 @@ def test_the_stored_extend_modes_name_the_plugins_extend_kinds() -> None:
     assert not set(EXTEND_MODES.values()) & set(MODES)
     # the prefilled rows: one per decode mode, a name of their own
     assert set(PREFILLED_MODES) == set(MODES)
-    stored = [*EXTEND_MODES.values(), *OUTSIDE_MODES.values(), *PREFILLED_MODES.values(), *MODES]
+    # the slots rows (plugin 0.4.15): one per decode mode; the mix's: each field of the plugin's block in a
+    # column of its own of one of two rows, the counts in the integer columns, the sums in time_s
+    assert set(SLOTS_MODES) == set(MODES)
+    assert list(MIX_MODES) == list(MIX_FIELDS) and MIX_ROWS == ("mix_accept", "mix_inverse")
+    places = list(MIX_MODES.values())
+    assert len(set(places)) == len(places) and {column for _, column in places} <= set(FIELDS)
+    assert {field for field, (_, column) in MIX_MODES.items() if column == "time_s"} == {"accept_sum",
+                                                                                        "inverse_sum"}
+    stored = [*EXTEND_MODES.values(), *OUTSIDE_MODES.values(), *PREFILLED_MODES.values(),
+              *SLOTS_MODES.values(), *MIX_ROWS, *MODES]  # fmt: skip
     assert len(set(stored)) == len(stored)
+
+
+def test_slots_and_mix_rows_come_back_as_each_intervals_blocks_and_in_no_other_read(db: Database) -> None:
+    """The slots and mix rows (plugin 0.4.15) come back as each interval's ``slots`` and ``mix`` blocks per
+    bin, summed in the rollups as the decode rows are; a mix row in a bin its interval has no decode row in
+    shows that bin with zero decode counts; the decode modes and ``extend_totals`` never add them in, and a
+    server without them reads as it always did."""
+    sid = db.server_id("http://a")
+    stamps = [T0 + 5 * (i + 1) for i in range(12)]
+    row = EngineCounterSample
+    _write(db, [r for t in stamps for r in (
+        *_rows(sid, t), *_extend_rows(sid, t),
+        row(server_id=sid, ts=t, batch_size=8, mode=SLOTS_MODES["drafted"], steps=0, tokens=700, time_s=0.0),
+        row(server_id=sid, ts=t, batch_size=8, mode=SLOTS_MODES["gated"], steps=0, tokens=1050, time_s=0.0),
+        row(server_id=sid, ts=t, batch_size=32, mode=SLOTS_MODES["gated"], steps=0, tokens=300, time_s=0.0),
+        row(server_id=sid, ts=t, batch_size=32, mode="mix_accept", steps=2, tokens=60, time_s=180.25),
+        row(server_id=sid, ts=t, batch_size=32, mode="mix_inverse", steps=0, tokens=0, time_s=22.5),
+        row(server_id=sid, ts=t, batch_size=64, mode="mix_accept", steps=1, tokens=50, time_s=150.0),
+        row(server_id=sid, ts=t, batch_size=64, mode="mix_inverse", steps=0, tokens=0, time_s=18.75),
+    )])  # fmt: skip
+    intervals = queries.counter_intervals(db, sid, T0, T0 + 60)
+    assert len(intervals) == 12 and all(i["bins"] == [8, 32, 64] for i in intervals)
+    for interval in intervals:
+        assert interval["slots"] == {"drafted": [700.0, 0.0, 0.0], "gated": [1050.0, 300.0, 0.0]}
+        assert interval["mix"] == {"parts": [0.0, 2.0, 1.0], "requests": [0.0, 60.0, 50.0],
+                                   "accept_sum": [0.0, 180.25, 150.0], "inverse_sum": [0.0, 22.5, 18.75]}
+        assert interval["drafted"]["steps"] == [100, 0, 0] and interval["gated"]["steps"] == [150, 10, 0]
+    db.update_rollups()
+    hour = queries.counter_intervals(db, sid, T0, T0 + 120, max_intervals=1)
+    assert len(hour) == 1 and hour[0]["res_s"] == 3600
+    assert hour[0]["slots"] == {"drafted": [8400.0, 0.0, 0.0], "gated": [12600.0, 3600.0, 0.0]}
+    assert hour[0]["mix"]["accept_sum"] == [0.0, 12 * 180.25, 12 * 150.0]
+    assert hour[0]["mix"]["parts"] == [0.0, 24.0, 12.0] and hour[0]["gated"]["steps"] == [1800, 120, 0]
+    extend = queries.extend_totals(db, sid, T0, T0 + 60)
+    assert extend is not None and extend[0] == [32, 48]
+    plain = db.server_id("http://b")  # a plugin before 0.4.15
+    _write(db, _rows(plain, T0 + 5))
+    assert all(not {"slots", "mix"} & set(i) for i in queries.counter_intervals(db, plain, T0, T0 + 60))

@@ -12,7 +12,10 @@ modes ``storage.counter_modes.EXTEND_MODES`` beside them, for the measured kept-
 ``storage.counter_modes.OUTSIDE_MODES``, 0 steps and 0 tokens, their seconds in ``time_s``, which the decode
 reads fold into their mode's step time. One that publishes the ``prefilled`` block (0.4.14 on: each mode's
 steps whose span held a prefill) adds rows of the modes ``storage.counter_modes.PREFILLED_MODES``, which
-``storage.queries.counter_intervals`` reads back as each interval's ``prefilled`` block.
+``storage.queries.counter_intervals`` reads back as each interval's ``prefilled`` block. One that publishes
+the ``slots`` and ``mix`` blocks (0.4.15 on: each mode's requests per step summed, the exploring parts'
+request mix) adds rows of the modes ``storage.counter_modes.SLOTS_MODES`` (the slots in ``tokens``) and
+``MIX_MODES`` (two rows per bin), read back as each interval's ``slots`` and ``mix`` blocks.
 
 A rank whose block is malformed is left out with one warning naming the field; the scrape goes on. A
 server without counters (an older plugin, no plugin) gives no rows and no warning.
@@ -24,7 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...plugin.engine_counters import FIELDS, MODES, rates, sum_ranks, validate
-from ...storage.counter_modes import EXTEND_MODES, OUTSIDE_MODES, PREFILLED_MODES
+from ...storage.counter_modes import (
+    EXTEND_MODES,
+    MIX_MODES,
+    MIX_ROWS,
+    OUTSIDE_MODES,
+    PREFILLED_MODES,
+    SLOTS_MODES,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class CounterRow:
 
     ts: float
     batch_size: int
-    mode: str  # drafted | gated | extend_* | outside_* | prefilled_* (storage.counter_modes)
+    mode: str  # drafted | gated | extend_* | outside_* | prefilled_* | slots_* | mix_* (counter_modes)
     steps: int
     tokens: int
     time_s: float
@@ -115,6 +125,18 @@ class CounterDeltas:
         if prefilled is not None:
             for mode, stored in PREFILLED_MODES.items():
                 rows += _rows(ts, interval["bins"], stored, prefilled[mode], keep_negative=False)
+        zeros = [0] * len(interval["bins"])
+        slots = interval.get("slots")  # none before plugin 0.4.15
+        if slots is not None:  # each mode's slots in tokens
+            for mode, stored in SLOTS_MODES.items():
+                block = {"steps": zeros, "tokens": slots[mode], "time_s": zeros}
+                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
+        mix = interval.get("mix")  # none before plugin 0.4.15
+        if mix is not None:  # two rows per bin, each field in its column (MIX_MODES)
+            for stored in MIX_ROWS:
+                held = {column: mix[field] for field, (mode, column) in MIX_MODES.items() if mode == stored}
+                block = {column: held.get(column, zeros) for column in FIELDS}
+                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
         return rows
 
 

@@ -151,9 +151,9 @@ def as_choices(
     drafting side of a bin its ceiling drafts adds the gated steps as measured: what that bin served,
     prefills and all.
 
-    The warm start (control/warm_start.py) reads the collector's stored intervals through here too; storage
-    does not keep the ``slots`` and ``mix`` blocks, so those read as an older plugin's: their explored
-    drafting as measured, not levelled for the mix."""
+    The warm start (control/warm_start.py) reads the collector's stored intervals through here too; they
+    carry the ``slots`` and ``mix`` blocks as ``rates()`` gives them (``storage.queries.counter_intervals``,
+    plugin 0.4.15 on), so it levels as learn does."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
     levelled = prefilled.levelled_intervals(mix_levelled.mix_levelled_intervals(intervals, masks), masks)
