@@ -149,9 +149,9 @@ def _intervals_of(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
 def _entries_of(cells: _Cells) -> tuple[_Entries, _Cells, _Cells]:
     """The rows read with ``INTERVALS_READ``'s modes (or ``SAMPLES_READ``, its prefix: no slots or mix rows)
     as the decode rows' entries, the prefilled rows (each mode its index in ``PREFILLED_READ``) and the slots
-    and mix rows (in ``BLOCKS_READ``). The entries hold every
-    (interval, bin) of a slots or mix row too, with zero decode counts where it has no decode row (a mix
-    row's bin, its part's first batch's); a window without such rows has the entries it always had."""
+    and mix rows (in ``BLOCKS_READ``). The entries hold every (interval, bin) of a slots or mix row too, with
+    zero decode counts where it has no decode row (a mix row's bin, its part's first batch's); a window
+    without such rows has the entries it always had."""
     decode, rest = cells.split(len(DECODE_READ))
     prefilled, lists = rest.split(len(PREFILLED_READ))
     if len(lists.ts):
