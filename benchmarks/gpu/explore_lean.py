@@ -77,10 +77,8 @@ from spectower.plugin.engine_counters import (
     MAX_BIN,
     MIX_FIELDS,
     counter_bins,
-    mix_block,
     rates,
     served,
-    slots_block,
     sum_ranks,
     validate,
     with_outside,
@@ -585,17 +583,16 @@ def own_drafted(saved: Mapping[str, dict[str, Any]]) -> dict[str, dict[int, dict
     out: dict[str, dict[int, dict[str, float]]] = {}
     for name, (after,), earlier in order:
         before = earlier[0] if earlier else None
+        # rates() gives the slots and mix blocks' deltas too, from zero after a restart
         interval = with_outside(rates(before, after))
-        base = None if before is None or interval["restarted"] else before  # a restart: counted from zero
         cells = [{field: float(interval["drafted"][field][i]) for field in FIELDS}
                  for i in range(len(interval["bins"]))]  # fmt: skip
-        for read, keys in ((slots_block, ("drafted",)), (mix_block, MIX_FIELDS)):
-            now, was = read(after), read(base) if base is not None else None
-            for key in keys if now is not None else ():
-                old = was[key] if was is not None else []  # bins only grow at the end within a launch
-                for i, cell in enumerate(cells):
-                    value = now[key][i] - (old[i] if i < len(old) else 0.0)
-                    cell["slots" if key == "drafted" else key] = value
+        slots, mix = interval.get("slots"), interval.get("mix")  # none before plugin 0.4.15
+        for i, cell in enumerate(cells):
+            if slots is not None:
+                cell["slots"] = slots["drafted"][i]
+            if mix is not None:
+                cell |= {field: mix[field][i] for field in MIX_FIELDS}
         out[name] = {int(b): cell for b, cell in zip(interval["bins"], cells, strict=True)}
     return out
 
