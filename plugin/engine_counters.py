@@ -124,6 +124,9 @@ from .counter_blocks import validate as validate
 from .part_mix import PartMix
 
 COUNTERS_VERSION = 1
+# The optional blocks of one list per mode or field: (name, reader, keys), what rates() and sum_ranks() take
+LIST_BLOCKS = (("outside", outside_block, MODES), ("slots", slots_block, MODES),
+               ("mix", mix_block, MIX_FIELDS))  # fmt: skip
 # Verify results arrive at most a batch or two after their launch (overlap scheduling): remember this many.
 PENDING_MEMORY = 8
 # Bins never grow past this batch size (2**16; SGLang's max_running_requests is far below).
@@ -448,8 +451,7 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     for mode in MODES:
         out[mode] = with_rates(_deltas(after[mode], base[mode] if base is not None else None, n))
     # the blocks of one list per mode or field (module docstring); ``outside`` as each mode's ``outside_s``
-    for name, read, keys in (("outside", outside_block, MODES), ("slots", slots_block, MODES),
-                             ("mix", mix_block, MIX_FIELDS)):  # fmt: skip
+    for name, read, keys in LIST_BLOCKS:
         if (new := read(after)) is not None:
             old = read(base) if base is not None else None
             deltas = {key: [round(max(0.0, a - b), 9) for a, b in zip(
@@ -538,8 +540,7 @@ def sum_ranks(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for mode in MODES:
         out[mode] = sum_blocks([(snap["bins"], snap[mode]) for snap in snapshots], index)
     # the blocks of one list per mode or field: a rank without the block (an older plugin) adds nothing
-    for name, read, keys in (("outside", outside_block, MODES), ("slots", slots_block, MODES),
-                             ("mix", mix_block, MIX_FIELDS)):  # fmt: skip
+    for name, read, keys in LIST_BLOCKS:
         lists = [(snap["bins"], own) for snap in snapshots if (own := read(snap)) is not None]
         if lists:
             out[name] = {key: [0.0] * len(bins) for key in keys}
