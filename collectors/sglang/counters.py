@@ -118,26 +118,28 @@ class CounterDeltas:
         for mode, stored in OUTSIDE_MODES.items():
             outside = interval[mode].get("outside_s")  # rates() gives none for an older plugin
             if outside is not None:
-                zeros = [0] * len(outside)
-                block = {"steps": zeros, "tokens": zeros, "time_s": outside}
-                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
+                rows += _held_rows(ts, interval["bins"], stored, {"time_s": outside})
         prefilled = interval.get("prefilled")  # none before plugin 0.4.14
         if prefilled is not None:
             for mode, stored in PREFILLED_MODES.items():
                 rows += _rows(ts, interval["bins"], stored, prefilled[mode], keep_negative=False)
-        zeros = [0] * len(interval["bins"])
         slots = interval.get("slots")  # none before plugin 0.4.15
         if slots is not None:  # each mode's slots in tokens
             for mode, stored in SLOTS_MODES.items():
-                block = {"steps": zeros, "tokens": slots[mode], "time_s": zeros}
-                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
+                rows += _held_rows(ts, interval["bins"], stored, {"tokens": slots[mode]})
         mix = interval.get("mix")  # none before plugin 0.4.15
         if mix is not None:  # two rows per bin, each field in its column (MIX_MODES)
             for stored in MIX_ROWS:
                 held = {column: mix[field] for field, (mode, column) in MIX_MODES.items() if mode == stored}
-                block = {column: held.get(column, zeros) for column in FIELDS}
-                rows += _rows(ts, interval["bins"], stored, block, keep_negative=False)
+                rows += _held_rows(ts, interval["bins"], stored, held)
         return rows
+
+
+def _held_rows(ts: float, bins: list[int], mode: str, held: dict[str, list[Any]]) -> list[CounterRow]:
+    """The rows of a block stored in some of the columns (``held``: column -> per bin), 0 in the others,
+    none negative (``_rows``)."""
+    zeros = [0] * len(bins)
+    return _rows(ts, bins, mode, {column: held.get(column, zeros) for column in FIELDS}, keep_negative=False)
 
 
 def _rows(
