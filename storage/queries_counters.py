@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -416,15 +416,10 @@ def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[st
     (``len(entries.stamps)`` where none lands in one). A row outside every entry is left out."""
     if not entries.stamps:  # no decode row: no interval to carry a block
         return 0, {mode: {field: [] for field in ("steps", "tokens", "time_s")} for mode in COUNTER_MODES}
-    at, entry, found = _placed(entries, cells)
-    first = int(at[found].min()) if found.any() else len(entries.stamps)
-    n = len(entries.bins)
+    first, summed = _placed(entries, cells)
     blocks: dict[str, dict[str, list[Any]]] = {}
     for code, mode in enumerate(COUNTER_MODES):
-        mine = found & (cells.modes == code)
-        # bincount adds each entry's rows in order from 0.0, as the decode cells are summed
-        steps, tokens, seconds = (np.bincount(entry[mine], weights=cells.values[mine, k], minlength=n)
-                                  for k in range(3))  # fmt: skip
+        steps, tokens, seconds = (summed(code, k) for k in range(3))
         blocks[mode] = {
             "steps": np.trunc(steps).astype(np.int64).tolist(),
             "tokens": np.trunc(tokens).astype(np.int64).tolist(),
@@ -433,11 +428,13 @@ def _prefilled(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, dict[st
     return first, blocks
 
 
-def _placed(entries: _Entries, cells: _Cells) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
-                                                       npt.NDArray[np.bool_]]:  # fmt: skip
-    """Where each of ``cells``' rows lands among ``entries`` (at least one): its interval (the one whose
-    decode rows have its ts: the same scrape, or the same bucket), its entry (that interval's bin), and
-    whether both are its own (else the row lands in none: the first two are then not its)."""
+def _placed(entries: _Entries,
+            cells: _Cells) -> tuple[int, Callable[[int, int], npt.NDArray[np.float64]]]:  # fmt: skip
+    """Where ``cells``' rows land among ``entries`` (at least one): each row in the interval whose decode
+    rows have its ts (the same scrape, or the same bucket) and that interval's entry of its bin, else in
+    none. Gives the index of the first interval a row lands in (``len(entries.stamps)`` where none does)
+    and ``summed(mode, column)``: the rows of that mode (its index in the read) summed per entry, one column
+    (its index in ``FIELDS``), over all the entries end to end."""
     stamps = np.array(entries.stamps, dtype=np.float64)
     entry_bins = np.array(entries.bins, dtype=np.int64)
     # each entry's key (interval, bin), ascending as the entries are (by interval, then bin)
@@ -449,7 +446,15 @@ def _placed(entries: _Entries, cells: _Cells) -> tuple[npt.NDArray[np.int64], np
     row_keys = at * nb + np.searchsorted(bin_values, cells.bins)
     entry = np.minimum(np.searchsorted(keys, row_keys), len(keys) - 1)
     found = (stamps[at] == cells.ts) & (keys[entry] == row_keys)
-    return at, entry, found
+    first = int(at[found].min()) if found.any() else len(stamps)
+
+    def summed(mode: int, column: int) -> npt.NDArray[np.float64]:
+        mine = found & (cells.modes == mode)
+        # bincount adds each entry's rows in order from 0.0, as the decode cells are summed
+        sums = np.bincount(entry[mine], weights=cells.values[mine, column], minlength=len(keys))
+        return sums.astype(np.float64)  # no rows: int zeros
+
+    return first, summed
 
 
 def _lists(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, list[float]], dict[str, list[float]]]:
@@ -458,18 +463,14 @@ def _lists(entries: _Entries, cells: _Cells) -> tuple[int, dict[str, list[float]
     ``mix`` per field (its row's column, ``counter_modes.MIX_MODES``), each a list of floats rounded as
     ``rates()`` rounds them over all the entries end to end, zeros where an entry has no row; and the index
     of the first interval with a row. ``_entries_of`` gave every row an entry."""
-    at, entry, found = _placed(entries, cells)
-    first = int(at[found].min()) if found.any() else len(entries.stamps)
-    n = len(entries.bins)
+    first, summed = _placed(entries, cells)
 
-    def summed(stored: str, column: str) -> list[float]:
-        mine = found & (cells.modes == BLOCKS_READ.index(stored))
-        # bincount adds each entry's rows in order from 0.0, as the decode cells are summed
-        sums = np.bincount(entry[mine], weights=cells.values[mine, FIELDS.index(column)], minlength=n)
-        return [round(v, TIME_DECIMALS) for v in sums.astype(np.float64).tolist()]  # no rows: int zeros
+    def block(stored: str, column: str) -> list[float]:
+        sums = summed(BLOCKS_READ.index(stored), FIELDS.index(column))
+        return [round(v, TIME_DECIMALS) for v in sums.tolist()]
 
-    slots = {mode: summed(SLOTS_MODES[mode], "tokens") for mode in COUNTER_MODES}
-    mix = {field: summed(stored, column) for field, (stored, column) in MIX_MODES.items()}
+    slots = {mode: block(SLOTS_MODES[mode], "tokens") for mode in COUNTER_MODES}
+    mix = {field: block(stored, column) for field, (stored, column) in MIX_MODES.items()}
     return first, slots, mix
 
 
