@@ -297,6 +297,16 @@ def _stored(path: Path, snaps: Sequence[dict[str, Any]], fold_before: int | None
         yield found
 
 
+Intervals = list[dict[str, Any]]
+
+
+def _read_back(path: Path, snaps: Sequence[dict[str, Any]]) -> tuple[Intervals, Intervals]:
+    """The snapshots stored (``_stored``) and read back by ``counter_intervals`` over the whole window (the
+    raw tier), and learn's own intervals of them (``_live``)."""
+    with _stored(path, snaps) as (db, sid):
+        return queries.counter_intervals(db, sid, 900.0, 2000.0), _live(snaps)
+
+
 def _on_bins(block: Mapping[str, Mapping[str, Sequence[Any]]], bins: Sequence[int],
              on: Sequence[int]) -> dict[str, dict[str, list[Any]]]:  # fmt: skip
     """A block of lists parallel to ``bins`` taken on the bins ``on`` (a stored interval's: with rows)."""
@@ -307,9 +317,7 @@ def _on_bins(block: Mapping[str, Mapping[str, Sequence[Any]]], bins: Sequence[in
 
 def test_stored_intervals_carry_the_prefilled_block_rates_gives_the_same_snapshots(tmp_path: Path) -> None:
     snaps = _snapshots(12, seed=1)
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
     assert [i["ts"] for i in got] == [i["ts"] for i in live] and {i["res_s"] for i in got} == {0}
     for stored, interval in zip(got, live, strict=True):
         # the one definition: rates() of the same consecutive snapshots, on the bins the interval stored
@@ -351,9 +359,7 @@ def test_learn_levels_the_stored_intervals_as_it_levels_its_own(tmp_path: Path) 
     levelled step times it gives learn's live ones; so does ``as_choices``, what the warm start
     (control/warm_start.py ``from_counters``) runs on the stored ones and learn on its own."""
     snaps = _snapshots(12, seed=3)
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
 
     def masks(intervals: list[dict[str, Any]]) -> list[list[bool]]:
         return [learn_counters.drafted_by(i["bins"], CEILING) for i in intervals]
@@ -391,9 +397,7 @@ def test_after_an_upgrade_the_block_starts_at_the_first_interval_with_a_prefille
     after = [*_workload(new, rng, 1, prefills=False), *_workload(new, rng, 3),
              *_workload(new, rng, 1, prefills=False), *_workload(new, rng, 2)]  # fmt: skip
     snaps = [*before, *after]
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
     assert [i["ts"] for i in got] == [i["ts"] for i in live]
     first = len(before)  # the interval after the restart's (the first of 0.4.14's, no prefill in it)
     assert [("prefilled" in i) for i in got] == [k >= first for k in range(len(got))]
@@ -573,8 +577,7 @@ def _mix_snapshots(intervals: int, seed: int, orphans: bool = True) -> list[dict
 
 def _lists_on_bins(interval: Mapping[str, Any], on: Sequence[int]) -> dict[str, dict[str, list[Any]]]:
     """A live interval's ``slots`` and ``mix`` blocks taken on the bins ``on`` (a stored interval's)."""
-    at = [list(interval["bins"]).index(b) for b in on]
-    return {name: {key: [values[i] for i in at] for key, values in interval[name].items()} for name in LISTS}
+    return _on_bins({name: interval[name] for name in LISTS}, interval["bins"], on)
 
 
 def test_stored_intervals_carry_the_slots_and_mix_blocks_of_the_same_snapshots(tmp_path: Path) -> None:
@@ -583,9 +586,7 @@ def test_stored_intervals_carry_the_slots_and_mix_blocks_of_the_same_snapshots(t
     the bins the interval stored; a part whose first batch's bin ran no step in its interval (48) has that
     bin among the interval's, with zero decode counts as in ``rates()``; nothing is left behind."""
     snaps = _mix_snapshots(12, seed=7)
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
     assert [i["ts"] for i in got] == [i["ts"] for i in live] and {i["res_s"] for i in got} == {0}
     for stored, interval in zip(got, live, strict=True):
         assert {name: stored[name] for name in LISTS} == _lists_on_bins(interval, stored["bins"])
@@ -635,9 +636,7 @@ def test_after_an_upgrade_the_slots_and_mix_start_at_the_first_interval_with_a_r
     before = [_without(snap, "slots", "mix") for snap in [old.snapshot(), *_mix_workload(old, rng, 4)]]
     new = _counters(64, started_at=900.0)
     snaps = [*before, *_mix_workload(new, rng, 5)]
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
     first = len(before) - 1  # the interval across the restart: plugin 0.4.15's first
     assert [i["ts"] for i in got] == [i["ts"] for i in live]
     assert [[name in i for name in LISTS] for i in got] == [[k >= first] * 2 for k in range(len(got))]
@@ -677,9 +676,7 @@ def test_learn_levels_the_stored_explored_drafting_for_the_mix_as_it_levels_its_
     intervals the levelled drafted tokens it gives learn's live ones: bin 32's explored drafting at slots x H
     (H 2.667 of the parts' requests, where its steps committed 2.9 a request), and so does ``as_choices``."""
     snaps = _mix_snapshots(12, seed=11)
-    live = _with_ceiling(_live(snaps))
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = _with_ceiling(queries.counter_intervals(db, sid, 900.0, 2000.0))
+    got, live = map(_with_ceiling, _read_back(tmp_path, snaps))
     window = mix_levelled.levelling_mix(got)
     assert window is not None and window == mix_levelled.levelling_mix(live)
     assert window.harmonic == pytest.approx(H) and window.arithmetic == pytest.approx(3.0)
@@ -712,9 +709,7 @@ def test_the_warm_start_reads_the_stored_explored_drafting_levelled_for_the_mix(
     starts at 24, exactly as over learn's live intervals; the same stored intervals without the blocks (what
     storage gave before it kept them) read drafting as paying at every load and start at 32."""
     snaps = _mix_snapshots(24, seed=12)
-    live = _live(snaps)
-    with _stored(tmp_path, snaps) as (db, sid):
-        got = queries.counter_intervals(db, sid, 900.0, 2000.0)
+    got, live = _read_back(tmp_path, snaps)
     ceilings = [CEILING] * len(got)
     stored = warm_start.from_counters(got, 64, ceilings=ceilings)
     own = warm_start.from_counters(live, 64, ceilings=ceilings)
