@@ -4,11 +4,14 @@
 Why: requests accept differently, and a stream keeps each one for as many steps as it needs. A window's
 exploring part starts from a gated stream's batch, whose requests accept the ARITHMETIC mean A over its slots;
 a steady drafting stream keeps its low-accept requests longer, so its requests accept the HARMONIC mean H. A
-part is capped at 3 s (plugin/explore.py), about half a long request's drafted life, so its counted drafted
-steps commit more tokens per request than a steady drafting stream would: +7.5 % in the simulator with half
-the requests accepting 4 a verify and half 2 (tests/test_sim_part_mix.py), and on an H100 a gated bin's
-explored drafting read 1.02-1.05 of always on (data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06).
-Learn would read drafting a gated bin as paying more than it does.
+part that ends before its batch has turned over counts drafted steps that commit more tokens per request
+than a steady drafting stream would: +7.5 % in the simulator with half the requests accepting 4 a verify and
+half 2 and parts of 40 batches (tests/test_sim_part_mix.py). On an H100 (the 0.5 pair, 3-s parts of about
+146 batches: data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06) the batch at 48 had turned over by
+the counted steps (accept per request 0.6-1.3 % over always on's, a part's own H within 0.3 % of it), and
+what moved the reading was the draw: one part's batch is a handful of requests, and at 16 two parts' drew
+the low kind more often (accept per request 6.6 % under always on's, the ratio 0.942; levelled, 0.992).
+Learn would read drafting a gated bin by the requests one part happened to hold.
 
 What: each explored drafted cell (a bin the interval's ceiling gated: ``masks``, per interval and bin, whether
 the ceiling drafted it, ``learn_counters.ceiling_masks``) has its drafted tokens at ``slots x H``, what its
@@ -34,9 +37,9 @@ from ..plugin.engine_counters import mix_block, slots_block, with_rates
 MIN_MIX_REQUESTS = 16
 # ... from at least this many parts (one part's requests are one batch's draw)
 MIN_MIX_PARTS = 2
-# A cell's levelled tokens over its measured ones, held within this band (the lean it takes out: 7.0-9.1 %
-# more tokens per request-step in the simulator, the explored drafting at 1.02-1.05 of always on on an
-# H100): a factor outside it is a bad row, which must not swing a decision.
+# A cell's levelled tokens over its measured ones, held within this band (the leans it takes out: 7.0-9.1 %
+# more tokens per request-step in the simulator's short parts, a part's draw 6.6 % under always on's at 16
+# on an H100): a factor outside it is a bad row, which must not swing a decision.
 FACTOR_BAND = (0.8, 1.25)
 
 

@@ -80,8 +80,8 @@ simulator marks the step its modelled prefill time lands in (``record(prefilled=
 batch sizes (requests in the step) of the steps counted in each mode and bin: ``slots / steps`` is a cell's
 mean batch and ``tokens / slots`` its output tokens per request-step, a drafted cell's accept per request.
 Tokens per step cannot tell a larger batch from a higher accept: a bin covers a range of batch sizes (48:
-33-48), and the exploring parts' drafted steps at 48 committed 7.9 % more tokens a step than always on's on an
-H100 (data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06). Settling steps are in no bin and not here.
+33-48); on an H100 an exploring part's counted steps at 48 held always on's batch within 0.2 of a request and
+accepted 0.6-1.3 % more (data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06). Settling steps: no bin.
 
 ``mix`` (plugin 0.4.15 on; optional, ``{"parts", "requests", "accept_sum", "inverse_sum"}``, lists parallel to
 ``bins``) is the request mix of the windows' exploring parts (plugin/part_mix.py), per bin of a part's first

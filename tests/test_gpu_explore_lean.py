@@ -513,78 +513,45 @@ def test_the_prefilled_run_levels_a_drafting_bins_explored_gated_side_to_the_ste
 
 
 BOTH_SIDES = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06/runs"
-MIX_BATCH = 47  # the constructed slots: every drafted step of the launch held 47 requests
+REQUEST_MIX = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06/runs"
 
 
-def _counters_with_mix(folder: Path) -> dict[str, dict]:
-    """The both-sides launch's counters-<run>.json (plugin 0.4.14) copied into ``folder`` as plugin 0.4.15
-    would have saved them: slots at ``MIX_BATCH`` requests a step, and threshold:24's exploring parts at 48
-    (its last run: the files before it hold none) 3 parts of 48 requests, half accepting 4 tokens a verify,
-    half 2. Returns each run's rank 0 as committed."""
-    committed = {}
-    for path in BOTH_SIDES.glob("counters-*.json"):
-        (rank,) = json.loads(path.read_text())
-        committed[path.stem.removeprefix("counters-")] = json.loads(json.dumps(rank))
-        rank["slots"] = {mode: [MIX_BATCH * s for s in rank[mode]["steps"]] for mode in ("drafted", "gated")}
-        n = len(rank["bins"])
-        rank["mix"] = {field: [0] * n for field in ("parts", "requests", "accept_sum", "inverse_sum")}
-        if path.stem == "counters-threshold-24":
-            i = rank["bins"].index(48)
-            for field, value in (("parts", 3), ("requests", 144), ("accept_sum", 72 * 4 + 72 * 2),
-                                 ("inverse_sum", 72 / 4 + 72 / 2)):  # fmt: skip
-                rank["mix"][field][i] = value
-        (folder / path.name).write_text(json.dumps([rank]))
-    return committed
-
-
-def _own(committed: dict[str, dict], run: str, before: str, b: int) -> tuple[float, float, float]:
-    """A run's own drafted steps, tokens and seconds with the seconds outside them in bin ``b``, from the
-    committed files: the run's less the run before's."""
-    i = committed[run]["bins"].index(b)
-
-    def at(name: str) -> list[float]:
-        rank = committed[name]
-        return [rank["drafted"]["steps"][i], rank["drafted"]["tokens"][i],
-                rank["drafted"]["time_s"][i] + rank["outside"]["drafted"][i]]  # fmt: skip
-
-    return tuple(a - z for a, z in zip(at(run), at(before), strict=True))  # type: ignore[return-value]
-
-
-def test_the_request_mix_table_reads_each_runs_own_counts_from_its_counters_files(
+def test_the_request_mix_table_reads_each_runs_explored_part_from_its_stored_intervals(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Plugin 0.4.15's slots and mix blocks, read from counters-<run>.json (each run's own counts, the
-    difference from the run before): per bin a run explored drafting in, the explored and always on's mean
-    batch and accept per slot, the parts' A, H and A/H, and the explored rate with its tokens at slots x H
-    against always on's (on and on-2 pooled, as the lean table pools them). threshold:24's first piece
-    (``@max``, 2.4 s before its set) drafted nothing, so its file is its exploring piece's; the committed
-    files (plugin 0.4.14, no slots) print nothing new."""
-    db = BOTH_SIDES / "policy.db.xz"
+    """2026-12-06's H100 run with plugin 0.4.15, as committed: per bin a policy explored drafting in, the
+    explored steps' mean batch and accept per slot against always on's, the parts' A and H, and the ratio raw,
+    mix-levelled and as learn reads it. threshold:24's first piece drafted the load's fresh batch at 48 for 47
+    steps before the policy's set (accepting 3.03 a slot); its counters file counted them with the part, 121
+    steps at 2.813; the stored intervals hold the part alone, 74 steps at 2.673, as always on's 2.640 within
+    1.3 %. Learn levels for the mix only with 2 parts in its window: threshold:8's at 16 (0.942 raw, 0.992
+    levelled), not threshold:24's single part at 48."""
     out = tmp_path / "lean.json"
-    args = ["--db", str(db), "--runs-from-db", "--min-steps", "30", "--json", str(out)]
-    assert explore_lean.main(args) == 0  # the committed folder beside the database: no slots yet
-    assert json.loads(out.read_text())["mix"] == [] and "request mix" not in capsys.readouterr().out
-    folder = tmp_path / "counters"
-    folder.mkdir()
-    committed = _counters_with_mix(folder)
-    assert explore_lean.main([*args, "--counters", str(folder)]) == 0
+    args = ["--db", str(REQUEST_MIX / "policy.db.xz"), "--runs-from-db", "--min-steps", "30",
+            "--json", str(out)]
+    assert explore_lean.main(args) == 0
     assert "the request mix of the explored drafting" in capsys.readouterr().out
     rows = {(row["bin"], row["run"]): row for row in json.loads(out.read_text())["mix"]}
-    assert set(rows) == {(16, "threshold-8"), (48, "threshold-24")}
-    row = rows[48, "threshold-24"]
-    steps, tokens, seconds = _own(committed, "threshold-24", "threshold-64-2", 48)
-    on_steps, on_tokens, on_seconds = _own(committed, "on-2", "off-2", 48)  # on drafted no step at 48
-    assert row["steps"] == steps == 122 and row["batch"] == MIX_BATCH
-    assert row["accept"] == pytest.approx(tokens / (MIX_BATCH * steps))  # 2.882 tokens a slot
-    assert row["steady_steps"] == on_steps and row["steady_batch"] == MIX_BATCH
-    assert row["steady_accept"] == pytest.approx(on_tokens / (MIX_BATCH * on_steps))  # 2.672
-    assert row["accept"] / row["steady_accept"] == pytest.approx(1.079, abs=0.001)  # the README's +7.9 %
-    assert (row["parts"], row["requests"]) == (3, 144)
-    assert row["arithmetic"] == 3.0 and row["harmonic"] == pytest.approx(8 / 3) and row["mix_lean"] == 1.125
-    assert row["ratio"] == pytest.approx((tokens / seconds) / (on_tokens / on_seconds))
-    levelled = MIX_BATCH * steps * 8 / 3 / seconds
-    assert row["levelled"] == pytest.approx(levelled / (on_tokens / on_seconds))
-    assert row["levelled"] < row["ratio"]  # the tokens at H, not at the explored 2.88
-    # bin 16: threshold:8's exploring at 16, against always on's own 16 (on-2 drafted none there); no parts
-    assert rows[16, "threshold-8"]["steady_steps"] == _own(committed, "on", "off", 16)[0]
-    assert "parts" not in rows[16, "threshold-8"] and "levelled" not in rows[16, "threshold-8"]
+    assert set(rows) == {(48, "threshold-24@24"), (16, "threshold-8@8"), (48, "threshold-24-2@24")}
+    part = rows[48, "threshold-24@24"]
+    assert part["steps"] == 74 and round(part["accept"], 3) == 2.673
+    assert round(part["steady_accept"], 3) == 2.640
+    assert abs(part["batch"] - part["steady_batch"]) < 0.5  # no batch lean
+    assert (part["parts"], part["arithmetic"], round(part["harmonic"], 3)) == (1, 3.0, 2.667)
+    assert part["window_parts"] == 1 and part["mix"] == part["ratio"]  # one part: learn leaves it
+    assert round(part["ratio"], 3) == 1.058
+    at16 = rows[16, "threshold-8@8"]
+    assert at16["window_parts"] == 2 and round(at16["ratio"], 3) == 0.942
+    # levelled: the explored tokens at slots x the window's H, over always on's rate
+    assert at16["mix"] == pytest.approx(at16["ratio"] * at16["window_harmonic"] / at16["accept"])
+    assert round(at16["mix"], 3) == 0.992 and round(at16["learn"], 3) == 0.992
+
+
+def test_the_request_mix_table_prints_nothing_for_counters_before_plugin_0_4_15(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "lean.json"
+    args = ["--db", str(BOTH_SIDES / "policy.db.xz"), "--runs-from-db", "--min-steps", "30",
+            "--json", str(out)]
+    assert explore_lean.main(args) == 0  # plugin 0.4.14: no slots stored
+    assert json.loads(out.read_text())["mix"] == [] and "request mix" not in capsys.readouterr().out

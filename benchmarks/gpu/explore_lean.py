@@ -19,12 +19,11 @@ against always off's gated rate. Below a partial ceiling a bin can serve less th
 drafting: after each burst the gated-decode plugin's drain holds it at 0 steps with the draft extend (the 0.5
 pair under Azure's replay, 2026-12-05: 0.84-0.92 of always off, drafting under 12 % of those bins' steps).
 
-Then the request mix of the explored drafting (plugin 0.4.15), from the ``counters-<run>.json`` files
-``measure_off.sh`` saves in a call's files, beside the copy of the database it hands back (``--counters``,
-which the wait phase passes; each run's own counts, the difference from the run before): per bin, the
-explored drafted steps' mean batch and tokens per request-step against always on's, the exploring parts'
-requests' arithmetic and harmonic mean accept (their lean A/H), and the explored rate with its tokens at
-``slots x H`` (what its steps would have committed with a drafting stream's mix).
+Then the request mix of the explored drafting (plugin 0.4.15), from each run's stored intervals as above:
+per bin, the explored drafted steps' mean batch and tokens per request-step against always on's, the
+exploring parts' requests' arithmetic and harmonic mean accept (their lean A/H), and the explored rate
+against always on's raw, mix-levelled as learn levels it (its tokens at ``slots x H``: what its steps would
+have committed with a drafting stream's mix) and as learn reads it (the mix, then the prefills).
 
 Then what exploring cost each run under a ceiling, in time, beside its step seconds and the seconds its
 counter intervals cover (the rest of them is time outside every counted step): the step seconds of drafting
@@ -34,7 +33,7 @@ where contexts are long (Azure's replay on the H200, 2026-12-04), so a share of 
 time.
 
     python3 benchmarks/gpu/explore_lean.py --db policy.db --run learn=START:END:48 --run on=START:END:max \\
-        --run off=START:END:0 [--steady-on on] [--steady-off off] [--counters DIR] [--json OUT.json]
+        --run off=START:END:0 [--steady-on on] [--steady-off off] [--json OUT.json]
 
 ``START:END`` are unix seconds (the runs' control events say them), the third field the run's ceiling
 (``max``: always on, ``0``: always off). ``--runs-from-db`` finds them instead for the replays the database
@@ -60,11 +59,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from counted_runs import MAX_COUNTERS_BYTES, run_name  # sibling scripts, as this one is run
-from lean_pool import DRAWS, SEED, Cell, pooled_bounds
+from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
 from load_pairs import repeats_of, run_mean
-from run_snapshots import in_run_order, read_blocks
-from spectower.control import kept_extend
+from spectower.control import kept_extend, mix_levelled
+from spectower.control.policy import learn_counters
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.control.prefilled import (
     ModeSteps,
@@ -72,17 +70,7 @@ from spectower.control.prefilled import (
     levelled_tok_s,
     steady_prefill_s_per_token,
 )
-from spectower.plugin.engine_counters import (
-    FIELDS,
-    MAX_BIN,
-    MIX_FIELDS,
-    counter_bins,
-    rates,
-    served,
-    sum_ranks,
-    validate,
-    with_outside,
-)
+from spectower.plugin.engine_counters import MAX_BIN, MIX_FIELDS, counter_bins
 from spectower.storage import queries
 from spectower.storage.database import RECORDED_XZ, Database, open_database, open_recorded
 from spectower.storage.models import BenchPoint, BenchRun, ControlEvent
@@ -556,45 +544,25 @@ def prefill_table(
     return out
 
 
-def saved_counters(folder: Path) -> dict[str, dict[str, Any]]:
-    """Each run's ``counters-<run>.json`` in ``folder`` (``measure_off.sh`` saves one after each policy run:
-    each rank's counters block, cumulative from the launch), its ranks summed; a file that does not read as
-    counters is one line on stderr and left out (the tables from the database stand without it)."""
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.glob("counters-*.json")):
-        try:
-            ranks = read_blocks(path, MAX_COUNTERS_BYTES, "counters")
-            why = next((f"rank {i}: {w}" for i, r in enumerate(ranks) if (w := validate(r))), None)
-        except ValueError as exc:
-            why = str(exc)
-        if why is not None:
-            print(f"--counters: {path.name} left out: {why}", file=sys.stderr)
+def drafted_cell(intervals: Sequence[Mapping[str, Any]], b: int) -> dict[str, float]:
+    """Bin ``b``'s drafted steps, tokens and seconds summed over the intervals, with the slots of those steps
+    and the exploring parts' mix sums where the intervals carry them (plugin 0.4.15, stored since then:
+    ``storage.queries.counter_intervals``)."""
+    cell = dict.fromkeys(("steps", "tokens", "time_s", "slots", *MIX_FIELDS), 0.0)
+    for interval in intervals:
+        bins = [int(x) for x in interval["bins"]]
+        if b not in bins:
             continue
-        out[run_name(path)] = sum_ranks(ranks)
-    return out
-
-
-def own_drafted(saved: Mapping[str, dict[str, Any]]) -> dict[str, dict[int, dict[str, float]]]:
-    """Per run and bin, its own drafted steps, tokens and seconds (with the seconds outside them, as every
-    cell here is read), the slots of those steps and its exploring parts' mix sums where the counters carry
-    them (plugin 0.4.15): its snapshot less the run before's, the runs set in the order they ran
-    (``run_snapshots.in_run_order``, by the steps served so far; the first run's hold the launch too)."""
-    order = in_run_order({name: [snap] for name, snap in saved.items()}, lambda snap: served(snap)["steps"])
-    out: dict[str, dict[int, dict[str, float]]] = {}
-    for name, (after,), earlier in order:
-        before = earlier[0] if earlier else None
-        # rates() gives the slots and mix blocks' deltas too, from zero after a restart
-        interval = with_outside(rates(before, after))
-        cells = [{field: float(interval["drafted"][field][i]) for field in FIELDS}
-                 for i in range(len(interval["bins"]))]  # fmt: skip
-        slots, mix = interval.get("slots"), interval.get("mix")  # none before plugin 0.4.15
-        for i, cell in enumerate(cells):
-            if slots is not None:
-                cell["slots"] = slots["drafted"][i]
-            if mix is not None:
-                cell |= {field: mix[field][i] for field in MIX_FIELDS}
-        out[name] = {int(b): cell for b, cell in zip(interval["bins"], cells, strict=True)}
-    return out
+        i = bins.index(b)
+        for field in ("steps", "tokens", "time_s"):
+            cell[field] += float(interval["drafted"][field][i])
+        slots, mix = interval.get("slots"), interval.get("mix")
+        if slots is not None:
+            cell["slots"] += float(slots["drafted"][i])
+        if mix is not None:
+            for field in MIX_FIELDS:
+                cell[field] += float(mix[field][i])
+    return cell
 
 
 def drafted_reading(cell: Mapping[str, float], prefix: str = "") -> dict[str, Any]:
@@ -604,55 +572,58 @@ def drafted_reading(cell: Mapping[str, float], prefix: str = "") -> dict[str, An
             f"{prefix}tok_s": cell["tokens"] / cell["time_s"]}  # fmt: skip
 
 
-def explored_alone(name: str, b: int, runs: Sequence[Run],
-                   totals: Mapping[str, dict[tuple[int, str], list[float]]]) -> bool:  # fmt: skip
-    """Whether run ``name``'s counters file holds explored drafting alone in bin ``b``: the run, or one of
-    its pieces where a set split it (``name@CEILING``, ``split_at_sets``), explored drafting there, and no
-    other piece drafted there in the database's intervals. A policy run's first piece is the seconds before
-    the policy's first set, under the ceiling before it (2026-12-06: 2.3-2.4 s, no intervals, no load yet);
-    a piece that drafted the bin steadily would mix its steps into the file's."""
-    pieces = [run for run in runs if run.name.split("@")[0] == name]
-    explored = [run for run in pieces if explored_mode(b, run.ceiling) == "drafted"]
-    others = [run.name for run in pieces if run not in explored]
-    return bool(explored) and not any(totals.get(other, {}).get((b, "drafted"), [0.0])[0] for other in others)
+def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run], steady_on: str,
+              steady_off: str, min_steps: int) -> list[dict[str, Any]]:  # fmt: skip
+    """Per run under a policy (not the steady runs: under their locks nothing explores) and bin its ceiling
+    gated (``explored_mode``: drafted) with ``min_steps`` explored drafted steps and their slots counted
+    (plugin 0.4.15), from the run's own stored intervals (``run_intervals``, as the lean table reads them):
+    the explored cell's mean batch and accept per slot, always on's (its runs pooled, as the lean table pools
+    them) in the same bin, the cell's exploring parts' A, H and A/H, and tok/s of step time explored against
+    steady three ways: raw; mix-levelled as learn levels it (``mix_levelled.mix_levelled_intervals`` over the
+    run's intervals as learn's window: H pooled over the window's parts, none where they are fewer than it
+    asks); and as learn reads the cell (``learn_counters.as_choices``: the mix, then the prefills).
 
-
-def mix_table(own: Mapping[str, dict[int, dict[str, float]]], runs: Sequence[Run],
-              totals: Mapping[str, dict[tuple[int, str], list[float]]], steady_on: str, steady_off: str,
-              min_steps: int) -> list[dict[str, Any]]:  # fmt: skip
-    """Per bin and run under a policy (not the steady runs: under their locks nothing explores) whose
-    counters hold its explored drafting there (``explored_alone``) with ``min_steps`` steps and slots
-    counted (plugin 0.4.15): the explored drafted cell's mean batch (slots per
-    step) and accept per slot (tokens per slot), always on's steady drafted cell's (its runs pooled, as the
-    lean table pools them) in the same bin, the exploring parts' A, H and A/H, and tok/s of step time explored
-    against steady, raw and mix-levelled (its tokens at ``slots x H``: a drafting stream's requests at the
-    explored steps' batch and time)."""
-    on_runs = repeats_of(steady_on, own)
-    steady_runs = {*on_runs, *repeats_of(steady_off, own)}
+    Read from the intervals, not from ``counters-<run>.json``: a run's file holds its first piece too, the
+    seconds before the policy's first set, in which the load's fresh batch drafted under the ceiling before
+    (2026-12-06, H100: threshold:24's file counted 121 explored steps at 48 accepting 2.813 a slot, of which
+    47 were that piece's, at 3.03; the part alone, 74 steps, accepted 2.673). The interval that spans a run's
+    start is no run's (``run_intervals``), so that piece is in neither."""
+    on_runs, off_runs = repeats_of(steady_on, found), repeats_of(steady_off, found)
+    bins = sorted({int(b) for intervals in found.values() for i in intervals for b in i["bins"]})
+    steady = {b: drafted_cell([i for name in on_runs for i in found[name]], b) for b in bins}
 
     def counted(cell: Mapping[str, float]) -> bool:
         """Enough steps to read, and their slots and time counted."""
-        return cell["steps"] >= min_steps and cell.get("slots", 0) > 0 and cell["time_s"] > 0
+        return cell["steps"] >= min_steps and cell["slots"] > 0 and cell["time_s"] > 0
 
     rows = []
-    for name, cells in own.items():
-        for b, cell in sorted(cells.items()):
-            if name in steady_runs or not counted(cell) or not explored_alone(name, b, runs, totals):
+    for run in runs:
+        intervals = found.get(run.name, [])
+        if run.name in (*on_runs, *off_runs) or not intervals:
+            continue
+        masks = [learn_counters.drafted_by(list(i["bins"]), run.ceiling) for i in intervals]
+        window = mix_levelled.window_mix(intervals)
+        readings = {"mix": mix_levelled.mix_levelled_intervals(intervals, masks),
+                    "learn": learn_counters.as_choices(list(intervals), masks, 1.0)}  # fmt: skip
+        for b in bins:
+            cell = drafted_cell(intervals, b)
+            if explored_mode(b, run.ceiling) != "drafted" or not counted(cell):
                 continue
-            row: dict[str, Any] = {"bin": b, "run": name, **drafted_reading(cell)}
-            on_cells = [own[on][b] for on in on_runs if own[on].get(b, {}).get("slots", 0) > 0]
-            steady = {key: sum(c[key] for c in on_cells) for key in ("steps", "tokens", "time_s", "slots")}
-            if counted(steady):
-                row |= drafted_reading(steady, "steady_")
-                row["ratio"] = row["tok_s"] / row["steady_tok_s"]
-            if cell.get("requests", 0) > 0 and cell.get("inverse_sum", 0) > 0:
+            row: dict[str, Any] = {"bin": b, "run": run.name, **drafted_reading(cell)}
+            if window is not None:
+                row |= {"window_parts": window.parts, "window_harmonic": window.harmonic}
+            if cell["requests"] > 0 and cell["inverse_sum"] > 0:
                 harmonic = cell["requests"] / cell["inverse_sum"]
                 row |= {"parts": int(cell["parts"]), "requests": int(cell["requests"]),
-                        "arithmetic": cell["accept_sum"] / cell["requests"], "harmonic": harmonic,
-                        "levelled_tok_s": cell["slots"] * harmonic / cell["time_s"]}  # fmt: skip
+                        "arithmetic": cell["accept_sum"] / cell["requests"],
+                        "harmonic": harmonic}  # fmt: skip
                 row["mix_lean"] = row["arithmetic"] / harmonic
-                if "steady_tok_s" in row:
-                    row["levelled"] = row["levelled_tok_s"] / row["steady_tok_s"]
+            if counted(steady[b]):
+                row |= drafted_reading(steady[b], "steady_")
+                row["ratio"] = row["tok_s"] / row["steady_tok_s"]
+                for key, levelled in readings.items():
+                    read = drafted_cell(levelled, b)
+                    row[key] = read["tokens"] / read["time_s"] / row["steady_tok_s"]
             rows.append(row)
     return rows
 
@@ -661,30 +632,24 @@ def print_mix(rows: Sequence[dict[str, Any]]) -> None:
     """The request-mix table (``mix_table``); nothing where no run has one (the counters before 0.4.15)."""
     if not rows:
         return
-    print("the request mix of the explored drafting (plugin 0.4.15; counters-<run>.json, each run's own "
-          "counts): the explored drafted steps' mean batch (slots per step) and tokens per slot (accept per "
-          "request), always on's steady drafted cell's beside them; the exploring parts' first batches: "
-          "their requests' arithmetic (A) and harmonic (H) mean accept and A/H; explored / steady tok/s of "
-          "step time, raw and mix-levelled (the explored tokens at slots x H)")  # fmt: skip
-    print(f"{'bin':>4} {'run':<16} {'steps':>6} {'batch':>6} {'acc.':>6} {'on bat.':>7} {'on acc.':>7} "
-          f"{'parts':>5} {'A':>6} {'H':>6} {'A/H':>6} {'ratio':>6} {'levelled':>8}")  # fmt: skip
+    print("the request mix of the explored drafting (plugin 0.4.15; each run's stored intervals): the "
+          "explored drafted steps' mean batch (slots per step) and tokens per slot (accept per request), "
+          "always on's steady drafted cell's beside them; the cell's exploring parts' first batches: their "
+          "requests' arithmetic (A) and harmonic (H) mean accept and A/H; the run's parts in all bins "
+          "(learn's window: it levels with 2 or more); explored / steady tok/s of step time: raw, "
+          "mix-levelled as learn levels it (the explored tokens at slots x the window's H), and as learn "
+          "reads it (the mix, then the prefills)")  # fmt: skip
+    columns = (("steady_batch", ".1f", 7), ("steady_accept", ".3f", 7), ("parts", "d", 5),
+               ("arithmetic", ".3f", 6), ("harmonic", ".3f", 6), ("mix_lean", ".3f", 6),
+               ("window_parts", "d", 6), ("ratio", ".3f", 6), ("mix", ".3f", 6), ("learn", ".3f", 6))
+    heads = ("on bat.", "on acc.", "parts", "A", "H", "A/H", "window", "ratio", "mix", "learn")
+    print(f"{'bin':>4} {'run':<18} {'steps':>6} {'batch':>6} {'acc.':>6} "
+          + " ".join(f"{h:>{w}}" for h, (_, _, w) in zip(heads, columns, strict=True)))
     for row in rows:
-        values = ["-" if row.get(key) is None else format(row[key], fmt)
-                  for key, fmt in (("steady_batch", ".1f"), ("steady_accept", ".3f"), ("parts", "d"),
-                                   ("arithmetic", ".3f"), ("harmonic", ".3f"), ("mix_lean", ".3f"),
-                                   ("ratio", ".3f"), ("levelled", ".3f"))]  # fmt: skip
-        print(f"{row['bin']:>4} {row['run']:<16} {row['steps']:>6} {row['batch']:>6.1f} "
-              f"{row['accept']:>6.3f} {values[0]:>7} {values[1]:>7} {values[2]:>5} {values[3]:>6} "
-              f"{values[4]:>6} {values[5]:>6} {values[6]:>6} {values[7]:>8}")  # fmt: skip
-
-
-def counters_folder(args: argparse.Namespace) -> Path | None:
-    """``--counters``, else the folder of a ``--db`` file when it holds ``counters-<run>.json`` files (a
-    committed run keeps them beside its database), else None."""
-    if args.counters is not None:
-        return Path(args.counters)
-    folder = Path(args.db).parent
-    return folder if "://" not in args.db and any(folder.glob("counters-*.json")) else None
+        values = ["-" if row.get(key) is None else format(row[key], fmt) for key, fmt, _ in columns]
+        head = (f"{row['bin']:>4} {row['run']:<18} {row['steps']:>6} "
+                f"{row['batch']:>6.1f} {row['accept']:>6.3f}")
+        print(head, " ".join(f"{v:>{w}}" for v, (_, _, w) in zip(values, columns, strict=True)))
 
 
 def explored_mode(b: int, ceiling: int) -> str | None:
@@ -729,8 +694,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every bin and run, also those without an explored rate")
     parser.add_argument("--load-logs", type=Path, help="the runs' load-<run>.log folder: each run's "
                         "client-side tok/s beside its counters' (closed-loop runs)")  # fmt: skip
-    parser.add_argument("--counters", type=Path, help="the runs' counters-<run>.json folder (default: the "
-                        "--db file's, where it holds them): the request mix of the explored drafting")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
@@ -858,9 +821,7 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             print(f"{row['bin']:>4} {row['run']:<16} {row['mode']:<8} {row['explored_prefilled']:>9.3f} "
                   f"{row['steady_prefilled']:>7.3f} {values[0]:>6} {values[1]:>7} {values[2]:>9} "
                   f"{values[3]:>7} {values[4]:>6} {values[5]:>6} {bounds:>13}")  # fmt: skip
-    folder = counters_folder(args)
-    mix_rows = mix_table(own_drafted(saved_counters(folder)), runs, totals, steady["--steady-on"],
-                         steady["--steady-off"], args.min_steps) if folder is not None else []  # fmt: skip
+    mix_rows = mix_table(found, runs, steady["--steady-on"], steady["--steady-off"], args.min_steps)
     print_mix(mix_rows)
     if args.json:
         args.json.write_text(json.dumps({"lean": rows, "served": served, "cost": costs, "extend": extend_rows,

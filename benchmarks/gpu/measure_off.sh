@@ -559,7 +559,7 @@ do_wait() {  # until the background policy runs finish, at most WAIT_SECONDS (a 
       # and each run's client-side tok/s beside its counters' (the lead learn decides on: 2026-12-06)
       # its --json carries each explored cell's intervals: lean_pool.py pools the launches of one card
       python3 benchmarks/gpu/explore_lean.py --db "$WORK/policy-out/policy.db" --runs-from-db --min-steps 30 \
-        --load-logs "$OUT" --counters "$OUT" --json "$OUT/lean.json" || true
+        --load-logs "$OUT" --json "$OUT/lean.json" || true
       # item 2 a level a session: this launch's cells pooled with earlier launches' of the same card
       if [ -n "${LEAN_POOL:-}" ] && [ -f "$OUT/lean.json" ]; then
         # shellcheck disable=SC2086  # a list of paths, split on purpose
