@@ -20,7 +20,7 @@ import pandas as pd
 from sqlalchemy.engine import make_url
 from sqlmodel import SQLModel
 
-from ..control import kept_extend
+from ..control import kept_extend, mix_levelled
 from ..control.kept_extend import KeptExtendTax
 from ..control.speedup import SpeedupEstimate
 from ..storage import Database, models, open_database, queries, rollups
@@ -233,13 +233,15 @@ def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpee
     counter_intervals grouped per bin) through ``control.speedup.estimate_per_bin``, the gated side of the
     bins that ran mostly drafted corrected for the kept extend as learn corrects it (the tax the stored
     extend rows measure, else 7 %: ``control.kept_extend.corrected_estimate``), each bin's minority mode
-    levelled for the prefills in its steps as learn levels its explored cells (plugin 0.4.14 on)."""
+    levelled as learn levels its explored cells: a gated bin's explored drafting for its requests' mix (plugin
+    0.4.15 on), then for the prefills in its steps (plugin 0.4.14 on)."""
     samples = queries.counter_samples(db, server_id, t0, t1)
     has = samples.intervals > 0 or queries.has_counters(db, server_id)
     measured = kept_extend.from_totals(queries.extend_totals(db, server_id, t0, t1))
     tax, text = kept_extend.or_assumed(measured)
+    mix = mix_levelled.window_of(samples.mix_sums) if samples.mix_sums is not None else None
     est, corrected = kept_extend.corrected_estimate(
-        samples.per_bin, samples.intervals, tax, samples.prefilled
+        samples.per_bin, samples.intervals, tax, samples.prefilled, samples.slots, mix
     )
     return LiveSpeedup(est, has, t0, t1, text, measured, corrected)
 

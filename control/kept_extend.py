@@ -27,8 +27,8 @@ from typing import Any
 
 from ..plugin.engine_counters import EXTEND_KINDS, ExtendBlock, sum_blocks
 from ..plugin.explore import DEFAULT_KEPT_EXTEND_TAX
+from . import mix_levelled, speedup
 from . import prefilled as prefills
-from . import speedup
 
 # A bin's tax counts once each side has this many steady gated steps: a step's time varies by a few % with
 # its batch's mix, so 64 steps put a bin's mean within about 1 % (the H200's warm parts run a few hundred
@@ -130,21 +130,29 @@ def or_assumed(
 
 def corrected_estimate(
     grouped: Mapping[int, Mapping[str, list[tuple[float, float, int]]]], n: int, tax: float,
-    prefilled: prefills.PrefilledSamples | None = None,
+    prefilled: prefills.PrefilledSamples | None = None, slots: mix_levelled.SlotSamples | None = None,
+    mix: mix_levelled.WindowMix | None = None,
 ) -> tuple[speedup.SpeedupEstimate, tuple[int, ...]]:
     """``speedup.estimate_per_bin`` as learn reads a bin: each bin's minority mode
-    (``BinEstimate.ran_mostly``: measured on explored batches inside the other one's stream) levelled for the
-    prefills in its steps where ``prefilled`` says which steps held one (``prefilled.levelled_samples``,
-    plugin 0.4.14 on), and the gated side of each bin that ran mostly drafted (explored batches that kept the
-    extend) scaled by ``1 / (1 - tax)``, as learn scales the bins its ceiling drafts; and those bins. What
-    the console and ``control get`` show, where the knob each interval ran under is not at hand."""
+    (``BinEstimate.ran_mostly``: measured on explored batches inside the other one's stream) levelled as
+    learn levels its explored cells, first a bin's explored drafting for its requests' mix where ``slots``
+    (each drafted sample's) and the window's ``mix`` allow (``mix_levelled.levelled_samples``, plugin 0.4.15
+    on), then for the prefills in its steps where ``prefilled`` says which steps held one
+    (``prefilled.levelled_samples``, plugin 0.4.14 on); and the gated side of each bin that ran mostly
+    drafted (explored batches that kept the extend) scaled by ``1 / (1 - tax)``, as learn scales the bins its
+    ceiling drafts; and those bins. What the console and ``control get`` show, where the knob each interval
+    ran under is not at hand."""
     raw = speedup.estimate_per_bin(grouped, n)
     mostly = {b.batch_size: b.ran_mostly for b in raw.bins if b.ran_mostly is not None}
     explored = {b: "gated" if ran == "drafted" else "drafted" for b, ran in mostly.items()}
-    levelled = prefills.levelled_samples(grouped, prefilled, explored) if prefilled is not None else grouped
+    levelled: Mapping[int, Mapping[str, list[tuple[float, float, int]]]] = grouped
+    if slots is not None:
+        levelled, prefilled = mix_levelled.levelled_samples(grouped, prefilled, slots, mix, explored)
+    if prefilled is not None:
+        levelled = prefills.levelled_samples(levelled, prefilled, explored)
     drafted = tuple(b for b, ran in mostly.items() if ran == "drafted")
     if not drafted or tax <= 0:
-        return (speedup.estimate_per_bin(levelled, n) if prefilled is not None else raw), ()
+        return (speedup.estimate_per_bin(levelled, n) if levelled is not grouped else raw), ()
     scale = 1.0 / (1.0 - tax)
     scaled: dict[int, Mapping[str, list[tuple[float, float, int]]]] = dict(levelled)
     for b in drafted:

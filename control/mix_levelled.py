@@ -23,7 +23,9 @@ decision. The same factor scales the cell's drafted ``prefilled`` tokens, so tha
 levelling after it (learn's ``as_choices`` applies this first) reads the cell's tokens as levelled here.
 Steady drafted cells (their streams' requests already accept H) and every gated cell stay as measured, as do
 an interval without the ``slots`` block (a plugin before 0.4.15; the collector's stored intervals carry it
-from 0.4.15 on) and a cell without slots. Standard library only, as the rest of the estimator's inputs.
+from 0.4.15 on) and a cell without slots. ``levelled_samples`` does the same to the per-bin samples the
+console and ``control get`` read (``kept_extend.corrected_estimate``), each bin's explored mode known per bin.
+Standard library only, as the rest of the estimator's inputs.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
             continue
         for field in sums:
             sums[field] += sum(mix[field])
+    return window_of(sums)
+
+
+def window_of(sums: Mapping[str, float]) -> WindowMix | None:
+    """The window's mix from its ``mix`` block's sums over every interval and bin (``parts``, ``requests``,
+    ``accept_sum``, ``inverse_sum``: what ``storage.queries.counter_samples`` gives as ``mix_sums``); None
+    where its parts hold no request."""
     if sums["requests"] <= 0 or sums["inverse_sum"] <= 0:
         return None
     return WindowMix(sums["accept_sum"] / sums["requests"], sums["requests"] / sums["inverse_sum"],
@@ -73,7 +82,11 @@ def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
 def levelling_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
     """The window's mix where it is enough to level by (``MIN_MIX_REQUESTS`` requests from ``MIN_MIX_PARTS``
     parts), else None."""
-    mix = window_mix(intervals)
+    return enough(window_mix(intervals))
+
+
+def enough(mix: WindowMix | None) -> WindowMix | None:
+    """``mix`` where it holds ``MIN_MIX_REQUESTS`` requests from ``MIN_MIX_PARTS`` parts, else None."""
     if mix is None or mix.requests < MIN_MIX_REQUESTS or mix.parts < MIN_MIX_PARTS:
         return None
     return mix
@@ -113,14 +126,69 @@ def _factors(interval: Mapping[str, Any], mask: Sequence[bool], harmonic: float)
     slots = slots_block(interval)
     if slots is None:
         return [1.0] * len(interval["bins"])
+    rows = zip(mask, slots["drafted"], interval["drafted"]["tokens"], strict=True)
+    return [1.0 if drafted else factor(requests, tokens, harmonic) for drafted, requests, tokens in rows]
+
+
+def factor(requests: float | None, tokens: float, harmonic: float) -> float:
+    """An explored drafted cell's (or sample's) levelled tokens over its own: ``requests x H / tokens`` held
+    within ``FACTOR_BAND``; 1 where its slots are not known or it has none, or no tokens."""
+    if requests is None or requests <= 0 or tokens <= 0:
+        return 1.0
     low, high = FACTOR_BAND
-    factors = []
-    for drafted, requests, tokens in zip(mask, slots["drafted"], interval["drafted"]["tokens"], strict=True):
-        explored = not drafted and requests > 0 and tokens > 0
-        factors.append(min(max(requests * harmonic / tokens, low), high) if explored else 1.0)
-    return factors
+    return min(max(requests * harmonic / tokens, low), high)
 
 
 def _scaled(values: Sequence[float], factors: Sequence[float]) -> list[float]:
     """``values`` times ``factors``, a value whose factor is 1 as it was."""
     return [v if f == 1.0 else v * f for v, f in zip(values, factors, strict=True)]
+
+
+# The estimate's per-bin grouping's drafted samples (``speedup.per_bin``: bin -> mode -> samples): each one's
+# slots in the same order, None where its interval has no ``slots`` block (a plugin before 0.4.15)
+SlotSamples = dict[int, list[float | None]]
+Grouped = Mapping[int, Mapping[str, Sequence[tuple[float, float, int]]]]
+Held = dict[int, dict[str, list[tuple[float, float, float] | None]]]  # control.prefilled.PrefilledSamples
+Levelled = dict[int, dict[str, list[tuple[float, float, int]]]]
+
+
+def slot_samples(intervals: Sequence[Mapping[str, Any]]) -> SlotSamples | None:
+    """Each drafted sample of ``speedup.per_bin(intervals)``'s slots, in its order; None where no interval
+    has the ``slots`` block. ``storage.queries.counter_samples`` gives the same of the stored intervals."""
+    if not any(slots_block(interval) is not None for interval in intervals):
+        return None
+    out: SlotSamples = {}
+    for interval in intervals:
+        block = slots_block(interval)
+        for i, b in enumerate(interval["bins"]):
+            if int(interval["drafted"]["steps"][i]) > 0:
+                out.setdefault(int(b), []).append(None if block is None else float(block["drafted"][i]))
+    return out
+
+
+def levelled_samples(grouped: Grouped, prefilled: Held | None, slots: SlotSamples | None,
+                     mix: WindowMix | None, explored: Mapping[int, str]) -> tuple[Levelled, Held | None]:
+    """``mix_levelled_intervals`` on the estimate's per-bin grouping, each bin's explored mode known per bin
+    (``explored``: bin -> the mode explored there, what ``prefilled.levelled_samples`` takes): each drafted
+    sample of a bin that explored drafting has its tokens at ``slots x H`` (``factor``), and its prefilled
+    tokens (``prefilled``, aligned with ``grouped``) scaled alike; everything else as it was, and everything
+    where the window's mix is not enough to level by (``enough``) or no sample has slots. Returns the
+    grouping and the prefilled samples, for ``prefilled.levelled_samples`` after it."""
+    out = {b: {mode: list(samples) for mode, samples in modes.items()} for b, modes in grouped.items()}
+    held = None if prefilled is None else {b: {m: list(v) for m, v in modes.items()}
+                                           for b, modes in prefilled.items()}  # fmt: skip
+    window = enough(mix)
+    if window is None or slots is None:
+        return out, held
+    for b, mode in explored.items():
+        samples = out.get(b, {}).get("drafted")
+        if mode != "drafted" or not samples:
+            continue
+        factors = [factor(n, tokens, window.harmonic) for n, (tokens, _, _) in
+                   zip(slots.get(b) or [None] * len(samples), samples, strict=True)]  # fmt: skip
+        out[b]["drafted"] = [(tokens * f, s, k) for f, (tokens, s, k) in zip(factors, samples, strict=True)]
+        mine = held.get(b) if held is not None else None
+        if mine and mine.get("drafted"):
+            mine["drafted"] = [None if h is None else (h[0], h[1] * f, h[2])
+                               for f, h in zip(factors, mine["drafted"], strict=True)]  # fmt: skip
+    return out, held

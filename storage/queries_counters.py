@@ -24,15 +24,16 @@ holds such rows has the block: an older plugin's intervals keep the shape they a
 rows of ``counter_modes.SLOTS_MODES`` and ``MIX_MODES`` (plugin 0.4.15 on: each mode's requests per step
 summed, the exploring parts' request mix) in that query too, as each interval's ``slots`` and ``mix`` blocks
 (``_lists``), so the warm start levels a gated bin's explored drafting for its requests' mix as learn does
-(``control.mix_levelled.mix_levelled_intervals``). ``counter_samples`` (the estimate's grouping) reads the
-decode modes and the prefilled steps alone: the console reads the explored drafting raw.
+(``control.mix_levelled.mix_levelled_intervals``). ``counter_samples`` (the estimate's grouping, the
+console's live read) reads the same rows and gives each drafted sample's slots and the window's mix sums, so
+the console levels the explored cells as learn does (``control.kept_extend.corrected_estimate``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +69,6 @@ BLOCKS_READ: tuple[str, ...] = (*(SLOTS_MODES[mode] for mode in COUNTER_MODES), 
 # what counter_intervals reads: the decode read, then the prefilled steps, then the slots and the mix, in one
 # query (the (server_id, ts) index holds no mode: a second query of these rows would walk the window again)
 INTERVALS_READ: tuple[str, ...] = (*DECODE_READ, *PREFILLED_READ, *BLOCKS_READ)
-# what counter_samples reads: INTERVALS_READ without the slots and mix rows, which the console's samples do
-# not use (the same indices for the modes it keeps: a prefix of INTERVALS_READ); reading them cost the
-# console's live read as much again (benchmarks/counter_read_bench.py)
-SAMPLES_READ: tuple[str, ...] = (*DECODE_READ, *PREFILLED_READ)
 
 
 def _tier(db: Database, start: float, end: float, max_intervals: int) -> int:
@@ -147,11 +144,10 @@ def _intervals_of(cells: _Cells, res_s: int) -> list[dict[str, Any]]:
 
 
 def _entries_of(cells: _Cells) -> tuple[_Entries, _Cells, _Cells]:
-    """The rows read with ``INTERVALS_READ``'s modes (or ``SAMPLES_READ``, its prefix: no slots or mix rows)
-    as the decode rows' entries, the prefilled rows (each mode its index in ``PREFILLED_READ``) and the slots
-    and mix rows (in ``BLOCKS_READ``). The entries hold every (interval, bin) of a slots or mix row too, with
-    zero decode counts where it has no decode row (a mix row's bin, its part's first batch's); a window
-    without such rows has the entries it always had."""
+    """The rows read with ``INTERVALS_READ``'s modes as the decode rows' entries, the prefilled rows (each
+    mode its index in ``PREFILLED_READ``) and the slots and mix rows (in ``BLOCKS_READ``). The entries hold
+    every (interval, bin) of a slots or mix row too, with zero decode counts where it has no decode row (a
+    mix row's bin, its part's first batch's); a window without such rows has the entries it always had."""
     decode, rest = cells.split(len(DECODE_READ))
     prefilled, lists = rest.split(len(PREFILLED_READ))
     if len(lists.ts):
@@ -163,6 +159,8 @@ Samples = dict[int, dict[str, list[tuple[float, float, int]]]]
 # aligned with Samples: each sample's prefilled (steps, tokens, time_s), None where not known (the shape of
 # control.prefilled.PrefilledSamples, which the control layer reads; storage imports nothing above it)
 PrefilledSamples = dict[int, dict[str, list[tuple[float, float, float] | None]]]
+# aligned with Samples' drafted samples: each one's slots, None where not known (control.mix_levelled's)
+SlotSamples = dict[int, list[float | None]]
 
 
 @dataclass(frozen=True)
@@ -177,6 +175,13 @@ class CounterSamples:
     # None before the first interval with a prefilled row), as control.prefilled.prefilled_samples gives
     # them of counter_intervals; None where the window has no prefilled row
     prefilled: PrefilledSamples | None = None
+    # aligned with per_bin's drafted samples: the slots of each (plugin 0.4.15; None before the first interval
+    # with a slots or mix row), as control.mix_levelled.slot_samples gives them; None where the window has
+    # no such row
+    slots: SlotSamples | None = None
+    # the window's mix block summed over every interval and bin (parts, requests, accept_sum, inverse_sum):
+    # what control.mix_levelled.window_of reads; None where the window has no slots or mix row
+    mix_sums: dict[str, float] | None = None
 
 
 def counter_samples(
@@ -188,14 +193,21 @@ def counter_samples(
     max_intervals: int = DEFAULT_MAX_COUNTER_INTERVALS,
 ) -> CounterSamples:
     """The same intervals as ``counter_intervals`` (same tiers, same arguments), grouped per bin and mode,
-    with their prefilled steps where the window holds them (what ``control.kept_extend.corrected_estimate``
-    levels the explored cells by). Not the ``slots`` and ``mix`` blocks (plugin 0.4.15): the console reads a
-    gated bin's explored drafting raw, not levelled for its requests' mix as learn and its warm start do
-    (``control.mix_levelled``)."""
-    cells, _ = _read(db, server_id, start, end, max_intervals, SAMPLES_READ)
-    entries, prefilled, _ = _entries_of(cells)
+    with their prefilled steps where the window holds them, and each drafted sample's slots and the window's
+    mix where it holds those (plugin 0.4.15): what ``control.kept_extend.corrected_estimate`` levels the
+    explored cells by, as learn levels them."""
+    cells, _ = _read(db, server_id, start, end, max_intervals, INTERVALS_READ)
+    entries, prefilled, lists = _entries_of(cells)
     per_bin, held = _per_bin(entries, _prefilled(entries, prefilled) if len(prefilled.ts) else None)
-    return CounterSamples(len(entries.stamps), per_bin, held)
+    if not len(lists.ts):  # a plugin before 0.4.15
+        return CounterSamples(len(entries.stamps), per_bin, held)
+    first, slots, mix = _lists(entries, lists)
+    interval_of = _interval_of(entries)
+    drafted: SlotSamples = {}
+    for i, b in _ordered(entries, COUNTER_MODES.index("drafted")):
+        drafted.setdefault(b, []).append(slots["drafted"][i] if interval_of[i] >= first else None)
+    sums = {field: math.fsum(values) for field, values in mix.items()}
+    return CounterSamples(len(entries.stamps), per_bin, held, drafted, sums)
 
 
 def extend_totals(
@@ -483,10 +495,9 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     out: Samples = {}
     bins = np.array(entries.bins, dtype=np.int64)
     orders = {}  # mode -> its entries with steps, by bin, each bin's intervals in time order
-    for mode, steps, tokens, time_s in zip(COUNTER_MODES, entries.steps, entries.tokens, entries.time_s,
-                                           strict=True):  # fmt: skip
-        ran = np.flatnonzero(steps > 0)
-        order = orders[mode] = ran[np.argsort(bins[ran], kind="stable")]
+    for code, (mode, steps, tokens, time_s) in enumerate(zip(COUNTER_MODES, entries.steps, entries.tokens,
+                                                             entries.time_s, strict=True)):  # fmt: skip
+        order = orders[mode] = _order(entries, code)
         seconds = [time_s[i] for i in order.tolist()]
         samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
         for b, group in itertools.groupby(
@@ -496,7 +507,7 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     if held is None:  # an older plugin's window
         return out, None
     first, blocks = held
-    interval_of = np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
+    interval_of = _interval_of(entries)
     found: PrefilledSamples = {}
     for mode, order in orders.items():
         block = blocks[mode]
@@ -506,6 +517,24 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
                 sample = (float(block["steps"][i]), float(block["tokens"][i]), float(block["time_s"][i]))
             found.setdefault(b, {m: [] for m in COUNTER_MODES})[mode].append(sample)
     return out, found
+
+
+def _order(entries: _Entries, code: int) -> npt.NDArray[np.int64]:
+    """The entries in which mode ``code`` (its index in ``COUNTER_MODES``) has steps, by bin, each bin's
+    intervals in time order: the order of ``control.speedup.per_bin``'s samples of that mode."""
+    ran = np.flatnonzero(entries.steps[code] > 0)
+    return ran[np.argsort(np.array(entries.bins, dtype=np.int64)[ran], kind="stable")]
+
+
+def _ordered(entries: _Entries, code: int) -> Iterator[tuple[int, int]]:
+    """(entry, bin) of each sample of mode ``code``, in ``_order``."""
+    order = _order(entries, code).tolist()
+    return zip(order, [entries.bins[i] for i in order], strict=True)
+
+
+def _interval_of(entries: _Entries) -> npt.NDArray[np.int64]:
+    """Each entry's interval (its index in ``entries.stamps``)."""
+    return np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
 
 
 def has_counters(db: Database, server_id: int) -> bool:

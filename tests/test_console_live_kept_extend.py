@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spectower.console import data
+from spectower.control.policy import learn_counters
 from spectower.control.speedup import estimate_per_bin
 from spectower.storage import open_database, queries
+from spectower.storage.database import open_recorded
 
+from tests.conftest import REPO_ROOT
 from tests.test_warm_start import store_counters
 
 URL = "http://sglang.test:30000"
@@ -48,3 +52,35 @@ def test_a_drafting_bins_gated_side_is_corrected_by_the_measured_tax(
     assert by_bin[8].speedup == pytest.approx(raw[8] * (1 - tax), rel=1e-6)
     assert by_bin[32].speedup == pytest.approx(raw[32], rel=1e-9)  # a gated bin's gated side is its cold one
     assert (live.tax_measured is not None) == (extend_tax is not None)
+
+
+REQUEST_MIX_DB = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06/runs/policy.db.xz"
+# threshold:8 at a steady 16 on an H100 (plugin 0.4.15), from 10 s after its set: bin 16 gated, with two
+# exploring parts' drafting in it whose requests held the low-accept kind more often than always on's
+THRESHOLD_8 = (1796585443.18, 1796585675.96)
+
+
+def test_a_gated_bins_explored_drafting_reads_as_learn_reads_it_levelled_for_the_parts_request_mix() -> None:
+    """The console's live curve reads the stored 0.4.15 intervals as learn does: bin 16's explored drafted
+    rate at slots x the window's H (2 parts, 30 requests), which is ``as_choices``' drafting side of the same
+    intervals under the run's ceiling, 1.053x the rate as measured (2026-12-06's H100 run: 0.942 of always
+    on raw, 0.992 levelled)."""
+    t0, t1 = THRESHOLD_8
+    with open_recorded(REQUEST_MIX_DB) as db:
+        sid = queries.servers(db)[0].id
+        assert sid is not None
+        live = data.live_speedup(db, sid, t0, t1)
+        intervals = queries.counter_intervals(db, sid, t0, t1)
+    at_16 = {b.batch_size: b for b in live.estimate.bins}[16]
+    assert at_16.ran_mostly == "gated"
+    i = [list(x["bins"]).index(16) if 16 in x["bins"] else None for x in intervals]
+
+    def drafted_rate(xs: list[dict[str, Any]]) -> float:
+        cells = [(x["drafted"]["tokens"][k], x["drafted"]["time_s"][k]) for x, k in zip(xs, i, strict=True)
+                 if k is not None]  # fmt: skip
+        return sum(t for t, _ in cells) / sum(s for _, s in cells)
+
+    masks = [learn_counters.drafted_by(list(x["bins"]), 8) for x in intervals]
+    learn = drafted_rate(learn_counters.as_choices(intervals, masks, 1.0))
+    assert at_16.drafted_tok_s == pytest.approx(learn, rel=1e-9)
+    assert at_16.drafted_tok_s / drafted_rate(intervals) == pytest.approx(1.053, abs=0.001)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectower.control import mix_levelled, prefilled
+from spectower.control import kept_extend, mix_levelled, prefilled, speedup
 from spectower.control.mix_levelled import FACTOR_BAND, MIN_MIX_REQUESTS, mix_levelled_intervals, window_mix
 from spectower.control.policy import learn_counters
 from spectower.plugin import engine_counters as ec
@@ -232,3 +232,51 @@ def test_rates_carries_the_slots_and_mix_blocks_deltas_and_none_when_absent() ->
     restarted = ec.rates(grown, {**fresh.snapshot(), "started_at": 9999.0})
     assert restarted["restarted"] and restarted["slots"]["drafted"] == [0, 2, 0, 0, 0, 0]
     assert restarted["mix"]["requests"] == [0, 2, 0, 0, 0, 0]
+
+
+def test_the_samples_are_levelled_as_the_intervals_are_where_a_bins_explored_mode_is_known_per_bin() -> None:
+    """What the console and ``control get`` read (``speedup.per_bin``, each bin's explored mode from the bin,
+    not from a ceiling per interval): ``levelled_samples`` gives the grouping and the prefilled samples of
+    ``mix_levelled_intervals``' intervals, sample for sample, with an older plugin's interval beside (its
+    samples' slots unknown: as measured)."""
+    intervals = [*window(), interval({48: (100, 11600, 1.5)}, {48: (500, 20000, 5)})]
+    masks = [MASK] * len(intervals)
+    explored = {32: "drafted", 48: "drafted", 16: "gated"}  # 24 gates 32 and 48, drafts 16
+    grouped, held = mix_levelled.levelled_samples(
+        speedup.per_bin(intervals), prefilled.prefilled_samples(intervals),
+        mix_levelled.slot_samples(intervals), window_mix(intervals), explored)
+    levelled = mix_levelled_intervals(intervals, masks)
+    assert grouped == speedup.per_bin(levelled)
+    assert held == prefilled.prefilled_samples(levelled)  # the third's samples: None (no block)
+    assert [tokens for tokens, _, _ in grouped[48]["drafted"]] == pytest.approx([4000 * H, 4000 * H, 11600])
+    assert grouped[16] == speedup.per_bin(intervals)[16]  # the steady drafted bin as measured
+
+
+def test_the_samples_stay_as_measured_without_slots_or_with_too_few_parts() -> None:
+    intervals = window()
+    grouped, prefilled_held = speedup.per_bin(intervals), prefilled.prefilled_samples(intervals)
+    explored = {32: "drafted", 48: "drafted"}
+    one_part = mix_levelled.WindowMix(3.0, H, 1, 40)
+    for slots, mix in ((None, window_mix(intervals)), (mix_levelled.slot_samples(intervals), one_part),
+                       (mix_levelled.slot_samples(intervals), None)):  # fmt: skip
+        out, held = mix_levelled.levelled_samples(grouped, prefilled_held, slots, mix, explored)
+        assert out == grouped and held == prefilled_held
+    assert mix_levelled.slot_samples([interval({48: (1, 2, 0.1)}, {})]) is None  # an older plugin's window
+
+
+def test_the_console_estimate_levels_a_gated_bins_explored_drafting_for_the_mix_before_the_prefills() -> None:
+    """``kept_extend.corrected_estimate`` with the samples' slots and the window's mix: bin 48 (mostly gated)
+    reads its drafted rate at slots x H, the same rate ``as_choices`` gives learn where each interval's
+    ceiling is known; without them the rate as measured."""
+    intervals = window()
+    grouped, held = speedup.per_bin(intervals), prefilled.prefilled_samples(intervals)
+    slots, mix = mix_levelled.slot_samples(intervals), window_mix(intervals)
+    levelled, _ = kept_extend.corrected_estimate(grouped, 2, 0.0, held, slots, mix)
+    raw, _ = kept_extend.corrected_estimate(grouped, 2, 0.0, held)
+    chosen = learn_counters.as_choices(intervals, [MASK, MASK], 1.0)
+    i = BINS.index(48)
+    tokens, seconds = (sum(x["drafted"][field][i] for x in chosen) for field in ("tokens", "time_s"))
+    learn_rate = tokens / seconds
+    at_48 = {b.batch_size: b for b in levelled.bins}[48]
+    assert at_48.drafted_tok_s == pytest.approx(learn_rate)
+    assert {b.batch_size: b for b in raw.bins}[48].drafted_tok_s > at_48.drafted_tok_s * 1.05

@@ -783,3 +783,37 @@ def test_slots_and_mix_blocks_equal_the_rows_summed_per_interval_and_bin(rows: l
     assert got == _with_blocks_reference(rows, res_s)
     lists = [values for i in got if "slots" in i for name in LISTS for values in i[name].values()]
     assert all(type(v) is float for values in lists for v in values)
+
+
+def test_counter_samples_carry_each_drafted_samples_slots_and_the_windows_mix_on_every_tier(
+    tmp_path: Path,
+) -> None:
+    """``counter_samples`` (the console's read) holds beside each drafted sample its slots and the window's
+    mix sums, as ``control.mix_levelled`` reads them off the same stored intervals (``slot_samples``,
+    ``window_mix``), raw and rolled up; and ``kept_extend.corrected_estimate`` with them levels bin 32's
+    explored drafting (the bin ran mostly gated) at slots x H, as ``as_choices`` levels learn's drafting side
+    of the same intervals under their ceiling: the console and learn give one answer."""
+    snaps = _mix_snapshots(30, seed=12)
+    with _stored(tmp_path, snaps, fold_before=20) as (db, sid):
+        for limit in (2000, 10, 2):
+            got = queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
+            samples = queries.counter_samples(db, sid, 900.0, 1200.0, max_intervals=limit)
+            assert samples.per_bin == speedup.per_bin(got)
+            assert samples.slots == mix_levelled.slot_samples(got)
+            assert samples.mix_sums is not None
+            window = mix_levelled.window_of(samples.mix_sums)
+            assert window is not None and window == pytest.approx(mix_levelled.window_mix(got))
+        got = _with_ceiling(queries.counter_intervals(db, sid, 900.0, 1200.0))
+        samples = queries.counter_samples(db, sid, 900.0, 1200.0)
+    assert samples.mix_sums is not None
+    mix = mix_levelled.window_of(samples.mix_sums)
+    est, _ = kept_extend.corrected_estimate(samples.per_bin, samples.intervals, 0.0, samples.prefilled,
+                                            samples.slots, mix)  # fmt: skip
+    raw = {b.batch_size: b for b in speedup.estimate_per_bin(samples.per_bin, samples.intervals).bins}
+    at_32 = {b.batch_size: b for b in est.bins}[32]
+    assert at_32.ran_mostly == "gated"
+    chosen = learn_counters.as_choices(got, learn_counters.ceiling_masks(got), 1.0)
+    cells = [(i["drafted"]["tokens"][i["bins"].index(32)], i["drafted"]["time_s"][i["bins"].index(32)])
+             for i in chosen if 32 in i["bins"]]  # fmt: skip
+    assert at_32.drafted_tok_s == pytest.approx(sum(t for t, _ in cells) / sum(s for _, s in cells), rel=1e-9)
+    assert at_32.drafted_tok_s < 0.95 * raw[32].drafted_tok_s  # 2.9 tokens a request levelled to H = 2.667

@@ -258,7 +258,7 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     import time
 
     from ...collectors.sglang.counters import read_counters
-    from ...control import kept_extend, prefilled, speedup
+    from ...control import kept_extend, mix_levelled, prefilled, speedup
     from ...plugin.engine_counters import rates, sum_ranks, with_outside
     from ...storage import queries
     from .. import data
@@ -283,8 +283,9 @@ def _speedup(state: KnobState, store: Database | None, window_s: float) -> dict[
     since_start = with_outside(rates(None, sum_ranks(read.blocks)))  # as every estimate reads a mode's time
     found = kept_extend.from_intervals([since_start])
     tax, _ = kept_extend.or_assumed(found)
-    estimate, corrected = kept_extend.corrected_estimate(speedup.per_bin([since_start]), 1, tax,
-                                                         prefilled.prefilled_samples([since_start]))
+    estimate, corrected = kept_extend.corrected_estimate(
+        speedup.per_bin([since_start]), 1, tax, prefilled.prefilled_samples([since_start]),
+        mix_levelled.slot_samples([since_start]), mix_levelled.window_mix([since_start]))
     est = estimate.to_json()
     return {**est, "source": "since_start", "label": f"{est['label']}, since the server started",
             "kept_extend": _tax_json(found), "corrected_bins": list(corrected)}  # fmt: skip
