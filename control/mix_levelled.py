@@ -30,10 +30,11 @@ Standard library only, as the rest of the estimator's inputs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..plugin.engine_counters import mix_block, slots_block, with_rates
+from ..plugin.engine_counters import MIX_FIELDS, mix_block, slots_block, with_rates
 
 # The window's mix is read from this many requests (their accept per verify varies from part to part) ...
 MIN_MIX_REQUESTS = 16
@@ -59,7 +60,7 @@ class WindowMix(NamedTuple):
 def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
     """The intervals' ``mix`` blocks summed over every interval and bin; None where no interval has one or
     its parts hold no request."""
-    sums = {"parts": 0.0, "requests": 0.0, "accept_sum": 0.0, "inverse_sum": 0.0}
+    sums = dict.fromkeys(MIX_FIELDS, 0.0)
     for interval in intervals:
         mix = mix_block(interval)
         if mix is None:  # a plugin before 0.4.15, or a malformed block: no parts of it
@@ -72,8 +73,10 @@ def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
 def window_of(sums: Mapping[str, float]) -> WindowMix | None:
     """The window's mix from its ``mix`` block's sums over every interval and bin (``parts``, ``requests``,
     ``accept_sum``, ``inverse_sum``: what ``storage.queries.counter_samples`` gives as ``mix_sums``); None
-    where its parts hold no request."""
-    if sums["requests"] <= 0 or sums["inverse_sum"] <= 0:
+    where its parts hold no request, or a sum is not a finite number (a bad stored row must not swing a
+    decision)."""
+    if not all(math.isfinite(sums[field]) for field in MIX_FIELDS) or sums["requests"] <= 0 \
+            or sums["inverse_sum"] <= 0:
         return None
     return WindowMix(sums["accept_sum"] / sums["requests"], sums["requests"] / sums["inverse_sum"],
                      round(sums["parts"]), round(sums["requests"]))  # fmt: skip

@@ -5,6 +5,7 @@ of the window's exploring parts' requests; and ``rates()`` carrying the ``slots`
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -280,3 +281,13 @@ def test_the_console_estimate_levels_a_gated_bins_explored_drafting_for_the_mix_
     at_48 = {b.batch_size: b for b in levelled.bins}[48]
     assert at_48.drafted_tok_s == pytest.approx(learn_rate)
     assert {b.batch_size: b for b in raw.bins}[48].drafted_tok_s > at_48.drafted_tok_s * 1.05
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("field", ec.MIX_FIELDS)
+def test_a_window_whose_stored_mix_sums_are_not_finite_levels_nothing(field: str, bad: float) -> None:
+    """``window_of`` over the sums a database gives (``counter_samples``' ``mix_sums``): a NaN or infinite sum
+    is a bad row, which must not swing a decision: no window, so the samples stay as measured."""
+    sums = {"parts": 3.0, "requests": 24.0, "accept_sum": 72.0, "inverse_sum": 9.0}
+    assert mix_levelled.window_of(sums) == mix_levelled.WindowMix(3.0, H, 3, 24)
+    assert mix_levelled.window_of({**sums, field: bad}) is None
