@@ -467,7 +467,15 @@ do_policy() {  # the same day-shaped load under each of $POLICIES, in the backgr
            if [ "$pol" = learn ] && [ -n "${LEARN_ARGS:-}" ]; then read -r -a more <<< "$LEARN_ARGS"; warm+=("${more[@]}"); fi
            st_bg control auto --server "$SPEC_URL" --policy "$pol" --interval 2s --db "$DB" "${warm[@]}" \
              > "$OUT/auto-$label.log" 2>&1
-           apid=$! ;;
+           apid=$!
+           # the load starts once the policy has acted (its first tick, a set or a hold; 15 s at most), so the
+           # run'"'"'s steps run under its own ceiling: until 2026-12-06 the load'"'"'s fresh batch drafted its first
+           # 2-3 s under the ceiling before (47 steps at 48 under always on'"'"'s, which a run'"'"'s counters file
+           # counted as its own, data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06)
+           local tries=0
+           until grep -qE "^[0-9]{2}:[0-9]{2}:[0-9]{2} " "$OUT/auto-$label.log" 2>/dev/null || [ $tries -ge 30 ]; do
+             sleep 0.5; tries=$((tries + 1))
+           done ;;
       esac
       if [ -n "${REPLAY_TRACE:-}" ]; then  # open loop: the trace'"'"'s arrivals of LOAD_SECONDS, then the drain
         st bench replay --server "$SPEC_URL" --trace "$REPLAY_TRACE" --speedup "$REPLAY_SPEEDUP" \
