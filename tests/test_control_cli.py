@@ -482,3 +482,30 @@ def test_a_server_url_that_does_not_parse_is_one_line(command: list[str], tmp_pa
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     said = "--server must be an http(s) URL, got 'http://[::1' (Invalid IPv6 URL)"
     assert result.output.strip() == f"error: {said}"
+
+
+def test_get_since_start_levels_a_gated_bins_explored_drafting_for_the_mix_as_learn_does() -> None:
+    """``control get`` without a database reads the counters since the server started: plugin 0.4.15's
+    counters under a ceiling of 16 (bin 32 gated, its explored drafting at 2.9 tokens a request where the
+    parts' requests accept H = 2.667) give bin 32's drafted rate as learn's ``as_choices`` reads the same
+    interval (the mix, then the prefills), not as measured."""
+    from spectower.collectors.sglang.server_info import ServerInfo
+    from spectower.console.commands.control import _speedup
+    from spectower.control.knob_state import KnobState
+    from spectower.control.policy import learn_counters
+    from spectower.plugin import engine_counters as ec
+
+    from tests.test_queries_counters import _mix_snapshots
+
+    snapshot = _mix_snapshots(12, seed=13)[-1]
+    doc = {"internal_states": [{"spectower": {"counters": snapshot}}]}
+    found = _speedup(KnobState("http://sglang.test:30000", ServerInfo(info=doc), None), None, 600.0)
+    assert found["source"] == "since_start"
+    at_32 = next(b for b in found["bins"] if b["batch_size"] == 32)
+    assert at_32["ran_mostly"] == "gated"
+    since = ec.with_outside(ec.rates(None, snapshot))
+    i = since["bins"].index(32)
+    (chosen,) = learn_counters.as_choices([since], [learn_counters.drafted_by(since["bins"], 16)], 1.0)
+    learn = chosen["drafted"]["tokens"][i] / chosen["drafted"]["time_s"][i]
+    assert at_32["drafted_tok_s"] == pytest.approx(learn)
+    assert at_32["drafted_tok_s"] < 0.95 * since["drafted"]["tokens"][i] / since["drafted"]["time_s"][i]
