@@ -211,12 +211,14 @@ def _tables(view: _LiveData) -> None:
             "Live bins",
             view.live_table,
             "ran_mostly: the mode a bin's batches mostly ran; the other mode's rate there comes from "
-            "the few batches that explored it. Where a bin ran mostly gated, its drafted rate reads high "
-            "when requests accept differently: requests that accept more finish sooner when drafting, "
-            "so a drafting stream holds more of the ones that accept less than a gated stream does "
-            "(12 % on the H200 test pair, data/gpu-runs/NOTEBOOK.md). Where a bin ran mostly drafted, its "
-            "gated rate comes from explored batches that kept the draft model's extend, which gating the bin "
-            f"would skip: it is scaled up by the extend's cost, as learn does ({view.live.kept_extend}).",
+            "the few batches that explored it, levelled as learn levels it. Where a bin ran mostly gated, "
+            "its drafted tokens are set at what a drafting stream of the same requests commits (the "
+            "exploring parts' harmonic mean accept: a part's batch is a gated stream's handful of requests, "
+            "and a drafting stream holds more of those that accept less), then each minority mode's "
+            "seconds carry its own stream's prefills, not the other stream's (docs/off-means-off.md). Where "
+            "a bin ran mostly drafted, its gated rate comes from explored batches that kept the draft "
+            "model's extend, which gating the bin would skip: it is scaled up by the extend's cost, as "
+            f"learn does ({view.live.kept_extend}).",
         )
     if not view.three_curves.empty:
         _folded_table(
