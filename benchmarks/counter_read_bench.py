@@ -5,11 +5,12 @@
 The console's live curve reads ``storage.queries.counter_samples`` every refresh and learn's warm start reads
 ``storage.queries.counter_intervals`` once; since plugin 0.4.14 both read the ``prefilled`` rows beside the
 decode ones (each stored interval's block, each per-bin sample's prefilled steps), so a window of such a
-plugin holds half as many rows again; since 0.4.15 ``counter_intervals`` reads the ``slots`` rows (each mode's
-requests per step in every bin) and the ``mix`` rows (an exploring part's request mix, a few intervals in a
-hundred) as well. For each window size (intervals of 5 s, the collector's default: 720 is an hour) it fills a
-fresh SQLite database three times, as plugin 0.4.13 stores its counters (drafted, gated and outside rows in
-4 bins), as 0.4.14 does (the prefilled rows too) and as 0.4.15 does (the slots and mix rows too), then prints
+plugin holds half as many rows again; since 0.4.15 both read the ``slots`` rows (each mode's requests per step
+in every bin) and the ``mix`` rows (an exploring part's request mix, a few intervals in a hundred) as well
+(``counter_samples`` since 2026-12-06's eighth session: the console levels the explored drafting for the mix
+as learn does). For each window size (intervals of 5 s, the collector's default: 720 is an hour) it fills a
+fresh SQLite database three times, as plugin 0.4.13 stores its counters (drafted, gated and outside rows in 4
+bins), as 0.4.14 does (the prefilled rows too) and as 0.4.15 does (the slots and mix rows too), then prints
 the median and the best of ``--repeats`` reads of each query over the whole window (raw tier).
 
 Bad input: one line naming the option, exit 2.
