@@ -21,7 +21,7 @@ a plugin before 0.4.6) the caller's constant stands (``explore.DEFAULT_KEPT_EXTE
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +145,7 @@ def corrected_estimate(
     raw = speedup.estimate_per_bin(grouped, n)
     mostly = {b.batch_size: b.ran_mostly for b in raw.bins if b.ran_mostly is not None}
     explored = {b: "gated" if ran == "drafted" else "drafted" for b, ran in mostly.items()}
-    levelled: Mapping[int, Mapping[str, list[tuple[float, float, int]]]] = grouped
+    levelled: mix_levelled.Grouped = grouped
     if slots is not None:
         levelled, prefilled = mix_levelled.levelled_samples(grouped, prefilled, slots, mix, explored)
     if prefilled is not None:
@@ -154,7 +154,7 @@ def corrected_estimate(
     if not drafted or tax <= 0:
         return (speedup.estimate_per_bin(levelled, n) if levelled is not grouped else raw), ()
     scale = 1.0 / (1.0 - tax)
-    scaled: dict[int, Mapping[str, list[tuple[float, float, int]]]] = dict(levelled)
+    scaled: dict[int, Mapping[str, Sequence[tuple[float, float, int]]]] = dict(levelled)
     for b in drafted:
         modes = levelled[b]
         scaled[b] = {**modes, "gated": [(t * scale, s, k) for t, s, k in modes.get("gated", [])]}

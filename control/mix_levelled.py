@@ -152,7 +152,6 @@ def _scaled(values: Sequence[float], factors: Sequence[float]) -> list[float]:
 SlotSamples = dict[int, list[float | None]]
 Grouped = Mapping[int, Mapping[str, Sequence[tuple[float, float, int]]]]
 Held = dict[int, dict[str, list[tuple[float, float, float] | None]]]  # control.prefilled.PrefilledSamples
-Levelled = dict[int, dict[str, list[tuple[float, float, int]]]]
 
 
 def slot_samples(intervals: Sequence[Mapping[str, Any]]) -> SlotSamples | None:
@@ -170,28 +169,29 @@ def slot_samples(intervals: Sequence[Mapping[str, Any]]) -> SlotSamples | None:
 
 
 def levelled_samples(grouped: Grouped, prefilled: Held | None, slots: SlotSamples | None,
-                     mix: WindowMix | None, explored: Mapping[int, str]) -> tuple[Levelled, Held | None]:
+                     mix: WindowMix | None, explored: Mapping[int, str]) -> tuple[Grouped, Held | None]:
     """``mix_levelled_intervals`` on the estimate's per-bin grouping, each bin's explored mode known per bin
     (``explored``: bin -> the mode explored there, what ``prefilled.levelled_samples`` takes): each drafted
     sample of a bin that explored drafting has its tokens at ``slots x H`` (``factor``), and its prefilled
-    tokens (``prefilled``, aligned with ``grouped``) scaled alike; everything else as it was, and everything
-    where the window's mix is not enough to level by (``enough``) or no sample has slots. Returns the
-    grouping and the prefilled samples, for ``prefilled.levelled_samples`` after it."""
-    out = {b: {mode: list(samples) for mode, samples in modes.items()} for b, modes in grouped.items()}
-    held = None if prefilled is None else {b: {m: list(v) for m, v in modes.items()}
-                                           for b, modes in prefilled.items()}  # fmt: skip
+    tokens (``prefilled``, aligned with ``grouped``) scaled alike; everything else as it was, and both inputs
+    themselves where the window's mix is not enough to level by (``enough``) or no sample has slots (the
+    console's refresh copies nothing then). The inputs are never changed. Returns the grouping and the
+    prefilled samples, for ``prefilled.levelled_samples`` after it."""
     window = enough(mix)
     if window is None or slots is None:
-        return out, held
+        return grouped, prefilled
+    out: dict[int, Mapping[str, Sequence[tuple[float, float, int]]]] = dict(grouped)
+    held = None if prefilled is None else dict(prefilled)
     for b, mode in explored.items():
-        samples = out.get(b, {}).get("drafted")
+        samples = grouped.get(b, {}).get("drafted")
         if mode != "drafted" or not samples:
             continue
         factors = [factor(n, tokens, window.harmonic) for n, (tokens, _, _) in
                    zip(slots.get(b) or [None] * len(samples), samples, strict=True)]  # fmt: skip
-        out[b]["drafted"] = [(tokens * f, s, k) for f, (tokens, s, k) in zip(factors, samples, strict=True)]
+        out[b] = {**grouped[b], "drafted": [(tokens * f, s, k)
+                                            for f, (tokens, s, k) in zip(factors, samples, strict=True)]}
         mine = held.get(b) if held is not None else None
-        if mine and mine.get("drafted"):
-            mine["drafted"] = [None if h is None else (h[0], h[1] * f, h[2])
-                               for f, h in zip(factors, mine["drafted"], strict=True)]  # fmt: skip
+        if held is not None and mine and mine.get("drafted"):
+            rows = zip(factors, mine["drafted"], strict=True)
+            held[b] = {**mine, "drafted": [None if h is None else (h[0], h[1] * f, h[2]) for f, h in rows]}
     return out, held

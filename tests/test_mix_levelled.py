@@ -243,9 +243,11 @@ def test_the_samples_are_levelled_as_the_intervals_are_where_a_bins_explored_mod
     intervals = [*window(), interval({48: (100, 11600, 1.5)}, {48: (500, 20000, 5)})]
     masks = [MASK] * len(intervals)
     explored = {32: "drafted", 48: "drafted", 16: "gated"}  # 24 gates 32 and 48, drafts 16
-    grouped, held = mix_levelled.levelled_samples(
-        speedup.per_bin(intervals), prefilled.prefilled_samples(intervals),
-        mix_levelled.slot_samples(intervals), window_mix(intervals), explored)
+    given = (speedup.per_bin(intervals), prefilled.prefilled_samples(intervals))
+    kept = copy.deepcopy(given)
+    grouped, held = mix_levelled.levelled_samples(*given, mix_levelled.slot_samples(intervals),
+                                                  window_mix(intervals), explored)  # fmt: skip
+    assert given == kept  # the inputs are never changed
     levelled = mix_levelled_intervals(intervals, masks)
     assert grouped == speedup.per_bin(levelled)
     assert held == prefilled.prefilled_samples(levelled)  # the third's samples: None (no block)
