@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -202,10 +202,8 @@ def counter_samples(
     if not len(lists.ts):  # a plugin before 0.4.15
         return CounterSamples(len(entries.stamps), per_bin, held)
     first, slots, mix = _lists(entries, lists)
-    interval_of = _interval_of(entries)
-    drafted: SlotSamples = {}
-    for i, b in _ordered(entries, COUNTER_MODES.index("drafted")):
-        drafted.setdefault(b, []).append(slots["drafted"][i] if interval_of[i] >= first else None)
+    order = _order(entries, COUNTER_MODES.index("drafted"))
+    drafted: SlotSamples = _aligned(entries, order, _interval_of(entries), first, slots["drafted"])
     sums = {field: math.fsum(values) for field, values in mix.items()}
     return CounterSamples(len(entries.stamps), per_bin, held, drafted, sums)
 
@@ -511,12 +509,22 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     found: PrefilledSamples = {}
     for mode, order in orders.items():
         block = blocks[mode]
-        for i, b in zip(order.tolist(), bins[order].tolist(), strict=True):
-            sample = None  # an interval before the first with a prefilled row: not known (an older plugin)
-            if interval_of[i] >= first:
-                sample = (float(block["steps"][i]), float(block["tokens"][i]), float(block["time_s"][i]))
-            found.setdefault(b, {m: [] for m in COUNTER_MODES})[mode].append(sample)
+        rows = [(float(n), float(t), float(x)) for n, t, x in zip(block["steps"], block["tokens"],
+                                                                  block["time_s"], strict=True)]  # fmt: skip
+        # an interval before the first with a prefilled row: None, not known (an older plugin)
+        for b, held_samples in _aligned(entries, order, interval_of, first, rows).items():
+            found.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = held_samples
     return out, found
+
+
+def _aligned(entries: _Entries, order: npt.NDArray[np.int64], interval_of: npt.NDArray[np.int64], first: int,
+             values: Sequence[Any]) -> dict[int, list[Any]]:  # fmt: skip
+    """bin -> the ``values`` (one per entry) of the samples ``order`` gives (``_order``), in that order, None
+    for a sample in an interval before ``first`` (the first with a row of the block: an older plugin's)."""
+    out: dict[int, list[Any]] = {}
+    for i in order.tolist():
+        out.setdefault(entries.bins[i], []).append(values[i] if interval_of[i] >= first else None)
+    return out
 
 
 def _order(entries: _Entries, code: int) -> npt.NDArray[np.int64]:
@@ -524,12 +532,6 @@ def _order(entries: _Entries, code: int) -> npt.NDArray[np.int64]:
     intervals in time order: the order of ``control.speedup.per_bin``'s samples of that mode."""
     ran = np.flatnonzero(entries.steps[code] > 0)
     return ran[np.argsort(np.array(entries.bins, dtype=np.int64)[ran], kind="stable")]
-
-
-def _ordered(entries: _Entries, code: int) -> Iterator[tuple[int, int]]:
-    """(entry, bin) of each sample of mode ``code``, in ``_order``."""
-    order = _order(entries, code).tolist()
-    return zip(order, [entries.bins[i] for i in order], strict=True)
 
 
 def _interval_of(entries: _Entries) -> npt.NDArray[np.int64]:
