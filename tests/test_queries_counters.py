@@ -336,17 +336,25 @@ def test_stored_intervals_carry_the_prefilled_block_rates_gives_the_same_snapsho
     assert eights and set(eights) == {0}
 
 
+def _reads_on_every_tier(path: Path, snaps: Sequence[dict[str, Any]]
+                         ) -> tuple[list[list[dict[str, Any]]], queries.CounterSamples]:  # fmt: skip
+    """``snaps`` stored through the real scraper and sink, folded into the rollups, then read over 900-1200 s:
+    ``counter_intervals`` raw, by the minute and by the hour (2000, 10 and 2 intervals at most), and
+    ``counter_samples`` raw."""
+    with _stored(path, snaps) as (db, sid):
+        db.update_rollups()
+        reads = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
+                 for limit in (2000, 10, 2)]  # fmt: skip
+        return reads, queries.counter_samples(db, sid, 900.0, 1200.0)
+
+
 def test_a_window_without_prefilled_rows_reads_back_as_it_always_did(tmp_path: Path) -> None:
     """A plugin before 0.4.14 (the same snapshots without the block): no ``prefilled`` key, the intervals
     otherwise those the plugin 0.4.14's rows give, on every tier."""
     snaps = [_without(snap, "slots", "mix") for snap in _snapshots(14, seed=2)]  # plugin 0.4.14's
     older = [_without(snap, "prefilled") for snap in snaps]
-    reads: dict[str, list[list[dict[str, Any]]]] = {}
-    for name, stored in (("older", older), ("0.4.14", snaps)):
-        with _stored(tmp_path / name, stored) as (db, sid):
-            db.update_rollups()
-            reads[name] = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
-                           for limit in (2000, 10, 2)]  # fmt: skip
+    reads = {name: _reads_on_every_tier(tmp_path / name, stored)[0]
+             for name, stored in (("older", older), ("0.4.14", snaps))}  # fmt: skip
     assert [{i["res_s"] for i in read} for read in reads["older"]] == [{0}, {60}, {3600}]
     for old, new in zip(reads["older"], reads["0.4.14"], strict=True):
         assert old and all(set(i) == {"ts", "res_s", "bins", "restarted", *ec.MODES} for i in old)
@@ -653,12 +661,8 @@ def test_a_window_without_slots_or_mix_rows_reads_back_as_it_always_did(tmp_path
     older = [_without(snap, *LISTS) for snap in snaps]
     reads: dict[str, list[list[dict[str, Any]]]] = {}
     for name, stored in (("older", older), ("0.4.15", snaps)):
-        with _stored(tmp_path / name, stored) as (db, sid):
-            db.update_rollups()
-            reads[name] = [queries.counter_intervals(db, sid, 900.0, 1200.0, max_intervals=limit)
-                           for limit in (2000, 10, 2)]  # fmt: skip
-            samples = queries.counter_samples(db, sid, 900.0, 1200.0)
-            reads[name].append([{"per_bin": samples.per_bin, "prefilled": samples.prefilled}])
+        reads[name], samples = _reads_on_every_tier(tmp_path / name, stored)
+        reads[name].append([{"per_bin": samples.per_bin, "prefilled": samples.prefilled}])
     assert [{i["res_s"] for i in read} for read in reads["older"][:3]] == [{0}, {60}, {3600}]
     for old, new in zip(reads["older"], reads["0.4.15"], strict=True):
         assert old and all(not set(LISTS) & set(i) for i in old)
