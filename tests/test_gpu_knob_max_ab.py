@@ -204,3 +204,33 @@ def test_mixed_lengths_give_both_servers_the_same_length_per_prompt(
     assert len({n for n in gated.values()}) >= 4 and all(8 <= n <= 40 for n in gated.values())
     both = set(gated) & set(ungated)
     assert both and all(gated[p] == ungated[p] for p in both)
+
+
+@pytest.mark.integration
+def test_a_run_cut_short_keeps_each_level_it_finished(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    # A device call ends at its time limit; the run's --out used to be written only after the last level, so
+    # a cut run kept nothing. Now it is rewritten after each level: killed while C=2 runs, C=1 is saved.
+    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
+    urls = [simulator_factory(profile=profile).base_url for _ in range(2)]
+    out = tmp_path / "cut.json"
+    args = ["--gated", urls[0], "--ungated", urls[1], "--concurrency", "1,2", "--rounds", "1", "--seconds", "2",
+            "--output-len", "8-32", "--out", str(out)]  # fmt: skip
+    run = subprocess.Popen([sys.executable, "-u", str(SCRIPT), *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:  # the level's own line comes once its figures are computed and saved
+            if line.startswith("C=1: "):
+                break
+        else:
+            pytest.fail(f"the run ended without C=1's line (exit {run.wait()})")
+        saved = json.loads(out.read_text())
+        assert run.poll() is None  # C=2 still running
+    finally:
+        run.kill()
+        run.wait()
+    assert [level["concurrency"] for level in saved["levels"]] == [1]
+    first = saved["levels"][0]
+    assert len(first["gated_tok_s"]) == len(first["ungated_tok_s"]) > 0 and "ratio" in first
+    assert saved["rounds"] == 1 and saved["output_len"] == "8-32"

@@ -17,6 +17,9 @@ Issue #12 wants >= 0.97. Works against the simulator too (the test does that).
 
 reads saved runs back and pools their rounds per level (runs saved before the rounds were kept are split
 into rounds by their windows).
+
+``--out`` is written again after each level, whole each time (the old file or the new one, never a mix), so a
+run cut short (a device call's time limit) keeps every level it finished.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,7 @@ from spectower.collectors.bench.ratio import paired_ratio_interval, ratio_interv
 from spectower.collectors.bench.stats import window_throughputs
 from spectower.collectors.bench.stream import RequestShape
 from spectower.collectors.bench.sweep import parse_concurrency
-from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
+from spectower.storage.files import FileReadError, atomic_write_text, parse_json_text, read_text_capped
 
 WINDOWS_PER_ROUND = 4
 CONNECT_TIMEOUT_S = 10.0
@@ -49,10 +53,12 @@ DEFAULT_LABEL = "knob at max / un-gated"  # what the ratio is, in its printed li
 async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float,
                   output_len: int | OutputLengths, input_len: int,
                   transports: dict[str, httpx.AsyncBaseTransport] | None = None,
-                  label: str = DEFAULT_LABEL) -> dict[str, Any]:  # fmt: skip
+                  label: str = DEFAULT_LABEL,
+                  on_level: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Both servers at each level, ``rounds`` times in turn; ``transports`` (per name, for tests) carry the
     requests instead of httpx's own. ``output_len``: one length, or a range (each request's length by its
-    index, so both servers of a round get the same lengths)."""
+    index, so both servers of a round get the same lengths). ``on_level`` is handed the result so far (the
+    levels finished) after each level."""
     lengths = output_len if isinstance(output_len, OutputLengths) else OutputLengths(output_len, output_len)
     shape = RequestShape(api="generate", output_len=lengths.high)
     length_of = lengths.of if lengths.mixed else None
@@ -64,6 +70,10 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                for name, url in urls.items()}  # fmt: skip
     windows: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
     round_means: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
+    rows: list[dict[str, Any]] = []
+    result = {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
+              "output_len": str(lengths) if lengths.mixed else lengths.low, "input_len": input_len,
+              "label": label, "levels": rows}  # fmt: skip
     index = 0
     try:
         for c in levels:
@@ -83,20 +93,18 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                     round_means[c][name].append(mean)
                     print(f"C={c} round {r + 1} {name}: {mean:.1f} tok/s", flush=True)
                 index += served
+            row: dict[str, Any] = {"concurrency": c, "gated_tok_s": windows[c]["gated"],
+                                   "ungated_tok_s": windows[c]["ungated"],
+                                   "rounds_tok_s": round_means[c]}  # fmt: skip
+            row.update(level_figures(row, rounds))
+            rows.append(row)
+            print(describe_level(row, label), flush=True)
+            if on_level is not None:
+                on_level(result)
     finally:
         for client in clients.values():
             await client.aclose()
-    rows = []
-    for c in levels:
-        row: dict[str, Any] = {"concurrency": c, "gated_tok_s": windows[c]["gated"],
-                               "ungated_tok_s": windows[c]["ungated"],
-                               "rounds_tok_s": round_means[c]}  # fmt: skip
-        row.update(level_figures(row, rounds))
-        rows.append(row)
-        print(describe_level(row, label), flush=True)
-    return {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
-            "output_len": str(lengths) if lengths.mixed else lengths.low, "input_len": input_len,
-            "label": label, "levels": rows}  # fmt: skip
+    return result
 
 
 def rounds_of(row: dict[str, Any], rounds: int) -> dict[str, list[float]]:
@@ -198,10 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         raise SystemExit(str(exc)) from None
     urls = {"gated": args.gated.rstrip("/"), "ungated": args.ungated.rstrip("/")}
-    result = asyncio.run(measure(urls, levels, args.rounds, args.seconds, lengths, args.input_len,
-                                 label=args.label))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=1))
+    out = args.out
+
+    def save(result: dict[str, Any]) -> None:
+        if out is not None:
+            atomic_write_text(out, json.dumps(result, indent=1))
+
+    asyncio.run(measure(urls, levels, args.rounds, args.seconds, lengths, args.input_len, label=args.label,
+                        on_level=save))
     return 0
 
 
