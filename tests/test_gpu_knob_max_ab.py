@@ -215,8 +215,8 @@ def test_a_run_cut_short_keeps_each_level_it_finished(
     profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
     urls = [simulator_factory(profile=profile).base_url for _ in range(2)]
     out = tmp_path / "cut.json"
-    args = ["--gated", urls[0], "--ungated", urls[1], "--concurrency", "1,2", "--rounds", "1", "--seconds", "2",
-            "--output-len", "8-32", "--out", str(out)]  # fmt: skip
+    args = ["--gated", urls[0], "--ungated", urls[1], "--concurrency", "1,2", "--rounds", "1",
+            "--seconds", "2", "--output-len", "8-32", "--out", str(out)]  # fmt: skip
     run = subprocess.Popen([sys.executable, "-u", str(SCRIPT), *args], stdout=subprocess.PIPE, text=True)
     try:
         assert run.stdout is not None
