@@ -98,9 +98,9 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                                    "rounds_tok_s": round_means[c]}  # fmt: skip
             row.update(level_figures(row, rounds))
             rows.append(row)
-            print(describe_level(row, label), flush=True)
-            if on_level is not None:
+            if on_level is not None:  # saved before the level's line, which says it is done
                 on_level(result)
+            print(describe_level(row, label), flush=True)
     finally:
         for client in clients.values():
             await client.aclose()
