@@ -31,6 +31,7 @@ the console levels the explored cells as learn does (``control.kept_extend.corre
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -205,8 +206,8 @@ def counter_samples(
     if not len(lists.ts):  # a plugin before 0.4.15
         return CounterSamples(len(entries.stamps), per_bin, held)
     first, slots, mix = _lists(entries, lists)
-    order = _order(entries, COUNTER_MODES.index("drafted"))
-    drafted: SlotSamples = _aligned(entries, order, _interval_of(entries), first, slots["drafted"])
+    order = entries.orders[COUNTER_MODES.index("drafted")]
+    drafted: SlotSamples = _aligned(entries, order, first, slots["drafted"])
     sums = {field: math.fsum(values) for field, values in mix.items()}
     return CounterSamples(len(entries.stamps), per_bin, held, drafted, sums)
 
@@ -311,7 +312,7 @@ def _numbers(conn: Connection, stmt: Select[Any]) -> npt.NDArray[np.float64]:
         rows = result.cursor.fetchall()
     finally:
         result.close()
-    return np.array(rows, dtype=np.float64) if rows else np.zeros((0, 6))
+    return np.array(rows, dtype=np.float64)  # no rows: shape (0,), which _Cells.of_numbers takes as none
 
 
 class _Cells:
@@ -381,6 +382,23 @@ class _Entries:
     steps: list[npt.NDArray[np.float64]]  # per mode: int() of the summed steps, as floats
     tokens: list[npt.NDArray[np.float64]]  # per mode: int() of the summed tokens, as floats
     time_s: list[list[float]]  # per mode: the summed step time rounded as rates() rounds it
+
+    @functools.cached_property
+    def bin_array(self) -> npt.NDArray[np.int64]:
+        """``bins`` as an array."""
+        return np.array(self.bins, dtype=np.int64)
+
+    @functools.cached_property
+    def interval_of(self) -> npt.NDArray[np.int64]:
+        """Each entry's interval (its index in ``stamps``)."""
+        return np.repeat(np.arange(len(self.spans), dtype=np.int64), [b - a for a, b in self.spans])
+
+    @functools.cached_property
+    def orders(self) -> list[npt.NDArray[np.int64]]:
+        """Per mode (its index in ``COUNTER_MODES``), the entries in which it has steps, by bin, each bin's
+        intervals in time order: the order of ``control.speedup.per_bin``'s samples of that mode."""
+        ran = [np.flatnonzero(steps > 0) for steps in self.steps]
+        return [r[np.argsort(self.bin_array[r], kind="stable")] for r in ran]
 
     @classmethod
     def of(cls, cells: _Cells) -> _Entries:
@@ -465,12 +483,11 @@ def _placed(entries: _Entries,
     and ``summed(mode, column)``: the rows of that mode (its index in the read) summed per entry, one column
     (its index in ``FIELDS``), over all the entries end to end."""
     stamps = np.array(entries.stamps, dtype=np.float64)
-    entry_bins = np.array(entries.bins, dtype=np.int64)
+    entry_bins = entries.bin_array
     # each entry's key (interval, bin), ascending as the entries are (by interval, then bin)
     bin_values = np.unique(np.concatenate([entry_bins, cells.bins]))
     nb = len(bin_values)
-    interval_of = np.repeat(np.arange(len(stamps), dtype=np.int64), [b - a for a, b in entries.spans])
-    keys = interval_of * nb + np.searchsorted(bin_values, entry_bins)
+    keys = entries.interval_of * nb + np.searchsorted(bin_values, entry_bins)
     at = np.minimum(np.searchsorted(stamps, cells.ts), len(stamps) - 1)
     row_keys = at * nb + np.searchsorted(bin_values, cells.bins)
     entry = np.minimum(np.searchsorted(keys, row_keys), len(keys) - 1)
@@ -510,11 +527,9 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     interval and blocks) each sample's prefilled (steps, tokens, time_s) in the same order, None before that
     interval: what ``control.prefilled.prefilled_samples`` makes of the intervals."""
     out: Samples = {}
-    bins = np.array(entries.bins, dtype=np.int64)
-    orders = {}  # mode -> its entries with steps, by bin, each bin's intervals in time order
-    for code, (mode, steps, tokens, time_s) in enumerate(zip(COUNTER_MODES, entries.steps, entries.tokens,
-                                                             entries.time_s, strict=True)):  # fmt: skip
-        order = orders[mode] = _order(entries, code)
+    bins = entries.bin_array
+    for mode, order, steps, tokens, time_s in zip(COUNTER_MODES, entries.orders, entries.steps,
+                                                  entries.tokens, entries.time_s, strict=True):  # fmt: skip
         seconds = [time_s[i] for i in order.tolist()]
         samples = zip(tokens[order].tolist(), seconds, steps[order].astype(np.int64).tolist(), strict=True)
         for b, group in itertools.groupby(
@@ -524,38 +539,27 @@ def _per_bin(entries: _Entries, held: tuple[int, dict[str, dict[str, list[Any]]]
     if held is None:  # an older plugin's window
         return out, None
     first, blocks = held
-    interval_of = _interval_of(entries)
     found: PrefilledSamples = {}
-    for mode, order in orders.items():
+    for mode, order in zip(COUNTER_MODES, entries.orders, strict=True):
         block = blocks[mode]
         rows = [(float(n), float(t), float(x)) for n, t, x in zip(block["steps"], block["tokens"],
                                                                   block["time_s"], strict=True)]  # fmt: skip
         # an interval before the first with a prefilled row: None, not known (an older plugin)
-        for b, held_samples in _aligned(entries, order, interval_of, first, rows).items():
+        for b, held_samples in _aligned(entries, order, first, rows).items():
             found.setdefault(b, {m: [] for m in COUNTER_MODES})[mode] = held_samples
     return out, found
 
 
-def _aligned(entries: _Entries, order: npt.NDArray[np.int64], interval_of: npt.NDArray[np.int64], first: int,
+def _aligned(entries: _Entries, order: npt.NDArray[np.int64], first: int,
              values: Sequence[Any]) -> dict[int, list[Any]]:  # fmt: skip
-    """bin -> the ``values`` (one per entry) of the samples ``order`` gives (``_order``), in that order, None
-    for a sample in an interval before ``first`` (the first with a row of the block: an older plugin's)."""
+    """bin -> the ``values`` (one per entry) of the samples ``order`` gives (``_Entries.orders``), in that
+    order, None for a sample in an interval before ``first`` (the first with a row of the block: an older
+    plugin's)."""
     out: dict[int, list[Any]] = {}
+    interval_of = entries.interval_of
     for i in order.tolist():
         out.setdefault(entries.bins[i], []).append(values[i] if interval_of[i] >= first else None)
     return out
-
-
-def _order(entries: _Entries, code: int) -> npt.NDArray[np.int64]:
-    """The entries in which mode ``code`` (its index in ``COUNTER_MODES``) has steps, by bin, each bin's
-    intervals in time order: the order of ``control.speedup.per_bin``'s samples of that mode."""
-    ran = np.flatnonzero(entries.steps[code] > 0)
-    return ran[np.argsort(np.array(entries.bins, dtype=np.int64)[ran], kind="stable")]
-
-
-def _interval_of(entries: _Entries) -> npt.NDArray[np.int64]:
-    """Each entry's interval (its index in ``entries.stamps``)."""
-    return np.repeat(np.arange(len(entries.spans), dtype=np.int64), [b - a for a, b in entries.spans])
 
 
 def has_counters(db: Database, server_id: int) -> bool:
