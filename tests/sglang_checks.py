@@ -286,3 +286,14 @@ def shared_folder(factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def sglang_checks(tmp_path_factory: pytest.TempPathFactory) -> SglangChecks:
     return SglangChecks(sglang_python(), shared_folder(tmp_path_factory))
+
+
+def checked_fixture(name: str) -> Any:
+    """A test file's ``checked`` fixture: what check ``name`` printed, once per SGLang version. A test file
+    takes it as ``checked = checked_fixture("name")`` beside the ``sglang_checks`` fixture it reads from."""
+
+    @pytest.fixture(params=VERSION_PARAMS, name="checked")
+    def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
+        return sglang_checks.result(request.param, name)
+
+    return checked

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests import sglang_checks as batches
 from tests import test_sglang_plugin as plugin_tests
-from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import SglangChecks, checked_fixture
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
 ENTRY = "spectower-gated-decode"
 
 
-@pytest.fixture(params=VERSION_PARAMS)
-def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
-    """The check's result per SGLang version (with the adaptive config), shared by the tests."""
-    return sglang_checks.result(request.param, "gated_decode")
+checked = checked_fixture("gated_decode")
 
 
 @plugin_tests.sglang_check

@@ -7,16 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests import test_sglang_plugin as plugin_tests
-from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import checked_fixture
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
-
-@pytest.fixture(params=VERSION_PARAMS)
-def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
-    return sglang_checks.result(request.param, "kept_tokens")
+checked = checked_fixture("kept_tokens")
 
 
 @plugin_tests.sglang_check

@@ -11,13 +11,10 @@ from typing import Any
 import pytest
 
 from tests import test_sglang_plugin as plugin_tests
-from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import checked_fixture
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
-
-@pytest.fixture(params=VERSION_PARAMS)
-def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
-    return sglang_checks.result(request.param, "loop_stalls")
+checked = checked_fixture("loop_stalls")
 
 
 @plugin_tests.sglang_check

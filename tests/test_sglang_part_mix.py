@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from spectower.plugin.gate import PLUGIN_VERSION
 
 from tests import test_sglang_plugin as plugin_tests
-from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import checked_fixture
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
-
-@pytest.fixture(params=VERSION_PARAMS)
-def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
-    return sglang_checks.result(request.param, "part_mix")
+checked = checked_fixture("part_mix")
 
 
 @plugin_tests.sglang_check

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests import sglang_checks as batches
 from tests import test_sglang_plugin as plugin_tests
-from tests.sglang_checks import VERSION_PARAMS, SglangChecks
+from tests.sglang_checks import SglangChecks, checked_fixture
 from tests.sglang_checks import sglang_checks as sglang_checks  # the fixture: the session's batches
 
-
-@pytest.fixture(params=VERSION_PARAMS)
-def checked(request: pytest.FixtureRequest, sglang_checks: SglangChecks) -> dict[str, Any]:
-    return sglang_checks.result(request.param, "seq_lens")
+checked = checked_fixture("seq_lens")
 
 
 def _answers(rows: list[dict[str, Any]]) -> list[str]:
