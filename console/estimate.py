@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..collectors.bench.ratio import first_fall, fit_ratios
+from ..control.speedup import SpeedupEstimate
 
 
 def bench_speedup(points: pd.DataFrame) -> pd.DataFrame:
@@ -97,12 +98,13 @@ def knob_label(max_bs: int | None, max_running: int | None) -> str:
     return f"threshold {max_bs}" if mode == "threshold" else mode
 
 
-def live_crossover_metric(label: str, status: str) -> tuple[str, str]:
+def live_crossover_metric(est: SpeedupEstimate) -> tuple[str, str]:
     """The live estimate's label (``control.speedup``: "~24 (16-32)", "> 4 (pays at every load seen)",
-    "not enough data") as a metric's short value and the caption under it: a metric's value never wraps,
-    and the whole label ran over the next column of a 1280 px page."""
-    if status == "no_data":
-        return "—", label
-    value, _, note = label.partition(" (")
+    "~3 (no 95 % interval yet: ...)", "not enough data") as a metric's short value and the caption under
+    it: a metric's value never wraps, and the whole label ran over the next column of a 1280 px page."""
+    if est.status == "no_data":
+        return "—", est.label
+    value, _, note = est.label.partition(" (")
     note = note.removesuffix(")")
-    return value, (f"95 % interval {note}" if status == "found" and note else note)
+    has_interval = est.status == "found" and est.crossover_lo is not None and est.crossover_hi is not None
+    return value, (f"95 % interval {note}" if has_interval and note else note)

@@ -39,6 +39,8 @@ Z95 = 1.96
 MIN_SE = 1e-3
 # A bin's interval needs this many intervals with steps in each mode (its batch means); fewer: no interval.
 MIN_INTERVALS = 3
+# The crossover's label where no bin has an interval yet (``estimate_per_bin``).
+NO_INTERVAL_YET = f"no 95 % interval yet: no bin has {MIN_INTERVALS} intervals in each mode"
 # Student's t (two-sided 95 %) by degrees of freedom: from a handful of batch means the normal quantile
 # gives intervals too narrow often enough that a policy asking every few seconds would act on them.
 T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (8, 2.31), (10, 2.23), (15, 2.13),
@@ -261,12 +263,21 @@ def estimate_per_bin(
     cs = [float(b.batch_size) for b in both]
     weights = _fit_weights(both, z)
     fitted = fit_ratios([b.speedup for b in both if b.speedup is not None], weights)
-    # Bounds: a bin without an interval yet stands at its point estimate on both curves.
-    lows = [b.lo if b.lo is not None else b.speedup for b in both]
-    highs = [b.hi if b.hi is not None else b.speedup for b in both]
-    # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
-    fall_lo = first_fall(cs, fit_ratios([x for x in lows if x is not None], weights))
-    fall_hi = first_fall(cs, fit_ratios([x for x in highs if x is not None], weights))
+    # Bounds: a bin without an interval yet (fewer than MIN_INTERVALS in a mode) is as uncertain as the least
+    # certain bin that has one, as its fit weight is. Standing at its point estimate on both curves, it
+    # made the crossover's interval a point wherever such bins bracketed it: "2.8 (2.8-2.8)" on the demo's
+    # first minute. With no bin's interval yet there is no crossover interval at all.
+    widest = max((math.log(b.hi / b.lo) / 2 for b in both if b.lo is not None and b.hi is not None),
+                 default=None)  # fmt: skip
+    if widest is None:
+        fall_lo = fall_hi = None
+    else:
+        spread = math.exp(widest)
+        lows = [b.lo if b.lo is not None else b.speedup / spread for b in both if b.speedup is not None]
+        highs = [b.hi if b.hi is not None else b.speedup * spread for b in both if b.speedup is not None]
+        # The pessimistic curve (lower bounds) falls first, the optimistic one (upper bounds) last.
+        fall_lo = first_fall(cs, fit_ratios(lows, weights))
+        fall_hi = first_fall(cs, fit_ratios(highs, weights))
     if fitted[0] < 1.0:
         # Loses from the smallest bin on; the optimistic curve may still cross somewhere in range.
         label = f"< {_fmt(cs[0])} (loses at every load seen)"
@@ -275,6 +286,9 @@ def estimate_per_bin(
     if value is None:
         label = f"> {_fmt(cs[-1])} (pays at every load seen)"
         return SpeedupEstimate(bins, None, fall_lo, None, label, seconds, "none_in_range", n)
+    if widest is None:
+        label = f"~{_fmt(value)} ({NO_INTERVAL_YET})"
+        return SpeedupEstimate(bins, value, None, None, label, seconds, "found", n)
     lo = min(value, fall_lo if fall_lo is not None else cs[0])
     hi = max(value, fall_hi if fall_hi is not None else cs[-1])
     label = f"~{_fmt(value)} ({_fmt(lo)}-{_fmt(hi)})"

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from spectower.console.estimate import bench_speedup, crossover, crossover_label, interpolate, knob_label
+from spectower.console.estimate import (
+    bench_speedup,
+    crossover,
+    crossover_label,
+    interpolate,
+    knob_label,
+    live_crossover_metric,
+)
+from spectower.control.speedup import NO_INTERVAL_YET, SpeedupEstimate
 from spectower.simulator.profile import load_profile
 
 
@@ -79,3 +87,14 @@ def test_bench_speedup_carries_the_sweeps_interval() -> None:
     curve = bench_speedup(points)
     assert list(curve["ci_lo"].isna()) == [False, True]  # an imported run has no interval: none is drawn
     assert curve.iloc[0][["speedup", "ci_lo", "ci_hi"]].tolist() == pytest.approx([1.2, 1.1, 1.3])
+
+
+def test_live_crossover_metric_calls_only_a_range_its_95_interval() -> None:
+    with_interval = SpeedupEstimate((), 21.0, 2.8, 28.0, "~21 (2.8-28)", 10.0, "found", 34)
+    assert live_crossover_metric(with_interval) == ("~21", "95 % interval 2.8-28")
+    without = SpeedupEstimate((), 2.8, None, None, f"~2.8 ({NO_INTERVAL_YET})", 10.0, "found", 2)
+    assert live_crossover_metric(without) == ("~2.8", NO_INTERVAL_YET)
+    pays = SpeedupEstimate((), None, 3.0, None, "> 4 (pays at every load seen)", 1.0, "none_in_range", 4)
+    assert live_crossover_metric(pays) == ("> 4", "pays at every load seen")
+    none = SpeedupEstimate((), None, None, None, "not enough data", 0.0, "no_data", 0)
+    assert live_crossover_metric(none) == ("—", "not enough data")

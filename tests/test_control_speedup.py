@@ -241,3 +241,45 @@ def test_served_counts_both_modes_bins_and_the_settling_steps_over_ranks() -> No
     two.record(4, True, 9, 0.003, settling=True)  # in no bin, served all the same
     total = ec.sum_ranks([one.snapshot(), two.snapshot()])
     assert ec.served(total) == pytest.approx({"steps": 3.0, "tokens": 41.0, "time_s": 0.012})
+
+
+def _partial_series(
+    full: dict[int, float], partial: dict[int, float], n: int, n_partial: int
+) -> list[dict[str, Any]]:
+    """``n`` intervals of the ``full`` bins (wobbling drafted tokens) and the ``partial`` bins in only the
+    first ``n_partial`` of them."""
+    wobbles = [0.06, -0.04, 0.02, -0.05, 0.03, -0.01]
+    c = _counters()
+    snaps = [(0.0, c.snapshot())]
+    for i in range(n):
+        _run(c, full, wobble=wobbles[i % len(wobbles)])
+        if i < n_partial:
+            _run(c, partial, wobble=wobbles[i % len(wobbles)])
+        snaps.append((float(i + 1), c.snapshot()))
+    return sp.intervals_from_snapshots(snaps)
+
+
+def test_a_crossover_with_no_bins_interval_yet_has_no_interval_and_says_so() -> None:
+    # two intervals: every bin has a speedup, none an interval (the demo's first minute read "2.8 (2.8-2.8)")
+    est = sp.estimate(_series({1: 1.5, 2: 1.2, 4: 0.8, 8: 0.6}, 2, [0.05, -0.05]))
+    assert all(b.lo is None and b.hi is None for b in est.bins)
+    assert est.status == "found" and est.crossover is not None and 2 < est.crossover < 4
+    assert (est.crossover_lo, est.crossover_hi) == (None, None)
+    assert est.label == f"~{est.crossover:.1f} ({sp.NO_INTERVAL_YET})"
+
+
+def test_a_bin_without_an_interval_is_as_uncertain_as_the_least_certain_bin_with_one() -> None:
+    # bins 2 and 8 in six intervals, bin 4 (where the curve falls through 1.0) in two: no interval of its own
+    est = sp.estimate(_partial_series({2: 1.3, 8: 0.7}, {4: 0.97}, 6, 2))
+    b2, b4, b8 = (_bin(est, b) for b in (2, 4, 8))
+    assert b4.lo is None and b4.intervals == 2
+    assert b2.lo is not None and b2.hi is not None and b8.lo is not None and b8.hi is not None
+    assert est.status == "found" and est.crossover is not None and 2 < est.crossover < 4
+    assert est.crossover_lo is not None and est.crossover_hi is not None
+    # bin 4 stands within the widest of bins 2 and 8's intervals: on the optimistic curve above 1.0, so the
+    # interval reaches past it (at its point estimate alone it ended below 4, as the point estimate does)
+    assert b4.speedup is not None
+    spread = max(math.log(b.hi / b.lo) / 2 for b in (b2, b8) if b.hi is not None and b.lo is not None)
+    assert b4.speedup * math.exp(spread) > 1.0
+    assert est.crossover_hi > 4
+    assert est.crossover_lo <= est.crossover < est.crossover_hi

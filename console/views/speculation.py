@@ -131,7 +131,7 @@ def _headline(view: _LiveData) -> None:
                 stale=view.stale,
             )
     crossover_value, crossover_note = (
-        estimate.live_crossover_metric(est.label, est.status) if view.live.has_counters else ("—", "")
+        estimate.live_crossover_metric(est) if view.live.has_counters else ("—", "")
     )
     cols[1].metric(
         "Crossover (live)",
