@@ -628,10 +628,6 @@ for name in spec plain; do
   sed '/server_args=/d' "$WORK/$name.log" | gzip -6 > "$OUT/$name-server.log.gz"
 done
 say "done: $PHASES"
-# The device tool hands back at most 8 files a call (2026-12-03: sweep.json and policy.db were left out): past
-# that, everything but this log goes back as one archive (tar -xzf out.tgz)
-if [ "$(find "$OUT" -mindepth 1 -maxdepth 1 | wc -l)" -gt "${OUT_MAX_FILES:-8}" ]; then
-  tar -C "$OUT" -czf "$WORK/out.tgz" --exclude ./measure.log . \
-    && find "$OUT" -mindepth 1 -maxdepth 1 ! -name measure.log -exec rm -rf {} + && mv "$WORK/out.tgz" "$OUT/out.tgz" \
-    && echo "[$(( $(date +%s) - t0 ))s] more than ${OUT_MAX_FILES:-8} files: packed into out.tgz"
-fi
+# The device tool hands back at most 8 files a call: past OUT_MAX_FILES (8), everything but this log goes back
+# as one archive (tar -xzf out.tgz)
+bash benchmarks/gpu/pack_out.sh | sed "s/^/[$(( $(date +%s) - t0 ))s] /"
