@@ -239,7 +239,8 @@ def live_speedup(db: Database, server_id: int, t0: float, t1: float) -> LiveSpee
     has = samples.intervals > 0 or queries.has_counters(db, server_id)
     measured = kept_extend.from_totals(queries.extend_totals(db, server_id, t0, t1))
     tax, text = kept_extend.or_assumed(measured)
-    mix = mix_levelled.window_of(samples.mix_sums) if samples.mix_sums is not None else None
+    mix = (None if samples.mix_sums is None
+           else mix_levelled.window_of(samples.mix_sums, samples.mix_intervals or ()))  # fmt: skip
     est, corrected = kept_extend.corrected_estimate(
         samples.per_bin, samples.intervals, tax, samples.prefilled, samples.slots, mix
     )

@@ -19,8 +19,15 @@ steps' requests would commit in a steady drafting stream. H is a property of the
 size, so it is pooled over the window: every interval's ``mix`` block, every bin (``window_mix``). It is read
 only where the window's parts hold ``MIN_MIX_REQUESTS`` requests from at least ``MIN_MIX_PARTS`` parts, and a
 cell's factor (levelled tokens over its own) is held within ``FACTOR_BAND``: a bad row must not swing a
-decision. The same factor scales the cell's drafted ``prefilled`` tokens, so that control/prefilled.py's
-levelling after it (learn's ``as_choices`` applies this first) reads the cell's tokens as levelled here.
+decision. And a cell is levelled only where H stands apart from its own accept per request beyond H's draw
+(``tells_apart``: the intervals that hold parts as batch means, Student's t for their number): H comes from
+the requests the parts began with, one batch's draw each, and once a part's batch has turned over its counted
+steps hold other requests. With three parts at 16 on an H100 (2026-12-07) the first batches drew the low kind
+more often, H 5.8 % under always on's accept per request while the counted steps read 1.1 % over it, and
+levelling by that H moved the reading from 1.022 of always on to 0.953; the lean of short parts (+7.5 % in
+the simulator, 14 parts) stands well beyond the draw and is levelled as before. The same factor scales the
+cell's drafted ``prefilled`` tokens, so that control/prefilled.py's levelling after it (learn's
+``as_choices`` applies this first) reads the cell's tokens as levelled here.
 Steady drafted cells (their streams' requests already accept H) and every gated cell stay as measured, as do
 an interval without the ``slots`` block (a plugin before 0.4.15; the collector's stored intervals carry it
 from 0.4.15 on) and a cell without slots. ``levelled_samples`` does the same to the per-bin samples the
@@ -35,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..plugin.engine_counters import MIX_FIELDS, mix_block, slots_block, with_rates
+from .speedup import ratio_estimate, small_sample_z
 
 # The window's mix is read from this many requests (their accept per verify varies from part to part) ...
 MIN_MIX_REQUESTS = 16
@@ -49,37 +57,49 @@ FACTOR_BAND = (0.8, 1.25)
 class WindowMix(NamedTuple):
     """The request mix of a window's exploring parts, pooled over its intervals and bins: the arithmetic
     mean A of its requests' accept per verify (where a part starts), the harmonic mean H (what a steady
-    drafting stream of them commits per request-step), the parts and their requests."""
+    drafting stream of them commits per request-step), the parts and their requests; and H's draw: its
+    relative variance with the intervals that hold parts as batch means (``speedup.ratio_estimate``; None
+    with fewer than 2 of them) and how many there were."""
 
     arithmetic: float
     harmonic: float
     parts: int
     requests: int
+    harmonic_rel_var: float | None = None
+    intervals: int = 0
 
 
 def window_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
-    """The intervals' ``mix`` blocks summed over every interval and bin; None where no interval has one or
-    its parts hold no request."""
+    """The intervals' ``mix`` blocks summed over every interval and bin, each interval's (requests,
+    inverse_sum) beside the sums for H's draw; None where no interval has one or its parts hold no
+    request."""
     sums = dict.fromkeys(MIX_FIELDS, 0.0)
+    per_interval: list[tuple[float, float]] = []
     for interval in intervals:
         mix = mix_block(interval)
         if mix is None:  # a plugin before 0.4.15, or a malformed block: no parts of it
             continue
         for field in sums:
             sums[field] += sum(mix[field])
-    return window_of(sums)
+        per_interval.append((sum(mix["requests"]), sum(mix["inverse_sum"])))
+    return window_of(sums, per_interval)
 
 
-def window_of(sums: Mapping[str, float]) -> WindowMix | None:
+def window_of(
+    sums: Mapping[str, float], per_interval: Sequence[tuple[float, float]] = ()
+) -> WindowMix | None:
     """The window's mix from its ``mix`` block's sums over every interval and bin (``parts``, ``requests``,
-    ``accept_sum``, ``inverse_sum``: what ``storage.queries.counter_samples`` gives as ``mix_sums``); None
+    ``accept_sum``, ``inverse_sum``: what ``storage.queries.counter_samples`` gives as ``mix_sums``) and each
+    interval's (requests, inverse_sum) (its ``mix_intervals``; intervals without parts count nothing); None
     where its parts hold no request, or a sum is not a finite number (a bad stored row must not swing a
     decision)."""
     if not all(math.isfinite(sums[field]) for field in MIX_FIELDS) or sums["requests"] <= 0 \
             or sums["inverse_sum"] <= 0:
         return None
+    held = [(r, inv) for r, inv in per_interval if math.isfinite(r + inv) and min(r, inv) > 0]
+    _, rel_var = ratio_estimate(held)
     return WindowMix(sums["accept_sum"] / sums["requests"], sums["requests"] / sums["inverse_sum"],
-                     round(sums["parts"]), round(sums["requests"]))  # fmt: skip
+                     round(sums["parts"]), round(sums["requests"]), rel_var, len(held))  # fmt: skip
 
 
 def levelling_mix(intervals: Sequence[Mapping[str, Any]]) -> WindowMix | None:
@@ -110,7 +130,7 @@ def mix_levelled_intervals(intervals: Sequence[Mapping[str, Any]],
     out: list[dict[str, Any]] = []
     for interval, mask in zip(intervals, masks, strict=True):
         levelled = {key: value for key, value in interval.items() if key != "mix"}
-        factors = _factors(interval, mask, mix.harmonic)
+        factors = _factors(interval, mask, mix)
         if any(f != 1.0 for f in factors):
             levelled["drafted"] = with_rates({**interval["drafted"], "tokens": _scaled(
                 interval["drafted"]["tokens"], factors)})  # fmt: skip
@@ -122,7 +142,7 @@ def mix_levelled_intervals(intervals: Sequence[Mapping[str, Any]],
     return out
 
 
-def _factors(interval: Mapping[str, Any], mask: Sequence[bool], harmonic: float) -> list[float]:
+def _factors(interval: Mapping[str, Any], mask: Sequence[bool], window: WindowMix) -> list[float]:
     """Per bin, the factor its drafted tokens are levelled by: ``slots x H / tokens`` within ``FACTOR_BAND``
     for a cell the ceiling gated (``mask`` False) with slots and tokens, else 1 (an interval without the
     ``slots`` block: every bin)."""
@@ -130,16 +150,31 @@ def _factors(interval: Mapping[str, Any], mask: Sequence[bool], harmonic: float)
     if slots is None:
         return [1.0] * len(interval["bins"])
     rows = zip(mask, slots["drafted"], interval["drafted"]["tokens"], strict=True)
-    return [1.0 if drafted else factor(requests, tokens, harmonic) for drafted, requests, tokens in rows]
+    return [1.0 if drafted else factor(requests, tokens, window) for drafted, requests, tokens in rows]
 
 
-def factor(requests: float | None, tokens: float, harmonic: float) -> float:
+def factor(requests: float | None, tokens: float, window: WindowMix) -> float:
     """An explored drafted cell's (or sample's) levelled tokens over its own: ``requests x H / tokens`` held
-    within ``FACTOR_BAND``; 1 where its slots are not known or it has none, or no tokens."""
+    within ``FACTOR_BAND``; 1 where its slots are not known or it has none, or no tokens, or where the
+    window's H does not tell it from the cell's own accept per request (``tells_apart``)."""
     if requests is None or requests <= 0 or tokens <= 0:
         return 1.0
     low, high = FACTOR_BAND
-    return min(max(requests * harmonic / tokens, low), high)
+    raw = requests * window.harmonic / tokens
+    return min(max(raw, low), high) if tells_apart(window, raw) else 1.0
+
+
+def tells_apart(window: WindowMix, ratio: float) -> bool:
+    """Whether H differs from a cell's accept per request by more than H's draw: ``|log ratio|`` (the cell's
+    ``slots x H / tokens``) beyond the 95 % half-width of H's batch means (Student's t for their number,
+    ``speedup.small_sample_z``). H is read from the requests the parts began with, one batch's draw each;
+    once a part's batch has turned over its counted steps hold other requests, and levelling them by that
+    draw moved an H100's reading at 16 from 1.022 of always on to 0.953 (three parts, 48 requests:
+    data/gpu-runs/h100-8b-pair-triton-several-parts-2026-12-07), where the lean it is there for (short parts,
+    no turnover: +7.5 % in the simulator, 14 parts) stands well beyond the draw."""
+    if window.harmonic_rel_var is None or ratio <= 0:
+        return False
+    return abs(math.log(ratio)) > small_sample_z(window.intervals) * math.sqrt(window.harmonic_rel_var)
 
 
 def _scaled(values: Sequence[float], factors: Sequence[float]) -> list[float]:
@@ -186,7 +221,7 @@ def levelled_samples(grouped: Grouped, prefilled: Held | None, slots: SlotSample
         samples = grouped.get(b, {}).get("drafted")
         if mode != "drafted" or not samples:
             continue
-        factors = [factor(n, tokens, window.harmonic) for n, (tokens, _, _) in
+        factors = [factor(n, tokens, window) for n, (tokens, _, _) in
                    zip(slots.get(b) or [None] * len(samples), samples, strict=True)]  # fmt: skip
         out[b] = {**grouped[b], "drafted": [(tokens * f, s, k)
                                             for f, (tokens, s, k) in zip(factors, samples, strict=True)]}

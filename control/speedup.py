@@ -168,20 +168,29 @@ class _Rate:
     seconds: float
 
 
+def ratio_estimate(samples: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """The ratio estimator ``R = sum(y) / sum(x)`` over ``(y, x)`` samples, the intervals as batch means, and
+    its relative variance ``Var(R) / R^2`` (the module's docstring); (None, None) where either sum is not
+    positive, the variance None with fewer than 2 samples. The rates here, and the harmonic mean accept of
+    the exploring parts' requests (``control.mix_levelled``: requests over their summed 1 / accept)."""
+    y_sum = math.fsum(y for y, _ in samples)
+    x_sum = math.fsum(x for _, x in samples)
+    if x_sum <= 0 or y_sum <= 0:
+        return None, None
+    r = y_sum / x_sum
+    n = len(samples)
+    if n < 2:
+        return r, None
+    mean_x = x_sum / n
+    var = math.fsum((y - r * x) ** 2 for y, x in samples) / (n * (n - 1) * mean_x**2)
+    return r, var / r**2
+
+
 def _rate(samples: Sequence[tuple[float, float]], steps: int) -> _Rate:
     """The ratio estimator over ``(tokens, time_s)`` of the intervals that saw steps, with its relative
     variance from the intervals as batch means."""
-    tokens = math.fsum(y for y, _ in samples)
-    seconds = math.fsum(x for _, x in samples)
-    if seconds <= 0 or tokens <= 0:
-        return _Rate(None, None, steps, seconds)
-    r = tokens / seconds
-    n = len(samples)
-    if n < 2:
-        return _Rate(r, None, steps, seconds)
-    mean_t = seconds / n
-    var = math.fsum((y - r * x) ** 2 for y, x in samples) / (n * (n - 1) * mean_t**2)
-    return _Rate(r, var / r**2, steps, seconds)
+    r, rel_var = ratio_estimate(samples)
+    return _Rate(r, rel_var, steps, math.fsum(x for _, x in samples))
 
 
 def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:

@@ -186,6 +186,9 @@ class CounterSamples:
     # the window's mix block summed over every interval and bin (parts, requests, accept_sum, inverse_sum):
     # what control.mix_levelled.window_of reads; None where the window has no slots or mix row
     mix_sums: dict[str, float] | None = None
+    # each interval's mix summed over its bins, (requests, inverse_sum), oldest first (intervals without
+    # parts give zeros): what window_of reads H's draw from
+    mix_intervals: list[tuple[float, float]] | None = None
 
 
 def counter_samples(
@@ -209,7 +212,10 @@ def counter_samples(
     order = entries.orders[COUNTER_MODES.index("drafted")]
     drafted: SlotSamples = _aligned(entries, order, first, slots["drafted"])
     sums = {field: math.fsum(values) for field, values in mix.items()}
-    return CounterSamples(len(entries.stamps), per_bin, held, drafted, sums)
+    n = len(entries.stamps)
+    requests, inverse = (np.bincount(entries.interval_of, weights=mix[field], minlength=n).tolist()
+                         for field in ("requests", "inverse_sum"))  # fmt: skip
+    return CounterSamples(n, per_bin, held, drafted, sums, list(zip(requests, inverse, strict=True)))
 
 
 def extend_totals(

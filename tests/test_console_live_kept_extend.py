@@ -61,10 +61,11 @@ THRESHOLD_8 = (1796585443.18, 1796585675.96)
 
 
 def test_a_gated_bins_explored_drafting_reads_as_learn_reads_it_levelled_for_the_parts_request_mix() -> None:
-    """The console's live curve reads the stored 0.4.15 intervals as learn does: bin 16's explored drafted
-    rate at slots x the window's H (2 parts, 30 requests), which is ``as_choices``' drafting side of the same
-    intervals under the run's ceiling, 1.053x the rate as measured (2026-12-06's H100 run: 0.942 of always
-    on raw, 0.992 levelled)."""
+    """The console's live curve reads the stored 0.4.15 intervals as learn does (``as_choices``' drafting side
+    of the same intervals under the run's ceiling): bin 16's explored drafted rate as measured, 0.942 of
+    always on on 2026-12-06's H100 run. The window's H (2 parts, 30 requests, 2.609) read 5.3 % over the
+    cell's accept per request, well inside its draw over 2 intervals (+-55 %: Student's t with one degree of
+    freedom), so neither levels it; before that gate both read 1.053x the rate measured (0.992)."""
     t0, t1 = THRESHOLD_8
     with open_recorded(REQUEST_MIX_DB) as db:
         sid = queries.servers(db)[0].id
@@ -83,4 +84,4 @@ def test_a_gated_bins_explored_drafting_reads_as_learn_reads_it_levelled_for_the
     masks = [learn_counters.drafted_by(list(x["bins"]), 8) for x in intervals]
     learn = drafted_rate(learn_counters.as_choices(intervals, masks, 1.0))
     assert at_16.drafted_tok_s == pytest.approx(learn, rel=1e-9)
-    assert at_16.drafted_tok_s / drafted_rate(intervals) == pytest.approx(1.053, abs=0.001)
+    assert at_16.drafted_tok_s / drafted_rate(intervals) == pytest.approx(1.0)

@@ -514,6 +514,7 @@ def test_the_prefilled_run_levels_a_drafting_bins_explored_gated_side_to_the_ste
 
 BOTH_SIDES = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-both-sides-2026-12-06/runs"
 REQUEST_MIX = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-request-mix-2026-12-06/runs"
+SEVERAL_PARTS = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-several-parts-2026-12-07/runs"
 
 
 def test_the_request_mix_table_reads_each_runs_explored_part_from_its_stored_intervals(
@@ -524,8 +525,10 @@ def test_the_request_mix_table_reads_each_runs_explored_part_from_its_stored_int
     mix-levelled and as learn reads it. threshold:24's first piece drafted the load's fresh batch at 48 for 47
     steps before the policy's set (accepting 3.03 a slot); its counters file counted them with the part, 121
     steps at 2.813; the stored intervals hold the part alone, 74 steps at 2.673, as always on's 2.640 within
-    1.3 %. Learn levels for the mix only with 2 parts in its window: threshold:8's at 16 (0.942 raw, 0.992
-    levelled), not threshold:24's single part at 48."""
+    1.3 %. Learn levels for the mix only with 2 parts in its window, and only where their H stands apart from
+    the cell's accept per request beyond H's draw: threshold:8's two parts at 16 (H 5.3 % over the cell's,
+    the draw over 2 intervals +-55 %) leave it at 0.942 raw (0.992 levelled before that gate), and
+    threshold:24's single part at 48 is not enough."""
     out = tmp_path / "lean.json"
     args = ["--db", str(REQUEST_MIX / "policy.db.xz"), "--runs-from-db", "--min-steps", "30",
             "--json", str(out)]
@@ -542,9 +545,33 @@ def test_the_request_mix_table_reads_each_runs_explored_part_from_its_stored_int
     assert round(part["ratio"], 3) == 1.058
     at16 = rows[16, "threshold-8@8"]
     assert at16["window_parts"] == 2 and round(at16["ratio"], 3) == 0.942
-    # levelled: the explored tokens at slots x the window's H, over always on's rate
-    assert at16["mix"] == pytest.approx(at16["ratio"] * at16["window_harmonic"] / at16["accept"])
-    assert round(at16["mix"], 3) == 0.992 and round(at16["learn"], 3) == 0.992
+    # the window's H 5.3 % over the cell's accept per request: inside H's draw, so not levelled
+    assert at16["window_harmonic"] / at16["accept"] == pytest.approx(1.053, abs=0.001)
+    assert at16["mix"] == pytest.approx(at16["ratio"]) and at16["learn"] == pytest.approx(at16["ratio"])
+
+
+def test_three_parts_whose_first_batches_drew_low_leave_a_turned_over_cell_as_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2026-12-07's H100 run (three parts a half-ceiling run): at 16 the parts' first batches (48 requests)
+    drew the high kind 40 % of the time, H 2.500, where the counted steps, turned over, accepted 2.682 a
+    request against always on's 2.654. Levelled by that H, learn read 0.953 of always on (outside item 2's
+    3 %); H's draw over its 3 intervals (Student's t, two degrees of freedom) covers the 6.9 % gap, so learn
+    now reads the cell as measured, 1.022; at 48 likewise 1.024 where the levelling read 1.035."""
+    out = tmp_path / "lean.json"
+    args = ["--db", str(SEVERAL_PARTS / "policy.db.xz"), "--runs-from-db", "--min-steps", "30",
+            "--json", str(out)]
+    assert explore_lean.main(args) == 0
+    assert "the request mix of the explored drafting" in capsys.readouterr().out
+    rows = {row["bin"]: row for row in json.loads(out.read_text())["mix"]}
+    assert set(rows) == {16, 48}
+    at16, at48 = rows[16], rows[48]
+    assert at16["window_parts"] == 3
+    assert (round(at16["window_harmonic"], 3), round(at16["accept"], 3)) == (2.5, 2.682)
+    assert round(at16["ratio"], 3) == 1.022 and round(at48["ratio"], 3) == 1.024
+    for row in (at16, at48):
+        assert row["mix"] == pytest.approx(row["ratio"]) and row["learn"] == pytest.approx(row["ratio"])
+        assert abs(row["learn"] - 1.0) < 0.03  # item 2's 3 %
 
 
 def test_the_request_mix_table_prints_nothing_for_counters_before_plugin_0_4_15(
