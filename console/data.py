@@ -10,6 +10,8 @@ the page shows it as one line (``console.views.common.render_page``); "no rows" 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,11 @@ GPU_COLUMNS = rollups.GPU.metrics
 DEFAULT_AUDIT_LIMIT = 500
 # The DP ranks of one server's newest sample: those that reported within this many seconds of it.
 LATEST_RANKS_WINDOW_S = 5.0
+# The rates an operator reads as "now" (output, prefill, requests) are their samples' rates over this many
+# seconds before the newest, each weighted by the seconds it covers, not the newest sample's alone: at the
+# collector's 1-s scrapes the demo's prefill rate read 0 and 3 116 tok/s a second apart, its output 870-1 250.
+NOW_RATE_WINDOW_S = 10.0
+NOW_RATE_COLUMNS = ("output_tok_s", "prefill_tok_s", "request_rate")
 
 
 def open_store(url: str) -> Database | None:
@@ -69,8 +76,48 @@ def servers(db: Database) -> pd.DataFrame:
 
 def latest_engine(db: Database, server_id: int) -> dict[str, Any] | None:
     """The newest sample of a server, DP ranks combined (additive columns summed), or None. A rank
-    counts when its newest sample is within ``LATEST_RANKS_WINDOW_S`` of the server's newest."""
-    return combine_ranks(_frame(queries.latest_engine_samples(db, server_id), models.EngineSample))
+    counts when its newest sample is within ``LATEST_RANKS_WINDOW_S`` of the server's newest. Its rates
+    (``NOW_RATE_COLUMNS``) are each rank's over the last ``NOW_RATE_WINDOW_S`` (``rate_window_s``)."""
+    row = combine_ranks(_frame(queries.latest_engine_samples(db, server_id), models.EngineSample))
+    if row is not None:
+        _rates_over_window(db, server_id, row)
+    return row
+
+
+def _rates_over_window(db: Database, server_id: int, row: dict[str, Any]) -> None:
+    """``row``'s rates (``NOW_RATE_COLUMNS``) as each rank's samples over the ``NOW_RATE_WINDOW_S`` before
+    ``row["ts"]``, summed over the ranks that reported within ``LATEST_RANKS_WINDOW_S`` of it. A sample's
+    rate covers the seconds since the rank's sample before it (the collector's ``CounterRates``), so each
+    counts for the part of those seconds inside the window; a rank with no earlier sample gives its newest."""
+    end = float(row["ts"])
+    start = end - NOW_RATE_WINDOW_S
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for sample in queries.sample_rows(db, "engine", [server_id], start - NOW_RATE_WINDOW_S, end):
+        by_rank.setdefault(int(sample["dp_rank"]), []).append(sample)
+    ranks = [rows for rows in by_rank.values() if rows[-1]["ts"] >= end - LATEST_RANKS_WINDOW_S]
+    for column in NOW_RATE_COLUMNS:
+        values = [v for v in (_covered_mean(rows, column, start) for rows in ranks) if v is not None]
+        if values:
+            row[column] = float(math.fsum(values))
+    row["rate_window_s"] = NOW_RATE_WINDOW_S
+
+
+def _covered_mean(rows: Sequence[dict[str, Any]], column: str, start: float) -> float | None:
+    """One rank's ``column`` over the seconds after ``start``, each sample weighted by the seconds it covers
+    there (since the sample before it); the newest value where no sample has an earlier one; None where the
+    rank's newest sample has no value (the server no longer reports it: "no data", not the seconds before)."""
+    newest = rows[-1][column]
+    if newest is None or not math.isfinite(newest):
+        return None
+    weighted = seconds = 0.0
+    for before, sample in itertools.pairwise(rows):
+        value = sample[column]
+        if value is None or not math.isfinite(value) or sample["ts"] <= start:
+            continue
+        covered = sample["ts"] - max(before["ts"], start)
+        weighted += value * covered
+        seconds += covered
+    return weighted / seconds if seconds > 0 else float(newest)
 
 
 def combine_ranks(df: pd.DataFrame) -> dict[str, Any] | None:

@@ -63,17 +63,62 @@ def test_series_are_bounded(db: Database, max_points: int) -> None:
     assert g.groupby("gpu_id").size().max() <= max_points
 
 
-def test_latest_engine_sums_dp_ranks(db: Database) -> None:
+def _empty_store(tmp_path: Path) -> Database:
+    """A database with one server and no samples."""
+    store = open_database(f"sqlite:///{tmp_path / 'empty.db'}")
+    synthetic.fill(store, t0=0.0, t1=0.0, servers=1, gpus=0, step_s=1.0)
+    with store.session() as s:
+        s.execute(text("DELETE FROM engine_sample"))
+        s.commit()
+    return store
+
+
+def test_latest_engine_sums_dp_ranks(tmp_path: Path) -> None:
+    db = _empty_store(tmp_path)
     now = time.time() + 1
     with db.session() as s:
         for rank in (0, 1):
             s.add(EngineSample(server_id=1, dp_rank=rank, ts=now, num_running_reqs=10, output_tok_s=100,
                                spec_accept_length=2.0 + rank, spec_max_bs=32))  # fmt: skip
+        s.commit()
     got = data.latest_engine(db, 1)
     assert got is not None
     assert got["num_running_reqs"] == 20 and got["output_tok_s"] == 200  # additive: summed
     assert got["spec_accept_length"] == pytest.approx(200 / (100 / 2 + 100 / 3))  # tokens over verify steps
     assert got["dp_ranks"] == 2
+
+
+def test_latest_engine_reads_its_rates_over_the_last_seconds_each_sample_by_the_seconds_it_covers(
+    tmp_path: Path,
+) -> None:
+    """The rates an operator reads as "now" are each rank's over the last ``NOW_RATE_WINDOW_S``: 1-s samples
+    alternating 0 and 2 000 tok/s read 1 000, where the newest alone read 2 000; a sample after a 4-s gap
+    covers those 4 s; a rank with a single sample gives its own; a rate the newest sample lacks is no data;
+    gauges stay the newest sample's."""
+    db = _empty_store(tmp_path)
+    end = time.time()
+    with db.session() as s:
+        for k in range(30):  # rank 0: 1-s samples up to ``end``, the output alternating, the prefill steady
+            ts = end - 29 + k
+            s.add(EngineSample(server_id=1, dp_rank=0, ts=ts, output_tok_s=2000.0 * (k % 2),
+                               prefill_tok_s=300.0, request_rate=None if k == 29 else 4.0,
+                               num_running_reqs=k))  # fmt: skip
+        s.add(EngineSample(server_id=1, dp_rank=1, ts=end - 2, output_tok_s=50.0))  # one sample: its own
+        s.commit()
+    got = data.latest_engine(db, 1)
+    assert got is not None and got["rate_window_s"] == data.NOW_RATE_WINDOW_S == 10.0
+    assert got["output_tok_s"] == pytest.approx(1000.0 + 50.0)  # the newest alone: 2 000 + 50
+    assert got["prefill_tok_s"] == pytest.approx(300.0)
+    assert got["request_rate"] is None  # the newest has none: no data, not the seconds before
+    assert got["num_running_reqs"] == 29  # a gauge: the newest sample's
+    # a 4-s gap before the newest sample: its rate covers those 4 s of the window's 10
+    with db.session() as s:
+        s.add(EngineSample(server_id=1, dp_rank=0, ts=end + 4, output_tok_s=500.0, num_running_reqs=3))
+        s.commit()
+    got = data.latest_engine(db, 1)
+    assert got is not None and got["dp_ranks"] == 1  # rank 1's sample is 6 s older than the newest
+    # (end+4) - 10 = end-6: samples end-5 ... end (6 s, 3 at 2 000) then 4 s at 500
+    assert got["output_tok_s"] == pytest.approx((3 * 2000.0 + 4 * 500.0) / 10)
 
 
 def test_live_speedup_is_the_counters_estimate(db: Database) -> None:

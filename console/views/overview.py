@@ -134,7 +134,8 @@ def _numbers_now(
     top = st.columns([1.4, 1.4, 1, 1])
     with top[0]:
         caption = (
-            f"last known {common.fmt(latest['output_tok_s'], 0)} tok/s" if stale else "output, all DP ranks"
+            f"last known {common.fmt(latest['output_tok_s'], 0)} tok/s" if stale
+            else f"output, all DP ranks, last {data.NOW_RATE_WINDOW_S:.0f} s"
         )
         value = common.fmt(latest["output_tok_s"], 0) if latest["output_tok_s"] is not None else "no data"
         common.big_number("Output tok/s", value, caption, stale=stale)
@@ -145,7 +146,8 @@ def _numbers_now(
     top[2].metric("Running requests", show(latest["num_running_reqs"], 0), help=f"max {max_running}")
     top[3].metric("Queued requests", show(latest["num_queue_reqs"], 0))
     row = st.columns(6)
-    row[0].metric("Input tok/s", show(latest["prefill_tok_s"], 0), help="prefill tokens per second")
+    row[0].metric("Input tok/s", show(latest["prefill_tok_s"], 0),
+                  help=f"prefill tokens per second over the last {data.NOW_RATE_WINDOW_S:.0f} s")
     gate_help = f"Gated: {gated}; the accept figures apply only while drafting." if gated else None
     row[1].metric("Accept length", spec(latest["spec_accept_length"], 2), help=gate_help or "tokens per step")
     row[2].metric("Accept rate", spec(latest["spec_accept_rate"], 2), help=gate_help or "accepted / drafted")
