@@ -44,3 +44,18 @@ def test_bench_curves_equal_the_reference(tmp_path: Path) -> None:
         synthetic.add_bench_run(db, PROFILE, now - 60, "cuda14")
         newest = int(speculation.data.bench_runs(db)["id"].max())
         assert any(label.startswith(f"#{newest} ") for label in speculation._bench(db, (newest,)).curves)
+
+
+def _live(lo: float, hi: float) -> pd.DataFrame:
+    """The live estimate's bins 16 and 32 at x1.14 and x1.10, both with the interval ``lo``-``hi``."""
+    return pd.DataFrame({"batch_size": [16, 32], "speedup": [1.14, 1.10], "lo": [lo, lo], "hi": [hi, hi]})
+
+
+def test_the_verdict_says_is_only_where_the_interval_is_on_one_side_of_break_even() -> None:
+    latest = {"num_running_reqs": 24.0, "dp_ranks": 1, "spec_max_bs": 64}
+    point, (value, words) = speculation._operating_point(latest, _live(1.05, 1.25), {}, 64)
+    assert point is not None and value == "×1.12"
+    assert words == "at 24 running requests speculation is paying off (live estimate, 95 % 1.05-1.25)"
+    _, (_, words) = speculation._operating_point(latest, _live(0.79, 1.64), {}, 64)
+    assert words == ("at 24 running requests speculation may be paying off: break-even lies inside its 95 % "
+                     "interval (live estimate, 95 % 0.79-1.64)")
