@@ -572,6 +572,9 @@ def test_three_parts_whose_first_batches_drew_low_leave_a_turned_over_cell_as_me
     for row in (at16, at48):
         assert row["mix"] == pytest.approx(row["ratio"]) and row["learn"] == pytest.approx(row["ratio"])
         assert abs(row["learn"] - 1.0) < 0.03  # item 2's 3 %
+        # the table's "draw": H's 95 % half-width, which the cell's gap from H stays inside
+        assert abs(row["window_harmonic"] / row["accept"] - 1) < row["window_draw"]
+    assert (round(at16["window_draw"], 3), round(at48["window_draw"], 3)) == (0.196, 0.067)
 
 
 def test_the_request_mix_table_prints_nothing_for_counters_before_plugin_0_4_15(

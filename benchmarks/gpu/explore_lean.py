@@ -53,6 +53,7 @@ import bisect
 import contextlib
 import itertools
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ from typing import Any
 
 from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
 from load_pairs import repeats_of, run_mean
-from spectower.control import kept_extend, mix_levelled
+from spectower.control import kept_extend, mix_levelled, speedup
 from spectower.control.policy import learn_counters
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.control.prefilled import (
@@ -611,7 +612,8 @@ def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run]
                 continue
             row: dict[str, Any] = {"bin": b, "run": run.name, **drafted_reading(cell)}
             if window is not None:
-                row |= {"window_parts": window.parts, "window_harmonic": window.harmonic}
+                row |= {"window_parts": window.parts, "window_harmonic": window.harmonic,
+                        "window_draw": _draw(window)}  # fmt: skip
             if cell["requests"] > 0 and cell["inverse_sum"] > 0:
                 harmonic = cell["requests"] / cell["inverse_sum"]
                 row |= {"parts": int(cell["parts"]), "requests": int(cell["requests"]),
@@ -628,6 +630,14 @@ def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run]
     return rows
 
 
+def _draw(window: mix_levelled.WindowMix) -> float | None:
+    """The 95 % half-width of the window's H as a share of it (its intervals as batch means), which learn's
+    levelling asks a cell's gap from H to pass (``mix_levelled.tells_apart``); None with fewer than 2."""
+    if window.harmonic_rel_var is None:
+        return None
+    return math.expm1(speedup.small_sample_z(window.intervals) * math.sqrt(window.harmonic_rel_var))
+
+
 def print_mix(rows: Sequence[dict[str, Any]]) -> None:
     """The request-mix table (``mix_table``); nothing where no run has one (the counters before 0.4.15)."""
     if not rows:
@@ -637,12 +647,14 @@ def print_mix(rows: Sequence[dict[str, Any]]) -> None:
           "always on's steady drafted cell's beside them; the cell's exploring parts' first batches: their "
           "requests' arithmetic (A) and harmonic (H) mean accept and A/H; the run's parts in all bins "
           "(learn's window: it levels with 2 or more); explored / steady tok/s of step time: raw, "
-          "mix-levelled as learn levels it (the explored tokens at slots x the window's H), and as learn "
-          "reads it (the mix, then the prefills)")  # fmt: skip
+          "mix-levelled as learn levels it (the explored tokens at slots x the window's H, where the cell's "
+          "gap from H passes H's draw: its 95 % half-width over the window's intervals, 'draw'), and as "
+          "learn reads it (the mix, then the prefills)")  # fmt: skip
     columns = (("steady_batch", ".1f", 7), ("steady_accept", ".3f", 7), ("parts", "d", 5),
                ("arithmetic", ".3f", 6), ("harmonic", ".3f", 6), ("mix_lean", ".3f", 6),
-               ("window_parts", "d", 6), ("ratio", ".3f", 6), ("mix", ".3f", 6), ("learn", ".3f", 6))
-    heads = ("on bat.", "on acc.", "parts", "A", "H", "A/H", "window", "ratio", "mix", "learn")
+               ("window_parts", "d", 6), ("window_draw", ".3f", 6), ("ratio", ".3f", 6), ("mix", ".3f", 6),
+               ("learn", ".3f", 6))  # fmt: skip
+    heads = ("on bat.", "on acc.", "parts", "A", "H", "A/H", "window", "draw", "ratio", "mix", "learn")
     print(f"{'bin':>4} {'run':<18} {'steps':>6} {'batch':>6} {'acc.':>6} "
           + " ".join(f"{h:>{w}}" for h, (_, _, w) in zip(heads, columns, strict=True)))
     for row in rows:
