@@ -169,6 +169,26 @@ def running_per_rank(latest: dict[str, Any] | None) -> float | None:
     return float(latest["num_running_reqs"]) / max(1, int(latest.get("dp_ranks") or 1))
 
 
+def gated_reason(latest: dict[str, Any]) -> str | None:
+    """Why speculation drafts nothing right now (accept length and rate do not apply), or None. The knob is
+    compared with one DP rank's batch (``running_per_rank``): two ranks of 20 under a knob of 24 draft, where
+    their summed 40 read as gated."""
+    knob, running = _number(latest.get("spec_max_bs")), running_per_rank(latest)
+    steps = _number(latest.get("spec_num_steps"))
+    if knob is not None and knob <= 0:
+        return "the knob is off (spec_max_bs = 0)"
+    if knob is not None and running is not None and running > knob:
+        per = " per DP rank" if int(latest.get("dp_ranks") or 1) > 1 else ""
+        return f"{running:.0f} running requests{per} > knob {knob:.0f}, so batches run without drafting"
+    if steps is not None and steps == 0:
+        return "the engine reports 0 active draft steps"
+    return None
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def _series_frame(
     db: Database,
     kind: queries.SeriesKind,

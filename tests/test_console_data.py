@@ -259,3 +259,18 @@ def test_ranks_combine_as_the_pandas_definition(ranks: list[tuple[float, Any, An
     ]  # fmt: skip
     frame = data._frame(rows, EngineSample)
     assert data.combine_ranks(frame) == reference.combine_ranks(frame)
+
+
+def test_gated_reason_compares_the_knob_with_one_dp_ranks_batch() -> None:
+    """Two DP ranks of 20 running requests under a knob of 24 draft (each rank's batch is 20): the summed 40
+    read as gated. Ranks of 30 run gated, and the line says per DP rank."""
+    two = {"num_running_reqs": 40.0, "dp_ranks": 2, "spec_max_bs": 24, "spec_num_steps": 3}
+    assert data.gated_reason(two) is None
+    assert data.gated_reason({**two, "num_running_reqs": 60.0}) == (
+        "30 running requests per DP rank > knob 24, so batches run without drafting")
+    one = {"num_running_reqs": 30.0, "dp_ranks": 1, "spec_max_bs": 24}
+    assert data.gated_reason(one) == "30 running requests > knob 24, so batches run without drafting"
+    assert data.gated_reason({**one, "spec_max_bs": 0}) == "the knob is off (spec_max_bs = 0)"
+    assert data.gated_reason({"num_running_reqs": 4.0, "spec_max_bs": 64, "spec_num_steps": 0}) == (
+        "the engine reports 0 active draft steps")
+    assert data.gated_reason({"num_running_reqs": None, "spec_max_bs": None}) is None

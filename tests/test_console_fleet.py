@@ -106,3 +106,16 @@ def test_a_replica_with_two_dp_ranks_drafts_by_one_ranks_batch_and_its_gpus_are_
     assert totals["output_tok_s"].tolist() == pytest.approx([1000.0] * len(totals))
     assert data.running_per_rank(latest) == 20.0
     assert gpus == "node-a: 2 GPUs 50 % (max 60 %)"
+
+
+def test_a_gated_replicas_accept_length_reads_gated_as_the_overview_says() -> None:
+    """The fleet's accept length column, as the Overview reads it: "gated" where the replica drafts nothing
+    now (its 1.00 is no measurement), the value where it drafts, each DP rank's batch against the knob."""
+    from spectower.console.views import fleet as fleet_view
+
+    gated = {"num_running_reqs": 30.0, "dp_ranks": 1, "spec_max_bs": 16, "spec_accept_length": 1.0}
+    assert fleet_view._accept_text(gated) == "gated"
+    assert fleet_view._accept_text({**gated, "num_running_reqs": 30.0, "dp_ranks": 2}) == "1.00"
+    drafting = {**gated, "num_running_reqs": 8.0, "spec_accept_length": 2.544}
+    assert fleet_view._accept_text(drafting) == "2.54"
+    assert fleet_view._accept_text(None) is None

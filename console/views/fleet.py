@@ -116,7 +116,7 @@ def replica_row(
         "queued": _round(latest, "num_queue_reqs"),
         "knob": _knob_text(state, latest), "owner": _owner_text(db, state),
         "speedup now": _speedup_text(db, server, running, win),
-        "accept length": _round(latest, "spec_accept_length", 2),
+        "accept length": _accept_text(latest),
         "GPUs": _gpu_text(db, url), "last_sample_ts": last_ts,
     }  # fmt: skip
     return row
@@ -131,6 +131,15 @@ def _server(db: Database, url: str) -> pd.Series | None:
 def _round(latest: dict[str, Any] | None, key: str, digits: int = 0) -> float | None:
     value = None if latest is None else latest.get(key)
     return None if value is None or pd.isna(value) else round(float(value), digits)
+
+
+def _accept_text(latest: dict[str, Any] | None) -> str | None:
+    """The accept length as the Overview reads it: "gated" where the replica drafts nothing now (its 1.00
+    read as a measurement), else the value, as text so that the column holds one type."""
+    if latest is not None and data.gated_reason(latest):
+        return "gated"
+    value = _round(latest, "spec_accept_length", 2)
+    return None if value is None else f"{value:.2f}"
 
 
 def _knob_text(state: KnobState | BaseException, latest: dict[str, Any] | None) -> str:

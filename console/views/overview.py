@@ -61,23 +61,6 @@ def _live(only: str | None = None) -> None:
     gpu_panel(db, win)
 
 
-def _num(v: object) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
-
-
-def gated_reason(latest: dict[str, object]) -> str | None:
-    """Why speculation drafts nothing right now (accept length and rate do not apply), or None."""
-    knob, running = _num(latest.get("spec_max_bs")), _num(latest.get("num_running_reqs"))
-    steps = _num(latest.get("spec_num_steps"))
-    if knob is not None and knob <= 0:
-        return "the knob is off (spec_max_bs = 0)"
-    if knob is not None and running is not None and running > knob:
-        return f"{running:.0f} running requests > knob {knob:.0f}, so batches run without drafting"
-    if steps is not None and steps == 0:
-        return "the engine reports 0 active draft steps"
-    return None
-
-
 def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
     latest = data.latest_engine(db, int(server["id"]))
     model = server.get("served_model_name") or "model ?"
@@ -121,7 +104,7 @@ def _numbers_now(
     knob = latest.get("spec_max_bs")
     knob_int = None if knob is None else int(knob)
     who = f"set by {setter['actor']} {common.ago(setter['ts'])}" if setter else "never set through spectower"
-    gated = None if stale else gated_reason(latest)
+    gated = None if stale else data.gated_reason(latest)
 
     def show(v: float | None, digits: int = 1, unit: str = "") -> str:
         if stale:
