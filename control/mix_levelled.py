@@ -172,9 +172,17 @@ def tells_apart(window: WindowMix, ratio: float) -> bool:
     draw moved an H100's reading at 16 from 1.022 of always on to 0.953 (three parts, 48 requests:
     data/gpu-runs/h100-8b-pair-triton-several-parts-2026-12-07), where the lean it is there for (short parts,
     no turnover: +7.5 % in the simulator, 14 parts) stands well beyond the draw."""
-    if window.harmonic_rel_var is None or ratio <= 0:
-        return False
-    return abs(math.log(ratio)) > small_sample_z(window.intervals) * math.sqrt(window.harmonic_rel_var)
+    half = draw_half_width(window)
+    return half is not None and ratio > 0 and abs(math.log(ratio)) > half
+
+
+def draw_half_width(window: WindowMix) -> float | None:
+    """The 95 % half-width of H's draw in log terms (its intervals as batch means, Student's t for their
+    number, ``speedup.small_sample_z``): what a cell's gap from H must pass (``tells_apart``); None with
+    fewer than 2 intervals."""
+    if window.harmonic_rel_var is None:
+        return None
+    return small_sample_z(window.intervals) * math.sqrt(window.harmonic_rel_var)
 
 
 def _scaled(values: Sequence[float], factors: Sequence[float]) -> list[float]:

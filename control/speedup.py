@@ -173,8 +173,13 @@ def ratio_estimate(samples: Sequence[tuple[float, float]]) -> tuple[float | None
     its relative variance ``Var(R) / R^2`` (the module's docstring); (None, None) where either sum is not
     positive, the variance None with fewer than 2 samples. The rates here, and the harmonic mean accept of
     the exploring parts' requests (``control.mix_levelled``: requests over their summed 1 / accept)."""
-    y_sum = math.fsum(y for y, _ in samples)
-    x_sum = math.fsum(x for _, x in samples)
+    return _ratio(samples, math.fsum(y for y, _ in samples), math.fsum(x for _, x in samples))
+
+
+def _ratio(
+    samples: Sequence[tuple[float, float]], y_sum: float, x_sum: float
+) -> tuple[float | None, float | None]:
+    """``ratio_estimate`` with the samples' sums already taken."""
     if x_sum <= 0 or y_sum <= 0:
         return None, None
     r = y_sum / x_sum
@@ -189,8 +194,9 @@ def ratio_estimate(samples: Sequence[tuple[float, float]]) -> tuple[float | None
 def _rate(samples: Sequence[tuple[float, float]], steps: int) -> _Rate:
     """The ratio estimator over ``(tokens, time_s)`` of the intervals that saw steps, with its relative
     variance from the intervals as batch means."""
-    r, rel_var = ratio_estimate(samples)
-    return _Rate(r, rel_var, steps, math.fsum(x for _, x in samples))
+    seconds = math.fsum(x for _, x in samples)
+    r, rel_var = _ratio(samples, math.fsum(y for y, _ in samples), seconds)
+    return _Rate(r, rel_var, steps, seconds)
 
 
 def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:

@@ -62,7 +62,7 @@ from typing import Any
 
 from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
 from load_pairs import repeats_of, run_mean
-from spectower.control import kept_extend, mix_levelled, speedup
+from spectower.control import kept_extend, mix_levelled
 from spectower.control.policy import learn_counters
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.control.prefilled import (
@@ -631,11 +631,10 @@ def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run]
 
 
 def _draw(window: mix_levelled.WindowMix) -> float | None:
-    """The 95 % half-width of the window's H as a share of it (its intervals as batch means), which learn's
-    levelling asks a cell's gap from H to pass (``mix_levelled.tells_apart``); None with fewer than 2."""
-    if window.harmonic_rel_var is None:
-        return None
-    return math.expm1(speedup.small_sample_z(window.intervals) * math.sqrt(window.harmonic_rel_var))
+    """``mix_levelled.draw_half_width`` as a share of H: what learn's levelling asks a cell's gap from H to
+    pass (``mix_levelled.tells_apart``); None with fewer than 2 intervals."""
+    half = mix_levelled.draw_half_width(window)
+    return None if half is None else math.expm1(half)
 
 
 def print_mix(rows: Sequence[dict[str, Any]]) -> None:
