@@ -81,6 +81,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Markdown joins a paragraph's lines and wraps them to the terminal: typer's "rich" mode keeps a
+    # docstring's own line breaks, so at 80 columns `control auto --help` broke every paragraph twice
+    # ("... each with its own" / "counters, ...").
+    rich_markup_mode="markdown",
 )
 
 

@@ -4,6 +4,9 @@ the command and the option, exit 2: no usage box, no traceback."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from spectower.console.cli import main
 
@@ -83,5 +86,34 @@ def test_a_groups_help_lists_each_command_by_its_summary_unbroken(group: list[st
     assert commands
     for name, sub in commands.items():
         summary = " ".join(inspect.cleandoc(sub.help or "").split("\n\n")[0].split())
-        summary = summary.replace("\\[", "[")  # rich markup's escaped bracket prints as a bracket
+        summary = summary.replace("`", "")  # Markdown help shows `code` as code, without the backticks
         assert listed.get(name) == summary, name
+
+
+def _leaf_commands(command: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        yield path, command
+    for name, sub in (subcommands or {}).items():
+        yield from _leaf_commands(sub, [*path, name])
+
+
+def test_a_commands_help_runs_each_paragraph_on_unbroken() -> None:
+    """Every paragraph of a command's docstring reads as one line on a terminal wide enough for it: typer's
+    "rich" help kept the docstring's own line breaks, so at 80 columns `control auto --help` broke each of its
+    paragraphs mid-sentence twice ("... each with its own" / "counters, ..."). Markdown help (backticks shown
+    as code, without them) joins a paragraph's lines and wraps it to the terminal."""
+    import inspect
+
+    import typer.main
+    from spectower.console.cli import app
+    from typer.testing import CliRunner
+
+    leaves = list(_leaf_commands(typer.main.get_command(app), []))
+    assert len(leaves) > 15
+    for path, command in leaves:
+        result = CliRunner().invoke(app, [*path, "--help"], terminal_width=1000, env={"COLUMNS": "1000"})
+        assert result.exit_code == 0, (path, result.output)
+        lines = {" ".join(line.split()) for line in result.output.splitlines()}
+        for paragraph in inspect.cleandoc(command.help or "").split("\n\n"):
+            assert " ".join(paragraph.replace("`", "").split()) in lines, (path, paragraph)

@@ -27,9 +27,8 @@ if TYPE_CHECKING:
     from ...control.runner import PolicyRunner
     from ...storage import Database
 
-# Help text is read as Rich markup: "\\[fleets.NAME]" shows "[fleets.NAME]" (bare, it vanished as a tag)
 FLEET_HELP = (
-    "a fleet: the \\[fleets.NAME] table of ./spectower.toml or the user config.toml (servers = [...], "
+    "a fleet: the [fleets.NAME] table of ./spectower.toml or the user config.toml (servers = [...], "
     "router = URL, or prometheus = URL with job = NAME), or the running demo's"
 )
 SERVERS_HELP = "SGLang server URL, e.g. http://127.0.0.1:30000 (repeatable: several replicas at once)"

@@ -38,15 +38,13 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-# The docstring is the --help text, read as Rich markup: "\\[spectower]" shows "[spectower]" (bare, it was
-# taken for a style tag and dropped).
 def console(
     db: str | None = typer.Option(None, "--db", help=DB_HELP),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Port to serve on"),
     host: str = typer.Option(DEFAULT_HOST, "--host", help="Address to bind (default loopback only)"),
 ) -> None:
     """Serve the Streamlit console. Operator credentials come from SPECTOWER_ADMIN_KEY_FILE (or
-    SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or \\[spectower] in .streamlit/secrets.toml."""
+    SPECTOWER_ADMIN_KEY) and SPECTOWER_OPERATOR, or [spectower] in .streamlit/secrets.toml."""
     from sqlalchemy.engine import make_url
 
     from ...simulator.cli import cannot_bind
