@@ -580,3 +580,18 @@ def test_a_database_error_reaches_the_page_as_one_line(
     errors = [e.value for e in at.error]
     assert any(e.startswith("Database error reading") and "gpu_sample" in e for e in errors), errors
     assert all("\n" not in e for e in errors)
+
+
+def test_no_benchmark_runs_points_at_sections_the_page_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The empty Runs section names where to start a sweep and where to import, each a section the page's
+    picker offers: it said "Start a sweep (next tab)", where the next section is "Compare two runs"."""
+    import re
+
+    db = tmp_path / "empty.db"
+    open_database(_url(db)).close()
+    at = _app(db, monkeypatch, "benchmarks")
+    hint = next(info.value for info in at.info if "No benchmark runs" in info.value)
+    named = re.findall(r"\*\*(.+?)\*\*", hint)
+    assert named and set(named) <= set(at.radio(key="bench_section").options), (named, hint)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from spectower.console import data
 from spectower.storage import open_database
@@ -119,3 +120,27 @@ def test_a_gated_replicas_accept_length_reads_gated_as_the_overview_says() -> No
     drafting = {**gated, "num_running_reqs": 8.0, "spec_accept_length": 2.544}
     assert fleet_view._accept_text(drafting) == "2.54"
     assert fleet_view._accept_text(None) is None
+
+
+def test_a_young_fleets_charts_start_where_its_data_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three replicas five minutes old under the page's hour: both fleet charts start near their first
+    sample, as the Overview's charts of a young server do, where a fresh demo's fleet was a sliver at the
+    right edge of the hour."""
+    import json
+
+    path = tmp_path / "young.db"
+    now = time.time()
+    with open_database(f"sqlite:///{path}") as db:
+        synthetic.fill(db, t0=now - 300, t1=now, servers=3, gpus=1, step_s=2.0)
+    monkeypatch.setenv("SPECTOWER_DB", f"sqlite:///{path}")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page("pages/fleet.py").run()
+    assert not at.exception, at.exception
+    figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    starts = [pd.Timestamp(fig["layout"]["xaxis"]["range"][0], tz="UTC").timestamp() for fig in figures]
+    assert len(starts) == 2 and all(now - 400 < start < now - 250 for start in starts), starts

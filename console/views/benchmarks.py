@@ -86,7 +86,10 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _runs(db: Any, runs: pd.DataFrame) -> None:
     if runs.empty:
-        st.info("No benchmark runs yet. Start a sweep (next tab) or import SGLang bench_serving JSONL files.")
+        st.info(
+            "No benchmark runs yet. Start one under **Start a sweep** above, or import SGLang bench_serving "
+            "JSONL files under **Export / import**."
+        )
         # wrapped: a long --db ran off the block's right edge behind a scroll bar
         st.code(sweep_hint(settings.db_url()), language="bash", wrap_lines=True)
         return

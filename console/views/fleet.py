@@ -192,17 +192,20 @@ def _gpu_text(db: Database, url: str) -> str:
 
 def _totals(db: Database, replicas: list[str], win: common.Window) -> None:
     servers = data.servers(db)
-    ids = [int(i) for i, u in zip(servers["id"], servers["url"], strict=True) if u.rstrip("/") in replicas]
-    totals = data.fleet_totals(db, ids, win.t0, win.t1, TOTALS_MAX_POINTS)
+    fleet = servers[servers["url"].str.rstrip("/").isin(replicas)]
+    totals = data.fleet_totals(db, [int(i) for i in fleet["id"]], win.t0, win.t1, TOTALS_MAX_POINTS)
+    # a fleet younger than the range is drawn from its first replica's first sample, as the other pages draw
+    # a server: a fresh demo's fleet was a sliver at the right edge of its hour
+    x_range = charts.data_window(win.t0, win.t1, fleet["first_seen"].min(), totals)
     left, right = st.columns(2)
     with left:
         fig = charts.timeseries(totals, {"output_tok_s": "tokens/s, all replicas"}, "Fleet output tokens/s",
-                                "tok/s", band=False, x_range=(win.t0, win.t1))  # fmt: skip
+                                "tok/s", band=False, x_range=x_range)  # fmt: skip
         common.chart(fig, totals, "fleet_tok", "fleet-totals")
     with right:
         shown = {"replicas_drafting": "drafting", "replicas_reporting": "reporting"}
         fig = charts.timeseries(totals, shown, "Replicas drafting", "replicas", band=False,
-                                x_range=(win.t0, win.t1))  # fmt: skip
+                                x_range=x_range)  # fmt: skip
         common.chart(fig, totals, "fleet_drafting", "fleet-drafting")
 
 
