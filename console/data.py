@@ -185,6 +185,32 @@ def gated_reason(latest: dict[str, Any]) -> str | None:
     return None
 
 
+ACCEPT_COLUMNS = ("spec_accept_length", "spec_accept_rate")
+
+
+def gated_buckets(series: pd.DataFrame, dp_ranks: int) -> pd.Series:
+    """Which ``engine_series`` buckets were gated in every sample, as ``gated_reason`` reads one sample: the
+    knob at 0 throughout, or each DP rank's smallest batch above the knob's largest."""
+    if series.empty or not {"spec_max_bs_max", "num_running_reqs_min"} <= set(series.columns):
+        return pd.Series(False, index=series.index)
+    knob, smallest = series["spec_max_bs_max"], series["num_running_reqs_min"] / max(1, dp_ranks)
+    return (knob <= 0) | (smallest > knob)
+
+
+def accept_while_drafting(series: pd.DataFrame, dp_ranks: int) -> pd.DataFrame:
+    """``engine_series`` buckets with the accept columns (mean, min, max) blanked where the bucket drafted
+    nothing (``gated_buckets``): its gauge reads 1.00 and 0 there, which a chart drew as the draft's
+    acceptance collapsing each time the load passed the knob. A bucket gated for part of its samples keeps
+    its value (the gauge's own mix of both)."""
+    gated = gated_buckets(series, dp_ranks)
+    columns = [f"{c}{x}" for c in ACCEPT_COLUMNS for x in ("", "_min", "_max") if f"{c}{x}" in series]
+    if not gated.any() or not columns:
+        return series
+    blanked = series.copy()
+    blanked.loc[gated, columns] = float("nan")
+    return blanked
+
+
 def _number(value: Any) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 

@@ -289,6 +289,14 @@ def test_speculation_page_live_estimate_and_crossovers(
     assert est.label.startswith(f"{live} (") and f"95 % interval {est.label.split('(')[1][:-1]}" in text
     fig = at.get("plotly_chart")[0].proto.spec
     assert "95% interval: live" in fig and "engine counters" in fig
+    # the synthetic knob sits at 0 every other 5 minutes: the accept charts leave those stretches blank
+    # (the gauge's 1.00 and 0 there measure nothing) and say why, where they drew acceptance collapsing
+    accept = next(f for f in _figures(at) if f["layout"]["title"]["text"] == "Accept length")
+    drawn = next(t for t in accept["data"] if t.get("name") == "accept length")["y"]
+    values = [y for y in drawn if y is not None]
+    # only a bucket across a flip of the knob holds both (about one in 30 at this page's bucket width)
+    assert None in drawn and sum(y < 1.2 for y in values) <= 0.1 * len(values), drawn
+    assert "Gaps: speculation gated" in text
 
 
 def test_speculation_page_says_when_a_server_publishes_no_counters(

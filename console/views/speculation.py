@@ -69,7 +69,8 @@ class _LiveData:
     crossovers: dict[str, float | None]  # "live" first, then each benchmark curve's
     operating_point: tuple[float, float, str] | None
     verdict: tuple[str, str]
-    series: pd.DataFrame
+    series: pd.DataFrame  # the accept columns blanked where a bucket drafted nothing
+    gated_buckets: int
     x_range: tuple[float, float]
     events: pd.DataFrame
     three_curves: pd.DataFrame
@@ -87,6 +88,7 @@ def _live_data(db: Database, server_id: int, run_ids: tuple[int, ...], win: comm
     op, verdict = _operating_point(latest, measured, curves, max_running)
     columns = ["spec_accept_length", "spec_accept_rate", "num_running_reqs", "spec_max_bs"]
     series = data.engine_series(db, server_id, win.t0, win.t1, columns, SPEC_MAX_POINTS)
+    dp_ranks = int((latest or {}).get("dp_ranks") or 1)
     url = str(server["url"])
     return _LiveData(
         window=win,
@@ -101,7 +103,8 @@ def _live_data(db: Database, server_id: int, run_ids: tuple[int, ...], win: comm
         crossovers={"live": live.estimate.crossover, **crossovers},
         operating_point=op,
         verdict=verdict,
-        series=series,
+        series=data.accept_while_drafting(series, dp_ranks),
+        gated_buckets=int(data.gated_buckets(series, dp_ranks).sum()),
         x_range=charts.data_window(win.t0, win.t1, server.get("first_seen"), series),
         events=data.control_events(db, server_url=url, t0=win.t0, actor_prefix="policy:"),
         three_curves=bench.three_curves,
@@ -191,6 +194,8 @@ def _accept_and_policy(view: _LiveData) -> None:
         fig = charts.timeseries(series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction",
                                 stale=stale, x_range=span)  # fmt: skip
         common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
+    if view.gated_buckets:
+        st.caption("Gaps: speculation gated (the knob at 0, or every batch above it), so nothing to accept.")
     events = view.events
     common.chart(charts.policy_timeline(series, events, view.max_running, x_range=span),
                  lambda: pd.concat([series, events], ignore_index=True), "spec_policy", "policy")  # fmt: skip
