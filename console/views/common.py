@@ -276,6 +276,12 @@ def text_or(value: object, default: str) -> str:
     return str(value)
 
 
+def rounded(value: Any, digits: int = 0) -> float | None:
+    """A table cell's number, rounded as its source's precision allows (DCGM reports power to 4 decimals,
+    NVML to the milliwatt), or None where it is missing (None or NaN after pandas)."""
+    return None if value is None or pd.isna(value) else round(float(value), digits)
+
+
 def fmt(value: float | None, digits: int = 1, unit: str = "") -> str:
     if value is None or pd.isna(value):
         return "—"

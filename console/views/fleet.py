@@ -110,10 +110,12 @@ def replica_row(
     else:
         status = f"stopped answering since {common.clock(last_ts)} ({common.ago(last_ts)})"
     running = data.running_per_rank(latest)  # the live speedup's bins are one DP rank's batch
+    newest = latest or {}
     row: dict[str, Any] = {
         "replica": url, "status": status,
-        "output tok/s": _round(latest, "output_tok_s"), "running": _round(latest, "num_running_reqs"),
-        "queued": _round(latest, "num_queue_reqs"),
+        "output tok/s": common.rounded(newest.get("output_tok_s")),
+        "running": common.rounded(newest.get("num_running_reqs")),
+        "queued": common.rounded(newest.get("num_queue_reqs")),
         "knob": _knob_text(state, latest), "owner": _owner_text(db, state),
         "speedup now": _speedup_text(db, server, running, win),
         "accept length": _accept_text(latest),
@@ -128,17 +130,12 @@ def _server(db: Database, url: str) -> pd.Series | None:
     return None if match.empty else match.iloc[0]
 
 
-def _round(latest: dict[str, Any] | None, key: str, digits: int = 0) -> float | None:
-    value = None if latest is None else latest.get(key)
-    return None if value is None or pd.isna(value) else round(float(value), digits)
-
-
 def _accept_text(latest: dict[str, Any] | None) -> str | None:
     """The accept length as the Overview reads it: "gated" where the replica drafts nothing now (its 1.00
     read as a measurement), else the value, as text so that the column holds one type."""
     if latest is not None and data.gated_reason(latest):
         return "gated"
-    value = _round(latest, "spec_accept_length", 2)
+    value = common.rounded((latest or {}).get("spec_accept_length"), 2)
     return None if value is None else f"{value:.2f}"
 
 

@@ -87,10 +87,10 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
                 "source": r.source,
                 "status": "LOST" if bool(r.lost) else ("STALE" if stale else "ok"),
                 "last sample": common.ago(r.ts),
-                "util %": None if stale else _round(r.gpu_util_pct, 0),
-                "mem used MiB": None if stale else _round(r.memory_used_mib, 0),
-                "power W": None if stale else _round(r.power_w, 1),
-                "temp °C": None if stale else _round(r.temperature_c, 0),
+                "util %": None if stale else common.rounded(r.gpu_util_pct, 0),
+                "mem used MiB": None if stale else common.rounded(r.memory_used_mib, 0),
+                "power W": None if stale else common.rounded(r.power_w, 1),
+                "temp °C": None if stale else common.rounded(r.temperature_c, 0),
                 "throttle": throttle_text(r.throttle_reasons),
                 "ECC corr/uncorr": f"{_i(r.ecc_corrected)}/{_i(r.ecc_uncorrected)}",
                 "XID": _i(r.xid_errors),
@@ -158,8 +158,3 @@ def process_table(procs: pd.DataFrame, inventory: pd.DataFrame, labels: dict[int
 
 def _i(v: float | int | None) -> str:
     return "—" if v is None or pd.isna(v) else str(int(v))
-
-
-def _round(v: float | None, digits: int) -> float | None:
-    """As the source's precision allows: DCGM reports power to 4 decimals, NVML to the milliwatt."""
-    return None if v is None or pd.isna(v) else round(float(v), digits)
