@@ -99,9 +99,10 @@ def _counts(db: Path) -> dict[str, int]:
                 "decisions": q(
                     "SELECT count(*) FROM control_event WHERE actor LIKE 'policy:%' AND action = 'set'"
                 ).fetchone()[0],
+                "sweeps": q("SELECT count(*) FROM bench_run WHERE tag = 'demo sweep'").fetchone()[0],
             }
     except sqlite3.Error:
-        return {"engine": 0, "gpu": 0, "decisions": 0}
+        return {"engine": 0, "gpu": 0, "decisions": 0, "sweeps": 0}
 
 
 def _console_answers(port: int) -> bool:
@@ -152,7 +153,7 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
                 nonlocal counts
                 counts = _counts(db)
                 return demo.proc.poll() is not None or bool(
-                    counts["engine"] and counts["gpu"] and counts["decisions"]
+                    counts["engine"] and counts["gpu"] and counts["decisions"] and counts["sweeps"]
                 )
 
             _poll(recorded_and_decided, DECISION_TIMEOUT_S)
@@ -161,7 +162,13 @@ def test_demo_comes_up_records_decides_and_stops_cleanly(tmp_path: Path) -> None
         assert demo.proc.poll() is None, f"the demo exited early:\n{demo.output}"
         assert counts["engine"] > 0 and counts["gpu"] > 0, counts
         assert counts["decisions"] >= 1, f"no policy decision within {DECISION_TIMEOUT_S:g} s: {counts}"
-        assert set(pids) == {"sim", "sim2", "sim3", "router", "collect", "policy", "load", "console"}
+        # the demo's sweep of its fourth server ended, saved, and the demo went on (a one-shot child's exit
+        # is no death); the Benchmarks page lists it and the Speculation page draws its crossover
+        assert counts["sweeps"] == 1, f"no saved sweep within {DECISION_TIMEOUT_S:g} s: {counts}"
+        _poll(lambda: "benchmark sweep is saved" in demo.output, 10)
+        assert "benchmark sweep is saved" in demo.output, demo.output
+        assert set(pids) == {"sim", "sim2", "sim3", "router", "collect", "policy", "load", "console", "bench",
+                             "sweep"}  # fmt: skip
         _fleet_flip_through_the_router(demo, db)
         out = demo.stop()
     finally:
@@ -264,9 +271,10 @@ def test_demo_names_a_child_that_dies(tmp_path: Path) -> None:
     assert code == 1
     # every replica reads the broken profile: whichever the demo finds dead first is named, with its own log
     # (a fresh clone's run of 2026-12-05 found sim2 or sim3 before sim, and "sim exited early" failed)
-    dead = re.search(r"\b(sim\d?) exited early \(code -?\d+\); its log is (\S+):", text)
+    dead = re.search(r"\b(sim\d?|bench) exited early \(code -?\d+\); its log is (\S+):", text)
     assert dead is not None, text
-    assert dead[1] in sim_names(config) and dead[2] == str(config.folder.resolve() / f"{dead[1]}.log")
+    assert dead[1] in [*sim_names(config), "bench"]
+    assert dead[2] == str(config.folder.resolve() / f"{dead[1]}.log")
     pids = json.loads(config.pids_file.read_text())
     assert pids and not [n for n, pid in pids.items() if _alive(pid)]
 

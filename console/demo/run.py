@@ -10,7 +10,12 @@ Children (each `python -m ...` of this same interpreter, so the demo works from 
 4. ``policy``: ``control auto --policy learn`` on every replica, one policy each (admin key through
    SPECTOWER_ADMIN_KEY_FILE, never argv);
 5. ``load``: ``bench load --pattern day`` through the router, a compressed day with bursts;
-6. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file).
+6. ``console``: Streamlit, pre-authorised for a local operator (SPECTOWER_OPERATOR + the key file);
+7. ``bench`` and ``sweep``: a fourth simulated server of the same stack, outside the fleet and its load, and
+   one ``bench sweep --save`` of it (about two minutes), so the Benchmarks page has a run and the
+   Speculation page a benchmark crossover beside the live one. It runs while the database holds fewer than
+   ``DEMO_SWEEPS`` of the demo's runs: the second start gives two runs to compare. The sweep is the one
+   child that ends by itself; a failed one is named with its log, and the demo goes on.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -32,6 +38,9 @@ from ..commands.load import MMAP_THRESHOLD_BYTES
 from .ports import choose_port
 from .supervisor import Child, Supervisor
 
+if TYPE_CHECKING:
+    from ...storage import Database
+
 DEFAULT_PROFILE = "glm5-nvfp4-8x-rtx-pro-6000"
 DEFAULT_DIR = Path("spectower-demo")
 DEFAULT_DB_NAME = "spectower.db"
@@ -39,6 +48,7 @@ DEFAULT_CONSOLE_PORT = 8501
 DEFAULT_SIM_PORT = 30000
 DEFAULT_GPU_METRICS_PORT = 9400  # dcgm-exporter's port
 DEFAULT_ROUTER_PORT = 30080
+DEFAULT_BENCH_PORT = 30090
 DEMO_REPLICAS = 3
 DEMO_FLEET = "demo"
 # The demo's tuning: a day compressed into 4 minutes (night, ramp, plateau above the glm5 crossover of
@@ -52,12 +62,17 @@ POLICY_INTERVAL = "5s"
 # server), so its first decision comes within the first minute or so, not two.
 POLICY_SAMPLE = "5s"
 OPERATOR = "demo-operator"
+# The demo's sweep: eight levels, one 5-s round a mode, mixed lengths (about 130 s on a 2-core machine).
+DEMO_SWEEP_TAG = "demo sweep"
+DEMO_SWEEPS = 2
+DEMO_SWEEP_ARGS = ("--concurrency", "1,4,8,16,24,32,48,64", "--duration-per-level", "5s", "--rounds", "1",
+                   "--output-len", "64-256", "--warmup", "1")  # fmt: skip
 KEY_FILE_NAME = "admin_key"
 PIDS_FILE_NAME = "pids.json"
 START_TIMEOUT_S = 120.0  # Streamlit's first start on a loaded 2-core machine
 POLL_S = 0.5
 # Stop the traffic and the decisions first, then the readers/writers, the simulator last.
-STOP_ORDER = (("load", "policy"), ("collect", "console", "router"), ("sim", "sim2", "sim3"))
+STOP_ORDER = (("load", "policy", "sweep"), ("collect", "console", "router"), ("sim", "sim2", "sim3", "bench"))
 # Inherited variables that would override the demo's own key or database.
 SCRUBBED_ENV = (
     "SPECTOWER_ADMIN_KEY", "SPECTOWER_ADMIN_KEY_FILE", "SPECTOWER_API_KEY", "SPECTOWER_API_KEY_FILE",
@@ -82,6 +97,7 @@ class DemoConfig:
     period: str = DEMO_PERIOD
     policy_interval: str = POLICY_INTERVAL
     router_port: int = DEFAULT_ROUTER_PORT
+    bench_port: int = DEFAULT_BENCH_PORT
     replicas: int = DEMO_REPLICAS
     notes: list[str] = field(default_factory=list)
     # the ports of replicas 2..N, chosen by assign_ports (the first is sim_port)
@@ -111,6 +127,11 @@ class DemoConfig:
         return f"http://127.0.0.1:{self.router_port}"
 
     @property
+    def bench_url(self) -> str:
+        """The simulated server the demo's sweep measures (not in the fleet, no load on it)."""
+        return f"http://127.0.0.1:{self.bench_port}"
+
+    @property
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.console_port}"
 
@@ -135,7 +156,8 @@ class DemoConfig:
 
         for attr, what in (("console_port", "console (--port)"), ("sim_port", "simulator"),
                            ("gpu_metrics_port", "simulator GPU metrics"),
-                           ("router_port", "simulated router")):  # fmt: skip
+                           ("router_port", "simulated router"),
+                           ("bench_port", "simulator for the sweep")):  # fmt: skip
             setattr(self, attr, choose(getattr(self, attr), what))
         self.more_sim_ports = [
             choose(self.sim_port + i, f"simulator {i + 1}") for i in range(1, self.replicas)
@@ -198,6 +220,12 @@ def build_children(config: DemoConfig) -> list[Child]:
                        "--output-len", str(DEMO_OUTPUT_LEN)], base),
         child("console", [*cli, "console", "--db", db, "--port", str(config.console_port)],
               {**key_env, "SPECTOWER_OPERATOR": OPERATOR}),
+        child("bench", [py, "-m", "spectower.simulator", "serve", "--profile", config.profile, "--host",
+                        "127.0.0.1", "--port", str(config.bench_port), "--seed", str(config.replicas),
+                        "--admin-api-key-file", key_file], base),
+        Child(name="sweep", argv=[*cli, "bench", "sweep", "--server", config.bench_url, *DEMO_SWEEP_ARGS,
+                                  "--tag", DEMO_SWEEP_TAG, "--save", "--db", db, "--as", OPERATOR],
+              env=key_env, log_path=folder / "sweep.log", ends=True),
     ]  # fmt: skip
 
 
@@ -252,6 +280,9 @@ def what_to_look_at(config: DemoConfig) -> str:
         f"               you are pre-authorised as operator '{OPERATOR}'; a manual flip pauses the policy",
         "               until you release it there.",
         "  GPUs         the simulated GPUs from the dcgm-exporter style endpoint.",
+        f"  Benchmarks   a sweep of a fourth simulated server ({config.bench_url}, outside the fleet), saved",
+        "               about two minutes after the start (one a start, the first two starts: then two runs",
+        "               to compare).",
         "  Fleet        every replica on one screen, and one flip for all of them (the fleet",
         f"               {DEMO_FLEET!r}: the router's worker list, {config.router_url}/workers).",
         "From a shell (the admin key is in the demo folder, never on a command line):",
@@ -261,6 +292,22 @@ def what_to_look_at(config: DemoConfig) -> str:
         "--off --reason 'demo incident'   (every replica at once)",
         "Ctrl-C stops everything; running the demo again reuses the database.",
     ])  # fmt: skip
+
+
+def demo_sweeps(db: Database) -> int:
+    """How many of the demo's own sweeps the database holds (tag ``DEMO_SWEEP_TAG``)."""
+    from ...storage import records
+
+    return sum(run.tag == DEMO_SWEEP_TAG for run in records.bench_runs(db))
+
+
+def _sweep_ended(sweep: Child, config: DemoConfig) -> str:
+    code = sweep.returncode()
+    if code == 0:
+        return ("the demo's benchmark sweep is saved: the Benchmarks page lists it, and the Speculation page "
+                "draws its curve and crossover beside the live estimate")
+    return (f"note: the demo's benchmark sweep of {config.bench_url} failed (code {code}); the rest of the "
+            f"demo goes on. Its log is {sweep.log_path}:\n{sweep.log_tail()}")
 
 
 def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
@@ -286,7 +333,8 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
     try:
         # Create (or migrate) the schema once here, so the children never race to create tables.
         try:
-            open_database(str(config.db_path.resolve())).close()
+            with open_database(str(config.db_path.resolve())) as db:
+                sweep = demo_sweeps(db) < DEMO_SWEEPS
         except Exception as exc:  # not a database, a newer schema, a read-only folder: say which file
             raise DemoError(f"--db {config.db_path}: cannot open it ({type(exc).__name__}: {exc})") from None
         write_key_file(config.key_file)
@@ -297,13 +345,14 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
             say(f"note: {not_marked}; commands without --db will not find this demo's database")
         more = config.replicas - 1
         say(f"starting the simulator ({config.profile}) on {config.sim_url} and {more} more replicas ...")
-        for name in sim_names(config):
+        sims = [*sim_names(config), *(["bench"] if sweep else [])]
+        for name in sims:
             sup.start(children[name])
-        for name, url in zip(sim_names(config), config.sim_urls, strict=True):
+        for name, url in zip(sims, [*config.sim_urls, *([config.bench_url] if sweep else [])], strict=True):
             _wait_healthy(sup, children[name], f"{url}/health", stop)
         sup.start(children["router"])
         _wait_healthy(sup, children["router"], f"{config.router_url}/readiness", stop)
-        for name in ("collect", "policy", "load", "console"):
+        for name in ("collect", "policy", "load", "console", *(["sweep"] if sweep else [])):
             if not stop.is_set():
                 sup.start(children[name])
         if not stop.is_set():
@@ -312,8 +361,13 @@ def run_demo(config: DemoConfig, say: Say, cwd: Path) -> int:
         if not stop.is_set():
             say(what_to_look_at(config))
         deadline = None if config.duration_s is None else time.monotonic() + config.duration_s
+        sweeping = children["sweep"] if sweep else None
         while not stop.is_set():
             _check_alive(sup)
+            if sweeping is not None and not sweeping.running():
+                say(_sweep_ended(sweeping, config))
+                sup.retire(["bench"])  # its server has nothing more to do
+                sweeping = None
             if deadline is not None and time.monotonic() >= deadline:
                 say(f"--duration reached ({config.duration_s:g} s)")
                 break

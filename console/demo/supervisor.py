@@ -29,6 +29,7 @@ class Child:
     argv: list[str]
     env: dict[str, str]
     log_path: Path
+    ends: bool = False  # a one-shot job (the demo's sweep): its exit is not a death
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -89,7 +90,8 @@ class Supervisor:
         tmp.replace(self.pids_path)
 
     def first_dead(self) -> Child | None:
-        return next((c for c in self.children if not c.running()), None)
+        """The first child that should be running and is not (a one-shot job that ended is not dead)."""
+        return next((c for c in self.children if not c.ends and not c.running()), None)
 
     def stop(self, names: Sequence[str] | None = None, grace_s: float = DEFAULT_GRACE_S) -> None:
         """SIGTERM the chosen children (default: all) together, wait up to ``grace_s``, SIGKILL the rest."""
@@ -108,6 +110,15 @@ class Supervisor:
                 child.proc.wait(timeout=10)
             # What the leader started in its group (streamlit's workers, ...) goes too.
             _signal_group(child.proc, signal.SIGKILL)
+
+    def retire(self, names: Sequence[str], grace_s: float = DEFAULT_GRACE_S) -> None:
+        """Stop the chosen children for good: their work is done (the sweep's server once the sweep ends),
+        so ``first_dead`` no longer counts them, where it took the stopped server for a death and ended the
+        demo."""
+        for child in self.children:
+            if child.name in names:
+                child.ends = True
+        self.stop(names, grace_s)
 
     def stop_all(self, order: Sequence[Sequence[str]], grace_s: float = DEFAULT_GRACE_S) -> None:
         """Stop in waves (e.g. the load and the policy before the simulator); then anything left."""
