@@ -176,20 +176,31 @@ def _band(
     name: str | None = None,
     group: str | None = None,
 ) -> list[dict[str, Any]]:
-    """A shaded lo..hi band: an invisible upper edge, then the lower edge filled up to it (plotly's
-    ``tonexty``). ``name``: the band's legend entry (none without); ``group``: its legend group."""
-    edge: dict[str, Any] = {
-        "type": "scatter",
-        "x": x,
-        "mode": "lines",
-        "line": {"width": 0},
-        "hoverinfo": "skip",
-    }
+    """A shaded lo..hi band as one trace: each run of points with both edges known is a closed shape (up
+    its upper edge, back down its lower one), the runs apart where an edge is missing (plotly's ``toself``
+    fills each run between gaps on its own). The two-trace ``tonexty`` band drew a gap's neighbours into one
+    triangle across it: a blanked gated stretch of the accept charts came out as a dark wedge from 0 to 2.5.
+    ``name``: the band's legend entry (none without); ``group``: its legend group."""
+    xs: list[Any] = []
+    ys: list[Any] = []
+    run: list[tuple[Any, Any, Any]] = []
+    for point in [*zip(x, lo, hi, strict=True), (None, None, None)]:
+        if point[1] is not None and point[2] is not None and point[0] is not None:
+            run.append(point)
+            continue
+        if run:
+            if xs:
+                xs.append(None)
+                ys.append(None)
+            xs += [p[0] for p in run] + [p[0] for p in reversed(run)]
+            ys += [p[2] for p in run] + [p[1] for p in reversed(run)]
+            run = []
+    band: dict[str, Any] = {"type": "scatter", "x": xs, "y": ys, "mode": "lines", "line": {"width": 0},
+                            "hoverinfo": "skip", "fill": "toself", "fillcolor": fillcolor}  # fmt: skip
     if group is not None:
-        edge["legendgroup"] = group
-    lower = {**edge, "y": lo, "fill": "tonexty", "fillcolor": fillcolor}
-    lower.update({"name": name} if name is not None else {"showlegend": False})
-    return [{**edge, "y": hi, "showlegend": False}, lower]
+        band["legendgroup"] = group
+    band.update({"name": name} if name is not None else {"showlegend": False})
+    return [band]
 
 
 def timeseries(

@@ -40,7 +40,9 @@ def test_live_curve_has_its_interval_as_a_band_and_the_crossover_interval_shaded
     curve = traces["live (engine counters, per batch size)"]
     assert list(curve["x"]) == [2, 4, 8, 32]  # the bin measured in one mode only is not drawn
     band = traces["95% interval: live"]
-    assert band["fill"] == "tonexty" and list(band["x"]) == [2, 4, 32] and list(band["y"]) == [1.5, 1.3, 0.7]
+    # one closed shape: up the upper edge, back down the lower one
+    assert band["fill"] == "toself" and list(band["x"]) == [2, 4, 32, 32, 4, 2]
+    assert list(band["y"]) == [1.7, 1.5, 0.9, 0.7, 1.3, 1.5]
     rect = next(sh for sh in fig["layout"]["shapes"] if sh["type"] == "rect")
     assert (rect["x0"], rect["x1"]) == (16.0, 24.0)
     plain = charts.speedup_chart(live, {}, {"live": 20.0}, None, 64)  # no interval: no shading
@@ -149,3 +151,23 @@ def _same_with_gaps(got: list[object], want: list[object]) -> bool:
 def test_numbers_are_floats_with_none_for_gaps(values: list[float | int | None], dtype: str) -> None:
     column = pd.Series(values, dtype=dtype) if dtype != "float64" else pd.Series(values, dtype=float)
     assert charts.numbers(column) == [None if pd.isna(v) else float(v) for v in column]  # the old definition
+
+
+def test_a_band_with_a_gap_is_two_shapes_not_a_wedge_across_it() -> None:
+    """A time series' min..max band around a blanked stretch (the accept charts' gated buckets): each run of
+    known points is its own closed shape, apart at the gap. The two-trace ``tonexty`` band joined the gap's
+    neighbours into one dark triangle across it."""
+    df = pd.DataFrame({
+        "ts": [0.0, 10.0, 20.0, 30.0, 40.0, 50.0],
+        "spec_accept_length": [2.5, 2.4, None, None, 2.6, 2.5],
+        "spec_accept_length_min": [2.3, 2.2, None, None, 2.4, 2.4],
+        "spec_accept_length_max": [2.7, 2.6, None, None, 2.8, 2.6],
+    })  # fmt: skip
+    fig = charts.timeseries(df, {"spec_accept_length": "accept length"}, "Accept length").to_dict()
+    bands = [t for t in fig["data"] if t.get("fill")]
+    assert len(bands) == 1 and bands[0]["fill"] == "toself"
+    ys = list(bands[0]["y"])
+    assert ys == [2.7, 2.6, 2.2, 2.3, None, 2.8, 2.6, 2.4, 2.4]
+    assert [x is None for x in bands[0]["x"]] == [y is None for y in ys]
+    line = next(t for t in fig["data"] if t.get("name") == "accept length")
+    assert list(line["y"]) == [2.5, 2.4, None, None, 2.6, 2.5] and not line.get("connectgaps")
