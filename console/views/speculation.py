@@ -196,8 +196,8 @@ def _accept_and_policy(view: _LiveData) -> None:
         common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
     if view.gated_buckets:
         st.caption(
-            "Gaps: speculation gated (the knob at 0, or every batch above it), so nothing to accept. Where it "
-            "drafted part of the time, SGLang's accept length counts each gated step as 1.00 (its accept "
+            "Gaps: speculation gated (the knob at 0, or every batch above it), so nothing to accept. Where "
+            "it drafted part of the time, SGLang's accept length counts each gated step as 1.00 (its accept "
             "rate counts drafted steps only)."
         )
     events = view.events
