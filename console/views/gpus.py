@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from .. import charts, data, settings
+from .. import charts, data, gpu_grid, settings
 from . import common
 
 GPU_PAGE_MAX_POINTS = 300
@@ -112,7 +112,7 @@ def _live(gpu_ids: tuple[int, ...]) -> None:
             st.caption(f"{name} · {label}: the GPU source does not report it.")
             continue
         x_range = charts.data_window(win.t0, win.t1, inventory["first_seen"].min(), series)
-        fig = charts.gpu_grid(series, metric, labels, f"{name} · {label}", unit, x_range)
+        fig = gpu_grid.gpu_grid(series, metric, labels, f"{name} · {label}", unit, x_range)
         cols = ["gpu_id", "ts", metric, f"{metric}_min", f"{metric}_max"]
         frame = series[cols].assign(gpu=series["gpu_id"].map(labels))
         common.chart(fig, frame, f"gpu_{metric}", f"gpu-{metric}")

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from ...storage import Database
-from .. import charts, data, estimate, pause_marks, settings
+from .. import charts, data, estimate, gpu_grid, pause_marks, settings
 from . import common
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
@@ -219,5 +219,5 @@ def gpu_panel(db: Database, win: common.Window) -> None:
     chosen = st.radio("GPU metric", list(names), horizontal=True, key="ov_gpu_metric")
     metric = names[chosen]
     series = data.gpu_series(db, list(labels), win.t0, win.t1, [metric], GPU_MAX_POINTS)
-    fig = charts.gpu_grid(series, metric, labels, chosen, GPU_METRICS[metric][1], (win.t0, win.t1))
+    fig = gpu_grid.gpu_grid(series, metric, labels, chosen, GPU_METRICS[metric][1], (win.t0, win.t1))
     common.chart(fig, lambda: series.assign(gpu=series["gpu_id"].map(labels)), "ov_gpu_grid", f"gpu-{metric}")
