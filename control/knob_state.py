@@ -316,19 +316,20 @@ def normalize_server_url(url: str) -> str:
     return check_http_url(text, "--server", KnobValueError)
 
 
-def check_target(target: Target | str) -> Target:
-    """Static validation of a requested ceiling (no server needed): 'on', 'off' or an integer >= 0."""
+def check_target(target: Target | str, field: str = "max_bs") -> Target:
+    """Static validation of a requested ceiling (no server needed): 'on', 'off' or an integer >= 0.
+    ``field`` names it in the refusal as the caller's user typed it (the CLI's ``--max-bs``)."""
     if isinstance(target, str):
         lowered = target.strip().lower()
         if lowered in ("on", "off"):
             return "on" if lowered == "on" else "off"
-        raise KnobValueError(f"max_bs must be 'on', 'off' or a non-negative integer, got {target!r}")
+        raise KnobValueError(f"{field} must be 'on', 'off' or a non-negative integer, got {target!r}")
     if isinstance(target, bool) or not isinstance(target, int):
-        raise KnobValueError(f"max_bs must be a non-negative integer, got {target!r}")
+        raise KnobValueError(f"{field} must be a non-negative integer, got {target!r}")
     if target < 0:
-        raise KnobValueError(f"max_bs must be >= 0 (0 switches speculation off), got {target}")
+        raise KnobValueError(f"{field} must be >= 0 (0 switches speculation off), got {target}")
     if target > knob_contract.MAX_SPEC_MAX_BS:
-        raise KnobValueError(f"max_bs must be at most {knob_contract.MAX_SPEC_MAX_BS}, got {target}")
+        raise KnobValueError(f"{field} must be at most {knob_contract.MAX_SPEC_MAX_BS}, got {target}")
     return target
 
 

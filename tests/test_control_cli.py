@@ -131,6 +131,10 @@ def test_refusals_are_clean_audited_and_change_nothing(sim: Any, tmp_path: Path)
     # Input mistakes never reach the server or the database.
     no_tty = run_cli([*base, "--off"])
     assert no_tty.exit_code == 2 and "pass --yes" in no_tty.stderr
+    # a bad value is named before anything asks (it said "pass --yes", then refused the value after it)
+    negative = run_cli([*base, "--max-bs", "-3"])
+    assert negative.exit_code == 2 and negative.stderr.strip() == (
+        "error: --max-bs must be >= 0 (0 switches speculation off), got -3")
     both = run_cli([*base, "--off", "--on", "--yes"])
     assert both.exit_code == 2 and "exactly one of" in both.stderr
     empty = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--reason", " ", "--off", "--yes"])
@@ -351,7 +355,7 @@ def test_a_server_value_beyond_the_database_is_one_line_not_a_traceback(sim: Any
     too_big = run_cli(["set", "--server", sim.base_url, "--db", str(tmp_path / "c.db"), "--yes",
                        "--max-bs", str(2**70), "--reason", "x"])  # fmt: skip
     assert too_big.exit_code == 2 and "Traceback" not in too_big.output
-    assert len(too_big.stderr.strip().splitlines()) == 1 and "max_bs" in too_big.stderr
+    assert len(too_big.stderr.strip().splitlines()) == 1 and "--max-bs must be at most" in too_big.stderr
 
 
 def test_get_shows_the_speedup_since_start_then_from_the_stored_counters(sim: Any, tmp_path: Path) -> None:

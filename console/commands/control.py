@@ -369,14 +369,15 @@ def set_knob(
     `control release` (or --hold expires). With --fleet (or several --server): asks once, sets every
     replica at once, one row each; exit 0 all confirmed, 3 partial, 1 none."""
     from ...control import audit
-    from ...control.knob_state import Target
+    from ...control.knob_state import Target, check_target
 
     flags = (("--off", off), ("--on", on), ("--max-bs", max_bs is not None))
     chosen = [flag for flag, given in flags if given]
     if len(chosen) != 1:
         got = f" (got {', '.join(chosen)})" if chosen else ""
         fail(f"give exactly one of --off, --on, --max-bs N{got}")
-    target: Target = "off" if off else "on" if on else int(max_bs)  # type: ignore[arg-type]
+    # the value and the reason are checked before anything asks or connects: a bad one is one line
+    target: Target = check_target("off" if off else "on" if on else int(max_bs), "--max-bs")  # type: ignore[arg-type]
     actor = audit.operator_actor(as_name or getpass.getuser())
     reason = audit.validate_reason(reason)
     if not yes and not _stdin_is_tty():
