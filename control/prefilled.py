@@ -146,22 +146,38 @@ def choice_cells(intervals: Sequence[Mapping[str, Any]],
     return {key: _cell(records) for key, records in _interval_records(intervals, masks)[0].items()}
 
 
-def _levelled(cells: Mapping[CellKey, Sequence[tuple[Sample, Held]]]) -> dict[CellKey, list[float | None]]:
+def _levelled(
+    cells: Mapping[CellKey, Sequence[tuple[Sample, Held]]], known_costs: Mapping[str, float] | None = None
+) -> dict[CellKey, list[float | None]]:
     """The one rule of ``levelled_intervals`` and ``levelled_samples``: per explored cell (``steady`` False)
-    whose pure step time and whose mode's steady prefill seconds per token are known, each record's seconds
-    levelled (``levelled_seconds``), None where its prefilled steps are not known."""
+    whose pure step time and whose mode's steady prefill seconds per token are known (the cells' own, else
+    ``known_costs``), each record's seconds levelled (``levelled_seconds``), None where its prefilled steps
+    are not known."""
     pooled = {key: _cell(records) for key, records in cells.items()}
-    per_token = {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in pooled.items()
-                                                   if m == mode and steady]) for mode in MODES}  # fmt: skip
+    per_token = _costs(pooled)
     out: dict[CellKey, list[float | None]] = {}
     for key, records in cells.items():
         _, mode, steady = key
-        p, pure = per_token[mode], pooled[key].pure_step_s()
+        p = per_token[mode] if per_token[mode] is not None else (known_costs or {}).get(mode)
+        pure = pooled[key].pure_step_s()
         if steady or p is None or pure is None:
             continue
         out[key] = [None if h is None else levelled_seconds(s[1], h[0], h[2], s[0], pure, p)
                     for s, h in records]  # fmt: skip
     return out
+
+
+def _costs(pooled: Mapping[CellKey, ModeSteps]) -> dict[str, float | None]:
+    return {mode: steady_prefill_s_per_token([cell for (_, m, steady), cell in pooled.items()
+                                              if m == mode and steady]) for mode in MODES}  # fmt: skip
+
+
+def steady_costs(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Sequence[bool]]) -> dict[str, float]:
+    """Each mode's steady prefill seconds per output token over the intervals (``masks`` as
+    ``levelled_intervals`` takes them), the modes whose steady cells say it: what a policy keeps so that a
+    later window without a steady cell of a mode still levels its explored cells (``known_costs``)."""
+    pooled = choice_cells(intervals, masks)
+    return {mode: cost for mode, cost in _costs(pooled).items() if cost is not None}
 
 
 def steady_prefill_s_per_token(cells: Sequence[ModeSteps]) -> float | None:
@@ -174,8 +190,8 @@ def steady_prefill_s_per_token(cells: Sequence[ModeSteps]) -> float | None:
     return prefill_s_per_token(known) if known else None
 
 
-def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
-                       masks: Sequence[Sequence[bool]]) -> list[dict[str, Any]]:  # fmt: skip
+def levelled_intervals(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Sequence[bool]],
+                       known_costs: Mapping[str, float] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The intervals with each explored cell (a bin's mode that its interval's ceiling did not choose:
     ``masks``, per interval and bin, whether the ceiling drafted it) levelled: its prefilled steps at its
     pure step time (pooled over the intervals' explored steps of that bin and mode), plus the mode's steady
@@ -192,7 +208,11 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
     Summed over the intervals an explored cell's time is ``ModeSteps.pure_s() + p * tokens``; each interval
     keeps its own pure steps' time, so the estimate's batch means still vary as the steps did. A cell is
     left as it is where its pure step time or its mode's steady prefill seconds are not known (fewer than
-    ``MIN_PURE_STEPS`` pure steps; no steady cell of the mode: a ceiling at either end); an interval without
+    ``MIN_PURE_STEPS`` pure steps; no steady cell of the mode, a ceiling at either end or a steady load on
+    one side of it, and no ``known_costs`` of the mode: what the same server's steady cells measured before,
+    ``steady_costs``. On an H100, 2026-12-07, a load held at 48 above a ceiling of 24 left the explored
+    drafting at 1.066 of always on's rate, 1.036 levelled at always on's cost,
+    data/gpu-runs/h100-8b-pair-triton-five-parts-2026-12-07); an interval without
     the ``prefilled`` block (a plugin before 0.4.14; the collector's stored intervals carry it from 0.4.14 on,
     ``storage.queries.counter_intervals``) as it is. The block goes from every levelled interval, so
     levelling twice changes nothing."""
@@ -202,7 +222,7 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]],
         return [dict(interval) for interval in intervals]
     records, where = _interval_records(intervals, masks)
     times = [{mode: list(interval[mode]["time_s"]) for mode in MODES} for interval in intervals]
-    for key, seconds in _levelled(records).items():
+    for key, seconds in _levelled(records, known_costs).items():
         for (k, mode, i), levelled_s in zip(where[key], seconds, strict=True):
             if levelled_s is not None:
                 times[k][mode][i] = levelled_s

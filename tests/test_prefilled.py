@@ -222,3 +222,69 @@ def test_the_per_bin_samples_level_as_the_intervals_do_and_unknown_samples_stay(
     assert prefilled.levelled_samples(grouped, None, explored) == grouped
     older = [{k: v for k, v in i.items() if k != "prefilled"} for i in raw]
     assert prefilled.prefilled_samples(older) is None
+
+
+def plateau(n: int = 12) -> tuple[list[dict], list[list[bool]], float]:
+    """``n`` intervals under a ceiling of 32 with the load held at 64: a steady gated stream there and its
+    explored drafting, whose steps carry the gated stream's prefills (no draft prefill, fewer a step); no
+    bin drafts steadily. And a steady drafting stream's rate at 64 (the truth)."""
+    drafting_64 = stream(6000, 150, 0.0200, DRAFTING_PREFILL_S, round(6000 * 150 / LENGTH))
+    out = []
+    for k in range(n):
+        explored = 30 + k % 4
+        cells = {
+            (64, "gated"): stream(2000 + k, 62, 0.0090, GATED_PREFILL_S, round((2000 + k) * 62 / LENGTH)),
+            (64, "drafted"): stream(explored, 150, 0.0200, GATED_PREFILL_S, round(explored * 150 / LENGTH)),
+        }
+        out.append(interval(BINS, cells))
+    return out, [CEILING_32] * n, drafting_64.tokens / drafting_64.time_s
+
+
+def test_a_load_held_above_the_ceiling_levels_its_explored_drafting_at_the_cost_measured_before() -> None:
+    """Under a plateau above the ceiling no bin drafts steadily, so the window alone cannot say what a
+    drafting stream's prefills cost, and the explored drafting (carrying a gated stream's cheaper prefills)
+    reads high. With the cost the server's steady drafting measured before (``steady_costs`` of an earlier
+    window), it reads a drafting stream's rate, as learn reads it. On an H100 (2026-12-07) such a cell read
+    1.066 of always on raw, 1.036 at always on's cost."""
+    earlier, earlier_masks, _ = window()
+    costs = prefilled.steady_costs(earlier, earlier_masks)
+    assert costs["drafted"] == pytest.approx(DRAFTING_PREFILL_S / LENGTH, rel=0.02)
+    assert costs["gated"] == pytest.approx(GATED_PREFILL_S / LENGTH, rel=0.02)
+    raw, masks, truth = plateau()
+    assert "drafted" not in prefilled.steady_costs(raw, masks)  # no steady drafting in this window
+    alone = bin_estimate(prefilled.levelled_intervals(raw, masks), 64)
+    known = bin_estimate(prefilled.levelled_intervals(raw, masks, costs), 64)
+    assert alone.drafted_tok_s is not None and known.drafted_tok_s is not None
+    assert alone.drafted_tok_s == pytest.approx(bin_estimate(raw, 64).drafted_tok_s, rel=1e-9)
+    assert alone.drafted_tok_s / truth > 1.005
+    assert known.drafted_tok_s / truth == pytest.approx(1.0, abs=0.003)
+    # a window's own steady cells win over what was measured before: the gated side keeps its own cost
+    wrong = {"drafted": costs["drafted"], "gated": 10 * costs["gated"]}
+    gated_known = bin_estimate(prefilled.levelled_intervals(raw, masks, wrong), 64).gated_tok_s
+    assert gated_known == pytest.approx(known.gated_tok_s, rel=1e-9)
+    # learn weighs the same: its choices with the costs it kept read the drafting stream's rate there
+    chosen = learn_counters.estimate_without_thin(learn_counters.as_choices(raw, masks, 1.0, costs))[0]
+    at_64 = next(e for e in chosen.bins if e.batch_size == 64)
+    assert at_64.drafted_tok_s is not None and at_64.drafted_tok_s / truth == pytest.approx(1.0, abs=0.003)
+
+
+def test_learn_keeps_the_last_cost_its_window_measured_for_a_window_without_it() -> None:
+    """Learn levels with its window's own steady costs and keeps them: once the load holds above its ceiling
+    and the window has no drafting bin left, the explored drafting is levelled at the cost measured before,
+    where it read the gated stream's cheaper prefills as drafting's."""
+    from spectower.control.policy.learn import LearnPolicy
+    from spectower.control.policy.learn_counters import CEILING_KEY
+
+    earlier, _, _ = window()
+    raw, _, truth = plateau()
+    policy = LearnPolicy(max_running_requests=64)
+    # the window's intervals as learn keeps them, each with the ceiling it ran under (here 32 throughout)
+    policy._intervals = [{**i, CEILING_KEY: 32} for i in raw]
+    fresh = bin_estimate(policy._corrected_now(), 64)
+    policy._intervals = [{**i, CEILING_KEY: 32} for i in earlier]
+    policy._corrected_now()
+    policy._intervals = [{**i, CEILING_KEY: 32} for i in raw]
+    remembered = bin_estimate(policy._corrected_now(), 64)
+    assert fresh.drafted_tok_s is not None and remembered.drafted_tok_s is not None
+    assert fresh.drafted_tok_s / truth > 1.005
+    assert remembered.drafted_tok_s / truth == pytest.approx(1.0, abs=0.003)

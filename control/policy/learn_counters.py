@@ -7,6 +7,7 @@ so both put the ceiling where the same rule puts it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ...plugin import engine_counters, explore, knob_contract
@@ -114,7 +115,10 @@ def ceiling_of(bound: int, max_running_requests: int) -> int:
 
 
 def as_choices(
-    intervals: list[dict[str, Any]], masks: list[list[bool]], scale: float
+    intervals: list[dict[str, Any]],
+    masks: list[list[bool]],
+    scale: float,
+    prefill_costs: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """The intervals as the two choices of each bin, which is what learn weighs there: drafting it against
     gating it. ``masks``: per interval, per bin, whether its ceiling drafted the bin.
@@ -151,12 +155,16 @@ def as_choices(
     drafting side of a bin its ceiling drafts adds the gated steps as measured: what that bin served,
     prefills and all.
 
+    ``prefill_costs``: each mode's steady prefill seconds per token measured before (learn keeps the last
+    its window measured), for the modes the intervals have no steady cell of (``prefilled.steady_costs``).
+
     The warm start (control/warm_start.py) reads the collector's stored intervals through here too; they
     carry the ``slots`` and ``mix`` blocks as ``rates()`` gives them (``storage.queries.counter_intervals``,
     plugin 0.4.15 on), so it levels as learn does."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
-    levelled = prefilled.levelled_intervals(mix_levelled.mix_levelled_intervals(intervals, masks), masks)
+    levelled = prefilled.levelled_intervals(mix_levelled.mix_levelled_intervals(intervals, masks), masks,
+                                            prefill_costs)  # fmt: skip
     chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
     for interval, mask in zip(intervals, masks, strict=True):
         for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
@@ -197,10 +205,13 @@ def ceiling_masks(intervals: list[dict[str, Any]]) -> list[list[bool]]:
     return [drafted_by(i["bins"], i.get(CEILING_KEY)) for i in intervals]
 
 
-def corrected(intervals: list[dict[str, Any]], tax: float) -> list[dict[str, Any]]:
+def corrected(
+    intervals: list[dict[str, Any]], tax: float, prefill_costs: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """The intervals as the two choices (``as_choices``) of the bins each one's ceiling drafted, the gated
-    side scaled by ``1 / (1 - tax)``."""
-    return as_choices(intervals, ceiling_masks(intervals), 1.0 / (1.0 - tax))
+    side scaled by ``1 / (1 - tax)``; ``prefill_costs``: each mode's steady prefill cost the server measured
+    before, for a window without a steady cell of the mode (``prefilled.steady_costs``)."""
+    return as_choices(intervals, ceiling_masks(intervals), 1.0 / (1.0 - tax), prefill_costs)
 
 
 def gated_while_drafted(intervals: list[dict[str, Any]], masks: list[list[bool]]) -> dict[int, float]:
