@@ -577,6 +577,30 @@ def test_three_parts_whose_first_batches_drew_low_leave_a_turned_over_cell_as_me
     assert (round(at16["window_draw"], 3), round(at48["window_draw"], 3)) == (0.196, 0.067)
 
 
+FIVE_PARTS = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-five-parts-2026-12-07/runs"
+
+
+def test_a_load_held_above_the_ceiling_reads_its_explored_drafting_levelled_once_learn_kept_a_drafting_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2026-12-07's H100 run, five parts at 48 under a ceiling of 24 (cut by the device time: its runs given
+    by hand): the run alone has no drafting bin, so learn left its explored drafting raw, 1.066 of always on;
+    with the steady runs' prefill costs kept (what learn keeps from a spell of drafting before, the "kept"
+    column) it reads 1.036, the prefills table's levelled ratio."""
+    out = tmp_path / "lean.json"
+    args = ["--db", str(FIVE_PARTS / "policy.db.xz"), "--run", "on=1796612672.8:1796612738.8:64",
+            "--run", "threshold-24=1796612755.6:1796613581.3:24", "--steady-off", "", "--min-steps", "30",
+            "--json", str(out)]  # fmt: skip
+    assert explore_lean.main(args) == 0
+    assert "'kept'" in capsys.readouterr().out
+    found = json.loads(out.read_text())
+    (row,) = found["mix"]
+    assert (row["bin"], row["parts"], row["steps"]) == (48, 5, 366)
+    assert round(row["ratio"], 3) == round(row["learn"], 3) == 1.066
+    levelled = next(r for r in found["prefilled"] if r["bin"] == 48 and r["mode"] == "drafted")
+    assert round(row["kept"], 3) == round(levelled["ratio"], 3) == 1.036
+
+
 def test_the_request_mix_table_prints_nothing_for_counters_before_plugin_0_4_15(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

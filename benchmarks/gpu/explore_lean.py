@@ -62,7 +62,7 @@ from typing import Any
 
 from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
 from load_pairs import repeats_of, run_mean
-from spectower.control import kept_extend, mix_levelled
+from spectower.control import kept_extend, mix_levelled, prefilled
 from spectower.control.policy import learn_counters
 from spectower.control.policy.learn import OPTION_DEFAULTS
 from spectower.control.prefilled import (
@@ -592,6 +592,10 @@ def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run]
     on_runs, off_runs = repeats_of(steady_on, found), repeats_of(steady_off, found)
     bins = sorted({int(b) for intervals in found.values() for i in intervals for b in i["bins"]})
     steady = {b: drafted_cell([i for name in on_runs for i in found[name]], b) for b in bins}
+    # the steady runs' prefill costs: what learn keeps from a spell of each stream before a window without
+    # one (a load held on one side of the ceiling), the "kept" column
+    spells = [(i, [name in on_runs] * len(i["bins"])) for name in (*on_runs, *off_runs) for i in found[name]]
+    kept_costs = prefilled.steady_costs([i for i, _ in spells], [m for _, m in spells])
 
     def counted(cell: Mapping[str, float]) -> bool:
         """Enough steps to read, and their slots and time counted."""
@@ -605,7 +609,8 @@ def mix_table(found: Mapping[str, Sequence[dict[str, Any]]], runs: Sequence[Run]
         masks = [learn_counters.drafted_by(list(i["bins"]), run.ceiling) for i in intervals]
         window = mix_levelled.window_mix(intervals)
         readings = {"mix": mix_levelled.mix_levelled_intervals(intervals, masks),
-                    "learn": learn_counters.as_choices(list(intervals), masks, 1.0)}  # fmt: skip
+                    "learn": learn_counters.as_choices(list(intervals), masks, 1.0),
+                    "kept": learn_counters.as_choices(list(intervals), masks, 1.0, kept_costs)}  # fmt: skip
         for b in bins:
             cell = drafted_cell(intervals, b)
             if explored_mode(b, run.ceiling) != "drafted" or not counted(cell):
@@ -647,13 +652,15 @@ def print_mix(rows: Sequence[dict[str, Any]]) -> None:
           "requests' arithmetic (A) and harmonic (H) mean accept and A/H; the run's parts in all bins "
           "(learn's window: it levels with 2 or more); explored / steady tok/s of step time: raw, "
           "mix-levelled as learn levels it (the explored tokens at slots x the window's H, where the cell's "
-          "gap from H passes H's draw: its 95 % half-width over the window's intervals, 'draw'), and as "
-          "learn reads it (the mix, then the prefills)")  # fmt: skip
+          "gap from H passes H's draw: its 95 % half-width over the window's intervals, 'draw'), as "
+          "learn reads it from the run alone (the mix, then the prefills) and as it reads it after a spell "
+          "of the steady runs, their prefill costs kept ('kept')")  # fmt: skip
     columns = (("steady_batch", ".1f", 7), ("steady_accept", ".3f", 7), ("parts", "d", 5),
                ("arithmetic", ".3f", 6), ("harmonic", ".3f", 6), ("mix_lean", ".3f", 6),
                ("window_parts", "d", 6), ("window_draw", ".3f", 6), ("ratio", ".3f", 6), ("mix", ".3f", 6),
-               ("learn", ".3f", 6))  # fmt: skip
-    heads = ("on bat.", "on acc.", "parts", "A", "H", "A/H", "window", "draw", "ratio", "mix", "learn")
+               ("learn", ".3f", 6), ("kept", ".3f", 6))  # fmt: skip
+    heads = ("on bat.", "on acc.", "parts", "A", "H", "A/H", "window", "draw", "ratio", "mix", "learn",
+             "kept")  # fmt: skip
     print(f"{'bin':>4} {'run':<18} {'steps':>6} {'batch':>6} {'acc.':>6} "
           + " ".join(f"{h:>{w}}" for h, (_, _, w) in zip(heads, columns, strict=True)))
     for row in rows:
