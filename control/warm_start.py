@@ -31,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..plugin.engine_counters import counter_bins
@@ -39,7 +39,7 @@ from ..storage import queries
 from ..storage.bench_serving import effective_server_info
 from ..storage.database import Database
 from ..storage.models import BenchRun
-from . import kept_extend, speedup
+from . import kept_extend, prefilled, speedup
 from .policy import learn, learn_counters
 
 STATUSES = ("found", "none_in_range", "below_range")  # collectors.bench.ratio.Crossover's
@@ -201,10 +201,14 @@ def known_from_profile(doc: Mapping[str, Any], source: str, status: str, crossov
 
 @dataclass(frozen=True)
 class WarmStart:
-    """Where ``learn`` starts (``ceiling`` None: the ceiling the server holds now) and the line saying why."""
+    """Where ``learn`` starts (``ceiling`` None: the ceiling the server holds now) and the line saying why;
+    from the server's own stored counters, also each mode's steady prefill cost they measured
+    (``prefilled.steady_costs``), which learn levels its explored cells at until its own window measures it:
+    a learn started under a load held above its ceiling has no drafting bin of its own to take it from."""
 
     ceiling: int | None
     line: str
+    prefill_costs: Mapping[str, float] = field(default_factory=dict)
 
 
 def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> WarmStart:
@@ -291,6 +295,7 @@ def from_counters(
         f"warm start: this server's own counters of the last {window_s / 60:.0f} min ({len(intervals)} "
         f"intervals, {est.seconds:.0f} s of decode steps): crossover {est.label}; {tax_text}; "
         f"learn starts at {where}",
+        prefilled.steady_costs(intervals, masks),
     )
 
 

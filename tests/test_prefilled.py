@@ -288,3 +288,27 @@ def test_learn_keeps_the_last_cost_its_window_measured_for_a_window_without_it()
     assert fresh.drafted_tok_s is not None and remembered.drafted_tok_s is not None
     assert fresh.drafted_tok_s / truth > 1.005
     assert remembered.drafted_tok_s / truth == pytest.approx(1.0, abs=0.003)
+
+
+def test_the_warm_start_hands_learn_the_costs_its_stored_counters_measured() -> None:
+    """The server's own stored counters (the warm start's first source) say what each stream's prefills
+    cost, and learn takes them: a learn started under a plateau above its ceiling levels its explored
+    drafting at the drafting cost stored before it started, where its own window has none. A bad cost is
+    refused naming the option."""
+    from spectower.control import warm_start
+    from spectower.control.policy import PolicyError
+    from spectower.control.policy.learn import LearnPolicy
+    from spectower.control.policy.learn_counters import CEILING_KEY
+
+    earlier, _, _ = window()
+    started = warm_start.from_counters(earlier, 64, ceilings=[32] * len(earlier), current=32)
+    assert started is not None
+    assert started.prefill_costs["drafted"] == pytest.approx(DRAFTING_PREFILL_S / LENGTH, rel=0.02)
+    raw, _, truth = plateau()
+    policy = LearnPolicy(max_running_requests=64, prefill_costs=started.prefill_costs)
+    policy._intervals = [{**i, CEILING_KEY: 32} for i in raw]  # its window as it keeps it: the plateau only
+    at_64 = bin_estimate(policy._corrected_now(), 64)
+    assert at_64.drafted_tok_s is not None and at_64.drafted_tok_s / truth == pytest.approx(1.0, abs=0.003)
+    for bad in ({"draft": 1e-5}, {"drafted": -1.0}, {"gated": float("nan")}):
+        with pytest.raises(PolicyError, match="prefill_costs"):
+            LearnPolicy(max_running_requests=64, prefill_costs=bad)

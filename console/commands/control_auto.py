@@ -97,6 +97,8 @@ def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[s
                 options["min_dwell_s"] = plan.dwell_s
             warm = warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
             options["initial_ceiling"], start_note = warm.ceiling, warm.line
+            if warm.prefill_costs:
+                options["prefill_costs"] = dict(warm.prefill_costs)
             say(warm.line)
         policy = make_policy(spec, max_running, **options)
         return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,

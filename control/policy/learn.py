@@ -142,13 +142,32 @@ def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
     return busy
 
 
+def _checked_costs(costs: Mapping[str, float] | None) -> dict[str, float]:
+    """The warm start's prefill costs (seconds per output token by mode), each a finite number >= 0."""
+    checked: dict[str, float] = {}
+    for mode, cost in (costs or {}).items():
+        if mode not in engine_counters.MODES or isinstance(cost, bool) or not isinstance(cost, int | float) \
+                or not math.isfinite(cost) or cost < 0:
+            modes = list(engine_counters.MODES)
+            raise PolicyError(f"learn option 'prefill_costs': {mode!r} must be a mode of {modes} with a "
+                              f"finite cost >= 0, got {cost!r}")  # fmt: skip
+        checked[mode] = float(cost)
+    return checked
+
+
 class LearnPolicy:
     name = "learn"
 
-    def __init__(self, max_running_requests: int, initial_ceiling: int | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        max_running_requests: int,
+        initial_ceiling: int | None = None,
+        prefill_costs: Mapping[str, float] | None = None,
+        **options: Any,
+    ) -> None:
         unknown = sorted(set(options) - set(OPTION_DEFAULTS))
         if unknown:
-            known = sorted([*OPTION_DEFAULTS, "initial_ceiling"])
+            known = sorted([*OPTION_DEFAULTS, "initial_ceiling", "prefill_costs"])
             raise PolicyError(f"unknown learn option(s) {unknown}; known: {known}")
         if initial_ceiling is not None and (
             not isinstance(initial_ceiling, int) or isinstance(initial_ceiling, bool) or initial_ceiling < 0
@@ -192,7 +211,7 @@ class LearnPolicy:
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         # each mode's steady prefill cost a window measured last, for a window without a steady cell of the
         # mode (a load held on one side of the ceiling): prefilled.steady_costs
-        self._prefill_costs: dict[str, float] = {}
+        self._prefill_costs: dict[str, float] = _checked_costs(prefill_costs)
         self.flip_times: deque[float] = deque()
         self.knob: int | None = None  # what we last saw (or set)
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
