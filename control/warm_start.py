@@ -31,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..plugin.engine_counters import counter_bins
@@ -266,16 +266,9 @@ def from_counters(
         return None
     if ceilings is not None and len(ceilings) != len(intervals):
         raise ValueError(f"ceilings: one per interval, got {len(ceilings)} for {len(intervals)}")
-    known = list(ceilings) if ceilings is not None else [None] * len(intervals)
-    # the bins that ran mostly drafted: estimated only where some interval's knob is unknown
-    mostly: set[int] = set()
-    if None in known:
-        mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
     tax, tax_text = kept_extend.or_assumed(kept_extend_tax)
     scale = 1.0 / (1.0 - tax)
-    masks = [learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
-             else [int(b) in mostly for b in interval["bins"]]
-             for interval, ceiling in zip(intervals, known, strict=True)]  # fmt: skip
+    masks = _masks(intervals, ceilings)
     corrected = learn_counters.as_choices(intervals, masks, scale)
     est, _ = learn_counters.estimate_without_thin(corrected)
     if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
@@ -299,6 +292,18 @@ def from_counters(
     )
 
 
+def _masks(intervals: list[dict[str, Any]], ceilings: Sequence[int | None] | None) -> list[list[bool]]:
+    """Per interval, per bin, whether its ceiling drafted the bin; where the ceiling is not known, whether
+    the bin ran mostly drafted (``BinEstimate.ran_mostly``, estimated only then)."""
+    known = list(ceilings) if ceilings is not None else [None] * len(intervals)
+    mostly: set[int] = set()
+    if None in known:
+        mostly = {b.batch_size for b in speedup.estimate(intervals).bins if b.ran_mostly == "drafted"}
+    return [learn_counters.drafted_by(interval["bins"], ceiling) if ceiling is not None
+            else [int(b) in mostly for b in interval["bins"]]
+            for interval, ceiling in zip(intervals, known, strict=True)]  # fmt: skip
+
+
 def knob_at(knobs: Sequence[tuple[float, int]], ts: float) -> int | None:
     """The knob the newest of ``knobs`` ((time, spec_max_bs), oldest first) at or before ``ts`` read (None:
     none that old). A binary search on the pairs themselves: (ts, inf) sorts after every reading at ts."""
@@ -306,19 +311,23 @@ def knob_at(knobs: Sequence[tuple[float, int]], ts: float) -> int | None:
     return knobs[i - 1][1] if i else None
 
 
-def from_stored_counters(
-    db: Database,
-    server_url: str,
-    max_running_requests: int,
-    now: float,
-    window_s: float = COUNTERS_WINDOW_S,
-    current: int | None = None,
-) -> WarmStart | None:
-    """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s``, each
-    interval with the knob it stored beside it, and the kept-extend tax its extend rows of the window measure
-    (``kept_extend.measure``; learn's constant where they measure none), and the knob now (``current``, else
-    the newest one stored) (None: the server was never collected, or its counters measure no bin in both
-    modes yet)."""
+@dataclass(frozen=True)
+class StoredCounters:
+    """What the collector stored for one server over the warm start's window: its counter intervals, the
+    knob stored beside each (None: not known), the kept-extend tax its extend rows measure and its newest
+    knob."""
+
+    intervals: list[dict[str, Any]]
+    ceilings: list[int | None]
+    tax: kept_extend.KeptExtendTax | None
+    newest_knob: int | None
+
+
+def stored_counters(
+    db: Database, server_url: str, now: float, window_s: float = COUNTERS_WINDOW_S
+) -> StoredCounters | None:
+    """The collector's counters of ``server_url`` over the last ``window_s`` (None: never collected, or no
+    interval in the window)."""
     try:
         server_id = queries.server_by_url(db, server_url).id
     except LookupError:
@@ -333,9 +342,28 @@ def from_stored_counters(
     knobs = [(float(r["ts"]), int(r["spec_max_bs"])) for r in rows if r.get("spec_max_bs") is not None]
     ceilings = [knob_at(knobs, float(interval["ts"])) for interval in intervals]
     tax = kept_extend.from_totals(queries.extend_totals(db, server_id, now - window_s, now))
-    if current is None and knobs:
-        current = knobs[-1][1]
-    return from_counters(intervals, max_running_requests, window_s, tax, ceilings=ceilings, current=current)
+    return StoredCounters(intervals, ceilings, tax, knobs[-1][1] if knobs else None)
+
+
+def from_stored_counters(
+    db: Database,
+    server_url: str,
+    max_running_requests: int,
+    now: float,
+    window_s: float = COUNTERS_WINDOW_S,
+    current: int | None = None,
+) -> WarmStart | None:
+    """``from_counters`` over what the collector stored for ``server_url`` in the last ``window_s``
+    (``stored_counters``), each interval with the knob it stored beside it, and the kept-extend tax its
+    extend rows of the window measure (``kept_extend.measure``; learn's constant where they measure none),
+    and the knob now (``current``, else the newest one stored) (None: the server was never collected, or
+    its counters measure no bin in both modes yet)."""
+    stored = stored_counters(db, server_url, now, window_s)
+    if stored is None:
+        return None
+    return from_counters(stored.intervals, max_running_requests, window_s, stored.tax,
+                         ceilings=stored.ceilings,
+                         current=current if current is not None else stored.newest_knob)  # fmt: skip
 
 
 def find(
@@ -349,11 +377,24 @@ def find(
     current: int | None = None,
 ) -> WarmStart:
     """This server's own stored counters (``server_url``; ``current``: its knob now) when they measure a bin
-    in both modes, else ``choose`` over every stored run with a crossover and the given measured profiles."""
+    in both modes, else ``choose`` over every stored run with a crossover and the given measured profiles,
+    with the prefill costs the stored counters measured all the same: an operator's lock explores nothing,
+    so always on's counters measure no bin in both modes, yet they say what a drafting stream's prefills
+    cost (a rehearsal on `sim serve`, 2026-12-07: learn after a locked minute of always on got none)."""
+    costs: dict[str, float] = {}
     if server_url is not None:
-        own = from_stored_counters(db, server_url, max_running_requests, time.time() if now is None else now,
-                                   current=current)  # fmt: skip
-        if own is not None:
-            return own
+        stored = stored_counters(db, server_url, time.time() if now is None else now)
+        if stored is not None:
+            knob = current if current is not None else stored.newest_knob
+            own = from_counters(stored.intervals, max_running_requests, COUNTERS_WINDOW_S, stored.tax,
+                                ceilings=stored.ceilings, current=knob)  # fmt: skip
+            if own is not None:
+                return own
+            costs = prefilled.steady_costs(stored.intervals, _masks(stored.intervals, stored.ceilings))
     runs = [k for k in (known_from_run(run) for run in queries.bench_runs(db)) if k is not None]
-    return choose(server, [*runs, *profiles], max_running_requests)
+    chosen = choose(server, [*runs, *profiles], max_running_requests)
+    if not costs:
+        return chosen
+    said = ", ".join(f"{mode} {1e3 * cost:.4f} ms" for mode, cost in sorted(costs.items()))
+    return replace(chosen, line=f"{chosen.line}; prefills a token as this server's stored counters measured "
+                                f"them: {said}", prefill_costs=costs)  # fmt: skip

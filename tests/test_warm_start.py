@@ -479,3 +479,35 @@ def test_a_knob_within_what_the_counters_allow_stays_where_it_is(tmp_path: Path)
     assert _find(tmp_path / "at-48.db", now).line.endswith(kept)
     store_counters(tmp_path / "unknown.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60)
     assert _find(tmp_path / "unknown.db", now).ceiling == 2  # no knob known: the estimate's own target
+
+
+def test_always_ons_locked_counters_still_hand_learn_the_drafting_prefill_cost(tmp_path: Path) -> None:
+    """A minute of always on under an operator's lock explores nothing, so its counters measure no bin in
+    both modes and the matching sweep sets the ceiling; they still say what a drafting stream's prefills
+    cost (plugin 0.4.14's rows), and the warm start hands that to learn, its line saying so. A rehearsal on
+    `sim serve` (2026-12-07) started learn after such a minute with no cost at all."""
+    from spectower.storage.counter_modes import PREFILLED_MODES
+    from spectower.storage.database import open_database
+    from spectower.storage.models import EngineCounterSample
+    from sqlmodel import select
+
+    now = 10_000.0
+    db_path = tmp_path / "on.db"
+    store_counters(db_path, URL, CURVE, end=now - 60, modes=("drafted",), knob=64)
+    with open_database(db_path) as db:  # a fifth of each interval's steps held a prefill, 4 ms each
+        with db.session() as session:
+            drafted = list(session.exec(select(EngineCounterSample)))
+        rows = [EngineCounterSample(server_id=row.server_id, ts=row.ts, batch_size=row.batch_size,
+                                    mode=PREFILLED_MODES["drafted"], steps=row.steps // 5,
+                                    tokens=row.tokens // 5, time_s=row.steps // 5 * (0.01 + 0.004))
+                for row in drafted]  # fmt: skip
+        writer = db.writer(maintenance=None)
+        writer.put(*rows)
+        assert writer.flush(30)
+        writer.close()
+    warm = _find(db_path, now, sweep(1, 48.0, created_at=now - 3600))
+    assert warm.ceiling == 48 and warm.line.startswith("warm start: sweep #1 ")
+    assert set(warm.prefill_costs) == {"drafted"} and warm.prefill_costs["drafted"] > 0
+    assert "prefills a token as this server's stored counters measured them: drafted " in warm.line
+    policy = make_policy("learn", 64, initial_ceiling=warm.ceiling, prefill_costs=warm.prefill_costs)
+    assert policy._prefill_costs == dict(warm.prefill_costs)  # type: ignore[attr-defined]
