@@ -359,8 +359,14 @@ def from_stored_counters(
     and the knob now (``current``, else the newest one stored) (None: the server was never collected, or
     its counters measure no bin in both modes yet)."""
     stored = stored_counters(db, server_url, now, window_s)
-    if stored is None:
-        return None
+    return None if stored is None else from_stored(stored, max_running_requests, window_s, current)
+
+
+def from_stored(
+    stored: StoredCounters, max_running_requests: int, window_s: float = COUNTERS_WINDOW_S,
+    current: int | None = None,
+) -> WarmStart | None:
+    """``from_counters`` over ``stored``, the knob now ``current`` (else the newest one stored)."""
     return from_counters(stored.intervals, max_running_requests, window_s, stored.tax,
                          ceilings=stored.ceilings,
                          current=current if current is not None else stored.newest_knob)  # fmt: skip
@@ -385,9 +391,7 @@ def find(
     if server_url is not None:
         stored = stored_counters(db, server_url, time.time() if now is None else now)
         if stored is not None:
-            knob = current if current is not None else stored.newest_knob
-            own = from_counters(stored.intervals, max_running_requests, COUNTERS_WINDOW_S, stored.tax,
-                                ceilings=stored.ceilings, current=knob)  # fmt: skip
+            own = from_stored(stored, max_running_requests, current=current)
             if own is not None:
                 return own
             costs = prefilled.steady_costs(stored.intervals, _masks(stored.intervals, stored.ceilings))
