@@ -191,18 +191,21 @@ def build_children(config: DemoConfig) -> list[Child]:
     base["SPECTOWER_DB"] = db
     key_env = {**base, "SPECTOWER_ADMIN_KEY_FILE": str(config.key_file.resolve())}
 
-    def child(name: str, argv: list[str], env: dict[str, str]) -> Child:
-        return Child(name=name, argv=argv, env=env, log_path=folder / f"{name}.log")
+    def child(name: str, argv: list[str], env: dict[str, str], ends: bool = False) -> Child:
+        return Child(name=name, argv=argv, env=env, log_path=folder / f"{name}.log", ends=ends)
 
     servers = [arg for url in config.sim_urls for arg in ("--server", url)]
     key_file = str(config.key_file.resolve())
+
+    def simulator(name: str, port: int, seed: int, *extra: str) -> Child:
+        return child(name, [py, "-m", "spectower.simulator", "serve", "--profile", config.profile,
+                            "--host", "127.0.0.1", "--port", str(port), "--seed", str(seed),
+                            "--admin-api-key-file", key_file, *extra], base)  # fmt: skip
+
     sims = [
-        child(name, [py, "-m", "spectower.simulator", "serve", "--profile", config.profile,
-                     "--host", "127.0.0.1", "--port", str(port), "--seed", str(index),
-                     "--admin-api-key-file", key_file]
-              + (["--gpu-metrics-port", str(config.gpu_metrics_port)] if index == 0 else []), base)
-        for index, (name, port) in enumerate(zip(sim_names(config), config.sim_ports,
-                                                 strict=True))
+        simulator(name, port, index,
+                  *(["--gpu-metrics-port", str(config.gpu_metrics_port)] if index == 0 else []))
+        for index, (name, port) in enumerate(zip(sim_names(config), config.sim_ports, strict=True))
     ]  # fmt: skip
     return [
         *sims,
@@ -220,12 +223,9 @@ def build_children(config: DemoConfig) -> list[Child]:
                        "--output-len", str(DEMO_OUTPUT_LEN)], base),
         child("console", [*cli, "console", "--db", db, "--port", str(config.console_port)],
               {**key_env, "SPECTOWER_OPERATOR": OPERATOR}),
-        child("bench", [py, "-m", "spectower.simulator", "serve", "--profile", config.profile, "--host",
-                        "127.0.0.1", "--port", str(config.bench_port), "--seed", str(config.replicas),
-                        "--admin-api-key-file", key_file], base),
-        Child(name="sweep", argv=[*cli, "bench", "sweep", "--server", config.bench_url, *DEMO_SWEEP_ARGS,
-                                  "--tag", DEMO_SWEEP_TAG, "--save", "--db", db, "--as", OPERATOR],
-              env=key_env, log_path=folder / "sweep.log", ends=True),
+        simulator("bench", config.bench_port, config.replicas),
+        child("sweep", [*cli, "bench", "sweep", "--server", config.bench_url, *DEMO_SWEEP_ARGS,
+                        "--tag", DEMO_SWEEP_TAG, "--save", "--db", db, "--as", OPERATOR], key_env, ends=True),
     ]  # fmt: skip
 
 
