@@ -32,7 +32,7 @@ def test_a_long_prefill_reads_as_waiting_for_its_result(loop: Loop) -> None:
     when = time.strftime("%H:%M:%S", time.gmtime(WALL)) + ".2"
     assert stall.text() == f"1.20 s to {when}: " + stall.cause()
     assert stall.started == pytest.approx(WALL - stall.seconds)
-    assert report.summary() == "1 gaps between results >= 0.25 s of 6, 1.20 s in all, the longest 1.20 s"
+    assert report.summary() == "1 gap between results >= 0.25 s of 6, 1.20 s in all, the longest 1.20 s"
 
 
 def test_a_collection_that_is_half_the_stall_or_more_is_named_first(loop: Loop) -> None:

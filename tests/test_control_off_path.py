@@ -191,7 +191,7 @@ def test_each_ranks_output_stalls_are_shown_with_what_took_them(
     doc = _doc(real_data, None, None)
     doc["internal_states"][0]["spectower"]["loop"] = recorder.report()
     text = _printed(doc, monkeypatch)
-    assert "stalls 0: 1 gaps between results >= 0.25 s of 4, 0.90 s in all, the longest 0.90 s" in text
+    assert "stalls 0: 1 gap between results >= 0.25 s of 4, 0.90 s in all, the longest 0.90 s" in text
     when = time.strftime("%H:%M:%S", time.localtime(1_796_417_829.0))
     assert f"0.90 s to {when}.0: waiting for a batch's result 0.90 s (DECODE, 42 requests)" in text
     state = knob_state(doc, "http://127.0.0.1:30000")

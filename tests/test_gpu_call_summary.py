@@ -72,7 +72,7 @@ def test_the_summary_of_a_plugin_0_4_6_rank() -> None:
     assert "48: 10.7 % (100/99)" in by_start["kept extend"]  # the first gated step followed none
     assert by_start["scheduler gc, rank 0"].startswith("scheduler gc, rank 0: 0 collections")
     assert by_start["scheduler stalls, rank 0"].startswith(
-        "scheduler stalls, rank 0: 1 gaps between results >= 0.25 s of 3, 1.10 s in all, the longest 1.10 s; "
+        "scheduler stalls, rank 0: 1 gap between results >= 0.25 s of 3, 1.10 s in all, the longest 1.10 s; "
         "the loop's calls: input 0.0 s, schedule 0.0 s, run 0.0 s, result 1.1 s")
     assert "  stall (UTC): 1.10 s to 09:30:29.5: waiting for a batch's result 1.10 s (EXTEND, 5 requests, " \
            "12 000 new tokens); at torch/cuda/streams.py:224 synchronize" in lines

@@ -147,7 +147,8 @@ class LoopReport:
     def summary(self) -> str:
         if not self.stalls:
             return f"no gap between results >= {self.threshold_s:g} s in {self.gaps} gaps"
-        return (f"{self.stalls} gaps between results >= {self.threshold_s:g} s of {self.gaps}, "
+        gaps = "gap" if self.stalls == 1 else "gaps"
+        return (f"{self.stalls} {gaps} between results >= {self.threshold_s:g} s of {self.gaps}, "
                 f"{self.stall_seconds:.2f} s in all, the longest {self.longest_s:.2f} s")  # fmt: skip
 
 
