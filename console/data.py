@@ -188,26 +188,31 @@ def gated_reason(latest: dict[str, Any]) -> str | None:
 ACCEPT_COLUMNS = ("spec_accept_length", "spec_accept_rate")
 
 
-def gated_buckets(series: pd.DataFrame, dp_ranks: int) -> pd.Series:
-    """Which ``engine_series`` buckets were gated in every sample, as ``gated_reason`` reads one sample: the
-    knob at 0 throughout, or each DP rank's smallest batch above the knob's largest."""
-    if series.empty or not {"spec_max_bs_max", "num_running_reqs_min"} <= set(series.columns):
+def drafted_nothing(series: pd.DataFrame, dp_ranks: int) -> pd.Series:
+    """Which ``engine_series`` buckets drafted nothing in any sample: the server idle throughout (no running
+    request: the gauge holds its start's 0 or the last batch's value), or gated throughout as
+    ``gated_reason`` reads one sample (the knob at 0, or each DP rank's smallest batch above the knob's
+    largest)."""
+    if series.empty or "num_running_reqs_max" not in series.columns:
         return pd.Series(False, index=series.index)
+    idle = series["num_running_reqs_max"] <= 0
+    if "spec_max_bs_max" not in series.columns or "num_running_reqs_min" not in series.columns:
+        return idle
     knob, smallest = series["spec_max_bs_max"], series["num_running_reqs_min"] / max(1, dp_ranks)
-    return (knob <= 0) | (smallest > knob)
+    return idle | (knob <= 0) | (smallest > knob)
 
 
 def accept_while_drafting(series: pd.DataFrame, dp_ranks: int) -> pd.DataFrame:
     """``engine_series`` buckets with the accept columns (mean, min, max) blanked where the bucket drafted
-    nothing (``gated_buckets``): its gauge reads 1.00 and 0 there, which a chart drew as the draft's
-    acceptance collapsing each time the load passed the knob. A bucket gated for part of its samples keeps
-    its value (the gauge's own mix of both)."""
-    gated = gated_buckets(series, dp_ranks)
+    nothing (``drafted_nothing``): its gauge reads 1.00 and 0 while gated, which a chart drew as the draft's
+    acceptance collapsing each time the load passed the knob, and 0 on an idle server from its start. A
+    bucket that drafted in part of its samples keeps its value (the gauge's own mix)."""
+    blank = drafted_nothing(series, dp_ranks)
     columns = [f"{c}{x}" for c in ACCEPT_COLUMNS for x in ("", "_min", "_max") if f"{c}{x}" in series]
-    if not gated.any() or not columns:
+    if not blank.any() or not columns:
         return series
     blanked = series.copy()
-    blanked.loc[gated, columns] = float("nan")
+    blanked.loc[blank, columns] = float("nan")
     return blanked
 
 

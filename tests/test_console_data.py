@@ -277,35 +277,38 @@ def test_gated_reason_compares_the_knob_with_one_dp_ranks_batch() -> None:
 
 
 def test_accept_is_blanked_where_a_bucket_drafted_nothing(tmp_path: Path) -> None:
-    """Two DP ranks under a knob of 24: ranks of 20 (their summed 40 over the knob, each rank's batch within
-    it) keep their accept; ranks of 30 and a knob of 0 run gated, and the gauge's 1.00 and 0 there are
-    blanked in every bucket that held only such samples; a bucket across a phase's edge keeps the mix."""
+    """Two DP ranks under a knob of 24, idle from the start: the gauge's 0 there is blanked; ranks of 20
+    (their summed 40 over the knob, each rank's batch within it) keep their accept; ranks of 30 and a knob
+    of 0 run gated, and the gauge's 1.00 and 0 there are blanked in every bucket that held only such
+    samples; a bucket across a phase's edge keeps the mix."""
     store = open_database(f"sqlite:///{tmp_path / 'gated.db'}")
     t0 = 1_000_000.0
     sid = store.server_id("http://dp")
-    # 40 s of each: drafting at 20 a rank, gated at 30, drafting, the knob at 0
-    phases = [(20.0, 24, 2.5, 0.6), (30.0, 24, 1.0, 0.0), (20.0, 24, 2.5, 0.6), (20.0, 0, 1.0, 0.0)]
+    # 40 s of each: idle, drafting at 20 a rank, gated at 30, drafting, the knob at 0
+    phases = [(0.0, 24, 0.0, 0.0), (20.0, 24, 2.5, 0.6), (30.0, 24, 1.0, 0.0), (20.0, 24, 2.5, 0.6),
+              (20.0, 0, 1.0, 0.0)]
     with store.session() as s:
-        for i in range(160):
+        for i in range(200):
             running, knob, accept, rate = phases[i // 40]
             for rank in (0, 1):
                 sample = {"num_running_reqs": running, "spec_max_bs": knob, "spec_accept_length": accept,
                           "spec_accept_rate": rate}  # fmt: skip
                 s.add(EngineSample(server_id=sid, dp_rank=rank, ts=t0 + i, **sample))
     columns = ["spec_accept_length", "spec_accept_rate", "num_running_reqs", "spec_max_bs"]
-    series = data.engine_series(store, sid, t0, t0 + 160, columns, 16)
+    series = data.engine_series(store, sid, t0, t0 + 200, columns, 24)
     store.close()
     width = float(series["ts"].diff().median())
     start = series["ts"] - t0
-    inside_gated = ((start >= 40) & (start + width <= 80)) | (start >= 120)
-    gated = data.gated_buckets(series, dp_ranks=2)
-    assert gated.any() and gated.tolist() == inside_gated.tolist()
+    end = start + width - 1e-6  # 24 buckets: edges between the phases' (a width that does not divide 40)
+    inside = (end <= 40) | ((start >= 80) & (end <= 120)) | (start >= 160)
+    gated = data.drafted_nothing(series, dp_ranks=2)
+    assert gated.any() and gated.tolist() == inside.tolist()
     shown = data.accept_while_drafting(series, dp_ranks=2)
     blanked = ["spec_accept_length", "spec_accept_rate", "spec_accept_length_min", "spec_accept_rate_max"]
     assert shown.loc[gated, blanked].isna().all(axis=None)
     kept = shown.loc[~gated, "spec_accept_length"]
     assert kept.notna().all() and kept.max() == pytest.approx(2.5)
-    assert 1.0 < kept.min() < 2.5  # a bucket across an edge keeps the gauge's mix of both
+    assert 0.0 < kept.min() < 2.5  # a bucket across an edge keeps the gauge's mix of both
     assert shown["num_running_reqs"].equals(series["num_running_reqs"])  # the load and knob are untouched
     # read as one rank, the summed 40 is over the knob: the drafting phases would be blanked too
-    assert data.gated_buckets(series, dp_ranks=1).sum() > gated.sum()
+    assert data.drafted_nothing(series, dp_ranks=1).sum() > gated.sum()

@@ -70,7 +70,7 @@ class _LiveData:
     operating_point: tuple[float, float, str] | None
     verdict: tuple[str, str]
     series: pd.DataFrame  # the accept columns blanked where a bucket drafted nothing
-    gated_buckets: int
+    blank_buckets: int  # buckets that drafted nothing (idle or gated)
     x_range: tuple[float, float]
     events: pd.DataFrame
     three_curves: pd.DataFrame
@@ -104,7 +104,7 @@ def _live_data(db: Database, server_id: int, run_ids: tuple[int, ...], win: comm
         operating_point=op,
         verdict=verdict,
         series=data.accept_while_drafting(series, dp_ranks),
-        gated_buckets=int(data.gated_buckets(series, dp_ranks).sum()),
+        blank_buckets=int(data.drafted_nothing(series, dp_ranks).sum()),
         x_range=charts.data_window(win.t0, win.t1, server.get("first_seen"), series),
         events=data.control_events(db, server_url=url, t0=win.t0, actor_prefix="policy:"),
         three_curves=bench.three_curves,
@@ -194,11 +194,11 @@ def _accept_and_policy(view: _LiveData) -> None:
         fig = charts.timeseries(series, {"spec_accept_rate": "accept rate"}, "Accept rate", "fraction",
                                 stale=stale, x_range=span)  # fmt: skip
         common.chart(fig, series.filter(regex="^(ts|spec_accept_rate)"), "spec_ar", "accept-rate")
-    if view.gated_buckets:
+    if view.blank_buckets:
         st.caption(
-            "Gaps: speculation gated (the knob at 0, or every batch above it), so nothing to accept. Where "
-            "it drafted part of the time, SGLang's accept length counts each gated step as 1.00 (its accept "
-            "rate counts drafted steps only)."
+            "Gaps: nothing drafted (the server idle, the knob at 0, or every batch above it), so nothing to "
+            "accept. Where it drafted part of the time, SGLang's accept length counts each gated step as "
+            "1.00 (its accept rate counts drafted steps only)."
         )
     events = view.events
     common.chart(charts.policy_timeline(series, events, view.max_running, x_range=span),
