@@ -296,7 +296,7 @@ def test_speculation_page_live_estimate_and_crossovers(
     values = [y for y in drawn if y is not None]
     # only a bucket across a flip of the knob holds both (about one in 30 at this page's bucket width)
     assert None in drawn and sum(y < 1.2 for y in values) <= 0.1 * len(values), drawn
-    assert "Gaps: speculation gated" in text
+    assert "Gaps: nothing drafted" in text
 
 
 def test_speculation_page_says_when_a_server_publishes_no_counters(
