@@ -167,6 +167,27 @@ def numbers(s: pd.Series) -> list[float | None]:
     return out.tolist()
 
 
+def knob_held(df: pd.DataFrame) -> pd.Series:
+    """Per bucket of ``df`` (``spec_max_bs`` with its ``_min`` and ``_max``), a knob value that held at the
+    bucket's end, for a step line: a bucket across a move from 64 to 16 means 40, a level nobody set. Where
+    the knob did not move in the bucket, its one value; where it moved, of its smallest and largest the one
+    the bucket before did not end at (else the one nearer the mean, the value it held longer)."""
+    if not {"spec_max_bs_min", "spec_max_bs_max"} <= set(df.columns):
+        return df["spec_max_bs"]
+    held: list[float] = []
+    before = math.nan
+    for mean, lo, hi in zip(df["spec_max_bs"], df["spec_max_bs_min"], df["spec_max_bs_max"], strict=True):
+        if pd.isna(lo) or pd.isna(hi) or lo == hi:
+            value = mean if pd.isna(lo) or pd.isna(hi) else lo
+        elif before in (lo, hi):
+            value = hi if before == lo else lo
+        else:
+            value = lo if abs(mean - lo) <= abs(hi - mean) else hi
+        held.append(float(value))
+        before = float(value)
+    return pd.Series(held, index=df.index, dtype=float)
+
+
 def _band(
     x: list[Any],
     lo: list[Any],
@@ -273,7 +294,7 @@ def load_and_knob(
                 data.append({"type": "scatter", "x": x, "y": numbers(df[col]), "name": name,
                              "mode": "lines", "line": line})  # fmt: skip
         if "spec_max_bs" in df and df["spec_max_bs"].notna().any():
-            knob = df["spec_max_bs"].clip(upper=max_running) if max_running else df["spec_max_bs"]
+            knob = knob_held(df).clip(upper=max_running) if max_running else knob_held(df)
             data.append({"type": "scatter", "x": x, "y": numbers(knob), "name": "knob (spec_max_bs)",
                          "mode": "lines", "line": {"shape": "hv", "color": COLOR_ON, "width": 2,
                                                    "dash": "dot"}})  # fmt: skip
@@ -472,7 +493,7 @@ def policy_timeline(
                 {
                     "type": "scatter",
                     "x": x,
-                    "y": numbers(load["spec_max_bs"]),
+                    "y": numbers(knob_held(load)),
                     "name": "knob (spec_max_bs)",
                     "mode": "lines",
                     "line": {"shape": "hv", "color": COLOR_ON, "width": 2},

@@ -138,3 +138,25 @@ def test_a_band_with_a_gap_is_two_shapes_not_a_wedge_across_it() -> None:
     assert [x is None for x in bands[0]["x"]] == [y is None for y in ys]
     line = next(t for t in fig["data"] if t.get("name") == "accept length")
     assert list(line["y"]) == [2.5, 2.4, None, None, 2.6, 2.5] and not line.get("connectgaps")
+
+
+def test_the_knob_line_draws_values_that_held_not_a_buckets_mean() -> None:
+    """A bucket across a policy's move from 64 to 16 means 40, a level nobody set: both knob lines draw the
+    value the bucket ended at (the extreme the bucket before was not at), up and down alike; a bucket where
+    the knob did not move keeps its value, and one with no bucket before takes the value it held longer."""
+    df = pd.DataFrame({
+        "ts": [0.0, 10.0, 20.0, 30.0, 40.0, 50.0],
+        "num_running_reqs": [20.0] * 6,
+        "spec_max_bs": [28.0, 64.0, 40.0, 16.0, 52.0, 64.0],
+        "spec_max_bs_min": [16.0, 64.0, 16.0, 16.0, 16.0, 64.0],
+        "spec_max_bs_max": [64.0, 64.0, 64.0, 16.0, 64.0, 64.0],
+    })  # fmt: skip
+    held = [16.0, 64.0, 16.0, 16.0, 64.0, 64.0]
+    assert charts.knob_held(df).tolist() == held
+    figures = (charts.load_and_knob(df, pd.DataFrame(), max_running=64),
+               charts.policy_timeline(df, pd.DataFrame(), max_running=64))  # fmt: skip
+    for fig in figures:
+        knob = next(t for t in fig.to_dict()["data"] if t.get("name") == "knob (spec_max_bs)")
+        assert list(knob["y"]) == held
+    # without the extremes (an older frame) the line is the column as it is
+    assert charts.knob_held(df[["ts", "spec_max_bs"]]).tolist() == df["spec_max_bs"].tolist()
