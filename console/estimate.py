@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -96,6 +98,26 @@ def knob_label(max_bs: int | None, max_running: int | None) -> str:
 
     mode = knob_mode(max_bs, max_running)
     return f"threshold {max_bs}" if mode == "threshold" else mode
+
+
+# a policy's set reason: "move the ceiling 16 -> 4: crossover ~5.3 (1.6-8.8), speedup per bin ..."
+_DECISION_CROSSOVER = re.compile(r": crossover ([^,;]+)")
+
+
+def knob_setter(setter: Mapping[str, Any] | None, knob: int | None) -> tuple[str, str | None] | None:
+    """Who set the knob that reads ``knob`` now (``setter``: the newest confirmed set, ``data.last_setter``)
+    and, for a policy's set, the crossover its decision read; None where the newest set is not what the
+    knob reads (set outside spectower since, or by the launch). A policy scores what each choice served:
+    a drafted bin's gated steps (the drain after a burst, explored batches) count against drafting, so
+    its crossover can sit well below the live curve's, which compares drafted steps with gated ones."""
+    if setter is None or knob is None or setter.get("new_max_bs") is None:
+        return None
+    if int(setter["new_max_bs"]) != knob:
+        return None
+    actor = str(setter.get("actor") or "?")
+    reason = str(setter.get("reason") or "")
+    found = _DECISION_CROSSOVER.search(reason) if actor.startswith("policy:") else None
+    return actor, (found.group(1).strip() if found else None)
 
 
 def live_crossover_metric(est: SpeedupEstimate) -> tuple[str, str]:

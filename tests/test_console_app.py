@@ -299,6 +299,27 @@ def test_speculation_page_live_estimate_and_crossovers(
     assert "Gaps: nothing drafted" in text
 
 
+def test_speculation_page_says_who_set_the_knob_and_the_crossover_its_policy_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """learn sat at 4 where the live crossover read about 20 (the demo, 2026-12-07): the Knob metric now says
+    who set it and the crossover that decision read, and its help says why the two differ."""
+    db = tmp_path / "s.db"
+    _fill(db, span_s=1800)
+    _newest_sample(db, spec_max_bs=4)
+    reason = "move the ceiling 16 -> 4: crossover ~5.3 (1.6-8.8), speedup per bin 1: 1.05x; kept extend 7 %"
+    with open_database(_url(db)) as store, store.session() as s:
+        s.add(ControlEvent(ts=time.time(), actor="policy:learn", server_url="http://10.0.0.1:30000",
+                           action="set", old_max_bs=16, new_max_bs=4, reason=reason,
+                           confirmed=True))  # fmt: skip
+    at = _app(db, monkeypatch, "speculation")
+    assert {m.label: m.value for m in at.metric}["Knob"] == "threshold 4"
+    caption = r"set by policy:learn \d+ s ago; its crossover ~5\.3 \(1\.6-8\.8\)"
+    assert re.search(caption, _text(at)), _text(at)
+    knob = next(m for m in at.metric if m.label == "Knob")
+    assert "counts what each choice served" in knob.help
+
+
 def test_speculation_page_says_when_a_server_publishes_no_counters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

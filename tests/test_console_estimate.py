@@ -10,6 +10,7 @@ from spectower.console.estimate import (
     crossover_label,
     interpolate,
     knob_label,
+    knob_setter,
     live_crossover_metric,
 )
 from spectower.control.speedup import NO_INTERVAL_YET, SpeedupEstimate
@@ -98,3 +99,17 @@ def test_live_crossover_metric_calls_only_a_range_its_95_interval() -> None:
     assert live_crossover_metric(pays) == ("> 4", "pays at every load seen")
     none = SpeedupEstimate((), None, None, None, "not enough data", 0.0, "no_data", 0)
     assert live_crossover_metric(none) == ("—", "not enough data")
+
+
+def test_the_knob_says_who_set_it_and_a_policys_crossover() -> None:
+    """learn's set reason carries the crossover it read, which counts the drain against drafting and can sit
+    far below the live curve's: the Knob metric says whose value it shows and that crossover; nothing where
+    the newest set is not what the knob reads now (moved outside spectower since, or never set)."""
+    learn = {"actor": "policy:learn", "new_max_bs": 4, "reason": "move the ceiling 16 -> 4: crossover ~5.3 "
+             "(1.6-8.8), speedup per bin 1: 1.05x; kept extend 7.4 % measured"}  # fmt: skip
+    assert knob_setter(learn, 4) == ("policy:learn", "~5.3 (1.6-8.8)")
+    assert knob_setter(learn, 16) is None and knob_setter(learn, None) is None
+    assert knob_setter(None, 4) is None
+    operator = {"actor": "operator:alice", "new_max_bs": 0, "reason": "incident: crossover 3"}
+    assert knob_setter(operator, 0) == ("operator:alice", None)  # an operator's reason is theirs, not read
+    assert knob_setter({**learn, "reason": "explore"}, 4) == ("policy:learn", None)

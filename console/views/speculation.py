@@ -73,6 +73,7 @@ class _LiveData:
     blank_buckets: int  # buckets that drafted nothing (idle or gated)
     x_range: tuple[float, float]
     events: pd.DataFrame
+    setter: dict[str, Any] | None  # the newest confirmed set on this server
     three_curves: pd.DataFrame
 
 
@@ -107,6 +108,7 @@ def _live_data(db: Database, server_id: int, run_ids: tuple[int, ...], win: comm
         blank_buckets=int(data.drafted_nothing(series, dp_ranks).sum()),
         x_range=charts.data_window(win.t0, win.t1, server.get("first_seen"), series),
         events=data.control_events(db, server_url=url, t0=win.t0, actor_prefix="policy:"),
+        setter=data.last_setter(db, url),
         three_curves=bench.three_curves,
     )
 
@@ -147,7 +149,18 @@ def _headline(view: _LiveData) -> None:
     first_bench = next((x for k, x in view.crossovers.items() if k != "live" and x is not None), None)
     cols[2].metric("Crossover (benchmark)", common.fmt(first_bench, 1))
     knob = None if latest is None or latest["spec_max_bs"] is None else int(latest["spec_max_bs"])
-    cols[3].metric("Knob", estimate.knob_label(knob, view.max_running), help=f"spec_max_bs = {knob}")
+    cols[3].metric(
+        "Knob",
+        estimate.knob_label(knob, view.max_running),
+        help=f"spec_max_bs = {knob}. A policy's crossover counts what each choice served: a drafted bin's "
+        "gated steps (the drain after a burst, explored batches) count against drafting, so it can sit "
+        "below the live crossover, which compares drafted steps with gated ones.",
+    )
+    setter = estimate.knob_setter(view.setter, knob)
+    if setter is not None and view.setter is not None:
+        actor, policy_crossover = setter
+        cols[3].caption(f"set by {actor} {common.ago(view.setter['ts'])}"
+                        + (f"; its crossover {policy_crossover}" if policy_crossover else ""))  # fmt: skip
     if view.stale and latest is not None:
         common.stale_banner(view.server_url, latest["ts"])
 
