@@ -17,7 +17,7 @@ def test_the_plugins_report_is_said_with_its_windows_and_what_a_full_server_held
         gate.waiting = waiting
         gate.decide(16)
     assert summary(gate.explore_report(active=True)) == (
-        "20.0% of each bin's batches, on; windows among gated batches: 1 exploring parts, 0 ended by their "
+        "20.0% of each bin's batches, on; windows among gated batches: 1 exploring part, 0 ended by their "
         "time cap, now explore; a full server held back 20 batches, cut 0 parts short, 0 windows ran full")
     paused = summary(gate.explore_report(active=False))
     assert paused is not None and paused.startswith(
@@ -45,3 +45,16 @@ def test_a_share_of_zero_or_one_not_a_number_reads_as_off(share: Any) -> None:
 
 def test_a_malformed_window_is_left_out() -> None:
     assert summary({"share": 0.02, "active": True, "window": "cold"}) == "2.0% of each bin's batches, on"
+
+
+def test_a_window_not_yet_run_and_nothing_held_back_is_said_in_few_words() -> None:
+    """The Control page of a young server read "0 exploring parts, 0 ended by their time cap; a full server
+    held back 0 batches, cut 0 parts short, 0 windows ran full": every count 0, said in full."""
+    counts = {"cycle": 8192, "windows": 0, "timed_out": 0, "full_waited": 0, "yielded": 0, "forced": 0}
+    young = {"share": 0.02, "active": True, "window": counts}
+    assert summary(young) == "2.0% of each bin's batches, on; no exploring window among gated batches yet"
+    one_each = {"share": 0.02, "active": True,
+                "window": {**counts, "windows": 2, "full_waited": 1, "yielded": 1, "forced": 1}}
+    assert summary(one_each) == (
+        "2.0% of each bin's batches, on; windows among gated batches: 2 exploring parts, 0 ended by their "
+        "time cap; a full server held back 1 batch, cut 1 part short, 1 window ran full")

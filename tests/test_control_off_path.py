@@ -103,7 +103,7 @@ def test_each_ranks_exploration_is_shown_with_what_a_full_server_held_back(
     doc = _doc(real_data, None, None)
     doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=True)
     text = _printed(doc, monkeypatch)
-    assert ("explore 0: 20.0% of each bin's batches, on; windows among gated batches: 1 exploring parts, "
+    assert ("explore 0: 20.0% of each bin's batches, on; windows among gated batches: 1 exploring part, "
             "0 ended by their time cap, now explore; a full server held back 20 batches, cut 0 parts short, "
             "0 windows ran full") in text  # fmt: skip
     doc["internal_states"][0]["spectower"]["explore"] = gate.explore_report(active=False)

@@ -26,12 +26,21 @@ def summary(explore: Mapping[str, Any] | None) -> str | None:
     window = explore.get("window")
     if not isinstance(window, Mapping) or not window.get("cycle"):
         return line
-    line += (f"; windows among gated batches: {window.get('windows', '?')} exploring parts, "
-             f"{window.get('timed_out', '?')} ended by their time cap")  # fmt: skip
+    windows = window.get("windows", "?")
+    if windows == 0:
+        line += "; no exploring window among gated batches yet"
+    else:
+        line += (f"; windows among gated batches: {_counted(windows, 'exploring part')}, "
+                 f"{window.get('timed_out', '?')} ended by their time cap")  # fmt: skip
     if window.get("phase"):
         line += f", now {window['phase']}"
-    if "full_waited" in window:  # plugin 0.4.12
-        cut, forced = window.get("yielded", "?"), window.get("forced", "?")
-        line += (f"; a full server held back {window['full_waited']} batches, cut {cut} parts short, "
-                 f"{forced} windows ran full")  # fmt: skip
+    held = tuple(window.get(key, "?") for key in ("full_waited", "yielded", "forced"))
+    if "full_waited" in window and held != (0, 0, 0):  # plugin 0.4.12; all three 0 says nothing
+        line += (f"; a full server held back {_counted(held[0], 'batch', 'batches')}, cut "
+                 f"{_counted(held[1], 'part')} short, {_counted(held[2], 'window')} ran full")  # fmt: skip
     return line
+
+
+def _counted(n: object, one: str, many: str | None = None) -> str:
+    """``n`` with its noun: "1 exploring part", "3 exploring parts" ("?" where the plugin left it out)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
