@@ -243,6 +243,17 @@ def _series_frame(
     return pd.DataFrame([rows[k] for k in sorted(rows)], columns=names)
 
 
+def in_ms(series: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``ts`` and each seconds column of ``series`` (``<col>_s`` with its ``_min`` and ``_max``, as
+    ``engine_series`` gives them) in milliseconds, named ``<col>_ms``: a latency chart's axis."""
+    out = series[["ts"]].copy()
+    for col in columns:
+        for x in ("", "_min", "_max"):
+            if f"{col}{x}" in series:
+                out[f"{col.removesuffix('_s')}_ms{x}"] = series[f"{col}{x}"] * 1000.0
+    return out
+
+
 def engine_series(
     db: Database,
     server_id: int,

@@ -150,7 +150,7 @@ def test_overview_shows_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert label in labels and labels[label] not in ("—", "no data"), (label, labels)
     text = _text(at)
     assert "Output tok/s" in text and "http://10.0.0.1:30000" in text and "SPECULATION" not in text
-    assert _charts(at) == 2 + 1  # the server's throughput and requests/knob, then the GPU small multiples
+    assert _charts(at) == 4 + 1  # the server's throughput, requests/knob, TTFT and ITL, then the GPU grid
     assert at.sidebar.selectbox[0].label == "Time range"
     at.radio(key="ov_gpu_metric").set_value("Temperature").run()
     assert not at.exception and _charts(at) >= 1
@@ -223,7 +223,7 @@ def test_no_gpu_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fill(db, gpus=0)
     at = _app(db, monkeypatch)
     assert "No GPU source" in _text(at)
-    assert _charts(at) == 2  # the server's two charts are there, no GPU grids
+    assert _charts(at) == 4  # the server's four charts are there, no GPU grids
     at.switch_page("pages/gpus.py")
     at.run()
     assert not at.exception
@@ -436,6 +436,15 @@ def test_overview_charts_throughput_requests_and_knob_with_units(
     assert knob["layout"]["yaxis"]["title"]["text"] == "requests"
     setters = next(t for t in knob["data"] if t.get("name") == "knob set by")
     assert all(text.startswith("policy:learn:") for text in setters["text"])  # who set it, on every marker
+    # latency over the range, in ms, where the page had only "Latency now" (the 3 a.m. question: when did
+    # it double?); the synthetic TTFT p99 is 0.8 s + 10 ms a request, its ITL p99 30 ms + 0.5 ms a request
+    for title, low, high in (("TTFT", 800, 1500), ("ITL", 30, 70)):
+        fig = next(f for f in figs if f["layout"]["title"]["text"] == title)
+        assert fig["layout"]["yaxis"]["title"]["text"] == "ms" and {"p50", "p99"} <= _trace_names(fig)
+        p50, p99 = ([y for y in next(t for t in fig["data"] if t.get("name") == q)["y"] if y is not None]
+                    for q in ("p50", "p99"))  # fmt: skip
+        assert p99 and low <= min(p99) and max(p99) <= high, (title, p99[:5])
+        assert sum(p50) < sum(p99)
     # a server older than the range: every x axis spans the range (1 h by default), not just where data is
     # (a younger one's starts where its data does: test_console_charts)
     t0, t1 = (pd.Timestamp(x).timestamp() for x in throughput["layout"]["xaxis"]["range"])

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -312,3 +313,13 @@ def test_accept_is_blanked_where_a_bucket_drafted_nothing(tmp_path: Path) -> Non
     assert shown["num_running_reqs"].equals(series["num_running_reqs"])  # the load and knob are untouched
     # read as one rank, the summed 40 is over the knob: the drafting phases would be blanked too
     assert data.drafted_nothing(series, dp_ranks=1).sum() > gated.sum()
+
+
+def test_latency_columns_in_ms_keep_their_bands_and_gaps() -> None:
+    series = pd.DataFrame({"ts": [0.0, 5.0], "ttft_p99_s": [0.25, None], "ttft_p99_s_min": [0.2, None],
+                           "ttft_p99_s_max": [0.3, None], "itl_p50_s": [0.012, 0.014]})  # fmt: skip
+    ms = data.in_ms(series, ("ttft_p99_s", "itl_p50_s", "e2e_p99_s"))
+    assert list(ms.columns) == ["ts", "ttft_p99_ms", "ttft_p99_ms_min", "ttft_p99_ms_max", "itl_p50_ms"]
+    assert ms["ttft_p99_ms"].iloc[0] == pytest.approx(250.0) and pd.isna(ms["ttft_p99_ms"].iloc[1])
+    assert ms["ttft_p99_ms_max"].iloc[0] == pytest.approx(300.0)
+    assert ms["itl_p50_ms"].tolist() == pytest.approx([12.0, 14.0])

@@ -12,6 +12,8 @@ from .. import charts, data, estimate, gpu_grid, pause_marks, settings
 from . import common
 
 OVERVIEW_MAX_POINTS = 300  # each overview line: at most this many buckets
+# each scrape interval's p50 and p99 (the collector's quantiles of its histograms' deltas)
+LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 GPU_MAX_POINTS = 120  # each GPU small multiple: at most this many buckets
 GPU_METRICS = {
     "gpu_util_pct": ("Utilisation", "%"),
@@ -78,6 +80,7 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
     pauses = data.server_pauses(db, int(server["id"]), win.t0, win.t1, min_seconds=pause_marks.MIN_MARKED_S)
     _numbers_now(server, latest, setter, stale)
     _server_charts(server, series, knob_sets, win, stale, pauses)
+    _latency_charts(server, series, win, stale, pauses)
     _latency_now(latest, stale)
 
 
@@ -85,7 +88,8 @@ def _server_series(db: Database, server: pd.Series, win: common.Window) -> tuple
     """The server's throughput, requests and knob over the window, and the confirmed knob sets in it."""
     series = data.engine_series(
         db, int(server["id"]), win.t0, win.t1,
-        ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs"],
+        ["output_tok_s", "prefill_tok_s", "num_running_reqs", "num_queue_reqs", "spec_max_bs",
+         *LATENCY_COLUMNS],
         OVERVIEW_MAX_POINTS,
     )  # fmt: skip
     events = data.control_events(db, server_url=str(server["url"]), t0=win.t0)
@@ -174,6 +178,23 @@ def _server_charts(
         knob_cols = ["ts", "num_running_reqs", "num_queue_reqs", "spec_max_bs"]
         common.chart(fig, lambda: _with_events(series[knob_cols], knob_sets), f"ov_knob_{sid}",
                      f"requests-knob-server{sid}")  # fmt: skip
+
+
+def _latency_charts(
+    server: pd.Series, series: pd.DataFrame, win: common.Window, stale: bool, pauses: pd.DataFrame
+) -> None:
+    """TTFT and ITL over the window, p50 and p99 of each scrape interval (the band: the bucket's best and
+    worst interval), the server's pauses marked: when latency doubled, and beside the knob chart above
+    (the same time axis) whether the knob moved then."""
+    sid = int(server["id"])
+    ms = data.in_ms(series, LATENCY_COLUMNS)
+    x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
+    for column, (kind, title) in zip(st.columns(2), (("ttft", "TTFT"), ("itl", "ITL")), strict=True):
+        with column:
+            fig = charts.timeseries(ms, {f"{kind}_p50_ms": "p50", f"{kind}_p99_ms": "p99"}, title, "ms",
+                                    stale=stale, height=240, x_range=x_range)  # fmt: skip
+            common.chart(pause_marks.mark_pauses(fig, pauses, stale), ms.filter(regex=f"^(ts|{kind}_)"),
+                         f"ov_{kind}_{sid}", f"{kind}-server{sid}")  # fmt: skip
 
 
 def _latency_now(latest: dict[str, Any], stale: bool) -> None:
