@@ -243,6 +243,11 @@ def _series_frame(
     return pd.DataFrame([rows[k] for k in sorted(rows)], columns=names)
 
 
+def to_ms(seconds: Any) -> float | None:
+    """A stored latency (seconds) in milliseconds; None where missing."""
+    return None if seconds is None or pd.isna(seconds) else float(seconds) * 1000.0
+
+
 def in_ms(series: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``ts`` and each seconds column of ``series`` (``<col>_s`` with its ``_min`` and ``_max``, as
     ``engine_series`` gives them) in milliseconds, named ``<col>_ms``: a latency chart's axis."""

@@ -63,6 +63,8 @@ def test_the_fleet_page_shows_one_row_per_replica_and_since_when_one_stopped(fil
         "output tok/s",
         "running",
         "queued",
+        "TTFT p99 ms",
+        "ITL p99 ms",
         "knob",
         "owner",
         "speedup now",
@@ -71,6 +73,8 @@ def test_the_fleet_page_shows_one_row_per_replica_and_since_when_one_stopped(fil
     } <= set(table.columns)
     assert table["status"].str.startswith("stopped answering since").all()  # nothing answers at 10.0.0.x
     assert table["output tok/s"].notna().all() and table["knob"].str.endswith("(as last collected)").all()
+    # the synthetic p99s: TTFT 0.8 s + 10 ms a request, ITL 30 ms + 0.5 ms a request, here in ms
+    assert table["TTFT p99 ms"].between(800, 1500).all() and table["ITL p99 ms"].between(30, 70).all()
     warnings = [w.value for w in at.warning]
     assert any("http://10.0.0.2:30000: stopped answering since" in w for w in warnings)
     assert any("Read-only" in w for w in warnings)  # no operator: no flip form

@@ -116,6 +116,9 @@ def replica_row(
         "output tok/s": common.rounded(newest.get("output_tok_s")),
         "running": common.rounded(newest.get("num_running_reqs")),
         "queued": common.rounded(newest.get("num_queue_reqs")),
+        # which replica's latency went: the newest scrape interval's p99s, in ms
+        "TTFT p99 ms": common.rounded(data.to_ms(newest.get("ttft_p99_s"))),
+        "ITL p99 ms": common.rounded(data.to_ms(newest.get("itl_p99_s")), 1),
         "knob": _knob_text(state, latest), "owner": _owner_text(db, state),
         "speedup now": _speedup_text(db, server, running, win),
         "accept length": _accept_text(latest),

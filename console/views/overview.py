@@ -200,7 +200,7 @@ def _latency_charts(
 def _latency_now(latest: dict[str, Any], stale: bool) -> None:
     lat = pd.DataFrame(
         {
-            name: [common.fmt(_ms(latest.get(f"{key}_{p}_s")), 0, "ms") for p in ("p50", "p90", "p99")]
+            name: [common.fmt(data.to_ms(latest.get(f"{key}_{p}_s")), 0, "ms") for p in ("p50", "p90", "p99")]
             for name, key in (("TTFT", "ttft"), ("ITL", "itl"), ("End-to-end", "e2e"))
         },
         index=["p50", "p90", "p99"],
@@ -217,10 +217,6 @@ def _with_events(series: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
         columns={"actor": "knob_set_by", "old_max_bs": "knob_old", "new_max_bs": "knob_new", "reason": "why"}
     )
     return pd.concat([series, ev], ignore_index=True).sort_values("ts")
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000.0
 
 
 def gpu_panel(db: Database, win: common.Window) -> None:
