@@ -79,8 +79,11 @@ def server_panel(db: Database, server: pd.Series, win: common.Window) -> None:
     series, knob_sets = _server_series(db, server, win)
     pauses = data.server_pauses(db, int(server["id"]), win.t0, win.t1, min_seconds=pause_marks.MIN_MARKED_S)
     _numbers_now(server, latest, setter, stale)
-    _server_charts(server, series, knob_sets, win, stale, pauses)
-    _latency_charts(server, series, win, stale, pauses)
+    # one time axis for the server's four charts: the latency charts sit under the knob chart to be read
+    # against it
+    x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
+    _server_charts(server, series, knob_sets, x_range, stale, pauses)
+    _latency_charts(server, series, x_range, stale, pauses)
     _latency_now(latest, stale)
 
 
@@ -154,7 +157,7 @@ def _server_charts(
     server: pd.Series,
     series: pd.DataFrame,
     knob_sets: pd.DataFrame,
-    win: common.Window,
+    x_range: tuple[float, float],
     stale: bool,
     pauses: pd.DataFrame,
 ) -> None:
@@ -162,7 +165,6 @@ def _server_charts(
     knob (with its confirmed sets), each with its CSV."""
     sid = int(server["id"])
     max_running = None if pd.isna(server.get("max_running_requests")) else int(server["max_running_requests"])
-    x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     left, right = st.columns(2)
     with left:
         fig = charts.timeseries(
@@ -181,14 +183,13 @@ def _server_charts(
 
 
 def _latency_charts(
-    server: pd.Series, series: pd.DataFrame, win: common.Window, stale: bool, pauses: pd.DataFrame
+    server: pd.Series, series: pd.DataFrame, x_range: tuple[float, float], stale: bool, pauses: pd.DataFrame
 ) -> None:
     """TTFT and ITL over the window, p50 and p99 of each scrape interval (the band: the bucket's best and
     worst interval), the server's pauses marked: when latency doubled, and beside the knob chart above
     (the same time axis) whether the knob moved then."""
     sid = int(server["id"])
     ms = data.in_ms(series, LATENCY_COLUMNS)
-    x_range = charts.data_window(win.t0, win.t1, server.get("first_seen"), series)
     for column, (kind, title) in zip(st.columns(2), (("ttft", "TTFT"), ("itl", "ITL")), strict=True):
         with column:
             fig = charts.timeseries(ms, {f"{kind}_p50_ms": "p50", f"{kind}_p99_ms": "p99"}, title, "ms",
