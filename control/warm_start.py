@@ -209,6 +209,9 @@ class WarmStart:
     ceiling: int | None
     line: str
     prefill_costs: Mapping[str, float] = field(default_factory=dict)
+    # the server's stored intervals whose knob is known, each with it as learn's ceiling (``learn_history``):
+    # learn's window starts with them, so a minute of always on before it is its drafting side at once
+    history: tuple[dict[str, Any], ...] = ()
 
 
 def choose(server: Stack, known: Iterable[Known], max_running_requests: int) -> WarmStart:
@@ -388,17 +391,37 @@ def find(
     so always on's counters measure no bin in both modes, yet they say what a drafting stream's prefills
     cost (a rehearsal on `sim serve`, 2026-12-07: learn after a locked minute of always on got none)."""
     costs: dict[str, float] = {}
+    history: tuple[dict[str, Any], ...] = ()
     if server_url is not None:
         stored = stored_counters(db, server_url, time.time() if now is None else now)
         if stored is not None:
+            history = learn_history(stored)
             own = from_stored(stored, max_running_requests, current=current)
             if own is not None:
-                return own
+                return replace(own, line=own.line + _history_text(history), history=history)
             costs = prefilled.steady_costs(stored.intervals, _masks(stored.intervals, stored.ceilings))
     runs = [k for k in (known_from_run(run) for run in queries.bench_runs(db)) if k is not None]
-    chosen = choose(server, [*runs, *profiles], max_running_requests)
-    if not costs:
-        return chosen
-    said = ", ".join(f"{mode} {1e3 * cost:.4f} ms" for mode, cost in sorted(costs.items()))
-    return replace(chosen, line=f"{chosen.line}; prefills a token as this server's stored counters measured "
-                                f"them: {said}", prefill_costs=costs)  # fmt: skip
+    chosen = replace(choose(server, [*runs, *profiles], max_running_requests), history=history)
+    if costs:
+        said = ", ".join(f"{mode} {1e3 * cost:.4f} ms" for mode, cost in sorted(costs.items()))
+        chosen = replace(chosen, line=f"{chosen.line}; prefills a token as this server's stored counters "
+                                      f"measured them: {said}", prefill_costs=costs)  # fmt: skip
+    return replace(chosen, line=chosen.line + _history_text(history))
+
+
+def learn_history(stored: StoredCounters) -> tuple[dict[str, Any], ...]:
+    """The stored intervals whose knob is known, each with that knob as the ceiling learn reads it ran under
+    (``learn_counters.CEILING_KEY``): where learn's window starts. An interval whose knob is not known is
+    left out: learn would read it as every bin drafted."""
+    return tuple({**interval, learn_counters.CEILING_KEY: ceiling}
+                 for interval, ceiling in zip(stored.intervals, stored.ceilings, strict=True)
+                 if ceiling is not None)  # fmt: skip
+
+
+def _history_text(history: Sequence[Mapping[str, Any]]) -> str:
+    """What the warm start's line says of the history it hands learn (nothing where there is none)."""
+    if not history:
+        return ""
+    first, last = (time.strftime("%H:%M:%S", time.gmtime(float(h["ts"]))) for h in (history[0], history[-1]))
+    return (f"; learn's window starts with the {len(history)} stored interval"
+            f"{'' if len(history) == 1 else 's'} of {first}-{last} UTC")  # fmt: skip

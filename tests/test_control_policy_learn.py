@@ -657,3 +657,70 @@ def test_an_allowed_knob_between_bin_boundaries_moves_to_the_nearest_one_not_to_
     assert keep_or_move(47, 16, 8, 24, BINS, MRR) == 16  # outside [8, 24]: the target
     assert keep_or_move(None, 16, 8, 24, BINS, MRR) == 16
     assert keep_or_move(100, 12, 12, 200, BINS, MRR) == MRR  # past every bin: every bin on, allowed
+
+
+# --- the stored history the warm start hands over ---------------------------------------------------------
+
+ONLY_48 = {48: 1.0}  # the load held at 48, as `bench load --pattern steps:48`
+
+
+def stored_minute(knob: int, end: float, speedups: dict[int, float]) -> list[dict[str, Any]]:
+    """A minute of the collector's intervals (5 s each, ending at ``end``) under ``knob``, shaped as
+    ``storage.queries.counter_intervals`` gives them, each with the knob as learn's ceiling
+    (``warm_start.learn_history``): no exploring, as under an operator's lock."""
+    from spectower.control.policy.learn_counters import CEILING_KEY
+    from spectower.control.speedup import intervals_from_snapshots
+
+    stream = CounterStream(speedups, weights=ONLY_48, share=0.0, noise=0.0)
+    snapshots = [(end - 60.0, stream.snapshot())]
+    snapshots += [(end - 60.0 + 5.0 * (i + 1), stream.advance(5.0, knob)) for i in range(12)]
+    return [{**interval, "ts": ts, "res_s": 0, CEILING_KEY: knob}
+            for interval, (ts, _) in zip(intervals_from_snapshots(snapshots), snapshots[1:], strict=True)]
+
+
+def test_a_stored_minute_of_always_on_is_the_drafting_side_learn_starts_with() -> None:
+    """On an H100 (2026-12-07) learn started at ceiling 24 under a load held at 48, a minute after always
+    on ran there: its window had no drafted bin 48 until three exploring parts had come, and it held seven
+    minutes at 24 where drafting served 1.11x. With the collector's minute of always on as the start of its
+    window, the gated intervals it measures itself decide it as soon as they are three: it drafts 48 within
+    a minute. Without exploring (share 0) and without that minute it never learns at all, and says why."""
+    speedups = {b: 1.3 for b in BINS}
+    history = stored_minute(MRR, 0.0, speedups)
+    seeded = make_policy("learn", MRR, history=history)
+    knob, changes, _ = drive(seeded, CounterStream(speedups, weights=ONLY_48, share=0.0), 120, knob=24)
+    assert changes and changes[0][1] == 48 and changes[0][0] <= 60, changes
+    assert knob == 48
+    alone = make_policy("learn", MRR)
+    knob, changes, decisions = drive(alone, CounterStream(speedups, weights=ONLY_48, share=0.0), 600, knob=24)
+    assert changes == [] and knob == 24
+    last = decisions[-1].reason
+    assert last.startswith("hold: counters too thin: no batch-size bin measured in both modes"), last
+    assert "(bin 48: drafted in 0 intervals, gated in " in last
+    assert re.search(r"; \d+ s of decode steps in the window\)$", last), last
+
+
+def test_stored_history_older_than_the_window_or_inside_the_policys_own_is_not_read() -> None:
+    """A stored interval counts only where it lies in the window and ends before the policy's first snapshot:
+    older ones say nothing of the load now, and a later one (a history from another clock, or one a
+    restored window already holds) would count the same steps twice."""
+    speedups = {b: 1.3 for b in BINS}
+    old = make_policy("learn", MRR, window_s=300, history=stored_minute(MRR, -400.0, speedups))
+    _, changes, _ = drive(old, CounterStream(speedups, weights=ONLY_48, share=0.0), 120, knob=24)
+    assert changes == []
+    later = make_policy("learn", MRR, history=stored_minute(MRR, 100.0, speedups))
+    _, changes, _ = drive(later, CounterStream(speedups, weights=ONLY_48, share=0.0), 120, knob=24)
+    assert changes == []
+
+
+@pytest.mark.parametrize(
+    ("history", "said"),
+    [
+        ([5], "interval 0 must be an object, got int"),
+        ([{"bins": []}], "interval 0: 'ts' must be a number, got None"),
+        ([{"ts": 1.0, "learn_ceiling": -1}], "interval 0: 'learn_ceiling' must be an integer >= 0 or null"),
+        ([{"ts": 1.0, "bins": [1], "drafted": {"steps": [1]}}], "interval 0 must hold 'bins' and, per mode"),
+    ],
+)
+def test_a_bad_history_is_refused_naming_the_interval(history: list[Any], said: str) -> None:
+    with pytest.raises(PolicyError, match=re.escape(f"learn option 'history': {said}")):
+        make_policy("learn", MRR, history=history)

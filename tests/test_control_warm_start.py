@@ -158,13 +158,13 @@ def test_the_servers_own_stored_counters_start_learn_before_a_matching_sweep(
 ) -> None:
     """The collector stored this server's counters (drafting pays up to bin 16, loses from 24) and a sweep
     of the same stack (short prompts) says 48: learn starts at 16, from the counters, and says so in its
-    line and its auto-start audit row."""
+    line and its auto-start audit row; the intervals, each with the knob stored beside it, open its window."""
     from tests.test_warm_start import CURVE, store_counters
 
     db = tmp_path / "own.db"
     info, gpus, _ = stacks(sim)
     save_sweep(db, info, gpus, 48.0, age_s=600, tag="short-prompts")
-    store_counters(db, sim.base_url, CURVE, end=time.time() - 30)
+    store_counters(db, sim.base_url, CURVE, end=time.time() - 30, knob=16)
     proc, output = start_auto(sim, db, "--gpu-metrics", sim.gpu_metrics_url)
     try:
         with SampleFeeder(db, sim.base_url, running=48):
@@ -174,6 +174,6 @@ def test_the_servers_own_stored_counters_start_learn_before_a_matching_sweep(
         text = stop(proc, output)
     line = next(line for line in text.splitlines() if line.startswith("warm start:"))
     assert line.startswith("warm start: this server's own counters of the last 30 min (12 intervals, ")
-    assert line.endswith("learn starts at ceiling 16")
+    assert "learn starts at ceiling 16; learn's window starts with the 12 stored intervals of " in line
     assert "warm start: this server's own counters" in auto_start_reason(db)
     assert "warm start: move the ceiling 64 -> 16" in text

@@ -473,10 +473,10 @@ def test_a_knob_within_what_the_counters_allow_stays_where_it_is(tmp_path: Path)
     warm = _find(tmp_path / "quiet.db", now)
     assert warm.ceiling == 48
     snapped = "learn starts at ceiling 48, the bin boundary nearest the knob (47) within what they allow"
-    assert warm.line.endswith(snapped)
+    assert snapped + "; learn's window starts with" in warm.line
     store_counters(tmp_path / "at-48.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60, knob=48)
     kept = "ceiling 48, where the knob is: within what they allow"
-    assert _find(tmp_path / "at-48.db", now).line.endswith(kept)
+    assert kept + "; learn's window starts with" in _find(tmp_path / "at-48.db", now).line
     store_counters(tmp_path / "unknown.db", URL, {1: (1.5, True), 2: (1.4, True)}, end=now - 60)
     assert _find(tmp_path / "unknown.db", now).ceiling == 2  # no knob known: the estimate's own target
 
@@ -511,3 +511,28 @@ def test_always_ons_locked_counters_still_hand_learn_the_drafting_prefill_cost(t
     assert "prefills a token as this server's stored counters measured them: drafted " in warm.line
     policy = make_policy("learn", 64, initial_ceiling=warm.ceiling, prefill_costs=warm.prefill_costs)
     assert policy._prefill_costs == dict(warm.prefill_costs)  # type: ignore[attr-defined]
+
+
+def test_the_stored_intervals_whose_knob_is_known_start_learns_window(tmp_path: Path) -> None:
+    """Whatever sets the ceiling, the warm start hands learn the server's stored intervals as the start of
+    its window, each with the knob stored beside it as the ceiling it ran under, and says so; intervals whose
+    knob is not known are left out (learn would read them as every bin drafted)."""
+    from spectower.control.policy.learn_counters import CEILING_KEY
+
+    now = 10_000.0
+    store_counters(tmp_path / "knob.db", URL, CURVE, end=now - 60, knob=16)
+    warm = _find(tmp_path / "knob.db", now)
+    assert warm.ceiling == 16 and len(warm.history) == 12
+    assert {h[CEILING_KEY] for h in warm.history} == {16}
+    assert [h["ts"] for h in warm.history] == sorted(h["ts"] for h in warm.history)
+    assert warm.line.endswith("; learn's window starts with the 12 stored intervals of 02:44:45-02:45:40 UTC")
+    locked = tmp_path / "locked.db"  # always on, locked: no bin in both modes, the sweep sets the ceiling
+    store_counters(locked, URL, CURVE, end=now - 60, modes=("drafted",), knob=64)
+    warm = _find(locked, now, sweep(1, 48.0, created_at=now - 3600))
+    assert warm.ceiling == 48 and {h[CEILING_KEY] for h in warm.history} == {64}
+    assert "; learn's window starts with the 12 stored intervals of " in warm.line
+    policy = make_policy("learn", 64, initial_ceiling=warm.ceiling, history=warm.history)
+    assert len(policy._history) == 12  # type: ignore[attr-defined]
+    store_counters(tmp_path / "unknown.db", URL, CURVE, end=now - 60)
+    unknown = _find(tmp_path / "unknown.db", now)
+    assert unknown.history == () and "learn's window" not in unknown.line

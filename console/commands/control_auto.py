@@ -99,6 +99,8 @@ def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[s
             options["initial_ceiling"], start_note = warm.ceiling, warm.line
             if warm.prefill_costs:
                 options["prefill_costs"] = dict(warm.prefill_costs)
+            if warm.history:
+                options["history"] = list(warm.history)
             say(warm.line)
         policy = make_policy(spec, max_running, **options)
         return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,

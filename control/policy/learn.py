@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -155,6 +155,51 @@ def _checked_costs(costs: Mapping[str, float] | None) -> dict[str, float]:
     return checked
 
 
+def _checked_history(history: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """The warm start's stored intervals (``storage.queries.counter_intervals``' shape, each with ``ts`` and
+    the ceiling it ran under as ``CEILING_KEY``), oldest first; each must carry both modes' cells."""
+    checked: list[dict[str, Any]] = []
+    for i, interval in enumerate(history or ()):
+        where = f"learn option 'history': interval {i}"
+        if not isinstance(interval, Mapping):
+            raise PolicyError(f"{where} must be an object, got {type(interval).__name__}")
+        ts, ceiling = interval.get("ts"), interval.get(CEILING_KEY)
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+            raise PolicyError(f"{where}: 'ts' must be a number, got {ts!r}")
+        if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0):
+            raise PolicyError(f"{where}: {CEILING_KEY!r} must be an integer >= 0 or null, got {ceiling!r}")
+        bins = interval.get("bins")
+        fields = ("steps", "tokens", "time_s")
+        if not isinstance(bins, list) or not all(
+            isinstance(cells := interval.get(mode), Mapping)
+            and all(len(cells.get(field) or ()) == len(bins) for field in fields)
+            for mode in engine_counters.MODES
+        ):
+            raise PolicyError(f"{where} must hold 'bins' and, per mode {list(engine_counters.MODES)}, "
+                              "'steps', 'tokens' and 'time_s' lists of the same length")  # fmt: skip
+        checked.append(dict(interval))
+    return sorted(checked, key=lambda h: float(h["ts"]))
+
+
+def _interval_end(interval: Mapping[str, Any]) -> float:
+    """When a stored interval ends: its ``ts``, or for a rollup bucket (``res_s``) its start plus its span."""
+    return float(interval["ts"]) + float(interval.get("res_s") or 0)
+
+
+def _thin_note(intervals: list[dict[str, Any]], busy: set[int]) -> str:
+    """How far the bins the load is in are from an interval: in how many intervals each mode ran there
+    (a bin needs ``MIN_INTERVALS`` of each), and the decode-step seconds the window holds in all."""
+    samples = speedup.per_bin(intervals)
+    seconds = math.fsum(t for modes in samples.values() for cells in modes.values() for _, t, _ in cells)
+    parts = []
+    for b in sorted(busy):
+        counts = {mode: len(samples.get(b, {}).get(mode, ())) for mode in engine_counters.MODES}
+        ran = ", ".join(f"{mode} in {n} interval{'' if n == 1 else 's'}" for mode, n in counts.items())
+        parts.append(f"bin {b}: {ran}")
+    where = "; ".join(parts) if parts else "no decode steps in the last sample"
+    return f"{where}; {seconds:.0f} s of decode steps in the window"
+
+
 class LearnPolicy:
     name = "learn"
 
@@ -163,11 +208,12 @@ class LearnPolicy:
         max_running_requests: int,
         initial_ceiling: int | None = None,
         prefill_costs: Mapping[str, float] | None = None,
+        history: Sequence[Mapping[str, Any]] | None = None,
         **options: Any,
     ) -> None:
         unknown = sorted(set(options) - set(OPTION_DEFAULTS))
         if unknown:
-            known = sorted([*OPTION_DEFAULTS, "initial_ceiling", "prefill_costs"])
+            known = sorted([*OPTION_DEFAULTS, "history", "initial_ceiling", "prefill_costs"])
             raise PolicyError(f"unknown learn option(s) {unknown}; known: {known}")
         if initial_ceiling is not None and (
             not isinstance(initial_ceiling, int) or isinstance(initial_ceiling, bool) or initial_ceiling < 0
@@ -212,6 +258,9 @@ class LearnPolicy:
         # each mode's steady prefill cost a window measured last, for a window without a steady cell of the
         # mode (a load held on one side of the ceiling): prefilled.steady_costs
         self._prefill_costs: dict[str, float] = _checked_costs(prefill_costs)
+        # the server's stored intervals from before this policy's first snapshot (the warm start's), each
+        # with the ceiling it ran under: the start of the window, until they age out of it
+        self._history: list[dict[str, Any]] = _checked_history(history)
         self.flip_times: deque[float] = deque()
         self.knob: int | None = None  # what we last saw (or set)
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
@@ -222,6 +271,7 @@ class LearnPolicy:
         # thin bin -> when a move first waited for it (not persisted: a restart waits once more at most)
         self._waited: dict[int, float] = {}
         self.last_reason = ""
+        self._thin_note = ""  # where the counters are too thin: how far the busy bins are from an interval
 
     # --- the decision ------------------------------------------------------------------------------
     def decide(self, obs: Observation) -> Decision:
@@ -247,7 +297,9 @@ class LearnPolicy:
             # The estimate moves only with a kept sample (every sample_s): computed once per sample.
             intervals = self._corrected_now()
             est, thin = estimate_without_thin(intervals, self.z)
-            self._estimate = (est, thin, _busy_bins(intervals[-1:]))
+            busy = _busy_bins(intervals[-1:])
+            self._estimate = (est, thin, busy)
+            self._thin_note = "" if any(b.lo is not None for b in est.bins) else _thin_note(intervals, busy)
         if self.knob is None:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
@@ -264,8 +316,7 @@ class LearnPolicy:
         if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
             return self._hold(
                 f"hold: counters too thin: no batch-size bin measured in both modes over "
-                f"{MIN_INTERVALS} intervals yet ({est.seconds:.0f} s of step time in the last "
-                f"{self.window_s:.0f} s)"
+                f"{MIN_INTERVALS} intervals yet ({self._thin_note})"
             )
         target, low, high = plan_ceilings(est, bins, self.max_running_requests)
         knob = self.knob
@@ -379,7 +430,8 @@ class LearnPolicy:
     def _drain_text(self) -> str:
         """The bins the ceiling drafted that ran mostly gated (the drain after bursts): why drafting batches
         faster than gated ones can still lose there."""
-        shares = gated_while_drafted(self._intervals, ceiling_masks(self._intervals))
+        window = self._window()
+        shares = gated_while_drafted(window, ceiling_masks(window))
         mostly = [f"{b}: {100 * share:.0f} %" for b, share in shares.items() if share >= DRAIN_NOTE_SHARE]
         if not mostly:
             return ""
@@ -409,6 +461,12 @@ class LearnPolicy:
             snaps.popleft()
             if self._intervals:
                 self._intervals.pop(0)
+        if self._history:
+            # older than the window, or not over before the policy's own first snapshot (its own intervals
+            # count that time: a history from another clock, or a restored window that reaches further back)
+            first = snaps[0][0]
+            self._history = [h for h in self._history
+                             if h["ts"] > now - self.window_s and _interval_end(h) <= first]  # fmt: skip
         return True
 
     @staticmethod
@@ -423,17 +481,22 @@ class LearnPolicy:
         """The kept intervals, the gated side of the bins their ceiling drafted scaled to a gated stream's by
         the kept extend's tax: the option where given, else the counters' own measure over the window, else
         ``DEFAULT_KEPT_EXTEND_TAX`` (control/kept_extend.py)."""
+        window = self._window()
         if self.tax_given:
             tax = self.kept_extend_tax
             self.tax_text = f"kept extend {100 * tax:g} % as given"
         else:
-            measured = kept_extend.from_intervals(self._intervals)
+            measured = kept_extend.from_intervals(window)
             tax, self.tax_text = kept_extend.or_assumed(measured, self.kept_extend_tax)
         # what the window's steady cells say now, else what they said last: under a load held above the
         # ceiling the window has no drafting bin, and its explored drafting kept a gated stream's cheaper
         # prefills (1.066 of always on's rate raw, 1.036 levelled, an H100 2026-12-07)
-        self._prefill_costs |= prefilled.steady_costs(self._intervals, ceiling_masks(self._intervals))
-        return corrected(self._intervals, tax, self._prefill_costs)
+        self._prefill_costs |= prefilled.steady_costs(window, ceiling_masks(window))
+        return corrected(window, tax, self._prefill_costs)
+
+    def _window(self) -> list[dict[str, Any]]:
+        """The intervals the estimate reads: the stored history still in the window, then the policy's own."""
+        return [*self._history, *self._intervals] if self._history else self._intervals
 
     # --- exploration --------------------------------------------------------------------------------
     @staticmethod
