@@ -71,6 +71,7 @@ from typing import Any
 
 from ...plugin import engine_counters, knob_contract
 from .. import kept_extend, prefilled, speedup
+from . import learn_start
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
     CEILING_KEY,
@@ -85,6 +86,7 @@ from .learn_counters import (
     gated_while_drafted,
     keep_or_move,
     plan_ceilings,
+    thin_note,
 )
 
 STATE_VERSION = 2
@@ -140,64 +142,6 @@ def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
         for mode in engine_counters.MODES:
             busy.update(b for b, n in zip(interval["bins"], interval[mode]["steps"], strict=True) if n > 0)
     return busy
-
-
-def _checked_costs(costs: Mapping[str, float] | None) -> dict[str, float]:
-    """The warm start's prefill costs (seconds per output token by mode), each a finite number >= 0."""
-    checked: dict[str, float] = {}
-    for mode, cost in (costs or {}).items():
-        if mode not in engine_counters.MODES or isinstance(cost, bool) or not isinstance(cost, int | float) \
-                or not math.isfinite(cost) or cost < 0:
-            modes = list(engine_counters.MODES)
-            raise PolicyError(f"learn option 'prefill_costs': {mode!r} must be a mode of {modes} with a "
-                              f"finite cost >= 0, got {cost!r}")  # fmt: skip
-        checked[mode] = float(cost)
-    return checked
-
-
-def _checked_history(history: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    """The warm start's stored intervals (``storage.queries.counter_intervals``' shape, each with ``ts`` and
-    the ceiling it ran under as ``CEILING_KEY``), oldest first; each must carry both modes' cells."""
-    checked: list[dict[str, Any]] = []
-    for i, interval in enumerate(history or ()):
-        where = f"learn option 'history': interval {i}"
-        if not isinstance(interval, Mapping):
-            raise PolicyError(f"{where} must be an object, got {type(interval).__name__}")
-        ts, ceiling = interval.get("ts"), interval.get(CEILING_KEY)
-        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
-            raise PolicyError(f"{where}: 'ts' must be a number, got {ts!r}")
-        if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0):
-            raise PolicyError(f"{where}: {CEILING_KEY!r} must be an integer >= 0 or null, got {ceiling!r}")
-        bins = interval.get("bins")
-        fields = ("steps", "tokens", "time_s")
-        if not isinstance(bins, list) or not all(
-            isinstance(cells := interval.get(mode), Mapping)
-            and all(len(cells.get(field) or ()) == len(bins) for field in fields)
-            for mode in engine_counters.MODES
-        ):
-            raise PolicyError(f"{where} must hold 'bins' and, per mode {list(engine_counters.MODES)}, "
-                              "'steps', 'tokens' and 'time_s' lists of the same length")  # fmt: skip
-        checked.append(dict(interval))
-    return sorted(checked, key=lambda h: float(h["ts"]))
-
-
-def _interval_end(interval: Mapping[str, Any]) -> float:
-    """When a stored interval ends: its ``ts``, or for a rollup bucket (``res_s``) its start plus its span."""
-    return float(interval["ts"]) + float(interval.get("res_s") or 0)
-
-
-def _thin_note(intervals: list[dict[str, Any]], busy: set[int]) -> str:
-    """How far the bins the load is in are from an interval: in how many intervals each mode ran there
-    (a bin needs ``MIN_INTERVALS`` of each), and the decode-step seconds the window holds in all."""
-    samples = speedup.per_bin(intervals)
-    seconds = math.fsum(t for modes in samples.values() for cells in modes.values() for _, t, _ in cells)
-    parts = []
-    for b in sorted(busy):
-        counts = {mode: len(samples.get(b, {}).get(mode, ())) for mode in engine_counters.MODES}
-        ran = ", ".join(f"{mode} in {n} interval{'' if n == 1 else 's'}" for mode, n in counts.items())
-        parts.append(f"bin {b}: {ran}")
-    where = "; ".join(parts) if parts else "no decode steps in the last sample"
-    return f"{where}; {seconds:.0f} s of decode steps in the window"
 
 
 class LearnPolicy:
@@ -257,10 +201,10 @@ class LearnPolicy:
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         # each mode's steady prefill cost a window measured last, for a window without a steady cell of the
         # mode (a load held on one side of the ceiling): prefilled.steady_costs
-        self._prefill_costs: dict[str, float] = _checked_costs(prefill_costs)
+        self._prefill_costs: dict[str, float] = learn_start.checked_costs(prefill_costs)
         # the server's stored intervals from before this policy's first snapshot (the warm start's), each
         # with the ceiling it ran under: the start of the window, until they age out of it
-        self._history: list[dict[str, Any]] = _checked_history(history)
+        self._history: list[dict[str, Any]] = learn_start.checked_history(history)
         self.flip_times: deque[float] = deque()
         self.knob: int | None = None  # what we last saw (or set)
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
@@ -299,7 +243,7 @@ class LearnPolicy:
             est, thin = estimate_without_thin(intervals, self.z)
             busy = _busy_bins(intervals[-1:])
             self._estimate = (est, thin, busy)
-            self._thin_note = "" if any(b.lo is not None for b in est.bins) else _thin_note(intervals, busy)
+            self._thin_note = "" if any(b.lo is not None for b in est.bins) else thin_note(intervals, busy)
         if self.knob is None:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
@@ -462,11 +406,7 @@ class LearnPolicy:
             if self._intervals:
                 self._intervals.pop(0)
         if self._history:
-            # older than the window, or not over before the policy's own first snapshot (its own intervals
-            # count that time: a history from another clock, or a restored window that reaches further back)
-            first = snaps[0][0]
-            self._history = [h for h in self._history
-                             if h["ts"] > now - self.window_s and _interval_end(h) <= first]  # fmt: skip
+            self._history = learn_start.in_window(self._history, now - self.window_s, snaps[0][0])
         return True
 
     @staticmethod

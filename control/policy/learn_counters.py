@@ -7,6 +7,7 @@ so both put the ceiling where the same rule puts it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -226,3 +227,17 @@ def gated_while_drafted(intervals: list[dict[str, Any]], masks: list[list[bool]]
                 cell[0] += int(interval["gated"]["steps"][i])
                 cell[1] += int(interval["drafted"]["steps"][i]) + int(interval["gated"]["steps"][i])
     return {b: gated / total for b, (gated, total) in sorted(steps.items()) if total > 0}
+
+
+def thin_note(intervals: list[dict[str, Any]], busy: set[int]) -> str:
+    """How far the bins the load is in are from an interval: in how many intervals each mode ran there
+    (a bin needs ``MIN_INTERVALS`` of each), and the decode-step seconds the window holds in all."""
+    samples = speedup.per_bin(intervals)
+    seconds = math.fsum(t for modes in samples.values() for cells in modes.values() for _, t, _ in cells)
+    parts = []
+    for b in sorted(busy):
+        counts = {mode: len(samples.get(b, {}).get(mode, ())) for mode in engine_counters.MODES}
+        ran = ", ".join(f"{mode} in {n} interval{'' if n == 1 else 's'}" for mode, n in counts.items())
+        parts.append(f"bin {b}: {ran}")
+    where = "; ".join(parts) if parts else "no decode steps in the last sample"
+    return f"{where}; {seconds:.0f} s of decode steps in the window"
