@@ -29,6 +29,9 @@ SECRET = "spectower_admin_key"
 SECRET_PATH = f"/run/secrets/{SECRET}"
 SPECTOWER_IMAGE = "spectower:local"
 THROWAWAY_KEY = "test-only-key-not-a-secret"
+# Debian's docker-compose reads the file (the `config` and `services` fixtures): the whole suite installs it
+# (tests/run), the unit lane installs nothing, so these run in the whole suite only
+needs_compose = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +132,13 @@ def check_options(command: Any, path: list[str], words: list[str]) -> None:
         i += 1
 
 
+@needs_compose
 def test_docker_compose_config_passes(project: Path) -> None:
     proc = _compose(project, "config", "-q")
     assert proc.returncode == 0, proc.stderr
 
 
+@needs_compose
 def test_every_spectower_command_and_option_exists(services: dict[str, dict[str, Any]]) -> None:
     commands = _spectower_services(services)
     assert {"spectower-init", "collector", "policy", "console"} <= set(commands)
@@ -151,6 +156,7 @@ def test_the_checker_rejects_what_the_cli_lacks() -> None:
         check_options(command, path, rest)
 
 
+@needs_compose
 def test_sglang_launch_flags(services: dict[str, dict[str, Any]]) -> None:
     argv = _sglang_argv(services)
     assert "--enable-metrics" in argv
@@ -182,12 +188,14 @@ def test_sglang_launch_flags(services: dict[str, dict[str, Any]]) -> None:
     assert _flag_value(init, "--max-running-requests") == max_running
 
 
+@needs_compose
 def test_sglang_command_is_valid_bash(services: dict[str, dict[str, Any]]) -> None:
     script = _sglang_script(services)
     proc = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
 
 
+@needs_compose
 def test_spectower_services_reach_sglang_at_its_port(services: dict[str, dict[str, Any]]) -> None:
     commands = _spectower_services(services)
     for name in ("collector", "policy"):
@@ -197,6 +205,7 @@ def test_spectower_services_reach_sglang_at_its_port(services: dict[str, dict[st
     assert any(p.split(":")[-1].startswith("8501") for p in published)
 
 
+@needs_compose
 def test_every_host_port_binds_loopback(services: dict[str, dict[str, Any]]) -> None:
     seen = 0
     for name, svc in services.items():
@@ -209,6 +218,7 @@ def test_every_host_port_binds_loopback(services: dict[str, dict[str, Any]]) -> 
     assert seen >= 3
 
 
+@needs_compose
 def test_admin_key_is_a_secret_never_an_argument(config: dict[str, Any], services: dict[str, Any]) -> None:
     assert SECRET in config["secrets"] and "file" in config["secrets"][SECRET]
     users = {"policy", "console", "sglang"}
@@ -230,6 +240,7 @@ def test_admin_key_is_a_secret_never_an_argument(config: dict[str, Any], service
     assert _flag_value(argv, "--config").endswith(".yaml")
 
 
+@needs_compose
 def test_prometheus_scrapes_the_sglang_service_port(services: dict[str, dict[str, Any]]) -> None:
     mounts = [str(v) for v in services["prometheus"]["volumes"]]
     host_file = next(m.split(":")[0] for m in mounts if m.split(":")[1] == "/etc/prometheus/prometheus.yml")
@@ -261,6 +272,7 @@ def test_no_secret_file_in_the_repository() -> None:
     assert tracked.stdout.strip() == ""
 
 
+@needs_compose
 @pytest.mark.sglang
 def test_sglang_reads_the_admin_key_from_the_config_file(services: dict[str, Any], tmp_path: Path) -> None:
     """The compose's printf line, run by bash, writes a YAML that SGLang's own parser turns into the key."""

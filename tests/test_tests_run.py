@@ -4,6 +4,7 @@ what tests/conftest.py sets up in each test process to spend less CPU."""
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import subprocess
 from pathlib import Path
@@ -22,9 +23,22 @@ def _run(tmp_path: Path, cores: int, *args: str, **env: str) -> list[str]:
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
     (bin_dir / "python3").write_text('#!/bin/sh\necho "${PYTHONDONTWRITEBYTECODE--}" "$@"\n')
-    for name in ("nproc", "python3"):
-        (bin_dir / name).chmod(0o755)
-    environ = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **env}
+    # the whole suite's setup finds everything there, so it installs nothing, even on a fresh machine where
+    # this test runs before any setup did (apt-get stands in for PostgreSQL's initdb, which it looks for
+    # by path); and the SGLang venv is one whose build is marked complete
+    stubs = ("prometheus", "chromium", "docker-compose", "apt-get")
+    for name in stubs:
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+    venv = tmp_path / "sglang-venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
+    marker = re.search(r'MARKER="\$VENV/([^"]+)"', (REPO_ROOT / "tests/sglang_env.sh").read_text())
+    assert marker is not None, "tests/sglang_env.sh names its marker file MARKER=\"$VENV/...\""
+    (venv / marker.group(1)).write_text("")
+    for path in [*(bin_dir / name for name in ("nproc", "python3", *stubs)), venv / "bin" / "python"]:
+        path.chmod(0o755)
+    environ = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               "SPECTOWER_SGLANG_VENV": str(venv), **env}  # fmt: skip
     environ.pop("SPECTOWER_TEST_WORKERS", None)
     environ.update(env)
     done = subprocess.run(
