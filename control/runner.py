@@ -191,7 +191,10 @@ class PolicyRunner:
             return
         self._last_said = key
         stamp = time.strftime("%H:%M:%S", time.localtime(outcome.ts))
-        line = f"{stamp} {outcome.action}: {outcome.reason}"
+        # the policies' holds say "hold: ..." themselves: the action is not said twice
+        said = outcome.reason if outcome.reason.startswith(f"{outcome.action}:") else \
+            f"{outcome.action}: {outcome.reason}"
+        line = f"{stamp} {said}"
         log.info(line)
         if self._say is not None:
             self._say(line)

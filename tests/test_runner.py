@@ -363,3 +363,18 @@ def test_the_default_rail_is_the_readmes_twelve_changes_an_hour(db: Database) ->
     outcome = _sets_then_one_more(db, runner, fake, clock, sets=12)
     assert outcome.action == "rate-limited" and "--max-flips-per-hour 12" in outcome.reason
     assert runner.config.max_flips_per_hour == make_policy("learn", 48).max_flips_per_hour  # type: ignore[attr-defined]
+
+
+def test_a_line_says_the_action_once(db: Database) -> None:
+    """The policies' holds begin "hold: ..." themselves: the line does not say it twice ("hold: hold:", as
+    every learn hold read until 2026-12-07); the runner's own reasons get the action in front."""
+    fake, clock, lines = FakeKnobServer(), Clock(), []
+    client = KnobClient(URL, transport=fake.transport(), readback_delay_s=0.0)
+    runner = PolicyRunner(db, client, make_policy("learn", 48), mode="learn", clock=clock,
+                          say=lines.append)  # fmt: skip
+    runner.say(runner.step())  # nothing collected yet: the runner's own reason
+    add_samples(db, URL, T0, 12)
+    runner.say(runner.step())  # fresh samples, no counters: learn's own "hold: the server publishes no ..."
+    assert [line.split(" ", 1)[1].split(":", 1)[0] for line in lines] == ["hold", "hold"], lines
+    assert not any("hold: hold:" in line for line in lines), lines
+    assert "spectower collect" in lines[0] and "publishes no engine counters" in lines[1], lines
