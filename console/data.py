@@ -416,6 +416,15 @@ def control_events(
     return _frame(rows, models.ControlEvent)
 
 
+def policy_said(db: Database, server_url: str) -> dict[str, Any] | None:
+    """What the policy on ``server_url`` said last (``mode``, ``said``, ``said_ts``: since when, and
+    ``updated_ts``: its runner's last step), or None where no policy has said anything there."""
+    row = queries.policy_state(db, server_url)
+    if row is None or not row.said:
+        return None
+    return {"mode": row.mode, "said": row.said, "said_ts": row.said_ts, "updated_ts": row.updated_ts}
+
+
 def last_setter(db: Database, server_url: str) -> dict[str, Any] | None:
     """The newest confirmed ``set`` on ``server_url``, or None."""
     rows = queries.control_events(db, server_url=server_url, action="set", confirmed=True, limit=1)

@@ -198,6 +198,10 @@ class PolicyRunner:
         log.info(line)
         if self._say is not None:
             self._say(line)
+        try:  # the console's "policy says" (storage: policy_state.said): the loop goes on without it
+            queries.save_policy_said(self.db, self.server_url, said=said, ts=outcome.ts)
+        except Exception:
+            log.exception("could not store what the policy said")
 
     # -- state
 

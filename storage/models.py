@@ -311,6 +311,9 @@ class PolicyState(SQLModel, table=True):
     mode: str
     paused_until: float | None = None  # a manual set pauses the policy
     state_json: str
+    # what the policy's runner said last (its hold's reason, a set, a pause: one line) and since when
+    said: str | None = None
+    said_ts: float | None = None
 
 
 # --- schema v2: rollups (min/mean/max per 1-minute and 1-hour bucket) -----------------------------

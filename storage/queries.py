@@ -60,6 +60,7 @@ from .records import (  # noqa: F401
     last_collected_ts,
     open_gap,
     policy_state,
+    save_policy_said,
     save_policy_state,
     server_by_url,
     server_info_snapshots,

@@ -130,6 +130,16 @@ def save_policy_state(db: Database, server_url: str, *, mode: str, state_json: s
         s.add(row)
 
 
+def save_policy_said(db: Database, server_url: str, *, said: str, ts: float) -> None:
+    """What the policy for ``server_url`` says now (one line), since ``ts``; nothing where no policy state
+    was saved yet (the runner saves it before it says anything)."""
+    with db.session(write=True) as s:
+        row = s.get(models.PolicyState, server_url)
+        if row is not None:
+            row.said, row.said_ts = said, ts
+            s.add(row)
+
+
 # --- benchmarks ----------------------------------------------------------------------------------------
 def bench_runs(db: Database, limit: int | None = None) -> list[models.BenchRun]:
     """Newest first (all of them unless ``limit``)."""

@@ -20,6 +20,8 @@ History:
   tables stay as they are and become the head; the writer's first maintenance seals what they hold.
 - v6: the pauses of a server's processes the plugin reports (``server_pause`` + indexes: scheduler stalls,
   long collections, the launcher's held Python), kept beside the latency they explain.
+- v7: ``policy_state.said`` and ``policy_state.said_ts``: what a running policy says now (its hold's
+  reason: why it does not move), since when, for the console.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from sqlmodel import SQLModel
 
 from . import dialect, models
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA_VERSION_KEY = "schema_version"
 
 
@@ -86,9 +88,18 @@ def _v5_to_v6(conn: Connection) -> None:
     models.ServerPause.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
 
 
+def _v6_to_v7(conn: Connection) -> None:
+    # Nullable columns: a policy that ran before the upgrade said nothing the database kept. Where they are
+    # there already (a database built from these models and stamped older), as the table steps' checkfirst.
+    have = {c["name"] for c in inspect(conn).get_columns("policy_state")}
+    for name, kind in (("said", "VARCHAR"), ("said_ts", "FLOAT")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE policy_state ADD COLUMN {name} {kind}"))
+
+
 # MIGRATIONS[v] turns a version-v database into version v+1.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
 }  # fmt: skip
 
 

@@ -308,3 +308,29 @@ def test_an_operator_freezes_the_collectors_from_the_page(
     with open_database(url) as db, db.session() as s:
         (event,) = s.exec(select(ControlEvent).where(ControlEvent.action == "freeze-gc")).all()
     assert event.confirmed and event.actor == "operator:erin" and event.old_max_bs == event.new_max_bs == knob
+
+
+@pytest.mark.integration
+def test_the_page_says_why_the_policy_holds(sim_db: tuple[Any, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running policy's last line (its runner stores it: control/runner.py) is on the page, so the reason
+    a knob does not move is there without the policy's terminal."""
+    sim, url = sim_db
+    now = time.time()
+    said = "hold: would move the ceiling 16 -> 4 (crossover ~3.3 (1.8-9.1)), but the change limit applies"
+    with open_database(url) as db:
+        queries.save_policy_state(db, sim.base_url, mode="learn", state_json="{}", ts=now - 4)
+        queries.save_policy_said(db, sim.base_url, said=said, ts=now - 40)
+    at = _control(url, monkeypatch, key=None, operator=None)
+    shown = " ".join(m.value for m in at.markdown)
+    assert "**Policy learn says** (its last step " in shown and f": {said}" in shown, shown
+
+
+def test_a_policy_whose_runner_stopped_stepping_is_said_to_have_said_it() -> None:
+    from spectower.console.views.control import policy_says_text
+
+    said = {"mode": "learn", "said": "hold: counters too thin", "said_ts": 1000.0, "updated_ts": 1000.0}
+    fresh = policy_says_text(said, now=1004.0)
+    assert fresh.startswith("**Policy learn says** (its last step 4 s ago), since "), fresh
+    stale = policy_says_text(said, now=1000.0 + 720)
+    assert stale.startswith("**Policy learn said** (its last step 12 min ago: is `spectower control auto`")
+    assert stale.endswith(": hold: counters too thin")

@@ -25,6 +25,7 @@ from spectower.control.runner import (
     observe_storage,
 )
 from spectower.plugin import engine_counters
+from spectower.storage import queries
 from spectower.storage.database import Database, open_database
 from spectower.storage.models import EngineSample
 
@@ -378,3 +379,5 @@ def test_a_line_says_the_action_once(db: Database) -> None:
     assert [line.split(" ", 1)[1].split(":", 1)[0] for line in lines] == ["hold", "hold"], lines
     assert not any("hold: hold:" in line for line in lines), lines
     assert "spectower collect" in lines[0] and "publishes no engine counters" in lines[1], lines
+    row = queries.policy_state(db, URL)  # what the console shows: the newest line, since its step
+    assert row is not None and row.said == lines[1].split(" ", 1)[1] and row.said_ts == clock()

@@ -242,11 +242,11 @@ def test_a_v5_database_gets_the_pause_table_and_keeps_its_rows(tmp_path: Path) -
         """,
     )
     with open_database(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 6
+        assert db.schema_version == SCHEMA_VERSION == 7
         assert [r.num_running_reqs for r in queries.latest_engine_samples(db)] == [3.0]
         assert "server_pause" in inspect(db.engine).get_table_names()
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "6"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "7"
         sink = StorageSink(db)
         sink.engine("http://v5:30000", _scrape(pause_rows(_document())))
         assert sink.flush(timeout=30)

@@ -72,9 +72,9 @@ def test_v1_file_is_migrated_forward_with_its_data(tmp_path: Path) -> None:
     make_v1_file(path)
     db = open_database(path)
     try:
-        assert db.schema_version == SCHEMA_VERSION == 6
+        assert db.schema_version == SCHEMA_VERSION == 7
         with db.engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "6"
+            assert conn.execute(text("SELECT value FROM meta WHERE key='schema_version'")).scalar() == "7"
             cols = {c["name"] for c in inspect(conn).get_columns("bench_run")}
             assert "source_sha256" in cols
             assert conn.execute(text("SELECT count(*) FROM gpu_sample")).scalar() == 600
@@ -197,3 +197,32 @@ def test_v3_file_gets_the_audit_columns_and_its_notes_read_as_notes(tmp_path: Pa
     line = " ".join(res.output.split())
     assert "set 16 -> 0 ok http://v3:30000: incident note: manual lock until released" in line, line
     assert "error" not in line
+
+
+def test_v6_file_gets_what_the_policy_says_and_keeps_what_it_learned(tmp_path: Path) -> None:
+    """v7: ``policy_state`` holds what the running policy says now (``said``, since ``said_ts``); a v6 row
+    keeps its learned state and says nothing until its runner's next line."""
+    path = tmp_path / "v6.db"
+    stamped(
+        path,
+        6,
+        """
+        ALTER TABLE policy_state DROP COLUMN said;
+        ALTER TABLE policy_state DROP COLUMN said_ts;
+        INSERT INTO policy_state (server_url, updated_ts, mode, state_json)
+        VALUES ('http://v6:30000', 100.0, 'learn', '{"policy": "learn"}');
+        """,
+    )
+    with open_database(path) as db:
+        assert db.schema_version == SCHEMA_VERSION
+        row = queries.policy_state(db, "http://v6:30000")
+        assert row is not None and row.state_json == '{"policy": "learn"}'
+        assert (row.said, row.said_ts) == (None, None)
+        queries.save_policy_said(db, "http://v6:30000", said="hold: counters too thin", ts=120.0)
+        queries.save_policy_said(db, "http://unknown:30000", said="hold: nothing", ts=120.0)  # no row: none
+        row = queries.policy_state(db, "http://v6:30000")
+        assert row is not None and (row.said, row.said_ts) == ("hold: counters too thin", 120.0)
+        assert row.updated_ts == 100.0
+        assert queries.policy_state(db, "http://unknown:30000") is None
+    assert (tmp_path / "v6.db.schema-v6.bak").exists()
+    assert schema_of(f"sqlite:///{path}") == schema_of(f"sqlite:///{tmp_path / 'fresh.db'}")

@@ -146,6 +146,7 @@ def render() -> None:
         st.error(f"The server's own state cannot be read: {live['error']}", icon=":material/cloud_off:")
     else:
         _server_state(live, _lock_holder(db, state))
+    _policy_says(data.policy_said(db, url))
 
     if operator is not None:
         _change_form(url, knob, max_running, operator, state, live)
@@ -201,6 +202,24 @@ def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
     st.dataframe(pd.DataFrame(ranks), width="stretch", hide_index=True)
     _exploration(live)
     _stalls(live)
+
+
+def policy_says_text(said: dict[str, Any], now: float | None = None) -> str:
+    """One line: what the policy said last and since when; where its runner's last step is older than the
+    staleness horizon, that it may not be running."""
+    mode, step = said["mode"], said.get("updated_ts")
+    if common.is_stale(step, now):
+        who = (f"**Policy {mode} said** (its last step {common.ago(step, now)}: is `spectower control auto` "
+               "still running?)")  # fmt: skip
+    else:
+        who = f"**Policy {mode} says** (its last step {common.ago(step, now)})"
+    return f"{who}, since {_when(said.get('said_ts'))}: {said['said']}"
+
+
+def _policy_says(said: dict[str, Any] | None) -> None:
+    """Why the policy does what it does now (a hold says why it holds), its runner's last line."""
+    if said is not None:
+        st.markdown(policy_says_text(said))
 
 
 def _exploration(live: dict[str, Any]) -> None:
