@@ -72,3 +72,14 @@ def test_counter_read_bench_prints_both_reads_as_each_plugin_stores_its_rows() -
     bad = subprocess.run([sys.executable, str(script), "--intervals", "1"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip() == "--intervals: each between 2 and 100000, got '1'"
+
+
+def test_learn_decision_cost_times_both_arms() -> None:
+    script = REPO_ROOT / "benchmarks" / "learn_decision_cost.py"
+    done = subprocess.run([sys.executable, str(script), "--minutes", "2", "--history-minutes", "2"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert [row[0] for row in rows] == ["without", "with"], done.stdout
+    assert "with 24 stored intervals" in done.stdout, done.stdout
+    assert all(row[-2] == "(8" for row in rows), done.stdout  # a decision per 15-s sample over 2 minutes
