@@ -58,6 +58,10 @@ dwell; every later one keeps ``min_dwell_s``): a sweep measures other traffic (s
 production's long ones the H200 pair's crossover fell from 47 to about 16 (tests/test_open_loop.py). From
 then on the counters decide as above. A policy that restored counters of its own from the last
 ``window_s`` skips it (its own data knows more).
+The warm start's ``history`` (the server's stored intervals that end before the policy's first snapshot,
+each with the knob the collector read beside it as its ceiling) opens the window until it ages out: a
+minute of always on before learn starts is its drafting side at once (on an H100, 2026-12-07, learn at 24
+under a load at 48 waited 432 s for three exploring parts without it; replayed with it, 48 s).
 Its snapshots and change history persist through ``state()`` / ``load_state()``.
 """
 
