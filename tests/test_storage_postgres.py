@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spectower.storage import Database, open_database, queries
+from spectower.storage import SCHEMA_VERSION, Database, open_database, queries
 from spectower.storage.bench_serving import export_lines, import_file
 from spectower.storage.models import ControlEvent, EngineSample, GpuSample
 
@@ -28,7 +28,7 @@ def db(postgres_url: str) -> Iterator[Database]:
 
 
 def test_core_api_series_and_rollups_on_postgres(db: Database) -> None:
-    assert db.dialect_name == "postgresql" and db.schema_version == 6
+    assert db.dialect_name == "postgresql" and db.schema_version == SCHEMA_VERSION
     sid = db.server_id("http://a", served_model_name="m")
     assert db.server_id("http://a") == sid
     gid = db.gpu_id("h", 0, "U")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.storage import Database, open_database, queries, sealed
+from spectower.storage import SCHEMA_VERSION, Database, open_database, queries, sealed
 from spectower.storage.export import export_samples
 from spectower.storage.models import EngineSample, GpuSample
 from sqlalchemy import text
@@ -304,7 +304,7 @@ def test_a_v4_database_migrates_and_every_value_reads_back(
     con.close()
     db = open_database(path)
     try:
-        assert db.schema_version == 6
+        assert db.schema_version == SCHEMA_VERSION
         db.maintain()  # what the writer runs every minute: rollups, then sealing
         with db.engine.connect() as conn:
             assert conn.execute(text("SELECT sum(n) FROM gpu_chunk")).scalar_one() > 2000

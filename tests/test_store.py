@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from spectower.console.cli import app
-from spectower.storage import open_database
+from spectower.storage import SCHEMA_VERSION, open_database
 from typer.testing import CliRunner
 
 from tests.test_storage_schema import stamped
@@ -106,6 +106,6 @@ def test_installed_command_shows_no_traceback(tmp_path: Path) -> None:
 
 def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "n.db"
-    stamped(path, 7)
+    stamped(path, SCHEMA_VERSION + 1)
     code, out = run("export", "bench", "1", "--out", str(tmp_path / "x.csv"), "--db", str(path))
     assert code == 2 and "newer than this spectower" in out and "Traceback" not in out
