@@ -20,6 +20,7 @@ import httpx
 import pytest
 from spectower.console.cli import app
 from spectower.control import audit
+from spectower.storage import queries
 from spectower.storage.database import open_database
 from spectower.storage.models import EngineSample
 from typer.testing import CliRunner
@@ -341,6 +342,18 @@ def test_get_shows_the_servers_owner_lock_expiry_and_policy_decision(sim: Any, t
     assert holder["lock"]["request_id"] == events(db)[-1].request_id is not None
     elsewhere = run_cli(["get", "--server", sim.base_url, "--db", str(tmp_path / "other.db")])
     assert "held by          unknown: no set of this lock in this database's audit" in elsewhere.stdout
+    assert "policy says" not in human.stdout and holder["policy_said"] is None  # no policy ran here
+    with open_database(db) as store:  # what a running policy's runner stores (control/runner.py)
+        # its last step ten minutes ago (600-629 s read "10 min": no wall-clock race)
+        queries.save_policy_state(store, sim.base_url, mode="learn", state_json="{}", ts=time.time() - 600)
+        queries.save_policy_said(store, sim.base_url, said="paused: the server's manual lock holds the knob",
+                                 ts=time.time() - 50)  # fmt: skip
+    said = run_cli(["get", "--server", sim.base_url, "--db", str(db)])
+    assert "policy says      learn, since " in said.stdout, said.stdout
+    assert "(its last step 10 min ago): paused: the server's manual lock holds the knob" in said.stdout
+    said_json = json.loads(run_cli(["get", "--server", sim.base_url, "--json", "--db", str(db)]).stdout)
+    policy_said = said_json["policy_said"]
+    assert policy_said["said"].startswith("paused: ") and policy_said["mode"] == "learn"
     assert "policy's last    set 30" in human.stdout and "REFUSED" in human.stdout
     assert "dp_rank 1: spec_max_bs=6 owner=manual" in human.stdout
     bad = run_cli(["set", "--server", sim.base_url, "--db", str(db), "--yes", "--off", "--hold", "soon",

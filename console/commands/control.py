@@ -222,31 +222,46 @@ def get(
     server = fleets.resolve(servers, fleet).replicas[0]
     with _client(server) as client:
         state = client.read()
-    speed, holder = _from_database(state, db, window_s)
+    speed, holder, said = _from_database(state, db, window_s)
     if as_json:
-        print(strict_json({**state.to_dict(), "speedup": speed, "lock_holder": holder}))
+        print(strict_json({**state.to_dict(), "speedup": speed, "lock_holder": holder, "policy_said": said}))
         return
     _print_state(state, holder)
+    if said is not None:
+        _print_said(said)
     _print_speedup(speed)
+
+
+def _print_said(said: dict[str, Any]) -> None:
+    """What the running policy says now (its runner's newest line, as the database holds it), since when, and
+    how long ago its runner last stepped."""
+    import time
+
+    from ..time_text import ago
+
+    step = said.get("updated_ts")
+    out.print(f"policy says      {said['mode']}, since {_when(said.get('said_ts'))} (its last step "
+              f"{ago(step, time.time())}): {said['said']}", markup=False, soft_wrap=True)  # fmt: skip
 
 
 def _from_database(
     state: KnobState, db: str | None, window_s: float
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """What the database adds to the server's own account: the speedup (``_speedup``) and who holds a
-    manual lock (``control.audit.lock_holder``: actor, since, reason; None when the database has no such
-    row). A missing SQLite file is not created."""
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """What the database adds to the server's own account: the speedup (``_speedup``), who holds a manual
+    lock (``control.audit.lock_holder``: actor, since, reason; None when the database has no such row) and
+    what the policy on it says now (``console.data.policy_said``; None: none said anything). A missing
+    SQLite file is not created."""
     from ...control.audit import lock_holder
     from ...storage.database import default_db_url
     from .. import data
 
     store = data.open_store(default_db_url(db))
     if store is None:
-        return _speedup(state, None, window_s), None
+        return _speedup(state, None, window_s), None, None
     try:
         event = lock_holder(store, state)
         holder = None if event is None else {"actor": event.actor, "since": event.ts, "reason": event.reason}
-        return _speedup(state, store, window_s), holder
+        return _speedup(state, store, window_s), holder, data.policy_said(store, state.server_url)
     finally:
         store.close()
 

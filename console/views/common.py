@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ...storage import Database, DatabaseURLError
 from ...storage.dialect import error_line
 from .. import data, settings
+from ..time_text import ago
 
 P = ParamSpec("P")
 
@@ -204,19 +205,6 @@ def window(now: float | None = None) -> Window:
 
 def is_pinned() -> bool:
     return st.session_state.get(END_KEY) is not None
-
-
-def ago(ts: float | None, now: float | None = None) -> str:
-    if ts is None or pd.isna(ts):
-        return "never"
-    s = max(0.0, (time.time() if now is None else now) - float(ts))
-    if s < 90:
-        return f"{s:.0f} s ago"
-    if s < 5400:
-        return f"{s / 60:.0f} min ago"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f} h ago"
-    return f"{s / 86400:.1f} days ago"
 
 
 def span_text(seconds: float) -> str:
