@@ -142,11 +142,13 @@ def render() -> None:
                 st.error(shown["error"])
             else:
                 st.metric("Live spec_max_bs", str(shown.get("spec_max_bs")), help=str(shown.get("mode")))
+    said = data.policy_said(db, url)
     if "error" in live:
         st.error(f"The server's own state cannot be read: {live['error']}", icon=":material/cloud_off:")
+        if said is not None:
+            st.markdown(policy_says_text(said))
     else:
-        _server_state(live, _lock_holder(db, state))
-    _policy_says(data.policy_said(db, url))
+        _server_state(live, _lock_holder(db, state), said)
 
     if operator is not None:
         _change_form(url, knob, max_running, operator, state, live)
@@ -172,9 +174,11 @@ def _lock_holder(db: Any, state: KnobState | None) -> str | None:
     return f"`{event.actor}` since {_when(event.ts)} ({event.reason})"
 
 
-def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
-    """Value per DP rank, owner, lock and expiry, who holds a manual lock, last writer and the policy's last
-    decision."""
+def _server_state(
+    live: dict[str, Any], holder: str | None = None, said: dict[str, Any] | None = None
+) -> None:
+    """Value per DP rank, owner, lock and expiry, who holds a manual lock, last writer, the policy's last
+    decision and what the running policy says now (``said``: its runner's newest line, from the database)."""
     write = live.get("last_write") or {}
     decision = live.get("policy_last") or {}
     lines = [f"**Lock:** {_lock_text(live)}"]
@@ -191,6 +195,8 @@ def _server_state(live: dict[str, Any], holder: str | None = None) -> None:
         )
     else:
         lines.append("**Policy's last decision:** none since the server started")
+    if said is not None:
+        lines.append(policy_says_text(said))
     st.markdown("  \n".join(lines))
     ranks = [
         {"dp_rank": r.get("dp_rank"), "spec_max_bs": r.get("spec_max_bs"), "owner": r.get("owner"),
@@ -214,12 +220,6 @@ def policy_says_text(said: dict[str, Any], now: float | None = None) -> str:
     else:
         who = f"**Policy {mode} says** (its last step {common.ago(step, now)})"
     return f"{who}, since {_when(said.get('said_ts'))}: {said['said']}"
-
-
-def _policy_says(said: dict[str, Any] | None) -> None:
-    """Why the policy does what it does now (a hold says why it holds), its runner's last line."""
-    if said is not None:
-        st.markdown(policy_says_text(said))
 
 
 def _exploration(live: dict[str, Any]) -> None:

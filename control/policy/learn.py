@@ -173,7 +173,7 @@ class LearnPolicy:
         # that starts no dwell), until the next move
         self.initial_ceiling = initial_ceiling
         self._warm_move: float | None = None
-        self._note = ""  # said once, before the next decision's reason (a warm start not used)
+        self._note = ""  # said once, after the next decision's reason (a warm start not used)
         self.max_running_requests = max_running_requests
         self.window_s = _option(options, "window_s")
         self.sample_s = _option(options, "sample_s")
@@ -360,7 +360,7 @@ class LearnPolicy:
         wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
         self.initial_ceiling = None
         if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
-            self._note = "warm start not used: counters of its own from the last window were restored; "
+            self._note = "; warm start not used: counters of its own from the last window were restored"
             return None
         dwell = "it holds until this server's counters decide against it"
         if self.knob is not None and self._ceiling(self.knob) == wanted:
@@ -522,7 +522,7 @@ class LearnPolicy:
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
-        reason, self._note = self._note + reason, ""
+        reason, self._note = reason + self._note, ""
         self.flip_times.append(now)
         self.pending = value
         self.pending_waits = 0
@@ -531,7 +531,7 @@ class LearnPolicy:
         return Decision(value, reason)
 
     def _hold(self, reason: str) -> Decision:
-        reason, self._note = self._note + reason, ""
+        reason, self._note = reason + self._note, ""
         self.last_reason = reason
         return Decision(None, reason)
 
