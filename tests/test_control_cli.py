@@ -508,7 +508,7 @@ def test_get_since_start_reads_a_gated_bins_explored_drafting_as_learn_does() ->
     interval (the mix, then the prefills). One interval cannot say how far H's draw reaches
     (``mix_levelled.tells_apart``), so neither levels it for the mix, only for its prefills."""
     from spectower.collectors.sglang.server_info import ServerInfo
-    from spectower.console.commands.control import _speedup
+    from spectower.console.commands.control_get import speedup_of
     from spectower.control import prefilled
     from spectower.control.knob_state import KnobState
     from spectower.control.policy import learn_counters
@@ -518,7 +518,7 @@ def test_get_since_start_reads_a_gated_bins_explored_drafting_as_learn_does() ->
 
     snapshot = _mix_snapshots(12, seed=13)[-1]
     doc = {"internal_states": [{"spectower": {"counters": snapshot}}]}
-    found = _speedup(KnobState("http://sglang.test:30000", ServerInfo(info=doc), None), None, 600.0)
+    found = speedup_of(KnobState("http://sglang.test:30000", ServerInfo(info=doc), None), None, 600.0)
     assert found["source"] == "since_start"
     at_32 = next(b for b in found["bins"] if b["batch_size"] == 32)
     assert at_32["ran_mostly"] == "gated"
