@@ -94,12 +94,12 @@ def test_control_gets_estimate_since_the_start_reads_the_outside_seconds_too() -
     same fold, so it tells the operator what learn and the console read (1.1 / 1.2 here, not 1.1)."""
     from types import SimpleNamespace
 
-    from spectower.console.commands.control import _speedup
+    from spectower.console.commands.control_get import speedup_of
 
     r0, r1 = _counters(64), _counters(64)
     _run(r0, r1, 1.0)
     state = SimpleNamespace(info=SimpleNamespace(info=_doc(r0.snapshot(), r1.snapshot())))
-    got = _speedup(state, None, 900.0)  # type: ignore[arg-type]
+    got = speedup_of(state, None, 900.0)  # type: ignore[arg-type]
     assert got["source"] == "since_start"
     (row,) = [b for b in got["bins"] if b["batch_size"] == 16]
     assert row["speedup"] == pytest.approx(1.1 / 1.2, rel=0.01)
