@@ -8,10 +8,17 @@ import time
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
-    """``"12 s ago"``, ``"5 min ago"``, ``"2.5 h ago"``, ``"3.0 days ago"``; ``"never"`` for None or NaN."""
-    if ts is None or math.isnan(float(ts)):
+    """``"12 s ago"``, ``"5 min ago"``, ``"2.5 h ago"``, ``"3.0 days ago"``; ``"never"`` for None, NaN or a
+    missing value that is no number at all (pandas' NA, as the pages' frames hold one)."""
+    if ts is None:
         return "never"
-    s = max(0.0, (time.time() if now is None else now) - float(ts))
+    try:
+        when = float(ts)
+    except TypeError:  # pandas' NA
+        return "never"
+    if math.isnan(when):
+        return "never"
+    s = max(0.0, (time.time() if now is None else now) - when)
     if s < 90:
         return f"{s:.0f} s ago"
     if s < 5400:

@@ -18,4 +18,7 @@ def test_ago_reads_in_the_unit_an_operator_would_say(seconds: float, said: str) 
 
 
 def test_nothing_known_is_never() -> None:
+    import pandas as pd
+
     assert ago(None) == "never" and ago(math.nan) == "never"
+    assert ago(pd.NA) == "never"  # type: ignore[arg-type]  # as pd.isna read it on the pages before

@@ -718,7 +718,8 @@ def test_stored_history_older_than_the_window_or_inside_the_policys_own_is_not_r
         ([5], "interval 0 must be an object, got int"),
         ([{"bins": []}], "interval 0: 'ts' must be a number, got None"),
         ([{"ts": 1.0, "learn_ceiling": -1}], "interval 0: 'learn_ceiling' must be an integer >= 0 or null"),
-        ([{"ts": 1.0, "bins": [1], "drafted": {"steps": [1]}}], "interval 0 must hold 'bins' and, per mode"),
+        ([{"ts": 1.0, "bins": [1], "drafted": {"steps": [1]}}],
+         "interval 0: counters.drafted.tokens must be a list as long as bins"),
     ],
 )
 def test_a_bad_history_is_refused_naming_the_interval(history: list[Any], said: str) -> None:

@@ -29,7 +29,8 @@ def checked_costs(costs: Mapping[str, float] | None) -> dict[str, float]:
 
 def checked_history(history: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     """The warm start's stored intervals (``storage.queries.counter_intervals``' shape, each with ``ts`` and
-    the ceiling it ran under as ``CEILING_KEY``), oldest first; each must carry both modes' cells."""
+    the ceiling it ran under as ``CEILING_KEY``), oldest first; each must carry both modes' cells as a
+    counters snapshot does (``engine_counters.validate``)."""
     checked: list[dict[str, Any]] = []
     for i, interval in enumerate(history or ()):
         where = f"learn option 'history': interval {i}"
@@ -40,15 +41,10 @@ def checked_history(history: Sequence[Mapping[str, Any]] | None) -> list[dict[st
             raise PolicyError(f"{where}: 'ts' must be a number, got {ts!r}")
         if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 0):
             raise PolicyError(f"{where}: {CEILING_KEY!r} must be an integer >= 0 or null, got {ceiling!r}")
-        bins = interval.get("bins")
-        fields = ("steps", "tokens", "time_s")
-        if not isinstance(bins, list) or not all(
-            isinstance(cells := interval.get(mode), Mapping)
-            and all(len(cells.get(field) or ()) == len(bins) for field in fields)
-            for mode in engine_counters.MODES
-        ):
-            raise PolicyError(f"{where} must hold 'bins' and, per mode {list(engine_counters.MODES)}, "
-                              "'steps', 'tokens' and 'time_s' lists of the same length")  # fmt: skip
+        # a stored interval has a snapshot's cells (``rates()``' shape): the counters' own check judges them
+        problem = engine_counters.validate(dict(interval))
+        if problem is not None:
+            raise PolicyError(f"{where}: {problem}")
         checked.append(dict(interval))
     return sorted(checked, key=lambda h: float(h["ts"]))
 
