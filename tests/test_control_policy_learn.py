@@ -568,6 +568,43 @@ def test_state_round_trips_and_a_restarted_policy_decides_the_same() -> None:
     assert "too thin" in fresh.decide(observe(910.0, knob, stream.advance(5, knob))).reason
 
 
+def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one_does() -> None:
+    """A restarted server comes back at its launch ceiling: the policy's last move went to a process that is
+    gone, so the dwell it started does not keep the policy from setting its ceiling again (the demo's second
+    run held always on for up to 5 minutes). The counters say it: their ``started_at`` moved. The hourly
+    limit still counts that move, and the move back starts a dwell of its own."""
+    policy = make_policy("learn", MRR)
+    stream = CounterStream(FALLING)
+    knob, changes, _ = drive(policy, stream, 120)
+    assert changes and knob < MRR and changes[-1][0] <= 90, changes
+    moved_at = changes[-1][0]
+    restored = make_policy("learn", MRR)
+    restored.load_state(json.loads(json.dumps(policy.state())))
+    # the server restarts within the move's dwell, at always on, with counters that start anew
+    relaunched = CounterStream(FALLING, seed=1)
+    t, decisions, moved_back = 125.0, [], []
+    while t < moved_at + 240:
+        counters = relaunched.advance(INTERVAL_S, MRR) | {"started_at": 2.0}
+        decisions.append(restored.decide(observe(t, MRR, counters)))
+        if decisions[-1].max_bs is not None:
+            moved_back.append((t, decisions[-1].max_bs))
+        t += INTERVAL_S
+    assert [value for _, value in moved_back] == [knob], [d.reason for d in decisions]
+    assert "restarted" in decisions[0].reason, decisions[0].reason
+    # the same policy without the restart keeps its dwell
+    kept = make_policy("learn", MRR)
+    kept.load_state(json.loads(json.dumps(policy.state())))
+    held = kept.decide(observe(125.0, MRR, stream.advance(INTERVAL_S, MRR)))
+    assert held.max_bs is None and "change limit" in held.reason, held.reason
+    # the hourly limit counts both moves, and the move back is the one a dwell starts from
+    assert restored.state()["flip_times"] == [moved_at, moved_back[0][0]]
+    # restored again on the same server process: no restart is seen, and the move back holds its dwell
+    again = make_policy("learn", MRR)
+    again.load_state(json.loads(json.dumps(restored.state())))
+    later = again.decide(observe(t, knob, relaunched.advance(INTERVAL_S, knob) | {"started_at": 2.0}))
+    assert "restarted" not in later.reason and again.state()["restart_seen_at"] == 125.0, later.reason
+
+
 @pytest.mark.parametrize(
     "state, field",
     [
@@ -577,6 +614,7 @@ def test_state_round_trips_and_a_restarted_policy_decides_the_same() -> None:
         ({"policy": "learn", "version": 2, "snapshots": {}}, "snapshots"),
         ({"policy": "learn", "version": 2, "snapshots": [[1.0]]}, r"snapshots\[0\]"),
         ({"policy": "learn", "version": 2, "snapshots": [[1.0, {"bins": []}]]}, r"snapshots\[0\].*bins"),
+        ({"policy": "learn", "version": 2, "server_started_at": "today"}, "server_started_at"),
     ],
 )
 def test_a_bad_state_is_refused_naming_the_field(state: dict[str, Any], field: str) -> None:

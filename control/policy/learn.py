@@ -62,7 +62,10 @@ The warm start's ``history`` (the server's stored intervals that end before the 
 each with the knob the collector read beside it as its ceiling) opens the window until it ages out: a
 minute of always on before learn starts is its drafting side at once (on an H100, 2026-12-07, learn at 24
 under a load at 48 waited 432 s for three exploring parts without it; replayed with it, 48 s).
-Its snapshots and change history persist through ``state()`` / ``load_state()``.
+Its snapshots and change history persist through ``state()`` / ``load_state()`` (control/policy/learn_state.py).
+A server that restarts (its counters' ``started_at`` moves) is back at its launch ceiling: the moves made before
+it hold no dwell, so a policy that set 8 a minute before the restart sets it again at once, not five minutes
+later at always on; the hourly limit still counts them.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ from typing import Any
 
 from ...plugin import engine_counters, knob_contract
 from .. import kept_extend, prefilled, speedup
-from . import learn_start
+from . import learn_start, learn_state
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
     CEILING_KEY,
@@ -93,7 +96,6 @@ from .learn_counters import (
     thin_note,
 )
 
-STATE_VERSION = 2
 DEFAULT_WINDOW_S = 1800.0
 DEFAULT_SAMPLE_S = 15.0
 DEFAULT_MIN_DWELL_S = 300.0
@@ -210,6 +212,10 @@ class LearnPolicy:
         # with the ceiling it ran under: the start of the window, until they age out of it
         self._history: list[dict[str, Any]] = learn_start.checked_history(history)
         self.flip_times: deque[float] = deque()
+        # the counters' started_at last seen, and when they started anew (a restarted server): the moves
+        # before it went to a process that is gone, so they hold no dwell
+        self._server_started: float | None = None
+        self._restart_seen: float | None = None
         self.knob: int | None = None  # what we last saw (or set)
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
         self.pending_waits = 0
@@ -241,6 +247,7 @@ class LearnPolicy:
         problem = engine_counters.validate(dict(counters))
         if problem is not None:
             return self._hold(f"hold: the engine counters are malformed ({problem})")
+        self._see_start(now, counters)
         if self._remember(now, counters) or self._estimate is None:
             # The estimate moves only with a kept sample (every sample_s): computed once per sample.
             intervals = self._corrected_now()
@@ -360,7 +367,7 @@ class LearnPolicy:
         wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
         self.initial_ceiling = None
         if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
-            self._note = "; warm start not used: counters of its own from the last window were restored"
+            self._note += "; warm start not used: counters of its own from the last window were restored"
             return None
         dwell = "it holds until this server's counters decide against it"
         if self.knob is not None and self._ceiling(self.knob) == wanted:
@@ -516,10 +523,20 @@ class LearnPolicy:
         # interval, which is when a move is asked for at all, so its own move starts no dwell. Every move
         # after it keeps one.
         last = self.flip_times[-1] if self.flip_times else None
+        if last is not None and self._restart_seen is not None and last < self._restart_seen:
+            last = None  # made to the server before it restarted (back at its launch ceiling since)
         if last is not None and last != self._warm_move and now - last < self.min_dwell_s:
             return False
         self._warm_move = None
         return len(self.flip_times) < self.max_flips_per_hour
+
+    def _see_start(self, now: float, counters: Mapping[str, Any]) -> None:
+        """Note a restart of the server: its counters' ``started_at`` moved since the last observation."""
+        started = counters.get("started_at")
+        if self._server_started is not None and started != self._server_started and self.flip_times:
+            self._restart_seen = now
+            self._note += "; the server restarted (its counters started anew): its last move holds no dwell"
+        self._server_started = started
 
     def _set(self, now: float, value: int, reason: str) -> Decision:
         reason, self._note = reason + self._note, ""
@@ -539,62 +556,23 @@ class LearnPolicy:
     def state(self) -> dict[str, Any]:
         return {
             "policy": self.name,
-            "version": STATE_VERSION,
+            "version": learn_state.STATE_VERSION,
             "flip_times": list(self.flip_times),
             "snapshots": [[ts, snap] for ts, snap in self.snapshots],
             "explore_share_asked": self.share_asked,
             "explore_share_confirmed": self.share_confirmed,
             "decided_since": self.decided_since,
+            "server_started_at": self._server_started,
+            "restart_seen_at": self._restart_seen,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict):
-            raise PolicyError("learn state must be an object")
-        if state.get("policy") != self.name or state.get("version") != STATE_VERSION:
-            raise PolicyError(
-                f"learn state: not a version-{STATE_VERSION} learn state "
-                f"(policy={state.get('policy')!r}, version={state.get('version')!r})"
-            )
-        flips = state.get("flip_times", [])
-        if not isinstance(flips, list) or not all(
-            isinstance(t, int | float) and not isinstance(t, bool) for t in flips
-        ):
-            raise PolicyError("learn state: 'flip_times' must be a list of numbers")
-        raw = state.get("snapshots", [])
-        if not isinstance(raw, list):
-            raise PolicyError("learn state: 'snapshots' must be a list of [ts, counters] pairs")
-        snapshots: list[tuple[float, dict[str, Any]]] = []
-        for i, item in enumerate(raw):
-            if (
-                not isinstance(item, list)
-                or len(item) != 2
-                or isinstance(item[0], bool)
-                or not isinstance(item[0], int | float)
-            ):
-                raise PolicyError(f"learn state: 'snapshots[{i}]' must be a [ts, counters] pair")
-            problem = engine_counters.validate(item[1])
-            if problem is not None:
-                raise PolicyError(f"learn state: 'snapshots[{i}]': {problem}")
-            snapshots.append((float(item[0]), dict(item[1])))
-        snapshots.sort(key=lambda pair: pair[0])
-        self._load_share_state(state)
-        self.flip_times = deque(sorted(float(t) for t in flips))
-        self.snapshots = deque(snapshots)
-        self._intervals = self._with_ceilings(snapshots)
+        loaded = learn_state.parsed(state, self.name)
+        self.share_asked, self.share_confirmed = loaded.share_asked, loaded.share_confirmed
+        self._share_waits = 0
+        self.decided_since = loaded.decided_since
+        self._server_started, self._restart_seen = loaded.server_started_at, loaded.restart_seen_at
+        self.flip_times = deque(loaded.flip_times)
+        self.snapshots = deque(loaded.snapshots)
+        self._intervals = self._with_ceilings(loaded.snapshots)
         self._estimate = None
-
-    def _load_share_state(self, state: dict[str, Any]) -> None:
-        """The exploration share asked for and since when the estimate is decisive (absent: none)."""
-        asked, since = state.get("explore_share_asked"), state.get("decided_since")
-        if asked is not None:
-            try:
-                asked = knob_contract.explore_share_of(asked, "learn state: 'explore_share_asked'")
-            except knob_contract.ContractError as exc:
-                raise PolicyError(str(exc)) from None
-        confirmed = state.get("explore_share_confirmed", False)
-        if not isinstance(confirmed, bool):
-            raise PolicyError("learn state: 'explore_share_confirmed' must be true or false")
-        if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)):
-            raise PolicyError("learn state: 'decided_since' must be a number or null")
-        self.share_asked, self.share_confirmed, self._share_waits = asked, confirmed, 0
-        self.decided_since = None if since is None else float(since)
