@@ -62,10 +62,10 @@ The warm start's ``history`` (the server's stored intervals that end before the 
 each with the knob the collector read beside it as its ceiling) opens the window until it ages out: a
 minute of always on before learn starts is its drafting side at once (on an H100, 2026-12-07, learn at 24
 under a load at 48 waited 432 s for three exploring parts without it; replayed with it, 48 s).
-Its snapshots and change history persist through ``state()`` / ``load_state()`` (control/policy/learn_state.py).
-A server that restarts (its counters' ``started_at`` moves) is back at its launch ceiling: the moves made before
-it hold no dwell, so a policy that set 8 a minute before the restart sets it again at once, not five minutes
-later at always on; the hourly limit still counts them.
+Its snapshots and change history persist through ``state()`` / ``load_state()``
+(control/policy/learn_state.py). A server that restarts (its counters' ``started_at`` moves) is back at its
+launch ceiling: the moves made before it hold no dwell, so a policy that set 8 a minute before the restart
+sets it again at once, not five minutes later at always on; the hourly limit still counts them.
 """
 
 from __future__ import annotations
