@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine_counters import MAX_BIN, bin_of
+from .knob_contract import DEFAULT_EXPLORE_SHARE, explore_period
 
 # Batches per exploration run: the switch's first step (not counted) is one in 4; longer runs would leave a
 # bin fewer runs, and the learn policy needs runs in 3 intervals of a bin before it trusts the bin.
@@ -139,6 +140,13 @@ class ExploreSchedule:
 # other window.
 
 WINDOW_CYCLE_BATCHES = 8192
+# A share above the default shortens the cold part in proportion (plugin 0.4.16): from about the default share
+# up the exploring part is at its cap already (2 x cycle / period >= WINDOW_EXPLORE_BATCHES), so more share
+# can only mean windows that come more often. A bin the ceiling gates measures drafting in windows alone, one
+# interval per window, and the learn policy trusts a bin after three: a fresh server under a load above its
+# ceiling waited three cycles for them (432 s on an H100, 2026-12-07). learn asks for a larger share (its
+# ``thin_share``) while the load sits in such a bin, and its windows then come every 30-60 s.
+WINDOW_BASE_PERIOD = explore_period(DEFAULT_EXPLORE_SHARE)
 MAX_WINDOW_CYCLE_BATCHES = 1 << 20
 EXPLORE_CYCLE_ENV = "SPECTOWER_EXPLORE_CYCLE"
 WINDOW_EXPLORE_BATCHES = 384
@@ -294,7 +302,7 @@ def timed_share(batch_share: float, cost_ratio: float) -> float:
 
 def _cycle_batches(windows: ExploreWindows, warm: int, period: int | None) -> int:
     """One cycle's batches: the cold part, the warm part, the exploring part."""
-    return windows.cycle - windows.explore_batches + warm + windows.explore_length(period)
+    return windows.cold_batches(period) + warm + windows.explore_length(period)
 
 
 class ExploreWindows:
@@ -347,6 +355,14 @@ class ExploreWindows:
     @property
     def in_phase(self) -> int:
         return self._in_phase
+
+    def cold_batches(self, period: int | None) -> int:
+        """The cold part's batches: the rest of the cycle, shortened in proportion for a share above the
+        default (``WINDOW_BASE_PERIOD``); the cold part's clock stretches it further (``cold_min_s``)."""
+        cold = self.cycle - self.explore_batches
+        if period is not None and 0 < period < WINDOW_BASE_PERIOD:
+            cold = max(1, round(cold * period / WINDOW_BASE_PERIOD))
+        return cold
 
     def explore_length(self, period: int | None) -> int:
         """The exploring part's batches: the turnover and then the cycle's usual number of explored
@@ -406,10 +422,10 @@ class ExploreWindows:
             self._busy_s += min(max(now - self._prev_now, 0.0), WINDOW_MAX_BATCH_GAP_S)
         self._prev_now = now
 
-    def _cold_done(self) -> bool:
+    def _cold_done(self, period: int | None) -> bool:
         if self._due:  # a window already due (waiting for room, or cut short) needs no cold part again
             return True
-        return self._in_phase >= self.cycle - self.explore_batches and self._busy_s >= self.cold_min_s
+        return self._in_phase >= self.cold_batches(period) and self._busy_s >= self.cold_min_s
 
     def _may_wait(self) -> bool:
         """Whether the due window may still wait for room (WINDOW_WAIT_MAX_CYCLES)."""
@@ -441,7 +457,7 @@ class ExploreWindows:
         self._room = 0 if full else self._room + 1
         if self.phase in (WARM, EXPLORE) and full and self._may_wait():
             self._yield()
-        if self.phase == COLD and self._cold_done():
+        if self.phase == COLD and self._cold_done(period):
             self._due = self._due or 1
             if self._room < self.room_batches and self._may_wait():
                 self.full_waited += 1
@@ -464,7 +480,7 @@ class ExploreWindows:
             self._due, self._forced_now = 0, False
             if now is not None:
                 self.last_explore_s = self._busy_s
-                self.cold_min_s = self._busy_s * (self.cycle - self.explore_batches) / max(1, self._in_phase)
+                self.cold_min_s = self._busy_s * self.cold_batches(period) / max(1, self._in_phase)
             self.phase, self._in_phase = COLD, 0
         if self._in_phase == 0:
             self._busy_s = 0.0

@@ -52,8 +52,10 @@ from .explore import EXPLORE_CYCLE_ENV, RUN_LENGTH, WINDOW_CYCLE_BATCHES, BatchP
 # EngineCounters.note_prefill), so a mode's prefill-free step time can be read apart; 0.4.15: the counters'
 # ``slots`` block, the batch sizes of each mode's counted steps per bin (a cell's mean batch and its accept
 # per request), and ``mix``, the request mix of each exploring part (plugin/part_mix.py: its first batch's
-# requests and what each accepted during the part, their arithmetic and harmonic means per bin)
-PLUGIN_VERSION = "0.4.15"
+# requests and what each accepted during the part, their arithmetic and harmonic means per bin); 0.4.16: a
+# share above the default brings the windows more often (plugin/explore.py WINDOW_BASE_PERIOD), which learn's
+# thin share asks for while the load sits in a bin the ceiling gates that is too thin to decide
+PLUGIN_VERSION = "0.4.16"
 
 ENV_GATE_MARGIN = "SPECTOWER_GATE_MARGIN"
 ENV_GATE_MIN_DWELL = "SPECTOWER_GATE_MIN_DWELL"

@@ -247,6 +247,7 @@ class _Tables:
     kept_windowed: tuple[float, ...] = ()
     kept_over: float = 0.0
     warm: tuple[float, ...] = ()
+    window_batches: int = 0  # a window's gated batches at this share (explore.window_batches)
 
     @classmethod
     def of(cls, profile: Profile, share: float) -> _Tables:
@@ -283,6 +284,7 @@ class _Tables:
             never_draft=tuple(off_rate),
             plain=tuple(profile.plain_output_tok_s(c) for c in range(n + 1)),
             kept_windowed=tuple(kept_at), kept_over=kept_over, warm=tuple(warm_rate),
+            window_batches=explore.window_batches(period=period) if period else 0,
         )
 
 
@@ -302,7 +304,7 @@ class _Tables:
             return gated[batch], 0.0 if gated is self.off_cold else 1.0
         within = windows.drafts(batch, ceiling)
         mode = gated[batch] if within else self.off_windowed_over[batch]
-        windows.add(mode.steps_s * windows.tick_s, batch, ceiling)
+        windows.add(mode.steps_s * windows.tick_s, batch, ceiling, self.window_batches)
         return mode, self.kept_windowed[batch] if within else self.kept_over
 
     def kept_time(self, kept: float, batch: int) -> float:

@@ -13,7 +13,7 @@ from spectower.plugin.gate import Gate
 def test_the_plugins_report_is_said_with_its_windows_and_what_a_full_server_held_back() -> None:
     gate = Gate(explore_share=0.2, explore_cycle=64)
     gate.set_ceiling(8)
-    for waiting in [0] * 60 + [3] * 5 + [0] * 16:  # a due window waits 5 batches full, then 15 for room
+    for waiting in [0] * 6 + [3] * 5 + [0] * 16:  # 6 cold (a share of 0.2), 5 full, 15 for room
         gate.waiting = waiting
         gate.decide(16)
     assert summary(gate.explore_report(active=True)) == (

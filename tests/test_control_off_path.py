@@ -97,7 +97,7 @@ def test_each_ranks_exploration_is_shown_with_what_a_full_server_held_back(
 
     gate = Gate(explore_share=0.2, explore_cycle=64)
     gate.set_ceiling(8)
-    for waiting in [0] * 60 + [3] * 5 + [0] * 16:
+    for waiting in [0] * 6 + [3] * 5 + [0] * 16:  # a share of 0.2 shortens the cold part to 6
         gate.waiting = waiting
         gate.decide(16)
     doc = _doc(real_data, None, None)

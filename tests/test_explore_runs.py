@@ -391,3 +391,23 @@ def test_an_exploring_part_of_cheap_steps_runs_its_length_in_batches() -> None:
     while windows.step(period=50) == "explore":
         parts += 1
     assert parts == windows.explore_length(50)
+
+
+def test_a_share_above_the_default_brings_windows_more_often_and_leaves_their_parts_as_long() -> None:
+    """Plugin 0.4.16: from about the default share up the exploring part is at its cap, so a larger share
+    shortens the cold part in proportion (the learn policy's thin share: three windows in minutes, not three
+    cycles); the default share and a smaller one keep the whole cycle."""
+
+    def walked(period: int) -> tuple[int, int]:
+        """Exploring parts begun in 60 000 gated batches, and the first part's length."""
+        windows, phases = ExploreWindows(), []
+        for _ in range(60_000):
+            phases.append(windows.step(period=period))
+        first = phases.index("explore")
+        return windows.windows, phases[first:].index("cold")
+
+    (base, base_part), (quiet, _), (thin, thin_part) = walked(50), walked(200), walked(10)
+    assert base_part == 328 and thin_part == WINDOW_EXPLORE_BATCHES  # the cap: parts no shorter
+    cold = WINDOW_CYCLE_BATCHES - WINDOW_EXPLORE_BATCHES
+    assert ExploreWindows().cold_batches(10) == round(cold / 5) and ExploreWindows().cold_batches(200) == cold
+    assert quiet == base == 60_000 // (cold + 328) and thin >= 4 * base

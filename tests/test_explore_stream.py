@@ -22,8 +22,8 @@ from spectower.plugin.explore import (
 from spectower.plugin.gate import Gate
 
 # a short cycle (64 batches: 60 cold, a warm part, an exploring part of 4 whose first 2 drafted ones turn
-# over) at the largest share (one batch in 5)
-CYCLE, SHARE, PERIOD = 64, 0.2, 5
+# over) at the largest share (one batch in 5), which shortens the cold part to 60 x 5 / 50 = 6 batches
+CYCLE, SHARE, PERIOD, COLD = 64, 0.2, 5, 6
 
 
 def test_the_limit_is_twice_the_ceiling_and_at_least_the_floor_on_bin_boundaries() -> None:
@@ -150,10 +150,10 @@ def _walk(gate: Gate, waits: list[int], size: int = 16) -> list[tuple[str | None
 
 
 def _due_gate() -> Gate:
-    """A policy's 8 at the largest share after its cold part (60 batches of 16): the next window is due."""
+    """A policy's 8 at the largest share after its cold part (6 batches of 16): the next window is due."""
     gate = Gate(explore_share=SHARE, explore_cycle=CYCLE)
     gate.set_ceiling(8)
-    assert _walk(gate, [0] * 60) == [("cold", False)] * 60
+    assert _walk(gate, [0] * COLD) == [("cold", False)] * COLD
     return gate
 
 
@@ -180,7 +180,7 @@ def test_requests_waiting_end_an_exploring_part_and_the_window_begins_again() ->
     report = gate.explorer.window_report()
     assert (report["full_waited"], report["yielded"], report["windows"]) == (2 + ROOM - 1, 1, 2)
     # the window that ran its course resets the wait: the next falls due a cold part later
-    assert _walk(gate, [0] * 59) == [("cold", False)] * 59
+    assert _walk(gate, [0] * (COLD - 1)) == [("cold", False)] * (COLD - 1)
     assert _walk(gate, [3]) == [("cold", False)]
     assert gate.explorer.window_report()["full_waited"] == 2 + ROOM
 

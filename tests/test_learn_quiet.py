@@ -25,6 +25,8 @@ from spectower.storage.request_traces import Arrival
 from tests.test_control_policy_learn import BINS, INTERVAL_S, MRR, CounterStream
 from tests.test_open_loop import _profile
 
+# quieting alone: a thin share equal to the default is none (the thin share: tests/test_learn_thin_share.py)
+QUIET_ONLY = {"thin_share": DEFAULT_EXPLORE_SHARE}
 # bin 12 breaks even (its interval straddles 1 for ever); 2 clearly pays, 32 clearly loses
 SPEEDUPS = {**dict.fromkeys(BINS, 1.0), 1: 1.4, 2: 1.3, 32: 0.8, 64: 0.7}
 DECISIVE = {2: 0.5, 32: 0.5}
@@ -60,7 +62,7 @@ class Server:
 
 
 def test_quiets_after_decisive_holds_and_wakes_when_a_busy_bin_turns_undecided() -> None:
-    policy = make_policy("learn", MRR)
+    policy = make_policy("learn", MRR, **QUIET_ONLY)
     server = Server(CounterStream(SPEEDUPS, weights=WITH_UNDECIDED))
     server.run(policy, 900, WITH_UNDECIDED)  # bin 12 busy and undecided: exploring stays at its default
     assert server.asks == [] and server.stream.share == DEFAULT_EXPLORE_SHARE
@@ -84,21 +86,22 @@ def test_quiets_after_decisive_holds_and_wakes_when_a_busy_bin_turns_undecided()
 
 
 def test_options_set_the_shares_and_the_wait_and_equal_shares_never_quiet() -> None:
-    policy = make_policy("learn", MRR, quiet_share=0.001, quiet_after_s=300, explore_share=0.05)
+    policy = make_policy("learn", MRR, quiet_share=0.001, quiet_after_s=300, explore_share=0.05,
+                         thin_share=0.05)  # fmt: skip
     server = Server(CounterStream(SPEEDUPS, weights=DECISIVE, share=0.05))
     server.run(policy, 1200, DECISIVE)
     ((t, quiet),) = server.asks
     assert quiet.explore_share == 0.001 and t >= 300
     assert quiet.reason.startswith("explore share 0.05 -> 0.001")
 
-    never = make_policy("learn", MRR, quiet_share=DEFAULT_EXPLORE_SHARE)
+    never = make_policy("learn", MRR, quiet_share=DEFAULT_EXPLORE_SHARE, **QUIET_ONLY)
     server = Server(CounterStream(SPEEDUPS, weights=DECISIVE))
     server.run(never, 1200, DECISIVE)
     assert server.asks == []
 
 
 def test_a_share_that_never_reads_back_is_asked_again_not_every_decision() -> None:
-    policy = make_policy("learn", MRR)
+    policy = make_policy("learn", MRR, **QUIET_ONLY)
     server = Server(CounterStream(SPEEDUPS, weights=DECISIVE), applies=False)
     decisions = server.run(policy, 900, DECISIVE)
     first = server.asks[0][0]
@@ -109,13 +112,13 @@ def test_a_share_that_never_reads_back_is_asked_again_not_every_decision() -> No
 
 
 def test_what_was_asked_persists_so_a_restart_does_not_ask_again() -> None:
-    policy = make_policy("learn", MRR)
+    policy = make_policy("learn", MRR, **QUIET_ONLY)
     server = Server(CounterStream(SPEEDUPS, weights=DECISIVE))
     server.run(policy, 600, DECISIVE)
     assert [d.explore_share for _, d in server.asks] == [0.005]
     saved = json.loads(json.dumps(policy.state()))
     assert (saved["explore_share_asked"], saved["explore_share_confirmed"]) == (0.005, True)
-    restored = make_policy("learn", MRR)
+    restored = make_policy("learn", MRR, **QUIET_ONLY)
     restored.load_state(saved)
     assert restored.state() == saved
     server.run(restored, 300, DECISIVE)
@@ -137,7 +140,7 @@ def test_bad_quieting_options_are_refused_naming_them(options: dict[str, Any], f
 
 
 def test_a_bad_saved_share_is_refused_naming_it() -> None:
-    policy = make_policy("learn", MRR)
+    policy = make_policy("learn", MRR, **QUIET_ONLY)
     with pytest.raises(PolicyError, match="explore_share_asked"):
         policy.load_state({"policy": "learn", "version": 2, "explore_share_asked": 0.9})
 

@@ -146,9 +146,11 @@ def test_in_the_harness_a_warm_start_at_16_never_drafts_above_16_in_its_first_dw
     assert max(_knob_in_first_dwell(cold.timeline, first["t"])) == 64  # drafting where it loses
     short = parse_trace([[0, 48], [DWELL_S, 48]], source="busy")
     warm_tokens = simulate(profile, short, make_policy("learn", 64, initial_ceiling=16)).tokens
-    # 1.5 % more in five minutes at 48, where GLM-5's drafting loses: the warm start gates 24-48, whose
-    # exploration windows draft 3.9 % of their batches (a drafting stream, its turnover included)
-    assert warm_tokens > simulate(profile, short, make_policy("learn", 64)).tokens * 1.015
+    # 1.4 % more in five minutes at 48, where GLM-5's drafting loses: the warm start gates 24-48, whose
+    # exploration windows draft 3.9 % of their batches (a drafting stream, its turnover included), and come
+    # ten times as often while bin 48 is thin (learn's thin share, control/policy/learn_share.py: 2.0 % more
+    # without it)
+    assert warm_tokens > simulate(profile, short, make_policy("learn", 64)).tokens * 1.01
 
 
 def test_a_ceiling_already_there_still_holds_a_dwell_and_restored_counters_skip_the_warm_start() -> None:

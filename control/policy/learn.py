@@ -73,12 +73,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ...plugin import engine_counters, knob_contract
 from .. import kept_extend, prefilled, speedup
-from . import learn_start, learn_state
+from . import learn_share, learn_start, learn_state
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
     CEILING_KEY,
@@ -107,12 +106,8 @@ PENDING_WAITS = 2
 # next. A load that only passes through the bin never gives it them, so the wait must end: then the move
 # goes ahead and the bin keeps its side.
 WAIT_SAMPLES = 2
-# Exploration while the estimate is decisive where the load is (item 6 above): a quarter of the default share
-# still measures every busy bin (one batch in 200 per bin, in runs) so that a drift shows within minutes.
-DEFAULT_QUIET_SHARE = 0.005
 # A move names the bins its ceiling drafted that ran at least this share of their steps gated (the drain)
 DRAIN_NOTE_SHARE = 0.5
-DEFAULT_QUIET_AFTER_S = 120.0
 OPTION_DEFAULTS: dict[str, float] = {
     "window_s": DEFAULT_WINDOW_S,
     "sample_s": DEFAULT_SAMPLE_S,
@@ -121,8 +116,10 @@ OPTION_DEFAULTS: dict[str, float] = {
     "z": DEFAULT_Z,
     "kept_extend_tax": DEFAULT_KEPT_EXTEND_TAX,
     "explore_share": knob_contract.DEFAULT_EXPLORE_SHARE,
-    "quiet_share": DEFAULT_QUIET_SHARE,
-    "quiet_after_s": DEFAULT_QUIET_AFTER_S,
+    "quiet_share": learn_share.DEFAULT_QUIET_SHARE,
+    "quiet_after_s": learn_share.DEFAULT_QUIET_AFTER_S,
+    "thin_share": learn_share.DEFAULT_THIN_SHARE,
+    "thin_max_s": learn_share.DEFAULT_THIN_MAX_S,
 }
 
 
@@ -131,14 +128,6 @@ def _option(options: dict[str, Any], key: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
         raise PolicyError(f"learn option {key!r} must be a non-negative number, got {value!r}")
     return float(value)
-
-
-def _share_option(options: dict[str, Any], key: str) -> float:
-    value = _option(options, key)
-    try:
-        return knob_contract.explore_share_of(value, f"learn option {key!r}")
-    except knob_contract.ContractError as exc:
-        raise PolicyError(str(exc)) from None
 
 
 def _busy_bins(intervals: list[dict[str, Any]]) -> set[int]:
@@ -190,19 +179,13 @@ class LearnPolicy:
         # given: it stands; else the counters' measured tax where they have one (control/kept_extend.py)
         self.tax_given = "kept_extend_tax" in options
         self.tax_text = ""  # the tax the last estimate used, and how it is known
-        self.explore_share = _share_option(options, "explore_share")
-        self.quiet_share = _share_option(options, "quiet_share")
-        if self.quiet_share > self.explore_share:
-            raise PolicyError(f"learn option 'quiet_share' must be at most 'explore_share' "
-                              f"({self.explore_share:g}), got {self.quiet_share:g}")  # fmt: skip
-        self.quiet_after_s = _option(options, "quiet_after_s")
-        self.share_asked: float | None = None  # the exploration share last asked for (None: none asked)
-        self.share_confirmed = False  # the server read it back
-        self._share_waits = 0
-        self._share_seen: float | None = None  # the server's share as last read back
-        self.decided_since: float | None = None  # since when every busy bin's interval is on one side of 1
-        # this decision's view on exploring: (decisive where the load is, why), None: none (keep the share)
-        self._share_view: tuple[bool, str] | None = None
+        shares = {key: learn_share.share_of(_option(options, key), key)
+                  for key in ("explore_share", "quiet_share", "thin_share")}  # fmt: skip
+        self.share = learn_share.ShareAsk(shares["explore_share"], shares["quiet_share"],
+                                          _option(options, "quiet_after_s"), shares["thin_share"],
+                                          _option(options, "thin_max_s"))  # fmt: skip
+        # this decision's view on exploring (learn_share.View), None: none (keep the share)
+        self._share_view: learn_share.View | None = None
         self.snapshots: deque[tuple[float, dict[str, Any]]] = deque()  # kept: one per sample_s
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
         # each mode's steady prefill cost a window measured last, for a window without a steady cell of the
@@ -230,8 +213,10 @@ class LearnPolicy:
     # --- the decision ------------------------------------------------------------------------------
     def decide(self, obs: Observation) -> Decision:
         self._share_view = None
-        self._share_read_back(obs.explore_share)
-        return self._with_share(self._decide(obs), obs.ts)
+        self.share.read_back(obs.explore_share, PENDING_WAITS)
+        decision = self.share.ask(self._decide(obs), obs.ts, self._share_view)
+        self.last_reason = decision.reason
+        return decision
 
     def _decide(self, obs: Observation) -> Decision:
         now = obs.ts
@@ -267,7 +252,10 @@ class LearnPolicy:
 
         est, thin, busy = self._estimate
         self.last_estimate = est
-        self._share_view = (False, "counters too thin")
+        # a busy bin the ceiling gates measures drafting in the gate's windows alone: a thin one asks for them
+        # more often (learn_share)
+        thin_gated = learn_share.thin_gated(est, busy, self.knob, self.max_running_requests) is not None
+        self._share_view = learn_share.View(False, "counters too thin", thin_gated)
         if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
             return self._hold(
                 f"hold: counters too thin: no batch-size bin measured in both modes over "
@@ -278,13 +266,14 @@ class LearnPolicy:
         # the knob where it is allowed; an in-range knob between bin boundaries moves to the nearest one
         target = keep_or_move(knob, target, low, high, bins, self.max_running_requests)
         if target == self._ceiling(knob):
-            self._share_view = self._decided(est, busy)
+            view = learn_share.decided(est, busy)
+            self._share_view = None if view is None else learn_share.View(*view, thin_gated)
             return self._hold(
                 f"hold: ceiling {knob} is within what the crossover allows "
                 f"({self._span(low, high)}; crossover {est.label})"
             )
         wanted = target
-        self._share_view = (False, f"a move {knob} -> {wanted} is wanted")
+        self._share_view = learn_share.View(False, f"a move {knob} -> {wanted} is wanted", thin_gated)
         target, waiting = self._spare_thin(est, thin, knob, target, bins, busy, now)
         if waiting is not None or target == knob:
             which = (
@@ -449,58 +438,6 @@ class LearnPolicy:
         """The intervals the estimate reads: the stored history still in the window, then the policy's own."""
         return [*self._history, *self._intervals] if self._history else self._intervals
 
-    # --- exploration --------------------------------------------------------------------------------
-    @staticmethod
-    def _decided(est: speedup.SpeedupEstimate, busy: set[int]) -> tuple[bool, str] | None:
-        """Whether every busy bin's interval lies on one side of 1 (drafting clearly wins or clearly loses
-        there), and which bins, or the first one that does not; None while no bin is busy (an idle server
-        explores nothing, so it neither quiets nor wakes exploring)."""
-        if not busy:
-            return None
-        by_bin = {b.batch_size: b for b in est.bins}
-        for b in sorted(busy):
-            bin_est = by_bin.get(b)
-            if bin_est is None or bin_est.lo is None or bin_est.hi is None:
-                return False, f"bin {b} thin (no interval yet)"
-            if bin_est.lo <= 1.0 <= bin_est.hi:
-                return False, f"bin {b} undecided ({bin_est.lo:.2f}-{bin_est.hi:.2f}x)"
-        low, high = min(busy), max(busy)
-        return True, (f"bins {low}-{high} decided" if low != high else f"bin {low} decided")
-
-    def _share_read_back(self, seen: float | None) -> None:
-        """What the server reports: confirms what was asked, or after ``PENDING_WAITS`` observations that do
-        not show it (the runner did not write it, or it failed) the server is believed again."""
-        if seen is None:
-            return
-        self._share_seen = seen
-        if self.share_asked is None or self.share_confirmed:
-            return
-        if math.isclose(seen, self.share_asked, abs_tol=1e-12):
-            self.share_confirmed = True
-            return
-        self._share_waits += 1
-        if self._share_waits > PENDING_WAITS:
-            self.share_asked = None
-
-    def _with_share(self, decision: Decision, now: float) -> Decision:
-        """The decision, asking for another exploration share when this one's view changes what it wants."""
-        if self._share_view is None:
-            return decision
-        decided, why = self._share_view
-        if not decided or self.decided_since is None or self.decided_since > now:
-            self.decided_since = now if decided else None
-        held = now - self.decided_since if self.decided_since is not None else 0.0
-        wanted = self.quiet_share if decided and held >= self.quiet_after_s else self.explore_share
-        current = self.share_asked if self.share_asked is not None else self._share_seen
-        current = self.explore_share if current is None else current
-        if math.isclose(wanted, current, abs_tol=1e-12):
-            return decision
-        self.share_asked, self.share_confirmed, self._share_waits = wanted, False, 0
-        why = f"{why} for {held:.0f} s" if decided else why
-        reason = f"explore share {current:g} -> {wanted:g}: {why}; {decision.reason}"
-        self.last_reason = reason
-        return replace(decision, reason=reason, explore_share=wanted)
-
     # --- the knob's read-back ----------------------------------------------------------------------
     def _read_back(self, value: int | None) -> None:
         if value is None:
@@ -559,18 +496,16 @@ class LearnPolicy:
             "version": learn_state.STATE_VERSION,
             "flip_times": list(self.flip_times),
             "snapshots": [[ts, snap] for ts, snap in self.snapshots],
-            "explore_share_asked": self.share_asked,
-            "explore_share_confirmed": self.share_confirmed,
-            "decided_since": self.decided_since,
+            "explore_share_asked": self.share.asked,
+            "explore_share_confirmed": self.share.confirmed,
+            "decided_since": self.share.decided_since,
             "server_started_at": self._server_started,
             "restart_seen_at": self._restart_seen,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         loaded = learn_state.parsed(state, self.name)
-        self.share_asked, self.share_confirmed = loaded.share_asked, loaded.share_confirmed
-        self._share_waits = 0
-        self.decided_since = loaded.decided_since
+        self.share.load(loaded.share_asked, loaded.share_confirmed, loaded.decided_since)
         self._server_started, self._restart_seen = loaded.server_started_at, loaded.restart_seen_at
         self.flip_times = deque(loaded.flip_times)
         self.snapshots = deque(loaded.snapshots)
