@@ -451,8 +451,10 @@ def auto(
     newest matching sweep or profile), unless --no-warm-start; one line says which.
 
     learn quiets exploring (the server's spectower_explore_share 0.02 -> 0.005) after 2 minutes of holds with
-    every busy bin decided (its interval on one side of 1), and restores it as soon as one is not; each such
-    write is read back and audited as an `explore` row, and none is made while a lock holds.
+    every busy bin decided (its interval on one side of 1), and restores it as soon as one is not; while the
+    load sits in a bin the ceiling gates that has too few intervals to decide, it asks for 0.2 for up to 5
+    minutes, which brings the plugin's exploring windows (0.4.16) ten times as often; each such write is read
+    back and audited as an `explore` row, and none is made while a lock holds.
     """
     from ...control.runner import DEFAULT_MAX_FLIPS_PER_HOUR, RunnerConfig
     from .control_auto import AutoPlan, profile_known, run_policies, runner_for
