@@ -40,11 +40,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO_ROOT))  # a source checkout without an install; an installed spectower comes first
 
-from spectower.control.policy import make_policy  # noqa: E402
+from spectower.control.policy import learn_share, make_policy  # noqa: E402
 from spectower.plugin import knob_contract  # noqa: E402
 from spectower.simulator import step_model  # noqa: E402
 from spectower.simulator.harness import HarnessConfig, RunResult, simulate  # noqa: E402
@@ -122,7 +123,8 @@ def machine() -> str:
     return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
-def score(profile: Profile, trace_name: str, seeds: int, duration: float, config: HarnessConfig) -> Cell:
+def score(profile: Profile, trace_name: str, seeds: int, duration: float, config: HarnessConfig,
+          learn_options: dict[str, float] | None = None) -> Cell:  # fmt: skip
     mrr = profile.max_running_requests
     always_pays = profile.crossover() is None and profile.speedup(profile.concurrency[0]) >= 1.0
     runs: dict[str, list[RunResult]] = {"learn": [], "always-on": [], "always-off": [], "warm": []}
@@ -132,7 +134,9 @@ def score(profile: Profile, trace_name: str, seeds: int, duration: float, config
     for seed in range(seeds):
         trace = load_trace(trace_name, duration_s=duration, seed=seed, max_running_requests=mrr)
         for spec, results in runs.items():
-            options = {"initial_ceiling": warm_ceiling} if spec == "warm" else {}
+            options: dict[str, Any] = dict(learn_options or {}) if spec in ("learn", "warm") else {}
+            if spec == "warm":
+                options["initial_ceiling"] = warm_ceiling
             policy = make_policy("learn" if spec == "warm" else spec, mrr, **options)
             results.append(simulate(profile, trace, policy, duration, seed, config))
     learn, on, off = runs["learn"], runs["always-on"], runs["always-off"]
@@ -164,8 +168,13 @@ def main() -> int:
     parser.add_argument("--synthetic", action="store_true", help="add made-up profiles with other crossovers")
     parser.add_argument("--explore-share", type=float, default=knob_contract.DEFAULT_EXPLORE_SHARE,
                         help="the gate's exploration share (0..0.2; default the plugin's)")
+    parser.add_argument("--thin-share", type=float, default=None,
+                        help="learn's thin share (control/policy/learn_share.py; default learn's, "
+                             f"{learn_share.DEFAULT_THIN_SHARE:g}; {knob_contract.DEFAULT_EXPLORE_SHARE:g}: "
+                             "none)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the cells as JSON lines too")
     args = parser.parse_args()
+    learn_options = {} if args.thin_share is None else {"thin_share": args.thin_share}
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
     config = HarnessConfig(explore_share=args.explore_share)
@@ -178,7 +187,12 @@ def main() -> int:
         profiles += synthetic_profiles()
 
     started = time.perf_counter()
-    cells = [score(p, t, args.seeds, args.duration, config) for p in profiles for t in BUILTIN_TRACES]
+    try:
+        make_policy("learn", 64, **learn_options)
+    except ValueError as exc:
+        parser.error(str(exc))
+    cells = [score(p, t, args.seeds, args.duration, config, learn_options)
+             for p in profiles for t in BUILTIN_TRACES]  # fmt: skip
     elapsed = time.perf_counter() - started
     runs = len(cells) * args.seeds * 4
 

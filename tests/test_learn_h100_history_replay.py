@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from spectower.control import warm_start
 from spectower.control.policy import Decision, Observation, make_policy
+from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
 from spectower.storage import open_database, queries
 from spectower.storage.database import recorded_copy
 from spectower.storage.models import ServerInfoSnapshot
@@ -55,8 +56,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def replay(
     snapshots: list[tuple[float, dict[str, Any]]], **options: Any
 ) -> list[tuple[float, int, Decision]]:
-    """(seconds into the run, the knob, the decision) per kept snapshot; the knob follows the decisions."""
-    policy = make_policy("learn", MRR, **options)
+    """(seconds into the run, the knob, the decision) per kept snapshot; the knob follows the decisions.
+    Without the thin share (control/policy/learn_share.py): the run's learn had none, and recorded counters
+    cannot answer the windows it would ask for."""
+    policy = make_policy("learn", MRR, thin_share=DEFAULT_EXPLORE_SHARE, **options)
     t0, knob, out = snapshots[0][0], START_KNOB, []
     for ts, counters in snapshots:
         obs = Observation(ts=ts, num_running_reqs=0.0, num_queue_reqs=0.0, output_tok_s=None,

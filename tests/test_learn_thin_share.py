@@ -86,10 +86,10 @@ def test_a_thin_gated_bin_brings_the_windows_and_learn_moves_within_minutes_not_
     # 24 -> 48: bin 48 pays (a move up goes at most to twice the ceiling)
     first = [m for _, m in thin.moves[:1]], [m for _, m in plain.moves[:1]]
     assert first == ([48], [48]), (thin.moves, plain.moves)
-    assert thin.moves[0][0] <= 150 and plain.moves[0][0] >= 900, (thin.moves, plain.moves)
-    # asked as soon as an interval (two kept samples, 15 s apart) shows bin 48 busy and thin, and the default
+    assert thin.moves[0][0] <= 180 and plain.moves[0][0] >= 900, (thin.moves, plain.moves)
+    # asked once three intervals (kept samples 15 s apart) show the load held in bin 48, thin, and the default
     # again once it moved
-    assert thin.shares[0][1] == DEFAULT_THIN_SHARE and thin.shares[0][0] <= 30, thin.shares
+    assert thin.shares[0][1] == DEFAULT_THIN_SHARE and thin.shares[0][0] <= 60, thin.shares
     assert thin.shares[1][1] == DEFAULT_EXPLORE_SHARE and thin.shares[1][0] <= thin.moves[0][0] + DECISION_S
     assert plain.shares == [] or all(share <= DEFAULT_EXPLORE_SHARE for _, share in plain.shares)
 
