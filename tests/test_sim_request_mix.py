@@ -34,8 +34,10 @@ from tests.test_sim_warm_gated import _profile
 BATCH = 16
 KINDS = (AcceptKind(4.0, 0.5), AcceptKind(2.0, 0.5))
 LENGTHS = OutputLengths(16, 48)  # a request lives 4-24 drafted steps: a 64-batch window turns over
-CYCLE = 1024  # batches per exploration window (the plugin's default is 8192: shorter to keep the test short)
-SHARE = 0.2  # one in 5: the window's exploring part is its longest, 64 batches, 32 of them turnover
+CYCLE = 1600  # batches per exploration window (the plugin's default is 8192: shorter to keep the test short)
+# the default share: the window's exploring part is 64 batches (twice 1600 / 50), 32 of them turnover; a
+# larger share would shorten the cold part too (plugin 0.4.16)
+SHARE = 0.02
 
 
 def _closed_loop(engine: Engine, steps: int) -> RankScheduler:

@@ -1,0 +1,68 @@
+"""control/policy/learn.py replayed on the counters a real H200 gave it with its thin share on (data/gpu-runs/,
+2026-12-07, fourteenth session): the first live run of control/policy/learn_share.py's thin share.
+
+The run: an SGLang 0.5.17 + EAGLE-3 server with spectower's plugin 0.4.16 under a closed-loop load held at 32
+(mixed output lengths), a fresh server (no stored intervals of the load), ``spectower control auto --policy
+learn`` from ceiling 24 for 300 s. It asked for an exploration share of 0.2 once three kept samples held the
+load in bin 32 with no interval there, and moved 24 -> 32 when bin 32 had its intervals, 112 s later, the
+share back to 0.02 in the same decision. The policy persisted the snapshots it kept (one per ``sample_s``);
+fed back one at a time they are what it saw: the replay asks and moves where the run did. (A replay cannot
+show what the share bought: the recorded windows came as the run's share brought them.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spectower.control.policy import Decision, Observation, make_policy
+from spectower.control.policy.learn_share import DEFAULT_THIN_SHARE
+from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
+from spectower.storage import open_database, queries
+from spectower.storage.database import recorded_copy
+
+RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "h200-8b-pair-triton-learn-thin-share-2026-12-07"
+SERVER = "http://127.0.0.1:30000"
+MRR = 64
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    copy = recorded_copy(RUN / "runs" / "policy.db", tmp_path_factory.mktemp("h200-thin"))  # may migrate
+    with open_database(copy) as db:
+        row = queries.policy_state(db, SERVER)
+        sets = queries.control_events(db, server_url=SERVER, actor="policy", action="set")
+        asks = queries.control_events(db, server_url=SERVER, actor="policy", action="explore")
+    assert row is not None and len(sets) == 1 and len(asks) == 2
+    snapshots = [(float(ts), snap) for ts, snap in json.loads(row.state_json)["snapshots"]]
+    return {"snapshots": snapshots, "set": sets[0], "asks": sorted(a.ts for a in asks)}
+
+
+def replay(snapshots: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, Decision]]:
+    """(unix time, decision) per kept snapshot; the knob and the share follow the decisions."""
+    policy = make_policy("learn", MRR)
+    knob, share, out = 24, DEFAULT_EXPLORE_SHARE, []
+    for ts, counters in snapshots:
+        obs = Observation(ts=ts, num_running_reqs=32.0, num_queue_reqs=0.0, output_tok_s=None,
+                          accept_length=None, spec_max_bs=knob, max_running_requests=MRR, stale=False,
+                          counters=counters, explore_share=share)  # fmt: skip
+        decision = policy.decide(obs)
+        out.append((ts, decision))
+        knob = decision.max_bs if decision.max_bs is not None else knob
+        share = decision.explore_share if decision.explore_share is not None else share
+    return out
+
+
+def test_the_replay_asks_for_the_thin_share_and_moves_where_the_run_did(recorded: dict[str, Any]) -> None:
+    decisions = replay(recorded["snapshots"])
+    asks = [(ts, d.explore_share) for ts, d in decisions if d.explore_share is not None]
+    moves = [(ts, d.max_bs) for ts, d in decisions if d.max_bs is not None]
+    assert [share for _, share in asks] == [DEFAULT_THIN_SHARE, DEFAULT_EXPLORE_SHARE], asks
+    assert moves and moves[0][1] == 32, moves
+    sample_s = 15.0  # the replay decides only at kept snapshots; the run every 2 s
+    assert abs(asks[0][0] - recorded["asks"][0]) <= sample_s, (asks, recorded["asks"])
+    assert abs(moves[0][0] - recorded["set"].ts) <= sample_s and asks[1][0] == moves[0][0]
+    said = next(d.reason for ts, d in decisions if ts == asks[0][0])
+    assert "a bin the ceiling gates: its windows more often" in said, said
