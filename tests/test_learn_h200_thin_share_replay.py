@@ -1,5 +1,6 @@
-"""control/policy/learn.py replayed on the counters a real H200 gave it with its thin share on (data/gpu-runs/,
-2026-12-07, fourteenth session): the first live run of control/policy/learn_share.py's thin share.
+"""control/policy/learn.py replayed on the counters a real H200 gave it with its thin share on
+(data/gpu-runs/, 2026-12-07, fourteenth session): the first live run of control/policy/learn_share.py's thin
+share.
 
 The run: an SGLang 0.5.17 + EAGLE-3 server with spectower's plugin 0.4.16 under a closed-loop load held at 32
 (mixed output lengths), a fresh server (no stored intervals of the load), ``spectower control auto --policy
@@ -23,7 +24,8 @@ from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
 from spectower.storage import open_database, queries
 from spectower.storage.database import recorded_copy
 
-RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "h200-8b-pair-triton-learn-thin-share-2026-12-07"
+RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
+RUN = RUNS / "h200-8b-pair-triton-learn-thin-share-2026-12-07"
 SERVER = "http://127.0.0.1:30000"
 MRR = 64
 
