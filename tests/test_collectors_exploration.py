@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spectower.collectors.sglang.exploration import summary
+from spectower.collectors.sglang.exploration import summary, window_counts
 from spectower.plugin.gate import Gate
 
 
@@ -58,3 +58,21 @@ def test_a_window_not_yet_run_and_nothing_held_back_is_said_in_few_words() -> No
     assert summary(one_each) == (
         "2.0% of each bin's batches, on; windows among gated batches: 2 exploring parts, 0 ended by their "
         "time cap; a full server held back 1 batch, cut 1 part short, 1 window ran full")
+
+
+def test_window_counts_sum_the_ranks_windows_and_count_a_bad_field_as_nothing() -> None:
+    gate = Gate(explore_share=0.2, explore_cycle=64)
+    gate.set_ceiling(8)
+    for _ in range(10):  # 6 cold (a share of 0.2), then an exploring part of 4
+        gate.decide(16)
+    report = gate.explore_report(active=True)
+    bad = {**report, "window": {**report["window"], "windows": "three", "batches": {"cold": -1, "warm": 2}}}
+    doc = {"internal_states": [{"spectower": {"explore": report}}, {"spectower": {"explore": bad}},
+                               {"spectower": {}}, "not a rank"]}  # fmt: skip
+    counts = window_counts(doc)
+    assert counts is not None and counts["windows"] == report["window"]["windows"] == 1
+    assert counts["cold"] == report["window"]["batches"]["cold"] == 6
+    assert counts["warm"] == report["window"]["batches"]["warm"] + 2
+    assert counts["explore"] == report["window"]["batches"]["explore"] > 0
+    assert window_counts({"internal_states": [{"spectower": {"explore": {"share": 0.02}}}]}) is None
+    assert window_counts(None) is None and window_counts({"internal_states": "x"}) is None

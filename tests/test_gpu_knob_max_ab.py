@@ -91,16 +91,22 @@ class _RecordingTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
-def _recorded_pair(
-    simulator_factory: Callable[..., Any], tmp_path: Path
-) -> tuple[Any, dict[str, str], dict[str, _RecordingTransport]]:
-    """The script as a module, two simulators of the profile, and a recording transport for each."""
+def _module() -> Any:
+    """The script as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("knob_max_ab", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _recorded_pair(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> tuple[Any, dict[str, str], dict[str, _RecordingTransport]]:
+    """The script as a module, two simulators of the profile, and a recording transport for each."""
+    module = _module()
     profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
     urls = {"gated": simulator_factory(profile=profile).base_url,
             "ungated": simulator_factory(profile=profile).base_url}  # fmt: skip
@@ -234,3 +240,37 @@ def test_a_run_cut_short_keeps_each_level_it_finished(
     first = saved["levels"][0]
     assert len(first["gated_tok_s"]) == len(first["ungated_tok_s"]) > 0 and "ratio" in first
     assert saved["rounds"] == 1 and saved["output_len"] == "8-32"
+
+
+@pytest.mark.integration
+def test_each_gated_round_says_what_the_servers_exploring_windows_did_there(
+    simulator_factory: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A policy's 0 (no lock: the gate explores in windows among the batches it gates) on a simulator with a
+    short window cycle: each gated round's line and the saved level carry the windows its run held (the
+    difference of two /server_info reads), so a round that reads low can be told from one a window fell in
+    (the H200's three low rounds at 32, 2026-12-07)."""
+    import asyncio
+
+    from spectower.plugin import knob_contract
+
+    monkeypatch.setenv("SPECTOWER_EXPLORE_CYCLE", "64")
+    profile = scaled_profile(PROFILE, 1 / 3, tmp_path, noise_cv=0.0)
+    gated = simulator_factory(profile=profile, admin_key=KEY)
+    ungated = simulator_factory(profile=profile, admin_key=KEY)
+    args = knob_contract.KnobRequest(writer=knob_contract.WRITER_POLICY, value=0).to_server_args()
+    answer = httpx.post(f"{gated.base_url}/set_internal_state", json={"server_args": args},
+                        headers={"Authorization": f"Bearer {KEY}"}, timeout=10)  # fmt: skip
+    assert answer.status_code == 200 and all(answer.json()), answer.text
+    module = _module()
+    urls = {"gated": gated.base_url, "ungated": ungated.base_url}
+    result = asyncio.run(module.measure(urls, [4], 2, 2.0, 16, 32))
+    (level,) = result["levels"]
+    windows = level["gated_windows"]
+    assert len(windows) == 2 and all(w is not None for w in windows), windows
+    assert sum(w["windows"] for w in windows) >= 1 and sum(w["explore"] for w in windows) >= 1, windows
+    assert all(w["cold"] + w["warm"] + w["explore"] > 0 for w in windows), windows
+    printed = capsys.readouterr().out
+    assert "C=4 round 1 gated: " in printed and " exploring parts, " in printed, printed
+    assert "ungated" in printed and printed.count("(windows: ") == 2, printed

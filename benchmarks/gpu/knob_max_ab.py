@@ -18,6 +18,11 @@ Issue #12 wants >= 0.97. Works against the simulator too (the test does that).
 reads saved runs back and pools their rounds per level (runs saved before the rounds were kept are split
 into rounds by their windows).
 
+Each gated round's line ends with what the gated server's exploring windows did during it (exploring parts,
+warm and exploring batches, batches above the stream's limit: two ``/server_info`` reads around it, summed
+over its ranks), and the saved level keeps them (``gated_windows``): a policy's 0 read 0.71-0.84 of plain in
+three of eight rounds at 32 on the H200 (2026-12-07) and the files could not say whether a window fell there.
+
 ``--out`` is written again after each level, whole each time (the old file or the new one, never a mix), so a
 run cut short (a device call's time limit) keeps every level it finished.
 """
@@ -40,6 +45,8 @@ from spectower.collectors.bench.ratio import paired_ratio_interval, ratio_interv
 from spectower.collectors.bench.stats import window_throughputs
 from spectower.collectors.bench.stream import RequestShape
 from spectower.collectors.bench.sweep import parse_concurrency
+from spectower.collectors.http import BoundedReadError, get_bounded
+from spectower.collectors.sglang.exploration import window_counts
 from spectower.storage.files import FileReadError, atomic_write_text, parse_json_text, read_text_capped
 
 WINDOWS_PER_ROUND = 4
@@ -48,6 +55,31 @@ REQUEST_TIMEOUT_S = 300.0  # a 256-token request at C=64 stays well inside
 MAX_RESULT_BYTES = 4 * 1024 * 1024  # a saved run is a few kB
 SERVERS = ("gated", "ungated")
 DEFAULT_LABEL = "knob at max / un-gated"  # what the ratio is, in its printed lines (--label)
+# the gated server's /server_info, read around each of its rounds for what its exploring windows did there
+INFO_TIMEOUT_S = 5.0
+INFO_MAX_BYTES = 4 * 1024 * 1024
+
+
+async def windows_now(client: httpx.AsyncClient) -> dict[str, int] | None:
+    """The server's exploring windows so far (``exploration.window_counts``); None where it cannot tell (no
+    plugin, no windows, a failed read: the round is measured all the same)."""
+    try:
+        resp = await get_bounded(client, "/server_info", timeout_s=INFO_TIMEOUT_S, max_bytes=INFO_MAX_BYTES)
+        return window_counts(json.loads(resp.content)) if resp.status_code == 200 else None
+    except (BoundedReadError, ValueError):
+        return None
+
+
+WindowCounts = dict[str, int] | None
+
+
+def windows_text(before: WindowCounts, after: WindowCounts) -> tuple[WindowCounts, str]:
+    """What the windows did between two reads, and said for the round's line ("" where not known)."""
+    if before is None or after is None:
+        return None, ""
+    done = {key: after[key] - before[key] for key in after}
+    return done, (f" (windows: {done['windows']} exploring parts, {done['warm']} warm and {done['explore']} "
+                  f"exploring batches, {done['over_limit']} above the stream's limit)")  # fmt: skip
 
 
 async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds: float,
@@ -70,6 +102,8 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                for name, url in urls.items()}  # fmt: skip
     windows: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
     round_means: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
+    # per level, per round: what the gated server's windows did during its run (None: not known)
+    round_windows: dict[int, list[dict[str, int] | None]] = {c: [] for c in levels}
     rows: list[dict[str, Any]] = []
     result = {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
               "output_len": str(lengths) if lengths.mixed else lengths.low, "input_len": input_len,
@@ -84,18 +118,24 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                 # acceptance is its own, and a 7 s window at C=1 holds only a dozen requests
                 served = 0
                 for name in order:
+                    before = await windows_now(clients[name]) if name == "gated" else None
                     loop = await run_closed_loop(clients[name], prompts, shape, c, duration_s=seconds,
                                                  first_index=index, output_len_of=length_of)  # fmt: skip
+                    said = ""
+                    if name == "gated":
+                        done, said = windows_text(before, await windows_now(clients[name]))
+                        round_windows[c].append(done)
                     served = max(served, len(loop.records))
                     got = window_throughputs(loop, WINDOWS_PER_ROUND)
                     windows[c][name].extend(got)
                     mean = sum(got) / len(got) if got else 0.0
                     round_means[c][name].append(mean)
-                    print(f"C={c} round {r + 1} {name}: {mean:.1f} tok/s", flush=True)
+                    print(f"C={c} round {r + 1} {name}: {mean:.1f} tok/s{said}", flush=True)
                 index += served
             row: dict[str, Any] = {"concurrency": c, "gated_tok_s": windows[c]["gated"],
                                    "ungated_tok_s": windows[c]["ungated"],
-                                   "rounds_tok_s": round_means[c]}  # fmt: skip
+                                   "rounds_tok_s": round_means[c],
+                                   "gated_windows": round_windows[c]}  # fmt: skip
             row.update(level_figures(row, rounds))
             rows.append(row)
             if on_level is not None:  # saved before the level's line, which says it is done
