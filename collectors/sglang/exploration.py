@@ -67,7 +67,8 @@ def window_counts(doc: Any) -> dict[str, int] | None:
         if not isinstance(window, Mapping) or not window.get("cycle"):
             continue
         seen = True
-        batches = window.get("batches") if isinstance(window.get("batches"), Mapping) else {}
+        raw = window.get("batches")
+        batches: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         for key, value in [*((k, window.get(k)) for k in WINDOW_COUNTERS),
                            *((k, batches.get(k)) for k in WINDOW_PHASES)]:  # fmt: skip
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
