@@ -46,10 +46,12 @@ decision this policy
    ceiling is within what the crossover allows and every busy bin (steps in the last kept sample) has a
    95 % interval on one side of 1, for at least ``quiet_after_s`` (default 120 s), it asks the server for
    ``quiet_share`` (default 0.005) of exploration; as soon as a busy bin is undecided or thin, the counters
-   are too thin or a move is wanted, for ``explore_share`` (default ``DEFAULT_EXPLORE_SHARE``) again. It
-   asks only on a change (``Decision.explore_share``), and believes the server's read-back
-   (``Observation.explore_share``) when what it asked never shows there. ``quiet_share`` equal to
-   ``explore_share`` turns quieting off.
+   are too thin or a move is wanted, for ``explore_share`` (default ``DEFAULT_EXPLORE_SHARE``) again; and
+   while the load sits in a bin the ceiling gates that has no interval yet, for ``thin_share`` (default 0.2:
+   plugin 0.4.16's windows come ten times as often) for at most ``thin_max_s``. It asks only on a change
+   (``Decision.explore_share``), and believes the server's read-back (``Observation.explore_share``) when
+   what it asked never shows there (control/policy/learn_share.py). ``quiet_share`` equal to
+   ``explore_share`` turns quieting off, ``thin_share`` equal to it the thin share.
 A warm start (``initial_ceiling``: what a stored sweep or measured profile of this stack says,
 control/warm_start.py) moves the knob there at the first decision that has counters and a read-back, before
 any bin is measured: a fresh start does not spend its first minutes drafting where the sweep says drafting
