@@ -89,7 +89,7 @@ def test_a_thin_gated_bin_brings_the_windows_and_learn_moves_within_minutes_not_
     assert thin.moves[0][0] <= 180 and plain.moves[0][0] >= 900, (thin.moves, plain.moves)
     # asked once three intervals (kept samples 15 s apart) show the load held in bin 48, thin, and the default
     # again once it moved
-    assert thin.shares[0][1] == DEFAULT_THIN_SHARE and thin.shares[0][0] <= 60, thin.shares
+    assert thin.shares[0][1] == DEFAULT_THIN_SHARE and thin.shares[0][0] <= 65, thin.shares
     assert thin.shares[1][1] == DEFAULT_EXPLORE_SHARE and thin.shares[1][0] <= thin.moves[0][0] + DECISION_S
     assert plain.shares == [] or all(share <= DEFAULT_EXPLORE_SHARE for _, share in plain.shares)
 
@@ -119,3 +119,22 @@ def test_the_thin_share_must_be_at_least_the_default_and_a_share_the_contract_al
     with pytest.raises(PolicyError, match="'thin_max_s' must be a non-negative number"):
         make_policy("learn", MRR, thin_max_s="long")
     assert DEFAULT_THIN_MAX_S == 300
+
+
+@pytest.mark.parametrize("speedup_16, asks", [(0.9, False), (1.2, True)])
+def test_above_a_bin_where_drafting_loses_a_thin_bin_keeps_the_usual_pace(
+    speedup_16: float, asks: bool
+) -> None:
+    """The load held in bins 16 and 24 under a ceiling of 12; bin 24's drafting is never measured (the
+    stream explores none of it), bin 16's is. Where bin 16 loses, bin 24 (larger batches) most likely loses
+    too: no thin share (under Azure's replay in the simulator hurrying such bins cost 5 % of the median
+    end-to-end latency). Where bin 16 pays, a move up is possible and the thin share hurries bin 24."""
+    stream = CounterStream({**FALLING, 16: speedup_16, 24: 1.1}, weights={16: 0.5, 24: 0.5})
+    stream.shares[24] = 0.0
+    policy = make_policy("learn", MRR)
+    shares = []
+    for i in range(1, 25):
+        decision = policy.decide(observe(i * INTERVAL_S, 12, stream.advance(INTERVAL_S, 12)))
+        if decision.explore_share is not None:
+            shares.append(decision.explore_share)
+    assert (DEFAULT_THIN_SHARE in shares) is asks, shares

@@ -6,7 +6,8 @@ says where the load is (the busy bins: steps in the last kept sample):
   5.5-5.9 % of its step time on the H200 under Azure's replay); a quarter of the default share still measures
   every busy bin, so that a drift shows within minutes.
 - **thin** (``thin_share``, default 0.2, the contract's most): a bin the ceiling gates that the load has sat
-  in for the last three kept samples (``learn.THIN_HELD_SAMPLES``) has no interval yet. Such a bin measures
+  in for the last three kept samples (``learn.THIN_HELD_SAMPLES``) has no interval yet, and no bin below it
+  reads as losing (``thin_gated``). Such a bin measures
   drafting only in the gate's windows, one interval per window, and a bin needs ``MIN_INTERVALS`` (3): at the
   default share that is three window cycles (on an H100 under a load at 48, 2026-12-07, learn held a ceiling
   of 24 for 432 s waiting for them). A share above the default shortens the cold part in proportion (plugin
@@ -68,12 +69,20 @@ def decided(est: speedup.SpeedupEstimate, busy: set[int]) -> tuple[bool, str] | 
 def thin_gated(
     est: speedup.SpeedupEstimate, busy: set[int], ceiling: int | None, max_running: int
 ) -> int | None:
-    """The smallest busy bin the ``ceiling`` gates that has no interval yet (None: none; a ceiling at
-    ``max_running`` gates no bin)."""
+    """The smallest busy bin the ``ceiling`` gates that has no interval yet, below every bin where drafting
+    reads as losing (None: none; a ceiling at ``max_running`` gates no bin). The speedup falls with batch
+    size (the estimator's fit, and ``LearnPolicy._spare_thin``'s vouching): above a bin that loses, a thin
+    bin most likely loses too, so gating it is likely right and its windows can come at the usual pace; a
+    move up is what the thin share hurries. Under Azure's replay in the simulator (learn at 12-16 on the
+    0.5 pair, bin 16 at 0.92x) hurrying the bins above anyway cost 5 % of the median end-to-end latency:
+    their exploring parts draft long prompts at 2.5-4.5x a gated step."""
     if ceiling is None or ceiling >= max_running:
         return None
     measured = {b.batch_size for b in est.bins if b.lo is not None}
-    return min((b for b in busy if b > ceiling and b not in measured), default=None)
+    lowest_losing = min((b.batch_size for b in est.bins if b.speedup is not None and b.speedup < 1.0),
+                        default=None)  # fmt: skip
+    return min((b for b in busy if b > ceiling and b not in measured
+                and (lowest_losing is None or b < lowest_losing)), default=None)  # fmt: skip
 
 
 class ShareAsk:
