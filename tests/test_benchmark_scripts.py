@@ -86,3 +86,16 @@ def test_learn_decision_cost_times_both_arms() -> None:
     assert [row[0] for row in rows] == ["without", "with"], done.stdout
     assert "with 24 stored intervals" in done.stdout, done.stdout
     assert all(row[-2] == "(8" for row in rows), done.stdout  # a decision per 15-s sample over 2 minutes
+
+
+def test_thin_share_whatif_prints_a_row_per_start_and_share_and_refuses_a_bad_list() -> None:
+    script = REPO_ROOT / "benchmarks" / "thin_share_whatif.py"
+    done = subprocess.run([sys.executable, str(script), "--starts", "48", "--thin-shares", "0.2"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("48 ")]
+    assert len(rows) == 1 and rows[0][1] == "0.2" and float(rows[0][2]) > 0, done.stdout
+    bad = subprocess.run([sys.executable, str(script), "--thin-shares", "lots"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
+        "error: --thin-shares: a comma-separated list of numbers, got 'lots'"], bad.stderr
