@@ -99,16 +99,18 @@ BOTH_VERSIONS = (
                   SPECTOWER_EXPLORE_CYCLE="0"),
     # a 16-batch exploration cycle: the check walks one window of a policy's 0 (cold, warm, explore, cold)
     _plugin_check("gated_decode", "check_gated_decode", "{config}", SPECTOWER_EXPLORE_CYCLE="16"),
-    # a window yields to a full server (plugin 0.4.12): a 64-batch cycle, an exploring part of 4 batches
-    _plugin_check("window_yield", "check_window_yield", "{config}", SPECTOWER_EXPLORE_SHARE="0.2",
-                  SPECTOWER_EXPLORE_CYCLE="64"),
+    # a window yields to a full server (plugin 0.4.12): a 100-batch cycle at the default share, an exploring
+    # part of 4 batches (a share above the default would shorten the cold part: plugin 0.4.16)
+    _plugin_check("window_yield", "check_window_yield", "{config}", SPECTOWER_EXPLORE_SHARE=None,
+                  SPECTOWER_EXPLORE_CYCLE="100"),
     # every 2nd remembered resolve also runs SGLang's host copy (the default samples 1 in 256)
     _plugin_check("seq_lens", "check_seq_lens", "{config}", SPECTOWER_SEQ_LENS_VERIFY_EVERY="2"),
     _plugin_check("kept_tokens", "check_kept_tokens", "{config}"),
     _plugin_check("prefilled", "check_prefilled", "{config}"),
-    # an exploring part's request mix (plugin 0.4.15): a 64-batch cycle, an exploring part of 4 batches
-    _plugin_check("part_mix", "check_part_mix", "{config}", SPECTOWER_EXPLORE_SHARE="0.2",
-                  SPECTOWER_EXPLORE_CYCLE="64"),
+    # an exploring part's request mix (plugin 0.4.15): a 100-batch cycle at the default share, an exploring
+    # part of 4 batches
+    _plugin_check("part_mix", "check_part_mix", "{config}", SPECTOWER_EXPLORE_SHARE=None,
+                  SPECTOWER_EXPLORE_CYCLE="100"),
     # no watch thread: its wakes on the real clock would sample the stand-ins' fake one at random moments
     _plugin_check("loop_stalls", "check_loop_stalls", "{config}", SPECTOWER_STALL_S=None,
                   SPECTOWER_STALL_STACKS="0"),

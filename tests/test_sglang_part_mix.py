@@ -23,16 +23,16 @@ def test_a_part_records_its_first_batchs_requests_and_their_accept_over_its_own_
     checked: dict[str, Any],
 ) -> None:
     assert checked["plugin_version"] == PLUGIN_VERSION and checked["answers"] == {"policy_4": True}
-    # 60 cold gated batches, one part of 4 drafted batches (the warm part ends at once: nothing holed), cold
+    # 94 cold gated batches, one part of 4 drafted batches (the warm part ends at once: nothing holed), cold
     parts = [(turn["steps"], turn["part"]) for turn in checked["turns"]]
-    assert parts[:60] == [(0, "cold")] * 60 and parts[60:64] == [(3, "explore")] * 4
-    assert parts[64:] == [(0, "cold")] * 6 and checked["window"]["windows"] == 1
+    assert parts[:94] == [(0, "cold")] * 94 and parts[94:98] == [(3, "explore")] * 4
+    assert parts[98:] == [(0, "cold")] * 6 and checked["window"]["windows"] == 1
     assert checked["first_batch"] == [f"r{i}" for i in range(8)]
-    # SGLang's result processing moved the requests' own counts: r0 left after the part's second batch (62
-    # verifies, 2 of them drafted with 3 correct drafts), the others ran all 69 processed batches (4 drafted),
-    # the newcomer joined the part's third batch
+    # SGLang's result processing moved the requests' own counts: r0 left after the part's second batch (96
+    # verifies, 2 of them drafted with 3 correct drafts), the others ran all 103 processed batches (4
+    # drafted), the newcomer joined the part's third batch
     counts = checked["counts"]
-    assert counts["r0"] == [62, 6] and counts["r1"] == [69, 4] and counts["r2"] == [69, 12]
+    assert counts["r0"] == [96, 6] and counts["r1"] == [103, 4] and counts["r2"] == [103, 12]
     assert counts["newcomer"] == [7, 4]
     # the record: the first batch's 8 requests, r0 with the counts it left with, the newcomer not; each one's
     # accept exactly its drafted verifies' (4 and 2), the gated steps on both sides of the part left out

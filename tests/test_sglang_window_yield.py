@@ -37,13 +37,13 @@ def test_an_idle_turn_leaves_the_gap_before_the_next_step_out_of_the_counters_ou
 def test_a_due_window_waits_for_room_and_a_queue_ends_its_part(checked: dict[str, Any]) -> None:
     turns = [(t["part"], t["steps"]) for t in checked["turns"]]
     cold, drafted = ("cold", 0), ("explore", 3)  # SGLang's steps 3 where the exploring part drafts
-    assert turns[:60] == [cold] * 60  # the cold part, with room
-    # due, but 5 requests wait (3 batches), then 15 with room: not yet the 16 in a row a window needs
-    assert turns[60:78] == [cold] * 18
+    assert turns[:94] == [cold] * 94  # the cold part, with room (a 100-batch cycle less its part of 6)
+    # due, but 5 requests wait (3 batches), then 24 with room: not yet the 25 in a row a window needs
+    assert turns[94:121] == [cold] * 27
     # the window drafts, until requests wait again after its third batch: back to cold, waiting for room
-    assert turns[78:82] == [drafted] * 3 + [cold]
-    # 16 batches with room later the window begins anew and runs its 4 batches, then cold
-    assert turns[82:] == [cold] * 15 + [drafted] * 4 + [cold]
+    assert turns[121:125] == [drafted] * 3 + [cold]
+    # 25 batches with room later the window begins anew and runs its 4 batches, then cold
+    assert turns[125:] == [cold] * 24 + [drafted] * 4 + [cold]
     window = checked["window"]
-    assert (window["room_batches"], window["full_waited"], window["yielded"]) == (16, 34, 1)
+    assert (window["room_batches"], window["full_waited"], window["yielded"]) == (25, 52, 1)
     assert (window["windows"], window["forced"]) == (2, 0)

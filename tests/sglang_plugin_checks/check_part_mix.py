@@ -18,11 +18,11 @@ are SGLang's own, built by ``Req.__init__``.
 
 The loop is the overlap scheduler's: each turn chooses and launches a batch, then processes the result of the
 batch launched the turn before, which is how a reading at a part's first batch could miss the gated step
-before it. Run with a 64-batch cycle and a share of 0.2 (a part of 4 batches), the knob a policy's 4, batches
-of 8 (gated by the ceiling, within the exploring part's stream limit of 8: they draft there). Of the first
-batch's requests half accept 3 drafts a verify (a = 4), half 1 (a = 2); a gated verify commits the bonus token
-alone. The first batch's request 0 finishes after the part's second batch and a newcomer that accepts 2 drafts
-(a = 3) takes its place.
+before it. Run with a 100-batch cycle at the default share (a part of 4 batches), the knob a policy's 4,
+batches of 8 (gated by the ceiling, within the exploring part's stream limit of 8: they draft there). Of the
+first batch's requests half accept 3 drafts a verify (a = 4), half 1 (a = 2); a gated verify commits the bonus
+token alone. The first batch's request 0 finishes after the part's second batch and a newcomer that accepts 2
+drafts (a = 3) takes its place.
 
 Argument: the adaptive config path. Prints one JSON object: each turn's steps and window part, which requests
 the part's first batch held, the published counters' ``mix`` and ``slots`` blocks, the window report, and each
@@ -129,9 +129,9 @@ def main() -> None:
             in_flight.pop(0)
         turns.append({"steps": steps, "part": part})
 
-    # 60 cold batches bring the window, its warm part ends at once (no holed request), the part drafts 4
+    # 94 cold batches bring the window, its warm part ends at once (no holed request), the part drafts 4
     # batches, then cold again: 3 more turns process the part's results and the first one's after it
-    while len(turns) < 70:
+    while len(turns) < 104:
         turn()
         if sum(t["part"] == "explore" for t in turns) == 2 and reqs[0].rid == "r0":
             newcomer = request("newcomer")  # r0 finished after the part's second batch: its slot refilled

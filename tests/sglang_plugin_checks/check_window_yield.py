@@ -7,8 +7,8 @@ part short when they come, and begins the window again with room.
 CONSTRUCTED (see _harness.py for the rest): ``get_next_batch_to_run``'s body, which needs a model and a KV
 pool: it answers SGLang's own ``NextBatchPlan`` with no new batch (the running batch decodes), as SGLang does
 when it cannot admit what waits; the check sets the waiting queue itself. Run with a 64-batch cycle
-(``SPECTOWER_EXPLORE_CYCLE=64``: 60 cold batches, then the window) and a share of 0.2 (an exploring part of 4
-batches), the knob a policy's 8, batches of 16 (gated by the ceiling, within the exploring part's stream
+(``SPECTOWER_EXPLORE_CYCLE=100``: 94 cold batches, then the window) at the default share (an exploring part
+of 4 batches), the knob a policy's 8, batches of 16 (gated by the ceiling, within the exploring part's stream
 limit: they draft there).
 
 The same hook notes an idle turn (nothing to run, nothing waiting, nothing running: plugin 0.4.13) to the
@@ -63,10 +63,10 @@ def main() -> None:
         return {"waiting": waiting, "noted": noted, "steps": steps, "part": gate.explorer.phase_now,
                 "outside_s": outside}  # fmt: skip
 
-    # 60 cold batches with room bring the first window due; it waits while 5 requests wait and then for 16
+    # 94 cold batches with room bring the first window due; it waits while 5 requests wait and then for 25
     # batches in a row with room (a quarter of the cycle), the exploring part drafts, a queue after its third
-    # batch ends it, and after 16 batches with room again the window begins anew and runs its 4 batches
-    pattern = [0] * 60 + [5] * 3 + [0] * 18 + [5] + [0] * 20
+    # batch ends it, and after 25 batches with room again the window begins anew and runs its 4 batches
+    pattern = [0] * 94 + [5] * 3 + [0] * 27 + [5] + [0] * 29
     turns = [turn(waiting) for waiting in pattern]
     state = _harness.get_state(scheduler)["spectower"]
     _harness.emit({"answers": answers, "turns": turns, "window": state["explore"]["window"],
