@@ -223,7 +223,7 @@ class LearnPolicy:
         self._share_view = None
         self.share.read_back(obs.explore_share, PENDING_WAITS)
         decision = self.share.ask(self._decide(obs), obs.ts, self._share_view)
-        self.last_reason = decision.reason
+        self.last_reason = decision.reason  # with the share's ask, where there is one
         return decision
 
     def _decide(self, obs: Observation) -> Decision:
@@ -265,7 +265,7 @@ class LearnPolicy:
         self.last_estimate = est
         # a bin the ceiling gates measures drafting in the gate's windows alone: one the load sits in that is
         # thin asks for them more often (learn_share)
-        thin_gated = learn_share.thin_gated(est, held, self.knob, self.max_running_requests) is not None
+        thin_gated = learn_share.thin_gated(est, held, self.knob, self.max_running_requests)
         self._share_view = learn_share.View(False, "counters too thin", thin_gated)
         if est.status == "no_data" or not any(b.lo is not None for b in est.bins):
             return self._hold(
@@ -492,12 +492,10 @@ class LearnPolicy:
         self.pending = value
         self.pending_waits = 0
         self.knob = value
-        self.last_reason = reason
         return Decision(value, reason)
 
     def _hold(self, reason: str) -> Decision:
         reason, self._note = reason + self._note, ""
-        self.last_reason = reason
         return Decision(None, reason)
 
     # --- persistence -------------------------------------------------------------------------------

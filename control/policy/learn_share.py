@@ -68,9 +68,9 @@ def decided(est: speedup.SpeedupEstimate, busy: set[int]) -> tuple[bool, str] | 
 
 def thin_gated(
     est: speedup.SpeedupEstimate, busy: set[int], ceiling: int | None, max_running: int
-) -> int | None:
-    """The smallest busy bin the ``ceiling`` gates that has no interval yet, below every bin where drafting
-    reads as losing (None: none; a ceiling at ``max_running`` gates no bin). The speedup falls with batch
+) -> bool:
+    """Whether a busy bin the ``ceiling`` gates has no interval yet, below every bin where drafting reads as
+    losing (a ceiling at ``max_running`` gates no bin). The speedup falls with batch
     size (the estimator's fit, and ``LearnPolicy._spare_thin``'s vouching): above a bin that loses, a thin
     bin most likely loses too, so gating it is likely right and its windows can come at the usual pace; a
     move up is what the thin share hurries. Under Azure's replay in the simulator (learn at 12-16 on the
@@ -78,12 +78,12 @@ def thin_gated(
     their exploring parts drafting long prompts at 2.5-4.5x a gated step; with this rule 2.5 % (2.065 s
     against 2.015 s without the thin share: ``python3 benchmarks/thin_share_whatif.py``)."""
     if ceiling is None or ceiling >= max_running:
-        return None
+        return False
     measured = {b.batch_size for b in est.bins if b.lo is not None}
     lowest_losing = min((b.batch_size for b in est.bins if b.speedup is not None and b.speedup < 1.0),
                         default=None)  # fmt: skip
-    return min((b for b in busy if b > ceiling and b not in measured
-                and (lowest_losing is None or b < lowest_losing)), default=None)  # fmt: skip
+    return any(b > ceiling and b not in measured and (lowest_losing is None or b < lowest_losing)
+               for b in busy)  # fmt: skip
 
 
 class ShareAsk:
