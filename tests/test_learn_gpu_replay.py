@@ -15,35 +15,29 @@ recorded one).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.control.policy import Decision, Observation, make_policy
-from spectower.storage import open_database, queries
-from spectower.storage.database import recorded_copy
+from spectower.control.policy import Decision
+
+from tests.learn_replay import recorded_run
+from tests.learn_replay import replay as replay_run
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "gpu-runs" / "h200x2-8b-pair-triton-policies-2026-12-01"
 SERVER = "http://127.0.0.1:30010"
-MRR = 64
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[float, dict[str, Any]]], float]:
     """The snapshots the policy kept, oldest first, and when its one recorded set (0 -> 2) happened."""
-    # opening may migrate: a copy
-    copy = recorded_copy(RUN / "b-off-learn" / "policy.db", tmp_path_factory.mktemp("learn-replay"))
-    with open_database(copy) as db:
-        row = queries.policy_state(db, SERVER)
-        sets = queries.control_events(db, server_url=SERVER, actor="policy", action="set")
-        assert row is not None and len(sets) == 1
-        state = json.loads(row.state_json)
-        assert (sets[0].old_max_bs, sets[0].new_max_bs) == (0, 2)
-        set_ts = sets[0].ts
-    snapshots = [(float(ts), snap) for ts, snap in state["snapshots"]]
+    run = recorded_run(RUN / "b-off-learn" / "policy.db", SERVER, tmp_path_factory.mktemp("learn-replay"),
+                       ("set",))  # fmt: skip
+    sets = run.events["set"]
+    assert len(sets) == 1 and (sets[0].old_max_bs, sets[0].new_max_bs) == (0, 2)
+    snapshots = run.snapshots
     assert len(snapshots) == 38 and snapshots[-1][0] - snapshots[0][0] > 580  # the ten minutes
-    return snapshots, set_ts
+    return snapshots, sets[0].ts
 
 
 def replay(
@@ -51,26 +45,8 @@ def replay(
 ) -> list[tuple[float, int, Decision]]:
     """(seconds into the run, the knob it decided on, the decision) per kept snapshot; the knob follows the
     decisions, as the runner's read-back did (the counters stay the recorded ones: ceiling 2 after 48 s)."""
-    policy = make_policy("learn", MRR, **options)
-    t0, knob, out = snapshots[0][0], 0, []
-    for ts, counters in snapshots:
-        # the policy reads only the counters and the knob's read-back: the gauges are left neutral
-        obs = Observation(
-            ts=ts,
-            num_running_reqs=0.0,
-            num_queue_reqs=0.0,
-            output_tok_s=None,
-            accept_length=None,
-            spec_max_bs=knob,
-            max_running_requests=MRR,
-            stale=False,
-            counters=counters,
-        )
-        decision = policy.decide(obs)
-        out.append((ts - t0, knob, decision))
-        if decision.max_bs is not None:
-            knob = decision.max_bs
-    return out
+    t0 = snapshots[0][0]
+    return [(ts - t0, knob, d) for ts, knob, d in replay_run(snapshots, knob=0, **options)]
 
 
 def test_learn_moves_past_ceiling_2_once_its_dwell_allows(recorded: tuple[list[Any], float]) -> None:

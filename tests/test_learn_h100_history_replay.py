@@ -21,34 +21,34 @@ from typing import Any
 
 import pytest
 from spectower.control import warm_start
-from spectower.control.policy import Decision, Observation, make_policy
+from spectower.control.policy import Decision
 from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
-from spectower.storage import open_database, queries
-from spectower.storage.database import recorded_copy
+from spectower.storage import open_database
 from spectower.storage.models import ServerInfoSnapshot
 from sqlmodel import select
+
+from tests.learn_replay import MRR, recorded_run
+from tests.learn_replay import replay as replay_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
 RUN = RUNS / "h100-8b-pair-triton-learn-kept-cost-2026-12-07"
 SERVER = "http://127.0.0.1:30000"
-MRR = 64
 START_KNOB = 24
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The snapshots learn kept, its recorded set, and what the warm start finds at learn's start."""
-    copy = recorded_copy(RUN / "runs" / "policy.db", tmp_path_factory.mktemp("h100-history"))  # may migrate
-    with open_database(copy) as db:
-        row = queries.policy_state(db, SERVER)
-        started = queries.control_events(db, server_url=SERVER, actor="policy", action="auto-start")
-        sets = queries.control_events(db, server_url=SERVER, actor="policy", action="set")
-        assert row is not None and len(started) == 1 and len(sets) == 1
+    run = recorded_run(RUN / "runs" / "policy.db", SERVER, tmp_path_factory.mktemp("h100-history"),
+                       ("auto-start", "set"))  # fmt: skip
+    started, sets = run.events["auto-start"], run.events["set"]
+    assert len(started) == 1 and len(sets) == 1
+    with open_database(run.db) as db:
         with db.session() as session:
             info = json.loads(session.exec(select(ServerInfoSnapshot)).first().info_json)  # type: ignore[union-attr]
         stack = warm_start.Stack.of(info, [{"name": "NVIDIA H100 80GB HBM3"}])
         warm = warm_start.find(db, stack, MRR, server_url=SERVER, now=started[0].ts, current=START_KNOB)
-    snapshots = [(float(ts), snap) for ts, snap in json.loads(row.state_json)["snapshots"]]
+    snapshots = run.snapshots
     assert len(snapshots) == 31 and snapshots[-1][0] - snapshots[0][0] > 470  # the whole run
     return {"snapshots": snapshots, "set": sets[0], "warm": warm}
 
@@ -59,17 +59,9 @@ def replay(
     """(seconds into the run, the knob, the decision) per kept snapshot; the knob follows the decisions.
     Without the thin share (control/policy/learn_share.py): the run's learn had none, and recorded counters
     cannot answer the windows it would ask for."""
-    policy = make_policy("learn", MRR, thin_share=DEFAULT_EXPLORE_SHARE, **options)
-    t0, knob, out = snapshots[0][0], START_KNOB, []
-    for ts, counters in snapshots:
-        obs = Observation(ts=ts, num_running_reqs=0.0, num_queue_reqs=0.0, output_tok_s=None,
-                          accept_length=None, spec_max_bs=knob, max_running_requests=MRR, stale=False,
-                          counters=counters)  # fmt: skip
-        decision = policy.decide(obs)
-        out.append((ts - t0, knob, decision))
-        if decision.max_bs is not None:
-            knob = decision.max_bs
-    return out
+    t0 = snapshots[0][0]
+    decided = replay_run(snapshots, knob=START_KNOB, thin_share=DEFAULT_EXPLORE_SHARE, **options)
+    return [(ts - t0, knob, d) for ts, knob, d in decided]
 
 
 def first_move(decisions: list[tuple[float, int, Decision]]) -> tuple[float, int, int]:

@@ -13,48 +13,34 @@ show what the share bought: the recorded windows came as the run's share brought
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.control.policy import Decision, Observation, make_policy
+from spectower.control.policy import Decision
 from spectower.control.policy.learn_share import DEFAULT_THIN_SHARE
 from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
-from spectower.storage import open_database, queries
-from spectower.storage.database import recorded_copy
+
+from tests.learn_replay import recorded_run
+from tests.learn_replay import replay as replay_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
 RUN = RUNS / "h200-8b-pair-triton-learn-thin-share-2026-12-07"
 SERVER = "http://127.0.0.1:30000"
-MRR = 64
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    copy = recorded_copy(RUN / "runs" / "policy.db", tmp_path_factory.mktemp("h200-thin"))  # may migrate
-    with open_database(copy) as db:
-        row = queries.policy_state(db, SERVER)
-        sets = queries.control_events(db, server_url=SERVER, actor="policy", action="set")
-        asks = queries.control_events(db, server_url=SERVER, actor="policy", action="explore")
-    assert row is not None and len(sets) == 1 and len(asks) == 2
-    snapshots = [(float(ts), snap) for ts, snap in json.loads(row.state_json)["snapshots"]]
-    return {"snapshots": snapshots, "set": sets[0], "asks": sorted(a.ts for a in asks)}
+    run = recorded_run(RUN / "runs" / "policy.db", SERVER, tmp_path_factory.mktemp("h200-thin"),
+                       ("set", "explore"))  # fmt: skip
+    sets, asks = run.events["set"], run.events["explore"]
+    assert len(sets) == 1 and len(asks) == 2
+    return {"snapshots": run.snapshots, "set": sets[0], "asks": sorted(a.ts for a in asks)}
 
 
 def replay(snapshots: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, Decision]]:
     """(unix time, decision) per kept snapshot; the knob and the share follow the decisions."""
-    policy = make_policy("learn", MRR)
-    knob, share, out = 24, DEFAULT_EXPLORE_SHARE, []
-    for ts, counters in snapshots:
-        obs = Observation(ts=ts, num_running_reqs=32.0, num_queue_reqs=0.0, output_tok_s=None,
-                          accept_length=None, spec_max_bs=knob, max_running_requests=MRR, stale=False,
-                          counters=counters, explore_share=share)  # fmt: skip
-        decision = policy.decide(obs)
-        out.append((ts, decision))
-        knob = decision.max_bs if decision.max_bs is not None else knob
-        share = decision.explore_share if decision.explore_share is not None else share
-    return out
+    return [(ts, d) for ts, _, d in replay_run(snapshots, knob=24, follow_share=True)]
 
 
 def test_the_replay_asks_for_the_thin_share_and_moves_where_the_run_did(recorded: dict[str, Any]) -> None:
