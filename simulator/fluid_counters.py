@@ -3,7 +3,13 @@ simulator/open_loop.py's open one): plugin/engine_counters.py's cumulative shape
 
 The ``extend`` block (plugin 0.4.6's: steady gated steps by whether the draft extend ran) is fed where the
 model knows which its gated steps are (``add_extend``): a fluid model has no mode switch within a stream, so
-every gated step counts there, settling or not, as a steady gated step does in the plugin."""
+every gated step counts there, settling or not, as a steady gated step does in the plugin.
+
+A bin the ceiling gates drafts only in the plugin's exploring windows, whose exploring part ends each window:
+its counters see that bin's drafting once a window, one interval per window. The fluid model spreads the
+window's drafting over every tick, so ``add(..., hold_drafted=True)`` keeps it back and ``release_held``
+publishes it when ``FluidWindows`` closes the window: without that, learn in the harness would have a gated
+bin's intervals within a few samples and never wait for windows, as it does on a server."""
 
 from __future__ import annotations
 
@@ -44,12 +50,16 @@ class FluidCounters:
         self.extend_time_s = {kind: [0.0] * n for kind in EXTEND_KINDS}
         self.extend_partial = {kind: [[0.0, 0.0, 0.0] for _ in range(n)] for kind in EXTEND_KINDS}
         self.extend_rng = extend_rng if extend_rng is not None else random.Random("extend")
+        # the explored drafting of the window now open, per bin: [steps, tokens, seconds] (``release_held``)
+        self.held = [[0.0, 0.0, 0.0] for _ in range(n)]
 
     def bin_index(self, batch: int) -> int:
         """The index of the smallest bin >= ``batch`` (the last bin past them all: the bins are fixed)."""
         return min(bisect.bisect_left(self.bins, batch), len(self.bins) - 1)
 
-    def add(self, batch: int, m: _Mode, seconds: float) -> None:
+    def add(self, batch: int, m: _Mode, seconds: float, hold_drafted: bool = False) -> None:
+        """``seconds`` of mode ``m`` at ``batch``; ``hold_drafted``: its drafted steps are a window's
+        explored drafting, kept back until ``release_held``."""
         i = self.bin_index(batch)
         for mode, steps_s, time_share, tok_share in (
             ("drafted", m.drafted_steps_s, m.drafted_time, m.drafted_tok_share),
@@ -58,12 +68,27 @@ class FluidCounters:
             steps = steps_s * seconds
             if steps <= 0:
                 continue
-            done = self._whole(self.partial[mode][i], steps, tok_share * m.rate * seconds,
-                               time_share * seconds, self.rng)  # fmt: skip
-            if done is not None:
-                self.steps[mode][i] += done[0]
-                self.tokens[mode][i] += done[1]
-                self.time_s[mode][i] += done[2]
+            if hold_drafted and mode == "drafted":
+                held = self.held[i]
+                held[0] += steps
+                held[1] += tok_share * m.rate * seconds
+                held[2] += time_share * seconds
+                continue
+            self._publish(mode, i, steps, tok_share * m.rate * seconds, time_share * seconds)
+
+    def release_held(self) -> None:
+        """The window closed: its explored drafting, kept back per bin, counts now."""
+        for i, held in enumerate(self.held):
+            if held[0] > 0:
+                self._publish("drafted", i, *held)
+            self.held[i] = [0.0, 0.0, 0.0]
+
+    def _publish(self, mode: str, i: int, steps: float, tokens: float, seconds: float) -> None:
+        done = self._whole(self.partial[mode][i], steps, tokens, seconds, self.rng)
+        if done is not None:
+            self.steps[mode][i] += done[0]
+            self.tokens[mode][i] += done[1]
+            self.time_s[mode][i] += done[2]
 
     def add_extend(self, batch: int, m: _Mode, seconds: float, kept: float, kept_time: float | None = None
                    ) -> None:  # fmt: skip

@@ -318,24 +318,26 @@ def test_waiting_for_a_busy_thin_bin_ends_after_a_sample_or_two() -> None:
     assert changes[0][0] - waits[0] <= WAIT_SAMPLES * policy.sample_s + INTERVAL_S
 
 
-def test_on_a_ten_minute_day_started_gated_learn_turns_speculation_on_within_minutes() -> None:
-    """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 600 s on the
-    H200 8B pair's profile, the ceiling at 0 at the start. The night is short, so bins 1-12 see a few
-    samples each; it used to wait for them until the last minute and then set ceiling 3 (0.92 of the
-    oracle, against 0.96 now, on the profile of 2026-12-01): it now drafts up to 48 once bin 48 is measured,
-    at about 3 minutes, the bins below it going with it. The load doubles within a window here: under plugin
-    0.4.3 the stream's limit, one doubling per window, reached 64 only at 184 s and learn moved on the way
-    down (445 s, 0.949 of the oracle); escalated, the limit now keeps a doubling of headroom over the load
-    (0.4.4: explore.next_doublings): learn moves 0 -> 48 at 190 s, 0.955 of the oracle."""
+def test_on_a_thirty_minute_day_started_gated_learn_turns_speculation_on_before_the_peak() -> None:
+    """The simulator's version of the H200 run of 2026-12-01: a day-shaped load squeezed into 1800 s on the
+    H200 8B pair's profile, the ceiling at 0 at the start and nothing known (no warm start). Every bin is
+    gated, so its drafting is measured only in the exploring windows, one interval per window (the
+    harness's counters get it so since 2026-12-07, as the plugin's do): learn climbs 0 -> 1 -> 3 as the
+    night's bins gather their intervals and moves 3 -> 48 at 685 s, as the load reaches the peak.
+
+    Squeezed into 600 s, the ramp crosses each bin before a window measures it: learn stays at 0 until the
+    night comes back (0.917 of the oracle; under the counters that took a gated bin's explored drafting
+    every tick it moved 0 -> 48 at 190 s, 0.955), which is the live run's stall. A warm start from this
+    stack's sweep is what avoids it (test_warm_start.py)."""
     profile = load_profile("h200-8b-pair-triton")
     mrr = profile.max_running_requests
-    trace = load_trace("day", duration_s=600, max_running_requests=mrr)
+    trace = load_trace("day", duration_s=1800, max_running_requests=mrr)
     config = HarnessConfig(initial_max_bs=0)
     result = simulate(
-        profile, trace, make_policy("learn", mrr), duration_s=600, config=config, keep_timeline=True
+        profile, trace, make_policy("learn", mrr), duration_s=1800, config=config, keep_timeline=True
     )
     on = next((tick["t"] for tick in result.timeline if tick["knob"] >= 32), None)
-    assert on is not None and on <= 240, [(tick["t"], tick["reason"]) for tick in result.timeline]
+    assert on is not None and on <= 720, [(tick["t"], tick["reason"]) for tick in result.timeline]
     assert result.final_max_bs >= 32, result.to_json()
 
 
@@ -367,11 +369,13 @@ def _ceilings(result: Any) -> list[tuple[float, int]]:
 def test_started_gated_under_a_high_crossover_learn_reaches_it_a_dwell_after_its_first_move() -> None:
     """A window's stream drafts up to twice the ceiling (at least 8: explore.stream_limit), so learn (which
     drafts up to the highest bin measured in both modes) first moves to 8 once bins 1-8 have MIN_INTERVALS
-    (3) samples of 15 s (about 55 s). On the jump trace (a new load in 1..64 every second) every window's
+    (3) intervals of each mode; the gated bins' drafting reaches the counters once a window (the thin
+    share's windows, at bins up to 8), so at 85 s (55 s while the harness gave it to them every tick). On
+    the jump trace (a new load in 1..64 every second) every window's
     exploring part also meets batches above the limit, so the limit doubles per window (plugin 0.4.3: 16,
     32, 64 within three windows of about 45 s) and the bins up to 64 are measured by the time the dwell
     (300 s) after the first move is over: learn moves straight to the crossover's bin (48; the H200 pair's
-    crossover is ~49) at 55 + 300 s, asserted with a sample's slack. Under 0.4.2 the limit stayed at twice
+    crossover is ~49) at 85 + 300 s, asserted with a sample's slack. Under 0.4.2 the limit stayed at twice
     the ceiling and learn climbed one doubling per dwell, 0-8-16-32-48 by 955 s."""
     profile = load_profile("h200-8b-pair-triton")
     mrr = profile.max_running_requests
@@ -380,7 +384,7 @@ def test_started_gated_under_a_high_crossover_learn_reaches_it_a_dwell_after_its
                       config=HarnessConfig(initial_max_bs=0), keep_timeline=True)  # fmt: skip
     changes = _ceilings(result)
     assert [c for _, c in changes] == [0, 8, 48], changes
-    assert changes[1][0] <= 60 and changes[2][0] <= 375, changes
+    assert changes[1][0] <= 90 and changes[2][0] <= 90 + 300 + 15, changes
     assert result.final_max_bs == 48
 
 

@@ -3,6 +3,7 @@ the scores."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from typing import Any
@@ -272,3 +273,23 @@ def test_gated_ticks_pay_the_kept_extend_only_in_exploration_windows() -> None:
     assert 0.98 * quiet.tokens < exploring.tokens < quiet.tokens  # the windows' kept extend and 2 % explored
     assert exploring.tokens > 1.05 * warm * 120  # far above the extend kept throughout
     assert exploring.oracle_tokens > 0.98 * exploring.pure_oracle_tokens
+
+
+def test_a_gated_bins_explored_drafting_reaches_the_counters_once_a_window() -> None:
+    """A bin the ceiling gates drafts only in the plugin's exploring windows, whose exploring part ends each
+    window: its counters show that drafting once a window, so a policy's estimate gets one interval of it per
+    window, not one per sample (the fluid model drafts a share every tick; it holds that back until the
+    window closes). The gated steps count every sample."""
+    profile = load_profile("h200-8b-pair-triton")
+    policy = Scripted()
+    simulate(profile, constant(32, 900), policy, 900, config=HarnessConfig(noise_cv=0.0, initial_max_bs=0))
+    snapshots = [o.counters for o in policy.seen if o.counters is not None]
+    i = snapshots[0]["bins"].index(32)
+
+    def rises(mode: str) -> int:
+        steps = [s[mode]["steps"][i] for s in snapshots]
+        return sum(1 for a, b in itertools.pairwise(steps) if b > a)
+
+    assert rises("gated") >= len(snapshots) - 2
+    # about one window a minute at 32 on this profile (15 in 900 s); every sample would be 179
+    assert 2 <= rises("drafted") <= len(snapshots) // 6, rises("drafted")

@@ -138,3 +138,15 @@ def test_above_a_bin_where_drafting_loses_a_thin_bin_keeps_the_usual_pace(
         if decision.explore_share is not None:
             shares.append(decision.explore_share)
     assert (DEFAULT_THIN_SHARE in shares) is asks, shares
+
+
+def test_above_the_streams_limit_a_thin_bin_keeps_the_usual_pace() -> None:
+    """The load held at 48 under a ceiling of 16: above the exploring stream's limit (twice the ceiling,
+    plugin/explore.py ``stream_limit``), where a window's exploring part drafts nothing until a part met the
+    load, and a move up goes at most to 32 whatever bin 48 reads. The thin share would buy windows at 0.2 of
+    the batches for nothing a move could use: learn keeps the default (in the simulator it cost a warm start
+    at 16 on the H200 early pair 2.2 % of threshold:16's tokens under the 270-s day)."""
+    policy = make_policy("learn", MRR)
+    server = VirtualServer(ceiling=16)
+    server.run(policy, 300)
+    assert all(share <= DEFAULT_EXPLORE_SHARE for _, share in server.shares), server.shares

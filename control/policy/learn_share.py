@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ...plugin import knob_contract
+from ...plugin import explore, knob_contract
 from .. import speedup
 from .base import Decision, PolicyError
 
@@ -69,8 +69,14 @@ def decided(est: speedup.SpeedupEstimate, busy: set[int]) -> tuple[bool, str] | 
 def thin_gated(
     est: speedup.SpeedupEstimate, busy: set[int], ceiling: int | None, max_running: int
 ) -> bool:
-    """Whether a busy bin the ``ceiling`` gates has no interval yet, below every bin where drafting reads as
-    losing (a ceiling at ``max_running`` gates no bin). The speedup falls with batch
+    """Whether a busy bin the ``ceiling`` gates has no interval yet, within the exploring stream's limit
+    (``explore.stream_limit``: twice the ceiling, at least 8) and below every bin where drafting reads as
+    losing (a ceiling at ``max_running`` gates no bin). A move up goes at most to twice the ceiling, and a
+    window's exploring part drafts nothing above the limit until a part met it: above the limit the thin
+    share buys windows that measure nothing a move could use yet, at 0.2 of the batches (in the
+    simulator, learn warm-started at 16 on the H200 early pair under the 270-s day held 16 throughout and
+    served 0.978 of threshold:16 while the load at 64 bought them, once the harness gave a gated bin's
+    drafting to the counters one window at a time). The speedup falls with batch
     size (the estimator's fit, and ``LearnPolicy._spare_thin``'s vouching): above a bin that loses, a thin
     bin most likely loses too, so gating it is likely right and its windows can come at the usual pace; a
     move up is what the thin share hurries. Under Azure's replay in the simulator (learn at 12-16 on the
@@ -82,7 +88,8 @@ def thin_gated(
     measured = {b.batch_size for b in est.bins if b.lo is not None}
     lowest_losing = min((b.batch_size for b in est.bins if b.speedup is not None and b.speedup < 1.0),
                         default=None)  # fmt: skip
-    return any(b > ceiling and b not in measured and (lowest_losing is None or b < lowest_losing)
+    reach = explore.stream_limit(ceiling)
+    return any(ceiling < b <= reach and b not in measured and (lowest_losing is None or b < lowest_losing)
                for b in busy)  # fmt: skip
 
 
