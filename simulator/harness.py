@@ -24,7 +24,8 @@ Effects the real server has that the harness reproduces:
   power-of-two batch-size bin and mode, cumulative steps, tokens and step time, the step time with
   per-step noise of the profile's ``noise_cv`` (so an interval of n steps carries ``noise_cv / sqrt(n)``),
   and their ``extend`` block (gated steps by whether the draft extend ran, each kind at its own curve);
-  each Observation carries a snapshot (``Observation.counters``).
+  each Observation carries a snapshot (``Observation.counters``); a bin the ceiling gates drafts in the
+  exploring windows, and its drafting reaches the counters once a window (simulator/fluid_counters.py).
 
 Efficiency = tokens under the policy / tokens under the oracle that, at every instant, knows the profile
 and picks the better of spec-on and spec-off for the current concurrency. "Off" is what the knob can do: the

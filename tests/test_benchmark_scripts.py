@@ -27,8 +27,8 @@ def test_policy_bench_scores_against_the_best_achievable_and_prints_both_baselin
     above learn / the oracle; both are printed, and never drafting beats the oracle on GLM-5's early
     crossover under some trace."""
     script = REPO_ROOT / "benchmarks" / "policy_bench.py"
-    # quieting alone (no thin share): the harness's counters take a gated bin's explored drafting every tick,
-    # so a thin share only costs there (its windows pay off against the plugin's: test_learn_thin_share.py)
+    # quieting alone (no thin share): the harness's warm start sits at the profile's own crossover, so a thin
+    # share only costs there (its windows pay off against the plugin's: test_learn_thin_share.py)
     args = ["--profile", "glm5-nvfp4-8x-rtx-pro-6000", "--seeds", "1", "--duration", "600", "--json",
             "--thin-share", "0.02"]  # fmt: skip
     done = subprocess.run([sys.executable, str(script), *args], cwd=REPO_ROOT, capture_output=True, text=True,
