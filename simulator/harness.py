@@ -532,14 +532,14 @@ def simulate(profile: Profile, trace: Trace, policy: Policy, duration_s: float |
         running = min(conc, mrr)
         drafting = running > 0 and running <= knob.value and profile.speculative
         # a drafting bin's gated steps (explored) keep the extend; a gated one's as its table says
-        windows_closed = windows.windows
+        windows_before = windows.windows
         mode, kept = ((tables.on[running], 1.0) if drafting
                       else tables.gated_mode(gated_off, running, windows, knob.value))  # fmt: skip
         totals.add(oracle, oracle_off, running, mode, tick, (bare.on if drafting else bare_off)[running])
         if running:
             # a gated bin's explored drafting reaches the counters once a window, as the plugin's does
             counters.add(running, mode, tick, hold_drafted=not drafting and gated_off is tables.off_windowed)
-            if windows.windows != windows_closed:
+            if windows.windows != windows_before:  # a window closed this tick
                 counters.release_held()
             if profile.speculative:  # without speculation no step has an extend to run or skip
                 counters.add_extend(running, mode, tick, kept, tables.kept_time(kept, running))
