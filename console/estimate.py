@@ -91,6 +91,20 @@ def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float | N
     return float(pairs[-1][1])
 
 
+def ratio_interval_text(lo: float, hi: float) -> str:
+    """A speedup's interval as ``lo-hi`` at two decimals, more for a bound that two would round onto
+    break-even (1.00) from either side: "paying off (95 % 1.00-1.08)" read as undecided where the bound was
+    1.004, and the verdict beside it said "is"."""
+    return f"{_off_one(lo)}-{_off_one(hi)}"
+
+
+def _off_one(x: float) -> str:
+    digits = 2
+    while x != 1.0 and f"{x:.{digits}f}" == f"{1.0:.{digits}f}" and digits < 6:
+        digits += 1
+    return f"{x:.{digits}f}"
+
+
 def knob_label(max_bs: int | None, max_running: int | None) -> str:
     """How an operator reads the knob (``control.knob.knob_mode``'s rule): off, on, ``threshold N``, or
     unknown."""

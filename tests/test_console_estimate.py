@@ -12,6 +12,7 @@ from spectower.console.estimate import (
     knob_label,
     knob_setter,
     live_crossover_metric,
+    ratio_interval_text,
 )
 from spectower.control.speedup import NO_INTERVAL_YET, SpeedupEstimate
 from spectower.simulator.profile import load_profile
@@ -113,3 +114,17 @@ def test_the_knob_says_who_set_it_and_a_policys_crossover() -> None:
     operator = {"actor": "operator:alice", "new_max_bs": 0, "reason": "incident: crossover 3"}
     assert knob_setter(operator, 0) == ("operator:alice", None)  # an operator's reason is theirs, not read
     assert knob_setter({**learn, "reason": "explore"}, 4) == ("policy:learn", None)
+
+
+@pytest.mark.parametrize(
+    "lo, hi, text",
+    [
+        (0.79, 1.64, "0.79-1.64"),
+        (1.004, 1.08, "1.004-1.08"),  # "1.00-1.08" beside "is paying off" read as undecided
+        (0.9962, 1.2, "0.996-1.20"),
+        (0.8, 0.9996, "0.80-0.9996"),
+        (1.0, 1.1, "1.00-1.10"),  # break-even itself stays at two decimals
+    ],
+)
+def test_a_bound_next_to_break_even_shows_which_side_it_is_on(lo: float, hi: float, text: str) -> None:
+    assert ratio_interval_text(lo, hi) == text

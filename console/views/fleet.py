@@ -170,7 +170,7 @@ def _speedup_text(db: Database, server: pd.Series | None, running: Any, win: com
     now = data.speedup_at(data.live_speedup(db, int(server["id"]), win.t0, win.t1), running)
     if now is None:
         return "not measured yet"
-    interval = "" if now["lo"] is None else f" ({now['lo']:.2f}-{now['hi']:.2f})"
+    interval = "" if now["lo"] is None else f" ({estimate.ratio_interval_text(now['lo'], now['hi'])})"
     return f"x{now['speedup']:.2f}{interval} at batch {now['batch_size']}"
 
 

@@ -368,7 +368,7 @@ def _operating_point(
             lo = estimate.interpolate(c, list(with_ci["batch_size"]), list(with_ci["lo"]))
             hi = estimate.interpolate(c, list(with_ci["batch_size"]), list(with_ci["hi"]))
             if lo is not None and hi is not None:
-                source += f", 95 % {lo:.2f}-{hi:.2f}"
+                source += f", 95 % {estimate.ratio_interval_text(lo, hi)}"
                 unsure = lo <= 1.0 <= hi
     if y is None:
         for label, curve in curves.items():
