@@ -265,12 +265,18 @@ def test_each_gated_round_says_what_the_servers_exploring_windows_did_there(
     assert answer.status_code == 200 and all(answer.json()), answer.text
     module = _module()
     urls = {"gated": gated.base_url, "ungated": ungated.base_url}
-    result = asyncio.run(module.measure(urls, [4], 2, 2.0, 16, 32))
+    ticks = iter(range(1796655600, 1796655700, 10))  # 2026-12-07 15:00:00 UTC, 10 s a read
+    result = asyncio.run(module.measure(urls, [4], 2, 2.0, 16, 32, clock=lambda: float(next(ticks))))
     (level,) = result["levels"]
+    # each round's runs in order, gated first in the first round and second in the next (alternated)
+    times = level["round_times"]
+    assert times["gated"] == [[1796655600.0, 1796655610.0], [1796655660.0, 1796655670.0]], times
+    assert times["ungated"] == [[1796655620.0, 1796655630.0], [1796655640.0, 1796655650.0]], times
     windows = level["gated_windows"]
     assert len(windows) == 2 and all(w is not None for w in windows), windows
     assert sum(w["windows"] for w in windows) >= 1 and sum(w["explore"] for w in windows) >= 1, windows
     assert all(w["cold"] + w["warm"] + w["explore"] > 0 for w in windows), windows
     printed = capsys.readouterr().out
     assert "C=4 round 1 gated: " in printed and " exploring parts, " in printed, printed
+    assert "[15:00:00-15:00:10 UTC] (windows: " in printed and "[15:00:20-15:00:30 UTC]" in printed, printed
     assert "ungated" in printed and printed.count("(windows: ") == 2, printed

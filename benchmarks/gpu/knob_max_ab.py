@@ -22,6 +22,9 @@ Each gated round's line ends with what the gated server's exploring windows did 
 warm and exploring batches, batches above the stream's limit: two ``/server_info`` reads around it, summed
 over its ranks), and the saved level keeps them (``gated_windows``): a policy's 0 read 0.71-0.84 of plain in
 three of eight rounds at 32 on the H200 (2026-12-07) and the files could not say whether a window fell there.
+Each round's line also says when each server's run went (UTC), and the saved level keeps the times
+(``round_times``, unix seconds): the servers' logs (collections, stalls, the plugin's watch lines) line up
+with the rounds by them.
 
 ``--out`` is written again after each level, whole each time (the old file or the new one, never a mix), so a
 run cut short (a device call's time limit) keeps every level it finished.
@@ -32,7 +35,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +78,12 @@ async def windows_now(client: httpx.AsyncClient) -> dict[str, int] | None:
 WindowCounts = dict[str, int] | None
 
 
+def utc_span(start: float, end: float) -> str:
+    """A round's run as the servers' logs stamp their lines: ``13:09:12-13:09:20 UTC``."""
+    clock = [datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S") for t in (start, end)]
+    return f"{clock[0]}-{clock[1]} UTC"
+
+
 def windows_text(before: WindowCounts, after: WindowCounts) -> tuple[WindowCounts, str]:
     """What the windows did between two reads, and said for the round's line ("" where not known)."""
     if before is None or after is None:
@@ -86,11 +97,12 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                   output_len: int | OutputLengths, input_len: int,
                   transports: dict[str, httpx.AsyncBaseTransport] | None = None,
                   label: str = DEFAULT_LABEL,
-                  on_level: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                  on_level: Callable[[dict[str, Any]], None] | None = None,
+                  clock: Callable[[], float] = time.time) -> dict[str, Any]:  # fmt: skip
     """Both servers at each level, ``rounds`` times in turn; ``transports`` (per name, for tests) carry the
     requests instead of httpx's own. ``output_len``: one length, or a range (each request's length by its
     index, so both servers of a round get the same lengths). ``on_level`` is handed the result so far (the
-    levels finished) after each level."""
+    levels finished) after each level. ``clock``: unix seconds, for each round's times (tests inject one)."""
     lengths = output_len if isinstance(output_len, OutputLengths) else OutputLengths(output_len, output_len)
     shape = RequestShape(api="generate", output_len=lengths.high)
     length_of = lengths.of if lengths.mixed else None
@@ -104,6 +116,8 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
     round_means: dict[int, dict[str, list[float]]] = {c: {name: [] for name in urls} for c in levels}
     # per level, per round: what the gated server's windows did during its run (None: not known)
     round_windows: dict[int, list[dict[str, int] | None]] = {c: [] for c in levels}
+    # per level, per server: [start, end] of each round's run, unix seconds
+    round_times: dict[int, dict[str, list[list[float]]]] = {c: {name: [] for name in urls} for c in levels}
     rows: list[dict[str, Any]] = []
     result = {"gated": urls["gated"], "ungated": urls["ungated"], "rounds": rounds, "seconds": seconds,
               "output_len": str(lengths) if lengths.mixed else lengths.low, "input_len": input_len,
@@ -119,12 +133,15 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
                 served = 0
                 for name in order:
                     before = await windows_now(clients[name]) if name == "gated" else None
+                    started = clock()
                     loop = await run_closed_loop(clients[name], prompts, shape, c, duration_s=seconds,
                                                  first_index=index, output_len_of=length_of)  # fmt: skip
-                    said = ""
+                    round_times[c][name].append([started, clock()])
+                    said = f" [{utc_span(*round_times[c][name][-1])}]"
                     if name == "gated":
-                        done, said = windows_text(before, await windows_now(clients[name]))
+                        done, windows_said = windows_text(before, await windows_now(clients[name]))
                         round_windows[c].append(done)
+                        said += windows_said
                     served = max(served, len(loop.records))
                     got = window_throughputs(loop, WINDOWS_PER_ROUND)
                     windows[c][name].extend(got)
@@ -135,7 +152,8 @@ async def measure(urls: dict[str, str], levels: list[int], rounds: int, seconds:
             row: dict[str, Any] = {"concurrency": c, "gated_tok_s": windows[c]["gated"],
                                    "ungated_tok_s": windows[c]["ungated"],
                                    "rounds_tok_s": round_means[c],
-                                   "gated_windows": round_windows[c]}  # fmt: skip
+                                   "gated_windows": round_windows[c],
+                                   "round_times": round_times[c]}  # fmt: skip
             row.update(level_figures(row, rounds))
             rows.append(row)
             if on_level is not None:  # saved before the level's line, which says it is done
