@@ -68,13 +68,11 @@ class FluidCounters:
             steps = steps_s * seconds
             if steps <= 0:
                 continue
+            made = (steps, tok_share * m.rate * seconds, time_share * seconds)
             if hold_drafted and mode == "drafted":
-                held = self.held[i]
-                held[0] += steps
-                held[1] += tok_share * m.rate * seconds
-                held[2] += time_share * seconds
-                continue
-            self._publish(mode, i, steps, tok_share * m.rate * seconds, time_share * seconds)
+                self.held[i] = [h + x for h, x in zip(self.held[i], made, strict=True)]
+            else:
+                self._publish(mode, i, *made)
 
     def release_held(self) -> None:
         """The window closed: its explored drafting, kept back per bin, counts now."""

@@ -95,9 +95,10 @@ def test_a_thin_gated_bin_brings_the_windows_and_learn_moves_within_minutes_not_
 
 
 def test_a_spell_ends_after_thin_max_s_where_the_windows_never_measure_the_load() -> None:
-    """A bin whose drafting no window measures (the constructed stream explores none of bin 48: as a load
-    above the stream's limit): the larger share lasts ``thin_max_s`` and the default comes back; the spell
-    starts again only after the bin was measured or left."""
+    """A bin whose drafting no window measures (the constructed stream explores none of bin 48, within
+    the stream's limit of a ceiling of 24: as where every window yields to a full server): the larger share
+    lasts ``thin_max_s`` and the default comes back; the spell starts again only after the bin was measured
+    or left."""
     stream = CounterStream(FALLING, weights={48: 1.0})
     stream.shares[48] = 0.0
     policy = make_policy("learn", MRR, thin_max_s=60)

@@ -6,7 +6,8 @@ says where the load is (the busy bins: steps in the last kept sample):
   5.5-5.9 % of its step time on the H200 under Azure's replay); a quarter of the default share still measures
   every busy bin, so that a drift shows within minutes.
 - **thin** (``thin_share``, default 0.2, the contract's most): a bin the ceiling gates that the load has sat
-  in for the last three kept samples (``learn.THIN_HELD_SAMPLES``) has no interval yet, and no bin below it
+  in for the last three kept samples (``learn.THIN_HELD_SAMPLES``) has no interval yet, lies within the
+  exploring stream's limit (twice the ceiling, at least 8: as far as a move up goes), and no bin below it
   reads as losing (``thin_gated``). Such a bin measures
   drafting only in the gate's windows, one interval per window, and a bin needs ``MIN_INTERVALS`` (3): at the
   default share that is three window cycles (on an H100 under a load at 48, 2026-12-07, learn held a ceiling
@@ -14,9 +15,9 @@ says where the load is (the busy bins: steps in the last kept sample):
   0.4.16, plugin/explore.py ``WINDOW_BASE_PERIOD``: at 0.2 a tenth as long) with the exploring parts as long,
   and the cold part's clock keeps their share of the time at their share of the batches: against the plugin's
   own gate at 48 requests, drafting 1.11x, learn from 24 moves at 165 s instead of 1 015 s
-  (tests/test_learn_thin_share.py). At most ``thin_max_s`` (default 300 s) a spell: a load the windows cannot
-  reach (above the stream's limit) pays for the extra windows no longer than that; a spell ends when no busy
-  held bin the ceiling gates is thin.
+  (tests/test_learn_thin_share.py). At most ``thin_max_s`` (default 300 s) a spell: a load whose bin the
+  windows never measure pays for the extra windows no longer than that; a spell ends when no busy held bin
+  the ceiling gates is thin.
 - otherwise ``explore_share`` (default ``knob_contract.DEFAULT_EXPLORE_SHARE``).
 
 It asks only on a change, and believes the server's read-back (``Observation.explore_share``) when what it
