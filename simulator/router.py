@@ -7,8 +7,11 @@ It speaks the router's worker registry as SGLang documents it (docs/advanced_fea
 to ``/generate`` and ``/v1/*completions`` go to the healthy worker with the fewest requests in flight,
 streamed through unchanged, so a load generator pointed at the router loads every replica; ``/server_info``,
 ``/model_info`` and ``/v1/models`` are answered by one of them. Each worker's
-``/health`` is probed every ``HEALTH_INTERVAL_S`` (a stopped replica shows ``is_healthy: false`` and gets no
-traffic, as with the real router's health checker).
+``/health`` is probed every ``HEALTH_INTERVAL_S``; as with the real router's health checker
+(``--health-failure-threshold 3``, ``--health-success-threshold 2``, ``--health-check-timeout-secs 5``), a
+worker turns unhealthy after three failed probes in a row and healthy again after two good ones, so one
+slow answer on a busy machine marks nothing down, while a stopped replica shows ``is_healthy: false`` within
+three probes and gets no traffic.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-HEALTH_INTERVAL_S = 2.0
-HEALTH_TIMEOUT_S = 1.0
+HEALTH_INTERVAL_S = 2.0  # the real router's default is 60 s: a demo should show a stopped replica sooner
+HEALTH_TIMEOUT_S = 5.0
+HEALTH_FAILURE_THRESHOLD = 3
+HEALTH_SUCCESS_THRESHOLD = 2
 PROXY_CONNECT_TIMEOUT_S = 5.0
 PROXY_READ_TIMEOUT_S = 600.0  # a long generation streams for minutes
 PROXIED_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
@@ -41,6 +46,7 @@ class Registry:
         self.ids = {url: str(uuid.uuid5(uuid.NAMESPACE_URL, url)) for url in self.urls}
         self.healthy = dict.fromkeys(self.urls, True)
         self.load = dict.fromkeys(self.urls, 0)
+        self.streak = dict.fromkeys(self.urls, 0)  # probes in a row that disagree with ``healthy``
 
     def listing(self) -> dict[str, object]:
         workers = [
@@ -57,13 +63,28 @@ class Registry:
         free = [url for url in self.urls if self.healthy[url] and url not in tried]
         return min(free, key=lambda url: self.load[url]) if free else None
 
+    def record(self, url: str, ok: bool) -> None:
+        """One probe's answer: the worker's health flips only after enough probes in a row disagree."""
+        if ok == self.healthy[url]:
+            self.streak[url] = 0
+            return
+        self.streak[url] += 1
+        if self.streak[url] >= (HEALTH_SUCCESS_THRESHOLD if ok else HEALTH_FAILURE_THRESHOLD):
+            self.healthy[url] = ok
+            self.streak[url] = 0
+
+    def mark_down(self, url: str) -> None:
+        """A refused connection: nothing listens there, no need to wait for the probes."""
+        self.healthy[url] = False
+        self.streak[url] = 0
+
     async def probe(self, client: httpx.AsyncClient) -> None:
         async def one(url: str) -> None:
             try:
                 answer = await client.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S)
-                self.healthy[url] = answer.status_code == 200
+                self.record(url, answer.status_code == 200)
             except httpx.HTTPError:
-                self.healthy[url] = False
+                self.record(url, False)
 
         await asyncio.gather(*(one(url) for url in self.urls))
 
@@ -115,7 +136,7 @@ def build_app(urls: Sequence[str], model_id: str = "default") -> FastAPI:
             try:
                 answer = await client.send(outgoing, stream=True)
             except httpx.ConnectError:  # nothing was sent: the next worker may take it
-                registry.healthy[url] = False
+                registry.mark_down(url)
                 continue
             return _stream(registry, url, answer)
         return JSONResponse({"error": "no healthy worker"}, status_code=503)

@@ -58,3 +58,22 @@ def test_counters_and_sglang_count_agree_and_the_share_is_explored(
     explored = shares["0.2"]["windows"][0]
     assert explored["explored"] > 0.05 and explored["gated_steps"] > 0, explored
     assert 0 < explored["gated_tokens_per_step"] <= LEVEL  # a gated step: one token a request
+
+
+@pytest.mark.integration
+def test_a_server_with_no_load_is_one_line_not_a_window_of_zeros(
+    simulator_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Started before its load (CI's busy box once started the load generator after the first window), the
+    script measured 0 tok/s by both counts and saved it as a result; it now waits for decode steps."""
+    sim = simulator_factory(profile=scaled_profile("h200-8b-pair-triton", 1 / 3, tmp_path), admin_key=KEY)
+    out = tmp_path / "explore.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--server", sim.base_url, "--shares", "0,0.2", "--window", "1",
+         "--settle", "0", "--rounds", "1", "--wait-load", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "SPECTOWER_ADMIN_KEY": KEY},
+    )  # fmt: skip
+    assert done.returncode != 0 and not out.exists()
+    assert done.stderr.strip().splitlines() == [
+        f"--wait-load: {sim.base_url} ran no decode step within 1 s: is the load running?"
+    ]

@@ -97,6 +97,18 @@ def window(before: Totals, after: Totals) -> dict[str, Any]:
     return row
 
 
+def wait_for_decoding(client: httpx.Client, server: str, wait_s: float, poll_s: float = 0.5) -> None:
+    """Return once the server's counters show decode steps moving; a window before the load arrives would
+    measure nothing (0 tok/s by both counts, no tokens per step) and read as a result."""
+    first = totals(client, server)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        if totals(client, server).steps > first.steps:
+            return
+    raise SystemExit(f"--wait-load: {server} ran no decode step within {wait_s:g} s: is the load running?")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--server", required=True)
@@ -104,12 +116,15 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--wait-load", type=float, default=60.0,
+                        help="seconds to wait for the server to decode before the first window")
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", type=Path, required=True, help="a JSON file; results are appended")
     args = parser.parse_args()
     shares = [knob_contract.explore_share_of(float(s), "--shares") for s in args.shares.split(",")]
     windows: dict[float, list[dict[str, Any]]] = {s: [] for s in shares}
     with httpx.Client(headers=_headers()) as client:
+        wait_for_decoding(client, args.server, args.wait_load)
         for _ in range(args.rounds):
             for share in shares:
                 answer = client.post(
