@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from number_lists import number_list
 from spectower.storage import open_database, queries
 from spectower.storage.counter_modes import MIX_ROWS, OUTSIDE_MODES, PREFILLED_MODES, SLOTS_MODES
 from spectower.storage.models import EngineCounterSample
@@ -75,13 +76,7 @@ def timed(read: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 
 def parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--intervals: expected N[,N...], got {text!r}") from None
-    if not sizes or any(n < 2 or n > 100_000 for n in sizes):
-        raise ValueError(f"--intervals: each between 2 and 100000, got {text!r}")
-    return sizes
+    return number_list(text, "--intervals", int, lambda n: 2 <= n <= 100_000, "each between 2 and 100000")
 
 
 def read_times(path: Path, intervals: int, plugin: str, repeats: int) -> tuple[int, list[str]]:

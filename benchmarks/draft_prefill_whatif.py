@@ -22,6 +22,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from number_lists import list_type
 from spectower.control.policy import make_policy
 from spectower.simulator.harness import HarnessConfig
 from spectower.simulator.open_loop import simulate_open_loop
@@ -97,15 +98,8 @@ def against_always_off(rows: list[Row]) -> dict[tuple[float, str, str], dict[str
     return out
 
 
-def rate_scales(text: str) -> list[float]:
-    """``--rate-scales``: rate scales separated by commas, each above 0 and at most 10."""
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be numbers separated by commas, got {text!r}") from None
-    if not values or any(not 0 < v <= 10 for v in values):
-        raise argparse.ArgumentTypeError(f"each must be above 0 and at most 10, got {text!r}")
-    return values
+# ``--rate-scales``: rate scales separated by commas, each above 0 and at most 10
+rate_scales = list_type(float, lambda v: 0 < v <= 10, "each above 0 and at most 10")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "gpu"))
 
 from explore_lean import runs_from_db  # noqa: E402
+from number_lists import list_type  # noqa: E402
 from replay_table import read_run  # noqa: E402
 from spectower.control import speedup  # noqa: E402
 from spectower.control.policy import make_policy  # noqa: E402
@@ -361,14 +362,7 @@ def print_tables(figures: list[dict[str, Any]], bins: list[dict[str, Any]]) -> N
               f"{r['measured_ms']:>10.2f}{_cell(r['sim_ms'], '.2f'):>10}{ratio:>7}")  # fmt: skip
 
 
-def _starts(text: str) -> list[int]:
-    try:
-        starts = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers, comma-separated, got {text!r}") from None
-    if not starts or min(starts) < 0:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 0, got {text!r}")
-    return starts
+_starts = list_type(int, lambda v: v >= 0, "each 0 or more")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from number_lists import number_list
 from spectower.console.commands.evaluate import learn_options
 from spectower.simulator.harness import evaluate
 from spectower.simulator.profile import Profile, load_profile
@@ -109,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         points = parse_shortfall(args.shortfall)
-        try:
-            seeds = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise ValueError(f"--seeds: expected integers separated by commas, got {args.seeds!r}") from None
+        seeds = number_list(args.seeds, "--seeds", int)
         if not 10 <= args.duration <= 86_400 or not 10 <= args.dwell <= 3_600:
             raise ValueError("--duration / --dwell: seconds in 10-86400 / 10-3600")
         load_profile(args.profile)

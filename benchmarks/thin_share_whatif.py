@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from number_lists import number_list
 from spectower.control.policy import make_policy
 from spectower.simulator.harness import HarnessConfig
 from spectower.simulator.open_loop import simulate_open_loop
@@ -32,21 +33,17 @@ KNOB_BEFORE, DWELL_S = 47, 60.0
 FIGURES = ("goodput_rps", "e2e_p50_s", "ttft_p99_s")
 
 
-def _numbers(text: str, kind: type, what: str) -> list:  # type: ignore[type-arg]
-    try:
-        return [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise SystemExit(f"error: --{what}: a comma-separated list of numbers, got {text!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--starts", default="16,48", help="learn's warm-start ceilings")
     parser.add_argument("--thin-shares", default="0.02,0.2", help="learn's thin shares (0.02: none)")
     parser.add_argument("--seed", type=int, default=0, help="the arrivals' seed")
     args = parser.parse_args(argv)
-    starts = _numbers(args.starts, int, "starts")
-    shares = _numbers(args.thin_shares, float, "thin-shares")
+    try:
+        starts = number_list(args.starts, "--starts", int, lambda v: v >= 0, "each 0 or more")
+        shares = number_list(args.thin_shares, "--thin-shares", float, lambda v: 0 <= v <= 1, "each in 0-1")
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     profile = load_profile(str(PROFILE))
     arrivals = schedule(load_request_trace(TRACE), SPEEDUP, RATE_SCALE, args.seed, DURATION_S)
     mrr = profile.max_running_requests

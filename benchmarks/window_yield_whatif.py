@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from draft_prefill_whatif import ALWAYS_OFF, LEARN_START, SEED, TRACE, rate_scales, run_one
+from number_lists import list_type
 from spectower.plugin.explore import WINDOW_CYCLE_BATCHES
 from spectower.simulator.open_loop_cost import WindowStreams
 from spectower.simulator.profile import load_profile
@@ -75,15 +76,8 @@ def run(profile_path: str, policies: list[str], rate_scales: list[float], rooms:
     return cells
 
 
-def _counts(text: str, name: str) -> list[int]:
-    """``--rooms``, ``--seeds``: whole numbers separated by commas, none below 0."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: numbers separated by commas, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{name}: at least one, none below 0, got {text!r}")
-    return values
+# ``--rooms``, ``--seeds``: whole numbers separated by commas, none below 0
+_counts = list_type(int, lambda v: v >= 0, "each 0 or more")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="data/profiles/h200-8b-pair-triton.json")
     parser.add_argument("--policies", default="threshold:16,learn")
     parser.add_argument("--rate-scales", type=rate_scales, default=[0.9, 1.0])
-    parser.add_argument("--rooms", type=lambda t: _counts(t, "--rooms"), default=[0, 512, 1024, 2048, 4096])
-    parser.add_argument("--seeds", type=lambda t: _counts(t, "--seeds"), default=[SEED, 2, 3])
+    parser.add_argument("--rooms", type=_counts, default=[0, 512, 1024, 2048, 4096])
+    parser.add_argument("--seeds", type=_counts, default=[SEED, 2, 3])
     parser.add_argument("--phases", type=int, default=8, help="window phases per seed (of one cycle)")
     args = parser.parse_args(argv)
     if args.phases < 1:

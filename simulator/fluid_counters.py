@@ -24,6 +24,15 @@ if TYPE_CHECKING:  # the harness imports this module
     from .harness import _Mode
 
 
+def _count(done: tuple[int, float, float] | None, i: int, steps: list[int], tokens: list[float],
+           time_s: list[float]) -> None:  # fmt: skip
+    """Add whole steps (``FluidCounters._whole``'s answer, None: none yet) to bin ``i`` of a block."""
+    if done is not None:
+        steps[i] += done[0]
+        tokens[i] += done[1]
+        time_s[i] += done[2]
+
+
 class FluidCounters:
     """The engine counters of one rank, cumulative, fed per tick (plugin/engine_counters.py's shape).
 
@@ -83,10 +92,7 @@ class FluidCounters:
 
     def _publish(self, mode: str, i: int, steps: float, tokens: float, seconds: float) -> None:
         done = self._whole(self.partial[mode][i], steps, tokens, seconds, self.rng)
-        if done is not None:
-            self.steps[mode][i] += done[0]
-            self.tokens[mode][i] += done[1]
-            self.time_s[mode][i] += done[2]
+        _count(done, i, self.steps[mode], self.tokens[mode], self.time_s[mode])
 
     def add_extend(self, batch: int, m: _Mode, seconds: float, kept: float, kept_time: float | None = None
                    ) -> None:  # fmt: skip
@@ -106,10 +112,7 @@ class FluidCounters:
                 continue
             done = self._whole(self.extend_partial[kind][i], step_share * steps, step_share * tokens,
                                time_share * spent, self.extend_rng)  # fmt: skip
-            if done is not None:
-                self.extend_steps[kind][i] += done[0]
-                self.extend_tokens[kind][i] += done[1]
-                self.extend_time_s[kind][i] += done[2]
+            _count(done, i, self.extend_steps[kind], self.extend_tokens[kind], self.extend_time_s[kind])
 
     def stall_extend(self, batch: int, m: _Mode, seconds: float, kept: float) -> None:
         """A prefill's ``seconds`` beside gated steps of mode ``m`` (open_loop_cost.count_stall): they land

@@ -98,4 +98,4 @@ def test_thin_share_whatif_prints_a_row_per_start_and_share_and_refuses_a_bad_li
     bad = subprocess.run([sys.executable, str(script), "--thin-shares", "lots"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
-        "error: --thin-shares: a comma-separated list of numbers, got 'lots'"], bad.stderr
+        "error: --thin-shares: expected numbers separated by commas, got 'lots'"], bad.stderr

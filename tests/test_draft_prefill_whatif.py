@@ -37,4 +37,4 @@ def test_bad_rate_scales_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
         whatif.main(["--rate-scales", "0.75,fast"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith("argument --rate-scales: must be numbers separated by commas, got '0.75,fast'")
+    assert err[-1].endswith("argument --rate-scales: expected numbers separated by commas, got '0.75,fast'")

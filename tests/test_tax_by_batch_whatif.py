@@ -53,7 +53,7 @@ def test_learn_reads_both_extends_alike_on_the_early_pair(monkeypatch: pytest.Mo
         (["--shortfall", "16=x"], "--shortfall: expected CONCURRENCY=SHARE[,...], got '16=x'"),
         (["--shortfall", "16=0.6"], "--shortfall: a concurrency >= 1 and a share in [0, 0.5), got '16=0.6'"),
         (["--shortfall", "16=0.1,16=0.2"], "--shortfall: each concurrency once, got '16=0.1,16=0.2'"),
-        (["--seeds", "a"], "--seeds: expected integers separated by commas, got 'a'"),
+        (["--seeds", "a"], "--seeds: expected whole numbers separated by commas, got 'a'"),
         (["--duration", "1"], "--duration / --dwell: seconds in 10-86400 / 10-3600"),
     ],
 )
