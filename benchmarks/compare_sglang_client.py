@@ -29,10 +29,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from spectower.collectors.bench.errors import BenchError
 from spectower.collectors.bench.loadgen import run_closed_loop
 from spectower.collectors.bench.prompts import PromptFactory
 from spectower.collectors.bench.stats import point_figures
 from spectower.collectors.bench.stream import RequestShape
+from spectower.collectors.bench.sweep import parse_concurrency
 from spectower.simulator.profile import load_profile
 
 from benchmarks.simulator_process import SimulatorProcess
@@ -108,7 +110,10 @@ def main() -> None:
     if not args.sglang_python.exists():
         sys.exit(f"no SGLang venv at {args.sglang_python} (build it with tests/sglang_env.sh)")
     profile = load_profile(args.profile)
-    levels = [int(x) for x in args.concurrency.split(",")]
+    try:  # the product's own parser of a concurrency list, as `spectower bench sweep --concurrency`
+        levels = list(parse_concurrency(args.concurrency))
+    except BenchError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(
         f"machine: {platform.node()}, {os.cpu_count()} CPUs, load average "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}; profile {args.profile}; "

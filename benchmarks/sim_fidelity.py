@@ -32,6 +32,8 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from spectower.collectors.bench.errors import BenchError  # noqa: E402
+from spectower.collectors.bench.sweep import parse_concurrency  # noqa: E402
 from spectower.simulator.profile import Profile, load_profile  # noqa: E402
 
 from benchmarks.simulator_process import SimulatorProcess  # noqa: E402
@@ -234,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default=None, help="comma-separated subset (default: the profile's)")
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
-    levels = (
-        [int(c) for c in args.concurrency.split(",")]
-        if args.concurrency
-        else [int(c) for c in profile.concurrency]
-    )
+    try:  # the product's own parser of a concurrency list, as `spectower bench sweep --concurrency`
+        levels = list(parse_concurrency(args.concurrency)) if args.concurrency else [
+            int(c) for c in profile.concurrency]  # fmt: skip
+    except BenchError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(f"simulator fidelity: profile {profile.name}; {machine()}")
     print(
         f"window {args.window:.0f} s after {args.warmup:.0f} s warm-up per point; "

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from number_lists import list_type, number_list  # noqa: E402
+from number_lists import list_type, number_list
 
 
 def test_numbers_are_read_in_order_with_blank_items_skipped() -> None:

@@ -37,4 +37,5 @@ def test_bad_lists_are_refused_naming_the_option(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as raised:
         whatif.main(["--rooms", "2048,x"])
     assert raised.value.code == 2
-    assert "argument --rooms: expected whole numbers separated by commas, got '2048,x'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --rooms: expected whole numbers separated by commas, got '2048,x'" in err
