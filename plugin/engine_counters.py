@@ -419,7 +419,9 @@ def _padded(values: Sequence[float], n: int) -> list[float]:
     return [*values, *([0] * (n - len(values)))]
 
 
-def _restarted(before: dict[str, Any], after: dict[str, Any]) -> bool:
+def restarted(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether the counters started anew between two snapshots: ``started_at`` moved, the bins changed, or a
+    count went down (the one rule every reader of the counters uses)."""
     if before.get("started_at") != after.get("started_at"):
         return True
     bins_b, bins_a = before.get("bins") or [], after.get("bins") or []
@@ -445,9 +447,9 @@ def rates(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any
     """
     bins = list(after["bins"])
     n = len(bins)
-    restarted = before is not None and _restarted(before, after)
-    base = None if before is None or restarted else before
-    out: dict[str, Any] = {"bins": bins, "restarted": restarted}
+    started_anew = before is not None and restarted(before, after)
+    base = None if before is None or started_anew else before
+    out: dict[str, Any] = {"bins": bins, "restarted": started_anew}
     for mode in MODES:
         out[mode] = with_rates(_deltas(after[mode], base[mode] if base is not None else None, n))
     # the blocks of one list per mode or field (module docstring); ``outside`` as each mode's ``outside_s``

@@ -572,11 +572,15 @@ def test_state_round_trips_and_a_restarted_policy_decides_the_same() -> None:
     assert "too thin" in fresh.decide(observe(910.0, knob, stream.advance(5, knob))).reason
 
 
-def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one_does() -> None:
+@pytest.mark.parametrize("started_at", [2.0, 1.0], ids=["started-at-moved", "counts-went-down"])
+def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one_does(
+    started_at: float,
+) -> None:
     """A restarted server comes back at its launch ceiling: the policy's last move went to a process that is
     gone, so the dwell it started does not keep the policy from setting its ceiling again (the demo's second
-    run held always on for up to 5 minutes). The counters say it: their ``started_at`` moved. The hourly
-    limit still counts that move, and the move back starts a dwell of its own."""
+    run held always on for up to 5 minutes). The counters say it: their ``started_at`` moved, or (by the
+    counters' own rule, engine_counters.restarted) their counts went down. The hourly limit still counts
+    that move, and the move back starts a dwell of its own."""
     policy = make_policy("learn", MRR)
     stream = CounterStream(FALLING)
     knob, changes, _ = drive(policy, stream, 120)
@@ -588,7 +592,7 @@ def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one
     relaunched = CounterStream(FALLING, seed=1)
     t, decisions, moved_back = 125.0, [], []
     while t < moved_at + 240:
-        counters = relaunched.advance(INTERVAL_S, MRR) | {"started_at": 2.0}
+        counters = relaunched.advance(INTERVAL_S, MRR) | {"started_at": started_at}
         decisions.append(restored.decide(observe(t, MRR, counters)))
         if decisions[-1].max_bs is not None:
             moved_back.append((t, decisions[-1].max_bs))
@@ -605,7 +609,7 @@ def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one
     # restored again on the same server process: no restart is seen, and the move back holds its dwell
     again = make_policy("learn", MRR)
     again.load_state(json.loads(json.dumps(restored.state())))
-    later = again.decide(observe(t, knob, relaunched.advance(INTERVAL_S, knob) | {"started_at": 2.0}))
+    later = again.decide(observe(t, knob, relaunched.advance(INTERVAL_S, knob) | {"started_at": started_at}))
     assert "restarted" not in later.reason and again.state()["restart_seen_at"] == 125.0, later.reason
 
 

@@ -479,9 +479,14 @@ class LearnPolicy:
         return len(self.flip_times) < self.max_flips_per_hour
 
     def _see_start(self, now: float, counters: Mapping[str, Any]) -> None:
-        """Note a restart of the server: its counters' ``started_at`` moved since the last observation."""
+        """Note a restart of the server: its counters started anew since the last observation (their
+        ``started_at`` moved, or by the counters' own rule against the last kept snapshot: a count went
+        down)."""
         started = counters.get("started_at")
-        if self._server_started is not None and started != self._server_started and self.flip_times:
+        moved = self._server_started is not None and started != self._server_started
+        if self.snapshots:
+            moved = moved or engine_counters.restarted(self.snapshots[-1][1], counters)
+        if moved and self.flip_times:
             self._restart_seen = now
             self._note += "; the server restarted (its counters started anew): its last move holds no dwell"
         self._server_started = started
