@@ -354,6 +354,8 @@ off_vs_plain() {  # OUT LABEL: the speculative server's knob as set now against 
   python3 benchmarks/gpu/knob_max_ab.py --gated "$SPEC_URL" --ungated "$PLAIN_URL" --concurrency "${OFF_LEVELS:-1,4,16,32,64}" \
     --rounds "${AB_ROUNDS:-3}" --seconds "${OFF_SECONDS:-8}" --output-len "${OFF_OUTPUT_LEN:-64-448}" --out "$1" \
     --input-len "${OFF_INPUT_LEN:-64}" --label "$2 / plain"
+  # each round as the servers' own decode lines saw it (steps/s, batch, drafting): a low round's why
+  python3 benchmarks/gpu/round_steps.py "$1" --log gated="$WORK/spec.log" --log ungated="$WORK/plain.log" || true
 }
 
 do_policyoff() {  # issue #32: the knob at 0 written by a policy (no lock: exploring) and by an operator (locked)

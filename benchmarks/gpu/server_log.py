@@ -13,6 +13,11 @@ Two kinds of line are kept, every other line of the log is skipped:
   tokenizer manager, in the launcher, installs it), logged just after the collection ends, so it ends at the
   line's time (to the second), with the collected generation's objects as SGLang counts them after it.
 
+Its decode lines are read too (``decode_lines``): SGLang's scheduler logs one every ``--decode-log-interval``
+decode steps (40 by default) with the batch's running requests, the KV tokens in use, a speculative
+server's mean accepted length and its generation throughput over those steps, so a stretch of time reads
+as the server saw it: how many steps it ran, at what batch, drafting or not (benchmarks/gpu/round_steps.py).
+
 The bracketed time SGLang's log lines start with (``[2026-12-05 01:58:58]``, or ``[... TP0]`` with a rank
 tag, or ``[...01:58:58.123]`` with SGLANG_LOG_MS) is the machine's local time, read here as UTC: the GPU
 machines' clocks are UTC, and the watch lines, which say UTC, agree with their brackets.
@@ -50,6 +55,41 @@ _GC = re.compile(
     LOG_LINE_TIME + r"LONG GARBAGE COLLECTION DETECTED \| Generation (\d+) \| Duration: (\d+(?:\.\d+)?)s "
     r"\| # Objects: ((?:gen\d+=\d+(?:, )?)+)"
 )
+
+
+# the line SGLang's scheduler writes every --decode-log-interval decode steps (``accept len`` on a
+# speculative server only)
+_DECODE = re.compile(
+    LOG_LINE_TIME + r"Decode batch, #running-req: (\d+), #token: (\d+), .*?"
+    r"(?:accept len: (\d+(?:\.\d+)?), .*?)?gen throughput \(token/s\): (\d+(?:\.\d+)?)"
+)
+DEFAULT_DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval: decode steps per decode line
+
+
+@dataclass(frozen=True)
+class DecodeLine:
+    """One of SGLang's decode lines: stamped ``at`` (Unix time, to the second unless SGLANG_LOG_MS), over
+    the last ``--decode-log-interval`` decode steps."""
+
+    at: float
+    running: int
+    kv_tokens: int
+    accept_len: float | None  # a speculative server's accepted tokens per request-step (1.00: none drafted)
+    gen_tok_s: float
+
+
+def parse_decode_line(line: str) -> DecodeLine | None:
+    """The decode line this log line is, or None for any other line."""
+    if (m := _DECODE.search(line)) is None:
+        return None
+    day, stamp, running, kv_tokens, accept, tok_s = m.groups()
+    return DecodeLine(log_time(day, stamp), int(running), int(kv_tokens),
+                      None if accept is None else float(accept), float(tok_s))  # fmt: skip
+
+
+def decode_lines(lines: Iterable[str]) -> tuple[DecodeLine, ...]:
+    """Every decode line of the log, in the log's order."""
+    return tuple(found for line in lines if (found := parse_decode_line(line)) is not None)
 
 
 @dataclass(frozen=True)
