@@ -420,12 +420,9 @@ def _padded(values: Sequence[float], n: int) -> list[float]:
 
 
 def restarted(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
-    """Whether the counters started anew between two snapshots: ``started_at`` moved, the bins changed, or a
-    count went down (the one rule every reader of the counters uses)."""
-    if before.get("started_at") != after.get("started_at"):
-        return True
+    """Whether the counters started anew between two snapshots (``started_at``, the bins or a count moved)."""
     bins_b, bins_a = before.get("bins") or [], after.get("bins") or []
-    if bins_a[: len(bins_b)] != bins_b:
+    if before.get("started_at") != after.get("started_at") or bins_a[: len(bins_b)] != bins_b:
         return True
     for mode in MODES:
         for field in FIELDS:
