@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, select
@@ -185,8 +185,12 @@ class Database:
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         shown = _shown(self.url)
+        # the SQLite file this open creates (None: it was there, or no file): ``discard_if_unused``
+        self.created: Path | None = None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             parent = Path(parsed.database).parent
+            if not Path(parsed.database).exists():
+                self.created = Path(parsed.database)
             if not parent.is_dir():
                 raise DatabaseURLError(f"--db: folder {parent} does not exist")
             if existing:
@@ -451,6 +455,22 @@ class Database:
         if writer is not None:
             writer.close()
         self.engine.dispose()
+
+    def discard_if_unused(self) -> bool:
+        """Close, and remove the SQLite file this open created if no table but ``meta`` holds a row: a
+        command that failed before it wrote anything (a server that never answered) leaves no empty
+        database behind in the folder it ran in. True when removed."""
+        if self.created is None:
+            return False
+        with self.engine.connect() as conn:
+            tables = [t for t in inspect(conn).get_table_names() if t != "meta"]
+            used = any(conn.execute(text(f'SELECT 1 FROM "{t}" LIMIT 1')).first() for t in tables)
+        self.close()
+        if used:
+            return False
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{self.created}{suffix}").unlink(missing_ok=True)
+        return True
 
     def __enter__(self) -> Database:
         return self

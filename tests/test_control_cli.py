@@ -458,6 +458,21 @@ def test_auto_durations_are_checked_before_anything_starts(flag: str, tmp_path: 
     assert got.exit_code == 2 and f"{flag} must be a duration" in got.stderr and "Traceback" not in got.output
 
 
+def test_auto_against_a_server_that_never_answers_leaves_no_empty_database(tmp_path: Path) -> None:
+    """Nothing stored to fall back on and no answer: one error line, and no new database in the folder it
+    ran in (a mistyped --server used to leave an empty spectower.db behind); one it found stays."""
+    argv = [*SPECTOWER_CLI, "control", "auto", "--server", dead_url(), "--policy", "learn"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECTOWER_")}
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: cannot reach "), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    kept = tmp_path / "kept.db"
+    open_database(kept).close()
+    proc = subprocess.run([*argv, "--db", str(kept)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and kept.is_file()
+
+
 def test_auto_sample_is_learns_alone(tmp_path: Path) -> None:
     got = run_cli(["auto", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "d.db"),
                    "--policy", "threshold:8", "--sample", "5s"])  # fmt: skip

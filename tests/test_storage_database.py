@@ -156,3 +156,19 @@ def test_a_recorded_database_is_read_from_a_copy_that_keeps_its_bytes(tmp_path: 
     assert sorted(p.name for p in recorded.parent.iterdir()) == ["policy.db"]
     with pytest.raises(FileNotFoundError, match="no such database file"), open_recorded(tmp_path / "none.db"):
         pass
+
+
+def test_a_database_this_open_created_and_nothing_wrote_to_is_discarded(tmp_path: Path) -> None:
+    """``discard_if_unused``: a command that failed before writing (a server that never answered) removes the
+    empty SQLite file its open created; a file that was there, or one with a row, stays."""
+    fresh = tmp_path / "fresh.db"
+    db = open_database(fresh)
+    assert db.created == fresh and fresh.is_file()
+    assert db.discard_if_unused() is True
+    assert sorted(tmp_path.iterdir()) == []
+    written = open_database(tmp_path / "written.db")
+    written.server_id("http://127.0.0.1:30000")
+    assert written.discard_if_unused() is False and (tmp_path / "written.db").is_file()
+    again = open_database(tmp_path / "written.db")  # there already: never this open's to remove
+    assert again.created is None and again.discard_if_unused() is False
+    assert (tmp_path / "written.db").is_file()

@@ -485,7 +485,7 @@ def auto(
     finally:
         for runner in runners:
             runner.client.close()
-        database.close()
+        database.discard_if_unused()  # closes it; a server that never answered leaves no empty database
 
 
 
