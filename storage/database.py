@@ -461,6 +461,7 @@ class Database:
         command that failed before it wrote anything (a server that never answered) leaves no empty
         database behind in the folder it ran in. True when removed."""
         if self.created is None:
+            self.close()
             return False
         with self.engine.connect() as conn:
             tables = [t for t in inspect(conn).get_table_names() if t != "meta"]

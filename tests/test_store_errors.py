@@ -189,6 +189,10 @@ def test_a_nan_figure_is_one_line_and_imports_no_file(tmp_path: Path) -> None:
     code, out = run("import", "bench-serving", str(good), str(bad), "--db", db)
     _one_line_error(code, out, f"error: {bad}: line 2: output_throughput: NaN is not a finite number")
     assert out.rstrip().endswith("; nothing imported")
+    assert not Path(db).exists()  # the database its open made is not left behind empty
+    open_database(db).close()  # one that was there stays, and holds nothing of the refused import
+    code, out = run("import", "bench-serving", str(good), str(bad), "--db", db)
+    assert code == 2 and Path(db).is_file()
     assert _bench_runs(db) == 0  # not even the good file before it (that was imported, a run of its own)
 
 
@@ -208,6 +212,7 @@ def test_a_csv_quote_never_closed_is_one_line(tmp_path: Path) -> None:
     log.write_text('timestamp, index, name\n2025/11/20 10:00:00.100, 0, "' + "x" * 200_000 + "\n")
     code, out = run("import", "gpu-csv", "--host", "h", str(log), "--db", str(tmp_path / "g.db"))
     _one_line_error(code, out, f"{log}: line 2: not CSV (field larger than field limit", "nothing imported")
+    assert not (tmp_path / "g.db").exists()  # nor an empty database its open made
 
 
 def test_a_value_postgresql_cannot_store_is_one_line(postgres_url: str, tmp_path: Path) -> None:

@@ -59,9 +59,14 @@ def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
         if not existing:
             say_database(url, why)
     except (ValueError, LookupError) as exc:
+        db.discard_if_unused()  # closes it; an import refused leaves no empty database it made
         fail(str(exc))
     except SQLAlchemyError as exc:  # a write the database refused (disk full, lock held): rolled back
+        db.discard_if_unused()
         fail(f"--db: {error_line(exc)}")
+    except BaseException:  # the import's own refusal (fail: its one line), or Ctrl-C
+        db.discard_if_unused()
+        raise
     finally:
         db.close()
 
