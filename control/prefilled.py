@@ -121,19 +121,21 @@ def _interval_records(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Se
     records: Records = {}
     where: dict[CellKey, list[tuple[int, str, int]]] = {}
     for k, (interval, mask) in enumerate(zip(intervals, masks, strict=True)):
+        bins = interval["bins"]
+        if len(mask) != len(bins):
+            raise ValueError(f"masks: interval {k} has {len(bins)} bins, its mask {len(mask)}")
         block = interval.get("prefilled")
         for mode in MODES:
             whole = interval[mode]
-            for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
-                if whole["steps"][i] <= 0:
-                    continue
+            tokens, seconds = whole["tokens"], whole["time_s"]
+            pre = block[mode] if isinstance(block, Mapping) else None
+            # a load sits in a few bins: the bins without steps are skipped before anything is built
+            for i in [i for i, steps in enumerate(whole["steps"]) if steps > 0]:
                 held: Held = None
-                if isinstance(block, Mapping):
-                    pre = block[mode]
+                if pre is not None:
                     held = (float(pre["steps"][i]), float(pre["tokens"][i]), float(pre["time_s"][i]))
-                key = (int(b), mode, drafted == (mode == "drafted"))
-                sample = (whole["tokens"][i], whole["time_s"][i], whole["steps"][i])
-                records.setdefault(key, []).append((sample, held))
+                key = (int(bins[i]), mode, mask[i] == (mode == "drafted"))
+                records.setdefault(key, []).append(((tokens[i], seconds[i], whole["steps"][i]), held))
                 where.setdefault(key, []).append((k, mode, i))
     return records, where
 

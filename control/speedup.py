@@ -204,13 +204,15 @@ def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[
     intervals whose bins grew line up."""
     out: dict[int, dict[str, list[tuple[float, float, int]]]] = {}
     for interval in intervals:
+        bins = interval["bins"]
         for mode in MODES:
             block = interval[mode]
-            for i, b in enumerate(interval["bins"]):
-                steps = int(block["steps"][i])
-                if steps > 0:
-                    sample = (float(block["tokens"][i]), float(block["time_s"][i]), steps)
-                    out.setdefault(int(b), {m: [] for m in MODES})[mode].append(sample)
+            tokens, seconds = block["tokens"], block["time_s"]
+            # a load sits in a few bins: the bins without steps are skipped before anything is built
+            for i, steps in enumerate(block["steps"][: len(bins)]):
+                if int(steps) > 0:
+                    sample = (float(tokens[i]), float(seconds[i]), int(steps))
+                    out.setdefault(int(bins[i]), {m: [] for m in MODES})[mode].append(sample)
     return out
 
 
