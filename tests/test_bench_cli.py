@@ -74,6 +74,7 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     assert "error:" in proc.stderr and "127.0.0.1" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # the database it would have audited to was not left behind empty
+    assert "database:" not in proc.stderr  # nor named as where rows went
 
 
 def test_an_unreachable_gpu_metrics_url_is_one_line_before_anything_runs(tmp_path: Path) -> None:

@@ -326,13 +326,13 @@ def _sweep_server(config: SweepConfig, options: SweepOptions) -> None:
     creds = load_credentials()
     url, why = chosen_database(options.db)
     database = open_database(url)
-    say_database(url, why)
     try:
         knob = _sweep_knob(config.server, creds, database, options.operator, options.force)
         result = _run_with_progress(config, knob, creds, inventory)
     except BaseException:
         database.discard_if_unused()  # closes it; a server that never answered leaves no empty database
         raise
+    say_database(url, why)  # once it wrote there (the knob's audit rows), as a command that writes says it
     _keep_and_report(result, database, options.save, options.profile_out, options.as_json)
     if result.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
