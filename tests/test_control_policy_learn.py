@@ -616,6 +616,26 @@ def test_after_the_server_restarts_its_last_move_holds_no_dwell_and_the_next_one
     assert "restarted" not in later.reason and again.state()["restart_seen_at"] == 125.0, later.reason
 
 
+@pytest.mark.parametrize("started_at", [2.0, 1.0], ids=["started-at-moved", "counts-went-down"])
+def test_a_restart_between_kept_samples_is_seen_once(started_at: float) -> None:
+    """The restart shows at the first observation after it, and only there: checked against the last kept
+    snapshot (up to ``sample_s`` old), every observation until the next one was kept read as a restart
+    again, moving the time it was seen past the move made in between, whose dwell was then lost."""
+    policy = make_policy("learn", MRR)
+    _, changes, _ = drive(policy, CounterStream(FALLING), 120)
+    assert changes
+    restored = make_policy("learn", MRR)
+    restored.load_state(json.loads(json.dumps(policy.state())))
+    first = restored.snapshots[-1][0] + INTERVAL_S  # between two kept samples
+    relaunched = CounterStream(FALLING, seed=1)
+    said = []
+    for k in range(6):
+        counters = relaunched.advance(INTERVAL_S, MRR) | {"started_at": started_at}
+        said.append("restarted" in restored.decide(observe(first + k * INTERVAL_S, MRR, counters)).reason)
+    assert said == [True, False, False, False, False, False]
+    assert restored.state()["restart_seen_at"] == first
+
+
 @pytest.mark.parametrize(
     "state, field",
     [

@@ -206,6 +206,9 @@ class LearnPolicy:
         # before it went to a process that is gone, so they hold no dwell
         self._server_started: float | None = None
         self._restart_seen: float | None = None
+        # the counters of the last observation (not kept in the state: a restored policy reads its newest
+        # snapshot instead), which the next one's are checked against for a restart
+        self._last_counters: Mapping[str, Any] | None = None
         self.knob: int | None = None  # what we last saw (or set)
         self.pending: int | None = None  # a value we asked for and have not seen read back yet
         self.pending_waits = 0
@@ -480,12 +483,17 @@ class LearnPolicy:
 
     def _see_start(self, now: float, counters: Mapping[str, Any]) -> None:
         """Note a restart of the server: its counters started anew since the last observation (their
-        ``started_at`` moved, or by the counters' own rule against the last kept snapshot: a count went
-        down)."""
+        ``started_at`` moved, or by the counters' own rule: a count went down). The last observation's
+        counters, not the last kept snapshot's: against a snapshot up to ``sample_s`` old, every observation
+        until the next one is kept read as a restart again, and a move made in between lost its dwell."""
         started = counters.get("started_at")
         moved = self._server_started is not None and started != self._server_started
-        if self.snapshots:
-            moved = moved or engine_counters.restarted(self.snapshots[-1][1], counters)
+        previous = self._last_counters
+        if previous is None and self.snapshots:  # restored: its newest snapshot is the last it saw
+            previous = self.snapshots[-1][1]
+        if previous is not None:
+            moved = moved or engine_counters.restarted(previous, counters)
+        self._last_counters = counters
         if moved and self.flip_times:
             self._restart_seen = now
             self._note += "; the server restarted (its counters started anew): its last move holds no dwell"
@@ -521,6 +529,7 @@ class LearnPolicy:
         loaded = learn_state.parsed(state, self.name)
         self.share.load(loaded.share_asked, loaded.share_confirmed, loaded.decided_since)
         self._server_started, self._restart_seen = loaded.server_started_at, loaded.restart_seen_at
+        self._last_counters = None
         self.flip_times = deque(loaded.flip_times)
         self.snapshots = deque(loaded.snapshots)
         self._intervals = self._with_ceilings(loaded.snapshots)
