@@ -54,21 +54,21 @@ def _database(db_url: str | None, existing: bool = False) -> Iterator[Database]:
         fail(str(exc))
     except SQLAlchemyError as exc:
         fail(f"--db: cannot open {db_url or url}: {error_line(exc)}")
+    done = False
     try:
         yield db
+        done = True
         if not existing:
             say_database(url, why)
     except (ValueError, LookupError) as exc:
-        db.discard_if_unused()  # closes it; an import refused leaves no empty database it made
         fail(str(exc))
     except SQLAlchemyError as exc:  # a write the database refused (disk full, lock held): rolled back
-        db.discard_if_unused()
         fail(f"--db: {error_line(exc)}")
-    except BaseException:  # the import's own refusal (fail: its one line), or Ctrl-C
-        db.discard_if_unused()
-        raise
     finally:
-        db.close()
+        if done:
+            db.close()
+        else:  # refused (its one line), or Ctrl-C: closed, and an empty database it made is not left behind
+            db.discard_if_unused()
 
 
 def _warn_lines(path: Path, lines: list[tuple[int, str]], note: str = "") -> None:
