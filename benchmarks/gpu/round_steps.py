@@ -22,13 +22,13 @@ import argparse
 import statistics
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spectower.storage.files import FileReadError, parse_json_text, read_text_capped
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its sibling
+from benchmarks.gpu.knob_max_ab import MAX_RESULT_BYTES, utc_span
 from benchmarks.gpu.server_log import (
     DEFAULT_DECODE_LOG_INTERVAL,
     DecodeLine,
@@ -36,7 +36,6 @@ from benchmarks.gpu.server_log import (
     read_log_lines,
 )
 
-MAX_RESULT_BYTES = 4 * 1024 * 1024  # knob_max_ab.py's own cap on a saved run
 AT_LEVEL = 0.9  # a line counts as at the level's batch from this share of it up
 STAMP_SLACK_S = 1.0  # a line is stamped to the second: one stamped a second before the span may lie in it
 
@@ -88,16 +87,12 @@ def rounds_of_run(saved: dict[str, Any], logs: dict[str, list[DecodeLine]], inte
     return sorted(out, key=lambda r: (r.concurrency, r.round, r.start))
 
 
-def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S")
-
-
 def _cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def describe(row: RoundSteps) -> str:
-    span = f"{_clock(row.start)}-{_clock(row.end)} UTC"
+    span = utc_span(row.start, row.end)
     return (f"C={row.concurrency} round {row.round} {row.server} [{span}]: {row.lines} decode lines, "
             f"{row.steps_per_s:.0f} steps/s, running {_cell(row.median_running, '.0f')}, "
             f"{_cell(row.median_gen_tok_s, '.0f')} tok/s at the level (SGLang's), accept up to "
