@@ -181,6 +181,7 @@ class PolicyRunner:
         self.max_running_requests: int | None = initial if isinstance(initial, int) else None
         self.last_knob: KnobState | None = None
         self._counter_problems: set[str] = set()  # each said once in the log
+        self._restored: bool | None = None  # restore()'s answer, once it ran
 
     # -- reporting
 
@@ -219,6 +220,14 @@ class PolicyRunner:
             log.warning("ignoring unusable saved state for %s: %s", self.server_url, exc)
             return False
         return True
+
+    def restore(self) -> bool:
+        """``load_state`` once: ``start`` calls it, and a caller that must know before the loop starts whether
+        the policy restored its estimates (`control auto`: whether a warm start will be used) may call it
+        first."""
+        if self._restored is None:
+            self._restored = self.load_state()
+        return self._restored
 
     def save_state(self) -> None:
         blob = json.dumps(self.policy.state(), sort_keys=True)
@@ -358,7 +367,7 @@ class PolicyRunner:
     # -- the loop
 
     def start(self) -> None:
-        restored = self.load_state()
+        restored = self.restore()
         audit.record_event(
             self.db, actor=self.actor, server_url=self.server_url, action="auto-start",
             reason=(f"policy {self.policy.name} started: interval {self.config.interval_s:g} s, stale after "

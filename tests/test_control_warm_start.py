@@ -177,3 +177,45 @@ def test_the_servers_own_stored_counters_start_learn_before_a_matching_sweep(
     assert "learn starts at ceiling 16; learn's window starts with the 12 stored intervals of " in line
     assert "warm start: this server's own counters" in auto_start_reason(db)
     assert "warm start: move the ceiling 64 -> 16" in text
+
+
+def test_a_restored_window_says_the_warm_start_goes_unused(sim: Any, tmp_path: Path) -> None:
+    """A `control auto` restarted within learn's window restores its own counters, which decide; its first
+    line said "learn starts at ceiling 16" all the same, above a first move elsewhere (the H100, 2026-12-07).
+    The line now says the warm start goes unused and what it would have said; so does the audit row."""
+    from spectower.console.commands.control_auto import AutoPlan, runner_for
+    from spectower.control.policy import make_policy
+    from spectower.control.runner import RunnerConfig
+    from spectower.simulator.harness import simulate
+    from spectower.simulator.profile import load_profile
+    from spectower.simulator.traces import parse_trace
+    from spectower.storage import queries
+
+    db_path = tmp_path / "restored.db"
+    info, gpus, _ = stacks(sim)
+    save_sweep(db_path, info, gpus, 16.0, age_s=600, tag="this-stack")
+    plan = AutoPlan("learn", "learn", RunnerConfig(), None, True, [], None)
+    learned = make_policy("learn", 64)
+    simulate(load_profile("glm5-nvfp4-8x-rtx-pro-6000"), parse_trace([[0, 48], [300, 48]], source="busy"),
+             learned, duration_s=300)  # fmt: skip
+    state = learned.state()
+    shift = time.time() - 20 - state["snapshots"][-1][0]  # its newest kept sample 20 s ago
+    state["snapshots"] = [[ts + shift, snapshot] for ts, snapshot in state["snapshots"]]
+    with open_database(db_path) as db:
+        unused = "warm start: not used: learn restored "
+        for saved, expected in ((None, "warm start: sweep #"), (state, unused)):
+            if saved is not None:
+                queries.save_policy_state(db, sim.base_url, mode="learn", state_json=json.dumps(saved),
+                                          ts=time.time())  # fmt: skip
+            lines: list[str] = []
+            runner = runner_for(db, sim.base_url, plan, lines.append)
+            try:
+                (line,) = [line for line in lines if line.startswith("warm start:")]
+                assert line.startswith(expected), line
+                unchecked = "GPUs not compared: the server's are unknown (give --gpu-metrics)"
+                assert line.endswith(f"learn starts at ceiling 16; {unchecked}"), line
+                assert runner.start_note == line
+            finally:
+                runner.client.close()
+    assert "kept samples of the last window, the newest at " in line
+    assert "which decide; without them: sweep #" in line

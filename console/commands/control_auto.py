@@ -88,7 +88,7 @@ def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[s
             raise KnobValueError(f"--policy {spec}: N must be in 0..{max_running} (the server's "
                                  "max_running_requests)")  # fmt: skip
         options: dict[str, Any] = {}
-        start_note = None
+        warm = None
         if plan.kind == "learn":
             options = {"max_flips_per_hour": plan.config.max_flips_per_hour}
             if plan.sample_s is not None:
@@ -96,18 +96,32 @@ def runner_for(database: Database, server: str, plan: AutoPlan, say: Callable[[s
             if plan.dwell_s is not None:
                 options["min_dwell_s"] = plan.dwell_s
             warm = warm_start(database, state, max_running, plan.warm_start, plan.profiles, plan.gpu_metrics)
-            options["initial_ceiling"], start_note = warm.ceiling, warm.line
+            options["initial_ceiling"] = warm.ceiling
             if warm.prefill_costs:
                 options["prefill_costs"] = dict(warm.prefill_costs)
             if warm.history:
                 options["history"] = list(warm.history)
-            say(warm.line)
         policy = make_policy(spec, max_running, **options)
-        return PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say,
-                            start_note=start_note)  # fmt: skip
+        runner = PolicyRunner(database, client, policy, mode=plan.kind, config=plan.config, say=say)
+        if warm is not None:
+            runner.start_note = warm_start_line(runner, warm)
+            say(runner.start_note)
+        return runner
     except BaseException:
         client.close()
         raise
+
+
+def warm_start_line(runner: PolicyRunner, warm: WarmStart) -> str:
+    """The warm start's line, or that it goes unused: a learn that restores counters of its own from the last
+    window (a restart of `control auto`) decides on them (``Learn.own_window``), and a line saying "learn
+    starts at ceiling 64" above its first move to 48 misled (the H100, 2026-12-07)."""
+    own_window = getattr(runner.policy, "own_window", None)
+    own = own_window(runner.clock()) if own_window is not None and runner.restore() else None
+    if own is None:
+        return warm.line
+    return (f"warm start: not used: learn restored counters of its own ({own}), which decide; without "
+            f"them: {warm.line.removeprefix('warm start: ')}")  # fmt: skip
 
 
 def warm_start(

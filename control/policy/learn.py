@@ -73,6 +73,7 @@ sets it again at once, not five minutes later at always on; the hourly limit sti
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -369,7 +370,7 @@ class LearnPolicy:
         then decide."""
         wanted = self._ceiling(bin_floor(self.initial_ceiling or 0, bins))
         self.initial_ceiling = None
-        if len(self.snapshots) >= 2 and now - self.snapshots[-2][0] <= self.window_s:
+        if self.own_window(now) is not None:
             self._note += "; warm start not used: counters of its own from the last window were restored"
             return None
         dwell = "it holds until this server's counters decide against it"
@@ -379,6 +380,14 @@ class LearnPolicy:
         self._warm_move = now
         return self._set(now, wanted, f"warm start: move the ceiling {self.knob} -> {wanted}, where what is "
                                       f"known for this stack puts it; {dwell}")  # fmt: skip
+
+    def own_window(self, now: float) -> str | None:
+        """What its own counters of the last ``window_s`` hold, when it restored some (``load_state``): they
+        decide at ``now``, not a warm start; None when it has none."""
+        if len(self.snapshots) < 2 or now - self.snapshots[-2][0] > self.window_s:
+            return None
+        newest = time.strftime("%H:%M:%S", time.gmtime(self.snapshots[-1][0]))
+        return f"{len(self.snapshots)} kept samples of the last window, the newest at {newest} UTC"
 
     def _span(self, low: int, high: int) -> str:
         if high >= self.max_running_requests:
