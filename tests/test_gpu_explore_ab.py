@@ -77,3 +77,21 @@ def test_a_server_with_no_load_is_one_line_not_a_window_of_zeros(
     assert done.stderr.strip().splitlines() == [
         f"--wait-load: {sim.base_url} ran no decode step within 1 s: is the load running?"
     ]
+
+
+@pytest.mark.parametrize(
+    ("shares", "said"),
+    [("0,x", "expected numbers separated by commas, got '0,x'"), ("0,0.9", "each share must be in 0..0.2"),
+     (",", "expected at least one, got ','")],
+)  # fmt: skip
+def test_a_bad_share_list_is_one_line_naming_the_flag(shares: str, said: str, tmp_path: Path) -> None:
+    """`--shares 0,x` and `--shares 0,0.9` ended in tracebacks (float() and the contract's check, after
+    argparse); they are now argparse's one line, before any server is asked."""
+    out = tmp_path / "explore.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--server", "http://127.0.0.1:9", "--shares", shares,
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and not out.exists() and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"explore_ab.py: error: argument --shares: {said}")

@@ -80,5 +80,6 @@ def test_a_policy_restored_from_the_first_run_decides_at_the_seconds_first_snaps
 
 
 def observation(ts: float, counters: dict[str, Any], knob: int) -> Observation:
-    return Observation(ts=ts, num_running_reqs=0.0, num_queue_reqs=0.0, output_tok_s=None, accept_length=None,
-                       spec_max_bs=knob, max_running_requests=MRR, stale=False, counters=counters)  # fmt: skip
+    return Observation(ts=ts, num_running_reqs=0.0, num_queue_reqs=0.0, output_tok_s=None,
+                       accept_length=None, spec_max_bs=knob, max_running_requests=MRR, stale=False,
+                       counters=counters)  # fmt: skip

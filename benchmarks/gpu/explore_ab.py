@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,6 +28,12 @@ from spectower.collectors.bench.server import read_decode_tokens
 from spectower.collectors.sglang.counters import read_counters
 from spectower.plugin import knob_contract
 from spectower.plugin.engine_counters import MODES, served, sum_ranks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # as a script: the checkout, for its parser
+from benchmarks.number_lists import list_type
+
+SHARES = list_type(float, lambda share: 0 <= share <= knob_contract.MAX_EXPLORE_SHARE,
+                   f"each share must be in 0..{knob_contract.MAX_EXPLORE_SHARE:g}")  # fmt: skip
 
 
 def _headers() -> dict[str, str]:
@@ -112,7 +119,8 @@ def wait_for_decoding(client: httpx.Client, server: str, wait_s: float, poll_s: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--server", required=True)
-    parser.add_argument("--shares", default="0,0.02")
+    parser.add_argument("--shares", type=SHARES, default="0,0.02",
+                        help="the exploration shares to alternate, comma-separated (default 0,0.02)")
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
@@ -121,7 +129,7 @@ def main() -> int:
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", type=Path, required=True, help="a JSON file; results are appended")
     args = parser.parse_args()
-    shares = [knob_contract.explore_share_of(float(s), "--shares") for s in args.shares.split(",")]
+    shares: list[float] = args.shares
     windows: dict[float, list[dict[str, Any]]] = {s: [] for s in shares}
     with httpx.Client(headers=_headers()) as client:
         wait_for_decoding(client, args.server, args.wait_load)
