@@ -609,3 +609,25 @@ def test_the_request_mix_table_prints_nothing_for_counters_before_plugin_0_4_15(
             "--json", str(out)]
     assert explore_lean.main(args) == 0  # plugin 0.4.14: no slots stored
     assert json.loads(out.read_text())["mix"] == [] and "request mix" not in capsys.readouterr().out
+
+
+def test_steady_runs_under_different_loads_are_said_and_one_run_reads_its_own_load(tmp_path: Path) -> None:
+    """The H100 of 2026-12-07 (seventeenth session): always on under the 270-s day (`on`) and under steps:48
+    (`on-2`) on one launch, then threshold:24 under steps:48. Pooled as the steady rate, the day's bin 48
+    (mean batch 38) read the half ceiling's explored drafting 1.092 high; the wait phase printed it as a
+    lean. The report now says the pool mixes loads, and `--steady-on on-2` reads it against its own load."""
+    runs = REPO_ROOT / "data/gpu-runs/h100-8b-pair-triton-learn-day-2026-12-07/runs"
+    script = str(REPO_ROOT / "benchmarks/gpu/explore_lean.py")
+    base = [sys.executable, script, "--db", str(runs / "policy-final.db.xz"), "--runs-from-db", "--min-steps",
+            "30", "--load-logs", str(runs)]  # fmt: skip
+    pooled = subprocess.run(base, capture_output=True, text=True, check=True, timeout=120).stdout
+    warning = next(line for line in pooled.splitlines() if line.startswith("warning: "))
+    assert warning.startswith("warning: --steady-on: pooled over runs under different loads (on: day; "
+                              "on-2: steps:48)"), warning  # fmt: skip
+    own = subprocess.run([*base, "--steady-on", "on-2"], capture_output=True, text=True, check=True,
+                         timeout=120).stdout  # fmt: skip
+    assert "warning:" not in own
+    cell = ["48", "threshold-24@24", "drafted"]
+    row = next(line.split() for line in own.splitlines() if line.split()[:3] == cell)
+    assert row[6] == "1.017", row  # explored 6 278 against on-2's 6 173 tok/s of step time
+    assert explore_lean.mixed_loads(runs, "--steady-on", ["on-2"]) is None

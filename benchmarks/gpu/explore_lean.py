@@ -62,6 +62,7 @@ from typing import Any
 
 from lean_pool import DRAWS, SEED, Cell, pooled_bounds  # sibling scripts, as this one is run
 from load_pairs import repeats_of, run_mean
+from policy_table import read_pattern
 from spectower.control import kept_extend, mix_levelled, prefilled
 from spectower.control.policy import learn_counters
 from spectower.control.policy.learn import OPTION_DEFAULTS
@@ -402,6 +403,21 @@ def add_client_rates(costs: list[dict[str, Any]], folder: Path, skip_s: float) -
             continue
         client, _lines = run_mean(log, skip_s)
         row["client_tok_s"], row["client_over_counted"] = client, client / row["tok_s"]
+
+
+def mixed_loads(folder: Path, flag: str, names: Sequence[str]) -> str | None:
+    """A line saying that the steady runs ``names`` (a lock and its repeats, pooled) ran different load
+    patterns (their ``load-<run>.log`` headers in ``folder``), else None. A bin's steady rate follows the
+    batch within it: on an H100 (2026-12-07) always on's bin 48 served 5 540 tok/s of step time under the day
+    (mean batch 38) and 6 173 under steps:48 (47): pooled, a half ceiling's explored drafting under 48 read
+    1.092 of "steady", against its own load's 1.017."""
+    patterns = {name: read_pattern(folder / f"load-{name}.log") for name in names
+                if (folder / f"load-{name}.log").exists()}  # fmt: skip
+    if len({p for p in patterns.values() if p is not None}) < 2:
+        return None
+    said = "; ".join(f"{name}: {pattern or '?'}" for name, pattern in patterns.items())
+    return (f"{flag}: pooled over runs under different loads ({said}): a bin's steady rate follows the batch "
+            f"within it, so a ratio leans toward the load it shares; give {flag} one run (e.g. {names[-1]})")
 
 
 def extend_table(db: Database, server_id: int, runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -760,6 +776,11 @@ def report(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     assumed = float(OPTION_DEFAULTS["kept_extend_tax"])
     tax, tax_text = kept_extend.or_assumed(kept_extend.from_totals(extend), assumed)
     rows = lean_table(totals, runs, steady["--steady-on"], steady["--steady-off"], tax, args.min_steps, cells)
+    if args.load_logs is not None:
+        for flag, name in steady.items():
+            mixed = mixed_loads(args.load_logs, flag, repeats_of(name, totals))
+            if mixed:
+                print(f"warning: {mixed}")
     print(f"explored / steady output tok/s of step time per bin; corr.: gated / (1 - {tax:.3f}), as learn "
           f"reads ({tax_text}); the corrected ratio's 95 % interval from a bootstrap of {DRAWS} draws "
           "over the collector's intervals of each side, ints.: the explored side's intervals")  # fmt: skip

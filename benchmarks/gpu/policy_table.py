@@ -36,6 +36,8 @@ BANDS = ((1, 8), (9, 32), (33, 1 << 20))  # low, middle and high load, in target
 
 
 # the last line of a load that ended (``bench load`` since 2026-12-06 says how long it ran)
+# the header `bench load` prints first (console/commands/load.py): the pattern may hold commas (steps:16,48)
+PATTERN = re.compile(r"^bench load on \S+: pattern (?P<pattern>.+?), period \d", re.MULTILINE)
 TOTAL = re.compile(r"^stopped \([^)]*\) after (?P<s>[\d.]+) s: .* (?P<tokens>\d+) tokens$", re.MULTILINE)
 
 
@@ -57,6 +59,13 @@ def read_status(path: Path) -> list[tuple[float, int, float]]:
         if match:
             rows.append((float(match["t"]), int(match["c"]), float(match["tok"])))
     return rows
+
+
+def read_pattern(path: Path) -> str | None:
+    """The load pattern a load log's ``bench load`` ran (``day``, ``steps:48``); None where its header is not
+    there."""
+    found = PATTERN.search(_log_text(path))
+    return found["pattern"] if found else None
 
 
 def read_total(path: Path) -> tuple[float, int] | None:
