@@ -178,6 +178,10 @@ def steady_costs(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Sequenc
     """Each mode's steady prefill seconds per output token over the intervals (``masks`` as
     ``levelled_intervals`` takes them), the modes whose steady cells say it: what a policy keeps so that a
     later window without a steady cell of a mode still levels its explored cells (``known_costs``)."""
+    # without the block no step's prefill is known and no cell has a cost: the records need not be built
+    # (learn asks at every kept sample, over its whole window)
+    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
+        return {}
     pooled = choice_cells(intervals, masks)
     return {mode: cost for mode, cost in _costs(pooled).items() if cost is not None}
 

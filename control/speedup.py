@@ -202,21 +202,36 @@ def _rate(samples: Sequence[tuple[float, float]], steps: int) -> _Rate:
 def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
     """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]; bins keyed by value so
     intervals whose bins grew line up."""
+    return group_samples((mode, mode_samples(interval, mode)) for interval in intervals for mode in MODES)
+
+
+def mode_samples(interval: Mapping[str, Any], mode: str) -> list[tuple[int, tuple[float, float, int]]]:
+    """One interval's part of ``per_bin`` for one mode: (bin, (tokens, time_s, steps)) of each bin with steps
+    there, in bin order. A reader that keeps an interval's part (learn's window,
+    control/policy/learn_window.py) gives ``group_samples`` the parts it kept, not building them again."""
+    bins = interval["bins"]
+    block = interval[mode]
+    tokens, seconds = block["tokens"], block["time_s"]
+    # a load sits in a few bins: the bins without steps are skipped before anything is built
+    return [(int(bins[i]), (float(tokens[i]), float(seconds[i]), int(steps)))
+            for i, steps in enumerate(block["steps"][: len(bins)]) if int(steps) > 0]  # fmt: skip
+
+
+def group_samples(
+    parts: Iterable[tuple[str, Sequence[tuple[int, tuple[float, float, int]]]]],
+) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
+    """``per_bin`` of the (mode, ``mode_samples``) parts of its intervals, given in its order (interval by
+    interval, ``MODES`` within each): each bin's samples of a mode in interval order."""
     out: dict[int, dict[str, list[tuple[float, float, int]]]] = {}
-    for interval in intervals:
-        bins = interval["bins"]
-        for mode in MODES:
-            block = interval[mode]
-            tokens, seconds = block["tokens"], block["time_s"]
-            # a load sits in a few bins: the bins without steps are skipped before anything is built
-            for i, steps in enumerate(block["steps"][: len(bins)]):
-                if int(steps) > 0:
-                    sample = (float(tokens[i]), float(seconds[i]), int(steps))
-                    out.setdefault(int(bins[i]), {m: [] for m in MODES})[mode].append(sample)
+    for mode, samples in parts:
+        for b, sample in samples:
+            out.setdefault(b, {m: [] for m in MODES})[mode].append(sample)
     return out
 
 
 _Samples = Sequence[tuple[float, float, int]]  # (tokens, time_s, steps) per interval
+# ``per_bin``'s shape as its readers take it: bin -> mode -> samples
+Grouped = Mapping[int, Mapping[str, _Samples]]
 
 
 def _bin_estimate(b: int, per_mode: Mapping[str, _Samples], z: float) -> BinEstimate:
@@ -267,7 +282,7 @@ def estimate(intervals: Sequence[Mapping[str, Any]], *, z: float = Z95) -> Speed
 
 
 def estimate_per_bin(
-    grouped: Mapping[int, Mapping[str, _Samples]], n: int, *, z: float = Z95
+    grouped: Grouped, n: int, *, z: float = Z95
 ) -> SpeedupEstimate:
     """``estimate`` of ``n`` intervals already grouped as ``per_bin`` groups them (bin -> mode ->
     [(tokens, time_s, steps)]): storage.queries.counter_samples reads them so, without building a dict

@@ -8,7 +8,8 @@ decision this policy
    malformed counters block, saying why;
 2. keeps the counters snapshots of the last ``window_s`` seconds, one every ``sample_s``, turns them into
    intervals (``control.speedup.intervals_from_snapshots``) and estimates the speedup per bin, its interval
-   and the crossover (``control.speedup.estimate``, the one estimator every reader uses). The
+   and the crossover (``control.speedup.estimate``, the one estimator every reader uses; each interval's part
+   of its input is kept while the interval is in the window, control/policy/learn_window.py). The
    estimator gives a bin seen in both modes in fewer than ``MIN_INTERVALS`` intervals no interval (and
    widens the others' to Student's t); such a thin bin is left out of the crossover's fit here. A move
    switches a thin bin when a measured bin beyond it goes the same way (the speedup falls with batch
@@ -80,7 +81,7 @@ from typing import Any
 
 from ...plugin import engine_counters, knob_contract
 from .. import kept_extend, prefilled, speedup
-from . import learn_share, learn_start, learn_state
+from . import learn_share, learn_start, learn_state, learn_window
 from .base import Decision, Observation, PolicyError
 from .learn_counters import (
     CEILING_KEY,
@@ -90,7 +91,6 @@ from .learn_counters import (
     bin_floor,
     ceiling_masks,
     ceiling_of,
-    corrected,
     estimate_without_thin,
     gated_while_drafted,
     keep_or_move,
@@ -196,6 +196,8 @@ class LearnPolicy:
         self._share_view: learn_share.View | None = None
         self.snapshots: deque[tuple[float, dict[str, Any]]] = deque()  # kept: one per sample_s
         self._intervals: list[dict[str, Any]] = []  # between consecutive kept snapshots (a cache)
+        # each interval's part of the estimate's input, kept while in the window (derived: not persisted)
+        self._choices = learn_window.WindowChoices()
         # each mode's steady prefill cost a window measured last, for a window without a steady cell of the
         # mode (a load held on one side of the ceiling): prefilled.steady_costs
         self._prefill_costs: dict[str, float] = learn_start.checked_costs(prefill_costs)
@@ -247,14 +249,14 @@ class LearnPolicy:
         self._see_start(now, counters)
         if self._remember(now, counters) or self._estimate is None:
             # The estimate moves only with a kept sample (every sample_s): computed once per sample.
-            intervals = self._corrected_now()
-            est, thin = estimate_without_thin(intervals, self.z)
+            intervals, samples = self._window_choices()
+            est, thin = estimate_without_thin(intervals, self.z, samples)
             busy = _busy_bins(intervals[-1:])
             held = busy.copy() if len(intervals) >= THIN_HELD_SAMPLES else set()
             for interval in intervals[-THIN_HELD_SAMPLES:-1]:
                 held &= _busy_bins([interval])
             self._estimate = (est, thin, busy, held)
-            self._thin_note = "" if any(b.lo is not None for b in est.bins) else thin_note(intervals, busy)
+            self._thin_note = "" if any(b.lo is not None for b in est.bins) else thin_note(samples, busy)
         if self.knob is None:
             return self._hold("hold: the knob's read-back is unknown")
         if self.pending is not None:
@@ -444,6 +446,12 @@ class LearnPolicy:
         """The kept intervals, the gated side of the bins their ceiling drafted scaled to a gated stream's by
         the kept extend's tax: the option where given, else the counters' own measure over the window, else
         ``DEFAULT_KEPT_EXTEND_TAX`` (control/kept_extend.py)."""
+        return self._window_choices()[0]
+
+    def _window_choices(self) -> tuple[list[dict[str, Any]], learn_window.PerBin]:
+        """``_corrected_now`` and its ``speedup.per_bin``. Each interval's part of both is kept while it is in
+        the window (``learn_window.WindowChoices``): the same result as ``learn_counters.corrected`` then
+        ``per_bin``, without building every interval's again at each kept sample."""
         window = self._window()
         if self.tax_given:
             tax = self.kept_extend_tax
@@ -454,8 +462,9 @@ class LearnPolicy:
         # what the window's steady cells say now, else what they said last: under a load held above the
         # ceiling the window has no drafting bin, and its explored drafting kept a gated stream's cheaper
         # prefills (1.066 of always on's rate raw, 1.036 levelled, an H100 2026-12-07)
-        self._prefill_costs |= prefilled.steady_costs(window, ceiling_masks(window))
-        return corrected(window, tax, self._prefill_costs)
+        masks = ceiling_masks(window)
+        self._prefill_costs |= prefilled.steady_costs(window, masks)
+        return self._choices.read(window, masks, 1.0 / (1.0 - tax), self._prefill_costs)
 
     def _window(self) -> list[dict[str, Any]]:
         """The intervals the estimate reads: the stored history still in the window, then the policy's own."""
@@ -542,4 +551,5 @@ class LearnPolicy:
         self.flip_times = deque(loaded.flip_times)
         self.snapshots = deque(loaded.snapshots)
         self._intervals = self._with_ceilings(loaded.snapshots)
+        self._choices = learn_window.WindowChoices()
         self._estimate = None

@@ -39,31 +39,21 @@ def bin_floor(x: float, bins: list[int]) -> int:
     return max((b for b in bins if b <= x + 1e-9), default=0)
 
 
-def _without(intervals: list[dict[str, Any]], bins: set[int]) -> list[dict[str, Any]]:
-    """The intervals with these bins' steps left out (the estimator skips a bin without steps)."""
-    if not bins:
-        return intervals
-    out = []
-    for interval in intervals:
-        keep = [int(b) not in bins for b in interval["bins"]]
-        copy = dict(interval)
-        for mode in engine_counters.MODES:
-            block = dict(interval[mode])
-            block["steps"] = [n if k else 0 for n, k in zip(block["steps"], keep, strict=True)]
-            copy[mode] = block
-        out.append(copy)
-    return out
-
-
 def estimate_without_thin(
-    intervals: list[dict[str, Any]], z: float = DEFAULT_Z
+    intervals: list[dict[str, Any]], z: float = DEFAULT_Z, samples: speedup.Grouped | None = None
 ) -> tuple[speedup.SpeedupEstimate, set[int]]:
     """The estimate learn moves on, and the thin bins left out of it: a bin seen in both modes in fewer than
     ``MIN_INTERVALS`` intervals has no interval yet and keeps the side it is on (out of the crossover's
-    fit)."""
-    whole = speedup.estimate(intervals, z=z)
+    fit). ``samples``: the intervals' ``speedup.per_bin`` where the caller has it (learn's window keeps each
+    interval's part, control/policy/learn_window.py). The bins are estimated each on its own, so the thin ones
+    are left out of the grouping itself: the same estimate as the intervals with their steps taken out."""
+    grouped = speedup.per_bin(intervals) if samples is None else samples
+    whole = speedup.estimate_per_bin(grouped, len(intervals), z=z)
     thin = {b.batch_size for b in whole.bins if b.speedup is not None and b.intervals < MIN_INTERVALS}
-    return (speedup.estimate(_without(intervals, thin), z=z) if thin else whole), thin
+    if not thin:
+        return whole, thin
+    kept = {b: modes for b, modes in grouped.items() if b not in thin}
+    return speedup.estimate_per_bin(kept, len(intervals), z=z), thin
 
 
 def plan_ceilings(
@@ -166,32 +156,58 @@ def as_choices(
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
     levelled = prefilled.levelled_intervals(mix_levelled.mix_levelled_intervals(intervals, masks), masks,
                                             prefill_costs)  # fmt: skip
+    known = known_drafting(intervals, masks)
+    # the sides as levelled (the explored cells), but what drafting a drafted bin served is all it ran, as
+    # measured: its gated steps with the prefills they carried
+    out = []
+    for interval, flat, mask in zip(intervals, levelled, masks, strict=True):
+        how = how_served(interval["bins"], mask, known)
+        out.append({**flat, "drafted": drafting_side(interval["gated"], flat["drafted"], how),
+                    "gated": gating_side(flat["gated"], mask, scale)})  # fmt: skip
+    return out
+
+
+def known_drafting(intervals: list[dict[str, Any]], masks: list[list[bool]]) -> set[int]:
+    """The bins ``as_choices`` reads by what their ceiling served: drafted by it and run in ``MIN_INTERVALS``
+    of the intervals (elsewhere a drafted bin's drafting explored while its ceiling gated it stands)."""
     chosen_in: dict[int, int] = {}  # bin -> intervals in which its ceiling drafted it and it ran
     for interval, mask in zip(intervals, masks, strict=True):
         for i, (b, drafted) in enumerate(zip(interval["bins"], mask, strict=True)):
             if drafted and interval["drafted"]["steps"][i] + interval["gated"]["steps"][i] > 0:
                 chosen_in[int(b)] = chosen_in.get(int(b), 0) + 1
-    known = {b for b, n in chosen_in.items() if n >= MIN_INTERVALS}
-    out = []
-    for interval, flat, mask in zip(intervals, levelled, masks, strict=True):
-        # the sides as levelled (the explored cells), but what drafting a drafted bin served is all it ran,
-        # as measured: its gated steps with the prefills they carried
-        gated, chosen = dict(flat["gated"]), dict(flat["drafted"])
-        served_gated = interval["gated"]
-        # per bin: 1 adds the gated steps to the drafting side, 0 keeps the drafted ones, -1 drops them
-        bins_masked = zip(interval["bins"], mask, strict=True)
-        how = [1 if w else (-1 if int(b) in known else 0) for b, w in bins_masked]
-        for key in ("steps", "tokens", "time_s"):
-            chosen[key] = [d + g if h > 0 else (0 if h < 0 else d)
-                           for d, g, h in zip(chosen[key], served_gated[key], how, strict=True)]  # fmt: skip
-        for key, num, den in (("tok_s", "tokens", "time_s"), ("step_s", "time_s", "steps")):
-            rows = zip(chosen[num], chosen[den], chosen.get(key, [None] * len(how)), how, strict=True)
-            chosen[key] = [(x / y if x > 0 and y > 0 else None) if h != 0 else r for x, y, r, h in rows]
-        gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], mask, strict=True)]
-        gated["tok_s"] = [r * scale if r is not None and w else r
-                          for r, w in zip(gated["tok_s"], mask, strict=True)]  # fmt: skip
-        out.append({**flat, "drafted": chosen, "gated": gated})
-    return out
+    return {b for b, n in chosen_in.items() if n >= MIN_INTERVALS}
+
+
+def how_served(bins: list[Any], mask: list[bool], known: set[int]) -> tuple[int, ...]:
+    """Per bin of one interval, how ``as_choices`` reads its drafting side: 1 adds the gated steps to the
+    drafted ones (its ceiling drafted the bin), -1 drops the drafted ones (explored while its ceiling gated a
+    bin that ``known_drafting`` knows), 0 keeps them."""
+    return tuple(1 if w else (-1 if int(b) in known else 0) for b, w in zip(bins, mask, strict=True))
+
+
+def drafting_side(served_gated: Mapping[str, Any], drafted: Mapping[str, Any],
+                  how: tuple[int, ...]) -> dict[str, Any]:  # fmt: skip
+    """One interval's drafting side as ``as_choices`` reads it: its (levelled) ``drafted`` block, with the
+    gated steps as measured (``served_gated``: what a drafted bin served, the prefills they carried and all)
+    added or the drafted ones dropped per ``how_served``, and the rates of the bins it changed."""
+    chosen = dict(drafted)
+    for key in ("steps", "tokens", "time_s"):
+        chosen[key] = [d + g if h > 0 else (0 if h < 0 else d)
+                       for d, g, h in zip(chosen[key], served_gated[key], how, strict=True)]  # fmt: skip
+    for key, num, den in (("tok_s", "tokens", "time_s"), ("step_s", "time_s", "steps")):
+        rows = zip(chosen[num], chosen[den], chosen.get(key, [None] * len(how)), how, strict=True)
+        chosen[key] = [(x / y if x > 0 and y > 0 else None) if h != 0 else r for x, y, r, h in rows]
+    return chosen
+
+
+def gating_side(flat_gated: Mapping[str, Any], mask: list[bool], scale: float) -> dict[str, Any]:
+    """One interval's (levelled) gated block as ``as_choices`` reads it: the bins its ceiling drafted scaled
+    by ``scale`` (their gated steps kept the draft extend)."""
+    gated = dict(flat_gated)
+    gated["tokens"] = [t * scale if w else t for t, w in zip(gated["tokens"], mask, strict=True)]
+    gated["tok_s"] = [r * scale if r is not None and w else r
+                      for r, w in zip(gated["tok_s"], mask, strict=True)]  # fmt: skip
+    return gated
 
 
 def drafted_by(bins: list[Any], ceiling: int | None) -> list[bool]:
@@ -229,10 +245,10 @@ def gated_while_drafted(intervals: list[dict[str, Any]], masks: list[list[bool]]
     return {b: gated / total for b, (gated, total) in sorted(steps.items()) if total > 0}
 
 
-def thin_note(intervals: list[dict[str, Any]], busy: set[int]) -> str:
+def thin_note(samples: speedup.Grouped, busy: set[int]) -> str:
     """How far the bins the load is in are from an interval: in how many intervals each mode ran there
-    (a bin needs ``MIN_INTERVALS`` of each), and the decode-step seconds the window holds in all."""
-    samples = speedup.per_bin(intervals)
+    (a bin needs ``MIN_INTERVALS`` of each), and the decode-step seconds the window holds in all
+    (``samples``: the window's ``speedup.per_bin``)."""
     seconds = math.fsum(t for modes in samples.values() for cells in modes.values() for _, t, _ in cells)
     parts = []
     for b in sorted(busy):
