@@ -233,7 +233,8 @@ def test_bins_the_load_never_reached_keep_their_side() -> None:
 
 
 # Ten server-hours of decisions: 60 s alone on a 2-core box, 248 s in the whole suite there (2026-12-07), near
-# pytest's default 300 s: the whole suite runs it, the unit lane does not.
+# pytest's default 300 s; 20 s alone since learn keeps each interval's part (control/policy/learn_window.py).
+# The whole suite runs it, the unit lane does not.
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_ceiling_the_interval_cannot_tell_from_the_best_stays() -> None:
