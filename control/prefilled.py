@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plugin.engine_counters import MODES, with_rates
+from .speedup import Grouped
 
 # Fewer pure steps than this in a mode and bin: its pure step time is not read (the prefilled steps are a
 # tenth to a quarter of a bin's; a pure step time from a handful would carry the prefill seconds' noise).
@@ -174,13 +175,19 @@ def _costs(pooled: Mapping[CellKey, ModeSteps]) -> dict[str, float | None]:
                                               if m == mode and steady]) for mode in MODES}  # fmt: skip
 
 
+def carries_block(intervals: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an interval carries the ``prefilled`` block (plugin 0.4.14 on): without it no step's prefill is
+    known, so nothing is levelled and no cost is measured."""
+    return any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals)
+
+
 def steady_costs(intervals: Sequence[Mapping[str, Any]], masks: Sequence[Sequence[bool]]) -> dict[str, float]:
     """Each mode's steady prefill seconds per output token over the intervals (``masks`` as
     ``levelled_intervals`` takes them), the modes whose steady cells say it: what a policy keeps so that a
     later window without a steady cell of a mode still levels its explored cells (``known_costs``)."""
     # without the block no step's prefill is known and no cell has a cost: the records need not be built
     # (learn asks at every kept sample, over its whole window)
-    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
+    if not carries_block(intervals):
         return {}
     pooled = choice_cells(intervals, masks)
     return {mode: cost for mode, cost in _costs(pooled).items() if cost is not None}
@@ -224,7 +231,7 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]], masks: Sequence[S
     levelling twice changes nothing."""
     if len(masks) != len(intervals):
         raise ValueError(f"masks: one per interval, got {len(masks)} for {len(intervals)}")
-    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
+    if not carries_block(intervals):
         return [dict(interval) for interval in intervals]
     records, where = _interval_records(intervals, masks)
     times = [{mode: list(interval[mode]["time_s"]) for mode in MODES} for interval in intervals]
@@ -248,14 +255,13 @@ def levelled_intervals(intervals: Sequence[Mapping[str, Any]], masks: Sequence[S
 # with it sample for sample, each sample's prefilled steps, tokens and seconds; None where its interval has no
 # ``prefilled`` block (a plugin before 0.4.14).
 PrefilledSamples = dict[int, dict[str, list[tuple[float, float, float] | None]]]
-Grouped = Mapping[int, Mapping[str, Sequence[tuple[float, float, int]]]]
 
 
 def prefilled_samples(intervals: Sequence[Mapping[str, Any]]) -> PrefilledSamples | None:
     """Each sample of ``speedup.per_bin(intervals)``'s prefilled (steps, tokens, time_s), in the same order;
     None where no interval has the block. ``storage.queries.counter_samples`` gives the same of the stored
     intervals without building them."""
-    if not any(isinstance(interval.get("prefilled"), Mapping) for interval in intervals):
+    if not carries_block(intervals):
         return None
     out: PrefilledSamples = {}
     for interval in intervals:

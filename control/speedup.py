@@ -199,13 +199,20 @@ def _rate(samples: Sequence[tuple[float, float]], steps: int) -> _Rate:
     return _Rate(r, rel_var, steps, seconds)
 
 
-def per_bin(intervals: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
+Sample = tuple[float, float, int]  # (tokens, time_s, steps) of one interval in one bin and mode
+# One interval's samples of one mode: (bin, sample) of each bin with steps there (``mode_samples``)
+ModeSamples = list[tuple[int, Sample]]
+# ``per_bin``'s grouping as it builds it: bin -> mode -> samples in interval order
+PerBin = dict[int, dict[str, list[Sample]]]
+
+
+def per_bin(intervals: Iterable[Mapping[str, Any]]) -> PerBin:
     """bin -> mode -> [(tokens, time_s, steps) of each interval with steps there]; bins keyed by value so
     intervals whose bins grew line up."""
     return group_samples((mode, mode_samples(interval, mode)) for interval in intervals for mode in MODES)
 
 
-def mode_samples(interval: Mapping[str, Any], mode: str) -> list[tuple[int, tuple[float, float, int]]]:
+def mode_samples(interval: Mapping[str, Any], mode: str) -> ModeSamples:
     """One interval's part of ``per_bin`` for one mode: (bin, (tokens, time_s, steps)) of each bin with steps
     there, in bin order. A reader that keeps an interval's part (learn's window,
     control/policy/learn_window.py) gives ``group_samples`` the parts it kept, not building them again."""
@@ -217,19 +224,17 @@ def mode_samples(interval: Mapping[str, Any], mode: str) -> list[tuple[int, tupl
             for i, steps in enumerate(block["steps"][: len(bins)]) if int(steps) > 0]  # fmt: skip
 
 
-def group_samples(
-    parts: Iterable[tuple[str, Sequence[tuple[int, tuple[float, float, int]]]]],
-) -> dict[int, dict[str, list[tuple[float, float, int]]]]:
+def group_samples(parts: Iterable[tuple[str, Sequence[tuple[int, Sample]]]]) -> PerBin:
     """``per_bin`` of the (mode, ``mode_samples``) parts of its intervals, given in its order (interval by
     interval, ``MODES`` within each): each bin's samples of a mode in interval order."""
-    out: dict[int, dict[str, list[tuple[float, float, int]]]] = {}
+    out: PerBin = {}
     for mode, samples in parts:
         for b, sample in samples:
             out.setdefault(b, {m: [] for m in MODES})[mode].append(sample)
     return out
 
 
-_Samples = Sequence[tuple[float, float, int]]  # (tokens, time_s, steps) per interval
+_Samples = Sequence[Sample]  # one per interval
 # ``per_bin``'s shape as its readers take it: bin -> mode -> samples
 Grouped = Mapping[int, Mapping[str, _Samples]]
 
@@ -281,9 +286,7 @@ def estimate(intervals: Sequence[Mapping[str, Any]], *, z: float = Z95) -> Speed
     return estimate_per_bin(per_bin(intervals), len(intervals), z=z)
 
 
-def estimate_per_bin(
-    grouped: Grouped, n: int, *, z: float = Z95
-) -> SpeedupEstimate:
+def estimate_per_bin(grouped: Grouped, n: int, *, z: float = Z95) -> SpeedupEstimate:
     """``estimate`` of ``n`` intervals already grouped as ``per_bin`` groups them (bin -> mode ->
     [(tokens, time_s, steps)]): storage.queries.counter_samples reads them so, without building a dict
     per interval."""

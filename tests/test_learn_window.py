@@ -14,7 +14,7 @@ from spectower.control import speedup
 from spectower.control.policy import make_policy
 from spectower.control.policy.learn import LearnPolicy
 from spectower.control.policy.learn_counters import as_choices, ceiling_masks, estimate_without_thin
-from spectower.control.policy.learn_window import PerBin, WindowChoices
+from spectower.control.policy.learn_window import WindowChoices
 
 from tests.test_control_policy_learn import BINS, FALLING, INTERVAL_S, MRR, CounterStream, observe
 
@@ -33,7 +33,7 @@ class Checked(WindowChoices):
         masks: list[list[bool]],
         scale: float,
         prefill_costs: Mapping[str, float] | None = None,
-    ) -> tuple[list[dict[str, Any]], PerBin]:
+    ) -> tuple[list[dict[str, Any]], speedup.PerBin]:
         before = {key: entry.drafting for key, entry in self._kept.items()}
         choices, samples = super().read(window, masks, scale, prefill_costs)
         assert masks == ceiling_masks(window)

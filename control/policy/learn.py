@@ -448,9 +448,9 @@ class LearnPolicy:
         ``DEFAULT_KEPT_EXTEND_TAX`` (control/kept_extend.py)."""
         return self._window_choices()[0]
 
-    def _window_choices(self) -> tuple[list[dict[str, Any]], learn_window.PerBin]:
+    def _window_choices(self) -> tuple[list[dict[str, Any]], speedup.PerBin]:
         """``_corrected_now`` and its ``speedup.per_bin``. Each interval's part of both is kept while it is in
-        the window (``learn_window.WindowChoices``): the same result as ``learn_counters.corrected`` then
+        the window (``learn_window.WindowChoices``): the same result as ``learn_counters.as_choices`` then
         ``per_bin``, without building every interval's again at each kept sample."""
         window = self._window()
         if self.tax_given:

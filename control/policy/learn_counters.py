@@ -222,15 +222,6 @@ def ceiling_masks(intervals: list[dict[str, Any]]) -> list[list[bool]]:
     return [drafted_by(i["bins"], i.get(CEILING_KEY)) for i in intervals]
 
 
-def corrected(
-    intervals: list[dict[str, Any]], tax: float, prefill_costs: Mapping[str, float] | None = None
-) -> list[dict[str, Any]]:
-    """The intervals as the two choices (``as_choices``) of the bins each one's ceiling drafted, the gated
-    side scaled by ``1 / (1 - tax)``; ``prefill_costs``: each mode's steady prefill cost the server measured
-    before, for a window without a steady cell of the mode (``prefilled.steady_costs``)."""
-    return as_choices(intervals, ceiling_masks(intervals), 1.0 / (1.0 - tax), prefill_costs)
-
-
 def gated_while_drafted(intervals: list[dict[str, Any]], masks: list[list[bool]]) -> dict[int, float]:
     """Per bin a ceiling drafted in some interval, the share of its steps there that ran gated: the drain
     after bursts and explored gated batches. What learn says when it gates a bin whose drafted batches

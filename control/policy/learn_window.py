@@ -1,4 +1,4 @@
-"""``learn``'s window read as the two choices of each bin (``learn_counters.corrected``) and grouped as the
+"""``learn``'s window read as the two choices of each bin (``learn_counters.as_choices``) and grouped as the
 estimate reads it (``speedup.per_bin``), with each interval's part kept while it is in the window.
 
 Why: learn re-derives its estimate over the whole window (``window_s``, about 120 intervals of ``sample_s``)
@@ -14,11 +14,11 @@ what their ceiling served); its gated side and gated samples while the kept exte
 parts of intervals that left the window (aged out, a restored window, a clock that went back) are dropped at
 the next read; nothing here is persisted.
 
-Exactly what ``corrected`` then ``per_bin`` give (tests/test_learn_window.py compares them at every kept
+Exactly what ``as_choices`` then ``per_bin`` give (tests/test_learn_window.py compares them at every kept
 sample): each part is what they compute for that interval, and the parts are combined in their order, so
 every sum the estimate takes adds the same numbers in the same order. A window that levels an explored cell
 (plugin 0.4.14's ``prefilled`` block, or 0.4.15's ``mix`` where it is enough to level by) sets each cell's
-levelled time from the whole window's pooled cells: it is read by ``corrected`` itself, with nothing kept.
+levelled time from the whole window's pooled cells: it is read by ``as_choices`` itself, with nothing kept.
 """
 
 from __future__ import annotations
@@ -27,13 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import mix_levelled, speedup
+from .. import mix_levelled, prefilled, speedup
 from .learn_counters import as_choices, drafting_side, gating_side, how_served, known_drafting
-
-# One interval's samples of one mode, as ``speedup.mode_samples`` gives them
-Part = list[tuple[int, tuple[float, float, int]]]
-# The window's samples as ``speedup.per_bin`` groups them
-PerBin = dict[int, dict[str, list[tuple[float, float, int]]]]
 
 
 @dataclass
@@ -44,19 +39,17 @@ class _Kept:
     interval: Mapping[str, Any]
     how: tuple[int, ...]
     drafting: dict[str, Any]
-    drafted_samples: Part
+    drafted_samples: speedup.ModeSamples
     scale: float | None = None
     gated: dict[str, Any] | None = None
-    gated_samples: Part | None = None
+    gated_samples: speedup.ModeSamples | None = None
 
 
 def levels(window: Sequence[Mapping[str, Any]]) -> bool:
     """Whether ``learn_counters.as_choices`` levels a cell of this window (then each interval's choices
     depend on the whole window's cells): an interval carries the ``prefilled`` block, or the window's mix is
     enough to level by (``mix_levelled.levelling_mix``)."""
-    if any(isinstance(interval.get("prefilled"), Mapping) for interval in window):
-        return True
-    return mix_levelled.levelling_mix(window) is not None
+    return prefilled.carries_block(window) or mix_levelled.levelling_mix(window) is not None
 
 
 class WindowChoices:
@@ -71,7 +64,7 @@ class WindowChoices:
         masks: list[list[bool]],
         scale: float,
         prefill_costs: Mapping[str, float] | None = None,
-    ) -> tuple[list[dict[str, Any]], PerBin]:
+    ) -> tuple[list[dict[str, Any]], speedup.PerBin]:
         """``as_choices(window, masks, scale, prefill_costs)`` and its ``speedup.per_bin``; ``masks``: the
         window's ``learn_counters.ceiling_masks``."""
         if levels(window):
@@ -81,7 +74,7 @@ class WindowChoices:
         known = known_drafting(window, masks)
         kept: dict[int, _Kept] = {}
         choices: list[dict[str, Any]] = []
-        parts: list[tuple[str, Part]] = []
+        parts: list[tuple[str, speedup.ModeSamples]] = []
         for interval, mask in zip(window, masks, strict=True):
             entry = self._part(interval, how_served(interval["bins"], mask, known))
             if entry.scale != scale or entry.gated is None or entry.gated_samples is None:
@@ -103,4 +96,3 @@ class WindowChoices:
         drafting = drafting_side(interval["gated"], interval["drafted"], how)
         samples = speedup.mode_samples({"bins": interval["bins"], "drafted": drafting}, "drafted")
         return _Kept(interval, how, drafting, samples)
-
