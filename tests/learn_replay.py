@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spectower.control import warm_start
 from spectower.control.policy import Decision, Observation, make_policy
 from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
 from spectower.storage import open_database, queries
 from spectower.storage.database import recorded_copy
-from spectower.storage.models import ControlEvent
+from spectower.storage.models import ControlEvent, ServerInfoSnapshot
+from sqlmodel import select
 
 MRR = 64
 
@@ -37,6 +39,16 @@ def recorded_run(db_file: Path, server: str, tmp: Path, actions: tuple[str, ...]
     assert row is not None, f"{db_file}: no policy state for {server}"
     snapshots = [(float(ts), snap) for ts, snap in json.loads(row.state_json)["snapshots"]]
     return RecordedRun(copy, snapshots, events)
+
+
+def warm_start_at(run: RecordedRun, server: str, gpu: str, now: float, current: int) -> warm_start.WarmStart:
+    """What ``control auto``'s warm start found in the run's database at ``now`` for ``server`` (its stored
+    ``/server_info`` and one GPU named ``gpu``), the knob then ``current``."""
+    with open_database(run.db) as db:
+        with db.session() as session:
+            info = json.loads(session.exec(select(ServerInfoSnapshot)).first().info_json)  # type: ignore[union-attr]
+        stack = warm_start.Stack.of(info, [{"name": gpu}])
+        return warm_start.find(db, stack, MRR, server_url=server, now=now, current=current)
 
 
 def replay(

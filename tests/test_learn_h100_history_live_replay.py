@@ -14,18 +14,13 @@ live. Fed back one at a time, the snapshots it kept are what it saw.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.control import warm_start
 from spectower.control.policy.learn_share import DEFAULT_THIN_SHARE
-from spectower.storage import open_database
-from spectower.storage.models import ServerInfoSnapshot
-from sqlmodel import select
 
-from tests.learn_replay import MRR, recorded_run, replay
+from tests.learn_replay import MRR, recorded_run, replay, warm_start_at
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
 RUN = RUNS / "h100-8b-pair-triton-learn-history-2026-12-08"
@@ -41,11 +36,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                        ("auto-start", "set", "explore"))  # fmt: skip
     started, sets = run.events["auto-start"], run.events["set"]
     assert len(started) == 1 and len(sets) == 1
-    with open_database(run.db) as db:
-        with db.session() as session:
-            info = json.loads(session.exec(select(ServerInfoSnapshot)).first().info_json)  # type: ignore[union-attr]
-        stack = warm_start.Stack.of(info, [{"name": "NVIDIA H100 80GB HBM3"}])
-        warm = warm_start.find(db, stack, MRR, server_url=SERVER, now=started[0].ts, current=START_KNOB)
+    warm = warm_start_at(run, SERVER, "NVIDIA H100 80GB HBM3", started[0].ts, START_KNOB)
     assert len(run.snapshots) == 27 and run.snapshots[-1][0] - run.snapshots[0][0] > 400  # the whole run
     asks = sorted(e.ts for e in run.events["explore"])
     return {"snapshots": run.snapshots, "start": started[0].ts, "set": sets[0].ts, "asks": asks, "warm": warm}

@@ -15,19 +15,14 @@ the run's to compare (after it the recorded gated steps read as what a ceiling o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from spectower.control import warm_start
 from spectower.control.policy import Decision
 from spectower.plugin.knob_contract import DEFAULT_EXPLORE_SHARE
-from spectower.storage import open_database
-from spectower.storage.models import ServerInfoSnapshot
-from sqlmodel import select
 
-from tests.learn_replay import MRR, recorded_run
+from tests.learn_replay import MRR, recorded_run, warm_start_at
 from tests.learn_replay import replay as replay_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "gpu-runs"
@@ -43,11 +38,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                        ("auto-start", "set"))  # fmt: skip
     started, sets = run.events["auto-start"], run.events["set"]
     assert len(started) == 1 and len(sets) == 1
-    with open_database(run.db) as db:
-        with db.session() as session:
-            info = json.loads(session.exec(select(ServerInfoSnapshot)).first().info_json)  # type: ignore[union-attr]
-        stack = warm_start.Stack.of(info, [{"name": "NVIDIA H100 80GB HBM3"}])
-        warm = warm_start.find(db, stack, MRR, server_url=SERVER, now=started[0].ts, current=START_KNOB)
+    warm = warm_start_at(run, SERVER, "NVIDIA H100 80GB HBM3", started[0].ts, START_KNOB)
     snapshots = run.snapshots
     assert len(snapshots) == 31 and snapshots[-1][0] - snapshots[0][0] > 470  # the whole run
     return {"snapshots": snapshots, "set": sets[0], "warm": warm}
