@@ -97,9 +97,18 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
         assert time.time() - 300 < out["started_at"] < time.time()
         assert out["output_tokens"] == 899  # every request's GeneratedTokens, forced
         assert out["cut_prompts"] == ROWS and out["server_max_input"] == 131066  # every prompt was 91+ tokens
-    # open loop: all twelve were sent at once, so the last ones queued behind two running requests
+    # open loop: all twelve were sent at once, so the last ones queued behind two running requests. The
+    # eleventh to start waited for nine to finish, so their tokens at the server's top rate bound its TTFT,
+    # and with it the p99 (between the eleventh and the twelfth), from below: a floor that a slow machine
+    # only raises, where the spread run's own tail is no floor (a starved simulator process read it at
+    # 0.50 s on 2 cores with four workers, against the burst's 0.59)
     assert b["peak_in_flight"] > 2 * REPLAY_SHAPE["max_running_requests"]
-    assert b["ttft_p99_s"] > 3 * a["ttft_p99_s"] and b["ttft_p99_s"] > 0.3
+    sliced = load_request_trace(str(trace))
+    outputs = sorted(r.output_tokens for r in sliced.requests)
+    # less the sends' own spread (the slice's 9.4 s at --speedup 1000): a TTFT counts from its request's send
+    top_tok_s = max(REPLAY_SHAPE["output_tok_s"]["spec_on"])
+    floor_s = sum(outputs[: ROWS - 3]) / top_tok_s - sliced.duration_s / 1000
+    assert floor_s > 0.3 and b["ttft_p99_s"] > floor_s, (b["ttft_p99_s"], floor_s)
     assert b["slo_met"] < ROWS and b["goodput_rps"] < b["request_rps"]  # the queued ones missed 200 ms
     _check_records(b, burst.stdout, trace, speedup=1000)
 
@@ -144,9 +153,9 @@ def test_replay_is_open_loop_cuts_prompts_sheds_and_is_saved(
     assert rows["threshold-2"]["goodput_ratio"] == 1.0
     assert rows["learn"]["goodput_ratio"] == pytest.approx(b["goodput_rps"] / fixed["goodput_rps"])
     assert rows["learn"]["ttft_p99_ratio"] == pytest.approx(b["ttft_p99_s"] / fixed["ttft_p99_s"])
-    # queued behind two running requests, the burst's tail is longer (> 3x the first spread run's above);
-    # against this later spread run a box like CI's read 2.03x (its spread tail measured longer there)
-    assert rows["learn"]["ttft_p99_ratio"] > 1
+    # no direction asked of it: both tails are wall-clock readings of one simulator process, and a starved
+    # one (2 cores, four workers) read the spread run's at 0.50 s against the burst's 0.59 (the burst's own
+    # floor is checked above)
     # the burst's arrivals are not the spread one's: no interval; two runs of one schedule pair and get one
     assert rows["learn"]["intervals"] is None and rows["learn"]["no_interval"].startswith("other arrivals")
     (run_dir / "replay-learn.json").write_text(spread.stdout)
