@@ -7,11 +7,12 @@ Issue #32, item 2: a gated bin's explored drafting read 3-7 % above always on's 
 (data/gpu-runs/NOTEBOOK.md). One reading of it: the exploring part starts from a batch younger than a steady
 stream's, whose shorter contexts make cheaper steps. SGLang's decode lines say how many KV tokens the running
 requests held (``#token``) and how many ran (``#running-req``), once every ``--decode-log-interval`` steps;
-their ratio is the mean context a running request held then. Per run (``NAME=START:END``, Unix seconds, as
-``explore_lean.py --run`` takes them) this prints the lines whose accepted length says they drafted
-(``--drafted-from``, default 1.5: a line covers 40 steps, so one that met an exploring part's edge reads in
-between) and those that ran gated (accepted length under ``--gated-below``, default 1.2), each with its mean
-batch, its mean KV tokens per running request and that mean's 95 % bootstrap interval over the lines.
+their ratio is the mean context a running request held then. Per run (``NAME=START:END``, Unix seconds: the
+first two fields of ``explore_lean.py --run``, which adds the run's ceiling) this prints the lines whose
+accepted length says they drafted (``--drafted-from``, default 1.5: a line covers 40 steps, so one that met an
+exploring part's edge reads in between) and those that ran gated (accepted length under ``--gated-below``,
+default 1.2), each with its mean batch, its mean KV tokens per running request and that mean's 95 % bootstrap
+interval over the lines.
 """
 
 from __future__ import annotations
